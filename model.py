@@ -52,7 +52,7 @@ class GPTConfig:
     pos_emb: str = "rope"
     rope_base: float = 10000.0
     mlp: str = "swiglu"
-    mlp_hidden: int = None  # None -> 4*n_embd for gelu, ~8/3*n_embd (multiple of 64) for GLUs
+    mlp_hidden: int = None  # None -> 4*n_embd for gelu, ~8/3*n_embd (multiple of 64) for GLUs; see hidden_dim
     norm: str = "rmsnorm"
     gatednorm_rank: int = 16
     sandwich_norm: bool = False
@@ -99,7 +99,7 @@ class GPTConfig:
         if self.gate_shared and not (self.gate in ("g1", "g2") and self.gate_granularity == "elementwise"):
             raise ValueError("GPTConfig.gate_shared=True is defined for gate in ['g1', 'g2'] with "
                              f"gate_granularity='elementwise' only, got gate={self.gate!r}, gate_granularity={self.gate_granularity!r}")
-        self.mlp_hidden = self.mlp_hidden or self._mlp_hidden_for_params()
+        self.hidden_dim  # raises if match_params cannot be satisfied
 
     @property
     def head_dim(self):
@@ -123,17 +123,22 @@ class GPTConfig:
         g, w = self.gate_shape()
         return g * w * (1 if self.gate_input == "none" else self.n_embd)
 
-    def _mlp_hidden_for_params(self):
+    @property
+    def hidden_dim(self):
+        """The MLP width actually built: mlp_hidden (or its default), shrunk when match_params is set.
+        Computed, not stored, so GPTConfig(**asdict(config)) rebuilds the same model."""
         glu = self.mlp in ("swiglu", "glu")
-        hidden = 64 * math.ceil(8 * self.n_embd / 3 / 64) if glu else 4 * self.n_embd
+        hidden = self.mlp_hidden or (64 * math.ceil(8 * self.n_embd / 3 / 64) if glu else 4 * self.n_embd)
         if self.match_params and self.gate != "none":
             # GA keeps total parameters equal by shrinking the FFN: each hidden unit costs
-            # (3 if GLU else 2) * n_embd weights (+1 or +2 biases)
-            per_unit = (3 if glu else 2) * self.n_embd + (((2 if glu else 1)) if self.bias else 0)
-            hidden -= round(self.gate_params_per_layer() / per_unit)
-            if hidden < 1:
+            # (3 if GLU else 2) * n_embd weights (+2 or +1 biases)
+            per_unit = (3 if glu else 2) * self.n_embd + ((2 if glu else 1) if self.bias else 0)
+            shrink = round(self.gate_params_per_layer() / per_unit)
+            if shrink >= hidden:
                 raise ValueError(f"GPTConfig.match_params=True cannot absorb the {self.gate} gate's "
-                                 f"{self.gate_params_per_layer()} parameters per layer into the MLP; set mlp_hidden or a wider n_embd")
+                                 f"{self.gate_params_per_layer()} parameters per layer into an MLP of width {hidden}; "
+                                 "set a larger mlp_hidden or match_params=False")
+            hidden -= shrink
         return hidden
 
 
@@ -358,8 +363,8 @@ class MLP(nn.Module):
         super().__init__()
         self.kind = config.mlp
         n_in = 2 if config.mlp in ("swiglu", "glu") else 1  # GLUs have a value and a gate half
-        self.c_fc = nn.Linear(config.n_embd, n_in * config.mlp_hidden, bias=config.bias)
-        self.c_proj = nn.Linear(config.mlp_hidden, config.n_embd, bias=config.bias)
+        self.c_fc = nn.Linear(config.n_embd, n_in * config.hidden_dim, bias=config.bias)
+        self.c_proj = nn.Linear(config.hidden_dim, config.n_embd, bias=config.bias)
         self.c_proj.RESIDUAL_PROJ = True
         self.dropout = nn.Dropout(config.dropout)
 

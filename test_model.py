@@ -1,0 +1,489 @@
+"""Properties of model.py, for every gate variant and norm type. CPU only, float64 where we compare numbers."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import GPT, DyT, GatedNorm, GPTConfig, PreAffine, RMSNorm, apply_rope, gate_activation, make_norm, rope_tables
+
+# Small but not degenerate: 4 query heads sharing 2 KV heads (GQA), head_dim 8.
+C, H, HKV, D, VOCAB = 32, 4, 2, 8, 97
+BASE = dict(block_size=24, vocab_size=VOCAB, n_layer=2, n_head=H, n_kv_head=HKV, n_embd=C)
+
+# (variant name, config overrides, exact gate parameters per layer from PAPER-NOTES §1: d_model x score width)
+GATES = [
+    ("none", dict(gate="none"), 0),
+    ("g1_elementwise", dict(gate="g1"), C * H * D),
+    ("g1_headwise", dict(gate="g1", gate_granularity="headwise"), C * H),
+    ("g1_shared", dict(gate="g1", gate_shared=True), C * D),
+    ("g1_silu_add", dict(gate="g1", gate_op="add", gate_act="silu"), C * H * D),
+    ("g1_silu_mul", dict(gate="g1", gate_act="silu"), C * H * D),
+    ("g1_ns_sigmoid", dict(gate="g1", gate_act="ns_sigmoid"), C * H * D),
+    ("g1_identity_add", dict(gate="g1", gate_op="add", gate_act="identity"), C * H * D),
+    ("g1_input_independent", dict(gate="g1", gate_input="none"), H * D),
+    ("g2_elementwise", dict(gate="g2"), C * HKV * D),
+    ("g2_headwise", dict(gate="g2", gate_granularity="headwise"), C * HKV),
+    ("g2_shared", dict(gate="g2", gate_shared=True), C * D),
+    ("g3", dict(gate="g3"), C * HKV * D),
+    ("g4", dict(gate="g4"), C * H * D),
+    ("g5", dict(gate="g5"), C * C),
+]
+# Everything else that changes the computation: norms, MLPs, positions, G1 non-linearities, ...
+OTHERS = [
+    ("layernorm", dict(norm="layernorm", bias=True)),
+    ("dyt", dict(norm="dyt")),
+    ("preaffine", dict(norm="preaffine")),
+    ("gatednorm", dict(norm="gatednorm")),
+    ("sandwich", dict(sandwich_norm=True)),
+    ("qk_norm", dict(qk_norm=True)),
+    ("glu", dict(mlp="glu")),
+    ("gelu_learned_pos", dict(mlp="gelu", pos_emb="learned")),
+    ("sdpa_rmsnorm", dict(gate="none", sdpa_nonlin="rmsnorm")),
+    ("sdpa_silu", dict(gate="none", sdpa_nonlin="silu")),
+    ("mha", dict(n_kv_head=H)),
+    ("mqa_headwise", dict(n_kv_head=1, gate_granularity="headwise")),
+]
+VARIANTS = [(name, kw) for name, kw, _ in GATES] + OTHERS
+
+
+def make(seed=0, dtype=torch.float64, **kw):
+    torch.manual_seed(seed)
+    cfg = GPTConfig(**{**BASE, "attn_backend": "torch", **kw})
+    model = GPT(cfg).to(dtype).eval()
+    # Perturb the parameters that start at exact constants (norm gains, zero-init gate), so the
+    # tests see a generic network rather than the symmetric one at initialisation.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "gate_param" in name or name.endswith(("weight", "bias", "alpha", "pre_scale")) and p.dim() <= 1:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def tokens(B=2, T=20, seed=1):
+    return torch.randint(0, VOCAB, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+# ----------------------------------------------------------------------------
+# Shapes, causality, gradients
+
+@pytest.mark.parametrize("name,kw", VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_shapes_causality_and_gradients(name, kw):
+    model = make(**kw)
+    idx = tokens()
+    logits, loss = model(idx, idx)
+    assert logits.shape == (2, 20, VOCAB) and loss.dim() == 0 and torch.isfinite(loss)
+
+    # causality: changing token t changes no logits before t, and does change the logits at t
+    t = 11
+    idx2 = idx.clone()
+    idx2[:, t] = (idx2[:, t] + 1) % VOCAB
+    logits2, _ = model(idx2)
+    torch.testing.assert_close(logits2[:, :t], logits[:, :t], rtol=0, atol=1e-12)
+    assert (logits2[:, t] - logits[:, t]).abs().max() > 1e-6
+
+    # every parameter, every gate parameter in particular, receives a finite, non-zero gradient
+    loss.backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), pname
+        if "gate" in pname:
+            assert p.grad.abs().max() > 0, pname
+
+
+def test_normal_call_returns_two_values():
+    model = make()
+    out = model(tokens(), tokens())
+    assert isinstance(out, tuple) and len(out) == 2
+
+
+# ----------------------------------------------------------------------------
+# Parameter counts
+
+@pytest.mark.parametrize("name,kw,expected", GATES, ids=[g[0] for g in GATES])
+def test_gate_parameter_count(name, kw, expected):
+    model = GPT(GPTConfig(**BASE, **kw))
+    baseline = GPT(GPTConfig(**BASE, gate="none"))
+    assert model.num_params() - baseline.num_params() == BASE["n_layer"] * expected
+    named_gate = sum(p.numel() for n, p in model.named_parameters() if "gate" in n)
+    assert named_gate == BASE["n_layer"] * expected  # every gate parameter's name contains "gate"
+
+
+@pytest.mark.parametrize("name,kw,expected", GATES[1:], ids=[g[0] for g in GATES[1:]])
+@pytest.mark.parametrize("size", [dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50304, block_size=1024),
+                                  dict(n_layer=4, n_head=4, n_kv_head=2, n_embd=128, vocab_size=VOCAB, mlp="gelu")],
+                         ids=["gpt2_small", "tiny_gqa_gelu"])
+def test_match_params_within_one_percent(name, kw, expected, size):
+    with torch.device("meta"):  # count parameters without allocating them
+        matched = GPT(GPTConfig(**{**size, **kw, "match_params": True})).num_params()
+        plain = GPT(GPTConfig(**{**size, **kw})).num_params()
+        baseline = GPT(GPTConfig(**{**size, "gate": "none"})).num_params()
+    assert abs(matched - baseline) / baseline < 0.01
+    if expected >= 3 * size["n_embd"]:  # the gate is worth at least one hidden unit: the MLP really shrank
+        assert matched < plain
+
+
+def test_config_round_trips_through_asdict():
+    from dataclasses import asdict
+    cfg = GPTConfig(**BASE, match_params=True, gate="g5")
+    assert GPTConfig(**asdict(cfg)).hidden_dim == cfg.hidden_dim < GPTConfig(**BASE, gate="g5").hidden_dim
+
+
+# ----------------------------------------------------------------------------
+# The gate equations, against a direct float64 re-computation with explicit loops over heads
+
+def reference_attention(attn, x, cfg):
+    """Y' = Y (*|+) act(X W_theta) at G1..G5, written out head by head from the module's weights."""
+    B, T, _ = x.shape
+    d, nh, nk = cfg.head_dim, cfg.n_head, cfg.n_kv_head
+    Wq, Wk, Wv = attn.c_attn.weight.split([nh * d, nk * d, nk * d])
+    act = {"sigmoid": torch.sigmoid, "silu": F.silu, "ns_sigmoid": lambda s: 0.5 + 0.5 * torch.sigmoid(s),
+           "identity": lambda s: s}[cfg.gate_act]
+    combine = (lambda y, s: y * s) if cfg.gate_op == "mul" else (lambda y, s: y + s)
+
+    def logits(rows):  # gate logits for the given rows of W_theta (or of the input-independent parameter)
+        if cfg.gate_input == "none":
+            return attn.gate.gate_param[rows].expand(B, T, -1)
+        return x @ attn.gate.gate_proj.weight[rows].T
+
+    def gate_rows(head):  # which score rows act on this head at G1/G2/G3/G4
+        if cfg.gate_shared:
+            return slice(0, d)
+        if cfg.gate_granularity == "headwise":
+            return slice(head, head + 1)
+        return slice(head * d, (head + 1) * d)
+
+    def rms(t, w):
+        return t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    heads = []
+    for h in range(nh):
+        j = h // (nh // nk)  # the KV head this query head reads
+        q, k, v = x @ Wq[h * d:(h + 1) * d].T, x @ Wk[j * d:(j + 1) * d].T, x @ Wv[j * d:(j + 1) * d].T
+        if cfg.gate == "g4":
+            q = combine(q, act(logits(gate_rows(h))))
+        if cfg.gate == "g3":
+            k = combine(k, act(logits(gate_rows(j))))
+        if cfg.gate == "g2":
+            v = combine(v, act(logits(gate_rows(j))))
+        if cfg.qk_norm:
+            q, k = rms(q, attn.q_norm.weight), rms(k, attn.k_norm.weight)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        y = scores.softmax(-1) @ v
+        if cfg.sdpa_nonlin == "rmsnorm":
+            y = rms(y, attn.sdpa_norm.weight)
+        elif cfg.sdpa_nonlin == "silu":
+            y = F.silu(y)
+        if cfg.gate == "g1":
+            y = combine(y, act(logits(gate_rows(h))))
+        heads.append(y)
+    out = torch.cat(heads, dim=-1) @ attn.c_proj.weight.T
+    if cfg.gate == "g5":
+        out = combine(out, act(logits(slice(0, cfg.n_embd))))
+    return out
+
+
+ATTN_VARIANTS = [(n, kw) for n, kw, _ in GATES] + [
+    ("sdpa_rmsnorm", dict(gate="none", sdpa_nonlin="rmsnorm")),
+    ("sdpa_silu", dict(gate="none", sdpa_nonlin="silu")),
+    ("sdpa_rmsnorm_plus_g1", dict(sdpa_nonlin="rmsnorm")),
+    ("qk_norm_g4", dict(gate="g4", qk_norm=True)),
+    ("mha_g1_headwise", dict(n_kv_head=H, gate_granularity="headwise")),
+]
+
+
+@pytest.mark.parametrize("name,kw", ATTN_VARIANTS, ids=[v[0] for v in ATTN_VARIANTS])
+def test_gate_equations_against_reference(name, kw):
+    model = make(**kw, pos_emb="learned")  # no RoPE here: it is tested on its own below
+    attn = model.transformer.h[0].attn
+    x = torch.randn(2, 13, C, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x), reference_attention(attn, x, model.config), rtol=1e-10, atol=1e-12)
+
+
+def test_gate_activations():
+    s = torch.linspace(-30, 30, 1001, dtype=torch.float64)
+    ns = gate_activation("ns_sigmoid", s)
+    assert ns.min() >= 0.5 and ns.max() <= 1.0 and ns.min() < 0.5 + 1e-9 and ns.max() > 1 - 1e-9
+    torch.testing.assert_close(ns, 0.5 + 0.5 / (1 + torch.exp(-s)))
+    torch.testing.assert_close(gate_activation("sigmoid", s), 1 / (1 + torch.exp(-s)))
+    torch.testing.assert_close(gate_activation("silu", s), s / (1 + torch.exp(-s)))
+    assert torch.equal(gate_activation("identity", s), s)
+    # the model's NS-sigmoid gate scores stay in [0.5, 1] whatever the weights
+    model = make(gate_act="ns_sigmoid")
+    with torch.no_grad():
+        model.transformer.h[0].attn.gate.gate_proj.weight.mul_(100)
+    _, _, stats = model(tokens(), return_stats=True)
+    assert all(0.5 <= g <= 1.0 for g in stats["gate_mean"]) and stats["gate_below_0.5"] == [0.0, 0.0]
+
+
+def test_input_independent_gate_starts_at_one_half():
+    cfg = GPTConfig(**BASE, gate_input="none")
+    gate = GPT(cfg).transformer.h[0].attn.gate
+    assert gate.gate_proj is None and torch.equal(gate.gate_param, torch.zeros(H * D))
+    assert torch.equal(gate.score(torch.randn(2, 5, C)), torch.full((1, 1, H, D), 0.5))
+
+
+# ----------------------------------------------------------------------------
+# Norms on known inputs
+
+def test_rmsnorm_and_layernorm():
+    x = torch.tensor([[3.0, -4.0, 0.0, 0.0]], dtype=torch.float64)
+    n = RMSNorm(4).double()
+    torch.testing.assert_close(n(x), x / math.sqrt(25 / 4 + 1e-6))
+    ln = make_norm(GPTConfig(**BASE, norm="layernorm"), 4).double()
+    torch.testing.assert_close(ln(x), (x - x.mean()) / torch.sqrt(x.var(unbiased=False) + ln.eps))
+
+
+def test_dyt_equation():
+    n = DyT(3).double()
+    x = torch.tensor([[-2.0, 0.0, 4.0]], dtype=torch.float64)
+    torch.testing.assert_close(n(x), torch.tanh(0.5 * x))  # alpha=0.5, gamma=1, beta=0 at init
+    with torch.no_grad():
+        n.alpha.fill_(0.2), n.weight.copy_(torch.tensor([1.0, 2.0, 3.0])), n.bias.fill_(0.5)
+    torch.testing.assert_close(n(x), torch.tensor([1.0, 2.0, 3.0]).double() * torch.tanh(0.2 * x) + 0.5)
+    assert n.alpha.dim() == 0  # one scalar alpha
+
+
+def test_preaffine_equation():
+    n = PreAffine(4).double()
+    lam = torch.tensor([1.0, 10.0, 0.5, 2.0], dtype=torch.float64)
+    with torch.no_grad():
+        n.pre_scale.copy_(lam)
+    x = torch.tensor([[1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    z = lam * x
+    torch.testing.assert_close(n(x), z / torch.sqrt(z.pow(2).mean() + 1e-6))
+    # PreAffine is not RMSNorm: scaling one channel changes every other channel's output
+    assert not torch.allclose(n(x), RMSNorm(4).double()(x))
+
+
+def test_gatednorm_equation():
+    n = GatedNorm(8, rank=2).double()
+    x = torch.randn(3, 8, dtype=torch.float64)
+    y = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    gate = torch.sigmoid(F.silu(y @ n.down.weight.T) @ n.up.weight.T)
+    torch.testing.assert_close(n(x), y * gate)
+    assert n.down.weight.shape == (2, 8) and n.up.weight.shape == (8, 2)
+    # with W_up = 0 every gate is sigmoid(0) = 1/2 exactly
+    with torch.no_grad():
+        n.up.weight.zero_()
+    torch.testing.assert_close(n(x), y / 2)
+
+
+@pytest.mark.parametrize("norm,cls", [("rmsnorm", RMSNorm), ("layernorm", torch.nn.LayerNorm), ("dyt", DyT),
+                                      ("preaffine", PreAffine), ("gatednorm", GatedNorm)])
+def test_every_norm_in_the_model_is_the_configured_one(norm, cls):
+    model = GPT(GPTConfig(**BASE, norm=norm, sandwich_norm=True))
+    block = model.transformer.h[0]
+    for n in (block.ln_1, block.ln_2, block.ln_attn_out, block.ln_mlp_out, model.transformer.ln_f):
+        assert type(n) is cls
+    assert GPTConfig(**BASE, norm="gatednorm", gatednorm_rank=5) and \
+        GPT(GPTConfig(**BASE, norm="gatednorm", gatednorm_rank=5)).transformer.ln_f.down.out_features == 5
+
+
+def test_sandwich_norm_normalises_sublayer_outputs():
+    model = make(sandwich_norm=True)
+    block = model.transformer.h[0]
+    with torch.no_grad():
+        block.ln_attn_out.weight.fill_(1.0)
+        block.mlp.c_fc.weight.zero_()  # MLP output is zero, so the block adds only the normed attention
+    x = torch.randn(1, 6, C, dtype=torch.float64)
+    a = block.attn(block.ln_1(x))
+    out = block(x)
+    torch.testing.assert_close(out - x, a / torch.sqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def test_mlp_equations():
+    for kind, act in [("swiglu", F.silu), ("glu", torch.sigmoid)]:
+        mlp = make(mlp=kind).transformer.h[0].mlp
+        x = torch.randn(4, C, dtype=torch.float64)
+        value, gate = (x @ mlp.c_fc.weight.T).chunk(2, dim=-1)
+        torch.testing.assert_close(mlp(x), (value * act(gate)) @ mlp.c_proj.weight.T)
+    mlp = make(mlp="gelu").transformer.h[0].mlp
+    assert mlp.c_fc.out_features == 4 * C
+    torch.testing.assert_close(mlp(x), F.gelu(x @ mlp.c_fc.weight.T) @ mlp.c_proj.weight.T)
+
+
+def test_rope_rotates_by_relative_position():
+    cos, sin = rope_tables(8, 32, 10000.0)
+    q, k = torch.randn(1, 1, 1, 8).double(), torch.randn(1, 1, 1, 8).double()
+    c, s = cos.double(), sin.double()
+
+    def dot(m, n):  # q at position m, k at position n
+        return (apply_rope(q, c[m:m + 1], s[m:m + 1]) * apply_rope(k, c[n:n + 1], s[n:n + 1])).sum()
+    torch.testing.assert_close(dot(7, 3), dot(24, 20))  # depends only on m - n
+    assert not torch.allclose(dot(7, 3), dot(7, 4))
+    torch.testing.assert_close(apply_rope(q, c[5:6], s[5:6]).norm(), q.norm())  # a rotation
+
+
+# ----------------------------------------------------------------------------
+# KV-cache generation equals recomputing the full sequence
+
+@pytest.mark.parametrize("name,kw", [("g1", {}), ("g2_learned", dict(gate="g2", pos_emb="learned")),
+                                     ("g5_gatednorm", dict(gate="g5", norm="gatednorm")),
+                                     ("g3_qknorm", dict(gate="g3", qk_norm=True)), ("none", dict(gate="none"))])
+def test_kv_cache_matches_full_recompute(name, kw):
+    model = make(**kw)
+    prompt = tokens(B=2, T=5)
+    # 30 new tokens with block_size 24: the window slides past the block, where the context is cropped
+    out = model.generate(prompt, 30, top_k=1)
+    idx = prompt
+    for _ in range(30):
+        logits, _ = model(idx[:, -model.config.block_size:])
+        idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(out, idx)
+    # and the cached logits themselves equal the full forward's
+    cache = [{} for _ in model.transformer.h]
+    full, _ = model(idx[:, :12])
+    model._forward(idx[:, :8], cache=cache)
+    for t in range(8, 12):
+        step = model._forward(idx[:, t:t + 1], start=t, cache=cache)
+        torch.testing.assert_close(step[:, 0], full[:, t], rtol=1e-10, atol=1e-10)
+
+
+def test_generate_samples_and_respects_top_k():
+    model = make()
+    torch.manual_seed(0)
+    out = model.generate(tokens(B=3, T=4), 10, temperature=0.8, top_k=5)
+    assert out.shape == (3, 14) and out.min() >= 0 and out.max() < VOCAB
+
+
+# ----------------------------------------------------------------------------
+# The measurements (GA Table 4): F-Attn, M-Act, gate score
+
+def test_stats_on_uniform_attention():
+    """With W_q = 0 every score is 0, so query i attends uniformly: p0 = 1/(i+1)."""
+    model = make(gate="g1")
+    T = 16
+    for block in model.transformer.h:
+        with torch.no_grad():
+            block.attn.c_attn.weight[:H * D].zero_()
+            block.attn.gate.gate_proj.weight.zero_()  # sigmoid(0) = 0.5 everywhere
+    idx = tokens(T=T)
+    logits, loss, stats = model(idx, idx, return_stats=True)
+    expected = sum(1 / (i + 1) for i in range(1, T)) / (T - 1)
+    assert stats["first_token_attn"] == pytest.approx([expected] * 2, abs=1e-6)  # statistics are computed in float32
+    assert stats["gate_mean"] == [0.5, 0.5]
+    assert stats["gate_below_0.1"] == [0.0, 0.0] and stats["gate_below_0.5"] == [0.0, 0.0]
+    plain_logits, plain_loss = model(idx, idx)
+    assert torch.equal(plain_logits, logits) and torch.equal(plain_loss, loss)  # stats do not change the output
+
+
+def test_stats_on_a_sink_and_max_activation():
+    """A huge key on token 0 makes every query attend to it: F-Attn -> 1. M-Act is max |h| per block output."""
+    model = make(gate="none")
+    acts = []
+    hooks = [b.register_forward_hook(lambda m, i, o: acts.append(o.abs().max().item())) for b in model.transformer.h]
+    idx = tokens(T=10)
+    _, _, stats = model(idx, return_stats=True)
+    for h in hooks:
+        h.remove()
+    assert stats["max_act"] == acts
+    assert stats["gate_mean"] is None and stats["gate_below_0.1"] is None
+    assert all(0 < p < 1 for p in stats["first_token_attn"])
+
+    q = torch.randn(1, H, 10, D, dtype=torch.float64)
+    k = torch.randn(1, HKV, 10, D, dtype=torch.float64)
+    q[..., 0] = 1 + q[..., 0].abs()  # every query has a positive channel 0 ...
+    k[:, :, 0] = 0
+    k[:, :, 0, 0] = 1000  # ... and token 0's key is huge there: a sink
+    from kernels import first_token_attention
+    p0 = first_token_attention(q, k)
+    assert p0[:, :, 1:].min() > 0.999 and (p0[:, :, 0] == 1).all()
+    k[:, :, 0, 0] = -1000  # the opposite: nobody but token 0 itself looks at token 0
+    p0 = first_token_attention(q, k)
+    assert p0[:, :, 1:].max() < 1e-6 and (p0[:, :, 0] == 1).all()
+
+
+def test_attention_maps_are_causal_distributions_consistent_with_stats():
+    model = make()
+    idx = tokens(B=1, T=12)
+    maps = model.attention_maps(idx)
+    _, _, stats = model(idx, return_stats=True)
+    assert len(maps) == 2 and maps[0].shape == (1, H, 12, 12)
+    for layer, m in enumerate(maps):
+        torch.testing.assert_close(m.sum(-1), torch.ones(1, H, 12, dtype=m.dtype))
+        assert (m.triu(1) == 0).all()
+        assert m[0, :, 1:, 0].mean().item() == pytest.approx(stats["first_token_attn"][layer], abs=1e-6)
+
+
+# ----------------------------------------------------------------------------
+# Init, tying, optimiser, FLOPs
+
+def test_weight_tying_and_init():
+    cfg = GPTConfig(n_layer=6, n_head=4, n_embd=256, vocab_size=1000, block_size=64)
+    model = GPT(cfg)
+    assert model.lm_head.weight is model.transformer.wte.weight
+    attn = model.transformer.h[0].attn
+    assert attn.c_attn.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert attn.gate.gate_proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    for proj in (attn.c_proj, model.transformer.h[0].mlp.c_proj):  # residual projections scaled by depth
+        assert proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(2 * 6), rel=0.05)
+
+
+def test_configure_optimizers_decays_only_matrices():
+    model = GPT(GPTConfig(**BASE, norm="dyt", gate_input="none"))
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == model.num_params()
+    ids = {id(p) for p in no_decay["params"]}
+    attn = model.transformer.h[0].attn
+    assert id(attn.gate.gate_param) in ids and id(model.transformer.h[0].ln_1.alpha) in ids
+
+
+def test_flops_and_mfu(monkeypatch):
+    model = GPT(GPTConfig(**BASE))
+    N, T = model.num_params(), 24
+    assert model.flops_per_token(T) == 6 * N + 6 * 2 * H * D * T
+    # 10 sequences of T tokens in 0.5 s against a 1e9 FLOP/s peak
+    assert model.estimate_mfu(10, 0.5, peak=1e9) == pytest.approx(model.flops_per_token(T) * T * 10 / 0.5 / 1e9)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert model.estimate_mfu(10, 0.5) is None  # unknown peak on CPU: no made-up number
+    import model as model_module
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for name, peak in [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
+                       ("NVIDIA A100-SXM4-80GB", 312e12), ("Some Future GPU", None)]:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, n=name: n)
+        assert model_module.peak_flops() == peak
+
+
+# ----------------------------------------------------------------------------
+# Invalid configs: a ValueError that names the field and lists the valid values
+
+@pytest.mark.parametrize("kw,must_mention", [
+    (dict(gate="g7"), ["gate", "'g1'", "'g5'"]),
+    (dict(norm="batchnorm"), ["norm", "'dyt'", "'gatednorm'"]),
+    (dict(mlp="relu"), ["mlp", "'swiglu'"]),
+    (dict(pos_emb="alibi"), ["pos_emb", "'rope'"]),
+    (dict(gate_act="tanh"), ["gate_act", "'ns_sigmoid'"]),
+    (dict(gate_op="sub"), ["gate_op", "'add'"]),
+    (dict(gate_input="attn"), ["gate_input", "'hidden'"]),
+    (dict(gate_granularity="channel"), ["gate_granularity", "'headwise'"]),
+    (dict(sdpa_nonlin="gelu"), ["sdpa_nonlin", "'rmsnorm'"]),
+    (dict(attn_backend="cuda"), ["attn_backend", "'triton'"]),
+    (dict(gate="g3", gate_granularity="headwise"), ["gate_granularity", "'g1'", "'g2'"]),
+    (dict(gate="g5", gate_shared=True), ["gate_shared", "'g1'"]),
+    (dict(gate_granularity="headwise", gate_shared=True), ["gate_shared", "elementwise"]),
+    (dict(gate="none", gate_act="silu"), ["gate_act", "gate='none'"]),
+    (dict(n_head=4, n_kv_head=3), ["n_head", "n_kv_head"]),
+    (dict(n_embd=30), ["n_embd", "n_head"]),
+    (dict(n_embd=12, n_head=4, n_kv_head=4), ["rope", "head_dim"]),
+    (dict(dropout=1.5), ["dropout"]),
+    (dict(n_layer=0), ["n_layer"]),
+    (dict(mlp_hidden=-3), ["mlp_hidden"]),
+    (dict(gate="g5", match_params=True, mlp_hidden=4), ["match_params", "mlp_hidden"]),
+])
+def test_invalid_config_raises_helpful_error(kw, must_mention):
+    with pytest.raises(ValueError) as err:
+        GPTConfig(**{**BASE, **kw})
+    for word in must_mention:
+        assert word in str(err.value)
+
+
+def test_sequence_longer_than_block_size_raises():
+    model = make()
+    with pytest.raises(ValueError, match="block_size"):
+        model(tokens(T=25))
