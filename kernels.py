@@ -4,13 +4,37 @@ Attention with the GA paper's sigmoid output gate: y = sigmoid(gate) * softmax(q
 `gated_attention` is what model.py calls. Backends:
   'torch'  -- PyTorch SDPA, then the gate as a separate elementwise op (runs anywhere)
   'triton' -- a fused flash-attention kernel with the gate in its epilogue (CUDA, or CPU with TRITON_INTERPRET=1)
-  'auto'   -- Triton for CUDA tensors when Triton imports, else torch
+  'auto'   -- Triton for CUDA tensors when Triton imports and supports the shapes, else torch
+
+The Triton path, read top to bottom:
+  forward   one program per (query block, batch*head): online softmax over key blocks (exp2, with log2(e)
+            folded into the scale), causal blocks split into an unmasked and a masked stage, GQA by reading
+            kv head h // (H // Hkv), the gate applied in the epilogue. Saves the log-sum-exp of each row.
+  backward  (1) preprocess: dO = dY * s, delta = rowsum(dO * O), dGate, all from dY, Y and the gate;
+            (2) dK, dV: one program per (key block, batch*kv head), looping over the query heads of its
+                GQA group, so each dK/dV tile is written once, with no atomics;
+            (3) dQ: one program per (query block, batch*head).
+  autograd  _FlashGatedAttention (a torch.autograd.Function) calls the forward and backward through two
+            torch.library custom ops, so torch.compile sees opaque calls with known output shapes/strides.
 """
+
+import os
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
+try:
+    import triton
+    import triton.language as tl
+    HAS_TRITON = True
+except ImportError:  # the torch backend works without Triton; backend='triton' then raises
+    triton = tl = None
+    HAS_TRITON = False
+
 BACKENDS = ("auto", "torch", "triton")
+LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E): the kernels work in base 2
+POISON_OUTPUTS = False  # tests set this: kernel outputs start as NaN, so an element never written shows up
 
 
 def _check(q, k, v, gate):
@@ -30,23 +54,72 @@ def attention_torch(q, k, v, gate=None, causal=True, scale=None):
     return y if gate is None else y * torch.sigmoid(gate)
 
 
-def gated_attention(q, k, v, gate=None, causal=True, scale=None, backend="auto"):
-    """q: (B, H, T, D); k, v: (B, Hkv, T, D), H % Hkv == 0; gate: None, (B, H, T, D) or (B, H, T, 1) logits."""
+def _triton_unsupported(q, k, v, gate, scale):
+    """Why the Triton path cannot take these inputs (a string), or None if it can."""
+    D = q.size(3)
+    if scale is not None and not scale > 0:
+        return f"the Triton path needs scale > 0 (it takes row maxima of unscaled scores), got {scale}"
+    if q.size(2) != k.size(2):
+        return (f"the Triton path needs as many queries as keys (Tq={q.size(2)}, Tk={k.size(2)}); "
+                "use backend='torch' for KV-cache decoding")
+    if D < 16 or D > 256 or D & (D - 1):
+        return f"the Triton path needs a power-of-two head dim in [16, 256], got D={D}"
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return f"the Triton path needs q, k, v of one dtype among fp16/bf16/fp32, got {q.dtype}, {k.dtype}, {v.dtype}"
+    if gate is not None and not gate.is_floating_point():
+        return f"gate must be floating point, got {gate.dtype}"
+    if not (q.device == k.device == v.device) or (gate is not None and gate.device != q.device):
+        return "q, k, v and gate must be on one device"
+    return None
+
+
+def _require_triton(q):
+    if not HAS_TRITON:
+        raise RuntimeError("backend='triton' needs the triton package (pip install triton); use backend='torch'")
+    if not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("backend='triton' on CPU tensors needs TRITON_INTERPRET=1 set before triton is "
+                           "imported (Triton's interpreter); use CUDA tensors or backend='torch'")
+
+
+def _use_triton(backend, q, k, v, gate, scale):
+    """Resolve a backend name: True for the Triton path (after checking it can run), False for torch."""
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not valid; choose one of {list(BACKENDS)}")
+    if backend == "auto":
+        return q.is_cuda and HAS_TRITON and _triton_unsupported(q, k, v, gate, scale) is None
+    if backend == "triton":
+        reason = _triton_unsupported(q, k, v, gate, scale)
+        if reason:
+            raise ValueError(reason)
+        _require_triton(q)
+    return backend == "triton"
+
+
+def gated_attention(q, k, v, gate=None, causal=True, scale=None, backend="auto"):
+    """q: (B, H, T, D); k, v: (B, Hkv, T, D), H % Hkv == 0; gate: None, (B, H, T, D) or (B, H, T, 1) logits.
+    Inputs may have any strides (e.g. a gate expand()ed over heads); the gate's gradient has the gate's shape."""
     _check(q, k, v, gate)
-    return attention_torch(q, k, v, gate, causal, scale)
+    if not _use_triton(backend, q, k, v, gate, scale):
+        return attention_torch(q, k, v, gate, causal, scale)
+    scale = q.size(3) ** -0.5 if scale is None else float(scale)
+    return _FlashGatedAttention.apply(q, k, v, gate, bool(causal), scale)
 
 
 @torch.no_grad()
-def first_token_attention(q, k, causal=True, scale=None, chunk=256):
+def first_token_attention(q, k, causal=True, scale=None, chunk=256, backend="auto"):
     """Attention probability that each query puts on key 0, (B, H, Tq), computed from the log-sum-exp of
-    each row, p0_i = exp(s_i0 - lse_i), a chunk of queries at a time: memory O(chunk * T), never T x T."""
+    each row, p0_i = exp(s_i0 - lse_i): on the Triton path the LSE comes from the flash forward (memory
+    O(T)); otherwise a chunk of queries at a time (memory O(chunk * T)). Never T x T."""
+    _check(q, k, k, None)
     B, H, Tq, D = q.shape
     Hkv, Tk = k.size(1), k.size(2)
     scale = scale if scale is not None else D ** -0.5
-    qg = q.float().view(B, Hkv, H // Hkv, Tq, D)  # query heads grouped by the KV head they share
-    kf = k.float().view(B, Hkv, 1, Tk, D)
+    qg = q.float().unflatten(1, (Hkv, H // Hkv))  # (B, Hkv, G, Tq, D): query heads grouped by their KV head
+    if _use_triton(backend, q, k, k, None, scale):
+        _, lse2 = _flash_forward(q, k, k, None, causal, scale)  # v = k: only the LSE is used
+        s0 = (qg * k[:, :, None, :1].float()).sum(-1).flatten(1, 2) * scale  # (B, H, T) scores on key 0
+        return torch.exp2(s0 * LOG2E - lse2)
+    kf = k.float().unsqueeze(2)  # (B, Hkv, 1, Tk, D)
     out = []
     for i0 in range(0, Tq, chunk):
         s = (qg[:, :, :, i0:i0 + chunk] @ kf.transpose(-2, -1)) * scale  # (B, Hkv, G, c, Tk)
@@ -55,3 +128,353 @@ def first_token_attention(q, k, causal=True, scale=None, chunk=256):
             s = s.masked_fill(torch.arange(Tk, device=q.device)[None, :] > i, float("-inf"))
         out.append(torch.exp(s[..., 0] - torch.logsumexp(s, dim=-1)))
     return torch.cat(out, dim=-1).view(B, H, Tq)
+
+
+# ----------------------------------------------------------------------------
+# Triton kernels. Every tensor is addressed through its four strides (b, h, t, d), so views such as a
+# transposed q or a gate expanded over heads (head stride 0) need no copy. Scores are kept in base 2:
+# s2 = q.k * scale * log2(e), p = exp2(s2 - lse2), where lse2 = log2 of the row's sum of exp2.
+
+def _empty(shape, dtype, device):
+    return torch.full(shape, float("nan"), dtype=dtype, device=device) if POISON_OUTPUTS else \
+        torch.empty(shape, dtype=dtype, device=device)
+
+
+def _empty_bthd(B, H, T, D, dtype, device):
+    """A (B, H, T, D) view of a (B, T, H, D) buffer: model.py's `y.transpose(1, 2).reshape(B, T, C)` on
+    the output (and the same transposes on the gradients) then cost no copy."""
+    return _empty((B, T, H, D), dtype, device).transpose(1, 2)
+
+
+def _prec(q):
+    """tl.dot input precision: true fp32 products for fp32 inputs (as SDPA); no effect on fp16/bf16 inputs."""
+    return "ieee" if q.dtype == torch.float32 else "tf32"
+
+
+def _gate_args(gate, like):
+    """(pointer, strides, mode) for the kernels: mode 0 no gate, 1 elementwise, 2 headwise."""
+    if gate is None:
+        return like, (0, 0, 0, 0), 0
+    return gate, gate.stride(), 2 if gate.size(3) == 1 else 1
+
+
+if HAS_TRITON:
+    _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+    def _configs(gpu, interp):
+        """Autotune over `gpu` (BLOCK_M, BLOCK_N, num_warps, num_stages) tuples on a GPU; the interpreter
+        gets the single config `interp` (several would need a GPU to benchmark them)."""
+        rows = [interp] if _INTERPRET else gpu
+        return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in rows]
+
+    # Untested guesses for H100/H200 (see bench.py --kernels). Forward and dQ need BLOCK_N | BLOCK_M
+    # (the diagonal stage is whole key blocks), dK/dV needs BLOCK_M | BLOCK_N.
+    _FWD_CONFIGS = _configs([(64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)], (64, 32, 1, 1))
+    _DKDV_CONFIGS = _configs([(32, 64, 4, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 3)], (32, 64, 1, 1))
+    _DQ_CONFIGS = _configs([(64, 32, 4, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 8, 3)], (64, 32, 1, 1))
+    _PRE_BLOCK_M = 64
+    _KEY = ["T", "HEAD_DIM", "CAUSAL"]  # the autotuner adds the tensors' dtypes to the key
+
+    @triton.jit
+    def _tile(X, b, h, sb, sh, s_row, s_col, rows, cols):
+        """Pointers to a (len(rows), len(cols)) tile of X[b, h] with row stride s_row and column stride s_col:
+        (t stride, d stride) gives X[b, h, rows, cols]; (d stride, t stride) a transposed tile such as K^T."""
+        return X + b * sb + h * sh + rows[:, None] * s_row + cols[None, :] * s_col
+
+    @triton.jit
+    def _key_range(start_m, T, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """(split, hi) for a query block: keys [0, split) need no mask, keys [split, hi) do. Causal: the keys
+        left of the block are all visible and the diagonal block is masked; else whole key blocks, then the
+        partial last one."""
+        if CAUSAL:
+            split, hi = start_m * BLOCK_M, tl.minimum((start_m + 1) * BLOCK_M, T)
+        else:
+            split, hi = (T // BLOCK_N) * BLOCK_N, T
+        return split, hi
+
+    @triton.jit
+    def _fwd_inner(acc, l_i, m_i, q, kt_ptrs, v_ptrs, stride_kt, stride_vt, lo, hi, offs_m, offs_n, T, scale2,
+                   MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+        """Online softmax over key blocks [lo, hi). MASKED=False blocks are known to be in range and fully
+        visible, so they skip the mask (most of the work for long T)."""
+        for start_n in range(lo, hi, BLOCK_N):
+            n = start_n + offs_n
+            if MASKED:
+                kt = tl.load(kt_ptrs + start_n * stride_kt, mask=n[None, :] < T, other=0.0)
+            else:
+                kt = tl.load(kt_ptrs + start_n * stride_kt)
+            qk = tl.dot(q, kt, input_precision=PREC)  # (BLOCK_M, BLOCK_N), fp32 accumulator
+            if MASKED:
+                keep = n[None, :] < T
+                if CAUSAL:
+                    keep = keep & (offs_m[:, None] >= n[None, :])
+                qk = tl.where(keep, qk, float("-inf"))  # every row has seen key 0 by now, so m_new is finite
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * scale2)  # row max in base-2 units (scale2 > 0)
+            p = tl.math.exp2(qk * scale2 - m_new[:, None])  # one FMA per score
+            alpha = tl.math.exp2(m_i - m_new)  # rescales what was accumulated under the old row max
+            l_i = l_i * alpha + tl.sum(p, 1)
+            if MASKED:
+                v = tl.load(v_ptrs + start_n * stride_vt, mask=n[:, None] < T, other=0.0)
+            else:
+                v = tl.load(v_ptrs + start_n * stride_vt)
+            # bf16/fp16 operands, fp32 accumulator
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PREC)
+            m_i = m_new
+        return acc, l_i, m_i
+
+    @triton.autotune(configs=_FWD_CONFIGS, key=_KEY)
+    @triton.jit
+    def _attn_fwd(Q, K, V, G, Y, LSE,
+                  sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sgb, sgh, sgt, sgd, syb, syh, syt, syd,
+                  H, T, GROUP, scale2,
+                  HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, GATE: tl.constexpr, PREC: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        tl.static_assert(BLOCK_M % BLOCK_N == 0)
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # causal: the longest rows start first
+        bh = tl.program_id(1)
+        b, h = (bh // H).to(tl.int64), bh % H
+        hk = h // GROUP  # GQA: this query head's kv head, read in place
+        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, HEAD_DIM)
+        rows = offs_m[:, None] < T
+        q = tl.load(_tile(Q, b, h, sqb, sqh, sqt, sqd, offs_m, offs_d), mask=rows, other=0.0)
+        kt_ptrs = _tile(K, b, hk, skb, skh, skd, skt, offs_d, offs_n)  # K^T tile (D, BLOCK_N)
+        v_ptrs = _tile(V, b, hk, svb, svh, svt, svd, offs_n, offs_d)
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        split, hi = _key_range(start_m, T, CAUSAL, BLOCK_M, BLOCK_N)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, kt_ptrs, v_ptrs, skt, svt, 0, split, offs_m, offs_n, T,
+                                   scale2, False, CAUSAL, BLOCK_N, PREC)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, kt_ptrs, v_ptrs, skt, svt, split, hi, offs_m, offs_n, T,
+                                   scale2, True, CAUSAL, BLOCK_N, PREC)
+        # Saved for the backward: lse2 (B*H*T floats) lets it recompute P = exp2(S - lse2) block by block
+        # instead of storing T x T probabilities.
+        tl.store(LSE + bh * T + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < T)
+        o = acc / l_i[:, None]
+        g_ptrs = G + b * sgb + h * sgh + offs_m[:, None] * sgt
+        if GATE == 1:  # elementwise
+            o = o * tl.sigmoid(tl.load(g_ptrs + offs_d[None, :] * sgd, mask=rows, other=0.0).to(tl.float32))
+        if GATE == 2:  # headwise: one logit per row, broadcast over D
+            o = o * tl.sigmoid(tl.load(g_ptrs, mask=rows, other=0.0).to(tl.float32))
+        tl.store(_tile(Y, b, h, syb, syh, syt, syd, offs_m, offs_d), o.to(Y.dtype.element_ty), mask=rows)
+
+    @triton.jit
+    def _bwd_pre(DY, Y, G, DO, DG, DELTA,
+                 sdyb, sdyh, sdyt, sdyd, syb, syh, syt, syd, sgb, sgh, sgt, sgd, sob, soh, sot, sod,
+                 H, T, HEAD_DIM: tl.constexpr, GATE: tl.constexpr, BLOCK_M: tl.constexpr):
+        """With Y = O * s (s = sigmoid(gate)) only Y is needed, never O (no division by a small s):
+        dO = dY * s, delta = rowsum(dO * O) = rowsum(dY * Y), dGate = dY * O * s(1 - s) = dY * Y * (1 - s)."""
+        bh = tl.program_id(1)
+        b, h = (bh // H).to(tl.int64), bh % H
+        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, HEAD_DIM)
+        rows = offs_m[:, None] < T
+        dy = tl.load(_tile(DY, b, h, sdyb, sdyh, sdyt, sdyd, offs_m, offs_d), mask=rows, other=0.0).to(tl.float32)
+        y = tl.load(_tile(Y, b, h, syb, syh, syt, syd, offs_m, offs_d), mask=rows, other=0.0).to(tl.float32)
+        tl.store(DELTA + bh * T + offs_m, tl.sum(dy * y, 1), mask=offs_m < T)
+        if GATE != 0:
+            g_ptrs = G + b * sgb + h * sgh + offs_m[:, None] * sgt
+            if GATE == 1:
+                s = tl.sigmoid(tl.load(g_ptrs + offs_d[None, :] * sgd, mask=rows, other=0.0).to(tl.float32))
+                tl.store(DG + bh * T * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+                         (dy * y * (1.0 - s)).to(DG.dtype.element_ty), mask=rows)
+            else:
+                s = tl.sigmoid(tl.load(g_ptrs, mask=rows, other=0.0).to(tl.float32))  # (BLOCK_M, 1)
+                dg = tl.sum(dy * y * (1.0 - s), 1)  # headwise: summed over the head's D channels
+                tl.store(DG + bh * T + offs_m, dg.to(DG.dtype.element_ty), mask=offs_m < T)
+            tl.store(_tile(DO, b, h, sob, soh, sot, sod, offs_m, offs_d), (dy * s).to(DO.dtype.element_ty), mask=rows)
+
+    @triton.jit
+    def _dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, stride_qt, stride_dot, lo, hi,
+                    offs_n, offs_m, T, scale2, MASKED: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
+        """Accumulate dK, dV of one key block over query blocks [lo, hi), working with transposed tiles
+        (keys x queries). Query rows past T load lse = +inf, so their P^T column is exactly 0."""
+        for start_m in range(lo, hi, BLOCK_M):
+            m = start_m + offs_m
+            q = tl.load(q_ptrs + start_m * stride_qt, mask=m[:, None] < T, other=0.0)
+            lse = tl.load(lse_ptr + m, mask=m < T, other=float("inf"))
+            st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale2  # S^T (BLOCK_N, BLOCK_M)
+            pt = tl.math.exp2(st - lse[None, :])
+            if MASKED:
+                pt = tl.where(m[None, :] >= offs_n[:, None], pt, 0.0)
+            do = tl.load(do_ptrs + start_m * stride_dot, mask=m[:, None] < T, other=0.0)
+            dv = tl.dot(pt.to(do.dtype), do, dv, input_precision=PREC)
+            delta = tl.load(delta_ptr + m, mask=m < T, other=0.0)
+            dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
+            dst = pt * (dpt - delta[None, :])  # dS^T = P^T * (dP^T - delta)
+            dk = tl.dot(dst.to(q.dtype), q, dk, input_precision=PREC)
+        return dk, dv
+
+    @triton.autotune(configs=_DKDV_CONFIGS, key=_KEY)
+    @triton.jit
+    def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
+                  sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sob, soh, sot, sod, sdb, sdh, sdt, sdd,
+                  H, T, GROUP, scale2, scale,
+                  HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        tl.static_assert(BLOCK_N % BLOCK_M == 0)
+        start_n = tl.program_id(0)  # causal: the first key blocks have the most queries and start first
+        bhk = tl.program_id(1)
+        Hkv = H // GROUP
+        b, hk = (bhk // Hkv).to(tl.int64), bhk % Hkv
+        offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, HEAD_DIM)
+        cols = offs_n[:, None] < T
+        k = tl.load(_tile(K, b, hk, skb, skh, skt, skd, offs_n, offs_d), mask=cols, other=0.0)
+        v = tl.load(_tile(V, b, hk, svb, svh, svt, svd, offs_n, offs_d), mask=cols, other=0.0)
+        dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for g in range(GROUP):  # every query head that reads this kv head adds to the same dK, dV
+            h = hk * GROUP + g
+            q_ptrs = _tile(Q, b, h, sqb, sqh, sqt, sqd, offs_m, offs_d)
+            do_ptrs = _tile(DO, b, h, sob, soh, sot, sod, offs_m, offs_d)
+            lse_ptr = LSE + (b * H + h) * T
+            delta_ptr = DELTA + (b * H + h) * T
+            if CAUSAL:  # queries on the diagonal block need the mask, later ones see every key of the block
+                diag = start_n * BLOCK_N
+                dk, dv = _dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, sqt, sot, diag,
+                                     tl.minimum(diag + BLOCK_N, T), offs_n, offs_m, T, scale2, True, BLOCK_M, PREC)
+                lo = diag + BLOCK_N
+            else:
+                lo = 0
+            dk, dv = _dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, sqt, sot, lo, T,
+                                 offs_n, offs_m, T, scale2, False, BLOCK_M, PREC)
+        tl.store(_tile(DK, b, hk, sdb, sdh, sdt, sdd, offs_n, offs_d), (dk * scale).to(DK.dtype.element_ty), mask=cols)
+        tl.store(_tile(DV, b, hk, sdb, sdh, sdt, sdd, offs_n, offs_d), dv.to(DV.dtype.element_ty), mask=cols)
+
+    @triton.jit
+    def _dq_inner(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, stride_kt, stride_vt, lo, hi, offs_m, offs_n, T,
+                  scale2, MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+        for start_n in range(lo, hi, BLOCK_N):
+            n = start_n + offs_n
+            if MASKED:
+                kt = tl.load(kt_ptrs + start_n * stride_kt, mask=n[None, :] < T, other=0.0)
+                vt = tl.load(vt_ptrs + start_n * stride_vt, mask=n[None, :] < T, other=0.0)
+            else:
+                kt = tl.load(kt_ptrs + start_n * stride_kt)
+                vt = tl.load(vt_ptrs + start_n * stride_vt)
+            p = tl.math.exp2(tl.dot(q, kt, input_precision=PREC) * scale2 - lse[:, None])
+            if MASKED:
+                keep = n[None, :] < T
+                if CAUSAL:
+                    keep = keep & (offs_m[:, None] >= n[None, :])
+                p = tl.where(keep, p, 0.0)
+            ds = p * (tl.dot(do, vt, input_precision=PREC) - delta[:, None])
+            dq = tl.dot(ds.to(kt.dtype), tl.trans(kt), dq, input_precision=PREC)
+        return dq
+
+    @triton.autotune(configs=_DQ_CONFIGS, key=_KEY)
+    @triton.jit
+    def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
+                sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sob, soh, sot, sod, sdb, sdh, sdt, sdd,
+                H, T, GROUP, scale2, scale,
+                HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        tl.static_assert(BLOCK_M % BLOCK_N == 0)
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+        bh = tl.program_id(1)
+        b, h = (bh // H).to(tl.int64), bh % H
+        hk = h // GROUP
+        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, HEAD_DIM)
+        rows = offs_m[:, None] < T
+        q = tl.load(_tile(Q, b, h, sqb, sqh, sqt, sqd, offs_m, offs_d), mask=rows, other=0.0)
+        do = tl.load(_tile(DO, b, h, sob, soh, sot, sod, offs_m, offs_d), mask=rows, other=0.0)
+        lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=0.0)
+        delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
+        kt_ptrs = _tile(K, b, hk, skb, skh, skd, skt, offs_d, offs_n)  # K^T and V^T tiles (D, BLOCK_N)
+        vt_ptrs = _tile(V, b, hk, svb, svh, svd, svt, offs_d, offs_n)
+        dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        split, hi = _key_range(start_m, T, CAUSAL, BLOCK_M, BLOCK_N)
+        dq = _dq_inner(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, skt, svt, 0, split, offs_m, offs_n, T, scale2,
+                       False, CAUSAL, BLOCK_N, PREC)
+        dq = _dq_inner(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, skt, svt, split, hi, offs_m, offs_n, T, scale2,
+                       True, CAUSAL, BLOCK_N, PREC)
+        tl.store(_tile(DQ, b, h, sdb, sdh, sdt, sdd, offs_m, offs_d), (dq * scale).to(DQ.dtype.element_ty), mask=rows)
+
+
+def _forward_buffers(q):
+    """y and lse2 of _flash_forward (also the fake tensors torch.compile plans with: same strides)."""
+    B, H, T, D = q.shape
+    return _empty_bthd(B, H, T, D, q.dtype, q.device), _empty((B, H, T), torch.float32, q.device)
+
+
+def _backward_buffers(q, k, gate):
+    """dq, dk, dv (same layout as y) and dgate (contiguous, the gate's shape, even for an expanded gate)."""
+    B, H, T, D = q.shape
+    dq = _empty_bthd(B, H, T, D, q.dtype, q.device)
+    dk, dv = (_empty_bthd(B, k.size(1), T, D, k.dtype, q.device) for _ in range(2))
+    return [dq, dk, dv] + ([_empty(gate.shape, gate.dtype, q.device)] if gate is not None else [])
+
+
+def _flash_forward(q, k, v, gate, causal, scale):
+    """Returns y (B, H, T, D) and lse2 (B, H, T) fp32, the base-2 log-sum-exp of each row's scores."""
+    B, H, T, D = q.shape
+    y, lse2 = _forward_buffers(q)
+    g, g_strides, mode = _gate_args(gate, q)
+    grid = lambda meta: (triton.cdiv(T, meta["BLOCK_M"]), B * H)  # noqa: E731
+    _attn_fwd[grid](q, k, v, g, y, lse2, *q.stride(), *k.stride(), *v.stride(), *g_strides, *y.stride(),
+                    H, T, H // k.size(1), scale * LOG2E, HEAD_DIM=D, CAUSAL=causal, GATE=mode, PREC=_prec(q))
+    return y, lse2
+
+
+def _flash_backward(dy, q, k, v, gate, y, lse2, causal, scale):
+    B, H, T, D = q.shape
+    Hkv = k.size(1)
+    g, g_strides, mode = _gate_args(gate, q)
+    grads = _backward_buffers(q, k, gate)
+    dq, dk, dv = grads[:3]
+    delta = _empty((B, H, T), torch.float32, q.device)
+    # with a gate, dO = dY * s gets its own buffer; without, dO is dY itself (read only: the preprocess
+    # kernel then gets `delta` as a dummy for its unused DO and DG outputs)
+    do = _empty_bthd(B, H, T, D, q.dtype, q.device) if gate is not None else dy
+    _bwd_pre[(triton.cdiv(T, _PRE_BLOCK_M), B * H)](
+        dy, y, g, do if gate is not None else delta, grads[3] if gate is not None else delta, delta,
+        *dy.stride(), *y.stride(), *g_strides, *do.stride(), H, T, HEAD_DIM=D, GATE=mode, BLOCK_M=_PRE_BLOCK_M)
+    common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+    _bwd_dkdv[lambda meta: (triton.cdiv(T, meta["BLOCK_N"]), B * Hkv)](
+        q, k, v, do, lse2, delta, dk, dv, *common, *dk.stride(), H, T, H // Hkv, scale * LOG2E, scale,
+        HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q))
+    _bwd_dq[lambda meta: (triton.cdiv(T, meta["BLOCK_M"]), B * H)](
+        q, k, v, do, lse2, delta, dq, *common, *dq.stride(), H, T, H // Hkv, scale * LOG2E, scale,
+        HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q))
+    return grads
+
+
+# The kernels are wrapped as custom ops so that torch.compile treats them as opaque calls (it plans with
+# the fake functions' shapes and strides) instead of tracing Triton launches and autotuning.
+@torch.library.custom_op("gated_attention::forward", mutates_args=())
+def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: Optional[torch.Tensor], causal: bool,
+                scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _flash_forward(q, k, v, gate, causal, scale)
+
+
+@torch.library.custom_op("gated_attention::backward", mutates_args=())
+def _backward_op(dy: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: Optional[torch.Tensor],
+                 y: torch.Tensor, lse2: torch.Tensor, causal: bool, scale: float) -> List[torch.Tensor]:
+    return _flash_backward(dy, q, k, v, gate, y, lse2, causal, scale)
+
+
+_forward_op.register_fake(lambda q, k, v, gate, causal, scale: _forward_buffers(q))
+_backward_op.register_fake(lambda dy, q, k, v, gate, y, lse2, causal, scale: _backward_buffers(q, k, gate))
+
+
+class _FlashGatedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, gate, causal, scale):
+        y, lse2 = _forward_op(q, k, v, gate, causal, scale)
+        # The backward needs q, k, v and lse2 to recompute P block by block, and the gate for s. It takes
+        # the gated output y rather than the ungated O: dGate and delta are exact from y (see _bwd_pre).
+        ctx.save_for_backward(q, k, v, gate, y, lse2)
+        ctx.causal, ctx.scale = causal, scale
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        q, k, v, gate, y, lse2 = ctx.saved_tensors
+        grads = _backward_op(dy, q, k, v, gate, y, lse2, ctx.causal, ctx.scale)
+        return *grads[:3], grads[3] if gate is not None else None, None, None

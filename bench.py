@@ -1,0 +1,213 @@
+"""
+Benchmarks for the gated attention kernels and for full training steps.
+
+  python bench.py --kernels            # attention alone: SDPA, SDPA + gate, fused Triton (bf16, GPU)
+  python bench.py --train              # GPT-2 small optimizer steps for each gate/backend, with and without compile
+  python bench.py --kernels --tiny     # tiny sizes on CPU (Triton interpreter, fp32, plain timer): a smoke test
+  python bench.py --train --tiny --out_dir=/tmp/bench
+
+Results go to {out_dir}/bench_kernels.{json,md} and {out_dir}/bench_train.{json,md}, with the device, the
+date and the exact command. FLOPs are counted the FlashAttention way: causal forward 2*B*H*T^2*D (half of
+the 4*B*H*T^2*D of full attention), backward 2.5x forward, so forward+backward is 3.5x forward.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+
+import torch
+
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("--kernels", action="store_true", help="time the attention providers")
+parser.add_argument("--train", action="store_true", help="time full training steps of GPT-2 small")
+parser.add_argument("--tiny", action="store_true", help="tiny sizes, fp32, no compile: runs on CPU for testing")
+parser.add_argument("--out_dir", default="results")
+parser.add_argument("--tokens", type=int, default=16384, help="--kernels: B*T per call")
+parser.add_argument("--seq_lens", default="512,1024,2048,4096,8192", help="--kernels: comma-separated T")
+parser.add_argument("--head_dims", default="64,128", help="--kernels: comma-separated D (H = width / D)")
+parser.add_argument("--width", type=int, default=2048, help="--kernels: H*D")
+parser.add_argument("--gqa", type=int, default=0, help="--kernels: also rows with Hkv = H / gqa (0: no)")
+parser.add_argument("--non_causal", action="store_true", help="--kernels: full attention instead of causal")
+parser.add_argument("--batch_size", type=int, default=16, help="--train: sequences per step")
+parser.add_argument("--block_size", type=int, default=1024, help="--train: T")
+parser.add_argument("--compile", default="both", choices=["both", "true", "false"], help="--train: torch.compile")
+parser.add_argument("--match_params", action="store_true",
+                    help="--train: shrink the MLP so a gated model has the baseline's parameter count (GA)")
+parser.add_argument("--warmup", type=int, default=10, help="--train: untimed steps first (compile happens here)")
+parser.add_argument("--steps", type=int, default=20, help="--train: timed steps")
+args = parser.parse_args()
+if not (args.kernels or args.train):
+    parser.error("choose --kernels and/or --train")
+
+cuda = torch.cuda.is_available()
+if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+from kernels import attention_torch, gated_attention  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+
+device = "cuda" if cuda else "cpu"
+device_name = torch.cuda.get_device_name() if cuda else f"cpu ({platform.processor() or platform.machine()})"
+dtype = torch.float32 if args.tiny or not cuda else torch.bfloat16
+command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+date = datetime.datetime.now().isoformat(timespec="seconds")
+os.makedirs(args.out_dir, exist_ok=True)
+
+
+def sync():
+    if cuda:
+        torch.cuda.synchronize()
+
+
+def time_ms(fn, grads=()):
+    """Median milliseconds per call: triton.testing.do_bench on a GPU, a plain timer on CPU."""
+    if cuda:
+        import triton.testing
+        return triton.testing.do_bench(fn, warmup=25, rep=100, grad_to_none=list(grads), return_mode="median")
+    fn()  # warm-up (compiles or traces once)
+    times = []
+    for _ in range(3):
+        for g in grads:
+            g.grad = None
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def sig(x, digits=4):
+    return float(f"{x:.{digits}g}")
+
+
+def write(name, payload, header, rows):
+    with open(os.path.join(args.out_dir, name + ".json"), "w") as f:
+        json.dump(payload, f, indent=1)
+    lines = [f"# {name}", "", f"- device: {device_name}", f"- date: {date}", f"- command: `{command}`", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    with open(os.path.join(args.out_dir, name + ".md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines[6:]))
+    print(f"wrote {args.out_dir}/{name}.json and .md")
+
+
+# ----------------------------------------------------------------------------
+# --kernels: attention alone
+
+PROVIDERS = {  # name -> (function of q, k, v, gate, causal; uses the gate?)
+    "sdpa": (lambda q, k, v, g, c: attention_torch(q, k, v, None, c), False),
+    "sdpa+gate": (lambda q, k, v, g, c: attention_torch(q, k, v, g, c), True),
+    "triton": (lambda q, k, v, g, c: gated_attention(q, k, v, None, c, backend="triton"), False),
+    "triton+gate": (lambda q, k, v, g, c: gated_attention(q, k, v, g, c, backend="triton"), True),
+}
+
+if args.kernels:
+    seq_lens = [16, 40] if args.tiny else [int(t) for t in args.seq_lens.split(",")]
+    head_dims = [32] if args.tiny else [int(d) for d in args.head_dims.split(",")]
+    width, tokens = (64, 80) if args.tiny else (args.width, args.tokens)
+    causal = not args.non_causal
+    records = []
+    for D in head_dims:
+        H = width // D
+        for Hkv in [H] + ([H // args.gqa] if args.gqa else []):
+            for T in seq_lens:
+                B = max(1, tokens // T)
+                gen = torch.Generator(device=device).manual_seed(0)
+                q, k, v, g, dy = (torch.randn(B, h, T, d, device=device, dtype=dtype, generator=gen)
+                                  for h, d in ((H, D), (Hkv, D), (Hkv, D), (H, D), (H, D)))
+                for t in (q, k, v, g):
+                    t.requires_grad_()
+                fwd_flops = 4 * B * H * T * T * D * (0.5 if causal else 1.0)
+                for provider, (fn, gated) in PROVIDERS.items():
+                    run = lambda: fn(q, k, v, g, causal)  # noqa: E731
+                    for mode, flops, call in (("fwd", fwd_flops, run),
+                                              ("fwd+bwd", 3.5 * fwd_flops, lambda: run().backward(dy))):
+                        ms = time_ms(call, grads=(q, k, v, g))
+                        records.append(dict(device=device_name, B=B, H=H, Hkv=Hkv, T=T, D=D, causal=causal,
+                                            dtype=str(dtype).replace("torch.", ""), provider=provider, mode=mode,
+                                            ms=sig(ms), tflops=sig(flops / ms / 1e9)))
+                        print(f"D={D} H={H} Hkv={Hkv} T={T} B={B} {provider:12s} {mode:8s} {ms:9.3f} ms "
+                              f"{records[-1]['tflops']:8.2f} TFLOP/s", flush=True)
+    write("bench_kernels", dict(date=date, device=device_name, command=command, records=records),
+          ["D", "H", "Hkv", "T", "B", "provider", "mode", "ms", "TFLOP/s"],
+          [[r["D"], r["H"], r["Hkv"], r["T"], r["B"], r["provider"], r["mode"], r["ms"], r["tflops"]] for r in records])
+
+# ----------------------------------------------------------------------------
+# --train: full optimizer steps of GPT-2 small (or a tiny model)
+
+RUNS = [  # (gate label, backend, GPTConfig overrides)
+    ("none", "torch", dict(gate="none")),
+    ("none", "triton", dict(gate="none")),
+    ("g1-elementwise", "triton", dict(gate="g1")),
+    ("g1-elementwise", "torch", dict(gate="g1")),
+    ("g1-headwise", "triton", dict(gate="g1", gate_granularity="headwise")),
+]
+
+if args.train:
+    if args.tiny:
+        base = dict(block_size=32, vocab_size=128, n_layer=2, n_head=2, n_embd=64)
+        batch_size, warmup, steps, compiles = 2, 1, 2, [False]
+    else:  # GPT-2 small: 12 layers, 12 heads, 768 wide, T=1024, vocab 50304
+        base = dict(block_size=args.block_size, vocab_size=50304, n_layer=12, n_head=12, n_embd=768)
+        batch_size, warmup, steps = args.batch_size, args.warmup, args.steps
+        compiles = {"both": [False, True], "true": [True], "false": [False]}[args.compile]
+    T = base["block_size"]
+    autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
+    records = []
+    for use_compile in compiles:
+        for gate, backend, overrides in RUNS:
+            torch.manual_seed(0)
+            config = GPTConfig(**base, **overrides, attn_backend=backend, match_params=args.match_params)
+            model = GPT(config).to(device)
+            optimizer = model.configure_optimizers(0.1, 6e-4, device_type=device)
+            step_model = torch.compile(model) if use_compile else model
+            x = torch.randint(0, config.vocab_size, (batch_size, T + 1), device=device)
+            x, y = x[:, :-1].contiguous(), x[:, 1:].contiguous()
+
+            def step():
+                with autocast:
+                    _, loss = step_model(x, y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+
+            record = dict(device=device_name, config="tiny" if args.tiny else "gpt2-small", gate=gate,
+                          backend=backend, compile=use_compile, params=model.num_params())
+            try:
+                for _ in range(warmup):
+                    step()
+                sync()
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats()
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    step()
+                sync()
+                dt = (time.perf_counter() - t0) / steps
+                mfu = model.estimate_mfu(batch_size, dt, seq_len=T)
+                record |= dict(tokens_per_s=sig(batch_size * T / dt), mfu=None if mfu is None else sig(mfu),
+                               ms_per_step=sig(dt * 1e3),
+                               peak_mem_gb=sig(torch.cuda.max_memory_allocated() / 1e9) if cuda else None)
+                print(f"{gate:15s} {backend:7s} compile={use_compile!s:5s} {dt * 1e3:9.2f} ms/step "
+                      f"{batch_size * T / dt:10.0f} tok/s mfu={record['mfu']} peak={record['peak_mem_gb']} GB",
+                      flush=True)
+            except Exception as e:  # e.g. a compile failure: keep the other runs, but say so loudly
+                if args.tiny:
+                    raise
+                print(f"ERROR {gate} {backend} compile={use_compile}: {e!r}", file=sys.stderr, flush=True)
+                record |= dict(tokens_per_s=None, mfu=None, ms_per_step=None, peak_mem_gb=None, error=repr(e)[:500])
+            records.append(record)
+            del model, step_model, optimizer, x, y
+            if use_compile:
+                torch._dynamo.reset()
+            if cuda:
+                torch.cuda.empty_cache()
+    write("bench_train", dict(date=date, device=device_name, command=command, batch_size=batch_size, block_size=T,
+                              match_params=args.match_params, dtype=str(dtype).replace("torch.", ""), records=records),
+          ["gate", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
+          [[r["gate"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],
+            r["params"]] for r in records])

@@ -1,0 +1,320 @@
+"""
+Tests for kernels.py: the fused Triton gated attention against a float64 reference, and the model on both
+backends. Without a GPU the kernels run in Triton's interpreter (conftest.py sets TRITON_INTERPRET=1).
+
+    python -m pytest -q test_kernels.py
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kernels
+from kernels import first_token_attention, gated_attention
+from model import GPT, GPTConfig
+
+CUDA = torch.cuda.is_available()
+DEV = "cuda" if CUDA else "cpu"
+needs_triton = pytest.mark.skipif(not (kernels.HAS_TRITON and (CUDA or os.environ.get("TRITON_INTERPRET") == "1")),
+                                  reason="needs Triton with CUDA, or TRITON_INTERPRET=1")
+needs_cuda = pytest.mark.skipif(not CUDA, reason="fp16/bf16 kernels need a GPU (the interpreter is fp32-only here)")
+
+# fp32 kernel vs float64 reference. The interpreter's tl.dot is an fp32 numpy matmul and the GPU path uses
+# input_precision='ieee' for fp32, so the only error is fp32 rounding over sums of <= T*D terms: measured
+# ~3e-7 at T=130; 1e-5 leaves 30x headroom yet catches any masking or indexing mistake (those give > 1e-2).
+TOL = 1e-5
+
+
+def reference(q, k, v, gate=None, causal=True, scale=None):
+    """float64, explicit softmax, k/v repeated for GQA."""
+    q, k, v = q.double(), k.double(), v.double()
+    group = q.size(1) // k.size(1)
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    s = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.size(-1) ** -0.5)
+    if causal:
+        T = q.size(2)
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    y = s.softmax(-1) @ v
+    return y if gate is None else y * torch.sigmoid(gate.double())
+
+
+def rel_err(a, b):
+    """||a - b|| / ||b||; the denominator is clamped at 1 for an all-zero reference (dq, dk when T=1)."""
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1.0)).item()
+
+
+def leaf(*shape, gen, dtype=torch.float32, transposed=True):
+    """A random leaf tensor; transposed=True gives a (B, H, T, D) view of a (B, T, H, D) buffer, as model.py
+    passes q, k, v and the gate (the kernels must honour the strides)."""
+    if transposed:
+        x = torch.randn(shape[0], shape[2], shape[1], shape[3], generator=gen).transpose(1, 2)
+    else:
+        x = torch.randn(*shape, generator=gen)
+    return x.to(device=DEV, dtype=dtype).requires_grad_()
+
+
+def make_inputs(B, H, Hkv, T, D, gate, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (leaf(B, h, T, D, gen=gen, dtype=dtype) for h in (H, Hkv, Hkv))
+    g = None if gate is None else leaf(B, H, T, D if gate == "elementwise" else 1, gen=gen, dtype=dtype,
+                                       transposed=gate == "elementwise")
+    dy = torch.randn(B, H, T, D, generator=gen).to(device=DEV, dtype=dtype)
+    return q, k, v, g, dy
+
+
+def outputs_and_grads(fn, q, k, v, g, dy):
+    """y and the gradients of sum(y * dy) with respect to every input."""
+    inputs = [t for t in (q, k, v, g) if t is not None]
+    y = fn(q, k, v, g)
+    return [y, *torch.autograd.grad(y, inputs, dy)]
+
+
+def assert_close_to_reference(q, k, v, g, dy, causal, tol=TOL, scale=None, backend="triton"):
+    got = outputs_and_grads(lambda *a: gated_attention(*a, causal=causal, scale=scale, backend=backend), q, k, v, g, dy)
+    ref = outputs_and_grads(lambda *a: reference(*a, causal=causal, scale=scale), q, k, v, g, dy)
+    names = ["y", "dq", "dk", "dv", "dgate"]
+    for name, a, b in zip(names, got, ref):
+        assert a.shape == b.shape and a.dtype == q.dtype, name
+        assert torch.isfinite(a).all(), f"{name} has non-finite values"
+        err = rel_err(a, b)
+        assert err < tol, f"{name}: relative error {err:.2e} >= {tol:.0e}"
+    return got
+
+
+# ----------------------------------------------------------------------------
+# the fused kernel against float64
+
+@needs_triton
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("gate", [None, "elementwise", "headwise"])
+@pytest.mark.parametrize("D", [32, 64])
+@pytest.mark.parametrize("H,Hkv", [(4, 4), (4, 2), (4, 1)])
+@pytest.mark.parametrize("T", [1, 37, 130])
+def test_matches_float64_reference(T, H, Hkv, D, gate, causal):
+    # T=37 is less than a block, T=130 spans three query blocks with a ragged last one (interpreter
+    # blocks are 64 x 32, so the causal diagonal stage takes several key blocks)
+    assert_close_to_reference(*make_inputs(2, H, Hkv, T, D, gate), causal=causal)
+
+
+@needs_triton
+def test_head_dim_128_and_custom_scale():
+    q, k, v, g, dy = make_inputs(1, 2, 1, 37, 128, "elementwise", seed=1)
+    assert_close_to_reference(q, k, v, g, dy, causal=True, scale=0.3)
+
+
+@needs_triton
+def test_every_output_element_written(monkeypatch):
+    monkeypatch.setattr(kernels, "POISON_OUTPUTS", True)
+    assert torch.isnan(kernels._empty((3,), torch.float32, DEV)).all()  # the poison is really there
+    for gate in ("elementwise", "headwise", None):  # a gate adds the dO and dGate buffers
+        q, k, v, g, dy = make_inputs(2, 4, 2, 70, 32, gate, seed=2)
+        assert_close_to_reference(q, k, v, g, dy, causal=True)  # asserts every output is finite
+    y, lse2 = kernels._flash_forward(q.detach(), k.detach(), v.detach(), None, False, 32 ** -0.5)
+    assert torch.isfinite(lse2).all()
+
+
+@needs_triton
+@pytest.mark.parametrize("gate", [None, "elementwise", "headwise"])
+def test_torch_and_triton_backends_agree(gate):
+    q, k, v, g, dy = make_inputs(2, 4, 2, 45, 32, gate, seed=3)
+    for causal in (True, False):
+        run = {b: outputs_and_grads(lambda *a: gated_attention(*a, causal=causal, backend=b), q, k, v, g, dy)
+               for b in ("torch", "triton")}
+        for a, b in zip(run["triton"], run["torch"]):
+            assert rel_err(a, b) < TOL
+
+
+def test_auto_backend_on_cpu_is_torch():
+    if CUDA:
+        pytest.skip("on CUDA 'auto' picks Triton")
+    q, k, v, g, _ = make_inputs(1, 2, 2, 9, 16, "elementwise")
+    assert torch.equal(gated_attention(q, k, v, g, backend="auto"), kernels.attention_torch(q, k, v, g))
+
+
+@needs_triton
+def test_head_shared_gate_as_expanded_view():
+    """model.py passes a head-shared gate as logits (B, T, 1, D) -> transpose -> expand over H (stride 0)."""
+    B, H, Hkv, T, D = 2, 4, 2, 40, 32
+    q, k, v, _, dy = make_inputs(B, H, Hkv, T, D, None, seed=4)
+    base = torch.randn(B, T, 1, D, device=DEV, requires_grad=True)
+    grads = []
+    for fn in (lambda g: gated_attention(q, k, v, g, backend="triton"), lambda g: reference(q, k, v, g)):
+        g = base.transpose(1, 2).expand(B, H, T, D)
+        assert g.stride(1) == 0
+        g.retain_grad()
+        y = fn(g)
+        (y * dy).sum().backward()
+        assert g.grad.shape == (B, H, T, D)  # the Function's gate gradient has the gate's (expanded) shape
+        grads.append((y.detach(), g.grad.clone(), base.grad.clone()))
+        base.grad = None
+    for a, b in zip(*grads):
+        assert rel_err(a, b) < TOL
+    assert grads[0][2].shape == base.shape
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("H,Hkv", [(4, 4), (4, 2)])
+def test_first_token_attention(backend, causal, H, Hkv):
+    q, k, _, _, _ = make_inputs(2, H, Hkv, 50, 32, None, seed=5)
+    q, k = q.detach() * 2, k.detach() * 2  # sharper softmax, so p0 varies a lot between rows
+    s = q.double() @ k.double().repeat_interleave(H // Hkv, 1).transpose(-2, -1) * 32 ** -0.5
+    if causal:
+        s = s.masked_fill(torch.ones(50, 50, dtype=torch.bool, device=DEV).triu(1), float("-inf"))
+    want = s.softmax(-1)[..., 0]
+    got = first_token_attention(q, k, causal=causal, chunk=16, backend=backend)  # chunk: the torch path loops
+    assert got.shape == (2, H, 50)
+    assert rel_err(got, want) < TOL
+
+
+def test_first_token_attention_decoding_step():
+    """One query after cached keys (Tq=1 < Tk): the torch path aligns the query with the last key."""
+    q, k, _, _, _ = make_inputs(1, 4, 2, 20, 32, None, seed=6)
+    got = first_token_attention(q[:, :, -1:].detach(), k.detach(), causal=True)
+    want = first_token_attention(q.detach(), k.detach(), causal=True, backend="torch")[:, :, -1:]
+    assert rel_err(got, want) < TOL
+
+
+def test_bad_inputs_raise():
+    q, k, v, _, _ = make_inputs(1, 4, 2, 8, 32, None)
+    with pytest.raises(ValueError, match="backend"):
+        gated_attention(q, k, v, backend="cuda")
+    with pytest.raises(ValueError, match="backend"):
+        first_token_attention(q, k, backend="flash")
+    with pytest.raises(ValueError):
+        gated_attention(q[0], k, v)  # 3-D q
+    with pytest.raises(ValueError):
+        gated_attention(q, k[:, :1].expand(1, 3, 8, 32), v[:, :1].expand(1, 3, 8, 32))  # 4 % 3 != 0
+    with pytest.raises(ValueError):
+        gated_attention(q, k, v[..., :16])  # v's D differs
+    for bad_gate in (torch.zeros(1, 4, 8, 2), torch.zeros(1, 2, 8, 32), torch.zeros(4, 8, 32)):
+        with pytest.raises(ValueError, match="gate"):
+            gated_attention(q, k, v, gate=bad_gate.to(DEV))
+
+
+@needs_triton
+def test_triton_rejects_what_it_cannot_run():
+    q, k, v, _, _ = make_inputs(1, 4, 2, 8, 32, None)
+    with pytest.raises(ValueError, match="queries as keys"):  # KV-cache decoding shape: model.py forces torch
+        gated_attention(q[:, :, -1:], k, v, causal=False, backend="triton")
+    q48, k48, v48, _, _ = make_inputs(1, 2, 2, 8, 48, None)
+    with pytest.raises(ValueError, match="head dim"):
+        gated_attention(q48, k48, v48, backend="triton")
+    with pytest.raises(ValueError, match="dtype"):
+        gated_attention(q, k.double(), v, backend="triton")
+    with pytest.raises(ValueError, match="scale"):
+        gated_attention(q, k, v, scale=-0.1, backend="triton")
+    # 'auto' falls back to torch instead of raising (it only picks Triton on CUDA anyway)
+    assert torch.allclose(gated_attention(q48, k48, v48, backend="auto"), kernels.attention_torch(q48, k48, v48))
+
+
+@needs_triton
+def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
+    if CUDA:
+        pytest.skip("CUDA tensors need no interpreter")
+    monkeypatch.delenv("TRITON_INTERPRET")
+    q, k, v, _, _ = make_inputs(1, 2, 2, 8, 32, None)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+        gated_attention(q, k, v, backend="triton")
+
+
+def test_import_without_triton():
+    code = ("import sys; sys.modules['triton'] = None\n"  # makes `import triton` raise ImportError
+            "import torch, kernels\n"
+            "assert not kernels.HAS_TRITON\n"
+            "q = torch.randn(1, 2, 5, 16)\n"
+            "assert torch.equal(kernels.gated_attention(q, q, q, backend='auto'), kernels.attention_torch(q, q, q))\n"
+            "try:\n    kernels.gated_attention(q, q, q, backend='triton')\n"
+            "except RuntimeError as e:\n    assert 'triton' in str(e); print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.abspath(__file__)),
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+# ----------------------------------------------------------------------------
+# the model gives the same logits and gradients on both backends
+
+@needs_triton
+@pytest.mark.parametrize("gate", [dict(), dict(gate_granularity="headwise"), dict(gate_shared=True),
+                                  dict(gate="none", n_kv_head=2)],
+                         ids=["g1-elementwise", "g1-headwise", "g1-shared", "none-gqa"])
+def test_model_same_on_both_backends(gate):
+    runs = []
+    for backend in ("torch", "triton"):
+        config = GPTConfig(block_size=64, vocab_size=96, n_layer=2, n_head=4, n_embd=128, attn_backend=backend, **gate)
+        torch.manual_seed(0)
+        model = GPT(config).to(DEV)
+        if runs:
+            model.load_state_dict(runs[0][0].state_dict())
+        idx = torch.randint(0, 96, (2, 40), generator=torch.Generator().manual_seed(1)).to(DEV)
+        logits, loss = model(idx, targets=idx.roll(-1, 1))
+        loss.backward()
+        runs.append((model, logits))
+    (m_torch, l_torch), (m_triton, l_triton) = runs
+    assert rel_err(l_triton, l_torch) < TOL
+    grads = dict(m_torch.named_parameters())
+    checked = 0
+    for name, p in m_triton.named_parameters():
+        assert p.grad is not None, name
+        assert rel_err(p.grad, grads[name].grad) < 1e-4, name  # a few layers of fp32 rounding on top of TOL
+        checked += 1
+    assert checked == len(grads)
+
+
+@needs_triton
+@pytest.mark.parametrize("gate", [None, "elementwise", "headwise", "shared"])
+def test_custom_ops_opcheck(gate):
+    """torch.library.opcheck: schema, autograd wiring, and fake (meta) outputs with the real outputs'
+    shapes *and strides*, which torch.compile relies on."""
+    B, H, Hkv, T, D = 2, 4, 2, 20, 32
+    q, k, v, g, dy = make_inputs(B, H, Hkv, T, D, None if gate == "shared" else gate)
+    if gate == "shared":
+        g = torch.randn(B, T, 1, D, device=DEV).transpose(1, 2).expand(B, H, T, D)
+    q, k, v, g = (None if t is None else t.detach() for t in (q, k, v, g))
+    y, lse2 = torch.ops.gated_attention.forward(q, k, v, g, True, 0.2)
+    torch.library.opcheck(torch.ops.gated_attention.forward.default, (q, k, v, g, True, 0.2))
+    torch.library.opcheck(torch.ops.gated_attention.backward.default, (dy, q, k, v, g, y, lse2, True, 0.2))
+
+
+@needs_triton
+def test_model_under_torch_compile():
+    """The kernels are custom ops, so torch.compile(fullgraph=True) captures the whole model around them
+    (aot_eager: dynamo + AOT autograd with the ops' fake shapes/strides, without a slow codegen step)."""
+    config = GPTConfig(block_size=64, vocab_size=96, n_layer=1, n_head=4, n_kv_head=2, n_embd=128,
+                       gate_shared=True, attn_backend="triton")
+    torch.manual_seed(0)
+    model = GPT(config).to(DEV)
+    idx = torch.randint(0, 96, (2, 40), generator=torch.Generator().manual_seed(1)).to(DEV)
+    results = []
+    for m in (model, torch.compile(model, backend="aot_eager", fullgraph=True)):
+        logits, loss = m(idx, targets=idx)
+        loss.backward()
+        results.append((logits.detach(), [p.grad.clone() for p in model.parameters()]))
+        model.zero_grad(set_to_none=True)
+    assert rel_err(results[1][0], results[0][0]) < TOL
+    for a, b in zip(results[1][1], results[0][1]):
+        assert rel_err(a, b) < TOL
+
+
+# ----------------------------------------------------------------------------
+# GPU only: the bf16/fp16 fast path (skipped without CUDA)
+
+@needs_cuda
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("D", [32, 64, 128])
+@pytest.mark.parametrize("T", [1, 37, 130, 1000])
+@pytest.mark.parametrize("gate", [None, "elementwise", "headwise"])
+def test_low_precision_cuda(dtype, D, T, gate):
+    """The fused kernel should be about as accurate as SDPA + gate in the same dtype (both against
+    float64): within 2x of its error, or 1e-2 (bf16 has an 8-bit mantissa: ~4e-3 per rounding)."""
+    q, k, v, g, dy = make_inputs(2, 4, 2, T, D, gate, dtype=dtype, seed=7)
+    ref = outputs_and_grads(lambda *a: reference(*a), q, k, v, g, dy)
+    for name, a, b, c in zip(["y", "dq", "dk", "dv", "dgate"],
+                             outputs_and_grads(lambda *a: gated_attention(*a, backend="triton"), q, k, v, g, dy),
+                             outputs_and_grads(lambda *a: gated_attention(*a, backend="torch"), q, k, v, g, dy), ref):
+        assert a.dtype == dtype and torch.isfinite(a).all(), name
+        assert rel_err(a, c) < max(2 * rel_err(b, c), 1e-2), name
