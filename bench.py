@@ -65,10 +65,10 @@ def sync():
 
 def time_ms(fn, grads=()):
     """Median milliseconds per call: triton.testing.do_bench on a GPU, a plain timer on CPU."""
+    fn()  # first call: Triton compiles and autotunes here, outside the timing
     if cuda:
         import triton.testing
         return triton.testing.do_bench(fn, warmup=25, rep=100, grad_to_none=list(grads), return_mode="median")
-    fn()  # warm-up (compiles or traces once)
     times = []
     for _ in range(3):
         for g in grads:
@@ -83,15 +83,16 @@ def sig(x, digits=4):
     return float(f"{x:.{digits}g}")
 
 
-def write(name, payload, header, rows):
+def write(name, payload, notes, header, rows):
     with open(os.path.join(args.out_dir, name + ".json"), "w") as f:
         json.dump(payload, f, indent=1)
-    lines = [f"# {name}", "", f"- device: {device_name}", f"- date: {date}", f"- command: `{command}`", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    lines = [f"# {name}", "", f"- device: {device_name}", f"- date: {date}", f"- command: `{command}`",
+             *[f"- {n}" for n in notes], ""]
+    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     with open(os.path.join(args.out_dir, name + ".md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines[6:]))
+        f.write("\n".join(lines + table) + "\n")
+    print("\n".join(table))
     print(f"wrote {args.out_dir}/{name}.json and .md")
 
 
@@ -133,6 +134,9 @@ if args.kernels:
                         print(f"D={D} H={H} Hkv={Hkv} T={T} B={B} {provider:12s} {mode:8s} {ms:9.3f} ms "
                               f"{records[-1]['tflops']:8.2f} TFLOP/s", flush=True)
     write("bench_kernels", dict(date=date, device=device_name, command=command, records=records),
+          [f"dtype {str(dtype).replace('torch.', '')}, causal={causal}, B*T = {tokens}, H*D = {width}, "
+           "inputs require grad; median of triton.testing.do_bench (CPU: of 3 calls)",
+           "TFLOP/s: forward 4*B*H*T^2*D (halved when causal), forward+backward 3.5x that"],
           ["D", "H", "Hkv", "T", "B", "provider", "mode", "ms", "TFLOP/s"],
           [[r["D"], r["H"], r["Hkv"], r["T"], r["B"], r["provider"], r["mode"], r["ms"], r["tflops"]] for r in records])
 
@@ -206,8 +210,12 @@ if args.train:
                 torch._dynamo.reset()
             if cuda:
                 torch.cuda.empty_cache()
-    write("bench_train", dict(date=date, device=device_name, command=command, batch_size=batch_size, block_size=T,
+    write("bench_train", dict(date=date, device=device_name, command=command, model=base, batch_size=batch_size,
                               match_params=args.match_params, dtype=str(dtype).replace("torch.", ""), records=records),
+          [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
+           f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
+           f"{warmup} warm-up then {steps} timed AdamW steps",
+           "MFU: model.estimate_mfu against model.peak_flops (dense bf16 peak of the GPU)"],
           ["gate", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
           [[r["gate"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],
             r["params"]] for r in records])

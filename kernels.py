@@ -167,11 +167,15 @@ if HAS_TRITON:
         rows = [interp] if _INTERPRET else gpu
         return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in rows]
 
-    # Untested guesses for H100/H200 (see bench.py --kernels). Forward and dQ need BLOCK_N | BLOCK_M
-    # (the diagonal stage is whole key blocks), dK/dV needs BLOCK_M | BLOCK_N.
-    _FWD_CONFIGS = _configs([(64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)], (64, 32, 1, 1))
-    _DKDV_CONFIGS = _configs([(32, 64, 4, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 3)], (32, 64, 1, 1))
-    _DQ_CONFIGS = _configs([(64, 32, 4, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 8, 3)], (64, 32, 1, 1))
+    # Untested guesses for H100/H200 (see bench.py --kernels); the first, small one of each list fits in
+    # shared memory even for fp32 at D=128 (the autotuner skips configs that do not fit). Forward and dQ
+    # need BLOCK_N | BLOCK_M (the diagonal stage is whole key blocks), dK/dV needs BLOCK_M | BLOCK_N.
+    _FWD_CONFIGS = _configs([(64, 32, 4, 2), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)],
+                            (64, 32, 1, 1))
+    _DKDV_CONFIGS = _configs([(32, 32, 4, 2), (32, 64, 4, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 3)],
+                             (32, 64, 1, 1))
+    _DQ_CONFIGS = _configs([(64, 32, 4, 2), (64, 32, 4, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 8, 3)],
+                           (64, 32, 1, 1))
     _PRE_BLOCK_M = 64
     _KEY = ["T", "HEAD_DIM", "CAUSAL"]  # the autotuner adds the tensors' dtypes to the key
 
