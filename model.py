@@ -339,7 +339,7 @@ class CausalSelfAttention(nn.Module):
     def _collect_stats(self, q, k, x, stats):
         Tq = q.size(2)
         if Tq > 1:  # the first query can only see itself: average over queries 1..T-1
-            p0 = first_token_attention(q, k, causal=True)  # (B, H, T), never the full T x T matrix
+            p0 = first_token_attention(q, k, causal=True, backend=self.config.attn_backend)  # (B, H, T), never T x T
             stats["first_token_attn"].append(p0[:, :, 1:].float().mean().item())
         else:
             stats["first_token_attn"].append(float("nan"))
