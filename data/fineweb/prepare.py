@@ -1,0 +1,74 @@
+"""
+FineWeb-10B, already tokenized with GPT-2's BPE: the shards modded-nanogpt trains on, from the Hugging Face
+dataset kjj0/fineweb10B-gpt2 (fineweb_val_000000.bin, then fineweb_train_000001.bin ... _000103.bin, about
+100M tokens and 200 MB each):
+
+    pip install huggingface_hub
+    python data/fineweb/prepare.py --shards 8      # the val shard and the first 8 train shards
+
+They are already in the format data/shards.py reads, so nothing is converted: this downloads, checks every
+header and writes meta.json. Only the download needs the network; the rest is the tested shared code.
+"""
+
+import argparse
+import os
+import sys
+
+# Runnable as `python data/fineweb/prepare.py` from anywhere: put the repo root on the path for `data`.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from data.shards import read_header, write_meta  # noqa: E402
+
+DATA_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ID = "kjj0/fineweb10B-gpt2"
+TRAIN_SHARDS = 103  # train shards on the hub
+
+
+def shard_names(n_train):
+    return ["fineweb_val_000000.bin"] + [f"fineweb_train_{i:06d}.bin" for i in range(1, n_train + 1)]
+
+
+def is_complete(path):
+    try:
+        read_header(path)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def download(names, out_dir):
+    """Fetch the named shards from the hub into out_dir, skipping those already there and whole."""
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        sys.exit("error: downloading FineWeb needs huggingface_hub, which is not installed: pip install huggingface_hub")
+    for name in names:
+        path = os.path.join(out_dir, name)
+        if is_complete(path):
+            continue
+        if os.path.exists(path):
+            os.remove(path)  # a broken earlier download
+        print(f"downloading {name} ...", flush=True)
+        hf_hub_download(repo_id=REPO_ID, filename=name, repo_type="dataset", local_dir=out_dir)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Download the GPT-2-tokenized FineWeb-10B shards.")
+    parser.add_argument("--shards", type=int, default=8, help=f"train shards to fetch, 1..{TRAIN_SHARDS} (100M tokens each)")
+    parser.add_argument("--out_dir", default=DATA_DIR, help="where to write (default: data/fineweb)")
+    args = parser.parse_args(argv)
+    if not 1 <= args.shards <= TRAIN_SHARDS:
+        sys.exit(f"error: --shards must be between 1 and {TRAIN_SHARDS}, got {args.shards}")
+
+    names = shard_names(args.shards)
+    download(names, args.out_dir)
+    for name in names:
+        try:
+            read_header(os.path.join(args.out_dir, name))
+        except (OSError, ValueError) as e:
+            sys.exit(f"error: {e}")
+    meta = write_meta(args.out_dir, "fineweb", source=f"huggingface.co/datasets/{REPO_ID}")
+    print(f"{meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens in {args.out_dir}")
+
+
+if __name__ == "__main__":
+    main()

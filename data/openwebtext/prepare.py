@@ -1,0 +1,82 @@
+"""
+OpenWebText (an open reproduction of GPT-2's WebText, about 8M web pages, about 9B GPT-2 tokens) from the
+Hugging Face hub, tokenized in parallel and written as shards of 100M tokens (about 18 GB in all, 2 bytes
+a token) plus meta.json:
+
+    pip install datasets
+    python data/openwebtext/prepare.py [--num_proc 8]
+
+Hugging Face keeps its own copy of the download in its cache (~/.cache/huggingface). Not run in this
+repo's CI (it needs the network): everything after the download -- tokenizing a document, writing the
+shards and meta.json -- is the shared code in data/shards.py that the tests exercise.
+"""
+
+import argparse
+import os
+import sys
+
+# Runnable as `python data/openwebtext/prepare.py` from anywhere: put the repo root on the path for `data`.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from data.shards import encode_document, get_tokenizer, write_dataset  # noqa: E402
+
+DATA_DIR = os.path.dirname(os.path.abspath(__file__))
+NAME = "openwebtext"
+SPLIT_SEED = 1234  # the validation documents are a fixed random sample of the one split the hub provides
+
+
+def load_splits(hf_name, hf_revision, val_fraction, num_proc):
+    """The download: {'train': Dataset, 'val': Dataset} of documents with a 'text' column."""
+    try:
+        from datasets import load_dataset
+    except ImportError:
+        sys.exit("error: OpenWebText is read through Hugging Face datasets, which is not installed: pip install datasets")
+    try:
+        ds = load_dataset(hf_name, split="train", revision=hf_revision, num_proc=num_proc)
+    except RuntimeError as e:
+        if "scripts are no longer supported" not in str(e):
+            raise
+        sys.exit(f"error: {e}\ndatasets >= 4 cannot run the hub's loading script; use the hub's Parquet copy with "
+                 "--hf_revision=refs/convert/parquet, or pip install 'datasets<4'")
+    parts = ds.train_test_split(test_size=val_fraction, seed=SPLIT_SEED, shuffle=True)
+    return {"train": parts["train"], "val": parts["test"]}
+
+
+_enc = None  # one tokenizer per worker process
+
+
+def tokenize_batch(batch):
+    """datasets.map function: {'text': [str, ...]} -> {'ids': [tokens of each document, <|endoftext|> first]}."""
+    global _enc
+    if _enc is None:
+        _enc = get_tokenizer()
+    return {"ids": [encode_document(_enc, text) for text in batch["text"]]}
+
+
+def tokenized_documents(ds, num_proc):
+    """Tokenize a split in num_proc processes, then hand out the documents' tokens in order."""
+    tokenized = ds.map(tokenize_batch, batched=True, remove_columns=ds.column_names, num_proc=num_proc,
+                       desc="tokenizing")
+    for batch in tokenized.iter(batch_size=1024):
+        yield from batch["ids"]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Download and tokenize OpenWebText into train/val shards.")
+    parser.add_argument("--out_dir", default=DATA_DIR, help="where to write (default: data/openwebtext)")
+    parser.add_argument("--num_proc", type=int, default=max(1, (os.cpu_count() or 2) // 2),
+                        help="processes for the download and tokenizer (default: half the cores)")
+    parser.add_argument("--val_fraction", type=float, default=0.0005, help="share of documents held out (about 4000)")
+    parser.add_argument("--shard_tokens", type=int, default=100_000_000, help="tokens per shard file")
+    parser.add_argument("--hf_name", default="Skylion007/openwebtext", help="dataset name on the Hugging Face hub")
+    parser.add_argument("--hf_revision", default=None, help="hub revision, e.g. refs/convert/parquet")
+    args = parser.parse_args(argv)
+
+    splits = load_splits(args.hf_name, args.hf_revision, args.val_fraction, args.num_proc)
+    documents = {split: tokenized_documents(ds, args.num_proc) for split, ds in splits.items()}
+    meta = write_dataset(args.out_dir, NAME, documents, source=f"huggingface.co/datasets/{args.hf_name}",
+                         shard_tokens=args.shard_tokens, val_fraction=args.val_fraction, split_seed=SPLIT_SEED)
+    print(f"wrote {meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens to {args.out_dir}")
+
+
+if __name__ == "__main__":
+    main()

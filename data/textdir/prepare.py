@@ -1,0 +1,136 @@
+"""
+Any folder of text or source files as a dataset:
+
+    python data/textdir/prepare.py --src DIR [--name NAME] [--exts .py,.txt,.md]
+
+writes data/NAME/NAME_train_*.bin, NAME_val_*.bin and meta.json (NAME defaults to the folder's name);
+then train with `python train.py --dataset=NAME`.
+
+Each file is one document. Files are taken in sorted order; a file whose bytes equal an earlier file's is
+skipped (content hash), and so is a file that is not UTF-8. The split is by whole files: a file goes to
+validation when a hash of its path (relative to DIR) falls below val_fraction, so the split is the same
+on every run, and a file stays on its side when other files are added or removed.
+"""
+
+import argparse
+import hashlib
+import os
+import sys
+from multiprocessing import Pool
+
+# Runnable as `python data/textdir/prepare.py` from anywhere: put the repo root on the path for `data.shards`.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from data.shards import SPLITS, ShardWriter, encode_document, get_tokenizer, remove_dataset, write_meta  # noqa: E402
+
+DATA_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def list_files(src, exts, skip_dirs=()):
+    """Paths relative to src ('/'-separated, sorted) of the files ending in one of exts. Folders named in
+    skip_dirs, hidden folders and __pycache__ are not entered."""
+    found = []
+    for folder, dirs, files in os.walk(src):
+        dirs[:] = [d for d in dirs if d not in skip_dirs and d != "__pycache__" and not d.startswith(".")]
+        rel = os.path.relpath(folder, src)
+        for name in files:
+            if name.endswith(tuple(exts)):
+                found.append(os.path.normpath(os.path.join(rel, name)).replace(os.sep, "/"))
+    return sorted(found)
+
+
+def path_hash(relpath):
+    """A number in [0, 1) fixed by the path alone: the same on every machine and every run."""
+    return int.from_bytes(hashlib.sha256(relpath.encode()).digest()[:8], "big") / 2**64
+
+
+def split_files(files, val_fraction):
+    """{relpath: 'train' or 'val'}. At least one file is validation: the one with the lowest hash."""
+    val = {f for f in files if path_hash(f) < val_fraction} or {min(files, key=path_hash)}
+    return {f: "val" if f in val else "train" for f in files}
+
+
+def _inspect_file(path):
+    """(sha256 of the file's bytes, whether it is UTF-8 text)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        data.decode("utf-8")
+        return hashlib.sha256(data).hexdigest(), True
+    except UnicodeDecodeError:
+        return hashlib.sha256(data).hexdigest(), False
+
+
+_enc = None  # one tokenizer per worker process
+
+
+def _encode_file(path):
+    global _enc
+    if _enc is None:
+        _enc = get_tokenizer()
+    with open(path, encoding="utf-8", newline="") as f:  # newline="": the text exactly as stored, \r\n too
+        return encode_document(_enc, f.read())
+
+
+def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, val_fraction=0.02,
+            shard_tokens=100_000_000, workers=None, source=None):
+    """Tokenize the files under src into shards and a meta.json in out_dir; returns the meta dict."""
+    if not os.path.isdir(src):
+        raise FileNotFoundError(f"{src} is not a folder")
+    files = list_files(src, exts, skip_dirs)[:max_files]
+    print(f"reading {len(files)} files from {src} ...", flush=True)
+    with Pool(workers) as pool:
+        # pass 1: drop duplicates and non-UTF-8 files, so that the split is made among the files kept
+        counts = {"duplicates_skipped": 0, "not_utf8_skipped": 0}
+        kept, seen = [], set()
+        for rel, (digest, utf8) in zip(files, pool.map(_inspect_file, [os.path.join(src, f) for f in files], 64)):
+            if not utf8:
+                counts["not_utf8_skipped"] += 1
+            elif digest in seen:
+                counts["duplicates_skipped"] += 1
+            else:
+                seen.add(digest)
+                kept.append(rel)
+        if len(kept) < 2:
+            raise ValueError(f"found {len(kept)} distinct UTF-8 file(s) ending in {' '.join(exts)} under {src}; "
+                             "need at least 2 (one for training, one for validation)")
+        split = split_files(kept, val_fraction)
+
+        # pass 2: tokenize, in sorted order (imap keeps it), into each split's shards
+        remove_dataset(out_dir, name)
+        writers = {s: ShardWriter(out_dir, name, s, shard_tokens) for s in SPLITS}
+        for rel, tokens in zip(kept, pool.imap(_encode_file, [os.path.join(src, f) for f in kept], chunksize=16)):
+            writers[split[rel]].add(tokens)
+    for writer in writers.values():
+        writer.close()
+    for s in SPLITS:
+        counts[f"{s}_files"] = sum(1 for f in kept if split[f] == s)
+    meta = write_meta(out_dir, name, source or os.path.abspath(src), exts=list(exts), val_fraction=val_fraction,
+                      max_files=max_files, **counts)
+    print(f"wrote {meta['train_tokens']:,} train tokens ({counts['train_files']} files) and {meta['val_tokens']:,} "
+          f"val tokens ({counts['val_files']} files) to {out_dir}; skipped {counts['duplicates_skipped']} "
+          f"duplicate and {counts['not_utf8_skipped']} non-UTF-8 files", flush=True)
+    return meta
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Tokenize a folder of text files into train/val shards.")
+    parser.add_argument("--src", required=True, help="folder to read (recursively)")
+    parser.add_argument("--name", help="dataset name (default: the folder's name); shards go to data/NAME/")
+    parser.add_argument("--exts", default=".txt,.md,.py", help="comma-separated file endings to read")
+    parser.add_argument("--out_dir", help="where to write (default: data/NAME)")
+    parser.add_argument("--max_files", type=int, help="read only the first N files (sorted)")
+    parser.add_argument("--val_fraction", type=float, default=0.02, help="share of files held out for validation")
+    parser.add_argument("--shard_tokens", type=int, default=100_000_000, help="tokens per shard file")
+    parser.add_argument("--workers", type=int, help="tokenizer processes (default: all cores)")
+    args = parser.parse_args(argv)
+    name = args.name or os.path.basename(os.path.normpath(os.path.abspath(args.src)))
+    exts = tuple(e.strip() for e in args.exts.split(",") if e.strip())
+    try:
+        prepare(args.src, args.out_dir or os.path.join(DATA_ROOT, name), name, exts, max_files=args.max_files,
+                val_fraction=args.val_fraction, shard_tokens=args.shard_tokens, workers=args.workers)
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""
+Sample from a model trained by train.py:
+
+    python sample.py --out_dir=out --start="def parse(" --num_samples=3 --max_new_tokens=200
+    python sample.py --start=FILE:prompt.txt
+
+Keys are set as in train.py (--key=value, or a config file). Generation uses the model's KV cache; the text
+is decoded with the tokenizer named in the dataset's meta.json (GPT-2's BPE when there is none).
+"""
+
+import os
+import sys
+import types
+
+import torch
+
+from data.shards import get_tokenizer, read_meta
+from train import REPO, autocast_for, configure, load_checkpoint, pick_device
+
+out_dir = "out"  # the folder with ckpt.pt
+start = "<|endoftext|>"  # the prompt, or FILE:path to read it from a file; <|endoftext|> = a new document
+num_samples = 3
+max_new_tokens = 200
+temperature = 0.8  # < 1 sharpens the distribution, > 1 flattens it
+top_k = 200  # sample among the k likeliest tokens only; 0 = all tokens
+seed = 1337
+device = "auto"
+dtype = "auto"
+
+DEFAULTS = {k: v for k, v in globals().items() if not k.startswith("_") and isinstance(v, (bool, int, float, str))}
+
+
+def main(argv=None):
+    c = types.SimpleNamespace(**configure(DEFAULTS, sys.argv[1:] if argv is None else argv))
+    dev = pick_device(c.device)
+    ctx, _ = autocast_for(dev, c.dtype)
+    try:
+        model, checkpoint = load_checkpoint(os.path.join(c.out_dir, "ckpt.pt"), dev)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"error: {e}")
+    run = checkpoint.get("config", {})  # the training run's keys: where its data, and so its tokenizer, is
+    meta = read_meta(run.get("data_dir") or os.path.join(REPO, "data", run.get("dataset", ""))) or {}
+    enc = get_tokenizer(meta.get("tokenizer", "gpt2"))
+
+    prompt = c.start
+    if prompt.startswith("FILE:"):
+        with open(prompt[len("FILE:"):], encoding="utf-8") as f:
+            prompt = f.read()
+    ids = enc.encode(prompt, allowed_special={"<|endoftext|>"})
+    if not ids:
+        raise SystemExit("error: the prompt is empty; give some text with --start=... (or --start='<|endoftext|>')")
+    x = torch.tensor([ids], dtype=torch.long, device=dev)
+
+    torch.manual_seed(c.seed)  # the same seed gives the same samples
+    with torch.no_grad(), ctx:
+        for _ in range(c.num_samples):
+            y = model.generate(x, c.max_new_tokens, temperature=c.temperature, top_k=c.top_k or None)
+            # ids past the tokenizer's vocabulary (the padding up to vocab_size) have no text: drop them
+            print(enc.decode([t for t in y[0].tolist() if t < enc.n_vocab]))
+            print("-" * 40, flush=True)
+
+
+if __name__ == "__main__":
+    main()
