@@ -462,7 +462,7 @@ class GPT(nn.Module):
         logits = self._forward(idx, stats=stats)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         if return_stats:
             if self.config.gate == "none":
                 for key in ("gate_mean", "gate_below_0.1", "gate_below_0.5"):
