@@ -301,7 +301,7 @@ class CausalSelfAttention(nn.Module):
         elif gate_at == "g4":
             q = self.gate(q, x)
         if self.config.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
+            q, k = self.q_norm(q).type_as(v), self.k_norm(k).type_as(v)  # autocast runs norms in fp32
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, D)
