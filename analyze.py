@@ -22,16 +22,9 @@ import numpy as np
 import torch
 
 from data.shards import val_batches
-from train import load_checkpoint
+from train import dataset_dir, load_checkpoint, pick_device
 
-REPO = os.path.dirname(os.path.abspath(__file__))
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
-
-
-def pick_device(name):
-    if name != "auto":
-        return name
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def device_name(device):
@@ -42,8 +35,7 @@ def device_name(device):
 def analyze_run(run_dir, device, n_batches, batch_size, map_tokens):
     model, checkpoint = load_checkpoint(os.path.join(run_dir, "ckpt.pt"), device)
     cfg, train_cfg = model.config, checkpoint["config"]
-    data_dir = train_cfg.get("data_dir") or os.path.join(REPO, "data", train_cfg["dataset"])
-    batches = val_batches(data_dir, cfg.block_size, batch_size, n_batches)
+    batches = val_batches(dataset_dir(train_cfg["dataset"], train_cfg.get("data_dir")), cfg.block_size, batch_size, n_batches)
 
     # gate scores for the histogram: every gate's input is its attention layer's input
     rng = np.random.default_rng(0)

@@ -48,7 +48,7 @@ def make_run(run_dir, data_dir, uniform_attention=False, **kw):
 
 
 def test_analyze_known_answers(tmp_path, dataset):
-    base = make_run(str(tmp_path / "base"), dataset, uniform_attention=True, gate="none")
+    make_run(str(tmp_path / "base"), dataset, uniform_attention=True, gate="none")
     gated = make_run(str(tmp_path / "g1"), dataset, uniform_attention=True, gate="g1")
     summary = analyze([str(tmp_path / "base"), str(tmp_path / "g1")], ["base", "g1"], str(tmp_path / "res"),
                       device="cpu", batches=2, batch_size=3, map_tokens=16)
@@ -62,7 +62,8 @@ def test_analyze_known_answers(tmp_path, dataset):
 
     # val loss and M-Act recomputed directly on the same fixed validation windows
     losses, acts = [], []
-    hooks = [blk.register_forward_hook(lambda m, i, o: acts.append(o.abs().max().item())) for blk in gated.transformer.h]
+    for blk in gated.transformer.h:
+        blk.register_forward_hook(lambda m, i, o: acts.append(o.abs().max().item()))
     with torch.no_grad():
         for x, y in val_batches(dataset, T, 3, 2):
             losses.append(gated.eval()(x, y)[1].item())

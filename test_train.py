@@ -70,7 +70,7 @@ def test_default_dataset_is_prepared_on_first_use_and_the_loss_falls(tmp_path):
     assert last["mfu"] is None  # no known peak FLOP/s for a CPU
     assert last["loss_spikes"] >= 0 and last["nonfinite_steps"] == 0
     assert len(last["layers"]["max_act"]) == 2
-    assert f"done: 80 iterations" in result.stdout and "val loss" in result.stdout and "gate mean" in result.stdout
+    assert "done: 80 iterations" in result.stdout and "val loss" in result.stdout and "gate mean" in result.stdout
 
     model, checkpoint = train.load_checkpoint(str(out_dir / "ckpt.pt"))
     assert set(checkpoint) == CKPT_KEYS

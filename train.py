@@ -162,6 +162,11 @@ def configure(defaults, argv, key_types=None):
     return config
 
 
+def dataset_dir(dataset, data_dir=""):
+    """Where a dataset's shards are: data_dir if given, else data/<dataset> in this repo."""
+    return data_dir or os.path.join(REPO, "data", dataset)
+
+
 def pick_device(name, local_rank=None):
     """'auto' -> cuda, else mps, else cpu. Under torchrun each process takes the GPU of its local rank."""
     if name == "auto":
@@ -355,7 +360,7 @@ def train(c, config, rank, world_size, device, ddp):
     tokens_per_iter = c.gradient_accumulation_steps * c.batch_size * block
 
     # the data: prepared shards, the default dataset prepared on first use
-    data_dir = c.data_dir or os.path.join(REPO, "data", c.dataset)
+    data_dir = dataset_dir(c.dataset, c.data_dir)
     if c.dataset == "pystdlib":
         if master and not (find_shards(data_dir, "train") and read_meta(data_dir)):
             print(f"preparing the default dataset in {data_dir} (one time): tokenizing this Python's standard library")
