@@ -15,9 +15,10 @@ import types
 import torch
 
 from data.shards import get_tokenizer, read_meta
-from train import REPO, autocast_for, configure, load_checkpoint, pick_device
+from train import REPO, autocast_for, configure, fail, load_checkpoint, pick_device
 
-out_dir = "out"  # the folder with ckpt.pt
+out_dir = "out"  # the folder with the run's checkpoints
+checkpoint = "ckpt.pt"  # ckpt.pt: the run's latest state; best.pt: its lowest validation loss
 start = "<|endoftext|>"  # the prompt, or FILE:path to read it from a file; <|endoftext|> = a new document
 num_samples = 3
 max_new_tokens = 200
@@ -30,25 +31,46 @@ dtype = "auto"
 DEFAULTS = {k: v for k, v in globals().items() if not k.startswith("_") and isinstance(v, (bool, int, float, str))}
 
 
+def check_settings(c):
+    for key in ("num_samples", "max_new_tokens"):
+        if getattr(c, key) < 1:
+            fail(f"{key}={getattr(c, key)} must be at least 1")
+    if not (c.temperature > 0 and c.temperature < float("inf")):
+        fail(f"temperature={c.temperature} must be a positive number (1 = the model's own distribution)")
+    if c.top_k < 0:
+        fail(f"top_k={c.top_k} must be 0 (all tokens) or a positive number of tokens")
+    if not 0 <= c.seed < 2**63:
+        fail(f"seed={c.seed} must be 0 or more")
+
+
+def read_prompt(start):
+    if not start.startswith("FILE:"):
+        return start
+    path = start[len("FILE:"):]
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        fail(f"--start=FILE:{path}: cannot read the prompt file ({e.strerror if isinstance(e, OSError) else e})")
+
+
 def main(argv=None):
-    c = types.SimpleNamespace(**configure(DEFAULTS, sys.argv[1:] if argv is None else argv))
+    c = types.SimpleNamespace(**configure(DEFAULTS, sys.argv[1:] if argv is None else argv)[0])
+    check_settings(c)
+    prompt = read_prompt(c.start)
     dev = pick_device(c.device)
     ctx, _ = autocast_for(dev, c.dtype)
     try:
-        model, checkpoint = load_checkpoint(os.path.join(c.out_dir, "ckpt.pt"), dev)
-    except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"error: {e}")
-    run = checkpoint.get("config", {})  # the training run's keys: where its data, and so its tokenizer, is
-    meta = read_meta(run.get("data_dir") or os.path.join(REPO, "data", run.get("dataset", ""))) or {}
-    enc = get_tokenizer(meta.get("tokenizer", "gpt2"))
+        model, ckpt = load_checkpoint(os.path.join(c.out_dir, c.checkpoint), dev)
+        run = ckpt.get("config", {})  # the training run's keys: where its data, and so its tokenizer, is
+        meta = read_meta(run.get("data_dir") or os.path.join(REPO, "data", run.get("dataset", ""))) or {}
+        enc = get_tokenizer(meta.get("tokenizer", "gpt2"))
+    except (FileNotFoundError, ValueError, RuntimeError) as e:  # RuntimeError: a tokenizer that cannot be downloaded
+        fail(e)
 
-    prompt = c.start
-    if prompt.startswith("FILE:"):
-        with open(prompt[len("FILE:"):], encoding="utf-8") as f:
-            prompt = f.read()
     ids = enc.encode(prompt, allowed_special={"<|endoftext|>"})
     if not ids:
-        raise SystemExit("error: the prompt is empty; give some text with --start=... (or --start='<|endoftext|>')")
+        fail("the prompt is empty; give some text with --start=... (or --start='<|endoftext|>')")
     x = torch.tensor([ids], dtype=torch.long, device=dev)
 
     torch.manual_seed(c.seed)  # the same seed gives the same samples

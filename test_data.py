@@ -3,15 +3,25 @@
 import importlib
 import json
 import os
+import subprocess
 import sys
+import sysconfig
 
 import numpy as np
 import pytest
 import torch
 
-from data.shards import (HEADER_BYTES, MAGIC, ShardWriter, TokenWindows, TrainLoader, atomic_write, find_shards,
-                         get_tokenizer, read_header, read_shard, val_batches, write_dataset, write_shard)
+import data.shards
+from data.shards import (DATA_ROOT, GPT2_ENCODER, HEADER_BYTES, MAGIC, ShardWriter, TokenWindows, TrainLoader,
+                         atomic_write, check_prepare_folder, find_shards, get_tokenizer, load_gpt2, max_token_id,
+                         read_header, read_meta, read_shard, repo_folder_files, val_batches, write_dataset,
+                         write_shard)
 from data.textdir.prepare import path_hash, prepare as prepare_textdir
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+STDLIB = sysconfig.get_paths()["stdlib"]
+MIXED_TEXT = "naïve café — 日本語 🙂 \t tabs\r\n  and\x00 control\x7f bytes\u00ad\u00a0!\n\n\n   \n"
+
 
 def load_script(name):
     """data/<name>/prepare.py as a module."""
@@ -292,3 +302,235 @@ def test_missing_optional_dependency_names_the_pip_command(tmp_path, monkeypatch
     monkeypatch.setitem(sys.modules, package, None)  # makes `import package` fail, installed or not
     with pytest.raises(SystemExit, match=f"pip install {package}"):
         load_script(name).main(["--out_dir", str(tmp_path)])
+
+
+# ----------------------------------------------------------------------------
+# the GPT-2 tokenizer shipped in data/gpt2_bpe
+
+def test_gpt2_tokenizer_known_ids():
+    enc = get_tokenizer()
+    assert enc is get_tokenizer("gpt2")  # built once per process
+    assert enc.encode("Hello world") == [15496, 995]
+    assert (enc.eot_token, enc.n_vocab) == (50256, 50257)
+    assert enc.encode("<|endoftext|>", allowed_special="all") == [50256]
+    # GPT-2's single-byte tokens: printable bytes first, in byte order, then the others (NUL, ..., space, ...)
+    assert [enc.encode_single_token(bytes([b])) for b in (ord("!"), 0xFF, 0, ord(" "), 0xAD)] == [0, 187, 188, 220, 255]
+    with open(os.path.join(STDLIB, "textwrap.py"), encoding="utf-8", newline="") as f:
+        text = f.read()
+    for t in (text, MIXED_TEXT):
+        assert enc.decode(enc.encode_ordinary(t)) == t
+
+
+def test_gpt2_tokenizer_matches_tiktokens(monkeypatch):
+    """The same tokens as tiktoken's own GPT-2 encoding, when its downloaded files are at hand."""
+    cache = os.path.join(REPO, "..", "shared", "tiktoken-cache")
+    if not os.path.isdir(cache):
+        pytest.skip(f"no copy of tiktoken's GPT-2 files in {cache} to compare with")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", os.path.abspath(cache))
+    import tiktoken
+    theirs, ours = tiktoken.get_encoding("gpt2"), get_tokenizer()
+    assert ours.n_vocab == theirs.n_vocab
+    assert all(ours.decode_single_token_bytes(i) == theirs.decode_single_token_bytes(i) for i in range(ours.n_vocab))
+    for rel in ("textwrap.py", "json/decoder.py", "html/entities.py", "locale.py"):
+        with open(os.path.join(STDLIB, rel), encoding="utf-8", newline="") as f:
+            text = f.read()
+        assert ours.encode_ordinary(text) == theirs.encode_ordinary(text), rel
+    assert ours.encode_ordinary(MIXED_TEXT) == theirs.encode_ordinary(MIXED_TEXT)
+
+
+def test_gpt2_tokenizer_needs_no_network(tmp_path):
+    """With an empty tiktoken cache and every download bound to fail, GPT-2 still loads (and writes no
+    cache); another tiktoken encoding fails with a message saying what to download."""
+    env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}
+    env.update(TIKTOKEN_CACHE_DIR=str(tmp_path), HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9",
+               https_proxy="http://127.0.0.1:9", http_proxy="http://127.0.0.1:9")
+    code = ("from data.shards import get_tokenizer\n"
+            "print(get_tokenizer().encode_ordinary('x'))\n"
+            "try:\n"
+            "    get_tokenizer('r50k_base')\n"
+            "except RuntimeError as e:\n"
+            "    print(e)\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "[87]"
+    assert "r50k_base.tiktoken" in lines[1] and "needs internet once" in lines[1]
+    assert os.listdir(tmp_path) == []
+
+
+def test_gpt2_encoder_file_is_checked(tmp_path):
+    changed = bytearray(open(GPT2_ENCODER, "rb").read())
+    changed[100:101] = b"7" if changed[100:101] != b"7" else b"8"
+    (tmp_path / "encoder.json").write_bytes(changed)
+    with pytest.raises(ValueError, match=r"encoder.json is not GPT-2's encoder.json \(sha256 .*changed or is corrupt"):
+        load_gpt2(str(tmp_path / "encoder.json"))
+    with pytest.raises(FileNotFoundError, match="missing"):
+        load_gpt2(str(tmp_path / "gone.json"))
+
+
+# ----------------------------------------------------------------------------
+# settings and meta.json
+
+def test_shard_tokens_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="shard_tokens must be at least 1.*got 0"):
+        ShardWriter(tmp_path, "x", "train", shard_tokens=0)
+    with pytest.raises(ValueError, match="shard_tokens must be at least 1.*got -5"):
+        write_dataset(tmp_path / "out", "x", {"train": []}, source="test", shard_tokens=-5)
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "one.txt").write_text("one file: too few to prepare, but the setting is checked first")
+    with pytest.raises(SystemExit, match="^error: shard_tokens must be at least 1"):
+        load_script("textdir").main(["--src", str(tmp_path / "src"), "--out_dir", str(tmp_path / "out"),
+                                     "--shard_tokens", "0"])
+
+
+@pytest.mark.parametrize("val_fraction", [0, 1, -0.1, 1.5, float("nan")])
+def test_val_fraction_must_lie_between_0_and_1(tmp_path, val_fraction):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "one.txt").write_text("one file: too few to prepare, but the setting is checked first")
+    with pytest.raises(ValueError, match="val_fraction must lie strictly between 0 and 1"):
+        prepare_textdir(str(tmp_path / "src"), str(tmp_path / "out"), "demo", val_fraction=val_fraction)
+    with pytest.raises(SystemExit, match="^error: val_fraction must lie strictly between 0 and 1"):
+        load_script("textdir").main(["--src", str(tmp_path / "src"), "--out_dir", str(tmp_path / "out"),
+                                     "--val_fraction", str(val_fraction)])
+    assert not (tmp_path / "out").exists()
+
+
+def test_openwebtext_checks_its_settings_before_the_download(tmp_path, monkeypatch):
+    owt = load_script("openwebtext")
+    monkeypatch.setattr(owt, "load_splits", lambda *args: pytest.fail("downloaded despite a bad setting"))
+    with pytest.raises(SystemExit, match="^error: val_fraction must lie strictly between 0 and 1.*got 0.0"):
+        owt.main(["--out_dir", str(tmp_path), "--val_fraction", "0"])
+    with pytest.raises(SystemExit, match="^error: shard_tokens must be at least 1"):
+        owt.main(["--out_dir", str(tmp_path), "--shard_tokens", "0"])
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="^error: will not prepare dataset 'openwebtext'.*notes.txt"):
+        owt.main(["--out_dir", str(tmp_path)])
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"name": "demo", "train_tok', "[1, 2]", '"demo"', "\udcff"])
+def test_malformed_meta_json(tmp_path, text):
+    (tmp_path / "meta.json").write_bytes(text.encode("utf-8", "surrogateescape"))  # the last is not UTF-8
+    with pytest.raises(ValueError, match=r"meta.json is malformed: .*Delete it and prepare the dataset again"):
+        read_meta(tmp_path)
+    assert read_meta(tmp_path / "missing") is None
+
+
+# ----------------------------------------------------------------------------
+# one dataset per folder
+
+def folder_state(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+def test_prepare_refuses_a_folder_with_other_files(tmp_path):
+    make_text_folder(tmp_path / "src")
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    (out / "notes.txt").write_text("my own notes")
+    (out / "demo_train_000000.bin").write_bytes(b"an earlier preparation's shard: may be replaced")
+    before = folder_state(out)
+    with pytest.raises(ValueError, match=r"will not prepare dataset 'demo' into .*out: it holds other files "
+                                         r"\(notes.txt, runs\)\. Choose an empty folder .*or move those files away"):
+        prepare_textdir(str(tmp_path / "src"), str(out), "demo", workers=1)
+    with pytest.raises(ValueError, match=r"other files \(notes.txt, runs\)"):
+        write_dataset(out, "demo", {"train": [np.arange(5)]}, source="test")
+    with pytest.raises(SystemExit, match=r"^error: will not prepare dataset 'pystdlib'.*notes.txt"):
+        load_script("pystdlib").main(["--out_dir", str(out), "--max_files", "3"])  # train.py --data_dir=DIR
+    assert folder_state(out) == before
+
+
+def test_prepare_refuses_another_datasets_folder(tmp_path):
+    make_text_folder(tmp_path / "src")
+    other = tmp_path / "other"
+    write_dataset(other, "demo_v2", {"train": [np.arange(5)], "val": [np.arange(3)]}, source="test")
+    before = folder_state(other)
+    with pytest.raises(ValueError, match=r"other files \(demo_v2_train_000000.bin, demo_v2_val_000000.bin, "
+                                         r"meta.json \(of dataset 'demo_v2'\)\)"):
+        prepare_textdir(str(tmp_path / "src"), str(other), "demo", workers=1)
+    assert folder_state(other) == before  # demo_v2_*.bin starts like demo_*.bin, yet nothing was deleted
+
+
+def test_prepare_accepts_its_own_folder(tmp_path):
+    out = tmp_path / "out"
+    write_dataset(out, "demo", {"train": [np.arange(5)], "val": [np.arange(3)]}, source="test")
+    (out / ".demo_train_000001.bin.x1y2.tmp").write_bytes(b"left by a killed run")
+    (out / "keep.txt").write_text("")
+    check_prepare_folder(out, "demo", allow=("keep.txt",))
+    check_prepare_folder(tmp_path / "not yet made", "demo")
+    with pytest.raises(ValueError, match=r"other files \(keep.txt\)"):
+        check_prepare_folder(out, "demo")
+    with pytest.raises(ValueError, match="it is a file, not a folder"):
+        check_prepare_folder(out / "keep.txt", "demo")
+    # the repo's own data/<name>/ folders keep their prepare.py beside the shards; other folders do not
+    assert repo_folder_files(os.path.join(DATA_ROOT, "pystdlib")) == ("prepare.py", "__pycache__")
+    assert repo_folder_files(os.path.join(DATA_ROOT, "new_dataset")) == ("prepare.py", "__pycache__")
+    assert repo_folder_files(DATA_ROOT) == repo_folder_files(tmp_path / "pystdlib") == ()
+    repo_pystdlib = os.path.join(DATA_ROOT, "pystdlib")  # prepare.py, __pycache__, maybe shards: accepted
+    check_prepare_folder(repo_pystdlib, "pystdlib", repo_folder_files(repo_pystdlib))
+
+
+def test_fineweb_checks_the_folder_before_downloading(tmp_path, monkeypatch):
+    fineweb = load_script("fineweb")
+    monkeypatch.setattr(fineweb, "download", lambda names, out_dir: pytest.fail("downloaded into a foreign folder"))
+    (tmp_path / "model.pt").write_bytes(b"")
+    with pytest.raises(SystemExit, match=r"^error: will not prepare dataset 'fineweb'.*\(model.pt\)"):
+        fineweb.main(["--shards", "1", "--out_dir", str(tmp_path)])
+    (tmp_path / "model.pt").unlink()
+    (tmp_path / ".cache" / "huggingface").mkdir(parents=True)  # huggingface_hub's bookkeeping: allowed
+    def fake_download(names, out_dir):
+        for name in names:
+            hand_written_shard(os.path.join(out_dir, name), [1, 2])
+    monkeypatch.setattr(fineweb, "download", fake_download)
+    fineweb.main(["--shards", "1", "--out_dir", str(tmp_path)])
+    assert read_meta(tmp_path)["name"] == "fineweb"
+
+
+def test_reading_refuses_two_datasets_in_one_folder(tmp_path):
+    write_shard(tmp_path / "a_train_000000.bin", np.arange(100))
+    write_shard(tmp_path / "a_val_000000.bin", np.arange(100))
+    assert find_shards(tmp_path, "train") == [str(tmp_path / "a_train_000000.bin")]
+    write_shard(tmp_path / "b_val_000000.bin", np.arange(100))
+    for split in ("train", "val"):
+        with pytest.raises(ValueError, match=r"holds the shards of 2 datasets \(a, b\): keep one dataset per folder"):
+            find_shards(tmp_path, split)
+    with pytest.raises(ValueError, match="keep one dataset per folder"):
+        TrainLoader(tmp_path, block_size=8, batch_size=2, seed=0)
+
+
+# ----------------------------------------------------------------------------
+# the largest token id, to check against vocab_size
+
+def all_tokens(folder):
+    return np.concatenate([read_shard(p) for s in ("train", "val") for p in find_shards(folder, s)])
+
+
+def test_max_token_recorded_at_preparation(tmp_path, monkeypatch):
+    monkeypatch.setattr(data.shards, "SCAN_TOKENS", 3)  # several slices per shard
+    docs = {"train": [np.array([5, 9, 1]), np.array([40000, 2])], "val": [np.array([7, 65000, 3, 3, 3, 3, 3])]}
+    meta = write_dataset(tmp_path, "x", docs, source="test", shard_tokens=4)
+    assert meta["max_token"] == int(all_tokens(tmp_path).max()) == 65000
+    assert read_meta(tmp_path)["max_token"] == 65000 and max_token_id(tmp_path) == 65000
+
+    # meta.json is believed while it lists exactly the shards present, with their token counts ...
+    on_disk = read_meta(tmp_path)
+    (tmp_path / "meta.json").write_text(json.dumps(dict(on_disk, max_token=11)))
+    assert max_token_id(tmp_path) == 11
+    # ... a shard of another length makes it read the shards again
+    write_shard(tmp_path / "x_train_000001.bin", [65500, 0])  # meta.json says 1 token
+    assert max_token_id(tmp_path) == 65500
+    write_shard(tmp_path / "x_train_000001.bin", [65500])  # the recorded length again: believed again
+    assert max_token_id(tmp_path) == 11
+    # ... and so does another shard file, even with the same token counts
+    (tmp_path / "x_train_000001.bin").rename(tmp_path / "x_train_000002.bin")
+    assert max_token_id(tmp_path) == 65500
+
+
+def test_max_token_without_meta_json(tmp_path, monkeypatch):
+    monkeypatch.setattr(data.shards, "SCAN_TOKENS", 4)
+    hand_written_shard(tmp_path / "fineweb_val_000000.bin", [1, 2, 3, 4, 5, 6, 7, 8, 9, 50256])  # max in the last slice
+    hand_written_shard(tmp_path / "fineweb_train_000001.bin", [9, 8, 7])
+    assert max_token_id(tmp_path) == 50256
+    hand_written_shard(tmp_path / "fineweb_train_000002.bin", [65535])
+    assert max_token_id(tmp_path) == 65535
+    assert max_token_id(tmp_path / "empty") == -1

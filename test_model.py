@@ -12,7 +12,7 @@ from model import GPT, DyT, GatedNorm, GPTConfig, PreAffine, RMSNorm, apply_rope
 C, H, HKV, D, VOCAB = 32, 4, 2, 8, 97
 BASE = dict(block_size=24, vocab_size=VOCAB, n_layer=2, n_head=H, n_kv_head=HKV, n_embd=C)
 
-# (variant name, config overrides, exact gate parameters per layer from PAPER-NOTES §1: d_model x score width)
+# (variant name, config overrides, exact gate parameters per layer from PAPERS.md: d_model x scores per token)
 GATES = [
     ("none", dict(gate="none"), 0),
     ("g1_elementwise", dict(gate="g1"), C * H * D),

@@ -1,7 +1,10 @@
 """Tests of train.py and sample.py on tiny models and a slice of real data (CPU, about a minute)."""
 
 import json
+import math
 import os
+import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,8 +20,8 @@ from data.pystdlib.prepare import prepare as prepare_pystdlib
 REPO = os.path.dirname(os.path.abspath(__file__))
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4", "--eval_iters=2",
         "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3", "--device=cpu"]
-CKPT_KEYS = {"model", "optimizer", "scaler", "model_args", "iter_num", "val_loss", "best_val_loss", "config", "rng",
-             "loader", "health"}
+CKPT_KEYS = {"model", "optimizer", "scaler", "model_args", "iter_num", "val_loss", "best_val_loss", "best_iter",
+             "config", "rng", "loader", "health"}
 
 
 def run_cli(*args, check=True, timeout=300):
@@ -32,6 +35,17 @@ def run_cli(*args, check=True, timeout=300):
 def read_log(out_dir):
     with open(os.path.join(out_dir, "log.jsonl")) as f:
         return [json.loads(line) for line in f]
+
+
+def close(a, b, rel):
+    """a == b up to a relative tolerance, where either may be None (a statistic the model does not have)."""
+    return a is None and b is None or (a is not None and b is not None and math.isclose(a, b, rel_tol=rel, abs_tol=1e-7))
+
+
+def folder_state(path):
+    """Every file under path with its bytes: a refused command must leave this exactly as it was."""
+    path = pathlib.Path(path)
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="session")
@@ -89,7 +103,7 @@ def test_resume_continues_the_run_exactly(stdlib_data, tmp_path):
     assert [r["iter"] for r in split] == [r["iter"] for r in straight] == [0, 2, 4, 6, 8]
     for a, b in zip(straight, split):
         for key in ("train_loss", "val_loss", "lr", "max_act", "gate_mean"):
-            assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-7), (a["iter"], key)
+            assert close(a[key], b[key], rel=1e-6), (a["iter"], key, a[key], b[key])
     _, ckpt_a = train.load_checkpoint(str(tmp_path / "straight" / "ckpt.pt"))
     _, ckpt_b = train.load_checkpoint(str(tmp_path / "split" / "ckpt.pt"))
     for name, tensor in ckpt_a["model"].items():
@@ -135,7 +149,7 @@ train.save_checkpoint(checkpoint, {str(path)!r})
     assert path.read_bytes() == before
     assert [p.name for p in out_dir.iterdir() if p.name.endswith(".tmp")]  # its partial file, under another name
     train.main(args + ["--max_iters=4", "--init_from=resume"])  # resumes from the intact file, clears the debris
-    assert sorted(p.name for p in out_dir.iterdir()) == ["ckpt.pt", "log.jsonl"]
+    assert sorted(p.name for p in out_dir.iterdir()) == ["best.pt", "ckpt.pt", "log.jsonl"]
     assert [r["iter"] for r in read_log(out_dir)] == [0, 2, 4]
 
 
@@ -176,7 +190,7 @@ def test_nonfinite_steps_are_skipped_and_counted(stdlib_data, tmp_path, monkeypa
 def test_a_diverged_run_stops_and_keeps_the_last_good_checkpoint(stdlib_data, tmp_path, monkeypatch, capsys):
     poison_forward(monkeypatch, bad_calls=set(range(7, 100)), break_weights_at=7)  # from step 6 on
     out_dir = tmp_path / "run"
-    with pytest.raises(SystemExit, match=r"5 non-finite steps in a row \(max_nonfinite=5\).*last good state"):
+    with pytest.raises(SystemExit, match=r"5 non-finite steps in a row \(max_nonfinite=5\).*last finite state and best.pt the best \(iter 6\)"):
         train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=30",
                            "--eval_interval=3", "--max_nonfinite=5"])
     assert "not saving" in capsys.readouterr().out  # the eval at iter 9 saw NaN weights
@@ -211,13 +225,14 @@ def test_bad_keys_and_values(args, message):
 def test_config_files(tmp_path):
     good = tmp_path / "good.py"
     good.write_text("import math\nlearning_rate = 1\nn_layer = 2 * 3\ngate = 'g2'\n")
-    config = train.configure(train.DEFAULTS, [str(good), "--n_kv_head=2", "--mlp_hidden=None"], train.KEY_TYPES)
+    config, given = train.configure(train.DEFAULTS, [str(good), "--n_kv_head=2", "--mlp_hidden=None"], train.KEY_TYPES)
+    assert given == {"learning_rate", "n_layer", "gate", "n_kv_head", "mlp_hidden"}  # a flag counts even at its default
     assert config["learning_rate"] == 1.0 and type(config["learning_rate"]) is float  # ints are fine for floats
     assert (config["n_layer"], config["gate"], config["n_kv_head"], config["mlp_hidden"]) == (6, "g2", 2, None)
-    quoted = train.configure(train.DEFAULTS, ["--gate='g3'", "--wandb_run_name=42", "--norm=dyt"], train.KEY_TYPES)
+    quoted, _ = train.configure(train.DEFAULTS, ["--gate='g3'", "--wandb_run_name=42", "--norm=dyt"], train.KEY_TYPES)
     assert (quoted["gate"], quoted["wandb_run_name"], quoted["norm"]) == ("g3", "42", "dyt")  # quotes optional
     for name in os.listdir(os.path.join(REPO, "config")):  # the shipped configs name only real keys
-        assert train.configure(train.DEFAULTS, [f"config/{name}"], train.KEY_TYPES)["dataset"]
+        assert train.configure(train.DEFAULTS, [f"config/{name}"], train.KEY_TYPES)[0]["dataset"]
     bad = tmp_path / "bad.py"
     bad.write_text("learning_rat = 1e-3\n")
     with pytest.raises(SystemExit, match="bad.py: unknown key 'learning_rat'"):
@@ -251,14 +266,13 @@ def test_ddp_on_cpu_with_gloo_matches_one_process(stdlib_data, tmp_path):
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr  # torchrun: 0 only if both ranks exit 0
     assert result.stdout.count("done: 6 iterations") == 1  # only rank 0 prints...
-    assert sorted(os.listdir(tmp_path / "ddp")) == ["ckpt.pt", "log.jsonl"]  # ...and writes
+    assert sorted(os.listdir(tmp_path / "ddp")) == ["best.pt", "ckpt.pt", "log.jsonl"]  # ...and writes
     train.main(common + [f"--out_dir={tmp_path / 'one'}", "--batch_size=4", "--eval_iters=2"])
 
     ddp, one = read_log(tmp_path / "ddp"), read_log(tmp_path / "one")
     assert [r["iter"] for r in ddp] == [0, 3, 6]
     for a, b in zip(ddp, one):
-        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
-        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+        assert close(a["val_loss"], b["val_loss"], rel=1e-4) and close(a["train_loss"], b["train_loss"], rel=1e-4)
     assert ddp[-1]["val_loss"] < ddp[0]["val_loss"]
 
 
@@ -285,3 +299,189 @@ def test_sample_is_deterministic_with_a_seed(tiny_run, tmp_path, capsys):
 def test_sample_without_a_checkpoint(tmp_path):
     with pytest.raises(SystemExit, match="no checkpoint at"):
         sample.main([f"--out_dir={tmp_path}"])
+
+
+# ----------------------------------------------------------------------------
+# a careless user's mistakes: one clear line, nothing lost, no run folder changed by a command that fails
+
+def test_a_diverging_run_never_replaces_the_best_checkpoint(stdlib_data, tmp_path, capsys):
+    out_dir = tmp_path / "run"
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=3"]
+    train.main(args + ["--max_iters=6"])
+    best_before = (out_dir / "best.pt").read_bytes()
+    _, best = train.load_checkpoint(str(out_dir / "best.pt"))
+    assert best["val_loss"] == min(r["val_loss"] for r in read_log(out_dir)[1:])
+    capsys.readouterr()
+    # the user's mistake: resume at an absurd learning rate; the loss climbs far while staying finite
+    train.main(args + ["--init_from=resume", "--max_iters=12", "--learning_rate=30.0", "--min_lr=30.0"])
+    printed = capsys.readouterr().out
+    log = read_log(out_dir)
+    assert log[-1]["val_loss"] > best["val_loss"] + 1.0, [r["val_loss"] for r in log]
+    assert "WARNING: the validation loss rose" in printed and "which best.pt keeps" in printed
+    assert (out_dir / "best.pt").read_bytes() == best_before  # the good state is untouched
+    _, latest = train.load_checkpoint(str(out_dir / "ckpt.pt"))  # the latest state (always_save_checkpoint)
+    assert latest["iter_num"] == 12 and latest["best_iter"] == best["iter_num"]
+
+
+def test_without_always_save_a_worse_state_replaces_nothing(stdlib_data, tmp_path):
+    out_dir = tmp_path / "run"
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=3"]
+    train.main(args + ["--max_iters=6"])
+    before = folder_state(out_dir)
+    train.main(args + ["--init_from=resume", "--max_iters=9", "--learning_rate=30.0", "--min_lr=30.0",
+                       "--always_save_checkpoint=False"])
+    after = folder_state(out_dir)
+    assert after["ckpt.pt"] == before["ckpt.pt"] and after["best.pt"] == before["best.pt"]
+    assert [r["iter"] for r in read_log(out_dir)] == [0, 3, 6, 9]
+
+
+def test_a_new_run_never_starts_over_an_existing_run(stdlib_data, tmp_path):
+    out_dir = tmp_path / "run"
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=2"]
+    train.main(args + ["--max_iters=2"])
+    before = folder_state(out_dir)
+    with pytest.raises(SystemExit, match=r"already holds a run .*--init_from=resume.*--overwrite=True"):
+        train.main(args + ["--max_iters=4"])
+    # told to overwrite, but failing before the first step (no such data): still nothing changed
+    with pytest.raises(SystemExit, match="not prepared"):
+        train.main(TINY + [f"--data_dir={tmp_path / 'empty'}", "--dataset=other", f"--out_dir={out_dir}",
+                           "--overwrite=True"])
+    # a resume that fails on its data changes nothing either (not even the log's trimming)
+    with pytest.raises(SystemExit, match="not prepared"):
+        train.main(TINY + [f"--data_dir={tmp_path / 'empty'}", "--dataset=other", f"--out_dir={out_dir}",
+                           "--init_from=resume", "--max_iters=4"])
+    assert folder_state(out_dir) == before
+    train.main(args + ["--max_iters=3", "--eval_interval=3", "--overwrite=True"])  # asked for: a new run
+    assert [r["iter"] for r in read_log(out_dir)] == [0, 3]
+    assert train.load_checkpoint(str(out_dir / "best.pt"))[1]["iter_num"] == 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max_iters=-1"], "max_iters=-1 must be at least 1"),
+    (["--eval_only=True"], "eval_only=True evaluates a trained run: add --init_from=resume"),
+    (["--learning_rate=-0.1"], "learning_rate=-0.1 is not valid; it must be a positive number"),
+    (["--min_lr=0.5"], "min_lr=0.5 is not valid; it must be between 0 and learning_rate"),
+    (["--beta1=2.0"], "beta1=2.0 is not valid; it must be in [0, 1)"),
+    (["--seed=-1"], "seed=-1 must be in 0.."),
+    (["--lr_decay_iters=0"], "lr_decay_iters=0 must be at least 1 and at least warmup_iters=2"),
+    (["--warmup_iters=-5"], "warmup_iters=-5 must be 0 or more"),
+    (["--grad_clip=-1.0"], "grad_clip=-1.0 is not valid"),
+    (["--device=gpu"], "device='gpu' is not valid"),
+    (["--vocab_size=1000"], "hold token id"),  # GPT-2 ids in the data, a model with 1000 tokens
+])
+def test_meaningless_settings_are_refused_before_anything_is_written(stdlib_data, tmp_path, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}"] + args)
+    assert message in str(exit_info.value.code)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("n_layer = 2\nlearning_rate = 1e-3 +\n", "line 2: invalid syntax"),
+    ("n_layer = 2\n\nbatch_size = undefined_name\n", "line 3: NameError: name 'undefined_name' is not defined"),
+    ("learning_rate = float('nan')\n", "learning_rate=nan is not valid"),
+])
+def test_config_file_mistakes_name_the_file_and_line(tmp_path, text, message):
+    path = tmp_path / "my_config.py"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([str(path), f"--out_dir={tmp_path / 'run'}"])
+    assert "my_config.py" in str(exit_info.value.code) or "nan" in message
+    assert message in str(exit_info.value.code)
+
+
+def test_resume_keeps_the_runs_own_data_and_settings(stdlib_data, tmp_path, capsys):
+    out_dir = tmp_path / "run"
+    train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=2", "--eval_interval=2",
+                       "--batch_size=3"])
+    capsys.readouterr()
+    # only what changes: the data, the model and batch_size come from the checkpoint, not from the defaults
+    train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=4", "--device=cpu"])
+    printed = capsys.readouterr().out
+    assert f"data: {stdlib_data}" in printed and "WARNING" not in printed
+    assert [line for line in printed.splitlines() if line.startswith("note:")] == [
+        "note: resuming with max_iters=4 (the run had 2)"]  # nothing spurious (n_kv_head, ...)
+    _, checkpoint = train.load_checkpoint(str(out_dir / "ckpt.pt"))
+    assert checkpoint["iter_num"] == 4 and checkpoint["config"]["batch_size"] == 3
+    assert checkpoint["config"]["data_dir"] == str(stdlib_data)
+    # other data only when asked for, and loudly
+    other = tmp_path / "other"
+    shutil.copytree(stdlib_data, other)
+    train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=6", f"--data_dir={other}", "--device=cpu"])
+    assert "WARNING: this run was trained on" in capsys.readouterr().out
+    # the model cannot change under a resumed run
+    before = folder_state(out_dir)
+    with pytest.raises(SystemExit, match=r"n_layer=3 differs from the run .*\(n_layer=1\)"):
+        train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=8", "--n_layer=3"])
+    assert folder_state(out_dir) == before
+
+
+def test_default_dataset_is_never_prepared_into_a_folder_with_other_files(tmp_path):
+    mine = tmp_path / "my_folder"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's own file")
+    before = folder_state(mine)
+    with pytest.raises(SystemExit, match="notes.txt"):
+        train.main([f"--data_dir={mine}", f"--out_dir={tmp_path / 'run'}", "--device=cpu"])
+    assert folder_state(mine) == before and not (tmp_path / "run").exists()
+
+
+def test_unreadable_files_are_one_clear_line(tiny_run, stdlib_data, tmp_path):
+    # a truncated checkpoint: resume and sample.py say what it is, without a traceback
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    data = (run / "ckpt.pt").read_bytes()
+    (run / "ckpt.pt").write_bytes(data[:len(data) // 2])
+    with pytest.raises(SystemExit, match="is not a readable checkpoint.*best.pt"):
+        train.main([f"--out_dir={run}", "--init_from=resume", "--max_iters=9", "--device=cpu"])
+    result = run_cli("sample.py", f"--out_dir={run}", "--device=cpu", check=False)
+    assert result.returncode == 1 and "is not a readable checkpoint" in result.stderr
+    assert "Traceback" not in result.stderr
+    # best.pt is a separate file and still whole
+    assert run_cli("sample.py", f"--out_dir={run}", "--checkpoint=best.pt", "--device=cpu",
+                   "--max_new_tokens=5", "--num_samples=1").returncode == 0
+
+    # a malformed meta.json in the dataset
+    data_dir = tmp_path / "data"
+    shutil.copytree(stdlib_data, data_dir)
+    (data_dir / "meta.json").write_text('{"name": "pystdlib", "vocab_')
+    with pytest.raises(SystemExit, match="meta.json"):
+        train.main(TINY + [f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'new'}"])
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_out_dir_that_cannot_be_written(stdlib_data, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(SystemExit, match="cannot be written"):
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={blocker / 'run'}", "--max_iters=2"])
+
+
+def test_a_full_disk_stops_the_run_and_keeps_the_saved_state(stdlib_data, tmp_path, monkeypatch):
+    out_dir = tmp_path / "run"
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=2"]
+    train.main(args + ["--max_iters=2"])
+    before = folder_state(out_dir)
+
+    def full_disk(obj, f):
+        f.write(b"part of a checkpoint")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(SystemExit, match="could not save a checkpoint .*No space left on device.*keep the states"):
+        train.main(args + ["--max_iters=4", "--init_from=resume"])
+    after = folder_state(out_dir)
+    assert after["ckpt.pt"] == before["ckpt.pt"] and after["best.pt"] == before["best.pt"]
+    assert not [name for name in after if name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--start=FILE:/no/such/prompt.txt"], "cannot read the prompt file"),
+    (["--top_k=-5"], "top_k=-5 must be 0"),
+    (["--temperature=0.0"], "temperature=0.0 must be a positive number"),
+    (["--num_samples=0"], "num_samples=0 must be at least 1"),
+    (["--checkpoint=nothing.pt"], "no checkpoint at"),
+])
+def test_sample_mistakes(tiny_run, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        sample.main([f"--out_dir={tiny_run}", "--device=cpu"] + args)
+    assert message in str(exit_info.value.code)

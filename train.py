@@ -13,11 +13,15 @@ Every key below can be set by a config file (plain Python assignments, run in th
 --key=value (read as a Python literal and checked against the default's type). The model flags are the
 fields of model.GPTConfig (gate, gate_granularity, norm, ...), at the defaults model.py gives them.
 
-Writes out_dir/log.jsonl (one JSON record per eval) and out_dir/ckpt.pt; `--init_from=resume` continues
-from ckpt.pt exactly where the run left off (same data, same random numbers).
+Writes out_dir/log.jsonl (one JSON record per eval), out_dir/ckpt.pt (the latest state) and out_dir/best.pt
+(the state with the lowest validation loss: a worse or diverged state never replaces it). `--init_from=resume`
+continues from ckpt.pt exactly where the run left off (same data, same random numbers, same settings unless a
+flag changes them). A new run never starts over an existing run's folder unless --overwrite=True, and nothing
+in out_dir changes until the first evaluation, so a command that fails early leaves the folder as it was.
 """
 
 import ast
+import builtins  # this file's `compile` is a config key
 import ctypes
 import dataclasses
 import difflib
@@ -26,8 +30,11 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
+import tempfile
 import time
+import traceback
 import types
 from contextlib import nullcontext
 
@@ -36,7 +43,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from data.shards import TrainLoader, atomic_write, find_shards, read_meta, val_batches
+from data.shards import TrainLoader, atomic_write, find_shards, max_token_id, read_meta, val_batches
 from model import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------
@@ -47,9 +54,10 @@ out_dir = "out"
 eval_interval = 50
 log_interval = 10
 eval_iters = 20  # validation batches per eval: the same windows every time (data.shards.val_batches)
-eval_only = False  # evaluate once and exit
-always_save_checkpoint = True  # else only when the validation loss improves
-init_from = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt)
+eval_only = False  # evaluate a trained run once (with init_from='resume') and exit; writes nothing
+always_save_checkpoint = True  # ckpt.pt gets the latest state at every eval; else only when the val loss improves
+init_from = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt, with that run's settings)
+overwrite = False  # let a new run (init_from='scratch') replace the run already in out_dir
 # wandb logging (pip install wandb)
 wandb_log = False
 wandb_project = "gated-attention"
@@ -99,7 +107,8 @@ KEY_TYPES = {k: type(v) if v is not None else GPTConfig.__dataclass_fields__[k].
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 SPIKE_EMA = 0.95  # decay of the running mean that a loss spike is measured against (about 20 steps)
-CHECKPOINT = "ckpt.pt"
+CHECKPOINT = "ckpt.pt"  # the latest state: what --init_from=resume continues
+BEST = "best.pt"  # the state with the lowest validation loss: never replaced by a worse one
 
 
 def fail(message):
@@ -126,24 +135,27 @@ def _unknown(key, where, defaults):
 
 def configure(defaults, argv, key_types=None):
     """nanoGPT's configurator: a copy of `defaults` changed by config files (Python run with the current
-    values as globals) and --key=value overrides, applied in the order given. Unknown keys and values of
-    the wrong type stop with a message naming them."""
+    values as globals) and --key=value overrides, applied in the order given. Unknown keys, values of the
+    wrong type and errors inside a config file stop with a message naming them (file and line).
+    Returns (config, given): given is the set of keys that a file or a flag set."""
     key_types = key_types or {k: type(v) for k, v in defaults.items()}
-    config = dict(defaults)
+    config, given = dict(defaults), set()
     for arg in argv:
         if not arg.startswith("--"):
             path = arg if os.path.isfile(arg) else os.path.join(REPO, arg)
             if not os.path.isfile(path):
                 fail(f"config file {arg} not found (arguments are config files or --key=value)")
             scope = dict(config)
-            with open(path) as f:
-                exec(f.read(), scope)
+            run_config_file(arg, path, scope)
             for key, value in scope.items():
                 if key.startswith("_") or isinstance(value, types.ModuleType) or callable(value):
                     continue  # imports and helpers a config file may use
                 if key not in defaults:
                     _unknown(key, arg, defaults)
-                config[key] = _typed(key, value, arg, defaults, key_types)
+                value = _typed(key, value, arg, defaults, key_types)
+                if value != config[key]:  # what the file changed (a file cannot be seen assigning a value unchanged)
+                    config[key] = value
+                    given.add(key)
             continue
         key, eq, text = arg[2:].partition("=")
         if not eq:
@@ -159,7 +171,23 @@ def configure(defaults, argv, key_types=None):
         elif key_types[key] is not str and value is text:
             fail(f"{arg}: {key} must be {key_types[key].__name__}, got {text!r}")
         config[key] = _typed(key, value, arg, defaults, key_types)
-    return config
+        given.add(key)
+    return config, given
+
+
+def run_config_file(arg, path, scope):
+    """exec a config file into scope; a mistake in it becomes one line naming the file and the line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            code = builtins.compile(f.read(), path, "exec")  # under its own name, so errors point into it
+        exec(code, scope)
+    except SyntaxError as e:
+        fail(f"{arg} line {e.lineno}: {e.msg} (a config file is Python: key = value lines)")
+    except (OSError, UnicodeDecodeError) as e:
+        fail(f"config file {arg} cannot be read: {e}")
+    except Exception as e:  # NameError, ZeroDivisionError, ... raised by the file's own code
+        lines = [frame.lineno for frame in traceback.extract_tb(e.__traceback__) if frame.filename == path]
+        fail(f"{arg} line {lines[-1] if lines else '?'}: {type(e).__name__}: {e}")
 
 
 def dataset_dir(dataset, data_dir=""):
@@ -173,8 +201,16 @@ def pick_device(name, local_rank=None):
         name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     if name == "cuda" and local_rank is not None:
         name = f"cuda:{local_rank}"
-    if name.startswith("cuda") and not torch.cuda.is_available():
+    try:
+        kind = torch.device(name).type
+    except (RuntimeError, ValueError):
+        kind = None
+    if kind not in ("cpu", "cuda", "mps"):
+        fail(f"device={name!r} is not valid; choose 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
+    if kind == "cuda" and not torch.cuda.is_available():
         fail(f"device={name!r} but CUDA is not available here; use --device=cpu (or auto)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        fail(f"device={name!r} but MPS (Apple GPU) is not available here; use --device=cpu (or auto)")
     return name
 
 
@@ -234,7 +270,73 @@ def describe(record):
 
 
 # -----------------------------------------------------------------------------
-# Checkpoints
+# Settings: checked before anything is read or written, so a mistake costs nothing
+
+POSITIVE_INTS = ("batch_size", "block_size", "eval_interval", "log_interval", "eval_iters",
+                 "gradient_accumulation_steps", "max_nonfinite", "max_iters")
+# keys that belong to one command, not to the run: a resumed run takes them from this command, never
+# from the checkpoint (a run trained on one machine may be resumed on another)
+PER_COMMAND = ("out_dir", "init_from", "eval_only", "overwrite", "device", "dtype", "compile", "backend")
+DATA_KEYS = ("dataset", "data_dir")
+RESUME_KEYS = {"model", "optimizer", "scaler", "model_args", "iter_num", "val_loss", "best_val_loss", "config", "rng",
+               "loader", "health"}
+
+
+def check_settings(c):
+    """Refuse meaningless settings with one line naming the key and what is allowed."""
+    if c.init_from not in ("scratch", "resume"):
+        fail(f"init_from={c.init_from!r} is not valid; choose 'scratch' or 'resume'")
+    for key in POSITIVE_INTS:
+        if getattr(c, key) < 1:
+            fail(f"{key}={getattr(c, key)} must be at least 1")
+    if c.eval_only and c.init_from != "resume":
+        fail("eval_only=True evaluates a trained run: add --init_from=resume (a new model would be random)")
+    ranges = {  # key: (the test a value must pass, what is allowed); NaN and infinity never pass
+        "learning_rate": (lambda x: x > 0, "a positive number"),
+        "min_lr": (lambda x: 0 <= x <= c.learning_rate, f"between 0 and learning_rate={c.learning_rate}"),
+        "weight_decay": (lambda x: x >= 0, "0 or more"),
+        "grad_clip": (lambda x: x >= 0, "0 (no clipping) or more"),
+        "beta1": (lambda x: 0 <= x < 1, "in [0, 1)"),
+        "beta2": (lambda x: 0 <= x < 1, "in [0, 1)"),
+        "spike_threshold": (lambda x: x > 0, "a positive number of nats"),
+    }
+    for key, (ok, allowed) in ranges.items():
+        value = getattr(c, key)
+        if not (math.isfinite(value) and ok(value)):
+            fail(f"{key}={value} is not valid; it must be {allowed}")
+    if c.warmup_iters < 0:
+        fail(f"warmup_iters={c.warmup_iters} must be 0 or more")
+    if c.decay_lr and c.lr_decay_iters < max(1, c.warmup_iters):
+        fail(f"lr_decay_iters={c.lr_decay_iters} must be at least 1 and at least warmup_iters={c.warmup_iters} "
+             "(the cosine decay follows the warmup; usually lr_decay_iters = max_iters)")
+    if not 0 <= c.seed < 2**31:
+        fail(f"seed={c.seed} must be in 0..{2**31 - 1}")
+
+
+def resume_settings(argv, checkpoint, ckpt_path):
+    """A resumed run continues with its own settings: the checkpoint's, changed only by what this command
+    sets. Model flags cannot change; other changes are announced, data changes loudly."""
+    saved = {k: v for k, v in checkpoint["config"].items() if k in DEFAULTS and k not in PER_COMMAND}
+    config, given = configure({**DEFAULTS, **saved}, argv, KEY_TYPES)
+    notes = []
+    for key in sorted(given):
+        if key in PER_COMMAND or key not in saved or config[key] == saved[key]:
+            continue
+        if key in checkpoint["model_args"] and key != "attn_backend":  # the backend is not part of the model
+            fail(f"{key}={config[key]!r} differs from the run in {ckpt_path} ({key}={saved[key]!r}): a resumed run "
+                 "keeps its model. Start a new run in another out_dir to change the model.")
+        if key not in DATA_KEYS:
+            notes.append(f"note: resuming with {key}={config[key]!r} (the run had {saved[key]!r})")
+    old = os.path.abspath(dataset_dir(saved.get("dataset", ""), saved.get("data_dir", "")))
+    new = os.path.abspath(dataset_dir(config["dataset"], config["data_dir"]))
+    if old != new:
+        notes.append(f"WARNING: this run was trained on {old}; it now continues on {new}, because this command "
+                     "says so (--dataset/--data_dir). Leave both out to continue on the run's own data.")
+    return config, notes
+
+
+# -----------------------------------------------------------------------------
+# Checkpoints and the run folder
 
 def rng_state():
     np_state = np.random.get_state()
@@ -259,48 +361,145 @@ def save_checkpoint(checkpoint, path):
     atomic_write(path, lambda f: torch.save(checkpoint, f))
 
 
-def load_checkpoint(path, device="cpu"):
-    """The one place a checkpoint becomes a model: returns (GPT in eval mode on device, checkpoint dict).
-    Used by training's resume, sample.py and analysis scripts."""
+def read_checkpoint(path):
+    """A checkpoint file as a dict. A missing file raises FileNotFoundError, an unreadable one ValueError,
+    each with a message for the user."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path}: train one first (python train.py --out_dir=...)")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     try:
-        config = GPTConfig(**checkpoint["model_args"])
-    except TypeError as e:
-        raise ValueError(f"{path} does not match this model.py's GPTConfig ({e})") from None
-    model = GPT(config)
-    # a model saved from torch.compile's wrapper has its keys prefixed with _orig_mod.
-    model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in checkpoint["model"].items()})
-    return model.to(device).eval(), checkpoint
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a truncated zip, a file that is not a checkpoint, an unpicklable object, ...
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path} is not a readable checkpoint ({reason[:200]}): it is truncated, corrupt or not "
+                         f"from train.py. Its folder's {BEST} (the best earlier state) may still be whole.") from None
+    if not isinstance(checkpoint, dict) or not {"model", "model_args"} <= checkpoint.keys():
+        raise ValueError(f"{path} is not a train.py checkpoint (no model weights and model_args in it)")
+    return checkpoint
 
 
-def trim_log(path, last_iter):
-    """On resume: keep the log's records up to the checkpoint, so the log reads as one run."""
-    if not os.path.isfile(path):
-        return
-    keep = []
-    with open(path) as f:
-        for line in f:
-            try:
-                if json.loads(line)["iter"] <= last_iter:
-                    keep.append(line)
-            except (ValueError, KeyError):
-                pass  # a line cut short by a crash
-    atomic_write(path, lambda f: f.write("".join(keep).encode()))
+def model_from_checkpoint(checkpoint, path, device="cpu", attn_backend=None):
+    """The GPT a checkpoint holds, in eval mode on device (attn_backend: run it with another attention backend)."""
+    args = dict(checkpoint["model_args"], **({"attn_backend": attn_backend} if attn_backend else {}))
+    try:
+        model = GPT(GPTConfig(**args))
+        # a model saved from torch.compile's wrapper has its keys prefixed with _orig_mod.
+        model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in checkpoint["model"].items()})
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"{path} does not match this model.py's GPT ({str(e).splitlines()[0]})") from None
+    return model.to(device).eval()
+
+
+def load_checkpoint(path, device="cpu"):
+    """The one place a checkpoint file becomes a model: returns (GPT in eval mode on device, checkpoint dict).
+    Used by sample.py and the analysis scripts; raises FileNotFoundError or ValueError with a user message."""
+    checkpoint = read_checkpoint(path)
+    return model_from_checkpoint(checkpoint, path, device), checkpoint
+
+
+def read_log(path):
+    """The records of a log.jsonl; a line cut short by a crash is left out."""
+    records = []
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    pass
+    return records
+
+
+class RunFolder:
+    """Everything a run writes to out_dir: log.jsonl, ckpt.pt (the latest state) and best.pt (the state
+    with the lowest validation loss). Nothing in the folder changes before the first log record, so a
+    command that fails while starting (bad data, bad flags) leaves an earlier run's folder as it was."""
+
+    RUN_FILES = ("log.jsonl", CHECKPOINT, BEST)
+
+    def __init__(self, out_dir, start_iter):
+        self.out_dir, self.start_iter, self.started = out_dir, start_iter, False
+        self.log_path, self.ckpt_path, self.best_path = (os.path.join(out_dir, n) for n in self.RUN_FILES)
+
+    @staticmethod
+    def holds_a_run(out_dir):
+        return [n for n in RunFolder.RUN_FILES if os.path.exists(os.path.join(out_dir, n))]
+
+    def check_writable(self):
+        """Make out_dir (an empty new folder changes no run) and make sure files can be written there."""
+        try:
+            os.makedirs(self.out_dir, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.out_dir):
+                pass
+        except OSError as e:
+            fail(f"out_dir={self.out_dir!r} cannot be written: {e.strerror or e}; choose another --out_dir")
+
+    def _start(self):
+        """The first write of this command: a new run replaces the old files (--overwrite=True was given,
+        or there were none); a resumed run drops the records after its checkpoint, so the log reads as one run."""
+        for stale in glob.glob(os.path.join(self.out_dir, ".*.tmp")):
+            os.remove(stale)  # the partial file of a run killed while saving (the named files are whole)
+        if self.start_iter == 0:
+            for name in (CHECKPOINT, BEST):
+                if os.path.exists(os.path.join(self.out_dir, name)):
+                    os.remove(os.path.join(self.out_dir, name))
+            keep = []
+        else:
+            keep = [r for r in read_log(self.log_path) if r.get("iter", math.inf) <= self.start_iter]
+        text = "".join(json.dumps(r) + "\n" for r in keep)
+        atomic_write(self.log_path, lambda f: f.write(text.encode()))
+        self.started = True
+
+    def log(self, record):
+        try:
+            if not self.started:
+                self._start()
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:
+            fail(f"could not write {self.log_path}: {e.strerror or e}. {self.ckpt_path} keeps the last saved state.")
+
+    def save(self, checkpoint, is_best):
+        """ckpt.pt <- checkpoint; best.pt <- the same file too when it is the best so far (a hard link:
+        ckpt.pt is always replaced by a rename, so best.pt keeps its bytes when ckpt.pt moves on)."""
+        try:
+            save_checkpoint(checkpoint, self.ckpt_path)
+            if is_best:
+                tmp = os.path.join(self.out_dir, f".{BEST}.link.tmp")
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+                try:
+                    os.link(self.ckpt_path, tmp)
+                except OSError:  # a filesystem without hard links: copy
+                    shutil.copyfile(self.ckpt_path, tmp)
+                os.replace(tmp, self.best_path)
+        except OSError as e:
+            fail(f"could not save a checkpoint in {self.out_dir}: {e.strerror or e}. {self.ckpt_path} and "
+                 f"{self.best_path} keep the states saved before.")
 
 
 # -----------------------------------------------------------------------------
 
 def main(argv=None):
-    config = configure(DEFAULTS, sys.argv[1:] if argv is None else argv, KEY_TYPES)
+    argv = sys.argv[1:] if argv is None else argv
+    config, _ = configure(DEFAULTS, argv, KEY_TYPES)
+    ckpt_path = os.path.join(config["out_dir"], CHECKPOINT)
+    checkpoint, notes = None, []
+    if config["init_from"] == "resume":
+        if not os.path.isfile(ckpt_path):
+            fail(f"init_from='resume' but there is no checkpoint at {ckpt_path}")
+        try:
+            checkpoint = read_checkpoint(ckpt_path)
+        except ValueError as e:
+            fail(e)
+        missing = RESUME_KEYS - checkpoint.keys()
+        if missing:
+            fail(f"{ckpt_path} cannot be resumed: it lacks {sorted(missing)} (only train.py's own checkpoints can)")
+        config, notes = resume_settings(argv, checkpoint, ckpt_path)
     c = types.SimpleNamespace(**config)
-    if c.init_from not in ("scratch", "resume"):
-        fail(f"init_from={c.init_from!r} is not valid; choose 'scratch' or 'resume'")
-    for key in ("batch_size", "block_size", "eval_interval", "log_interval", "eval_iters",
-                "gradient_accumulation_steps", "max_nonfinite"):
-        if config[key] < 1:
-            fail(f"{key}={config[key]} must be at least 1")
+    check_settings(c)
+    if c.init_from == "scratch" and RunFolder.holds_a_run(c.out_dir) and not c.overwrite:
+        fail(f"{c.out_dir} already holds a run ({', '.join(RunFolder.holds_a_run(c.out_dir))}). Continue it with "
+             "--init_from=resume, choose another --out_dir, or replace it with --overwrite=True.")
 
     # processes: one, or one per GPU under torchrun (which sets RANK, LOCAL_RANK, WORLD_SIZE)
     ddp = "RANK" in os.environ
@@ -316,13 +515,48 @@ def main(argv=None):
             torch.cuda.set_device(device)
         dist.init_process_group(backend=c.backend if c.backend != "auto" else "nccl" if device_type == "cuda" else "gloo")
     try:
-        train(c, config, rank, world_size, device, ddp)
+        if rank == 0:
+            for note in notes:
+                print(note)
+        train(c, config, rank, world_size, device, ddp, checkpoint)
     finally:
         if ddp:
             dist.destroy_process_group()
 
 
-def train(c, config, rank, world_size, device, ddp):
+def prepare_data(c, block, vocab_size, rank, world_size, ddp):
+    """The training loader and the fixed validation batches, the default dataset prepared on first use.
+    Every problem with the data stops here, before the run folder is touched."""
+    data_dir = dataset_dir(c.dataset, c.data_dir)
+    try:
+        if c.dataset == "pystdlib" and rank == 0 and not find_shards(data_dir, "train"):
+            print(f"preparing the default dataset in {data_dir} (one time): tokenizing this Python's standard library")
+            from data.pystdlib.prepare import prepare as prepare_pystdlib
+            prepare_pystdlib(out_dir=data_dir)  # refuses a folder that holds other files
+    except (OSError, ValueError) as e:
+        fail(f"cannot prepare the default dataset in {data_dir}: {e}")
+    if ddp:
+        dist.barrier()  # the other ranks wait for rank 0's preparation
+    try:
+        if not find_shards(data_dir, "train") or not find_shards(data_dir, "val"):
+            script = os.path.join("data", c.dataset, "prepare.py")
+            how = (f"python {script}" if os.path.isfile(os.path.join(REPO, script))
+                   else f"python data/textdir/prepare.py --src DIR --name {c.dataset}")
+            fail(f"dataset {c.dataset!r} is not prepared: no {c.dataset}_train_*.bin and _val_*.bin shards in "
+                 f"{data_dir}. Prepare it first: {how}")
+        read_meta(data_dir)  # a malformed meta.json is reported here
+        largest = max_token_id(data_dir)
+        if largest >= vocab_size:
+            fail(f"the shards in {data_dir} hold token id {largest} but the model has vocab_size={vocab_size}: "
+                 f"the data was made with another tokenizer, or vocab_size must be at least {largest + 1}")
+        loader = TrainLoader(data_dir, block, c.batch_size, seed=c.seed, rank=rank, world_size=world_size)
+        val = val_batches(data_dir, block, c.batch_size, c.eval_iters)
+    except (OSError, ValueError) as e:
+        fail(e)
+    return data_dir, loader, val
+
+
+def train(c, config, rank, world_size, device, ddp, checkpoint=None):
     master = rank == 0  # the one process that prints, logs and saves
     say = print if master else (lambda *args, **kwargs: None)
     device_type = device.split(":")[0]
@@ -337,58 +571,29 @@ def train(c, config, rank, world_size, device, ddp):
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     ckpt_path = os.path.join(c.out_dir, CHECKPOINT)
-    log_path = os.path.join(c.out_dir, "log.jsonl")
 
-    # the model: from the flags, or from the checkpoint on resume (its flags win)
-    checkpoint = None
-    if c.init_from == "resume":
-        if not os.path.isfile(ckpt_path):
-            fail(f"init_from='resume' but there is no checkpoint at {ckpt_path}")
-        raw_model, checkpoint = load_checkpoint(ckpt_path)
+    # the model: from the flags, or from the checkpoint on resume (its flags, this command's attention backend)
+    if checkpoint is not None:
+        try:
+            raw_model = model_from_checkpoint(checkpoint, ckpt_path, attn_backend=c.attn_backend)
+        except ValueError as e:
+            fail(e)
         gptconf = raw_model.config
-        for key, value in checkpoint["config"].items():
-            if key in config and config[key] != value and key not in ("init_from", "max_iters", "eval_only"):
-                say(f"note: resuming a run that had {key}={value!r}; now {key}={config[key]!r}"
-                    + (" is ignored (model flags come from the checkpoint)" if key in checkpoint["model_args"] else ""))
-        config.update({k: v for k, v in checkpoint["model_args"].items() if k in config})
     else:
         try:
             gptconf = GPTConfig(**{f.name: config[f.name] for f in dataclasses.fields(GPTConfig)})
         except ValueError as e:
             fail(e)
+        raw_model = GPT(gptconf)
+    config.update({k: v for k, v in dataclasses.asdict(gptconf).items() if k in config})  # as built (n_kv_head)
     block = gptconf.block_size
     tokens_per_iter = c.gradient_accumulation_steps * c.batch_size * block
+    data_dir, loader, val = prepare_data(c, block, gptconf.vocab_size, rank, world_size, ddp)
 
-    # the data: prepared shards, the default dataset prepared on first use
-    data_dir = dataset_dir(c.dataset, c.data_dir)
-    if c.dataset == "pystdlib":
-        if master and not (find_shards(data_dir, "train") and read_meta(data_dir)):
-            print(f"preparing the default dataset in {data_dir} (one time): tokenizing this Python's standard library")
-            from data.pystdlib.prepare import prepare as prepare_pystdlib
-            prepare_pystdlib(out_dir=data_dir)
-        if ddp:
-            dist.barrier()  # the other ranks wait for rank 0's preparation
-    if not find_shards(data_dir, "train") or not find_shards(data_dir, "val"):
-        script = os.path.join("data", c.dataset, "prepare.py")
-        how = (f"python {script}" if os.path.isfile(os.path.join(REPO, script))
-               else f"python data/textdir/prepare.py --src DIR --name {c.dataset}")
-        fail(f"dataset {c.dataset!r} is not prepared: no {c.dataset}_train_*.bin and _val_*.bin shards in {data_dir}. "
-             f"Prepare it first: {how}")
-    meta = read_meta(data_dir) or {}
-    if meta.get("vocab_size", 0) > gptconf.vocab_size:
-        fail(f"the {c.dataset} tokenizer has {meta['vocab_size']} tokens but vocab_size={gptconf.vocab_size}; raise vocab_size")
-    try:
-        loader = TrainLoader(data_dir, block, c.batch_size, seed=c.seed, rank=rank, world_size=world_size)
-        val = val_batches(data_dir, block, c.batch_size, c.eval_iters)
-    except ValueError as e:
-        fail(e)
-
-    if checkpoint is None:
-        raw_model = GPT(gptconf)
     raw_model.to(device).train()
     optimizer = raw_model.configure_optimizers(c.weight_decay, c.learning_rate, (c.beta1, c.beta2), device_type)
     scaler = torch.amp.GradScaler("cuda" if device_type == "cuda" else "cpu", enabled=dtype == "float16" and device_type == "cuda")
-    iter_num, best_val_loss = 0, float("inf")
+    iter_num, best_val_loss, best_iter = 0, float("inf"), None
     health = {"loss_ema": None, "loss_spikes": 0, "nonfinite_steps": 0}
     if checkpoint is not None:
         optimizer.load_state_dict(checkpoint["optimizer"])
@@ -397,20 +602,16 @@ def train(c, config, rank, world_size, device, ddp):
         loader.load_state_dict(checkpoint["loader"])
         restore_rng(checkpoint["rng"])
         iter_num, best_val_loss, health = checkpoint["iter_num"], checkpoint["best_val_loss"], checkpoint["health"]
+        best_iter = checkpoint.get("best_iter", iter_num if best_val_loss == checkpoint["val_loss"] else None)
         say(f"resuming from {ckpt_path} at iter {iter_num}")
     checkpoint = None  # free the memory
     model = torch.compile(raw_model) if c.compile else raw_model  # for evaluation: no DDP, no collectives
     train_model = DDP(model, device_ids=[torch.cuda.current_device()] if device_type == "cuda" else None) if ddp else model
 
+    folder = RunFolder(c.out_dir, iter_num)
     use_wandb = master and c.wandb_log and not c.eval_only
     if master and not c.eval_only:  # eval_only reports and changes nothing in out_dir
-        os.makedirs(c.out_dir, exist_ok=True)
-        for stale in glob.glob(os.path.join(c.out_dir, f".{CHECKPOINT}.*.tmp")):
-            os.remove(stale)  # the partial file of a run killed while saving (ckpt.pt itself is whole)
-        if iter_num == 0:
-            open(log_path, "w").close()  # a new run, a new log
-        else:
-            trim_log(log_path, iter_num)
+        folder.check_writable()
         if use_wandb:
             try:
                 import wandb
@@ -438,6 +639,43 @@ def train(c, config, rank, world_size, device, ddp):
             _, _, stats = raw_model(x.to(device), y.to(device), return_stats=True)
         model.train()
         return (total[0] / total[1]).item(), stats
+
+    def save(val_loss):
+        """ckpt.pt takes the latest state (always_save_checkpoint) or only a better one; best.pt only a
+        better one. A non-finite state is never saved: it would be useless to resume from."""
+        nonlocal best_val_loss, best_iter
+        if not (math.isfinite(val_loss) and all(torch.isfinite(p).all() for p in raw_model.parameters())):
+            print(f"not saving: the validation loss or the weights are not finite; {ckpt_path} keeps the last "
+                  f"finite state" + (f", best.pt the best (iter {best_iter})" if best_iter is not None else ""))
+            return
+        is_best = val_loss < best_val_loss
+        if not (is_best or c.always_save_checkpoint):
+            return
+        if is_best:
+            best_val_loss, best_iter = val_loss, iter_num
+        folder.save({
+            "model": raw_model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict() if scaler.is_enabled() else None,
+            "model_args": dataclasses.asdict(gptconf),
+            "iter_num": iter_num,
+            "val_loss": val_loss,
+            "best_val_loss": best_val_loss,
+            "best_iter": best_iter,
+            "config": config,
+            "rng": rng_state(),
+            "loader": loader.state_dict(),
+            "health": health,
+        }, is_best)
+        if is_best:
+            print(f"saved {ckpt_path} and best.pt (the best validation loss so far)", flush=True)
+        else:
+            worse = val_loss - best_val_loss
+            print(f"saved {ckpt_path} (the latest state); its validation loss is {worse:.3f} worse than the best, "
+                  f"{best_val_loss:.4f} at iter {best_iter}, which best.pt keeps", flush=True)
+            if worse > c.spike_threshold:
+                print(f"WARNING: the validation loss rose by {worse:.2f} nats: the run may be diverging "
+                      "(a lower learning_rate, or resume from best.pt: copy it to ckpt.pt)", flush=True)
 
     # -------------------------------------------------------------------------
     # the loop: evaluate (and save) every eval_interval iterations and at the end, else one optimizer step
@@ -473,31 +711,11 @@ def train(c, config, rank, world_size, device, ddp):
             train_losses, train_time, timed_iters = [], 0.0, 0
             say(f"eval iter {iter_num}: {describe(record)}", flush=True)
             if master and not c.eval_only:
-                with open(log_path, "a") as f:
-                    f.write(json.dumps(record) + "\n")
+                folder.log(record)
                 if use_wandb:
                     wandb.log({k: v for k, v in record.items() if k != "layers"}, step=iter_num)
-                if iter_num > start_iter and (val_loss < best_val_loss or c.always_save_checkpoint):
-                    # never let a diverged state replace a good checkpoint
-                    if not (math.isfinite(val_loss) and all(torch.isfinite(p).all() for p in raw_model.parameters())):
-                        print("not saving: the validation loss or the weights are not finite; "
-                              f"{ckpt_path} keeps the last good state")
-                    else:
-                        best_val_loss = min(best_val_loss, val_loss)
-                        save_checkpoint({
-                            "model": raw_model.state_dict(),
-                            "optimizer": optimizer.state_dict(),
-                            "scaler": scaler.state_dict() if scaler.is_enabled() else None,
-                            "model_args": dataclasses.asdict(gptconf),
-                            "iter_num": iter_num,
-                            "val_loss": val_loss,
-                            "best_val_loss": best_val_loss,
-                            "config": config,
-                            "rng": rng_state(),
-                            "loader": loader.state_dict(),
-                            "health": health,
-                        }, ckpt_path)
-                        print(f"saved {ckpt_path}", flush=True)
+                if iter_num > start_iter:
+                    save(val_loss)
             t_last = time.time()  # evaluation time is not training time
         if c.eval_only or iter_num >= c.max_iters:
             break
@@ -534,7 +752,9 @@ def train(c, config, rank, world_size, device, ddp):
                 f"({nonfinite_in_a_row} in a row, {health['nonfinite_steps']} in all)")
             if nonfinite_in_a_row >= c.max_nonfinite:
                 fail(f"{nonfinite_in_a_row} non-finite steps in a row (max_nonfinite={c.max_nonfinite}): the run has "
-                     f"diverged. {ckpt_path} holds the last good state; try a lower learning_rate or more warmup_iters.")
+                     f"diverged. {ckpt_path} holds the last finite state"
+                     + (f" and best.pt the best (iter {best_iter})" if best_iter is not None else "")
+                     + "; try a lower learning_rate or more warmup_iters.")
         else:
             nonfinite_in_a_row = 0
             scaler.step(optimizer)
@@ -559,7 +779,7 @@ def train(c, config, rank, world_size, device, ddp):
 
     if record is not None and not c.eval_only:
         say(f"done: {iter_num} iterations in {time.time() - t_start:.0f} s. {describe(record)} "
-            f"(averages over layers); log in {log_path}")
+            f"(averages over layers); log in {folder.log_path}")
     if use_wandb:
         wandb.finish()
 

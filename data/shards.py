@@ -6,14 +6,19 @@ followed by that many uint16 tokens. Shards made for llm.c or modded-nanogpt (Fi
 fineweb_train_000001.bin, ...) work here unchanged.
 
 A dataset is a folder of <name>_train_*.bin and <name>_val_*.bin shards plus a meta.json (tokenizer,
-vocab_size, token counts, source). Training samples random windows of block_size + 1 tokens from a
-seeded generator whose state goes into the checkpoint; validation always uses the same windows
-(`val_batches`), so every eval, every run and any analysis script sees exactly the same text.
+vocab_size, token counts, largest token id, source), and nothing else: preparing refuses a folder that
+holds other files, and reading refuses a folder with the shards of two datasets. Training samples random
+windows of block_size + 1 tokens from a seeded generator whose state goes into the checkpoint; validation
+always uses the same windows (`val_batches`), so every eval, every run and any analysis script sees exactly
+the same text.
 """
 
+import functools
 import glob
+import hashlib
 import json
 import os
+import re
 import tempfile
 
 import numpy as np
@@ -25,6 +30,9 @@ HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
 MAX_TOKEN = 2**16 - 1  # tokens are stored as uint16
 SPLITS = ("train", "val")
+SHARD_NAME = re.compile(r"(.*)_(?:train|val)_\d+\.bin")  # <name>_<split>_000000.bin -> name
+SCAN_TOKENS = 16 * 2**20  # max_token_id reads a shard in slices of this many tokens, never a whole 200 MB memmap
+DATA_ROOT = os.path.dirname(os.path.abspath(__file__))  # this repo's data/ folder
 
 
 # ----------------------------------------------------------------------------
@@ -93,6 +101,7 @@ class ShardWriter:
     tokens each (the last one shorter). A document may continue into the next shard."""
 
     def __init__(self, out_dir, name, split, shard_tokens=100_000_000):
+        check_shard_tokens(shard_tokens)  # 0 would never fill a shard: add() would loop forever
         self.out_dir, self.name, self.split = out_dir, name, split
         self.buffer = np.empty(shard_tokens, dtype=np.uint16)
         self.filled = 0
@@ -121,9 +130,11 @@ class ShardWriter:
         self.filled = 0
 
 
-def write_dataset(out_dir, name, documents, source, shard_tokens=100_000_000, **extra):
+def write_dataset(out_dir, name, documents, source, shard_tokens=100_000_000, allow=(), **extra):
     """documents: {split: iterable of token arrays, one a document} -> shards and meta.json in out_dir.
-    Returns the meta dict."""
+    allow: other names out_dir may hold (see check_prepare_folder). Returns the meta dict."""
+    check_shard_tokens(shard_tokens)
+    check_prepare_folder(out_dir, name, allow)
     remove_dataset(out_dir, name)
     for split, docs in documents.items():
         writer = ShardWriter(out_dir, name, split, shard_tokens)
@@ -133,20 +144,121 @@ def write_dataset(out_dir, name, documents, source, shard_tokens=100_000_000, **
     return write_meta(out_dir, name, source, **extra)
 
 
+def check_shard_tokens(shard_tokens):
+    if shard_tokens < 1:
+        raise ValueError(f"shard_tokens must be at least 1 (the tokens in each shard file), got {shard_tokens}")
+
+
+def check_val_fraction(val_fraction):
+    if not 0 < val_fraction < 1:  # NaN fails this too
+        raise ValueError(f"val_fraction must lie strictly between 0 and 1 (the share held out for validation), "
+                         f"got {val_fraction}")
+
+
+def is_own_shard(filename, name):
+    """Whether filename is one of dataset `name`'s shards, <name>_train_000000.bin or <name>_val_000000.bin."""
+    match = SHARD_NAME.fullmatch(filename)
+    return bool(match) and match.group(1) == name
+
+
+def repo_folder_files(out_dir):
+    """The names a preparation may find beside its shards in one of this repo's own data/<x>/ folders: the
+    prepare.py script kept there and Python's __pycache__. Nothing for a folder anywhere else."""
+    if os.path.dirname(os.path.realpath(out_dir)) == os.path.realpath(DATA_ROOT):
+        return ("prepare.py", "__pycache__")
+    return ()
+
+
+def check_prepare_folder(out_dir, name, allow=()):
+    """Refuse to prepare dataset `name` into a folder that holds anything else: a preparation deletes the
+    dataset's earlier shards and would be read together with whatever else is there. Fine: a missing or
+    empty folder, or one holding only this dataset's shards, a meta.json of this dataset, our hidden
+    temporary files (.*.tmp) and the names in `allow`."""
+    if not os.path.exists(out_dir):
+        return
+    if not os.path.isdir(out_dir):
+        raise ValueError(f"cannot prepare dataset {name!r} into {out_dir}: it is a file, not a folder. "
+                         "Choose a folder.")
+    others = []
+    for entry in sorted(os.listdir(out_dir)):
+        if is_own_shard(entry, name) or entry in allow or (entry.startswith(".") and entry.endswith(".tmp")):
+            continue
+        if entry == "meta.json" and os.path.isfile(os.path.join(out_dir, entry)):
+            owner = read_meta(out_dir).get("name")
+            if owner == name:
+                continue
+            entry = f"meta.json (of dataset {owner!r})"
+        others.append(entry)
+    if others:
+        listing = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise ValueError(f"will not prepare dataset {name!r} into {out_dir}: it holds other files ({listing}). "
+                         "Choose an empty folder (or the dataset's own), or move those files away.")
+
+
 def remove_dataset(out_dir, name):
     """Delete the shards and meta.json of an earlier preparation, so that a smaller new one cannot be
     mixed with left-over shards (and a missing meta.json marks the folder as incomplete until the end)."""
-    for path in glob.glob(os.path.join(out_dir, f"{name}_*_*.bin")) + [os.path.join(out_dir, "meta.json")]:
-        if os.path.exists(path):
-            os.remove(path)
+    if not os.path.isdir(out_dir):
+        return
+    for entry in os.listdir(out_dir):
+        if is_own_shard(entry, name) or entry == "meta.json":
+            os.remove(os.path.join(out_dir, entry))
 
 
 # ----------------------------------------------------------------------------
-# Tokenizing (GPT-2 BPE through tiktoken)
+# Tokenizing (GPT-2 BPE through tiktoken, from the copy of GPT-2's encoder.json in data/gpt2_bpe/)
+
+GPT2_ENCODER = os.path.join(DATA_ROOT, "gpt2_bpe", "encoder.json")
+GPT2_ENCODER_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
+# GPT-2's pre-tokenizer: text is cut into these pieces first, and BPE merges happen only inside a piece
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+GPT2_EOT = "<|endoftext|>"
+
 
 def get_tokenizer(name="gpt2"):
+    """A tiktoken Encoding, built once per process. "gpt2" comes from the file in this repo, with no
+    network and no cache; any other name is tiktoken's own, which downloads its BPE file the first time."""
+    if name == "gpt2":
+        return load_gpt2(GPT2_ENCODER)
     import tiktoken  # imported here so that reading shards needs no tokenizer
-    return tiktoken.get_encoding(name)
+    try:
+        return tiktoken.get_encoding(name)  # tiktoken keeps the encodings it built
+    except OSError as e:  # requests' connection errors are OSErrors too
+        url = getattr(getattr(e, "request", None), "url", None) or "openaipublic.blob.core.windows.net"
+        raise RuntimeError(f"tokenizer {name!r} needs tiktoken's BPE file from {url}, and downloading it failed "
+                           f"({type(e).__name__}): it needs internet once, then tiktoken keeps it in its cache "
+                           "(TIKTOKEN_CACHE_DIR). Or use tokenizer 'gpt2', which ships with this repo.") from e
+
+
+@functools.lru_cache(maxsize=None)  # one Encoding per process (and per path): building it takes 0.2 s
+def load_gpt2(path):
+    """GPT-2's BPE as a tiktoken Encoding, from GPT-2's encoder.json alone. GPT-2 merges in the order of
+    its token ids (tiktoken checks this), so encoder.json's ids are the merge ranks and vocab.bpe is not needed."""
+    import tiktoken
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} is missing: GPT-2's BPE ships with this repo. Restore it from the "
+                                "repository (git checkout -- data/gpt2_bpe)")
+    with open(path, "rb") as f:
+        data = f.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != GPT2_ENCODER_SHA256:
+        raise ValueError(f"{path} is not GPT-2's encoder.json (sha256 {digest}, expected {GPT2_ENCODER_SHA256}): "
+                         "it was changed or is corrupt. Restore it from the repository (git checkout -- data/gpt2_bpe)")
+
+    # encoder.json writes each token's bytes as a string, one character a byte: a printable byte other
+    # than space stands for itself, and the others (space, control bytes, ...) take the characters
+    # chr(256), chr(257), ... in byte order. Invert that table to get the bytes back.
+    char_to_byte, shifted = {}, 0
+    for b in range(256):
+        if chr(b).isprintable() and chr(b) != " ":
+            char_to_byte[chr(b)] = b
+        else:
+            char_to_byte[chr(256 + shifted)] = b
+            shifted += 1
+    ranks = {bytes(char_to_byte[c] for c in token): rank
+             for token, rank in json.loads(data).items() if token != GPT2_EOT}  # a special token, not a merge
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                             special_tokens={GPT2_EOT: 50256}, explicit_n_vocab=50257)
 
 
 def encode_document(enc, text):
@@ -159,14 +271,16 @@ def encode_document(enc, text):
 # meta.json
 
 def write_meta(out_dir, name, source, tokenizer="gpt2", **extra):
-    """Count the tokens of the shards in out_dir (from their headers) and record them with the tokenizer
-    and where the data came from. Written last, so its presence marks a complete preparation."""
+    """Count the tokens of the shards in out_dir (from their headers), find their largest token id, and
+    record them with the tokenizer and where the data came from. Written last, so its presence marks a
+    complete preparation."""
     enc = get_tokenizer(tokenizer)
     meta = {"name": name, "tokenizer": tokenizer, "vocab_size": enc.n_vocab, "eot_token": enc.eot_token, "source": source}
+    paths = {split: find_shards(out_dir, split) for split in SPLITS}
     for split in SPLITS:
-        paths = find_shards(out_dir, split)
-        meta[f"{split}_tokens"] = sum(read_header(p) for p in paths)
-        meta[f"{split}_shards"] = [os.path.basename(p) for p in paths]
+        meta[f"{split}_tokens"] = sum(read_header(p) for p in paths[split])
+        meta[f"{split}_shards"] = [os.path.basename(p) for p in paths[split]]
+    meta["max_token"] = scan_max_token(paths["train"] + paths["val"])  # read once here, so training need not
     meta.update(extra)
     text = json.dumps(meta, indent=2) + "\n"
     atomic_write(os.path.join(out_dir, "meta.json"), lambda f: f.write(text.encode()))
@@ -178,8 +292,40 @@ def read_meta(data_dir):
     path = os.path.join(data_dir, "meta.json")
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except ValueError as e:  # not JSON, truncated, not UTF-8 (JSONDecodeError and UnicodeDecodeError both)
+        problem = f"not valid JSON ({e})"
+    else:
+        if isinstance(meta, dict):
+            return meta
+        problem = f"a JSON {type(meta).__name__}, not an object"
+    raise ValueError(f"{path} is malformed: {problem}. Delete it and prepare the dataset again.")
+
+
+def max_token_id(data_dir):
+    """The largest token id in all the train and val shards of data_dir (-1 if they hold no tokens), to
+    compare with the model's vocab_size. From meta.json when it describes exactly the shards present (the
+    same file names and token counts); otherwise, e.g. for llm.c shards with no meta.json, by reading them."""
+    paths = {split: find_shards(data_dir, split) for split in SPLITS}
+    meta = read_meta(data_dir) or {}
+    if isinstance(meta.get("max_token"), int) and all(
+            meta.get(f"{split}_shards") == [os.path.basename(p) for p in paths[split]]
+            and meta.get(f"{split}_tokens") == sum(read_header(p) for p in paths[split]) for split in SPLITS):
+        return meta["max_token"]
+    return scan_max_token(paths["train"] + paths["val"])
+
+
+def scan_max_token(paths):
+    """The largest token in the shards at paths (-1 if none), read a slice at a time so that memory stays small."""
+    top = -1
+    for path in paths:
+        tokens = read_shard(path)
+        for start in range(0, len(tokens), SCAN_TOKENS):
+            top = max(top, int(tokens[start:start + SCAN_TOKENS].max()))
+        del tokens  # close the memory map now (Windows keeps a mapped file locked)
+    return top
 
 
 # ----------------------------------------------------------------------------
@@ -213,7 +359,17 @@ def read_shard(path):
 
 
 def find_shards(data_dir, split):
-    return sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
+    """The sorted paths of the split's shards (*_<split>_*.bin) in data_dir. Refuses a folder holding the
+    shards of more than one dataset, which would otherwise be read as one."""
+    names = set()
+    for s in SPLITS:
+        for path in glob.glob(os.path.join(glob.escape(str(data_dir)), f"*_{s}_*.bin")):
+            match = SHARD_NAME.fullmatch(os.path.basename(path))
+            names.add(match.group(1) if match else os.path.basename(path))
+    if len(names) > 1:
+        raise ValueError(f"{data_dir} holds the shards of {len(names)} datasets ({', '.join(sorted(names))}): keep one "
+                         "dataset per folder, and move the others' shards to folders of their own")
+    return sorted(glob.glob(os.path.join(glob.escape(str(data_dir)), f"*_{split}_*.bin")))
 
 
 class TokenWindows:

@@ -16,7 +16,7 @@ import sys
 
 # Runnable as `python data/fineweb/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from data.shards import read_header, write_meta  # noqa: E402
+from data.shards import check_prepare_folder, read_header, repo_folder_files, write_meta  # noqa: E402
 
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ID = "kjj0/fineweb10B-gpt2"
@@ -59,6 +59,12 @@ def main(argv=None):
     if not 1 <= args.shards <= TRAIN_SHARDS:
         sys.exit(f"error: --shards must be between 1 and {TRAIN_SHARDS}, got {args.shards}")
 
+    # huggingface_hub keeps its bookkeeping in out_dir/.cache; data/fineweb/ also keeps this script
+    allow = (".cache",) + repo_folder_files(args.out_dir)
+    try:
+        check_prepare_folder(args.out_dir, "fineweb", allow)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
     names = shard_names(args.shards)
     download(names, args.out_dir)
     for name in names:

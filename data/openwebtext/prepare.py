@@ -17,7 +17,8 @@ import sys
 
 # Runnable as `python data/openwebtext/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from data.shards import encode_document, get_tokenizer, write_dataset  # noqa: E402
+from data.shards import (check_prepare_folder, check_shard_tokens, check_val_fraction, encode_document,  # noqa: E402
+                         get_tokenizer, repo_folder_files, write_dataset)
 
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 NAME = "openwebtext"
@@ -70,11 +71,20 @@ def main(argv=None):
     parser.add_argument("--hf_name", default="Skylion007/openwebtext", help="dataset name on the Hugging Face hub")
     parser.add_argument("--hf_revision", default=None, help="hub revision, e.g. refs/convert/parquet")
     args = parser.parse_args(argv)
+    # the settings and the folder are checked before the hours of download and tokenizing, not after
+    allow = repo_folder_files(args.out_dir)  # data/openwebtext/ keeps this script beside the shards
+    try:
+        check_val_fraction(args.val_fraction)
+        check_shard_tokens(args.shard_tokens)
+        check_prepare_folder(args.out_dir, NAME, allow)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
 
     splits = load_splits(args.hf_name, args.hf_revision, args.val_fraction, args.num_proc)
     documents = {split: tokenized_documents(ds, args.num_proc) for split, ds in splits.items()}
     meta = write_dataset(args.out_dir, NAME, documents, source=f"huggingface.co/datasets/{args.hf_name}",
-                         shard_tokens=args.shard_tokens, val_fraction=args.val_fraction, split_seed=SPLIT_SEED)
+                         shard_tokens=args.shard_tokens, allow=allow, val_fraction=args.val_fraction,
+                         split_seed=SPLIT_SEED)
     print(f"wrote {meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens to {args.out_dir}")
 
 

@@ -31,11 +31,18 @@ def prepare(out_dir=DATA_DIR, max_files=None, exclude_tests=False, workers=None)
                            workers=workers, source=source)
 
 
-if __name__ == "__main__":
+def main(argv=None):
     parser = argparse.ArgumentParser(description="Tokenize this Python's standard library into train/val shards.")
     parser.add_argument("--out_dir", default=DATA_DIR, help="where to write (default: data/pystdlib)")
     parser.add_argument("--max_files", type=int, help="read only the first N files (sorted), e.g. for a quick test")
     parser.add_argument("--exclude_tests", action="store_true", help="leave out the test suites (about two thirds of the tokens)")
     parser.add_argument("--workers", type=int, help="tokenizer processes (default: all cores)")
-    args = parser.parse_args()
-    prepare(args.out_dir, args.max_files, args.exclude_tests, args.workers)
+    args = parser.parse_args(argv)
+    try:
+        prepare(args.out_dir, args.max_files, args.exclude_tests, args.workers)
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()

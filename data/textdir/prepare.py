@@ -20,7 +20,9 @@ from multiprocessing import Pool
 
 # Runnable as `python data/textdir/prepare.py` from anywhere: put the repo root on the path for `data.shards`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from data.shards import SPLITS, ShardWriter, encode_document, get_tokenizer, remove_dataset, write_meta  # noqa: E402
+from data.shards import (SPLITS, ShardWriter, check_prepare_folder, check_shard_tokens,  # noqa: E402
+                         check_val_fraction, encode_document, get_tokenizer, remove_dataset, repo_folder_files,
+                         write_meta)
 
 DATA_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,9 +75,14 @@ def _encode_file(path):
 
 def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, val_fraction=0.02,
             shard_tokens=100_000_000, workers=None, source=None):
-    """Tokenize the files under src into shards and a meta.json in out_dir; returns the meta dict."""
+    """Tokenize the files under src into shards and a meta.json in out_dir; returns the meta dict.
+    out_dir must be empty or hold only an earlier preparation of `name` (see check_prepare_folder); in
+    one of this repo's data/<x>/ folders its prepare.py and __pycache__ may stay beside the shards."""
     if not os.path.isdir(src):
         raise FileNotFoundError(f"{src} is not a folder")
+    check_val_fraction(val_fraction)
+    check_shard_tokens(shard_tokens)
+    check_prepare_folder(out_dir, name, allow=repo_folder_files(out_dir))
     files = list_files(src, exts, skip_dirs)[:max_files]
     print(f"reading {len(files)} files from {src} ...", flush=True)
     with Pool(workers) as pool:
