@@ -1,41 +1,61 @@
 """
-Measure trained checkpoints the way GA §4.3 / Table 4 does, on the same validation windows:
+Measure trained checkpoints the way GA §4.3 / Table 4 does, every run on the same validation windows:
 
-    python analyze.py out-baseline out-g1 [more out_dirs ...] [--labels=base,g1] [--out_dir=results/analysis]
+    python analyze.py out-baseline out-g1 [more out_dirs ...] [--labels=base,g1] [--out_dir=out-analysis]
 
-For each run (an out_dir holding ckpt.pt): validation loss, and per layer and averaged over layers
+For each run (an out_dir holding ckpt.pt, or the file --checkpoint names, e.g. best.pt): validation loss, and
+per layer and averaged over layers
   F-Attn   attention probability on the first token (over heads and query positions 1..T-1),
   M-Act    max |h| of the hidden states each block outputs (max over all validation tokens),
   gate     mean gate score and the fraction of scores below 0.1 and 0.5 (sparsity).
-Writes summary.json and, when matplotlib is installed, layers.png (per-layer F-Attn and M-Act of every
-run), gate_hist.png (gate-score histograms), attn_maps.png (a head-averaged attention map per run, as in
-GA Fig. 2) and curves.png (validation loss during training, from each run's log.jsonl).
+The windows are, by default, the ones train.py evaluated the first run on (its eval_iters batches of its
+batch_size), so a single run's val loss is the one its training log shows for that checkpoint;
+--batches/--batch_size choose others. Writes summary.json to out_dir (default out-analysis/, git-ignored) and,
+when matplotlib is installed, layers.png (per-layer F-Attn and M-Act of every run), gate_hist.png (gate-score
+histograms), attn_maps.png (a head-averaged attention map per run, as in GA Fig. 2) and curves.png
+(validation loss during training, from each run's log.jsonl).
 """
 
 import argparse
 import json
 import os
 import platform
+import sys
 import time
 
 import numpy as np
 import torch
 
 from data.shards import val_batches
-from train import dataset_dir, load_checkpoint, pick_device
+from train import autocast_for, dataset_dir, load_checkpoint, pick_device
 
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
+# what analyze reads from a checkpoint's training config (train.py writes all of them)
+RUN_SETTINGS = ("dataset", "batch_size", "eval_iters", "gradient_accumulation_steps", "learning_rate", "max_iters")
 
 
 def device_name(device):
     return torch.cuda.get_device_name(device) if str(device).startswith("cuda") else f"CPU ({platform.processor() or platform.machine()})"
 
 
+def eval_windows(checkpoint):
+    """The validation windows train.py evaluated this run on (data.shards.val_batches' arguments)."""
+    cfg = checkpoint["config"]
+    return dict(data_dir=dataset_dir(cfg["dataset"], cfg.get("data_dir")), block_size=checkpoint["model_args"]["block_size"],
+                batch_size=cfg["batch_size"], batches=cfg["eval_iters"])
+
+
+def describe_windows(w):
+    return f"{w['batches']} batches x {w['batch_size']} windows of {w['block_size']} tokens of {w['data_dir']}"
+
+
 @torch.no_grad()
-def analyze_run(run_dir, device, n_batches, batch_size, map_tokens):
-    model, checkpoint = load_checkpoint(os.path.join(run_dir, "ckpt.pt"), device)
+def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     cfg, train_cfg = model.config, checkpoint["config"]
-    batches = val_batches(dataset_dir(train_cfg["dataset"], train_cfg.get("data_dir")), cfg.block_size, batch_size, n_batches)
+    n_batches = windows["batches"]
+    batches = val_batches(windows["data_dir"], windows["block_size"], windows["batch_size"], n_batches)
+    # on a GPU, the precision the run was evaluated in (bf16 autocast by default), so the losses agree; fp32 elsewhere
+    ctx, _ = autocast_for(device, train_cfg.get("dtype", "auto") if device.startswith("cuda") else "float32")
 
     # gate scores for the histogram: every gate's input is its attention layer's input
     rng = np.random.default_rng(0)
@@ -49,7 +69,8 @@ def analyze_run(run_dir, device, n_batches, batch_size, map_tokens):
     hooks = [b.attn.register_forward_pre_hook(keep_scores) for b in model.transformer.h] if cfg.gate != "none" else []
     losses, per_batch = [], []
     for x, y in batches:
-        _, loss, stats = model(x.to(device), y.to(device), return_stats=True)
+        with ctx:
+            _, loss, stats = model(x.to(device), y.to(device), return_stats=True)
         losses.append(loss.item())
         per_batch.append(stats)
     for h in hooks:
@@ -67,7 +88,8 @@ def analyze_run(run_dir, device, n_batches, batch_size, map_tokens):
         "gate_below_0.1": over_batches("gate_below_0.1", np.mean),
         "gate_below_0.5": over_batches("gate_below_0.5", np.mean),
     }
-    maps = model.attention_maps(batches[0][0][:1, :map_tokens].to(device))  # per layer (1, H, t, t)
+    with ctx:
+        maps = model.attention_maps(batches[0][0][:1, :map_tokens].to(device))  # per layer (1, H, t, t)
     record = {
         "run": os.path.basename(os.path.normpath(run_dir)),
         "out_dir": run_dir,
@@ -76,8 +98,13 @@ def analyze_run(run_dir, device, n_batches, batch_size, map_tokens):
         "iter": checkpoint["iter_num"],
         "tokens": checkpoint["iter_num"] * train_cfg["gradient_accumulation_steps"] * train_cfg["batch_size"] * cfg.block_size,
         "lr": train_cfg["learning_rate"],
+        "max_iters": train_cfg["max_iters"],
+        "seed": train_cfg.get("seed"),
         "loss_spikes": checkpoint.get("health", {}).get("loss_spikes"),
+        "nonfinite_steps": checkpoint.get("health", {}).get("nonfinite_steps"),
         "val_loss": float(np.mean(losses)),
+        "val_loss_logged": checkpoint.get("val_loss"),  # what train.py measured on its own eval windows
+        "eval_windows_trained": eval_windows(checkpoint),
         **{k: (float(np.mean(v)) if v is not None else None) for k, v in layers.items()},
         "layers": layers,
     }
@@ -86,11 +113,26 @@ def analyze_run(run_dir, device, n_batches, batch_size, map_tokens):
 
 
 def read_log(run_dir):
-    path = os.path.join(run_dir, "log.jsonl")
+    """A run's log.jsonl records (train.py writes one per eval)."""
+    return read_jsonl(os.path.join(run_dir, "log.jsonl"))
+
+
+def read_jsonl(path):
+    """The records of a JSON-lines file ([] if there is none); a line a crash cut short is skipped with a note."""
     if not os.path.isfile(path):
         return []
+    records, bad = [], 0
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                bad += 1
+    if bad:
+        print(f"note: skipped {bad} unreadable line(s) of {path} (cut short by a crash?)")
+    return records
 
 
 def plot(records, scores, maps, logs, out_dir):
@@ -158,29 +200,53 @@ def _save(fig, out_dir, name):
     return path
 
 
-def analyze(run_dirs, labels=None, out_dir="results/analysis", device="auto", batches=8, batch_size=8, map_tokens=48):
-    """Analyze every run on the same validation windows; returns the summary dict it writes."""
+def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batches=None, batch_size=None,
+            map_tokens=48, checkpoint="ckpt.pt"):
+    """Analyze every run on the same validation windows: the first run's eval windows, unless batches or
+    batch_size say otherwise. Returns the summary dict it writes to out_dir/summary.json."""
     labels = labels or [os.path.basename(os.path.normpath(d)) for d in run_dirs]
     if len(labels) != len(run_dirs):
         raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs")
     device = pick_device(device)
-    os.makedirs(out_dir, exist_ok=True)
     records, scores, maps = [], [], []
-    for run_dir, label in zip(run_dirs, labels):
-        record, s, m = analyze_run(run_dir, device, batches, batch_size, map_tokens)
-        record["label"] = label
+    for i, (run_dir, label) in enumerate(zip(run_dirs, labels)):
+        path = os.path.join(run_dir, checkpoint)
+        model, ckpt = load_checkpoint(path, device)
+        if "iter_num" not in ckpt or not set(RUN_SETTINGS) <= ckpt.get("config", {}).keys():
+            raise ValueError(f"{path} lacks train.py's run settings {RUN_SETTINGS}: analyze.py reads train.py's checkpoints")
+        if i == 0:  # how many windows: the first run's, so one run's val loss matches its own log
+            first = eval_windows(ckpt)
+            given = batches is not None or batch_size is not None
+            batches, batch_size = batches or first["batches"], batch_size or first["batch_size"]
+            source = "set by --batches/--batch_size" if given else f"the eval windows run {label!r} was trained with"
+            print(f"validation: {describe_windows({**first, 'batches': batches, 'batch_size': batch_size})} "
+                  f"per run ({source})")
+            os.makedirs(out_dir, exist_ok=True)
+        # each run's own data and block_size (a model cannot read longer windows than it was built for)
+        windows = {**eval_windows(ckpt), "batches": batches, "batch_size": batch_size}
+        record, s, m = analyze_run(run_dir, model, ckpt, device, windows, map_tokens)
+        del model, ckpt
+        record["label"], record["checkpoint"], record["eval_windows"] = label, checkpoint, windows
         records.append(record)
         scores.append(s)
         maps.append(m)
-        print(f"{label:>24}: val loss {record['val_loss']:.4f}, F-Attn {record['first_token_attn']:.3f}, "
-              f"M-Act {record['max_act']:.1f}" + (f", gate mean {record['gate_mean']:.3f}, "
-                                                   f"<0.1: {record['gate_below_0.1']:.2f}" if record["gate_mean"] is not None else ""))
-    if len({r["model"]["block_size"] for r in records}) > 1:
-        print("note: the runs have different block_size, so they were measured on different windows")
+        logged, gated = record["val_loss_logged"], record["gate_mean"] is not None
+        print(f"{label:>24}: val loss {record['val_loss']:.4f}" +
+              (f" (its log: {logged:.4f})" if logged is not None else "") +
+              f", F-Attn {record['first_token_attn']:.3f}, M-Act {record['max_act']:.1f}" +
+              (f", gate mean {record['gate_mean']:.3f}, <0.1: {record['gate_below_0.1']:.2f}" if gated else ""))
+    if len({r["eval_windows_trained"]["batch_size"] * r["eval_windows_trained"]["batches"] for r in records}) > 1:
+        print("note: the runs were trained with different eval windows (batch_size x eval_iters: " +
+              ", ".join(f"{r['label']} {r['eval_windows_trained']['batch_size']}x{r['eval_windows_trained']['batches']}"
+                        for r in records) + f"); all are measured here on the same {batches}x{batch_size}, "
+              "so a run's val loss can differ from its log")
+    if len({(r["eval_windows"]["block_size"], r["eval_windows"]["data_dir"]) for r in records}) > 1:
+        print("note: the runs differ in block_size or dataset, so they were measured on different windows")
     summary = {
         "device": device_name(device),
         "date": time.strftime("%Y-%m-%d"),
-        "validation": {"batches": batches, "batch_size": batch_size},
+        "checkpoint": checkpoint,
+        "validation": {"batches": batches, "batch_size": batch_size, "source": source},
         "runs": records,
     }
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
@@ -191,19 +257,32 @@ def analyze(run_dirs, labels=None, out_dir="results/analysis", device="auto", ba
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", help="out_dirs of training runs, each with a ckpt.pt")
+    p.add_argument("runs", nargs="+", help="out_dirs of training runs")
     p.add_argument("--labels", default=None, help="comma-separated names for the runs (default: folder names)")
-    p.add_argument("--out_dir", default="results/analysis")
+    p.add_argument("--checkpoint", default="ckpt.pt",
+                   help="which file of each run: ckpt.pt (the latest state) or best.pt (the lowest validation loss)")
+    p.add_argument("--out_dir", default="out-analysis", help="default git-ignored (results/ holds committed results)")
     p.add_argument("--device", default="auto")
-    p.add_argument("--batches", type=int, default=8, help="validation batches (the same windows for every run)")
-    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--batches", type=int, default=None, help="validation batches (default: first run's eval_iters)")
+    p.add_argument("--batch_size", type=int, default=None, help="windows per batch (default: first run's batch_size)")
     p.add_argument("--map_tokens", type=int, default=48, help="sequence length of the attention-map plot")
     a = p.parse_args(argv)
+    labels = a.labels.split(",") if a.labels else None
+    if labels and len(labels) != len(a.runs):
+        sys.exit(f"error: --labels has {len(labels)} names for {len(a.runs)} runs; give one per run")
+    for name in ("batches", "batch_size"):
+        if getattr(a, name) is not None and getattr(a, name) < 1:
+            sys.exit(f"error: --{name}={getattr(a, name)} must be at least 1")
     for run in a.runs:
-        if not os.path.isfile(os.path.join(run, "ckpt.pt")):
-            p.error(f"{run} has no ckpt.pt: train it first (python train.py --out_dir={run} ...)")
-    summary = analyze(a.runs, a.labels.split(",") if a.labels else None, a.out_dir, a.device,
-                      a.batches, a.batch_size, a.map_tokens)
+        if not os.path.isfile(os.path.join(run, a.checkpoint)):
+            have = sorted(f for f in os.listdir(run) if f.endswith(".pt")) if os.path.isdir(run) else []
+            sys.exit(f"error: no {a.checkpoint} in {run}: " +
+                     (f"it has {', '.join(have)}; choose one with --checkpoint=NAME" if have
+                      else f"train it first (python train.py --out_dir={run} ...)"))
+    try:
+        summary = analyze(a.runs, labels, a.out_dir, a.device, a.batches, a.batch_size, a.map_tokens, a.checkpoint)
+    except (ValueError, FileNotFoundError) as e:  # a corrupt checkpoint, too little validation data: one line
+        sys.exit(f"error: {e}")
     print(f"wrote {os.path.join(a.out_dir, 'summary.json')}" + "".join(f", {p}" for p in summary["plots"]))
 
 

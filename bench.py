@@ -3,11 +3,13 @@ Benchmarks for the gated attention kernels and for full training steps.
 
   python bench.py --kernels            # attention alone: SDPA, SDPA + gate, fused Triton (bf16, GPU)
   python bench.py --train              # GPT-2 small optimizer steps for each gate/backend, with and without compile
-  python bench.py --kernels --tiny     # tiny sizes on CPU (Triton interpreter, fp32, plain timer): a smoke test
-  python bench.py --train --tiny --out_dir=/tmp/bench
+  python bench.py --kernels --train --tiny   # smoke test: tiny sizes, fp32; on CPU, Triton's interpreter and
+                                             # a plain timer: checks the code runs, says nothing about speed
 
-Results go to {out_dir}/bench_kernels.{json,md} and {out_dir}/bench_train.{json,md}, with the device, the
-date and the exact command. FLOPs are counted the FlashAttention way: causal forward 2*B*H*T^2*D (half of
+bench.py measures GPU speed: without a CUDA GPU it runs only with --tiny. Results go to
+{out_dir}/bench_kernels.{json,md} and {out_dir}/bench_train.{json,md}, with the device, the date and the exact
+command; out_dir defaults to results/ (the committed GPU measurements) and, for --tiny, to out-bench-tiny/
+(git-ignored). FLOPs are counted the FlashAttention way: causal forward 2*B*H*T^2*D (half of
 the 4*B*H*T^2*D of full attention), backward 2.5x forward, so forward+backward is 3.5x forward.
 """
 
@@ -25,8 +27,9 @@ import torch
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--kernels", action="store_true", help="time the attention providers")
 parser.add_argument("--train", action="store_true", help="time full training steps of GPT-2 small")
-parser.add_argument("--tiny", action="store_true", help="tiny sizes, fp32, no compile: runs on CPU for testing")
-parser.add_argument("--out_dir", default="results")
+parser.add_argument("--tiny", action="store_true",
+                    help="smoke test: tiny sizes, fp32, no compile; runs on CPU, its timings mean nothing")
+parser.add_argument("--out_dir", default=None, help="default: results (GPU runs), out-bench-tiny (--tiny)")
 parser.add_argument("--tokens", type=int, default=16384, help="--kernels: B*T per call")
 parser.add_argument("--seq_lens", default="512,1024,2048,4096,8192", help="--kernels: comma-separated T")
 parser.add_argument("--head_dims", default="64,128", help="--kernels: comma-separated D (H = width / D)")
@@ -45,6 +48,9 @@ if not (args.kernels or args.train):
     parser.error("choose --kernels and/or --train")
 
 cuda = torch.cuda.is_available()
+if not cuda and not args.tiny:  # GPT-2 small and the kernel sweep would take hours on a CPU and measure nothing
+    sys.exit("error: bench.py measures GPU speed and no CUDA GPU is visible here; "
+             "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported
     os.environ.setdefault("TRITON_INTERPRET", "1")
 from kernels import attention_torch, gated_attention  # noqa: E402
@@ -55,7 +61,14 @@ device_name = torch.cuda.get_device_name() if cuda else f"cpu ({platform.process
 dtype = torch.float32 if args.tiny or not cuda else torch.bfloat16
 command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
 date = datetime.datetime.now().isoformat(timespec="seconds")
+# results/ holds committed GPU measurements only: a smoke test writes to a git-ignored folder (out*/)
+args.out_dir = args.out_dir or ("out-bench-tiny" if args.tiny else "results")
 os.makedirs(args.out_dir, exist_ok=True)
+SMOKE_NOTE = ("SMOKE TEST (--tiny): tiny sizes in fp32" +
+              ("" if cuda else ", Triton's CPU interpreter and a plain timer") +
+              ". It checks that the code runs; these timings mean nothing about speed.")
+if args.tiny:
+    print(SMOKE_NOTE, flush=True)
 
 
 def sync():
@@ -84,16 +97,19 @@ def sig(x, digits=4):
 
 
 def write(name, payload, notes, header, rows):
+    payload = dict(smoke_test=args.tiny, **payload)
     with open(os.path.join(args.out_dir, name + ".json"), "w") as f:
         json.dump(payload, f, indent=1)
-    lines = [f"# {name}", "", f"- device: {device_name}", f"- date: {date}", f"- command: `{command}`",
+    smoke = [f"- **{SMOKE_NOTE}**"] if args.tiny else []  # the first thing a reader of the file sees
+    lines = [f"# {name}", "", *smoke, f"- device: {device_name}", f"- date: {date}", f"- command: `{command}`",
              *[f"- {n}" for n in notes], ""]
     table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     table += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     with open(os.path.join(args.out_dir, name + ".md"), "w") as f:
         f.write("\n".join(lines + table) + "\n")
     print("\n".join(table))
-    print(f"wrote {args.out_dir}/{name}.json and .md")
+    print(f"wrote {args.out_dir}/{name}.json and .md" +
+          (" (a smoke test: the timings mean nothing about speed)" if args.tiny else ""))
 
 
 # ----------------------------------------------------------------------------

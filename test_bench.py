@@ -1,24 +1,40 @@
-"""bench.py's tiny modes on CPU (Triton interpreter, fp32) write complete, sensible records."""
+"""bench.py's tiny modes on CPU (Triton interpreter, fp32) write complete records marked as smoke tests;
+without --tiny and without a GPU it refuses at once."""
 
 import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(HERE, "bench.py")
 
 
-def run_bench(tmp_path, *flags):
-    out = subprocess.run([sys.executable, "bench.py", *flags, "--tiny", f"--out_dir={tmp_path}"], cwd=HERE,
-                         capture_output=True, text=True, timeout=300)
+def run_bench(cwd, *flags, env=None, timeout=300):
+    out = subprocess.run([sys.executable, BENCH, *flags], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                         env=env)
+    return out
+
+
+def check_smoke_test(out, data, md):
+    """A --tiny result says, in every place a reader may look, that its timings mean nothing."""
     assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("SMOKE TEST") and "mean nothing about speed" in out.stdout
+    assert data["smoke_test"] is True
+    first_note = md.splitlines()[2]
+    assert first_note.startswith("- **SMOKE TEST") and "mean nothing about speed" in first_note
 
 
 def test_bench_kernels_tiny(tmp_path):
-    run_bench(tmp_path, "--kernels", "--gqa=2")
-    data = json.load(open(tmp_path / "bench_kernels.json"))
+    # run from tmp_path with no --out_dir: a smoke test must land in the git-ignored default, not results/
+    out = run_bench(tmp_path, "--kernels", "--gqa=2", "--tiny")
+    assert not (tmp_path / "results").exists()
+    data = json.load(open(tmp_path / "out-bench-tiny" / "bench_kernels.json"))
+    md = open(tmp_path / "out-bench-tiny" / "bench_kernels.md").read()
+    check_smoke_test(out, data, md)
     assert data["date"] and data["device"] and "--kernels" in data["command"]
     keys = {"device", "B", "H", "Hkv", "T", "D", "causal", "dtype", "provider", "mode", "ms", "tflops"}
     records = data["records"]
@@ -30,13 +46,14 @@ def test_bench_kernels_tiny(tmp_path):
     want = {(p, m, t, hkv) for p in ("sdpa", "sdpa+gate", "triton", "triton+gate") for m in ("fwd", "fwd+bwd")
             for t in (16, 40) for hkv in (2, 1)}
     assert combos == want and len(records) == len(want)
-    md = open(tmp_path / "bench_kernels.md").read()
-    assert "python bench.py --kernels" in md and md.count("| triton+gate |") == 8
+    assert "bench.py --kernels" in md and md.count("| triton+gate |") == 8
 
 
 def test_bench_train_tiny(tmp_path):
-    run_bench(tmp_path, "--train", "--match_params")
+    out = run_bench(HERE, "--train", "--match_params", "--tiny", f"--out_dir={tmp_path}")
     data = json.load(open(tmp_path / "bench_train.json"))
+    md = open(tmp_path / "bench_train.md").read()
+    check_smoke_test(out, data, md)
     assert data["date"] and data["batch_size"] == 2 and data["match_params"] is True
     keys = {"device", "config", "gate", "backend", "compile", "tokens_per_s", "mfu", "ms_per_step", "peak_mem_gb"}
     records = data["records"]
@@ -50,4 +67,16 @@ def test_bench_train_tiny(tmp_path):
         assert r["tokens_per_s"] * r["ms_per_step"] / 1e3 == pytest.approx(64, rel=1e-2)
     params = {r["gate"]: r["params"] for r in records}
     assert abs(params["g1-elementwise"] - params["none"]) < 0.01 * params["none"]  # param-matched
-    assert "python bench.py --train" in open(tmp_path / "bench_train.md").read()
+    assert "bench.py --train" in md
+
+
+def test_bench_without_gpu_refuses_at_once(tmp_path):
+    """No GPU and no --tiny: one line pointing at --tiny within seconds, not hours of CPU benchmarks."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # hides any GPU; on a CPU machine there is none anyway
+    t0 = time.time()
+    out = run_bench(HERE, "--kernels", "--train", f"--out_dir={tmp_path / 'res'}", env=env, timeout=120)
+    assert time.time() - t0 < 60  # the import of torch is most of it
+    assert out.returncode != 0 and out.stdout == ""
+    assert out.stderr.strip().count("\n") == 0, out.stderr  # one line, no traceback
+    assert "GPU" in out.stderr and "--tiny" in out.stderr
+    assert not (tmp_path / "res").exists()  # nothing written
