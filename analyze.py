@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from data.shards import val_batches
-from train import autocast_for, dataset_dir, load_checkpoint, pick_device
+from train import autocast_for, dataset_dir, load_checkpoint, pick_device, read_jsonl
 
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
 # what analyze reads from a checkpoint's training config (train.py writes all of them)
@@ -110,29 +110,6 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     }
     scores = np.concatenate(samples) if samples else None
     return record, scores, [m[0].mean(0).float().cpu().numpy() for m in maps]
-
-
-def read_log(run_dir):
-    """A run's log.jsonl records (train.py writes one per eval)."""
-    return read_jsonl(os.path.join(run_dir, "log.jsonl"))
-
-
-def read_jsonl(path):
-    """The records of a JSON-lines file ([] if there is none); a line a crash cut short is skipped with a note."""
-    if not os.path.isfile(path):
-        return []
-    records, bad = [], 0
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                bad += 1
-    if bad:
-        print(f"note: skipped {bad} unreadable line(s) of {path} (cut short by a crash?)")
-    return records
 
 
 def plot(records, scores, maps, logs, out_dir):
@@ -251,7 +228,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     }
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    summary["plots"] = plot(records, scores, maps, [read_log(d) for d in run_dirs], out_dir)
+    summary["plots"] = plot(records, scores, maps, [read_jsonl(os.path.join(d, "log.jsonl")) for d in run_dirs], out_dir)
     return summary
 
 

@@ -159,7 +159,8 @@ def train(variants, root, tiny, extra):
 
 
 def report(root, out_dir, tiny, report_command):
-    from analyze import analyze, read_jsonl
+    from analyze import analyze
+    from train import read_jsonl
 
     done = [v for v in VARIANTS if os.path.isfile(os.path.join(run_dir(root, v), "ckpt.pt"))]
     if not done:

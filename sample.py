@@ -8,6 +8,7 @@ Keys are set as in train.py (--key=value, or a config file). Generation uses the
 is decoded with the tokenizer named in the dataset's meta.json (GPT-2's BPE when there is none).
 """
 
+import math
 import os
 import sys
 import types
@@ -15,7 +16,7 @@ import types
 import torch
 
 from data.shards import get_tokenizer, read_meta
-from train import REPO, autocast_for, configure, fail, load_checkpoint, pick_device
+from train import autocast_for, configure, dataset_dir, fail, load_checkpoint, pick_device
 
 out_dir = "out"  # the folder with the run's checkpoints
 checkpoint = "ckpt.pt"  # ckpt.pt: the run's latest state; best.pt: its lowest validation loss
@@ -35,7 +36,7 @@ def check_settings(c):
     for key in ("num_samples", "max_new_tokens"):
         if getattr(c, key) < 1:
             fail(f"{key}={getattr(c, key)} must be at least 1")
-    if not (c.temperature > 0 and c.temperature < float("inf")):
+    if not 0 < c.temperature < math.inf:  # NaN fails this too
         fail(f"temperature={c.temperature} must be a positive number (1 = the model's own distribution)")
     if c.top_k < 0:
         fail(f"top_k={c.top_k} must be 0 (all tokens) or a positive number of tokens")
@@ -63,7 +64,7 @@ def main(argv=None):
     try:
         model, ckpt = load_checkpoint(os.path.join(c.out_dir, c.checkpoint), dev)
         run = ckpt.get("config", {})  # the training run's keys: where its data, and so its tokenizer, is
-        meta = read_meta(run.get("data_dir") or os.path.join(REPO, "data", run.get("dataset", ""))) or {}
+        meta = read_meta(dataset_dir(run.get("dataset", ""), run.get("data_dir", ""))) or {}
         enc = get_tokenizer(meta.get("tokenizer", "gpt2"))
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # RuntimeError: a tokenizer that cannot be downloaded
         fail(e)

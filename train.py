@@ -396,16 +396,22 @@ def load_checkpoint(path, device="cpu"):
     return model_from_checkpoint(checkpoint, path, device), checkpoint
 
 
-def read_log(path):
-    """The records of a log.jsonl; a line cut short by a crash is left out."""
-    records = []
-    if os.path.isfile(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    records.append(json.loads(line))
-                except ValueError:
-                    pass
+def read_jsonl(path):
+    """The records of a JSON-lines file such as log.jsonl ([] if there is none); a line that a crash cut short
+    is skipped with a note."""
+    if not os.path.isfile(path):
+        return []
+    records, bad = [], 0
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                bad += 1
+    if bad:
+        print(f"note: skipped {bad} unreadable line(s) of {path} (cut short by a crash?)")
     return records
 
 
@@ -444,7 +450,7 @@ class RunFolder:
                     os.remove(os.path.join(self.out_dir, name))
             keep = []
         else:
-            keep = [r for r in read_log(self.log_path) if r.get("iter", math.inf) <= self.start_iter]
+            keep = [r for r in read_jsonl(self.log_path) if r.get("iter", math.inf) <= self.start_iter]
         text = "".join(json.dumps(r) + "\n" for r in keep)
         atomic_write(self.log_path, lambda f: f.write(text.encode()))
         self.started = True

@@ -361,15 +361,15 @@ def read_shard(path):
 def find_shards(data_dir, split):
     """The sorted paths of the split's shards (*_<split>_*.bin) in data_dir. Refuses a folder holding the
     shards of more than one dataset, which would otherwise be read as one."""
+    paths = {s: sorted(glob.glob(os.path.join(glob.escape(str(data_dir)), f"*_{s}_*.bin"))) for s in SPLITS}
     names = set()
-    for s in SPLITS:
-        for path in glob.glob(os.path.join(glob.escape(str(data_dir)), f"*_{s}_*.bin")):
-            match = SHARD_NAME.fullmatch(os.path.basename(path))
-            names.add(match.group(1) if match else os.path.basename(path))
+    for path in paths["train"] + paths["val"]:
+        match = SHARD_NAME.fullmatch(os.path.basename(path))
+        names.add(match.group(1) if match else os.path.basename(path))
     if len(names) > 1:
         raise ValueError(f"{data_dir} holds the shards of {len(names)} datasets ({', '.join(sorted(names))}): keep one "
                          "dataset per folder, and move the others' shards to folders of their own")
-    return sorted(glob.glob(os.path.join(glob.escape(str(data_dir)), f"*_{split}_*.bin")))
+    return paths[split]
 
 
 class TokenWindows:
