@@ -1,7 +1,7 @@
 """
 Measure trained checkpoints the way GA §4.3 / Table 4 does, every run on the same validation windows:
 
-    python analyze.py out-baseline out-g1 [more out_dirs ...] [--labels=base,g1] [--out_dir=out-analysis]
+    python analyze.py --runs=out-baseline,out-g1[,more out_dirs] [--labels=base,g1] [--out_dir=out-analysis]
 
 For each run (an out_dir holding ckpt.pt, or the file --checkpoint names, e.g. best.pt): validation loss, and
 per layer and averaged over layers
@@ -16,18 +16,32 @@ histograms), attn_maps.png (a head-averaged attention map per run, as in GA Fig.
 (validation loss during training, from each run's log.jsonl).
 """
 
-import argparse
 import json
 import os
 import platform
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from common import autocast_for, configure, dataset_dir, fail, load_checkpoint, pick_device, read_jsonl
 from data.shards import val_batches
-from train import autocast_for, dataset_dir, load_checkpoint, pick_device, read_jsonl
+from probe import Probe, attention_maps
+
+
+@dataclass
+class AnalyzeConfig:
+    """Every key of analyze.py."""
+    runs: str = ""  # the runs' out_dirs, comma-separated
+    labels: str = ""  # names for the runs in the same order, comma-separated (default: the folders' names)
+    checkpoint: str = "ckpt.pt"  # which file of each run: ckpt.pt (the latest state) or best.pt (the lowest val loss)
+    out_dir: str = "out-analysis"  # git-ignored; results/ holds committed results
+    device: str = "auto"
+    batches: int = None  # validation batches (default: the first run's eval_iters)
+    batch_size: int = None  # windows per batch (default: the first run's batch_size)
+    map_tokens: int = 48  # sequence length of the attention-map plot
 
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
 # what analyze reads from a checkpoint's training config (train.py writes all of them)
@@ -57,24 +71,21 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     # on a GPU, the precision the run was evaluated in (bf16 autocast by default), so the losses agree; fp32 elsewhere
     ctx, _ = autocast_for(device, train_cfg.get("dtype", "auto") if device.startswith("cuda") else "float32")
 
-    # gate scores for the histogram: every gate's input is its attention layer's input
+    # gate scores for the histogram: a random sample of each layer's, from every batch
     rng = np.random.default_rng(0)
     samples = []
 
-    def keep_scores(attn, args):
-        s = attn.gate.score(args[0]).float().flatten()
+    def keep_scores(s):
+        s = s.flatten()
         take = min(s.numel(), GATE_SAMPLE // (n_batches * cfg.n_layer) + 1)
         samples.append(s[torch.from_numpy(rng.choice(s.numel(), take, replace=False)).to(s.device)].cpu().numpy())
 
-    hooks = [b.attn.register_forward_pre_hook(keep_scores) for b in model.transformer.h] if cfg.gate != "none" else []
     losses, per_batch = [], []
     for x, y in batches:
-        with ctx:
-            _, loss, stats = model(x.to(device), y.to(device), return_stats=True)
+        with ctx, Probe(model, gate_scores=keep_scores) as probe:
+            _, loss = model(x.to(device), y.to(device))
         losses.append(loss.item())
-        per_batch.append(stats)
-    for h in hooks:
-        h.remove()
+        per_batch.append(probe.stats)
 
     def over_batches(key, reduce):
         if per_batch[0][key] is None:
@@ -89,7 +100,7 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
         "gate_below_0.5": over_batches("gate_below_0.5", np.mean),
     }
     with ctx:
-        maps = model.attention_maps(batches[0][0][:1, :map_tokens].to(device))  # per layer (1, H, t, t)
+        maps = attention_maps(model, batches[0][0][:1, :map_tokens].to(device))  # per layer (1, H, t, t)
     record = {
         "run": os.path.basename(os.path.normpath(run_dir)),
         "out_dir": run_dir,
@@ -233,33 +244,26 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", help="out_dirs of training runs")
-    p.add_argument("--labels", default=None, help="comma-separated names for the runs (default: folder names)")
-    p.add_argument("--checkpoint", default="ckpt.pt",
-                   help="which file of each run: ckpt.pt (the latest state) or best.pt (the lowest validation loss)")
-    p.add_argument("--out_dir", default="out-analysis", help="default git-ignored (results/ holds committed results)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--batches", type=int, default=None, help="validation batches (default: first run's eval_iters)")
-    p.add_argument("--batch_size", type=int, default=None, help="windows per batch (default: first run's batch_size)")
-    p.add_argument("--map_tokens", type=int, default=48, help="sequence length of the attention-map plot")
-    a = p.parse_args(argv)
-    labels = a.labels.split(",") if a.labels else None
-    if labels and len(labels) != len(a.runs):
-        sys.exit(f"error: --labels has {len(labels)} names for {len(a.runs)} runs; give one per run")
-    for name in ("batches", "batch_size"):
+    a, _ = configure(AnalyzeConfig, sys.argv[1:] if argv is None else argv)
+    runs = [r for r in a.runs.split(",") if r]
+    labels = [n for n in a.labels.split(",") if n] or None
+    if not runs:
+        fail("name the runs to analyze: --runs=out-baseline,out-g1 (their out_dirs, comma-separated)")
+    if labels and len(labels) != len(runs):
+        fail(f"--labels has {len(labels)} names for {len(runs)} runs; give one per run")
+    for name in ("batches", "batch_size", "map_tokens"):
         if getattr(a, name) is not None and getattr(a, name) < 1:
-            sys.exit(f"error: --{name}={getattr(a, name)} must be at least 1")
-    for run in a.runs:
+            fail(f"--{name}={getattr(a, name)} must be at least 1")
+    for run in runs:
         if not os.path.isfile(os.path.join(run, a.checkpoint)):
             have = sorted(f for f in os.listdir(run) if f.endswith(".pt")) if os.path.isdir(run) else []
-            sys.exit(f"error: no {a.checkpoint} in {run}: " +
-                     (f"it has {', '.join(have)}; choose one with --checkpoint=NAME" if have
-                      else f"train it first (python train.py --out_dir={run} ...)"))
+            fail(f"no {a.checkpoint} in {run}: " +
+                 (f"it has {', '.join(have)}; choose one with --checkpoint=NAME" if have
+                  else f"train it first (python train.py --out_dir={run} ...)"))
     try:
-        summary = analyze(a.runs, labels, a.out_dir, a.device, a.batches, a.batch_size, a.map_tokens, a.checkpoint)
+        summary = analyze(runs, labels, a.out_dir, a.device, a.batches, a.batch_size, a.map_tokens, a.checkpoint)
     except (ValueError, FileNotFoundError) as e:  # a corrupt checkpoint, too little validation data: one line
-        sys.exit(f"error: {e}")
+        fail(e)
     print(f"wrote {os.path.join(a.out_dir, 'summary.json')}" + "".join(f", {p}" for p in summary["plots"]))
 
 

@@ -2,18 +2,20 @@
 Benchmarks for the gated attention kernels and for full training steps.
 
   python bench.py --kernels            # attention alone: SDPA, SDPA + gate, fused Triton (bf16, GPU)
-  python bench.py --train              # GPT-2 small optimizer steps for each gate/backend, with and without compile
+  python bench.py --train              # GPT-2 small optimizer steps of three variants of variants.py (TIMED),
+                                       # each with the fused Triton and the PyTorch attention, with and
+                                       # without torch.compile
   python bench.py --kernels --train --tiny   # smoke test: tiny sizes, fp32; on CPU, Triton's interpreter and
                                              # a plain timer: checks the code runs, says nothing about speed
 
-bench.py measures GPU speed: without a CUDA GPU it runs only with --tiny. Results go to
+The keys are the fields of Keys below, given as --key=value (a bool key as a bare --key) or in a config file
+(common.configure). bench.py measures GPU speed: without a CUDA GPU it runs only with --tiny. Results go to
 {out_dir}/bench_kernels.{json,md} and {out_dir}/bench_train.{json,md}, with the device, the date and the exact
 command; out_dir defaults to results/ (the committed GPU measurements) and, for --tiny, to out-bench-tiny/
 (git-ignored). FLOPs are counted the FlashAttention way: causal forward 2*B*H*T^2*D (half of
 the 4*B*H*T^2*D of full attention), backward 2.5x forward, so forward+backward is 3.5x forward.
 """
 
-import argparse
 import datetime
 import json
 import os
@@ -21,38 +23,64 @@ import platform
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 
-parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-parser.add_argument("--kernels", action="store_true", help="time the attention providers")
-parser.add_argument("--train", action="store_true", help="time full training steps of GPT-2 small")
-parser.add_argument("--tiny", action="store_true",
-                    help="smoke test: tiny sizes, fp32, no compile; runs on CPU, its timings mean nothing")
-parser.add_argument("--out_dir", default=None, help="default: results (GPU runs), out-bench-tiny (--tiny)")
-parser.add_argument("--tokens", type=int, default=16384, help="--kernels: B*T per call")
-parser.add_argument("--seq_lens", default="512,1024,2048,4096,8192", help="--kernels: comma-separated T")
-parser.add_argument("--head_dims", default="64,128", help="--kernels: comma-separated D (H = width / D)")
-parser.add_argument("--width", type=int, default=2048, help="--kernels: H*D")
-parser.add_argument("--gqa", type=int, default=0, help="--kernels: also rows with Hkv = H / gqa (0: no)")
-parser.add_argument("--non_causal", action="store_true", help="--kernels: full attention instead of causal")
-parser.add_argument("--batch_size", type=int, default=16, help="--train: sequences per step")
-parser.add_argument("--block_size", type=int, default=1024, help="--train: T")
-parser.add_argument("--compile", default="both", choices=["both", "true", "false"], help="--train: torch.compile")
-parser.add_argument("--match_params", action="store_true",
-                    help="--train: shrink the MLP so a gated model has the baseline's parameter count (GA)")
-parser.add_argument("--warmup", type=int, default=10, help="--train: untimed steps first (compile happens here)")
-parser.add_argument("--steps", type=int, default=20, help="--train: timed steps")
-args = parser.parse_args()
-if not (args.kernels or args.train):
-    parser.error("choose --kernels and/or --train")
-
 cuda = torch.cuda.is_available()
-if not cuda and not args.tiny:  # GPT-2 small and the kernel sweep would take hours on a CPU and measure nothing
-    sys.exit("error: bench.py measures GPU speed and no CUDA GPU is visible here; "
-             "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
-if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported
+if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
+from common import configure, estimate_mfu, fail  # noqa: E402
+from variants import VARIANTS  # noqa: E402
+
+TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
+BACKENDS = ("triton", "torch")  # the fused kernel (G1 sigmoid gates and no gate), and SDPA with the gate apart
+
+
+@dataclass
+class Keys:
+    kernels: bool = False  # time the attention providers
+    train: bool = False  # time full training steps of GPT-2 small
+    tiny: bool = False  # smoke test: tiny sizes, fp32, no compile; runs on CPU, its timings mean nothing
+    out_dir: str = ""  # "": results (GPU runs), out-bench-tiny (--tiny)
+    tokens: int = 16384  # --kernels: B*T per call
+    seq_lens: str = "512,1024,2048,4096,8192"  # --kernels: comma-separated T
+    head_dims: str = "64,128"  # --kernels: comma-separated D (H = width / D)
+    width: int = 2048  # --kernels: H*D
+    gqa: int = 0  # --kernels: also rows with Hkv = H / gqa (0: no)
+    non_causal: bool = False  # --kernels: full attention instead of causal
+    batch_size: int = 16  # --train: sequences per step
+    block_size: int = 1024  # --train: T
+    compile: str = "both"  # --train: torch.compile: both, true or false
+    match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
+    warmup: int = 10  # --train: untimed steps first (compile happens here)
+    steps: int = 20  # --train: timed steps
+
+
+def int_list(key, text):
+    try:
+        values = [int(t) for t in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        fail(f"--{key}={text}: give positive integers separated by commas, e.g. --{key}=512,1024")
+    return values
+
+
+if sys.argv[1:2] in (["-h"], ["--help"]):
+    print(__doc__)
+    sys.exit()
+args, _ = configure(Keys, sys.argv[1:])
+if not (args.kernels or args.train):
+    fail("choose --kernels and/or --train (python bench.py --help)")
+if args.compile.lower() not in ("both", "true", "false"):
+    fail(f"--compile={args.compile}: choose both, true or false")
+if args.gqa < 0:
+    fail(f"--gqa={args.gqa}: give 0 (no GQA rows) or the number of query heads per KV head")
+seq_lens, head_dims = int_list("seq_lens", args.seq_lens), int_list("head_dims", args.head_dims)
+if not cuda and not args.tiny:  # GPT-2 small and the kernel sweep would take hours on a CPU and measure nothing
+    fail("bench.py measures GPU speed and no CUDA GPU is visible here; "
+         "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
 from kernels import attention_torch, gated_attention  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
@@ -123,8 +151,7 @@ PROVIDERS = {  # name -> (function of q, k, v, gate, causal; uses the gate?)
 }
 
 if args.kernels:
-    seq_lens = [16, 40] if args.tiny else [int(t) for t in args.seq_lens.split(",")]
-    head_dims = [32] if args.tiny else [int(d) for d in args.head_dims.split(",")]
+    seq_lens, head_dims = ([16, 40], [32]) if args.tiny else (seq_lens, head_dims)
     width, tokens = (64, 80) if args.tiny else (args.width, args.tokens)
     causal = not args.non_causal
     records = []
@@ -159,14 +186,6 @@ if args.kernels:
 # ----------------------------------------------------------------------------
 # --train: full optimizer steps of GPT-2 small (or a tiny model)
 
-RUNS = [  # (gate label, backend, GPTConfig overrides)
-    ("none", "torch", dict(gate="none")),
-    ("none", "triton", dict(gate="none")),
-    ("g1-elementwise", "triton", dict(gate="g1")),
-    ("g1-elementwise", "torch", dict(gate="g1")),
-    ("g1-headwise", "triton", dict(gate="g1", gate_granularity="headwise")),
-]
-
 if args.train:
     if args.tiny:
         base = dict(block_size=32, vocab_size=128, n_layer=2, n_head=2, n_embd=64)
@@ -174,14 +193,14 @@ if args.train:
     else:  # GPT-2 small: 12 layers, 12 heads, 768 wide, T=1024, vocab 50304
         base = dict(block_size=args.block_size, vocab_size=50304, n_layer=12, n_head=12, n_embd=768)
         batch_size, warmup, steps = args.batch_size, args.warmup, args.steps
-        compiles = {"both": [False, True], "true": [True], "false": [False]}[args.compile]
+        compiles = {"both": [False, True], "true": [True], "false": [False]}[args.compile.lower()]
     T = base["block_size"]
     autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
     records = []
     for use_compile in compiles:
-        for gate, backend, overrides in RUNS:
+        for variant, backend in ((v, b) for v in TIMED for b in BACKENDS):
             torch.manual_seed(0)
-            config = GPTConfig(**base, **overrides, attn_backend=backend, match_params=args.match_params)
+            config = GPTConfig(**base, **VARIANTS[variant].flags, attn_backend=backend, match_params=args.match_params)
             model = GPT(config).to(device)
             optimizer = model.configure_optimizers(0.1, 6e-4, device_type=device)
             step_model = torch.compile(model) if use_compile else model
@@ -195,8 +214,9 @@ if args.train:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
 
-            record = dict(device=device_name, config="tiny" if args.tiny else "gpt2-small", gate=gate,
-                          backend=backend, compile=use_compile, params=model.num_params())
+            record = dict(device=device_name, config="tiny" if args.tiny else "gpt2-small", variant=variant,
+                          flags=VARIANTS[variant].flags, backend=backend, compile=use_compile,
+                          params=model.num_params())
             try:
                 for _ in range(warmup):
                     step()
@@ -208,17 +228,17 @@ if args.train:
                     step()
                 sync()
                 dt = (time.perf_counter() - t0) / steps
-                mfu = model.estimate_mfu(batch_size, dt, seq_len=T)
+                mfu = estimate_mfu(model, batch_size, dt, seq_len=T)
                 record |= dict(tokens_per_s=sig(batch_size * T / dt), mfu=None if mfu is None else sig(mfu),
                                ms_per_step=sig(dt * 1e3),
                                peak_mem_gb=sig(torch.cuda.max_memory_allocated() / 1e9) if cuda else None)
-                print(f"{gate:15s} {backend:7s} compile={use_compile!s:5s} {dt * 1e3:9.2f} ms/step "
+                print(f"{variant:15s} {backend:7s} compile={use_compile!s:5s} {dt * 1e3:9.2f} ms/step "
                       f"{batch_size * T / dt:10.0f} tok/s mfu={record['mfu']} peak={record['peak_mem_gb']} GB",
                       flush=True)
             except Exception as e:  # e.g. a compile failure: keep the other runs, but say so loudly
                 if args.tiny:
                     raise
-                print(f"ERROR {gate} {backend} compile={use_compile}: {e!r}", file=sys.stderr, flush=True)
+                print(f"ERROR {variant} {backend} compile={use_compile}: {e!r}", file=sys.stderr, flush=True)
                 record |= dict(tokens_per_s=None, mfu=None, ms_per_step=None, peak_mem_gb=None, error=repr(e)[:500])
             records.append(record)
             del model, step_model, optimizer, x, y
@@ -231,7 +251,8 @@ if args.train:
           [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
            f"{warmup} warm-up then {steps} timed AdamW steps",
-           "MFU: model.estimate_mfu against model.peak_flops (dense bf16 peak of the GPU)"],
-          ["gate", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
-          [[r["gate"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],
+           "variants (variants.py): " + "; ".join(f"{v} {VARIANTS[v].flags}" for v in TIMED),
+           "MFU: common.estimate_mfu against common.peak_flops (dense bf16 peak of the GPU)"],
+          ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
+          [[r["variant"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],
             r["params"]] for r in records])

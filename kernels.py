@@ -1,21 +1,70 @@
 """
 Attention with the GA paper's sigmoid output gate: y = sigmoid(gate) * softmax(q k^T * scale + mask) v.
 
-`gated_attention` is what model.py calls. Backends:
+`gated_attention` is what model.py calls; `use_triton` says which path a call takes. Backends:
   'torch'  -- PyTorch SDPA, then the gate as a separate elementwise op (runs anywhere)
   'triton' -- a fused flash-attention kernel with the gate in its epilogue (CUDA, or CPU with TRITON_INTERPRET=1)
   'auto'   -- Triton for CUDA tensors when Triton imports and supports the shapes, else torch
 
-The Triton path, read top to bottom:
-  forward   one program per (query block, batch*head): online softmax over key blocks (exp2, with log2(e)
-            folded into the scale), causal blocks split into an unmasked and a masked stage, GQA by reading
-            kv head h // (H // Hkv), the gate applied in the epilogue. Saves the log-sum-exp of each row.
-  backward  (1) preprocess: dO = dY * s, delta = rowsum(dO * O), dGate, all from dY, Y and the gate;
-            (2) dK, dV: one program per (key block, batch*kv head), looping over the query heads of its
-                GQA group, so each dK/dV tile is written once, with no atomics;
-            (3) dQ: one program per (query block, batch*head).
-  autograd  _FlashGatedAttention (a torch.autograd.Function) calls the forward and backward through two
-            torch.library custom ops, so torch.compile sees opaque calls with known output shapes/strides.
+The Triton path is FlashAttention-2 laid out like Triton's tutorial "Fused Attention"
+(python/tutorials/06-fused-attention.py), plus the gate. The paper adds 42 lines to a flash-attention
+kernel (counting its launch code, buffers, input checks and the torch path): each ends in `# [gate]`, and
+deleting them all leaves a working ungated kernel (test_kernels.py checks the count and that). Not marked:
+the `gate` argument that Python functions take and pass on (None for plain attention), its gradient's slot
+in the autograd Function, and comments or docstrings that mention the gate.
+
+  tutorial                    here                    what it is
+  _attn_fwd                   (same)                  forward kernel: one program per (query block, batch*head)
+  _attn_fwd_inner             _fwd_inner              online softmax over a range of key blocks
+  STAGE 1 / 2 (off/on-band)   MASKED=False / True     blocks that need no mask / diagonal and ragged blocks
+  causal_start, lo, hi        _key_range              where the unmasked stage ends (split) and the masked one (hi)
+  _attn_bwd_preprocess        _bwd_pre                delta per row (here also dO and dGate)
+  _attn_bwd                   _bwd_dkdv + _bwd_dq     the backward, as two kernels (see below)
+  _attn_bwd_dkdv, MASK        _dkdv_inner, MASKED     dK, dV of one key block, looping over query blocks
+  _attn_bwd_dq, MASK          _dq_inner, MASKED       dQ of one query block, looping over key blocks
+  _attention                  _FlashGatedAttention    the torch.autograd.Function
+  acc, l_i, m_i               (same)                  unnormalized output, row sum of exp2, running row max
+  M                           LSE, lse2               log-sum-exp of each row in base 2: m_i + log2(l_i)
+  Delta (D in the backward)   DELTA, delta            rowsum(dO * O), one per query row
+  sm_scale                    scale                   softmax scale, HEAD_DIM ** -0.5 by default
+  qk_scale                    scale2                  scale * log2(e): scores in base-2 units, exp2 instead of exp
+  RCP_LN2 (1.44269504)        LOG2E                   log2(e) = 1 / ln(2)
+  LN2                         --                      the tutorial pre-scales K, then rescales dQ; here dK, dQ *= scale
+  Z, H, N_CTX                 B, H, T                 batch, query heads, tokens
+  off_hz, off_z, off_h        bh, b, h                the program's batch*head, batch, head (bhk, hk: a kv head)
+  stride_qz .. stride_qk      sqb, sqh, sqt, sqd      Q's strides over (batch, head, token, dim); sk*, sv*, ... alike
+  start_m, start_n            (same)                  a query / key block: its index, or its first row in a loop
+  offs_m, offs_n, offs_k      offs_m, offs_n, offs_d  query rows, key rows, head-dim lanes
+  BLOCK_M, BLOCK_N, HEAD_DIM  (same)                  rows per query block, rows per key block, head dim
+  BLOCK_M1/N1, BLOCK_M2/N2    BLOCK_M, BLOCK_N        of _bwd_dkdv, of _bwd_dq (each autotuned here)
+  BLK_SLICE_FACTOR            --                      the diagonal uses the same blocks as the rest
+  PRE_BLOCK                   _PRE_BLOCK_M            rows per preprocess program
+  K_block_ptr, kT_ptrs        kt_ptrs (from _tile)    pointers to a K^T tile
+  qkT, pT, dpT, dsT           st, pt, dpt, dst        the transposed tiles of the dK/dV loop
+  O / Out, DO                 Y, DY (and DO)          output and its gradient; here Y is gated and DO = dY * s
+
+What it does that the tutorial does not, and why:
+  - the gate in the forward epilogue: Y = O * sigmoid(gate) is the only output stored (GATE=1 elementwise
+    logits (B, H, T, D), GATE=2 headwise (B, H, T, 1)), so the gate costs no extra pass over the output.
+  - the backward takes the gated Y and dY, never O: _bwd_pre makes dO = dY * s, delta = rowsum(dO * O) =
+    rowsum(dY * Y) and dGate = dY * Y * (1 - s) (summed over D when headwise), with no division by a small s.
+  - GQA: query head h reads kv head h // GROUP in place (no repeated copy of k, v).
+  - the backward is two kernels (the tutorial's one _attn_bwd does a dK/dV block, then a dQ block, in each
+    program), neither with atomics: _bwd_dkdv runs per (key block, batch*kv head) and loops over the GROUP
+    query heads that share the kv head, so each dK/dV tile is written once; _bwd_dq per (query block, batch*head).
+  - each tensor has its own four strides, in every kernel (the tutorial's backward wants one contiguous
+    layout), so transposed views and a gate expanded over heads (head stride 0) need no copy; outputs and
+    gradients are (B, T, H, D) buffers seen as (B, H, T, D), so model.py's reshape back to (B, T, C) is free.
+  - any T: the masked stage also drops keys past T and ragged blocks load under a mask (the tutorial needs
+    N_CTX to be a multiple of its blocks); masked scores are -inf (the tutorial adds -1e6).
+  - fp16, bf16 and fp32 inputs: P and dS are cast to the inputs' dtype (the tutorial: fp16 or fp8); fp32 uses
+    tl.dot input_precision="ieee", true fp32 products as in SDPA, not TF32.
+  - K is not pre-scaled: scores are multiplied by scale2 in the kernels, and dK, dQ by scale at the end.
+  - the forward and dQ kernels take their query blocks in reverse (start_m counts down from the last
+    block), so the longest causal rows start first; dK/dV's first key blocks are already its longest.
+  - the kernels sit behind two torch.library custom ops (gated_attention::forward, ::backward) with fake
+    implementations, so torch.compile sees opaque calls with known output shapes and strides.
+  - the LSE is returned too: first_token_attention reads each row's weight on key 0 from it in O(T) memory.
 """
 
 import os
@@ -44,14 +93,18 @@ def _check(q, k, v, gate):
     if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D or H % k.shape[1]:
         raise ValueError(f"k and v must be (B, Hkv, T, D) with H % Hkv == 0; got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if gate is not None and (gate.dim() != 4 or tuple(gate.shape[:3]) != (B, H, T) or gate.shape[3] not in (1, D)):
-        raise ValueError(f"gate must be (B, H, T, D) elementwise or (B, H, T, 1) headwise logits; got {tuple(gate.shape)}")
+    if gate is not None and (gate.dim() != 4 or tuple(gate.shape[:3]) != (B, H, T)  # [gate]
+                             or gate.shape[3] not in (1, D)):  # [gate]
+        raise ValueError("gate must be (B, H, T, D) elementwise or (B, H, T, 1) headwise logits; "  # [gate]
+                         f"got {tuple(gate.shape)}")  # [gate]
 
 
 def attention_torch(q, k, v, gate=None, causal=True, scale=None):
     """Reference path: SDPA, then the gate as its own op (an extra read and write of the output)."""
     y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=q.size(1) != k.size(1))
-    return y if gate is None else y * torch.sigmoid(gate)
+    if gate is not None:  # [gate]
+        y = y * torch.sigmoid(gate)  # [gate]
+    return y
 
 
 def _triton_unsupported(q, k, v, gate, scale):
@@ -66,10 +119,12 @@ def _triton_unsupported(q, k, v, gate, scale):
         return f"the Triton path needs a power-of-two head dim in [16, 256], got D={D}"
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return f"the Triton path needs q, k, v of one dtype among fp16/bf16/fp32, got {q.dtype}, {k.dtype}, {v.dtype}"
-    if gate is not None and not gate.is_floating_point():
-        return f"gate must be floating point, got {gate.dtype}"
-    if not (q.device == k.device == v.device) or (gate is not None and gate.device != q.device):
+    if gate is not None and not gate.is_floating_point():  # [gate]
+        return f"gate must be floating point, got {gate.dtype}"  # [gate]
+    if not (q.device == k.device == v.device):
         return "q, k, v and gate must be on one device"
+    if gate is not None and gate.device != q.device:  # [gate]
+        return "q, k, v and gate must be on one device"  # [gate]
     return None
 
 
@@ -81,8 +136,12 @@ def _require_triton(q):
                            "imported (Triton's interpreter); use CUDA tensors or backend='torch'")
 
 
-def _use_triton(backend, q, k, v, gate, scale):
-    """Resolve a backend name: True for the Triton path (after checking it can run), False for torch."""
+def use_triton(backend, q, k, v, gate=None, scale=None):
+    """True if gated_attention(q, k, v, gate, scale=scale, backend=backend) runs the Triton kernel, False if it
+    takes the PyTorch path. 'auto' picks Triton only for CUDA tensors the kernel supports; 'triton' raises
+    when the kernel cannot run (ValueError for inputs it does not take, RuntimeError without Triton, or on
+    CPU without TRITON_INTERPRET=1); an unknown backend raises ValueError. model.py uses it to choose
+    between its fused branch (the kernel, gate in the epilogue) and its reference branch (SDPA, then the gate)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not valid; choose one of {list(BACKENDS)}")
     if backend == "auto":
@@ -99,7 +158,7 @@ def gated_attention(q, k, v, gate=None, causal=True, scale=None, backend="auto")
     """q: (B, H, T, D); k, v: (B, Hkv, T, D), H % Hkv == 0; gate: None, (B, H, T, D) or (B, H, T, 1) logits.
     Inputs may have any strides (e.g. a gate expand()ed over heads); the gate's gradient has the gate's shape."""
     _check(q, k, v, gate)
-    if not _use_triton(backend, q, k, v, gate, scale):
+    if not use_triton(backend, q, k, v, gate, scale):
         return attention_torch(q, k, v, gate, causal, scale)
     scale = q.size(3) ** -0.5 if scale is None else float(scale)
     return _FlashGatedAttention.apply(q, k, v, gate, bool(causal), scale)
@@ -115,7 +174,7 @@ def first_token_attention(q, k, causal=True, scale=None, chunk=256, backend="aut
     Hkv, Tk = k.size(1), k.size(2)
     scale = scale if scale is not None else D ** -0.5
     qg = q.float().unflatten(1, (Hkv, H // Hkv))  # (B, Hkv, G, Tq, D): query heads grouped by their KV head
-    if _use_triton(backend, q, k, k, None, scale):
+    if use_triton(backend, q, k, k, scale=scale):
         _, lse2 = _flash_forward(q, k, k, None, causal, scale)  # v = k: only the LSE is used
         s0 = (qg * k[:, :, None, :1].float()).sum(-1).flatten(1, 2) * scale  # (B, H, T) scores on key 0
         return torch.exp2(s0 * LOG2E - lse2)
@@ -151,11 +210,10 @@ def _prec(q):
     return "ieee" if q.dtype == torch.float32 else "tf32"
 
 
-def _gate_args(gate, like):
-    """(pointer, strides, mode) for the kernels: mode 0 no gate, 1 elementwise, 2 headwise."""
-    if gate is None:
-        return like, (0, 0, 0, 0), 0
-    return gate, gate.stride(), 2 if gate.size(3) == 1 else 1
+def _gate_args(gate, like):  # [gate] (pointer, strides, GATE) for the kernels; GATE 0 none, 1 elementwise, 2 headwise
+    if gate is None:  # [gate]
+        return like, (0, 0, 0, 0), 0  # [gate]
+    return gate, gate.stride(), 2 if gate.size(3) == 1 else 1  # [gate]
 
 
 if HAS_TRITON:
@@ -228,10 +286,10 @@ if HAS_TRITON:
 
     @triton.autotune(configs=_FWD_CONFIGS, key=_KEY)
     @triton.jit
-    def _attn_fwd(Q, K, V, G, Y, LSE,
-                  sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sgb, sgh, sgt, sgd, syb, syh, syt, syd,
-                  H, T, GROUP, scale2,
-                  HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, GATE: tl.constexpr, PREC: tl.constexpr,
+    def _attn_fwd(Q, K, V, Y, LSE,
+                  sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, syb, syh, syt, syd, H, T, GROUP, scale2,
+                  G, sgb, sgh, sgt, sgd, GATE: tl.constexpr,  # [gate] the logits, their strides, their kind
+                  HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
         tl.static_assert(BLOCK_M % BLOCK_N == 0)
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # causal: the longest rows start first
@@ -248,26 +306,26 @@ if HAS_TRITON:
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        split, hi = _key_range(start_m, T, CAUSAL, BLOCK_M, BLOCK_N)
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, kt_ptrs, v_ptrs, skt, svt, 0, split, offs_m, offs_n, T,
-                                   scale2, False, CAUSAL, BLOCK_N, PREC)
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, kt_ptrs, v_ptrs, skt, svt, split, hi, offs_m, offs_n, T,
-                                   scale2, True, CAUSAL, BLOCK_N, PREC)
+        split, hi = _key_range(start_m, T, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, kt_ptrs, v_ptrs, skt, svt, 0, split, offs_m, offs_n, T, scale2,
+                                   MASKED=False, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N, PREC=PREC)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, kt_ptrs, v_ptrs, skt, svt, split, hi, offs_m, offs_n, T, scale2,
+                                   MASKED=True, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N, PREC=PREC)
         # Saved for the backward: lse2 (B*H*T floats) lets it recompute P = exp2(S - lse2) block by block
         # instead of storing T x T probabilities.
         tl.store(LSE + bh * T + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < T)
         o = acc / l_i[:, None]
-        g_ptrs = G + b * sgb + h * sgh + offs_m[:, None] * sgt
-        if GATE == 1:  # elementwise
-            o = o * tl.sigmoid(tl.load(g_ptrs + offs_d[None, :] * sgd, mask=rows, other=0.0).to(tl.float32))
-        if GATE == 2:  # headwise: one logit per row, broadcast over D
-            o = o * tl.sigmoid(tl.load(g_ptrs, mask=rows, other=0.0).to(tl.float32))
+        g_ptrs = G + b * sgb + h * sgh + offs_m[:, None] * sgt  # [gate]
+        if GATE == 1:  # [gate] elementwise
+            o = o * tl.sigmoid(tl.load(g_ptrs + offs_d[None, :] * sgd, mask=rows, other=0.0).to(tl.float32))  # [gate]
+        if GATE == 2:  # [gate] headwise: one logit per row, broadcast over D
+            o = o * tl.sigmoid(tl.load(g_ptrs, mask=rows, other=0.0).to(tl.float32))  # [gate]
         tl.store(_tile(Y, b, h, syb, syh, syt, syd, offs_m, offs_d), o.to(Y.dtype.element_ty), mask=rows)
 
     @triton.jit
-    def _bwd_pre(DY, Y, G, DO, DG, DELTA,
-                 sdyb, sdyh, sdyt, sdyd, syb, syh, syt, syd, sgb, sgh, sgt, sgd, sob, soh, sot, sod,
-                 H, T, HEAD_DIM: tl.constexpr, GATE: tl.constexpr, BLOCK_M: tl.constexpr):
+    def _bwd_pre(DY, Y, DELTA, sdyb, sdyh, sdyt, sdyd, syb, syh, syt, syd, H, T,
+                 G, DO, DG, sgb, sgh, sgt, sgd, sob, soh, sot, sod, GATE: tl.constexpr,  # [gate] and outputs dO, dGate
+                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
         """With Y = O * s (s = sigmoid(gate)) only Y is needed, never O (no division by a small s):
         dO = dY * s, delta = rowsum(dO * O) = rowsum(dY * Y), dGate = dY * O * s(1 - s) = dY * Y * (1 - s)."""
         bh = tl.program_id(1)
@@ -278,17 +336,18 @@ if HAS_TRITON:
         dy = tl.load(_tile(DY, b, h, sdyb, sdyh, sdyt, sdyd, offs_m, offs_d), mask=rows, other=0.0).to(tl.float32)
         y = tl.load(_tile(Y, b, h, syb, syh, syt, syd, offs_m, offs_d), mask=rows, other=0.0).to(tl.float32)
         tl.store(DELTA + bh * T + offs_m, tl.sum(dy * y, 1), mask=offs_m < T)
-        if GATE != 0:
-            g_ptrs = G + b * sgb + h * sgh + offs_m[:, None] * sgt
-            if GATE == 1:
-                s = tl.sigmoid(tl.load(g_ptrs + offs_d[None, :] * sgd, mask=rows, other=0.0).to(tl.float32))
-                tl.store(DG + bh * T * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
-                         (dy * y * (1.0 - s)).to(DG.dtype.element_ty), mask=rows)
-            else:
-                s = tl.sigmoid(tl.load(g_ptrs, mask=rows, other=0.0).to(tl.float32))  # (BLOCK_M, 1)
-                dg = tl.sum(dy * y * (1.0 - s), 1)  # headwise: summed over the head's D channels
-                tl.store(DG + bh * T + offs_m, dg.to(DG.dtype.element_ty), mask=offs_m < T)
-            tl.store(_tile(DO, b, h, sob, soh, sot, sod, offs_m, offs_d), (dy * s).to(DO.dtype.element_ty), mask=rows)
+        if GATE != 0:  # [gate]
+            g_ptrs = G + b * sgb + h * sgh + offs_m[:, None] * sgt  # [gate]
+            if GATE == 1:  # [gate]
+                s = tl.sigmoid(tl.load(g_ptrs + offs_d[None, :] * sgd, mask=rows, other=0.0).to(tl.float32))  # [gate]
+                tl.store(DG + bh * T * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],  # [gate]
+                         (dy * y * (1.0 - s)).to(DG.dtype.element_ty), mask=rows)  # [gate]
+            else:  # [gate]
+                s = tl.sigmoid(tl.load(g_ptrs, mask=rows, other=0.0).to(tl.float32))  # [gate] (BLOCK_M, 1)
+                dg = tl.sum(dy * y * (1.0 - s), 1)  # [gate] headwise: summed over the head's D channels
+                tl.store(DG + bh * T + offs_m, dg.to(DG.dtype.element_ty), mask=offs_m < T)  # [gate]
+            tl.store(_tile(DO, b, h, sob, soh, sot, sod, offs_m, offs_d),  # [gate]
+                     (dy * s).to(DO.dtype.element_ty), mask=rows)  # [gate]
 
     @triton.jit
     def _dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, stride_qt, stride_dot, lo, hi,
@@ -340,12 +399,13 @@ if HAS_TRITON:
             if CAUSAL:  # queries on the diagonal block need the mask, later ones see every key of the block
                 diag = start_n * BLOCK_N
                 dk, dv = _dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, sqt, sot, diag,
-                                     tl.minimum(diag + BLOCK_N, T), offs_n, offs_m, T, scale2, True, BLOCK_M, PREC)
+                                     tl.minimum(diag + BLOCK_N, T), offs_n, offs_m, T, scale2,
+                                     MASKED=True, BLOCK_M=BLOCK_M, PREC=PREC)
                 lo = diag + BLOCK_N
             else:
                 lo = 0
             dk, dv = _dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, sqt, sot, lo, T,
-                                 offs_n, offs_m, T, scale2, False, BLOCK_M, PREC)
+                                 offs_n, offs_m, T, scale2, MASKED=False, BLOCK_M=BLOCK_M, PREC=PREC)
         tl.store(_tile(DK, b, hk, sdb, sdh, sdt, sdd, offs_n, offs_d), (dk * scale).to(DK.dtype.element_ty), mask=cols)
         tl.store(_tile(DV, b, hk, sdb, sdh, sdt, sdd, offs_n, offs_d), dv.to(DV.dtype.element_ty), mask=cols)
 
@@ -393,11 +453,11 @@ if HAS_TRITON:
         kt_ptrs = _tile(K, b, hk, skb, skh, skd, skt, offs_d, offs_n)  # K^T and V^T tiles (D, BLOCK_N)
         vt_ptrs = _tile(V, b, hk, svb, svh, svd, svt, offs_d, offs_n)
         dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        split, hi = _key_range(start_m, T, CAUSAL, BLOCK_M, BLOCK_N)
+        split, hi = _key_range(start_m, T, CAUSAL=CAUSAL, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
         dq = _dq_inner(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, skt, svt, 0, split, offs_m, offs_n, T, scale2,
-                       False, CAUSAL, BLOCK_N, PREC)
+                       MASKED=False, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N, PREC=PREC)
         dq = _dq_inner(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, skt, svt, split, hi, offs_m, offs_n, T, scale2,
-                       True, CAUSAL, BLOCK_N, PREC)
+                       MASKED=True, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N, PREC=PREC)
         tl.store(_tile(DQ, b, h, sdb, sdh, sdt, sdd, offs_m, offs_d), (dq * scale).to(DQ.dtype.element_ty), mask=rows)
 
 
@@ -412,33 +472,40 @@ def _backward_buffers(q, k, gate):
     B, H, T, D = q.shape
     dq = _empty_bthd(B, H, T, D, q.dtype, q.device)
     dk, dv = (_empty_bthd(B, k.size(1), T, D, k.dtype, q.device) for _ in range(2))
-    return [dq, dk, dv] + ([_empty(gate.shape, gate.dtype, q.device)] if gate is not None else [])
+    grads = [dq, dk, dv]
+    if gate is not None:  # [gate]
+        grads.append(_empty(gate.shape, gate.dtype, q.device))  # [gate]
+    return grads
 
 
 def _flash_forward(q, k, v, gate, causal, scale):
     """Returns y (B, H, T, D) and lse2 (B, H, T) fp32, the base-2 log-sum-exp of each row's scores."""
     B, H, T, D = q.shape
     y, lse2 = _forward_buffers(q)
-    g, g_strides, mode = _gate_args(gate, q)
+    g, g_strides, mode = _gate_args(gate, q)  # [gate]
     grid = lambda meta: (triton.cdiv(T, meta["BLOCK_M"]), B * H)  # noqa: E731
-    _attn_fwd[grid](q, k, v, g, y, lse2, *q.stride(), *k.stride(), *v.stride(), *g_strides, *y.stride(),
-                    H, T, H // k.size(1), scale * LOG2E, HEAD_DIM=D, CAUSAL=causal, GATE=mode, PREC=_prec(q))
+    _attn_fwd[grid](q, k, v, y, lse2, *q.stride(), *k.stride(), *v.stride(), *y.stride(),
+                    H, T, H // k.size(1), scale * LOG2E,
+                    g, *g_strides, GATE=mode,  # [gate]
+                    HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q))
     return y, lse2
 
 
 def _flash_backward(dy, q, k, v, gate, y, lse2, causal, scale):
     B, H, T, D = q.shape
     Hkv = k.size(1)
-    g, g_strides, mode = _gate_args(gate, q)
     grads = _backward_buffers(q, k, gate)
     dq, dk, dv = grads[:3]
     delta = _empty((B, H, T), torch.float32, q.device)
-    # with a gate, dO = dY * s gets its own buffer; without, dO is dY itself (read only: the preprocess
-    # kernel then gets `delta` as a dummy for its unused DO and DG outputs)
-    do = _empty_bthd(B, H, T, D, q.dtype, q.device) if gate is not None else dy
+    do = dy  # the tutorial's dO, the gradient of the ungated output: dY itself (read only) with no gate
+    g, g_strides, mode = _gate_args(gate, q)  # [gate]
+    if gate is not None:  # [gate] dO = dY * s gets a buffer of its own; _bwd_pre writes it and dGate
+        do = _empty_bthd(B, H, T, D, q.dtype, q.device)  # [gate]
+    pre_out = (do, grads[3]) if gate is not None else (delta, delta)  # [gate] DO, DG (stand-ins if no gate)
     _bwd_pre[(triton.cdiv(T, _PRE_BLOCK_M), B * H)](
-        dy, y, g, do if gate is not None else delta, grads[3] if gate is not None else delta, delta,
-        *dy.stride(), *y.stride(), *g_strides, *do.stride(), H, T, HEAD_DIM=D, GATE=mode, BLOCK_M=_PRE_BLOCK_M)
+        dy, y, delta, *dy.stride(), *y.stride(), H, T,
+        g, *pre_out, *g_strides, *do.stride(), GATE=mode,  # [gate]
+        HEAD_DIM=D, BLOCK_M=_PRE_BLOCK_M)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     _bwd_dkdv[lambda meta: (triton.cdiv(T, meta["BLOCK_N"]), B * Hkv)](
         q, k, v, do, lse2, delta, dk, dv, *common, *dk.stride(), H, T, H // Hkv, scale * LOG2E, scale,

@@ -6,10 +6,11 @@ A compact GPT with a flag for every gate variant and norm type of two Qwen paper
   GN: A Unified View of Attention and Residual Sinks: Outlier-Driven Rescaling is
       Essential for Transformer Training (arXiv 2601.22966)
 
-Read top to bottom: config -> norms -> gate -> attention -> MLP -> block -> GPT.
-The gate is `Y' = Y * act(X W)` (or `Y + act(X W)`), where X is the block's input
-after the pre-attention norm, the same tensor that feeds Q/K/V, and Y is the tensor
-at the gate's position (G1..G5).
+Read top to bottom: config -> norms -> gate -> attention -> MLP -> block -> GPT -> config checks.
+The paper's G1 gate in four stops: the gate_* fields of GPTConfig; the Gate module, Y' = Y * act(X W);
+the line `y = self.gate(y, g)  # G1` in CausalSelfAttention.forward, where it multiplies each head's SDPA
+output; then c_proj (W_O). X is the block's input after the pre-attention norm, the tensor that feeds Q/K/V,
+so X W is computed by the same matmul as Q, K and V (c_attn) and split off beside them.
 """
 
 import inspect
@@ -20,23 +21,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kernels import first_token_attention, gated_attention
+import kernels
 
 # ----------------------------------------------------------------------------
-# Config
-
-VALID = {
-    "pos_emb": ("rope", "learned"),
-    "mlp": ("swiglu", "glu", "gelu"),
-    "norm": ("rmsnorm", "layernorm", "dyt", "preaffine", "gatednorm"),
-    "gate": ("none", "g1", "g2", "g3", "g4", "g5"),
-    "gate_granularity": ("elementwise", "headwise"),
-    "gate_op": ("mul", "add"),
-    "gate_act": ("sigmoid", "silu", "ns_sigmoid", "identity"),
-    "gate_input": ("hidden", "none"),
-    "sdpa_nonlin": ("none", "rmsnorm", "silu"),
-    "attn_backend": ("auto", "torch", "triton"),
-}
+# Config. The valid values of each flag are in VALID (bottom of the file); variants.py says what each flag does,
+# in the papers' terms, and which paper row it reproduces (README.md shows that as a table).
 
 
 @dataclass
@@ -49,57 +38,28 @@ class GPTConfig:
     n_embd: int = 768
     dropout: float = 0.0
     bias: bool = False
-    pos_emb: str = "rope"
+    pos_emb: str = "rope"  # or learned
     rope_base: float = 10000.0
-    mlp: str = "swiglu"
+    mlp: str = "swiglu"  # glu, gelu
     mlp_hidden: int = None  # None -> 4*n_embd for gelu, ~8/3*n_embd (multiple of 64) for GLUs; see hidden_dim
-    norm: str = "rmsnorm"
+    norm: str = "rmsnorm"  # layernorm, dyt, preaffine, gatednorm: every norm of the model
     gatednorm_rank: int = 16
-    sandwich_norm: bool = False
+    sandwich_norm: bool = False  # a norm on each sub-layer's output too, before the residual add
     qk_norm: bool = False
-    gate: str = "g1"
-    gate_granularity: str = "elementwise"
-    gate_shared: bool = False
-    gate_op: str = "mul"
-    gate_act: str = "sigmoid"
-    gate_input: str = "hidden"
-    sdpa_nonlin: str = "none"
-    match_params: bool = False
-    attn_backend: str = "auto"  # kernels.gated_attention backend: auto = Triton on CUDA, else torch
+    gate: str = "g1"  # where: none, g1 (SDPA output), g2 (values), g3 (keys), g4 (queries), g5 (after W_O)
+    gate_granularity: str = "elementwise"  # or headwise: one score per head
+    gate_shared: bool = False  # one score vector shared by every head
+    gate_op: str = "mul"  # or add: Y + act(XW)
+    gate_act: str = "sigmoid"  # silu, ns_sigmoid, identity
+    gate_input: str = "hidden"  # or none: learned scores that do not depend on the input
+    sdpa_nonlin: str = "none"  # rmsnorm, silu: a non-linearity at G1 that is not a gate
+    match_params: bool = False  # shrink the MLP so the total parameters match gate='none'
+    attn_backend: str = "auto"  # kernels.py: auto = the fused Triton kernel on CUDA, else PyTorch; torch; triton
 
     def __post_init__(self):
         if self.n_kv_head is None:
             self.n_kv_head = self.n_head
-        for name, valid in VALID.items():
-            value = getattr(self, name)
-            if value not in valid:
-                raise ValueError(f"GPTConfig.{name}={value!r} is not valid; choose one of {list(valid)}")
-        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "gatednorm_rank"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"GPTConfig.{name}={getattr(self, name)!r} must be a positive integer")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"GPTConfig.n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
-        if self.n_head % self.n_kv_head:
-            raise ValueError(f"GPTConfig.n_head={self.n_head} must be divisible by n_kv_head={self.n_kv_head} (GQA groups)")
-        if self.pos_emb == "rope" and self.head_dim % 2:
-            raise ValueError(f"GPTConfig.pos_emb='rope' needs an even head_dim, got n_embd/n_head={self.head_dim}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"GPTConfig.dropout={self.dropout} must be in [0, 1)")
-        if self.mlp_hidden is not None and (not isinstance(self.mlp_hidden, int) or self.mlp_hidden < 1):
-            raise ValueError(f"GPTConfig.mlp_hidden={self.mlp_hidden!r} must be a positive integer or None")
-        defaults = GPTConfig.__dataclass_fields__
-        if self.gate == "none":
-            # gate_* flags would silently do nothing: refuse them rather than mislead a sweep
-            for name in ("gate_granularity", "gate_shared", "gate_op", "gate_act", "gate_input"):
-                if getattr(self, name) != defaults[name].default:
-                    raise ValueError(f"GPTConfig.{name}={getattr(self, name)!r} has no effect with gate='none'; "
-                                     f"leave it at {defaults[name].default!r} or pick a gate from {list(VALID['gate'])}")
-        if self.gate_granularity == "headwise" and self.gate not in ("g1", "g2"):
-            raise ValueError(f"GPTConfig.gate_granularity='headwise' is defined for gate in ['g1', 'g2'] only, got gate={self.gate!r}")
-        if self.gate_shared and not (self.gate in ("g1", "g2") and self.gate_granularity == "elementwise"):
-            raise ValueError("GPTConfig.gate_shared=True is defined for gate in ['g1', 'g2'] with "
-                             f"gate_granularity='elementwise' only, got gate={self.gate!r}, gate_granularity={self.gate_granularity!r}")
-        self.hidden_dim  # raises if match_params cannot be satisfied
+        check_config(self)
 
     @property
     def head_dim(self):
@@ -107,7 +67,7 @@ class GPTConfig:
 
     def gate_shape(self):
         """Gate scores per token at this gate position: (groups, width), e.g. G1 elementwise -> (n_head, head_dim).
-        Groups are heads (broadcast over the head's channels when width == 1, over heads when groups == 1)."""
+        A score broadcasts over a head's channels when width == 1 (headwise), over the heads when groups == 1."""
         heads = {"g1": self.n_head, "g2": self.n_kv_head, "g3": self.n_kv_head, "g4": self.n_head}
         if self.gate == "none":
             return None
@@ -117,11 +77,19 @@ class GPTConfig:
         width = 1 if self.gate_granularity == "headwise" else self.head_dim
         return (groups, width)
 
+    def gate_logits_width(self):
+        """How many of c_attn's outputs are gate logits: one per score when the gate reads its input, else 0."""
+        if self.gate == "none" or self.gate_input == "none":
+            return 0
+        groups, width = self.gate_shape()
+        return groups * width
+
     def gate_params_per_layer(self):
         if self.gate == "none":
             return 0
-        g, w = self.gate_shape()
-        return g * w * (1 if self.gate_input == "none" else self.n_embd)
+        if self.gate_input == "none":
+            return math.prod(self.gate_shape())
+        return self.gate_logits_width() * (self.n_embd + self.bias)  # W_theta's rows of c_attn (and their biases)
 
     @property
     def hidden_dim(self):
@@ -210,9 +178,9 @@ def make_norm(config, dim):
 
 
 # ----------------------------------------------------------------------------
-# The gate (GA §2.2). Scores are laid out per token as (groups, width) = config.gate_shape(), so one
-# module serves every position: a headwise score broadcasts over a head's channels, a head-shared
-# score over the heads.
+# The gate (GA §2.2): Y' = Y * act(X W_theta), or Y + act(X W_theta) for gate_op='add'. The logits s = X W_theta
+# come from the attention's c_attn, computed with Q, K and V. Scores are laid out per token as
+# (groups, width) = config.gate_shape(), so one module serves every position G1..G5.
 
 def gate_activation(name, s):
     if name == "sigmoid":
@@ -227,28 +195,24 @@ def gate_activation(name, s):
 class Gate(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.act, self.op = config.gate_act, config.gate_op
-        self.shape = config.gate_shape()
-        width = self.shape[0] * self.shape[1]
-        if config.gate_input == "hidden":
-            self.gate_proj = nn.Linear(config.n_embd, width, bias=False)  # W_theta, init N(0, 0.02) like every linear
-        else:
-            # input-independent gate: one learned score per channel, zero-init -> sigmoid = 0.5 for every token
-            self.gate_param = nn.Parameter(torch.zeros(width))
-            self.gate_proj = None
+        self.act, self.op, self.shape = config.gate_act, config.gate_op, config.gate_shape()
+        if config.gate_input == "none":
+            # input-independent gate: one learned logit per score, zero-init -> sigmoid = 0.5 for every token
+            self.gate_param = nn.Parameter(torch.zeros(math.prod(self.shape)))
 
-    def logits(self, x):
-        """X W_theta for normed block input x (B, T, C) -> (B, T, groups, width) (or (1, 1, groups, width))."""
-        s = self.gate_proj(x) if self.gate_proj is not None else self.gate_param.view(1, 1, -1)
+    def logits(self, s):
+        """c_attn's gate outputs s = X W_theta (B, T, groups*width) -> (B, T, groups, width); an input-independent
+        gate ignores them (there are none) and returns its own learned logits, (1, 1, groups, width)."""
+        if hasattr(self, "gate_param"):
+            return self.gate_param.view(1, 1, *self.shape)
         return s.view(*s.shape[:2], *self.shape)
 
-    def score(self, x):
-        return gate_activation(self.act, self.logits(x))
+    def score(self, s):
+        return gate_activation(self.act, s)
 
-    def forward(self, y, x):
-        """y: (B, T, groups*, width*) tensor at the gate position (broadcast-compatible with the scores)."""
-        s = self.score(x)
-        return y * s if self.op == "mul" else y + s
+    def forward(self, y, s):
+        """y (B, T, heads or 1, width): the tensor at the gate position; s: its logits from self.logits."""
+        return y * self.score(s) if self.op == "mul" else y + self.score(s)
 
 
 # ----------------------------------------------------------------------------
@@ -275,7 +239,10 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.config = config
         self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.n_kv_head, config.head_dim
-        self.c_attn = nn.Linear(config.n_embd, (config.n_head + 2 * config.n_kv_head) * config.head_dim, bias=config.bias)
+        H, Hkv, D = config.n_head, config.n_kv_head, config.head_dim
+        # one matmul for Q, K, V and the gate logits X W_theta (as the official Qwen code widens q_proj)
+        self.qkvg_sizes = [H * D, Hkv * D, Hkv * D, config.gate_logits_width()]
+        self.c_attn = nn.Linear(config.n_embd, sum(self.qkvg_sizes), bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.c_proj.RESIDUAL_PROJ = True
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -284,75 +251,72 @@ class CausalSelfAttention(nn.Module):
         if config.sdpa_nonlin == "rmsnorm":  # GA Table 3 "SDPA RMSNorm": normalise each head's output on its own
             self.sdpa_norm = RMSNorm(self.head_dim)
         self.gate = Gate(config) if config.gate != "none" else None
-        # G1 with a sigmoid multiplicative gate computed from the input can be fused into the attention kernel
-        self.fused_gate = (config.gate == "g1" and config.gate_act == "sigmoid" and config.gate_op == "mul"
-                           and config.gate_input == "hidden" and config.sdpa_nonlin == "none")
+        # a G1 sigmoid gate that multiplies can run inside the Triton kernel (kernels.py), in its epilogue
+        self.fusable = config.gate in ("none", "g1") and config.gate_act == "sigmoid" and config.gate_op == "mul" \
+            and config.sdpa_nonlin == "none"
 
-    def forward(self, x, rope=None, cache=None, stats=None):
+    def project(self, x, rope=None):
+        """Q (B, T, H, D) and K, V (B, T, Hkv, D), gated here at G2-G4, with RoPE and QK-norm applied, and the
+        gate logits (B, T, groups, width), or None without a gate."""
         B, T, C = x.shape
-        H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
-        q, k, v = self.c_attn(x).split([H * D, Hkv * D, Hkv * D], dim=-1)
-        q, k, v = q.view(B, T, H, D), k.view(B, T, Hkv, D), v.view(B, T, Hkv, D)
-        gate_at = self.config.gate
-        if gate_at == "g2":
-            v = self.gate(v, x)
-        elif gate_at == "g3":
-            k = self.gate(k, x)
-        elif gate_at == "g4":
-            q = self.gate(q, x)
+        q, k, v, g = self.c_attn(x).split(self.qkvg_sizes, dim=-1)
+        q, k, v = q.view(B, T, self.n_head, -1), k.view(B, T, self.n_kv_head, -1), v.view(B, T, self.n_kv_head, -1)
+        if self.gate is not None:
+            g = self.gate.logits(g)
+        if self.config.gate == "g2":
+            v = self.gate(v, g)
+        elif self.config.gate == "g3":
+            k = self.gate(k, g)
+        elif self.config.gate == "g4":
+            q = self.gate(q, g)
         if self.config.qk_norm:
             q, k = self.q_norm(q).type_as(v), self.k_norm(k).type_as(v)  # autocast runs norms in fp32
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, D)
+        return q, k, v, (g if self.gate is not None else None)
 
+    def forward(self, x, rope=None, cache=None):
+        B, T, C = x.shape
+        q, k, v, g = self.project(x, rope)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, D)
         causal, backend = True, self.config.attn_backend
         if cache is not None:
-            if "k" in cache:  # decoding: the new token(s) follow the cached ones
+            if "k" in cache:  # decoding: the new token follows the cached ones
                 if T != 1:
                     raise ValueError("the KV cache decodes one token at a time after a prefill")
                 k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
                 causal, backend = False, "torch"  # one query sees every cached key; no kernel needed
             cache["k"], cache["v"] = k, v
 
-        gate_logits = None
-        if self.fused_gate:  # (B, T, groups, width) -> (B, groups, T, width), broadcast over heads if shared
-            gate_logits = self.gate.logits(x).transpose(1, 2).expand(B, H, T, -1)
-        y = gated_attention(q, k, v, gate=gate_logits, causal=causal, backend=backend)  # (B, H, T, D)
-
-        if self.config.sdpa_nonlin == "rmsnorm":
-            y = self.sdpa_norm(y)
-        elif self.config.sdpa_nonlin == "silu":
-            y = F.silu(y)
-        if gate_at == "g1" and not self.fused_gate:
-            y = self.gate(y.transpose(1, 2), x).transpose(1, 2)
-        y = y.transpose(1, 2).reshape(B, T, C)
-        y = self.c_proj(y)
-        if gate_at == "g5":
-            y = self.gate(y.view(B, T, 1, C), x).view(B, T, C)
-
-        if stats is not None:
-            self._collect_stats(q, k, x, stats)
+        if self.fusable and kernels.use_triton(backend, q, k, v):
+            # fused: one Triton kernel computes softmax(q k^T / sqrt(D)) v and multiplies it by sigmoid(g) (G1)
+            # before writing it out; the gate logits are read in place: (B, T, groups, width) -> (B, H, T, width)
+            gate = None if g is None else g.transpose(1, 2).expand(B, self.n_head, T, -1)
+            y = kernels.gated_attention(q, k, v, gate=gate, causal=causal, backend="triton").transpose(1, 2)
+        else:
+            # reference: attention, then the gate as a line of its own (this is what a CPU run executes)
+            y = kernels.gated_attention(q, k, v, causal=causal, backend=backend).transpose(1, 2)  # (B, T, H, D)
+            if self.config.sdpa_nonlin == "rmsnorm":
+                y = self.sdpa_norm(y)
+            elif self.config.sdpa_nonlin == "silu":
+                y = F.silu(y)
+            if self.config.gate == "g1":
+                y = self.gate(y, g)  # G1: each head's SDPA output times its gate scores
+        y = self.c_proj(y.reshape(B, T, C))  # W_O: the heads concatenated and mixed
+        if self.config.gate == "g5":
+            y = self.gate(y.view(B, T, 1, C), g).view(B, T, C)
         return self.resid_dropout(y)
 
-    @torch.no_grad()
-    def _collect_stats(self, q, k, x, stats):
-        Tq = q.size(2)
-        if Tq > 1:  # the first query can only see itself: average over queries 1..T-1
-            p0 = first_token_attention(q, k, causal=True, backend=self.config.attn_backend)  # (B, H, T), never T x T
-            stats["first_token_attn"].append(p0[:, :, 1:].float().mean().item())
-        else:
-            stats["first_token_attn"].append(float("nan"))
-        if self.gate is not None:
-            s = self.gate.score(x).float()
-            stats["gate_mean"].append(s.mean().item())
-            stats["gate_below_0.1"].append((s < 0.1).float().mean().item())
-            stats["gate_below_0.5"].append((s < 0.5).float().mean().item())
-        if "attn_maps" in stats:  # explicit softmax for a heatmap of each head (small T only)
-            kk = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
-            att = (q.float() @ kk.float().transpose(-2, -1)) * self.head_dim ** -0.5
-            mask = torch.ones(Tq, kk.size(2), dtype=torch.bool, device=q.device).tril()
-            stats["attn_maps"].append(att.masked_fill(~mask, float("-inf")).softmax(-1))
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Checkpoints written before the gate logits joined c_attn hold W_theta apart, as gate.gate_proj.weight:
+        # its rows go at the end of c_attn's (with zero biases), which computes exactly what it did.
+        w = state_dict.pop(prefix + "gate.gate_proj.weight", None)
+        if w is not None and prefix + "c_attn.weight" in state_dict:
+            state_dict[prefix + "c_attn.weight"] = torch.cat([state_dict[prefix + "c_attn.weight"], w])
+            if prefix + "c_attn.bias" in state_dict:
+                bias = state_dict[prefix + "c_attn.bias"]
+                state_dict[prefix + "c_attn.bias"] = torch.cat([bias, bias.new_zeros(w.size(0))])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 # ----------------------------------------------------------------------------
@@ -390,8 +354,8 @@ class Block(nn.Module):
             self.ln_mlp_out = make_norm(config, config.n_embd)
         self.sandwich = config.sandwich_norm
 
-    def forward(self, x, rope=None, cache=None, stats=None):
-        a = self.attn(self.ln_1(x), rope, cache, stats)
+    def forward(self, x, rope=None, cache=None):
+        a = self.attn(self.ln_1(x), rope, cache)
         x = x + (self.ln_attn_out(a) if self.sandwich else a)
         m = self.mlp(self.ln_2(x))
         return x + (self.ln_mlp_out(m) if self.sandwich else m)
@@ -399,24 +363,6 @@ class Block(nn.Module):
 
 # ----------------------------------------------------------------------------
 # GPT
-
-STAT_KEYS = ("first_token_attn", "max_act", "gate_mean", "gate_below_0.1", "gate_below_0.5")
-
-# Dense bf16 tensor-core peak FLOP/s by device name (no sparsity). Matched by substring, first hit wins.
-PEAK_FLOPS = [
-    ("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H800", 989e12), ("GH200", 989e12),
-    ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12),
-    ("A10G", 70e12), ("A10", 125e12), ("RTX 4090", 165e12), ("RTX 3090", 71e12), ("V100", 125e12), ("T4", 65e12),
-]
-
-
-def peak_flops(device=None):
-    """Peak bf16 FLOP/s of a CUDA device, or None if unknown (CPU, MPS, an unlisted GPU)."""
-    if not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((flops for key, flops in PEAK_FLOPS if key in name), None)
-
 
 class GPT(nn.Module):
     def __init__(self, config):
@@ -457,20 +403,16 @@ class GPT(nn.Module):
             n -= self.transformer.wpe.weight.numel()
         return n
 
-    def forward(self, idx, targets=None, return_stats=False):
-        stats = {key: [] for key in STAT_KEYS} if return_stats else None
-        logits = self._forward(idx, stats=stats)
+    def forward(self, idx, targets=None):
+        """Logits (B, T, vocab) and, given targets, the mean cross-entropy. To measure attention sinks, massive
+        activations and gate scores while it runs, attach a probe.Probe."""
+        logits = self._forward(idx)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
-        if return_stats:
-            if self.config.gate == "none":
-                for key in ("gate_mean", "gate_below_0.1", "gate_below_0.5"):
-                    stats[key] = None
-            return logits, loss, stats
         return logits, loss
 
-    def _forward(self, idx, start=0, cache=None, stats=None):
+    def _forward(self, idx, start=0, cache=None):
         B, T = idx.shape
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of length {start + T} is longer than block_size={self.config.block_size}")
@@ -482,17 +424,8 @@ class GPT(nn.Module):
             rope = (self.rope_cos[start:start + T], self.rope_sin[start:start + T])
         x = self.transformer.drop(x)
         for i, block in enumerate(self.transformer.h):
-            x = block(x, rope, cache[i] if cache is not None else None, stats)
-            if stats is not None:
-                stats["max_act"].append(x.detach().abs().max().item())  # massive activations (GA Table 4 M-Act)
+            x = block(x, rope, cache[i] if cache is not None else None)
         return self.lm_head(self.transformer.ln_f(x))
-
-    @torch.no_grad()
-    def attention_maps(self, idx):
-        """Per-layer attention probabilities (B, n_head, T, T) for a short sequence, for heatmaps (GA Fig. 2)."""
-        stats = {key: [] for key in STAT_KEYS} | {"attn_maps": []}
-        self._forward(idx, stats=stats)
-        return stats["attn_maps"]
 
     def configure_optimizers(self, weight_decay, learning_rate, betas=(0.9, 0.95), device_type="cpu"):
         # decay matrices and embeddings (>= 2-D), not gains, biases, DyT's alpha or the input-independent gate
@@ -503,22 +436,6 @@ class GPT(nn.Module):
         ]
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
-
-    def flops_per_token(self, seq_len=None):
-        """Training FLOPs per token (forward + backward = 3x forward): 6 per weight of the matmuls, plus
-        causal attention, which scores T/2 keys per query on average: 3 * 2 * 2 * L * H * D * T/2."""
-        cfg, T = self.config, seq_len or self.config.block_size
-        # num_params() counts the tied embedding once, which is the lm_head matmul's share
-        return 6 * self.num_params() + 6 * cfg.n_layer * cfg.n_head * cfg.head_dim * T
-
-    def estimate_mfu(self, fwdbwd_per_iter, dt, seq_len=None, device=None, peak=None):
-        """Model FLOPs utilisation: achieved FLOP/s over the device's peak bf16 rate. fwdbwd_per_iter
-        sequences of seq_len tokens took dt seconds. Returns None when the peak is unknown (e.g. CPU)."""
-        peak = peak or peak_flops(device)
-        if peak is None:
-            return None
-        T = seq_len or self.config.block_size
-        return self.flops_per_token(T) * T * fwdbwd_per_iter / dt / peak
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
@@ -542,3 +459,52 @@ class GPT(nn.Module):
             if idx.size(1) > self.config.block_size:
                 cache = None  # the window slides: recompute from the cropped context next step
         return idx
+
+
+# ----------------------------------------------------------------------------
+# Checking a config: a value or combination that would silently do nothing raises a ValueError naming the field
+
+VALID = {  # each flag's valid values, the default first
+    "pos_emb": ("rope", "learned"),
+    "mlp": ("swiglu", "glu", "gelu"),
+    "norm": ("rmsnorm", "layernorm", "dyt", "preaffine", "gatednorm"),
+    "gate": ("g1", "none", "g2", "g3", "g4", "g5"),
+    "gate_granularity": ("elementwise", "headwise"),
+    "gate_op": ("mul", "add"),
+    "gate_act": ("sigmoid", "silu", "ns_sigmoid", "identity"),
+    "gate_input": ("hidden", "none"),
+    "sdpa_nonlin": ("none", "rmsnorm", "silu"),
+    "attn_backend": ("auto", "torch", "triton"),
+}
+
+
+def check_config(c):
+    for name, valid in VALID.items():
+        if getattr(c, name) not in valid:
+            raise ValueError(f"GPTConfig.{name}={getattr(c, name)!r} is not valid; choose one of {list(valid)}")
+    for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "gatednorm_rank"):
+        if not isinstance(getattr(c, name), int) or getattr(c, name) < 1:
+            raise ValueError(f"GPTConfig.{name}={getattr(c, name)!r} must be a positive integer")
+    if c.n_embd % c.n_head:
+        raise ValueError(f"GPTConfig.n_embd={c.n_embd} must be divisible by n_head={c.n_head}")
+    if c.n_head % c.n_kv_head:
+        raise ValueError(f"GPTConfig.n_head={c.n_head} must be divisible by n_kv_head={c.n_kv_head} (GQA groups)")
+    if c.pos_emb == "rope" and c.head_dim % 2:
+        raise ValueError(f"GPTConfig.pos_emb='rope' needs an even head_dim, got n_embd/n_head={c.head_dim}")
+    if not 0.0 <= c.dropout < 1.0:
+        raise ValueError(f"GPTConfig.dropout={c.dropout} must be in [0, 1)")
+    if c.mlp_hidden is not None and (not isinstance(c.mlp_hidden, int) or c.mlp_hidden < 1):
+        raise ValueError(f"GPTConfig.mlp_hidden={c.mlp_hidden!r} must be a positive integer or None")
+    defaults = GPTConfig.__dataclass_fields__
+    if c.gate == "none":
+        # gate_* flags would silently do nothing: refuse them rather than mislead a sweep
+        for name in ("gate_granularity", "gate_shared", "gate_op", "gate_act", "gate_input"):
+            if getattr(c, name) != defaults[name].default:
+                raise ValueError(f"GPTConfig.{name}={getattr(c, name)!r} has no effect with gate='none'; "
+                                 f"leave it at {defaults[name].default!r} or pick a gate from {list(VALID['gate'])}")
+    if c.gate_granularity == "headwise" and c.gate not in ("g1", "g2"):
+        raise ValueError(f"GPTConfig.gate_granularity='headwise' is defined for gate in ['g1', 'g2'] only, got gate={c.gate!r}")
+    if c.gate_shared and not (c.gate in ("g1", "g2") and c.gate_granularity == "elementwise"):
+        raise ValueError("GPTConfig.gate_shared=True is defined for gate in ['g1', 'g2'] with "
+                         f"gate_granularity='elementwise' only, got gate={c.gate!r}, gate_granularity={c.gate_granularity!r}")
+    c.hidden_dim  # raises if match_params cannot be satisfied

@@ -1,20 +1,30 @@
 """
 Reproduce the gated-attention papers' trends on one GPU: the same small model, data order, token budget
-and learning-rate schedule (config/repro.py) for each variant below, then one analysis of all of them.
+and learning-rate schedule (config/repro.py) for each variant of variants.py, then one analysis of all of them.
 
-    python repro.py list                         # the variants, their flags and the paper row each is compared with
-    python repro.py prepare                      # the corpus: .py files of this Python's installed packages
-    python repro.py train all                    # or: python repro.py train baseline g1_elementwise ...
-    python repro.py report                       # results/repro/{summary.json, REPORT.md, *.png}
+    python repro.py list                       # every variant, its flags and the paper rows it is compared with
+    python repro.py prepare                    # the corpus: .py files of this Python's installed packages
+    python repro.py train all                  # the study (variants.STUDY), or name variants:
+    python repro.py train baseline g1_elementwise --max_iters=400
+    python repro.py report                     # results/repro/{summary.json, REPORT.md, *.png}
 
-Each run goes to out-repro/<variant>/ and is nothing more than `python train.py config/repro.py
---out_dir=out-repro/<variant> <the variant's flags>`, printed before it starts so it can be rerun by hand, and
-recorded (command, exit code, seconds, date) in out-repro/commands.jsonl, from which the report lists the
-commands actually run. Training a variant whose folder already holds a checkpoint resumes it
-(--init_from=resume: train.py continues an interrupted run, or says there is nothing to do for a finished one).
-Extra --key=value arguments after `train ...` go to every run (e.g. --max_iters=400). `--tiny` shrinks
-everything to a CPU-sized smoke test of the pipeline (runs in out-repro-tiny/, report in out-repro-tiny/report/):
-it concludes nothing.
+The first word is the step. `train` takes variant names: `all` is the study, and any other name of
+variants.VARIANTS (g3, glu, ...) trains that variant too. repro.py's own keys (common.configure):
+
+    --root=DIR         where the runs are: out-repro/ (out-repro-tiny/ with --tiny)
+    --report_dir=DIR   where the report goes: results/repro/ (<root>/report/ with --tiny)
+    --tiny             a CPU-sized smoke test of the whole pipeline on the default dataset: it concludes nothing
+
+Every other --key=value after `train` is a train.py key and goes to every run, after the variant's own
+flags, so it wins; train.py checks it. When the first run stops before its first evaluation (a mistaken
+key, missing data), the others would stop the same way, so repro.py stops there. --out_dir and --init_from
+are repro.py's to set.
+
+Each run goes to <root>/<variant>/ and is nothing more than `python train.py config/repro.py
+--out_dir=<root>/<variant> <the variant's flags> <your keys>`, printed before it starts so it can be rerun by
+hand, and recorded (command, exit code, seconds, date) in <root>/commands.jsonl, from which the report lists
+the commands actually run. A variant whose folder already holds a checkpoint is resumed (--init_from=resume:
+train.py continues an interrupted run, or says there is nothing to do for a finished one).
 """
 
 import json
@@ -25,51 +35,24 @@ import subprocess
 import sys
 import sysconfig
 import time
+from dataclasses import dataclass, fields
+
+from common import configure, fail, read_jsonl
+from variants import HIGH_LR, STUDY, VARIANTS, Row
 
 REPO = os.path.dirname(os.path.abspath(__file__))
-HIGH_LR = 1e-2  # the stability pair: high enough that the baseline struggles (about 3x config/repro.py's)
+STEPS = ("list", "prepare", "train", "report")
 
-# variant -> train.py flags; the base model is G1-gated, so each variant says every gate flag it changes
-VARIANTS = {
-    "baseline": dict(gate="none"),
-    "g1_elementwise": dict(gate="g1"),
-    "g1_headwise": dict(gate="g1", gate_granularity="headwise"),
-    "g1_head_shared": dict(gate="g1", gate_shared=True),
-    "g2_elementwise": dict(gate="g2"),
-    "g5": dict(gate="g5"),
-    "g1_ns_sigmoid": dict(gate="g1", gate_act="ns_sigmoid"),
-    "g1_input_independent": dict(gate="g1", gate_input="none"),
-    "g1_additive_silu": dict(gate="g1", gate_op="add", gate_act="silu"),
-    "sdpa_rmsnorm": dict(gate="none", sdpa_nonlin="rmsnorm"),  # GA Table 3's non-gate alternative at G1
-    "g1_gatednorm": dict(gate="g1", norm="gatednorm"),
-    "g1_preaffine": dict(gate="g1", norm="preaffine"),
-    "dyt": dict(gate="none", norm="dyt"),  # GN's DyT row has no gate
-    "baseline_high_lr": dict(gate="none", learning_rate=HIGH_LR, min_lr=HIGH_LR / 10),
-    "g1_elementwise_high_lr": dict(gate="g1", learning_rate=HIGH_LR, min_lr=HIGH_LR / 10),
-}
 
-# The papers' numbers for the same rows, from their tables (see PAPERS.md): GA Table 1/3/4 (15A2B MoE, 400B
-# tokens: perplexity, mean gate score, M-Act, F-Attn) and GN Table 1 (2B dense: loss, max activation).
-# A key is absent where that paper has no such row.
-PAPER = {
-    "baseline": dict(ga="GA Table 4", ga_ppl=6.026, m_act=1053, f_attn=0.467,
-                     gn="GN Table 1 (baseline)", gn_loss=1.964, gn_max_act=6000),
-    "g1_elementwise": dict(ga="GA Table 4", ga_ppl=5.761, gate_mean=0.116, m_act=94, f_attn=0.048,
-                           gn="GN Table 1 (+GA)", gn_loss=1.957, gn_max_act=2800),
-    "g1_headwise": dict(ga="GA Table 4", ga_ppl=5.792, gate_mean=0.172, m_act=98, f_attn=0.073),
-    "g1_head_shared": dict(ga="GA Table 4", ga_ppl=5.801, gate_mean=0.271, m_act=286, f_attn=0.301),
-    "g2_elementwise": dict(ga="GA Table 4", ga_ppl=5.820, gate_mean=0.221, m_act=125, f_attn=0.297),
-    "g5": dict(ga="GA Table 1", ga_ppl=6.017),
-    "g1_ns_sigmoid": dict(ga="GA Table 4", ga_ppl=5.900, gate_mean=0.653, m_act=892, f_attn=0.451),
-    "g1_input_independent": dict(ga="GA Table 4", ga_ppl=5.917, gate_mean=0.335, m_act=471, f_attn=0.364),
-    "g1_additive_silu": dict(ga="GA Table 1", ga_ppl=5.821),
-    "sdpa_rmsnorm": dict(ga="GA Table 3 (SDPA RMSNorm)", ga_ppl=5.847),
-    "g1_gatednorm": dict(gn="GN Table 1 (GA+GatedNorm)", gn_loss=1.951, gn_max_act=430),
-    "g1_preaffine": dict(gn="GN Table 1 (GA+PreAffine)", gn_loss=1.954, gn_max_act=640),
-    "dyt": dict(gn="GN Table 1 (DyT)", gn_loss=2.216, gn_max_act=73),
-    "baseline_high_lr": dict(ga="GA §4.4: dense 1.7B at lr 8e-3 near-diverged (PPL 9.195) or diverged"),
-    "g1_elementwise_high_lr": dict(ga="GA §4.4: the gated model stayed stable at that lr"),
-}
+@dataclass
+class Keys:
+    root: str = ""  # where the runs are; "": out-repro (out-repro-tiny with --tiny)
+    report_dir: str = ""  # where the report goes; "": results/repro (<root>/report with --tiny)
+    tiny: bool = False  # a CPU smoke test of the pipeline: tiny model, few steps, concludes nothing
+
+
+KEYS = {f.name for f in fields(Keys)}
+SET_BY_REPRO = ("out_dir", "init_from")  # train.py keys that repro.py decides for every run
 
 # The papers' central claims, as (claim, reference variant, variant, what is compared). The report puts our
 # numbers and the papers' side by side; it gives no verdict (see VERDICT).
@@ -83,7 +66,8 @@ CLAIMS = [
     ("GA: a head-shared G1 gate keeps more of the sink", "baseline", "g1_head_shared", "first_token_attn"),
     ("GA: gating the values (G2) helps, less than G1", "baseline", "g2_elementwise", "loss"),
     ("GA: gating after the output projection (G5) barely helps", "baseline", "g5", "loss"),
-    ("GA: sparsity matters: NS-sigmoid (scores in [0.5, 1]) loses most of the gain", "baseline", "g1_ns_sigmoid", "loss"),
+    ("GA: sparsity matters: NS-sigmoid (scores in [0.5, 1]) helps far less than the sigmoid gate",
+     "baseline", "g1_ns_sigmoid", "loss"),
     ("GA: NS-sigmoid keeps most of the sink", "baseline", "g1_ns_sigmoid", "first_token_attn"),
     ("GA: input dependence matters: an input-independent gate helps less", "baseline", "g1_input_independent", "loss"),
     ("GA: an input-independent gate keeps most of the sink", "baseline", "g1_input_independent", "first_token_attn"),
@@ -98,13 +82,13 @@ CLAIMS = [
     ("GN: DyT (a bounded norm, without a gate) removes the outliers", "baseline", "dyt", "peak_act"),
     ("GN: DyT costs loss", "baseline", "dyt", "loss"),
 ]
-# what each measure is called, our key, its format, and the papers' keys that measure the same thing
+# what each measure is called, our key, its format, and the papers' numbers that measure the same thing
+# (which paper, its Row field, its name, its format)
 MEASURES = {
-    "loss": ("val loss (nats)", "val_loss", ".4f",
-             [("ga_ppl", "GA PPL", "ga", ".3f"), ("gn_loss", "GN loss", "gn", ".3f")]),
-    "first_token_attn": ("F-Attn", "first_token_attn", ".3f", [("f_attn", "GA F-Attn", "ga", ".3f")]),
-    "max_act": ("M-Act", "max_act", ".1f", [("m_act", "GA M-Act", "ga", ".0f")]),
-    "peak_act": ("peak act", "peak_act", ".1f", [("gn_max_act", "GN max act", "gn", ".0f")]),
+    "loss": ("val loss (nats)", "val_loss", ".4f", [("ga", "ppl", "GA PPL", ".3f"), ("gn", "loss", "GN loss", ".3f")]),
+    "first_token_attn": ("F-Attn", "first_token_attn", ".3f", [("ga", "f_attn", "GA F-Attn", ".3f")]),
+    "max_act": ("M-Act", "max_act", ".1f", [("ga", "m_act", "GA M-Act", ".0f")]),
+    "peak_act": ("peak act", "peak_act", ".1f", [("gn", "max_act", "GN max act", ".0f")]),
 }
 VERDICT = ("**Verdicts are not given.** Each variant here is a single training run (one seed). Calling a claim "
            "reproduced, not reproduced or inconclusive needs several seeds per variant and a rule stated in advance "
@@ -124,10 +108,18 @@ def run_dir(root, variant):
 
 def train_command(variant, root, tiny=False, extra=(), resume=False):
     """The exact train.py argv of a variant's run. The user's extra flags come last, so they win."""
-    flags = {**(TINY if tiny else {}), **VARIANTS[variant]}
+    flags = {**(TINY if tiny else {}), **VARIANTS[variant].all_flags}
     return ([sys.executable, os.path.join(REPO, "train.py"), os.path.join(REPO, "config", "repro.py"),
              f"--out_dir={run_dir(root, variant)}"] + [f"--{k}={v}" for k, v in flags.items()]
             + (["--init_from=resume"] if resume else []) + list(extra))
+
+
+def list_variants():
+    for name, v in VARIANTS.items():
+        flags = " ".join(f"--{k}={x}" for k, x in v.all_flags.items())
+        rows = "; ".join(str(row) for row in (v.ga, v.gn) if row)
+        print(f"{'*' if name in STUDY else ' '} {name:<23} {flags:<52} {rows}")
+    print(f"* the study ({len(STUDY)} variants): python repro.py train all")
 
 
 def prepare(name="pysrc"):
@@ -141,7 +133,7 @@ def prepare(name="pysrc"):
 
 def train(variants, root, tiny, extra):
     os.makedirs(root, exist_ok=True)
-    for v in variants:
+    for i, v in enumerate(variants):
         # train.py will not start a new run over an old one: a folder with a checkpoint is resumed instead
         resume = os.path.isfile(os.path.join(run_dir(root, v), "ckpt.pt"))
         cmd = train_command(v, root, tiny, extra, resume)
@@ -156,16 +148,20 @@ def train(variants, root, tiny, extra):
             f.write(json.dumps({"variant": v, "command": shlex.join(cmd), "exit_code": result.returncode,
                                 "seconds": round(seconds, 1), "date": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
         print(f"=== {v}: exit code {result.returncode} after {seconds:.0f} s", flush=True)
+        # A new run logs its first evaluation before any step, so one that failed without a log.jsonl never
+        # started. For the first run that means the keys, the data or the device: every other run would fail alike.
+        started = os.path.isfile(os.path.join(run_dir(root, v), "log.jsonl"))
+        if i == 0 and result.returncode and not resume and not started and len(variants) > 1:
+            fail(f"the first run ({v}) stopped before its first evaluation (its error is above); the other "
+                 f"{len(variants) - 1} would stop the same way, so none was started")
 
 
 def report(root, out_dir, tiny, report_command):
     from analyze import analyze
-    from train import read_jsonl
 
     done = [v for v in VARIANTS if os.path.isfile(os.path.join(run_dir(root, v), "ckpt.pt"))]
     if not done:
-        sys.exit(f"error: no trained runs under {root}/: "
-                 f"run `python repro.py train all{' --tiny' if tiny else ''}` first")
+        fail(f"no trained runs under {root}/: run `python repro.py train all{' --tiny' if tiny else ''}` first")
     # every run on the baseline's (or first run's) own eval windows: the val loss its training log shows
     os.makedirs(out_dir, exist_ok=True)
     summary = analyze([run_dir(root, v) for v in done], done, out_dir)
@@ -179,8 +175,9 @@ def report(root, out_dir, tiny, report_command):
                         "gate_below_0.1": r["gate_below_0.1"], "tokens": r["tokens"], "lr": r["lr"], "iter": r["iter"],
                         "max_iters": r["max_iters"], "seed": r["seed"], "loss_spikes": r["loss_spikes"],
                         "nonfinite_steps": r["nonfinite_steps"], "params": r["params"], "model": r["model"],
-                        "flags": VARIANTS[v], "command": cmd and cmd["command"], "exit_code": cmd and cmd["exit_code"],
-                        "device": summary["device"], "date": summary["date"], "tiny": tiny})
+                        "flags": VARIANTS[v].all_flags, "command": cmd and cmd["command"],
+                        "exit_code": cmd and cmd["exit_code"], "device": summary["device"], "date": summary["date"],
+                        "tiny": tiny})
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(records, f, indent=1)
     with open(os.path.join(out_dir, "REPORT.md"), "w") as f:
@@ -264,19 +261,22 @@ def paper_table(records):
              "| variant | GA PPL | GN loss | GA gate mean | GA M-Act | GN max act | GA F-Attn | source |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in records:
-        p = PAPER.get(r["variant"], {})
-        lines.append(f"| {r['variant']} | {fmt(p.get('ga_ppl'), '.3f')} | {fmt(p.get('gn_loss'), '.3f')} | "
-                     f"{fmt(p.get('gate_mean'), '.3f')} | {fmt(p.get('m_act'), 'd')} | {fmt(p.get('gn_max_act'), 'd')} | "
-                     f"{fmt(p.get('f_attn'), '.3f')} | {'; '.join(p[k] for k in ('ga', 'gn') if k in p)} |")
+        v = VARIANTS[r["variant"]]
+        ga, gn = v.ga or Row("GA", "", ""), v.gn or Row("GN", "", "")  # no row in that paper: no numbers
+        source = "; ".join(f"{row}" + (f": {row.note}" if row.note else "") for row in (v.ga, v.gn) if row)
+        lines.append(f"| {r['variant']} | {fmt(ga.ppl, '.3f')} | {fmt(gn.loss, '.3f')} | {fmt(ga.gate_mean, '.3f')} | "
+                     f"{fmt(ga.m_act, 'd')} | {fmt(gn.max_act, 'd')} | {fmt(ga.f_attn, '.3f')} | {source or '–'} |")
     return lines
 
 
-def paper_pair(ref, variant, keys):
-    """The papers' (reference value, variant value, key, name, format, source) from the first table holding both rows."""
-    p, q = PAPER.get(ref, {}), PAPER.get(variant, {})
-    for key, name, source, spec in keys:
-        if key in p and key in q:
-            return p[key], q[key], key, name, spec, q[source]
+def paper_pair(ref, variant, numbers):
+    """The papers' (reference value, variant value, Row field, name, format, source) from the first paper that
+    gives both rows that number."""
+    for paper, key, name, spec in numbers:
+        p, q = getattr(VARIANTS[ref], paper), getattr(VARIANTS[variant], paper)
+        if p and q and getattr(p, key) is not None and getattr(q, key) is not None:
+            source = f"{q.paper} {q.table}" if p.table == q.table else f"{p.paper} {p.table} → {q.table}"
+            return getattr(p, key), getattr(q, key), key, name, spec, source
     return None
 
 
@@ -286,12 +286,13 @@ def claims_section(by):
              "paper: difference | paper source |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for claim, ref, variant, measure in CLAIMS:
         if measure == "gate_mean":  # a property of one run: no reference
-            r, p = by.get(variant), PAPER[variant]
+            r, p = by.get(variant), VARIANTS[variant].ga
             ours = (f"{variant}: mean {r['gate_mean']:.3f}, {r['gate_below_0.1'] * 100:.0f}% below 0.1" if r
                     else f"{variant} not trained")
-            lines.append(f"| {claim} | gate mean | {ours} | – | {variant}: mean {p['gate_mean']:.3f} | – | {p['ga']} |")
+            lines.append(f"| {claim} | gate mean | {ours} | – | {variant}: mean {p.gate_mean:.3f} | – | "
+                         f"{p.paper} {p.table} |")
             continue
-        name, key, spec, paper_keys = MEASURES[measure]
+        name, key, spec, paper_numbers = MEASURES[measure]
         a, b = by.get(ref), by.get(variant)
         if a and b:
             d = b[key] - a[key]
@@ -301,19 +302,19 @@ def claims_section(by):
         else:
             missing = " and ".join(v for v in (ref, variant) if v not in by)
             ours, diff = f"{ref} → {variant}: {missing} not trained", "–"
-        paper = paper_pair(ref, variant, paper_keys)
+        paper = paper_pair(ref, variant, paper_numbers)
         theirs, their_diff, source = "–", "–", "–"
         if paper:  # a perplexity ratio and a loss difference in nats are what compare with ours
             x, y, paper_key, paper_name, paper_spec, source = paper
             theirs = f"{paper_name} {x:{paper_spec}} → {y:{paper_spec}}"
-            their_diff = (f"{y - x:+.3f} (PPL ×{y / x:.3f})" if paper_key == "ga_ppl" else
-                          f"{y - x:+.3f} nats" if paper_key == "gn_loss" else f"{y - x:+{paper_spec}} (×{y / x:.2f})")
+            their_diff = (f"{y - x:+.3f} (PPL ×{y / x:.3f})" if paper_key == "ppl" else
+                          f"{y - x:+.3f} nats" if paper_key == "loss" else f"{y - x:+{paper_spec}} (×{y / x:.2f})")
         lines.append(f"| {claim} | {name} | {ours} | {diff} | {theirs} | {their_diff} | {source} |")
 
     a, b = by.get("baseline_high_lr"), by.get("g1_elementwise_high_lr")
-    lines += ["", "GA §4.4 claims that gating keeps training stable at learning rates where the baseline spikes or "
-              "diverges (dense 1.7B, 48 layers, lr 8e-3: the baseline reached PPL 9.195 or diverged). Our pair at "
-              f"lr {HIGH_LR:g}:", ""]
+    row = VARIANTS["baseline_high_lr"].ga
+    lines += ["", f"{row.paper} {row.table}: gating keeps training stable at learning rates where the baseline spikes "
+              f"or diverges ({row.note}). Our pair at lr {HIGH_LR:g}:", ""]
     for r, name in ((a, "baseline_high_lr"), (b, "g1_elementwise_high_lr")):
         lines.append(f"- {name}: " + (f"val loss {r['val_loss']:.4f}, loss spikes: {fmt(r['loss_spikes'], 'd')}, "
                                       f"{status(r)}" if r else "not trained"))
@@ -321,34 +322,44 @@ def claims_section(by):
 
 
 def main(argv):
-    tiny = "--tiny" in argv
-    report_command = shlex.join([sys.executable, os.path.join(REPO, "repro.py"), *argv])
-    argv = [a for a in argv if a != "--tiny"]
-    opts = {a.split("=", 1)[0][2:]: a.split("=", 1)[1] for a in argv if a.startswith(("--root=", "--report_dir="))}
-    argv = [a for a in argv if not a.startswith(("--root=", "--report_dir="))]
-    root = opts.get("root", "out-repro-tiny" if tiny else "out-repro")
-    report_dir = opts.get("report_dir", os.path.join(root, "report") if tiny else os.path.join("results", "repro"))
-    if not argv or argv[0] not in ("list", "prepare", "train", "report"):
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return
+    if not argv:
         sys.exit(__doc__)
-    if argv[0] == "list":
-        for v, flags in VARIANTS.items():
-            paper = "; ".join(PAPER[v][k] for k in ("ga", "gn") if k in PAPER[v])
-            print(f"{v:>24}  {' '.join(f'--{k}={val}' for k, val in flags.items()):<50}  {paper}")
-    elif argv[0] == "prepare":
+    step, words = argv[0], argv[1:]
+    if step not in STEPS:
+        fail(f"{step!r} is not a step; start with one of {', '.join(STEPS)} (python repro.py --help)")
+    names = [w for w in words if not w.startswith("--")]
+    own = [w for w in words if w.startswith("--") and w[2:].partition("=")[0] in KEYS]
+    passed = [w for w in words if w.startswith("--") and w not in own]  # train.py's keys
+    # only `train` passes keys on: for the other steps, configure names any unknown key
+    keys, _ = configure(Keys, own if step == "train" else own + passed)
+    if names and step != "train":
+        fail(f"`repro.py {step}` takes no variant names, got {' '.join(names)}")
+    root = keys.root or ("out-repro-tiny" if keys.tiny else "out-repro")
+    report_dir = keys.report_dir or (os.path.join(root, "report") if keys.tiny else os.path.join("results", "repro"))
+
+    if step == "list":
+        list_variants()
+    elif step == "prepare":
         prepare()
-    elif argv[0] == "train":
-        names = [a for a in argv[1:] if not a.startswith("--")]
-        extra = [a for a in argv[1:] if a.startswith("--")]
-        variants = list(VARIANTS) if names == ["all"] else names
+    elif step == "train":
+        for w in passed:
+            if w[2:].partition("=")[0] in SET_BY_REPRO:
+                fail(f"{w}: repro.py sets --out_dir (<root>/<variant>, see --root) and --init_from (resume when the "
+                     "folder holds a checkpoint) for every run")
+        variants = list(dict.fromkeys(v for n in names for v in (STUDY if n == "all" else [n])))  # in order, once
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown or not variants:
-            sys.exit(f"error: unknown variant(s) {unknown}; choose 'all' or from {list(VARIANTS)}")
-        train(variants, root, tiny, extra)
+            fail((f"unknown variant(s) {', '.join(unknown)}" if unknown else "name the variants to train") +
+                 f"; choose 'all' (the study) or from: {', '.join(VARIANTS)}")
+        train(variants, root, keys.tiny, passed)
     else:
         try:
-            report(root, report_dir, tiny, report_command)
+            report(root, report_dir, keys.tiny, shlex.join([sys.executable, os.path.join(REPO, "repro.py"), *argv]))
         except (ValueError, FileNotFoundError) as e:  # a corrupt checkpoint, too little validation data: one line
-            sys.exit(f"error: {e}")
+            fail(e)
 
 
 if __name__ == "__main__":

@@ -4,32 +4,35 @@ Sample from a model trained by train.py:
     python sample.py --out_dir=out --start="def parse(" --num_samples=3 --max_new_tokens=200
     python sample.py --start=FILE:prompt.txt
 
-Keys are set as in train.py (--key=value, or a config file). Generation uses the model's KV cache; the text
-is decoded with the tokenizer named in the dataset's meta.json (GPT-2's BPE when there is none).
+Its keys are the fields of SampleConfig below, set as in every script here (--key=value, or a config file).
+Generation uses the model's KV cache; the text is decoded with the tokenizer named in the dataset's meta.json
+(GPT-2's BPE when there is none).
 """
 
 import math
 import os
 import sys
-import types
+from dataclasses import dataclass
 
 import torch
 
+from common import autocast_for, configure, dataset_dir, fail, load_checkpoint, pick_device
 from data.shards import get_tokenizer, read_meta
-from train import autocast_for, configure, dataset_dir, fail, load_checkpoint, pick_device
 
-out_dir = "out"  # the folder with the run's checkpoints
-checkpoint = "ckpt.pt"  # ckpt.pt: the run's latest state; best.pt: its lowest validation loss
-start = "<|endoftext|>"  # the prompt, or FILE:path to read it from a file; <|endoftext|> = a new document
-num_samples = 3
-max_new_tokens = 200
-temperature = 0.8  # < 1 sharpens the distribution, > 1 flattens it
-top_k = 200  # sample among the k likeliest tokens only; 0 = all tokens
-seed = 1337
-device = "auto"
-dtype = "auto"
 
-DEFAULTS = {k: v for k, v in globals().items() if not k.startswith("_") and isinstance(v, (bool, int, float, str))}
+@dataclass
+class SampleConfig:
+    """Every key of sample.py."""
+    out_dir: str = "out"  # the folder with the run's checkpoints
+    checkpoint: str = "ckpt.pt"  # ckpt.pt: the run's latest state; best.pt: its lowest validation loss
+    start: str = "<|endoftext|>"  # the prompt, or FILE:path to read it from a file; <|endoftext|> = a new document
+    num_samples: int = 3
+    max_new_tokens: int = 200
+    temperature: float = 0.8  # < 1 sharpens the distribution, > 1 flattens it
+    top_k: int = 200  # sample among the k likeliest tokens only; 0 = all tokens
+    seed: int = 1337
+    device: str = "auto"
+    dtype: str = "auto"
 
 
 def check_settings(c):
@@ -56,7 +59,7 @@ def read_prompt(start):
 
 
 def main(argv=None):
-    c = types.SimpleNamespace(**configure(DEFAULTS, sys.argv[1:] if argv is None else argv)[0])
+    c, _ = configure(SampleConfig, sys.argv[1:] if argv is None else argv)
     check_settings(c)
     prompt = read_prompt(c.start)
     dev = pick_device(c.device)

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from variants import VARIANTS
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.join(HERE, "bench.py")
 
@@ -55,19 +57,22 @@ def test_bench_train_tiny(tmp_path):
     md = open(tmp_path / "bench_train.md").read()
     check_smoke_test(out, data, md)
     assert data["date"] and data["batch_size"] == 2 and data["match_params"] is True
-    keys = {"device", "config", "gate", "backend", "compile", "tokens_per_s", "mfu", "ms_per_step", "peak_mem_gb"}
+    keys = {"device", "config", "variant", "flags", "backend", "compile", "tokens_per_s", "mfu", "ms_per_step",
+            "peak_mem_gb"}
     records = data["records"]
-    runs = {(r["gate"], r["backend"]) for r in records}
-    assert runs == {("none", "torch"), ("none", "triton"), ("g1-elementwise", "triton"),
-                    ("g1-elementwise", "torch"), ("g1-headwise", "triton")}
+    # registry variants, each timed with the fused kernel and with torch, built from variants.py's own flags
+    runs = [(r["variant"], r["backend"]) for r in records]
+    assert runs == [(v, b) for v in ("baseline", "g1_elementwise", "g1_headwise") for b in ("triton", "torch")]
     for r in records:
         assert keys <= r.keys(), keys - r.keys()
+        assert r["flags"] == VARIANTS[r["variant"]].flags
         assert r["ms_per_step"] > 0 and r["tokens_per_s"] > 0 and r["compile"] is False and "error" not in r
         # tokens/s and ms/step describe the same measurement: batch 2 x T 32 tokens per step
         assert r["tokens_per_s"] * r["ms_per_step"] / 1e3 == pytest.approx(64, rel=1e-2)
-    params = {r["gate"]: r["params"] for r in records}
-    assert abs(params["g1-elementwise"] - params["none"]) < 0.01 * params["none"]  # param-matched
-    assert "bench.py --train" in md
+    params = {r["variant"]: r["params"] for r in records}
+    for gated in ("g1_elementwise", "g1_headwise"):
+        assert abs(params[gated] - params["baseline"]) < 0.01 * params["baseline"]  # param-matched
+    assert "bench.py --train" in md and md.count("| g1_headwise |") == 2
 
 
 def test_bench_without_gpu_refuses_at_once(tmp_path):
@@ -80,3 +85,21 @@ def test_bench_without_gpu_refuses_at_once(tmp_path):
     assert out.stderr.strip().count("\n") == 0, out.stderr  # one line, no traceback
     assert "GPU" in out.stderr and "--tiny" in out.stderr
     assert not (tmp_path / "res").exists()  # nothing written
+
+
+def test_bench_keys_are_checked_before_anything_runs(tmp_path):
+    """bench.py reads its keys as every script does (common.configure): --key=value, a bare --key for a bool, config
+    files. A mistaken key or value stops with one line naming it, before anything is timed or written."""
+    config = tmp_path / "bench_config.py"
+    config.write_text("train = True\ntiny = True\ncompile = 'sometimes'\n")
+    cases = [
+        (["--kernels", "--tiny", "--seq_len=16"], "unknown key 'seq_len' (did you mean 'seq_lens'?)"),
+        (["--kernels", "--tiny", "--head_dims=64,x"], "--head_dims=64,x: give positive integers"),
+        (["--tiny"], "choose --kernels and/or --train"),
+        ([str(config)], "--compile=sometimes: choose both, true or false"),  # the file set train, tiny and compile
+    ]
+    for flags, message in cases:
+        out = run_bench(tmp_path, *flags, f"--out_dir={tmp_path / 'res'}", timeout=120)
+        assert out.returncode != 0 and message in out.stderr, (flags, out.stderr)
+        assert out.stderr.strip().count("\n") == 0 and out.stdout == "", (flags, out.stderr)
+    assert not (tmp_path / "res").exists()

@@ -5,9 +5,13 @@ backends. Without a GPU the kernels run in Triton's interpreter (conftest.py set
     python -m pytest -q test_kernels.py
 """
 
+import importlib.util
+import io
 import os
+import re
 import subprocess
 import sys
+import tokenize
 
 import pytest
 import torch
@@ -211,6 +215,19 @@ def test_triton_rejects_what_it_cannot_run():
     assert torch.allclose(gated_attention(q48, k48, v48, backend="auto"), kernels.attention_torch(q48, k48, v48))
 
 
+def test_use_triton_names_the_path():
+    """model.py asks use_triton which branch to take: the fused kernel, or SDPA then the gate."""
+    q, k, v, g, _ = make_inputs(1, 4, 2, 8, 32, "headwise")
+    assert kernels.use_triton("torch", q, k, v, g) is False
+    assert kernels.use_triton("auto", q, k, v) is (CUDA and kernels.HAS_TRITON)
+    with pytest.raises(ValueError, match="backend"):
+        kernels.use_triton("flash", q, k, v)
+    if kernels.HAS_TRITON and (CUDA or os.environ.get("TRITON_INTERPRET") == "1"):
+        assert kernels.use_triton("triton", q, k, v, g, scale=0.5) is True
+        with pytest.raises(ValueError, match="scale"):
+            kernels.use_triton("triton", q, k, v, scale=0.0)
+
+
 @needs_triton
 def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
     if CUDA:
@@ -232,6 +249,47 @@ def test_import_without_triton():
     out = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.abspath(__file__)),
                          capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+# ----------------------------------------------------------------------------
+# kernels.py ends every line that is there only for the output gate with `# [gate]`
+
+def gate_lines():
+    """kernels.py's source lines, and the numbers (1-based) of those whose comment starts with `# [gate]`."""
+    with open(kernels.__file__) as f:
+        src = f.read()
+    marked = {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(src).readline)
+              if tok.type == tokenize.COMMENT and tok.string.startswith("# [gate]")}
+    return src.splitlines(True), marked
+
+
+def test_docstring_states_the_gate_line_count():
+    _, marked = gate_lines()
+    stated = re.search(r"adds (\d+) lines", kernels.__doc__)
+    assert stated, "the module docstring should say how many lines the gate adds"
+    assert int(stated[1]) == len(marked), f"{len(marked)} lines are marked # [gate]; the docstring says {stated[1]}"
+
+
+@needs_triton
+def test_without_the_gate_lines_it_is_plain_flash_attention(tmp_path):
+    """Delete every `# [gate]` line and kernels.py must still import and compute ungated attention exactly:
+    so no line the plain kernel needs is marked, and no line left refers to something only the gate defines."""
+    lines, marked = gate_lines()
+    src = "".join(line for i, line in enumerate(lines, 1) if i not in marked)
+    src = src.replace('"gated_attention::', '"gated_attention_without_gate::')  # custom op names are global
+    path = tmp_path / "kernels_without_gate.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("kernels_without_gate", path)
+    plain = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plain)  # Triton reads the kernels' source from this file
+    plain.POISON_OUTPUTS = True
+    q, k, v, _, dy = make_inputs(2, 4, 2, 70, 32, None, seed=8)
+    for causal in (True, False):
+        got = outputs_and_grads(lambda *a: plain.gated_attention(*a, causal=causal, backend="triton"),
+                                q, k, v, None, dy)
+        want = outputs_and_grads(lambda *a: gated_attention(*a, causal=causal, backend="triton"), q, k, v, None, dy)
+        for a, b in zip(got, want):  # bit for bit in the interpreter; on a GPU each module autotunes on its own
+            assert torch.equal(a, b) if not CUDA else rel_err(a, b) < TOL
 
 
 # ----------------------------------------------------------------------------

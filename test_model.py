@@ -6,46 +6,26 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import common
 from model import GPT, DyT, GatedNorm, GPTConfig, PreAffine, RMSNorm, apply_rope, gate_activation, make_norm, rope_tables
+from probe import Probe, attention_maps
+from variants import TEST_VARIANTS
 
 # Small but not degenerate: 4 query heads sharing 2 KV heads (GQA), head_dim 8.
 C, H, HKV, D, VOCAB = 32, 4, 2, 8, 97
 BASE = dict(block_size=24, vocab_size=VOCAB, n_layer=2, n_head=H, n_kv_head=HKV, n_embd=C)
 
-# (variant name, config overrides, exact gate parameters per layer from PAPERS.md: d_model x scores per token)
-GATES = [
-    ("none", dict(gate="none"), 0),
-    ("g1_elementwise", dict(gate="g1"), C * H * D),
-    ("g1_headwise", dict(gate="g1", gate_granularity="headwise"), C * H),
-    ("g1_shared", dict(gate="g1", gate_shared=True), C * D),
-    ("g1_silu_add", dict(gate="g1", gate_op="add", gate_act="silu"), C * H * D),
-    ("g1_silu_mul", dict(gate="g1", gate_act="silu"), C * H * D),
-    ("g1_ns_sigmoid", dict(gate="g1", gate_act="ns_sigmoid"), C * H * D),
-    ("g1_identity_add", dict(gate="g1", gate_op="add", gate_act="identity"), C * H * D),
-    ("g1_input_independent", dict(gate="g1", gate_input="none"), H * D),
-    ("g2_elementwise", dict(gate="g2"), C * HKV * D),
-    ("g2_headwise", dict(gate="g2", gate_granularity="headwise"), C * HKV),
-    ("g2_shared", dict(gate="g2", gate_shared=True), C * D),
-    ("g3", dict(gate="g3"), C * HKV * D),
-    ("g4", dict(gate="g4"), C * H * D),
-    ("g5", dict(gate="g5"), C * C),
-]
-# Everything else that changes the computation: norms, MLPs, positions, G1 non-linearities, ...
-OTHERS = [
-    ("layernorm", dict(norm="layernorm", bias=True)),
-    ("dyt", dict(norm="dyt")),
-    ("preaffine", dict(norm="preaffine")),
-    ("gatednorm", dict(norm="gatednorm")),
-    ("sandwich", dict(sandwich_norm=True)),
-    ("qk_norm", dict(qk_norm=True)),
-    ("glu", dict(mlp="glu")),
-    ("gelu_learned_pos", dict(mlp="gelu", pos_emb="learned")),
-    ("sdpa_rmsnorm", dict(gate="none", sdpa_nonlin="rmsnorm")),
-    ("sdpa_silu", dict(gate="none", sdpa_nonlin="silu")),
-    ("mha", dict(n_kv_head=H)),
-    ("mqa_headwise", dict(n_kv_head=1, gate_granularity="headwise")),
-]
-VARIANTS = [(name, kw) for name, kw, _ in GATES] + OTHERS
+# Every variant of the registry (variants.py), as test ids: the study's, the papers' other rows, and a few more
+# configurations, which together set every value of every flag.
+VARIANTS = list(TEST_VARIANTS.items())
+# exact gate parameters per layer (PAPERS.md: d_model x scores per token; an input-independent gate: the scores)
+GATE_PARAMS = {
+    "baseline": 0, "g1_elementwise": C * H * D, "g1_headwise": C * H, "g1_head_shared": C * D,
+    "g1_additive_silu": C * H * D, "g1_elementwise_silu": C * H * D, "g1_ns_sigmoid": C * H * D,
+    "g1_additive_identity": C * H * D, "g1_input_independent": H * D, "g2_elementwise": C * HKV * D,
+    "g2_headwise": C * HKV, "g2_head_shared": C * D, "g3": C * HKV * D, "g4": C * H * D, "g5": C * C,
+}
+GATES = [(name, TEST_VARIANTS[name], n) for name, n in GATE_PARAMS.items()]
 
 
 def make(seed=0, dtype=torch.float64, **kw):
@@ -89,12 +69,50 @@ def test_shapes_causality_and_gradients(name, kw):
         assert p.grad is not None and torch.isfinite(p.grad).all(), pname
         if "gate" in pname:
             assert p.grad.abs().max() > 0, pname
+    for block in model.transformer.h:  # W_theta: the gate's rows of c_attn, one row per gate score
+        width = model.config.gate_logits_width()
+        assert width == 0 or (block.attn.c_attn.weight.grad[-width:].abs().amax(1) > 0).all()
 
 
 def test_normal_call_returns_two_values():
     model = make()
     out = model(tokens(), tokens())
     assert isinstance(out, tuple) and len(out) == 2
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("name,kw", [("g1", {}), ("g2_headwise", dict(gate="g2", gate_granularity="headwise")),
+                                     ("g5", dict(gate="g5")), ("g1_input_independent", dict(gate_input="none"))])
+def test_checkpoints_with_a_separate_gate_projection_still_load(name, kw, bias):
+    """Before W_theta joined c_attn it was its own Linear, attn.gate.gate_proj (no bias): such a state dict loads
+    into today's model and computes the same."""
+    model = make(**kw, bias=bias)
+    old = {}
+    for key, value in model.state_dict().items():
+        width = model.config.gate_logits_width()
+        if key.endswith("attn.c_attn.weight") and width:
+            old[key], old[key.replace("c_attn", "gate.gate_proj")] = value[:-width], value[-width:]
+        elif key.endswith("attn.c_attn.bias") and width:
+            old[key] = value[:-width]
+        else:
+            old[key] = value
+    if bias and model.config.gate_logits_width():  # the old projection had no bias: the new rows' must be 0
+        for block in model.transformer.h:
+            block.attn.c_attn.bias.data[-model.config.gate_logits_width():] = 0
+    loaded = make(seed=5, **kw, bias=bias)
+    loaded.load_state_dict(old)
+    idx = tokens()
+    torch.testing.assert_close(loaded(idx)[0], model(idx)[0], rtol=0, atol=0)
+
+
+def test_the_default_cpu_run_executes_the_reference_gate_line():
+    """On a CPU the attention takes the reference branch: SDPA, then Gate.forward, once per layer."""
+    model = make(dtype=torch.float32, attn_backend="auto")
+    calls = []
+    for block in model.transformer.h:
+        block.attn.gate.register_forward_hook(lambda m, args, out: calls.append(args[0].shape))
+    model(tokens())
+    assert calls == [(2, 20, H, D)] * 2  # (B, T, heads, D): each head's SDPA output
 
 
 # ----------------------------------------------------------------------------
@@ -105,8 +123,12 @@ def test_gate_parameter_count(name, kw, expected):
     model = GPT(GPTConfig(**BASE, **kw))
     baseline = GPT(GPTConfig(**BASE, gate="none"))
     assert model.num_params() - baseline.num_params() == BASE["n_layer"] * expected
+    # the gate's parameters: W_theta, the last rows of c_attn, or a learned parameter whose name says gate
+    in_c_attn = sum(b.attn.c_attn.weight.size(0) - baseline.transformer.h[0].attn.c_attn.weight.size(0)
+                    for b in model.transformer.h) * C
     named_gate = sum(p.numel() for n, p in model.named_parameters() if "gate" in n)
-    assert named_gate == BASE["n_layer"] * expected  # every gate parameter's name contains "gate"
+    assert in_c_attn + named_gate == BASE["n_layer"] * expected
+    assert model.config.gate_params_per_layer() == expected
 
 
 @pytest.mark.parametrize("name,kw,expected", GATES[1:], ids=[g[0] for g in GATES[1:]])
@@ -136,7 +158,8 @@ def reference_attention(attn, x, cfg):
     """Y' = Y (*|+) act(X W_theta) at G1..G5, written out head by head from the module's weights."""
     B, T, _ = x.shape
     d, nh, nk = cfg.head_dim, cfg.n_head, cfg.n_kv_head
-    Wq, Wk, Wv = attn.c_attn.weight.split([nh * d, nk * d, nk * d])
+    Wq, Wk, Wv = attn.c_attn.weight[:(nh + 2 * nk) * d].split([nh * d, nk * d, nk * d])
+    W_theta = attn.c_attn.weight[(nh + 2 * nk) * d:]  # the gate's rows, after Q, K and V's
     act = {"sigmoid": torch.sigmoid, "silu": F.silu, "ns_sigmoid": lambda s: 0.5 + 0.5 * torch.sigmoid(s),
            "identity": lambda s: s}[cfg.gate_act]
     combine = (lambda y, s: y * s) if cfg.gate_op == "mul" else (lambda y, s: y + s)
@@ -144,7 +167,7 @@ def reference_attention(attn, x, cfg):
     def logits(rows):  # gate logits for the given rows of W_theta (or of the input-independent parameter)
         if cfg.gate_input == "none":
             return attn.gate.gate_param[rows].expand(B, T, -1)
-        return x @ attn.gate.gate_proj.weight[rows].T
+        return x @ W_theta[rows].T
 
     def gate_rows(head):  # which score rows act on this head at G1/G2/G3/G4
         if cfg.gate_shared:
@@ -185,8 +208,8 @@ def reference_attention(attn, x, cfg):
 
 
 ATTN_VARIANTS = [(n, kw) for n, kw, _ in GATES] + [
-    ("sdpa_rmsnorm", dict(gate="none", sdpa_nonlin="rmsnorm")),
-    ("sdpa_silu", dict(gate="none", sdpa_nonlin="silu")),
+    ("sdpa_rmsnorm", TEST_VARIANTS["sdpa_rmsnorm"]),
+    ("sdpa_silu", TEST_VARIANTS["sdpa_silu"]),
     ("sdpa_rmsnorm_plus_g1", dict(sdpa_nonlin="rmsnorm")),
     ("qk_norm_g4", dict(gate="g4", qk_norm=True)),
     ("mha_g1_headwise", dict(n_kv_head=H, gate_granularity="headwise")),
@@ -213,16 +236,18 @@ def test_gate_activations():
     # the model's NS-sigmoid gate scores stay in [0.5, 1] whatever the weights
     model = make(gate_act="ns_sigmoid")
     with torch.no_grad():
-        model.transformer.h[0].attn.gate.gate_proj.weight.mul_(100)
-    _, _, stats = model(tokens(), return_stats=True)
-    assert all(0.5 <= g <= 1.0 for g in stats["gate_mean"]) and stats["gate_below_0.5"] == [0.0, 0.0]
+        model.transformer.h[0].attn.c_attn.weight[-H * D:].mul_(100)  # W_theta's rows: huge gate logits
+    with Probe(model) as probe:
+        model(tokens())
+    assert all(0.5 <= g <= 1.0 for g in probe.stats["gate_mean"]) and probe.stats["gate_below_0.5"] == [0.0, 0.0]
 
 
 def test_input_independent_gate_starts_at_one_half():
     cfg = GPTConfig(**BASE, gate_input="none")
-    gate = GPT(cfg).transformer.h[0].attn.gate
-    assert gate.gate_proj is None and torch.equal(gate.gate_param, torch.zeros(H * D))
-    assert torch.equal(gate.score(torch.randn(2, 5, C)), torch.full((1, 1, H, D), 0.5))
+    attn = GPT(cfg).transformer.h[0].attn
+    assert attn.c_attn.out_features == (H + 2 * HKV) * D  # no W_theta: the gate does not read the input
+    assert torch.equal(attn.gate.gate_param, torch.zeros(H * D))
+    assert torch.equal(attn.gate.score(attn.gate.logits(torch.zeros(2, 5, 0))), torch.full((1, 1, H, D), 0.5))
 
 
 # ----------------------------------------------------------------------------
@@ -359,15 +384,18 @@ def test_stats_on_uniform_attention():
     for block in model.transformer.h:
         with torch.no_grad():
             block.attn.c_attn.weight[:H * D].zero_()
-            block.attn.gate.gate_proj.weight.zero_()  # sigmoid(0) = 0.5 everywhere
+            block.attn.c_attn.weight[-H * D:].zero_()  # W_theta = 0: sigmoid(0) = 0.5 everywhere
     idx = tokens(T=T)
-    logits, loss, stats = model(idx, idx, return_stats=True)
+    with Probe(model) as probe:
+        logits, loss = model(idx, idx)
+    stats = probe.stats
     expected = sum(1 / (i + 1) for i in range(1, T)) / (T - 1)
     assert stats["first_token_attn"] == pytest.approx([expected] * 2, abs=1e-6)  # statistics are computed in float32
     assert stats["gate_mean"] == [0.5, 0.5]
     assert stats["gate_below_0.1"] == [0.0, 0.0] and stats["gate_below_0.5"] == [0.0, 0.0]
     plain_logits, plain_loss = model(idx, idx)
-    assert torch.equal(plain_logits, logits) and torch.equal(plain_loss, loss)  # stats do not change the output
+    assert torch.equal(plain_logits, logits) and torch.equal(plain_loss, loss)  # the probe changes nothing
+    assert not any(m._forward_hooks for m in model.modules())  # and leaves no hook behind
 
 
 def test_stats_on_a_sink_and_max_activation():
@@ -376,7 +404,9 @@ def test_stats_on_a_sink_and_max_activation():
     acts = []
     hooks = [b.register_forward_hook(lambda m, i, o: acts.append(o.abs().max().item())) for b in model.transformer.h]
     idx = tokens(T=10)
-    _, _, stats = model(idx, return_stats=True)
+    with Probe(model) as probe:
+        model(idx)
+    stats = probe.stats
     for h in hooks:
         h.remove()
     assert stats["max_act"] == acts
@@ -399,8 +429,10 @@ def test_stats_on_a_sink_and_max_activation():
 def test_attention_maps_are_causal_distributions_consistent_with_stats():
     model = make()
     idx = tokens(B=1, T=12)
-    maps = model.attention_maps(idx)
-    _, _, stats = model(idx, return_stats=True)
+    maps = attention_maps(model, idx)
+    with Probe(model) as probe:
+        model(idx)
+    stats = probe.stats
     assert len(maps) == 2 and maps[0].shape == (1, H, 12, 12)
     for layer, m in enumerate(maps):
         torch.testing.assert_close(m.sum(-1), torch.ones(1, H, 12, dtype=m.dtype))
@@ -417,7 +449,7 @@ def test_weight_tying_and_init():
     assert model.lm_head.weight is model.transformer.wte.weight
     attn = model.transformer.h[0].attn
     assert attn.c_attn.weight.std().item() == pytest.approx(0.02, rel=0.05)
-    assert attn.gate.gate_proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert attn.c_attn.weight[-cfg.n_embd:].std().item() == pytest.approx(0.02, rel=0.05)  # W_theta
     for proj in (attn.c_proj, model.transformer.h[0].mlp.c_proj):  # residual projections scaled by depth
         assert proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(2 * 6), rel=0.05)
 
@@ -437,17 +469,16 @@ def test_configure_optimizers_decays_only_matrices():
 def test_flops_and_mfu(monkeypatch):
     model = GPT(GPTConfig(**BASE))
     N, T = model.num_params(), 24
-    assert model.flops_per_token(T) == 6 * N + 6 * 2 * H * D * T
+    assert common.flops_per_token(model, T) == 6 * N + 6 * 2 * H * D * T
     # 10 sequences of T tokens in 0.5 s against a 1e9 FLOP/s peak
-    assert model.estimate_mfu(10, 0.5, peak=1e9) == pytest.approx(model.flops_per_token(T) * T * 10 / 0.5 / 1e9)
+    assert common.estimate_mfu(model, 10, 0.5, peak=1e9) == pytest.approx(common.flops_per_token(model, T) * T * 10 / 0.5 / 1e9)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert model.estimate_mfu(10, 0.5) is None  # unknown peak on CPU: no made-up number
-    import model as model_module
+    assert common.estimate_mfu(model, 10, 0.5) is None  # unknown peak on CPU: no made-up number
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for name, peak in [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
                        ("NVIDIA A100-SXM4-80GB", 312e12), ("Some Future GPU", None)]:
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, n=name: n)
-        assert model_module.peak_flops() == peak
+        assert common.peak_flops() == peak
 
 
 # ----------------------------------------------------------------------------

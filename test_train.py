@@ -1,5 +1,6 @@
 """Tests of train.py and sample.py on tiny models and a slice of real data (CPU, about a minute)."""
 
+import dataclasses
 import json
 import math
 import os
@@ -15,6 +16,9 @@ import torch
 import model as model_py
 import sample
 import train
+from common import configure, load_checkpoint, save_checkpoint
+from model import GPTConfig
+from train import TrainConfig
 from data.pystdlib.prepare import prepare as prepare_pystdlib
 
 REPO = os.path.dirname(os.path.abspath(__file__))
@@ -86,11 +90,20 @@ def test_default_dataset_is_prepared_on_first_use_and_the_loss_falls(tmp_path):
     assert len(last["layers"]["max_act"]) == 2
     assert "done: 80 iterations" in result.stdout and "val loss" in result.stdout and "gate mean" in result.stdout
 
-    model, checkpoint = train.load_checkpoint(str(out_dir / "ckpt.pt"))
+    model, checkpoint = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert set(checkpoint) == CKPT_KEYS
     assert checkpoint["iter_num"] == 80 and checkpoint["config"]["max_iters"] == 80
     assert checkpoint["model_args"]["n_embd"] == 64 and model.config.gate == "g1"
     assert not any(k.startswith("_orig_mod.") for k in checkpoint["model"])
+
+
+def test_the_first_record_of_each_command_names_the_code_that_ran(tiny_run):
+    log = read_log(tiny_run)
+    git = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True)
+    commit = git.stdout.strip() if git.returncode == 0 else None
+    assert log[0]["code"]["commit"] == commit  # None outside a git checkout: then nothing is claimed
+    assert log[0]["code"]["dirty"] in ((True, False) if commit else (None,))
+    assert all("code" not in r for r in log[1:])
 
 
 def test_resume_continues_the_run_exactly(stdlib_data, tmp_path):
@@ -104,8 +117,8 @@ def test_resume_continues_the_run_exactly(stdlib_data, tmp_path):
     for a, b in zip(straight, split):
         for key in ("train_loss", "val_loss", "lr", "max_act", "gate_mean"):
             assert close(a[key], b[key], rel=1e-6), (a["iter"], key, a[key], b[key])
-    _, ckpt_a = train.load_checkpoint(str(tmp_path / "straight" / "ckpt.pt"))
-    _, ckpt_b = train.load_checkpoint(str(tmp_path / "split" / "ckpt.pt"))
+    _, ckpt_a = load_checkpoint(str(tmp_path / "straight" / "ckpt.pt"))
+    _, ckpt_b = load_checkpoint(str(tmp_path / "split" / "ckpt.pt"))
     for name, tensor in ckpt_a["model"].items():
         torch.testing.assert_close(tensor, ckpt_b["model"][name], rtol=1e-6, atol=1e-7)
 
@@ -116,16 +129,16 @@ def test_resume_continues_the_run_exactly(stdlib_data, tmp_path):
 def test_failed_checkpoint_write_keeps_the_previous_one(tiny_run, monkeypatch):
     path = os.path.join(tiny_run, "ckpt.pt")
     before, files = open(path, "rb").read(), sorted(os.listdir(tiny_run))
-    _, checkpoint = train.load_checkpoint(path)
+    _, checkpoint = load_checkpoint(path)
 
     def broken_save(obj, f):
         f.write(b"garbage, half a checkpoint")
         raise OSError("no space left on device")
     monkeypatch.setattr(torch, "save", broken_save)
     with pytest.raises(OSError, match="no space left"):
-        train.save_checkpoint(checkpoint, path)
+        save_checkpoint(checkpoint, path)
     assert open(path, "rb").read() == before and sorted(os.listdir(tiny_run)) == files
-    assert train.load_checkpoint(path)[1]["iter_num"] == 6
+    assert load_checkpoint(path)[1]["iter_num"] == 6
 
 
 def test_killed_while_saving_leaves_a_loadable_checkpoint(stdlib_data, tmp_path):
@@ -136,14 +149,14 @@ def test_killed_while_saving_leaves_a_loadable_checkpoint(stdlib_data, tmp_path)
     before = path.read_bytes()
     # a process that is SIGKILLed halfway through writing a checkpoint
     killed = subprocess.run([sys.executable, "-c", f"""
-import os, signal, torch, train
-_, checkpoint = train.load_checkpoint({str(path)!r})
+import os, signal, torch, common
+_, checkpoint = common.load_checkpoint({str(path)!r})
 def dying_save(obj, f):
     f.write(b"the first half of a checkpoint")
     f.flush()
     os.kill(os.getpid(), signal.SIGKILL)
 torch.save = dying_save
-train.save_checkpoint(checkpoint, {str(path)!r})
+common.save_checkpoint(checkpoint, {str(path)!r})
 """], cwd=REPO, capture_output=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL
     assert path.read_bytes() == before
@@ -161,8 +174,8 @@ def poison_forward(monkeypatch, bad_calls, break_weights_at=None):
     also put a NaN into the weights, as a diverged run would."""
     original, calls = model_py.GPT.forward, [0]
 
-    def forward(self, idx, targets=None, return_stats=False):
-        out = original(self, idx, targets, return_stats)
+    def forward(self, idx, targets=None):
+        out = original(self, idx, targets)
         if not self.training or targets is None:
             return out
         calls[0] += 1
@@ -182,7 +195,7 @@ def test_nonfinite_steps_are_skipped_and_counted(stdlib_data, tmp_path, monkeypa
     assert log[-1]["iter"] == 8 and log[-1]["nonfinite_steps"] == 2
     assert all(r["val_loss"] is not None for r in log) and log[-1]["train_loss"] is not None
     # an optimizer step with NaN gradients would have made every weight NaN
-    _, checkpoint = train.load_checkpoint(str(out_dir / "ckpt.pt"))
+    _, checkpoint = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert all(torch.isfinite(t).all() for t in checkpoint["model"].values())
     assert checkpoint["health"]["nonfinite_steps"] == 2
 
@@ -197,7 +210,7 @@ def test_a_diverged_run_stops_and_keeps_the_last_good_checkpoint(stdlib_data, tm
     log = read_log(out_dir)
     assert [r["iter"] for r in log] == [0, 3, 6, 9]
     assert log[-1]["val_loss"] is None and log[-1]["nonfinite_steps"] == 3
-    _, checkpoint = train.load_checkpoint(str(out_dir / "ckpt.pt"))
+    _, checkpoint = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert checkpoint["iter_num"] == 6
     assert all(torch.isfinite(t).all() for t in checkpoint["model"].values())
 
@@ -208,18 +221,32 @@ def test_a_diverged_run_stops_and_keeps_the_last_good_checkpoint(stdlib_data, tm
 def test_config_files(tmp_path):
     good = tmp_path / "good.py"
     good.write_text("import math\nlearning_rate = 1\nn_layer = 2 * 3\ngate = 'g2'\n")
-    config, given = train.configure(train.DEFAULTS, [str(good), "--n_kv_head=2", "--mlp_hidden=None"], train.KEY_TYPES)
-    assert given == {"learning_rate", "n_layer", "gate", "n_kv_head", "mlp_hidden"}  # a flag counts even at its default
-    assert config["learning_rate"] == 1.0 and type(config["learning_rate"]) is float  # ints are fine for floats
-    assert (config["n_layer"], config["gate"], config["n_kv_head"], config["mlp_hidden"]) == (6, "g2", 2, None)
-    quoted, _ = train.configure(train.DEFAULTS, ["--gate='g3'", "--wandb_run_name=42", "--norm=dyt"], train.KEY_TYPES)
-    assert (quoted["gate"], quoted["wandb_run_name"], quoted["norm"]) == ("g3", "42", "dyt")  # quotes optional
+    config, given = configure(TrainConfig, [str(good), "--n_kv_head=2", "--mlp_hidden=None", "--compile"])
+    assert given == {"learning_rate", "n_layer", "gate", "n_kv_head", "mlp_hidden", "compile"}  # a flag counts even at its default
+    assert config.learning_rate == 1.0 and type(config.learning_rate) is float  # ints are fine for floats
+    assert (config.n_layer, config.gate, config.n_kv_head, config.mlp_hidden) == (6, "g2", 2, None)
+    assert config.compile is True  # a bare --flag sets a bool key
+    quoted, _ = configure(TrainConfig, ["--gate='g3'", "--wandb_run_name=42", "--norm=dyt"])
+    assert (quoted.gate, quoted.wandb_run_name, quoted.norm) == ("g3", "42", "dyt")  # quotes optional
     for name in os.listdir(os.path.join(REPO, "config")):  # the shipped configs name only real keys
-        assert train.configure(train.DEFAULTS, [f"config/{name}"], train.KEY_TYPES)[0]["dataset"]
+        assert configure(TrainConfig, [f"config/{name}"])[0].dataset
     bad = tmp_path / "bad.py"
     bad.write_text("learning_rat = 1e-3\n")
     with pytest.raises(SystemExit, match="bad.py: unknown key 'learning_rat'"):
-        train.configure(train.DEFAULTS, [str(bad)], train.KEY_TYPES)
+        configure(TrainConfig, [str(bad)])
+    with pytest.raises(SystemExit, match="--learning_rate: write --learning_rate=value"):
+        configure(TrainConfig, ["--learning_rate"])  # only a bool key may be bare
+
+
+def test_train_config_lists_every_model_flag_at_the_models_default():
+    """TrainConfig repeats GPTConfig's fields so that a reader of train.py sees every key: they must stay in step."""
+    train_fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    sizes = {"block_size", "n_layer", "n_head", "n_embd"}  # the laptop run's own sizes
+    for f in dataclasses.fields(GPTConfig):
+        assert f.name in train_fields, f"TrainConfig lacks the model flag {f.name}"
+        assert train_fields[f.name].type is f.type, f.name
+        if f.name not in sizes:
+            assert train_fields[f.name].default == f.default, f.name
 
 
 def test_missing_dataset_names_the_prepare_command(tmp_path):
@@ -292,7 +319,7 @@ def test_a_diverging_run_never_replaces_the_best_checkpoint(stdlib_data, tmp_pat
     args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=3"]
     train.main(args + ["--max_iters=6"])
     best_before = (out_dir / "best.pt").read_bytes()
-    _, best = train.load_checkpoint(str(out_dir / "best.pt"))
+    _, best = load_checkpoint(str(out_dir / "best.pt"))
     assert best["val_loss"] == min(r["val_loss"] for r in read_log(out_dir)[1:])
     capsys.readouterr()
     # the user's mistake: resume at an absurd learning rate; the loss climbs far while staying finite
@@ -302,7 +329,7 @@ def test_a_diverging_run_never_replaces_the_best_checkpoint(stdlib_data, tmp_pat
     assert log[-1]["val_loss"] > best["val_loss"] + 1.0, [r["val_loss"] for r in log]
     assert "WARNING: the validation loss rose" in printed and "which best.pt keeps" in printed
     assert (out_dir / "best.pt").read_bytes() == best_before  # the good state is untouched
-    _, latest = train.load_checkpoint(str(out_dir / "ckpt.pt"))  # the latest state (always_save_checkpoint)
+    _, latest = load_checkpoint(str(out_dir / "ckpt.pt"))  # the latest state (always_save_checkpoint)
     assert latest["iter_num"] == 12 and latest["best_iter"] == best["iter_num"]
 
 
@@ -336,7 +363,7 @@ def test_a_new_run_never_starts_over_an_existing_run(stdlib_data, tmp_path):
     assert folder_state(out_dir) == before
     train.main(args + ["--max_iters=3", "--eval_interval=3", "--overwrite=True"])  # asked for: a new run
     assert [r["iter"] for r in read_log(out_dir)] == [0, 3]
-    assert train.load_checkpoint(str(out_dir / "best.pt"))[1]["iter_num"] == 3
+    assert load_checkpoint(str(out_dir / "best.pt"))[1]["iter_num"] == 3
 
 
 @pytest.mark.parametrize("args, message", [
@@ -344,7 +371,7 @@ def test_a_new_run_never_starts_over_an_existing_run(stdlib_data, tmp_path):
     (["--n_layer=two"], "n_layer must be int, got 'two'"),
     (["--max_iters=1.5"], "max_iters must be int, got 1.5"),
     (["--compile=1"], "compile must be bool, got 1"),
-    (["--n_layer"], "--n_layer: write --key=value"),
+    (["--n_layer"], "--n_layer: write --n_layer=value"),
     (["no/such/config.py"], "config file no/such/config.py not found"),
     (["--gate=g7"], "GPTConfig.gate='g7' is not valid"),
     (["--gate=none", "--gate_act=silu"], "gate_act='silu' has no effect with gate='none'"),
@@ -393,7 +420,7 @@ def test_resume_keeps_the_runs_own_data_and_settings(stdlib_data, tmp_path, caps
     assert f"data: {stdlib_data}" in printed and "WARNING" not in printed
     assert [line for line in printed.splitlines() if line.startswith("note:")] == [
         "note: resuming with max_iters=4 (the run had 2)"]  # nothing spurious (n_kv_head, ...)
-    _, checkpoint = train.load_checkpoint(str(out_dir / "ckpt.pt"))
+    _, checkpoint = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert checkpoint["iter_num"] == 4 and checkpoint["config"]["batch_size"] == 3
     assert checkpoint["config"]["data_dir"] == str(stdlib_data)
     # other data only when asked for, and loudly

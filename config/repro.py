@@ -1,6 +1,6 @@
 # The shared settings of the reproduction study (repro.py): every variant trains this model on the same
 # data in the same order (same seed), for the same tokens, with the same learning-rate schedule; only the
-# flags that repro.py's VARIANTS name differ.
+# flags that variants.py names for each variant differ.
 # 8 layers, 512 wide, 8 heads (~25M non-embedding parameters), T=512, 128 x 512 = 65,536 tokens per step,
 # 1,600 steps = 105M tokens. Not yet timed on a GPU: aim for about 4 minutes a run on one H100
 # (scale max_iters down, or n_layer/n_embd, if a run takes longer there).

@@ -1,0 +1,283 @@
+"""
+What the scripts (train.py, sample.py, analyze.py, repro.py, bench.py) share, so that none imports another:
+
+  fail, configure        the one command-line convention: config files and --key=value, checked against a
+                         dataclass of keys (a bool key may be given as a bare --key)
+  pick_device, autocast  where and in which precision to run
+  checkpoints            read_checkpoint, model_from_checkpoint, load_checkpoint, save_checkpoint
+  runs and logs          dataset_dir, read_jsonl, code_version, layer_mean, finite_or_none
+  speed                  peak_flops, flops_per_token, estimate_mfu
+"""
+
+import ast
+import builtins
+import dataclasses
+import difflib
+import json
+import math
+import os
+import subprocess
+import traceback
+import types
+from contextlib import nullcontext
+
+import torch
+
+from data.shards import atomic_write
+from model import GPT, GPTConfig
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+BEST = "best.pt"  # the state with the lowest validation loss, next to a run's ckpt.pt
+
+
+def fail(message):
+    """Stop with a message and a non-zero exit status (no traceback: it is the user's input)."""
+    raise SystemExit(f"error: {message}")
+
+
+# -----------------------------------------------------------------------------
+# The command line: `python script.py [config/file.py ...] [--key=value ...]`, applied in the order given
+
+def configure(keys, argv, defaults=None):
+    """Fill the dataclass `keys` from config files (plain Python run with the current values as globals) and
+    --key=value overrides. Values are read as Python literals (strings need no quotes) and must have the
+    field's type; a bool key may be written --key for --key=True. An unknown key, a value of the wrong type or
+    a mistake in a config file stops with one line naming it (and the file and line).
+    `defaults` (a dict) replaces some of the dataclass's defaults, e.g. a resumed run's own settings.
+    Returns (config, given): given is the set of keys a file or a flag set."""
+    fields = {f.name: f for f in dataclasses.fields(keys)}
+    values = {name: f.default for name, f in fields.items()} | dict(defaults or {})
+    given = set()
+    for arg in argv:
+        if not arg.startswith("--"):
+            path = arg if os.path.isfile(arg) else os.path.join(REPO, arg)
+            if not os.path.isfile(path):
+                fail(f"config file {arg} not found (arguments are config files or --key=value)")
+            scope = dict(values)
+            run_config_file(arg, path, scope)
+            for key, value in scope.items():
+                if key.startswith("_") or isinstance(value, types.ModuleType) or callable(value):
+                    continue  # imports and helpers a config file may use
+                value = _typed(key, value, arg, fields)
+                if value != values[key]:  # what the file changed (a file cannot be seen assigning a value unchanged)
+                    values[key] = value
+                    given.add(key)
+            continue
+        key, eq, text = arg[2:].partition("=")
+        _known(key, arg, fields)
+        want = fields[key].type
+        if not eq:
+            if want is not bool:
+                fail(f"{arg}: write --{key}=value")
+            text = "True"  # a bare --flag sets a bool key
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        if want is str and not isinstance(value, str):
+            value = text  # strings need no quotes: --gate=g1 as well as --gate='g1'
+        elif want is not str and value is text:
+            fail(f"{arg}: {key} must be {want.__name__}, got {text!r}")
+        values[key] = _typed(key, value, arg, fields)
+        given.add(key)
+    return keys(**values), given
+
+
+def _known(key, where, fields):
+    if key not in fields:
+        close = difflib.get_close_matches(key, fields, n=1)
+        fail(f"{where}: unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "") +
+             "; the keys are listed at the top of the script")
+
+
+def _typed(key, value, where, fields):
+    _known(key, where, fields)
+    want = fields[key].type
+    if want is float and type(value) is int:
+        value = float(value)
+    if value is None and fields[key].default is None:  # n_kv_head=None, mlp_hidden=None: "the default rule"
+        return value
+    if type(value) is not want:
+        fail(f"{where}: {key} must be {want.__name__}, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def run_config_file(arg, path, scope):
+    """exec a config file into scope; a mistake in it becomes one line naming the file and the line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            code = builtins.compile(f.read(), path, "exec")  # under its own name, so errors point into it
+        exec(code, scope)
+    except SyntaxError as e:
+        fail(f"{arg} line {e.lineno}: {e.msg} (a config file is Python: key = value lines)")
+    except (OSError, UnicodeDecodeError) as e:
+        fail(f"config file {arg} cannot be read: {e}")
+    except Exception as e:  # NameError, ZeroDivisionError, ... raised by the file's own code
+        lines = [frame.lineno for frame in traceback.extract_tb(e.__traceback__) if frame.filename == path]
+        fail(f"{arg} line {lines[-1] if lines else '?'}: {type(e).__name__}: {e}")
+
+
+# -----------------------------------------------------------------------------
+# Device and precision
+
+def pick_device(name, local_rank=None):
+    """'auto' -> cuda, else mps, else cpu. Under torchrun each process takes the GPU of its local rank."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    if name == "cuda" and local_rank is not None:
+        name = f"cuda:{local_rank}"
+    try:
+        kind = torch.device(name).type
+    except (RuntimeError, ValueError):
+        kind = None
+    if kind not in ("cpu", "cuda", "mps"):
+        fail(f"device={name!r} is not valid; choose 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
+    if kind == "cuda" and not torch.cuda.is_available():
+        fail(f"device={name!r} but CUDA is not available here; use --device=cpu (or auto)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        fail(f"device={name!r} but MPS (Apple GPU) is not available here; use --device=cpu (or auto)")
+    return name
+
+
+def autocast_for(device, dtype):
+    """(autocast context, resolved dtype name). bf16 where the GPU has it, fp16 on older GPUs, fp32 elsewhere."""
+    device_type = device.split(":")[0]
+    if dtype == "auto":
+        dtype = "float32" if device_type != "cuda" else "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    if dtype not in ("float32", "bfloat16", "float16"):
+        fail(f"dtype={dtype!r} is not valid; choose one of 'auto', 'float32', 'bfloat16', 'float16'")
+    if dtype == "float32":
+        return nullcontext(), dtype
+    return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype)), dtype
+
+
+# -----------------------------------------------------------------------------
+# Checkpoints
+
+def save_checkpoint(checkpoint, path):
+    """Atomic: a crash or kill while saving leaves the previous file whole (data.shards.atomic_write)."""
+    atomic_write(path, lambda f: torch.save(checkpoint, f))
+
+
+def read_checkpoint(path):
+    """A checkpoint file as a dict. A missing file raises FileNotFoundError, an unreadable one ValueError,
+    each with a message for the user."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no checkpoint at {path}: train one first (python train.py --out_dir=...)")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a truncated zip, a file that is not a checkpoint, an unpicklable object, ...
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path} is not a readable checkpoint ({reason[:200]}): it is truncated, corrupt or not "
+                         f"from train.py. Its folder's {BEST} (the best earlier state) may still be whole.") from None
+    if not isinstance(checkpoint, dict) or not {"model", "model_args"} <= checkpoint.keys():
+        raise ValueError(f"{path} is not a train.py checkpoint (no model weights and model_args in it)")
+    return checkpoint
+
+
+def model_from_checkpoint(checkpoint, path, device="cpu", attn_backend=None):
+    """The GPT a checkpoint holds, in eval mode on device (attn_backend: run it with another attention backend).
+    Checkpoints from before the gate moved into c_attn load too (model.CausalSelfAttention converts them)."""
+    args = dict(checkpoint["model_args"], **({"attn_backend": attn_backend} if attn_backend else {}))
+    try:
+        model = GPT(GPTConfig(**args))
+        # a model saved from torch.compile's wrapper has its keys prefixed with _orig_mod.
+        model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in checkpoint["model"].items()})
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"{path} does not match this model.py's GPT ({str(e).splitlines()[0]})") from None
+    return model.to(device).eval()
+
+
+def load_checkpoint(path, device="cpu"):
+    """The one place a checkpoint file becomes a model: returns (GPT in eval mode on device, checkpoint dict).
+    Raises FileNotFoundError or ValueError with a message for the user."""
+    checkpoint = read_checkpoint(path)
+    return model_from_checkpoint(checkpoint, path, device), checkpoint
+
+
+# -----------------------------------------------------------------------------
+# Runs and logs
+
+def dataset_dir(dataset, data_dir=""):
+    """Where a dataset's shards are: data_dir if given, else data/<dataset> in this repo."""
+    return data_dir or os.path.join(REPO, "data", dataset)
+
+
+def read_jsonl(path):
+    """The records of a JSON-lines file such as log.jsonl ([] if there is none); a line that a crash cut short
+    is skipped with a note."""
+    if not os.path.isfile(path):
+        return []
+    records, bad = [], 0
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                bad += 1
+    if bad:
+        print(f"note: skipped {bad} unreadable line(s) of {path} (cut short by a crash?)")
+    return records
+
+
+def code_version():
+    """Which code made a result: the git commit and whether tracked files differed from it (None outside git)."""
+    def git(*args):
+        try:
+            out = subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def layer_mean(values):
+    """Mean over layers of a per-layer measurement (None for one the model does not have, e.g. gates off)."""
+    values = [v for v in values or [] if v is not None and math.isfinite(v)]
+    return sum(values) / len(values) if values else None
+
+
+def finite_or_none(x):
+    """JSON has no NaN or infinity: write them as null."""
+    return x if x is None or math.isfinite(x) else None
+
+
+# -----------------------------------------------------------------------------
+# Speed: model FLOPs utilisation
+
+# Dense bf16 tensor-core peak FLOP/s by device name (no sparsity). Matched by substring, first hit wins.
+PEAK_FLOPS = [
+    ("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H800", 989e12), ("GH200", 989e12),
+    ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12),
+    ("A10G", 70e12), ("A10", 125e12), ("RTX 4090", 165e12), ("RTX 3090", 71e12), ("V100", 125e12), ("T4", 65e12),
+]
+
+
+def peak_flops(device=None):
+    """Peak bf16 FLOP/s of a CUDA device, or None if unknown (CPU, MPS, an unlisted GPU)."""
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((flops for key, flops in PEAK_FLOPS if key in name), None)
+
+
+def flops_per_token(model, seq_len=None):
+    """Training FLOPs per token (forward + backward = 3x forward): 6 per weight of the matmuls, plus
+    causal attention, which scores T/2 keys per query on average: 3 * 2 * 2 * L * H * D * T/2."""
+    cfg, T = model.config, seq_len or model.config.block_size
+    # num_params() counts the tied embedding once, which is the lm_head matmul's share
+    return 6 * model.num_params() + 6 * cfg.n_layer * cfg.n_head * cfg.head_dim * T
+
+
+def estimate_mfu(model, fwdbwd_per_iter, dt, seq_len=None, device=None, peak=None):
+    """Model FLOPs utilisation: achieved FLOP/s over the device's peak bf16 rate. fwdbwd_per_iter
+    sequences of seq_len tokens took dt seconds. Returns None when the peak is unknown (e.g. CPU)."""
+    peak = peak or peak_flops(device)
+    if peak is None:
+        return None
+    T = seq_len or model.config.block_size
+    return flops_per_token(model, T) * T * fwdbwd_per_iter / dt / peak

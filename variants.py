@@ -1,0 +1,212 @@
+"""
+What this project reproduces, in one place: the study's variants and the model's flags, each with the paper
+row it is compared with.
+
+  VARIANTS       name -> Variant: the flags that make it, the GA and GN rows it reproduces, their numbers
+  STUDY          the variants `python repro.py train all` trains, in the report's order
+  TEST_VARIANTS  name -> model flags: every variant that is a model (not a training setting), plus a few
+                 configurations no paper row names, so that together they set every value of every flag
+  FLAGS          every GPTConfig flag: what it does, with the papers' definitions, and its paper rows
+  flag_table()   FLAGS as the markdown table in README.md (`python variants.py` prints it)
+
+repro.py trains and reports VARIANTS, bench.py times three of them, the tests take their ids from here, and
+test_repro.py checks that README.md holds flag_table() verbatim. The papers' numbers are their own (PAPERS.md,
+checked against ../shared/PAPER-NOTES.md): GA's perplexity, mean gate score, M-Act and F-Attn of a 15B MoE with
+2B active parameters trained on 400B tokens (Tables 1, 3, 4), GN's loss and max activation of a 2B dense model
+(Table 1).
+"""
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Row:
+    """One row of a paper's table, named as the paper names it, with the numbers the paper gives there."""
+    paper: str  # "GA" or "GN"
+    table: str  # where in the paper: "Table 4"
+    name: str  # the row's name in that table
+    ppl: float = None  # GA: perplexity
+    gate_mean: float = None  # GA Table 4: mean gate score
+    m_act: int = None  # GA Table 4: M-Act, the largest |h| of each layer's output, averaged over layers
+    f_attn: float = None  # GA Table 4: F-Attn, the attention on the first token, averaged over layers
+    loss: float = None  # GN: final loss
+    max_act: int = None  # GN: the residual stream's largest activation
+    note: str = ""  # what the paper reports where it gives no number to compare with
+
+    def __str__(self):
+        return f'{self.paper} {self.table} "{self.name}"'
+
+
+@dataclass
+class Variant:
+    """A model (and, for the stability pair, a training setting) and the paper rows it is compared with."""
+    flags: dict  # GPTConfig flags. The default model is G1-gated, so every variant names its gate.
+    ga: Row = None
+    gn: Row = None
+    train: dict = field(default_factory=dict)  # train.py keys other than the model's
+
+    @property
+    def all_flags(self):
+        """What train.py is given for this variant (after config/repro.py)."""
+        return {**self.flags, **self.train}
+
+
+# The stability pair: a learning rate high enough that the baseline struggles (about 3x config/repro.py's
+# 3e-3), as GA's dense models were pushed from 4e-3 to 8e-3.
+HIGH_LR = 1e-2
+
+VARIANTS = {
+    # --- the study: `python repro.py train all` ---
+    "baseline": Variant(dict(gate="none"),
+                        ga=Row("GA", "Table 4", "Baseline", ppl=6.026, m_act=1053, f_attn=0.467),
+                        gn=Row("GN", "Table 1", "Baseline", loss=1.964, max_act=6000)),
+    "g1_elementwise": Variant(dict(gate="g1"),
+                              ga=Row("GA", "Table 4", "G1 elementwise", ppl=5.761, gate_mean=0.116, m_act=94,
+                                     f_attn=0.048),
+                              gn=Row("GN", "Table 1", "+GA", loss=1.957, max_act=2800)),
+    "g1_headwise": Variant(dict(gate="g1", gate_granularity="headwise"),
+                           ga=Row("GA", "Table 4", "G1 headwise", ppl=5.792, gate_mean=0.172, m_act=98, f_attn=0.073)),
+    "g1_head_shared": Variant(dict(gate="g1", gate_shared=True),
+                              ga=Row("GA", "Table 4", "G1 head-shared", ppl=5.801, gate_mean=0.271, m_act=286,
+                                     f_attn=0.301)),
+    "g2_elementwise": Variant(dict(gate="g2"),
+                              ga=Row("GA", "Table 4", "G2 (value) elementwise", ppl=5.820, gate_mean=0.221, m_act=125,
+                                     f_attn=0.297)),
+    "g5": Variant(dict(gate="g5"), ga=Row("GA", "Table 1", "G5", ppl=6.017)),
+    "g1_ns_sigmoid": Variant(dict(gate="g1", gate_act="ns_sigmoid"),
+                             ga=Row("GA", "Table 4", "NS-sigmoid", ppl=5.900, gate_mean=0.653, m_act=892,
+                                    f_attn=0.451)),
+    "g1_input_independent": Variant(dict(gate="g1", gate_input="none"),
+                                    ga=Row("GA", "Table 4", "input-independent", ppl=5.917, gate_mean=0.335, m_act=471,
+                                           f_attn=0.364)),
+    "g1_additive_silu": Variant(dict(gate="g1", gate_op="add", gate_act="silu"),
+                                ga=Row("GA", "Table 1", "G1 additive SiLU", ppl=5.821)),
+    # GA Table 3's non-linearity without a gate, at G1's position
+    "sdpa_rmsnorm": Variant(dict(gate="none", sdpa_nonlin="rmsnorm"), ga=Row("GA", "Table 3", "G1 RMSNorm", ppl=5.847)),
+    "g1_gatednorm": Variant(dict(gate="g1", norm="gatednorm"),
+                            gn=Row("GN", "Table 1", "GA+GatedNorm", loss=1.951, max_act=430)),
+    "g1_preaffine": Variant(dict(gate="g1", norm="preaffine"),
+                            gn=Row("GN", "Table 1", "GA+PreAffine", loss=1.954, max_act=640)),
+    "dyt": Variant(dict(gate="none", norm="dyt"), gn=Row("GN", "Table 1", "DyT", loss=2.216, max_act=73)),
+    "baseline_high_lr": Variant(
+        dict(gate="none"), train=dict(learning_rate=HIGH_LR, min_lr=HIGH_LR / 10),
+        ga=Row("GA", "§3.2, Table 2", "baseline at lr 8e-3",
+               note="dense 1.7B, 48 layers, lr 8e-3: the baseline nearly diverged (PPL 9.195) or diverged")),
+    "g1_elementwise_high_lr": Variant(
+        dict(gate="g1"), train=dict(learning_rate=HIGH_LR, min_lr=HIGH_LR / 10),
+        ga=Row("GA", "§3.2, Table 2", "gated at lr 8e-3", note="the gated model trained stably and improved")),
+
+    # --- paper rows outside the study: `python repro.py train g3` trains one beside it ---
+    "g3": Variant(dict(gate="g3"), ga=Row("GA", "Table 1", "G3", ppl=6.016)),
+    "g4": Variant(dict(gate="g4"), ga=Row("GA", "Table 1", "G4", ppl=5.981)),
+    "g1_elementwise_silu": Variant(dict(gate="g1", gate_act="silu"),
+                                   ga=Row("GA", "Table 1", "G1 elementwise SiLU", ppl=5.822)),
+    "g1_additive_identity": Variant(dict(gate="g1", gate_op="add", gate_act="identity"),
+                                    ga=Row("GA", "Table 3", "additive identity", ppl=5.882)),
+    "sdpa_silu": Variant(dict(gate="none", sdpa_nonlin="silu"), ga=Row("GA", "Table 3", "G1 SiLU-only", ppl=5.975)),
+    "glu": Variant(dict(gate="none", mlp="glu"), gn=Row("GN", "Table 1", "GLU", loss=1.975, max_act=1300)),
+}
+
+STUDY = ("baseline", "g1_elementwise", "g1_headwise", "g1_head_shared", "g2_elementwise", "g5", "g1_ns_sigmoid",
+         "g1_input_independent", "g1_additive_silu", "sdpa_rmsnorm", "g1_gatednorm", "g1_preaffine", "dyt",
+         "baseline_high_lr", "g1_elementwise_high_lr")
+
+# Configurations no paper row names, each a change from GPTConfig's defaults, so that TEST_VARIANTS sets every
+# value of every flag (but attn_backend and match_params, which the tests choose themselves)
+MODEL_ONLY = {
+    "g2_headwise": dict(gate="g2", gate_granularity="headwise"),
+    "g2_head_shared": dict(gate="g2", gate_shared=True),
+    "layernorm": dict(norm="layernorm", bias=True),
+    "sandwich_norm": dict(sandwich_norm=True),
+    "qk_norm": dict(qk_norm=True),
+    "gelu_learned_pos": dict(mlp="gelu", pos_emb="learned"),
+    "mha": dict(n_kv_head=None),  # as many KV heads as query heads, whatever the test's base has
+    "mqa_headwise": dict(n_kv_head=1, gate_granularity="headwise"),
+}
+TEST_VARIANTS = {**{name: v.flags for name, v in VARIANTS.items() if not v.train}, **MODEL_ONLY}
+
+
+# ----------------------------------------------------------------------------
+# The model's flags
+
+@dataclass
+class Flag:
+    name: str  # a GPTConfig field, or several (", "-separated) that share one line
+    what: str  # what it does, with the papers' definitions
+    rows: str = "—"  # the paper rows it reproduces
+    values: str = ""  # the values column, where VALID and the default cannot say it
+
+
+FLAGS = [
+    Flag("gate", "where the gate acts. G1: each head's SDPA output, gated before the heads are concatenated and "
+         "`W_O`; G2: the value projection's output; G3: the key projection's; G4: the query projection's; "
+         "G5: the output of `W_O`; `'none'`: no gate",
+         'GA Table 1 rows "SDPA / Value / Key / Query / Dense output"; `\'none\'` = the baseline'),
+    Flag("gate_granularity", "elementwise: one score per channel of `Y`; headwise: one score per head, shared by "
+         "its channels (G1, G2)", 'GA Table 1 "elementwise" vs "headwise"; Table 4 "G1 headwise"'),
+    Flag("gate_shared", "head-specific (`False`): every head has its own scores; head-shared (`True`): one vector "
+         "of `head_dim` scores serves every head (G1, G2 elementwise)", 'GA Table 1, Table 4 "G1 head-shared"'),
+    Flag("gate_op", "multiplicative `Y' = Y ⊙ act(X W_θ)` or additive `Y' = Y + act(X W_θ)`",
+         'GA Table 1 "G1 additive SiLU"'),
+    Flag("gate_act", "`act`: sigmoid, in [0, 1] (the papers' gate: its scores can be sparse); SiLU, unbounded (with "
+         "the additive gate); NS-sigmoid `0.5 + 0.5·sigmoid`, in [0.5, 1]: non-linear but never sparse; "
+         "identity: `X W_θ` itself",
+         'GA Table 1 "G1 elementwise SiLU"; Table 4 "NS-sigmoid"; Table 3 "additive identity" '
+         "(`gate_op='add', gate_act='identity'`)"),
+    Flag("gate_input", "`'hidden'`: scores from `X`, the block's input after the pre-attention norm (the tensor that "
+         "feeds Q/K/V), so they depend on the token; `'none'`: input-independent, a learned score per channel, "
+         "zero-initialised, the same for every token", 'GA Table 4 "input-independent"'),
+    Flag("sdpa_nonlin", "a non-linearity that is not a gate, on each head's SDPA output (G1's position): RMSNorm of "
+         "each head on its own, or SiLU", "GA Table 3 \"G1 RMSNorm\", \"G1 SiLU-only\" (with `gate='none'`)"),
+    Flag("match_params", "shrink the MLP's hidden width so the model has `gate='none'`'s parameters, within 1%",
+         "GA's dense models, which keep parameters equal this way"),
+    Flag("norm", "every norm in the model. DyT `γ ⊙ tanh(α·x) + β` (α one learned scalar, initialised at 0.5): "
+         "element by element, nothing normalised across channels; PreAffine `RMSNorm(λ ⊙ x)` (λ a learned vector, "
+         "initialised at 1), so an outlier can live in a weight instead of the activations; GatedNorm "
+         "`y ⊙ sigmoid(W_up SiLU(W_down y))` with `y = RMSNorm(x)`",
+         'GN Table 1 "DyT", "GA+PreAffine", "GA+GatedNorm"'),
+    Flag("gatednorm_rank", "GatedNorm's bottleneck rank r: `W_down` maps d to r, `W_up` r to d", "GN (r = 16)"),
+    Flag("sandwich_norm", "one more norm on the attention and MLP outputs before each joins the residual stream, "
+         "on top of the pre-norms", "GA §3.2's stability study (dense 1.7B at lr 8e-3)"),
+    Flag("qk_norm", "per-head RMSNorm on the queries and keys"),
+    Flag("mlp", "SwiGLU; GLU, with a sigmoid: bounded, fewer outliers in GN; GELU", 'GN Table 1 "GLU"'),
+    Flag("mlp_hidden", "the MLP's hidden width; `None`: 8/3·`n_embd` rounded up to a multiple of 64 for the GLUs, "
+         "4·`n_embd` for GELU"),
+    Flag("n_kv_head", "key/value heads; fewer than `n_head`: grouped-query attention (GA's MoE models use GQA)",
+         values="`None` (= `n_head`)"),
+    Flag("pos_emb", "rotary or learned absolute position embeddings"),
+    Flag("rope_base", "RoPE's base θ"),
+    Flag("attn_backend", "which `kernels.gated_attention` path computes attention with a G1 sigmoid gate or none: "
+         "`'auto'` is the fused Triton kernel on CUDA, PyTorch elsewhere"),
+    Flag("block_size, vocab_size, n_layer, n_head, n_embd, dropout, bias",
+         "as in nanoGPT; `bias=False`; dropout on the embeddings and the residual branches", values="as nanoGPT"),
+]
+
+
+def values(flag, config_class, valid):
+    """The values column: the default first, then the other valid ones (model.VALID), or both values of a bool."""
+    if flag.values:
+        return flag.values
+    default = config_class.__dataclass_fields__[flag.name].default
+    if flag.name in valid:
+        choices = [default] + [v for v in valid[flag.name] if v != default]
+    elif isinstance(default, bool):
+        choices = [default, not default]
+    else:
+        choices = [default]
+    return ", ".join(f"`{v!r}`" for v in choices)
+
+
+def flag_table():
+    """FLAGS as the markdown table that README.md holds."""
+    # imported here, not at the top: model imports triton, and bench.py must set TRITON_INTERPRET before that
+    from model import VALID, GPTConfig
+
+    lines = ["| flag | values (default first) | what it does | paper row |", "| --- | --- | --- | --- |"]
+    for f in FLAGS:
+        lines.append(f"| `{f.name}` | {values(f, GPTConfig, VALID)} | {f.what} | {f.rows} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(flag_table(), end="")
