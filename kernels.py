@@ -122,9 +122,9 @@ def _triton_unsupported(q, k, v, gate, scale):
     if gate is not None and not gate.is_floating_point():  # [gate]
         return f"gate must be floating point, got {gate.dtype}"  # [gate]
     if not (q.device == k.device == v.device):
-        return "q, k, v and gate must be on one device"
+        return f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
     if gate is not None and gate.device != q.device:  # [gate]
-        return "q, k, v and gate must be on one device"  # [gate]
+        return f"the gate must be on q's device {q.device}, got {gate.device}"  # [gate]
     return None
 
 

@@ -196,14 +196,15 @@ class Gate(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.act, self.op, self.shape = config.gate_act, config.gate_op, config.gate_shape()
-        if config.gate_input == "none":
+        self.input_independent = config.gate_input == "none"
+        if self.input_independent:
             # input-independent gate: one learned logit per score, zero-init -> sigmoid = 0.5 for every token
             self.gate_param = nn.Parameter(torch.zeros(math.prod(self.shape)))
 
     def logits(self, s):
         """c_attn's gate outputs s = X W_theta (B, T, groups*width) -> (B, T, groups, width); an input-independent
         gate ignores them (there are none) and returns its own learned logits, (1, 1, groups, width)."""
-        if hasattr(self, "gate_param"):
+        if self.input_independent:
             return self.gate_param.view(1, 1, *self.shape)
         return s.view(*s.shape[:2], *self.shape)
 
@@ -238,8 +239,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.n_kv_head, config.head_dim
-        H, Hkv, D = config.n_head, config.n_kv_head, config.head_dim
+        self.n_head, self.n_kv_head, self.head_dim = H, Hkv, D = config.n_head, config.n_kv_head, config.head_dim
         # one matmul for Q, K, V and the gate logits X W_theta (as the official Qwen code widens q_proj)
         self.qkvg_sizes = [H * D, Hkv * D, Hkv * D, config.gate_logits_width()]
         self.c_attn = nn.Linear(config.n_embd, sum(self.qkvg_sizes), bias=config.bias)
@@ -251,7 +251,8 @@ class CausalSelfAttention(nn.Module):
         if config.sdpa_nonlin == "rmsnorm":  # GA Table 3 "SDPA RMSNorm": normalise each head's output on its own
             self.sdpa_norm = RMSNorm(self.head_dim)
         self.gate = Gate(config) if config.gate != "none" else None
-        # a G1 sigmoid gate that multiplies can run inside the Triton kernel (kernels.py), in its epilogue
+        # the Triton kernel (kernels.py) computes attention with no gate, or with a multiplicative sigmoid G1 gate
+        # in its epilogue; every other variant runs the reference branch of forward
         self.fusable = config.gate in ("none", "g1") and config.gate_act == "sigmoid" and config.gate_op == "mul" \
             and config.sdpa_nonlin == "none"
 

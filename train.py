@@ -67,7 +67,7 @@ class TrainConfig:
     data_dir: str = ""  # where its shards are, if not data/<dataset>
     gradient_accumulation_steps: int = 1  # summed over all processes, as in nanoGPT
     batch_size: int = 8  # sequences per micro-step per process
-    # the model: model.GPTConfig's fields (model.py and the README explain them), at its defaults but the sizes
+    # the model: model.GPTConfig's fields (variants.py says what each does), at its defaults but the sizes
     block_size: int = 128
     vocab_size: int = 50304
     n_layer: int = 4
