@@ -4,14 +4,19 @@ Measure trained checkpoints the way GA §4.3 / Table 4 does, every run on the sa
     python analyze.py --runs=out-baseline,out-g1[,more out_dirs] [--labels=base,g1] [--out_dir=out-analysis]
 
 For each run (an out_dir holding ckpt.pt, or the file --checkpoint names, e.g. best.pt): validation loss, and
-per layer and averaged over layers
-  F-Attn   attention probability on the first token (over heads and query positions 1..T-1),
-  M-Act    max |h| of the hidden states each block outputs (max over all validation tokens),
-  gate     mean gate score and the fraction of scores below 0.1 and 0.5 (sparsity).
+per layer and averaged over layers (probe.py defines each)
+  F-Attn      attention probability on the first token (over heads and query positions 1..T-1),
+  sink share  the largest share of attention any one key receives from the window's second half, and which
+              position and token that key is most often: a sink that is not on position 0 shows here,
+  sink heads  the share of heads whose F-Attn exceeds 0.3 (Gu et al. 2025: a few strong sink heads hide in
+              an average over heads),
+  M-Act       max |h| of the hidden states each block outputs, per window, averaged over windows,
+  gate        mean gate score and the fraction of scores below 0.1 and 0.5 (sparsity).
 The windows are, by default, the ones train.py evaluated the first run on (its eval_iters batches of its
 batch_size), so a single run's val loss is the one its training log shows for that checkpoint;
---batches/--batch_size choose others. Writes summary.json to out_dir (default out-analysis/, git-ignored) and,
-when matplotlib is installed, layers.png (per-layer F-Attn and M-Act of every run), gate_hist.png (gate-score
+--batches/--batch_size choose others; the windows start with <|endoftext|> when the run was trained that way
+(train.py's bos). Writes summary.json to out_dir (default out-analysis/, git-ignored) and, when matplotlib is
+installed, layers.png (per-layer F-Attn, sink share and M-Act of every run), gate_hist.png (gate-score
 histograms), attn_maps.png (a head-averaged attention map per run, as in GA Fig. 2) and curves.png
 (validation loss during training, from each run's log.jsonl).
 """
@@ -26,9 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+import torch.nn.functional as F
+
 from common import autocast_for, configure, dataset_dir, fail, load_checkpoint, pick_device, read_jsonl
-from data.shards import val_batches
-from probe import Probe, attention_maps
+from data.shards import bos_token, val_batches
+from probe import SINK_HEAD_THRESHOLD, Probe, attention_maps
 
 
 @dataclass
@@ -56,18 +63,20 @@ def eval_windows(checkpoint):
     """The validation windows train.py evaluated this run on (data.shards.val_batches' arguments)."""
     cfg = checkpoint["config"]
     return dict(data_dir=dataset_dir(cfg["dataset"], cfg.get("data_dir")), block_size=checkpoint["model_args"]["block_size"],
-                batch_size=cfg["batch_size"], batches=cfg["eval_iters"])
+                batch_size=cfg["batch_size"], batches=cfg["eval_iters"], bos=cfg.get("bos", False))
 
 
 def describe_windows(w):
-    return f"{w['batches']} batches x {w['batch_size']} windows of {w['block_size']} tokens of {w['data_dir']}"
+    anchor = ", each starting with <|endoftext|>" if w["bos"] else ""
+    return f"{w['batches']} batches x {w['batch_size']} windows of {w['block_size']} tokens of {w['data_dir']}{anchor}"
 
 
 @torch.no_grad()
 def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     cfg, train_cfg = model.config, checkpoint["config"]
     n_batches = windows["batches"]
-    batches = val_batches(windows["data_dir"], windows["block_size"], windows["batch_size"], n_batches)
+    bos = bos_token(windows["data_dir"]) if windows["bos"] else None
+    batches = val_batches(windows["data_dir"], windows["block_size"], windows["batch_size"], n_batches, bos=bos)
     # on a GPU, the precision the run was evaluated in (bf16 autocast by default), so the losses agree; fp32 elsewhere
     ctx, _ = autocast_for(device, train_cfg.get("dtype", "auto") if device.startswith("cuda") else "float32")
 
@@ -80,25 +89,35 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
         take = min(s.numel(), GATE_SAMPLE // (n_batches * cfg.n_layer) + 1)
         samples.append(s[torch.from_numpy(rng.choice(s.numel(), take, replace=False)).to(s.device)].cpu().numpy())
 
-    losses, per_batch = [], []
+    per_batch, per_head, per_window = [], [], []
     for x, y in batches:
+        x, y = x.to(device), y.to(device)
         with ctx, Probe(model, gate_scores=keep_scores) as probe:
-            _, loss = model(x.to(device), y.to(device))
-        losses.append(loss.item())
+            logits, _ = model(x, y)
+        # each window's own loss (the mean of the batch's is the loss train.py logs), for paired comparisons
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none").view(y.shape).mean(1)
+        del logits
         per_batch.append(probe.stats)
+        per_head.append(probe.heads)
+        # per window: its loss and the layer means of its F-Attn, sink share, M-Act and gate mean
+        window = {"loss": loss.cpu().numpy(), **{key: (None if values is None else torch.stack(values).mean(0).numpy())
+                                                 for key, values in probe.windows.items()}}
+        window["peak_act"] = torch.stack(probe.windows["max_act"]).amax(0).numpy()  # the window's largest |h| anywhere
+        per_window.append(window)
 
-    def over_batches(key, reduce):
+    def over_batches(key):  # every batch has the same number of windows: the mean of batch means
         if per_batch[0][key] is None:
             return None
-        return [float(v) for v in reduce(np.array([s[key] for s in per_batch]), axis=0)]
+        return [float(v) for v in np.mean(np.array([s[key] for s in per_batch], dtype=float), axis=0)]
 
-    layers = {
-        "first_token_attn": over_batches("first_token_attn", np.mean),
-        "max_act": over_batches("max_act", np.max),  # the largest activation any validation token reached
-        "gate_mean": over_batches("gate_mean", np.mean),
-        "gate_below_0.1": over_batches("gate_below_0.1", np.mean),
-        "gate_below_0.5": over_batches("gate_below_0.5", np.mean),
-    }
+    layers = {key: over_batches(key) for key in
+              ("first_token_attn", "sink_share", "max_act", "gate_mean", "gate_below_0.1", "gate_below_0.5")}
+    heads = {key: np.mean([h[key] for h in per_head], axis=0).tolist() for key in ("first_token_attn", "sink_share")}
+    # sink heads over the whole validation set: a head's F-Attn averaged over every window, then thresholded
+    layers["sink_heads"] = [float(np.mean(np.array(h) > SINK_HEAD_THRESHOLD)) for h in heads["first_token_attn"]]
+    layers.update(where_the_sink_is(per_batch, batches[0][0].size(0) * model.config.n_head))
+    windows_all = {key: (None if per_window[0][key] is None else np.concatenate([w[key] for w in per_window]))
+                   for key in per_window[0]}
     with ctx:
         maps = attention_maps(model, batches[0][0][:1, :map_tokens].to(device))  # per layer (1, H, t, t)
     record = {
@@ -113,14 +132,36 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
         "seed": train_cfg.get("seed"),
         "loss_spikes": checkpoint.get("health", {}).get("loss_spikes"),
         "nonfinite_steps": checkpoint.get("health", {}).get("nonfinite_steps"),
-        "val_loss": float(np.mean(losses)),
+        "val_loss": float(np.mean(windows_all["loss"])),
         "val_loss_logged": checkpoint.get("val_loss"),  # what train.py measured on its own eval windows
         "eval_windows_trained": eval_windows(checkpoint),
-        **{k: (float(np.mean(v)) if v is not None else None) for k, v in layers.items()},
+        **{k: (float(np.mean(v)) if v is not None else None) for k, v in layers.items()
+           if k not in ("sink_pos", "sink_token", "sink_pos_share", "sink_token_share")},
+        "peak_act": float(np.mean(windows_all["peak_act"])),  # GN's residual-stream maximum, per window
         "layers": layers,
+        "heads": heads,
+        "per_window": windows_all,  # arrays, not written to summary.json: repro.py's confidence intervals use them
     }
     scores = np.concatenate(samples) if samples else None
     return record, scores, [m[0].mean(0).float().cpu().numpy() for m in maps]
+
+
+def where_the_sink_is(per_batch, pairs):
+    """Per layer: the key position and the token most often receiving a (window, head)'s largest share, pooled
+    over batches from each batch's most frequent one (exact when every batch agrees, as for a BOS sink)."""
+    out = {}
+    for what in ("sink_pos", "sink_token"):
+        top, share = [], []
+        for layer in range(len(per_batch[0][what])):
+            counts = {}
+            for s in per_batch:
+                if s[what][layer] is not None:
+                    counts[s[what][layer]] = counts.get(s[what][layer], 0) + s[what + "_share"][layer] * pairs
+            best = max(counts, key=counts.get) if counts else None
+            top.append(best)
+            share.append(counts[best] / (pairs * len(per_batch)) if counts else None)
+        out[what], out[what + "_share"] = top, share
+    return out
 
 
 def plot(records, scores, maps, logs, out_dir):
@@ -135,14 +176,16 @@ def plot(records, scores, maps, logs, out_dir):
     names = [r["label"] for r in records]
     written = []
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax3, ax2) = plt.subplots(1, 3, figsize=(16, 4.5))
     for r in records:
         layer_ids = range(len(r["layers"]["first_token_attn"]))
         ax1.plot(layer_ids, r["layers"]["first_token_attn"], marker="o", label=r["label"])
+        ax3.plot(layer_ids, r["layers"]["sink_share"], marker="o", label=r["label"])
         ax2.plot(layer_ids, r["layers"]["max_act"], marker="o", label=r["label"])
     ax1.set(xlabel="layer", ylabel="attention on the first token", title="F-Attn per layer (attention sink)")
-    ax2.set(xlabel="layer", ylabel="max |h|", yscale="log", title="M-Act per layer (massive activations)")
-    for ax in (ax1, ax2):
+    ax3.set(xlabel="layer", ylabel="largest share one key receives", title="sink share per layer (a sink anywhere)")
+    ax2.set(xlabel="layer", ylabel="max |h| per window", yscale="log", title="M-Act per layer (massive activations)")
+    for ax in (ax1, ax3, ax2):
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax1.legend(fontsize=8)
     fig.tight_layout()
@@ -221,15 +264,17 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         logged, gated = record["val_loss_logged"], record["gate_mean"] is not None
         print(f"{label:>24}: val loss {record['val_loss']:.4f}" +
               (f" (its log: {logged:.4f})" if logged is not None else "") +
-              f", F-Attn {record['first_token_attn']:.3f}, M-Act {record['max_act']:.1f}" +
+              f", F-Attn {record['first_token_attn']:.3f}, sink heads {record['sink_heads']:.2f}, "
+              f"sink share {record['sink_share']:.3f}, M-Act {record['max_act']:.1f}" +
               (f", gate mean {record['gate_mean']:.3f}, <0.1: {record['gate_below_0.1']:.2f}" if gated else ""))
     if len({r["eval_windows_trained"]["batch_size"] * r["eval_windows_trained"]["batches"] for r in records}) > 1:
         print("note: the runs were trained with different eval windows (batch_size x eval_iters: " +
               ", ".join(f"{r['label']} {r['eval_windows_trained']['batch_size']}x{r['eval_windows_trained']['batches']}"
                         for r in records) + f"); all are measured here on the same {batches}x{batch_size}, "
               "so a run's val loss can differ from its log")
-    if len({(r["eval_windows"]["block_size"], r["eval_windows"]["data_dir"]) for r in records}) > 1:
-        print("note: the runs differ in block_size or dataset, so they were measured on different windows")
+    if len({(r["eval_windows"]["block_size"], r["eval_windows"]["data_dir"], r["eval_windows"]["bos"])
+            for r in records}) > 1:
+        print("note: the runs differ in block_size, dataset or bos, so they were measured on different windows")
     summary = {
         "device": device_name(device),
         "date": time.strftime("%Y-%m-%d"),
@@ -237,8 +282,11 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         "validation": {"batches": batches, "batch_size": batch_size, "source": source},
         "runs": records,
     }
+    per_window = [r.pop("per_window") for r in records]  # too big for the JSON; returned below
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
+    for r, w in zip(records, per_window):
+        r["per_window"] = w
     summary["plots"] = plot(records, scores, maps, [read_jsonl(os.path.join(d, "log.jsonl")) for d in run_dirs], out_dir)
     return summary
 

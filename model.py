@@ -439,15 +439,20 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, keep_first=False):
         """Sample max_new_tokens tokens after idx (B, T). A KV cache makes each step cost one token's
         forward pass; once the sequence outgrows block_size the context is cropped and recomputed,
-        which is exactly what running the model on the last block_size tokens would give."""
+        which is exactly what running the model on the last block_size tokens would give.
+        keep_first: idx[:, 0] is a BOS token that stays at position 0 when the context is cropped, as every
+        training window of a model trained with BOS windows (train.py's bos=True) had it."""
         cache = None
         for _ in range(max_new_tokens):
             if cache is None:
                 cache = [{} for _ in self.transformer.h]
-                ctx = idx[:, -self.config.block_size:]
+                T = self.config.block_size
+                ctx = idx[:, -T:]
+                if keep_first and idx.size(1) > T:
+                    ctx = torch.cat([idx[:, :1], idx[:, idx.size(1) - (T - 1):]], dim=1)
                 logits = self._forward(ctx, start=0, cache=cache)
             else:
                 logits = self._forward(idx[:, -1:], start=idx.size(1) - 1, cache=cache)

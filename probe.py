@@ -1,40 +1,116 @@
 """
-What the papers measure (GA §4.3, Table 4), taken from a GPT while it runs, without changing its forward:
+What the papers measure (GA §4.3, Table 4; Gu et al., ICLR 2025), taken from a GPT while it runs, without
+changing its forward:
 
     with Probe(model) as probe:
         logits, loss = model(x, y)
     probe.stats["first_token_attn"]   # one float per layer
 
-  first_token_attn  F-Attn: attention probability on position 0, averaged over heads and query positions
-                    1..T-1, computed from each row's log-sum-exp (never the T x T matrix)
-  max_act           M-Act: max |h| of the hidden states each block outputs
-  gate_mean         the mean gate score (the activation's output); None without a gate
-  gate_below_0.1    the fraction of gate scores below 0.1 (sparsity), and below 0.5
-  gate_below_0.5
+probe.stats: one value per layer, in layer order (a layer measured on a batch of B windows of T tokens):
 
-The probe hooks each block (its output) and each attention layer (its input), and recomputes that layer's
-queries, keys and gate logits from the input with CausalSelfAttention.project: one extra matmul per layer,
-so it is meant for evaluation batches, not for every training step.
+  first_token_attn  F-Attn: attention probability on position 0, averaged over windows, heads and query positions
+                    1..T-1, computed from each row's log-sum-exp (never the T x T matrix)
+  max_act           M-Act: max |h| of the hidden states the block outputs, taken within each window, averaged over
+                    the windows (the max over the whole batch would grow with the batch size)
+  gate_mean         the mean gate score (the activation's output); None without a gate
+  gate_below_0.1    the fraction of gate scores below 0.1 (sparsity), and below 0.5; None without a gate
+  gate_below_0.5
+  sink_share        a sink anywhere: r_j, the attention key j < T//2 receives, averaged over the late queries
+                    T//2..T-1 (each sees every such key; received_attention); the top share max_j r_j of each
+                    window and head, averaged over both. A key that every late query gives p scores p; a key only
+                    its next neighbour attends to, at most ~2/T
+  sink_heads        the fraction of heads whose F-Attn (that head's, averaged over windows and queries 1..T-1)
+                    exceeds SINK_HEAD_THRESHOLD = 0.3: Gu et al. call such a head a sink head and report this
+                    fraction, their epsilon = 0.3 (an average over heads hides a few strong sink heads)
+  sink_pos          the position of the top key most often over (window, head) pairs (an int), and the fraction
+  sink_pos_share    of pairs whose top key is there
+  sink_token        the token id most often at the top key over (window, head) pairs (an int), and that fraction;
+  sink_token_share  None / NaN when the probe did not see the ids (the model was not called as model(idx, ...))
+
+With T < 2 there are no queries after position 0: the float values are NaN and sink_pos, sink_token None
+(JSON writers turn NaN into null). Ties go to the lowest position or token id.
+
+probe.heads: "first_token_attn" and "sink_share" per layer, as a list of n_head floats (per head, averaged over
+windows). probe.windows: "first_token_attn", "max_act", "sink_share", "gate_mean" per layer, as a float64 CPU
+tensor (B,): each window's value (averaged over heads; gate_mean over the window's tokens, None without a gate),
+for bootstrapping over windows; stats[key][layer] is windows[key][layer].mean().
+
+The probe hooks each block (its output), each attention layer (its input) and the model (its input ids), and
+recomputes that layer's queries, keys and gate logits from the input with CausalSelfAttention.project: one extra
+matmul per layer and a pass over the late half of the scores, so it is meant for evaluation batches, not for
+every training step.
 """
 
 import torch
 
 from kernels import first_token_attention
 
-STAT_KEYS = ("first_token_attn", "max_act", "gate_mean", "gate_below_0.1", "gate_below_0.5")
+STAT_KEYS = ("first_token_attn", "max_act", "gate_mean", "gate_below_0.1", "gate_below_0.5", "sink_share",
+             "sink_heads", "sink_pos", "sink_pos_share", "sink_token", "sink_token_share")
 GATE_KEYS = ("gate_mean", "gate_below_0.1", "gate_below_0.5")
+HEAD_KEYS = ("first_token_attn", "sink_share")
+WINDOW_KEYS = ("first_token_attn", "max_act", "sink_share", "gate_mean")
+SINK_HEAD_THRESHOLD = 0.3  # Gu et al.'s epsilon: a head whose mean attention on the first token exceeds it is a sink
+
+
+@torch.no_grad()
+def received_attention(q, k, chunk=128, scale=None):
+    """The attention each early key receives from the late queries, r (B, H, T//2) in float32:
+
+        r[b, h, j] = mean over i in [T//2, T) of softmax_j'<=i(q_i . k_j' * scale)[j],   j in [0, T//2)
+
+    Under the causal mask every late query sees every one of these keys, so r[..., j] is key j's share of the
+    late half's attention. q: (B, H, T, D); k: (B, Hkv, T, D) with H a multiple of Hkv (GQA: query head h reads
+    KV head h // (H // Hkv), grouped as kernels.first_token_attention does, no repeated copy of k). scale:
+    D ** -0.5 by default, the model's. Computed in float32, `chunk` late queries at a time: memory
+    O(B * H * chunk * T), never T x T. T < 2 gives r with no keys, (B, H, 0)."""
+    if q.dim() != 4 or k.dim() != 4 or k.size(0) != q.size(0) or k.shape[2:] != q.shape[2:] or q.size(1) % k.size(1):
+        raise ValueError(f"q must be (B, H, T, D) and k (B, Hkv, T, D) with H % Hkv == 0; got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be a positive number of queries, got {chunk}")
+    B, H, T, D = q.shape
+    Hkv = k.size(1)
+    G, n = H // Hkv, T // 2  # query heads per KV head; candidate keys [0, n), late queries [n, T)
+    scale = D ** -0.5 if scale is None else float(scale)
+    r = torch.zeros(B, Hkv, G, n, dtype=torch.float32, device=q.device)
+    if n == 0:
+        return r.view(B, H, 0)
+    qg = q.unflatten(1, (Hkv, G))  # (B, Hkv, G, T, D): query heads grouped by their KV head
+    kt = k.float().transpose(-2, -1)  # (B, Hkv, D, T)
+    with torch.autocast(q.device.type, enabled=False):  # float32 even where the model runs under autocast
+        for i0 in range(n, T, chunk):
+            i1 = min(i0 + chunk, T)  # queries [i0, i1) see keys [0, i1) at most
+            c = i1 - i0
+            s = (qg[:, :, :, i0:i1].float().reshape(B, Hkv, G * c, D) @ kt[..., :i1]).view(B, Hkv, G, c, i1) * scale
+            after = torch.arange(i1, device=q.device) > torch.arange(i0, i1, device=q.device)[:, None]  # j > i
+            p = s.masked_fill(after, float("-inf")).softmax(-1)
+            r += p[..., :n].sum(-2)
+    return (r / (T - n)).view(B, H, n)
+
+
+def _most_often(values):
+    """The most frequent value of a 1-D integer tensor (the smallest on a tie) and the fraction it is."""
+    uniq, counts = torch.unique(values, return_counts=True)  # sorted: argmax takes the first, smallest, on a tie
+    top = counts.argmax()
+    return int(uniq[top].item()), counts[top].item() / values.numel()
 
 
 class Probe:
     def __init__(self, model, attention_maps=False, gate_scores=None):
         """attention_maps: also keep each layer's attention probabilities (B, H, T, T), for heatmaps (small T
-        only). gate_scores: a function called with each layer's gate scores (a tensor), e.g. to sample them."""
+        only). gate_scores: a function called with each layer's gate scores (a tensor), e.g. to sample them.
+        Results (module docstring): stats (per layer), heads (per layer and head), windows (per layer and window)."""
         self.model, self.keep_maps, self.gate_scores = model, attention_maps, gate_scores
         self.stats = {key: [] for key in STAT_KEYS}
+        self.heads = {key: [] for key in HEAD_KEYS}
+        self.windows = {key: [] for key in WINDOW_KEYS}
         self.attention_maps = []
         self.hooks = []
+        self._idx = None  # the input ids of the model's current forward
 
     def __enter__(self):
+        self.hooks.append(self.model.register_forward_pre_hook(self._input_ids, with_kwargs=True))
         for block in self.model.transformer.h:
             self.hooks.append(block.attn.register_forward_hook(self._attention))
             self.hooks.append(block.register_forward_hook(self._block_output))
@@ -43,38 +119,77 @@ class Probe:
     def __exit__(self, *exc):
         for hook in self.hooks:
             hook.remove()
-        self.hooks = []
+        self.hooks, self._idx = [], None
         if self.model.config.gate == "none":
             for key in GATE_KEYS:
                 self.stats[key] = None
+            self.windows["gate_mean"] = None
+
+    def _input_ids(self, model, args, kwargs):  # GPT.forward(idx, targets=None)
+        self._idx = args[0] if args else kwargs.get("idx")
+
+    def _window_stat(self, key, per_window):
+        """Record a layer's per-window values (B,) and their mean as the layer's statistic."""
+        w = per_window.detach().double().cpu()
+        self.windows[key].append(w)
+        self.stats[key].append(w.mean().item())
 
     @torch.no_grad()
     def _block_output(self, block, args, x):
-        self.stats["max_act"].append(x.abs().max().item())  # massive activations
+        self._window_stat("max_act", x.abs().flatten(1).amax(1))  # massive activations, per window
 
     @torch.no_grad()
     def _attention(self, attn, args, output):
         x, rope = args[0], (args[1] if len(args) > 1 else None)
         q, k, _, g = attn.project(x, rope)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, heads, T, D)
-        T = q.size(2)
-        if T > 1:  # the first query can only see itself: average over queries 1..T-1
-            p0 = first_token_attention(q, k, causal=True, backend=attn.config.attn_backend)  # (B, H, T)
-            self.stats["first_token_attn"].append(p0[:, :, 1:].float().mean().item())
-        else:
-            self.stats["first_token_attn"].append(float("nan"))
+        B, H, T, _ = q.shape
+        if T > 1:
+            self._sinks(attn, q, k)
+        else:  # the first query can only see itself: nothing to average over
+            nan = torch.full((B,), float("nan"))
+            for key in HEAD_KEYS:
+                self._window_stat(key, nan)
+                self.heads[key].append([float("nan")] * H)
+            for key, value in (("sink_heads", float("nan")), ("sink_pos", None), ("sink_pos_share", float("nan")),
+                               ("sink_token", None), ("sink_token_share", float("nan"))):
+                self.stats[key].append(value)
         if attn.gate is not None:
             s = attn.gate.score(g).float()
-            self.stats["gate_mean"].append(s.mean().item())
+            s = s.expand(B, T, *s.shape[2:])  # an input-independent gate: the same scores for every token
+            self._window_stat("gate_mean", s.flatten(1).mean(1))
             self.stats["gate_below_0.1"].append((s < 0.1).float().mean().item())
             self.stats["gate_below_0.5"].append((s < 0.5).float().mean().item())
             if self.gate_scores is not None:
-                self.gate_scores(s.expand(*x.shape[:2], *s.shape[2:]))  # an input-independent gate: per token too
-        if self.keep_maps:  # explicit softmax, T x T
+                self.gate_scores(s)
+        if self.keep_maps:  # explicit softmax, T x T, in float32
             kk = k.repeat_interleave(attn.n_head // attn.n_kv_head, dim=1)
-            att = (q.float() @ kk.float().transpose(-2, -1)) * attn.head_dim ** -0.5
+            with torch.autocast(q.device.type, enabled=False):
+                att = (q.float() @ kk.float().transpose(-2, -1)) * attn.head_dim ** -0.5
             mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
             self.attention_maps.append(att.masked_fill(~mask, float("-inf")).softmax(-1))
+
+    def _sinks(self, attn, q, k):
+        """F-Attn and the sink-anywhere statistics of one layer, T > 1."""
+        B, H, T, _ = q.shape
+        # F-Attn: average over queries 1..T-1
+        p0 = first_token_attention(q, k, causal=True, backend=attn.config.attn_backend)[:, :, 1:].float()  # (B, H, T-1)
+        self._window_stat("first_token_attn", p0.mean((1, 2)))
+        f_attn = p0.mean((0, 2))  # (H,)
+        self.heads["first_token_attn"].append(f_attn.tolist())
+        self.stats["sink_heads"].append((f_attn > SINK_HEAD_THRESHOLD).float().mean().item())
+        # a sink anywhere: the key that receives the most of the late queries' attention, per window and head
+        top, pos = received_attention(q, k, scale=attn.head_dim ** -0.5).max(-1)  # (B, H) each
+        self._window_stat("sink_share", top.mean(1))
+        self.heads["sink_share"].append(top.mean(0).tolist())
+        sink_pos, share = _most_often(pos.flatten())
+        self.stats["sink_pos"].append(sink_pos)
+        self.stats["sink_pos_share"].append(share)
+        token, share = None, float("nan")
+        if isinstance(self._idx, torch.Tensor) and tuple(self._idx.shape) == (B, T):
+            token, share = _most_often(self._idx.to(pos.device).gather(1, pos).flatten())
+        self.stats["sink_token"].append(token)
+        self.stats["sink_token_share"].append(share)
 
 
 @torch.no_grad()

@@ -1,32 +1,44 @@
 """
 Reproduce the gated-attention papers' trends on one GPU: the same small model, data order, token budget
-and learning-rate schedule (config/repro.py) for each variant of variants.py, then one analysis of all of them.
+and learning-rate schedule (config/repro.py) for each variant of variants.py, several seeds each, then one
+analysis of all of them with confidence intervals and a verdict for each of the papers' claims, by rule.
 
     python repro.py list                       # every variant, its flags and the paper rows it is compared with
     python repro.py prepare                    # the corpus: .py files of this Python's installed packages
-    python repro.py train all                  # the study (variants.STUDY), or name variants:
+    python repro.py train all --seeds=3 --parallel=3   # the study (variants.STUDY), three seeds, 3 runs at once
     python repro.py train baseline g1_elementwise --max_iters=400
     python repro.py report                     # results/repro/{summary.json, REPORT.md, *.png}
 
-The first word is the step. `train` takes variant names: `all` is the study, and any other name of
-variants.VARIANTS (g3, glu, ...) trains that variant too. repro.py's own keys (common.configure):
+The first word is the step. `train` takes variant names: `all` is the study, `models` its one-model-each part,
+`sweep` its learning-rate sweep, and any other name of variants.VARIANTS (g3, glu, ...) trains that variant
+too. repro.py's own keys (common.configure):
 
+    --seeds=N          train each variant with N seeds: config/repro.py's seed, +1, ... (the seed changes the
+                       initialisation and the order of the training data); default 1
+    --parallel=K       run K trainings side by side on the one device (a small model leaves most of an H100
+                       idle: two side by side finished in about the time of one); each run's output then goes
+                       to <root>/logs/<variant>-seed<N>.txt
+    --config=FILE      a config file applied after config/repro.py, e.g. config/repro_sink.py (the known levers
+                       of the attention sink, for a baseline sink large enough to measure)
     --root=DIR         where the runs are: out-repro/ (out-repro-tiny/ with --tiny)
     --report_dir=DIR   where the report goes: results/repro/ (<root>/report/ with --tiny)
     --tiny             a CPU-sized smoke test of the whole pipeline on the default dataset: it concludes nothing
 
 Every other --key=value after `train` is a train.py key and goes to every run, after the variant's own
-flags, so it wins; train.py checks it. When the first run stops before its first evaluation (a mistaken
-key, missing data), the others would stop the same way, so repro.py stops there. --out_dir and --init_from
-are repro.py's to set.
+flags, so it wins; train.py checks it. When a new run stops before its first evaluation (a mistaken key,
+missing data), the others would stop the same way, so repro.py starts no more. --out_dir, --init_from and
+--seed are repro.py's to set.
 
-Each run goes to <root>/<variant>/ and is nothing more than `python train.py config/repro.py
---out_dir=<root>/<variant> <the variant's flags> <your keys>`, printed before it starts so it can be rerun by
-hand, and recorded (command, exit code, seconds, date) in <root>/commands.jsonl, from which the report lists
-the commands actually run. A variant whose folder already holds a checkpoint is resumed (--init_from=resume:
-train.py continues an interrupted run, or says there is nothing to do for a finished one).
+Each run goes to <root>/<variant>/seed<N>/ and is nothing more than `python train.py config/repro.py
+--out_dir=<root>/<variant>/seed<N> --seed=<N> <the variant's flags> <your keys>`, printed before it starts so
+it can be rerun by hand, and recorded (command, exit code, seconds, date) in <root>/commands.jsonl, from which
+the report lists the commands actually run. An interrupted study is resumed by the same command: a run whose
+log reaches max_iters is skipped, a run with a checkpoint continues (--init_from=resume), the rest start.
+Before it starts, `train` prints an estimate of the time it will take (from the runs it already timed, or
+from the model's FLOPs on a GPU it knows).
 """
 
+import ast
 import json
 import math
 import os
@@ -37,11 +49,16 @@ import sysconfig
 import time
 from dataclasses import dataclass, fields
 
-from common import configure, fail, read_jsonl
-from variants import HIGH_LR, STUDY, VARIANTS, Row
+import numpy as np
+
+from common import configure, dataset_dir, fail, read_jsonl, run_config_file
+from data.shards import find_shards
+from stats import RULE, compare, mean_ci, verdict
+from variants import MODELS, STABILITY_ROW, STUDY, SWEEP, SWEPT, VARIANTS, Row
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 STEPS = ("list", "prepare", "train", "report")
+GROUPS = {"all": STUDY, "models": MODELS, "sweep": SWEEP}
 
 
 @dataclass
@@ -49,52 +66,68 @@ class Keys:
     root: str = ""  # where the runs are; "": out-repro (out-repro-tiny with --tiny)
     report_dir: str = ""  # where the report goes; "": results/repro (<root>/report with --tiny)
     tiny: bool = False  # a CPU smoke test of the pipeline: tiny model, few steps, concludes nothing
+    seeds: int = 1  # seeds per variant: the config's seed, seed + 1, ...
+    parallel: int = 1  # runs side by side on the one device
+    config: str = ""  # a config file applied after config/repro.py (config/repro_sink.py: the sink's levers)
 
 
 KEYS = {f.name for f in fields(Keys)}
-SET_BY_REPRO = ("out_dir", "init_from")  # train.py keys that repro.py decides for every run
+SET_BY_REPRO = ("out_dir", "init_from", "seed")  # train.py keys that repro.py decides for every run
+STUDY_CONFIG = os.path.join("config", "repro.py")
 
-# The papers' central claims, as (claim, reference variant, variant, what is compared). The report puts our
-# numbers and the papers' side by side; it gives no verdict (see VERDICT).
+# The papers' claims, each decided by stats.RULE: (claim, reference, variant, measure, the paper's direction:
+# -1 when the paper finds the variant's value below the reference's, +1 above). The reference None compares
+# the variant with a fixed value (MEASURES' null).
 CLAIMS = [
     ("GA: a sigmoid gate on each head's SDPA output (G1 elementwise) lowers the loss",
-     "baseline", "g1_elementwise", "loss"),
-    ("GA: G1 removes the attention sink", "baseline", "g1_elementwise", "first_token_attn"),
-    ("GA: G1 removes the massive activations", "baseline", "g1_elementwise", "max_act"),
-    ("GA: G1's gate scores are sparse", None, "g1_elementwise", "gate_mean"),
-    ("GA: a headwise G1 gate keeps most of the gain", "baseline", "g1_headwise", "loss"),
-    ("GA: a head-shared G1 gate keeps more of the sink", "baseline", "g1_head_shared", "first_token_attn"),
-    ("GA: gating the values (G2) helps, less than G1", "baseline", "g2_elementwise", "loss"),
-    ("GA: gating after the output projection (G5) barely helps", "baseline", "g5", "loss"),
-    ("GA: sparsity matters: NS-sigmoid (scores in [0.5, 1]) helps far less than the sigmoid gate",
-     "baseline", "g1_ns_sigmoid", "loss"),
-    ("GA: NS-sigmoid keeps most of the sink", "baseline", "g1_ns_sigmoid", "first_token_attn"),
-    ("GA: input dependence matters: an input-independent gate helps less", "baseline", "g1_input_independent", "loss"),
-    ("GA: an input-independent gate keeps most of the sink", "baseline", "g1_input_independent", "first_token_attn"),
-    ("GA: an additive SiLU gate helps, less than the multiplicative sigmoid", "baseline", "g1_additive_silu", "loss"),
-    ("GA: a non-gate non-linearity (RMSNorm of each head's SDPA output) helps, less than G1",
-     "baseline", "sdpa_rmsnorm", "loss"),
-    ("GN: gating (+GA) lowers the residual-stream outliers", "baseline", "g1_elementwise", "peak_act"),
-    ("GN: GatedNorm on top of the gate lowers the outliers further", "g1_elementwise", "g1_gatednorm", "peak_act"),
-    ("GN: GatedNorm on top of the gate does not cost loss", "g1_elementwise", "g1_gatednorm", "loss"),
-    ("GN: PreAffine on top of the gate lowers the outliers further", "g1_elementwise", "g1_preaffine", "peak_act"),
-    ("GN: PreAffine on top of the gate does not cost loss", "g1_elementwise", "g1_preaffine", "loss"),
-    ("GN: DyT (a bounded norm, without a gate) removes the outliers", "baseline", "dyt", "peak_act"),
-    ("GN: DyT costs loss", "baseline", "dyt", "loss"),
+     "baseline", "g1_elementwise", "loss", -1),
+    ("GA: G1's gate scores are sparse: their mean is below an untrained gate's 0.5", None, "g1_elementwise",
+     "gate_mean", -1),
+    ("GA: G1 reduces the attention sink (attention on the first token)", "baseline", "g1_elementwise",
+     "first_token_attn", -1),
+    ("GA: G1 reduces the attention sink wherever it forms (the largest share one key receives)",
+     "baseline", "g1_elementwise", "sink_share", -1),
+    ("GA: G1 reduces the massive activations", "baseline", "g1_elementwise", "max_act", -1),
+    ("GA: a head-shared G1 gate keeps more of the sink than head-specific G1",
+     "g1_elementwise", "g1_head_shared", "first_token_attn", +1),
+    ("GA: NS-sigmoid (scores in [0.5, 1], not sparse) keeps more of the sink than G1",
+     "g1_elementwise", "g1_ns_sigmoid", "first_token_attn", +1),
+    ("GA: an input-independent gate keeps more of the sink than G1",
+     "g1_elementwise", "g1_input_independent", "first_token_attn", +1),
+    ("GA: a headwise G1 gate lowers the loss too", "baseline", "g1_headwise", "loss", -1),
+    ("GA: gating the values (G2) lowers the loss", "baseline", "g2_elementwise", "loss", -1),
+    ("GA: G2 helps less than G1", "g1_elementwise", "g2_elementwise", "loss", +1),
+    ("GA: gating after the output projection (G5) helps less than G1", "g1_elementwise", "g5", "loss", +1),
+    ("GA: NS-sigmoid helps less than the sigmoid gate (sparsity matters)", "g1_elementwise", "g1_ns_sigmoid",
+     "loss", +1),
+    ("GA: an input-independent gate helps less than G1 (input dependence matters)",
+     "g1_elementwise", "g1_input_independent", "loss", +1),
+    ("GA: an additive SiLU gate lowers the loss", "baseline", "g1_additive_silu", "loss", -1),
+    ("GA: a non-gate non-linearity (RMSNorm of each head's SDPA output) lowers the loss",
+     "baseline", "sdpa_rmsnorm", "loss", -1),
+    ("GN: the gate lowers the residual stream's peak activation", "baseline", "g1_elementwise", "peak_act", -1),
+    ("GN: GatedNorm on top of the gate lowers the peak further", "g1_elementwise", "g1_gatednorm", "peak_act", -1),
+    ("GN: PreAffine on top of the gate lowers the peak further", "g1_elementwise", "g1_preaffine", "peak_act", -1),
+    ("GN: DyT (a bounded norm, no gate) lowers the peak", "baseline", "dyt", "peak_act", -1),
+    ("GN: DyT costs loss", "baseline", "dyt", "loss", +1),
 ]
-# what each measure is called, our key, its format, and the papers' numbers that measure the same thing
-# (which paper, its Row field, its name, its format)
+# each measure: its name, its key in the runs' records and per-window arrays (analyze.py), its format, how a
+# variant is compared with its reference ("diff", in nats for the loss, or "ratio"), and the papers' numbers for
+# the same thing (which paper, its Row field, its name, its format)
 MEASURES = {
-    "loss": ("val loss (nats)", "val_loss", ".4f", [("ga", "ppl", "GA PPL", ".3f"), ("gn", "loss", "GN loss", ".3f")]),
-    "first_token_attn": ("F-Attn", "first_token_attn", ".3f", [("ga", "f_attn", "GA F-Attn", ".3f")]),
-    "max_act": ("M-Act", "max_act", ".1f", [("ga", "m_act", "GA M-Act", ".0f")]),
-    "peak_act": ("peak act", "peak_act", ".1f", [("gn", "max_act", "GN max act", ".0f")]),
+    "loss": ("val loss (nats)", "val_loss", ".4f", "diff", [("ga", "ppl", "GA PPL", ".3f"), ("gn", "loss", "GN loss", ".3f")]),
+    "first_token_attn": ("F-Attn", "first_token_attn", ".3f", "ratio", [("ga", "f_attn", "GA F-Attn", ".3f")]),
+    "sink_share": ("sink share", "sink_share", ".3f", "ratio", []),
+    "max_act": ("M-Act", "max_act", ".1f", "ratio", [("ga", "m_act", "GA M-Act", ".0f")]),
+    "peak_act": ("peak act", "peak_act", ".1f", "ratio", [("gn", "max_act", "GN max act", ".0f")]),
+    "gate_mean": ("gate mean", "gate_mean", ".3f", "diff", [("ga", "gate_mean", "GA gate mean", ".3f")]),
 }
-VERDICT = ("**Verdicts are not given.** Each variant here is a single training run (one seed). Calling a claim "
-           "reproduced, not reproduced or inconclusive needs several seeds per variant and a rule stated in advance "
-           "(for example: the 95% confidence interval of the difference to the reference excludes zero and has the "
-           "paper's sign). This study does not have them yet: seeds with confidence intervals are planned work. "
-           "Below are the measured numbers and their differences, beside the papers'.")
+UNTRAINED_GATE = 0.5  # sigmoid(0): the mean score of a gate that has learned nothing, the gate_mean claim's reference
+# the per-run numbers of the report's table: (record key, column name, format)
+COLUMNS = [("val_loss", "val loss (nats)", ".4f"), ("first_token_attn", "F-Attn", ".3f"),
+           ("sink_share", "sink share", ".3f"), ("sink_heads", "sink heads", ".2f"), ("max_act", "M-Act", ".1f"),
+           ("peak_act", "peak act", ".1f"), ("gate_mean", "gate mean", ".3f"), ("gate_below_0.1", "gate < 0.1", ".2f"),
+           ("loss_spikes", "loss spikes", ".1f")]
 
 # --tiny: a CPU smoke test of the whole pipeline on the embedded default dataset, minutes not hours
 TINY = dict(dataset="pystdlib", n_layer=2, n_head=2, n_embd=64, block_size=64, batch_size=8,
@@ -102,16 +135,35 @@ TINY = dict(dataset="pystdlib", n_layer=2, n_head=2, n_embd=64, block_size=64, b
             eval_iters=2, log_interval=10, compile=False)
 
 
-def run_dir(root, variant):
-    return os.path.join(root, variant)
+def run_dir(root, variant, seed):
+    return os.path.join(root, variant, f"seed{seed}")
 
 
-def train_command(variant, root, tiny=False, extra=(), resume=False):
-    """The exact train.py argv of a variant's run. The user's extra flags come last, so they win."""
+def train_command(variant, seed, root, tiny=False, extra=(), resume=False, config=""):
+    """The exact train.py argv of one run. The user's extra flags come last, so they win."""
     flags = {**(TINY if tiny else {}), **VARIANTS[variant].all_flags}
-    return ([sys.executable, os.path.join(REPO, "train.py"), os.path.join(REPO, "config", "repro.py"),
-             f"--out_dir={run_dir(root, variant)}"] + [f"--{k}={v}" for k, v in flags.items()]
-            + (["--init_from=resume"] if resume else []) + list(extra))
+    return ([sys.executable, os.path.join(REPO, "train.py"), os.path.join(REPO, STUDY_CONFIG)] +
+            ([config] if config else []) + [f"--out_dir={run_dir(root, variant, seed)}", f"--seed={seed}"] +
+            [f"--{k}={v}" for k, v in flags.items()] + (["--init_from=resume"] if resume else []) + list(extra))
+
+
+def study_settings(keys, extra):
+    """The train.py settings every run shares, as train.py will read them (config/repro.py, --config, --tiny,
+    then the user's keys): the seeds, the run length and the model size come from here."""
+    scope = {}
+    for path in [STUDY_CONFIG] + ([keys.config] if keys.config else []):
+        full = path if os.path.isfile(path) else os.path.join(REPO, path)
+        if not os.path.isfile(full):
+            fail(f"--config={path}: no such config file")
+        run_config_file(path, full, scope)
+    scope.update(TINY if keys.tiny else {})
+    for word in extra:
+        key, _, text = word[2:].partition("=")
+        try:
+            scope[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            scope[key] = text
+    return {k: v for k, v in scope.items() if not k.startswith("_")}
 
 
 def list_variants():
@@ -119,7 +171,8 @@ def list_variants():
         flags = " ".join(f"--{k}={x}" for k, x in v.all_flags.items())
         rows = "; ".join(str(row) for row in (v.ga, v.gn) if row)
         print(f"{'*' if name in STUDY else ' '} {name:<23} {flags:<52} {rows}")
-    print(f"* the study ({len(STUDY)} variants): python repro.py train all")
+    print(f"* the study ({len(STUDY)} variants: {len(MODELS)} models, {len(SWEEP)} in the learning-rate sweep): "
+          "python repro.py train all")
 
 
 def prepare(name="pysrc"):
@@ -131,62 +184,320 @@ def prepare(name="pysrc"):
     subprocess.run(cmd, check=True)
 
 
-def train(variants, root, tiny, extra):
+# -----------------------------------------------------------------------------
+# Training: the runs one after another, or K side by side
+
+def finished(root, variant, seed, max_iters):
+    log = read_jsonl(os.path.join(run_dir(root, variant, seed), "log.jsonl"))
+    return bool(log) and log[-1].get("iter", 0) >= max_iters
+
+
+def estimate(todo, root, keys, settings):
+    """A line saying how long the runs to do will take: the median of the earlier complete runs timed at this
+    --parallel, or else the model's training FLOPs at 15% of a known GPU's peak (what config/repro.py's runs
+    reached on an H100), assuming K runs side by side take as long as one."""
+    waves = math.ceil(len(todo) / keys.parallel)
+    past = [c["seconds"] for c in read_jsonl(os.path.join(root, "commands.jsonl"))
+            if c.get("exit_code") == 0 and not c.get("resumed", True) and c.get("parallel", 1) == keys.parallel]
+    if past:
+        per_run, how = float(np.median(past)), f"the median of {len(past)} earlier runs"
+    else:
+        import torch
+        from common import flops_per_token, peak_flops
+        from model import GPT, GPTConfig
+        peak = peak_flops() if torch.cuda.is_available() else None
+        if peak is None:
+            return (f"{len(todo)} runs to do, {keys.parallel} at a time ({waves} rounds); no time estimate yet (no "
+                    "earlier run timed here, and no GPU whose peak FLOP/s is known)")
+        names = {f.name for f in fields(GPTConfig)}
+        with torch.device("meta"):
+            model = GPT(GPTConfig(**{k: v for k, v in settings.items() if k in names}))
+        tokens = settings["max_iters"] * settings["batch_size"] * settings["gradient_accumulation_steps"] * \
+            model.config.block_size
+        per_run, how = flops_per_token(model) * tokens / (0.15 * peak), "FLOPs at 15% of the GPU's peak"
+    return (f"{len(todo)} runs to do, {keys.parallel} at a time: about {waves * per_run / 60:.0f} min "
+            f"({waves} rounds of ~{per_run / 60:.1f} min, from {how})")
+
+
+def train(runs, root, keys, extra):
+    settings = study_settings(keys, extra)
     os.makedirs(root, exist_ok=True)
-    for i, v in enumerate(variants):
-        # train.py will not start a new run over an old one: a folder with a checkpoint is resumed instead
-        resume = os.path.isfile(os.path.join(run_dir(root, v), "ckpt.pt"))
-        cmd = train_command(v, root, tiny, extra, resume)
-        print(f"\n=== {v}: " + (f"resuming the run in {run_dir(root, v)} (a finished run has nothing to do)" if resume
-                                else f"starting a new run in {run_dir(root, v)}"), flush=True)
-        print(shlex.join(cmd), flush=True)
-        t0 = time.time()
-        result = subprocess.run(cmd)
+    todo = []
+    for v, seed in runs:
+        if finished(root, v, seed, settings["max_iters"]):
+            print(f"=== {v} seed {seed}: finished (its log reaches max_iters={settings['max_iters']}), skipped")
+        else:
+            todo.append((v, seed))
+    print(estimate(todo, root, keys, settings) if todo else "nothing to train", flush=True)
+    data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
+    if todo and keys.parallel > 1 and settings.get("dataset") == "pystdlib" and not find_shards(data_dir, "train"):
+        # train.py prepares the default dataset on first use: once here, not by K runs side by side
+        from data.pystdlib.prepare import prepare as prepare_pystdlib
+        print(f"preparing the default dataset in {data_dir} (one time)", flush=True)
+        prepare_pystdlib(out_dir=data_dir)
+    running, broken = {}, None  # running: process -> (variant, seed, command, resumed, start time)
+    while todo or running:
+        while todo and len(running) < keys.parallel and broken is None:
+            v, seed = todo.pop(0)
+            proc, cmd, resumed = launch(v, seed, root, keys, extra)
+            running[proc] = (v, seed, cmd, resumed, time.time())
+        if not running:
+            break
+        proc = wait_for_one(running)
+        v, seed, cmd, resumed, t0 = running.pop(proc)
         seconds = time.time() - t0
-        # a diverged run exits non-zero but is itself a result (the stability pair): record it and go on
+        # a diverged run exits non-zero but is itself a result (the stability sweep): record it and go on
         with open(os.path.join(root, "commands.jsonl"), "a") as f:
-            f.write(json.dumps({"variant": v, "command": shlex.join(cmd), "exit_code": result.returncode,
-                                "seconds": round(seconds, 1), "date": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
-        print(f"=== {v}: exit code {result.returncode} after {seconds:.0f} s", flush=True)
+            f.write(json.dumps({"variant": v, "seed": seed, "command": shlex.join(cmd), "exit_code": proc.returncode,
+                                "seconds": round(seconds, 1), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                "resumed": resumed, "parallel": keys.parallel}) + "\n")
+        print(f"=== {v} seed {seed}: exit code {proc.returncode} after {seconds:.0f} s", flush=True)
         # A new run logs its first evaluation before any step, so one that failed without a log.jsonl never
-        # started. For the first run that means the keys, the data or the device: every other run would fail alike.
-        started = os.path.isfile(os.path.join(run_dir(root, v), "log.jsonl"))
-        if i == 0 and result.returncode and not resume and not started and len(variants) > 1:
-            fail(f"the first run ({v}) stopped before its first evaluation (its error is above); the other "
-                 f"{len(variants) - 1} would stop the same way, so none was started")
+        # started: the keys, the data or the device, and every other run would fail alike.
+        started = os.path.isfile(os.path.join(run_dir(root, v, seed), "log.jsonl"))
+        if proc.returncode and not resumed and not started and broken is None:
+            broken = (v, seed)
+    if broken and todo:
+        where = (f" (in {log_path(root, *broken)})" if keys.parallel > 1 else " (its error is above)")
+        fail(f"the run {broken[0]} seed {broken[1]} stopped before its first evaluation{where}; the other "
+             f"{len(todo)} would stop the same way, so none of them was started")
+
+
+def log_path(root, variant, seed):
+    return os.path.join(root, "logs", f"{variant}-seed{seed}.txt")
+
+
+def launch(v, seed, root, keys, extra):
+    # train.py will not start a new run over an old one: a folder with a checkpoint is resumed instead
+    resume = os.path.isfile(os.path.join(run_dir(root, v, seed), "ckpt.pt"))
+    cmd = train_command(v, seed, root, keys.tiny, extra, resume, keys.config)
+    print(f"\n=== {v} seed {seed}: " + (f"resuming the run in {run_dir(root, v, seed)}" if resume
+                                        else f"starting a new run in {run_dir(root, v, seed)}"), flush=True)
+    print(shlex.join(cmd), flush=True)
+    out = None
+    if keys.parallel > 1:  # interleaved outputs would be unreadable: one file per run
+        os.makedirs(os.path.dirname(log_path(root, v, seed)), exist_ok=True)
+        out = open(log_path(root, v, seed), "a")
+        print(f"    its output: {log_path(root, v, seed)}", flush=True)
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None)
+    if out:
+        out.close()  # the child keeps its own copy of the file
+    return proc, cmd, resume
+
+
+def wait_for_one(running):
+    while True:
+        for proc in running:
+            if proc.poll() is not None:
+                return proc
+        time.sleep(0.2)
+
+
+# -----------------------------------------------------------------------------
+# The report: every run measured on the same validation windows, each claim decided by stats.RULE
+
+def trained_runs(root):
+    """(variant, seed) of every run with a checkpoint under root: the study's order, then the other variants."""
+    runs = []
+    for v in list(STUDY) + [v for v in VARIANTS if v not in STUDY]:
+        folder = os.path.join(root, v)
+        names = os.listdir(folder) if os.path.isdir(folder) else []
+        seeds = sorted(int(n[4:]) for n in names if n.startswith("seed") and n[4:].isdigit()
+                       and os.path.isfile(os.path.join(folder, n, "ckpt.pt")))
+        runs += [(v, seed) for seed in seeds]
+    return runs
+
+
+def over_seeds(values):
+    """A metric over a variant's seeds: {"mean", "lo", "hi", "n"} (lo/hi None for one seed), or None when a run
+    lacks it (no gate)."""
+    if not values or any(x is None for x in values):
+        return None
+    mean, lo, hi = mean_ci(values)
+    return {"mean": mean, "lo": lo, "hi": hi, "n": len(values)}
+
+
+def decide(ref_windows, var_windows, stat, direction):
+    """stats.compare of two stacks of per-window values (seeds, windows), and the verdict by stats.RULE."""
+    c = compare(ref_windows, var_windows, stat)
+    word = verdict(c["lo"], c["hi"], direction, 1.0 if stat == "ratio" else 0.0) if c["conclusive"] else \
+        "inconclusive (one seed)"
+    return {**c, "verdict": word}
 
 
 def report(root, out_dir, tiny, report_command):
     from analyze import analyze
 
-    done = [v for v in VARIANTS if os.path.isfile(os.path.join(run_dir(root, v), "ckpt.pt"))]
-    if not done:
+    runs = trained_runs(root)
+    if not runs:
         fail(f"no trained runs under {root}/: run `python repro.py train all{' --tiny' if tiny else ''}` first")
-    # every run on the baseline's (or first run's) own eval windows: the val loss its training log shows
     os.makedirs(out_dir, exist_ok=True)
-    summary = analyze([run_dir(root, v) for v in done], done, out_dir)
-    commands = {c["variant"]: c for c in read_jsonl(os.path.join(root, "commands.jsonl"))}  # the last one wins
-    records = []
-    for v, r in zip(done, summary["runs"]):
-        cmd = commands.get(v)
-        records.append({"variant": v, "val_loss": r["val_loss"], "ppl": math.exp(r["val_loss"]),
-                        "first_token_attn": r["first_token_attn"], "max_act": r["max_act"],
-                        "peak_act": max(r["layers"]["max_act"]), "gate_mean": r["gate_mean"],
-                        "gate_below_0.1": r["gate_below_0.1"], "tokens": r["tokens"], "lr": r["lr"], "iter": r["iter"],
-                        "max_iters": r["max_iters"], "seed": r["seed"], "loss_spikes": r["loss_spikes"],
+    # every run on the same windows: the first run's eval windows (config/repro.py: 2,048 windows, ~1M tokens)
+    summary = analyze([run_dir(root, v, s) for v, s in runs], [f"{v}/seed{s}" for v, s in runs], out_dir)
+    commands = {(c["variant"], c.get("seed")): c for c in read_jsonl(os.path.join(root, "commands.jsonl"))}
+    records, windows = [], {}
+    for (v, seed), r in zip(runs, summary["runs"]):
+        cmd = commands.get((v, seed))
+        records.append({"variant": v, "seed": seed, **{key: r[key] for key, _, _ in COLUMNS}, "ppl": math.exp(r["val_loss"]),
+                        "tokens": r["tokens"], "lr": r["lr"], "iter": r["iter"], "max_iters": r["max_iters"],
                         "nonfinite_steps": r["nonfinite_steps"], "params": r["params"], "model": r["model"],
-                        "flags": VARIANTS[v].all_flags, "command": cmd and cmd["command"],
+                        "flags": VARIANTS[v].all_flags, "layers": r["layers"], "command": cmd and cmd["command"],
                         "exit_code": cmd and cmd["exit_code"], "device": summary["device"], "date": summary["date"],
                         "tiny": tiny})
+        windows.setdefault(v, []).append(r["per_window"])
+    by = {}
+    for r in records:
+        by.setdefault(r["variant"], []).append(r)
+    variants = {v: {"seeds": [r["seed"] for r in rs], **{key: over_seeds([r[key] for r in rs]) for key, _, _ in COLUMNS}}
+                for v, rs in by.items()}
+    claims = [claim_result(*c, windows, variants) for c in CLAIMS]
+    sweep = sweep_rows(by, windows)
+    result = {"device": summary["device"], "date": summary["date"], "validation": summary["validation"],
+              "rule": RULE, "claims": claims, "sweep": sweep, "variants": variants, "runs": records}
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump(records, f, indent=1)
+        json.dump(result, f, indent=1)
+    plots = [os.path.basename(p) for p in summary["plots"]]
+    plots += plot_trends(by, root, out_dir) + plot_sweep(sweep, out_dir)
     with open(os.path.join(out_dir, "REPORT.md"), "w") as f:
-        f.write(render_report(records, summary, root, tiny, commands, report_command))
+        f.write(render_report(result, root, tiny, commands, report_command, plots, summary["runs"]))
     print(f"wrote {out_dir}/summary.json and {out_dir}/REPORT.md")
 
 
+def stacked(windows, variant, key):
+    """A variant's per-window values of one measure as (seeds, windows), or None (not trained, or no gate)."""
+    rows = [w[key if key != "val_loss" else "loss"] for w in windows.get(variant, [])]
+    return np.stack(rows) if rows and all(x is not None for x in rows) else None
+
+
+def claim_result(claim, ref, variant, measure, direction, windows, variants):
+    name, key, spec, stat, _ = MEASURES[measure]
+    var = stacked(windows, variant, key)
+    base = np.full_like(var, UNTRAINED_GATE) if ref is None and var is not None else stacked(windows, ref, key)
+    out = {"claim": claim, "reference": ref, "variant": variant, "measure": measure, "direction": direction}
+    if var is None or base is None:
+        missing = " and ".join(x for x in (ref, variant) if x is not None and x not in windows)
+        return {**out, "verdict": f"not measured ({missing} not trained)"}
+    return {**out, **decide(base, var, stat, direction),
+            "ref_mean": UNTRAINED_GATE if ref is None else variants[ref][key]["mean"],
+            "var_mean": variants[variant][key]["mean"]}
+
+
+def sweep_rows(by, windows):
+    """One row per learning rate at which SWEPT's two variants were trained (the study's own runs at config/
+    repro.py's rate, and the sweep's): each one's loss, M-Act and spikes, and G1 - baseline with its verdict."""
+    families = {}  # lr -> {family: variant name}
+    for family in SWEPT:
+        for v in [family] + [s for s in SWEEP if s.rpartition("_lr")[0] == family]:
+            if v in by:
+                families.setdefault(by[v][0]["lr"], {})[family] = v
+    rows = []
+    for lr in sorted(families):
+        names = families[lr]
+        row = {"lr": lr}
+        for family in SWEPT:
+            rs = by.get(names.get(family), [])
+            row[family] = rs and {"variant": names[family], "val_loss": over_seeds([r["val_loss"] for r in rs]),
+                                  "max_act": over_seeds([r["max_act"] for r in rs]),
+                                  "loss_spikes": [r["loss_spikes"] for r in rs],
+                                  "nonfinite_steps": [r["nonfinite_steps"] for r in rs],
+                                  "finished": all(r["iter"] >= r["max_iters"] for r in rs)}
+        if all(row[f] for f in SWEPT):
+            a, b = (stacked(windows, names[f], "val_loss") for f in SWEPT)
+            row["difference"] = decide(a, b, "diff", -1)
+        rows.append(row)
+    return rows
+
+
+# -----------------------------------------------------------------------------
+# Plots from the runs' logs and the sweep
+
+def plot_trends(by, root, out_dir):
+    """F-Attn, sink heads, M-Act and gate mean against tokens seen, from each run's log.jsonl (mean over seeds),
+    every variant outside the sweep in each panel: is the sink still growing when the runs end?"""
+    plt = pyplot()
+    if plt is None:
+        return []
+    metrics = [("first_token_attn", "F-Attn (attention on the first token)"),
+               ("sink_heads", "sink heads (share of heads with F-Attn > 0.3)"),
+               ("max_act", "M-Act (max |h| per window)"), ("gate_mean", "gate mean")]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    shown = [v for v in by if v not in SWEEP]
+    colors = {v: plt.get_cmap("tab20")(i % 20) for i, v in enumerate(shown)}  # one colour per variant in every panel
+    for ax, (key, title) in zip(axes.flat, metrics):
+        for v in shown:
+            rs = by[v]
+            points = {}
+            for r in rs:
+                for rec in read_jsonl(os.path.join(run_dir(root, v, r["seed"]), "log.jsonl")):
+                    if rec.get(key) is not None:
+                        points.setdefault(rec["tokens"], []).append(rec[key])
+            if points:
+                xs = sorted(points)
+                ax.plot([x / 1e6 for x in xs], [np.mean(points[x]) for x in xs], marker=".", label=v, color=colors[v])
+        ax.set(xlabel="tokens seen (M)", title=title, yscale="log" if key == "max_act" else "linear")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    return [save(fig, out_dir, "trends.png")]
+
+
+def plot_sweep(sweep, out_dir):
+    """Final val loss, M-Act and loss spikes against the learning rate, baseline and G1 (95% CIs over seeds)."""
+    plt = pyplot()
+    if plt is None or not sweep:
+        return []
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for family in SWEPT:
+        rows = [r for r in sweep if r[family]]
+        lrs = [r["lr"] for r in rows]
+        for ax, key in zip(axes[:2], ("val_loss", "max_act")):
+            means = [r[family][key]["mean"] for r in rows]
+            err = [[m - (r[family][key]["lo"] if r[family][key]["lo"] is not None else m) for m, r in zip(means, rows)],
+                   [(r[family][key]["hi"] if r[family][key]["hi"] is not None else m) - m for m, r in zip(means, rows)]]
+            ax.errorbar(lrs, means, yerr=err, marker="o", capsize=3, label=family)
+        axes[2].plot(lrs, [np.mean([x or 0 for x in r[family]["loss_spikes"]]) for r in rows], marker="o", label=family)
+    axes[0].set(xscale="log", xlabel="learning rate", ylabel="final val loss (nats)", title="loss against learning rate")
+    axes[1].set(xscale="log", yscale="log", xlabel="learning rate", ylabel="M-Act", title="massive activations")
+    axes[2].set(xscale="log", xlabel="learning rate", ylabel="loss spikes per run", title="loss spikes")
+    lrs = sorted({r["lr"] for r in sweep})
+    for ax in axes:  # the swept rates as the ticks, written as they are set
+        ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
+        ax.minorticks_off()
+    axes[0].legend()
+    fig.tight_layout()
+    return [save(fig, out_dir, "lr_sweep.png")]
+
+
+def pyplot():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def save(fig, out_dir, name):
+    import matplotlib.pyplot as plt
+    fig.savefig(os.path.join(out_dir, name), dpi=120)
+    plt.close(fig)
+    return name
+
+
+# -----------------------------------------------------------------------------
+# REPORT.md
+
 def fmt(x, spec):
     return "–" if x is None else format(x, spec)
+
+
+def fmt_ci(m, spec):
+    """mean ± half-width of its 95% CI over seeds ('mean (1 seed)' without one)."""
+    if m is None:
+        return "–"
+    if m["lo"] is None:
+        return f"{m['mean']:{spec}} (1 seed)"
+    return f"{m['mean']:{spec}} ± {(m['hi'] - m['lo']) / 2:{spec}}"
 
 
 def fmt_tokens(n):
@@ -198,75 +509,177 @@ def fmt_tokens(n):
     return f"{n / 1e9:.3g}B"
 
 
-def status(r):
-    done = "finished" if r["iter"] >= r["max_iters"] else f"stopped at iter {r['iter']:,} of {r['max_iters']:,}"
-    if r["exit_code"]:
-        done += f", exit code {r['exit_code']}"
-    if r["nonfinite_steps"]:
-        done += f", {r['nonfinite_steps']} non-finite steps skipped"
-    return done
+def fmt_difference(c, stat):
+    if stat == "ratio":
+        return f"×{c['estimate']:.2f} [{c['lo']:.2f}, {c['hi']:.2f}]"
+    return f"{c['estimate']:+.4f} [{c['lo']:+.4f}, {c['hi']:+.4f}]"
 
 
-def render_report(records, summary, root, tiny, commands, report_command):
-    first = records[0]
-    m, val = first["model"], summary["validation"]
+def status(rs):
+    done = sum(r["iter"] >= r["max_iters"] for r in rs)
+    words = [f"{done}/{len(rs)} finished"]
+    failed = [r for r in rs if r["exit_code"]]
+    if failed:
+        words.append(f"{len(failed)} exited non-zero")
+    skipped = sum(r["nonfinite_steps"] or 0 for r in rs)
+    if skipped:
+        words.append(f"{skipped} non-finite steps skipped")
+    return ", ".join(words)
+
+
+def render_report(result, root, tiny, commands, report_command, plots, analyzed):
+    records, variants = result["runs"], result["variants"]
+    first, val = records[0], result["validation"]
+    m, windows = first["model"], analyzed[0]["eval_windows"]
+    seeds = sorted({len(v["seeds"]) for v in variants.values()})
     lines = ["# Reproducing the gated-attention trends" + (": TINY CPU SMOKE TEST" if tiny else " at small scale"), ""]
     if tiny:
         lines += ["**This is a smoke test of the pipeline (`repro.py --tiny`: a tiny model trained for a few dozen "
-                  "steps on a CPU). It concludes nothing about the papers' claims; the table below is here only so "
+                  "steps on a CPU). It concludes nothing about the papers' claims; the tables below are here only so "
                   "that the pipeline can be checked.**", ""]
     lines += [
-        f"Device: {summary['device']}. Date: {summary['date']}. Runs: `{root}/`, one per variant, each "
-        f"{m['n_layer']} layers, {m['n_embd']} wide, {m['n_head']} heads, T={m['block_size']}, seed {first['seed']}. "
-        f"Every measurement below comes from the runs' `ckpt.pt`, on the same {val['batches']} x "
-        f"{val['batch_size']} validation windows ({val['source']}).",
-        "",
-        "## Measured",
-        "",
-        "Val loss in nats; perplexity = exp(val loss). F-Attn: attention on the first token; M-Act: max |h| of each "
-        "layer's output; both averaged over layers (GA §4.3). Peak act: the largest |h| of any layer's output (the "
-        "residual stream's maximum, as GN reports it). Gate: mean score and share of scores below 0.1.",
-        "",
-        "| variant | tokens | lr | status | val loss (nats) | perplexity | F-Attn | M-Act | peak act | gate mean | "
-        "gate < 0.1 | loss spikes |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
+        f"Device: {result['device']}. Date: {result['date']}. Runs: `{root}/<variant>/seed<N>/`, "
+        f"{'–'.join(map(str, seeds))} seed(s) per variant, each {m['n_layer']} layers, {m['n_embd']} wide, "
+        f"{m['n_head']} heads, T={m['block_size']}, qk_norm={m.get('qk_norm')}, "
+        f"{fmt_tokens(first['tokens'])} training tokens. Every measurement below comes from the runs' `ckpt.pt`, on "
+        f"the same {val['batches'] * val['batch_size']:,} validation windows ({val['batches']} x {val['batch_size']}, "
+        f"{fmt_tokens(val['batches'] * val['batch_size'] * windows['block_size'])} tokens"
+        f"{', each starting with <|endoftext|>' if windows['bos'] else ''}; {val['source']}).",
+        "", "## The papers' claims, decided by rule", "", RULE,
+        "The paper's direction is the one it reports; a ratio is the variant's mean over the reference's. "
+        "The verdicts are computed by `repro.py report` (stats.py), never written by hand.", "",
+        "| claim | measure | ours: reference → variant | difference [95% CI] | verdict | paper | paper source |",
+        "| --- | --- | --- | --- | --- | --- | --- |"]
+    for c in result["claims"]:
+        name, key, spec, stat, paper_numbers = MEASURES[c["measure"]]
+        ref = c["reference"] or f"untrained gate ({UNTRAINED_GATE})"
+        if "estimate" not in c:
+            lines.append(f"| {c['claim']} | {name} | {ref} → {c['variant']} | – | {c['verdict']} | – | – |")
+            continue
+        ours = f"{ref} → {c['variant']}: {c['ref_mean']:{spec}} → {c['var_mean']:{spec}}"
+        theirs, source = paper_text(c["reference"], c["variant"], paper_numbers)
+        lines.append(f"| {c['claim']} | {name} | {ours} | {fmt_difference(c, stat)} | **{c['verdict']}** | {theirs} | "
+                     f"{source} |")
+    lines += sweep_section(result["sweep"])
+    lines += ["", "## Measured", "",
+              "Mean over seeds ± the half-width of its 95% t-interval. Val loss in nats. F-Attn: attention on the "
+              "first token; sink share: the largest share of attention one key receives from the window's second "
+              "half; sink heads: the share of heads whose F-Attn exceeds 0.3 (Gu et al. 2025); M-Act: max |h| of each "
+              "layer's output in a window; all averaged over layers (GA §4.3) and windows. Peak act: the largest |h| of "
+              "any layer in a window (GN's residual-stream maximum). Gate: mean score and share of scores below 0.1. "
+              "Loss spikes: per run (train.py's count_spike).", "",
+              "| variant | seeds | lr | runs | " + " | ".join(c for _, c, _ in COLUMNS) + " |",
+              "| --- " * (4 + len(COLUMNS)) + "|"]
+    by = {}
     for r in records:
-        lines.append(f"| {r['variant']} | {fmt_tokens(r['tokens'])} | {r['lr']:g} | {status(r)} | {r['val_loss']:.4f} | "
-                     f"{r['ppl']:.2f} | {r['first_token_attn']:.3f} | {r['max_act']:.1f} | {r['peak_act']:.1f} | "
-                     f"{fmt(r['gate_mean'], '.3f')} | "
-                     f"{fmt(r['gate_below_0.1'], '.2f')} | {fmt(r['loss_spikes'], 'd')} |")
+        by.setdefault(r["variant"], []).append(r)
+    for v, rs in by.items():
+        lines.append(f"| {v} | {len(rs)} | {rs[0]['lr']:g} | {status(rs)} | " +
+                     " | ".join(fmt_ci(variants[v][key], spec) for key, _, spec in COLUMNS) + " |")
+    lines += where_the_sink_is(records, analyzed)
     if not tiny:
-        lines += paper_table(records) + claims_section({r["variant"]: r for r in records})
+        lines += paper_table(by)
     lines += ["", "## Commands run", "",
-              f"The last command recorded for each variant in `{root}/commands.jsonl` (written by `repro.py train`):", ""]
+              f"The last command recorded for each run in `{root}/commands.jsonl` (written by `repro.py train`):", ""]
     for r in records:
-        c = commands.get(r["variant"])
-        lines.append(f"- {r['variant']}: " + (f"exit code {c['exit_code']} after {c['seconds']:.0f} s on {c['date']}: "
-                                                f"`{c['command']}`" if c else
-                                                "not recorded in commands.jsonl (run by hand?)"))
+        c = commands.get((r["variant"], r["seed"]))
+        lines.append(f"- {r['variant']} seed {r['seed']}: " +
+                     (f"exit code {c['exit_code']} after {c['seconds']:.0f} s on {c['date']}: `{c['command']}`" if c
+                      else "not recorded in commands.jsonl (run by hand?)"))
     lines += ["", f"This report: `{report_command}`", ""]
-    plots = [os.path.basename(p) for p in summary.get("plots", [])]
     if plots:
-        lines += ["## Plots", ""] + [f"![{p}]({p})\n" for p in plots]
+        lines += ["## Plots", ""] + [f"{PLOT_TEXT.get(p, p)}\n\n![{p}]({p})\n" for p in plots]
     return "\n".join(lines)
 
 
-def paper_table(records):
-    lines = ["", "## The papers' numbers for the same rows", "",
-             "GA: 15A2B MoE, 400B tokens, reports perplexity (Tables 1, 3, 4). GN: 2B dense, reports loss and the "
-             "residual stream's max activation (Table 1; compare it with our peak act). "
-             "Absolute values are not comparable across these scales (model, data, tokenizer, tokens): compare only "
-             "the direction and size of the trends.", "",
-             "| variant | GA PPL | GN loss | GA gate mean | GA M-Act | GN max act | GA F-Attn | source |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in records:
-        v = VARIANTS[r["variant"]]
-        ga, gn = v.ga or Row("GA", "", ""), v.gn or Row("GN", "", "")  # no row in that paper: no numbers
-        source = "; ".join(f"{row}" + (f": {row.note}" if row.note else "") for row in (v.ga, v.gn) if row)
-        lines.append(f"| {r['variant']} | {fmt(ga.ppl, '.3f')} | {fmt(gn.loss, '.3f')} | {fmt(ga.gate_mean, '.3f')} | "
-                     f"{fmt(ga.m_act, 'd')} | {fmt(gn.max_act, 'd')} | {fmt(ga.f_attn, '.3f')} | {source or '–'} |")
+PLOT_TEXT = {
+    "layers.png": "F-Attn, sink share and M-Act per layer, every run (analyze.py).",
+    "gate_hist.png": "The distribution of gate scores of each gated run (sparse: piled up near 0).",
+    "attn_maps.png": "One head-averaged attention map per run, at the layer where the first run sinks the most.",
+    "curves.png": "Validation loss during training.",
+    "trends.png": "F-Attn, sink heads, M-Act and gate mean against tokens seen (mean over seeds): whether the sink "
+                  "is still growing when the runs end.",
+    "lr_sweep.png": "The stability sweep: final loss, M-Act and loss spikes against the learning rate, baseline and G1.",
+}
+
+
+def sweep_section(sweep):
+    if not sweep:
+        return []
+    a, b = SWEPT
+    row = STABILITY_ROW
+    lines = ["", "## Stability: the learning-rate sweep", "",
+             f"{row} ({row.note}). Here: {a} and {b} at each learning rate (min_lr = lr/10), the difference of their "
+             f"final val losses ({b} − {a}, nats, paired on the validation windows) decided by the same rule: the "
+             "paper's direction is negative (the gate does better), and it matters most at the highest rate.", "",
+             f"| lr | {a} val loss | {b} val loss | {b} − {a} [95% CI] | verdict | {a} M-Act | {b} M-Act | "
+             f"{a} spikes | {b} spikes | finished |", "| --- " * 10 + "|"]
+    for r in sweep:
+        x, y, d = r[a], r[b], r.get("difference")
+        lines.append(f"| {r['lr']:g} | {fmt_ci(x and x['val_loss'], '.4f')} | {fmt_ci(y and y['val_loss'], '.4f')} | "
+                     f"{fmt_difference(d, 'diff') if d else '–'} | {d['verdict'] if d else 'not measured'} | "
+                     f"{fmt_ci(x and x['max_act'], '.1f')} | {fmt_ci(y and y['max_act'], '.1f')} | "
+                     f"{spikes(x)} | {spikes(y)} | "
+                     f"{'/'.join(('yes' if s['finished'] else 'no') if s else '–' for s in (x, y))} |")
     return lines
+
+
+def spikes(row):
+    """Each seed's loss spikes: '0, 2, 1'."""
+    return ", ".join(fmt(n, "d") for n in row["loss_spikes"]) if row else "–"
+
+
+def where_the_sink_is(records, analyzed):
+    """Per layer, for the first seed of the baseline and of G1: where attention piles up, and on which token."""
+    lines = ["", "## Where the sink is", "",
+             "Per layer, first seed: F-Attn, the sink share, the share of sink heads, and the key position and token "
+             "that most often receive a (window, head)'s largest share (with how often).", ""]
+    decode = token_decoder(analyzed[0]["eval_windows"]["data_dir"])
+    shown = 0
+    for r, a in zip(records, analyzed):
+        if r["variant"] not in SWEPT or any(x["variant"] == r["variant"] and x["seed"] < r["seed"] for x in records):
+            continue
+        L = a["layers"]
+        lines += [f"{r['variant']} (seed {r['seed']}):", "",
+                  "| layer | F-Attn | sink share | sink heads | top key position | top key token |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for i in range(len(L["first_token_attn"])):
+            lines.append(f"| {i} | {fmt(L['first_token_attn'][i], '.3f')} | {fmt(L['sink_share'][i], '.3f')} | "
+                         f"{fmt(L['sink_heads'][i], '.2f')} | {L['sink_pos'][i]} ({fmt(L['sink_pos_share'][i], '.0%')}) | "
+                         f"{decode(L['sink_token'][i])} ({fmt(L['sink_token_share'][i], '.0%')}) |")
+        lines.append("")
+        shown += 1
+    return lines if shown else []
+
+
+def token_decoder(data_dir):
+    """token id -> `id 'text'` with the dataset's tokenizer, or the bare id when it cannot be loaded."""
+    try:
+        from data.shards import get_tokenizer, read_meta
+        enc = get_tokenizer((read_meta(data_dir) or {}).get("tokenizer", "gpt2"))
+    except Exception:  # no tokenizer here: the ids still say which token it is
+        enc = None
+
+    def decode(token):
+        if token is None:
+            return "–"
+        if enc is None or token >= enc.n_vocab:
+            return f"{token}"
+        return f"{token} `{enc.decode([token])!r}`".replace("|", "\\|")
+    return decode
+
+
+def paper_text(ref, variant, numbers):
+    """The papers' reference → variant and source for a claim, from the first paper that gives both numbers."""
+    if ref is None:  # a property of one run: the paper's value
+        row = VARIANTS[variant].ga
+        return f"{variant}: {row.gate_mean:.3f}", f"{row.paper} {row.table}"
+    pair = paper_pair(ref, variant, numbers)
+    if not pair:
+        return "–", "–"
+    x, y, key, name, spec, source = pair
+    change = f"×{y / x:.3f}" if key == "ppl" else f"{y - x:+.3f} nats" if key == "loss" else f"×{y / x:.2f}"
+    return f"{name} {x:{spec}} → {y:{spec}} ({change})", source
 
 
 def paper_pair(ref, variant, numbers):
@@ -280,44 +693,20 @@ def paper_pair(ref, variant, numbers):
     return None
 
 
-def claims_section(by):
-    lines = ["", "## The papers' central claims beside our runs", "", VERDICT, "",
-             "| claim | measure | ours: reference → variant | ours: difference | paper: reference → variant | "
-             "paper: difference | paper source |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    for claim, ref, variant, measure in CLAIMS:
-        if measure == "gate_mean":  # a property of one run: no reference
-            r, p = by.get(variant), VARIANTS[variant].ga
-            ours = (f"{variant}: mean {r['gate_mean']:.3f}, {r['gate_below_0.1'] * 100:.0f}% below 0.1" if r
-                    else f"{variant} not trained")
-            lines.append(f"| {claim} | gate mean | {ours} | – | {variant}: mean {p.gate_mean:.3f} | – | "
-                         f"{p.paper} {p.table} |")
-            continue
-        name, key, spec, paper_numbers = MEASURES[measure]
-        a, b = by.get(ref), by.get(variant)
-        if a and b:
-            d = b[key] - a[key]
-            ours = f"{ref} → {variant}: {a[key]:{spec}} → {b[key]:{spec}}"
-            diff = (f"{d:+.4f} nats (PPL ×{math.exp(d):.3f})" if measure == "loss"
-                    else f"{d:+{spec}} (×{b[key] / a[key]:.2f})" if a[key] else f"{d:+{spec}}")
-        else:
-            missing = " and ".join(v for v in (ref, variant) if v not in by)
-            ours, diff = f"{ref} → {variant}: {missing} not trained", "–"
-        paper = paper_pair(ref, variant, paper_numbers)
-        theirs, their_diff, source = "–", "–", "–"
-        if paper:  # a perplexity ratio and a loss difference in nats are what compare with ours
-            x, y, paper_key, paper_name, paper_spec, source = paper
-            theirs = f"{paper_name} {x:{paper_spec}} → {y:{paper_spec}}"
-            their_diff = (f"{y - x:+.3f} (PPL ×{y / x:.3f})" if paper_key == "ppl" else
-                          f"{y - x:+.3f} nats" if paper_key == "loss" else f"{y - x:+{paper_spec}} (×{y / x:.2f})")
-        lines.append(f"| {claim} | {name} | {ours} | {diff} | {theirs} | {their_diff} | {source} |")
-
-    a, b = by.get("baseline_high_lr"), by.get("g1_elementwise_high_lr")
-    row = VARIANTS["baseline_high_lr"].ga
-    lines += ["", f"{row.paper} {row.table}: gating keeps training stable at learning rates where the baseline spikes "
-              f"or diverges ({row.note}). Our pair at lr {HIGH_LR:g}:", ""]
-    for r, name in ((a, "baseline_high_lr"), (b, "g1_elementwise_high_lr")):
-        lines.append(f"- {name}: " + (f"val loss {r['val_loss']:.4f}, loss spikes: {fmt(r['loss_spikes'], 'd')}, "
-                                      f"{status(r)}" if r else "not trained"))
+def paper_table(by):
+    lines = ["", "## The papers' numbers for the same rows", "",
+             "GA: 15A2B MoE, 400B tokens, reports perplexity (Tables 1, 3, 4). GN: 2B dense, reports loss and the "
+             "residual stream's max activation (Table 1; compare it with our peak act). "
+             "Absolute values are not comparable across these scales (model, data, tokenizer, tokens): compare only "
+             "the direction and size of the trends.", "",
+             "| variant | GA PPL | GN loss | GA gate mean | GA M-Act | GN max act | GA F-Attn | source |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name in by:
+        v = VARIANTS[name]
+        ga, gn = v.ga or Row("GA", "", ""), v.gn or Row("GN", "", "")  # no row in that paper: no numbers
+        source = "; ".join(f"{row}" + (f": {row.note}" if row.note else "") for row in (v.ga, v.gn) if row)
+        lines.append(f"| {name} | {fmt(ga.ppl, '.3f')} | {fmt(gn.loss, '.3f')} | {fmt(ga.gate_mean, '.3f')} | "
+                     f"{fmt(ga.m_act, 'd')} | {fmt(gn.max_act, 'd')} | {fmt(ga.f_attn, '.3f')} | {source or '–'} |")
     return lines
 
 
@@ -337,6 +726,9 @@ def main(argv):
     keys, _ = configure(Keys, own if step == "train" else own + passed)
     if names and step != "train":
         fail(f"`repro.py {step}` takes no variant names, got {' '.join(names)}")
+    for key in ("seeds", "parallel"):
+        if getattr(keys, key) < 1:
+            fail(f"--{key}={getattr(keys, key)} must be at least 1")
     root = keys.root or ("out-repro-tiny" if keys.tiny else "out-repro")
     report_dir = keys.report_dir or (os.path.join(root, "report") if keys.tiny else os.path.join("results", "repro"))
 
@@ -347,14 +739,15 @@ def main(argv):
     elif step == "train":
         for w in passed:
             if w[2:].partition("=")[0] in SET_BY_REPRO:
-                fail(f"{w}: repro.py sets --out_dir (<root>/<variant>, see --root) and --init_from (resume when the "
-                     "folder holds a checkpoint) for every run")
-        variants = list(dict.fromkeys(v for n in names for v in (STUDY if n == "all" else [n])))  # in order, once
+                fail(f"{w}: repro.py sets --out_dir (<root>/<variant>/seed<N>, see --root), --seed (see --seeds) "
+                     "and --init_from (resume when the folder holds a checkpoint) for every run")
+        variants = list(dict.fromkeys(v for n in names for v in GROUPS.get(n, [n])))  # in order, once
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown or not variants:
             fail((f"unknown variant(s) {', '.join(unknown)}" if unknown else "name the variants to train") +
-                 f"; choose 'all' (the study) or from: {', '.join(VARIANTS)}")
-        train(variants, root, keys.tiny, passed)
+                 f"; choose 'all' (the study), 'models', 'sweep' or from: {', '.join(VARIANTS)}")
+        base = study_settings(keys, passed).get("seed", 1337)
+        train([(v, base + i) for v in variants for i in range(keys.seeds)], root, keys, passed)
     else:
         try:
             report(root, report_dir, keys.tiny, shlex.join([sys.executable, os.path.join(REPO, "repro.py"), *argv]))

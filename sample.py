@@ -6,7 +6,9 @@ Sample from a model trained by train.py:
 
 Its keys are the fields of SampleConfig below, set as in every script here (--key=value, or a config file).
 Generation uses the model's KV cache; the text is decoded with the tokenizer named in the dataset's meta.json
-(GPT-2's BPE when there is none).
+(GPT-2's BPE when there is none). A model trained with BOS windows (train.py's bos=True, the default) gets
+<|endoftext|> before the prompt, as at every training window's position 0, and keeps it there when the
+text outgrows block_size.
 """
 
 import math
@@ -75,14 +77,19 @@ def main(argv=None):
     ids = enc.encode(prompt, allowed_special={"<|endoftext|>"})
     if not ids:
         fail("the prompt is empty; give some text with --start=... (or --start='<|endoftext|>')")
+    # a model trained on BOS windows always saw <|endoftext|> at position 0: give it one, and keep it there
+    bos = run.get("bos", False)
+    added = bos and ids[0] != enc.eot_token
+    if added:
+        ids = [enc.eot_token] + ids
     x = torch.tensor([ids], dtype=torch.long, device=dev)
 
     torch.manual_seed(c.seed)  # the same seed gives the same samples
     with torch.no_grad(), ctx:
         for _ in range(c.num_samples):
-            y = model.generate(x, c.max_new_tokens, temperature=c.temperature, top_k=c.top_k or None)
+            y = model.generate(x, c.max_new_tokens, temperature=c.temperature, top_k=c.top_k or None, keep_first=bos)
             # ids past the tokenizer's vocabulary (the padding up to vocab_size) have no text: drop them
-            print(enc.decode([t for t in y[0].tolist() if t < enc.n_vocab]))
+            print(enc.decode([t for t in y[0, int(added):].tolist() if t < enc.n_vocab]))
             print("-" * 40, flush=True)
 
 

@@ -70,12 +70,24 @@ def test_analyze_known_answers(tmp_path, dataset):
     assert summary["validation"] == {"batches": 2, "batch_size": 3, "source": "set by --batches/--batch_size"}
     losses, acts = [], []
     for blk in gated.transformer.h:
-        blk.register_forward_hook(lambda m, i, o: acts.append(o.abs().max().item()))
+        blk.register_forward_hook(lambda m, i, o: acts.append(o.abs().amax(dim=(1, 2))))  # each window's max
     with torch.no_grad():
         for x, y in val_batches(dataset, T, 3, 2):
-            losses.append(gated.eval()(x, y)[1].item())
-    assert g["val_loss"] == pytest.approx(np.mean(losses), rel=1e-5)
-    assert g["layers"]["max_act"] == pytest.approx([max(acts[0::2]), max(acts[1::2])], rel=1e-5)
+            logits, loss = gated.eval()(x, y)
+            losses.append(torch.nn.functional.cross_entropy(logits.transpose(1, 2), y, reduction="none").mean(1))
+    losses = torch.cat(losses)
+    assert g["val_loss"] == pytest.approx(losses.mean().item(), rel=1e-5)
+    per_layer = [torch.cat(acts[0::2]), torch.cat(acts[1::2])]  # (6,) per layer: 2 batches x 3 windows
+    assert g["layers"]["max_act"] == pytest.approx([a.mean().item() for a in per_layer], rel=1e-5)
+    # the per-window values repro.py's confidence intervals use: each window's loss, M-Act and peak
+    w = g["per_window"]
+    assert w["loss"] == pytest.approx(losses.numpy(), rel=1e-5)
+    assert w["max_act"] == pytest.approx(((per_layer[0] + per_layer[1]) / 2).numpy(), rel=1e-5)
+    assert w["peak_act"] == pytest.approx(torch.maximum(*per_layer).numpy(), rel=1e-5)
+    assert g["peak_act"] == pytest.approx(w["peak_act"].mean()) and b["per_window"]["gate_mean"] is None
+    assert len(w["first_token_attn"]) == len(w["sink_share"]) == len(w["gate_mean"]) == 6
+    assert g["sink_share"] == pytest.approx(w["sink_share"].mean()) and 0 <= g["sink_heads"] <= 1
+    assert len(g["heads"]["first_token_attn"]) == 2 and len(g["heads"]["first_token_attn"][0]) == 2  # layers x heads
     assert g["params"] - b["params"] == 2 * 32 * 32  # G1 elementwise: n_embd * n_head * head_dim per layer
 
     on_disk = json.load(open(tmp_path / "res" / "summary.json"))

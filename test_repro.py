@@ -9,103 +9,181 @@ import shlex
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import repro
 import variants
 from common import load_checkpoint
 from model import VALID, GPTConfig
-from variants import FLAGS, STUDY, TEST_VARIANTS, VARIANTS
+from stats import RULE
+from variants import FLAGS, MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_repro_pipeline_tiny(tmp_path, dataset):
-    """The study's commands end to end at toy size: train two variants, train one again (a resume), report."""
+    """The study's commands end to end at toy size: two variants x two seeds, two runs side by side; the same
+    command again (everything finished: skipped); an interrupted run resumed; the report with its verdicts."""
     root, env = str(tmp_path / "runs"), {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, os.path.join(REPO, "repro.py")]
     extra = ["--dataset=toy", f"--data_dir={dataset}", "--max_iters=6", "--eval_interval=3", "--block_size=32"]
-    first = subprocess.run(cmd + ["train", "baseline", "g1_elementwise", "--tiny", f"--root={root}", *extra],
-                           capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert first.stdout.count("exit code 0") == 2 and first.stdout.count("starting a new run") == 2, first.stdout + first.stderr
-    again = subprocess.run(cmd + ["train", "baseline", "--tiny", f"--root={root}", *extra],
-                           capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert "resuming the run" in again.stdout and "nothing to do" in again.stdout and "exit code 0" in again.stdout
+    study = ["train", "baseline", "g1_elementwise", "--tiny", "--seeds=2", f"--root={root}", *extra]
+    first = subprocess.run(cmd + study + ["--parallel=2"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert first.stdout.count("exit code 0") == 4 and first.stdout.count("starting a new run") == 4, \
+        first.stdout + first.stderr
+    assert "4 runs to do, 2 at a time" in first.stdout  # the estimate line comes first
+    runs = [(v, s) for v in ("baseline", "g1_elementwise") for s in (1337, 1338)]
+    for v, s in runs:  # each run's output in its own file, and the run in its own folder
+        assert "done: 6 iterations" in open(os.path.join(root, "logs", f"{v}-seed{s}.txt")).read()
+        assert load_checkpoint(os.path.join(root, v, f"seed{s}", "ckpt.pt"))[1]["config"]["seed"] == s
+    again = subprocess.run(cmd + study, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert again.stdout.count("skipped") == 4 and "nothing to train" in again.stdout and "starting" not in again.stdout
+    # an interrupted run (its log short of max_iters, a checkpoint there) is resumed by the same command
+    log = os.path.join(root, "baseline", "seed1337", "log.jsonl")
+    lines = open(log).readlines()
+    open(log, "w").writelines(lines[:-1])
+    third = subprocess.run(cmd + study, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert third.stdout.count("skipped") == 3 and "resuming the run" in third.stdout and "nothing to do" in third.stdout
 
     # commands.jsonl: exactly the commands that ran, as printed before each
     commands = [json.loads(line) for line in open(os.path.join(root, "commands.jsonl"))]
-    assert [c["variant"] for c in commands] == ["baseline", "g1_elementwise", "baseline"]
-    printed = [line for line in (first.stdout + again.stdout).splitlines() if line.startswith(sys.executable)]
-    assert [c["command"] for c in commands] == printed
+    assert sorted((c["variant"], c["seed"]) for c in commands[:4]) == runs
+    assert (commands[4]["variant"], commands[4]["seed"], commands[4]["resumed"]) == ("baseline", 1337, True)
+    printed = [line for line in (first.stdout + third.stdout).splitlines() if line.startswith(sys.executable)]
+    assert sorted(c["command"] for c in commands) == sorted(printed)
     for c in commands:
         argv = shlex.split(c["command"])
-        assert argv[1] == os.path.join(REPO, "train.py") and f"--out_dir={os.path.join(root, c['variant'])}" in argv
-        assert argv[-len(extra):] == extra and c["exit_code"] == 0 and c["seconds"] > 0 and c["date"]
-    assert "--init_from=resume" in commands[2]["command"] and "--init_from" not in commands[0]["command"]
+        assert argv[1] == os.path.join(REPO, "train.py")
+        assert f"--out_dir={os.path.join(root, c['variant'], 'seed%d' % c['seed'])}" in argv
+        assert f"--seed={c['seed']}" in argv and argv[-len(extra):] == extra and c["exit_code"] == 0
+        assert c["seconds"] > 0 and c["date"] and c["parallel"] in (1, 2)
+    assert "--init_from=resume" in commands[4]["command"] and "--init_from" not in commands[0]["command"]
 
     report = subprocess.run(cmd + ["report", "--tiny", f"--root={root}"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert report.returncode == 0, report.stderr
-    records = json.load(open(os.path.join(root, "report", "summary.json")))
-    assert [r["variant"] for r in records] == ["baseline", "g1_elementwise"]
-    for r in records:
+    result = json.load(open(os.path.join(root, "report", "summary.json")))
+    assert [(r["variant"], r["seed"]) for r in result["runs"]] == runs
+    for r in result["runs"]:
         assert r["tokens"] == 6 * 8 * 32 and r["tiny"] and 0 < r["first_token_attn"] < 1 and r["max_act"] > 0
+        assert 0 < r["sink_share"] <= 1 and 0 <= r["sink_heads"] <= 1 and r["peak_act"] >= r["max_act"]
         assert r["ppl"] == pytest.approx(math.exp(r["val_loss"]))
         # measured on the run's own eval windows: the val loss train.py logged for that checkpoint
-        logged = load_checkpoint(os.path.join(root, r["variant"], "ckpt.pt"))[1]["val_loss"]
+        logged = load_checkpoint(os.path.join(root, r["variant"], f"seed{r['seed']}", "ckpt.pt"))[1]["val_loss"]
         assert r["val_loss"] == pytest.approx(logged, rel=1e-5)
-    assert records[0]["gate_mean"] is None and 0 < records[1]["gate_mean"] < 1
+    assert result["runs"][0]["gate_mean"] is None and 0 < result["runs"][2]["gate_mean"] < 1
+    base = result["variants"]["baseline"]["val_loss"]
+    assert base["n"] == 2 and base["lo"] < base["mean"] < base["hi"]
+    assert base["mean"] == pytest.approx(np.mean([r["val_loss"] for r in result["runs"][:2]]))
+    words = {"reproduced", "not reproduced", "inconclusive"}
+    decided = {c["claim"]: c for c in result["claims"]}
+    g1_loss = decided[repro.CLAIMS[0][0]]
+    assert g1_loss["verdict"] in words and g1_loss["conclusive"] and g1_loss["lo"] <= g1_loss["estimate"] <= g1_loss["hi"]
+    assert decided[repro.CLAIMS[-1][0]]["verdict"] == "not measured (dyt not trained)"
+    assert [row["lr"] for row in result["sweep"]] == [3e-3] and result["sweep"][0]["difference"]["verdict"] in words
 
     text = open(os.path.join(root, "report", "REPORT.md")).read()
     assert "SMOKE TEST" in text.splitlines()[0] and "concludes nothing" in text
-    assert not re.search(r"\b(yes|no)\b", text, re.IGNORECASE)  # no verdicts
-    assert "central claims" not in text and "GA PPL" not in text  # no claims, no paper columns
+    assert "decided by rule" in text and RULE in text and f"**{g1_loss['verdict']}**" in text
     assert "To be written" not in text and "TODO" not in text
-    assert "| val loss (nats) | perplexity |" in text and "| 1,536 |" in text and "0.0M" not in text
-    assert f"`{commands[2]['command']}`" in text and f"`{commands[1]['command']}`" in text  # the last of each
-    assert f"`{commands[0]['command']}`" not in text
+    assert "1,536 training tokens" in text and "0.0M" not in text
+    assert "| baseline | 2 | 0.003 | 2/2 finished |" in text
+    assert "## Where the sink is" in text and "baseline (seed 1337):" in text
+    assert f"`{commands[4]['command']}`" in text  # the last command of each run
+    for plot in ("trends.png", "lr_sweep.png", "layers.png"):
+        assert os.path.isfile(os.path.join(root, "report", plot)) and f"]({plot})" in text
 
 
-def full_study_records(skip=()):
-    """Hand-made records of a finished full-size study, as repro.report writes them."""
-    records = []
-    for i, v in enumerate(v for v in STUDY if v not in skip):
-        gated = VARIANTS[v].flags["gate"] != "none"
-        records.append(dict(variant=v, val_loss=3.5 - 0.01 * i, ppl=math.exp(3.5 - 0.01 * i), first_token_attn=0.4,
-                            max_act=100.0, peak_act=300.0, gate_mean=0.2 if gated else None,
-                            **{"gate_below_0.1": 0.4 if gated else None}, tokens=104_857_600, lr=3e-3, iter=1600,
-                            max_iters=1600, seed=1337, loss_spikes=0, nonfinite_steps=0, exit_code=0,
-                            model=dict(n_layer=8, n_embd=512, n_head=8, block_size=512)))
-    return records
+def fake_study(windows=600, seeds=3, **shift):
+    """Per-window values and records of a study made up to test the report: each variant's loss on the same
+    windows, shifted by shift[variant] (a real difference), plus a seed effect of 0.01 nats."""
+    rng = np.random.default_rng(0)
+    hard = rng.normal(3.0, 0.5, windows)  # how hard each validation window is, the same for every run
+    by, win = {}, {}
+    for v, d in shift.items():
+        for s in range(seeds):
+            w = {"loss": hard + d + rng.normal(0, 0.01) + rng.normal(0, 0.02, windows)}
+            for key in ("first_token_attn", "sink_share", "max_act", "peak_act"):
+                w[key] = np.abs(rng.normal(0.3, 0.05, windows))
+            w["gate_mean"] = None if VARIANTS[v].flags["gate"] == "none" else rng.uniform(0.1, 0.3, windows)
+            win.setdefault(v, []).append(w)
+            record = {"variant": v, "seed": 1337 + s, "lr": (VARIANTS[v].train or {}).get("learning_rate", 3e-3),
+                      "iter": 1600, "max_iters": 1600, "exit_code": 0, "nonfinite_steps": 0, "loss_spikes": s}
+            record.update({key: float(np.mean(w["loss" if key == "val_loss" else key]))
+                           if w.get("loss" if key == "val_loss" else key) is not None else None
+                           for key, _, _ in repro.COLUMNS if key not in ("sink_heads", "gate_below_0.1", "loss_spikes")})
+            record.update(sink_heads=0.1, **{"gate_below_0.1": 0.4 if w["gate_mean"] is not None else None})
+            by.setdefault(v, []).append(record)
+    variants_ = {v: {"seeds": [r["seed"] for r in rs], **{key: repro.over_seeds([r[key] for r in rs])
+                                                          for key, _, _ in repro.COLUMNS}} for v, rs in by.items()}
+    return by, win, variants_
 
 
-def test_render_report_full_study_lists_claims_without_verdicts():
-    records = full_study_records(skip=("g5",))
-    records.append(dict(records[-1], variant="g3"))  # a paper row outside the study, trained by name
-    summary = dict(device="NVIDIA H100", date="2026-11-23", plots=[],
-                   validation=dict(batches=20, batch_size=64, source="the eval windows run 'baseline' was trained with"))
-    commands = {r["variant"]: dict(command=f"python train.py --out_dir=out-repro/{r['variant']}", exit_code=0,
-                                   seconds=240.0, date="2026-11-23 10:00:00") for r in records if r["variant"] != "dyt"}
-    text = repro.render_report(records, summary, "out-repro", False, commands, "python repro.py report")
+def test_claims_are_decided_by_rule_on_known_differences():
+    """A variant made 0.05 nats better on every window is 'reproduced' where the paper says lower, 'not reproduced'
+    where it says higher; one 0.0 apart is 'inconclusive'; one seed is never conclusive; a missing run is said."""
+    by, win, variants_ = fake_study(baseline=0.0, g1_elementwise=-0.05, g1_headwise=0.0, g2_elementwise=+0.05)
+    result = {c[0]: repro.claim_result(*c, win, variants_) for c in repro.CLAIMS}
+    assert result["GA: a sigmoid gate on each head's SDPA output (G1 elementwise) lowers the loss"]["verdict"] == "reproduced"
+    assert result["GA: a headwise G1 gate lowers the loss too"]["verdict"] == "inconclusive"
+    assert result["GA: gating the values (G2) lowers the loss"]["verdict"] == "not reproduced"
+    assert result["GA: G2 helps less than G1"]["verdict"] == "reproduced"  # +0.10 above G1, the paper's direction
+    g1 = result["GA: a sigmoid gate on each head's SDPA output (G1 elementwise) lowers the loss"]
+    assert g1["estimate"] == pytest.approx(-0.05, abs=0.02) and g1["lo"] < g1["estimate"] < g1["hi"] < 0
+    assert result["GA: G1's gate scores are sparse: their mean is below an untrained gate's 0.5"]["verdict"] == "reproduced"
+    assert result["GA: gating after the output projection (G5) helps less than G1"]["verdict"] == \
+        "not measured (g5 not trained)"
+    _, one_win, one_var = fake_study(seeds=1, baseline=0.0, g1_elementwise=-0.05)
+    one = repro.claim_result(*repro.CLAIMS[0], one_win, one_var)
+    assert one["verdict"] == "inconclusive (one seed)" and one["hi"] < 0  # a clear window CI, still no verdict
 
+
+def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
+    shift = {"baseline": 0.0, "g1_elementwise": -0.01, "baseline_lr0.02": 0.5, "g1_elementwise_lr0.02": 0.1,
+             "baseline_lr0.006": 0.05}
+    by, win, _ = fake_study(**shift)
+    rows = repro.sweep_rows(by, win)
+    assert [r["lr"] for r in rows] == [3e-3, 6e-3, 2e-2]
+    assert rows[2]["difference"]["verdict"] == "reproduced" and rows[2]["difference"]["estimate"] == \
+        pytest.approx(-0.4, abs=0.03)
+    assert rows[1]["g1_elementwise"] == [] and "difference" not in rows[1]  # only the baseline ran at 6e-3
+    assert rows[2]["baseline"]["loss_spikes"] == [0, 1, 2]
+
+
+def test_render_report_states_the_rule_the_verdicts_and_the_papers():
+    by, win, variants_ = fake_study(baseline=0.0, g1_elementwise=-0.05, dyt=0.2, g3=0.0)
+    records = [dict(r, tokens=104_857_600, model=dict(n_layer=8, n_embd=512, n_head=8, block_size=512, qk_norm=True))
+               for rs in by.values() for r in rs]
+    layers = {"first_token_attn": [0.3, 0.1], "sink_share": [0.3, 0.2], "sink_heads": [0.25, 0.0], "sink_pos": [0, 0],
+              "sink_pos_share": [0.9, 0.5], "sink_token": [50256, 198], "sink_token_share": [0.9, 0.3]}
+    analyzed = [{"eval_windows": {"block_size": 512, "bos": True, "data_dir": "/nonexistent"}, "layers": layers}
+                for _ in records]
+    result = {"device": "NVIDIA H100", "date": "2026-11-23", "rule": RULE,
+              "validation": dict(batches=32, batch_size=64, source="the eval windows run 'baseline' was trained with"),
+              "claims": [repro.claim_result(*c, win, variants_) for c in repro.CLAIMS],
+              "sweep": repro.sweep_rows(by, win), "variants": variants_, "runs": records}
+    commands = {(r["variant"], r["seed"]): dict(command=f"python train.py --out_dir=out-repro/{r['variant']}", exit_code=0,
+                                                seconds=240.0, date="2026-11-23 10:00:00")
+                for r in records if r["variant"] != "dyt"}
+    text = repro.render_report(result, "out-repro", False, commands, "python repro.py report", ["trends.png"], analyzed)
     assert "SMOKE" not in text and "To be written" not in text and "TODO" not in text
-    assert not re.search(r"\b(yes|no)\b", text, re.IGNORECASE)
-    assert "Verdicts are not given" in text and "several seeds" in text and "planned work" in text
+    assert RULE in text and "never written by hand" in text
     for claim, *_ in repro.CLAIMS:
         assert f"| {claim} |" in text
-    # the G1 loss claim: our difference in nats and as a perplexity ratio, beside GA's perplexities
-    d = records[1]["val_loss"] - records[0]["val_loss"]
-    assert f"{d:+.4f} nats (PPL ×{math.exp(d):.3f})" in text and "GA PPL 6.026 → 5.761" in text
-    assert "(PPL ×0.956)" in text and "GN loss 1.964 → 2.216 | +0.252 nats" in text  # DyT costs loss in GN
-    # loss and perplexity in separate labelled columns, ours and the papers', with the caveat on scale
-    assert "| val loss (nats) | perplexity |" in text and "| GA PPL | GN loss |" in text
-    assert "| baseline | 6.026 | 1.964 |" in text and "Absolute values are not comparable" in text
-    assert "| 105M |" in text and "0.0M" not in text
-    assert "baseline → g5: g5 not trained" in text
-    assert "- dyt: not recorded" in text and "`python train.py --out_dir=out-repro/baseline`" in text
-    # every paper number comes from the registry, with the row it is quoted from
+    g1 = result["claims"][0]
+    assert f"{g1['estimate']:+.4f} [{g1['lo']:+.4f}, {g1['hi']:+.4f}] | **reproduced** |" in text
+    assert "| GA PPL 6.026 → 5.761 (×0.956) | GA Table 4 |" in text
+    assert "GN loss 1.964 → 2.216 (+0.252 nats)" in text  # DyT costs loss in GN
+    assert "| dyt | 3 | 0.003 | 3/3 finished |" in text and "2,048 validation windows" in text and "1.05M tokens" in text
+    assert "each starting with <|endoftext|>" in text and "qk_norm=True" in text and "105M training tokens" in text
+    assert "g1_elementwise → g5 | – | not measured (g5 not trained)" in text
+    assert "- dyt seed 1337: not recorded" in text and "`python train.py --out_dir=out-repro/baseline`" in text
     assert '| g1_elementwise | 5.761 | 1.957 | 0.116 | 94 | 2800 | 0.048 | GA Table 4 "G1 elementwise"; GN Table 1 "+GA" |' in text
     assert '| g3 | 6.016 | – | – | – | – | – | GA Table 1 "G3" |' in text
-    assert "PPL 9.195" in text and "Our pair at lr 0.01" in text
+    assert "PPL 9.195" in text and "## Stability: the learning-rate sweep" in text
+    assert "| 0 | 0.300 | 0.300 | 0.25 | 0 (90%) | 50256 `'<\\|endoftext\\|>'` (90%) |" in text  # decoded, | escaped
+    assert "| 1 | 0.100 | 0.200 | 0.00 | 0 (50%) | 198 `'\\n'` (30%) |" in text
+    assert "whether the sink is still growing" in text
 
 
 def test_token_counts_read_well_at_every_scale():
@@ -124,8 +202,8 @@ def test_variant_is_what_its_name_and_paper_rows_say(name):
     GPTConfig(n_layer=1, n_head=2, n_embd=32, **v.flags)  # a valid model
     assert set(v.train) <= {"learning_rate", "min_lr"} and not set(v.train) & {f.name for f in dataclasses.fields(GPTConfig)}
     assert (v.flags["gate"] == "g1") == name.startswith("g1"), name  # a g1_ name means a G1 gate, and only then
-    assert (v.flags["gate"] == "none") == (name in ("baseline", "baseline_high_lr", "sdpa_rmsnorm", "sdpa_silu",
-                                                    "dyt", "glu"))  # the rows the papers measured without a gate
+    assert (v.flags["gate"] == "none") == (name in ("baseline", "sdpa_rmsnorm", "sdpa_silu", "dyt", "glu") or
+                                           name.startswith("baseline_lr"))  # the rows measured without a gate
     assert v.ga or v.gn, "every variant reproduces a paper row"
     assert (v.ga is None or v.ga.paper == "GA") and (v.gn is None or v.gn.paper == "GN")
     for row in (v.ga, v.gn):
@@ -156,18 +234,20 @@ def test_the_registry_holds_the_papers_numbers_as_papers_md_states_them():
 
 
 def test_study_and_claims_use_registry_names():
-    assert len(STUDY) == len(set(STUDY)) == 15 and set(STUDY) <= set(VARIANTS)
-    assert list(STUDY) == [v for v in VARIANTS if v in STUDY]  # the report's order is the registry's
-    for _, ref, variant, measure in repro.CLAIMS:
-        assert variant in STUDY and ref in (None, *STUDY)
-        if measure == "gate_mean":
-            assert VARIANTS[variant].ga.gate_mean is not None
-        else:  # at least one paper gives both rows the number the claim compares
-            assert repro.paper_pair(ref, variant, repro.MEASURES[measure][3]), (ref, variant, measure)
-    high = {k: VARIANTS[k].train for k in ("baseline_high_lr", "g1_elementwise_high_lr")}
-    assert all(t["learning_rate"] == variants.HIGH_LR and t["min_lr"] == variants.HIGH_LR / 10 for t in high.values())
-    assert VARIANTS["baseline_high_lr"].flags == VARIANTS["baseline"].flags
-    assert VARIANTS["g1_elementwise_high_lr"].flags == VARIANTS["g1_elementwise"].flags
+    assert len(STUDY) == len(set(STUDY)) == 19 and set(STUDY) <= set(VARIANTS) and STUDY == MODELS + SWEEP
+    assert list(MODELS) == [v for v in VARIANTS if v in MODELS]  # the report's order is the registry's
+    for _, ref, variant, measure, direction in repro.CLAIMS:
+        assert variant in MODELS and ref in (None, *MODELS) and direction in (-1, 1)
+        if ref is None:
+            assert measure == "gate_mean" and VARIANTS[variant].ga.gate_mean is not None
+        elif measure != "sink_share":  # at least one paper gives both rows the number the claim compares
+            assert repro.paper_pair(ref, variant, repro.MEASURES[measure][4]), (ref, variant, measure)
+    # the sweep: the baseline and G1 at each higher learning rate, min_lr a tenth of it, nothing else changed
+    assert SWEEP == tuple(f"{v}_lr{lr:g}" for v in variants.SWEPT for lr in variants.LR_SWEEP)
+    for name in SWEEP:
+        family, _, lr = name.rpartition("_lr")
+        assert VARIANTS[name].flags == VARIANTS[family].flags and VARIANTS[name].ga == variants.STABILITY_ROW
+        assert VARIANTS[name].train == dict(learning_rate=float(lr), min_lr=float(lr) / 10)
 
 
 def test_test_variants_set_every_value_of_every_flag():
@@ -218,28 +298,44 @@ def test_train_names_and_keys(monkeypatch):
     calls = []
     monkeypatch.setattr(repro, "train", lambda *args: calls.append(args))
     repro.main(["train", "g1_elementwise", "all", "g3", "--tiny", "--max_iters=5", "--compile"])
-    variants_, root, tiny, passed = calls[-1]
-    # `all` is the study, in order; a name given twice trains once; any registry name may be added
-    assert variants_ == ["g1_elementwise"] + [v for v in STUDY if v != "g1_elementwise"] + ["g3"]
-    assert (root, tiny, passed) == ("out-repro-tiny", True, ["--max_iters=5", "--compile"])  # the rest, verbatim
-    repro.main(["train", "baseline", "--root=/tmp/r", "--tiny=False"])
-    assert calls[-1] == (["baseline"], "/tmp/r", False, [])
-    cmd = repro.train_command("baseline_high_lr", "/tmp/r", tiny=True, extra=["--max_iters=5"])
-    assert cmd[1:3] == [os.path.join(REPO, "train.py"), os.path.join(REPO, "config", "repro.py")]
-    assert cmd[3:] == ["--out_dir=/tmp/r/baseline_high_lr", *[f"--{k}={v}" for k, v in repro.TINY.items()],
-                       "--gate=none", f"--learning_rate={variants.HIGH_LR}", f"--min_lr={variants.HIGH_LR / 10}",
-                       "--max_iters=5"]  # the user's keys last, so they win
+    runs, root, keys, passed = calls[-1]
+    # `all` is the study, in order; a name given twice trains once; any registry name may be added; one seed: 1337
+    assert runs == [(v, 1337) for v in ["g1_elementwise"] + [v for v in STUDY if v != "g1_elementwise"] + ["g3"]]
+    assert (root, keys.tiny, passed) == ("out-repro-tiny", True, ["--max_iters=5", "--compile"])  # the rest, verbatim
+    repro.main(["train", "baseline", "sweep", "--root=/tmp/r", "--tiny=False", "--seeds=2", "--parallel=3"])
+    runs, root, keys, passed = calls[-1]
+    assert runs == [(v, s) for v in ("baseline",) + SWEEP for s in (1337, 1338)] and root == "/tmp/r"
+    assert (keys.tiny, keys.seeds, keys.parallel, passed) == (False, 2, 3, [])
+    repro.main(["train", "models", "--config=config/repro_sink.py"])
+    assert [v for v, _ in calls[-1][0]] == list(MODELS) and calls[-1][2].config == "config/repro_sink.py"
+    cmd = repro.train_command("baseline_lr0.02", 1338, "/tmp/r", tiny=True, extra=["--max_iters=5"],
+                              config="config/repro_sink.py")
+    assert cmd[1:4] == [os.path.join(REPO, "train.py"), os.path.join(REPO, "config", "repro.py"), "config/repro_sink.py"]
+    assert cmd[4:] == ["--out_dir=/tmp/r/baseline_lr0.02/seed1338", "--seed=1338",
+                       *[f"--{k}={v}" for k, v in repro.TINY.items()], "--gate=none", "--learning_rate=0.02",
+                       "--min_lr=0.002", "--max_iters=5"]  # the user's keys last, so they win
+
+
+def test_study_settings_are_what_train_py_will_read():
+    keys = repro.Keys(config="config/repro_sink.py")
+    settings = repro.study_settings(keys, ["--batch_size=16"])
+    assert (settings["n_layer"], settings["seed"], settings["qk_norm"], settings["bos"]) == (8, 1337, True, True)
+    assert (settings["weight_decay"], settings["max_iters"], settings["batch_size"]) == (0.5, 3200, 16)
+    assert repro.study_settings(repro.Keys(tiny=True), [])["max_iters"] == repro.TINY["max_iters"]
 
 
 @pytest.mark.parametrize("argv,words", [
     (["train"], ["name the variants", "'all'", "g1_elementwise"]),
     (["train", "baseline", "--out_dir=x"], ["--out_dir=x", "repro.py sets --out_dir", "--root"]),
     (["train", "baseline", "--init_from=resume"], ["--init_from=resume", "repro.py sets"]),
+    (["train", "baseline", "--seed=3"], ["--seed=3", "repro.py sets", "--seeds"]),
+    (["train", "baseline", "--seeds=0"], ["--seeds=0 must be at least 1"]),
+    (["train", "baseline", "--config=nope.py"], ["--config=nope.py: no such config file"]),
     (["report", "--max_iters=3"], ["unknown key 'max_iters'"]),
     (["list", "--rot=x"], ["unknown key 'rot'", "did you mean 'root'"]),
     (["report", "baseline"], ["takes no variant names", "baseline"]),
     (["lst"], ["'lst' is not a step", "list, prepare, train, report"]),
-], ids=["no-variant", "out_dir", "init_from", "report-key", "typo", "report-names", "step"])
+], ids=["no-variant", "out_dir", "init_from", "seed", "seeds", "config", "report-key", "typo", "report-names", "step"])
 def test_mistakes_are_one_line(argv, words, monkeypatch):
     monkeypatch.setattr(repro, "train", lambda *args: pytest.fail("nothing may run"))
     with pytest.raises(SystemExit) as e:
@@ -273,8 +369,31 @@ def test_a_first_run_that_cannot_start_stops_the_study(tmp_path):
                              "--tiny", f"--root={root}", "--max_iter=5"], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode != 0
     assert "unknown key 'max_iter'" in result.stderr  # train.py's own message, passed through
-    assert "the first run (baseline) stopped before its first evaluation" in result.stderr
-    assert result.stdout.count("starting a new run") == 1 and "g1_elementwise" not in result.stdout
+    assert "the run baseline seed 1337 stopped before its first evaluation" in result.stderr
+    assert "the other 1 would stop the same way" in result.stderr
+    assert result.stdout.count("starting a new run") == 1 and "g1_elementwise seed" not in result.stdout
     commands = [json.loads(line) for line in open(root / "commands.jsonl")]
     assert [(c["variant"], c["exit_code"] != 0) for c in commands] == [("baseline", True)]
-    assert not (root / "baseline").exists() or not any((root / "baseline").iterdir())  # train.py wrote nothing
+    assert not [p for p in (root / "baseline").rglob("*") if p.is_file()]  # train.py wrote nothing
+
+
+def test_the_time_estimate(tmp_path, monkeypatch):
+    """From the runs already timed at this --parallel (complete ones, not resumed), else from FLOPs on a known GPU."""
+    keys = repro.Keys(parallel=2)
+    settings = repro.study_settings(keys, [])
+    todo = [("baseline", 1337)] * 5  # three rounds of two
+    with open(tmp_path / "commands.jsonl", "w") as f:
+        for seconds, resumed, parallel in ((300, False, 2), (330, False, 2), (9, True, 2), (100, False, 1)):
+            f.write(json.dumps({"seconds": seconds, "exit_code": 0, "resumed": resumed, "parallel": parallel}) + "\n")
+    assert repro.estimate(todo, str(tmp_path), keys, settings) == \
+        "5 runs to do, 2 at a time: about 16 min (3 rounds of ~5.2 min, from the median of 2 earlier runs)"
+    os.remove(tmp_path / "commands.jsonl")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert "no time estimate yet" in repro.estimate(todo, str(tmp_path), keys, settings)
+    import common
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr(common, "peak_flops", lambda device=None: 989e12)
+    line = repro.estimate(todo, str(tmp_path), keys, settings)
+    # config/repro.py: 105M tokens of a ~45M-parameter model (embedding included) at 15% of 989 TFLOP/s
+    minutes = float(re.search(r"rounds of ~([\d.]+) min", line).group(1))
+    assert "FLOPs at 15% of the GPU's peak" in line and 2 < minutes < 6

@@ -504,3 +504,103 @@ def test_sample_mistakes(tiny_run, args, message):
     with pytest.raises(SystemExit) as exit_info:
         sample.main([f"--out_dir={tiny_run}", "--device=cpu"] + args)
     assert message in str(exit_info.value.code)
+
+
+# ----------------------------------------------------------------------------
+# BOS windows, the trajectory's independence from evaluation, loss spikes
+
+def test_bos_windows_anchor_every_training_and_validation_window(stdlib_data, tmp_path):
+    """bos=True (the default): position 0 of every window the model trains and is evaluated on is <|endoftext|>,
+    then block_size - 1 tokens of text, y still x shifted by one; the checkpoint records it."""
+    out = str(tmp_path / "bos")
+    seen = []
+    real_forward = model_py.GPT.forward
+
+    def recording_forward(self, idx, targets=None):
+        seen.append((idx.clone(), None if targets is None else targets.clone()))
+        return real_forward(self, idx, targets)
+    model_py.GPT.forward = recording_forward
+    try:
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out}", "--max_iters=2", "--eval_interval=2"])
+    finally:
+        model_py.GPT.forward = real_forward
+    assert len(seen) > 4
+    for idx, targets in seen:
+        assert (idx[:, 0] == 50256).all()  # every window, training and validation, and the probe's batch
+        if targets is not None:
+            assert torch.equal(idx[:, 1:], targets[:, :-1])
+    assert not (seen[0][0][:, 1:] == 50256).all()  # the rest is text
+    assert load_checkpoint(os.path.join(out, "ckpt.pt"))[1]["config"]["bos"] is True
+    # --bos=False: windows start anywhere (a document delimiter only where the text has one)
+    from data.shards import TrainLoader
+    x, _ = TrainLoader(stdlib_data, 32, 64, seed=0).next_batch()
+    assert (x[:, 0] != 50256).float().mean() > 0.9
+
+
+def test_bos_cannot_change_on_resume(tiny_run, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main([f"--out_dir={tiny_run}", "--init_from=resume", "--bos=False"])
+    assert "bos=False differs from the run" in str(e.value.code) and "another out_dir" in str(e.value.code)
+
+
+def test_generation_keeps_the_bos_at_position_0_when_the_text_outgrows_the_window():
+    torch.manual_seed(0)
+    m = model_py.GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=64)).eval()
+    seen = []
+    real = m._forward
+
+    def spy(idx, start=0, cache=None):
+        seen.append((idx.clone(), start))
+        return real(idx, start=start, cache=cache)
+    m._forward = spy
+    start = torch.tensor([[63, 1, 2]])
+    out = m.generate(start, max_new_tokens=10, keep_first=True)
+    assert out[0, 0] == 63 and out.shape == (1, 13)
+    full = [idx for idx, s in seen if s == 0 and idx.size(1) == 8]  # the recomputed, cropped contexts
+    assert full and all(idx[0, 0] == 63 for idx in full)
+    for idx in full:  # the BOS, then the last 7 tokens of the sequence so far
+        assert any(torch.equal(idx[0, 1:], out[0, j:j + 7]) for j in range(1, out.size(1) - 6))
+    seen.clear()
+    m.generate(start, max_new_tokens=10)  # without keep_first the window slides past it
+    assert any(idx.size(1) == 8 and idx[0, 0] != 63 for idx, s in seen if s == 0)
+
+
+def test_the_trajectory_does_not_depend_on_evaluation_or_checkpointing(stdlib_data, tmp_path):
+    """Two runs that differ only in eval_interval (so in how often they evaluate, probe and save) end with
+    identical weights: evaluation consumes no random numbers and changes no state that training reads."""
+    weights = []
+    for interval in (2, 5):
+        out = str(tmp_path / f"every{interval}")
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out}", "--max_iters=10",
+                           f"--eval_interval={interval}"])
+        weights.append(load_checkpoint(os.path.join(out, "ckpt.pt"))[1]["model"])
+    assert weights[0].keys() == weights[1].keys()
+    for k in weights[0]:
+        assert torch.equal(weights[0][k], weights[1][k]), k
+
+
+def spikes_in(losses, threshold=6.0):
+    health = {"loss_ema": None, "loss_spikes": 0}
+    flagged = [train.count_spike(health, x, threshold) for x in losses]
+    return health["loss_spikes"], flagged
+
+
+def test_loss_spikes_are_what_a_reader_would_call_spikes():
+    rng = torch.Generator().manual_seed(0)
+    steps = torch.arange(3000, dtype=torch.float64)
+    curve = 2 + 3 * torch.exp(-steps / 300)  # a falling loss
+    noise = 0.03 * torch.randn(3000, generator=rng, dtype=torch.float64)
+    quiet = (curve + noise).tolist()
+    assert spikes_in(quiet)[0] == 0  # noise alone, however long the run: no spike
+    spiky = list(quiet)
+    for at, length in ((800, 1), (1500, 5), (2200, 30)):  # +0.5 nats for 1, 5 and 30 steps: three spikes
+        for i in range(at, at + length):
+            spiky[i] += 0.5
+    count, flagged = spikes_in(spiky)
+    assert count == 3 and flagged[800] and flagged[1500] and flagged[2200]
+    # a jump to a plateau (the loss stalls far above where it was): one spike; a slow drift upwards: none
+    assert spikes_in(quiet[:1000] + [x + 1.5 for x in quiet[1000:]])[0] == 1
+    assert spikes_in([q + 1.5 * i / 3000 for i, q in enumerate(quiet)])[0] == 0
+    # the first steps (the running variance is not yet meaningful) and tiny rises never count
+    assert spikes_in([5.0] * 5 + [9.0] + [5.0] * 10)[0] == 0
+    assert spikes_in([3.0 + 1e-4 * (i % 2) for i in range(200)] + [3.05] + [3.0] * 20)[0] == 0

@@ -42,7 +42,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (BEST, REPO, autocast_for, code_version, configure, dataset_dir, estimate_mfu, fail, finite_or_none,
                     layer_mean, model_from_checkpoint, pick_device, read_checkpoint, read_jsonl, save_checkpoint)
-from data.shards import TrainLoader, atomic_write, find_shards, max_token_id, read_meta, val_batches
+from data.shards import TrainLoader, atomic_write, bos_token, find_shards, max_token_id, read_meta, val_batches
 from model import GPT, GPTConfig
 from probe import Probe
 
@@ -65,6 +65,10 @@ class TrainConfig:
     # data
     dataset: str = "pystdlib"  # a folder under data/ with <name>_train_*.bin and <name>_val_*.bin shards
     data_dir: str = ""  # where its shards are, if not data/<dataset>
+    # BOS-anchored windows: position 0 of every training and validation window is the dataset's <|endoftext|>,
+    # then block_size - 1 tokens of text. The papers' models always see a beginning-of-sequence token at position
+    # 0, and the attention sink forms on it: without a fixed token there, a small model grows almost no sink.
+    bos: bool = True
     gradient_accumulation_steps: int = 1  # summed over all processes, as in nanoGPT
     batch_size: int = 8  # sequences per micro-step per process
     # the model: model.GPTConfig's fields (variants.py says what each does), at its defaults but the sizes
@@ -106,9 +110,9 @@ class TrainConfig:
     min_lr: float = 2e-4  # usually learning_rate / 10
     # loss health
     max_nonfinite: int = 10  # this many non-finite steps in a row stop the run
-    # a loss spike: a step's loss this many nats above the EMA of the earlier steps' losses (keep it above the
-    # step-to-step noise: about 0.5 nats (std) for the default 8 x 128-token batches)
-    spike_threshold: float = 1.0
+    # a loss spike: a step's loss more than spike_threshold standard deviations (of the recent steps' losses)
+    # above their running mean, and at least SPIKE_MIN_NATS above it; see count_spike
+    spike_threshold: float = 6.0
     # system
     backend: str = "auto"  # DDP: 'nccl' on CUDA, 'gloo' otherwise
     device: str = "auto"  # 'cuda', 'cuda:1', 'mps', 'cpu'; auto: the first of cuda, mps, cpu that is available
@@ -118,7 +122,10 @@ class TrainConfig:
 
 
 MODEL_KEYS = [f.name for f in dataclasses.fields(GPTConfig)]  # test_train checks TrainConfig lists each of them
-SPIKE_EMA = 0.95  # decay of the running mean that a loss spike is measured against (about 20 steps)
+SPIKE_EMA = 0.95  # decay of the running mean and variance that a loss spike is measured against (~20 steps)
+SPIKE_WARMUP = 20  # steps before spikes are counted: the running variance needs a few steps to mean anything
+SPIKE_MIN_NATS = 0.1  # a spike rises at least this far above the running mean, however quiet the loss was
+VAL_RISE_WARNING = 1.0  # nats: a validation loss this far above the best one gets a warning
 CHECKPOINT = "ckpt.pt"  # the latest state: what --init_from=resume continues
 
 
@@ -146,12 +153,34 @@ def lr_at(it, c):
     return c.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (c.learning_rate - c.min_lr)
 
 
+def count_spike(health, loss, threshold):
+    """Update the loss health with one finite step's loss; return True if the step is in a spike.
+    A spike is what a reader of the loss curve would call one: a sudden rise far outside the recent noise,
+    i.e. more than `threshold` standard deviations (and SPIKE_MIN_NATS) above the exponential moving
+    average of the earlier losses. A spike that lasts several steps counts once; a slow drift upwards moves
+    the average along with it and is no spike; a jump to a higher plateau is one spike."""
+    mean, var, steps = health["loss_ema"], health.get("loss_var", 0.0), health.get("steps", 0)
+    spiking = (mean is not None and steps >= SPIKE_WARMUP
+               and loss - mean > max(threshold * math.sqrt(var), SPIKE_MIN_NATS))
+    if spiking and not health.get("in_spike", False):
+        health["loss_spikes"] += 1
+    if mean is None:
+        mean = loss
+    else:  # exponentially weighted mean and variance (West 1979)
+        delta = loss - mean
+        mean += (1 - SPIKE_EMA) * delta
+        var = SPIKE_EMA * (var + (1 - SPIKE_EMA) * delta * delta)
+    health.update(loss_ema=mean, loss_var=var, steps=steps + 1, in_spike=spiking)
+    return spiking
+
+
 def describe(record):
     """The measurements of an eval record in words (layer averages)."""
     def number(key, spec):
         return "n/a" if record[key] is None else format(record[key], spec)
     return (f"val loss {number('val_loss', '.4f')}, first-token attention {number('first_token_attn', '.3f')}, "
-            f"max activation {number('max_act', '.1f')}, gate mean {number('gate_mean', '.3f')}")
+            f"sink heads {number('sink_heads', '.2f')}, max activation {number('max_act', '.1f')}, "
+            f"gate mean {number('gate_mean', '.3f')}")
 
 
 # -----------------------------------------------------------------------------
@@ -183,7 +212,7 @@ def check_settings(c):
         "grad_clip": (lambda x: x >= 0, "0 (no clipping) or more"),
         "beta1": (lambda x: 0 <= x < 1, "in [0, 1)"),
         "beta2": (lambda x: 0 <= x < 1, "in [0, 1)"),
-        "spike_threshold": (lambda x: x > 0, "a positive number of nats"),
+        "spike_threshold": (lambda x: x > 0, "a positive number of standard deviations"),
     }
     for key, (ok, allowed) in ranges.items():
         value = getattr(c, key)
@@ -203,6 +232,7 @@ def resume_settings(argv, checkpoint, ckpt_path):
     sets. Model flags cannot change; other changes are announced, data changes loudly."""
     keys = {f.name for f in dataclasses.fields(TrainConfig)}
     saved = {k: v for k, v in checkpoint["config"].items() if k in keys and k not in PER_COMMAND}
+    saved.setdefault("bos", False)  # runs from before BOS windows existed started their windows anywhere
     c, given = configure(TrainConfig, argv, defaults=saved)
     notes = []
     for key in sorted(given):
@@ -212,6 +242,9 @@ def resume_settings(argv, checkpoint, ckpt_path):
         if key in checkpoint["model_args"] and key != "attn_backend":  # the backend is not part of the model
             fail(f"{key}={value!r} differs from the run in {ckpt_path} ({key}={saved[key]!r}): a resumed run "
                  "keeps its model. Start a new run in another out_dir to change the model.")
+        if key == "bos":
+            fail(f"bos={value!r} differs from the run in {ckpt_path} (bos={saved[key]!r}): a resumed run keeps what "
+                 "its windows start with. Start a new run in another out_dir to change it.")
         if key not in DATA_KEYS:
             notes.append(f"note: resuming with {key}={value!r} (the run had {saved[key]!r})")
     old = os.path.abspath(dataset_dir(saved.get("dataset", ""), saved.get("data_dir", "")))
@@ -337,8 +370,11 @@ def prepare_data(c, block, vocab_size, rank, world_size, ddp):
         if largest >= vocab_size:
             fail(f"the shards in {data_dir} hold token id {largest} but the model has vocab_size={vocab_size}: "
                  f"the data was made with another tokenizer, or vocab_size must be at least {largest + 1}")
-        loader = TrainLoader(data_dir, block, c.batch_size, seed=c.seed, rank=rank, world_size=world_size)
-        val = val_batches(data_dir, block, c.batch_size, c.eval_iters)
+        bos = bos_token(data_dir) if c.bos else None
+        if bos is not None and bos >= vocab_size:
+            fail(f"bos=True anchors windows with token {bos}, but the model has vocab_size={vocab_size}")
+        loader = TrainLoader(data_dir, block, c.batch_size, seed=c.seed, rank=rank, world_size=world_size, bos=bos)
+        val = val_batches(data_dir, block, c.batch_size, c.eval_iters, bos=bos)
     except (OSError, ValueError) as e:
         fail(e)
     return data_dir, loader, val
@@ -413,7 +449,8 @@ class Trainer:
         fp16 = self.dtype == "float16" and self.device_type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda" if self.device_type == "cuda" else "cpu", enabled=fp16)
         self.iter_num, self.best_val_loss, self.best_iter = 0, float("inf"), None
-        self.health = {"loss_ema": None, "loss_spikes": 0, "nonfinite_steps": 0}
+        self.health = {"loss_ema": None, "loss_var": 0.0, "steps": 0, "in_spike": False, "loss_spikes": 0,
+                       "nonfinite_steps": 0}
         self.nonfinite_in_a_row = 0
         if checkpoint is None:
             return
@@ -462,14 +499,11 @@ class Trainer:
 
     def check_health(self, loss_value, grad_norm):
         """Loss health: True if the step may be taken. A non-finite step is skipped and counted (too many in a
-        row stop the run); a finite one updates the loss EMA that spikes are counted against."""
+        row stop the run); a finite one updates the running loss statistics that spikes are counted against."""
         # fp16's scaler skips steps with overflowing gradients by itself; anything else non-finite is ours to skip
         if math.isfinite(loss_value) and (self.scaler.is_enabled() or torch.isfinite(grad_norm)):
             self.nonfinite_in_a_row = 0
-            ema = self.health["loss_ema"]
-            if ema is not None and loss_value > ema + self.c.spike_threshold:
-                self.health["loss_spikes"] += 1
-            self.health["loss_ema"] = loss_value if ema is None else SPIKE_EMA * ema + (1 - SPIKE_EMA) * loss_value
+            count_spike(self.health, loss_value, self.c.spike_threshold)
             return True
         self.health["nonfinite_steps"] += 1
         self.nonfinite_in_a_row += 1
@@ -498,11 +532,11 @@ class Trainer:
         with self.ctx, Probe(self.raw_model) as probe:
             self.raw_model(x.to(self.device))
         self.model.train()
-        return (total[0] / total[1]).item(), probe.stats
+        return (total[0] / total[1]).item(), probe.stats, probe.heads
 
     def log_and_save(self, lr, speed):
         """Evaluate, write the record to log.jsonl (and wandb), and save the checkpoints."""
-        val_loss, stats = self.evaluate()
+        val_loss, stats, heads = self.evaluate()
         train_losses, train_time, timed_iters = speed
         mfu = None
         if timed_iters:
@@ -517,12 +551,15 @@ class Trainer:
             "tokens_per_s": self.tokens_per_iter * timed_iters / train_time if timed_iters else None,
             "mfu": mfu,
             "first_token_attn": layer_mean(stats["first_token_attn"]),
+            "sink_share": layer_mean(stats["sink_share"]),  # the largest share of attention any one key gets
+            "sink_heads": layer_mean(stats["sink_heads"]),  # the share of heads with F-Attn > 0.3 (Gu et al.)
             "max_act": layer_mean(stats["max_act"]),
             "gate_mean": layer_mean(stats["gate_mean"]),
             "loss_spikes": self.health["loss_spikes"],
             "nonfinite_steps": self.health["nonfinite_steps"],
             "time_s": time.time() - self.t_start,
             "layers": {k: v and [finite_or_none(x) for x in v] for k, v in stats.items()},  # per-layer values
+            "heads": {k: [[finite_or_none(x) for x in layer] for layer in v] for k, v in heads.items()},  # per head
         }
         if not self.folder.started:
             record["code"] = code_version()  # the first record of each command: which code wrote this run
@@ -569,7 +606,7 @@ class Trainer:
         worse = val_loss - self.best_val_loss
         print(f"saved {self.ckpt_path} (the latest state); its validation loss is {worse:.3f} worse than the best, "
               f"{self.best_val_loss:.4f} at iter {self.best_iter}, which best.pt keeps", flush=True)
-        if worse > self.c.spike_threshold:
+        if worse > VAL_RISE_WARNING:
             print(f"WARNING: the validation loss rose by {worse:.2f} nats: the run may be diverging "
                   "(a lower learning_rate, or resume from best.pt: copy it to ckpt.pt)", flush=True)
 
@@ -578,7 +615,8 @@ class Trainer:
         c = self.c
         self.say(f"model: {self.raw_model.num_params() / 1e6:.2f}M parameters, gate={self.gptconf.gate}, "
                  f"norm={self.gptconf.norm}; device {self.device}, {self.dtype}, {self.world_size} process(es)")
-        self.say(f"data: {self.data_dir}, {len(self.loader.windows):,} training windows; "
+        anchor = " (each starts with the BOS token <|endoftext|>)" if c.bos else ""
+        self.say(f"data: {self.data_dir}, {len(self.loader.windows):,} training windows{anchor}; "
                  f"{self.tokens_per_iter:,} tokens per iteration")
         self.start_iter, self.t_start = self.iter_num, time.time()
         speed, record, t_last = ([], 0.0, 0), None, time.time()  # speed: losses, seconds, steps since the last eval

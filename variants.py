@@ -3,7 +3,8 @@ What this project reproduces, in one place: the study's variants and the model's
 row it is compared with.
 
   VARIANTS       name -> Variant: the flags that make it, the GA and GN rows it reproduces, their numbers
-  STUDY          the variants `python repro.py train all` trains, in the report's order
+  STUDY          the variants `python repro.py train all` trains, in the report's order: MODELS (one model
+                 each, at the study's learning rate) then SWEEP (baseline and G1 at the higher LR_SWEEP rates)
   TEST_VARIANTS  name -> model flags: every variant that is a model (not a training setting), plus a few
                  configurations no paper row names, so that together they set every value of every flag
   FLAGS          every GPTConfig flag: what it does, with the papers' definitions, and its paper rows
@@ -51,9 +52,18 @@ class Variant:
         return {**self.flags, **self.train}
 
 
-# The stability pair: a learning rate high enough that the baseline struggles (about 3x config/repro.py's
-# 3e-3), as GA's dense models were pushed from 4e-3 to 8e-3.
-HIGH_LR = 1e-2
+# The stability sweep (GA §3.2, Table 2: pushed from lr 4e-3 to 8e-3, a dense baseline nearly diverged or diverged
+# while the gated model trained stably): the baseline and G1 at these learning rates, beside the study's own runs of
+# both at config/repro.py's 3e-3. The report plots final loss, M-Act and loss spikes against the learning rate.
+LR_SWEEP = (6e-3, 1e-2, 2e-2)
+SWEPT = ("baseline", "g1_elementwise")
+STABILITY_ROW = Row("GA", "§3.2, Table 2", "baseline vs gated at lr 8e-3",
+                    note="dense 1.7B, 48 layers: at lr 8e-3 the baseline nearly diverged (PPL 9.195) or diverged; "
+                         "the gated model trained stably and improved")
+
+
+def sweep_name(variant, lr):
+    return f"{variant}_lr{lr:g}"  # baseline_lr0.006
 
 VARIANTS = {
     # --- the study: `python repro.py train all` ---
@@ -88,13 +98,7 @@ VARIANTS = {
     "g1_preaffine": Variant(dict(gate="g1", norm="preaffine"),
                             gn=Row("GN", "Table 1", "GA+PreAffine", loss=1.954, max_act=640)),
     "dyt": Variant(dict(gate="none", norm="dyt"), gn=Row("GN", "Table 1", "DyT", loss=2.216, max_act=73)),
-    "baseline_high_lr": Variant(
-        dict(gate="none"), train=dict(learning_rate=HIGH_LR, min_lr=HIGH_LR / 10),
-        ga=Row("GA", "§3.2, Table 2", "baseline at lr 8e-3",
-               note="dense 1.7B, 48 layers, lr 8e-3: the baseline nearly diverged (PPL 9.195) or diverged")),
-    "g1_elementwise_high_lr": Variant(
-        dict(gate="g1"), train=dict(learning_rate=HIGH_LR, min_lr=HIGH_LR / 10),
-        ga=Row("GA", "§3.2, Table 2", "gated at lr 8e-3", note="the gated model trained stably and improved")),
+    # --- the stability sweep, added below: baseline_lr0.006 ... g1_elementwise_lr0.02 ---
 
     # --- paper rows outside the study: `python repro.py train g3` trains one beside it ---
     "g3": Variant(dict(gate="g3"), ga=Row("GA", "Table 1", "G3", ppl=6.016)),
@@ -107,9 +111,14 @@ VARIANTS = {
     "glu": Variant(dict(gate="none", mlp="glu"), gn=Row("GN", "Table 1", "GLU", loss=1.975, max_act=1300)),
 }
 
-STUDY = ("baseline", "g1_elementwise", "g1_headwise", "g1_head_shared", "g2_elementwise", "g5", "g1_ns_sigmoid",
-         "g1_input_independent", "g1_additive_silu", "sdpa_rmsnorm", "g1_gatednorm", "g1_preaffine", "dyt",
-         "baseline_high_lr", "g1_elementwise_high_lr")
+VARIANTS.update({sweep_name(v, lr): Variant(VARIANTS[v].flags, ga=STABILITY_ROW,
+                                            train=dict(learning_rate=lr, min_lr=lr / 10))
+                 for v in SWEPT for lr in LR_SWEEP})
+SWEEP = tuple(sweep_name(v, lr) for v in SWEPT for lr in LR_SWEEP)
+
+MODELS = ("baseline", "g1_elementwise", "g1_headwise", "g1_head_shared", "g2_elementwise", "g5", "g1_ns_sigmoid",
+          "g1_input_independent", "g1_additive_silu", "sdpa_rmsnorm", "g1_gatednorm", "g1_preaffine", "dyt")
+STUDY = MODELS + SWEEP  # `repro.py train all`; `train models` and `train sweep` train either part
 
 # Configurations no paper row names, each a change from GPTConfig's defaults, so that TEST_VARIANTS sets every
 # value of every flag (but attn_backend and match_params, which the tests choose themselves)

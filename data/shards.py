@@ -213,6 +213,7 @@ GPT2_ENCODER_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256db
 # GPT-2's pre-tokenizer: text is cut into these pieces first, and BPE merges happen only inside a piece
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 GPT2_EOT = "<|endoftext|>"
+GPT2_EOT_ID = 50256
 
 
 def get_tokenizer(name="gpt2"):
@@ -258,7 +259,7 @@ def load_gpt2(path):
     ranks = {bytes(char_to_byte[c] for c in token): rank
              for token, rank in json.loads(data).items() if token != GPT2_EOT}  # a special token, not a merge
     return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                             special_tokens={GPT2_EOT: 50256}, explicit_n_vocab=50257)
+                             special_tokens={GPT2_EOT: GPT2_EOT_ID}, explicit_n_vocab=50257)
 
 
 def encode_document(enc, text):
@@ -374,19 +375,26 @@ def find_shards(data_dir, split):
 
 class TokenWindows:
     """All the shards of one split, memory-mapped, seen as a numbered list of the windows of `length`
-    consecutive tokens that lie inside one shard (a window never spans two shards)."""
+    consecutive tokens that lie inside one shard (a window never spans two shards).
 
-    def __init__(self, data_dir, split, length):
+    bos: a token id (GPT-2's <|endoftext|>, see bos_token) to anchor every window with: the window is then
+    that token followed by length - 1 tokens of text, so position 0 always holds the same token, as it does
+    for a model trained on documents that each start with a beginning-of-sequence token. Without it
+    (bos=None) position 0 holds whatever token the window happens to start at."""
+
+    def __init__(self, data_dir, split, length, bos=None):
         self.paths = find_shards(data_dir, split)
         if not self.paths:
             raise FileNotFoundError(f"no {split} shards (*_{split}_*.bin) in {data_dir}")
-        self.length = length
+        self.length, self.bos = length, bos
+        self.text_length = length - (bos is not None)  # tokens read from the shards per window
         self.shards = [read_shard(p) for p in self.paths]
-        starts = [max(len(s) - length + 1, 0) for s in self.shards]  # window starts in each shard
+        starts = [max(len(s) - self.text_length + 1, 0) for s in self.shards]  # window starts in each shard
         self.ends = np.cumsum(starts)  # window i lies in the first shard with i < ends[shard]
         if len(self) == 0:
             raise ValueError(f"the {split} shards in {data_dir} hold {sum(len(s) for s in self.shards)} tokens; none "
-                             f"holds a window of block_size + 1 = {length} tokens. Use a smaller block_size or more data.")
+                             f"holds a window of {self.text_length} tokens (block_size + 1"
+                             f"{' - 1 for the BOS token' if bos is not None else ''}). Use a smaller block_size or more data.")
 
     def __len__(self):
         return int(self.ends[-1])
@@ -397,18 +405,21 @@ class TokenWindows:
         for i in np.asarray(indices, dtype=np.int64):
             shard = int(np.searchsorted(self.ends, i, side="right"))
             start = i - (self.ends[shard - 1] if shard else 0)
-            rows.append(self.shards[shard][start:start + self.length])
+            rows.append(self.shards[shard][start:start + self.text_length])
         windows = torch.from_numpy(np.stack(rows).astype(np.int64))
+        if self.bos is not None:
+            windows = torch.cat([torch.full((len(rows), 1), self.bos, dtype=torch.int64), windows], dim=1)
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
 
 class TrainLoader:
     """Random training windows of block_size + 1 tokens from a seeded generator. Each step every rank
     draws the same global batch of batch_size * world_size windows and keeps its own rows, so each rank
-    trains on different windows, and the generator's state (the same on every rank) is all a resume needs."""
+    trains on different windows, and the generator's state (the same on every rank) is all a resume needs.
+    bos: see TokenWindows."""
 
-    def __init__(self, data_dir, block_size, batch_size, seed, rank=0, world_size=1):
-        self.windows = TokenWindows(data_dir, "train", block_size + 1)
+    def __init__(self, data_dir, block_size, batch_size, seed, rank=0, world_size=1, bos=None):
+        self.windows = TokenWindows(data_dir, "train", block_size + 1, bos)
         self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
         self.generator = torch.Generator().manual_seed(seed)
 
@@ -424,13 +435,21 @@ class TrainLoader:
         self.generator.set_state(state["generator"])
 
 
-def val_batches(data_dir, block_size, batch_size, n_batches):
+def bos_token(data_dir):
+    """The id that anchors BOS windows: the dataset's end-of-text token (meta.json's eot_token, which
+    prepare wrote before every document), or GPT-2's 50256 for shards without a meta.json (llm.c's
+    FineWeb shards are GPT-2 tokens with 50256 between documents)."""
+    meta = read_meta(data_dir) or {}
+    return int(meta.get("eot_token", GPT2_EOT_ID))
+
+
+def val_batches(data_dir, block_size, batch_size, n_batches, bos=None):
     """The fixed validation set: a list of n_batches (x, y) int64 CPU tensors, each (batch_size, block_size).
     Its batch_size * n_batches windows of block_size + 1 tokens are spread evenly over all the val shards
     (window k starts at valid start k * N // (batch_size * n_batches), N = the number of valid starts).
     No randomness: the same windows for every eval, every run, every rank and any analysis script that
-    asks with the same data_dir, block_size and batch_size * n_batches."""
-    windows = TokenWindows(data_dir, "val", block_size + 1)
+    asks with the same data_dir, block_size, batch_size * n_batches and bos (see TokenWindows)."""
+    windows = TokenWindows(data_dir, "val", block_size + 1, bos)
     count = batch_size * n_batches
     picks = np.arange(count, dtype=np.int64) * len(windows) // count
     return [windows.batch(picks[i * batch_size:(i + 1) * batch_size]) for i in range(n_batches)]

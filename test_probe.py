@@ -1,0 +1,386 @@
+"""probe.py: the sink-anywhere statistic (received_attention), sink heads, the per-head and per-window values, and
+M-Act per window. Each is checked against an explicit float64 T x T softmax or a model built to have a known
+answer. CPU only."""
+
+import json
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+from common import finite_or_none
+from model import GPT, GPTConfig
+from probe import GATE_KEYS, SINK_HEAD_THRESHOLD, STAT_KEYS, WINDOW_KEYS, Probe, received_attention
+
+C, H, HKV, D, VOCAB = 32, 4, 2, 8, 97
+BASE = dict(block_size=24, vocab_size=VOCAB, n_layer=2, n_head=H, n_kv_head=HKV, n_embd=C, attn_backend="torch")
+SINK_KEYS = ("sink_share", "sink_heads", "sink_pos", "sink_pos_share", "sink_token", "sink_token_share")
+
+
+def tokens(B=3, T=20, seed=1, high=VOCAB):
+    return torch.randint(0, high, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def reference_received(q, k):
+    """r (B, H, T//2) from the explicit causal softmax, in float64: keys repeated per query head, then the mean of
+    each early key's probability over the late queries."""
+    q, k = q.double(), k.double().repeat_interleave(q.size(1) // k.size(1), dim=1)
+    T, n = q.size(2), q.size(2) // 2
+    s = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
+    p = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+    return p[:, :, n:, :n].mean(2)
+
+
+# ----------------------------------------------------------------------------
+# received_attention, the pure function
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (4, 1)])
+@pytest.mark.parametrize("T", [2, 7, 32])
+def test_received_attention_matches_the_explicit_softmax(heads, kv_heads, T):
+    g = torch.Generator().manual_seed(T * 10 + kv_heads)
+    q = 2 * torch.randn(2, heads, T, D, generator=g, dtype=torch.float64)  # scores of order 1: far from uniform
+    k = 2 * torch.randn(2, kv_heads, T, D, generator=g, dtype=torch.float64)
+    expected = reference_received(q, k)
+    late = T - T // 2
+    # chunks that divide the late queries' count and chunks that do not, one query at a time, all at once
+    for chunk in sorted({1, 2, 3, 5, late, 128}):
+        r = received_attention(q, k, chunk=chunk)
+        assert r.shape == (2, heads, T // 2) and r.dtype == torch.float32
+        torch.testing.assert_close(r.double(), expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(r, received_attention(q, k, chunk=1), rtol=1e-5, atol=1e-7)
+    # the scale is the model's, head_dim ** -0.5, unless given
+    torch.testing.assert_close(received_attention(q, k, scale=0.1).double(), reference_received(q * 0.1 * D ** 0.5, k),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_received_attention_is_float32_under_autocast():
+    """The probe runs inside the evaluation's autocast: the scores must not drop to bfloat16."""
+    g = torch.Generator().manual_seed(0)
+    q, k = 2 * torch.randn(2, 4, 32, D, generator=g), 2 * torch.randn(2, 2, 32, D, generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        r = received_attention(q, k)
+    torch.testing.assert_close(r.double(), reference_received(q, k), rtol=1e-5, atol=1e-6)
+
+
+def test_received_attention_reads_each_query_heads_own_kv_head():
+    """GQA: query heads 2h and 2h+1 share KV head h (the model's grouping), not heads h and h + H/2."""
+    q = torch.zeros(1, 4, 8, D)
+    q[..., 0] = 5.0
+    k = torch.zeros(1, 2, 8, D)
+    k[0, 0, 1, 0] = 1.0  # KV head 0: key 1 stands out; KV head 1: key 2
+    k[0, 1, 2, 0] = 1.0
+    pos = received_attention(q, k).argmax(-1)[0]
+    assert pos.tolist() == [1, 1, 2, 2]
+
+
+def test_received_attention_short_and_bad_inputs():
+    q, k = torch.randn(2, 4, 1, D), torch.randn(2, 2, 1, D)
+    assert received_attention(q, k).shape == (2, 4, 0)  # T = 1: no late query sees an earlier key
+    q, k = torch.randn(1, 2, 2, D), torch.randn(1, 2, 2, D)
+    torch.testing.assert_close(received_attention(q, k), reference_received(q, k).float())  # T = 2: query 1 on key 0
+    for bad_q, bad_k in [(torch.randn(1, 3, 4, D), torch.randn(1, 2, 4, D)),  # 3 heads cannot share 2 KV heads
+                         (torch.randn(1, 2, 4, D), torch.randn(1, 2, 5, D)),  # different lengths
+                         (torch.randn(2, 4, D), torch.randn(2, 4, D))]:  # not (B, H, T, D)
+        with pytest.raises(ValueError):
+            received_attention(bad_q, bad_k)
+    with pytest.raises(ValueError):
+        received_attention(q, k, chunk=0)
+
+
+def planted_share(a, T):
+    """The share a key gets from the late queries when each query's score on it is a and on every other key 0:
+    query i sees i + 1 keys, so p_i = e^a / (e^a + i)."""
+    return sum(math.exp(a) / (math.exp(a) + i) for i in range(T // 2, T)) / (T - T // 2)
+
+
+@pytest.mark.parametrize("p", [0, 3, 7])
+def test_received_attention_finds_a_planted_sink(p):
+    """Every query scores a on key p and 0 elsewhere: r_p is the analytic share, every other key gets
+    mean_i 1 / (e^a + i) (about 2/T here), and the top key is p, wherever p is in the first half."""
+    T, a = 16, 2.0
+    q = torch.zeros(2, 4, T, D, dtype=torch.float64)
+    q[..., 0] = 1.0
+    k = torch.zeros(2, 2, T, D, dtype=torch.float64)
+    k[:, :, p, 0] = a * D ** 0.5  # scores q.k / sqrt(D) = a on key p
+    r = received_attention(q, k)
+    other = sum(1 / (math.exp(a) + i) for i in range(T // 2, T)) / (T - T // 2)
+    expected = torch.full((2, 4, T // 2), other, dtype=torch.float64)
+    expected[..., p] = planted_share(a, T)
+    torch.testing.assert_close(r.double(), expected, rtol=1e-6, atol=1e-7)
+    top, pos = r.max(-1)
+    assert (pos == p).all() and top.min() > 0.35 > 5 * other
+
+
+# ----------------------------------------------------------------------------
+# The probe on a model built to have a sink: known answers
+
+SINK = 5  # the sink token's id
+
+
+def sink_model(a, T, kv_heads=HKV):
+    """One layer, no RoPE, whose attention has a known answer: the token SINK embeds as 10 e_0, every other token as
+    10 e_1; after the RMSNorm, head h's query is a_h * sqrt(D) / C * x_1 on channel 0 and each key is x_0 on channel
+    0. So a query of any other token scores a_h on each SINK key and 0 on the rest; a SINK query scores 0 on all."""
+    cfg = GPTConfig(**{**BASE, "block_size": T, "n_layer": 1, "n_kv_head": kv_heads, "pos_emb": "learned",
+                       "gate": "none"})
+    model = GPT(cfg).double().eval()
+    with torch.no_grad():
+        model.transformer.wpe.weight.zero_()
+        wte = model.transformer.wte.weight
+        wte.zero_()
+        wte[:, 1] = 10.0
+        wte[SINK] = 0.0
+        wte[SINK, 0] = 10.0
+        w = model.transformer.h[0].attn.c_attn.weight
+        w.zero_()
+        for h, ah in enumerate(torch.as_tensor(a, dtype=torch.float64).expand(H).tolist()):
+            w[h * D, 1] = ah * D ** 0.5 / C  # q_h[0] = a_h sqrt(D) / C * x[1], and x[1] = sqrt(C) for other tokens
+        for j in range(kv_heads):
+            w[H * D + j * D, 0] = 1.0  # k[0] = x[0] = sqrt(C) for SINK, 0 for the others
+    return model
+
+
+def windows_with_sink(positions, T):
+    idx = tokens(B=len(positions), T=T, high=SINK)  # ids below SINK: no other sink
+    for b, p in enumerate(positions):
+        idx[b, p] = SINK
+    return idx
+
+
+def first_token_attention_with_sink_at(p, a, T):
+    """F-Attn of a window whose SINK is at p (queries 1..T-1): before p and at p (a SINK query) attention is
+    uniform; after p, the key at 0 gets 1 / (e^a + i), or e^a / (e^a + i) when p = 0."""
+    def p0(i):
+        if p == 0:
+            return math.exp(a) / (math.exp(a) + i)
+        return 1 / (i + 1) if i <= p else 1 / (math.exp(a) + i)
+    return sum(p0(i) for i in range(1, T)) / (T - 1)
+
+
+def test_probe_finds_a_sink_token_anywhere():
+    """SINK sits at position 3 in two windows and at 6 in the third: every head's top key is the SINK, so
+    sink_share is the analytic share, sink_pos is 3 in 2 of 3 windows, sink_token is SINK in all."""
+    T, a = 16, 2.0
+    positions = [3, 6, 3]
+    model = sink_model(a, T)
+    with Probe(model) as probe:
+        model(windows_with_sink(positions, T))
+    stats = probe.stats
+    share = planted_share(a, T)
+    assert stats["sink_share"] == pytest.approx([share], abs=1e-6)
+    torch.testing.assert_close(probe.windows["sink_share"][0], torch.full((3,), share, dtype=torch.float64),
+                               rtol=0, atol=1e-6)
+    assert probe.heads["sink_share"] == [pytest.approx([share] * H, abs=1e-6)]
+    assert stats["sink_pos"] == [3] and stats["sink_pos_share"] == [pytest.approx(2 / 3)]
+    assert stats["sink_token"] == [SINK] and stats["sink_token_share"] == [1.0]
+    f_attn = [first_token_attention_with_sink_at(p, a, T) for p in positions]
+    torch.testing.assert_close(probe.windows["first_token_attn"][0], torch.tensor(f_attn, dtype=torch.float64),
+                               rtol=0, atol=1e-6)
+    assert stats["first_token_attn"] == pytest.approx([sum(f_attn) / 3], abs=1e-6)
+    assert max(f_attn) < SINK_HEAD_THRESHOLD and stats["sink_heads"] == [0.0]  # a sink, but not on position 0
+
+
+def f_attn_of(a, T):
+    return first_token_attention_with_sink_at(0, a, T)
+
+
+def score_for(f_attn, T):
+    """The score a on key 0 that gives F-Attn f_attn (bisection: F-Attn grows with a)."""
+    lo, hi = -20.0, 20.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f_attn_of(mid, T) < f_attn else (lo, mid)
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize("n_sink", [0, 1, 3, 4])
+def test_sink_heads_counts_the_heads_above_the_threshold(n_sink):
+    """The first n_sink heads put F-Attn 0.31 on the first token, the others 0.29: just either side of Gu et
+    al.'s 0.3, so sink_heads is n_sink / H, while the mean over heads says nothing about how many."""
+    assert SINK_HEAD_THRESHOLD == 0.3  # Gu et al.'s epsilon
+    T = 16
+    above, below = score_for(0.31, T), score_for(0.29, T)
+    model = sink_model([above] * n_sink + [below] * (H - n_sink), T, kv_heads=1)
+    with Probe(model) as probe:
+        model(windows_with_sink([0, 0], T))
+    per_head = [0.31] * n_sink + [0.29] * (H - n_sink)
+    assert probe.heads["first_token_attn"] == [pytest.approx(per_head, abs=1e-6)]
+    assert probe.stats["sink_heads"] == [n_sink / H]
+    assert probe.heads["sink_share"] == [pytest.approx([planted_share(above, T)] * n_sink +
+                                                       [planted_share(below, T)] * (H - n_sink), abs=1e-6)]
+    assert probe.stats["sink_pos"] == [0] and probe.stats["sink_token"] == [SINK]
+
+
+# ----------------------------------------------------------------------------
+# The probe on generic models, against the explicit float64 softmax
+
+def make(seed=0, **kw):
+    """A float64 model whose queries and keys are scaled up, so attention is far from uniform (and the top key
+    of each window and head is well separated), with its constant-initialised parameters perturbed."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**{**BASE, **kw})).double().eval()
+    with torch.no_grad():
+        for block in model.transformer.h:
+            attn = block.attn
+            attn.c_attn.weight[:(attn.n_head + attn.n_kv_head) * attn.head_dim].mul_(8)
+        for name, p in model.named_parameters():
+            if "gate_param" in name or name.endswith("weight") and p.dim() == 1:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def reference(model, idx):
+    """Per layer, from the attention's input captured here: the float64 attention probabilities (B, H, T, T), and
+    the gate scores (B, T, groups, width) for every token, or None without a gate."""
+    inputs = []
+    hooks = [b.attn.register_forward_hook(lambda m, args, out: inputs.append(args)) for b in model.transformer.h]
+    with torch.no_grad():
+        model(idx)
+    for hook in hooks:
+        hook.remove()
+    B, T = idx.shape
+    layers = []
+    for block, args in zip(model.transformer.h, inputs):
+        attn = block.attn
+        with torch.no_grad():
+            q, k, _, g = attn.project(*args[:2])  # Block calls attn(x, rope, cache)
+        q, k = q.double().transpose(1, 2), k.double().transpose(1, 2).repeat_interleave(H // attn.n_kv_head, dim=1)
+        s = (q @ k.transpose(-2, -1)) * attn.head_dim ** -0.5
+        maps = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        scores = None if attn.gate is None else attn.gate.score(g).double().expand(B, T, *g.shape[2:])
+        layers.append((maps, scores))
+    return layers
+
+
+def most_often(values):
+    counts = Counter(values)
+    best = max(counts.values())
+    return min(v for v, c in counts.items() if c == best), best / len(values)
+
+
+CONFIGS = {
+    "gqa_g1": dict(gate="g1"),
+    "no_gate": dict(gate="none"),
+    "input_independent": dict(gate="g1", gate_input="none"),
+    "mqa_headwise": dict(gate="g1", n_kv_head=1, gate_granularity="headwise"),
+    "mha_g2": dict(gate="g2", n_kv_head=H),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_probe_matches_the_explicit_softmax(name):
+    model = make(**CONFIGS[name])
+    B, T = 4, 20
+    idx = tokens(B=B, T=T)
+    with Probe(model) as probe:
+        model(idx)
+    n = T // 2
+    for layer, (maps, scores) in enumerate(reference(model, idx)):
+        p0 = maps[:, :, 1:, 0]  # (B, H, T-1)
+        r = maps[:, :, n:, :n].mean(2)  # (B, H, n)
+        top2 = r.topk(2, dim=-1).values
+        assert (top2[..., 0] - top2[..., 1]).min() > 1e-5  # a top key well defined: float32 finds the same one
+        top, pos = r.max(-1)
+        f_head = p0.mean((0, 2))
+        assert probe.heads["first_token_attn"][layer] == pytest.approx(f_head.tolist(), abs=1e-6)
+        assert probe.heads["sink_share"][layer] == pytest.approx(top.mean(0).tolist(), abs=1e-6)
+        torch.testing.assert_close(probe.windows["first_token_attn"][layer], p0.mean((1, 2)), rtol=0, atol=1e-6)
+        torch.testing.assert_close(probe.windows["sink_share"][layer], top.mean(1), rtol=0, atol=1e-6)
+        assert probe.stats["sink_heads"][layer] == sum(f > SINK_HEAD_THRESHOLD for f in f_head.tolist()) / H
+        pairs = [(b, h) for b in range(B) for h in range(H)]
+        sink_pos, pos_share = most_often([pos[b, h].item() for b, h in pairs])
+        sink_token, token_share = most_often([idx[b, pos[b, h]].item() for b, h in pairs])
+        assert probe.stats["sink_pos"][layer] == sink_pos and probe.stats["sink_pos_share"][layer] == pos_share
+        assert probe.stats["sink_token"][layer] == sink_token and probe.stats["sink_token_share"][layer] == token_share
+        if scores is None:
+            assert probe.windows["gate_mean"] is None
+        else:
+            torch.testing.assert_close(probe.windows["gate_mean"][layer], scores.flatten(1).mean(1), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_windows_average_to_the_stats(name):
+    """stats[key][layer] is the mean of windows[key][layer] (B,) for the per-window keys; lists are per layer, heads
+    per layer and head; without a gate the gate keys are None; values are JSON-friendly."""
+    model = make(**CONFIGS[name])
+    B, T = 5, 18
+    with Probe(model) as probe:
+        model(tokens(B=B, T=T))
+    gated = CONFIGS[name]["gate"] != "none"
+    assert set(probe.stats) == set(STAT_KEYS) and set(probe.windows) == set(WINDOW_KEYS)
+    for key in WINDOW_KEYS:
+        if key == "gate_mean" and not gated:
+            assert probe.windows[key] is None and probe.stats[key] is None
+            continue
+        assert len(probe.windows[key]) == len(probe.stats[key]) == 2
+        for w, stat in zip(probe.windows[key], probe.stats[key]):
+            assert w.shape == (B,) and w.dtype == torch.float64 and w.device.type == "cpu"
+            # windows differ, so a mean over them is a statement; an input-independent gate is the same for all
+            assert (w.std() == 0) == (key == "gate_mean" and name == "input_independent")
+            assert stat == pytest.approx(w.mean().item(), rel=1e-12)
+    for key in GATE_KEYS:
+        assert (probe.stats[key] is None) == (not gated)
+    for key in ("first_token_attn", "sink_share"):
+        assert len(probe.heads[key]) == 2 and all(len(v) == H and all(type(x) is float for x in v)
+                                                  for v in probe.heads[key])
+    for key in SINK_KEYS:
+        assert len(probe.stats[key]) == 2
+    assert all(type(v) is int for v in probe.stats["sink_pos"] + probe.stats["sink_token"])
+    assert all(0 <= v < T // 2 for v in probe.stats["sink_pos"])
+    json.dumps({k: v and [finite_or_none(x) for x in v] for k, v in probe.stats.items()}, allow_nan=False)
+
+
+def test_max_act_is_the_per_window_max_averaged_over_windows():
+    """M-Act does not grow with the batch: each window's max |h|, averaged; not the largest over the batch."""
+    model = make(gate="none")
+    per_window, batch_max = [], []
+
+    def hook(m, args, out):
+        per_window.append(out.abs().amax((1, 2)))
+        batch_max.append(out.abs().max().item())
+
+    hooks = [b.register_forward_hook(hook) for b in model.transformer.h]
+    with Probe(model) as probe:
+        model(tokens(B=4, T=12))
+    for h in hooks:
+        h.remove()
+    for layer in range(2):
+        assert torch.equal(probe.windows["max_act"][layer], per_window[layer])
+        assert probe.stats["max_act"][layer] == pytest.approx(per_window[layer].mean().item(), rel=1e-12)
+        assert probe.stats["max_act"][layer] < batch_max[layer] * (1 - 1e-3)
+
+
+def test_probe_reads_the_ids_however_the_model_is_called_and_leaves_no_hook():
+    model = make()
+    idx = tokens(B=2, T=12)
+    plain = model(idx)[0]
+    with Probe(model) as by_name:
+        logits = model(idx=idx)[0]
+    assert torch.equal(plain, logits)  # the probe changes nothing
+    with Probe(model) as positional:
+        model(idx, idx)
+    for key in STAT_KEYS:
+        assert by_name.stats[key] == pytest.approx(positional.stats[key]), key
+    assert all(0 <= t < VOCAB for t in by_name.stats["sink_token"])
+    with Probe(model) as unseen:  # not through forward: the ids are unknown
+        model._forward(idx)
+    assert unseen.stats["sink_token"] == [None, None] and all(math.isnan(s) for s in unseen.stats["sink_token_share"])
+    assert unseen.stats["sink_share"] == pytest.approx(by_name.stats["sink_share"])
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_one_token_windows_have_no_sink_statistics():
+    model = make()
+    with Probe(model) as probe:
+        model(tokens(B=3, T=1))
+    for key in ("first_token_attn", "sink_share", "sink_heads", "sink_pos_share", "sink_token_share"):
+        assert all(math.isnan(v) for v in probe.stats[key]), key
+    assert probe.stats["sink_pos"] == [None, None] and probe.stats["sink_token"] == [None, None]
+    assert all(w.shape == (3,) and w.isnan().all() for w in probe.windows["sink_share"])
+    assert all(math.isnan(x) for v in probe.heads["first_token_attn"] for x in v)
+    assert all(math.isfinite(v) for v in probe.stats["max_act"] + probe.stats["gate_mean"])
+    with Probe(model) as probe:  # two tokens: query 1 on key 0 is the only candidate
+        model(tokens(B=3, T=2))
+    assert probe.stats["sink_pos"] == [0, 0] and probe.stats["sink_pos_share"] == [1.0, 1.0]
+    assert probe.stats["sink_share"] == pytest.approx(probe.stats["first_token_attn"], abs=1e-6)
