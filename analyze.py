@@ -93,7 +93,7 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     for x, y in batches:
         x, y = x.to(device), y.to(device)
         with ctx, Probe(model, gate_scores=keep_scores) as probe:
-            logits, _ = model(x, y)
+            logits, _ = model(x)  # no targets: the loss is computed here, per window
         # each window's own loss (the mean of the batch's is the loss train.py logs), for paired comparisons
         loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none").view(y.shape).mean(1)
         del logits
@@ -115,7 +115,7 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     heads = {key: np.mean([h[key] for h in per_head], axis=0).tolist() for key in ("first_token_attn", "sink_share")}
     # sink heads over the whole validation set: a head's F-Attn averaged over every window, then thresholded
     layers["sink_heads"] = [float(np.mean(np.array(h) > SINK_HEAD_THRESHOLD)) for h in heads["first_token_attn"]]
-    layers.update(where_the_sink_is(per_batch, batches[0][0].size(0) * model.config.n_head))
+    layers.update(pool_sink_location(per_batch, batches[0][0].size(0) * model.config.n_head))
     windows_all = {key: (None if per_window[0][key] is None else np.concatenate([w[key] for w in per_window]))
                    for key in per_window[0]}
     with ctx:
@@ -146,7 +146,7 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     return record, scores, [m[0].mean(0).float().cpu().numpy() for m in maps]
 
 
-def where_the_sink_is(per_batch, pairs):
+def pool_sink_location(per_batch, pairs):
     """Per layer: the key position and the token most often receiving a (window, head)'s largest share, pooled
     over batches from each batch's most frequent one (exact when every batch agrees, as for a BOS sink)."""
     out = {}
@@ -282,11 +282,8 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         "validation": {"batches": batches, "batch_size": batch_size, "source": source},
         "runs": records,
     }
-    per_window = [r.pop("per_window") for r in records]  # too big for the JSON; returned below
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    for r, w in zip(records, per_window):
-        r["per_window"] = w
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:  # the per-window arrays stay in memory, for repro.py
+        json.dump({**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"} for r in records]}, f, indent=1)
     summary["plots"] = plot(records, scores, maps, [read_jsonl(os.path.join(d, "log.jsonl")) for d in run_dirs], out_dir)
     return summary
 

@@ -50,9 +50,11 @@ import time
 from dataclasses import dataclass, fields
 
 import numpy as np
+import torch
 
-from common import configure, dataset_dir, fail, read_jsonl, run_config_file
+from common import configure, dataset_dir, fail, flops_per_token, peak_flops, read_jsonl, run_config_file
 from data.shards import find_shards
+from model import GPT, GPTConfig
 from stats import RULE, compare, mean_ci, verdict
 from variants import MODELS, STABILITY_ROW, STUDY, SWEEP, SWEPT, VARIANTS, Row
 
@@ -202,10 +204,7 @@ def estimate(todo, root, keys, settings):
     if past:
         per_run, how = float(np.median(past)), f"the median of {len(past)} earlier runs"
     else:
-        import torch
-        from common import flops_per_token, peak_flops
-        from model import GPT, GPTConfig
-        peak = peak_flops() if torch.cuda.is_available() else None
+        peak = peak_flops()  # None off CUDA or on a GPU it does not know
         if peak is None:
             return (f"{len(todo)} runs to do, {keys.parallel} at a time ({waves} rounds); no time estimate yet (no "
                     "earlier run timed here, and no GPU whose peak FLOP/s is known)")
@@ -219,8 +218,7 @@ def estimate(todo, root, keys, settings):
             f"({waves} rounds of ~{per_run / 60:.1f} min, from {how})")
 
 
-def train(runs, root, keys, extra):
-    settings = study_settings(keys, extra)
+def train(runs, root, keys, extra, settings):
     os.makedirs(root, exist_ok=True)
     todo = []
     for v, seed in runs:
@@ -576,7 +574,7 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed)
     for v, rs in by.items():
         lines.append(f"| {v} | {len(rs)} | {rs[0]['lr']:g} | {status(rs)} | " +
                      " | ".join(fmt_ci(variants[v][key], spec) for key, _, spec in COLUMNS) + " |")
-    lines += where_the_sink_is(records, analyzed)
+    lines += sink_section(records, analyzed)
     if not tiny:
         lines += paper_table(by)
     lines += ["", "## Commands run", "",
@@ -629,7 +627,7 @@ def spikes(row):
     return ", ".join(fmt(n, "d") for n in row["loss_spikes"]) if row else "–"
 
 
-def where_the_sink_is(records, analyzed):
+def sink_section(records, analyzed):
     """Per layer, for the first seed of the baseline and of G1: where attention piles up, and on which token."""
     lines = ["", "## Where the sink is", "",
              "Per layer, first seed: F-Attn, the sink share, the share of sink heads, and the key position and token "
@@ -746,8 +744,9 @@ def main(argv):
         if unknown or not variants:
             fail((f"unknown variant(s) {', '.join(unknown)}" if unknown else "name the variants to train") +
                  f"; choose 'all' (the study), 'models', 'sweep' or from: {', '.join(VARIANTS)}")
-        base = study_settings(keys, passed).get("seed", 1337)
-        train([(v, base + i) for v in variants for i in range(keys.seeds)], root, keys, passed)
+        settings = study_settings(keys, passed)
+        base = settings.get("seed", 1337)
+        train([(v, base + i) for v in variants for i in range(keys.seeds)], root, keys, passed, settings)
     else:
         try:
             report(root, report_dir, keys.tiny, shlex.join([sys.executable, os.path.join(REPO, "repro.py"), *argv]))

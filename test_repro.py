@@ -298,12 +298,13 @@ def test_train_names_and_keys(monkeypatch):
     calls = []
     monkeypatch.setattr(repro, "train", lambda *args: calls.append(args))
     repro.main(["train", "g1_elementwise", "all", "g3", "--tiny", "--max_iters=5", "--compile"])
-    runs, root, keys, passed = calls[-1]
+    runs, root, keys, passed, settings = calls[-1]
     # `all` is the study, in order; a name given twice trains once; any registry name may be added; one seed: 1337
     assert runs == [(v, 1337) for v in ["g1_elementwise"] + [v for v in STUDY if v != "g1_elementwise"] + ["g3"]]
     assert (root, keys.tiny, passed) == ("out-repro-tiny", True, ["--max_iters=5", "--compile"])  # the rest, verbatim
     repro.main(["train", "baseline", "sweep", "--root=/tmp/r", "--tiny=False", "--seeds=2", "--parallel=3"])
-    runs, root, keys, passed = calls[-1]
+    runs, root, keys, passed, settings = calls[-1]
+    assert settings["max_iters"] == 1600  # config/repro.py, read once and handed to train
     assert runs == [(v, s) for v in ("baseline",) + SWEEP for s in (1337, 1338)] and root == "/tmp/r"
     assert (keys.tiny, keys.seeds, keys.parallel, passed) == (False, 2, 3, [])
     repro.main(["train", "models", "--config=config/repro_sink.py"])
@@ -390,9 +391,8 @@ def test_the_time_estimate(tmp_path, monkeypatch):
     os.remove(tmp_path / "commands.jsonl")
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     assert "no time estimate yet" in repro.estimate(todo, str(tmp_path), keys, settings)
-    import common
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
-    monkeypatch.setattr(common, "peak_flops", lambda device=None: 989e12)
+    monkeypatch.setattr(repro, "peak_flops", lambda device=None: 989e12)
     line = repro.estimate(todo, str(tmp_path), keys, settings)
     # config/repro.py: 105M tokens of a ~45M-parameter model (embedding included) at 15% of 989 TFLOP/s
     minutes = float(re.search(r"rounds of ~([\d.]+) min", line).group(1))

@@ -166,7 +166,7 @@ def count_spike(health, loss, threshold):
         health["loss_spikes"] += 1
     if mean is None:
         mean = loss
-    else:  # exponentially weighted mean and variance (West 1979)
+    else:  # exponentially weighted mean and variance, updated in place (Finch 2009)
         delta = loss - mean
         mean += (1 - SPIKE_EMA) * delta
         var = SPIKE_EMA * (var + (1 - SPIKE_EMA) * delta * delta)
