@@ -15,10 +15,10 @@ per layer and averaged over layers (probe.py defines each)
 The windows are, by default, the ones train.py evaluated the first run on (its eval_iters batches of its
 batch_size), so a single run's val loss is the one its training log shows for that checkpoint;
 --batches/--batch_size choose others; the windows start with <|endoftext|> when the run was trained that way
-(train.py's bos). Writes summary.json to out_dir (default out-analysis/, git-ignored) and, when matplotlib is
-installed, layers.png (per-layer F-Attn, sink share and M-Act of every run), gate_hist.png (gate-score
-histograms), attn_maps.png (a head-averaged attention map per run, as in GA Fig. 2) and curves.png
-(validation loss during training, from each run's log.jsonl).
+(train.py's bos). Writes summary.json and summary.md (a table of the runs, as TUTORIAL.md shows it) to out_dir
+(default out-analysis/, git-ignored) and, when matplotlib is installed, layers.png (per-layer F-Attn, sink share
+and M-Act of every run), gate_hist.png (gate-score histograms), attn_maps.png (a head-averaged attention map per
+run, as in GA Fig. 2) and curves.png (validation loss during training, from each run's log.jsonl).
 """
 
 import json
@@ -284,8 +284,29 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     }
     with open(os.path.join(out_dir, "summary.json"), "w") as f:  # the per-window arrays stay in memory, for repro.py
         json.dump({**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"} for r in records]}, f, indent=1)
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write(markdown_table(summary))
     summary["plots"] = plot(records, scores, maps, [read_jsonl(os.path.join(d, "log.jsonl")) for d in run_dirs], out_dir)
     return summary
+
+
+TABLE = (  # summary.md's columns: header, record key, format
+    ("val loss", "val_loss", "{:.3f}"), ("F-Attn", "first_token_attn", "{:.3f}"), ("sink share", "sink_share", "{:.3f}"),
+    ("sink heads", "sink_heads", "{:.2f}"), ("M-Act", "max_act", "{:.1f}"), ("gate mean", "gate_mean", "{:.3f}"),
+    ("gate < 0.1", "gate_below_0.1", "{:.2f}"), ("loss spikes", "loss_spikes", "{}"))
+
+
+def markdown_table(summary):
+    """The runs of a summary as a markdown table, with where and on what they were measured."""
+    v = summary["validation"]
+    lines = [f"Measured by analyze.py on {summary['device']}, {summary['date']}: {summary['checkpoint']} of each run, "
+             f"{v['batches']} batches x {v['batch_size']} validation windows ({v['source']}). Layer means.", "",
+             "| run | lr | " + " | ".join(h for h, _, _ in TABLE) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in TABLE) + " |"]
+    for r in summary["runs"]:
+        cells = ["–" if r.get(key) is None else fmt.format(r[key]) for _, key, fmt in TABLE]
+        lines.append(f"| {r['label']} | {r['lr']:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
@@ -309,7 +330,7 @@ def main(argv=None):
         summary = analyze(runs, labels, a.out_dir, a.device, a.batches, a.batch_size, a.map_tokens, a.checkpoint)
     except (ValueError, FileNotFoundError) as e:  # a corrupt checkpoint, too little validation data: one line
         fail(e)
-    print(f"wrote {os.path.join(a.out_dir, 'summary.json')}" + "".join(f", {p}" for p in summary["plots"]))
+    print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md" + "".join(f", {p}" for p in summary["plots"]))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +12,8 @@ if not torch.cuda.is_available():
 
 from data.shards import write_dataset  # noqa: E402  (after TRITON_INTERPRET: nothing here imports triton, but keep it so)
 
+REPO = os.path.dirname(os.path.abspath(__file__))
+
 
 @pytest.fixture(scope="session")
 def dataset(tmp_path_factory):
@@ -18,4 +22,25 @@ def dataset(tmp_path_factory):
     rng = np.random.default_rng(0)
     docs = {split: [rng.integers(0, 50000, n, dtype=np.uint16) for n in (3000, 2000)] for split in ("train", "val")}
     write_dataset(str(root), "toy", docs, source="random tokens")
+    return str(root)
+
+
+@pytest.fixture(scope="session")
+def stdlib_data(tmp_path_factory):
+    """The first 150 files of the standard library, prepared as the default dataset is."""
+    from data.pystdlib.prepare import prepare as prepare_pystdlib
+    data_dir = str(tmp_path_factory.mktemp("pystdlib"))
+    prepare_pystdlib(out_dir=data_dir, max_files=150, workers=2)
+    return data_dir
+
+
+@pytest.fixture(scope="session")
+def tutorial_runs(stdlib_data, tmp_path_factory):
+    """The tutorial's baseline and G1 runs at toy size (config/tutorial.py with TUTORIAL_TOY=1): a folder holding
+    baseline/ and g1/, as out/tutorial/ holds them after TUTORIAL.md's commands."""
+    root = tmp_path_factory.mktemp("tutorial_runs")
+    env = dict(os.environ, TUTORIAL_TOY="1")
+    for name, flags in (("baseline", ["--gate=none"]), ("g1", [])):
+        subprocess.run([sys.executable, "train.py", "config/tutorial.py", *flags, f"--data_dir={stdlib_data}",
+                        f"--out_dir={root / name}"], cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
     return str(root)

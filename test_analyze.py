@@ -92,6 +92,11 @@ def test_analyze_known_answers(tmp_path, dataset):
 
     on_disk = json.load(open(tmp_path / "res" / "summary.json"))
     assert [r["label"] for r in on_disk["runs"]] == ["base", "g1"] and on_disk["device"].startswith("CPU")
+    table = (tmp_path / "res" / "summary.md").read_text().splitlines()  # the table TUTORIAL.md shows
+    assert "2 batches x 3 validation windows" in table[0] and table[2].startswith("| run | lr | val loss | F-Attn")
+    base_row, g1_row = (row.split(" | ") for row in table[4:6])
+    assert base_row[:3] == ["| base", "0.001", f"{b['val_loss']:.3f}"] and base_row[7] == "–"  # no gate: no gate mean
+    assert g1_row[3] == f"{uniform:.3f}" and g1_row[7] == "0.500" and g1_row[9] == "3 |"
     pytest.importorskip("matplotlib")
     for name in ("layers.png", "gate_hist.png", "attn_maps.png"):
         assert (tmp_path / "res" / name).stat().st_size > 1000

@@ -19,7 +19,6 @@ import train
 from common import configure, load_checkpoint, save_checkpoint
 from model import GPTConfig
 from train import TrainConfig
-from data.pystdlib.prepare import prepare as prepare_pystdlib
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4", "--eval_iters=2",
@@ -50,14 +49,6 @@ def folder_state(path):
     """Every file under path with its bytes: a refused command must leave this exactly as it was."""
     path = pathlib.Path(path)
     return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
-
-
-@pytest.fixture(scope="session")
-def stdlib_data(tmp_path_factory):
-    """The first 150 files of the standard library, prepared as the default dataset is."""
-    data_dir = str(tmp_path_factory.mktemp("pystdlib"))
-    prepare_pystdlib(out_dir=data_dir, max_files=150, workers=2)
-    return data_dir
 
 
 @pytest.fixture(scope="session")

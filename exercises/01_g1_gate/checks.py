@@ -1,0 +1,192 @@
+"""Checks of exercise 01 (the G1 gate), in order: shapes, the gate's range, headwise layout, numbers against
+model.Gate, causality, two traps (G5, self-gating), then the whole block against model.CausalSelfAttention."""
+
+import math
+
+import torch
+
+from check import Wrong, expect_close, expect_shape, same
+
+
+def _gate_inputs(B, T, H, D, granularity, seed, dtype=torch.float64):
+    """y (B, T, H, D), x (B, T, C), w_gate (H*D or H, C), fixed seed."""
+    gen = torch.Generator().manual_seed(seed)
+    C = H * D
+    y = torch.randn(B, T, H, D, generator=gen, dtype=dtype)
+    x = torch.randn(B, T, C, generator=gen, dtype=dtype)
+    rows = H * D if granularity == "elementwise" else H
+    w_gate = torch.randn(rows, C, generator=gen, dtype=dtype) / math.sqrt(C)
+    return y, x, w_gate
+
+
+def _block_inputs(B, T, H, D, granularity, seed):
+    """x, w_qkv, w_gate, w_o in float64, fixed seed."""
+    gen = torch.Generator().manual_seed(seed)
+    C = H * D
+    x = torch.randn(B, T, C, generator=gen, dtype=torch.float64)
+    w_qkv = torch.randn(3 * C, C, generator=gen, dtype=torch.float64) / math.sqrt(C)
+    rows = H * D if granularity == "elementwise" else H
+    w_gate = torch.randn(rows, C, generator=gen, dtype=torch.float64) / math.sqrt(C)
+    w_o = torch.randn(C, C, generator=gen, dtype=torch.float64) / math.sqrt(C)
+    return x, w_qkv, w_gate, w_o
+
+
+def _sdpa_heads(x, w_qkv, n_head):
+    """Each head's ungated SDPA output, (B, T, H, D), by PyTorch's own attention."""
+    B, T, C = x.shape
+    q, k, v = (x @ w_qkv.T).split(C, dim=-1)
+    q, k, v = (t.view(B, T, n_head, -1).transpose(1, 2) for t in (q, k, v))
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+
+
+def check_g1_gate_shapes(student):
+    """g1_gate returns y's shape (B, T, H, D) and dtype, elementwise and headwise"""
+    y, x, w = _gate_inputs(2, 5, 2, 8, "elementwise", seed=0, dtype=torch.float32)
+    out = student.g1_gate(y, x, w, "elementwise")
+    expect_shape("g1_gate(y, x, w_gate, 'elementwise')", out, y.shape,
+                 "The gate multiplies y: the output has y's shape. Elementwise scores are (B, T, H, D), "
+                 "row h*D + d of w_gate scoring head h's channel d.")
+    if out.dtype != y.dtype:
+        raise Wrong(f"g1_gate turned float32 inputs into {out.dtype}: keep y's dtype (no .double() or .half()).")
+    y, x, w = _gate_inputs(2, 5, 4, 4, "headwise", seed=1, dtype=torch.float32)
+    out = student.g1_gate(y, x, w, "headwise")
+    expect_shape("g1_gate(y, x, w_gate, 'headwise')", out, y.shape,
+                 "Headwise scores are (B, T, H, 1), one per head, and broadcast over the head's D channels: "
+                 "the output still has y's shape.")
+
+
+def check_gate_scores_in_0_1(student):
+    """gate scores lie in (0, 1): very negative logits give ~0 (a head can output nothing), 0 gives y/2, large ~y"""
+    for granularity in ("elementwise", "headwise"):
+        y, x, w = _gate_inputs(2, 4, 4, 4, granularity, seed=2)  # H == D: see the next check
+        x = x.abs() + 0.5  # positive inputs, so a weight's sign sets the logits' sign
+        for weight, want, meaning in ((-50.0, torch.zeros_like(y), "~0 (sigmoid(-large) = 0: the gate is shut)"),
+                                      (0.0, y / 2, "y / 2 (sigmoid(0) = 0.5)"),
+                                      (50.0, y, "~y (sigmoid(+large) = 1: the gate is open)")):
+            w_const = torch.full_like(w, weight / x.size(-1))
+            out = student.g1_gate(y, x, w_const, granularity)
+            expect_shape(f"g1_gate(..., '{granularity}')", out, y.shape)
+            if same(out, want, 1e-6):
+                continue
+            logits = x @ w_const.T
+            logits = logits.view(*y.shape[:3], -1)
+            if same(out, y * logits, 1e-6):
+                raise Wrong(f"{granularity}: your output is y * (x @ w_gate.T): the sigmoid is missing, so the "
+                            "'scores' are the raw logits, unbounded and of either sign, not gate scores in (0, 1).")
+            raise Wrong(f"{granularity}: with every gate logit equal to {weight:g} * mean(x) the output should "
+                        f"be {meaning}, and it is not. Squash the logits x @ w_gate.T with torch.sigmoid and "
+                        "multiply y by the scores (not add them).")
+
+
+def check_headwise_one_score_per_head(student):
+    """headwise: one score per head, shared by its D channels (shutting head 1 silences head 1 only)"""
+    B, T, H, D = 2, 3, 4, 4  # H == D on purpose: a score broadcast over the wrong axis still runs
+    y, x, w = _gate_inputs(B, T, H, D, "headwise", seed=3)
+    x = x.abs() + 0.5
+    w = torch.full_like(w, 50.0 / x.size(-1))
+    w[1] = -w[1]  # head 1's gate is shut, the other heads' gates are open
+    out = student.g1_gate(y, x, w, "headwise")
+    expect_shape("g1_gate(..., 'headwise')", out, y.shape)
+    want = y.clone()
+    want[:, :, 1] = 0
+    if same(out, want, 1e-6):
+        return
+    wrong_axis = y.clone()
+    wrong_axis[..., 1] = 0
+    if same(out, wrong_axis, 1e-6):
+        raise Wrong("Shutting head 1's gate silenced channel 1 of every head instead of all channels of head 1: your "
+                    "headwise scores broadcast over the heads axis (shaped (B, T, 1, H)?). They must be (B, T, H, 1), "
+                    "so head h's one score multiplies its D channels.")
+    raise Wrong("With head 1's gate shut (very negative logits) and the others open, head 1's output should be ~0 and "
+                "the other heads' ~y. Row h of w_gate scores head h; shape the scores (B, T, H, 1).")
+
+
+def check_g1_gate_numbers(student):
+    """g1_gate matches model.Gate (float64, random weights), elementwise and headwise"""
+    import model
+    for granularity, H, D in (("elementwise", 2, 8), ("headwise", 3, 4)):
+        y, x, w = _gate_inputs(2, 5, H, D, granularity, seed=4)
+        gate = model.Gate(model.GPTConfig(n_embd=H * D, n_head=H, gate="g1", gate_granularity=granularity,
+                                          pos_emb="learned"))
+        want = gate(y, gate.logits(x @ w.T))
+        out = student.g1_gate(y, x, w, granularity)
+        expect_shape(f"g1_gate(..., '{granularity}')", out, y.shape)
+        if granularity == "elementwise" and same(out, y * torch.sigmoid(y.reshape(2, 5, -1) @ w.T).view(y.shape)):
+            raise Wrong("Your gate logits are computed from y (self-gating). G1's logits come from x, the block's "
+                        "input after the norm (what Q, K, V are computed from): x @ w_gate.T.")
+        expect_close(f"g1_gate(..., '{granularity}')", out, want, atol=1e-9, rtol=1e-9,
+                     hint="Elementwise: row h*D + d of w_gate scores head h's channel d, so the logits "
+                          "x @ w_gate.T (B, T, H*D) are viewed as (B, T, H, D); headwise: (B, T, H) viewed as "
+                          "(B, T, H, 1).")
+
+
+def check_attention_block_causal(student):
+    """attention_block returns (B, T, C), is causal (later tokens never change earlier outputs) and mixes tokens"""
+    B, T, H, D = 2, 6, 2, 4
+    x, w_qkv, w_gate, w_o = _block_inputs(B, T, H, D, "elementwise", seed=5)
+    out = student.attention_block(x, w_qkv, w_gate, w_o, H, "elementwise")
+    expect_shape("attention_block(x, ...)", out, (B, T, H * D))
+    x2 = x.clone()
+    x2[:, 3:] = torch.randn(B, T - 3, H * D, generator=torch.Generator().manual_seed(6), dtype=x.dtype)
+    out2 = student.attention_block(x2, w_qkv, w_gate, w_o, H, "elementwise")
+    if not same(out[:, :3], out2[:, :3]):
+        raise Wrong("Changing tokens 3.. changed the outputs at positions 0..2: the block sees the future. "
+                    "causal_attention masks along its third axis, so pass q, k, v as (B, H, T, D) "
+                    "(.view(B, T, H, D).transpose(1, 2)); as (B, T, H, D) it would mask heads, not tokens.")
+    x3 = x.clone()
+    x3[:, 0] = -x3[:, 0]
+    out3 = student.attention_block(x3, w_qkv, w_gate, w_o, H, "elementwise")
+    if same(out[:, 1:], out3[:, 1:]):
+        raise Wrong("Changing token 0 left every later output unchanged: your block does not mix tokens at all. "
+                    "causal_attention attends along its third axis, so pass q, k, v as (B, H, T, D) "
+                    "(.view(B, T, H, D).transpose(1, 2)); as (B, T, H, D) each token attends over its own heads.")
+
+
+def check_trap_gate_after_wo(student):
+    """the gate multiplies each head's output before W_O (G1), not the output of W_O (G5)"""
+    B, T, H, D = 2, 5, 2, 4
+    x, w_qkv, w_gate, w_o = _block_inputs(B, T, H, D, "elementwise", seed=7)
+    out = student.attention_block(x, w_qkv, w_gate, w_o, H, "elementwise")
+    g5 = (_sdpa_heads(x, w_qkv, H).reshape(B, T, H * D) @ w_o.T) * torch.sigmoid(x @ w_gate.T)
+    if same(out, g5):
+        raise Wrong("Your output equals the G5 gate (after W_O): out = (heads @ W_O^T) * sigmoid(x @ w_gate.T). G1 "
+                    "gates each head's SDPA output before the heads are concatenated and mixed by W_O. After W_O a "
+                    "score no longer belongs to one head, and W_V W_O stays one linear map with no non-linearity "
+                    "between them (GA finds G5 gains almost nothing: PPL 6.017 vs the baseline's 6.026).")
+
+
+def check_trap_self_gating(student):
+    """the gate logits come from x (the block's input), not from the attention output (self-gating)"""
+    B, T, H, D = 2, 5, 2, 4
+    x, w_qkv, w_gate, w_o = _block_inputs(B, T, H, D, "elementwise", seed=8)
+    out = student.attention_block(x, w_qkv, w_gate, w_o, H, "elementwise")
+    heads = _sdpa_heads(x, w_qkv, H).reshape(B, T, H * D)
+    self_gated = (heads * torch.sigmoid(heads @ w_gate.T)) @ w_o.T
+    if same(out, self_gated):
+        raise Wrong("Your gate logits are computed from the attention output (self-gating: "
+                    "sigmoid(y @ w_gate.T)). G1's logits come from x, the block's input after the norm, the same "
+                    "tensor as q, k, v: pass x to g1_gate, so the current token decides what to keep of each head.")
+
+
+def check_attention_block_vs_model(student):
+    """attention_block matches model.CausalSelfAttention (gate='g1'), elementwise and headwise, float64"""
+    import model
+    for granularity in ("elementwise", "headwise"):
+        B, T, H, D = 2, 7, 3, 4
+        x, w_qkv, w_gate, w_o = _block_inputs(B, T, H, D, granularity, seed=9)
+        config = model.GPTConfig(n_embd=H * D, n_head=H, gate="g1", gate_granularity=granularity, bias=False,
+                                 pos_emb="learned", attn_backend="torch")
+        attn = model.CausalSelfAttention(config).double()
+        with torch.no_grad():  # c_attn computes q, k, v and the gate logits in one matmul: its rows are [w_qkv; w_gate]
+            attn.c_attn.weight.copy_(torch.cat([w_qkv, w_gate]))
+            attn.c_proj.weight.copy_(w_o)
+            want = attn(x, rope=None)
+        out = student.attention_block(x, w_qkv, w_gate, w_o, H, granularity)
+        expect_shape(f"attention_block(..., '{granularity}')", out, want.shape)
+        if same(out, _sdpa_heads(x, w_qkv, H).reshape(B, T, H * D) @ w_o.T):
+            raise Wrong(f"{granularity}: your output is attention without the gate: call g1_gate on each head's "
+                        "output, (B, T, H, D), before the heads are concatenated.")
+        expect_close(f"attention_block(..., '{granularity}')", out, want, atol=1e-9, rtol=1e-9,
+                     hint="q, k, v are x @ w_qkv.T split in three along the last axis, in that order; each is "
+                          "viewed as (B, T, H, D) (head h = channels h*D .. h*D + D - 1) and transposed to "
+                          "(B, H, T, D) for causal_attention, then transposed back before the gate.")

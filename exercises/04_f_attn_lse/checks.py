@@ -1,0 +1,152 @@
+"""Checks of exercise 04 (F-Attn without the T x T matrix), in order: shapes, the log-sum-exp against
+torch.logsumexp of the explicit float64 score matrix (one chunk, then many), large logits, the probabilities on
+key 0 against kernels.first_token_attention, and the memory: no tensor of T x T / 2 elements or more."""
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from check import Wrong, expect_close, expect_shape, random_qk, same
+
+
+def _scores(q, k):
+    """The explicit causal score matrix (B, H, T, T) in float64, -inf above the diagonal."""
+    q, k = q.double(), k.double()
+    T = q.size(2)
+    s = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
+    return s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+
+
+def _reference_lse(q, k):
+    return torch.logsumexp(_scores(q, k), dim=-1)
+
+
+def _lse_without_rescale(q, k, chunk):
+    """The known mistake: the running sum is never brought to the new max when a chunk raises it."""
+    s = _scores(q, k)
+    m = torch.full(s.shape[:-1], float("-inf"), dtype=s.dtype)
+    l = torch.zeros(s.shape[:-1], dtype=s.dtype)
+    for j0 in range(0, s.size(-1), chunk):
+        c = s[..., j0:j0 + chunk]
+        m = torch.maximum(m, c.amax(-1))
+        l = l + torch.exp(c - m[..., None]).sum(-1)
+    return m + torch.log(l)
+
+
+def check_lse_shape(student):
+    """row_logsumexp returns (B, H, T) in q's dtype"""
+    q, k = random_qk(2, 3, 10, 8, dtype=torch.float32)
+    lse = student.row_logsumexp(q, k, chunk=4)
+    expect_shape("row_logsumexp(q, k, chunk=4) for q, k of shape (2, 3, 10, 8)", lse, (2, 3, 10),
+                 "One number per query: reduce each chunk's scores over the keys (the last axis).")
+    if lse.dtype != q.dtype:
+        raise Wrong(f"row_logsumexp should keep q's dtype ({q.dtype}), got {lse.dtype}.")
+
+
+def check_lse_single_chunk(student):
+    """with one chunk (chunk >= T), row_logsumexp equals torch.logsumexp of the causal scores (float64)"""
+    q, k = random_qk(T=11, seed=1)
+    for chunk in (11, 16):
+        expect_close(f"row_logsumexp(q, k, chunk={chunk}) with T = 11 (one chunk)", student.row_logsumexp(q, k, chunk),
+                     _reference_lse(q, k), atol=1e-9, rtol=1e-9,
+                     hint="With a single chunk, m is the row max and l the sum of exp(s - m) over the row: the "
+                          "result is m + log(l). Likely causes: log(l) without adding m back, or a sum over the "
+                          "wrong axis.")
+
+
+def check_lse_chunked(student):
+    """with many chunks (1, 3, 4 keys each, a ragged last chunk), row_logsumexp still equals torch.logsumexp"""
+    q, k = random_qk(T=11, seed=2)
+    want = _reference_lse(q, k)
+    for chunk in (1, 3, 4):
+        got = student.row_logsumexp(q, k, chunk)
+        if same(got, _lse_without_rescale(q, k, chunk)) and not same(got, want):
+            raise Wrong(f"with chunk={chunk} your running sum is not rescaled when the max changes: l holds sums of "
+                        "exp(s - m_old); once a chunk raises the max to m_new, multiply l by exp(m_old - m_new) "
+                        "before adding the chunk's sum of exp(s - m_new).")
+        expect_close(f"row_logsumexp(q, k, chunk={chunk}) with T = 11", got, want, atol=1e-9, rtol=1e-9,
+                     hint="Right with one chunk, wrong with several: the merge of the chunks is off. Each step: "
+                          "m_new = max(m, chunk max); l = l * exp(m - m_new) + sum(exp(s - m_new)); m = m_new. "
+                          "Check that every key chunk is visited (range(0, T, chunk)) and the last, shorter one too.")
+
+
+def check_lse_large_logits(student):
+    """large logits (scores near +-1000, float32) neither overflow nor underflow"""
+    q, k = random_qk(1, 2, 32, 16, dtype=torch.float32, seed=3)
+    q = q * 1000.0
+    got = student.row_logsumexp(q, k, chunk=8)
+    if torch.isnan(got).any() or (got == float("inf")).any():
+        raise Wrong("row_logsumexp gives inf or NaN for large scores: exp(1000) overflows (float32 overflows past "
+                    "exp(88)). Subtract the running max before exp: sum exp(s - m) has every term <= 1, and "
+                    "log(sum exp(s)) = m + log(sum exp(s - m)).")
+    if (got == float("-inf")).any():
+        raise Wrong("row_logsumexp gives -inf for some rows whose scores are all very negative: exp(s - m) "
+                    "underflowed to 0 for every key. Is the running max started at 0 instead of -inf? It must "
+                    "become the row's real max, which can be far below 0.")
+    expect_close("row_logsumexp(1000 * q, k, chunk=8) in float32", got, _reference_lse(q, k), atol=1e-3, rtol=1e-5,
+                 hint="Subtract the running max before exp, and start it at -inf.")
+
+
+def check_probs_range(student):
+    """first_token_probs returns (B, H, T), values in [0, 1], and p_00 = 1 (query 0 sees only key 0)"""
+    q, k = random_qk(2, 3, 10, 8, dtype=torch.float32, seed=4)
+    p = student.first_token_probs(q, k, chunk=4)
+    expect_shape("first_token_probs(q, k, chunk=4) for q, k of shape (2, 3, 10, 8)", p, (2, 3, 10),
+                 "One probability per query. A (B, H, T, T) result comes from broadcasting a (B, H, T, 1) score on "
+                 "key 0 against the (B, H, T) log-sum-exp: take [..., 0] of it.")
+    if not torch.allclose(p[..., 0], torch.ones_like(p[..., 0]), 1e-5):
+        raise Wrong("p_00 (query 0's probability on key 0) should be 1: query 0 sees only key 0, so s_00 = lse_0. "
+                    "Is the score on key 0 scaled the same way as the scores inside the log-sum-exp (by 1/sqrt(D))?")
+    if not torch.isfinite(p).all() or (p < 0).any() or (p > 1 + 1e-5).any():
+        raise Wrong("first_token_probs has values outside [0, 1]. It is exp(s_i0 - lse_i), and s_i0 <= lse_i: "
+                    "is the subtraction the wrong way round (lse - s)?")
+
+
+def check_probs_match_reference(student):
+    """first_token_probs matches kernels.first_token_attention (and softmax of the explicit float64 scores)"""
+    from kernels import first_token_attention
+    q, k = random_qk(2, 3, 12, 8, dtype=torch.float32, seed=5)
+    p = student.first_token_probs(q, k, chunk=5)
+    s = _scores(q, k)
+    if same(p, torch.exp(s.diagonal(dim1=-2, dim2=-1) - _reference_lse(q, k)), 1e-5):
+        raise Wrong("your p_i is query i's probability on its own key i (the diagonal, q_i . k_i), not on key 0: "
+                    "the score you need is q_i . k_0 * scale, the same key 0 for every query.")
+    if same(p, torch.exp(s[..., 0] * q.size(-1) ** 0.5 - _reference_lse(q, k)), 1e-5):
+        raise Wrong("your score on key 0 is not scaled by 1/sqrt(D), while the log-sum-exp's scores are.")
+    expect_close("first_token_probs(q, k, chunk=5)", p, first_token_attention(q, k, backend="torch"), atol=1e-5,
+                 rtol=1e-4, hint="p_i0 = exp(q_i . k_0 / sqrt(D) - lse_i).")
+    expect_close("first_token_probs(q, k, chunk=5)", p, s.softmax(-1)[..., 0], atol=1e-5, rtol=1e-4)
+
+
+class _LargestTensor(TorchDispatchMode):
+    """Records the largest tensor any op makes while it is active, and which op made it."""
+
+    @classmethod
+    def _should_skip_dynamo(cls):  # nothing is compiled here: skip the import of torch._dynamo (seconds) on first use
+        return False
+
+    def __init__(self):
+        super().__init__()
+        self.numel, self.op = 0, None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.numel() > self.numel:
+                self.numel, self.op = t.numel(), str(func)
+        return out
+
+
+def check_memory(student):
+    """memory: at T = 1024, chunk = 64, no op makes a tensor of T * T / 2 elements or more"""
+    T, chunk = 1024, 64
+    q, k = random_qk(1, 1, T, 16, dtype=torch.float32, seed=6)
+    with _LargestTensor() as mode:
+        p = student.first_token_probs(q, k, chunk=chunk)
+    if mode.numel >= T * T // 2:
+        raise Wrong(f"first_token_probs(q, k, chunk={chunk}) with B = H = 1, T = {T} made a tensor of {mode.numel} "
+                    f"elements (op {mode.op}); T x T is {T * T}. Keep only one chunk of scores, (B, H, T, chunk), at a "
+                    "time: loop over the key chunks with the running max and sum, never the whole matrix, a "
+                    "(T, T) mask or torch.logsumexp over all keys at once.")
+    expect_close(f"first_token_probs(q, k, chunk={chunk}) at T = {T}", p, _scores(q, k).softmax(-1)[..., 0],
+                 atol=1e-5, rtol=1e-4)

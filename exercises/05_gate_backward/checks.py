@@ -1,0 +1,131 @@
+"""Checks of exercise 05 (the gate's backward by hand), in order: the forward, the gradients' shapes, three traps
+(dy without s, dg without the sigmoid's derivative, dg with (1 - s) only), the gradients against torch autograd,
+then torch.autograd.gradcheck of the SigmoidGate Function."""
+
+import torch
+
+from check import Wrong, expect_close, expect_shape, same
+
+
+def _inputs(granularity, seed, shape=(2, 3, 5, 4)):
+    """y, g, dout in float64: y and dout (B, H, T, D), g (B, H, T, D) or (B, H, T, 1)."""
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.randn(*shape, generator=gen, dtype=torch.float64)
+    g_shape = shape if granularity == "elementwise" else (*shape[:3], 1)
+    g = 2.0 * torch.randn(*g_shape, generator=gen, dtype=torch.float64)  # scores across (0, 1), not all near 0.5
+    dout = torch.randn(*shape, generator=gen, dtype=torch.float64)
+    return y, g, dout
+
+
+def _autograd(y, g, dout):
+    """dy, dg from torch autograd of out = y * sigmoid(g)."""
+    y, g = y.clone().requires_grad_(), g.clone().requires_grad_()
+    (y * torch.sigmoid(g)).backward(dout)
+    return y.grad, g.grad
+
+
+def _backward(student, dout, y, g):
+    result = student.gate_backward(dout, y, g)
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise Wrong(f"gate_backward should return a tuple (dy, dg), got {type(result).__name__}.")
+    return result
+
+
+def check_forward(student):
+    """gate_forward returns out = y * sigmoid(g) with y's shape, and saved = (y, g), elementwise and headwise"""
+    for granularity in ("elementwise", "headwise"):
+        y, g, _ = _inputs(granularity, seed=0)
+        result = student.gate_forward(y, g)
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise Wrong(f"gate_forward should return a tuple (out, saved), got {type(result).__name__}.")
+        out, saved = result
+        expect_close(f"gate_forward's out ({granularity})", out, y * torch.sigmoid(g), atol=1e-12, rtol=1e-12,
+                     hint="out = y * sigmoid(g); headwise, the (B, H, T, 1) scores broadcast over D.")
+        if not (isinstance(saved, (tuple, list)) and len(saved) == 2
+                and same(saved[0], y, 0) and same(saved[1], g, 0)):
+            raise Wrong("saved should be the tuple (y, g): the backward gets them back as gate_backward(dout, y, g) "
+                        "and recomputes s = sigmoid(g) from g.")
+
+
+def check_backward_shapes(student):
+    """dy has y's shape; dg has g's shape: (B, H, T, D) elementwise, (B, H, T, 1) headwise"""
+    for granularity in ("elementwise", "headwise"):
+        y, g, dout = _inputs(granularity, seed=1)
+        dy, dg = _backward(student, dout, y, g)
+        expect_shape(f"dy ({granularity})", dy, y.shape, "dy = dL/dy has y's shape.")
+        if granularity == "headwise" and isinstance(dg, torch.Tensor) and tuple(dg.shape) == tuple(y.shape):
+            raise Wrong(f"Headwise, dg has shape {tuple(dg.shape)}, y's, but g is {tuple(g.shape)}: one logit per head "
+                        "fed all D channels of that head (broadcasting), so its gradient is the sum of their "
+                        "gradients: sum over the last axis, keeping it (keepdim=True).")
+        if granularity == "headwise" and isinstance(dg, torch.Tensor) and tuple(dg.shape) == tuple(g.shape[:3]):
+            raise Wrong(f"Headwise, dg has shape {tuple(dg.shape)} but g is {tuple(g.shape)}: you summed over D "
+                        "without keepdim=True.")
+        expect_shape(f"dg ({granularity})", dg, g.shape, "dg = dL/dg has g's shape.")
+
+
+def check_trap_dy_forgets_s(student):
+    """dy = dout * s: the gradient reaching y is scaled by the gate, not passed through unchanged"""
+    y, g, dout = _inputs("elementwise", seed=2)
+    dy, _ = _backward(student, dout, y, g)
+    if same(dy, dout):
+        raise Wrong("Your dy is dout itself, as if the gate were not there. out = y * s, so d out / d y = s and "
+                    "dy = dout * s: a shut gate (s ~ 0) also stops the gradient to its head.")
+
+
+def check_trap_dg_missing_sigmoid_derivative(student):
+    """dg has the sigmoid's derivative s * (1 - s) in it: the chain rule goes through s = sigmoid(g)"""
+    y, g, dout = _inputs("elementwise", seed=3)
+    _, dg = _backward(student, dout, y, g)
+    s = torch.sigmoid(g)
+    if same(dg, dout * y):
+        raise Wrong("Your dg is dout * y: that is dL/ds, the gradient with respect to the score s. The logit g is "
+                    "one step further back: multiply by ds/dg = sigmoid'(g) = s * (1 - s).")
+    if same(dg, dout * y * s):
+        raise Wrong("Your dg is dout * y * s, but sigmoid'(g) is s * (1 - s), not s: dg = dout * y * s * (1 - s).")
+
+
+def check_trap_dg_one_minus_s_only(student):
+    """dg = dout * y * s * (1 - s) with the ungated y, not dout * y * (1 - s)"""
+    y, g, dout = _inputs("elementwise", seed=4)
+    _, dg = _backward(student, dout, y, g)
+    if same(dg, dout * y * (1 - torch.sigmoid(g))):
+        raise Wrong("Your dg is dout * y * (1 - s), the s factor is missing. That formula (kernels.py's) holds for "
+                    "the GATED output out = y * s: dout * out * (1 - s). Here y is the ungated input, so "
+                    "dg = dout * y * s * (1 - s).")
+
+
+def check_backward_vs_autograd(student):
+    """dy and dg match torch autograd of y * sigmoid(g) in float64, elementwise and headwise"""
+    for granularity in ("elementwise", "headwise"):
+        y, g, dout = _inputs(granularity, seed=5)
+        want_dy, want_dg = _autograd(y, g, dout)
+        dy, dg = _backward(student, dout, y, g)
+        expect_close(f"dy ({granularity})", dy, want_dy, atol=1e-12, rtol=1e-10, hint="dy = dout * sigmoid(g).")
+        expect_close(f"dg ({granularity})", dg, want_dg, atol=1e-12, rtol=1e-10,
+                     hint="dg = dout * y * s * (1 - s), s = sigmoid(g); headwise, summed over D.")
+        if not (y.grad is None and g.grad is None and dout.grad is None):
+            raise Wrong("gate_backward changed its inputs' .grad: compute the gradients as plain tensors.")
+
+
+def check_sigmoid_gate_gradcheck(student):
+    """SigmoidGate.apply computes y * sigmoid(g) and passes torch.autograd.gradcheck (float64), both granularities"""
+    for granularity in ("elementwise", "headwise"):
+        y, g, _ = _inputs(granularity, seed=6, shape=(1, 2, 3, 4))
+        y.requires_grad_()
+        g.requires_grad_()
+        out = student.SigmoidGate.apply(y, g)
+        expect_close(f"SigmoidGate.apply(y, g) ({granularity})", out, y * torch.sigmoid(g), atol=1e-12, rtol=1e-12,
+                     hint="forward returns gate_forward's out.")
+        if out.grad_fn is None or "SigmoidGate" not in type(out.grad_fn).__name__:
+            raise Wrong("SigmoidGate.apply's output does not come from SigmoidGate's backward (its grad_fn is "
+                        f"{type(out.grad_fn).__name__}): return gate_forward's out from forward, unchanged.")
+        try:
+            ok = torch.autograd.gradcheck(student.SigmoidGate.apply, (y, g), eps=1e-6, atol=1e-8, rtol=1e-6,
+                                          raise_exception=False)
+        except RuntimeError as e:  # e.g. backward returned tensors of the wrong shape
+            raise Wrong(f"gradcheck could not run SigmoidGate's backward ({granularity}): {e}. backward must return "
+                        "(dy, dg), one gradient per input of forward, each with its input's shape.")
+        if not ok:
+            raise Wrong(f"gradcheck ({granularity}): SigmoidGate's backward does not match finite differences of its "
+                        "forward. Does backward read ctx.saved_tensors in the order forward saved them and return "
+                        "gate_backward's (dy, dg) in the order of forward's inputs (y, g)?")

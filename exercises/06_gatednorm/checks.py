@@ -1,0 +1,179 @@
+"""Checks of exercise 06 (RMSNorm and GatedNorm), in order. rms_norm: shape and dtype, scale invariance, unit RMS
+per row, numbers against model.RMSNorm, then the epsilon trap at tiny inputs (the only place it shows).
+gated_norm: shape, the gate's range (never larger than the RMSNorm output), the bottleneck's activation (a trap,
+checked just before the model comparison so that it gets its own message), numbers against model.GatedNorm."""
+
+import torch
+import torch.nn.functional as F
+
+from check import Wrong, expect_close, expect_shape, same
+
+
+def _randn(*shape, seed, scale=1.0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale
+
+
+def _gain(C, seed):
+    """A positive gain that is not all ones (a missing or misplaced weight must show)."""
+    return 0.5 + torch.rand(C, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _model_rms_norm(x, weight, eps=1e-6):
+    import model
+    norm = model.RMSNorm(x.size(-1), eps=eps).double()
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+        return norm(x)
+
+
+def _gated_inputs(seed, C=16, r=4, scale=1.0):
+    """x (3, 5, C), weight (C,), w_down (r, C), w_up (C, r): large enough that the gate's scores spread over (0, 1)."""
+    x = _randn(3, 5, C, seed=seed, scale=scale)
+    w_down = _randn(r, C, seed=seed + 1, scale=2.0 / C ** 0.5)
+    w_up = _randn(C, r, seed=seed + 2, scale=2.0 / r ** 0.5)
+    return x, _gain(C, seed + 3), w_down, w_up
+
+
+def _gate(y, w_down, w_up, act=F.silu):
+    return torch.sigmoid(act(y @ w_down.T) @ w_up.T)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# rms_norm
+
+def check_rms_norm_shape(student):
+    """rms_norm returns x's shape and dtype (3-D and 2-D inputs)"""
+    for shape in ((2, 3, 8), (5, 8)):
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+        out = student.rms_norm(x, torch.ones(8))
+        expect_shape(f"rms_norm(x of shape {shape}, weight)", out, shape,
+                     "The norm rescales each token's vector: the output has x's shape. Keep the reduced axis "
+                     "(keepdim=True) so that the RMS broadcasts over the channels.")
+        if out.dtype != x.dtype:
+            raise Wrong(f"rms_norm turned float32 inputs into {out.dtype}: keep x's dtype.")
+
+
+def check_rms_norm_scale_invariance(student):
+    """rms_norm(c * x) == rms_norm(x): dividing by the RMS removes any overall scale of a token's vector"""
+    x, w = _randn(3, 4, 16, seed=1), _gain(16, 2)
+    base = student.rms_norm(x, w)
+    for c in (0.1, 7.0):
+        out = student.rms_norm(c * x, w)
+        expect_shape(f"rms_norm({c:g} * x, weight)", out, x.shape)
+        if not torch.allclose(out, base, atol=1e-6, rtol=1e-3):
+            ratio = (out.norm() / base.norm()).item()
+            raise Wrong(f"rms_norm({c:g} * x) is not rms_norm(x) (it is {ratio:.3g} times as large): the output should "
+                        "not depend on the input's scale. Divide x by the square ROOT of mean(x**2): without the "
+                        "sqrt you divide by a squared scale and the output shrinks as 1/c.")
+
+
+def check_rms_norm_unit_rms(student):
+    """with weight = 1, every token's output vector has RMS 1 (over its C channels), whatever the input's scale"""
+    x = _randn(4, 6, 32, seed=3)
+    x = x * 10 ** (2 * torch.rand(4, 6, 1, generator=torch.Generator().manual_seed(4), dtype=torch.float64) - 1)
+    out = student.rms_norm(x, torch.ones(32, dtype=torch.float64))
+    expect_shape("rms_norm(x, ones)", out, x.shape)
+    rms = out.pow(2).mean(-1).sqrt()  # (4, 6): one RMS per token
+    bad = (rms - 1).abs() > 1e-3
+    if bad.any():
+        where = tuple(int(i) for i in torch.nonzero(bad)[0])
+        raise Wrong(f"with weight = 1, token {where} has RMS {rms[where].item():.4g}, not 1 ({int(bad.sum())} of "
+                    f"{rms.numel()} tokens are off). Is your mean over the last axis (dim=-1, keepdim=True)? A mean "
+                    "over another axis (the tokens, the batch) mixes different tokens' scales.")
+
+
+def check_rms_norm_vs_model(student):
+    """rms_norm matches model.RMSNorm (F.rms_norm) with a random gain, float64"""
+    x, w = _randn(3, 5, 16, seed=5), _gain(16, 6)
+    out = student.rms_norm(x, w)
+    # rtol 1e-5: loose enough for an epsilon outside the sqrt (off by ~1e-6 here), caught at tiny inputs next
+    expect_close("rms_norm(x, weight)", out, _model_rms_norm(x, w), atol=1e-8, rtol=1e-5,
+                 hint="Multiply the normalised x by weight, channel by channel (weight has one gain per channel), "
+                      "after dividing by the RMS.")
+
+
+def check_rms_norm_eps_inside_sqrt(student):
+    """trap: rms_norm still matches the model at tiny inputs (|x| ~ 1e-4: mean(x**2) ~ 1e-8 is below eps = 1e-6)"""
+    x, w = _randn(3, 5, 16, seed=7, scale=1e-4), _gain(16, 8)
+    out = student.rms_norm(x, w)
+    want = _model_rms_norm(x, w)
+    ms = x.pow(2).mean(-1, keepdim=True)
+    if same(out, x / (ms.sqrt() + 1e-6) * w):
+        raise Wrong("At tiny inputs your rms_norm is x / (sqrt(mean(x**2)) + eps): is your epsilon inside the sqrt? "
+                    "It must be x / sqrt(mean(x**2) + eps). At normal scales the two agree to ~1e-6, but where "
+                    "mean(x**2) is near eps they differ by a factor of ~10 here; the models you compare with "
+                    "(F.rms_norm, Llama, Qwen) all add eps inside.")
+    if same(out, x / ms.sqrt() * w):
+        raise Wrong("At tiny inputs your rms_norm still gives outputs of RMS ~1: eps is missing (or is not the one "
+                    "passed in). Add eps to mean(x**2) inside the square root: it keeps a near-zero vector near zero "
+                    "instead of blowing its noise up to unit size.")
+    expect_close("rms_norm(1e-4-scale x, weight)", out, want, atol=1e-8, rtol=1e-5,
+                 hint="Normal inputs pass but tiny ones do not: is your epsilon inside the sqrt, and is it the eps "
+                      "argument (default 1e-6)?")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# gated_norm
+
+def check_gated_norm_shape(student):
+    """gated_norm returns x's shape and dtype"""
+    x, w, w_down, w_up = (t.float() for t in _gated_inputs(seed=10))
+    out = student.gated_norm(x, w, w_down, w_up)
+    expect_shape("gated_norm(x, weight, w_down, w_up)", out, x.shape,
+                 "w_down is (r, C) and w_up (C, r), stored like nn.Linear weights: y @ w_down.T is (..., r) and "
+                 "that @ w_up.T is (..., C), one gate score per channel.")
+    if out.dtype != x.dtype:
+        raise Wrong(f"gated_norm turned float32 inputs into {out.dtype}: keep x's dtype.")
+
+
+def check_gated_norm_never_larger(student):
+    """the gate only shrinks: |gated_norm(x)| <= |RMSNorm(x)| with the same sign, channel by channel (scores in (0, 1))"""
+    x, w, w_down, w_up = _gated_inputs(seed=11, scale=3.0)  # tokens of RMS ~3, so x and its normalised y differ
+    out = student.gated_norm(x, w, w_down, w_up)
+    expect_shape("gated_norm(x, weight, w_down, w_up)", out, x.shape)
+    y = _model_rms_norm(x, w)
+    ok = (out * y >= -1e-12) & (out.abs() <= y.abs() + 1e-9)
+    if ok.all():
+        return
+    if same(out, x * _gate(y, w_down, w_up)) or same(out, x * _gate(x, w_down, w_up)):
+        raise Wrong("Your output is x times the gate: the gate must multiply y = rms_norm(x, weight), the normalised "
+                    "vector, not the input x. GatedNorm is a norm followed by a rescaling of its output; gating the "
+                    "raw x would undo the normalisation.")
+    y1 = _model_rms_norm(x, torch.ones_like(w))
+    if same(out, y1 * _gate(y1, w_down, w_up)):
+        raise Wrong("Your output is RMSNorm without its gain, gated: normalise with rms_norm(x, weight), the gain "
+                    "included, and compute the gate from that y.")
+    raise Wrong(f"{int((~ok).sum())} of {ok.numel()} outputs are larger in magnitude than RMSNorm's output, or of the "
+                "other sign: the gate's scores must lie in (0, 1). Multiply y = rms_norm(x, weight) by "
+                "torch.sigmoid(...) of the bottleneck's output (not SiLU, not an addition).")
+
+
+def check_gated_norm_bottleneck_silu(student):
+    """trap: the bottleneck's activation is SiLU (not ReLU, sigmoid, GELU or none)"""
+    x, w, w_down, w_up = _gated_inputs(seed=12)
+    out = student.gated_norm(x, w, w_down, w_up)
+    y = _model_rms_norm(x, w)
+    if same(out, y * _gate(y, w_down, w_up)):
+        return
+    for name, act in (("ReLU", F.relu), ("sigmoid", torch.sigmoid), ("GELU", F.gelu), ("no activation", lambda t: t)):
+        if same(out, y * _gate(y, w_down, w_up, act)):
+            raise Wrong(f"Your bottleneck uses {name} between W_down and W_up; GatedNorm uses SiLU there: "
+                        "sigmoid(SiLU(y @ w_down.T) @ w_up.T). (SiLU is smooth and lets small negative values "
+                        "through, unlike ReLU; the outer sigmoid is the gate itself.)")
+
+
+def check_gated_norm_vs_model(student):
+    """gated_norm matches model.GatedNorm with the same weights, float64"""
+    import model
+    C, r = 16, 4
+    x, w, w_down, w_up = _gated_inputs(seed=13, C=C, r=r, scale=2.0)
+    norm = model.GatedNorm(C, r).double()
+    with torch.no_grad():
+        norm.norm.weight.copy_(w)
+        norm.down.weight.copy_(w_down)
+        norm.up.weight.copy_(w_up)
+        want = norm(x)
+    out = student.gated_norm(x, w, w_down, w_up)
+    expect_close("gated_norm(x, weight, w_down, w_up)", out, want, atol=1e-8, rtol=1e-5,
+                 hint="y = rms_norm(x, weight) (with the gain); the gate is computed from that same y: "
+                      "sigmoid(F.silu(y @ w_down.T) @ w_up.T), then multiplies y.")

@@ -1,0 +1,139 @@
+"""Checks of exercise 07 (find the sink), in order: received_attention's shape, range and numbers against
+probe.received_attention; sink's shape, a planted sink at key 5, and random numbers against the probe; sink_heads'
+fraction against probe.SINK_HEAD_THRESHOLD, then strictly above a threshold (a head exactly at it is no sink)."""
+
+import torch
+
+from check import Wrong, causal_probs, expect_close, expect_shape, random_qk
+
+
+def _planted(sink_at=5, B=2, H=3, T=16, D=8, seed=1):
+    """q, k where key `sink_at` attracts every query that sees it: k_sink = 6u and every q has +3u, u a unit vector
+    per head, so the score on it is about 6 / sqrt(D) * 3 above the rest."""
+    q, k = random_qk(B, H, T, D, seed)
+    u = torch.randn(1, H, 1, D, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    u = u / u.norm(dim=-1, keepdim=True)
+    q = q + 3 * u
+    k[:, :, sink_at] = 6 * u[:, :, 0]
+    return q, k
+
+
+def _as_float(what, got):
+    if isinstance(got, torch.Tensor):
+        if got.numel() != 1:
+            raise Wrong(f"{what} should be one number, got a tensor of shape {tuple(got.shape)}: the fraction over "
+                        "all the heads given, then .item()")
+        got = got.item()
+    if not isinstance(got, (float, int)) or isinstance(got, bool):
+        raise Wrong(f"{what} should be a Python float, got {type(got).__name__}")
+    return float(got)
+
+
+def check_received_shape(student):
+    """received_attention returns (B, H, T//2) in probs' dtype (T = 9: 4 early keys, 5 late queries)"""
+    probs = causal_probs(*random_qk(2, 3, 9, 8)).float()
+    r = student.received_attention(probs)
+    if isinstance(r, torch.Tensor) and tuple(r.shape) == (2, 3, 5):
+        raise Wrong("received_attention has shape (2, 3, 5) for T = 9: one value per late query, so the mean ran "
+                    "over the keys. Average over the queries (dim=-2) of probs[..., T//2:, :T//2]: one value per "
+                    "early key, T//2 = 4 of them.")
+    expect_shape("received_attention(probs) for probs of shape (2, 3, 9, 9)", r, (2, 3, 4),
+                 "One value per early key j < T//2: the late queries are averaged away.")
+    if r.dtype != probs.dtype:
+        raise Wrong(f"received_attention should keep probs' dtype ({probs.dtype}), got {r.dtype}.")
+
+
+def check_received_in_range(student):
+    """each r is in [0, 1] and the r of one window and head sum to at most 1"""
+    r = student.received_attention(causal_probs(*random_qk(2, 3, 12, 8, seed=2)))
+    if not torch.isfinite(r).all() or (r < 0).any() or (r > 1 + 1e-6).any():
+        raise Wrong("received_attention has values outside [0, 1]: it is an average of probabilities. Summing over "
+                    "the late queries instead of averaging gives values above 1.")
+    if (r.sum(-1) > 1 + 1e-6).any():
+        raise Wrong("the r of one window and head sum to more than 1: each late query spreads a total of 1 over "
+                    "all its keys, so the early keys get at most 1 on average. Average over the queries, not sum.")
+
+
+def check_received_matches_probe(student):
+    """received_attention matches probe.received_attention(q, k) on the same q, k"""
+    from probe import received_attention
+    q, k = random_qk(2, 3, 14, 8, seed=3)
+    probs = causal_probs(q, k)
+    r = student.received_attention(probs)
+    n = probs.size(-1) // 2
+    every_query = probs[..., :n].mean(-2)
+    if r.shape == every_query.shape and torch.allclose(r, every_query.to(r.dtype), atol=1e-6):
+        raise Wrong("you averaged over every query, not just the late ones i >= T//2. An early query i sees only "
+                    "keys 0..i, so it gives the first keys a larger share just because it has fewer keys: that "
+                    "bias toward position 0 is what the late half avoids.")
+    expect_close("received_attention(probs)", r, received_attention(q, k), atol=1e-5, rtol=1e-4,
+                 hint="r[..., j] is the mean of probs[..., i, j] over i = T//2 .. T-1 (rows), for j < T//2 (columns).")
+
+
+def check_sink_shape(student):
+    """sink returns (share, pos): (B, H) each, share a float tensor, pos an integer tensor"""
+    out = student.sink(causal_probs(*random_qk(2, 3, 10, 8, seed=4)))
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise Wrong("sink should return a tuple (share, pos).")
+    share, pos = out
+    expect_shape("share", share, (2, 3), "One value per window and head: the max over the keys of received_attention.")
+    expect_shape("pos", pos, (2, 3), "One position per window and head: the argmax over the keys.")
+    if not share.is_floating_point() or pos.is_floating_point() or pos.dtype == torch.bool:
+        raise Wrong("share should be a float tensor (the largest r) and pos an integer tensor (the key's position): "
+                    "torch.max(r, dim=-1) returns both.")
+
+
+def check_sink_finds_planted_sink(student):
+    """a planted sink at key 5 (every query that sees it attends to it) is found: pos == 5, share as the probe's"""
+    from probe import received_attention
+    q, k = _planted(sink_at=5)
+    share, pos = student.sink(causal_probs(q, k))
+    if (pos == 0).all():
+        raise Wrong("pos is 0 everywhere, but the sink in this test is key 5: the sink is not always the first "
+                    "token. Search for it: the argmax over the keys of received_attention.")
+    if (pos != 5).any():
+        raise Wrong(f"the planted sink is key 5 in every window and head; your pos is 5 in {int((pos == 5).sum())} of "
+                    f"{pos.numel()}. Take the argmax over the keys (the last axis of received_attention), not over "
+                    "the queries or the heads.")
+    expect_close("share for a planted sink", share, received_attention(q, k).amax(-1), atol=1e-5, rtol=1e-4,
+                 hint="share is received_attention's value at the sink, the max over the keys.")
+
+
+def check_sink_matches_probe(student):
+    """share and pos match probe.received_attention(q, k).max(-1) on random q, k"""
+    from probe import received_attention
+    q, k = random_qk(3, 4, 20, 8, seed=5)
+    share, pos = student.sink(causal_probs(q, k))
+    top, where = received_attention(q, k).max(-1)
+    expect_close("share", share, top, atol=1e-5, rtol=1e-4, hint="share is the max over the keys of received_attention.")
+    if (pos.long() != where).any():
+        raise Wrong(f"pos differs from the probe's top key in {int((pos.long() != where).sum())} of {pos.numel()} "
+                    "(window, head) pairs: pos is the argmax over the keys of received_attention.")
+
+
+def check_sink_heads_fraction(student):
+    """sink_heads gives the fraction of heads above probe.SINK_HEAD_THRESHOLD (Gu et al.'s 0.3), as a Python float"""
+    from probe import SINK_HEAD_THRESHOLD
+    f = torch.tensor([[0.05, 0.45, 0.29, 0.9], [0.35, 0.1, 0.2, 0.6]])  # (n_layer, n_head), none near 0.3
+    want = (f > SINK_HEAD_THRESHOLD).double().mean().item()
+    got = _as_float("sink_heads(f)", student.sink_heads(f))
+    if got == (f > SINK_HEAD_THRESHOLD).sum().item():
+        raise Wrong("sink_heads returned the number of sink heads: return the fraction (count / number of heads).")
+    if abs(got - want) > 1e-6:
+        raise Wrong(f"sink_heads(f) for 8 heads, 4 of them above {SINK_HEAD_THRESHOLD}, gave {got:g}: the fraction "
+                    "of all the given entries (any shape) whose F-Attn is above the threshold.")
+    got = _as_float("sink_heads(f[0])", student.sink_heads(f[0]))
+    if abs(got - (f[0] > SINK_HEAD_THRESHOLD).double().mean().item()) > 1e-6:
+        raise Wrong("sink_heads of a 1-D tensor (one layer's heads) is wrong: the fraction of its entries above "
+                    "the threshold.")
+
+
+def check_sink_heads_strictly_above(student):
+    """sink_heads counts heads strictly above the threshold: a head exactly at it is no sink head"""
+    f = torch.tensor([0.1, 0.4, 0.5, 0.75, 0.5, 1.0])  # 0.5 is exact in every float format: no rounding question
+    got = _as_float("sink_heads(f, threshold=0.5)", student.sink_heads(f, threshold=0.5))
+    if abs(got - 4 / 6) < 1e-6:
+        raise Wrong("sink_heads counts the heads exactly at the threshold: Gu et al.'s sink head has F-Attn that "
+                    "exceeds epsilon, so compare with >, not >=.")
+    if abs(got - 2 / 6) > 1e-6:
+        raise Wrong(f"sink_heads(f, threshold=0.5) gave {got:g}: is the threshold argument used (not a fixed 0.3)?")

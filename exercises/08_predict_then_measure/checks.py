@@ -1,0 +1,246 @@
+"""Checks of exercise 08 (predict, then measure), in order: the prediction is written; max_activation returns one
+float per layer and leaves no hook behind; its numbers against probe.Probe's "max_act" on a small seeded GPT; the
+two trained runs exist and differ only in the gate; measure(run) against the probe on the same windows; then a
+report of what was predicted and what was measured, which never fails on the outcome.
+
+The runs are read from $EXERCISE_RUNS if set (CI points it at toy-size runs), else from out/exercises/08/."""
+
+import math
+import os
+
+import torch
+
+from check import Wrong
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHOICES = ("lower with G1", "about the same", "higher with G1")
+SAME = 0.15  # "about the same": the G1 run's M-Act within 15% of the baseline's (README.md says so too)
+RUN_FLAGS = {"baseline": "--gate=none ", "g1": ""}
+VAL_BATCHES = 4  # as starter.py's validation_windows
+# train.py settings that may differ between the two runs without changing what is trained
+NOT_COMPARED = {"out_dir", "gate", "overwrite", "init_from", "eval_only", "wandb_log", "wandb_project",
+                "wandb_run_name", "log_interval", "device", "dtype", "compile", "backend", "attn_backend"}
+
+_measured = {}  # run name -> your measure, kept for the report
+
+
+def runs_dir():
+    return os.environ.get("EXERCISE_RUNS") or os.path.join(REPO, "out", "exercises", "08")
+
+
+def _train_command(name):
+    out_dir = os.path.join(runs_dir(), name)
+    rel = os.path.relpath(out_dir, REPO)
+    out_dir = out_dir if rel.startswith("..") else rel
+    return f"python train.py config/tutorial.py {RUN_FLAGS[name]}--out_dir={out_dir}"
+
+
+def _small_gpt(seed=0, gate="g1"):
+    import model
+    torch.manual_seed(seed)
+    config = model.GPTConfig(block_size=32, vocab_size=96, n_layer=3, n_head=2, n_embd=32, gate=gate,
+                             attn_backend="torch")
+    return model.GPT(config).eval()
+
+
+def _windows(seed, B=4, T=24):
+    return torch.randint(0, 96, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+class _Stop(Exception):
+    """Raised before the final norm: M-Act needs the blocks' outputs only, not the logits (the costly part)."""
+
+
+def _stop(module, args):
+    raise _Stop
+
+
+def _probe_max_act(model, idx, skip_logits=False):
+    from probe import Probe
+    hook = model.transformer.ln_f.register_forward_pre_hook(_stop) if skip_logits else None
+    try:
+        with torch.no_grad(), Probe(model) as probe:
+            model(idx)
+    except _Stop:
+        pass
+    finally:
+        if hook is not None:
+            hook.remove()
+    return probe.stats["max_act"]
+
+
+def _as_floats(what, values, n):
+    if not isinstance(values, (list, tuple)):
+        raise Wrong(f"{what} should return a list of {n} floats (one per layer), got {type(values).__name__}.")
+    if len(values) != n:
+        raise Wrong(f"{what} returned {len(values)} values for a model of {n} layers: one per block of "
+                    "model.transformer.h, in order. (Twice as many: a hook on something else as well, or hooks "
+                    "left from an earlier call.)")
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError, RuntimeError):
+        raise Wrong(f"{what} should hold plain floats (a tensor's .item()), got "
+                    f"{[type(v).__name__ for v in values]}.") from None
+
+
+def _hooks_left(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+def check_prediction(student):
+    """your prediction is written down (before training): PREDICTION_MAX_ACT is one of the three answers, REASON says why"""
+    prediction = str(getattr(student, "PREDICTION_MAX_ACT", "") or "").strip()
+    reason = str(getattr(student, "REASON", "") or "").strip()
+    if not prediction:
+        raise NotImplementedError("08-gap1: before you train, set PREDICTION_MAX_ACT to one of "
+                                  f"{', '.join(repr(c) for c in CHOICES)} and say why in REASON (one sentence)")
+    if prediction.lower() not in [c.lower() for c in CHOICES]:
+        raise Wrong(f"PREDICTION_MAX_ACT = {prediction!r} is not one of {', '.join(repr(c) for c in CHOICES)}: "
+                    "pick the one you expect, so that the measurement can prove you right or wrong.")
+    if not reason:
+        raise NotImplementedError("08-gap1: REASON is empty: say in one sentence why you expect "
+                                  f"{prediction!r} (what would the gate change in the network?)")
+
+
+def check_max_activation_shape(student):
+    """max_activation returns one float per layer, the same on a second call, and leaves no hook on the model"""
+    model, idx = _small_gpt(), _windows(1)
+    hooks_before = _hooks_left(model)
+    first = _as_floats("max_activation(model, idx)", student.max_activation(model, idx), model.config.n_layer)
+    if _hooks_left(model) != hooks_before:
+        raise Wrong("max_activation left hooks on the model: remove each one (handle.remove(), the handle that "
+                    "register_forward_hook returned) after the forward, in a finally: block, or every later "
+                    "forward of this model keeps running them.")
+    second = _as_floats("max_activation (called again)", student.max_activation(model, idx), model.config.n_layer)
+    if not all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(first, second)):
+        raise Wrong("max_activation gave different values on a second call with the same model and windows: does it "
+                    "keep values from an earlier call (a list created once, outside the function)?")
+    if not all(math.isfinite(v) and v > 0 for v in first):
+        raise Wrong(f"max_activation returned {first}: a max of |h| is a positive number.")
+
+
+def check_max_activation_vs_probe(student):
+    """max_activation matches probe.Probe(model).stats["max_act"], layer by layer, on a small seeded GPT"""
+    for seed, gate in ((2, "g1"), (3, "none")):
+        model, idx = _small_gpt(seed, gate), _windows(seed + 10)
+        got = _as_floats("max_activation(model, idx)", student.max_activation(model, idx), model.config.n_layer)
+        want = _probe_max_act(model, idx)
+        if all(math.isclose(g, w, rel_tol=1e-5) for g, w in zip(got, want)):
+            continue
+        blocks, attns = [], []
+        hooks = [b.register_forward_hook(lambda m, a, out: blocks.append(out)) for b in model.transformer.h]
+        hooks += [b.attn.register_forward_hook(lambda m, a, out: attns.append(out)) for b in model.transformer.h]
+        with torch.no_grad():
+            model(idx)
+        for hook in hooks:
+            hook.remove()
+        if all(math.isclose(g, h.abs().max().item(), rel_tol=1e-5) for g, h in zip(got, blocks)):
+            raise Wrong("Your values are the max |h| over the whole batch. M-Act takes the max within each window "
+                        "(a sequence: one row of idx), then averages those maxima over the windows: the max over "
+                        "a batch grows with the batch size, so it would not compare across batch sizes.")
+        if all(math.isclose(g, a.abs().flatten(1).amax(1).mean().item(), rel_tol=1e-5) for g, a in zip(got, attns)):
+            raise Wrong("Your values are measured on the attention's output (block.attn). M-Act is measured on the "
+                        "hidden states each block outputs, the residual stream: hook the block itself "
+                        "(model.transformer.h[i]), whose output is x + attention + MLP.")
+        layer = next(i for i, (g, w) in enumerate(zip(got, want)) if not math.isclose(g, w, rel_tol=1e-5))
+        raise Wrong(f"gate={gate!r} model: layer {layer} is off (yours {got[layer]:.5g}). For each block: |output|, "
+                    "the max over each window's T x C values (output.abs().flatten(1).amax(1), shape (B,)), then "
+                    "the mean over the B windows. Read probe.py's _block_output.")
+
+
+def check_runs_exist_and_match(student):
+    """the two trained runs exist (baseline/ and g1/, each with ckpt.pt) and differ only in the gate"""
+    from common import read_checkpoint
+    configs = {}
+    for name in ("baseline", "g1"):
+        path = os.path.join(runs_dir(), name, "ckpt.pt")
+        if not os.path.isfile(path):
+            raise NotImplementedError(f"no trained {name} run at {path}: train it with\n"
+                                      f"          {_train_command(name)}\n"
+                                      "      (about 6 minutes on a laptop CPU; README.md, step 2)")
+        try:
+            checkpoint = read_checkpoint(path)
+        except ValueError as e:
+            raise Wrong(f"{e} Train it again with --overwrite=True: {_train_command(name)} --overwrite=True") from None
+        configs[name] = dict(checkpoint["config"], iter_num=checkpoint.get("iter_num"))
+    base, g1 = configs["baseline"], configs["g1"]
+    if base["gate"] != "none" or g1["gate"] != "g1":
+        swapped = " (the folders look swapped)" if base["gate"] == "g1" and g1["gate"] == "none" else ""
+        raise Wrong(f"baseline/ was trained with gate={base['gate']!r} and g1/ with gate={g1['gate']!r}{swapped}: "
+                    "the baseline needs --gate=none, the G1 run the default gate (g1). Train them again:\n"
+                    f"          {_train_command('baseline')} --overwrite=True\n"
+                    f"          {_train_command('g1')} --overwrite=True")
+    if base["iter_num"] != g1["iter_num"]:
+        short = "baseline" if (base["iter_num"] or 0) < (g1["iter_num"] or 0) else "g1"
+        raise Wrong(f"the runs stopped at different steps (baseline {base['iter_num']}, g1 {g1['iter_num']}): was the "
+                    f"{short} run interrupted? Train it again:\n          {_train_command(short)} --overwrite=True")
+    differ = sorted(k for k in set(base) | set(g1) if k not in NOT_COMPARED and base.get(k) != g1.get(k))
+    if differ:
+        listed = ", ".join(f"{k} (baseline {base.get(k)!r}, g1 {g1.get(k)!r})" for k in differ[:4])
+        raise Wrong(f"the two runs differ in more than the gate: {listed}. A comparison means one change: train both "
+                    "with the README's two commands, which differ only in --gate (add --overwrite=True to replace a "
+                    "run).")
+
+
+def _oracle(run_dir):
+    """The probe's M-Act of a run on the same windows as starter.py's validation_windows."""
+    from common import dataset_dir, load_checkpoint
+    from data.shards import bos_token, val_batches
+    model, checkpoint = load_checkpoint(os.path.join(run_dir, "ckpt.pt"))
+    cfg = checkpoint["config"]
+    data_dir = dataset_dir(cfg["dataset"], cfg.get("data_dir"))
+    bos = bos_token(data_dir) if cfg.get("bos", False) else None
+    batches = val_batches(data_dir, checkpoint["model_args"]["block_size"], cfg["batch_size"], VAL_BATCHES, bos=bos)
+    per_batch = [_probe_max_act(model, x, skip_logits=True) for x, _ in batches]
+    per_layer = [sum(v) / len(v) for v in zip(*per_batch)]
+    return sum(per_layer) / len(per_layer), per_layer
+
+
+def check_measure_vs_probe(student):
+    """measure(run_dir) matches the probe's M-Act (mean over layers) on the same validation windows, for both runs"""
+    wants = {name: _oracle(os.path.join(runs_dir(), name)) for name in ("baseline", "g1")}
+    for name in ("baseline", "g1"):
+        got = student.measure(os.path.join(runs_dir(), name))
+        try:
+            got = float(got)
+        except (TypeError, ValueError, RuntimeError):
+            raise Wrong(f"measure({name}) should return one float, got {type(got).__name__}: average over the "
+                        "batches, then over the layers.") from None
+        want, per_layer = wants[name]
+        if math.isclose(got, want, rel_tol=1e-4):
+            _measured[name] = got
+            continue
+        other = wants["g1" if name == "baseline" else "baseline"][0]
+        if math.isclose(got, other, rel_tol=1e-4):
+            raise Wrong(f"measure() of the {name} run returned the other run's M-Act: load the checkpoint of the "
+                        "run_dir you are given, os.path.join(run_dir, 'ckpt.pt').")
+        if math.isclose(got, max(per_layer), rel_tol=1e-4):
+            raise Wrong(f"measure({name}) is the largest layer's value: M-Act (GA Table 4) is averaged over the "
+                        "layers. Average each layer over the batches, then average the layers.")
+        raise Wrong(f"measure({name}) = {got:.5g} is not the probe's M-Act on the same windows. Load run_dir/ckpt.pt "
+                    "with load_checkpoint, run max_activation on every batch of validation_windows(checkpoint) "
+                    "(use the helper as given), average each layer over the batches, then average the layers.")
+
+
+def check_report(student):
+    """what you predicted and what you measured (this check never fails on the outcome)"""
+    if set(_measured) != {"baseline", "g1"}:  # run alone: measure again
+        for name in ("baseline", "g1"):
+            _measured[name] = float(student.measure(os.path.join(runs_dir(), name)))
+    base, g1 = _measured["baseline"], _measured["g1"]
+    ratio = g1 / base if base > 0 else float("nan")
+    outcome = ("about the same" if abs(ratio - 1) <= SAME else "lower with G1" if ratio < 1 else "higher with G1")
+    predicted = {c.lower(): c for c in CHOICES}[str(student.PREDICTION_MAX_ACT).strip().lower()]
+    lines = [f"you predicted: {predicted!r}, because: {str(student.REASON).strip()}",
+             f"measured M-Act: baseline {base:.4g}, G1 {g1:.4g} (G1 / baseline = {ratio:.2f}): {outcome!r}"
+             f" (\"about the same\" = within {SAME:.0%})"]
+    if predicted == outcome:
+        lines.append("the measurement agrees with your prediction. Does your reason explain the size of the effect "
+                     "too? Compare it with the paper's (README.md, 'What to make of it').")
+    else:
+        lines.append("the measurement does not agree with your prediction: that is a result, not a mistake. "
+                     "README.md ('What to make of it') asks what would explain it; write down your answer.")
+    lines.append("science is not graded on the outcome: this check passes either way.")
+    print("\n".join("      " + line for line in lines))

@@ -1,0 +1,154 @@
+"""Checks of exercise 09 (a headwise gate in the Triton kernel), in order: a headwise gate is accepted and gives
+the right shape; the elementwise gate and no gate still match the oracle (nothing broken); very negative headwise
+logits zero whole rows and very positive ones leave the attention as it is (the sigmoid); headwise numbers against
+kernels.attention_torch at a T that is a multiple of the block and at a ragged T; headwise gates in other layouts
+(a transposed view, as model.py passes it, and one expanded over heads).
+
+Without a GPU the kernel runs in Triton's interpreter (check.py sets TRITON_INTERPRET=1): small shapes only.
+Every headwise gate here is a view into a larger buffer, so that a read at the wrong place lands in memory the
+check owns (wrong numbers, named below) rather than outside it."""
+
+import os
+import re
+
+import torch
+
+from check import Wrong, expect_close, expect_shape, same
+
+PAD = 1024  # extra elements after every gate buffer (see above)
+TOL = dict(atol=1e-4, rtol=1e-4)  # fp32 in, fp32 accumulation; the oracle is PyTorch's SDPA in fp32
+
+
+def _device():
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    return "cuda" if torch.cuda.is_available() and not interpreted else "cpu"
+
+
+def _qkv(T, D, seed, B=1, H=2):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, T, D, generator=gen).to(_device()) for _ in range(3)]
+
+
+def _headwise_gate(B, H, T, seed, layout="contiguous", fill=None):
+    """Headwise logits (B, H, T, 1) as a view into a buffer PAD elements longer than needed. layout: 'contiguous';
+    'transposed' (a (B, T, H, 1) tensor seen as (B, H, T, 1), as model.py's g.transpose(1, 2)); 'expanded' (one
+    logit per token, shared by the heads: head stride 0)."""
+    n = B * T if layout == "expanded" else B * H * T
+    gen = torch.Generator().manual_seed(seed)
+    buf = torch.full((n + PAD,), float(fill)) if fill is not None else 2 * torch.randn(n + PAD, generator=gen)
+    buf = buf.to(_device())
+    if layout == "contiguous":
+        return buf[:n].view(B, H, T, 1)
+    if layout == "transposed":
+        return buf[:n].view(B, T, H, 1).transpose(1, 2)
+    return buf[:n].view(B, T, 1, 1).transpose(1, 2).expand(B, H, T, 1)
+
+
+def _oracle(q, k, v, gate=None):
+    import kernels
+    return kernels.attention_torch(q.float(), k.float(), v.float(), None if gate is None else gate.float(), causal=True)
+
+
+def _attention(student, q, k, v, gate):
+    """student.attention, with an unfilled gap 2 reported as such (inside a kernel, its NotImplementedError
+    arrives wrapped by Triton's interpreter, or as a compilation error on a GPU)."""
+    try:
+        return student.attention(q, k, v, gate)
+    except NotImplementedError:
+        raise
+    except Exception as e:
+        found = re.search(r"09-gap2[^'\"\n]*", str(e))
+        if found:
+            raise NotImplementedError(found.group(0)) from None
+        raise
+
+
+def check_headwise_shape(student):
+    """a headwise gate (B, H, T, 1) is accepted; the output is (B, H, T, D), float32, finite"""
+    q, k, v = _qkv(48, 16, seed=0)
+    y = _attention(student, q, k, v, _headwise_gate(1, 2, 48, seed=1))
+    expect_shape("attention(q, k, v, headwise gate)", y, q.shape,
+                 "The gate scales the output; it does not change its shape: one logit per row, broadcast over D.")
+    if y.dtype != torch.float32:
+        raise Wrong(f"the output is {y.dtype} for float32 inputs: store o cast to Y's element type.")
+    if not torch.isfinite(y).all():
+        raise Wrong(f"the output has {int((~torch.isfinite(y)).sum())} NaN or inf values: is the headwise load "
+                    "masked (mask=row_ok, other=0.0), and cast to fp32 before tl.sigmoid?")
+
+
+def check_elementwise_still_matches(student):
+    """the elementwise gate (B, H, T, D) and no gate still match kernels.attention_torch (nothing broken)"""
+    q, k, v = _qkv(64, 16, seed=2)
+    gen = torch.Generator().manual_seed(3)
+    gate = torch.randn(1, 2, 64, 16, generator=gen).to(_device())
+    expect_close("attention(q, k, v, elementwise gate)", _attention(student, q, k, v, gate), _oracle(q, k, v, gate),
+                 **TOL, hint="The elementwise path worked in the starter: did an edit change its branch in the "
+                             "launcher or the GATE == 1 branch of the kernel?")
+    expect_close("attention(q, k, v) with no gate", _attention(student, q, k, v, None), _oracle(q, k, v), **TOL,
+                 hint="With gate=None the kernel must run with GATE=0 and read no gate at all.")
+
+
+def check_headwise_zeroes_rows(student):
+    """headwise logits of -30 zero every row (sigmoid -> 0); logits of +30 leave the attention unchanged (sigmoid -> 1)"""
+    q, k, v = _qkv(32, 16, seed=4)
+    y = _attention(student, q, k, v, _headwise_gate(1, 2, 32, seed=5, fill=-30.0))
+    expect_shape("attention(q, k, v, headwise gate)", y, q.shape)
+    if not (y.abs() < 1e-6).all():
+        scaled = same(y, -30 * _oracle(q, k, v), tol=1e-3)
+        raise Wrong("with every headwise logit at -30 the output should be all zeros (sigmoid(-30) ~ 1e-13: every "
+                    "head shut), and it is not" +
+                    (": it is -30 times the attention, so the sigmoid is missing: multiply by tl.sigmoid(logit), "
+                     "not by the logit." if scaled else
+                     ". Multiply each row of o by tl.sigmoid of its logit in the GATE == 2 branch, and make sure the "
+                     "launcher passes GATE=2 for a (B, H, T, 1) gate."))
+    y = _attention(student, q, k, v, _headwise_gate(1, 2, 32, seed=5, fill=30.0))
+    expect_close("attention(q, k, v, headwise logits all +30)", y, _oracle(q, k, v), **TOL,
+                 hint="sigmoid(+30) = 1 in float32: a fully open gate must leave the attention output as it is.")
+
+
+def _read_as_elementwise(q, k, v, gate):
+    """What a kernel computes that loads the headwise logits like elementwise ones (g_rows[:, None] + offs_d *
+    g_stride_d, with g_stride_d = 1): output element (t, d) gets the logit stored d elements after row t's."""
+    B, H, T, D = q.shape
+    flat = torch.as_strided(gate, (gate.untyped_storage().nbytes() // gate.element_size(),), (1,), 0)  # + padding
+    rows = (torch.arange(B * H, device=flat.device)[:, None, None] * T + torch.arange(T, device=flat.device)[None, :, None]
+            + torch.arange(D, device=flat.device)[None, None, :])
+    return _oracle(q, k, v) * torch.sigmoid(flat[rows].view(B, H, T, D))
+
+
+def check_headwise_numbers(student):
+    """headwise gate vs kernels.attention_torch: T = 64 (a multiple of the block) and T = 80 (a ragged last block)"""
+    for T in (64, 80):
+        q, k, v = _qkv(T, 32, seed=6 + T)
+        gate = _headwise_gate(1, 2, T, seed=7 + T)
+        y = _attention(student, q, k, v, gate)
+        want = _oracle(q, k, v, gate)
+        if same(y, want, 1e-4):
+            continue
+        expect_shape(f"attention(q, k, v, headwise gate), T={T}", y, q.shape)
+        if same(y, _oracle(q, k, v), 1e-4):
+            raise Wrong(f"T={T}: your output is the attention without the gate: the GATE == 2 branch does not "
+                        "change o (or the launcher does not pass GATE=2 for a (B, H, T, 1) gate).")
+        if same(y, _read_as_elementwise(q, k, v, gate), 1e-4):
+            raise Wrong(f"T={T}: your kernel reads the headwise logits with the elementwise addressing "
+                        "(g_rows[:, None] + offs_d[None, :] * g_stride_d): column d of row t gets the logit stored "
+                        "d places after row t's, i.e. row t + d's. A headwise gate has one logit per row: load "
+                        "g_rows itself, (BLOCK_M,), and broadcast its sigmoid over D with [:, None].")
+        expect_close(f"attention(q, k, v, headwise gate), T={T}", y, want, **TOL,
+                     hint="Each row i of o is multiplied by sigmoid(logit of row i), the logit at G + b*g_stride_b + "
+                          "h*g_stride_h + row*g_stride_t; rows past T are masked." +
+                          (" T=64 passes but the ragged T=80 does not: check the mask on rows >= T." if T == 80 else ""))
+
+
+def check_headwise_strided_gate(student):
+    """headwise gates in other layouts: a transposed view (as model.py passes it) and one expanded over heads"""
+    for layout in ("transposed", "expanded"):
+        q, k, v = _qkv(48, 16, seed=20)
+        gate = _headwise_gate(1, 2, 48, seed=21, layout=layout)
+        y = _attention(student, q, k, v, gate)
+        expect_close(f"attention(q, k, v, {layout} headwise gate with strides {tuple(gate.stride())})", y,
+                     _oracle(q, k, v, gate), **TOL,
+                     hint="Contiguous headwise gates pass, so the kernel's epilogue is right, but this layout is read "
+                          "at the wrong places: pass the gate's own strides, gate.stride(), rather than strides "
+                          "worked out from its shape (a transposed view or an expand() has other strides; "
+                          "model.py's fused path passes exactly such views, with no copy).")

@@ -1,0 +1,76 @@
+"""
+Exercise 01: the G1 gate.
+
+Multi-head causal self-attention with the gate of the Gated Attention paper (GA) at position G1: each head's
+SDPA output Y is multiplied by gate scores sigmoid(X W_theta), where X is the block's input after the
+pre-attention norm (the tensor that feeds Q, K and V), before the heads are concatenated and mixed by W_O.
+
+  gap 1: g1_gate(y, x, w_gate, granularity)             Y' = Y * sigmoid(X W_theta), per head
+  gap 2: attention_block(x, w_qkv, w_gate, w_o, n_head)  q, k, v -> causal attention -> G1 gate -> W_O
+
+causal_attention is given. This is the reference solution:
+    python exercises/check.py 01 --file=exercises/solutions/01_g1_gate.py
+"""
+
+import math
+
+import torch
+
+
+def causal_attention(q, k, v):
+    """q, k, v: (B, H, T, D) -> (B, H, T, D): softmax(q k^T / sqrt(D)) v, where query t sees keys 0..t only."""
+    T, D = q.size(-2), q.size(-1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H, T, T): query t's score for key j
+    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # True where key j > query t
+    scores = scores.masked_fill(future, float("-inf"))  # exp(-inf) = 0: no weight on the future
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def g1_gate(y, x, w_gate, granularity="elementwise"):
+    """The G1 gate: y * sigmoid(x @ w_gate.T), the scores laid out per head.
+
+    y:      (B, T, H, D) each head's SDPA output
+    x:      (B, T, C)    the block's input after the pre-attention norm (what Q, K, V are computed from)
+    w_gate: (H*D, C) for granularity "elementwise" (one score per channel of each head; row h*D + d is head h's
+            channel d) or (H, C) for "headwise" (one score per head, shared by the head's D channels)
+    returns (B, T, H, D); any other granularity raises ValueError.
+    """
+    B, T, H, D = y.shape
+    scores = torch.sigmoid(x @ w_gate.T)  # (B, T, H*D) or (B, T, H): each score in (0, 1), computed from x, not y
+    if granularity == "elementwise":
+        scores = scores.view(B, T, H, D)  # row h*D + d of w_gate scores head h's channel d
+    elif granularity == "headwise":
+        scores = scores.view(B, T, H, 1)  # one score per head, broadcast over the head's D channels
+    else:
+        raise ValueError(f"granularity must be 'elementwise' or 'headwise', got {granularity!r}")
+    return y * scores  # a score near 0 silences that head (or channel) for this token: it can output nothing
+
+
+def attention_block(x, w_qkv, w_gate, w_o, n_head, granularity="elementwise"):
+    """Causal self-attention with the G1 gate, no biases, no position encoding.
+
+    x: (B, T, C); w_qkv: (3C, C), rows [q; k; v]: x @ w_qkv.T is q, then k, then v, each (B, T, C), whose channels
+    are the heads in order (head h: channels h*D .. h*D + D - 1, D = C // n_head); w_gate: as in g1_gate;
+    w_o: (C, C), the output projection W_O. Returns (B, T, C).
+    """
+    B, T, C = x.shape
+    q, k, v = (x @ w_qkv.T).split(C, dim=-1)  # each (B, T, C)
+    q, k, v = (t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+    y = causal_attention(q, k, v).transpose(1, 2)  # (B, T, H, D): each head's SDPA output
+    y = g1_gate(y, x, w_gate, granularity)  # G1: gate each head's output, with scores computed from x
+    return y.reshape(B, T, C) @ w_o.T  # heads concatenated, then mixed by W_O
+
+
+# known mistakes, for CI: (the check that must catch it, text of this file, the mistake). Each text is split into
+# two literals so that it occurs once in this file: in the code above, not here.
+MUTANTS = [
+    ("gate_scores_in_0_1", "torch.sigmoid(" "x @ w_gate.T)", "(x @ w_gate.T)"),  # no sigmoid: an identity "gate"
+    ("headwise_one_score_per_head", "scores.view(" "B, T, H, 1)", "scores.view(B, T, 1, H)"),  # over heads, not D
+    ("trap_gate_after_wo",  # G5: each head's output mixed by W_O first, then gated
+     "y = g1_gate(" "y, x, w_gate, granularity)  # G1: gate each head's output, with scores computed from x\n"
+     "    return y.reshape(" "B, T, C) @ w_o.T",
+     "y = y.reshape(B, T, C) @ w_o.T\n"
+     "    return g1_gate(y.view(B, T, n_head, -1), x, w_gate, granularity).reshape(B, T, C)"),
+    ("trap_self_gating",  # the gate logits from the attention output instead of the block's input
+     "y = g1_gate(y, " "x, w_gate, granularity)", "y = g1_gate(y, y.reshape(B, T, C), w_gate, granularity)"),
+]

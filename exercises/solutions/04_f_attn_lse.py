@@ -1,0 +1,64 @@
+"""
+Exercise 04: F-Attn without the T x T matrix.
+
+The probability that query i puts on key 0 is p_i0 = exp(s_i0 - lse_i), where s_ij = q_i . k_j / sqrt(D) and
+lse_i = log(sum over j <= i of exp(s_ij)) is the log-sum-exp of query i's row. So F-Attn needs one number per row,
+not the (T, T) matrix: a flash-attention kernel keeps exactly that number (kernels.py returns it), and so does the
+online log-sum-exp you write here, which reads the keys `chunk` at a time and keeps a running max and sum.
+
+  gap 1: row_logsumexp(q, k, chunk)      the log-sum-exp of each query's causal, scaled scores, (B, H, T),
+                                         computed chunk keys at a time (memory O(T * chunk), never T x T)
+  gap 2: first_token_probs(q, k, chunk)  p_i0 = exp(s_i0 - lse_i), (B, H, T)
+
+chunk_scores is given. Check your file with:  python exercises/check.py 04
+"""
+
+import torch
+
+
+def chunk_scores(q, k, j0, j1):
+    """q, k: (B, H, T, D) -> the scores of every query against the keys j0..j1-1, (B, H, T, j1 - j0):
+    q_i . k_j / sqrt(D), and -inf where key j > query i (the future: exp(-inf) = 0)."""
+    T, D = q.size(2), q.size(3)
+    s = (q @ k[:, :, j0:j1].transpose(-2, -1)) * D ** -0.5
+    future = torch.arange(j0, j1, device=q.device)[None, :] > torch.arange(T, device=q.device)[:, None]  # (T, j1 - j0)
+    return s.masked_fill(future, float("-inf"))
+
+
+def row_logsumexp(q, k, chunk=64):
+    """q, k: (B, H, T, D) -> (B, H, T): lse_i = log(sum over keys j <= i of exp(q_i . k_j / sqrt(D))), computed
+    from chunk_scores(q, k, j0, j1) for the key chunks [0, chunk), [chunk, 2 chunk), ..., with a running max m and
+    a running sum l of exp(score - m) per query. Never builds a (T, T) tensor."""
+    B, H, T, _ = q.shape
+    m = q.new_full((B, H, T), float("-inf"))  # running max of each query's scores so far
+    l = q.new_zeros((B, H, T))  # running sum of exp(score - m): every term <= 1, so no overflow
+    for j0 in range(0, T, chunk):
+        s = chunk_scores(q, k, j0, min(j0 + chunk, T))  # (B, H, T, c): only this chunk is ever in memory
+        # The first chunk holds key 0, which every query sees, so m is finite from then on and exp(m - m_new)
+        # never meets -inf - (-inf); a row that sees none of a later chunk has s.amax = -inf and keeps its m.
+        m_new = torch.maximum(m, s.amax(-1))
+        # the old terms were exp(s - m): bring them to the new max by exp(m - m_new) <= 1, then add the chunk's
+        l = l * torch.exp(m - m_new) + torch.exp(s - m_new.unsqueeze(-1)).sum(-1)
+        m = m_new
+    return m + torch.log(l)  # log(sum exp(s)) = m + log(sum exp(s - m))
+
+
+def first_token_probs(q, k, chunk=64):
+    """q, k: (B, H, T, D) -> (B, H, T): p_i0 = exp(s_i0 - lse_i), each query's attention probability on key 0
+    (every query sees key 0; query 0 sees only it, so p_00 = 1)."""
+    s0 = chunk_scores(q, k, 0, 1)[..., 0]  # (B, H, T): each query's score on key 0, never masked
+    return torch.exp(s0 - row_logsumexp(q, k, chunk))  # s0 <= lse: p in (0, 1], no overflow
+
+
+# known mistakes, for CI: (the check that must catch it, text in this file, the mistaken text)
+MUTANTS = [
+    # the running sum kept at the old max: right while the max stays put, wrong once a later chunk raises it
+    ("lse_chunked", "l * torch.exp(" "m - m_new) + ", "l + "),
+    # exp before subtracting the max: fine for small scores, inf once a score passes ~88 (float32)
+    ("lse_large_logits", "l = l * torch.exp(m - " "m_new) + torch.exp(s - m_new.unsqueeze(-1)).sum(-1)\n        m = m_new",
+     "l = l + torch.exp(s).sum(-1)\n        m = torch.zeros_like(m_new)"),
+    # the diagonal score q_i . k_i instead of the score on key 0
+    ("probs_match_reference", "s0 = chunk_scores(" "q, k, 0, 1)[..., 0]", "s0 = (q * k).sum(-1) * q.size(-1) ** -0.5"),
+    # the whole (T, T) score matrix at once: right numbers, T x T memory
+    ("memory", "return m + " "torch.log(l)", "return chunk_scores(q, k, 0, T).logsumexp(-1)"),
+]
