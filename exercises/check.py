@@ -21,16 +21,13 @@ import os
 import sys
 import traceback
 
+import torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)  # the exercises use the project's modules (model.py, probe.py, kernels.py) as references
-if "TRITON_INTERPRET" not in os.environ:  # no GPU: Triton kernels run in Triton's interpreter (set before import)
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            os.environ["TRITON_INTERPRET"] = "1"
-    except ImportError:
-        pass
+if not torch.cuda.is_available():  # no GPU: Triton kernels run in Triton's interpreter (set before triton is imported)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 sys.modules.setdefault("check", sys.modules[__name__])  # checks.py files `from check import Wrong` (also as __main__)
@@ -43,14 +40,12 @@ class Wrong(AssertionError):
 def same(a, b, tol=1e-8):
     """Whether a is a tensor of b's shape equal to b within tol (absolute and relative), compared in float64 on the
     CPU: how a check recognises one known wrong answer."""
-    import torch
     return (isinstance(a, torch.Tensor) and a.shape == b.shape and bool(torch.isfinite(a).all())
             and bool(torch.allclose(a.detach().double().cpu(), b.detach().double().cpu(), atol=tol, rtol=tol)))
 
 
 def random_qk(B=2, H=3, T=12, D=8, seed=0, dtype=None):
     """Seeded random queries and keys (B, H, T, D), float64 unless dtype says otherwise."""
-    import torch
     g = torch.Generator().manual_seed(seed)
     dtype = dtype or torch.float64
     return torch.randn(B, H, T, D, generator=g, dtype=dtype), torch.randn(B, H, T, D, generator=g, dtype=dtype)
@@ -58,7 +53,6 @@ def random_qk(B=2, H=3, T=12, D=8, seed=0, dtype=None):
 
 def causal_probs(q, k):
     """The causal attention probabilities softmax(q k^T / sqrt(D)) (B, H, T, T), explicit, in float64."""
-    import torch
     q, k = q.double(), k.double()
     T = q.size(2)
     s = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
@@ -67,7 +61,6 @@ def causal_probs(q, k):
 
 def expect_shape(what, got, shape, hint=""):
     """got must be a tensor of this shape."""
-    import torch
     if not isinstance(got, torch.Tensor):
         raise Wrong(f"{what} should be a torch.Tensor, got {type(got).__name__}. {hint}".strip())
     if tuple(got.shape) != tuple(shape):
@@ -77,7 +70,6 @@ def expect_shape(what, got, shape, hint=""):
 def expect_close(what, got, want, atol=1e-5, rtol=1e-4, hint=""):
     """got must match want (same shape, finite, within atol + rtol * |want|). The message gives the size and place
     of the largest error, not the expected values (that would give the answer away)."""
-    import torch
     expect_shape(what, got, want.shape, hint)
     got = got.detach().double().cpu()
     want = want.detach().double().cpu()
