@@ -2,6 +2,7 @@
 Measure trained checkpoints the way GA §4.3 / Table 4 does, every run on the same validation windows:
 
     python analyze.py --runs=out-baseline,out-g1[,more out_dirs] [--labels=base,g1] [--out_dir=out-analysis]
+    python analyze.py --pretrained=gpt2[,gated-1b-baseline,...] [--out_dir=...]     # published checkpoints
 
 For each run (an out_dir holding ckpt.pt, or the file --checkpoint names, e.g. best.pt): validation loss, and
 per layer and averaged over layers (probe.py defines each)
@@ -19,14 +20,20 @@ batch_size), so a single run's val loss is the one its training log shows for th
 (default out-analysis/, git-ignored) and, when matplotlib is installed, layers.png (per-layer F-Attn, sink share
 and M-Act of every run), gate_hist.png (gate-score histograms), attn_maps.png (a head-averaged attention map per
 run, as in GA Fig. 2) and curves.png (validation loss during training, from each run's log.jsonl).
+
+--pretrained measures published checkpoints instead (pretrained.py: GPT-2, the gated-attention paper's released
+models, a folder or a hub id), each with its own tokenizer, on --windows windows of --window tokens cut one after
+another from --text (data/sample_text.txt by default); summary.md then sets them beside the published values.
 """
 
+import hashlib
 import json
+import math
 import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -34,8 +41,10 @@ import torch
 import torch.nn.functional as F
 
 from common import autocast_for, configure, dataset_dir, fail, load_checkpoint, pick_device, read_jsonl
+import pretrained
 from data.shards import bos_token, val_batches
 from probe import SINK_HEAD_THRESHOLD, Probe, attention_maps
+from variants import VARIANTS
 
 
 @dataclass
@@ -49,6 +58,12 @@ class AnalyzeConfig:
     batches: int = None  # validation batches (default: the first run's eval_iters)
     batch_size: int = None  # windows per batch (default: the first run's batch_size)
     map_tokens: int = 48  # sequence length of the attention-map plot
+    # published checkpoints instead of runs (pretrained.py)
+    pretrained: str = ""  # comma-separated: gpt2, gpt2-medium, gpt2-large, gpt2-xl, gated-1b-baseline, ... or folders
+    text: str = ""  # a UTF-8 text file to measure them on; default: data/sample_text.txt
+    window: int = 1024  # tokens per window
+    windows: int = 8  # how many windows, cut one after another from the text (fewer if it is shorter)
+    bos: bool = None  # start each window with <|endoftext|>; None: as each model was trained (GPT-2, Qwen3: none)
 
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
 # what analyze reads from a checkpoint's training config (train.py writes all of them)
@@ -74,12 +89,47 @@ def describe_windows(w):
 @torch.no_grad()
 def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     cfg, train_cfg = model.config, checkpoint["config"]
-    n_batches = windows["batches"]
     bos = bos_token(windows["data_dir"]) if windows["bos"] else None
-    batches = val_batches(windows["data_dir"], windows["block_size"], windows["batch_size"], n_batches, bos=bos)
+    batches = val_batches(windows["data_dir"], windows["block_size"], windows["batch_size"], windows["batches"], bos=bos)
     # on a GPU, the precision the run was evaluated in (bf16 autocast by default), so the losses agree; fp32 elsewhere
     ctx, _ = autocast_for(device, train_cfg.get("dtype", "auto") if device.startswith("cuda") else "float32")
+    layers, heads, windows_all, scores, maps = measure(model, batches, device, ctx, map_tokens)
+    record = {
+        "run": os.path.basename(os.path.normpath(run_dir)),
+        "out_dir": run_dir,
+        "model": {k: v for k, v in checkpoint["model_args"].items()},
+        "params": model.num_params(),
+        "iter": checkpoint["iter_num"],
+        "tokens": checkpoint["iter_num"] * train_cfg["gradient_accumulation_steps"] * train_cfg["batch_size"] * cfg.block_size,
+        "lr": train_cfg["learning_rate"],
+        "max_iters": train_cfg["max_iters"],
+        "seed": train_cfg.get("seed"),
+        "loss_spikes": checkpoint.get("health", {}).get("loss_spikes"),
+        "nonfinite_steps": checkpoint.get("health", {}).get("nonfinite_steps"),
+        "val_loss": float(np.mean(windows_all["loss"])),
+        "val_loss_logged": checkpoint.get("val_loss"),  # what train.py measured on its own eval windows
+        "eval_windows_trained": eval_windows(checkpoint),
+        **layer_means(layers, windows_all),
+        "layers": layers,
+        "heads": heads,
+        "per_window": windows_all,  # arrays, not written to summary.json: repro.py's confidence intervals use them
+    }
+    return record, scores, maps
 
+
+def layer_means(layers, windows_all):
+    """A record's headline numbers: each statistic averaged over layers (GA Table 4's M-Act and F-Attn are)."""
+    return {**{k: (float(np.mean(v)) if v is not None else None) for k, v in layers.items()
+               if k not in ("sink_pos", "sink_token", "sink_pos_share", "sink_token_share")},
+            "peak_act": float(np.mean(windows_all["peak_act"]))}  # GN's residual-stream maximum, per window
+
+
+@torch.no_grad()
+def measure(model, batches, device, ctx, map_tokens):
+    """Everything probe.py measures, over batches [(x, y), ...] that all have the same number of windows:
+    (layers: per-layer statistics, heads: per-head ones, windows_all: per-window arrays with each window's loss,
+    scores: a sample of gate scores or None, maps: a head-averaged attention map per layer of the first window)."""
+    cfg, n_batches = model.config, len(batches)
     # gate scores for the histogram: a random sample of each layer's, from every batch
     rng = np.random.default_rng(0)
     samples = []
@@ -110,8 +160,8 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
             return None
         return [float(v) for v in np.mean(np.array([s[key] for s in per_batch], dtype=float), axis=0)]
 
-    layers = {key: over_batches(key) for key in
-              ("first_token_attn", "sink_share", "max_act", "gate_mean", "gate_below_0.1", "gate_below_0.5")}
+    layers = {key: over_batches(key) for key in ("first_token_attn", "sink_share", "max_act", "act_ratio", "gate_mean",
+                                                  "gate_below_0.1", "gate_below_0.5")}
     heads = {key: np.mean([h[key] for h in per_head], axis=0).tolist() for key in ("first_token_attn", "sink_share")}
     # sink heads over the whole validation set: a head's F-Attn averaged over every window, then thresholded
     layers["sink_heads"] = [float(np.mean(np.array(h) > SINK_HEAD_THRESHOLD)) for h in heads["first_token_attn"]]
@@ -120,30 +170,8 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
                    for key in per_window[0]}
     with ctx:
         maps = attention_maps(model, batches[0][0][:1, :map_tokens].to(device))  # per layer (1, H, t, t)
-    record = {
-        "run": os.path.basename(os.path.normpath(run_dir)),
-        "out_dir": run_dir,
-        "model": {k: v for k, v in checkpoint["model_args"].items()},
-        "params": model.num_params(),
-        "iter": checkpoint["iter_num"],
-        "tokens": checkpoint["iter_num"] * train_cfg["gradient_accumulation_steps"] * train_cfg["batch_size"] * cfg.block_size,
-        "lr": train_cfg["learning_rate"],
-        "max_iters": train_cfg["max_iters"],
-        "seed": train_cfg.get("seed"),
-        "loss_spikes": checkpoint.get("health", {}).get("loss_spikes"),
-        "nonfinite_steps": checkpoint.get("health", {}).get("nonfinite_steps"),
-        "val_loss": float(np.mean(windows_all["loss"])),
-        "val_loss_logged": checkpoint.get("val_loss"),  # what train.py measured on its own eval windows
-        "eval_windows_trained": eval_windows(checkpoint),
-        **{k: (float(np.mean(v)) if v is not None else None) for k, v in layers.items()
-           if k not in ("sink_pos", "sink_token", "sink_pos_share", "sink_token_share")},
-        "peak_act": float(np.mean(windows_all["peak_act"])),  # GN's residual-stream maximum, per window
-        "layers": layers,
-        "heads": heads,
-        "per_window": windows_all,  # arrays, not written to summary.json: repro.py's confidence intervals use them
-    }
     scores = np.concatenate(samples) if samples else None
-    return record, scores, [m[0].mean(0).float().cpu().numpy() for m in maps]
+    return layers, heads, windows_all, scores, [m[0].mean(0).float().cpu().numpy() for m in maps]
 
 
 def pool_sink_location(per_batch, pairs):
@@ -309,12 +337,124 @@ def markdown_table(summary):
     return "\n".join(lines) + "\n"
 
 
+# ----------------------------------------------------------------------------
+# Published checkpoints (pretrained.py): the sink and the massive activations where they are known to exist
+
+def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto", text_path="", window=1024,
+                       n_windows=8, bos=None, map_tokens=48):
+    """Measure published checkpoints on the same text, each with its own tokenizer; writes summary.json, summary.md
+    (the table beside the published reference values) and the plots to out_dir. Returns the summary."""
+    labels = labels or names
+    device = pick_device(device)
+    ctx, _ = autocast_for(device, "auto" if device.startswith("cuda") else "float32")  # bf16 autocast on a GPU
+    text_path = text_path or pretrained.SAMPLE_TEXT
+    with open(text_path, encoding="utf-8") as f:
+        text = f.read()
+    records, scores, maps = [], [], []
+    for name, label in zip(names, labels):
+        start = time.time()
+        ckpt = pretrained.locate(name)
+        enc = pretrained.load_tokenizer(ckpt)
+        print(f"{label}: {ckpt.about}; loading {ckpt.folder}", flush=True)
+        model = pretrained.load_model(ckpt, device)
+        use_bos = ckpt.bos if bos is None else bos
+        if window > model.config.block_size:
+            raise ValueError(f"--window={window} is longer than {name}'s {model.config.block_size} positions")
+        if use_bos and enc.eot_token is None:
+            raise ValueError(f"{name}'s tokenizer has no <|endoftext|> to start the windows with; use --bos=False")
+        batches = pretrained.text_windows(enc, text, window, n_windows, enc.eot_token if use_bos else None)
+        print(f"{label}: {model.num_params() / 1e6:.0f}M parameters; measuring {len(batches)} windows of {window} "
+              f"tokens{' (BOS first)' if use_bos else ''} on {device_name(device)}", flush=True)
+        layers, heads, windows_all, s, m = measure(model, batches, device, ctx, map_tokens)
+        loss = float(np.mean(windows_all["loss"]))
+        records.append({
+            "label": label, "name": name, "about": ckpt.about, "family": ckpt.family, "model": asdict(model.config),
+            "params": model.num_params(), "windows": len(batches), "window": window, "bos": use_bos,
+            "loss": loss, "ppl": math.exp(loss), **layer_means(layers, windows_all), "layers": layers, "heads": heads,
+            "sink_token_text": [None if t is None else enc.decode([t]) for t in layers["sink_token"]],
+            "first_window_start": enc.decode(batches[0][0][0, :24].tolist()),
+            "seconds": round(time.time() - start, 1)})
+        scores.append(s)
+        maps.append(m)
+        r = records[-1]
+        print(f"{label:>24}: loss {loss:.3f}, F-Attn {r['first_token_attn']:.3f}, sink heads {r['sink_heads']:.2f}, "
+              f"sink share {r['sink_share']:.3f}, M-Act {r['max_act']:.1f} ({r['act_ratio']:.0f}x the median)" +
+              (f", gate mean {r['gate_mean']:.3f}, <0.1: {r['gate_below_0.1']:.2f}" if r["gate_mean"] is not None else "")
+              + f" [{r['seconds']:.0f} s]", flush=True)
+        del model
+    with open(text_path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    summary = {"device": device_name(device), "date": time.strftime("%Y-%m-%d"),
+               "text": {"path": os.path.relpath(text_path, os.path.dirname(os.path.abspath(__file__))),
+                        "sha256": digest, "window": window, "windows": n_windows},
+               "models": records,
+               "literature": {family: pretrained.LITERATURE[family] for family in dict.fromkeys(r["family"] for r in records)}}
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write(pretrained_table(summary))
+    summary["plots"] = plot(records, scores, maps, [[] for _ in records], out_dir)
+    return summary
+
+
+PRETRAINED_TABLE = (  # summary.md's columns for published checkpoints: header, record key, format
+    ("loss", "loss", "{:.3f}"), ("F-Attn", "first_token_attn", "{:.3f}"), ("sink heads", "sink_heads", "{:.2f}"),
+    ("sink share", "sink_share", "{:.3f}"), ("M-Act", "max_act", "{:.1f}"), ("M-Act / median", "act_ratio", "{:.0f}"),
+    ("gate mean", "gate_mean", "{:.3f}"), ("gate < 0.1", "gate_below_0.1", "{:.2f}"))
+# GA Table 4's rows for the released models' variants: (label, variants.py name)
+GA_REFERENCE = (("baseline", "baseline"), ("G1 elementwise", "g1_elementwise"), ("G1 headwise", "g1_headwise"))
+
+
+def pretrained_table(summary):
+    """The measured checkpoints as a markdown table, then the published values to compare them with, each saying
+    which model it comes from."""
+    t = summary["text"]
+    lines = [f"Measured by analyze.py on {summary['device']}, {summary['date']}: {t['windows']} windows of "
+             f"{t['window']} tokens of {t['path']} (sha256 {t['sha256'][:12]}), each model with its own tokenizer. "
+             "Layer means; loss in nats per token.", "",
+             "| model | params | " + " | ".join(h for h, _, _ in PRETRAINED_TABLE) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in PRETRAINED_TABLE) + " |"]
+    for r in summary["models"]:
+        cells = ["–" if r.get(key) is None else fmt.format(r[key]) for _, key, fmt in PRETRAINED_TABLE]
+        lines.append(f"| {r['label']} | {r['params'] / 1e6:.0f}M | " + " | ".join(cells) + " |")
+    if "qwen3" in summary["literature"]:
+        lines += ["", "Published, GA Table 4 (a 15B-parameter MoE, 2B active, trained on 400B tokens; not the models "
+                  "above):", "", "| GA Table 4 row | F-Attn | M-Act | gate mean |", "| --- | --- | --- | --- |"]
+        for label, name in GA_REFERENCE:
+            row = VARIANTS[name].ga
+            lines.append(f"| {label} | {row.f_attn:.3f} | {row.m_act} | "
+                         f"{'–' if row.gate_mean is None else f'{row.gate_mean:.3f}'} |")
+    for family, note in summary["literature"].items():
+        lines += ["", f"{family}: {note}"]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     a, _ = configure(AnalyzeConfig, sys.argv[1:] if argv is None else argv)
     runs = [r for r in a.runs.split(",") if r]
     labels = [n for n in a.labels.split(",") if n] or None
+    names = [n for n in a.pretrained.split(",") if n]
+    if names:
+        if runs:
+            fail("give --runs (checkpoints of train.py) or --pretrained (published ones), not both")
+        if labels and len(labels) != len(names):
+            fail(f"--labels has {len(labels)} names for {len(names)} checkpoints; give one per checkpoint")
+        for name in ("window", "windows", "map_tokens"):
+            if getattr(a, name) < 1:
+                fail(f"--{name}={getattr(a, name)} must be at least 1")
+        if a.text and not os.path.isfile(a.text):
+            fail(f"--text={a.text}: no such file")
+        try:
+            summary = analyze_pretrained(names, labels, a.out_dir, a.device, a.text, a.window, a.windows, a.bos,
+                                         a.map_tokens)
+        except (ValueError, FileNotFoundError, RuntimeError, ImportError, UnicodeDecodeError) as e:
+            fail(e)
+        print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md" + "".join(f", {p}" for p in summary["plots"]))
+        return
     if not runs:
-        fail("name the runs to analyze: --runs=out-baseline,out-g1 (their out_dirs, comma-separated)")
+        fail("name the runs to analyze: --runs=out-baseline,out-g1 (their out_dirs, comma-separated), or published "
+             "checkpoints: --pretrained=gpt2")
     if labels and len(labels) != len(runs):
         fail(f"--labels has {len(labels)} names for {len(runs)} runs; give one per run")
     for name in ("batches", "batch_size", "map_tokens"):

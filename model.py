@@ -36,13 +36,15 @@ class GPTConfig:
     n_head: int = 12
     n_kv_head: int = None  # None -> n_head (plain multi-head attention); fewer -> GQA
     n_embd: int = 768
+    head_dim: int = None  # None -> n_embd // n_head; Qwen3 sets it apart, so n_head * head_dim may differ from n_embd
     dropout: float = 0.0
     bias: bool = False
     pos_emb: str = "rope"  # or learned
     rope_base: float = 10000.0
-    mlp: str = "swiglu"  # glu, gelu
+    mlp: str = "swiglu"  # glu, gelu, gelu_tanh (GPT-2's tanh approximation of GELU)
     mlp_hidden: int = None  # None -> 4*n_embd for gelu, ~8/3*n_embd (multiple of 64) for GLUs; see hidden_dim
     norm: str = "rmsnorm"  # layernorm, dyt, preaffine, gatednorm: every norm of the model
+    norm_eps: float = None  # None -> 1e-6 for RMSNorm and the norms built on it, 1e-5 for LayerNorm (PyTorch's)
     gatednorm_rank: int = 16
     sandwich_norm: bool = False  # a norm on each sub-layer's output too, before the residual add
     qk_norm: bool = False
@@ -54,16 +56,16 @@ class GPTConfig:
     gate_input: str = "hidden"  # or none: learned scores that do not depend on the input
     sdpa_nonlin: str = "none"  # rmsnorm, silu: a non-linearity at G1 that is not a gate
     match_params: bool = False  # shrink the MLP so the total parameters match gate='none'
+    tie_embeddings: bool = True  # lm_head shares wte's weight matrix (GPT-2, nanoGPT); False: each its own
     attn_backend: str = "auto"  # kernels.py: auto = the fused Triton kernel on CUDA, else PyTorch; torch; triton
 
     def __post_init__(self):
         if self.n_kv_head is None:
             self.n_kv_head = self.n_head
+        if self.head_dim is None and all(isinstance(n, int) and n > 0 for n in (self.n_embd, self.n_head)) \
+                and self.n_embd % self.n_head == 0:
+            self.head_dim = self.n_embd // self.n_head  # the width split among the heads (check_config: else)
         check_config(self)
-
-    @property
-    def head_dim(self):
-        return self.n_embd // self.n_head
 
     def gate_shape(self):
         """Gate scores per token at this gate position: (groups, width), e.g. G1 elementwise -> (n_head, head_dim).
@@ -141,10 +143,10 @@ class PreAffine(nn.Module):
     """RMSNorm(lambda * x): the learnable lambda (init 1) lets the model hold its rescaling 'outlier'
     in a weight instead of in a massive activation of the residual stream (GN)."""
 
-    def __init__(self, dim):
+    def __init__(self, dim, eps=1e-6):
         super().__init__()
         self.pre_scale = nn.Parameter(torch.ones(dim))
-        self.norm = RMSNorm(dim)
+        self.norm = RMSNorm(dim, eps)
 
     def forward(self, x):
         return self.norm(self.pre_scale * x)
@@ -154,9 +156,9 @@ class GatedNorm(nn.Module):
     """y = RMSNorm(x); y * sigmoid(W_up SiLU(W_down y)) with a rank-r bottleneck (GN): an explicit,
     input-dependent rescaling, so the network needs no outlier to shrink features."""
 
-    def __init__(self, dim, rank):
+    def __init__(self, dim, rank, eps=1e-6):
         super().__init__()
-        self.norm = RMSNorm(dim)
+        self.norm = RMSNorm(dim, eps)
         self.down = nn.Linear(dim, rank, bias=False)
         self.up = nn.Linear(rank, dim, bias=False)
 
@@ -167,14 +169,19 @@ class GatedNorm(nn.Module):
 
 def make_norm(config, dim):
     if config.norm == "rmsnorm":
-        return RMSNorm(dim)
+        return RMSNorm(dim, rms_eps(config))
     if config.norm == "layernorm":
-        return nn.LayerNorm(dim, bias=config.bias)
+        return nn.LayerNorm(dim, eps=1e-5 if config.norm_eps is None else config.norm_eps, bias=config.bias)
     if config.norm == "dyt":
         return DyT(dim)
     if config.norm == "preaffine":
-        return PreAffine(dim)
-    return GatedNorm(dim, config.gatednorm_rank)
+        return PreAffine(dim, rms_eps(config))
+    return GatedNorm(dim, config.gatednorm_rank, rms_eps(config))
+
+
+def rms_eps(config):
+    """The epsilon of every RMSNorm (the model's norms, and the per-head ones of qk_norm and sdpa_nonlin)."""
+    return 1e-6 if config.norm_eps is None else config.norm_eps
 
 
 # ----------------------------------------------------------------------------
@@ -243,13 +250,13 @@ class CausalSelfAttention(nn.Module):
         # one matmul for Q, K, V and the gate logits X W_theta (as the official Qwen code widens q_proj)
         self.qkvg_sizes = [H * D, Hkv * D, Hkv * D, config.gate_logits_width()]
         self.c_attn = nn.Linear(config.n_embd, sum(self.qkvg_sizes), bias=config.bias)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(H * D, config.n_embd, bias=config.bias)
         self.c_proj.RESIDUAL_PROJ = True
         self.resid_dropout = nn.Dropout(config.dropout)
         if config.qk_norm:  # per-head RMSNorm on q and k (always RMSNorm, whatever config.norm is)
-            self.q_norm, self.k_norm = RMSNorm(self.head_dim), RMSNorm(self.head_dim)
+            self.q_norm, self.k_norm = RMSNorm(D, rms_eps(config)), RMSNorm(D, rms_eps(config))
         if config.sdpa_nonlin == "rmsnorm":  # GA Table 3 "SDPA RMSNorm": normalise each head's output on its own
-            self.sdpa_norm = RMSNorm(self.head_dim)
+            self.sdpa_norm = RMSNorm(D, rms_eps(config))
         self.gate = Gate(config) if config.gate != "none" else None
         # the Triton kernel (kernels.py) computes attention with no gate, or with a multiplicative sigmoid G1 gate
         # in its epilogue; every other variant runs the reference branch of forward
@@ -303,7 +310,7 @@ class CausalSelfAttention(nn.Module):
                 y = F.silu(y)
             if self.config.gate == "g1":
                 y = self.gate(y, g)  # G1: each head's SDPA output times its gate scores
-        y = self.c_proj(y.reshape(B, T, C))  # W_O: the heads concatenated and mixed
+        y = self.c_proj(y.reshape(B, T, self.n_head * self.head_dim))  # W_O: the heads concatenated and mixed
         if self.config.gate == "g5":
             y = self.gate(y.view(B, T, 1, C), g).view(B, T, C)
         return self.resid_dropout(y)
@@ -335,8 +342,8 @@ class MLP(nn.Module):
 
     def forward(self, x):
         h = self.c_fc(x)
-        if self.kind == "gelu":
-            h = F.gelu(h)
+        if self.kind in ("gelu", "gelu_tanh"):
+            h = F.gelu(h, approximate="tanh" if self.kind == "gelu_tanh" else "none")
         else:
             value, gate = h.chunk(2, dim=-1)
             h = value * (F.silu(gate) if self.kind == "swiglu" else torch.sigmoid(gate))
@@ -382,7 +389,8 @@ class GPT(nn.Module):
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        if config.tie_embeddings:
+            self.transformer.wte.weight = self.lm_head.weight  # weight tying: one matrix reads and writes tokens
         self.apply(self._init_weights)
 
     def _init_weights(self, module):
@@ -397,12 +405,21 @@ class GPT(nn.Module):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_params(self, non_embedding=True):
-        """Parameter count; the (tied) token embedding is counted, learned position embeddings are not
-        unless non_embedding=False, as in nanoGPT."""
+        """Parameter count; the token embedding is counted (once when tied to lm_head), learned position
+        embeddings are not unless non_embedding=False, as in nanoGPT."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding and self.config.pos_emb == "learned":
             n -= self.transformer.wpe.weight.numel()
         return n
+
+    @classmethod
+    def from_pretrained(cls, name_or_path, device="cpu", dtype=torch.float32):
+        """A published checkpoint as this GPT, in eval mode: "gpt2" (also -medium, -large, -xl), the gated-attention
+        paper's released models ("gated-1b-baseline", "gated-1b-headwise", "gated-1b-elementwise"), a local folder
+        or a hub repository id. pretrained.py maps its config.json onto GPTConfig's flags and its weights onto
+        these modules, and refuses what it does not understand."""
+        import pretrained  # here, not at the top: it needs optional packages, and it imports this module
+        return pretrained.load_model(pretrained.locate(name_or_path), device, dtype)
 
     def forward(self, idx, targets=None):
         """Logits (B, T, vocab) and, given targets, the mean cross-entropy. To measure attention sinks, massive
@@ -472,7 +489,7 @@ class GPT(nn.Module):
 
 VALID = {  # each flag's valid values, the default first
     "pos_emb": ("rope", "learned"),
-    "mlp": ("swiglu", "glu", "gelu"),
+    "mlp": ("swiglu", "glu", "gelu", "gelu_tanh"),
     "norm": ("rmsnorm", "layernorm", "dyt", "preaffine", "gatednorm"),
     "gate": ("g1", "none", "g2", "g3", "g4", "g5"),
     "gate_granularity": ("elementwise", "headwise"),
@@ -491,8 +508,15 @@ def check_config(c):
     for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "gatednorm_rank"):
         if not isinstance(getattr(c, name), int) or getattr(c, name) < 1:
             raise ValueError(f"GPTConfig.{name}={getattr(c, name)!r} must be a positive integer")
-    if c.n_embd % c.n_head:
-        raise ValueError(f"GPTConfig.n_embd={c.n_embd} must be divisible by n_head={c.n_head}")
+    if c.head_dim is None:  # __post_init__ leaves it unset only when the width does not split evenly
+        raise ValueError(f"GPTConfig.n_embd={c.n_embd} must be divisible by n_head={c.n_head}, or set head_dim")
+    if not isinstance(c.head_dim, int) or c.head_dim < 1:
+        raise ValueError(f"GPTConfig.head_dim={c.head_dim!r} must be a positive integer or None")
+    if c.norm_eps is not None and not (isinstance(c.norm_eps, (int, float)) and 0 < c.norm_eps < 1):
+        raise ValueError(f"GPTConfig.norm_eps={c.norm_eps!r} must be a small positive number (e.g. 1e-6) or None")
+    if c.norm_eps is not None and c.norm == "dyt" and not c.qk_norm and c.sdpa_nonlin != "rmsnorm":
+        raise ValueError("GPTConfig.norm_eps has no effect with norm='dyt' (DyT divides by nothing) and no qk_norm or "
+                         "sdpa_nonlin='rmsnorm'; leave it None")
     if c.n_head % c.n_kv_head:
         raise ValueError(f"GPTConfig.n_head={c.n_head} must be divisible by n_kv_head={c.n_kv_head} (GQA groups)")
     if c.pos_emb == "rope" and c.head_dim % 2:

@@ -12,6 +12,8 @@ probe.stats: one value per layer, in layer order (a layer measured on a batch of
                     1..T-1, computed from each row's log-sum-exp (never the T x T matrix)
   max_act           M-Act: max |h| of the hidden states the block outputs, taken within each window, averaged over
                     the windows (the max over the whole batch would grow with the batch size)
+  act_ratio         that max |h| over the median |h| of the same window's block output, averaged over the windows:
+                    Sun et al. (2024) call an activation massive when it is ~1000x the median; a scale-free M-Act
   gate_mean         the mean gate score (the activation's output); None without a gate
   gate_below_0.1    the fraction of gate scores below 0.1 (sparsity), and below 0.5; None without a gate
   gate_below_0.5
@@ -31,7 +33,7 @@ With T < 2 there are no queries after position 0: the float values are NaN and s
 (JSON writers turn NaN into null). Ties go to the lowest position or token id.
 
 probe.heads: "first_token_attn" and "sink_share" per layer, as a list of n_head floats (per head, averaged over
-windows). probe.windows: "first_token_attn", "max_act", "sink_share", "gate_mean" per layer, as a float64 CPU
+windows). probe.windows: "first_token_attn", "max_act", "act_ratio", "sink_share", "gate_mean" per layer, as a float64 CPU
 tensor (B,): each window's value (averaged over heads; gate_mean over the window's tokens, None without a gate),
 for bootstrapping over windows; stats[key][layer] is windows[key][layer].mean().
 
@@ -45,11 +47,11 @@ import torch
 
 from kernels import first_token_attention
 
-STAT_KEYS = ("first_token_attn", "max_act", "gate_mean", "gate_below_0.1", "gate_below_0.5", "sink_share",
+STAT_KEYS = ("first_token_attn", "max_act", "act_ratio", "gate_mean", "gate_below_0.1", "gate_below_0.5", "sink_share",
              "sink_heads", "sink_pos", "sink_pos_share", "sink_token", "sink_token_share")
 GATE_KEYS = ("gate_mean", "gate_below_0.1", "gate_below_0.5")
 HEAD_KEYS = ("first_token_attn", "sink_share")
-WINDOW_KEYS = ("first_token_attn", "max_act", "sink_share", "gate_mean")
+WINDOW_KEYS = ("first_token_attn", "max_act", "act_ratio", "sink_share", "gate_mean")
 SINK_HEAD_THRESHOLD = 0.3  # Gu et al.'s epsilon: a head whose mean attention on the first token exceeds it is a sink
 
 
@@ -136,7 +138,11 @@ class Probe:
 
     @torch.no_grad()
     def _block_output(self, block, args, x):
-        self._window_stat("max_act", x.abs().flatten(1).amax(1))  # massive activations, per window
+        a = x.detach().abs().flatten(1)
+        a = a.to(torch.promote_types(a.dtype, torch.float32))  # bf16 -> fp32 for the median; fp64 stays
+        peak = a.amax(1)
+        self._window_stat("max_act", peak)  # massive activations, per window
+        self._window_stat("act_ratio", peak / a.median(1).values.clamp_min(torch.finfo(torch.float32).tiny))
 
     @torch.no_grad()
     def _attention(self, attn, args, output):

@@ -1,8 +1,9 @@
 """
-Sample from a model trained by train.py:
+Sample from a model trained by train.py, or from a published checkpoint:
 
     python sample.py --out_dir=out --start="def parse(" --num_samples=3 --max_new_tokens=200
     python sample.py --start=FILE:prompt.txt
+    python sample.py --pretrained=gpt2 --start="The attention sink"     # a published checkpoint (pretrained.py)
 
 Its keys are the fields of SampleConfig below, set as in every script here (--key=value, or a config file).
 Generation uses the model's KV cache; the text is decoded with the tokenizer named in the dataset's meta.json
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+import pretrained
 from common import autocast_for, configure, dataset_dir, fail, load_checkpoint, pick_device
 from data.shards import get_tokenizer, read_meta
 
@@ -26,6 +28,7 @@ from data.shards import get_tokenizer, read_meta
 class SampleConfig:
     """Every key of sample.py."""
     out_dir: str = "out"  # the folder with the run's checkpoints
+    pretrained: str = ""  # a published checkpoint instead: gpt2, gated-1b-elementwise, ... (pretrained.HUB) or a folder
     checkpoint: str = "ckpt.pt"  # ckpt.pt: the run's latest state; best.pt: its lowest validation loss
     start: str = "<|endoftext|>"  # the prompt, or FILE:path to read it from a file; <|endoftext|> = a new document
     num_samples: int = 3
@@ -67,11 +70,16 @@ def main(argv=None):
     dev = pick_device(c.device)
     ctx, _ = autocast_for(dev, c.dtype)
     try:
-        model, ckpt = load_checkpoint(os.path.join(c.out_dir, c.checkpoint), dev)
-        run = ckpt.get("config", {})  # the training run's keys: where its data, and so its tokenizer, is
-        meta = read_meta(dataset_dir(run.get("dataset", ""), run.get("data_dir", ""))) or {}
-        enc = get_tokenizer(meta.get("tokenizer", "gpt2"))
-    except (FileNotFoundError, ValueError, RuntimeError) as e:  # RuntimeError: a tokenizer that cannot be downloaded
+        if c.pretrained:
+            published = pretrained.locate(c.pretrained)
+            model, enc = pretrained.load_model(published, dev), pretrained.load_tokenizer(published)
+            run = {"bos": published.bos}
+        else:
+            model, ckpt = load_checkpoint(os.path.join(c.out_dir, c.checkpoint), dev)
+            run = ckpt.get("config", {})  # the training run's keys: where its data, and so its tokenizer, is
+            meta = read_meta(dataset_dir(run.get("dataset", ""), run.get("data_dir", ""))) or {}
+            enc = get_tokenizer(meta.get("tokenizer", "gpt2"))
+    except (FileNotFoundError, ValueError, RuntimeError, ImportError) as e:  # RuntimeError: no network to download
         fail(e)
 
     ids = enc.encode(prompt, allowed_special={"<|endoftext|>"})

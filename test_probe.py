@@ -7,6 +7,7 @@ import math
 from collections import Counter
 
 import pytest
+import numpy as np
 import torch
 
 from common import finite_or_none
@@ -349,6 +350,31 @@ def test_max_act_is_the_per_window_max_averaged_over_windows():
         assert torch.equal(probe.windows["max_act"][layer], per_window[layer])
         assert probe.stats["max_act"][layer] == pytest.approx(per_window[layer].mean().item(), rel=1e-12)
         assert probe.stats["max_act"][layer] < batch_max[layer] * (1 - 1e-3)
+
+
+def test_act_ratio_is_each_windows_max_over_its_median():
+    """act_ratio: per window, max |h| / median |h| of the block output (numpy's median, an independent count),
+    averaged over windows; a planted outlier multiplies it."""
+    model = make(gate="none")
+    outs = []
+    hooks = [b.register_forward_hook(lambda m, a, out: outs.append(out.detach().abs().flatten(1).numpy()))
+             for b in model.transformer.h]
+    idx = tokens(B=3, T=11)  # 11 x 32 values per window: an even count, where numpy averages the two middle ones
+    with Probe(model) as probe:
+        model(idx)
+    for layer, a in enumerate(outs):
+        want = a.max(1) / np.sort(a, 1)[:, a.shape[1] // 2 - 1]  # torch's median: the lower of the middle two
+        np.testing.assert_allclose(probe.windows["act_ratio"][layer].numpy(), want, rtol=1e-6)
+        assert probe.stats["act_ratio"][layer] == pytest.approx(want.mean(), rel=1e-6)
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_proj.bias = None
+        model.transformer.h[1].mlp.c_proj.weight[5] *= 0  # channel 5 of the last block's MLP output ...
+        model.transformer.h[1].mlp.c_proj.weight[5, 0] = 1e4  # ... becomes one huge value for most tokens
+    for h in hooks:
+        h.remove()
+    with Probe(model) as planted:
+        model(idx)
+    assert planted.stats["act_ratio"][1] > 20 * probe.stats["act_ratio"][1]
 
 
 def test_probe_reads_the_ids_however_the_model_is_called_and_leaves_no_hook():

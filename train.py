@@ -78,6 +78,7 @@ class TrainConfig:
     n_head: int = 4
     n_kv_head: int = None
     n_embd: int = 128
+    head_dim: int = None
     dropout: float = 0.0
     bias: bool = False
     pos_emb: str = "rope"
@@ -85,6 +86,7 @@ class TrainConfig:
     mlp: str = "swiglu"
     mlp_hidden: int = None
     norm: str = "rmsnorm"
+    norm_eps: float = None
     gatednorm_rank: int = 16
     sandwich_norm: bool = False
     qk_norm: bool = False
@@ -96,6 +98,7 @@ class TrainConfig:
     gate_input: str = "hidden"
     sdpa_nonlin: str = "none"
     match_params: bool = False
+    tie_embeddings: bool = True
     attn_backend: str = "auto"
     # AdamW with linear warmup and cosine decay to min_lr
     learning_rate: float = 2e-3

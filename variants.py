@@ -131,6 +131,9 @@ MODEL_ONLY = {
     "gelu_learned_pos": dict(mlp="gelu", pos_emb="learned"),
     "mha": dict(n_kv_head=None),  # as many KV heads as query heads, whatever the test's base has
     "mqa_headwise": dict(n_kv_head=1, gate_granularity="headwise"),
+    "gpt2_like": dict(gate="none", mlp="gelu_tanh", pos_emb="learned", norm="layernorm", bias=True, norm_eps=1e-5,
+                      tie_embeddings=False),  # GPT-2's MLP, untied embeddings as Qwen3's larger models
+    "wide_heads": dict(head_dim=16, qk_norm=True),  # Qwen3's head_dim: n_head * head_dim != n_embd
 }
 TEST_VARIANTS = {**{name: v.flags for name, v in VARIANTS.items() if not v.train}, **MODEL_ONLY}
 
@@ -174,17 +177,25 @@ FLAGS = [
          "initialised at 1), so an outlier can live in a weight instead of the activations; GatedNorm "
          "`y ⊙ sigmoid(W_up SiLU(W_down y))` with `y = RMSNorm(x)`",
          'GN Table 1 "DyT", "GA+PreAffine", "GA+GatedNorm"'),
+    Flag("norm_eps", "the epsilon of every norm that divides by a statistic; `None`: 1e-6 for RMSNorm (and "
+         "PreAffine, GatedNorm, QK-norm), 1e-5 for LayerNorm, PyTorch's default; a published checkpoint sets its own",
+         values="`None`"),
     Flag("gatednorm_rank", "GatedNorm's bottleneck rank r: `W_down` maps d to r, `W_up` r to d", "GN (r = 16)"),
     Flag("sandwich_norm", "one more norm on the attention and MLP outputs before each joins the residual stream, "
          "on top of the pre-norms", "GA §3.2's stability study (dense 1.7B at lr 8e-3)"),
     Flag("qk_norm", "per-head RMSNorm on the queries and keys"),
-    Flag("mlp", "SwiGLU; GLU, with a sigmoid: bounded, fewer outliers in GN; GELU", 'GN Table 1 "GLU"'),
+    Flag("mlp", "SwiGLU; GLU, with a sigmoid: bounded, fewer outliers in GN; GELU; GELU's tanh approximation, "
+         "as GPT-2 was trained (`GPT.from_pretrained`)", 'GN Table 1 "GLU"'),
     Flag("mlp_hidden", "the MLP's hidden width; `None`: 8/3·`n_embd` rounded up to a multiple of 64 for the GLUs, "
          "4·`n_embd` for GELU"),
     Flag("n_kv_head", "key/value heads; fewer than `n_head`: grouped-query attention (GA's MoE models use GQA)",
          values="`None` (= `n_head`)"),
+    Flag("head_dim", "each head's width; `None`: `n_embd / n_head`. Qwen3 sets it apart, so the heads together can "
+         "be wider than the residual stream (`W_O` maps `n_head·head_dim` to `n_embd`)", values="`None`"),
     Flag("pos_emb", "rotary or learned absolute position embeddings"),
     Flag("rope_base", "RoPE's base θ"),
+    Flag("tie_embeddings", "`True`: the output layer `lm_head` reads logits with the token embedding's matrix "
+         "(GPT-2, nanoGPT, small Qwen3s); `False`: a matrix of its own (larger Qwen3s)"),
     Flag("attn_backend", "which `kernels.gated_attention` path computes attention with a G1 sigmoid gate or none: "
          "`'auto'` is the fused Triton kernel on CUDA, PyTorch elsewhere"),
     Flag("block_size, vocab_size, n_layer, n_head, n_embd, dropout, bias",

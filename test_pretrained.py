@@ -1,0 +1,383 @@
+"""
+pretrained.py: published checkpoints mapped onto model.py, tested offline on tiny checkpoints written on the fly in
+the published formats: transformers' GPT-2 and Qwen3 (a test-only dependency), and the gated-attention models'
+Qwen3 with its widened q_proj, whose forward is written out below from modeling_qwen3.py's description and checked
+against transformers' Qwen3 first. Each must give the same logits as its reference to fp32 tolerance.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import analyze
+import pretrained
+import sample
+from model import GPT
+from probe import Probe
+
+transformers = pytest.importorskip("transformers")  # requirements-test.txt pins it; users need it for no script
+from safetensors.torch import save_file  # noqa: E402 (transformers brings safetensors)
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+VOCAB = 300  # tiny, but room for a byte-level BPE's 256 bytes and its merges (tiny_tokenizer)
+QWEN3 = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=16, rope_theta=1000.0, rms_norm_eps=1e-6, max_position_embeddings=64)
+
+
+def quiet(fn, *args, **kwargs):
+    transformers.logging.set_verbosity_error()
+    return fn(*args, **kwargs)
+
+
+def randomize(model, std=0.3):
+    """Weights far from their init (norm gains included), so that a swapped or transposed matrix shows."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, std)
+    return model.eval()
+
+
+def tiny_gpt2(folder, **overrides):
+    cfg = {**dict(n_layer=2, n_head=2, n_embd=32, vocab_size=VOCAB, n_positions=48), **overrides}
+    model = randomize(quiet(transformers.GPT2LMHeadModel, transformers.GPT2Config(**cfg)), std=0.1)
+    quiet(model.save_pretrained, folder)
+    return model
+
+
+def tiny_qwen3(folder, **overrides):
+    model = randomize(quiet(transformers.Qwen3ForCausalLM, transformers.Qwen3Config(**{**QWEN3, **overrides})))
+    quiet(model.save_pretrained, folder)
+    return model
+
+
+def tokens(T, seed=1):
+    return torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(seed))
+
+
+# ----------------------------------------------------------------------------
+# GPT-2 and Qwen3: the same logits as transformers
+
+@pytest.mark.parametrize("tie, act", [(True, "gelu_new"), (False, "gelu_new"), (True, "gelu")])
+def test_gpt2_gives_transformers_logits(tmp_path, tie, act):
+    ref = tiny_gpt2(tmp_path, tie_word_embeddings=tie, activation_function=act)
+    model = GPT.from_pretrained(str(tmp_path))
+    c = model.config
+    assert (c.pos_emb, c.norm, c.bias, c.gate, c.tie_embeddings) == ("learned", "layernorm", True, "none", tie)
+    assert c.mlp == ("gelu" if act == "gelu" else "gelu_tanh")
+    assert (model.lm_head.weight is model.transformer.wte.weight) == tie
+    idx = tokens(48)
+    with torch.no_grad():
+        want, got = ref(idx).logits, model(idx)[0]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert model.num_params(non_embedding=False) == sum(p.numel() for p in ref.parameters())
+
+
+@pytest.mark.parametrize("kv, tie", [(2, True), (2, False), (4, False), (1, True)])
+def test_qwen3_gives_transformers_logits(tmp_path, kv, tie):
+    """GQA (2 or 1 KV heads for 4 query heads) and plain multi-head, tied and untied, a head_dim (16) of its own:
+    4 heads of 16 are wider than the 32-wide residual stream."""
+    ref = tiny_qwen3(tmp_path, num_key_value_heads=kv, tie_word_embeddings=tie)
+    model = GPT.from_pretrained(str(tmp_path))
+    c = model.config
+    assert (c.n_kv_head, c.head_dim, c.qk_norm, c.rope_base, c.gate, c.tie_embeddings) == (kv, 16, True, 1000.0, "none", tie)
+    idx = tokens(40)
+    with torch.no_grad():
+        want, got = ref(idx).logits, model(idx)[0]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert model.num_params() == sum(p.numel() for p in ref.parameters())
+
+
+# ----------------------------------------------------------------------------
+# The gated-attention models: q_proj widened per KV-head group, sigmoid(gate) * SDPA output before o_proj
+
+def reference_forward(w, cfg, idx):
+    """The forward of modeling_qwen3.py (github.com/qiuzh20/gated_attention), written out in float64 from its
+    description: q_proj's output viewed per KV head as [G heads' queries, G heads' gate logits]; RMSNorm on q and k
+    per head, then RoPE (rotate_half); causal softmax attention, K/V heads repeated for their G query heads;
+    attn_output (B, T, H, D) * sigmoid(gate); o_proj. Returns (logits, each layer's mean gate score or None)."""
+    w = {k: v.double() for k, v in w.items()}
+    H, Hkv, D, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["rms_norm_eps"]
+    G, (B, T) = H // Hkv, idx.shape
+    width = D if cfg.get("elementwise_attn_output_gate") else 1 if cfg.get("headwise_attn_output_gate") else 0
+
+    def rms(x, weight):
+        return weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+    def rotate(x, cos, sin):
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+    inv_freq = 1.0 / cfg["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    cos, sin = torch.cat([angles, angles], -1).cos()[:, None], torch.cat([angles, angles], -1).sin()[:, None]
+    x, gate_means = w["model.embed_tokens.weight"][idx], []
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms(x, w[p + "input_layernorm.weight"])
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(B, T, Hkv, -1)
+        q, gate = q.split([G * D, G * width], dim=-1)
+        q, gate = q.reshape(B, T, H, D), gate.reshape(B, T, H, width)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(B, T, Hkv, D)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(B, T, Hkv, D)
+        q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        k, v = k.repeat_interleave(G, dim=2), v.repeat_interleave(G, dim=2)
+        scores = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(D)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        y = torch.einsum("bhts,bshd->bthd", scores.softmax(-1), v)
+        if width:
+            y = y * torch.sigmoid(gate)
+            gate_means.append(torch.sigmoid(gate).mean().item())
+        x = x + y.reshape(B, T, H * D) @ w[p + "self_attn.o_proj.weight"].T
+        h = rms(x, w[p + "post_attention_layernorm.weight"])
+        mlp = F.silu(h @ w[p + "mlp.gate_proj.weight"].T) * (h @ w[p + "mlp.up_proj.weight"].T)
+        x = x + mlp @ w[p + "mlp.down_proj.weight"].T
+    x = rms(x, w["model.norm.weight"])
+    head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
+    return x @ head.T, (gate_means or None)
+
+
+def written_config(folder):
+    with open(os.path.join(folder, "config.json")) as f:
+        return json.load(f)
+
+
+def test_the_reference_forward_is_transformers_qwen3(tmp_path):
+    """Without a gate, reference_forward gives transformers' Qwen3 logits: what it adds for the gate is all that
+    the gated tests below trust unchecked."""
+    ref = tiny_qwen3(tmp_path, tie_word_embeddings=False)
+    cfg = {**QWEN3, "tie_word_embeddings": False}
+    idx = tokens(40)
+    with torch.no_grad():
+        want = ref(idx).logits.double()
+    got, _ = reference_forward(ref.state_dict(), cfg, idx)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def gated_checkpoint(folder, granularity, kv=2, tie=False, gate_std=1.0):
+    """A tiny checkpoint laid out as the released gated models: transformers' Qwen3 weights with gate rows put into
+    q_proj after each KV-head group's query rows, and the flag in config.json. Returns (weights, config)."""
+    ref = tiny_qwen3(folder, num_key_value_heads=kv, tie_word_embeddings=tie)
+    cfg = {**written_config(folder), **QWEN3, "num_key_value_heads": kv, "tie_word_embeddings": tie,
+           f"{granularity}_attn_output_gate": True}
+    H, D, C = cfg["num_attention_heads"], cfg["head_dim"], cfg["hidden_size"]
+    G, width = H // kv, D if granularity == "elementwise" else 1
+    g = torch.Generator().manual_seed(2)
+    w = {k: v.clone() for k, v in ref.state_dict().items()}
+    if tie:
+        w.pop("lm_head.weight")
+    for i in range(cfg["num_hidden_layers"]):
+        key = f"model.layers.{i}.self_attn.q_proj.weight"
+        q = w[key].view(kv, G * D, C)
+        gate = torch.randn(kv, G * width, C, generator=g) * gate_std
+        w[key] = torch.cat([q, gate], dim=1).reshape(-1, C).contiguous()
+    os.remove(os.path.join(folder, "model.safetensors"))
+    save_file(w, os.path.join(folder, "model.safetensors"))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return w, cfg
+
+
+@pytest.mark.parametrize("granularity, kv, tie", [("elementwise", 2, False), ("headwise", 2, False),
+                                                  ("elementwise", 1, True), ("headwise", 4, True)])
+def test_gated_checkpoints_give_the_reference_logits_and_gate_scores(tmp_path, granularity, kv, tie):
+    w, cfg = gated_checkpoint(tmp_path, granularity, kv, tie)
+    model = GPT.from_pretrained(str(tmp_path))
+    c = model.config
+    assert (c.gate, c.gate_granularity, c.gate_act, c.gate_op, c.n_kv_head) == ("g1", granularity, "sigmoid", "mul", kv)
+    idx = tokens(40)
+    want, gate_means = reference_forward(w, cfg, idx)
+    with torch.no_grad(), Probe(model) as probe:
+        got = model(idx)[0]
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    # the probe reads the published model's gate scores as the reference computes them
+    assert probe.stats["gate_mean"] == pytest.approx(gate_means, abs=1e-6)
+    # and the gate matters: opening layer 0's gate fully (logits +50, sigmoid -> 1) computes something else
+    with torch.no_grad():
+        model.transformer.h[0].attn.c_attn.weight[-c.gate_logits_width():] = 0.0
+        model.transformer.h[0].attn.c_attn.bias = torch.nn.Parameter(torch.cat([
+            torch.zeros(model.transformer.h[0].attn.c_attn.out_features - c.gate_logits_width()),
+            torch.full((c.gate_logits_width(),), 50.0)]))
+        assert (model(idx)[0].double() - want).abs().max() > 1e-2
+
+
+# ----------------------------------------------------------------------------
+# What the mapping refuses, and how each failure reads
+
+def test_configs_it_cannot_compute_are_refused_with_the_reason():
+    gpt2 = dict(model_type="gpt2", n_positions=32, vocab_size=VOCAB, n_layer=1, n_head=2, n_embd=16)
+    qwen3 = dict(model_type="qwen3", **QWEN3)
+    assert pretrained.map_config(gpt2)[0] == "gpt2" and pretrained.map_config(qwen3)[0] == "qwen3"
+    for hub, words in [
+        ({**gpt2, "model_type": "llama"}, "model_type='llama'"),
+        ({**gpt2, "activation_function": "relu"}, "activation_function='relu'"),
+        ({**gpt2, "scale_attn_by_inverse_layer_idx": True}, "scaled"),
+        ({**qwen3, "headwise_attn_output_gate": True, "elementwise_attn_output_gate": True}, "both"),
+        ({**qwen3, "hidden_act": "gelu"}, "hidden_act='gelu'"),
+        ({**qwen3, "use_sliding_window": True}, "sliding-window"),
+        ({**qwen3, "layer_types": ["full_attention", "sliding_attention"]}, "sliding-window"),
+        ({**qwen3, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "RoPE scaling"),
+        ({**qwen3, "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}, "RoPE scaling"),
+        ({**qwen3, "attention_bias": True}, "biases"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            pretrained.map_config(hub, where="x/config.json")
+        assert words in str(e.value) and "x/config.json" in str(e.value), (words, str(e.value))
+
+
+def test_weights_that_do_not_fit_their_config_are_refused(tmp_path):
+    w, cfg = gated_checkpoint(tmp_path, "elementwise")
+
+    def refused(weights, config, words):
+        save_file(weights, os.path.join(tmp_path, "model.safetensors"))
+        with open(os.path.join(tmp_path, "config.json"), "w") as f:
+            json.dump(config, f)
+        with pytest.raises(ValueError) as e:
+            GPT.from_pretrained(str(tmp_path))
+        assert words in str(e.value), str(e.value)
+
+    # elementwise-wide q_proj under a headwise flag, or under no flag at all
+    flags = {"elementwise_attn_output_gate": False}
+    refused(w, {**cfg, **flags, "headwise_attn_output_gate": True}, "q_proj has 128 rows")
+    refused(w, {**cfg, **flags}, "4 heads x (16 query + 0 gate)")
+    refused({**w, "model.layers.0.self_attn.extra.weight": torch.zeros(2)}, cfg, "does not use")
+    refused({k: v for k, v in w.items() if "down_proj" not in k}, cfg, "lack 'layers.0.mlp.down_proj.weight'")
+    refused(w, {**cfg, "intermediate_size": 40}, "mlp.c_fc.weight: (96, 32) in the checkpoint, (80, 32) here")
+    refused(w, {k: v for k, v in cfg.items() if k != "hidden_size"}, "has no 'hidden_size'")
+
+
+def test_names_dependencies_and_network_each_fail_with_what_to_do(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="unknown checkpoint 'gtp2'.*'gpt2'.*folder"):
+        pretrained.locate("gtp2")
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as if it were not installed
+    with pytest.raises(ImportError, match="'huggingface_hub'.*pip install"):
+        pretrained.locate("gpt2")
+    tiny_gpt2(tmp_path)
+    monkeypatch.setitem(sys.modules, "safetensors", None)
+    with pytest.raises(ImportError, match="'safetensors'.*pip install"):
+        GPT.from_pretrained(str(tmp_path))
+
+
+def test_no_network_and_no_local_copy_is_one_line_naming_both(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    out = subprocess.run([sys.executable, "analyze.py", "--pretrained=gated-1b-headwise"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "cannot get 'gated-1b-headwise'" in out.stderr and "QwQZh/gated_attention" in out.stderr
+    assert "network" in out.stderr and "local cache has no copy" in out.stderr
+
+
+# ----------------------------------------------------------------------------
+# Tokenizers and the text sample
+
+def tiny_tokenizer(folder):
+    """A byte-level BPE trained on the sample text, saved as tokenizer.json, as a Qwen checkpoint ships one."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB - 20, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    with open(pretrained.SAMPLE_TEXT, encoding="utf-8") as f:
+        tok.train_from_iterator([f.read()], trainer)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+
+
+def test_tokenizers_gpt2_ships_and_tokenizer_json_round_trips(tmp_path):
+    tiny_gpt2(tmp_path / "gpt2", vocab_size=50257)
+    enc = pretrained.load_tokenizer(pretrained.locate(str(tmp_path / "gpt2")))
+    assert enc.eot_token == 50256 and enc.encode("Hello world") == [15496, 995]  # GPT-2's BPE, from this repo
+    tiny_qwen3(tmp_path / "qwen3")
+    ckpt = pretrained.locate(str(tmp_path / "qwen3"))
+    with pytest.raises(FileNotFoundError, match="no tokenizer.json"):
+        pretrained.load_tokenizer(ckpt)
+    tiny_tokenizer(tmp_path / "qwen3")
+    enc = pretrained.load_tokenizer(ckpt)
+    text = "The keeper's log, day 4: fog. <|endoftext|>Next"
+    ids = enc.encode(text, allowed_special={"<|endoftext|>"})
+    assert enc.decode(ids) == text and enc.eot_token in ids and max(ids) < enc.n_vocab <= VOCAB
+
+
+def test_text_windows_are_consecutive_and_shifted_by_one():
+    enc = pretrained.load_tokenizer(pretrained.Checkpoint("gpt2", "", "gpt2", None, {}))
+    with open(pretrained.SAMPLE_TEXT, encoding="utf-8") as f:
+        text = f.read()
+    ids = enc.encode(text)
+    assert len(ids) >= 8 * 1025, "the sample must hold analyze.py's 8 windows of 1024 tokens"
+    plain = pretrained.text_windows(enc, text, 16, 3)
+    assert len(plain) == 3 and all(x.shape == y.shape == (1, 16) for x, y in plain)
+    for i, (x, y) in enumerate(plain):
+        assert x[0].tolist() == ids[17 * i:17 * i + 16] and y[0].tolist() == ids[17 * i + 1:17 * i + 17]
+    anchored = pretrained.text_windows(enc, text, 16, 2, bos=50256)
+    for i, (x, y) in enumerate(anchored):
+        assert x[0, 0] == 50256 and x[0, 1:].tolist() == ids[16 * i:16 * i + 15] and y[0].tolist() == ids[16 * i:16 * i + 16]
+    assert len(pretrained.text_windows(enc, "a short text " * 10, 8, 100)) == 31 // 9
+    with pytest.raises(ValueError, match="fewer than one window"):
+        pretrained.text_windows(enc, "too short", 64, 1)
+
+
+# ----------------------------------------------------------------------------
+# analyze.py and sample.py on published checkpoints
+
+def test_analyze_pretrained_measures_what_transformers_attention_shows(tmp_path):
+    """analyze.py --pretrained on a GPT-2 and a gated Qwen3 (each with its own tokenizer): its F-Attn per layer is the
+    first-token column of transformers' own attention probabilities on the same windows, and summary.md puts the
+    measured models beside GA Table 4's published values."""
+    ref = tiny_gpt2(tmp_path / "gpt2", n_positions=64, vocab_size=50257)  # GPT-2's BPE ids
+    gated_checkpoint(tmp_path / "gated", "headwise")
+    tiny_tokenizer(tmp_path / "gated")
+    analyze.main([f"--pretrained={tmp_path / 'gpt2'},{tmp_path / 'gated'}", "--labels=gpt2-tiny,gated-tiny",
+                  "--window=64", "--windows=3", "--map_tokens=16", f"--out_dir={tmp_path / 'out'}"])
+    with open(tmp_path / "out" / "summary.json") as f:
+        summary = json.load(f)
+    gpt2, gated = summary["models"]
+    assert (gpt2["label"], gpt2["windows"], gpt2["bos"], gated["windows"]) == ("gpt2-tiny", 3, False, 3)
+    assert gpt2["gate_mean"] is None and 0 < gated["gate_mean"] < 1 and gated["model"]["gate_granularity"] == "headwise"
+
+    enc = pretrained.load_tokenizer(pretrained.locate(str(tmp_path / "gpt2")))
+    with open(pretrained.SAMPLE_TEXT, encoding="utf-8") as f:
+        windows = pretrained.text_windows(enc, f.read(), 64, 3)
+    x = torch.cat([w[0] for w in windows])
+    with torch.no_grad():
+        ref.config._attn_implementation = "eager"
+        out_ref = ref(x, output_attentions=True)
+    f_attn = [a[:, :, 1:, 0].mean().item() for a in out_ref.attentions]
+    assert gpt2["layers"]["first_token_attn"] == pytest.approx(f_attn, abs=1e-5)
+    loss = F.cross_entropy(out_ref.logits.flatten(0, 1), torch.cat([w[1] for w in windows]).flatten()).item()
+    assert gpt2["loss"] == pytest.approx(loss, abs=1e-4)
+
+    table = (tmp_path / "out" / "summary.md").read_text()
+    assert "| gpt2-tiny | " in table and "| gated-tiny | " in table
+    assert "| G1 elementwise | 0.048 | 94 | 0.116 |" in table and "| baseline | 0.467 | 1053 | – |" in table
+    assert "15B-parameter MoE" in table and "Sun et al. 2024" in table
+    assert {"layers.png", "attn_maps.png", "gate_hist.png"} <= set(os.listdir(tmp_path / "out"))
+
+    analyze.main([f"--pretrained={tmp_path / 'gpt2'}", "--bos=True", "--window=64", "--windows=1",
+                  f"--out_dir={tmp_path / 'bos'}"])
+    with open(tmp_path / "bos" / "summary.json") as f:
+        record = json.load(f)["models"][0]
+    assert record["bos"] is True and record["first_window_start"].startswith("<|endoftext|>The Keeper's Log")
+
+
+def test_analyze_and_sample_refuse_bad_requests_in_one_line(tmp_path, capsys):
+    tiny_gpt2(tmp_path, vocab_size=50257)
+    for args, words in [([f"--pretrained={tmp_path}", "--runs=out"], "not both"),
+                        ([f"--pretrained={tmp_path}", "--window=4096"], "--window=4096 is longer than"),
+                        ([f"--pretrained={tmp_path}", "--text=nope.txt"], "--text=nope.txt: no such file"),
+                        ([f"--pretrained={tmp_path}", "--labels=a,b"], "2 names for 1"),
+                        (["--pretrained=gtp2"], "unknown checkpoint 'gtp2'")]:
+        with pytest.raises(SystemExit) as e:  # common.fail: one line, no traceback
+            analyze.main(args)
+        assert str(e.value).startswith("error: ") and words in str(e.value), (args, str(e.value))
+    capsys.readouterr()
+    sample.main([f"--pretrained={tmp_path}", "--start=The keeper", "--num_samples=1", "--max_new_tokens=5"])
+    assert capsys.readouterr().out.startswith("The keeper")
+    with pytest.raises(SystemExit, match="unknown checkpoint 'gtp2'"):
+        sample.main(["--pretrained=gtp2"])
