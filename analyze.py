@@ -353,16 +353,16 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
     records, scores, maps = [], [], []
     for name, label in zip(names, labels):
         start = time.time()
-        ckpt = pretrained.locate(name)
+        ckpt = pretrained.locate(name)  # its config and tokenizer: the weights come with load_model
+        if window > ckpt.config.block_size:
+            raise ValueError(f"--window={window} is longer than {name}'s {ckpt.config.block_size} positions")
         enc = pretrained.load_tokenizer(ckpt)
-        print(f"{label}: {ckpt.about}; loading {ckpt.folder}", flush=True)
-        model = pretrained.load_model(ckpt, device)
         use_bos = ckpt.bos if bos is None else bos
-        if window > model.config.block_size:
-            raise ValueError(f"--window={window} is longer than {name}'s {model.config.block_size} positions")
         if use_bos and enc.eot_token is None:
             raise ValueError(f"{name}'s tokenizer has no <|endoftext|> to start the windows with; use --bos=False")
         batches = pretrained.text_windows(enc, text, window, n_windows, enc.eot_token if use_bos else None)
+        print(f"{label}: {ckpt.about}; loading its weights", flush=True)
+        model = pretrained.load_model(ckpt, device)
         print(f"{label}: {model.num_params() / 1e6:.0f}M parameters; measuring {len(batches)} windows of {window} "
               f"tokens{' (BOS first)' if use_bos else ''} on {device_name(device)}", flush=True)
         layers, heads, windows_all, s, m = measure(model, batches, device, ctx, map_tokens)

@@ -33,23 +33,27 @@ import torch
 from model import GPT, GPTConfig, rope_tables
 
 # name -> (hub repository, folder in it, what it is). The gated models (GA, arXiv 2505.06708; their README at
-# github.com/qiuzh20/gated_attention) follow Qwen3's architecture and were trained alike but for the gate, on the
-# 3.5T tokens of the paper's dense models.
+# github.com/qiuzh20/gated_attention) follow Qwen3's architecture and differ only in the gate; the release does not
+# say which of the paper's runs they are (its dense models: 1.7B parameters, 3.5T tokens).
 HUB = {
     "gpt2": ("openai-community/gpt2", "", "GPT-2 small (124M parameters), OpenAI 2019, trained on WebText"),
     "gpt2-medium": ("openai-community/gpt2-medium", "", "GPT-2 medium (350M), WebText"),
     "gpt2-large": ("openai-community/gpt2-large", "", "GPT-2 large (774M), WebText"),
     "gpt2-xl": ("openai-community/gpt2-xl", "", "GPT-2 XL (1.5B), WebText"),
     "gated-1b-baseline": ("QwQZh/gated_attention", "1B_baseline",
-                          "GA's released 1B dense baseline (Qwen3 architecture, no gate), 3.5T tokens"),
+                          "GA's released '1B' dense baseline (Qwen3 architecture, no gate)"),
     "gated-1b-headwise": ("QwQZh/gated_attention", "1B_gate_headwise",
-                          "GA's released 1B dense model with the G1 headwise sigmoid gate, 3.5T tokens"),
+                          "GA's released '1B' dense model with the G1 headwise sigmoid gate"),
     "gated-1b-elementwise": ("QwQZh/gated_attention", "1B_gate_elementwise",
-                             "GA's released 1B dense model with the G1 elementwise sigmoid gate, 3.5T tokens"),
+                             "GA's released '1B' dense model with the G1 elementwise sigmoid gate"),
 }
 EXTRAS = "pip install huggingface_hub safetensors tokenizers  (or: pip install -r requirements-extra.txt)"
-FILES = ("config.json", "tokenizer.json", "*.safetensors", "*.safetensors.index.json")
+DESCRIPTION = ("config.json", "tokenizer.json")  # fetched by locate: small
+WEIGHTS = ("*.safetensors", "*.safetensors.index.json")  # fetched by load_model: large
 PICKLED = ("pytorch_model*.bin", "pytorch_model.bin.index.json")  # older checkpoints' weights, when no safetensors
+# PyTorch's attention, not the fused kernel: its GPU tests (issue 15) have not passed yet, and a published model's
+# numbers should not depend on it
+ATTN_BACKEND = "torch"
 
 
 @dataclass
@@ -62,6 +66,7 @@ class Checkpoint:
     hub_config: dict  # its config.json
     about: str = ""  # HUB's line, or where it came from
     bos: bool = False  # whether it was trained with a BOS token at each window's start (neither family was)
+    hub: tuple = None  # (repository, folder in it) when it comes from the hub: load_model fetches its weights
 
 
 def require(module):
@@ -79,17 +84,23 @@ def require(module):
 def locate(name_or_path):
     """The Checkpoint for a name of HUB, a local folder holding config.json and weights, or a hub repository
     id "owner/name" (optionally "/folder" in it). Downloads what is not in the local Hugging Face cache."""
+    hub = None
     if os.path.isdir(name_or_path):
         folder, about = name_or_path, f"local folder {name_or_path}"
     elif name_or_path in HUB:
         repo, sub, about = HUB[name_or_path]
-        folder = download(name_or_path, repo, sub)
-    elif name_or_path.count("/") >= 1 and not name_or_path.startswith((".", "/")):
+        hub = (repo, sub)
+    elif "/" in name_or_path and not name_or_path.startswith((".", "/", "~")) \
+            and not os.path.isdir(name_or_path.split("/")[0]):  # results/nope is a path that is not there
         owner, repo, *sub = name_or_path.split("/")
-        folder, about = download(name_or_path, f"{owner}/{repo}", "/".join(sub)), f"hub repository {name_or_path}"
+        hub, about = (f"{owner}/{repo}", "/".join(sub)), f"hub repository {name_or_path}"
+    elif "/" in name_or_path:
+        raise FileNotFoundError(f"no folder {name_or_path}: a checkpoint's folder holds config.json and its weights")
     else:
         raise ValueError(f"unknown checkpoint {name_or_path!r}: use one of {sorted(HUB)}, a folder with config.json "
                          "and *.safetensors, or a hub repository id such as Qwen/Qwen3-0.6B")
+    if hub:
+        folder = download(name_or_path, *hub, DESCRIPTION)
     path = os.path.join(folder, "config.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{folder} has no config.json: it is not a published checkpoint's folder (for a "
@@ -100,12 +111,15 @@ def locate(name_or_path):
         family, config = map_config(hub_config, where=path)
     except KeyError as e:
         raise ValueError(f"{path} has no {e.args[0]!r}, which a {hub_config.get('model_type')} config needs") from None
-    return Checkpoint(name_or_path, folder, family, config, hub_config, about)
+    require("safetensors")  # what reading it will need, said before gigabytes of weights are downloaded
+    if family != "gpt2":
+        require("tokenizers")
+    return Checkpoint(name_or_path, folder, family, config, hub_config, about, hub=hub)
 
 
-def download(name, repo, sub):
-    """The local folder of repo/sub's config, weights and tokenizer: from the Hugging Face cache when they are
-    there, else downloaded into it (HF_HOME decides where it is)."""
+def download(name, repo, sub, files):
+    """The local folder of repo/sub's files that match `files`: from the Hugging Face cache when they are there,
+    else downloaded into it (HF_HOME decides where it is). Weights (WEIGHTS) fall back to PICKLED ones."""
     hub = require("huggingface_hub")
 
     def snapshot(files):
@@ -121,9 +135,9 @@ def download(name, repo, sub):
                                    "cache has no copy. Run this once on a machine with network access (the files stay "
                                    "in ~/.cache/huggingface), or download the folder yourself and pass its path") from e
 
-    folder = os.path.join(snapshot(FILES), sub)
-    if not glob.glob(os.path.join(folder, "*.safetensors")):
-        folder = os.path.join(snapshot(FILES + PICKLED), sub)
+    folder = os.path.join(snapshot(files), sub)
+    if files == WEIGHTS and not glob.glob(os.path.join(folder, "*.safetensors")):
+        folder = os.path.join(snapshot(PICKLED), sub)
     return folder.rstrip(os.sep)
 
 
@@ -152,7 +166,7 @@ def map_config(hub, where="config.json"):
             n_head=hub["n_head"], n_embd=hub["n_embd"], bias=True, pos_emb="learned", norm="layernorm",
             norm_eps=hub.get("layer_norm_epsilon", 1e-5), mlp="gelu" if act == "gelu" else "gelu_tanh",
             mlp_hidden=hub.get("n_inner") or 4 * hub["n_embd"], gate="none",
-            tie_embeddings=hub.get("tie_word_embeddings", True))
+            tie_embeddings=hub.get("tie_word_embeddings", True), attn_backend=ATTN_BACKEND)
     if kind == "qwen3":
         headwise, elementwise = hub.get("headwise_attn_output_gate", False), hub.get("elementwise_attn_output_gate", False)
         if headwise and elementwise:
@@ -165,9 +179,9 @@ def map_config(hub, where="config.json"):
         if hub.get("attention_bias") or hub.get("qkv_bias"):
             refuse("biases in the attention projections")
         rope = hub.get("rope_parameters") or {}  # transformers >= 5 writes rope_theta there
-        scaling = hub.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
-        if scaling:
-            refuse(f"RoPE scaling {scaling}")
+        for scaling in (hub.get("rope_scaling") or {}, rope):
+            if scaling.get("rope_type", scaling.get("type", "default")) != "default":
+                refuse(f"RoPE scaling {scaling}")
         n_head = hub["num_attention_heads"]
         gate = dict(gate="g1", gate_granularity="headwise" if headwise else "elementwise") \
             if headwise or elementwise else dict(gate="none")
@@ -178,7 +192,7 @@ def map_config(hub, where="config.json"):
             pos_emb="rope", rope_base=float(hub.get("rope_theta", rope.get("rope_theta", 10000.0))),
             norm="rmsnorm", norm_eps=hub.get("rms_norm_eps", 1e-6), qk_norm=hub.get("use_qk_norm", True),
             mlp="swiglu", mlp_hidden=hub["intermediate_size"],
-            tie_embeddings=hub.get("tie_word_embeddings", False), **gate)
+            tie_embeddings=hub.get("tie_word_embeddings", False), attn_backend=ATTN_BACKEND, **gate)
     raise ValueError(f"{where}: model_type={kind!r} is not one this project maps (gpt2, qwen3)")
 
 
@@ -200,7 +214,10 @@ def read_weights(folder):
     if not files:
         raise FileNotFoundError(f"{folder} has no weights (*.safetensors or pytorch_model*.bin)")
     for path in files:
-        weights.update(torch.load(path, map_location="cpu", weights_only=True, mmap=True))
+        try:
+            weights.update(torch.load(path, map_location="cpu", weights_only=True, mmap=True))
+        except RuntimeError:  # a file in the format before PyTorch 1.6 cannot be memory-mapped
+            weights.update(torch.load(path, map_location="cpu", weights_only=True))
     return weights
 
 
@@ -254,7 +271,8 @@ def qwen3_state_dict(w, c):
 def load_model(ckpt, device="cpu", dtype=torch.float32):
     """The checkpoint's weights in a model.py GPT (eval mode), checked name by name and shape by shape."""
     c = ckpt.config
-    weights = read_weights(ckpt.folder)
+    folder = download(ckpt.name, *ckpt.hub, WEIGHTS) if ckpt.hub else ckpt.folder
+    weights = read_weights(folder)
     try:
         sd, left = (gpt2_state_dict if ckpt.family == "gpt2" else qwen3_state_dict)(weights, c)
     except KeyError as e:
@@ -287,6 +305,9 @@ def load_model(ckpt, device="cpu", dtype=torch.float32):
 # ----------------------------------------------------------------------------
 # tokenizers
 
+GPT2_VOCAB = 50257
+
+
 class HubTokenizer:
     """A tokenizer.json (the `tokenizers` package) with the tiktoken methods this project calls."""
 
@@ -303,14 +324,21 @@ class HubTokenizer:
 
 
 def load_tokenizer(ckpt):
-    """GPT-2's BPE (shipped with this repository) for GPT-2, the checkpoint's tokenizer.json for the others."""
-    if ckpt.family == "gpt2":
+    """GPT-2's BPE (shipped with this repository) for a GPT-2 checkpoint with GPT-2's vocabulary, else the
+    checkpoint's tokenizer.json; a ValueError when the tokenizer has ids the model has no embedding for."""
+    if ckpt.family == "gpt2" and ckpt.config.vocab_size >= GPT2_VOCAB:
         from data.shards import get_tokenizer
-        return get_tokenizer("gpt2")
-    path = os.path.join(ckpt.folder, "tokenizer.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{ckpt.folder} has no tokenizer.json, which the {ckpt.family} tokenizer is read from")
-    return HubTokenizer(path)
+        enc = get_tokenizer("gpt2")
+    else:
+        path = os.path.join(ckpt.folder, "tokenizer.json")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{ckpt.folder} has no tokenizer.json, which its tokenizer is read from (a "
+                                    f"{ckpt.family} checkpoint with {ckpt.config.vocab_size} tokens)")
+        enc = HubTokenizer(path)
+    if enc.n_vocab > ckpt.config.vocab_size:
+        raise ValueError(f"{ckpt.folder}: its tokenizer has {enc.n_vocab} tokens, more than the model's vocab_size "
+                         f"{ckpt.config.vocab_size}: they do not belong together")
+    return enc
 
 
 # ----------------------------------------------------------------------------
@@ -343,7 +371,7 @@ LITERATURE = {
             "initial tokens drawing a large share of attention in most layers of LLMs. Neither gives GPT-2 an "
             "F-Attn number to compare with.",
     "qwen3": "GA Table 4 measured F-Attn, M-Act and the mean gate score on its own 15B-parameter MoE (2B active, "
-             "400B tokens), not on the released 1B dense models (3.5T tokens) this table measures, for which the "
-             "paper gives no such numbers: the trend (the gate removes the sink and the massive activations) is "
+             "400B tokens), not on the released '1B' dense models this table measures, for which the paper gives "
+             "no such numbers: the trend (the gate removes the sink and the massive activations) is "
              "what to compare, not the values.",
 }

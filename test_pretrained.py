@@ -18,6 +18,7 @@ import torch.nn.functional as F
 import analyze
 import pretrained
 import sample
+from data.shards import get_tokenizer
 from model import GPT
 from probe import Probe
 
@@ -92,6 +93,33 @@ def test_qwen3_gives_transformers_logits(tmp_path, kv, tie):
         want, got = ref(idx).logits, model(idx)[0]
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert model.num_params() == sum(p.numel() for p in ref.parameters())
+
+
+def test_the_formats_of_real_hub_files(tmp_path):
+    """What the hub's files look like, which transformers 5 no longer writes: GPT-2's keys without "transformer."
+    and with the causal-mask buffers; a Qwen3 config.json from transformers 4 (rope_theta at the top, no
+    rope_parameters or layer_types); weights as pytorch_model.bin, in the zip format and in the one before it."""
+    ref = tiny_gpt2(tmp_path / "gpt2")
+    w = {k.removeprefix("transformer."): v for k, v in ref.state_dict().items() if k != "lm_head.weight"}
+    w.update({f"h.{i}.attn.bias": torch.ones(1, 1, 48, 48).tril() for i in range(2)})
+    os.remove(tmp_path / "gpt2" / "model.safetensors")
+    torch.save(w, tmp_path / "gpt2" / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    idx = tokens(48)
+    with torch.no_grad():
+        torch.testing.assert_close(GPT.from_pretrained(str(tmp_path / "gpt2"))(idx)[0], ref(idx).logits, rtol=1e-5, atol=1e-5)
+
+    ref = tiny_qwen3(tmp_path / "qwen3", rope_theta=5e5)
+    cfg = written_config(tmp_path / "qwen3")
+    assert cfg.pop("rope_parameters") == {"rope_theta": 5e5, "rope_type": "default"}  # transformers 5 writes it there
+    del cfg["layer_types"]
+    with open(tmp_path / "qwen3" / "config.json", "w") as f:
+        json.dump({**cfg, "rope_theta": 5e5, "rope_scaling": None}, f)
+    os.remove(tmp_path / "qwen3" / "model.safetensors")
+    torch.save(ref.state_dict(), tmp_path / "qwen3" / "pytorch_model.bin")
+    model = GPT.from_pretrained(str(tmp_path / "qwen3"))
+    assert model.config.rope_base == 5e5
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx)[0], ref(idx).logits, rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------
@@ -215,6 +243,7 @@ def test_configs_it_cannot_compute_are_refused_with_the_reason():
     gpt2 = dict(model_type="gpt2", n_positions=32, vocab_size=VOCAB, n_layer=1, n_head=2, n_embd=16)
     qwen3 = dict(model_type="qwen3", **QWEN3)
     assert pretrained.map_config(gpt2)[0] == "gpt2" and pretrained.map_config(qwen3)[0] == "qwen3"
+    assert pretrained.map_config({**qwen3, "rope_scaling": {"rope_type": "default"}})[1].rope_base == 1000.0
     for hub, words in [
         ({**gpt2, "model_type": "llama"}, "model_type='llama'"),
         ({**gpt2, "activation_function": "relu"}, "activation_function='relu'"),
@@ -226,6 +255,7 @@ def test_configs_it_cannot_compute_are_refused_with_the_reason():
         ({**qwen3, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "RoPE scaling"),
         ({**qwen3, "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}, "RoPE scaling"),
         ({**qwen3, "attention_bias": True}, "biases"),
+        ({**qwen3, "rope_scaling": {"type": "dynamic", "factor": 2.0}}, "RoPE scaling"),
     ]:
         with pytest.raises(ValueError) as e:
             pretrained.map_config(hub, where="x/config.json")
@@ -256,6 +286,8 @@ def test_weights_that_do_not_fit_their_config_are_refused(tmp_path):
 def test_names_dependencies_and_network_each_fail_with_what_to_do(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="unknown checkpoint 'gtp2'.*'gpt2'.*folder"):
         pretrained.locate("gtp2")
+    with pytest.raises(FileNotFoundError, match="no folder results/nope"):  # a path, not a hub id: results/ exists
+        pretrained.locate("results/nope")
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as if it were not installed
     with pytest.raises(ImportError, match="'huggingface_hub'.*pip install"):
         pretrained.locate("gpt2")
@@ -263,6 +295,34 @@ def test_names_dependencies_and_network_each_fail_with_what_to_do(tmp_path, monk
     monkeypatch.setitem(sys.modules, "safetensors", None)
     with pytest.raises(ImportError, match="'safetensors'.*pip install"):
         GPT.from_pretrained(str(tmp_path))
+
+
+def test_a_hub_name_fetches_its_description_first_and_its_weights_when_loaded(tmp_path, monkeypatch):
+    """gated-1b-headwise: config.json and tokenizer.json of the repository's folder, then (load_model) its weights,
+    each from the local cache when the hub cannot be reached; what comes back is the released model's forward."""
+    import huggingface_hub
+    folder = tmp_path / "snapshot" / "1B_gate_headwise"
+    w, cfg = gated_checkpoint(folder, "headwise")
+    tiny_tokenizer(folder)
+    calls = []
+
+    def snapshot_download(repo, allow_patterns, local_files_only=False):  # a cache that has it, and no network
+        calls.append((repo, allow_patterns, local_files_only))
+        if not local_files_only:
+            raise OSError("no network")
+        return str(tmp_path / "snapshot")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    ckpt = pretrained.locate("gated-1b-headwise")
+    assert calls == [("QwQZh/gated_attention", ["1B_gate_headwise/config.json", "1B_gate_headwise/tokenizer.json"], f)
+                     for f in (False, True)]
+    assert (ckpt.folder, ckpt.config.gate_granularity, ckpt.config.attn_backend) == (str(folder), "headwise", "torch")
+    model = pretrained.load_model(ckpt)
+    assert calls[2][1] == ["1B_gate_headwise/*.safetensors", "1B_gate_headwise/*.safetensors.index.json"]
+    idx = tokens(24)
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx)[0].double(), reference_forward(w, cfg, idx)[0], rtol=1e-5, atol=1e-5)
+    assert pretrained.load_tokenizer(ckpt).eot_token is not None
 
 
 def test_no_network_and_no_local_copy_is_one_line_naming_both(tmp_path):
@@ -294,6 +354,12 @@ def test_tokenizers_gpt2_ships_and_tokenizer_json_round_trips(tmp_path):
     tiny_gpt2(tmp_path / "gpt2", vocab_size=50257)
     enc = pretrained.load_tokenizer(pretrained.locate(str(tmp_path / "gpt2")))
     assert enc.eot_token == 50256 and enc.encode("Hello world") == [15496, 995]  # GPT-2's BPE, from this repo
+    tiny_gpt2(tmp_path / "small", vocab_size=200)  # not GPT-2's vocabulary: its own tokenizer.json, which must fit
+    with pytest.raises(FileNotFoundError, match="no tokenizer.json"):
+        pretrained.load_tokenizer(pretrained.locate(str(tmp_path / "small")))
+    tiny_tokenizer(tmp_path / "small")
+    with pytest.raises(ValueError, match="tokenizer has 280 tokens, more than the model's vocab_size 200"):
+        pretrained.load_tokenizer(pretrained.locate(str(tmp_path / "small")))
     tiny_qwen3(tmp_path / "qwen3")
     ckpt = pretrained.locate(str(tmp_path / "qwen3"))
     with pytest.raises(FileNotFoundError, match="no tokenizer.json"):
@@ -306,7 +372,7 @@ def test_tokenizers_gpt2_ships_and_tokenizer_json_round_trips(tmp_path):
 
 
 def test_text_windows_are_consecutive_and_shifted_by_one():
-    enc = pretrained.load_tokenizer(pretrained.Checkpoint("gpt2", "", "gpt2", None, {}))
+    enc = get_tokenizer("gpt2")
     with open(pretrained.SAMPLE_TEXT, encoding="utf-8") as f:
         text = f.read()
     ids = enc.encode(text)
