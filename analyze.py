@@ -348,8 +348,9 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
     device = pick_device(device)
     ctx, _ = autocast_for(device, "auto" if device.startswith("cuda") else "float32")  # bf16 autocast on a GPU
     text_path = text_path or pretrained.SAMPLE_TEXT
-    with open(text_path, encoding="utf-8") as f:
-        text = f.read()
+    with open(text_path, "rb") as f:
+        raw = f.read()
+    text = raw.decode("utf-8")
     records, scores, maps = [], [], []
     for name, label in zip(names, labels):
         start = time.time()
@@ -382,8 +383,7 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
               (f", gate mean {r['gate_mean']:.3f}, <0.1: {r['gate_below_0.1']:.2f}" if r["gate_mean"] is not None else "")
               + f" [{r['seconds']:.0f} s]", flush=True)
         del model
-    with open(text_path, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
+    digest = hashlib.sha256(raw).hexdigest()
     summary = {"device": device_name(device), "date": time.strftime("%Y-%m-%d"),
                "text": {"path": os.path.relpath(text_path, os.path.dirname(os.path.abspath(__file__))),
                         "sha256": digest, "window": window, "windows": n_windows},

@@ -62,9 +62,11 @@ class GPTConfig:
     def __post_init__(self):
         if self.n_kv_head is None:
             self.n_kv_head = self.n_head
+        # the usual split of the width among the heads; when it does not divide evenly head_dim stays None and
+        # check_config says so
         if self.head_dim is None and all(isinstance(n, int) and n > 0 for n in (self.n_embd, self.n_head)) \
                 and self.n_embd % self.n_head == 0:
-            self.head_dim = self.n_embd // self.n_head  # the width split among the heads (check_config: else)
+            self.head_dim = self.n_embd // self.n_head
         check_config(self)
 
     def gate_shape(self):

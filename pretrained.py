@@ -63,7 +63,6 @@ class Checkpoint:
     folder: str
     family: str  # "gpt2" or "qwen3"
     config: GPTConfig
-    hub_config: dict  # its config.json
     about: str = ""  # HUB's line, or where it came from
     bos: bool = False  # whether it was trained with a BOS token at each window's start (neither family was)
     hub: tuple = None  # (repository, folder in it) when it comes from the hub: load_model fetches its weights
@@ -114,7 +113,7 @@ def locate(name_or_path):
     require("safetensors")  # what reading it will need, said before gigabytes of weights are downloaded
     if family != "gpt2":
         require("tokenizers")
-    return Checkpoint(name_or_path, folder, family, config, hub_config, about, hub=hub)
+    return Checkpoint(name_or_path, folder, family, config, about, hub=hub)
 
 
 def download(name, repo, sub, files):
