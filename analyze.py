@@ -30,7 +30,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -40,7 +39,7 @@ import torch
 
 import torch.nn.functional as F
 
-from common import autocast_for, configure, dataset_dir, fail, load_checkpoint, pick_device, read_jsonl
+from common import autocast_for, configure, dataset_dir, device_name, fail, load_checkpoint, pick_device, read_jsonl
 import pretrained
 from data.shards import bos_token, val_batches
 from probe import SINK_HEAD_THRESHOLD, Probe, attention_maps
@@ -68,10 +67,6 @@ class AnalyzeConfig:
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
 # what analyze reads from a checkpoint's training config (train.py writes all of them)
 RUN_SETTINGS = ("dataset", "batch_size", "eval_iters", "gradient_accumulation_steps", "learning_rate", "max_iters")
-
-
-def device_name(device):
-    return torch.cuda.get_device_name(device) if str(device).startswith("cuda") else f"CPU ({platform.processor() or platform.machine()})"
 
 
 def eval_windows(checkpoint):

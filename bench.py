@@ -105,19 +105,17 @@ def sync():
 
 
 def time_ms(fn, grads=()):
-    """Median milliseconds per call: triton.testing.do_bench on a GPU, a plain timer on CPU."""
+    """Median milliseconds per call: triton.testing.do_bench on a GPU; on CPU (--tiny, where timings mean nothing)
+    one call with a plain timer."""
     fn()  # first call: Triton compiles and autotunes here, outside the timing
     if cuda:
         import triton.testing
         return triton.testing.do_bench(fn, warmup=25, rep=100, grad_to_none=list(grads), return_mode="median")
-    times = []
-    for _ in range(3):
-        for g in grads:
-            g.grad = None
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return sorted(times)[len(times) // 2]
+    for g in grads:
+        g.grad = None
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
 
 
 def sig(x, digits=4):
@@ -178,7 +176,7 @@ if args.kernels:
                               f"{records[-1]['tflops']:8.2f} TFLOP/s", flush=True)
     write("bench_kernels", dict(date=date, device=device_name, command=command, records=records),
           [f"dtype {str(dtype).replace('torch.', '')}, causal={causal}, B*T = {tokens}, H*D = {width}, "
-           "inputs require grad; median of triton.testing.do_bench (CPU: of 3 calls)",
+           "inputs require grad; median of triton.testing.do_bench (CPU: one call)",
            "TFLOP/s: forward 4*B*H*T^2*D (halved when causal), forward+backward 3.5x that"],
           ["D", "H", "Hkv", "T", "B", "provider", "mode", "ms", "TFLOP/s"],
           [[r["D"], r["H"], r["Hkv"], r["T"], r["B"], r["provider"], r["mode"], r["ms"], r["tflops"]] for r in records])

@@ -3,7 +3,7 @@ What the scripts (train.py, sample.py, analyze.py, repro.py, bench.py) share, so
 
   fail, configure        the one command-line convention: config files and --key=value, checked against a
                          dataclass of keys (a bool key may be given as a bare --key)
-  pick_device, autocast  where and in which precision to run
+  pick_device, autocast  where and in which precision to run, device_name
   checkpoints            read_checkpoint, model_from_checkpoint, load_checkpoint, save_checkpoint
   runs and logs          dataset_dir, read_jsonl, code_version, layer_mean, finite_or_none
   speed                  peak_flops, flops_per_token, estimate_mfu
@@ -16,6 +16,7 @@ import difflib
 import json
 import math
 import os
+import platform
 import subprocess
 import traceback
 import types
@@ -137,6 +138,12 @@ def pick_device(name, local_rank=None):
     if kind == "mps" and not torch.backends.mps.is_available():
         fail(f"device={name!r} but MPS (Apple GPU) is not available here; use --device=cpu (or auto)")
     return name
+
+
+def device_name(device):
+    """What a result was measured on, in words: the GPU's name, or the CPU's."""
+    return torch.cuda.get_device_name(device) if str(device).startswith("cuda") else \
+        f"CPU ({platform.processor() or platform.machine()})"
 
 
 def autocast_for(device, dtype):

@@ -99,17 +99,21 @@ def _check(q, k, v, gate):
                          f"got {tuple(gate.shape)}")  # [gate]
 
 
-def attention_torch(q, k, v, gate=None, causal=True, scale=None):
-    """Reference path: SDPA, then the gate as its own op (an extra read and write of the output)."""
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=q.size(1) != k.size(1))
+def attention_torch(q, k, v, gate=None, causal=True, scale=None, mask=None):
+    """Reference path: SDPA, then the gate as its own op (an extra read and write of the output). mask: a boolean
+    (Tq, Tk) of the keys each query may see (True), in place of the causal one, e.g. model.window_mask's."""
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, scale=scale,
+                                       enable_gqa=q.size(1) != k.size(1))
     if gate is not None:  # [gate]
         y = y * torch.sigmoid(gate)  # [gate]
     return y
 
 
-def _triton_unsupported(q, k, v, gate, scale):
+def _triton_unsupported(q, k, v, gate, scale, mask=None):
     """Why the Triton path cannot take these inputs (a string), or None if it can."""
     D = q.size(3)
+    if mask is not None:
+        return "the Triton path computes causal or full attention, not an arbitrary mask; use backend='torch'"
     if scale is not None and not scale > 0:
         return f"the Triton path needs scale > 0 (it takes row maxima of unscaled scores), got {scale}"
     if q.size(2) != k.size(2):
@@ -136,30 +140,31 @@ def _require_triton(q):
                            "imported (Triton's interpreter); use CUDA tensors or backend='torch'")
 
 
-def use_triton(backend, q, k, v, gate=None, scale=None):
-    """True if gated_attention(q, k, v, gate, scale=scale, backend=backend) runs the Triton kernel, False if it
-    takes the PyTorch path. 'auto' picks Triton only for CUDA tensors the kernel supports; 'triton' raises
+def use_triton(backend, q, k, v, gate=None, scale=None, mask=None):
+    """True if gated_attention(q, k, v, gate, scale=scale, backend=backend, mask=mask) runs the Triton kernel, False if
+    it takes the PyTorch path. 'auto' picks Triton only for CUDA tensors the kernel supports; 'triton' raises
     when the kernel cannot run (ValueError for inputs it does not take, RuntimeError without Triton, or on
     CPU without TRITON_INTERPRET=1); an unknown backend raises ValueError. model.py uses it to choose
     between its fused branch (the kernel, gate in the epilogue) and its reference branch (SDPA, then the gate)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not valid; choose one of {list(BACKENDS)}")
     if backend == "auto":
-        return q.is_cuda and HAS_TRITON and _triton_unsupported(q, k, v, gate, scale) is None
+        return q.is_cuda and HAS_TRITON and _triton_unsupported(q, k, v, gate, scale, mask) is None
     if backend == "triton":
-        reason = _triton_unsupported(q, k, v, gate, scale)
+        reason = _triton_unsupported(q, k, v, gate, scale, mask)
         if reason:
             raise ValueError(reason)
         _require_triton(q)
     return backend == "triton"
 
 
-def gated_attention(q, k, v, gate=None, causal=True, scale=None, backend="auto"):
+def gated_attention(q, k, v, gate=None, causal=True, scale=None, backend="auto", mask=None):
     """q: (B, H, T, D); k, v: (B, Hkv, T, D), H % Hkv == 0; gate: None, (B, H, T, D) or (B, H, T, 1) logits.
-    Inputs may have any strides (e.g. a gate expand()ed over heads); the gate's gradient has the gate's shape."""
+    Inputs may have any strides (e.g. a gate expand()ed over heads); the gate's gradient has the gate's shape.
+    mask: None, or a boolean (Tq, Tk) of the keys each query sees, in place of `causal` (PyTorch's path only)."""
     _check(q, k, v, gate)
-    if not use_triton(backend, q, k, v, gate, scale):
-        return attention_torch(q, k, v, gate, causal, scale)
+    if not use_triton(backend, q, k, v, gate, scale, mask):
+        return attention_torch(q, k, v, gate, causal, scale, mask)
     scale = q.size(3) ** -0.5 if scale is None else float(scale)
     return _FlashGatedAttention.apply(q, k, v, gate, bool(causal), scale)
 

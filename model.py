@@ -41,6 +41,8 @@ class GPTConfig:
     bias: bool = False
     pos_emb: str = "rope"  # or learned
     rope_base: float = 10000.0
+    rope_scaling: str = "none"  # ntk, yarn: run past the trained length; see rope_tables
+    rope_factor: float = 1.0  # rope_scaling's s: block_size is s times the length the model was trained on
     mlp: str = "swiglu"  # glu, gelu, gelu_tanh (GPT-2's tanh approximation of GELU)
     mlp_hidden: int = None  # None -> 4*n_embd for gelu, ~8/3*n_embd (multiple of 64) for GLUs; see hidden_dim
     norm: str = "rmsnorm"  # layernorm, dyt, preaffine, gatednorm: every norm of the model
@@ -56,6 +58,8 @@ class GPTConfig:
     gate_input: str = "hidden"  # or none: learned scores that do not depend on the input
     sdpa_nonlin: str = "none"  # rmsnorm, silu: a non-linearity at G1 that is not a gate
     match_params: bool = False  # shrink the MLP so the total parameters match gate='none'
+    attn_window: int = None  # sliding-window attention: each query sees its last attn_window keys (itself included)
+    attn_keep_first: int = 0  # with attn_window: the first positions every query sees too (StreamingLLM's sinks)
     tie_embeddings: bool = True  # lm_head shares wte's weight matrix (GPT-2, nanoGPT); False: each its own
     attn_backend: str = "auto"  # kernels.py: auto = the fused Triton kernel on CUDA, else PyTorch; torch; triton
 
@@ -228,10 +232,36 @@ class Gate(nn.Module):
 # ----------------------------------------------------------------------------
 # Rotary position embedding
 
-def rope_tables(head_dim, length, base, device=None):
-    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+YARN_RAMP = (1, 32)  # YaRN's alpha, beta: pairs that turn fewer than 1 / more than 32 times in the trained length
+
+
+def rope_tables(head_dim, length, base, device=None, scaling="none", factor=1.0):
+    """cos and sin (length, head_dim/2) of the angle each channel pair turns by at each position.
+    To run a model trained on length / factor positions at `length` (GA Table 5 extends its context with YaRN):
+      'none'  the trained angles, continued: positions past the trained length give the model angles it never saw
+      'ntk'   NTK-aware: a larger base, which slows the slowest pair by `factor` and leaves the fastest as it was
+      'yarn'  YaRN (Peng et al. 2023): pairs that turn many times within the trained length keep their speed, pairs
+              that turn less than once are slowed by `factor` (interpolated), a linear ramp between; and every
+              attention logit is multiplied by (0.1 ln factor + 1)^2 (cos and sin scaled: q and k each take one)
+    factor 1 gives the plain tables with every scaling."""
+    pair = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim
+    if scaling == "ntk":
+        base = base * factor ** (head_dim / (head_dim - 2))
+    inv_freq = 1.0 / (base ** pair)
+    scale = 1.0
+    if scaling == "yarn" and factor != 1:  # (at factor 1 the blend below would only add rounding)
+        turns = (length / factor) * inv_freq / (2 * math.pi)  # how often each pair turns within the trained length
+        keep = ((turns - YARN_RAMP[0]) / (YARN_RAMP[1] - YARN_RAMP[0])).clamp(0, 1)  # 1: as trained, 0: interpolate
+        inv_freq = inv_freq * keep + inv_freq / factor * (1 - keep)
+        scale = 0.1 * math.log(factor) + 1
     angles = torch.outer(torch.arange(length, dtype=torch.float32, device=device), inv_freq)  # (T, D/2)
-    return angles.cos(), angles.sin()
+    return angles.cos() * scale, angles.sin() * scale
+
+
+def rope_for(config, device=None):
+    """The rope tables of a GPTConfig: its block_size positions, scaled as its rope_scaling says."""
+    return rope_tables(config.head_dim, config.block_size, config.rope_base, device, config.rope_scaling,
+                       config.rope_factor)
 
 
 def apply_rope(x, cos, sin):
@@ -239,6 +269,15 @@ def apply_rope(x, cos, sin):
     x1, x2 = x.float().chunk(2, dim=-1)
     cos, sin = cos[None, :, None, :], sin[None, :, None, :]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).type_as(x)
+
+
+def window_mask(n_queries, n_keys, window, keep_first=0, device=None):
+    """Sliding-window attention's mask (n_queries, n_keys), True where a query may attend: the queries are the last
+    n_queries positions (decoding after a cache), each sees itself, its window - 1 predecessors and the first
+    keep_first positions (StreamingLLM keeps those "attention sinks" in its cache)."""
+    i = torch.arange(n_keys - n_queries, n_keys, device=device)[:, None]
+    j = torch.arange(n_keys, device=device)[None, :]
+    return (j <= i) & ((i - j < window) | (j < keep_first))
 
 
 # ----------------------------------------------------------------------------
@@ -263,7 +302,7 @@ class CausalSelfAttention(nn.Module):
         # the Triton kernel (kernels.py) computes attention with no gate, or with a multiplicative sigmoid G1 gate
         # in its epilogue; every other variant runs the reference branch of forward
         self.fusable = config.gate in ("none", "g1") and config.gate_act == "sigmoid" and config.gate_op == "mul" \
-            and config.sdpa_nonlin == "none"
+            and config.sdpa_nonlin == "none" and config.attn_window is None
 
     def project(self, x, rope=None):
         """Q (B, T, H, D) and K, V (B, T, Hkv, D), gated here at G2-G4, with RoPE and QK-norm applied, and the
@@ -297,6 +336,9 @@ class CausalSelfAttention(nn.Module):
                 k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
                 causal, backend = False, "torch"  # one query sees every cached key; no kernel needed
             cache["k"], cache["v"] = k, v
+        mask = None
+        if self.config.attn_window is not None:  # a sliding window: an explicit mask, on PyTorch's path
+            mask = window_mask(q.size(2), k.size(2), self.config.attn_window, self.config.attn_keep_first, q.device)
 
         if self.fusable and kernels.use_triton(backend, q, k, v):
             # fused: one Triton kernel computes softmax(q k^T / sqrt(D)) v and multiplies it by sigmoid(g) (G1)
@@ -305,7 +347,7 @@ class CausalSelfAttention(nn.Module):
             y = kernels.gated_attention(q, k, v, gate=gate, causal=causal, backend="triton").transpose(1, 2)
         else:
             # reference: attention, then the gate as a line of its own (this is what a CPU run executes)
-            y = kernels.gated_attention(q, k, v, causal=causal, backend=backend).transpose(1, 2)  # (B, T, H, D)
+            y = kernels.gated_attention(q, k, v, causal=causal, mask=mask, backend=backend).transpose(1, 2)  # (B,T,H,D)
             if self.config.sdpa_nonlin == "rmsnorm":
                 y = self.sdpa_norm(y)
             elif self.config.sdpa_nonlin == "silu":
@@ -387,7 +429,7 @@ class GPT(nn.Module):
         if config.pos_emb == "learned":
             self.transformer.wpe = nn.Embedding(config.block_size, config.n_embd)
         else:
-            cos, sin = rope_tables(config.head_dim, config.block_size, config.rope_base)
+            cos, sin = rope_for(config)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
@@ -422,6 +464,20 @@ class GPT(nn.Module):
         these modules, and refuses what it does not understand."""
         import pretrained  # here, not at the top: it needs optional packages, and it imports this module
         return pretrained.load_model(pretrained.locate(name_or_path), device, dtype)
+
+    @classmethod
+    def with_weights(cls, config, state_dict):
+        """A GPT of `config` holding state_dict's tensors themselves (assigned, not copied, and no random init first),
+        in eval mode on their device: how pretrained.py loads published weights, and how evaluate.py runs a model's
+        weights under another config (a sliding window, a longer block_size with scaled RoPE)."""
+        with torch.device("meta"):
+            model = cls(config)
+        model.load_state_dict(state_dict, assign=True)
+        if config.tie_embeddings:
+            model.transformer.wte.weight = model.lm_head.weight  # one Parameter again (assign gave each its own)
+        if config.pos_emb == "rope":  # non-persistent buffers, still on the meta device
+            model.rope_cos, model.rope_sin = rope_for(config, model.lm_head.weight.device)
+        return model.eval()
 
     def forward(self, idx, targets=None):
         """Logits (B, T, vocab) and, given targets, the mean cross-entropy. To measure attention sinks, massive
@@ -499,6 +555,7 @@ VALID = {  # each flag's valid values, the default first
     "gate_act": ("sigmoid", "silu", "ns_sigmoid", "identity"),
     "gate_input": ("hidden", "none"),
     "sdpa_nonlin": ("none", "rmsnorm", "silu"),
+    "rope_scaling": ("none", "ntk", "yarn"),
     "attn_backend": ("auto", "torch", "triton"),
 }
 
@@ -523,6 +580,23 @@ def check_config(c):
         raise ValueError(f"GPTConfig.n_head={c.n_head} must be divisible by n_kv_head={c.n_kv_head} (GQA groups)")
     if c.pos_emb == "rope" and c.head_dim % 2:
         raise ValueError(f"GPTConfig.pos_emb='rope' needs an even head_dim, got n_embd/n_head={c.head_dim}")
+    if not (isinstance(c.rope_factor, (int, float)) and c.rope_factor >= 1):
+        raise ValueError(f"GPTConfig.rope_factor={c.rope_factor!r} must be a number >= 1 (how many times the trained "
+                         "length block_size is)")
+    if c.rope_scaling == "none" and c.rope_factor != 1:
+        raise ValueError(f"GPTConfig.rope_factor={c.rope_factor} has no effect with rope_scaling='none'; choose "
+                         f"rope_scaling from {list(VALID['rope_scaling'][1:])} or leave rope_factor at 1.0")
+    if c.rope_scaling != "none" and c.pos_emb != "rope":
+        raise ValueError(f"GPTConfig.rope_scaling={c.rope_scaling!r} scales rotary embeddings; pos_emb={c.pos_emb!r}")
+    if c.attn_window is not None and (not isinstance(c.attn_window, int) or c.attn_window < 1):
+        raise ValueError(f"GPTConfig.attn_window={c.attn_window!r} must be a positive integer or None (full attention)")
+    if not isinstance(c.attn_keep_first, int) or c.attn_keep_first < 0:
+        raise ValueError(f"GPTConfig.attn_keep_first={c.attn_keep_first!r} must be an integer >= 0")
+    if c.attn_keep_first and c.attn_window is None:
+        raise ValueError("GPTConfig.attn_keep_first keeps positions in a sliding window: set attn_window too")
+    if c.attn_window is not None and c.attn_backend == "triton":
+        raise ValueError("GPTConfig.attn_window needs a mask, which the Triton kernel does not take; use "
+                         "attn_backend='auto' or 'torch'")
     if not 0.0 <= c.dropout < 1.0:
         raise ValueError(f"GPTConfig.dropout={c.dropout} must be in [0, 1)")
     if c.mlp_hidden is not None and (not isinstance(c.mlp_hidden, int) or c.mlp_hidden < 1):

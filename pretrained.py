@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from model import GPT, GPTConfig, rope_tables
+from model import GPT, GPTConfig
 
 # name -> (hub repository, folder in it, what it is). The gated models (GA, arXiv 2505.06708; their README at
 # github.com/qiuzh20/gated_attention) follow Qwen3's architecture and differ only in the gate; the release does not
@@ -279,9 +279,8 @@ def load_model(ckpt, device="cpu", dtype=torch.float32):
     if left:
         raise ValueError(f"{ckpt.folder}: {len(left)} weights this mapping does not use, e.g. {sorted(left)[:3]}: "
                          "its architecture is not the one config.json describes to model.py")
-    with torch.device("meta"):  # no memory and no random init for weights that are replaced at once
-        model = GPT(c)
-    expected = model.state_dict()
+    with torch.device("meta"):  # the shapes this config implies, with no memory and no random init
+        expected = GPT(c).state_dict()
     wrong = [f"{k}: {tuple(v.shape)} in the checkpoint, {tuple(expected[k].shape)} here"
              for k, v in sd.items() if tuple(v.shape) != tuple(expected[k].shape)]
     if wrong or set(sd) != set(expected):
@@ -293,12 +292,7 @@ def load_model(ckpt, device="cpu", dtype=torch.float32):
     state = {k: sd.pop(k).to(dtype) for k in list(sd)}
     if c.tie_embeddings:
         state["lm_head.weight"] = state["transformer.wte.weight"]
-    model.load_state_dict(state, assign=True)
-    if c.tie_embeddings:
-        model.transformer.wte.weight = model.lm_head.weight  # one Parameter again (assign gave each its own)
-    if c.pos_emb == "rope":  # non-persistent buffers, built on the meta device above
-        model.rope_cos, model.rope_sin = rope_tables(c.head_dim, c.block_size, c.rope_base)
-    return model.to(device).eval()
+    return GPT.with_weights(c, state).to(device)
 
 
 # ----------------------------------------------------------------------------

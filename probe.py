@@ -112,6 +112,9 @@ class Probe:
         self._idx = None  # the input ids of the model's current forward
 
     def __enter__(self):
+        if self.model.config.attn_window is not None:  # its statistics assume every earlier key is in view
+            raise ValueError(f"Probe measures causal attention over the whole window; this model has attn_window="
+                             f"{self.model.config.attn_window}: measure it with attn_window=None")
         self.hooks.append(self.model.register_forward_pre_hook(self._input_ids, with_kwargs=True))
         for block in self.model.transformer.h:
             self.hooks.append(block.attn.register_forward_hook(self._attention))

@@ -7,11 +7,12 @@ analysis of all of them with confidence intervals and a verdict for each of the 
     python repro.py prepare                    # the corpus: .py files of this Python's installed packages
     python repro.py train all --seeds=3 --parallel=3   # the study (variants.STUDY), three seeds, 3 runs at once
     python repro.py train baseline g1_elementwise --max_iters=400
+    python repro.py evaluate                   # evaluate.py on the models' checkpoints: results/repro/evaluate/
     python repro.py report                     # results/repro/{summary.json, REPORT.md, *.png}
 
-The first word is the step. `train` takes variant names: `all` is the study, `models` its one-model-each part,
-`sweep` its learning-rate sweep, and any other name of variants.VARIANTS (g3, glu, ...) trains that variant
-too. repro.py's own keys (common.configure):
+The first word is the step. `train` and `evaluate` take variant names: `all` is the study, `models` its
+one-model-each part, `sweep` its learning-rate sweep, and any other name of variants.VARIANTS (g3, glu, ...)
+that variant too. repro.py's own keys (common.configure):
 
     --seeds=N          train each variant with N seeds: config/repro.py's seed, +1, ... (the seed changes the
                        initialisation and the order of the training data); default 1
@@ -25,9 +26,12 @@ too. repro.py's own keys (common.configure):
     --tiny             a CPU-sized smoke test of the whole pipeline on the default dataset: it concludes nothing
 
 Every other --key=value after `train` is a train.py key and goes to every run, after the variant's own
-flags, so it wins; train.py checks it. When a new run stops before its first evaluation (a mistaken key,
-missing data), the others would stop the same way, so repro.py starts no more. --out_dir, --init_from and
---seed are repro.py's to set.
+flags, so it wins; train.py checks it. After `evaluate` it is an evaluate.py key (--modes=quant, --windows=128,
+...): `evaluate` runs evaluate.py on every trained seed of the variants named (default: `models`) and writes to
+<report_dir>/evaluate/; `report` then adds a section of their numbers, averaged over seeds.
+
+When a new run stops before its first evaluation (a mistaken key, missing data), the others would stop the same
+way, so repro.py starts no more. --out_dir, --init_from and --seed are repro.py's to set.
 
 Each run goes to <root>/<variant>/seed<N>/ and is nothing more than `python train.py config/repro.py
 --out_dir=<root>/<variant>/seed<N> --seed=<N> <the variant's flags> <your keys>`, printed before it starts so
@@ -59,7 +63,7 @@ from stats import RULE, compare, mean_ci, verdict
 from variants import MODELS, STABILITY_ROW, STUDY, SWEEP, SWEPT, VARIANTS, Row
 
 REPO = os.path.dirname(os.path.abspath(__file__))
-STEPS = ("list", "prepare", "train", "report")
+STEPS = ("list", "prepare", "train", "evaluate", "report")
 GROUPS = {"all": STUDY, "models": MODELS, "sweep": SWEEP}
 
 
@@ -75,6 +79,8 @@ class Keys:
 
 KEYS = {f.name for f in fields(Keys)}
 SET_BY_REPRO = ("out_dir", "init_from", "seed")  # train.py keys that repro.py decides for every run
+SET_FOR_EVALUATE = ("runs", "labels", "out_dir", "pretrained")  # evaluate.py keys that repro.py decides
+EVALUATE_DIR = "evaluate"  # under the report's folder
 STUDY_CONFIG = os.path.join("config", "repro.py")
 
 # The papers' claims, each decided by stats.RULE: (claim, reference, variant, measure, the paper's direction:
@@ -357,8 +363,59 @@ def report(root, out_dir, tiny, report_command):
     plots = [os.path.basename(p) for p in summary["plots"]]
     plots += plot_trends(by, root, out_dir) + plot_sweep(sweep, out_dir)
     with open(os.path.join(out_dir, "REPORT.md"), "w") as f:
-        f.write(render_report(result, root, tiny, commands, report_command, plots, summary["runs"]))
+        f.write(render_report(result, root, tiny, commands, report_command, plots, summary["runs"]) +
+                evaluate_section(out_dir, root))
     print(f"wrote {out_dir}/summary.json and {out_dir}/REPORT.md")
+
+
+def evaluate_runs(root, report_dir, names, passed):
+    """evaluate.py on every trained seed of the named variants (default: the study's models)."""
+    import evaluate
+
+    for w in passed:
+        if w[2:].partition("=")[0] in SET_FOR_EVALUATE:
+            fail(f"{w}: repro.py evaluate sets --runs, --labels and --out_dir ({report_dir}/{EVALUATE_DIR}) itself; "
+                 "name variants to choose the runs")
+    variants = chosen_variants(names or ["models"])
+    runs = [(v, s) for v, s in trained_runs(root) if v in variants]
+    if not runs:
+        fail(f"no trained runs of {', '.join(variants)} under {root}/: run `python repro.py train ...` first")
+    evaluate.main([f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}",
+                   f"--labels={','.join(f'{v}/seed{s}' for v, s in runs)}",
+                   f"--out_dir={os.path.join(report_dir, EVALUATE_DIR)}", *passed])
+
+
+def evaluate_section(report_dir, root):
+    """REPORT.md's section on evaluate.py's measurements (`repro.py evaluate`), when there are any: each headline
+    number averaged over a variant's seeds."""
+    folder = os.path.join(report_dir, EVALUATE_DIR)
+    if not os.path.isfile(os.path.join(folder, "summary.json")):
+        return ""
+    from evaluate import PAPERS_SAY, headline, table
+
+    with open(os.path.join(folder, "summary.json")) as f:
+        evaluations = json.load(f)
+    by, stale = {}, []
+    for r in evaluations["models"]:
+        by.setdefault(r["label"].rsplit("/seed", 1)[0], []).append(headline(r))
+        ckpt = os.path.join(r.get("run", ""), r.get("checkpoint", ""))
+        if not os.path.isfile(ckpt) or os.path.getmtime(ckpt) > os.path.getmtime(os.path.join(folder, "summary.json")):
+            stale.append(r["label"])
+    columns = list(dict.fromkeys(k for rows in by.values() for row in rows for k in row))
+    lines = ["", "## Downstream consequences (evaluate.py)", "",
+             f"Measured by `repro.py evaluate` on {evaluations['device']}, {evaluations['date']}; the details, each "
+             f"checkpoint with its intervals over windows, in [{EVALUATE_DIR}/summary.md]({EVALUATE_DIR}/summary.md). "
+             "Here: the mean over seeds ± the half-width of its 95% t-interval. Δ: the loss increase (nats) with W-bit "
+             "weights and A-bit activations, or a sliding window of w keys that keeps the first k positions, over the "
+             "same windows unchanged; a RoPE column: the loss of the last positions of the longest windows.", ""]
+    if stale:
+        lines += [f"**Out of date: the checkpoints of {', '.join(stale)} changed (or are gone from {root}/) since they "
+                  "were evaluated; run `python repro.py evaluate` again.**", ""]
+    lines += [PAPERS_SAY, ""] + table(["variant", "seeds"] + columns, [
+        [v, len(rows)] + [fmt_ci(over_seeds([row.get(c) for row in rows]), ".4f") for c in columns]
+        for v, rows in by.items()])
+    plots = [p for p in ("quant.png", "length.png", "stream.png") if os.path.isfile(os.path.join(folder, p))]
+    return "\n".join(lines + [f"![{p}]({EVALUATE_DIR}/{p})\n" for p in plots])
 
 
 def stacked(windows, variant, key):
@@ -708,6 +765,16 @@ def paper_table(by):
     return lines
 
 
+def chosen_variants(names):
+    """Variant names and groups (all, models, sweep) as the variants, in order, each once."""
+    variants = list(dict.fromkeys(v for n in names for v in GROUPS.get(n, [n])))
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        fail((f"unknown variant(s) {', '.join(unknown)}" if unknown else "name the variants") +
+             f"; choose 'all' (the study), 'models', 'sweep' or from: {', '.join(VARIANTS)}")
+    return variants
+
+
 def main(argv):
     if argv[:1] in (["-h"], ["--help"]):
         print(__doc__)
@@ -721,8 +788,8 @@ def main(argv):
     own = [w for w in words if w.startswith("--") and w[2:].partition("=")[0] in KEYS]
     passed = [w for w in words if w.startswith("--") and w not in own]  # train.py's keys
     # only `train` passes keys on: for the other steps, configure names any unknown key
-    keys, _ = configure(Keys, own if step == "train" else own + passed)
-    if names and step != "train":
+    keys, _ = configure(Keys, own if step in ("train", "evaluate") else own + passed)
+    if names and step not in ("train", "evaluate"):
         fail(f"`repro.py {step}` takes no variant names, got {' '.join(names)}")
     for key in ("seeds", "parallel"):
         if getattr(keys, key) < 1:
@@ -739,14 +806,12 @@ def main(argv):
             if w[2:].partition("=")[0] in SET_BY_REPRO:
                 fail(f"{w}: repro.py sets --out_dir (<root>/<variant>/seed<N>, see --root), --seed (see --seeds) "
                      "and --init_from (resume when the folder holds a checkpoint) for every run")
-        variants = list(dict.fromkeys(v for n in names for v in GROUPS.get(n, [n])))  # in order, once
-        unknown = [v for v in variants if v not in VARIANTS]
-        if unknown or not variants:
-            fail((f"unknown variant(s) {', '.join(unknown)}" if unknown else "name the variants to train") +
-                 f"; choose 'all' (the study), 'models', 'sweep' or from: {', '.join(VARIANTS)}")
+        variants = chosen_variants(names)
         settings = study_settings(keys, passed)
         base = settings.get("seed", 1337)
         train([(v, base + i) for v in variants for i in range(keys.seeds)], root, keys, passed, settings)
+    elif step == "evaluate":
+        evaluate_runs(root, report_dir, names, passed)
     else:
         try:
             report(root, report_dir, keys.tiny, shlex.join([sys.executable, os.path.join(REPO, "repro.py"), *argv]))

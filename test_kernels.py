@@ -32,13 +32,15 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="fp16/bf16 kernels need a GPU (
 TOL = 1e-5
 
 
-def reference(q, k, v, gate=None, causal=True, scale=None):
-    """float64, explicit softmax, k/v repeated for GQA."""
+def reference(q, k, v, gate=None, causal=True, scale=None, mask=None):
+    """float64, explicit softmax, k/v repeated for GQA; mask: the keys each query sees (True), instead of causal."""
     q, k, v = q.double(), k.double(), v.double()
     group = q.size(1) // k.size(1)
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     s = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.size(-1) ** -0.5)
-    if causal:
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    elif causal:
         T = q.size(2)
         s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     y = s.softmax(-1) @ v
@@ -183,6 +185,18 @@ def test_first_token_attention_decoding_step():
     got = first_token_attention(q[:, :, -1:].detach(), k.detach(), causal=True)
     want = first_token_attention(q.detach(), k.detach(), causal=True, backend="torch")[:, :, -1:]
     assert rel_err(got, want) < TOL
+
+
+def test_a_mask_runs_on_the_torch_path_and_the_kernel_refuses_it():
+    """A sliding window (model.window_mask) with the first position kept, GQA and a gate: the float64 reference."""
+    from model import window_mask
+    q, k, v, g, _ = make_inputs(2, 4, 2, 12, 16, "elementwise", dtype=torch.float64)
+    mask = window_mask(12, 12, 3, keep_first=1, device=q.device)
+    y = gated_attention(q, k, v, gate=g, mask=mask, backend="auto")
+    torch.testing.assert_close(y, reference(q, k, v, g, mask=mask))
+    assert not torch.allclose(y, reference(q, k, v, g))
+    with pytest.raises(ValueError, match="mask"):
+        gated_attention(q, k, v, gate=g, mask=mask, backend="triton")
 
 
 def test_bad_inputs_raise():

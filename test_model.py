@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import common
-from model import GPT, DyT, GatedNorm, GPTConfig, PreAffine, RMSNorm, apply_rope, gate_activation, make_norm, rope_tables
+from model import (GPT, DyT, GatedNorm, GPTConfig, PreAffine, RMSNorm, apply_rope, gate_activation, make_norm, rope_tables,
+                   window_mask)
 from probe import Probe, attention_maps
 from variants import TEST_VARIANTS
 
@@ -342,6 +343,105 @@ def test_rope_rotates_by_relative_position():
     torch.testing.assert_close(apply_rope(q, c[5:6], s[5:6]).norm(), q.norm())  # a rotation
 
 
+def yarn_reference(head_dim, length, base, s):
+    """YaRN as Peng et al. 2023 write it, in float64: per pair d, the wavelength lambda_d = 2 pi / theta_d and
+    r = L_trained / lambda_d; gamma(r) = 0 below alpha = 1, 1 above beta = 32, linear between; the new frequency
+    (1 - gamma) theta_d / s + gamma theta_d; and sqrt(1/t) = 0.1 ln s + 1 on q and k."""
+    angles = []
+    for d in range(head_dim // 2):
+        theta = base ** (-2 * d / head_dim)
+        r = (length / s) / (2 * math.pi / theta)
+        gamma = 0.0 if r < 1 else 1.0 if r > 32 else (r - 1) / 31
+        angles.append((1 - gamma) * theta / s + gamma * theta)
+    a = torch.outer(torch.arange(length, dtype=torch.float64), torch.tensor(angles, dtype=torch.float64))
+    m = 0.1 * math.log(s) + 1
+    return a.cos() * m, a.sin() * m
+
+
+def test_rope_scalings():
+    """Factor 1 is plain RoPE for every scaling; NTK-aware keeps the fastest pair and slows the slowest by the factor;
+    YaRN is the paper's formula (and its ramp has pairs on both sides at this size)."""
+    D, L, base = 64, 2048, 10000.0
+    plain = rope_tables(D, L, base)
+    for scaling in ("ntk", "yarn"):
+        for table, ref in zip(rope_tables(D, L, base, None, scaling, 1.0), plain):
+            torch.testing.assert_close(table, ref, rtol=0, atol=0)
+    cos, sin = rope_tables(D, L, base, None, "ntk", 4.0)
+    angle = torch.atan2(sin, cos).double()
+    # at position 1 each pair's angle is its speed
+    slow = base ** (-(D - 2) / D)
+    assert angle[1, 0].item() == pytest.approx(1.0, rel=1e-6)
+    assert angle[1, -1].item() == pytest.approx(slow / 4, rel=1e-5)
+    for table, ref in zip(rope_tables(D, L, base, None, "yarn", 4.0), yarn_reference(D, L, base, 4.0)):
+        torch.testing.assert_close(table.double(), ref, rtol=0, atol=2e-4)  # float32 angles up to 2048
+    turns = (L / 4) * base ** (-torch.arange(0, D, 2) / D) / (2 * math.pi)
+    assert (turns > 32).any() and (turns < 1).any() and ((turns > 1) & (turns < 32)).any()
+
+
+def test_a_model_runs_past_its_trained_length_with_scaled_rope():
+    """block_size 4x, YaRN: the rope tables the model holds are rope_tables' for that scaling, and GPT.with_weights
+    gives the same weights a new config (shared, not copied)."""
+    model = make(block_size=24)
+    longer = GPT.with_weights(GPTConfig(**{**vars(model.config), "block_size": 96, "rope_scaling": "yarn",
+                                           "rope_factor": 4.0}), model.state_dict())
+    cos, _ = rope_tables(D, 96, 10000.0, None, "yarn", 4.0)
+    torch.testing.assert_close(longer.rope_cos, cos)
+    assert longer.lm_head.weight.data_ptr() == model.lm_head.weight.data_ptr() == longer.transformer.wte.weight.data_ptr()
+    logits, _ = longer.double()(tokens(T=96))
+    assert logits.shape == (2, 96, VOCAB) and torch.isfinite(logits).all()
+
+
+# ----------------------------------------------------------------------------
+# Sliding-window attention
+
+def test_window_mask_is_its_definition():
+    for n_q, n_k, w, keep in [(7, 7, 3, 0), (7, 7, 3, 2), (1, 9, 4, 1), (3, 10, 1, 0), (5, 5, 8, 0)]:
+        mask = window_mask(n_q, n_k, w, keep)
+        for a in range(n_q):
+            i = n_k - n_q + a  # the query's position
+            for j in range(n_k):
+                assert mask[a, j].item() == (j <= i and (i - j < w or j < keep)), (n_q, n_k, w, keep, a, j)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(gate="g2", pos_emb="learned"), dict(gate="g1", gate_granularity="headwise")])
+def test_a_window_as_long_as_the_block_is_full_attention(kw):
+    model = make(**kw)
+    full, _ = model(tokens(T=24))
+    for keep in (0, 3):
+        windowed = GPT.with_weights(GPTConfig(**{**vars(model.config), "attn_window": 24, "attn_keep_first": keep}),
+                                    model.state_dict())
+        torch.testing.assert_close(windowed(tokens(T=24))[0], full, rtol=1e-9, atol=1e-9)  # SDPA: mask vs is_causal
+
+
+def test_a_one_layer_window_sees_only_its_last_keys():
+    """One layer with RoPE (attention depends on relative positions only): position i's logits under a window of w
+    are the full model's at the end of the w tokens ending at i; with the first position kept they differ."""
+    model = make(n_layer=1)
+    x, w = tokens(T=24), 5
+    windowed = GPT.with_weights(GPTConfig(**{**vars(model.config), "attn_window": w}), model.state_dict())
+    logits, _ = windowed(x)
+    for i in (w, 11, 23):
+        alone, _ = model(x[:, i - w + 1:i + 1])
+        torch.testing.assert_close(logits[:, i], alone[:, -1], rtol=1e-9, atol=1e-9)
+    sinks = GPT.with_weights(GPTConfig(**{**vars(model.config), "attn_window": w, "attn_keep_first": 1}),
+                             model.state_dict())
+    assert not torch.allclose(sinks(x)[0][:, 11], logits[:, 11])
+    torch.testing.assert_close(sinks(x)[0][:, :w], logits[:, :w], rtol=0, atol=0)  # the window has not cut yet
+
+
+def test_windowed_decoding_matches_the_full_forward():
+    model = make(attn_window=6, attn_keep_first=2)
+    idx = tokens(T=20)
+    full, _ = model(idx)
+    cache = [{} for _ in model.transformer.h]
+    model._forward(idx[:, :9], cache=cache)
+    for t in range(9, 20):
+        step = model._forward(idx[:, t:t + 1], start=t, cache=cache)
+        torch.testing.assert_close(step[:, 0], full[:, t], rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="attn_window"):
+        Probe(model).__enter__()
+
+
 # ----------------------------------------------------------------------------
 # KV-cache generation equals recomputing the full sequence
 
@@ -508,6 +608,14 @@ def test_flops_and_mfu(monkeypatch):
     (dict(n_layer=0), ["n_layer"]),
     (dict(mlp_hidden=-3), ["mlp_hidden"]),
     (dict(gate="g5", match_params=True, mlp_hidden=4), ["match_params", "mlp_hidden"]),
+    (dict(rope_scaling="linear"), ["rope_scaling", "'yarn'"]),
+    (dict(rope_factor=4.0), ["rope_factor", "rope_scaling", "'ntk'"]),
+    (dict(rope_scaling="yarn", rope_factor=0.5), ["rope_factor", ">= 1"]),
+    (dict(rope_scaling="ntk", rope_factor=2.0, pos_emb="learned"), ["rope_scaling", "learned"]),
+    (dict(attn_window=0), ["attn_window", "positive"]),
+    (dict(attn_keep_first=4), ["attn_keep_first", "attn_window"]),
+    (dict(attn_window=8, attn_keep_first=-1), ["attn_keep_first"]),
+    (dict(attn_window=8, attn_backend="triton"), ["attn_window", "Triton", "'torch'"]),
 ])
 def test_invalid_config_raises_helpful_error(kw, must_mention):
     with pytest.raises(ValueError) as err:

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import analyze
+import evaluate
 import pretrained
 import sample
 from data.shards import get_tokenizer
@@ -430,6 +431,29 @@ def test_analyze_pretrained_measures_what_transformers_attention_shows(tmp_path)
     with open(tmp_path / "bos" / "summary.json") as f:
         record = json.load(f)["models"][0]
     assert record["bos"] is True and record["first_window_start"].startswith("<|endoftext|>The Keeper's Log")
+
+
+def test_evaluate_pretrained_quantizes_and_slides_a_window_over_transformers_losses(tmp_path):
+    """evaluate.py --pretrained on a GPT-2 (learned positions): its full-precision loss is transformers' on the same
+    windows, a window that keeps every position in view changes nothing, and the length mode is refused."""
+    ref = tiny_gpt2(tmp_path / "gpt2", n_positions=64, vocab_size=50257)
+    evaluate.main([f"--pretrained={tmp_path / 'gpt2'}", "--modes=quant,stream", "--window=32", "--windows=3",
+                   "--quant=w4a4", "--stream_windows=8", "--keep_first=0,32", f"--out_dir={tmp_path / 'out'}"])
+    with open(tmp_path / "out" / "summary.json") as f:
+        r = json.load(f)["models"][0]
+    enc = pretrained.load_tokenizer(pretrained.locate(str(tmp_path / "gpt2")))
+    with open(pretrained.SAMPLE_TEXT, encoding="utf-8") as f:
+        windows = pretrained.text_windows(enc, f.read(), 32, 3)
+    with torch.no_grad():
+        logits = ref(torch.cat([w[0] for w in windows])).logits
+    loss = F.cross_entropy(logits.flatten(0, 1), torch.cat([w[1] for w in windows]).flatten()).item()
+    assert (r["T"], r["windows"], r["pretrained"]) == (32, 3, str(tmp_path / "gpt2"))
+    assert r["quant"]["full"]["mean"] == pytest.approx(loss, abs=1e-4) and r["quant"]["settings"][0]["increase"]["mean"] != 0
+    keep = {k["k"]: k["increase"]["mean"] for k in r["stream"][0]["keep"]}
+    assert keep[32] == pytest.approx(0, abs=1e-6) and keep[0] != pytest.approx(0, abs=1e-6)
+    with pytest.raises(SystemExit, match="published checkpoint.*--modes=quant,stream"):
+        evaluate.main([f"--pretrained={tmp_path / 'gpt2'}", "--modes=length", "--window=32", "--windows=1",
+                       f"--out_dir={tmp_path / 'out2'}"])
 
 
 def test_analyze_and_sample_refuse_bad_requests_in_one_line(tmp_path, capsys):

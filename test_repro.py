@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -60,6 +61,11 @@ def test_repro_pipeline_tiny(tmp_path, dataset):
         assert c["seconds"] > 0 and c["date"] and c["parallel"] in (1, 2)
     assert "--init_from=resume" in commands[4]["command"] and "--init_from" not in commands[0]["command"]
 
+    # evaluate.py on every trained seed of the study's models, then the report with them
+    repro.main(["evaluate", "--tiny", f"--root={root}", "--windows=4", "--quant=w4a4", "--lengths=1,2",
+                "--keep_first=0,1"])
+    assert [r["label"] for r in json.load(open(os.path.join(root, "report", "evaluate", "summary.json")))["models"]] \
+        == [f"{v}/seed{s}" for v, s in runs]
     report = subprocess.run(cmd + ["report", "--tiny", f"--root={root}"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     result = json.load(open(os.path.join(root, "report", "summary.json")))
@@ -92,6 +98,14 @@ def test_repro_pipeline_tiny(tmp_path, dataset):
     assert f"`{commands[4]['command']}`" in text  # the last command of each run
     for plot in ("trends.png", "lr_sweep.png", "layers.png"):
         assert os.path.isfile(os.path.join(root, "report", plot)) and f"]({plot})" in text
+    section = text[text.index("## Downstream consequences"):]
+    assert "| variant | seeds | W4A4 Δ | none 2x [32, 64) | yarn 2x [32, 64) | w=8 keep 0 Δ | w=8 keep 1 Δ |" in section
+    assert "| baseline | 2 | " in section and "| g1_elementwise | 2 | " in section and "Out of date" not in section
+    assert "](evaluate/summary.md)" in section and "GA Table 5" in section
+    ckpt = os.path.join(root, "baseline", "seed1338", "ckpt.pt")  # trained again after its evaluation
+    os.utime(ckpt, (time.time() + 60, time.time() + 60))
+    assert "Out of date: the checkpoints of baseline/seed1338 changed" in repro.evaluate_section(
+        os.path.join(root, "report"), root)
 
 
 def fake_study(windows=600, seeds=3, **shift):
@@ -335,8 +349,12 @@ def test_study_settings_are_what_train_py_will_read():
     (["report", "--max_iters=3"], ["unknown key 'max_iters'"]),
     (["list", "--rot=x"], ["unknown key 'rot'", "did you mean 'root'"]),
     (["report", "baseline"], ["takes no variant names", "baseline"]),
-    (["lst"], ["'lst' is not a step", "list, prepare, train, report"]),
-], ids=["no-variant", "out_dir", "init_from", "seed", "seeds", "config", "report-key", "typo", "report-names", "step"])
+    (["lst"], ["'lst' is not a step", "list, prepare, train, evaluate, report"]),
+    (["evaluate", "--out_dir=x"], ["--out_dir=x", "repro.py evaluate sets --runs, --labels and --out_dir"]),
+    (["evaluate", "g9"], ["unknown variant(s) g9", "'models'"]),
+    (["evaluate", "baseline", "--root=/nonexistent"], ["no trained runs of baseline under /nonexistent/"]),
+], ids=["no-variant", "out_dir", "init_from", "seed", "seeds", "config", "report-key", "typo", "report-names", "step",
+        "evaluate-out_dir", "evaluate-variant", "evaluate-no-runs"])
 def test_mistakes_are_one_line(argv, words, monkeypatch):
     monkeypatch.setattr(repro, "train", lambda *args: pytest.fail("nothing may run"))
     with pytest.raises(SystemExit) as e:

@@ -83,6 +83,8 @@ class TrainConfig:
     bias: bool = False
     pos_emb: str = "rope"
     rope_base: float = 10000.0
+    rope_scaling: str = "none"
+    rope_factor: float = 1.0
     mlp: str = "swiglu"
     mlp_hidden: int = None
     norm: str = "rmsnorm"
@@ -98,6 +100,8 @@ class TrainConfig:
     gate_input: str = "hidden"
     sdpa_nonlin: str = "none"
     match_params: bool = False
+    attn_window: int = None
+    attn_keep_first: int = 0
     tie_embeddings: bool = True
     attn_backend: str = "auto"
     # AdamW with linear warmup and cosine decay to min_lr

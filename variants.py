@@ -134,6 +134,8 @@ MODEL_ONLY = {
     "gpt2_like": dict(gate="none", mlp="gelu_tanh", pos_emb="learned", norm="layernorm", bias=True, norm_eps=1e-5,
                       tie_embeddings=False),  # GPT-2's MLP, untied embeddings as Qwen3's larger models
     "wide_heads": dict(head_dim=16, qk_norm=True),  # Qwen3's head_dim: n_head * head_dim != n_embd
+    "ntk_2x": dict(rope_scaling="ntk", rope_factor=2.0),  # evaluate.py's length mode
+    "yarn_window": dict(rope_scaling="yarn", rope_factor=4.0, attn_window=8, attn_keep_first=1),  # length, stream
 }
 TEST_VARIANTS = {**{name: v.flags for name, v in VARIANTS.items() if not v.train}, **MODEL_ONLY}
 
@@ -194,6 +196,15 @@ FLAGS = [
          "be wider than the residual stream (`W_O` maps `n_head·head_dim` to `n_embd`)", values="`None`"),
     Flag("pos_emb", "rotary or learned absolute position embeddings"),
     Flag("rope_base", "RoPE's base θ"),
+    Flag("rope_scaling", "how RoPE runs past the trained length. `'none'`: its angles continued as trained; with "
+         "`'ntk'` or `'yarn'`, `block_size` is `rope_factor` times the trained length and the angles are rescaled: "
+         "NTK-aware, a larger base; YaRN, slow channel pairs interpolated, fast ones kept, logits sharpened "
+         "(`evaluate.py length`)", 'GA Table 5 (context extended with YaRN)'),
+    Flag("rope_factor", "`rope_scaling`'s factor s (≥ 1)"),
+    Flag("attn_window", "sliding-window attention: each query sees its last `attn_window` keys, itself included; "
+         "`None`: every earlier key (`evaluate.py stream`)", values="`None`"),
+    Flag("attn_keep_first", "with `attn_window`: the first positions every query sees as well, StreamingLLM's "
+         "\"attention sinks\" (`evaluate.py stream`)"),
     Flag("tie_embeddings", "`True`: the output layer `lm_head` reads logits with the token embedding's matrix "
          "(GPT-2, nanoGPT, small Qwen3s); `False`: a matrix of its own (larger Qwen3s)"),
     Flag("attn_backend", "which `kernels.gated_attention` path computes attention with a G1 sigmoid gate or none: "

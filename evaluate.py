@@ -1,0 +1,502 @@
+"""
+What the attention sink and the massive activations cost a user, measured on any checkpoint. The papers argue they
+are not curiosities: massive activations ruin low-bit activation quantization (GN §5.2), the sink shapes how a
+model copes beyond its training length (GA Table 5), and a model leaning on its sink cannot drop the first tokens
+from a sliding window (StreamingLLM). Three modes, each a validation loss under a change the model was not trained
+for:
+
+    python evaluate.py --runs=out-baseline,out-g1 [--labels=base,g1] [--modes=quant,length,stream]
+    python evaluate.py --pretrained=gpt2 --modes=quant,stream      # published checkpoints (pretrained.py)
+
+quant   weights and activations rounded to N bits (--quant=w8a8,w4a16,w8a4,w4a4: W bits of weights, A of
+        activations; 16 means left in full precision). Fake quantization, round-to-nearest to a symmetric grid of
+        2^(N-1) - 1 steps either side of 0: weights with one scale per output channel, activations with one scale
+        per token, computed on the fly. Quantized: the weight and the input of every linear layer of the blocks
+        (c_attn, whose outputs include the gate's logits; the attention's c_proj, W_O; the MLP's c_fc and c_proj;
+        GatedNorm's W_down and W_up). Full precision: the token embedding and lm_head, the norms, the attention
+        scores and softmax, the gate's product. A massive activation sets its token's scale, so the token's other
+        features round to 0: the loss increase is what the outliers cost.
+length  the loss at each position of windows 1x, 2x, 4x, 8x the training length T (--lengths), reported per
+        bucket of positions [0, T), [T, 2T), [2T, 4T), [4T, 8T), with RoPE as trained ('none', whose angles run
+        past anything seen in training), NTK-aware scaling ('ntk') or YaRN ('yarn', GA's), the factor being the
+        window over T (--rope=none,ntk,yarn; model.rope_tables). Every length reads the first positions of the
+        same long windows. Needs rotary position embeddings.
+stream  sliding-window attention (model.window_mask): each query sees its last w keys (--stream_windows, default
+        T/8 and T/4) and the first k positions of the window (--keep_first=0,1,4: StreamingLLM keeps 4 "attention
+        sinks"; with train.py's bos, position 0 is <|endoftext|>). The loss is taken on positions w..T-1, where the
+        window cuts, and compared with full attention on the same positions. Positions stay those of training, so
+        only what a query can see changes, not how far it must extrapolate.
+
+The windows: for a run, --windows validation windows of its own data (data.shards.val_batches, anchored on
+<|endoftext|> as it was trained); for a published checkpoint, windows of --window tokens cut from --text. Every
+model runs in float32 on PyTorch's attention. Each difference comes with a 95% t-interval over the windows (the
+same windows with and without the change: paired). Writes summary.json, summary.md and, with matplotlib,
+quant.png, length.png and stream.png to --out_dir (default out-eval/). `repro.py evaluate` runs this on the study's
+checkpoints, and `repro.py report` includes the result.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import pretrained
+from common import configure, dataset_dir, device_name, fail, model_from_checkpoint, pick_device, read_checkpoint
+from data.shards import bos_token, val_batches
+from model import GPT, VALID
+from stats import mean_ci
+
+MODES = ("quant", "length", "stream")
+PAPERS_SAY = (
+    "What the papers report, at scales far beyond this one. Quantization: GN §5.2 rounds its 2B models to W4A4; the "
+    "baseline, with its massive activations, loses the most, GatedNorm the least (unaided, better than the baseline "
+    "with SmoothQuant). Length: GA Table 5 extends its models from 32k to 128k tokens with YaRN; all lose some "
+    "accuracy within 32k, the gated ones less, and past 32k the gated model scores far higher on RULER (66.6 and "
+    "58.8 against the baseline's 37.5 and 31.7, at 64k and 128k); GA's explanation: the baseline's sink, tuned to "
+    "the trained RoPE, does not adapt to the rescaled one. Streaming: StreamingLLM (Xiao et al. 2024) finds that a "
+    "sliding window fails once the first tokens leave it and works again when 4 are kept; that a sink-free gated "
+    "model needs no such tokens is this project's prediction, not a measurement of either paper.")
+
+
+@dataclass
+class EvaluateConfig:
+    """Every key of evaluate.py."""
+    runs: str = ""  # train.py out_dirs, comma-separated
+    labels: str = ""  # names for the models in the same order, comma-separated (default: the folders' names)
+    checkpoint: str = "ckpt.pt"  # which file of each run: ckpt.pt or best.pt
+    pretrained: str = ""  # published checkpoints instead (pretrained.py): gpt2, gated-1b-baseline, ... or folders
+    text: str = ""  # for --pretrained: the text to cut windows from; default data/sample_text.txt
+    window: int = 1024  # for --pretrained: tokens per window, the T of the modes
+    modes: str = "quant,length,stream"
+    windows: int = 64  # windows per measurement (for --pretrained: at most as many as the text holds)
+    batch_size: int = 16  # windows of T tokens per forward pass (fewer of the longer ones: as many tokens)
+    quant: str = "w8a8,w4a16,w8a4,w4a4"  # settings: wNaM, N bits of weights, M of activations, 16 = not quantized
+    lengths: str = "1,2,4,8"  # multiples of the training length
+    rope: str = "none,yarn"  # how RoPE runs past the training length: none, ntk, yarn
+    stream_windows: str = ""  # sliding windows w in tokens, comma-separated; default T/8 and T/4
+    keep_first: str = "0,1,4"  # first positions kept in view of every query
+    out_dir: str = "out-eval"  # git-ignored; results/ holds committed results
+    device: str = "auto"
+
+
+# ----------------------------------------------------------------------------
+# The loss of every token
+
+@torch.no_grad()
+def token_losses(model, x, y, rows):
+    """Cross-entropy of every token of windows x, targets y (N, L), `rows` windows at a time: (N, L) float32 on
+    the CPU. float32 throughout: a quantization grid is the only rounding a measurement should see."""
+    device = model.lm_head.weight.device
+    out = []
+    for i in range(0, x.size(0), rows):
+        logits, _ = model(x[i:i + rows].to(device))
+        target = y[i:i + rows].to(device)
+        out.append(F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), reduction="none")
+                   .view(target.shape).cpu())
+    return torch.cat(out)
+
+
+def interval(per_window):
+    """A mean over windows with its 95% t-interval: {"mean", "lo", "hi"} (lo, hi None for one window)."""
+    mean, lo, hi = mean_ci(per_window.double().numpy())
+    return {"mean": mean, "lo": lo, "hi": hi}
+
+
+def rebuilt(model, **changes):
+    """The model's own weights (shared, not copied) in a GPT whose config differs by `changes`."""
+    return GPT.with_weights(dataclasses.replace(model.config, **changes), model.state_dict())
+
+
+# ----------------------------------------------------------------------------
+# quant: round-to-nearest fake quantization
+
+def parse_setting(text):
+    """'w4a16' -> (4, 16): weight bits, activation bits; 16 or more leaves that side in full precision."""
+    w, a = text.lower().removeprefix("w").partition("a")[::2]
+    if not (w.isdigit() and a.isdigit()) or not all(2 <= int(b) <= 8 or int(b) >= 16 for b in (w, a)):
+        raise ValueError(f"quantization setting {text!r} is not valid: write wNaM with N and M bit counts from 2 to 8, "
+                         "or 16 for full precision, e.g. w8a8,w4a16,w4a4")
+    return int(w), int(a)
+
+
+def fake_quantize(x, bits):
+    """x rounded to `bits` bits with one scale per row (its last dimension): the grid scale * {-q, ..., q},
+    q = 2^(bits-1) - 1, scale = max |row| / q, so the row's largest magnitude is a grid point and every other value
+    rounds to the nearest step. A weight's row is an output channel, an activation's a token."""
+    if bits >= 16:
+        return x
+    q = 2 ** (bits - 1) - 1
+    scale = x.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny) / q
+    return (x / scale).round().clamp(-q, q) * scale
+
+
+def quantized(model, w_bits, a_bits):
+    """The model with every linear layer of its blocks quantized: its weight now (per output channel), its input on
+    every call (per token). A new GPT; the unquantized tensors are the model's own."""
+    state = model.state_dict()
+    linears = [name for name, m in model.transformer.h.named_modules() if isinstance(m, nn.Linear)]
+    for name in linears:
+        key = f"transformer.h.{name}.weight"
+        state[key] = fake_quantize(state[key], w_bits)
+    q = GPT.with_weights(model.config, state)
+    if a_bits < 16:
+        for name in linears:
+            q.transformer.h.get_submodule(name).register_forward_pre_hook(
+                lambda module, args: (fake_quantize(args[0], a_bits),))
+    return q
+
+
+def evaluate_quant(model, x, y, rows, settings):
+    """The loss in full precision, and under each setting with its increase (intervals over windows)."""
+    full = token_losses(model, x, y, rows).mean(1)
+    out = {"full": interval(full), "settings": []}
+    for setting in settings:
+        per_window = token_losses(quantized(model, *parse_setting(setting)), x, y, rows).mean(1)
+        out["settings"].append({"setting": setting, "loss": interval(per_window),
+                                "increase": interval(per_window - full)})
+    return out
+
+
+# ----------------------------------------------------------------------------
+# length: past the training length, with RoPE as trained, NTK-aware or YaRN
+
+def buckets(T, length):
+    """Position ranges [0, T), [T, 2T), [2T, 4T), ... up to length."""
+    edges = [0, T]
+    while edges[-1] < length:
+        edges.append(min(2 * edges[-1], length))
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def evaluate_length(model, x, y, rows, multiples, scalings):
+    """Per scaling, per length: the loss per position bucket, with its interval over windows. x, y hold windows of
+    max(multiples) * T tokens; each length reads their first positions. A factor of 1 is RoPE as trained whatever
+    the scaling: measured once."""
+    T = model.config.block_size
+    out, as_trained = {}, None
+    for scaling in scalings:
+        out[scaling] = []
+        for m in multiples:
+            if m == 1 and as_trained is not None:
+                out[scaling].append(as_trained)
+                continue
+            L = m * T
+            longer = rebuilt(model, block_size=L, rope_scaling=scaling if m > 1 else "none",
+                             rope_factor=float(m) if scaling != "none" and m > 1 else 1.0)
+            losses = token_losses(longer, x[:, :L], y[:, :L], max(1, rows // m))  # as many tokens per pass
+            out[scaling].append({"multiple": m, "length": L, "buckets": [
+                {"from": a, "to": b, **interval(losses[:, a:b].mean(1))} for a, b in buckets(T, L)]})
+            if m == 1:
+                as_trained = out[scaling][-1]
+    return out
+
+
+# ----------------------------------------------------------------------------
+# stream: a sliding window, with and without the first positions
+
+def evaluate_stream(model, x, y, rows, windows, keeps):
+    """Per window w: the loss of positions w..T-1 under full attention, and under the window with each number of
+    first positions kept, with its increase over full attention (intervals over windows)."""
+    full = token_losses(model, x, y, rows)
+    out = []
+    for w in windows:
+        reference = full[:, w:].mean(1)
+        row = {"window": w, "full": interval(reference), "keep": []}
+        for k in keeps:
+            per_window = token_losses(rebuilt(model, attn_window=w, attn_keep_first=k), x, y, rows)[:, w:].mean(1)
+            row["keep"].append({"k": k, "loss": interval(per_window), "increase": interval(per_window - reference)})
+        out.append(row)
+    return out
+
+
+# ----------------------------------------------------------------------------
+# Models and their windows
+
+def run_windows(checkpoint, n, length):
+    """n validation windows of `length` tokens of a run's data, anchored on <|endoftext|> if it was trained so:
+    ((x, y), each (n, length); the data's folder)."""
+    cfg = checkpoint["config"]
+    data_dir = dataset_dir(cfg["dataset"], cfg.get("data_dir"))
+    bos = bos_token(data_dir) if cfg.get("bos", False) else None
+    return val_batches(data_dir, length, n, 1, bos=bos)[0], data_dir
+
+
+def load_models(runs, checkpoint_name, names, text_path, window, n, device):
+    """For each model, train.py runs first, one in memory at a time: (model, T, what it is, windows), T the
+    training length the modes take (a run's block_size; --window for a published checkpoint), windows(length)
+    -> ((x, y), where they come from)."""
+    for run in runs:
+        path = os.path.join(run, checkpoint_name)
+        ckpt = read_checkpoint(path)
+        if "dataset" not in ckpt.get("config", {}):
+            raise ValueError(f"{path} lacks train.py's settings (its dataset): evaluate.py reads train.py's checkpoints")
+        model = model_from_checkpoint(ckpt, path, device, attn_backend="torch")
+        yield model, model.config.block_size, {"run": run, "checkpoint": checkpoint_name}, \
+            lambda length, c=ckpt: run_windows(c, n, length)
+    text_path = text_path or pretrained.SAMPLE_TEXT
+    for name in names:
+        ckpt = pretrained.locate(name)
+        if window > ckpt.config.block_size:
+            raise ValueError(f"--window={window} is longer than {name}'s {ckpt.config.block_size} positions")
+        enc = pretrained.load_tokenizer(ckpt)
+        with open(text_path, encoding="utf-8") as f:
+            text = f.read()
+
+        def windows(length, enc=enc, bos=enc.eot_token if ckpt.bos else None, text=text):
+            batches = pretrained.text_windows(enc, text, length, n, bos)
+            return (torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])), text_path
+        yield pretrained.load_model(ckpt, device), window, {"pretrained": name, "about": ckpt.about}, windows
+
+
+def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODES, n=64, batch_size=16,
+             settings=("w8a8", "w4a16", "w8a4", "w4a4"), multiples=(1, 2, 4, 8), scalings=("none", "yarn"),
+             stream_windows=(), keeps=(0, 1, 4), checkpoint="ckpt.pt", names=(), text_path="", window=1024):
+    """Each mode on each model (train.py runs, then published checkpoints); writes summary.json, summary.md and the
+    plots to out_dir and returns the summary."""
+    device = pick_device(device)
+    labels = list(labels or [os.path.basename(os.path.normpath(r)) for r in runs] + list(names))
+    if len(labels) != len(runs) + len(names):
+        raise ValueError(f"{len(labels)} labels for {len(runs) + len(names)} models")
+    records = []
+    models = load_models(runs, checkpoint, names, text_path, window, n, device)
+    for label, (model, T, source, windows) in zip(labels, models):
+        start = time.time()
+        record = {"label": label, **source, "T": T, "params": model.num_params(),
+                  "model": dataclasses.asdict(model.config)}
+        if "quant" in modes or "stream" in modes:
+            (x, y), record["data"] = windows(T)
+            record["windows"] = x.size(0)
+            if "quant" in modes:
+                record["quant"] = evaluate_quant(model, x, y, batch_size, settings)
+            if "stream" in modes:
+                ws = stream_windows or (T // 8, T // 4)
+                if max(ws) >= T or min(ws) < 1:
+                    raise ValueError(f"stream windows {list(ws)} must be from 1 to T - 1 = {T - 1} tokens (T is "
+                                     f"{label}'s training length)")
+                record["stream"] = evaluate_stream(model, x, y, batch_size, ws, keeps)
+        if "length" in modes:
+            if "pretrained" in source:
+                raise ValueError(f"{label} is a published checkpoint, trained on longer windows than --window: the "
+                                 "length mode measures train.py's runs (leave it out with --modes=quant,stream)")
+            if model.config.pos_emb != "rope":
+                raise ValueError(f"{label} has learned position embeddings, which end at its {T} positions: the "
+                                 "length mode needs RoPE (leave it out with --modes=quant,stream)")
+            (x, y), record["data"] = windows(max(multiples) * T)
+            record["length"] = evaluate_length(model, x, y, batch_size, multiples, scalings)
+            record["length_windows"] = x.size(0)
+        record["seconds"] = round(time.time() - start, 1)
+        records.append(record)
+        print(f"{label:>24}: " + ", ".join(f"{k} {v:.3f}" for k, v in headline(record).items()) +
+              f" [{record['seconds']:.0f} s]", flush=True)
+        del model
+    summary = {"device": device_name(device), "date": time.strftime("%Y-%m-%d"), "modes": list(modes),
+               "models": records}
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write(markdown(summary))
+    summary["plots"] = plot(records, out_dir)
+    return summary
+
+
+# ----------------------------------------------------------------------------
+# Tables and plots
+
+def headline(r):
+    """One record's numbers that a row of a summary table shows, {column: value}: each quantization setting's loss
+    increase; per RoPE scaling, the loss of the last position bucket at the longest length; the loss increase of
+    the largest sliding window with each number of first positions kept."""
+    out = {}
+    for s in r.get("quant", {}).get("settings", []):
+        out[f"{s['setting'].upper()} Δ"] = s["increase"]["mean"]
+    for scaling, lengths in r.get("length", {}).items():
+        last = lengths[-1]["buckets"][-1]
+        out[f"{scaling} {lengths[-1]['multiple']}x [{last['from']}, {last['to']})"] = last["mean"]
+    if r.get("stream"):
+        row = r["stream"][-1]
+        for keep in row["keep"]:
+            out[f"w={row['window']} keep {keep['k']} Δ"] = keep["increase"]["mean"]
+    return out
+
+
+def fmt(v, spec=".3f", sign=False):
+    """A mean ± half its interval."""
+    s = format(v["mean"], ("+" if sign else "") + spec)
+    return s if v["lo"] is None else f"{s} ± {(v['hi'] - v['lo']) / 2:{spec}}"
+
+
+def table(header, rows):
+    """A markdown table's lines: the header's cells, then each row's, then a blank line."""
+    return ["| " + " | ".join(header) + " |", "| --- " * len(header) + "|"] + \
+        ["| " + " | ".join(map(str, row)) + " |" for row in rows] + [""]
+
+
+def markdown(summary):
+    records = summary["models"]
+    lines = [f"Measured by evaluate.py on {summary['device']}, {summary['date']}. Loss in nats per token, the mean "
+             "over windows ± the half-width of its 95% t-interval; Δ: the increase over the same windows unchanged.",
+             "", PAPERS_SAY, ""]
+    quant = [r for r in records if "quant" in r]
+    if quant:
+        settings = [s["setting"].upper() for s in quant[0]["quant"]["settings"]]
+        lines += ["## Low-bit quantization", "",
+                  "Round-to-nearest; weights per output channel, activations per token; every linear layer of the "
+                  "blocks, weight and input.", ""]
+        lines += table(["model", "windows x T", "full precision"] + [f"{s} Δ" for s in settings],
+                       [[r["label"], f"{r['windows']} x {r['T']}", fmt(r["quant"]["full"])] +
+                        [fmt(s["increase"], ".4f", sign=True) for s in r["quant"]["settings"]] for r in quant])
+    for r in (r for r in records if "length" in r):
+        T = r["T"]
+        widest = buckets(T, max(v[-1]["length"] for v in r["length"].values()))
+        lines += [f"## Past the training length: {r['label']} (T = {T}, {r['length_windows']} windows)", "",
+                  "Loss per bucket of positions; a length of m x T reads the first m x T positions of the same windows.",
+                  ""]
+        lines += table(["RoPE", "length"] + [f"[{a}, {b})" for a, b in widest],
+                       [[scaling, f"{v['multiple']}x = {v['length']}"] + [fmt(b) for b in v["buckets"]] +
+                        ["–"] * (len(widest) - len(v["buckets"]))
+                        for scaling, lengths in r["length"].items() for v in lengths])
+    stream = [r for r in records if "stream" in r]
+    if stream:
+        lines += ["## Sliding-window attention, with and without the first positions", "",
+                  "The loss of positions w..T-1 (where the window cuts) under full attention, and its increase when "
+                  "each query sees only its last w keys and the first k positions.", ""]
+        keeps = [f"keep {k['k']} Δ" for k in stream[0]["stream"][0]["keep"]]
+        lines += table(["model", "window w", "full attention"] + keeps,
+                       [[r["label"], row["window"], fmt(row["full"])] +
+                        [fmt(k["increase"], ".4f", sign=True) for k in row["keep"]]
+                        for r in stream for row in r["stream"]])
+    return "\n".join(lines)
+
+
+def plot(records, out_dir):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed, so no plots (pip install matplotlib); summary.json is written")
+        return []
+    written = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, name), dpi=120)
+        plt.close(fig)
+        written.append(os.path.join(out_dir, name))
+
+    quant = [r for r in records if "quant" in r]
+    if quant:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for r in quant:
+            settings = r["quant"]["settings"]
+            ax.plot(range(1 + len(settings)), [0.0] + [s["increase"]["mean"] for s in settings], marker="o",
+                    label=r["label"])
+        ax.set_xticks(range(1 + len(settings)), ["full"] + [s["setting"].upper() for s in settings])
+        ax.axhline(0, color="gray", linewidth=0.8)
+        ax.set(xlabel="bits of the weights (W) and of the activations (A)", ylabel="loss increase (nats)",
+               title="what rounding costs (round-to-nearest)")
+        ax.legend(fontsize=8)
+        save(fig, "quant.png")
+
+    length = [r for r in records if "length" in r]
+    if length:
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        styles = {"none": "-", "ntk": ":", "yarn": "--"}
+        for i, r in enumerate(length):
+            for scaling, lengths in r["length"].items():
+                longest = lengths[-1]
+                ax.plot(range(len(longest["buckets"])), [b["mean"] for b in longest["buckets"]], styles[scaling],
+                        marker="o", color=f"C{i}", label=f"{r['label']}, RoPE {scaling}")
+        T, widest = length[0]["T"], length[0]["length"][next(iter(length[0]["length"]))][-1]
+
+        def times_T(n):  # 0, T, 2T, 4T, ... (or the position itself when a length is not a multiple of T)
+            return "0" if n == 0 else "T" if n == T else f"{n // T}T" if n % T == 0 else str(n)
+        ax.set_xticks(range(len(widest["buckets"])),
+                      [f"[{times_T(b['from'])}, {times_T(b['to'])})" for b in widest["buckets"]])
+        ax.set(xlabel=f"positions (T = {T}, the training length)", ylabel="loss",
+               title=f"past the training length: windows of {widest['multiple']}T")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+        save(fig, "length.png")
+
+    stream = [r for r in records if "stream" in r]
+    if stream:
+        n = max(len(r["stream"]) for r in stream)
+        fig, axes = plt.subplots(1, n, figsize=(5 * n, 4), squeeze=False)
+        for i, ax in enumerate(axes[0]):
+            for r in stream:
+                if i < len(r["stream"]):
+                    row = r["stream"][i]
+                    keeps = [k["k"] for k in row["keep"]]
+                    ax.plot(keeps, [k["increase"]["mean"] for k in row["keep"]], marker="o",
+                            label=f"{r['label']} (w={row['window']})")
+                    ax.set_xticks(keeps)
+            ax.axhline(0, color="gray", linewidth=0.8)
+            ax.set(xlabel="first positions kept in view (k)", ylabel="loss increase over full attention (nats)",
+                   title="sliding-window attention")
+            ax.legend(fontsize=8)
+        save(fig, "stream.png")
+    return written
+
+
+# ----------------------------------------------------------------------------
+
+def parse_list(key, text, kind=int):
+    try:
+        values = [kind(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        fail(f"--{key}={text}: write comma-separated {kind.__name__}s")
+    return values
+
+
+def main(argv=None):
+    a, _ = configure(EvaluateConfig, sys.argv[1:] if argv is None else argv)
+    runs = [r for r in a.runs.split(",") if r]
+    names = [n for n in a.pretrained.split(",") if n]
+    labels = [n for n in a.labels.split(",") if n] or None
+    modes = parse_list("modes", a.modes, str)
+    if not runs and not names:
+        fail("name the models: --runs=out-baseline,out-g1 (train.py out_dirs) and/or --pretrained=gpt2")
+    if labels and len(labels) != len(runs) + len(names):
+        fail(f"--labels has {len(labels)} names for {len(runs) + len(names)} models; give one per model")
+    if not modes or set(modes) - set(MODES):
+        fail(f"--modes={a.modes}: choose from {', '.join(MODES)}")
+    settings = parse_list("quant", a.quant, str)
+    for s in settings:
+        try:
+            parse_setting(s)
+        except ValueError as e:
+            fail(e)
+    multiples, scalings = parse_list("lengths", a.lengths), parse_list("rope", a.rope, str)
+    if not multiples or min(multiples) < 1:
+        fail(f"--lengths={a.lengths}: multiples of the training length, each at least 1, e.g. 1,2,4,8")
+    if not scalings or set(scalings) - set(VALID["rope_scaling"]):
+        fail(f"--rope={a.rope}: choose from {', '.join(VALID['rope_scaling'])}")
+    keeps = parse_list("keep_first", a.keep_first)
+    if not keeps or min(keeps) < 0:
+        fail(f"--keep_first={a.keep_first}: numbers of first positions, each at least 0, e.g. 0,1,4")
+    for key in ("windows", "batch_size", "window"):
+        if getattr(a, key) < 1:
+            fail(f"--{key}={getattr(a, key)} must be at least 1")
+    for run in runs:
+        if not os.path.isfile(os.path.join(run, a.checkpoint)):
+            fail(f"no {a.checkpoint} in {run}: train it first (python train.py --out_dir={run} ...)")
+    if a.text and not os.path.isfile(a.text):
+        fail(f"--text={a.text}: no such file")
+    try:
+        summary = evaluate(runs, labels, a.out_dir, a.device, modes, a.windows, a.batch_size, settings,
+                           sorted(set(multiples)), scalings, parse_list("stream_windows", a.stream_windows), keeps,
+                           a.checkpoint, names, a.text, a.window)
+    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
+        fail(e)
+    print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md" + "".join(f", {p}" for p in summary["plots"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""evaluate.py: the quantizer against its definition, each mode against what it must reproduce when nothing is
+changed (16 bits, a factor of 1, a window that cuts nothing), and the script end to end on train.py-format runs."""
+
+import json
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import evaluate
+from test_analyze import make_run
+
+VOCAB = 50304
+
+
+# ----------------------------------------------------------------------------
+# quant
+
+def test_fake_quantize_is_round_to_nearest_on_a_symmetric_grid_per_row():
+    torch.manual_seed(0)
+    x = torch.randn(5, 64, dtype=torch.float64)
+    x[2, 7] = 1000.0  # a massive activation in one row
+    for bits in (2, 4, 8):
+        q = 2 ** (bits - 1) - 1
+        scale = x.abs().amax(1, keepdim=True) / q
+        y = evaluate.fake_quantize(x, bits)
+        steps = y / scale
+        torch.testing.assert_close(steps, steps.round())  # on the grid scale * integer
+        assert steps.abs().max() <= q + 1e-9
+        torch.testing.assert_close(y.abs().amax(1), x.abs().amax(1))  # each row's largest value is a grid point
+        assert ((y - x).abs() <= scale / 2 + 1e-12).all()  # round to nearest: within half a step
+        torch.testing.assert_close(evaluate.fake_quantize(y, bits), y)  # values on the grid come back unchanged
+        # the other rows do not feel row 2's outlier (one scale per row)...
+        torch.testing.assert_close(y[[0, 1, 3, 4]], evaluate.fake_quantize(x[[0, 1, 3, 4]], bits))
+    # ...while in its own row, at 4 bits, every other feature rounds to 0: what a massive activation costs
+    assert (evaluate.fake_quantize(x, 4)[2].count_nonzero() == 1)
+    assert evaluate.fake_quantize(x, 16) is x and evaluate.fake_quantize(torch.zeros(2, 3), 4).eq(0).all()
+
+
+@pytest.mark.parametrize("text,bits", [("w8a8", (8, 8)), ("W4A16", (4, 16)), ("w4a4", (4, 4)), ("w16a8", (16, 8))])
+def test_settings_parse(text, bits):
+    assert evaluate.parse_setting(text) == bits
+
+
+@pytest.mark.parametrize("text", ["w4", "a4w4", "w1a8", "w12a8", "wxa8", "8-8"])
+def test_bad_settings_say_how_to_write_one(text):
+    with pytest.raises(ValueError, match="wNaM"):
+        evaluate.parse_setting(text)
+
+
+def test_a_quantized_model_rounds_every_block_linear_weight_and_input_and_nothing_else(tmp_path):
+    model = make_run(str(tmp_path / "r"), str(tmp_path), gate="g1", norm="gatednorm").eval()
+    x = torch.randint(0, VOCAB, (2, 32))
+    same = evaluate.quantized(model, 16, 16)
+    torch.testing.assert_close(same(x)[0], model(x)[0], rtol=0, atol=0)
+    q = evaluate.quantized(model, 4, 8)
+    linears = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    assert {"transformer.h.0.attn.c_attn", "transformer.h.1.mlp.c_proj", "transformer.h.0.ln_1.down", "lm_head"} <= linears
+    for name, p in q.named_parameters():
+        original = model.get_parameter(name)
+        if name.removesuffix(".weight") in linears and name.startswith("transformer.h."):
+            assert p.data_ptr() != original.data_ptr()
+            torch.testing.assert_close(p, evaluate.fake_quantize(original, 4))
+            assert max(len(row.unique()) for row in p) <= 15  # 4 bits: -7..7 steps
+        else:  # embeddings, lm_head, norms: the model's own tensors
+            assert p.data_ptr() == original.data_ptr(), name
+    inputs = {}
+    for name in linears:
+        q.get_submodule(name).register_forward_hook(lambda m, args, out, n=name: inputs.__setitem__(n, args[0]))
+    q(x)
+    for name, a in inputs.items():  # a forward hook sees the input after the pre-hook that quantizes it
+        on_grid = torch.allclose(a, evaluate.fake_quantize(a, 8))  # 8 bits, one scale per token
+        assert on_grid == name.startswith("transformer.h."), name  # not lm_head, nor the final GatedNorm's
+    assert not torch.allclose(q(x)[0], model(x)[0])
+
+
+# ----------------------------------------------------------------------------
+# length and stream
+
+def test_buckets_double_from_the_training_length():
+    assert evaluate.buckets(32, 32) == [(0, 32)]
+    assert evaluate.buckets(32, 256) == [(0, 32), (32, 64), (64, 128), (128, 256)]
+    assert evaluate.buckets(32, 96) == [(0, 32), (32, 64), (64, 96)]
+
+
+# ----------------------------------------------------------------------------
+# The script
+
+@pytest.fixture(scope="module")
+def two_runs(dataset, tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval_runs")
+    make_run(str(root / "base"), dataset, gate="none", qk_norm=True)
+    make_run(str(root / "g1"), dataset, gate="g1")
+    return str(root)
+
+
+def test_evaluate_end_to_end(two_runs, tmp_path):
+    """Every mode on two runs: full precision is the plain loss of the same windows; the 1x length is it too for
+    every scaling; RoPE as trained leaves the first T positions of longer windows as they were (causal); a window
+    that keeps every position in view changes nothing, and a window that cuts does."""
+    out = tmp_path / "out"
+    evaluate.main([f"--runs={two_runs}/base,{two_runs}/g1", "--labels=base,g1", "--device=cpu", "--windows=6",
+                   "--batch_size=4", "--quant=w8a8,w4a4", "--lengths=1,2", "--rope=none,ntk,yarn",
+                   "--stream_windows=4,8", "--keep_first=0,1,32", f"--out_dir={out}"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["modes"] == ["quant", "length", "stream"] and [r["label"] for r in summary["models"]] == ["base", "g1"]
+    for r in summary["models"]:
+        ckpt = evaluate.read_checkpoint(os.path.join(r["run"], "ckpt.pt"))
+        model = evaluate.model_from_checkpoint(ckpt, r["run"])
+        (x, y), _ = evaluate.run_windows(ckpt, 6, 32)
+        (xl, yl), _ = evaluate.run_windows(ckpt, 6, 64)  # the length mode's windows, as long as the longest
+        with torch.no_grad():
+            loss = F.cross_entropy(model(x)[0].flatten(0, 1), y.flatten()).item()
+            first = F.cross_entropy(model(xl[:, :32])[0].flatten(0, 1), yl[:, :32].flatten()).item()
+        assert (r["T"], r["windows"], r["length_windows"]) == (32, 6, 6)
+        assert r["quant"]["full"]["mean"] == pytest.approx(loss, abs=1e-5)
+        w8, w4 = r["quant"]["settings"]
+        assert (w8["setting"], w4["setting"]) == ("w8a8", "w4a4")
+        assert abs(w8["increase"]["mean"]) < abs(w4["increase"]["mean"]) and w4["increase"]["mean"] != 0
+        assert w4["loss"]["mean"] == pytest.approx(loss + w4["increase"]["mean"], abs=1e-5)
+        for scaling, lengths in r["length"].items():
+            assert [v["multiple"] for v in lengths] == [1, 2] and lengths[-1]["length"] == 64
+            assert lengths[0]["buckets"][0]["mean"] == pytest.approx(first, abs=1e-5)
+            assert [(b["from"], b["to"]) for b in lengths[-1]["buckets"]] == [(0, 32), (32, 64)]
+        none = r["length"]["none"]
+        assert none[1]["buckets"][0]["mean"] == pytest.approx(first, abs=1e-5)  # 2x: the first T positions as at 1x
+        for scaling in ("ntk", "yarn"):  # a factor of 2 rescales every position's angles
+            assert r["length"][scaling][1]["buckets"][0]["mean"] != pytest.approx(first, abs=1e-7)
+        assert [row["window"] for row in r["stream"]] == [4, 8]
+        for row in r["stream"]:
+            keep = {k["k"]: k for k in row["keep"]}
+            assert keep[32]["increase"]["mean"] == pytest.approx(0, abs=1e-6)
+            assert keep[0]["increase"]["mean"] != pytest.approx(0, abs=1e-6)
+            assert keep[0]["loss"]["mean"] == pytest.approx(row["full"]["mean"] + keep[0]["increase"]["mean"], abs=1e-5)
+    table = (out / "summary.md").read_text()
+    assert "| base | 6 x 32 |" in table and "| g1 | 8 |" in table and "| yarn | 2x = 64 |" in table
+    assert "GN §5.2" in table and "StreamingLLM" in table
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert {"quant.png", "length.png", "stream.png"} <= set(os.listdir(out))
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--modes=quant,speed"], "--modes=quant,speed: choose from"),
+    (["--quant=w8a8,w3"], "wNaM"),
+    (["--rope=none,linear"], "--rope=none,linear: choose from none, ntk, yarn"),
+    (["--lengths=0,2"], "at least 1"),
+    (["--keep_first=-1"], "at least 0"),
+    (["--stream_windows=32"], "stream windows [32] must be from 1 to T - 1 = 31"),
+    (["--labels=a"], "1 names for 2 models"),
+    (["--windows=0"], "--windows=0 must be at least 1"),
+])
+def test_mistakes_are_one_line(two_runs, tmp_path, argv, words):
+    with pytest.raises(SystemExit) as e:
+        evaluate.main([f"--runs={two_runs}/base,{two_runs}/g1", "--device=cpu", "--windows=2", "--modes=stream",
+                       f"--out_dir={tmp_path}", *argv])
+    assert str(e.value).startswith("error: ") and words in str(e.value), str(e.value)
+
+
+def test_a_missing_run_or_model_is_named(tmp_path):
+    with pytest.raises(SystemExit, match="no ckpt.pt in nowhere: train it first"):
+        evaluate.main(["--runs=nowhere"])
+    with pytest.raises(SystemExit, match="name the models"):
+        evaluate.main([])
