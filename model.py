@@ -240,9 +240,11 @@ def rope_tables(head_dim, length, base, device=None, scaling="none", factor=1.0)
     To run a model trained on length / factor positions at `length` (GA Table 5 extends its context with YaRN):
       'none'  the trained angles, continued: positions past the trained length give the model angles it never saw
       'ntk'   NTK-aware: a larger base, which slows the slowest pair by `factor` and leaves the fastest as it was
-      'yarn'  YaRN (Peng et al. 2023): pairs that turn many times within the trained length keep their speed, pairs
-              that turn less than once are slowed by `factor` (interpolated), a linear ramp between; and every
-              attention logit is multiplied by (0.1 ln factor + 1)^2 (cos and sin scaled: q and k each take one)
+      'yarn'  YaRN (Peng et al. 2023): pairs that turn more than 32 times within the trained length keep their speed,
+              pairs that turn less than once are slowed by `factor` (interpolated), the blend linear in the turns
+              between, as the paper writes it (transformers' and vLLM's code make it linear in the pair's index
+              instead, between the same two pairs rounded outwards); and every attention logit is multiplied by
+              (0.1 ln factor + 1)^2 (cos and sin scaled: q and k each take one)
     factor 1 gives the plain tables with every scaling."""
     pair = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim
     if scaling == "ntk":
