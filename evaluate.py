@@ -18,9 +18,10 @@ quant   weights and activations rounded to N bits (--quant=w8a8,w4a16,w8a4,w4a4:
         features round to 0: the loss increase is what the outliers cost.
 length  the loss at each position of windows 1x, 2x, 4x, 8x the training length T (--lengths), reported per
         bucket of positions [0, T), [T, 2T), [2T, 4T), [4T, 8T), with RoPE as trained ('none', whose angles run
-        past anything seen in training), NTK-aware scaling ('ntk') or YaRN ('yarn', GA's), the factor being the
-        window over T (--rope=none,ntk,yarn; model.rope_tables). Every length reads the first positions of the
-        same long windows. Needs rotary position embeddings.
+        past anything seen in training), NTK-aware scaling ('ntk') or YaRN ('yarn', the method GA Table 5 uses, with
+        the paper's ramp: model.rope_tables), the factor being the window over T (--rope=none,ntk,yarn). Every length reads the first positions of the
+        same long windows; the lengths are powers of two, so that each ends a bucket. Needs rotary position
+        embeddings.
 stream  sliding-window attention (model.window_mask): each query sees its last w keys (--stream_windows, default
         T/8 and T/4) and the first k positions of the window (--keep_first=0,1,4: StreamingLLM keeps 4 "attention
         sinks"; with train.py's bos, position 0 is <|endoftext|>). The loss is taken on positions w..T-1, where the
@@ -48,7 +49,7 @@ import torch.nn.functional as F
 
 import pretrained
 from common import configure, dataset_dir, device_name, fail, model_from_checkpoint, pick_device, read_checkpoint
-from data.shards import bos_token, val_batches
+from data.shards import bos_token, find_shards, read_header, val_batches
 from model import GPT, VALID
 from stats import mean_ci
 
@@ -224,7 +225,15 @@ def run_windows(checkpoint, n, length):
     cfg = checkpoint["config"]
     data_dir = dataset_dir(cfg["dataset"], cfg.get("data_dir"))
     bos = bos_token(data_dir) if cfg.get("bos", False) else None
-    return val_batches(data_dir, length, n, 1, bos=bos)[0], data_dir
+    try:
+        windows = val_batches(data_dir, length, n, 1, bos=bos)[0]
+    except ValueError as e:
+        raise ValueError(f"{e} (here: windows of {length} tokens; ask for shorter ones with --lengths)") from None
+    tokens = sum(read_header(path) for path in find_shards(data_dir, "val"))
+    if n * length > tokens:
+        print(f"note: {n} windows of {length} tokens overlap in the {tokens:,} validation tokens of {data_dir}; "
+              "the intervals over windows are then too narrow (ask for fewer with --windows)", flush=True)
+    return windows, data_dir
 
 
 def load_models(runs, checkpoint_name, names, text_path, window, n, device):
@@ -484,14 +493,45 @@ def main(argv=None):
     for key in ("windows", "batch_size", "window"):
         if getattr(a, key) < 1:
             fail(f"--{key}={getattr(a, key)} must be at least 1")
-    for run in runs:
-        if not os.path.isfile(os.path.join(run, a.checkpoint)):
-            fail(f"no {a.checkpoint} in {run}: train it first (python train.py --out_dir={run} ...)")
+    if any(m & (m - 1) for m in multiples):
+        fail(f"--lengths={a.lengths}: powers of two (1,2,4,8,...), so that each length ends a bucket of positions")
+    if a.text and not names:
+        fail("--text is the text published checkpoints are measured on: give --pretrained too, or leave it out")
     if a.text and not os.path.isfile(a.text):
         fail(f"--text={a.text}: no such file")
+    if names and "length" in modes:
+        fail("the length mode measures train.py's runs; published checkpoints were trained on far longer windows "
+             "than --window (leave it out for them: --modes=quant,stream)")
+    stream_windows = sorted(set(parse_list("stream_windows", a.stream_windows)))
+    for run in runs:  # every run's settings before anything is computed, so that a mistake costs no work
+        path = os.path.join(run, a.checkpoint)
+        if not os.path.isfile(path):
+            fail(f"no {a.checkpoint} in {run}: train it first (python train.py --out_dir={run} ...)")
+        try:
+            args = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["model_args"]
+        except Exception:
+            try:
+                read_checkpoint(path)  # says what is wrong with the file
+            except (ValueError, FileNotFoundError) as e:
+                fail(e)
+            raise
+        T = args["block_size"]
+        if args.get("rope_scaling", "none") != "none" or args.get("attn_window") is not None:
+            fail(f"{run} was trained with rope_scaling={args.get('rope_scaling')!r}, attn_window="
+                 f"{args.get('attn_window')!r}: evaluate.py measures models trained with plain RoPE and full attention")
+        if "length" in modes and args.get("pos_emb") != "rope":
+            fail(f"{run} has learned position embeddings, which end at its {T} positions: the length mode needs RoPE "
+                 "(leave it out with --modes=quant,stream)")
+        if "stream" in modes and not 1 <= min(stream_windows or [T // 8]) <= max(stream_windows or [T // 4]) < T:
+            fail(f"--stream_windows={a.stream_windows or '(T/8, T/4)'}: sliding windows must be from 1 to T - 1 = "
+                 f"{T - 1} tokens for {run} (T, its training length, is {T})")
+    try:
+        os.makedirs(a.out_dir, exist_ok=True)
+    except OSError as e:
+        fail(f"--out_dir={a.out_dir} cannot be made: {e.strerror}")
     try:
         summary = evaluate(runs, labels, a.out_dir, a.device, modes, a.windows, a.batch_size, settings,
-                           sorted(set(multiples)), scalings, parse_list("stream_windows", a.stream_windows), keeps,
+                           sorted(set(multiples)), scalings, stream_windows, keeps,
                            a.checkpoint, names, a.text, a.window)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
         fail(e)

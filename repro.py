@@ -411,6 +411,11 @@ def evaluate_section(report_dir, root):
     if stale:
         lines += [f"**Out of date: the checkpoints of {', '.join(stale)} changed (or are gone from {root}/) since they "
                   "were evaluated; run `python repro.py evaluate` again.**", ""]
+    evaluated = {r["label"] for r in evaluations["models"]}
+    missing = [f"{v}/seed{s}" for v, s in trained_runs(root) if f"{v}/seed{s}" not in evaluated]
+    if missing:
+        lines += [f"Not evaluated: {', '.join(missing)} (each `repro.py evaluate` replaces the evaluations before it: "
+                  "name every variant wanted in one call).", ""]
     lines += [PAPERS_SAY, ""] + table(["variant", "seeds"] + columns, [
         [v, len(rows)] + [fmt_ci(over_seeds([row.get(c) for row in rows]), ".4f") for c in columns]
         for v, rows in by.items()])

@@ -128,6 +128,16 @@ def test_evaluate_end_to_end(two_runs, tmp_path):
         assert none[1]["buckets"][0]["mean"] == pytest.approx(first, abs=1e-5)  # 2x: the first T positions as at 1x
         for scaling in ("ntk", "yarn"):  # a factor of 2 rescales every position's angles
             assert r["length"][scaling][1]["buckets"][0]["mean"] != pytest.approx(first, abs=1e-7)
+        # a bucket past T under YaRN, and a stream row, against the model rebuilt by hand
+        config = evaluate.dataclasses.replace(model.config, block_size=64, rope_scaling="yarn", rope_factor=2.0)
+        yarn = evaluate.GPT.with_weights(config, model.state_dict())
+        windowed = evaluate.GPT.with_weights(evaluate.dataclasses.replace(model.config, attn_window=4),
+                                             model.state_dict())
+        with torch.no_grad():
+            past = F.cross_entropy(yarn(xl)[0][:, 32:].flatten(0, 1), yl[:, 32:].flatten()).item()
+            cut = F.cross_entropy(windowed(x)[0][:, 4:].flatten(0, 1), y[:, 4:].flatten()).item()
+        assert r["length"]["yarn"][1]["buckets"][1]["mean"] == pytest.approx(past, abs=1e-5)
+        assert r["stream"][0]["keep"][0]["loss"]["mean"] == pytest.approx(cut, abs=1e-5)
         assert [row["window"] for row in r["stream"]] == [4, 8]
         for row in r["stream"]:
             keep = {k["k"]: k for k in row["keep"]}
@@ -150,7 +160,9 @@ def test_evaluate_end_to_end(two_runs, tmp_path):
     (["--rope=none,linear"], "--rope=none,linear: choose from none, ntk, yarn"),
     (["--lengths=0,2"], "at least 1"),
     (["--keep_first=-1"], "at least 0"),
-    (["--stream_windows=32"], "stream windows [32] must be from 1 to T - 1 = 31"),
+    (["--stream_windows=32"], "--stream_windows=32: sliding windows must be from 1 to T - 1 = 31"),
+    (["--lengths=1,3"], "powers of two"),
+    (["--text=data/sample_text.txt"], "give --pretrained too"),
     (["--labels=a"], "1 names for 2 models"),
     (["--windows=0"], "--windows=0 must be at least 1"),
 ])
@@ -159,6 +171,21 @@ def test_mistakes_are_one_line(two_runs, tmp_path, argv, words):
         evaluate.main([f"--runs={two_runs}/base,{two_runs}/g1", "--device=cpu", "--windows=2", "--modes=stream",
                        f"--out_dir={tmp_path}", *argv])
     assert str(e.value).startswith("error: ") and words in str(e.value), str(e.value)
+
+
+def test_what_it_cannot_measure_is_refused_before_any_work(dataset, tmp_path):
+    """A run with learned positions under the default modes (length needs RoPE), a run trained with a sliding window:
+    refused before the first model is measured, so nothing is lost to a late error."""
+    make_run(str(tmp_path / "rope"), dataset)
+    make_run(str(tmp_path / "learned"), dataset, pos_emb="learned")
+    make_run(str(tmp_path / "windowed"), dataset, attn_window=8)
+    out = tmp_path / "out"
+    for run, words in (("learned", "learned position embeddings"), ("windowed", "attn_window=8")):
+        with pytest.raises(SystemExit) as e:
+            evaluate.main([f"--runs={tmp_path / 'rope'},{tmp_path / run}", "--device=cpu", f"--out_dir={out}"])
+        assert words in str(e.value) and not out.exists(), str(e.value)
+    with pytest.raises(SystemExit, match="the length mode measures train.py's runs"):
+        evaluate.main(["--pretrained=gpt2", f"--out_dir={out}"])
 
 
 def test_a_missing_run_or_model_is_named(tmp_path):

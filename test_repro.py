@@ -106,6 +106,11 @@ def test_repro_pipeline_tiny(tmp_path, dataset):
     os.utime(ckpt, (time.time() + 60, time.time() + 60))
     assert "Out of date: the checkpoints of baseline/seed1338 changed" in repro.evaluate_section(
         os.path.join(root, "report"), root)
+    evaluated = os.path.join(root, "report", "evaluate", "summary.json")  # as after `repro.py evaluate baseline`
+    summary = json.load(open(evaluated))
+    json.dump({**summary, "models": summary["models"][:2]}, open(evaluated, "w"))
+    assert "Not evaluated: g1_elementwise/seed1337, g1_elementwise/seed1338" in repro.evaluate_section(
+        os.path.join(root, "report"), root)
 
 
 def fake_study(windows=600, seeds=3, **shift):
