@@ -283,19 +283,9 @@ def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODE
             record["windows"] = x.size(0)
             if "quant" in modes:
                 record["quant"] = evaluate_quant(model, x, y, batch_size, settings)
-            if "stream" in modes:
-                ws = stream_windows or (T // 8, T // 4)
-                if max(ws) >= T or min(ws) < 1:
-                    raise ValueError(f"stream windows {list(ws)} must be from 1 to T - 1 = {T - 1} tokens (T is "
-                                     f"{label}'s training length)")
-                record["stream"] = evaluate_stream(model, x, y, batch_size, ws, keeps)
-        if "length" in modes:
-            if "pretrained" in source:
-                raise ValueError(f"{label} is a published checkpoint, trained on longer windows than --window: the "
-                                 "length mode measures train.py's runs (leave it out with --modes=quant,stream)")
-            if model.config.pos_emb != "rope":
-                raise ValueError(f"{label} has learned position embeddings, which end at its {T} positions: the "
-                                 "length mode needs RoPE (leave it out with --modes=quant,stream)")
+            if "stream" in modes:  # main() checked the windows against every model's T
+                record["stream"] = evaluate_stream(model, x, y, batch_size, stream_windows or (T // 8, T // 4), keeps)
+        if "length" in modes:  # main() refused models without RoPE and published checkpoints
             (x, y), record["data"] = windows(max(multiples) * T)
             record["length"] = evaluate_length(model, x, y, batch_size, multiples, scalings)
             record["length_windows"] = x.size(0)
@@ -503,28 +493,27 @@ def main(argv=None):
         fail("the length mode measures train.py's runs; published checkpoints were trained on far longer windows "
              "than --window (leave it out for them: --modes=quant,stream)")
     stream_windows = sorted(set(parse_list("stream_windows", a.stream_windows)))
+    lengths_T = {}  # each model's training length T, for the stream windows' check
     for run in runs:  # every run's settings before anything is computed, so that a mistake costs no work
         path = os.path.join(run, a.checkpoint)
         if not os.path.isfile(path):
             fail(f"no {a.checkpoint} in {run}: train it first (python train.py --out_dir={run} ...)")
         try:
-            args = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["model_args"]
-        except Exception:
-            try:
-                read_checkpoint(path)  # says what is wrong with the file
-            except (ValueError, FileNotFoundError) as e:
-                fail(e)
-            raise
-        T = args["block_size"]
+            args = read_checkpoint(path)["model_args"]
+        except ValueError as e:
+            fail(e)
         if args.get("rope_scaling", "none") != "none" or args.get("attn_window") is not None:
             fail(f"{run} was trained with rope_scaling={args.get('rope_scaling')!r}, attn_window="
                  f"{args.get('attn_window')!r}: evaluate.py measures models trained with plain RoPE and full attention")
         if "length" in modes and args.get("pos_emb") != "rope":
-            fail(f"{run} has learned position embeddings, which end at its {T} positions: the length mode needs RoPE "
-                 "(leave it out with --modes=quant,stream)")
+            fail(f"{run} has learned position embeddings, which end at its {args['block_size']} positions: the length "
+                 "mode needs RoPE (leave it out with --modes=quant,stream)")
+        lengths_T[run] = args["block_size"]
+    lengths_T.update({name: a.window for name in names})  # a published checkpoint's T is --window
+    for model, T in lengths_T.items():
         if "stream" in modes and not 1 <= min(stream_windows or [T // 8]) <= max(stream_windows or [T // 4]) < T:
             fail(f"--stream_windows={a.stream_windows or '(T/8, T/4)'}: sliding windows must be from 1 to T - 1 = "
-                 f"{T - 1} tokens for {run} (T, its training length, is {T})")
+                 f"{T - 1} tokens for {model} (T, its training length, is {T})")
     try:
         os.makedirs(a.out_dir, exist_ok=True)
     except OSError as e:

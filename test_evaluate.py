@@ -1,6 +1,7 @@
 """evaluate.py: the quantizer against its definition, each mode against what it must reproduce when nothing is
 changed (16 bits, a factor of 1, a window that cuts nothing), and the script end to end on train.py-format runs."""
 
+import dataclasses
 import json
 import os
 
@@ -10,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import evaluate
+from model import GPT
 from test_analyze import make_run
 
 VOCAB = 50304
@@ -129,9 +131,9 @@ def test_evaluate_end_to_end(two_runs, tmp_path):
         for scaling in ("ntk", "yarn"):  # a factor of 2 rescales every position's angles
             assert r["length"][scaling][1]["buckets"][0]["mean"] != pytest.approx(first, abs=1e-7)
         # a bucket past T under YaRN, and a stream row, against the model rebuilt by hand
-        config = evaluate.dataclasses.replace(model.config, block_size=64, rope_scaling="yarn", rope_factor=2.0)
-        yarn = evaluate.GPT.with_weights(config, model.state_dict())
-        windowed = evaluate.GPT.with_weights(evaluate.dataclasses.replace(model.config, attn_window=4),
+        config = dataclasses.replace(model.config, block_size=64, rope_scaling="yarn", rope_factor=2.0)
+        yarn = GPT.with_weights(config, model.state_dict())
+        windowed = GPT.with_weights(dataclasses.replace(model.config, attn_window=4),
                                              model.state_dict())
         with torch.no_grad():
             past = F.cross_entropy(yarn(xl)[0][:, 32:].flatten(0, 1), yl[:, 32:].flatten()).item()
