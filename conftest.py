@@ -9,6 +9,8 @@ import torch
 # Without a GPU, run the Triton kernels through Triton's CPU interpreter (must be set before triton is imported).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+else:  # the GPU test tier: one config per kernel, no autotuning (test_kernels.py tests every config and the autotuner)
+    os.environ.setdefault("GATED_ATTENTION_CONFIGS", "first")
 
 from data.shards import write_dataset  # noqa: E402  (after TRITON_INTERPRET: nothing here imports triton, but keep it so)
 

@@ -65,9 +65,12 @@ What it does that the tutorial does not, and why:
   - the kernels sit behind two torch.library custom ops (gated_attention::forward, ::backward) with fake
     implementations, so torch.compile sees opaque calls with known output shapes and strides.
   - the LSE is returned too: first_token_attention reads each row's weight on key 0 from it in O(T) memory.
+  - choose_configs says which launch configs the three tuned kernels use: all of them autotuned (a GPU's
+    default), one fixed config (the interpreter's default, and the GPU test tier's), or any one row alone.
 """
 
 import os
+import time
 from typing import List, Optional, Tuple
 
 import torch
@@ -224,23 +227,32 @@ def _gate_args(gate, like):  # [gate] (pointer, strides, GATE) for the kernels; 
 if HAS_TRITON:
     _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
-    def _configs(gpu, interp):
-        """Autotune over `gpu` (BLOCK_M, BLOCK_N, num_warps, num_stages) tuples on a GPU; the interpreter
-        gets the single config `interp` (several would need a GPU to benchmark them)."""
-        rows = [interp] if _INTERPRET else gpu
-        return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in rows]
-
-    # Untested guesses for H100/H200 (see bench.py --kernels); the first, small one of each list fits in
-    # shared memory even for fp32 at D=128 (the autotuner skips configs that do not fit). Forward and dQ
-    # need BLOCK_N | BLOCK_M (the diagonal stage is whole key blocks), dK/dV needs BLOCK_M | BLOCK_N.
-    _FWD_CONFIGS = _configs([(64, 32, 4, 2), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)],
-                            (64, 32, 1, 1))
-    _DKDV_CONFIGS = _configs([(32, 32, 4, 2), (32, 64, 4, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 3)],
-                             (32, 64, 1, 1))
-    _DQ_CONFIGS = _configs([(64, 32, 4, 2), (64, 32, 4, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 8, 3)],
-                           (64, 32, 1, 1))
+    # The launch configs, (BLOCK_M, BLOCK_N, num_warps, num_stages) rows: the rows each kernel autotunes over
+    # on a GPU, and the one row the interpreter runs (its speed says nothing about a GPU's, so it does not
+    # tune). Untested guesses for H100/H200 (see bench.py --kernels); the first, small row of each list fits
+    # in shared memory even for fp32 at D=128 (the autotuner skips rows that do not fit). Forward and dQ need
+    # BLOCK_N | BLOCK_M (the diagonal stage is whole key blocks), dK/dV needs BLOCK_M | BLOCK_N.
+    _FWD_ROWS = [(64, 32, 4, 2), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)]
+    _DKDV_ROWS = [(32, 32, 4, 2), (32, 64, 4, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 3)]
+    _DQ_ROWS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 8, 3)]
+    _INTERPRETER_ROW = {"_attn_fwd": (64, 32, 1, 1), "_bwd_dkdv": (32, 64, 1, 1), "_bwd_dq": (64, 32, 1, 1)}
     _PRE_BLOCK_M = 64
-    _KEY = ["T", "HEAD_DIM", "CAUSAL"]  # the autotuner adds the tensors' dtypes to the key
+    # What the best config depends on: the length (rounded up to a power of two, so one benchmark serves
+    # every T in (T_KEY/2, T_KEY]), the head dim, causality and the query heads per kv head (dK/dV loops
+    # over them); the autotuner adds the tensors' dtypes.
+    _KEY = ["T_KEY", "HEAD_DIM", "CAUSAL", "GROUP"]
+
+    def _wall_clock(kernel_call, quantiles):
+        """The autotuner's timer under the interpreter, which has no GPU events: one timed call after one
+        untimed. What it measures is the interpreter's speed, so it tests the autotuner's path, nothing else."""
+        kernel_call()
+        start = time.perf_counter()
+        kernel_call()
+        return [(time.perf_counter() - start) * 1e3] * len(quantiles)
+
+    def _autotune(fn):  # its configs are set by choose_configs, at import and whenever a test or user asks
+        return triton.autotune(configs=[triton.Config({})], key=_KEY,
+                               do_bench=_wall_clock if _INTERPRET else None)(fn)
 
     @triton.jit
     def _tile(X, b, h, sb, sh, s_row, s_col, rows, cols):
@@ -289,10 +301,11 @@ if HAS_TRITON:
             m_i = m_new
         return acc, l_i, m_i
 
-    @triton.autotune(configs=_FWD_CONFIGS, key=_KEY)
+    @_autotune
     @triton.jit
     def _attn_fwd(Q, K, V, Y, LSE,
-                  sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, syb, syh, syt, syd, H, T, GROUP, scale2,
+                  sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, syb, syh, syt, syd,
+                  H, T, GROUP, T_KEY, scale2,
                   G, sgb, sgh, sgt, sgd, GATE: tl.constexpr,  # [gate] the logits, their strides, their kind
                   HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -375,11 +388,11 @@ if HAS_TRITON:
             dk = tl.dot(dst.to(q.dtype), q, dk, input_precision=PREC)
         return dk, dv
 
-    @triton.autotune(configs=_DKDV_CONFIGS, key=_KEY)
+    @_autotune
     @triton.jit
     def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
                   sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sob, soh, sot, sod, sdb, sdh, sdt, sdd,
-                  H, T, GROUP, scale2, scale,
+                  H, T, GROUP, T_KEY, scale2, scale,
                   HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
         tl.static_assert(BLOCK_N % BLOCK_M == 0)
@@ -435,11 +448,11 @@ if HAS_TRITON:
             dq = tl.dot(ds.to(kt.dtype), tl.trans(kt), dq, input_precision=PREC)
         return dq
 
-    @triton.autotune(configs=_DQ_CONFIGS, key=_KEY)
+    @_autotune
     @triton.jit
     def _bwd_dq(Q, K, V, DO, LSE, DELTA, DQ,
                 sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sob, soh, sot, sod, sdb, sdh, sdt, sdd,
-                H, T, GROUP, scale2, scale,
+                H, T, GROUP, T_KEY, scale2, scale,
                 HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
         tl.static_assert(BLOCK_M % BLOCK_N == 0)
@@ -466,6 +479,42 @@ if HAS_TRITON:
         tl.store(_tile(DQ, b, h, sdb, sdh, sdt, sdd, offs_m, offs_d), (dq * scale).to(DQ.dtype.element_ty), mask=rows)
 
 
+CONFIG_CHOICES = ("autotune", "first", "0", "1", "2", "3", "4")  # 0..4: a row of the lists above (five each)
+
+
+def choose_configs(choice):
+    """Which launch configs the three tuned kernels (_attn_fwd, _bwd_dkdv, _bwd_dq) use from now on:
+      'autotune' -- benchmark every row of their lists on the first call for each key and keep the fastest
+                    (the default on a GPU; under the interpreter, timed by a wall clock: a test of the path)
+      'first'    -- one config and no benchmarking: the first row on a GPU (the GPU test tier: fast, and the
+                    same config every run), the interpreter's own row under the interpreter (its default)
+      '0'..'4'   -- row i of each list alone, to check each config against the reference
+    The environment variable GATED_ATTENTION_CONFIGS sets the choice at import. Clears the tuned configs."""
+    choice = str(choice)
+    if choice not in CONFIG_CHOICES:
+        raise ValueError(f"kernel configs {choice!r} (kernels.choose_configs, or the environment variable "
+                         f"GATED_ATTENTION_CONFIGS): expected one of {', '.join(CONFIG_CHOICES)}")
+    if not HAS_TRITON:
+        return
+    for kernel, rows in ((_attn_fwd, _FWD_ROWS), (_bwd_dkdv, _DKDV_ROWS), (_bwd_dq, _DQ_ROWS)):
+        if choice == "first":
+            rows = [_INTERPRETER_ROW[kernel.base_fn.__name__]] if _INTERPRET else rows[:1]
+        elif choice != "autotune":
+            rows = [rows[int(choice)]]
+        kernel.configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=st)
+                          for m, n, w, st in rows]
+        kernel.cache.clear()
+
+
+DEFAULT_CONFIGS = os.environ.get("GATED_ATTENTION_CONFIGS", "first" if HAS_TRITON and _INTERPRET else "autotune")
+choose_configs(DEFAULT_CONFIGS)
+
+
+def _t_key(T):
+    """The autotune key's length (T_KEY, read by no kernel): T rounded up to a power of two, at least 64."""
+    return max(64, 1 << (T - 1).bit_length())
+
+
 def _forward_buffers(q):
     """y and lse2 of _flash_forward (also the fake tensors torch.compile plans with: same strides)."""
     B, H, T, D = q.shape
@@ -490,7 +539,7 @@ def _flash_forward(q, k, v, gate, causal, scale):
     g, g_strides, mode = _gate_args(gate, q)  # [gate]
     grid = lambda meta: (triton.cdiv(T, meta["BLOCK_M"]), B * H)  # noqa: E731
     _attn_fwd[grid](q, k, v, y, lse2, *q.stride(), *k.stride(), *v.stride(), *y.stride(),
-                    H, T, H // k.size(1), scale * LOG2E,
+                    H, T, H // k.size(1), _t_key(T), scale * LOG2E,
                     g, *g_strides, GATE=mode,  # [gate]
                     HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q))
     return y, lse2
@@ -513,10 +562,10 @@ def _flash_backward(dy, q, k, v, gate, y, lse2, causal, scale):
         HEAD_DIM=D, BLOCK_M=_PRE_BLOCK_M)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     _bwd_dkdv[lambda meta: (triton.cdiv(T, meta["BLOCK_N"]), B * Hkv)](
-        q, k, v, do, lse2, delta, dk, dv, *common, *dk.stride(), H, T, H // Hkv, scale * LOG2E, scale,
+        q, k, v, do, lse2, delta, dk, dv, *common, *dk.stride(), H, T, H // Hkv, _t_key(T), scale * LOG2E, scale,
         HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q))
     _bwd_dq[lambda meta: (triton.cdiv(T, meta["BLOCK_M"]), B * H)](
-        q, k, v, do, lse2, delta, dq, *common, *dq.stride(), H, T, H // Hkv, scale * LOG2E, scale,
+        q, k, v, do, lse2, delta, dq, *common, *dq.stride(), H, T, H // Hkv, _t_key(T), scale * LOG2E, scale,
         HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q))
     return grads
 

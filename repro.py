@@ -456,11 +456,11 @@ def sweep_rows(by, windows):
         row = {"lr": lr}
         for family in SWEPT:
             rs = by.get(names.get(family), [])
-            row[family] = rs and {"variant": names[family], "val_loss": over_seeds([r["val_loss"] for r in rs]),
-                                  "max_act": over_seeds([r["max_act"] for r in rs]),
-                                  "loss_spikes": [r["loss_spikes"] for r in rs],
-                                  "nonfinite_steps": [r["nonfinite_steps"] for r in rs],
-                                  "finished": all(r["iter"] >= r["max_iters"] for r in rs)}
+            row[family] = None if not rs else {  # None: not trained at this rate
+                "variant": names[family], "val_loss": over_seeds([r["val_loss"] for r in rs]),
+                "max_act": over_seeds([r["max_act"] for r in rs]), "loss_spikes": [r["loss_spikes"] for r in rs],
+                "nonfinite_steps": [r["nonfinite_steps"] for r in rs],
+                "finished": all(r["iter"] >= r["max_iters"] for r in rs)}
         if all(row[f] for f in SWEPT):
             a, b = (stacked(windows, names[f], "val_loss") for f in SWEPT)
             row["difference"] = decide(a, b, "diff", -1)

@@ -93,17 +93,18 @@ def assert_close_to_reference(q, k, v, g, dy, causal, tol=TOL, scale=None, backe
 # ----------------------------------------------------------------------------
 # the fused kernel against float64
 
-# every head layout at T = 1 and 37 (less than a block); T = 130 spans three query blocks with a ragged last one
-# (interpreter blocks are 64 x 32, so the causal diagonal stage takes several key blocks), with 2 query heads per
-# KV head: the blocks do not depend on the head layout, and each T = 130 case costs ~5 s in the interpreter
-SHAPES = [(T, H, Hkv) for T in (1, 37) for H, Hkv in ((4, 4), (4, 2), (4, 1))] + [(130, 4, 2)]
+# every head layout and D = 32, 64 at T = 1 and 37 (less than a block); T = 130 spans three query blocks with a
+# ragged last one (interpreter blocks are 64 x 32, so the causal diagonal stage takes several key blocks), with 2
+# query heads per KV head and D = 32 (a GPU adds 64): the blocks depend on neither, each T = 130 case costs ~5 s in
+# the interpreter, and test_each_config_alone_matches_reference runs every autotuner config on such a T
+SHAPES = [(T, H, Hkv, D) for T in (1, 37) for H, Hkv in ((4, 4), (4, 2), (4, 1)) for D in (32, 64)] + \
+    [(130, 4, 2, D) for D in ((32, 64) if CUDA else (32,))]
 
 
 @needs_triton
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("gate", [None, "elementwise", "headwise"])
-@pytest.mark.parametrize("D", [32, 64])
-@pytest.mark.parametrize("T,H,Hkv", SHAPES)
+@pytest.mark.parametrize("T,H,Hkv,D", SHAPES)
 def test_matches_float64_reference(T, H, Hkv, D, gate, causal):
     assert_close_to_reference(*make_inputs(2, H, Hkv, T, D, gate), causal=causal)
 
@@ -112,6 +113,65 @@ def test_matches_float64_reference(T, H, Hkv, D, gate, causal):
 def test_head_dim_128_and_custom_scale():
     q, k, v, g, dy = make_inputs(1, 2, 1, 37, 128, "elementwise", seed=1)
     assert_close_to_reference(q, k, v, g, dy, causal=True, scale=0.3)
+
+
+@pytest.fixture
+def choose_configs():
+    """kernels.choose_configs for one test; the session's choice (kernels.DEFAULT_CONFIGS) comes back after it."""
+    yield kernels.choose_configs
+    kernels.choose_configs(kernels.DEFAULT_CONFIGS)
+
+
+# A ragged three-block T with two query heads per kv head. The interpreter takes one case per config (larger
+# blocks are no slower there, they are just fewer programs); a GPU takes every gate, both masks, D = 64 and 128.
+CONFIG_CASES = ([(150, D, gate, causal) for D in (64, 128) for gate in (None, "elementwise", "headwise")
+                 for causal in (True, False)] if CUDA else [(150, 32, "elementwise", True)])
+
+
+@needs_triton
+@pytest.mark.parametrize("row", range(len(kernels._FWD_ROWS) if kernels.HAS_TRITON else 1))
+def test_each_config_alone_matches_reference(row, choose_configs):
+    """Every row of the autotuner's lists, run alone: any of them may be the one it picks on some GPU. A row too
+    large for the GPU at some D (fp32 tiles at D=128) is one the autotuner skips too; it must fit at D=64."""
+    from triton.runtime.errors import OutOfResources, PTXASError
+    choose_configs(str(row))
+    for T, D, gate, causal in CONFIG_CASES:
+        try:
+            assert_close_to_reference(*make_inputs(1, 4, 2, T, D, gate, seed=row), causal=causal)
+        except (OutOfResources, PTXASError):
+            if D < 128:
+                raise
+
+
+@needs_triton
+def test_autotuned_first_call_matches_reference(choose_configs):
+    """The first call for a key benchmarks every config on the call's own buffers, then runs the fastest; that
+    call's answers must be right (on an H100 they were not, 2026-11-22) and the same, bit for bit, as the next
+    call's (the same config then, and no kernel sums in a varying order)."""
+    choose_configs("autotune")
+    assert len(kernels._attn_fwd.configs) > 1
+    cases = [(1, 64, None), (37, 64, "elementwise"), (300, 128, "headwise")] if CUDA else [(77, 32, "elementwise")]
+    for T, D, gate in cases:
+        inputs = make_inputs(1, 4, 2, T, D, gate, seed=T)
+        first = assert_close_to_reference(*inputs, causal=True)
+        chosen = {k.base_fn.__name__: k.best_config.kwargs for k in (kernels._attn_fwd, kernels._bwd_dkdv, kernels._bwd_dq)}
+        again = assert_close_to_reference(*inputs, causal=True)
+        assert all(torch.equal(a, b) for a, b in zip(first, again)), f"T={T} D={D}: calls differ; configs {chosen}"
+
+
+def test_choose_configs_names_the_choices(choose_configs):
+    with pytest.raises(ValueError, match="GATED_ATTENTION_CONFIGS.*autotune, first, 0"):
+        choose_configs("fastest")
+    if not kernels.HAS_TRITON:
+        return
+    assert all(len(rows) == len(kernels.CONFIG_CHOICES) - 2 for rows in (kernels._FWD_ROWS, kernels._DKDV_ROWS,
+                                                                      kernels._DQ_ROWS))
+    choose_configs("2")
+    assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in kernels._bwd_dq.configs] \
+        == [kernels._DQ_ROWS[2]]
+    choose_configs("autotune")
+    assert len(kernels._bwd_dkdv.configs) == len(kernels._DKDV_ROWS)
+    assert kernels._t_key(1) == 64 and kernels._t_key(130) == kernels._t_key(256) == 256
 
 
 @needs_triton

@@ -165,8 +165,11 @@ def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
     assert [r["lr"] for r in rows] == [3e-3, 6e-3, 2e-2]
     assert rows[2]["difference"]["verdict"] == "reproduced" and rows[2]["difference"]["estimate"] == \
         pytest.approx(-0.4, abs=0.03)
-    assert rows[1]["g1_elementwise"] == [] and "difference" not in rows[1]  # only the baseline ran at 6e-3
+    assert rows[1]["g1_elementwise"] is None and "difference" not in rows[1]  # only the baseline ran at 6e-3
     assert rows[2]["baseline"]["loss_spikes"] == [0, 1, 2]
+    table = [line for line in repro.sweep_section(rows) if line.startswith("| 0.")]
+    assert len(table) == 3 and table[1].startswith("| 0.006 | ") and "| – | not measured |" in table[1]
+    assert table[1].endswith("| – | yes/– |")  # g1's val loss, M-Act and spikes: '–' (a report, not a crash)
 
 
 def test_render_report_states_the_rule_the_verdicts_and_the_papers():

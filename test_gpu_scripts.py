@@ -1,0 +1,98 @@
+"""
+gpu/*.sh, the one-command GPU steps, at toy size on a CPU (TOY=1): each runs its steps, records every step's exit
+code and time, and leaves one tarball with what a GPU session must bring back; a failing step does not stop the
+rest, and the script's exit code says it failed. The toy runs are also the suite's runs of bench.py --tiny, checked
+with test_bench.py's checks.
+
+    python -m pytest -q test_gpu_scripts.py
+"""
+
+import csv
+import io
+import os
+import subprocess
+import tarfile
+
+from test_bench import check_bench_kernels_tiny, check_bench_train_tiny
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+
+
+def script(name, *args, work, env=None, wait=True):
+    env = {**os.environ, "TOY": "1", "WORK": str(work), "OUT": str(work / "out"), **(env or {})}
+    cmd = ["bash", os.path.join(REPO, "gpu", f"{name}.sh"), *args]
+    if not wait:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def packed(work, name):
+    """{path inside the tarball (from the work folder on): bytes} of $OUT/<name>.tar.gz."""
+    with tarfile.open(work / "out" / f"{name}.tar.gz") as tar:
+        return {m.name.split(f"{work.name}/", 1)[-1]: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def steps(files, name):
+    return [(r["step"], r["exit"]) for r in csv.DictReader(io.StringIO(files[f"{name}/steps.tsv"].decode()), delimiter="\t")]
+
+
+def bench_output(files, name):
+    """What bench.py printed in the script's bench step (after the step's own first line, its command)."""
+    return files[f"{name}/bench.txt"].decode().split("\n", 1)[1]
+
+
+def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
+    """kernels.sh, throughput.sh and the study's start / wait / pack, side by side (they are independent)."""
+    data = {"DATA_DIR": dataset}
+    jobs = {name: script(name, work=tmp_path / name, env=data, wait=False) for name in ("kernels", "throughput")}
+    study = tmp_path / "study"
+    start = script("study", "start", "baseline", "--seeds=1", "--max_iters=6", "--eval_interval=3", "--",
+                   "--windows=4", "--quant=w4a4", "--lengths=1,2", "--keep_first=0,1", work=study, env=data)
+    assert start.returncode == 0 and "started (pid" in start.stdout, start.stdout + start.stderr
+    again = script("study", "start", "baseline", work=study, env=data)
+    assert again.returncode == 1 and "already running" in again.stdout  # one study at a time
+    waited = script("study", "wait", "200", work=study)
+    assert waited.returncode == 0 and "the study's job ended: exit 0" in waited.stdout, waited.stdout
+    assert script("study", "pack", work=study).returncode == 0
+    for name, job in jobs.items():
+        out, _ = job.communicate(timeout=300)
+        assert job.returncode == 0, out
+
+    kernels = packed(tmp_path / "kernels", "kernels")
+    assert steps(kernels, "kernels") == [("configs", "0"), ("tier", "0"), ("bench", "0"), ("autotune", "0")]
+    assert b"torch" in kernels["kernels/env.txt"] and b"1 passed" in kernels["kernels/tier.txt"]
+    assert b"GATED_ATTENTION_CONFIGS=autotune" in kernels["kernels/autotune.txt"]
+    check_bench_kernels_tiny(bench_output(kernels, "kernels"), tmp_path / "kernels" / "kernels" / "bench")
+
+    throughput = packed(tmp_path / "throughput", "throughput")
+    assert steps(throughput, "throughput") == [("bench", "0"), ("train", "0")]
+    check_bench_train_tiny(bench_output(throughput, "throughput"), tmp_path / "throughput" / "throughput" / "bench")
+    log = throughput["throughput-run/log.jsonl"].decode()  # the run's log, not its checkpoints
+    assert '"tokens_per_s"' in log and not any(p.endswith(".pt") for p in throughput)
+
+    files = packed(study, "study")
+    assert {"repro-tiny/report/REPORT.md", "repro-tiny/report/summary.json", "repro-tiny/report/evaluate/summary.json",
+            "repro-tiny/commands.jsonl", "repro-tiny/baseline/seed1337/log.jsonl", "study/study-job/output.txt"} <= set(files)
+    assert files["study/study-job/exit"].strip() == b"0"
+    # toy runs write only under WORK: nothing in results/, which holds committed GPU measurements only
+    assert not any(n.startswith(("bench_", "repro")) for n in os.listdir(os.path.join(REPO, "results")))
+    assert b"repro.py evaluate --windows=4" in files["study/study-job/command"]
+
+
+def test_a_failing_step_is_recorded_and_the_rest_still_runs(tmp_path):
+    """With a Python that fails every command, each step fails, the tarball still holds what there is, and the
+    exit code is not 0."""
+    out = script("kernels", work=tmp_path, env={"PYTHON": "false"})
+    assert out.returncode != 0
+    files = packed(tmp_path, "kernels")
+    assert steps(files, "kernels") == [(s, "1") for s in ("configs", "tier", "bench", "autotune")]
+    assert "== bench: exit 1" in out.stdout
+
+
+def test_a_study_that_fails_says_so(tmp_path):
+    """A job that stops (here repro.py refuses an unknown variant) ends `wait` with exit 1 and its output."""
+    assert script("study", "start", "no_such_variant", work=tmp_path).returncode == 0  # the job starts, then fails
+    waited = script("study", "wait", "60", work=tmp_path)
+    assert waited.returncode == 1 and "no_such_variant" in waited.stdout and "exit 1" in waited.stdout
+    usage = script("study", work=tmp_path)
+    assert usage.returncode == 2 and "gpu/study.sh start" in usage.stdout
