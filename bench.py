@@ -30,7 +30,7 @@ import torch
 cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
-from common import configure, estimate_mfu, fail  # noqa: E402
+from common import COMPILE_MODES, configure, estimate_mfu, fail  # noqa: E402
 from variants import VARIANTS  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
@@ -52,6 +52,7 @@ class Keys:
     batch_size: int = 16  # --train: sequences per step
     block_size: int = 1024  # --train: T
     compile: str = "both"  # --train: torch.compile: both, true or false
+    compile_mode: str = "default"  # --train: torch.compile's mode, one of common.COMPILE_MODES (train.py's key too)
     match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
     warmup: int = 10  # --train: untimed steps first (compile happens here)
     steps: int = 20  # --train: timed steps
@@ -75,6 +76,8 @@ if not (args.kernels or args.train):
     fail("choose --kernels and/or --train (python bench.py --help)")
 if args.compile.lower() not in ("both", "true", "false"):
     fail(f"--compile={args.compile}: choose both, true or false")
+if args.compile_mode not in COMPILE_MODES:
+    fail(f"--compile_mode={args.compile_mode}: choose one of {', '.join(COMPILE_MODES)}")
 if args.gqa < 0:
     fail(f"--gqa={args.gqa}: give 0 (no GQA rows) or the number of query heads per KV head")
 seq_lens, head_dims = int_list("seq_lens", args.seq_lens), int_list("head_dims", args.head_dims)
@@ -83,6 +86,7 @@ if not cuda and not args.tiny:  # GPT-2 small and the kernel sweep would take ho
          "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
 from kernels import attention_torch, gated_attention  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
+from train import optimizer_step  # noqa: E402
 
 device = "cuda" if cuda else "cpu"
 device_name = torch.cuda.get_device_name() if cuda else f"cpu ({platform.processor() or platform.machine()})"
@@ -200,21 +204,21 @@ if args.train:
             torch.manual_seed(0)
             config = GPTConfig(**base, **VARIANTS[variant].flags, attn_backend=backend, match_params=args.match_params)
             model = GPT(config).to(device)
-            optimizer = model.configure_optimizers(0.1, 6e-4, device_type=device)
-            step_model = torch.compile(model) if use_compile else model
+            optimizer = model.configure_optimizers(0.1, 6e-4)
+            no_scaler = torch.amp.GradScaler(device, enabled=False)  # bf16 and fp32 need no loss scaling
+            step_model = torch.compile(model, mode=args.compile_mode) if use_compile else model
             x = torch.randint(0, config.vocab_size, (batch_size, T + 1), device=device)
             x, y = x[:, :-1].contiguous(), x[:, 1:].contiguous()
 
-            def step():
+            def step():  # train.py's step: clipping at 1.0, the skip of a non-finite step on the device, AdamW
                 with autocast:
                     _, loss = step_model(x, y)
                 loss.backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                optimizer_step(optimizer, no_scaler, model.parameters(), 1.0, loss.detach())
 
             record = dict(device=device_name, config="tiny" if args.tiny else "gpt2-small", variant=variant,
                           flags=VARIANTS[variant].flags, backend=backend, compile=use_compile,
-                          params=model.num_params())
+                          compile_mode=args.compile_mode if use_compile else None, params=model.num_params())
             try:
                 for _ in range(warmup):
                     step()
@@ -245,10 +249,12 @@ if args.train:
             if cuda:
                 torch.cuda.empty_cache()
     write("bench_train", dict(date=date, device=device_name, command=command, model=base, batch_size=batch_size,
-                              match_params=args.match_params, dtype=str(dtype).replace("torch.", ""), records=records),
+                              match_params=args.match_params, compile_mode=args.compile_mode,
+                              dtype=str(dtype).replace("torch.", ""), records=records),
           [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
-           f"{warmup} warm-up then {steps} timed AdamW steps",
+           f"{warmup} warm-up then {steps} timed steps of train.py's own (train.optimizer_step: gradient clipping, "
+           f"a non-finite step skipped on the device, fused AdamW); compiled with mode={args.compile_mode!r}",
            "variants (variants.py): " + "; ".join(f"{v} {VARIANTS[v].flags}" for v in TIMED),
            "MFU: common.estimate_mfu against common.peak_flops (dense bf16 peak of the GPU)"],
           ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],

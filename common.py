@@ -158,6 +158,12 @@ def autocast_for(device, dtype):
     return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype)), dtype
 
 
+# torch.compile's modes (its `mode=`): 'reduce-overhead' replays the compiled forward and backward as CUDA graphs,
+# so the CPU no longer launches each kernel; 'max-autotune' also benchmarks matmul and Triton configurations while
+# compiling, and '-no-cudagraphs' does that without the graphs. train.py and bench.py take one as compile_mode.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 # -----------------------------------------------------------------------------
 # Checkpoints
 

@@ -13,7 +13,6 @@ output; then c_proj (W_O). X is the block's input after the pre-attention norm, 
 so X W is computed by the same matmul as Q, K and V (c_attn) and split off beside them.
 """
 
-import inspect
 import math
 from dataclasses import dataclass
 
@@ -505,15 +504,21 @@ class GPT(nn.Module):
             x = block(x, rope, cache[i] if cache is not None else None)
         return self.lm_head(self.transformer.ln_f(x))
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas=(0.9, 0.95), device_type="cpu"):
+    def configure_optimizers(self, weight_decay, learning_rate, betas=(0.9, 0.95)):
+        """AdamW over the model's parameters, on whatever device they are already on."""
         # decay matrices and embeddings (>= 2-D), not gains, biases, DyT's alpha or the input-independent gate
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
             {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
+        # The fused kernel updates every parameter in a few launches, and it can skip a whole step on the device
+        # (train.optimizer_step tells it to when the loss or the gradients are not finite), so training never
+        # waits for the GPU to decide. A device without it (an older torch on some accelerators) gets the plain loop.
+        try:
+            return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=True)
+        except RuntimeError:
+            return torch.optim.AdamW(groups, lr=learning_rate, betas=betas)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, keep_first=False):

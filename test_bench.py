@@ -96,6 +96,7 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path):
         (["--kernels", "--tiny", "--head_dims=64,x"], "--head_dims=64,x: give positive integers"),
         (["--tiny"], "choose --kernels and/or --train"),
         ([str(config)], "--compile=sometimes: choose both, true or false"),  # the file set train, tiny and compile
+        (["--train", "--tiny", "--compile_mode=fast"], "--compile_mode=fast: choose one of default, reduce-overhead"),
     ]
     for flags, message in cases:
         out = run_bench(tmp_path, *flags, f"--out_dir={tmp_path / 'res'}", timeout=120)

@@ -9,6 +9,7 @@ with test_bench.py's checks.
 
 import csv
 import io
+import json
 import os
 import subprocess
 import tarfile
@@ -65,7 +66,8 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     check_bench_kernels_tiny(bench_output(kernels, "kernels"), tmp_path / "kernels" / "kernels" / "bench")
 
     throughput = packed(tmp_path / "throughput", "throughput")
-    assert steps(throughput, "throughput") == [("bench", "0"), ("train", "0")]
+    assert steps(throughput, "throughput") == [("sync", "0"), ("bench", "0"), ("train", "0")]
+    assert b"passed" in throughput["throughput/sync.txt"]  # the optimizer-step tests (the GPU's test skips here)
     check_bench_train_tiny(bench_output(throughput, "throughput"), tmp_path / "throughput" / "throughput" / "bench")
     log = throughput["throughput-run/log.jsonl"].decode()  # the run's log, not its checkpoints
     assert '"tokens_per_s"' in log and not any(p.endswith(".pt") for p in throughput)
@@ -77,6 +79,19 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     # toy runs write only under WORK: nothing in results/, which holds committed GPU measurements only
     assert not any(n.startswith(("bench_", "repro")) for n in os.listdir(os.path.join(REPO, "results")))
     assert b"repro.py evaluate --windows=4" in files["study/study-job/command"]
+
+
+def test_throughput_compile_modes_at_toy_size(tmp_path):
+    """gpu/throughput.sh modes: one bench.py --train per torch.compile mode, each into its own folder."""
+    out = script("throughput", "modes", work=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    files = packed(tmp_path, "throughput-modes")
+    modes = ["reduce-overhead", "max-autotune-no-cudagraphs"]
+    assert steps(files, "throughput-modes") == [(f"bench-{mode}", "0") for mode in modes]
+    for mode in modes:
+        assert json.loads(files[f"throughput-modes/{mode}/bench_train.json"])["compile_mode"] == mode
+    usage = script("throughput", "fast", work=tmp_path)
+    assert usage.returncode == 2 and "gpu/throughput.sh [modes]" in usage.stdout
 
 
 def test_a_failing_step_is_recorded_and_the_rest_still_runs(tmp_path):

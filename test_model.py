@@ -558,11 +558,12 @@ def test_weight_tying_and_init():
 
 def test_configure_optimizers_decays_only_matrices():
     model = GPT(GPTConfig(**BASE, norm="dyt", gate_input="none"))
-    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95))
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
     assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == model.num_params()
+    assert opt.defaults["fused"]  # CPU and CUDA have the fused kernel, which train.optimizer_step relies on
     ids = {id(p) for p in no_decay["params"]}
     attn = model.transformer.h[0].attn
     assert id(attn.gate.gate_param) in ids and id(model.transformer.h[0].ln_1.alpha) in ids

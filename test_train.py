@@ -178,10 +178,15 @@ def poison_forward(monkeypatch, bad_calls, break_weights_at=None):
     monkeypatch.setattr(model_py.GPT, "forward", forward)
 
 
-def test_nonfinite_steps_are_skipped_and_counted(stdlib_data, tmp_path, monkeypatch):
-    poison_forward(monkeypatch, bad_calls={3, 5})
+def test_nonfinite_steps_are_skipped_and_counted(stdlib_data, tmp_path, monkeypatch, capsys):
+    poison_forward(monkeypatch, bad_calls={3, 5})  # the forward passes of iterations 2 and 4
     out_dir = tmp_path / "run"
-    train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=8", "--eval_interval=4"])
+    # log_interval=3: the steps' health is read at iterations 1 (the first step), 3, 4 (an eval), 6 and 8, so
+    # both bad steps are found after later steps were queued, and still named by their own iteration
+    train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=8", "--eval_interval=4",
+                       "--log_interval=3"])
+    skipped = [line.split(":")[0] for line in capsys.readouterr().out.splitlines() if "step skipped" in line]
+    assert skipped == ["iter 2", "iter 4"]
     log = read_log(out_dir)
     assert log[-1]["iter"] == 8 and log[-1]["nonfinite_steps"] == 2
     assert all(r["val_loss"] is not None for r in log) and log[-1]["train_loss"] is not None
@@ -204,6 +209,162 @@ def test_a_diverged_run_stops_and_keeps_the_last_good_checkpoint(stdlib_data, tm
     _, checkpoint = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert checkpoint["iter_num"] == 6
     assert all(torch.isfinite(t).all() for t in checkpoint["model"].values())
+
+
+def test_a_diverged_run_is_stopped_at_the_next_log_step(stdlib_data, tmp_path, monkeypatch, capsys):
+    """The health of the queued steps is read at log and eval steps only, so a run that goes non-finite at
+    iteration 4 with max_nonfinite=3 stops when the log step at iteration 8 reads steps 4..7, not later."""
+    poison_forward(monkeypatch, bad_calls=set(range(5, 100)))  # iterations 4, 5, ...
+    out_dir = tmp_path / "run"
+    with pytest.raises(SystemExit, match=r"3 non-finite steps in a row \(max_nonfinite=3\)"):
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=30",
+                           "--eval_interval=20", "--log_interval=4", "--max_nonfinite=3"])
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines() if "step skipped" in line] == ["iter 4", "iter 5", "iter 6"]
+    assert "iter 4: loss" in out and "iter 8: loss" not in out  # the line at 4 read steps 1..3, all finite
+
+
+def test_the_training_loop_waits_for_the_device_only_at_log_and_eval_steps(stdlib_data, tmp_path, monkeypatch):
+    """A step queues its work and returns: reading a tensor on the host (.item(), .tolist(), bool(), float(),
+    formatting, .numpy()) would make the CPU wait for the GPU every step. Here every such read inside train_step
+    raises, and the reads that remain (check_health) happen at the first step, the log steps and before evals."""
+    in_step, drained_at = [False], []
+
+    def guard(name):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            if in_step[0]:
+                raise AssertionError(f"Tensor.{name} inside train_step: the host waits for the device")
+            return original(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, read)
+    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "__format__", "numpy"):
+        guard(name)
+    step, check, next_batch = train.Trainer.train_step, train.Trainer.check_health, train.TrainLoader.next_batch
+
+    def train_step(self):
+        in_step[0] = True
+        try:
+            step(self)
+        finally:
+            in_step[0] = False
+
+    def host_batch(self):  # the loader works on the host by design (numpy and CPU tensors): its reads wait for nothing
+        in_step[0] = False
+        try:
+            return next_batch(self)
+        finally:
+            in_step[0] = True
+
+    def check_health(self):
+        drained_at.append((self.iter_num, len(self.pending)))
+        return check(self)
+    monkeypatch.setattr(train.Trainer, "train_step", train_step)
+    monkeypatch.setattr(train.Trainer, "check_health", check_health)
+    monkeypatch.setattr(train.TrainLoader, "next_batch", host_batch)
+    train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--max_iters=12",
+                       "--eval_interval=6", "--log_interval=4"])
+    # (iteration, steps read): the first step alone, then up to each log step (4, 8, 12) or eval (6, 12)
+    assert drained_at == [(1, 1), (4, 3), (6, 2), (8, 2), (12, 4)]
+    record = read_log(tmp_path / "run")[-1]
+    assert record["iter"] == 12 and record["train_loss"] is not None and record["tokens_per_s"] > 0
+
+
+def tiny_model_and_batch():
+    torch.manual_seed(0)
+    model = model_py.GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=64))
+    x = torch.randint(0, 64, (2, 17))
+    return model, x[:, :-1], x[:, 1:]
+
+
+def state_of(model, optimizer):
+    return [t.clone() for t in model.parameters()] + [t.clone() for s in optimizer.state.values() for t in s.values()]
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fused):
+    """train.optimizer_step: a finite step is exactly clip-then-AdamW; a step whose loss or gradients are not finite
+    changes nothing at all (weights, moments, step counts), decided on the device with fused AdamW and on the host
+    with the plain one."""
+    model, x, y = tiny_model_and_batch()
+    reference = model_py.GPT(model.config)
+    reference.load_state_dict(model.state_dict())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, fused=fused)
+    ref_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    for _ in range(2):  # two finite steps, against the textbook loop
+        loss = model(x, y)[1]
+        loss.backward()
+        stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+        ref_loss = reference(x, y)[1]
+        ref_loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+        ref_optimizer.step()
+        ref_optimizer.zero_grad()
+        assert stats.tolist() == pytest.approx([ref_loss.item(), norm.item(), 1.0], rel=1e-5)
+        assert norm > 0.5  # the clipping mattered
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        assert all(p.grad is None for p in model.parameters())
+    before = state_of(model, optimizer)
+    for poison in ("loss", "grad"):
+        loss = model(x, y)[1]
+        loss.backward()
+        if poison == "grad":
+            next(model.parameters()).grad[0, 0] = float("inf")
+        else:
+            loss = loss.detach() * float("nan")
+        stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+        assert stats[2] == 0 and not hasattr(optimizer, "found_inf")
+        assert all(torch.equal(a, b) for a, b in zip(before, state_of(model, optimizer))), poison
+
+
+def test_optimizer_step_with_fp16s_loss_scaler():
+    """fp16 (a GPU without bf16) scales the loss; optimizer_step unscales before clipping, so a step equals the
+    unscaled one, and when the scaled gradients overflow the step is skipped and the scale halved (the scaler's
+    own update, with no scaler.step: the skip is optimizer_step's). On CPU through torch's CPU GradScaler."""
+    model, x, y = tiny_model_and_batch()
+    reference = model_py.GPT(model.config)
+    reference.load_state_dict(model.state_dict())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    ref_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2, foreach=False)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1000)
+    loss = model(x, y)[1]
+    scaler.scale(loss).backward()
+    stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+    reference(x, y)[1].backward()
+    norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+    ref_optimizer.step()
+    assert stats[1].item() == pytest.approx(norm.item(), rel=1e-5) and stats[2] == 1
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    before = state_of(model, optimizer)
+    loss = model(x, y)[1]
+    scaler.scale(loss * 1e36).backward()  # finite loss, overflowing scaled gradients
+    stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+    assert stats[2] == 0 and scaler.get_scale() == 2.0**9
+    assert all(torch.equal(a, b) for a, b in zip(before, state_of(model, optimizer)))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's sync debug mode needs a GPU")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_on_a_gpu_no_training_step_synchronises(stdlib_data, tmp_path, monkeypatch, dtype):
+    """On a GPU, torch's sync debug mode raises at any operation that makes the host wait for the device; it is
+    on for every training step after the first (which may compile, autotune and allocate)."""
+    step = train.Trainer.train_step
+
+    def train_step(self):
+        if self.iter_num > self.start_iter:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            step(self)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    monkeypatch.setattr(train.Trainer, "train_step", train_step)
+    train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--device=cuda",
+                       f"--dtype={dtype}", "--max_iters=8", "--eval_interval=8", "--log_interval=4"])
+    record = read_log(tmp_path / "run")[-1]
+    assert record["iter"] == 8 and record["nonfinite_steps"] == 0 and math.isfinite(record["train_loss"])
 
 
 # ----------------------------------------------------------------------------
@@ -362,6 +523,7 @@ def test_a_new_run_never_starts_over_an_existing_run(stdlib_data, tmp_path):
     (["--n_layer=two"], "n_layer must be int, got 'two'"),
     (["--max_iters=1.5"], "max_iters must be int, got 1.5"),
     (["--compile=1"], "compile must be bool, got 1"),
+    (["--compile_mode=fast"], "compile_mode='fast' is not valid; choose one of default, reduce-overhead"),
     (["--n_layer"], "--n_layer: write --n_layer=value"),
     (["no/such/config.py"], "config file no/such/config.py not found"),
     (["--gate=g7"], "GPTConfig.gate='g7' is not valid"),

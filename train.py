@@ -18,8 +18,10 @@ continues from ckpt.pt exactly where the run left off (same data, same random nu
 flag changes them). A new run never starts over an existing run's folder unless --overwrite=True, and nothing
 in out_dir changes until the first evaluation, so a command that fails early leaves the folder as it was.
 
-Read top to bottom: the keys -> checking them -> the run folder -> the Trainer (build, train_step,
-check_health, evaluate, log_and_save, run) -> main.
+Read top to bottom: the keys -> the schedule, loss spikes and one optimizer step (optimizer_step, which bench.py
+times too) -> checking the keys -> the run folder -> the Trainer (build, train_step, check_health, evaluate,
+log_and_save, run) -> main. The training loop never waits for the GPU except at log and eval steps: each step
+is queued, and check_health reads the queued steps' losses then.
 """
 
 import ctypes
@@ -40,8 +42,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (BEST, REPO, autocast_for, code_version, configure, dataset_dir, estimate_mfu, fail, finite_or_none,
-                    layer_mean, model_from_checkpoint, pick_device, read_checkpoint, read_jsonl, save_checkpoint)
+from common import (BEST, COMPILE_MODES, REPO, autocast_for, code_version, configure, dataset_dir, estimate_mfu, fail,
+                    finite_or_none, layer_mean, model_from_checkpoint, pick_device, read_checkpoint, read_jsonl,
+                    save_checkpoint)
 from data.shards import TrainLoader, atomic_write, bos_token, find_shards, max_token_id, read_meta, val_batches
 from model import GPT, GPTConfig
 from probe import Probe
@@ -116,7 +119,7 @@ class TrainConfig:
     lr_decay_iters: int = 300  # usually = max_iters
     min_lr: float = 2e-4  # usually learning_rate / 10
     # loss health
-    max_nonfinite: int = 10  # this many non-finite steps in a row stop the run
+    max_nonfinite: int = 10  # this many non-finite steps in a row stop the run (seen at the next log or eval step)
     # a loss spike: a step's loss more than spike_threshold standard deviations (of the recent steps' losses)
     # above their running mean, and at least SPIKE_MIN_NATS above it; see count_spike
     spike_threshold: float = 6.0
@@ -125,6 +128,7 @@ class TrainConfig:
     device: str = "auto"  # 'cuda', 'cuda:1', 'mps', 'cpu'; auto: the first of cuda, mps, cpu that is available
     dtype: str = "auto"  # 'float32', 'bfloat16', 'float16'; auto: bf16 on GPUs that have it, else fp16, fp32 off CUDA
     compile: bool = False  # torch.compile the model (GPU runs: faster after a minute of compiling)
+    compile_mode: str = "default"  # with compile=True, torch.compile's mode: one of common.COMPILE_MODES
     seed: int = 1337
 
 
@@ -181,6 +185,30 @@ def count_spike(health, loss, threshold):
     return spiking
 
 
+def optimizer_step(optimizer, scaler, params, grad_clip, loss):
+    """Finish one optimizer step whose gradients are in place: unscale (fp16), clip, step, zero the gradients.
+    A step whose loss or gradient norm is not finite is skipped, and the skip is decided on the device: fused
+    AdamW takes a `found_inf` flag (the protocol torch's GradScaler uses) and leaves the weights, its moments and
+    its step count as they were. So this never waits for the GPU, and the host can queue the next step while this
+    one runs. Returns (loss, gradient norm, taken) as one float tensor on the device, for check_health to read
+    later. train.py and bench.py --train both time this same step."""
+    scaler.unscale_(optimizer)  # fp16 only: the gradients as they really are, before clipping
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf)
+    taken = torch.isfinite(loss) & torch.isfinite(grad_norm)
+    if optimizer.defaults.get("fused"):
+        optimizer.found_inf = (~taken).float()
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf
+    elif taken.item():  # an optimizer without the flag can only be told from the host: one synchronisation
+        optimizer.step()
+    if scaler.is_enabled():
+        scaler.update()  # lowers the loss scale after an fp16 overflow (the check unscale_ made), raises it after a run
+    optimizer.zero_grad(set_to_none=True)
+    return torch.stack([loss.float(), grad_norm.float(), taken.float()])
+
+
 def describe(record):
     """The measurements of an eval record in words (layer averages)."""
     def number(key, spec):
@@ -197,7 +225,7 @@ POSITIVE_INTS = ("batch_size", "block_size", "eval_interval", "log_interval", "e
                  "gradient_accumulation_steps", "max_nonfinite", "max_iters")
 # keys that belong to one command, not to the run: a resumed run takes them from this command, never
 # from the checkpoint (a run trained on one machine may be resumed on another)
-PER_COMMAND = ("out_dir", "init_from", "eval_only", "overwrite", "device", "dtype", "compile", "backend")
+PER_COMMAND = ("out_dir", "init_from", "eval_only", "overwrite", "device", "dtype", "compile", "compile_mode", "backend")
 DATA_KEYS = ("dataset", "data_dir")
 RESUME_KEYS = {"model", "optimizer", "scaler", "model_args", "iter_num", "val_loss", "best_val_loss", "config", "rng",
                "loader", "health"}
@@ -225,6 +253,8 @@ def check_settings(c):
         value = getattr(c, key)
         if not (math.isfinite(value) and ok(value)):
             fail(f"{key}={value} is not valid; it must be {allowed}")
+    if c.compile_mode not in COMPILE_MODES:
+        fail(f"compile_mode={c.compile_mode!r} is not valid; choose one of {', '.join(COMPILE_MODES)}")
     if c.warmup_iters < 0:
         fail(f"warmup_iters={c.warmup_iters} must be 0 or more")
     if c.decay_lr and c.lr_decay_iters < max(1, c.warmup_iters):
@@ -442,7 +472,8 @@ class Trainer:
         for key in MODEL_KEYS:  # the config as built (n_kv_head=None -> n_head), as the checkpoint records it
             setattr(self.c, key, getattr(self.gptconf, key))
         self.raw_model.to(self.device).train()
-        self.model = torch.compile(self.raw_model) if self.c.compile else self.raw_model  # eval: no DDP, no collectives
+        # eval uses self.model: no DDP, so no collectives
+        self.model = torch.compile(self.raw_model, mode=self.c.compile_mode) if self.c.compile else self.raw_model
         self.train_model = self.model
         if self.ddp:
             ids = [torch.cuda.current_device()] if self.device_type == "cuda" else None
@@ -451,14 +482,14 @@ class Trainer:
     def build_optimizer(self, checkpoint):
         """AdamW, the fp16 gradient scaler, and on resume every piece of state the run had."""
         c = self.c
-        self.optimizer = self.raw_model.configure_optimizers(c.weight_decay, c.learning_rate, (c.beta1, c.beta2),
-                                                             self.device_type)
+        self.optimizer = self.raw_model.configure_optimizers(c.weight_decay, c.learning_rate, (c.beta1, c.beta2))
         fp16 = self.dtype == "float16" and self.device_type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda" if self.device_type == "cuda" else "cpu", enabled=fp16)
         self.iter_num, self.best_val_loss, self.best_iter = 0, float("inf"), None
         self.health = {"loss_ema": None, "loss_var": 0.0, "steps": 0, "in_spike": False, "loss_spikes": 0,
                        "nonfinite_steps": 0}
         self.nonfinite_in_a_row = 0
+        self.pending = []  # each step's (loss, gradient norm, taken) on the device, until check_health reads them
         if checkpoint is None:
             return
         self.optimizer.load_state_dict(checkpoint["optimizer"])
@@ -473,8 +504,9 @@ class Trainer:
         self.say(f"resuming from {self.ckpt_path} at iter {self.iter_num}")
 
     def train_step(self):
-        """One optimizer step: accum micro-batches on each rank, gradients averaged over all of them.
-        Returns the step's loss (the same on every rank) and whether the step was taken."""
+        """One optimizer step: accum micro-batches on each rank, gradients averaged over all of them. It never
+        waits for the device: the step's (loss, gradient norm, taken) join self.pending, which check_health
+        reads at the next log or eval step."""
         step_loss = torch.zeros((), device=self.device)
         for micro_step in range(self.accum):
             x, y = self.loader.next_batch()
@@ -489,39 +521,39 @@ class Trainer:
                 loss = loss / self.accum
             step_loss += loss.detach()
             self.scaler.scale(loss).backward()
-        if self.ddp:  # every rank sees the same loss, so every rank takes the same decision in check_health
+        if self.ddp:  # every rank sees the same loss and gradients, so every rank skips the same steps
             dist.all_reduce(step_loss)
             step_loss /= self.world_size
-        self.scaler.unscale_(self.optimizer)
-        clip = self.c.grad_clip if self.c.grad_clip > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)
-        loss_value = step_loss.item()
-        taken = self.check_health(loss_value, grad_norm)
-        if taken:
-            self.scaler.step(self.optimizer)
-        if self.scaler.is_enabled():
-            self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        return loss_value, taken
+        self.pending.append(optimizer_step(self.optimizer, self.scaler, self.raw_model.parameters(),
+                                           self.c.grad_clip, step_loss))
 
-    def check_health(self, loss_value, grad_norm):
-        """Loss health: True if the step may be taken. A non-finite step is skipped and counted (too many in a
-        row stop the run); a finite one updates the running loss statistics that spikes are counted against."""
-        # fp16's scaler skips steps with overflowing gradients by itself; anything else non-finite is ours to skip
-        if math.isfinite(loss_value) and (self.scaler.is_enabled() or torch.isfinite(grad_norm)):
-            self.nonfinite_in_a_row = 0
-            count_spike(self.health, loss_value, self.c.spike_threshold)
-            return True
-        self.health["nonfinite_steps"] += 1
-        self.nonfinite_in_a_row += 1
-        self.say(f"iter {self.iter_num}: non-finite loss {loss_value} or gradient norm {grad_norm.item()}: step "
-                 f"skipped ({self.nonfinite_in_a_row} in a row, {self.health['nonfinite_steps']} in all)")
-        if self.nonfinite_in_a_row >= self.c.max_nonfinite:
-            best = f" and best.pt the best (iter {self.best_iter})" if self.best_iter is not None else ""
-            fail(f"{self.nonfinite_in_a_row} non-finite steps in a row (max_nonfinite={self.c.max_nonfinite}): the "
-                 f"run has diverged. {self.ckpt_path} holds the last finite state{best}; try a lower "
-                 "learning_rate or more warmup_iters.")
-        return False
+    def check_health(self):
+        """Loss health of the steps queued since the last check, read in one synchronisation (the only place
+        training waits for the device). A non-finite step was skipped (optimizer_step); here it is counted, and
+        max_nonfinite in a row stop the run. Finite losses update the running statistics that spikes are
+        counted against. Returns the finite losses, for the logs."""
+        if not self.pending:
+            return []
+        steps, self.pending = torch.stack(self.pending).tolist(), []
+        losses = []
+        for it, (loss, grad_norm, _) in enumerate(steps, start=self.iter_num - len(steps)):
+            # fp16's overflowing gradients are its scaler's routine (it lowers the scale and the step is skipped);
+            # any other non-finite value is a sign of divergence
+            if math.isfinite(loss) and (self.scaler.is_enabled() or math.isfinite(grad_norm)):
+                self.nonfinite_in_a_row = 0
+                count_spike(self.health, loss, self.c.spike_threshold)
+                losses.append(loss)
+                continue
+            self.health["nonfinite_steps"] += 1
+            self.nonfinite_in_a_row += 1
+            self.say(f"iter {it}: non-finite loss {loss} or gradient norm {grad_norm}: step skipped "
+                     f"({self.nonfinite_in_a_row} in a row, {self.health['nonfinite_steps']} in all)")
+            if self.nonfinite_in_a_row >= self.c.max_nonfinite:
+                best = f" and best.pt the best (iter {self.best_iter})" if self.best_iter is not None else ""
+                fail(f"{self.nonfinite_in_a_row} non-finite steps in a row (max_nonfinite={self.c.max_nonfinite}): "
+                     f"the run has diverged. {self.ckpt_path} holds the last finite state{best}; try a lower "
+                     "learning_rate or more warmup_iters.")
+        return losses
 
     @torch.no_grad()
     def evaluate(self):
@@ -617,6 +649,9 @@ class Trainer:
             print(f"WARNING: the validation loss rose by {worse:.2f} nats: the run may be diverging "
                   "(a lower learning_rate, or resume from best.pt: copy it to ckpt.pt)", flush=True)
 
+    def eval_due(self):
+        return self.iter_num % self.c.eval_interval == 0 or self.iter_num >= self.c.max_iters or self.c.eval_only
+
     def run(self):
         """The loop: evaluate (and save) every eval_interval iterations and at the end, else one train_step."""
         c = self.c
@@ -626,7 +661,8 @@ class Trainer:
         self.say(f"data: {self.data_dir}, {len(self.loader.windows):,} training windows{anchor}; "
                  f"{self.tokens_per_iter:,} tokens per iteration")
         self.start_iter, self.t_start = self.iter_num, time.time()
-        speed, record, t_last = ([], 0.0, 0), None, time.time()  # speed: losses, seconds, steps since the last eval
+        record, since_eval = None, ([], 0.0, 0)  # since the last eval: the finite losses; timed seconds and steps
+        t_last, iter_last = time.time(), self.iter_num  # when the host last waited for the device, and at which iter
         if self.start_iter >= c.max_iters and not c.eval_only:
             self.say(f"nothing to do: the checkpoint is at iter {self.start_iter} and max_iters={c.max_iters}")
         while True:
@@ -634,25 +670,32 @@ class Trainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             resumed_here = self.iter_num == self.start_iter > 0 and not c.eval_only  # its eval is in the log
-            if (self.iter_num % c.eval_interval == 0 or self.iter_num >= c.max_iters or c.eval_only) and not resumed_here:
-                record = self.log_and_save(lr, speed)
-                speed, t_last = ([], 0.0, 0), time.time()  # evaluation time is not training time
+            if self.eval_due() and not resumed_here:
+                record = self.log_and_save(lr, since_eval)
+                since_eval, t_last, iter_last = ([], 0.0, 0), time.time(), self.iter_num  # eval time is not training time
             if c.eval_only or self.iter_num >= c.max_iters:
                 break
-            loss, taken = self.train_step()
+            self.train_step()
             self.iter_num += 1
+            warm_up = self.iter_num == self.start_iter + 1  # pays for compiling and allocating: never timed
+            logging = self.iter_num % c.log_interval == 0
+            if not (warm_up or logging or self.eval_due()):
+                continue  # the host goes straight on to queue the next step while the device works
+            # Wait for the device to finish the queued steps, read their losses, and time them: measured this
+            # way, the wall time per step is what bench.py --train measures for the same step.
+            losses = self.check_health()
             t_now = time.time()
-            dt, t_last = t_now - t_last, t_now
-            losses, seconds, steps = speed
-            if taken:
-                losses.append(loss)
-            if self.iter_num > self.start_iter + 1:  # the first step pays for warm-up (and compiling): not timed
-                speed = (losses, seconds + dt, steps + 1)
-            if self.iter_num % c.log_interval == 0:
+            seconds, steps = t_now - t_last, self.iter_num - iter_last
+            t_last, iter_last = t_now, self.iter_num
+            timed = not warm_up
+            since_eval = (since_eval[0] + losses, since_eval[1] + seconds * timed, since_eval[2] + steps * timed)
+            if logging:
+                dt = seconds / steps
                 mfu = estimate_mfu(self.raw_model, c.batch_size * self.accum, dt, device=self.device)
-                self.say(f"iter {self.iter_num}: loss {loss:.4f}, lr {lr:.2e}, {dt * 1000:.0f} ms, "
-                         f"{self.tokens_per_iter / dt:,.0f} tokens/s" + (f", MFU {mfu * 100:.1f}%" if mfu else ""),
-                         flush=True)
+                loss = f"{sum(losses) / len(losses):.4f}" if losses else "non-finite"  # the steps since the last line
+                self.say(f"iter {self.iter_num}: loss {loss}, lr {lr:.2e}, {dt * 1000:.0f} ms, "
+                         f"{self.tokens_per_iter / dt:,.0f} tokens/s" + (f", MFU {mfu * 100:.1f}%" if mfu else "")
+                         + (" (the first step: compiling, allocating)" if warm_up else ""), flush=True)
         if record is not None and not c.eval_only:
             self.say(f"done: {self.iter_num} iterations in {time.time() - self.t_start:.0f} s. {describe(record)} "
                      f"(averages over layers); log in {self.folder.log_path}")

@@ -1,29 +1,53 @@
 #!/usr/bin/env bash
-# Training throughput on one GPU, in one command (issue 16):
-#   bench     python bench.py --train --compile=both -> results/bench_train.{json,md}: ms/step, tokens/s, MFU
-#             and peak memory of GPT-2 small (B=16, T=1024, AdamW, bf16) with no gate, G1 elementwise and
-#             G1 headwise, on the fused kernel and on PyTorch attention
-#   train     train.py with the same model and batch on the study corpus (repro.py prepare), 120 steps: the
+# Training throughput on one GPU, in one command each (issue 16):
+#   bash gpu/throughput.sh          -> $OUT/throughput.tar.gz
+#     sync    the training step never makes the host wait for the GPU: test_train.py's sync-debug-mode test
+#             (bf16 and fp16) and the optimizer-step tests
+#     bench   python bench.py --train --compile=both -> results/bench_train.{json,md}: ms/step, tokens/s, MFU
+#             and peak memory of GPT-2 small (B=16, T=1024, bf16, train.py's own optimizer step) with no gate,
+#             G1 elementwise and G1 headwise, on the fused kernel and on PyTorch attention
+#     train   train.py with the same model and batch on the study corpus (repro.py prepare), 120 steps: the
 #             tokens/s and MFU its log reports, to hold beside bench.py's
-# -> $OUT/throughput.tar.gz ($WORK/throughput/ with every step's output, the run's log.jsonl and
-# results/bench_train.*). TOY=1 DATA_DIR=<a prepared folder>: the same steps at toy size on a CPU.
+#   bash gpu/throughput.sh modes    -> $OUT/throughput-modes.tar.gz
+#     one compiled bench.py --train per torch.compile mode (reduce-overhead: CUDA graphs; max-autotune without
+#     them), each into the log folder, beside the default mode's results/bench_train.*
+# The tarball holds $WORK/<name>/ with every step's output (and the run's log.jsonl, results/bench_train.*).
+# TOY=1 DATA_DIR=<a prepared folder>: the same steps at toy size on a CPU.
 source "$(dirname "$0")/lib.sh"
-start_log throughput
-BENCH=(--compile=both)
-TRAIN=(--dataset=pysrc --max_iters=120 --eval_interval=100 --eval_iters=4 --log_interval=20 --compile=True)
-if [ "$TOY" = 1 ]; then
-    BENCH=(--tiny --match_params --out_dir="$LOG/bench")  # the smoke test checks the param-matched models too
-    TRAIN=(--dataset=toy --data_dir="${DATA_DIR:?TOY=1 needs DATA_DIR, a folder holding a prepared toy dataset}"
-           --n_layer=2 --n_head=2 --n_embd=64 --block_size=32 --batch_size=4 --max_iters=6 --eval_interval=5
-           --eval_iters=1 --log_interval=2 --compile=False --bos=False)
-else
-    compgen -G "data/pysrc/*_val_*.bin" > /dev/null || step prepare "$PYTHON" repro.py prepare
-fi
-
-step bench "$PYTHON" bench.py --train "${BENCH[@]}"
-RUN=$WORK/throughput-run  # apart from $LOG: its checkpoints are not packed, only its log
-rm -rf "$RUN"
-step train "$PYTHON" train.py config/train_owt_gpt2small.py --batch_size=16 --gradient_accumulation_steps=1 \
-    --out_dir="$RUN" "${TRAIN[@]}"
-pack throughput results/bench_train.json results/bench_train.md "$RUN/log.jsonl"
+PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider)
+case "${1:-}" in
+    "")
+        start_log throughput
+        BENCH=(--compile=both)
+        TRAIN=(--dataset=pysrc --max_iters=120 --eval_interval=100 --eval_iters=4 --log_interval=20 --compile=True)
+        if [ "$TOY" = 1 ]; then
+            BENCH=(--tiny --match_params --out_dir="$LOG/bench")  # the smoke test checks the param-matched models too
+            TRAIN=(--dataset=toy --data_dir="${DATA_DIR:?TOY=1 needs DATA_DIR, a folder holding a prepared toy dataset}"
+                   --n_layer=2 --n_head=2 --n_embd=64 --block_size=32 --batch_size=4 --max_iters=6 --eval_interval=5
+                   --eval_iters=1 --log_interval=2 --compile=False --bos=False)
+        else
+            compgen -G "data/pysrc/*_val_*.bin" > /dev/null || step prepare "$PYTHON" repro.py prepare
+        fi
+        step sync "${PYTEST[@]}" test_train.py -k "on_a_gpu or optimizer_step"
+        step bench "$PYTHON" bench.py --train "${BENCH[@]}"
+        RUN=$WORK/throughput-run  # apart from $LOG: its checkpoints are not packed, only its log
+        rm -rf "$RUN"
+        step train "$PYTHON" train.py config/train_owt_gpt2small.py --batch_size=16 --gradient_accumulation_steps=1 \
+            --out_dir="$RUN" "${TRAIN[@]}"
+        pack throughput results/bench_train.json results/bench_train.md "$RUN/log.jsonl"
+        ;;
+    modes)
+        start_log throughput-modes
+        EXTRA=(--compile=true)
+        [ "$TOY" = 1 ] && EXTRA=(--tiny)  # the smoke test never compiles: this checks the script and the key
+        for mode in reduce-overhead max-autotune-no-cudagraphs; do
+            step "bench-$mode" "$PYTHON" bench.py --train "${EXTRA[@]}" --compile_mode="$mode" --out_dir="$LOG/$mode"
+        done
+        pack throughput-modes
+        ;;
+    *)
+        echo "usage: bash gpu/throughput.sh [modes]   (no argument: sync, bench and train; modes: each compile mode)"
+        exit 2
+        ;;
+esac
 exit $STATUS
