@@ -226,8 +226,10 @@ def test_a_diverged_run_is_stopped_at_the_next_log_step(stdlib_data, tmp_path, m
 
 def test_the_training_loop_waits_for_the_device_only_at_log_and_eval_steps(stdlib_data, tmp_path, monkeypatch):
     """A step queues its work and returns: reading a tensor on the host (.item(), .tolist(), bool(), float(),
-    formatting, .numpy()) would make the CPU wait for the GPU every step. Here every such read inside train_step
-    raises, and the reads that remain (check_health) happen at the first step, the log steps and before evals."""
+    formatting, .numpy(), .cpu(), .nonzero()) would make the CPU wait for the GPU every step. Here every such read
+    inside train_step raises, and the reads that remain (check_health) happen at the first step, the log steps
+    and before evals. Other waits (a copy to the CPU with .to, boolean-mask indexing) look alike on a CPU: the GPU
+    tier's test_on_a_gpu_no_training_step_synchronises catches those."""
     in_step, drained_at = [False], []
 
     def guard(name):
@@ -238,7 +240,8 @@ def test_the_training_loop_waits_for_the_device_only_at_log_and_eval_steps(stdli
                 raise AssertionError(f"Tensor.{name} inside train_step: the host waits for the device")
             return original(self, *args, **kwargs)
         monkeypatch.setattr(torch.Tensor, name, read)
-    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "__format__", "numpy"):
+    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "__format__", "numpy", "cpu",
+                 "nonzero"):
         guard(name)
     step, check, next_batch = train.Trainer.train_step, train.Trainer.check_health, train.TrainLoader.next_batch
 
@@ -270,10 +273,42 @@ def test_the_training_loop_waits_for_the_device_only_at_log_and_eval_steps(stdli
     assert record["iter"] == 12 and record["train_loss"] is not None and record["tokens_per_s"] > 0
 
 
-def tiny_model_and_batch():
+def test_log_lines_and_records_time_the_training_steps_only(stdlib_data, tmp_path, monkeypatch, capsys):
+    """On a fake clock the first step takes 51 s (as compiling would), the next five 1 s each, the rest 2 s, and
+    each eval 100 s. The log lines and records time the steps alone: a line covers all the steps since the
+    previous line, an eval between them or not, and never the first step (128 tokens a step)."""
+    now = [0.0]
+    monkeypatch.setattr(train.time, "perf_counter", lambda: now[0])
+    step, log_and_save = train.Trainer.train_step, train.Trainer.log_and_save
+
+    def train_step(self):
+        now[0] += 51.0 if self.iter_num == 0 else 1.0 if self.iter_num < 6 else 2.0
+        step(self)
+
+    def slow_log_and_save(self, *args):
+        now[0] += 100.0
+        return log_and_save(self, *args)
+    monkeypatch.setattr(train.Trainer, "train_step", train_step)
+    monkeypatch.setattr(train.Trainer, "log_and_save", slow_log_and_save)
+    train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--max_iters=12",
+                       "--eval_interval=6", "--log_interval=4"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter ")]
+    timing = ["iter 4: steps 1-3, 1 s each", "iter 8: steps 4-7, 6 s in all", "iter 12: steps 8-11, 2 s each"]
+    for line, (ms, tokens) in zip(lines, ((1000, 128), (1500, 85), (2000, 64))):
+        assert f"{ms} ms, {tokens} tokens/s" in line, (line, timing)
+    assert len(lines) == 3
+    log = read_log(tmp_path / "run")  # evals at 6 (steps 1-5, 1 s each) and 12 (steps 6-11, 2 s each)
+    assert [r["iter"] for r in log] == [0, 6, 12] and log[0]["tokens_per_s"] is None
+    assert [r["tokens_per_s"] for r in log[1:]] == [pytest.approx(128.0), pytest.approx(64.0)]
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])  # where fused AdamW skips a step on the device
+
+
+def tiny_model_and_batch(device):
     torch.manual_seed(0)
-    model = model_py.GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=64))
-    x = torch.randint(0, 64, (2, 17))
+    model = model_py.GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=64)).to(device)
+    x = torch.randint(0, 64, (2, 17), device=device)
     return model, x[:, :-1], x[:, 1:]
 
 
@@ -281,17 +316,18 @@ def state_of(model, optimizer):
     return [t.clone() for t in model.parameters()] + [t.clone() for s in optimizer.state.values() for t in s.values()]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fused", [True, False])
-def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fused):
+def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fused, device):
     """train.optimizer_step: a finite step is exactly clip-then-AdamW; a step whose loss or gradients are not finite
     changes nothing at all (weights, moments, step counts), decided on the device with fused AdamW and on the host
     with the plain one."""
-    model, x, y = tiny_model_and_batch()
-    reference = model_py.GPT(model.config)
+    model, x, y = tiny_model_and_batch(device)
+    reference = model_py.GPT(model.config).to(device)
     reference.load_state_dict(model.state_dict())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, fused=fused)
     ref_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    scaler = torch.amp.GradScaler(device, enabled=False)
     for _ in range(2):  # two finite steps, against the textbook loop
         loss = model(x, y)[1]
         loss.backward()
@@ -319,16 +355,17 @@ def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fu
         assert all(torch.equal(a, b) for a, b in zip(before, state_of(model, optimizer))), poison
 
 
-def test_optimizer_step_with_fp16s_loss_scaler():
+@pytest.mark.parametrize("device", DEVICES)
+def test_optimizer_step_with_fp16s_loss_scaler(device):
     """fp16 (a GPU without bf16) scales the loss; optimizer_step unscales before clipping, so a step equals the
     unscaled one, and when the scaled gradients overflow the step is skipped and the scale halved (the scaler's
     own update, with no scaler.step: the skip is optimizer_step's). On CPU through torch's CPU GradScaler."""
-    model, x, y = tiny_model_and_batch()
-    reference = model_py.GPT(model.config)
+    model, x, y = tiny_model_and_batch(device)
+    reference = model_py.GPT(model.config).to(device)
     reference.load_state_dict(model.state_dict())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
     ref_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2, foreach=False)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1000)
+    scaler = torch.amp.GradScaler(device, init_scale=2.0**10, growth_interval=1000)
     loss = model(x, y)[1]
     scaler.scale(loss).backward()
     stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
@@ -350,7 +387,9 @@ def test_optimizer_step_with_fp16s_loss_scaler():
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_on_a_gpu_no_training_step_synchronises(stdlib_data, tmp_path, monkeypatch, dtype):
     """On a GPU, torch's sync debug mode raises at any operation that makes the host wait for the device; it is
-    on for every training step after the first (which may compile, autotune and allocate)."""
+    on for every training step after the first (which may compile, autotune and allocate). One step's loss is
+    NaN: it is skipped on the device and counted at the next read."""
+    poison_forward(monkeypatch, bad_calls={4})
     step = train.Trainer.train_step
 
     def train_step(self):
@@ -364,7 +403,28 @@ def test_on_a_gpu_no_training_step_synchronises(stdlib_data, tmp_path, monkeypat
     train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--device=cuda",
                        f"--dtype={dtype}", "--max_iters=8", "--eval_interval=8", "--log_interval=4"])
     record = read_log(tmp_path / "run")[-1]
-    assert record["iter"] == 8 and record["nonfinite_steps"] == 0 and math.isfinite(record["train_loss"])
+    assert record["iter"] == 8 and record["nonfinite_steps"] == 1 and math.isfinite(record["train_loss"])
+    _, checkpoint = load_checkpoint(str(tmp_path / "run" / "ckpt.pt"))
+    assert all(torch.isfinite(t).all() for t in checkpoint["model"].values())
+
+
+def test_a_checkpoint_of_the_plain_adamw_resumes_fused(stdlib_data, tmp_path):
+    """Checkpoints written by the plain AdamW loop (train.py before it used the fused one on CPUs; an MPS run)
+    say fused=None in their optimizer's groups. They resume into this machine's fused AdamW (whose skip of a
+    non-finite step works only when fused) and continue exactly as the same checkpoint saved fused does."""
+    args = TINY + [f"--data_dir={stdlib_data}", "--eval_interval=2"]
+    fused, plain = tmp_path / "fused", tmp_path / "plain"
+    train.main(args + [f"--out_dir={fused}", "--max_iters=2"])
+    shutil.copytree(fused, plain)
+    _, checkpoint = load_checkpoint(str(plain / "ckpt.pt"))
+    for group in checkpoint["optimizer"]["param_groups"]:
+        group["fused"] = None
+    save_checkpoint(checkpoint, str(plain / "ckpt.pt"))
+    for out_dir in (fused, plain):
+        train.main(args + [f"--out_dir={out_dir}", "--max_iters=4", "--init_from=resume"])
+    a, b = (load_checkpoint(str(out_dir / "ckpt.pt"))[1] for out_dir in (fused, plain))
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert all(group["fused"] for group in b["optimizer"]["param_groups"])
 
 
 # ----------------------------------------------------------------------------

@@ -20,8 +20,8 @@ in out_dir changes until the first evaluation, so a command that fails early lea
 
 Read top to bottom: the keys -> the schedule, loss spikes and one optimizer step (optimizer_step, which bench.py
 times too) -> checking the keys -> the run folder -> the Trainer (build, train_step, check_health, evaluate,
-log_and_save, run) -> main. The training loop never waits for the GPU except at log and eval steps: each step
-is queued, and check_health reads the queued steps' losses then.
+log_and_save, run) -> main. The training loop waits for the GPU only after the first step, at log steps and
+before evals: each step is queued, and check_health reads the queued steps' losses then.
 """
 
 import ctypes
@@ -188,20 +188,21 @@ def count_spike(health, loss, threshold):
 def optimizer_step(optimizer, scaler, params, grad_clip, loss):
     """Finish one optimizer step whose gradients are in place: unscale (fp16), clip, step, zero the gradients.
     A step whose loss or gradient norm is not finite is skipped, and the skip is decided on the device: fused
-    AdamW takes a `found_inf` flag (the protocol torch's GradScaler uses) and leaves the weights, its moments and
-    its step count as they were. So this never waits for the GPU, and the host can queue the next step while this
-    one runs. Returns (loss, gradient norm, taken) as one float tensor on the device, for check_health to read
-    later. train.py and bench.py --train both time this same step."""
+    AdamW (CUDA, CPU) takes a `found_inf` flag, the protocol torch's GradScaler uses, and leaves the weights, its
+    moments and its step count as they were. So this never waits for the GPU, and the host can queue the next
+    step while this one runs. Returns (loss, gradient norm, taken) as one float tensor on the device, for
+    check_health to read later. train.py and bench.py --train both time this same step."""
     scaler.unscale_(optimizer)  # fp16 only: the gradients as they really are, before clipping
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf)
     taken = torch.isfinite(loss) & torch.isfinite(grad_norm)
-    if optimizer.defaults.get("fused"):
+    if all(group.get("fused") for group in optimizer.param_groups):
+        # read by AdamW.step as GradScaler sets it (torch/amp/grad_scaler.py, _maybe_opt_step): 1 = skip the step
         optimizer.found_inf = (~taken).float()
         try:
             optimizer.step()
         finally:
             del optimizer.found_inf
-    elif taken.item():  # an optimizer without the flag can only be told from the host: one synchronisation
+    elif taken.item():  # the plain loop (MPS) can only be told from the host: one synchronisation a step
         optimizer.step()
     if scaler.is_enabled():
         scaler.update()  # lowers the loss scale after an fp16 overflow (the check unscale_ made), raises it after a run
@@ -225,7 +226,8 @@ POSITIVE_INTS = ("batch_size", "block_size", "eval_interval", "log_interval", "e
                  "gradient_accumulation_steps", "max_nonfinite", "max_iters")
 # keys that belong to one command, not to the run: a resumed run takes them from this command, never
 # from the checkpoint (a run trained on one machine may be resumed on another)
-PER_COMMAND = ("out_dir", "init_from", "eval_only", "overwrite", "device", "dtype", "compile", "compile_mode", "backend")
+PER_COMMAND = ("out_dir", "init_from", "eval_only", "overwrite", "device", "dtype", "compile", "compile_mode",
+               "backend")
 DATA_KEYS = ("dataset", "data_dir")
 RESUME_KEYS = {"model", "optimizer", "scaler", "model_args", "iter_num", "val_loss", "best_val_loss", "config", "rng",
                "loader", "health"}
@@ -420,6 +422,27 @@ def prepare_data(c, block, vocab_size, rank, world_size, ddp):
 # -----------------------------------------------------------------------------
 # The run
 
+@dataclass
+class Span:
+    """Training since some point (the last log line, the last eval): the finite steps' losses, and the seconds and
+    number of the steps that were timed (evaluations and the first step, which compiles, are not)."""
+    losses: list = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+    steps: int = 0
+
+    def add(self, losses, seconds, steps, timed=True):
+        self.losses += losses
+        if timed:
+            self.seconds += seconds
+            self.steps += steps
+
+    def mean_loss(self):
+        return sum(self.losses) / len(self.losses) if self.losses else None
+
+    def step_time(self):
+        return self.seconds / self.steps
+
+
 class Trainer:
     """One training run as named steps: build (in __init__) -> train_step -> check_health, and every
     eval_interval iterations evaluate -> log_and_save. run() is the loop that calls them."""
@@ -492,7 +515,12 @@ class Trainer:
         self.pending = []  # each step's (loss, gradient norm, taken) on the device, until check_health reads them
         if checkpoint is None:
             return
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        # Which AdamW runs (fused or not) belongs to this machine, not to the run: a checkpoint saved by the plain
+        # loop (an older version, or a Mac) resumes fused here, its step counts moved to the parameters' device.
+        saved = checkpoint["optimizer"]
+        saved["param_groups"] = [{**group, "fused": self.optimizer.defaults["fused"], "foreach": None}
+                                 for group in saved["param_groups"]]
+        self.optimizer.load_state_dict(saved)
         if checkpoint["scaler"] is not None:
             self.scaler.load_state_dict(checkpoint["scaler"])
         self.loader.load_state_dict(checkpoint["loader"])
@@ -536,10 +564,11 @@ class Trainer:
             return []
         steps, self.pending = torch.stack(self.pending).tolist(), []
         losses = []
-        for it, (loss, grad_norm, _) in enumerate(steps, start=self.iter_num - len(steps)):
-            # fp16's overflowing gradients are its scaler's routine (it lowers the scale and the step is skipped);
-            # any other non-finite value is a sign of divergence
-            if math.isfinite(loss) and (self.scaler.is_enabled() or math.isfinite(grad_norm)):
+        for it, (loss, grad_norm, taken) in enumerate(steps, start=self.iter_num - len(steps)):
+            # fp16's gradients overflowing the loss scale are routine (the step is skipped and the scaler lowers
+            # the scale); any other skipped step is a sign of divergence
+            fp16_overflow = self.scaler.is_enabled() and math.isfinite(loss)
+            if taken or fp16_overflow:
                 self.nonfinite_in_a_row = 0
                 count_spike(self.health, loss, self.c.spike_threshold)
                 losses.append(loss)
@@ -573,22 +602,19 @@ class Trainer:
         self.model.train()
         return (total[0] / total[1]).item(), probe.stats, probe.heads
 
-    def log_and_save(self, lr, speed):
-        """Evaluate, write the record to log.jsonl (and wandb), and save the checkpoints."""
+    def log_and_save(self, lr, since_eval):
+        """Evaluate, write the record to log.jsonl (and wandb), and save the checkpoints. since_eval: the Span of
+        training since the last eval."""
         val_loss, stats, heads = self.evaluate()
-        train_losses, train_time, timed_iters = speed
-        mfu = None
-        if timed_iters:
-            mfu = estimate_mfu(self.raw_model, self.c.batch_size * self.accum, train_time / timed_iters,
-                               device=self.device)
+        dt = since_eval.step_time() if since_eval.steps else None  # seconds a step
         record = {
             "iter": self.iter_num,
-            "train_loss": sum(train_losses) / len(train_losses) if train_losses else None,  # steps since last eval
+            "train_loss": since_eval.mean_loss(),
             "val_loss": finite_or_none(val_loss),
             "lr": lr,
             "tokens": self.iter_num * self.tokens_per_iter,
-            "tokens_per_s": self.tokens_per_iter * timed_iters / train_time if timed_iters else None,
-            "mfu": mfu,
+            "tokens_per_s": self.tokens_per_iter / dt if dt else None,
+            "mfu": estimate_mfu(self.raw_model, self.c.batch_size * self.accum, dt, device=self.device) if dt else None,
             "first_token_attn": layer_mean(stats["first_token_attn"]),
             "sink_share": layer_mean(stats["sink_share"]),  # the largest share of attention any one key gets
             "sink_heads": layer_mean(stats["sink_heads"]),  # the share of heads with F-Attn > 0.3 (Gu et al.)
@@ -661,8 +687,9 @@ class Trainer:
         self.say(f"data: {self.data_dir}, {len(self.loader.windows):,} training windows{anchor}; "
                  f"{self.tokens_per_iter:,} tokens per iteration")
         self.start_iter, self.t_start = self.iter_num, time.time()
-        record, since_eval = None, ([], 0.0, 0)  # since the last eval: the finite losses; timed seconds and steps
-        t_last, iter_last = time.time(), self.iter_num  # when the host last waited for the device, and at which iter
+        record, since_log, since_eval = None, Span(), Span()
+        t_read, iter_read = time.perf_counter(), self.iter_num  # when the host last waited for the device, and at which
+        # iteration: the steps since then are queued
         if self.start_iter >= c.max_iters and not c.eval_only:
             self.say(f"nothing to do: the checkpoint is at iter {self.start_iter} and max_iters={c.max_iters}")
         while True:
@@ -672,30 +699,33 @@ class Trainer:
             resumed_here = self.iter_num == self.start_iter > 0 and not c.eval_only  # its eval is in the log
             if self.eval_due() and not resumed_here:
                 record = self.log_and_save(lr, since_eval)
-                since_eval, t_last, iter_last = ([], 0.0, 0), time.time(), self.iter_num  # eval time is not training time
+                since_eval = Span()
+                t_read, iter_read = time.perf_counter(), self.iter_num  # evaluation time is not training time
             if c.eval_only or self.iter_num >= c.max_iters:
                 break
             self.train_step()
             self.iter_num += 1
-            warm_up = self.iter_num == self.start_iter + 1  # pays for compiling and allocating: never timed
-            logging = self.iter_num % c.log_interval == 0
-            if not (warm_up or logging or self.eval_due()):
+            first_step = self.iter_num == self.start_iter + 1  # compiles and allocates: never timed
+            log_step = self.iter_num % c.log_interval == 0
+            if not (first_step or log_step or self.eval_due()):
                 continue  # the host goes straight on to queue the next step while the device works
-            # Wait for the device to finish the queued steps, read their losses, and time them: measured this
-            # way, the wall time per step is what bench.py --train measures for the same step.
+            # Wait for the device to finish the queued steps, read their losses, and time them: measured this way,
+            # a step's wall time is what bench.py --train measures for the same step, plus loading the batch.
             losses = self.check_health()
-            t_now = time.time()
-            seconds, steps = t_now - t_last, self.iter_num - iter_last
-            t_last, iter_last = t_now, self.iter_num
-            timed = not warm_up
-            since_eval = (since_eval[0] + losses, since_eval[1] + seconds * timed, since_eval[2] + steps * timed)
-            if logging:
-                dt = seconds / steps
+            t_now = time.perf_counter()
+            seconds, steps = t_now - t_read, self.iter_num - iter_read
+            t_read, iter_read = t_now, self.iter_num
+            for span in (since_log, since_eval):
+                span.add(losses, seconds, steps, timed=not first_step)
+            if log_step:
+                dt = since_log.step_time() if since_log.steps else seconds  # the first step alone: its own time
                 mfu = estimate_mfu(self.raw_model, c.batch_size * self.accum, dt, device=self.device)
-                loss = f"{sum(losses) / len(losses):.4f}" if losses else "non-finite"  # the steps since the last line
-                self.say(f"iter {self.iter_num}: loss {loss}, lr {lr:.2e}, {dt * 1000:.0f} ms, "
-                         f"{self.tokens_per_iter / dt:,.0f} tokens/s" + (f", MFU {mfu * 100:.1f}%" if mfu else "")
-                         + (" (the first step: compiling, allocating)" if warm_up else ""), flush=True)
+                loss = since_log.mean_loss()
+                self.say(f"iter {self.iter_num}: loss {'non-finite' if loss is None else f'{loss:.4f}'}, lr {lr:.2e}, "
+                         f"{dt * 1000:.0f} ms, {self.tokens_per_iter / dt:,.0f} tokens/s"
+                         + (f", MFU {mfu * 100:.1f}%" if mfu else "")
+                         + (" (the first step: compiling, allocating)" if first_step else ""), flush=True)
+                since_log = Span()
         if record is not None and not c.eval_only:
             self.say(f"done: {self.iter_num} iterations in {time.time() - self.t_start:.0f} s. {describe(record)} "
                      f"(averages over layers); log in {self.folder.log_path}")
