@@ -15,6 +15,7 @@ import subprocess
 import tarfile
 
 from test_bench import check_bench_kernels_tiny, check_bench_train_tiny
+from test_train import folder_state
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,6 +46,7 @@ def bench_output(files, name):
 def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     """kernels.sh, throughput.sh and the study's start / wait / pack, side by side (they are independent)."""
     data = {"DATA_DIR": dataset}
+    results = folder_state(os.path.join(REPO, "results"))  # committed GPU measurements: toy runs must not touch them
     jobs = {name: script(name, work=tmp_path / name, env=data, wait=False) for name in ("kernels", "throughput")}
     study = tmp_path / "study"
     start = script("study", "start", "baseline", "--seeds=1", "--max_iters=6", "--eval_interval=3", "--",
@@ -76,8 +78,8 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     assert {"repro-tiny/report/REPORT.md", "repro-tiny/report/summary.json", "repro-tiny/report/evaluate/summary.json",
             "repro-tiny/commands.jsonl", "repro-tiny/baseline/seed1337/log.jsonl", "study/study-job/output.txt"} <= set(files)
     assert files["study/study-job/exit"].strip() == b"0"
-    # toy runs write only under WORK: nothing in results/, which holds committed GPU measurements only
-    assert not any(n.startswith(("bench_", "repro")) for n in os.listdir(os.path.join(REPO, "results")))
+    # toy runs write only under WORK: results/, which holds committed GPU measurements only, is as it was
+    assert folder_state(os.path.join(REPO, "results")) == results
     assert b"repro.py evaluate --windows=4" in files["study/study-job/command"]
 
 

@@ -462,10 +462,12 @@ def test_train_config_lists_every_model_flag_at_the_models_default():
 
 
 def test_missing_dataset_names_the_prepare_command(tmp_path):
+    out = f"--out_dir={tmp_path / 'run'}"  # not the default out/, which holds a run once the README's first command ran
     with pytest.raises(SystemExit, match=r"not prepared.*Prepare it first: python data/openwebtext/prepare.py"):
-        train.main([f"--data_dir={tmp_path}", "--dataset=openwebtext"])
+        train.main([f"--data_dir={tmp_path}", "--dataset=openwebtext", out])
     with pytest.raises(SystemExit, match="python data/textdir/prepare.py --src DIR --name mycode"):
-        train.main([f"--data_dir={tmp_path}", "--dataset=mycode"])
+        train.main([f"--data_dir={tmp_path}", "--dataset=mycode", out])
+    assert not (tmp_path / "run").exists()
 
 
 def test_cli_errors_exit_nonzero_with_the_message():
