@@ -218,7 +218,7 @@ if args.train:
 
             record = dict(device=device_name, config="tiny" if args.tiny else "gpt2-small", variant=variant,
                           flags=VARIANTS[variant].flags, backend=backend, compile=use_compile,
-                          compile_mode=args.compile_mode if use_compile else None, params=model.num_params())
+                          params=model.num_params())
             try:
                 for _ in range(warmup):
                     step()

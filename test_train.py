@@ -293,10 +293,10 @@ def test_log_lines_and_records_time_the_training_steps_only(stdlib_data, tmp_pat
     train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--max_iters=12",
                        "--eval_interval=6", "--log_interval=4"])
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter ")]
-    timing = ["iter 4: steps 1-3, 1 s each", "iter 8: steps 4-7, 6 s in all", "iter 12: steps 8-11, 2 s each"]
-    for line, (ms, tokens) in zip(lines, ((1000, 128), (1500, 85), (2000, 64))):
-        assert f"{ms} ms, {tokens} tokens/s" in line, (line, timing)
+    # the line at 4: steps 1-3, 1 s each; at 8: steps 4-7, 6 s in all; at 12: steps 8-11, 2 s each
     assert len(lines) == 3
+    for line, (ms, tokens) in zip(lines, ((1000, 128), (1500, 85), (2000, 64))):
+        assert f"{ms} ms, {tokens} tokens/s" in line, line
     log = read_log(tmp_path / "run")  # evals at 6 (steps 1-5, 1 s each) and 12 (steps 6-11, 2 s each)
     assert [r["iter"] for r in log] == [0, 6, 12] and log[0]["tokens_per_s"] is None
     assert [r["tokens_per_s"] for r in log[1:]] == [pytest.approx(128.0), pytest.approx(64.0)]

@@ -440,7 +440,8 @@ class Span:
         return sum(self.losses) / len(self.losses) if self.losses else None
 
     def step_time(self):
-        return self.seconds / self.steps
+        """Seconds a timed step, or None before any step was timed."""
+        return self.seconds / self.steps if self.steps else None
 
 
 class Trainer:
@@ -516,7 +517,8 @@ class Trainer:
         if checkpoint is None:
             return
         # Which AdamW runs (fused or not) belongs to this machine, not to the run: a checkpoint saved by the plain
-        # loop (an older version, or a Mac) resumes fused here, its step counts moved to the parameters' device.
+        # loop (an older version, or a Mac) resumes fused here, its step counts moved to the parameters' device
+        # (foreach=None: a group cannot be both fused and foreach).
         saved = checkpoint["optimizer"]
         saved["param_groups"] = [{**group, "fused": self.optimizer.defaults["fused"], "foreach": None}
                                  for group in saved["param_groups"]]
@@ -606,7 +608,7 @@ class Trainer:
         """Evaluate, write the record to log.jsonl (and wandb), and save the checkpoints. since_eval: the Span of
         training since the last eval."""
         val_loss, stats, heads = self.evaluate()
-        dt = since_eval.step_time() if since_eval.steps else None  # seconds a step
+        dt = since_eval.step_time()
         record = {
             "iter": self.iter_num,
             "train_loss": since_eval.mean_loss(),
@@ -688,8 +690,8 @@ class Trainer:
                  f"{self.tokens_per_iter:,} tokens per iteration")
         self.start_iter, self.t_start = self.iter_num, time.time()
         record, since_log, since_eval = None, Span(), Span()
-        t_read, iter_read = time.perf_counter(), self.iter_num  # when the host last waited for the device, and at which
-        # iteration: the steps since then are queued
+        # when the host last waited for the device, and at which iteration: the steps since then are still queued
+        t_read, iter_read = time.perf_counter(), self.iter_num
         if self.start_iter >= c.max_iters and not c.eval_only:
             self.say(f"nothing to do: the checkpoint is at iter {self.start_iter} and max_iters={c.max_iters}")
         while True:
@@ -718,7 +720,7 @@ class Trainer:
             for span in (since_log, since_eval):
                 span.add(losses, seconds, steps, timed=not first_step)
             if log_step:
-                dt = since_log.step_time() if since_log.steps else seconds  # the first step alone: its own time
+                dt = since_log.step_time() or seconds  # the first step alone (log_interval=1): its own time
                 mfu = estimate_mfu(self.raw_model, c.batch_size * self.accum, dt, device=self.device)
                 loss = since_log.mean_loss()
                 self.say(f"iter {self.iter_num}: loss {'non-finite' if loss is None else f'{loss:.4f}'}, lr {lr:.2e}, "
