@@ -1,8 +1,10 @@
 """
 Benchmarks for the gated attention kernels and for full training steps.
 
-  python bench.py --kernels            # attention alone: SDPA, SDPA + gate, fused Triton (bf16, GPU)
-  python bench.py --train              # GPT-2 small optimizer steps of three variants of variants.py (TIMED),
+  python bench.py --kernels            # attention alone: SDPA, SDPA + gate, fused Triton with each way of getting
+                                       # dQ in its backward (kernels.choose_backward); bf16, GPU
+  python bench.py --train              # GPT-2 small optimizer steps of three variants of variants.py (TIMED,
+                                       # or --variants=...),
                                        # each with the fused Triton and the PyTorch attention, with and
                                        # without torch.compile
   python bench.py --kernels --train --tiny   # smoke test: tiny sizes, fp32; on CPU, Triton's interpreter and
@@ -53,6 +55,8 @@ class Keys:
     block_size: int = 1024  # --train: T
     compile: str = "both"  # --train: torch.compile: both, true or false
     compile_mode: str = "default"  # --train: torch.compile's mode, one of common.COMPILE_MODES (train.py's key too)
+    variants: str = ",".join(TIMED)  # --train: comma-separated variants of variants.py (python repro.py list)
+    backends: str = ",".join(BACKENDS)  # --train: comma-separated attention backends, of triton and torch
     match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
     warmup: int = 10  # --train: untimed steps first (compile happens here)
     steps: int = 20  # --train: timed steps
@@ -81,9 +85,23 @@ if args.compile_mode not in COMPILE_MODES:
 if args.gqa < 0:
     fail(f"--gqa={args.gqa}: give 0 (no GQA rows) or the number of query heads per KV head")
 seq_lens, head_dims = int_list("seq_lens", args.seq_lens), int_list("head_dims", args.head_dims)
+
+
+def name_list(key, text, valid):
+    names = [t for t in text.split(",") if t]
+    wrong = [n for n in names if n not in valid]
+    if not names or wrong:
+        fail(f"--{key}={text}: {'unknown ' + ', '.join(map(repr, wrong)) if wrong else 'give at least one'}; "
+             f"choose from {', '.join(valid)}")
+    return names
+
+
+variants = name_list("variants", args.variants, list(VARIANTS))
+backends = name_list("backends", args.backends, list(BACKENDS))
 if not cuda and not args.tiny:  # GPT-2 small and the kernel sweep would take hours on a CPU and measure nothing
     fail("bench.py measures GPU speed and no CUDA GPU is visible here; "
          "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
+import kernels  # noqa: E402
 from kernels import attention_torch, gated_attention  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from train import optimizer_step  # noqa: E402
@@ -126,15 +144,25 @@ def sig(x, digits=4):
     return float(f"{x:.{digits}g}")
 
 
-def write(name, payload, notes, header, rows):
+def markdown_table(header, rows):
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
+        ["| " + " | ".join("–" if c is None else str(c) for c in row) + " |" for row in rows]
+
+
+def write(name, payload, notes, header, rows, summary=None):
+    """{out_dir}/{name}.json (payload) and .md: notes, then summary = (title, header, rows) if given, then the table
+    of every measurement."""
     payload = dict(smoke_test=args.tiny, **payload)
     with open(os.path.join(args.out_dir, name + ".json"), "w") as f:
         json.dump(payload, f, indent=1)
     smoke = [f"- **{SMOKE_NOTE}**"] if args.tiny else []  # the first thing a reader of the file sees
     lines = [f"# {name}", "", *smoke, f"- device: {device_name}", f"- date: {date}", f"- command: `{command}`",
              *[f"- {n}" for n in notes], ""]
-    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    table += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    table = markdown_table(header, rows)
+    if summary:
+        title, summary_header, summary_rows = summary
+        table = [f"## {title}", "", *markdown_table(summary_header, summary_rows), "", "## Every measurement", "",
+                 *table]
     with open(os.path.join(args.out_dir, name + ".md"), "w") as f:
         f.write("\n".join(lines + table) + "\n")
     print("\n".join(table))
@@ -145,12 +173,37 @@ def write(name, payload, notes, header, rows):
 # ----------------------------------------------------------------------------
 # --kernels: attention alone
 
-PROVIDERS = {  # name -> (function of q, k, v, gate, causal; uses the gate?)
-    "sdpa": (lambda q, k, v, g, c: attention_torch(q, k, v, None, c), False),
-    "sdpa+gate": (lambda q, k, v, g, c: attention_torch(q, k, v, g, c), True),
-    "triton": (lambda q, k, v, g, c: gated_attention(q, k, v, None, c, backend="triton"), False),
-    "triton+gate": (lambda q, k, v, g, c: gated_attention(q, k, v, g, c, backend="triton"), True),
+# name -> (function of q, k, v, gate, causal; the fused backward's way to dQ, or None for SDPA; modes timed). The
+# forward does not depend on the backward's mode, so the atomic provider times forward+backward only.
+PROVIDERS = {
+    "sdpa": (lambda q, k, v, g, c: attention_torch(q, k, v, None, c), None, ("fwd", "fwd+bwd")),
+    "sdpa+gate": (lambda q, k, v, g, c: attention_torch(q, k, v, g, c), None, ("fwd", "fwd+bwd")),
+    "triton": (lambda q, k, v, g, c: gated_attention(q, k, v, None, c, backend="triton"), "recompute",
+               ("fwd", "fwd+bwd")),
+    "triton+gate": (lambda q, k, v, g, c: gated_attention(q, k, v, g, c, backend="triton"), "recompute",
+                    ("fwd", "fwd+bwd")),
+    "triton+gate atomic-dq": (lambda q, k, v, g, c: gated_attention(q, k, v, g, c, backend="triton"), "atomic",
+                              ("fwd+bwd",)),
 }
+FUSED = ("triton+gate", "triton+gate atomic-dq")  # the fused gated attention, under each way of getting dQ
+
+
+def kernel_summary(records):
+    """One row per shape: forward+backward ms of SDPA, SDPA + gate and the fused kernel (each dQ mode), and speed
+    ratios (another provider's ms over the fused kernel's: above 1, the fused kernel is faster) for the faster
+    of the fused modes, the issue's targets: >= 1 against SDPA + gate, >= 0.9 against SDPA alone."""
+    ms = {(r["D"], r["H"], r["Hkv"], r["T"], r["B"], r["provider"], r["mode"]): r["ms"] for r in records}
+    rows = []
+    for shape in dict.fromkeys(key[:5] for key in ms):
+        get = lambda provider, mode="fwd+bwd": ms.get((*shape, provider, mode))  # noqa: E731
+        fused = {p: get(p) for p in FUSED if get(p) is not None}
+        best = min(fused, key=fused.get)
+        rows.append(dict(zip(("D", "H", "Hkv", "T", "B"), shape), sdpa=get("sdpa"), sdpa_gate=get("sdpa+gate"),
+                         **{p: get(p) for p in FUSED}, best=best,
+                         vs_sdpa_gate=sig(get("sdpa+gate") / fused[best], 3), vs_sdpa=sig(get("sdpa") / fused[best], 3),
+                         fwd_vs_sdpa_gate=sig(get("sdpa+gate", "fwd") / get("triton+gate", "fwd"), 3)))
+    return rows
+
 
 if args.kernels:
     seq_lens, head_dims = ([16, 40], [32]) if args.tiny else (seq_lens, head_dims)
@@ -168,30 +221,45 @@ if args.kernels:
                 for t in (q, k, v, g):
                     t.requires_grad_()
                 fwd_flops = 4 * B * H * T * T * D * (0.5 if causal else 1.0)
-                for provider, (fn, gated) in PROVIDERS.items():
+                for provider, (fn, backward, modes) in PROVIDERS.items():
+                    if backward:
+                        kernels.choose_backward(backward)
                     run = lambda: fn(q, k, v, g, causal)  # noqa: E731
                     for mode, flops, call in (("fwd", fwd_flops, run),
                                               ("fwd+bwd", 3.5 * fwd_flops, lambda: run().backward(dy))):
+                        if mode not in modes:
+                            continue
                         ms = time_ms(call, grads=(q, k, v, g))
                         records.append(dict(device=device_name, B=B, H=H, Hkv=Hkv, T=T, D=D, causal=causal,
                                             dtype=str(dtype).replace("torch.", ""), provider=provider, mode=mode,
                                             ms=sig(ms), tflops=sig(flops / ms / 1e9)))
-                        print(f"D={D} H={H} Hkv={Hkv} T={T} B={B} {provider:12s} {mode:8s} {ms:9.3f} ms "
+                        print(f"D={D} H={H} Hkv={Hkv} T={T} B={B} {provider:21s} {mode:8s} {ms:9.3f} ms "
                               f"{records[-1]['tflops']:8.2f} TFLOP/s", flush=True)
-    write("bench_kernels", dict(date=date, device=device_name, command=command, records=records),
+    kernels.choose_backward(kernels.DEFAULT_BACKWARD)
+    summary = kernel_summary(records)
+    write("bench_kernels", dict(date=date, device=device_name, command=command, summary=summary, records=records),
           [f"dtype {str(dtype).replace('torch.', '')}, causal={causal}, B*T = {tokens}, H*D = {width}, "
            "inputs require grad; median of triton.testing.do_bench (CPU: one call)",
-           "TFLOP/s: forward 4*B*H*T^2*D (halved when causal), forward+backward 3.5x that"],
+           "TFLOP/s: forward 4*B*H*T^2*D (halved when causal), forward+backward 3.5x that",
+           "triton+gate: the fused kernel with dQ in a kernel of its own (recompute); triton+gate atomic-dq: dQ added "
+           "atomically in the dK/dV pass (kernels.choose_backward)"],
           ["D", "H", "Hkv", "T", "B", "provider", "mode", "ms", "TFLOP/s"],
-          [[r["D"], r["H"], r["Hkv"], r["T"], r["B"], r["provider"], r["mode"], r["ms"], r["tflops"]] for r in records])
+          [[r["D"], r["H"], r["Hkv"], r["T"], r["B"], r["provider"], r["mode"], r["ms"], r["tflops"]] for r in records],
+          summary=("Fused gated attention against SDPA, forward+backward",
+                   ["D", "H", "Hkv", "T", "SDPA ms", "SDPA+gate ms", "fused ms (recompute dQ)", "fused ms (atomic dQ)",
+                    "faster dQ", "SDPA+gate / fused", "SDPA / fused", "fwd: SDPA+gate / fused"],
+                   [[r["D"], r["H"], r["Hkv"], r["T"], r["sdpa"], r["sdpa_gate"], r["triton+gate"],
+                     r["triton+gate atomic-dq"], "atomic" if r["best"] == FUSED[1] else "recompute", r["vs_sdpa_gate"],
+                     r["vs_sdpa"], r["fwd_vs_sdpa_gate"]] for r in summary]))
 
 # ----------------------------------------------------------------------------
 # --train: full optimizer steps of GPT-2 small (or a tiny model)
 
 if args.train:
     if args.tiny:
-        base = dict(block_size=32, vocab_size=128, n_layer=2, n_head=2, n_embd=64)
-        batch_size, warmup, steps, compiles = 2, 1, 2, [False]
+        # a tiny model, with the batch scaled down from --batch_size and --block_size (16 x 1024 -> 2 x 32)
+        base = dict(block_size=max(8, args.block_size // 32), vocab_size=128, n_layer=2, n_head=2, n_embd=64)
+        batch_size, warmup, steps, compiles = max(1, args.batch_size // 8), 1, 2, [False]
     else:  # GPT-2 small: 12 layers, 12 heads, 768 wide, T=1024, vocab 50304
         base = dict(block_size=args.block_size, vocab_size=50304, n_layer=12, n_head=12, n_embd=768)
         batch_size, warmup, steps = args.batch_size, args.warmup, args.steps
@@ -200,7 +268,7 @@ if args.train:
     autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
     records = []
     for use_compile in compiles:
-        for variant, backend in ((v, b) for v in TIMED for b in BACKENDS):
+        for variant, backend in ((v, b) for v in variants for b in backends):
             torch.manual_seed(0)
             config = GPTConfig(**base, **VARIANTS[variant].flags, attn_backend=backend, match_params=args.match_params)
             model = GPT(config).to(device)
@@ -250,12 +318,14 @@ if args.train:
                 torch.cuda.empty_cache()
     write("bench_train", dict(date=date, device=device_name, command=command, model=base, batch_size=batch_size,
                               match_params=args.match_params, compile_mode=args.compile_mode,
+                              kernel_backward=kernels.BACKWARD,
                               dtype=str(dtype).replace("torch.", ""), records=records),
           [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
            f"{warmup} warm-up then {steps} timed steps of train.py's own (train.optimizer_step: gradient clipping, "
-           f"a non-finite step skipped on the device, fused AdamW); compiled with mode={args.compile_mode!r}",
-           "variants (variants.py): " + "; ".join(f"{v} {VARIANTS[v].flags}" for v in TIMED),
+           f"a non-finite step skipped on the device, fused AdamW); compiled with mode={args.compile_mode!r}; "
+           f"the fused kernel's backward gets dQ by {kernels.BACKWARD!r} (kernels.choose_backward)",
+           "variants (variants.py): " + "; ".join(f"{v} {VARIANTS[v].flags}" for v in variants),
            "MFU: common.estimate_mfu against common.peak_flops (dense bf16 peak of the GPU)"],
           ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
           [[r["variant"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],

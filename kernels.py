@@ -19,7 +19,7 @@ in the autograd Function, and comments or docstrings that mention the gate.
   STAGE 1 / 2 (off/on-band)   MASKED=False / True     blocks that need no mask / diagonal and ragged blocks
   causal_start, lo, hi        _key_range              where the unmasked stage ends (split) and the masked one (hi)
   _attn_bwd_preprocess        _bwd_pre                delta per row (here also dO and dGate)
-  _attn_bwd                   _bwd_dkdv + _bwd_dq     the backward, as two kernels (see below)
+  _attn_bwd                   _dkdv_kernel, _bwd_dq   the backward: dK/dV, then dQ apart or added atomically (below)
   _attn_bwd_dkdv, MASK        _dkdv_inner, MASKED     dK, dV of one key block, looping over query blocks
   _attn_bwd_dq, MASK          _dq_inner, MASKED       dQ of one query block, looping over key blocks
   _attention                  _FlashGatedAttention    the torch.autograd.Function
@@ -49,9 +49,15 @@ What it does that the tutorial does not, and why:
   - the backward takes the gated Y and dY, never O: _bwd_pre makes dO = dY * s, delta = rowsum(dO * O) =
     rowsum(dY * Y) and dGate = dY * Y * (1 - s) (summed over D when headwise), with no division by a small s.
   - GQA: query head h reads kv head h // GROUP in place (no repeated copy of k, v).
-  - the backward is two kernels (the tutorial's one _attn_bwd does a dK/dV block, then a dQ block, in each
-    program), neither with atomics: _bwd_dkdv runs per (key block, batch*kv head) and loops over the GROUP
-    query heads that share the kv head, so each dK/dV tile is written once; _bwd_dq per (query block, batch*head).
+  - _dkdv_kernel runs per (key block, batch*kv head) and loops over the GROUP query heads that share the kv head,
+    so each dK/dV tile is written once, with no atomics (the tutorial's one _attn_bwd does a dK/dV block, then a
+    dQ block, in each program). dQ comes one of two ways (choose_backward):
+      'recompute' (default): _bwd_dq, per (query block, batch*head), recomputes P and dP over the key blocks;
+        every block pair costs 7 block matmuls in all (the tutorial's way), and dQ is the same on every run.
+      'atomic': in the dK/dV pass, as FlashAttention-2 does: each block pair adds its dS K to an fp32 dQ with
+        atomic adds, so a pair costs 5 matmuls and there is no second pass; the order of the adds varies from
+        run to run on a GPU, so dQ varies in its last bits. _bwd_dkdv and _bwd_dkdv_dq are _dkdv_kernel under
+        two autotuners, one per mode.
   - each tensor has its own four strides, in every kernel (the tutorial's backward wants one contiguous
     layout), so transposed views and a gate expanded over heads (head stride 0) need no copy; outputs and
     gradients are (B, T, H, D) buffers seen as (B, H, T, D), so model.py's reshape back to (B, T, C) is free.
@@ -59,13 +65,14 @@ What it does that the tutorial does not, and why:
     N_CTX to be a multiple of its blocks); masked scores are -inf (the tutorial adds -1e6).
   - fp16, bf16 and fp32 inputs: P and dS are cast to the inputs' dtype (the tutorial: fp16 or fp8); fp32 uses
     tl.dot input_precision="ieee", true fp32 products as in SDPA, not TF32.
-  - K is not pre-scaled: scores are multiplied by scale2 in the kernels, and dK, dQ by scale at the end.
+  - K is not pre-scaled: scores are multiplied by scale2 in the kernels, and dK, dQ by scale at the end (the
+    atomic dQ: each block pair's share, as it is added).
   - the forward and dQ kernels take their query blocks in reverse (start_m counts down from the last
     block), so the longest causal rows start first; dK/dV's first key blocks are already its longest.
   - the kernels sit behind two torch.library custom ops (gated_attention::forward, ::backward) with fake
     implementations, so torch.compile sees opaque calls with known output shapes and strides.
   - the LSE is returned too: first_token_attention reads each row's weight on key 0 from it in O(T) memory.
-  - choose_configs says which launch configs the three tuned kernels use: all of them autotuned (a GPU's
+  - choose_configs says which launch configs the tuned kernels use: all of them autotuned (a GPU's
     default), one fixed config (the interpreter's default, and the GPU test tier's), or any one row alone.
 """
 
@@ -85,6 +92,7 @@ except ImportError:  # the torch backend works without Triton; backend='triton' 
     HAS_TRITON = False
 
 BACKENDS = ("auto", "torch", "triton")
+BACKWARDS = ("recompute", "atomic")  # how the Triton backward gets dQ: see choose_backward
 LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E): the kernels work in base 2
 POISON_OUTPUTS = False  # tests set this: kernel outputs start as NaN, so an element never written shows up
 
@@ -235,7 +243,7 @@ if HAS_TRITON:
     _FWD_ROWS = [(64, 32, 4, 2), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)]
     _DKDV_ROWS = [(32, 32, 4, 2), (32, 64, 4, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 3)]
     _DQ_ROWS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 8, 3)]
-    _INTERPRETER_ROW = {"_attn_fwd": (64, 32, 1, 1), "_bwd_dkdv": (32, 64, 1, 1), "_bwd_dq": (64, 32, 1, 1)}
+    _FWD_INTERPRETER_ROW, _DKDV_INTERPRETER_ROW, _DQ_INTERPRETER_ROW = (64, 32, 1, 1), (32, 64, 1, 1), (64, 32, 1, 1)
     _PRE_BLOCK_M = 64
     # What the best config depends on: the length (rounded up to a power of two, so one benchmark serves
     # every T in (T_KEY/2, T_KEY]), the head dim, causality and the query heads per kv head (dK/dV loops
@@ -250,8 +258,8 @@ if HAS_TRITON:
         kernel_call()
         return [(time.perf_counter() - start) * 1e3] * len(quantiles)
 
-    def _autotune(fn):  # its configs are set by choose_configs, at import and whenever a test or user asks
-        return triton.autotune(configs=[triton.Config({})], key=_KEY,
+    def _autotune(fn, reset_to_zero=None):  # its configs are set by choose_configs, at import and on request
+        return triton.autotune(configs=[triton.Config({})], key=_KEY, reset_to_zero=reset_to_zero,
                                do_bench=_wall_clock if _INTERPRET else None)(fn)
 
     @triton.jit
@@ -368,10 +376,13 @@ if HAS_TRITON:
                      (dy * s).to(DO.dtype.element_ty), mask=rows)  # [gate]
 
     @triton.jit
-    def _dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, stride_qt, stride_dot, lo, hi,
-                    offs_n, offs_m, T, scale2, MASKED: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
+    def _dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, dq_ptrs, stride_qt, stride_dot, stride_dqt,
+                    lo, hi, offs_n, offs_m, T, scale2, scale, MASKED: tl.constexpr, DQ_ATOMIC: tl.constexpr,
+                    BLOCK_M: tl.constexpr, PREC: tl.constexpr):
         """Accumulate dK, dV of one key block over query blocks [lo, hi), working with transposed tiles
-        (keys x queries). Query rows past T load lse = +inf, so their P^T column is exactly 0."""
+        (keys x queries). Query rows past T load lse = +inf, so their P^T column is exactly 0. DQ_ATOMIC: also
+        add each query block's share of dQ, dS K, to the fp32 sum at dq_ptrs (keys past T were loaded as 0, so
+        they add nothing)."""
         for start_m in range(lo, hi, BLOCK_M):
             m = start_m + offs_m
             q = tl.load(q_ptrs + start_m * stride_qt, mask=m[:, None] < T, other=0.0)
@@ -384,17 +395,19 @@ if HAS_TRITON:
             dv = tl.dot(pt.to(do.dtype), do, dv, input_precision=PREC)
             delta = tl.load(delta_ptr + m, mask=m < T, other=0.0)
             dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
-            dst = pt * (dpt - delta[None, :])  # dS^T = P^T * (dP^T - delta)
-            dk = tl.dot(dst.to(q.dtype), q, dk, input_precision=PREC)
+            dst = (pt * (dpt - delta[None, :])).to(q.dtype)  # dS^T = P^T * (dP^T - delta)
+            dk = tl.dot(dst, q, dk, input_precision=PREC)
+            if DQ_ATOMIC:  # other key blocks' programs add to the same rows: atomics, no ordering needed
+                dq = tl.dot(tl.trans(dst), k, input_precision=PREC) * scale
+                tl.atomic_add(dq_ptrs + start_m * stride_dqt, dq, mask=m[:, None] < T, sem="relaxed")
         return dk, dv
 
-    @_autotune
     @triton.jit
-    def _bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
-                  sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sob, soh, sot, sod, sdb, sdh, sdt, sdd,
-                  H, T, GROUP, T_KEY, scale2, scale,
-                  HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    def _dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ,
+                     sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sob, soh, sot, sod, sdb, sdh, sdt, sdd,
+                     sdqb, sdqh, sdqt, sdqd, H, T, GROUP, T_KEY, scale2, scale,
+                     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, DQ_ATOMIC: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
         tl.static_assert(BLOCK_N % BLOCK_M == 0)
         start_n = tl.program_id(0)  # causal: the first key blocks have the most queries and start first
         bhk = tl.program_id(1)
@@ -414,18 +427,26 @@ if HAS_TRITON:
             do_ptrs = _tile(DO, b, h, sob, soh, sot, sod, offs_m, offs_d)
             lse_ptr = LSE + (b * H + h) * T
             delta_ptr = DELTA + (b * H + h) * T
+            dq_ptrs = _tile(DQ, b, h, sdqb, sdqh, sdqt, sdqd, offs_m, offs_d)
             if CAUSAL:  # queries on the diagonal block need the mask, later ones see every key of the block
                 diag = start_n * BLOCK_N
-                dk, dv = _dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, sqt, sot, diag,
-                                     tl.minimum(diag + BLOCK_N, T), offs_n, offs_m, T, scale2,
-                                     MASKED=True, BLOCK_M=BLOCK_M, PREC=PREC)
+                dk, dv = _dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, dq_ptrs, sqt, sot, sdqt,
+                                     diag, tl.minimum(diag + BLOCK_N, T), offs_n, offs_m, T, scale2, scale,
+                                     MASKED=True, DQ_ATOMIC=DQ_ATOMIC, BLOCK_M=BLOCK_M, PREC=PREC)
                 lo = diag + BLOCK_N
             else:
                 lo = 0
-            dk, dv = _dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, sqt, sot, lo, T,
-                                 offs_n, offs_m, T, scale2, MASKED=False, BLOCK_M=BLOCK_M, PREC=PREC)
+            dk, dv = _dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, dq_ptrs, sqt, sot, sdqt, lo, T,
+                                 offs_n, offs_m, T, scale2, scale, MASKED=False, DQ_ATOMIC=DQ_ATOMIC,
+                                 BLOCK_M=BLOCK_M, PREC=PREC)
         tl.store(_tile(DK, b, hk, sdb, sdh, sdt, sdd, offs_n, offs_d), (dk * scale).to(DK.dtype.element_ty), mask=cols)
         tl.store(_tile(DV, b, hk, sdb, sdh, sdt, sdd, offs_n, offs_d), dv.to(DV.dtype.element_ty), mask=cols)
+
+    # The dK/dV kernel under two autotuners, one per way of getting dQ: each keeps its own best configs, and the
+    # atomic one zeroes DQ before each of its trial runs (they all add to it; kernels._flash_backward zeroes
+    # it before a real run).
+    _bwd_dkdv = _autotune(_dkdv_kernel)
+    _bwd_dkdv_dq = _autotune(_dkdv_kernel, reset_to_zero=["DQ"])
 
     @triton.jit
     def _dq_inner(dq, q, do, lse, delta, kt_ptrs, vt_ptrs, stride_kt, stride_vt, lo, hi, offs_m, offs_n, T,
@@ -482,8 +503,15 @@ if HAS_TRITON:
 CONFIG_CHOICES = ("autotune", "first", "0", "1", "2", "3", "4")  # 0..4: a row of the lists above (five each)
 
 
+def tuned_kernels():
+    """The autotuned kernels, each with the rows it tunes over and the row the interpreter runs; the atomic
+    dK/dV pass (_bwd_dkdv_dq) takes the same rows as _bwd_dkdv."""
+    return [(_attn_fwd, _FWD_ROWS, _FWD_INTERPRETER_ROW), (_bwd_dkdv, _DKDV_ROWS, _DKDV_INTERPRETER_ROW),
+            (_bwd_dkdv_dq, _DKDV_ROWS, _DKDV_INTERPRETER_ROW), (_bwd_dq, _DQ_ROWS, _DQ_INTERPRETER_ROW)]
+
+
 def choose_configs(choice):
-    """Which launch configs the three tuned kernels (_attn_fwd, _bwd_dkdv, _bwd_dq) use from now on:
+    """Which launch configs the tuned kernels (tuned_kernels()) use from now on:
       'autotune' -- benchmark every row of their lists on the first call for each key and keep the fastest
                     (the default on a GPU; under the interpreter, timed by a wall clock: a test of the path)
       'first'    -- one config and no benchmarking: the first row on a GPU (the GPU test tier: fast, and the
@@ -496,9 +524,9 @@ def choose_configs(choice):
                          f"GATED_ATTENTION_CONFIGS): expected one of {', '.join(CONFIG_CHOICES)}")
     if not HAS_TRITON:
         return
-    for kernel, rows in ((_attn_fwd, _FWD_ROWS), (_bwd_dkdv, _DKDV_ROWS), (_bwd_dq, _DQ_ROWS)):
+    for kernel, rows, interpreter_row in tuned_kernels():
         if choice == "first":
-            rows = [_INTERPRETER_ROW[kernel.base_fn.__name__]] if _INTERPRET else rows[:1]
+            rows = [interpreter_row] if _INTERPRET else rows[:1]
         elif choice != "autotune":
             rows = [rows[int(choice)]]
         kernel.configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=st)
@@ -508,6 +536,22 @@ def choose_configs(choice):
 
 DEFAULT_CONFIGS = os.environ.get("GATED_ATTENTION_CONFIGS", "first" if HAS_TRITON and _INTERPRET else "autotune")
 choose_configs(DEFAULT_CONFIGS)
+
+
+def choose_backward(mode):
+    """How the Triton backward gets dQ from now on (see the module docstring): 'recompute', a kernel of its own
+    that recomputes P and dP (the default; dQ the same on every run), or 'atomic', added to an fp32 sum in the
+    dK/dV pass (FlashAttention-2's way: 5 block matmuls instead of 7, dQ varies in its last bits on a GPU).
+    The environment variable GATED_ATTENTION_BACKWARD sets it at import; bench.py --kernels times both."""
+    global BACKWARD
+    if mode not in BACKWARDS:
+        raise ValueError(f"backward {mode!r} (kernels.choose_backward, or the environment variable "
+                         f"GATED_ATTENTION_BACKWARD): expected one of {', '.join(BACKWARDS)}")
+    BACKWARD = mode
+
+
+DEFAULT_BACKWARD = os.environ.get("GATED_ATTENTION_BACKWARD", "recompute")
+choose_backward(DEFAULT_BACKWARD)
 
 
 def _t_key(T):
@@ -561,12 +605,20 @@ def _flash_backward(dy, q, k, v, gate, y, lse2, causal, scale):
         g, *pre_out, *g_strides, *do.stride(), GATE=mode,  # [gate]
         HEAD_DIM=D, BLOCK_M=_PRE_BLOCK_M)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    _bwd_dkdv[lambda meta: (triton.cdiv(T, meta["BLOCK_N"]), B * Hkv)](
-        q, k, v, do, lse2, delta, dk, dv, *common, *dk.stride(), H, T, H // Hkv, _t_key(T), scale * LOG2E, scale,
-        HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q))
-    _bwd_dq[lambda meta: (triton.cdiv(T, meta["BLOCK_M"]), B * H)](
-        q, k, v, do, lse2, delta, dq, *common, *dq.stride(), H, T, H // Hkv, _t_key(T), scale * LOG2E, scale,
-        HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q))
+    atomic = BACKWARD == "atomic"
+    dq_sum = dq  # 'atomic': the fp32 sum the dK/dV pass adds to (dq itself when q is fp32); else not read
+    if atomic:
+        dq_sum = dq.zero_() if dq.dtype == torch.float32 else torch.zeros((B, T, H, D), device=q.device).transpose(1, 2)
+    (_bwd_dkdv_dq if atomic else _bwd_dkdv)[lambda meta: (triton.cdiv(T, meta["BLOCK_N"]), B * Hkv)](
+        q, k, v, do, lse2, delta, dk, dv, dq_sum, *common, *dk.stride(), *dq_sum.stride(),
+        H, T, H // Hkv, _t_key(T), scale * LOG2E, scale, HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q), DQ_ATOMIC=atomic)
+    if atomic:
+        if dq_sum is not dq:
+            dq.copy_(dq_sum)
+    else:
+        _bwd_dq[lambda meta: (triton.cdiv(T, meta["BLOCK_M"]), B * H)](
+            q, k, v, do, lse2, delta, dq, *common, *dq.stride(), H, T, H // Hkv, _t_key(T), scale * LOG2E, scale,
+            HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q))
     return grads
 
 

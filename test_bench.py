@@ -46,8 +46,22 @@ def check_bench_kernels_tiny(stdout, out_dir):
     combos = {(r["provider"], r["mode"], r["T"], r["Hkv"]) for r in records}
     want = {(p, m, t, hkv) for p in ("sdpa", "sdpa+gate", "triton", "triton+gate") for m in ("fwd", "fwd+bwd")
             for t in (16, 40) for hkv in (2, 1)}
+    want |= {("triton+gate atomic-dq", "fwd+bwd", t, hkv) for t in (16, 40) for hkv in (2, 1)}  # fwd: the same kernel
     assert combos == want and len(records) == len(want)
     assert "bench.py --kernels" in md and md.count("| triton+gate |") == 8
+    # the summary: one row per shape, its ratios computed from the records (above 1: the fused kernel is faster)
+    ms = {(r["provider"], r["mode"], r["T"], r["Hkv"]): r["ms"] for r in records}
+    summary = data["summary"]
+    assert [(r["T"], r["Hkv"]) for r in summary] == [(16, 2), (40, 2), (16, 1), (40, 1)]
+    for r in summary:
+        get = lambda provider, mode="fwd+bwd": ms[(provider, mode, r["T"], r["Hkv"])]  # noqa: E731
+        fused = min(get("triton+gate"), get("triton+gate atomic-dq"))
+        assert r["best"] == ("triton+gate" if get("triton+gate") == fused else "triton+gate atomic-dq")
+        assert r["vs_sdpa_gate"] == pytest.approx(get("sdpa+gate") / fused, rel=1e-2)
+        assert r["vs_sdpa"] == pytest.approx(get("sdpa") / fused, rel=1e-2)
+        assert r["fwd_vs_sdpa_gate"] == pytest.approx(get("sdpa+gate", "fwd") / get("triton+gate", "fwd"), rel=1e-2)
+    head = md.split("## Every measurement")[0]
+    assert "## Fused gated attention against SDPA" in head and head.count("\n| 32 | 2 |") == 4
 
 
 def check_bench_train_tiny(stdout, out_dir):
@@ -56,6 +70,7 @@ def check_bench_train_tiny(stdout, out_dir):
     md = open(os.path.join(out_dir, "bench_train.md")).read()
     check_smoke_test(stdout, data, md)
     assert data["date"] and data["batch_size"] == 2 and data["match_params"] is True
+    assert data["kernel_backward"] in ("recompute", "atomic") and f"dQ by '{data['kernel_backward']}'" in md
     keys = {"device", "config", "variant", "flags", "backend", "compile", "tokens_per_s", "mfu", "ms_per_step",
             "peak_mem_gb"}
     records = data["records"]
@@ -97,6 +112,10 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path):
         (["--tiny"], "choose --kernels and/or --train"),
         ([str(config)], "--compile=sometimes: choose both, true or false"),  # the file set train, tiny and compile
         (["--train", "--tiny", "--compile_mode=fast"], "--compile_mode=fast: choose one of default, reduce-overhead"),
+        (["--train", "--tiny", "--variants=baseline,g9"],
+         "--variants=baseline,g9: unknown 'g9'; choose from baseline,"),
+        (["--train", "--tiny", "--backends=cuda"], "--backends=cuda: unknown 'cuda'; choose from triton, torch"),
+        (["--train", "--tiny", "--backends=,"], "--backends=,: give at least one; choose from triton, torch"),
     ]
     for flags, message in cases:
         out = run_bench(tmp_path, *flags, f"--out_dir={tmp_path / 'res'}", timeout=120)

@@ -14,6 +14,8 @@ import os
 import subprocess
 import tarfile
 
+import pytest
+
 from test_bench import check_bench_kernels_tiny, check_bench_train_tiny
 from test_train import folder_state
 
@@ -84,16 +86,36 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
 
 
 def test_throughput_compile_modes_at_toy_size(tmp_path):
-    """gpu/throughput.sh modes: one bench.py --train per torch.compile mode, each into its own folder."""
+    """gpu/throughput.sh modes: one bench.py --train per torch.compile mode, then one with the atomic dQ backward,
+    each into its own folder."""
     out = script("throughput", "modes", work=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     files = packed(tmp_path, "throughput-modes")
     modes = ["reduce-overhead", "max-autotune-no-cudagraphs"]
-    assert steps(files, "throughput-modes") == [(f"bench-{mode}", "0") for mode in modes]
+    assert steps(files, "throughput-modes") == [(f"bench-{mode}", "0") for mode in modes] + [("bench-atomic-dq", "0")]
     for mode in modes:
-        assert json.loads(files[f"throughput-modes/{mode}/bench_train.json"])["compile_mode"] == mode
+        record = json.loads(files[f"throughput-modes/{mode}/bench_train.json"])
+        assert record["compile_mode"] == mode and record["kernel_backward"] == "recompute"
+    record = json.loads(files["throughput-modes/atomic-dq/bench_train.json"])
+    assert record["compile_mode"] == "default" and record["kernel_backward"] == "atomic"
     usage = script("throughput", "fast", work=tmp_path)
-    assert usage.returncode == 2 and "gpu/throughput.sh [modes]" in usage.stdout
+    assert usage.returncode == 2 and "gpu/throughput.sh [batch|modes]" in usage.stdout
+
+
+def test_throughput_batch_sizes_at_toy_size(tmp_path):
+    """gpu/throughput.sh batch: G1 elementwise on the fused kernel at three (B, T), each into its own folder; at toy
+    size bench.py --tiny scales each down (B/8, T/32), so the records say which shape each step ran."""
+    out = script("throughput", "batch", work=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    files = packed(tmp_path, "throughput-batch")
+    shapes = {"8x1024": (1, 32), "32x1024": (4, 32), "8x2048": (1, 64)}
+    assert steps(files, "throughput-batch") == [(f"bench-{shape}", "0") for shape in shapes]
+    for shape, (B, T) in shapes.items():
+        data = json.loads(files[f"throughput-batch/{shape}/bench_train.json"])
+        assert data["batch_size"] == B and data["model"]["block_size"] == T
+        assert [(r["variant"], r["backend"]) for r in data["records"]] == [("g1_elementwise", "triton")]
+        assert data["records"][0]["tokens_per_s"] * data["records"][0]["ms_per_step"] / 1e3 == \
+            pytest.approx(B * T, rel=1e-2)
 
 
 def test_a_failing_step_is_recorded_and_the_rest_still_runs(tmp_path):

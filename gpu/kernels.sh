@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The fused kernel on one GPU, in one command (issue 15):
-#   configs   every row of the autotuner's lists alone, then the autotuner's own first call, against float64
+#   configs   every row of the autotuner's lists alone, then the autotuner's own first call, against float64,
+#             with each way the backward gets dQ (kernels.choose_backward: recompute, atomic)
 #   tier      the GPU test tier: test_kernels.py and test_model.py with one config per kernel (conftest.py sets
 #             GATED_ATTENTION_CONFIGS=first on a GPU), in parallel when pytest-xdist is installed
-#   bench     python bench.py --kernels --gqa=4 -> results/bench_kernels.{json,md}
-#   autotune  the kernel sweep again with the autotuner on, in parallel: how the first-call failures of
-#             2026-11-22 were seen (up to 4 minutes; last, so the rest is in hand whatever it does)
+#   bench     python bench.py --kernels --gqa=4 -> results/bench_kernels.{json,md}: SDPA, SDPA + gate and the fused
+#             kernel with each dQ mode; its first table gives the speed ratios the issue's targets are stated in
+#   autotune  the kernel sweep again with the autotuner on, in parallel (the atomic dQ's sweep included): how the
+#             first-call failures of 2026-11-22 were seen (up to 4 minutes; last, so the rest is in hand whatever
+#             it does)
 # -> $OUT/kernels.tar.gz ($WORK/kernels/ with every step's output, and results/bench_kernels.*).
 # TOY=1 bash gpu/kernels.sh: the same steps at toy size on a CPU (the interpreter), to test this script.
 source "$(dirname "$0")/lib.sh"

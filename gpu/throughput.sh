@@ -8,9 +8,13 @@
 #             G1 elementwise and G1 headwise, on the fused kernel and on PyTorch attention
 #     train   train.py with the same model and batch on the study corpus (repro.py prepare), 120 steps: the
 #             tokens/s and MFU its log reports, to hold beside bench.py's
+#   bash gpu/throughput.sh batch    -> $OUT/throughput-batch.tar.gz
+#     G1 elementwise on the fused kernel, compiled, at other micro-batch sizes and lengths than B=16, T=1024:
+#     (B, T) = (8, 1024), (32, 1024), (8, 2048), each into the log folder
 #   bash gpu/throughput.sh modes    -> $OUT/throughput-modes.tar.gz
 #     one compiled bench.py --train per torch.compile mode (reduce-overhead: CUDA graphs; max-autotune without
-#     them), each into the log folder, beside the default mode's results/bench_train.*
+#     them), each into the log folder, beside the default mode's results/bench_train.*; then the default mode
+#     again with the fused kernel's atomic dQ backward (GATED_ATTENTION_BACKWARD=atomic), into atomic-dq/
 # The tarball holds $WORK/<name>/ with every step's output (and the run's log.jsonl, results/bench_train.*).
 # TOY=1 DATA_DIR=<a prepared folder>: the same steps at toy size on a CPU.
 source "$(dirname "$0")/lib.sh"
@@ -36,6 +40,17 @@ case "${1:-}" in
             --out_dir="$RUN" "${TRAIN[@]}"
         pack throughput results/bench_train.json results/bench_train.md "$RUN/log.jsonl"
         ;;
+    batch)
+        start_log throughput-batch
+        EXTRA=(--compile=true --variants=g1_elementwise --backends=triton)
+        SHAPES="8x1024 32x1024 8x2048"
+        [ "$TOY" = 1 ] && EXTRA=(--tiny --variants=g1_elementwise --backends=triton)  # B/8, T/32 (bench.py --tiny)
+        for shape in $SHAPES; do
+            step "bench-$shape" "$PYTHON" bench.py --train "${EXTRA[@]}" --batch_size="${shape%x*}" \
+                --block_size="${shape#*x}" --out_dir="$LOG/$shape"
+        done
+        pack throughput-batch
+        ;;
     modes)
         start_log throughput-modes
         EXTRA=(--compile=true)
@@ -43,10 +58,13 @@ case "${1:-}" in
         for mode in reduce-overhead max-autotune-no-cudagraphs; do
             step "bench-$mode" "$PYTHON" bench.py --train "${EXTRA[@]}" --compile_mode="$mode" --out_dir="$LOG/$mode"
         done
+        step bench-atomic-dq env GATED_ATTENTION_BACKWARD=atomic "$PYTHON" bench.py --train "${EXTRA[@]}" \
+            --out_dir="$LOG/atomic-dq"
         pack throughput-modes
         ;;
     *)
-        echo "usage: bash gpu/throughput.sh [modes]   (no argument: sync, bench and train; modes: each compile mode)"
+        echo "usage: bash gpu/throughput.sh [batch|modes]   (no argument: sync, bench and train; batch: other batch" \
+             "sizes and lengths; modes: each compile mode and the atomic dQ backward)"
         exit 2
         ;;
 esac
