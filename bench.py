@@ -51,8 +51,8 @@ class Keys:
     width: int = 2048  # --kernels: H*D
     gqa: int = 0  # --kernels: also rows with Hkv = H / gqa (0: no)
     non_causal: bool = False  # --kernels: full attention instead of causal
-    batch_size: int = 16  # --train: sequences per step
-    block_size: int = 1024  # --train: T
+    batch_size: int = 16  # --train: sequences per step (--tiny: divided by 8)
+    block_size: int = 1024  # --train: T (--tiny: divided by 32)
     compile: str = "both"  # --train: torch.compile: both, true or false
     compile_mode: str = "default"  # --train: torch.compile's mode, one of common.COMPILE_MODES (train.py's key too)
     variants: str = ",".join(TIMED)  # --train: comma-separated variants of variants.py (python repro.py list)
@@ -88,7 +88,7 @@ seq_lens, head_dims = int_list("seq_lens", args.seq_lens), int_list("head_dims",
 
 
 def name_list(key, text, valid):
-    names = [t for t in text.split(",") if t]
+    names = list(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))  # in order, each once
     wrong = [n for n in names if n not in valid]
     if not names or wrong:
         fail(f"--{key}={text}: {'unknown ' + ', '.join(map(repr, wrong)) if wrong else 'give at least one'}; "
@@ -242,13 +242,17 @@ if args.kernels:
            "inputs require grad; median of triton.testing.do_bench (CPU: one call)",
            "TFLOP/s: forward 4*B*H*T^2*D (halved when causal), forward+backward 3.5x that",
            "triton+gate: the fused kernel with dQ in a kernel of its own (recompute); triton+gate atomic-dq: dQ added "
-           "atomically in the dK/dV pass (kernels.choose_backward)"],
+           "atomically in the dK/dV pass (kernels.choose_backward)",
+           f"the summary's ratios take the faster dQ mode at each shape; training (train.py, bench.py --train) uses "
+           f"{kernels.DEFAULT_BACKWARD!r} here, kernels.DEFAULT_BACKWARD (the environment variable "
+           "GATED_ATTENTION_BACKWARD sets it)"],
           ["D", "H", "Hkv", "T", "B", "provider", "mode", "ms", "TFLOP/s"],
           [[r["D"], r["H"], r["Hkv"], r["T"], r["B"], r["provider"], r["mode"], r["ms"], r["tflops"]] for r in records],
           summary=("Fused gated attention against SDPA, forward+backward",
-                   ["D", "H", "Hkv", "T", "SDPA ms", "SDPA+gate ms", "fused ms (recompute dQ)", "fused ms (atomic dQ)",
+                   ["D", "H", "Hkv", "T", "B", "SDPA ms", "SDPA+gate ms", "fused ms (recompute dQ)",
+                    "fused ms (atomic dQ)",
                     "faster dQ", "SDPA+gate / fused", "SDPA / fused", "fwd: SDPA+gate / fused"],
-                   [[r["D"], r["H"], r["Hkv"], r["T"], r["sdpa"], r["sdpa_gate"], r["triton+gate"],
+                   [[r["D"], r["H"], r["Hkv"], r["T"], r["B"], r["sdpa"], r["sdpa_gate"], r["triton+gate"],
                      r["triton+gate atomic-dq"], "atomic" if r["best"] == FUSED[1] else "recompute", r["vs_sdpa_gate"],
                      r["vs_sdpa"], r["fwd_vs_sdpa_gate"]] for r in summary]))
 

@@ -20,7 +20,7 @@ in the autograd Function, and comments or docstrings that mention the gate.
   causal_start, lo, hi        _key_range              where the unmasked stage ends (split) and the masked one (hi)
   _attn_bwd_preprocess        _bwd_pre                delta per row (here also dO and dGate)
   _attn_bwd                   _dkdv_kernel, _bwd_dq   the backward: dK/dV, then dQ apart or added atomically (below)
-  _attn_bwd_dkdv, MASK        _dkdv_inner, MASKED     dK, dV of one key block, looping over query blocks
+  _attn_bwd_dkdv, MASK        _dkdv_inner, MASKED     dK, dV of one key block, looping over query blocks (+ dQ adds)
   _attn_bwd_dq, MASK          _dq_inner, MASKED       dQ of one query block, looping over key blocks
   _attention                  _FlashGatedAttention    the torch.autograd.Function
   acc, l_i, m_i               (same)                  unnormalized output, row sum of exp2, running row max
@@ -36,7 +36,7 @@ in the autograd Function, and comments or docstrings that mention the gate.
   start_m, start_n            (same)                  a query / key block: its index, or its first row in a loop
   offs_m, offs_n, offs_k      offs_m, offs_n, offs_d  query rows, key rows, head-dim lanes
   BLOCK_M, BLOCK_N, HEAD_DIM  (same)                  rows per query block, rows per key block, head dim
-  BLOCK_M1/N1, BLOCK_M2/N2    BLOCK_M, BLOCK_N        of _bwd_dkdv, of _bwd_dq (each autotuned here)
+  BLOCK_M1/N1, BLOCK_M2/N2    BLOCK_M, BLOCK_N        of _bwd_dkdv (_dq), of _bwd_dq (each autotuned here)
   BLK_SLICE_FACTOR            --                      the diagonal uses the same blocks as the rest
   PRE_BLOCK                   _PRE_BLOCK_M            rows per preprocess program
   K_block_ptr, kT_ptrs        kt_ptrs (from _tile)    pointers to a K^T tile
@@ -381,8 +381,8 @@ if HAS_TRITON:
                     BLOCK_M: tl.constexpr, PREC: tl.constexpr):
         """Accumulate dK, dV of one key block over query blocks [lo, hi), working with transposed tiles
         (keys x queries). Query rows past T load lse = +inf, so their P^T column is exactly 0. DQ_ATOMIC: also
-        add each query block's share of dQ, dS K, to the fp32 sum at dq_ptrs (keys past T were loaded as 0, so
-        they add nothing)."""
+        add each query block's share of dQ, dS K, to the fp32 sum at dq_ptrs. Keys past T (loaded as 0) need
+        P^T = 0 for that: the causal mask gives it on the diagonal, and the non-causal pass sets it."""
         for start_m in range(lo, hi, BLOCK_M):
             m = start_m + offs_m
             q = tl.load(q_ptrs + start_m * stride_qt, mask=m[:, None] < T, other=0.0)
@@ -391,6 +391,8 @@ if HAS_TRITON:
             pt = tl.math.exp2(st - lse[None, :])
             if MASKED:
                 pt = tl.where(m[None, :] >= offs_n[:, None], pt, 0.0)
+            elif DQ_ATOMIC:  # keys past T score 0, not -inf: their P^T rows must be 0 here, or dQ gets 0 * inf
+                pt = tl.where(offs_n[:, None] < T, pt, 0.0)
             do = tl.load(do_ptrs + start_m * stride_dot, mask=m[:, None] < T, other=0.0)
             dv = tl.dot(pt.to(do.dtype), do, dv, input_precision=PREC)
             delta = tl.load(delta_ptr + m, mask=m < T, other=0.0)
@@ -442,9 +444,10 @@ if HAS_TRITON:
         tl.store(_tile(DK, b, hk, sdb, sdh, sdt, sdd, offs_n, offs_d), (dk * scale).to(DK.dtype.element_ty), mask=cols)
         tl.store(_tile(DV, b, hk, sdb, sdh, sdt, sdd, offs_n, offs_d), dv.to(DV.dtype.element_ty), mask=cols)
 
-    # The dK/dV kernel under two autotuners, one per way of getting dQ: each keeps its own best configs, and the
-    # atomic one zeroes DQ before each of its trial runs (they all add to it; kernels._flash_backward zeroes
-    # it before a real run).
+    # The dK/dV kernel under two autotuners, one per way of getting dQ: each keeps its own best configs. Every
+    # trial run of the atomic one adds to DQ, so its autotuner zeroes DQ before each trial and once more after the
+    # last, before the real run (that last reset is what keeps a first call right); _flash_backward zeroes DQ
+    # before every call, which is all a call with a tuned config gets.
     _bwd_dkdv = _autotune(_dkdv_kernel)
     _bwd_dkdv_dq = _autotune(_dkdv_kernel, reset_to_zero=["DQ"])
 
@@ -608,7 +611,8 @@ def _flash_backward(dy, q, k, v, gate, y, lse2, causal, scale):
     atomic = BACKWARD == "atomic"
     dq_sum = dq  # 'atomic': the fp32 sum the dK/dV pass adds to (dq itself when q is fp32); else not read
     if atomic:
-        dq_sum = dq.zero_() if dq.dtype == torch.float32 else torch.zeros((B, T, H, D), device=q.device).transpose(1, 2)
+        dq_sum = dq.zero_() if dq.dtype == torch.float32 else \
+            torch.zeros((B, T, H, D), dtype=torch.float32, device=q.device).transpose(1, 2)
     (_bwd_dkdv_dq if atomic else _bwd_dkdv)[lambda meta: (triton.cdiv(T, meta["BLOCK_N"]), B * Hkv)](
         q, k, v, do, lse2, delta, dk, dv, dq_sum, *common, *dk.stride(), *dq_sum.stride(),
         H, T, H // Hkv, _t_key(T), scale * LOG2E, scale, HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q), DQ_ATOMIC=atomic)

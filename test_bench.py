@@ -62,6 +62,7 @@ def check_bench_kernels_tiny(stdout, out_dir):
         assert r["fwd_vs_sdpa_gate"] == pytest.approx(get("sdpa+gate", "fwd") / get("triton+gate", "fwd"), rel=1e-2)
     head = md.split("## Every measurement")[0]
     assert "## Fused gated attention against SDPA" in head and head.count("\n| 32 | 2 |") == 4
+    assert "training (train.py, bench.py --train) uses 'recompute'" in head
 
 
 def check_bench_train_tiny(stdout, out_dir):

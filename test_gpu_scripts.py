@@ -98,6 +98,7 @@ def test_throughput_compile_modes_at_toy_size(tmp_path):
         assert record["compile_mode"] == mode and record["kernel_backward"] == "recompute"
     record = json.loads(files["throughput-modes/atomic-dq/bench_train.json"])
     assert record["compile_mode"] == "default" and record["kernel_backward"] == "atomic"
+    assert {r["backend"] for r in record["records"]} == {"triton"}
     usage = script("throughput", "fast", work=tmp_path)
     assert usage.returncode == 2 and "gpu/throughput.sh [batch|modes]" in usage.stdout
 

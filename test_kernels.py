@@ -24,7 +24,7 @@ CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"
 needs_triton = pytest.mark.skipif(not (kernels.HAS_TRITON and (CUDA or os.environ.get("TRITON_INTERPRET") == "1")),
                                   reason="needs Triton with CUDA, or TRITON_INTERPRET=1")
-needs_cuda = pytest.mark.skipif(not CUDA, reason="fp16/bf16 kernels need a GPU (the interpreter is fp32-only here)")
+needs_cuda = pytest.mark.skipif(not CUDA, reason="bf16 and the fp16 sweep need a GPU (the interpreter cannot run bf16)")
 
 # fp32 kernel vs float64 reference. The interpreter's tl.dot is an fp32 numpy matmul and the GPU path uses
 # input_precision='ieee' for fp32, so the only error is fp32 rounding over sums of <= T*D terms: measured
@@ -142,6 +142,71 @@ def test_atomic_dq_matches_float64_reference(T, H, Hkv, D, gate, causal, choose_
     monkeypatch.setattr(kernels, "POISON_OUTPUTS", True)  # the fp32 sum starts at zero however dq's buffer starts
     choose_backward("atomic")
     assert_close_to_reference(*make_inputs(2, H, Hkv, T, D, gate, seed=T), causal=causal)
+
+
+@needs_triton
+@pytest.mark.parametrize("backward", kernels.BACKWARDS)
+def test_each_backward_mode_launches_its_own_kernels(backward, choose_backward, monkeypatch):
+    """'atomic' never runs _bwd_dq and 'recompute' never the atomic pass: a stub that raises stands in for the
+    kernel the mode must not launch (so the atomic tests above really test the atomic pass)."""
+    class NotLaunched:
+        def __getitem__(self, grid):
+            raise AssertionError(f"backward={backward!r} launched a kernel of the other mode")
+    monkeypatch.setattr(kernels, "_bwd_dq" if backward == "atomic" else "_bwd_dkdv_dq", NotLaunched())
+    choose_backward(backward)
+    assert_close_to_reference(*make_inputs(1, 4, 2, 37, 32, "elementwise"), causal=True)
+
+
+@needs_triton
+@pytest.mark.parametrize("backward", kernels.BACKWARDS)
+@pytest.mark.parametrize("causal", [True, False])
+# the interpreter's numpy warns about the overflow in the rows of keys past T, which are never stored
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2", "ignore:invalid value encountered in matmul")
+def test_scores_far_below_zero_with_a_ragged_last_key_block(backward, causal, choose_backward):
+    """Every score about -125 (each query points away from every key) and T = 40, less than a key block: the keys
+    past T are loaded as zeros, so they score 0, far above the row's log-sum-exp, and exp2(0 - lse) overflows.
+    Their dK and dV rows are never stored, but the atomic dQ sums over them: their P must be zeroed first, or
+    0 * inf makes NaN."""
+    choose_backward(backward)
+    gen = torch.Generator().manual_seed(9)
+    B, H, T, D = 1, 2, 40, 16
+    direction = torch.randn(D, generator=gen)
+    direction = direction / direction.norm()
+    k = (direction + 0.05 * torch.randn(B, H, T, D, generator=gen)) * 4
+    q = -(direction + 0.05 * torch.randn(B, H, T, D, generator=gen)) * 160
+    scores = q @ k.transpose(-2, -1) * D ** -0.5
+    assert scores.max() < -100
+    q, k, v = (t.to(DEV).requires_grad_() for t in (q, k, torch.randn(B, H, T, D, generator=gen)))
+    assert_close_to_reference(q, k, v, None, torch.randn(B, H, T, D, generator=gen).to(DEV), causal=causal, tol=1e-4)
+
+
+@needs_triton
+@pytest.mark.parametrize("backward", kernels.BACKWARDS)
+def test_contiguous_bhtd_inputs(backward, choose_backward):
+    """q, k, v, gate and dY laid out (B, H, T, D) (the other tests pass (B, T, H, D) views, as model.py does): each
+    kernel reads every tensor, and writes dQ (the atomic fp32 sum included), through its own strides."""
+    choose_backward(backward)
+    gen = torch.Generator().manual_seed(10)
+    q, k, v, g = (leaf(2, h, 45, 32, gen=gen, transposed=False) for h in (4, 2, 2, 4))
+    assert q.is_contiguous() and g.is_contiguous()
+    assert_close_to_reference(q, k, v, g, torch.randn(2, 4, 45, 32, generator=gen).to(DEV), causal=True)
+
+
+@needs_triton
+def test_atomic_dq_in_half_precision_is_copied_back(choose_backward, monkeypatch):
+    """fp16 inputs (which the interpreter runs; its bf16 is not usable): the atomic pass sums dQ in an fp32 buffer
+    of its own, then copies it into dq's fp16 buffer, which starts as NaN here. It must match the recompute mode
+    within fp16 rounding."""
+    monkeypatch.setattr(kernels, "POISON_OUTPUTS", True)
+    inputs = make_inputs(1, 4, 2, 70, 32, "headwise", dtype=torch.float16, seed=11)
+    runs = {}
+    for backward in kernels.BACKWARDS:
+        choose_backward(backward)
+        runs[backward] = outputs_and_grads(lambda *a: gated_attention(*a, backend="triton"), *inputs)
+    ref = outputs_and_grads(lambda *a: reference(*a), *inputs)
+    for name, a, b, c in zip(["y", "dq", "dk", "dv", "dgate"], runs["atomic"], runs["recompute"], ref):
+        assert a.dtype == torch.float16 and torch.isfinite(a).all(), name
+        assert rel_err(a, c) < max(2 * rel_err(b, c), 1e-2), name
 
 
 def test_choose_backward_names_the_choices(choose_backward):
