@@ -196,7 +196,7 @@ def kernel_summary(records):
     rows = []
     for shape in dict.fromkeys(key[:5] for key in ms):
         get = lambda provider, mode="fwd+bwd": ms.get((*shape, provider, mode))  # noqa: E731
-        fused = {p: get(p) for p in FUSED if get(p) is not None}
+        fused = {p: get(p) for p in FUSED}
         best = min(fused, key=fused.get)
         rows.append(dict(zip(("D", "H", "Hkv", "T", "B"), shape), sdpa=get("sdpa"), sdpa_gate=get("sdpa+gate"),
                          **{p: get(p) for p in FUSED}, best=best,
@@ -244,8 +244,7 @@ if args.kernels:
            "triton+gate: the fused kernel with dQ in a kernel of its own (recompute); triton+gate atomic-dq: dQ added "
            "atomically in the dK/dV pass (kernels.choose_backward)",
            f"the summary's ratios take the faster dQ mode at each shape; training (train.py, bench.py --train) uses "
-           f"{kernels.DEFAULT_BACKWARD!r} here, kernels.DEFAULT_BACKWARD (the environment variable "
-           "GATED_ATTENTION_BACKWARD sets it)"],
+           f"{kernels.DEFAULT_BACKWARD!r} here (kernels.DEFAULT_BACKWARD, set by GATED_ATTENTION_BACKWARD)"],
           ["D", "H", "Hkv", "T", "B", "provider", "mode", "ms", "TFLOP/s"],
           [[r["D"], r["H"], r["Hkv"], r["T"], r["B"], r["provider"], r["mode"], r["ms"], r["tflops"]] for r in records],
           summary=("Fused gated attention against SDPA, forward+backward",

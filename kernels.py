@@ -243,7 +243,9 @@ if HAS_TRITON:
     _FWD_ROWS = [(64, 32, 4, 2), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)]
     _DKDV_ROWS = [(32, 32, 4, 2), (32, 64, 4, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 3)]
     _DQ_ROWS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 8, 3)]
-    _FWD_INTERPRETER_ROW, _DKDV_INTERPRETER_ROW, _DQ_INTERPRETER_ROW = (64, 32, 1, 1), (32, 64, 1, 1), (64, 32, 1, 1)
+    _FWD_INTERPRETER_ROW = (64, 32, 1, 1)  # the one row each kernel runs under the interpreter
+    _DKDV_INTERPRETER_ROW = (32, 64, 1, 1)
+    _DQ_INTERPRETER_ROW = (64, 32, 1, 1)
     _PRE_BLOCK_M = 64
     # What the best config depends on: the length (rounded up to a power of two, so one benchmark serves
     # every T in (T_KEY/2, T_KEY]), the head dim, causality and the query heads per kv head (dK/dV loops
