@@ -58,6 +58,7 @@ class Keys:
     variants: str = ",".join(TIMED)  # --train: comma-separated variants of variants.py (python repro.py list)
     backends: str = ",".join(BACKENDS)  # --train: comma-separated attention backends, of triton and torch
     match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
+    loss_chunk: int = 0  # --train: the loss over this many rows of logits at a time (model.py; 0: all at once)
     warmup: int = 10  # --train: untimed steps first (compile happens here)
     steps: int = 20  # --train: timed steps
 
@@ -82,6 +83,8 @@ if args.compile.lower() not in ("both", "true", "false"):
     fail(f"--compile={args.compile}: choose both, true or false")
 if args.compile_mode not in COMPILE_MODES:
     fail(f"--compile_mode={args.compile_mode}: choose one of {', '.join(COMPILE_MODES)}")
+if args.loss_chunk < 0:
+    fail(f"--loss_chunk={args.loss_chunk}: give 0 (the loss over all the logits at once) or a number of rows")
 if args.gqa < 0:
     fail(f"--gqa={args.gqa}: give 0 (no GQA rows) or the number of query heads per KV head")
 seq_lens, head_dims = int_list("seq_lens", args.seq_lens), int_list("head_dims", args.head_dims)
@@ -273,7 +276,8 @@ if args.train:
     for use_compile in compiles:
         for variant, backend in ((v, b) for v in variants for b in backends):
             torch.manual_seed(0)
-            config = GPTConfig(**base, **VARIANTS[variant].flags, attn_backend=backend, match_params=args.match_params)
+            config = GPTConfig(**base, **VARIANTS[variant].flags, attn_backend=backend, match_params=args.match_params,
+                               loss_chunk=args.loss_chunk)
             model = GPT(config).to(device)
             optimizer = model.configure_optimizers(0.1, 6e-4)
             no_scaler = torch.amp.GradScaler(device, enabled=False)  # bf16 and fp32 need no loss scaling
@@ -321,13 +325,15 @@ if args.train:
                 torch.cuda.empty_cache()
     write("bench_train", dict(date=date, device=device_name, command=command, model=base, batch_size=batch_size,
                               match_params=args.match_params, compile_mode=args.compile_mode,
-                              kernel_backward=kernels.BACKWARD,
+                              kernel_backward=kernels.BACKWARD, loss_chunk=args.loss_chunk,
                               dtype=str(dtype).replace("torch.", ""), records=records),
           [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
            f"{warmup} warm-up then {steps} timed steps of train.py's own (train.optimizer_step: gradient clipping, "
            f"a non-finite step skipped on the device, fused AdamW); compiled with mode={args.compile_mode!r}; "
-           f"the fused kernel's backward gets dQ by {kernels.BACKWARD!r} (kernels.choose_backward)",
+           f"the fused kernel's backward gets dQ by {kernels.BACKWARD!r} (kernels.choose_backward); the loss over "
+           + (f"{args.loss_chunk} rows of logits at a time (loss_chunk)" if args.loss_chunk else
+              "all the logits at once (loss_chunk=0)"),
            "variants (variants.py): " + "; ".join(f"{v} {VARIANTS[v].flags}" for v in variants),
            "MFU: common.estimate_mfu against common.peak_flops (dense bf16 peak of the GPU)"],
           ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],

@@ -25,7 +25,7 @@ from contextlib import nullcontext
 import torch
 
 from data.shards import atomic_write
-from model import GPT, GPTConfig
+from model import GPT, RUNTIME_FLAGS, GPTConfig
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 BEST = "best.pt"  # the state with the lowest validation loss, next to a run's ckpt.pt
@@ -188,10 +188,15 @@ def read_checkpoint(path):
     return checkpoint
 
 
-def model_from_checkpoint(checkpoint, path, device="cpu", attn_backend=None):
-    """The GPT a checkpoint holds, in eval mode on device (attn_backend: run it with another attention backend).
-    Checkpoints from before the gate moved into c_attn load too (model.CausalSelfAttention converts them)."""
-    args = dict(checkpoint["model_args"], **({"attn_backend": attn_backend} if attn_backend else {}))
+def model_from_checkpoint(checkpoint, path, device="cpu", **runtime):
+    """The GPT a checkpoint holds, in eval mode on device; runtime: flags of model.RUNTIME_FLAGS to run it with
+    instead of its own (e.g. attn_backend='torch'). loss_chunk is 0 unless given, so that model(x, y) returns the
+    logits with the loss whatever the run trained with. Checkpoints from before the gate moved into c_attn load too
+    (model.CausalSelfAttention converts them)."""
+    unknown = set(runtime) - set(RUNTIME_FLAGS)
+    if unknown:
+        raise TypeError(f"model_from_checkpoint: {sorted(unknown)} are part of the model; runtime flags: {RUNTIME_FLAGS}")
+    args = dict(checkpoint["model_args"], **{"loss_chunk": 0, **runtime})
     try:
         model = GPT(GPTConfig(**args))
         # a model saved from torch.compile's wrapper has its keys prefixed with _orig_mod.

@@ -6,7 +6,7 @@ A compact GPT with a flag for every gate variant and norm type of two Qwen paper
   GN: A Unified View of Attention and Residual Sinks: Outlier-Driven Rescaling is
       Essential for Transformer Training (arXiv 2601.22966)
 
-Read top to bottom: config -> norms -> gate -> attention -> MLP -> block -> GPT -> config checks.
+Read top to bottom: config -> norms -> gate -> attention -> MLP -> block -> chunked loss -> GPT -> config checks.
 The paper's G1 gate in four stops: the gate_* fields of GPTConfig; the Gate module, Y' = Y * act(X W);
 the line `y = self.gate(y, g)  # G1` in CausalSelfAttention.forward, where it multiplies each head's SDPA
 output; then c_proj (W_O). X is the block's input after the pre-attention norm, the tensor that feeds Q/K/V,
@@ -61,6 +61,7 @@ class GPTConfig:
     attn_keep_first: int = 0  # with attn_window: the first positions every query sees too (StreamingLLM's sinks)
     tie_embeddings: bool = True  # lm_head shares wte's weight matrix (GPT-2, nanoGPT); False: each its own
     attn_backend: str = "auto"  # kernels.py: auto = the fused Triton kernel on CUDA, else PyTorch; torch; triton
+    loss_chunk: int = 0  # the training loss over this many rows of logits at a time (0: all at once); see chunked_loss
 
     def __post_init__(self):
         if self.n_kv_head is None:
@@ -415,6 +416,58 @@ class Block(nn.Module):
 
 
 # ----------------------------------------------------------------------------
+# The training loss a chunk of rows at a time (GPTConfig.loss_chunk). With GPT-2's vocabulary the logits are the
+# largest tensor of a training step: GPT-2 small at B=16, T=1024 has 16k rows of 50304, 1.6 GB in bf16, twice that
+# as the fp32 the loss is computed in, and their gradient on top. Chunks keep a chunk's worth or two.
+
+class ChunkedCrossEntropy(torch.autograd.Function):
+    """The mean cross-entropy of the logits x @ w^T (x: N rows of C, w: the V x C output matrix) against targets
+    (N token ids; -1: not counted, as F.cross_entropy's ignore_index=-1; no target counted: NaN, as there),
+    `chunk` rows at a time. Training needs the loss's gradient, and a chunk's is known as soon
+    as its logits are: d loss / d logits = (softmax - one_hot) / n. So the forward pass computes dx and dw chunk by
+    chunk too, and the backward pass only scales them: the same three matmuls as the plain path, one chunk of
+    logits held at a time. The cost: the forward pass does the backward's matmuls even when nothing calls
+    backward, so chunked_loss asks for them only where autograd will want them."""
+
+    @staticmethod
+    def forward(ctx, x, w, targets, chunk, grads):
+        valid = targets != -1
+        n = valid.sum()  # a tensor: the mean's count costs no wait for the GPU
+        fp = torch.promote_types(x.dtype, torch.float32)  # the loss and the sums in fp32 (fp64 for fp64 inputs)
+        total = torch.zeros((), dtype=fp, device=x.device)
+        dx = torch.zeros_like(x, dtype=fp) if grads else None
+        dw = torch.zeros_like(w, dtype=fp) if grads else None
+        for i in range(0, x.size(0), chunk):
+            xc, tc, vc = x[i:i + chunk], targets[i:i + chunk].clamp_min(0)[:, None], valid[i:i + chunk, None]
+            logits = F.linear(xc, w).to(fp)  # under autocast the matmul runs in bf16/fp16, as lm_head's does
+            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+            total = total + torch.where(vc, lse - logits.gather(1, tc), 0).sum()  # where: an ignored row's inf stays out
+            if grads:
+                g = torch.exp(logits - lse).scatter_add_(1, tc, -torch.ones_like(lse))  # softmax - one_hot
+                g = torch.where(vc, g, 0).to(x.dtype)  # divided by n only after the matmuls: fp16 would flush g / n to 0
+                dx[i:i + chunk] = g @ w
+                dw += g.t() @ xc
+                del g
+            del logits, lse  # before the next chunk's are made: two chunks of logits never live at once
+        if grads:
+            ctx.save_for_backward(dx.div_(n), dw.div_(n))
+            ctx.dtypes = x.dtype, w.dtype
+        return total / n
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable  # its backward scales stored gradients: no second derivative
+    def backward(ctx, dloss):  # dloss: the scale the caller put on the loss (gradient accumulation, fp16 scaling)
+        dx, dw = ctx.saved_tensors
+        return (dx * dloss).to(ctx.dtypes[0]), (dw * dloss).to(ctx.dtypes[1]), None, None, None
+
+
+def chunked_loss(x, w, targets, chunk):
+    """F.cross_entropy(x @ w^T, targets, ignore_index=-1), `chunk` rows of logits at a time (ChunkedCrossEntropy)."""
+    grads = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+    return ChunkedCrossEntropy.apply(x, w, targets, chunk, grads)
+
+
+# ----------------------------------------------------------------------------
 # GPT
 
 class GPT(nn.Module):
@@ -481,15 +534,20 @@ class GPT(nn.Module):
         return model.eval()
 
     def forward(self, idx, targets=None):
-        """Logits (B, T, vocab) and, given targets, the mean cross-entropy. To measure attention sinks, massive
-        activations and gate scores while it runs, attach a probe.Probe."""
+        """Logits (B, T, vocab) and, given targets, the mean cross-entropy. With config.loss_chunk and targets, the
+        loss alone, computed in chunks, and None for the logits (never held whole). To measure attention sinks,
+        massive activations and gate scores while it runs, attach a probe.Probe."""
+        if targets is not None and self.config.loss_chunk:
+            x = self._forward(idx, logits=False)
+            return None, chunked_loss(x.flatten(0, 1), self.lm_head.weight, targets.flatten(), self.config.loss_chunk)
         logits = self._forward(idx)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
-    def _forward(self, idx, start=0, cache=None):
+    def _forward(self, idx, start=0, cache=None, logits=True):
+        """Logits (B, T, vocab); logits=False: the final norm's output, which lm_head reads."""
         B, T = idx.shape
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of length {start + T} is longer than block_size={self.config.block_size}")
@@ -502,7 +560,8 @@ class GPT(nn.Module):
         x = self.transformer.drop(x)
         for i, block in enumerate(self.transformer.h):
             x = block(x, rope, cache[i] if cache is not None else None)
-        return self.lm_head(self.transformer.ln_f(x))
+        x = self.transformer.ln_f(x)
+        return self.lm_head(x) if logits else x
 
     def configure_optimizers(self, weight_decay, learning_rate, betas=(0.9, 0.95)):
         """AdamW over the model's parameters, on whatever device they are already on."""
@@ -563,6 +622,8 @@ VALID = {  # each flag's valid values, the default first
     "rope_scaling": ("none", "ntk", "yarn"),
     "attn_backend": ("auto", "torch", "triton"),
 }
+# flags that say how the model computes, not what: a checkpoint runs, and a run resumes, with any value of them
+RUNTIME_FLAGS = ("attn_backend", "loss_chunk")
 
 
 def check_config(c):
@@ -595,6 +656,9 @@ def check_config(c):
         raise ValueError(f"GPTConfig.rope_scaling={c.rope_scaling!r} scales rotary embeddings; pos_emb={c.pos_emb!r}")
     if c.attn_window is not None and (not isinstance(c.attn_window, int) or c.attn_window < 1):
         raise ValueError(f"GPTConfig.attn_window={c.attn_window!r} must be a positive integer or None (full attention)")
+    if not isinstance(c.loss_chunk, int) or c.loss_chunk < 0:
+        raise ValueError(f"GPTConfig.loss_chunk={c.loss_chunk!r} must be an integer >= 0 (rows of logits at a time in "
+                         "the training loss; 0: all at once)")
     if not isinstance(c.attn_keep_first, int) or c.attn_keep_first < 0:
         raise ValueError(f"GPTConfig.attn_keep_first={c.attn_keep_first!r} must be an integer >= 0")
     if c.attn_keep_first and c.attn_window is None:

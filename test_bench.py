@@ -117,6 +117,7 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path):
          "--variants=baseline,g9: unknown 'g9'; choose from baseline,"),
         (["--train", "--tiny", "--backends=cuda"], "--backends=cuda: unknown 'cuda'; choose from triton, torch"),
         (["--train", "--tiny", "--backends=,"], "--backends=,: give at least one; choose from triton, torch"),
+        (["--train", "--tiny", "--loss_chunk=-8"], "--loss_chunk=-8: give 0"),
     ]
     for flags, message in cases:
         out = run_bench(tmp_path, *flags, f"--out_dir={tmp_path / 'res'}", timeout=120)

@@ -86,19 +86,25 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
 
 
 def test_throughput_compile_modes_at_toy_size(tmp_path):
-    """gpu/throughput.sh modes: one bench.py --train per torch.compile mode, then one with the atomic dQ backward,
-    each into its own folder."""
+    """gpu/throughput.sh modes: one bench.py --train per torch.compile mode, then one with the atomic dQ backward and
+    one with the loss in chunks, each into its own folder."""
     out = script("throughput", "modes", work=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     files = packed(tmp_path, "throughput-modes")
     modes = ["reduce-overhead", "max-autotune-no-cudagraphs"]
-    assert steps(files, "throughput-modes") == [(f"bench-{mode}", "0") for mode in modes] + [("bench-atomic-dq", "0")]
+    assert steps(files, "throughput-modes") == [(f"bench-{mode}", "0") for mode in modes] + [
+        ("bench-atomic-dq", "0"), ("bench-loss-chunk", "0")]
     for mode in modes:
         record = json.loads(files[f"throughput-modes/{mode}/bench_train.json"])
         assert record["compile_mode"] == mode and record["kernel_backward"] == "recompute"
+        assert record["loss_chunk"] == 0
     record = json.loads(files["throughput-modes/atomic-dq/bench_train.json"])
     assert record["compile_mode"] == "default" and record["kernel_backward"] == "atomic"
     assert {r["backend"] for r in record["records"]} == {"triton"}
+    record = json.loads(files["throughput-modes/loss-chunk/bench_train.json"])
+    assert record["loss_chunk"] == 16 and record["kernel_backward"] == "recompute"  # 4 chunks of the toy's 2 x 32
+    assert [(r["variant"], r["backend"]) for r in record["records"]] == [("g1_elementwise", "triton")]
+    assert "the loss over 16 rows of logits at a time" in files["throughput-modes/loss-chunk/bench_train.md"].decode()
     usage = script("throughput", "fast", work=tmp_path)
     assert usage.returncode == 2 and "gpu/throughput.sh [batch|modes]" in usage.stdout
 

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import common
-from model import (GPT, DyT, GatedNorm, GPTConfig, PreAffine, RMSNorm, apply_rope, gate_activation, make_norm, rope_tables,
-                   window_mask)
+from model import (GPT, DyT, GatedNorm, GPTConfig, PreAffine, RMSNorm, apply_rope, chunked_loss, gate_activation, make_norm,
+                   rope_tables, window_mask)
 from probe import Probe, attention_maps
 from variants import TEST_VARIANTS
 
@@ -543,6 +543,140 @@ def test_attention_maps_are_causal_distributions_consistent_with_stats():
 
 
 # ----------------------------------------------------------------------------
+# The loss in chunks (loss_chunk)
+
+def loss_and_grads(model, idx, targets, scale=1.0, loss=None):
+    """The loss (the model's own, or loss(logits)) and the parameters' gradients of scale * loss (train.py scales
+    the loss for gradient accumulation)."""
+    model.zero_grad()
+    logits, own = model(idx, targets)
+    loss = own if loss is None else loss(logits)
+    (scale * loss).backward()
+    return logits, loss.detach(), {name.removeprefix("_orig_mod."): p.grad.clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("chunk", [1, 7, 40, 1000])  # one row, a ragged last chunk, rows / chunk exact, one chunk
+def test_chunked_loss_matches_float64_cross_entropy(chunk, tie):
+    """loss_chunk: the loss and gradients of cross-entropy over the whole logits in float64, targets of -1 left out
+    of the mean; scaled by what the loss was scaled by; no logits returned (they are never whole)."""
+    idx = tokens()
+    targets = idx.roll(-1, 1)
+    targets[0, :6] = -1
+    _, loss_ref, grads_ref = loss_and_grads(make(tie_embeddings=tie), idx, None, loss=lambda logits: F.cross_entropy(
+        logits.flatten(0, 1), targets.flatten(), ignore_index=-1))
+    assert loss_ref.dtype == torch.float64
+    logits, loss, grads = loss_and_grads(make(tie_embeddings=tie, loss_chunk=chunk), idx, targets, scale=3.0)
+    assert logits is None
+    assert loss.dtype == torch.float64 and loss.item() == pytest.approx(loss_ref.item(), rel=1e-12)
+    for name, g in grads.items():
+        assert g.dtype == torch.float64
+        torch.testing.assert_close(g, 3.0 * grads_ref[name], rtol=1e-8, atol=1e-9, msg=name)  # float64 sums in another order
+
+
+def test_chunked_loss_under_bf16_autocast_is_as_accurate_as_the_plain_path():
+    """Under autocast both paths take their matmuls in bf16 and the softmax in fp32: measured against float64, the
+    chunked loss and its gradients are no further off than the plain path's (F.cross_entropy of the fp32 logits)."""
+    gen = torch.Generator().manual_seed(3)
+    x, w = torch.randn(60, 32, generator=gen), 0.3 * torch.randn(500, 32, generator=gen)
+    t = torch.randint(0, 500, (60,), generator=gen)
+    t[:7] = -1
+
+    def loss_and_grads_of(fn, dtype):
+        xl, wl = x.to(dtype, copy=True).requires_grad_(), w.to(dtype, copy=True).requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.float32):
+            loss = fn(xl, wl)
+        loss.backward()
+        return [loss.detach().double(), xl.grad.double(), wl.grad.double()]
+
+    def plain(xl, wl):
+        return F.cross_entropy((xl @ wl.t()).float(), t, ignore_index=-1)
+    ref = loss_and_grads_of(plain, torch.float64)
+    errors = {name: [((a - b).norm() / b.norm()).item() for a, b in zip(loss_and_grads_of(fn, torch.float32), ref)]
+              for name, fn in (("plain", plain), ("chunked", lambda xl, wl: chunked_loss(xl, wl, t, 16)))}
+    for i, what in enumerate(["loss", "dx", "dw"]):
+        assert errors["plain"][i] > 1e-5, what  # bf16 rounding is there to see
+        assert errors["chunked"][i] < 1.5 * errors["plain"][i] + 1e-4, (what, errors)
+
+
+class CreatedTensors:
+    """A dispatch mode that records each tensor an op creates, (op name, shape), in the forward and backward pass
+    (every op, below autograd and autocast)."""
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        created = self.created = []
+
+        class Record(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t in out if isinstance(out, (tuple, list)) else [out]:
+                    if isinstance(t, torch.Tensor) and not func.is_view:  # a view (w.t()) makes no new tensor
+                        created.append((func.overloadpacket.__name__, tuple(t.shape)))
+                return out
+        self.mode = Record()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+
+def test_chunked_loss_never_holds_the_whole_logits():
+    """The point of loss_chunk: no tensor of logits (or of their gradient) larger than a chunk's, rows x vocab, is
+    made in the forward or backward pass; the plain path makes several of all rows."""
+    vocab, B, T = 4096, 4, 24
+    idx = tokens(B, T)
+    for chunk in (0, 16):
+        model = make(vocab_size=vocab, loss_chunk=chunk)
+        with CreatedTensors() as ops:
+            model(idx, idx.roll(-1, 1))[1].backward()
+        rows = [math.prod(shape[:-1]) for _, shape in ops.created if len(shape) >= 2 and shape[-1] == vocab]
+        assert max(rows) == (chunk or B * T), (chunk, sorted(set(rows)))
+
+
+def test_chunked_loss_without_gradients():
+    """Under no_grad, or for inputs that need none, the loss alone: one matmul a chunk (the logits), not three."""
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(30, 8, generator=gen, dtype=torch.float64), torch.randn(50, 8, generator=gen, dtype=torch.float64)
+    t = torch.randint(0, 50, (30,), generator=gen)
+    expected = F.cross_entropy(x @ w.t(), t).item()
+
+    def loss_and_matmuls():
+        with CreatedTensors() as ops:
+            loss = chunked_loss(x, w, t, 4)
+        return loss, sum(name in ("mm", "addmm") for name, _ in ops.created)
+    loss, matmuls = loss_and_matmuls()
+    assert loss.item() == pytest.approx(expected, rel=1e-12) and matmuls == 8  # 8 chunks of 4 rows (the last of 2)
+    x.requires_grad_()
+    loss, matmuls = loss_and_matmuls()
+    assert loss.requires_grad and matmuls == 3 * 8
+    with torch.no_grad():
+        loss, matmuls = loss_and_matmuls()
+    assert not loss.requires_grad and loss.item() == pytest.approx(expected, rel=1e-12) and matmuls == 8
+    # as F.cross_entropy: nothing to count gives NaN; an ignored row's non-finite logits stay out of the loss
+    assert math.isnan(chunked_loss(x, w, torch.full_like(t, -1), 4).item())
+    ignored = t.clone()
+    ignored[3] = -1
+    with torch.no_grad():
+        x[3] = float("inf")
+    assert chunked_loss(x[:8], w, ignored[:8], 4).item() == pytest.approx(
+        F.cross_entropy(x[:8] @ w.t(), ignored[:8], ignore_index=-1).item(), rel=1e-12)
+
+
+def test_chunked_loss_under_torch_compile():
+    """torch.compile(fullgraph=True) traces the chunks and the precomputed gradients: the same loss and gradients."""
+    idx = tokens()
+    model = make(dtype=torch.float32, loss_chunk=16)
+    _, loss, grads = loss_and_grads(model, idx, idx)
+    _, loss_c, grads_c = loss_and_grads(torch.compile(model, backend="aot_eager", fullgraph=True), idx, idx)
+    assert loss_c.item() == pytest.approx(loss.item(), rel=1e-6)
+    for name, g in grads.items():
+        torch.testing.assert_close(grads_c[name], g, rtol=1e-5, atol=1e-7, msg=name)
+
+
+# ----------------------------------------------------------------------------
 # Init, tying, optimiser, FLOPs
 
 def test_weight_tying_and_init():
@@ -619,6 +753,8 @@ def test_flops_and_mfu(monkeypatch):
     (dict(attn_keep_first=4), ["attn_keep_first", "attn_window"]),
     (dict(attn_window=8, attn_keep_first=-1), ["attn_keep_first"]),
     (dict(attn_window=8, attn_backend="triton"), ["attn_window", "Triton", "'torch'"]),
+    (dict(loss_chunk=-1), ["loss_chunk", ">= 0"]),
+    (dict(loss_chunk=2.5), ["loss_chunk", "integer"]),
 ])
 def test_invalid_config_raises_helpful_error(kw, must_mention):
     with pytest.raises(ValueError) as err:

@@ -16,7 +16,7 @@ import torch
 import model as model_py
 import sample
 import train
-from common import configure, load_checkpoint, save_checkpoint
+from common import configure, load_checkpoint, model_from_checkpoint, save_checkpoint
 from model import GPTConfig
 from train import TrainConfig
 
@@ -97,11 +97,15 @@ def test_the_first_record_of_each_command_names_the_code_that_ran(tiny_run):
     assert all("code" not in r for r in log[1:])
 
 
-def test_resume_continues_the_run_exactly(stdlib_data, tmp_path):
+@pytest.mark.parametrize("loss_chunk", [0, 50])
+def test_resume_continues_the_run_exactly(stdlib_data, tmp_path, loss_chunk):
+    """A run stopped and resumed ends where one straight run does; also when it resumes computing its loss in chunks
+    of 50 rows (loss_chunk, a runtime flag: a run may change it), which gives the same loss to fp32 rounding."""
     common = TINY + [f"--data_dir={stdlib_data}", "--dropout=0.1", "--eval_interval=2", "--lr_decay_iters=8"]
     train.main(common + [f"--out_dir={tmp_path / 'straight'}", "--max_iters=8"])
     train.main(common + [f"--out_dir={tmp_path / 'split'}", "--max_iters=4"])
-    train.main(common + [f"--out_dir={tmp_path / 'split'}", "--max_iters=8", "--init_from=resume"])
+    train.main(common + [f"--out_dir={tmp_path / 'split'}", "--max_iters=8", "--init_from=resume",
+                         f"--loss_chunk={loss_chunk}"])
 
     straight, split = read_log(tmp_path / "straight"), read_log(tmp_path / "split")
     assert [r["iter"] for r in split] == [r["iter"] for r in straight] == [0, 2, 4, 6, 8]
@@ -110,8 +114,19 @@ def test_resume_continues_the_run_exactly(stdlib_data, tmp_path):
             assert close(a[key], b[key], rel=1e-6), (a["iter"], key, a[key], b[key])
     _, ckpt_a = load_checkpoint(str(tmp_path / "straight" / "ckpt.pt"))
     _, ckpt_b = load_checkpoint(str(tmp_path / "split" / "ckpt.pt"))
-    for name, tensor in ckpt_a["model"].items():
-        torch.testing.assert_close(tensor, ckpt_b["model"][name], rtol=1e-6, atol=1e-7)
+    for name, tensor in ckpt_a["model"].items():  # chunks: the rounding of other sums, which Adam's steps carry on
+        torch.testing.assert_close(tensor, ckpt_b["model"][name], rtol=1e-6, atol=2e-6 if loss_chunk else 1e-7)
+    assert ckpt_b["model_args"]["loss_chunk"] == loss_chunk  # as the run went on: it resumes that way again
+
+
+def test_a_checkpoint_runs_with_other_runtime_flags_only(tiny_run):
+    """model_from_checkpoint may change how a model computes (model.RUNTIME_FLAGS), never what it is."""
+    path = os.path.join(tiny_run, "ckpt.pt")
+    _, checkpoint = load_checkpoint(path)
+    model = model_from_checkpoint(checkpoint, path, attn_backend="torch", loss_chunk=7)
+    assert (model.config.attn_backend, model.config.loss_chunk, model.config.n_layer) == ("torch", 7, 1)
+    with pytest.raises(TypeError, match=r"\['n_layer'\] are part of the model; runtime flags: \('attn_backend', 'loss_chunk'\)"):
+        model_from_checkpoint(checkpoint, path, n_layer=2)
 
 
 # ----------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from common import (BEST, COMPILE_MODES, REPO, autocast_for, code_version, confi
                     finite_or_none, layer_mean, model_from_checkpoint, pick_device, read_checkpoint, read_jsonl,
                     save_checkpoint)
 from data.shards import TrainLoader, atomic_write, bos_token, find_shards, max_token_id, read_meta, val_batches
-from model import GPT, GPTConfig
+from model import GPT, RUNTIME_FLAGS, GPTConfig
 from probe import Probe
 
 
@@ -107,6 +107,7 @@ class TrainConfig:
     attn_keep_first: int = 0
     tie_embeddings: bool = True
     attn_backend: str = "auto"
+    loss_chunk: int = 0  # the training loss over this many rows of logits at a time: less memory (model.py)
     # AdamW with linear warmup and cosine decay to min_lr
     learning_rate: float = 2e-3
     max_iters: int = 300
@@ -278,7 +279,7 @@ def resume_settings(argv, checkpoint, ckpt_path):
         value = getattr(c, key)
         if key in PER_COMMAND or key not in saved or value == saved[key]:
             continue
-        if key in checkpoint["model_args"] and key != "attn_backend":  # the backend is not part of the model
+        if key in checkpoint["model_args"] and key not in RUNTIME_FLAGS:  # these say how it computes, not what
             fail(f"{key}={value!r} differs from the run in {ckpt_path} ({key}={saved[key]!r}): a resumed run "
                  "keeps its model. Start a new run in another out_dir to change the model.")
         if key == "bos":
@@ -484,10 +485,11 @@ class Trainer:
             print(*args, **kwargs)
 
     def build_model(self, checkpoint):
-        """The model from the flags, or from the checkpoint on resume (its flags, this command's attention backend)."""
+        """The model from the flags, or from the checkpoint on resume (its flags, this command's RUNTIME_FLAGS)."""
         try:
             if checkpoint is not None:
-                self.raw_model = model_from_checkpoint(checkpoint, self.ckpt_path, attn_backend=self.c.attn_backend)
+                self.raw_model = model_from_checkpoint(checkpoint, self.ckpt_path,
+                                                       **{key: getattr(self.c, key) for key in RUNTIME_FLAGS})
             else:
                 self.raw_model = GPT(GPTConfig(**{key: getattr(self.c, key) for key in MODEL_KEYS}))
         except ValueError as e:

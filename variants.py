@@ -209,6 +209,9 @@ FLAGS = [
          "(GPT-2, nanoGPT, small Qwen3s); `False`: a matrix of its own (larger Qwen3s)"),
     Flag("attn_backend", "which `kernels.gated_attention` path computes attention with a G1 sigmoid gate or none: "
          "`'auto'` is the fused Triton kernel on CUDA, PyTorch elsewhere"),
+    Flag("loss_chunk", "the training loss over this many rows of logits at a time, their gradients computed with them "
+         "(`model.ChunkedCrossEntropy`): the same loss, and one chunk of logits in memory instead of all (`0`: all at "
+         "once, and the logits returned)"),
     Flag("block_size, vocab_size, n_layer, n_head, n_embd, dropout, bias",
          "as in nanoGPT; `bias=False`; dropout on the embeddings and the residual branches", values="as nanoGPT"),
 ]

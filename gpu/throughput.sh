@@ -14,7 +14,8 @@
 #   bash gpu/throughput.sh modes    -> $OUT/throughput-modes.tar.gz
 #     one compiled bench.py --train per torch.compile mode (reduce-overhead: CUDA graphs; max-autotune without
 #     them), each into the log folder, beside the default mode's results/bench_train.*; then the default mode
-#     again with the fused kernel's atomic dQ backward (GATED_ATTENTION_BACKWARD=atomic), into atomic-dq/
+#     again with the fused kernel's atomic dQ backward (GATED_ATTENTION_BACKWARD=atomic), into atomic-dq/, and
+#     G1 elementwise on the fused kernel with its loss in chunks of 4096 rows of logits (loss_chunk), into loss-chunk/
 # The tarball holds $WORK/<name>/ with every step's output (and the run's log.jsonl, results/bench_train.*).
 # TOY=1 DATA_DIR=<a prepared folder>: the same steps at toy size on a CPU.
 source "$(dirname "$0")/lib.sh"
@@ -53,18 +54,20 @@ case "${1:-}" in
         ;;
     modes)
         start_log throughput-modes
-        EXTRA=(--compile=true)
-        [ "$TOY" = 1 ] && EXTRA=(--tiny)  # the smoke test never compiles: this checks the script and the key
+        EXTRA=(--compile=true); CHUNK=4096  # 4 chunks of B*T = 16k rows
+        [ "$TOY" = 1 ] && EXTRA=(--tiny) && CHUNK=16  # the smoke test never compiles: this checks the script and keys
         for mode in reduce-overhead max-autotune-no-cudagraphs; do
             step "bench-$mode" "$PYTHON" bench.py --train "${EXTRA[@]}" --compile_mode="$mode" --out_dir="$LOG/$mode"
         done
         step bench-atomic-dq env GATED_ATTENTION_BACKWARD=atomic "$PYTHON" bench.py --train "${EXTRA[@]}" \
             --backends=triton --out_dir="$LOG/atomic-dq"  # the torch backend has no dQ mode
+        step bench-loss-chunk "$PYTHON" bench.py --train "${EXTRA[@]}" --variants=g1_elementwise --backends=triton \
+            --loss_chunk="$CHUNK" --out_dir="$LOG/loss-chunk"
         pack throughput-modes
         ;;
     *)
         echo "usage: bash gpu/throughput.sh [batch|modes]   (no argument: sync, bench and train; batch: other batch" \
-             "sizes and lengths; modes: each compile mode and the atomic dQ backward)"
+             "sizes and lengths; modes: each compile mode, the atomic dQ backward, the loss in chunks)"
         exit 2
         ;;
 esac
