@@ -435,16 +435,16 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         n = valid.sum()  # a tensor: the mean's count costs no wait for the GPU
         fp = torch.promote_types(x.dtype, torch.float32)  # the loss and the sums in fp32 (fp64 for fp64 inputs)
         total = torch.zeros((), dtype=fp, device=x.device)
-        dx = torch.zeros_like(x, dtype=fp) if grads else None
+        dx = torch.empty_like(x, dtype=fp) if grads else None  # every row is written, chunk by chunk
         dw = torch.zeros_like(w, dtype=fp) if grads else None
         for i in range(0, x.size(0), chunk):
             xc, tc, vc = x[i:i + chunk], targets[i:i + chunk].clamp_min(0)[:, None], valid[i:i + chunk, None]
             logits = F.linear(xc, w).to(fp)  # under autocast the matmul runs in bf16/fp16, as lm_head's does
             lse = torch.logsumexp(logits, dim=-1, keepdim=True)
             total = total + torch.where(vc, lse - logits.gather(1, tc), 0).sum()  # where: an ignored row's inf stays out
-            if grads:
-                g = torch.exp(logits - lse).scatter_add_(1, tc, -torch.ones_like(lse))  # softmax - one_hot
-                g = torch.where(vc, g, 0).to(x.dtype)  # divided by n only after the matmuls: fp16 would flush g / n to 0
+            if grads:  # softmax - one_hot, made in place in the logits' memory (they are not read again)
+                g = logits.sub_(lse).exp_().scatter_add_(1, tc, -torch.ones_like(lse)).masked_fill_(~vc, 0)
+                g = g.to(x.dtype)  # divided by n only after the matmuls: fp16 would flush g / n to 0
                 dx[i:i + chunk] = g @ w
                 dw += g.t() @ xc
                 del g
