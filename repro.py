@@ -7,15 +7,20 @@ analysis of all of them with confidence intervals and a verdict for each of the 
     python repro.py prepare                    # the corpus: .py files of this Python's installed packages
     python repro.py train all --seeds=3 --parallel=3   # the study (variants.STUDY), three seeds, 3 runs at once
     python repro.py train baseline g1_elementwise --max_iters=400
+    python repro.py train baseline:2 g1_elementwise:2 g1_headwise --parallel=2 --budget_min=18   # what fits
     python repro.py evaluate                   # evaluate.py on the models' checkpoints: results/repro/evaluate/
     python repro.py report                     # results/repro/{summary.json, REPORT.md, *.png}
 
 The first word is the step. `train` and `evaluate` take variant names: `all` is the study, `models` its
 one-model-each part, `sweep` its learning-rate sweep, and any other name of variants.VARIANTS (g3, glu, ...)
-that variant too. repro.py's own keys (common.configure):
+that variant too. After `train`, NAME:N gives that name N seeds instead of --seeds' number (baseline:2, models:3).
+The runs start in the order named, so name first what matters most. repro.py's own keys (common.configure):
 
     --seeds=N          train each variant with N seeds: config/repro.py's seed, +1, ... (the seed changes the
                        initialisation and the order of the training data); default 1
+    --budget_min=M     start no run that would end, by the time estimate below, more than M minutes after `train`
+                       began; the runs left out are listed, and the same command trains them later. For a GPU
+                       lent for a fixed time: the runs that fit are whole, and the report can follow. 0: no limit
     --parallel=K       run K trainings side by side on the one device (a small model leaves most of an H100
                        idle: two side by side finished in about the time of one); each run's output then goes
                        to <root>/logs/<variant>-seed<N>.txt
@@ -38,8 +43,8 @@ Each run goes to <root>/<variant>/seed<N>/ and is nothing more than `python trai
 it can be rerun by hand, and recorded (command, exit code, seconds, date) in <root>/commands.jsonl, from which
 the report lists the commands actually run. An interrupted study is resumed by the same command: a run whose
 log reaches max_iters is skipped, a run with a checkpoint continues (--init_from=resume), the rest start.
-Before it starts, `train` prints an estimate of the time it will take (from the runs it already timed, or
-from the model's FLOPs on a GPU it knows).
+Before it starts, `train` prints an estimate of the time it will take (from the runs it already timed at this
+--parallel, or from the model's FLOPs on a GPU it knows); --budget_min uses the same estimate, updated as runs end.
 """
 
 import ast
@@ -74,6 +79,7 @@ class Keys:
     tiny: bool = False  # a CPU smoke test of the pipeline: tiny model, few steps, concludes nothing
     seeds: int = 1  # seeds per variant: the config's seed, seed + 1, ...
     parallel: int = 1  # runs side by side on the one device
+    budget_min: float = 0.0  # start no run estimated to end later than this many minutes after train began; 0: none
     config: str = ""  # a config file applied after config/repro.py (config/repro_sink.py: the sink's levers)
 
 
@@ -200,28 +206,48 @@ def finished(root, variant, seed, max_iters):
     return bool(log) and log[-1].get("iter", 0) >= max_iters
 
 
-def estimate(todo, root, keys, settings):
-    """A line saying how long the runs to do will take: the median of the earlier complete runs timed at this
-    --parallel, or else the model's training FLOPs at 15% of a known GPU's peak (what config/repro.py's runs
-    reached on an H100), assuming K runs side by side take as long as one."""
-    waves = math.ceil(len(todo) / keys.parallel)
+# The share of a GPU's peak bf16 FLOP/s one config/repro.py run reached with two side by side on an H100: 290 s
+# for 105M tokens at 0.33 GFLOP a token, evaluations and compilation included (measured 2026-11-22, issue 13).
+RUN_PEAK_SHARE = 0.12
+
+
+def seconds_per_run(root, keys, settings):
+    """(seconds, where the number comes from) for one run: the median of the earlier complete runs timed at this
+    --parallel, or else the model's training FLOPs at RUN_PEAK_SHARE of a known GPU's peak (measured with two runs
+    side by side, taken for any K until runs at this K have been timed); (None, why not) when neither is known."""
     past = [c["seconds"] for c in read_jsonl(os.path.join(root, "commands.jsonl"))
             if c.get("exit_code") == 0 and not c.get("resumed", True) and c.get("parallel", 1) == keys.parallel]
     if past:
-        per_run, how = float(np.median(past)), f"the median of {len(past)} earlier runs"
-    else:
-        peak = peak_flops()  # None off CUDA or on a GPU it does not know
-        if peak is None:
-            return (f"{len(todo)} runs to do, {keys.parallel} at a time ({waves} rounds); no time estimate yet (no "
-                    "earlier run timed here, and no GPU whose peak FLOP/s is known)")
-        names = {f.name for f in fields(GPTConfig)}
-        with torch.device("meta"):
-            model = GPT(GPTConfig(**{k: v for k, v in settings.items() if k in names}))
-        tokens = settings["max_iters"] * settings["batch_size"] * settings["gradient_accumulation_steps"] * \
-            model.config.block_size
-        per_run, how = flops_per_token(model) * tokens / (0.15 * peak), "FLOPs at 15% of the GPU's peak"
+        return float(np.median(past)), f"the median of {len(past)} earlier runs"
+    peak = peak_flops()  # None off CUDA or on a GPU it does not know
+    if peak is None:
+        return None, "no earlier run timed here, and no GPU whose peak FLOP/s is known"
+    names = {f.name for f in fields(GPTConfig)}
+    with torch.device("meta"):
+        model = GPT(GPTConfig(**{k: v for k, v in settings.items() if k in names}))
+    tokens = settings["max_iters"] * settings["batch_size"] * settings["gradient_accumulation_steps"] * \
+        model.config.block_size
+    return flops_per_token(model) * tokens / (RUN_PEAK_SHARE * peak), \
+        f"FLOPs at {RUN_PEAK_SHARE:.0%} of the GPU's peak"
+
+
+def estimate(todo, root, keys, settings):
+    """A line saying how long the runs to do will take (seconds_per_run for each, K at a time)."""
+    waves = math.ceil(len(todo) / keys.parallel)
+    per_run, how = seconds_per_run(root, keys, settings)
+    if per_run is None:
+        return f"{len(todo)} runs to do, {keys.parallel} at a time ({waves} rounds); no time estimate yet ({how})"
     return (f"{len(todo)} runs to do, {keys.parallel} at a time: about {waves * per_run / 60:.0f} min "
             f"({waves} rounds of ~{per_run / 60:.1f} min, from {how})")
+
+
+def fits_budget(start, root, keys, settings):
+    """Whether a run started now ends, by seconds_per_run, within --budget_min of `start` (True without a budget, or
+    while nothing says how long a run takes: then the first runs start, and the times they take decide the rest)."""
+    if not keys.budget_min:
+        return True
+    per_run, _ = seconds_per_run(root, keys, settings)
+    return per_run is None or time.time() + per_run <= start + keys.budget_min * 60
 
 
 def train(runs, root, keys, extra, settings):
@@ -233,6 +259,7 @@ def train(runs, root, keys, extra, settings):
         else:
             todo.append((v, seed))
     print(estimate(todo, root, keys, settings) if todo else "nothing to train", flush=True)
+    start = time.time()
     data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
     if todo and keys.parallel > 1 and settings.get("dataset") == "pystdlib" and not find_shards(data_dir, "train"):
         # train.py prepares the default dataset on first use: once here, not by K runs side by side
@@ -241,7 +268,7 @@ def train(runs, root, keys, extra, settings):
         prepare_pystdlib(out_dir=data_dir)
     running, broken = {}, None  # running: process -> (variant, seed, command, resumed, start time)
     while todo or running:
-        while todo and len(running) < keys.parallel and broken is None:
+        while todo and len(running) < keys.parallel and broken is None and fits_budget(start, root, keys, settings):
             v, seed = todo.pop(0)
             proc, cmd, resumed = launch(v, seed, root, keys, extra)
             running[proc] = (v, seed, cmd, resumed, time.time())
@@ -261,6 +288,10 @@ def train(runs, root, keys, extra, settings):
         started = os.path.isfile(os.path.join(run_dir(root, v, seed), "log.jsonl"))
         if proc.returncode and not resumed and not started and broken is None:
             broken = (v, seed)
+    if todo and broken is None:  # not a failure: what the budget holds is done, and the report can follow
+        print(f"=== the budget of {keys.budget_min:g} min leaves {len(todo)} run{'s' * (len(todo) > 1)} untrained: "
+              f"{', '.join(f'{v} seed {s}' for v, s in todo)}; the same command trains them later (the finished "
+              "runs are skipped)", flush=True)
     if broken and todo:
         where = (f" (in {log_path(root, *broken)})" if keys.parallel > 1 else " (its error is above)")
         fail(f"the run {broken[0]} seed {broken[1]} stopped before its first evaluation{where}; the other "
@@ -772,12 +803,30 @@ def paper_table(by):
 
 def chosen_variants(names):
     """Variant names and groups (all, models, sweep) as the variants, in order, each once."""
+    counted = [n for n in names if ":" in n]
+    if counted:
+        fail(f"{counted[0]}: a number of seeds (NAME:N) is for `repro.py train`; the other steps take every "
+             "trained seed of the variants named")
     variants = list(dict.fromkeys(v for n in names for v in GROUPS.get(n, [n])))
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
         fail((f"unknown variant(s) {', '.join(unknown)}" if unknown else "name the variants") +
              f"; choose 'all' (the study), 'models', 'sweep' or from: {', '.join(VARIANTS)}")
     return variants
+
+
+def chosen_runs(names, seeds, base_seed):
+    """The (variant, seed) runs `train` names, in the order named, each once: NAME (a variant or a group) takes
+    `seeds` seeds, NAME:N takes N (base_seed, base_seed + 1, ...)."""
+    counts = []
+    for word in names:
+        name, colon, n = word.partition(":")
+        if colon and not (n.isdigit() and int(n) >= 1):
+            fail(f"{word}: after the ':' comes the number of seeds, at least 1 (e.g. {name}:2)")
+        counts.append((name, int(n) if colon else seeds))
+    chosen_variants([name for name, _ in counts])  # one line naming an unknown variant, or none named
+    return list(dict.fromkeys((v, base_seed + i) for name, n in counts for v in chosen_variants([name])
+                              for i in range(n)))
 
 
 def main(argv):
@@ -799,6 +848,8 @@ def main(argv):
     for key in ("seeds", "parallel"):
         if getattr(keys, key) < 1:
             fail(f"--{key}={getattr(keys, key)} must be at least 1")
+    if keys.budget_min < 0:
+        fail(f"--budget_min={keys.budget_min:g} must be at least 0 (0: no limit)")
     root = keys.root or ("out-repro-tiny" if keys.tiny else "out-repro")
     report_dir = keys.report_dir or (os.path.join(root, "report") if keys.tiny else os.path.join("results", "repro"))
 
@@ -811,10 +862,8 @@ def main(argv):
             if w[2:].partition("=")[0] in SET_BY_REPRO:
                 fail(f"{w}: repro.py sets --out_dir (<root>/<variant>/seed<N>, see --root), --seed (see --seeds) "
                      "and --init_from (resume when the folder holds a checkpoint) for every run")
-        variants = chosen_variants(names)
         settings = study_settings(keys, passed)
-        base = settings.get("seed", 1337)
-        train([(v, base + i) for v in variants for i in range(keys.seeds)], root, keys, passed, settings)
+        train(chosen_runs(names, keys.seeds, settings.get("seed", 1337)), root, keys, passed, settings)
     elif step == "evaluate":
         evaluate_runs(root, report_dir, names, passed)
     else:

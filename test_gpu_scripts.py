@@ -51,7 +51,9 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     results = folder_state(os.path.join(REPO, "results"))  # committed GPU measurements: toy runs must not touch them
     jobs = {name: script(name, work=tmp_path / name, env=data, wait=False) for name in ("kernels", "throughput")}
     study = tmp_path / "study"
-    start = script("study", "start", "baseline", "--seeds=1", "--max_iters=6", "--eval_interval=3", "--",
+    # the budget (0.6 s) lets the first run start (nothing is timed yet), and no second: it would end too late
+    start = script("study", "start", "baseline", "g1_elementwise:1", "--budget_min=0.01", "--max_iters=6",
+                   "--eval_interval=3", "--",
                    "--windows=4", "--quant=w4a4", "--lengths=1,2", "--keep_first=0,1", work=study, env=data)
     assert start.returncode == 0 and "started (pid" in start.stdout, start.stdout + start.stderr
     again = script("study", "start", "baseline", work=study, env=data)
@@ -83,6 +85,8 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     # toy runs write only under WORK: results/, which holds committed GPU measurements only, is as it was
     assert folder_state(os.path.join(REPO, "results")) == results
     assert b"repro.py evaluate --windows=4" in files["study/study-job/command"]
+    assert b"leaves 1 run untrained: g1_elementwise seed 1337" in files["study/study-job/output.txt"]
+    assert "repro-tiny/g1_elementwise/seed1337/log.jsonl" not in files  # and the report followed, on baseline alone
 
 
 def test_throughput_compile_modes_at_toy_size(tmp_path):

@@ -339,6 +339,19 @@ def test_train_names_and_keys(monkeypatch):
                        "--min_lr=0.002", "--max_iters=5"]  # the user's keys last, so they win
 
 
+def test_seeds_per_name_in_the_order_named(monkeypatch):
+    """NAME:N trains N seeds of a variant or group, the rest --seeds' number; runs start in the order named, each
+    once (a plan for a GPU lent for a fixed time puts what matters most first)."""
+    calls = []
+    monkeypatch.setattr(repro, "train", lambda *args: calls.append(args))
+    repro.main(["train", "baseline:2", "g1_elementwise:2", "g1_headwise", "baseline", "g2_elementwise:1", "--seeds=3"])
+    assert calls[-1][0] == [("baseline", 1337), ("baseline", 1338), ("g1_elementwise", 1337), ("g1_elementwise", 1338),
+                            ("g1_headwise", 1337), ("g1_headwise", 1338), ("g1_headwise", 1339), ("baseline", 1339),
+                            ("g2_elementwise", 1337)]
+    repro.main(["train", "sweep:2", "baseline"])
+    assert calls[-1][0] == [(v, s) for v in SWEEP for s in (1337, 1338)] + [("baseline", 1337)]
+
+
 def test_study_settings_are_what_train_py_will_read():
     keys = repro.Keys(config="config/repro_sink.py")
     settings = repro.study_settings(keys, ["--batch_size=16"])
@@ -361,8 +374,14 @@ def test_study_settings_are_what_train_py_will_read():
     (["evaluate", "--out_dir=x"], ["--out_dir=x", "repro.py evaluate sets --runs, --labels and --out_dir"]),
     (["evaluate", "g9"], ["unknown variant(s) g9", "'models'"]),
     (["evaluate", "baseline", "--root=/nonexistent"], ["no trained runs of baseline under /nonexistent/"]),
+    (["train", "baseline:0"], ["baseline:0: after the ':' comes the number of seeds, at least 1", "baseline:2"]),
+    (["train", "g1_headwise", "baseline:two"], ["baseline:two: after the ':' comes the number of seeds"]),
+    (["train", "g9:2"], ["unknown variant(s) g9", "'models'"]),
+    (["evaluate", "baseline:2"], ["baseline:2: a number of seeds (NAME:N) is for `repro.py train`"]),
+    (["train", "baseline", "--budget_min=-5"], ["--budget_min=-5 must be at least 0"]),
 ], ids=["no-variant", "out_dir", "init_from", "seed", "seeds", "config", "report-key", "typo", "report-names", "step",
-        "evaluate-out_dir", "evaluate-variant", "evaluate-no-runs"])
+        "evaluate-out_dir", "evaluate-variant", "evaluate-no-runs", "seeds-zero", "seeds-word", "seeds-unknown",
+        "seeds-evaluate", "budget"])
 def test_mistakes_are_one_line(argv, words, monkeypatch):
     monkeypatch.setattr(repro, "train", lambda *args: pytest.fail("nothing may run"))
     with pytest.raises(SystemExit) as e:
@@ -420,6 +439,49 @@ def test_the_time_estimate(tmp_path, monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     monkeypatch.setattr(repro, "peak_flops", lambda device=None: 989e12)
     line = repro.estimate(todo, str(tmp_path), keys, settings)
-    # config/repro.py: 105M tokens of a ~45M-parameter model (embedding included) at 15% of 989 TFLOP/s
+    # config/repro.py: 105M tokens of a ~45M-parameter model (embedding included) at 12% of 989 TFLOP/s: ~290 s
     minutes = float(re.search(r"rounds of ~([\d.]+) min", line).group(1))
-    assert "FLOPs at 15% of the GPU's peak" in line and 2 < minutes < 6
+    assert "FLOPs at 12% of the GPU's peak" in line and 4.5 < minutes < 5.2
+
+
+def test_a_budget_starts_only_the_runs_that_end_within_it(tmp_path, monkeypatch, capsys):
+    """--budget_min: a run starts only if, by the time runs took here (the median of the runs timed at this --parallel),
+    it ends within the budget; with nothing timed and no known GPU the first run starts and its time decides the
+    rest. The runs left are listed, and train returns normally, so that the report can follow. Here every run takes
+    600 s of a fake clock."""
+    clock = [1000.0]
+    monkeypatch.setattr(repro, "time", type("Clock", (), {"time": lambda: clock[0], "sleep": time.sleep,
+                                                          "strftime": time.strftime}))
+    launched = []
+
+    def launch(v, seed, root, keys, extra):
+        launched.append((v, seed))
+        return subprocess.Popen([sys.executable, "-c", ""]), ["train.py", v], False
+
+    real_wait = repro.wait_for_one
+
+    def wait_for_one(running):
+        proc = real_wait(running)
+        clock[0] += 600  # the run took ten minutes
+        return proc
+
+    monkeypatch.setattr(repro, "launch", launch)
+    monkeypatch.setattr(repro, "wait_for_one", wait_for_one)
+    monkeypatch.setattr(repro, "peak_flops", lambda device=None: None)  # no estimate before a run is timed
+    runs = [("baseline", 1337), ("g1_elementwise", 1337), ("baseline", 1338), ("g1_elementwise", 1338)]
+    settings = repro.study_settings(repro.Keys(), [])
+    root = str(tmp_path / "runs")
+    repro.train(runs, root, repro.Keys(budget_min=25), [], settings)
+    # the first at 0 (no estimate yet), the second at 10 min (ends at 20 <= 25), not a third (it would end at 30)
+    assert launched == runs[:2]
+    out = capsys.readouterr().out
+    assert "the budget of 25 min leaves 2 runs untrained: baseline seed 1338, g1_elementwise seed 1338" in out
+    assert "the same command trains them later" in out
+    assert [c["seconds"] for c in repro.read_jsonl(os.path.join(root, "commands.jsonl"))] == [600, 600]
+    # the same command with less time left than a run takes, as timed: nothing starts, all is said
+    launched.clear()
+    repro.train(runs[2:], root, repro.Keys(budget_min=9), [], settings)
+    assert launched == [] and "leaves 2 runs untrained" in capsys.readouterr().out
+    # no budget: every run starts
+    repro.train(runs[2:], root, repro.Keys(), [], settings)
+    assert launched == runs[2:] and "untrained" not in capsys.readouterr().out

@@ -3,7 +3,9 @@
 #   bash gpu/study.sh start TRAIN... [-- EVALUATE...]
 #        prepare the corpus if needed, then in the background (setsid, so it outlives this command):
 #        repro.py train TRAIN..., repro.py evaluate EVALUATE..., repro.py report. TRAIN as for repro.py train,
-#        e.g. `models --seeds=2 --parallel=2`; EVALUATE: evaluate.py's keys, e.g. `--windows=32`
+#        e.g. `baseline:2 g1_elementwise:2 g1_headwise --parallel=2 --budget_min=18` (the runs that fit in 18
+#        minutes, in the order named) or `models --seeds=2 --parallel=2`; EVALUATE: evaluate.py's keys, e.g.
+#        `--windows=32`
 #   bash gpu/study.sh wait [SECONDS]
 #        until the job ends or SECONDS pass (default 540), a line of progress a minute; exit 0 when the job
 #        succeeded, 1 when it failed, 3 while it still runs (call it again at once: a lent machine goes back
