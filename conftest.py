@@ -17,6 +17,28 @@ from data.shards import write_dataset  # noqa: E402  (after TRITON_INTERPRET: no
 REPO = os.path.dirname(os.path.abspath(__file__))
 
 
+def _interpreter_problem():
+    """Why Triton's interpreter cannot run here, or None. Before Triton 3.7 it converts one-element arrays to ints,
+    which NumPy 2.4 refuses: every kernel test would fail with an InterpreterError that does not say so."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return None
+    try:
+        from importlib.metadata import version
+        triton_version = tuple(int(x) for x in version("triton").split(".")[:2])
+    except Exception:  # no triton (the kernel tests skip), or a version string of another form
+        return None
+    if triton_version < (3, 7) and tuple(int(x) for x in np.__version__.split(".")[:2]) >= (2, 4):
+        return (f"Triton {version('triton')}'s interpreter, which runs the kernel tests on a CPU, does not work with "
+                f"NumPy {np.__version__}: pip install -U triton (3.7 or later), or pip install 'numpy<2.4'")
+    return None
+
+
+def pytest_configure(config):
+    problem = _interpreter_problem()
+    if problem:
+        pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
+
+
 @pytest.fixture(scope="session")
 def dataset(tmp_path_factory):
     """A small dataset of random GPT-2 token ids (dataset name 'toy'): analysis and the study need windows, not meaning."""

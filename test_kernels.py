@@ -264,6 +264,29 @@ def test_autotuned_first_call_matches_reference(backward, choose_configs, choose
                 assert torch.equal(a, b), f"T={T} D={D}: {name} differs between calls; configs {chosen}"
 
 
+@pytest.mark.parametrize("triton_version,numpy_version,interpreting,refused", [
+    ("3.6.0", "2.4.1", "1", True), ("3.6.0", "2.3.5", "1", False), ("3.7.0", "2.4.1", "1", False),
+    ("3.10.0", "3.0.0", "1", False), ("3.6.0", "2.4.1", None, False)])
+def test_an_interpreter_that_cannot_run_stops_the_suite_with_the_fix(triton_version, numpy_version, interpreting,
+                                                                     refused, monkeypatch):
+    """Triton < 3.7's interpreter fails with NumPy >= 2.4 (measured: 3.6.0 with 2.4.6 fails every kernel test, with
+    2.3.5 passes); conftest.py stops the suite before it starts and names the two ways out. A GPU run is unaffected."""
+    import importlib.metadata
+
+    import conftest
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: {"triton": triton_version}[name])
+    monkeypatch.setattr(conftest.np, "__version__", numpy_version)
+    if interpreting:
+        monkeypatch.setenv("TRITON_INTERPRET", interpreting)
+    else:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    problem = conftest._interpreter_problem()
+    assert (problem is not None) == refused
+    if refused:
+        assert f"Triton {triton_version}" in problem and f"NumPy {numpy_version}" in problem
+        assert "pip install -U triton" in problem and "numpy<2.4" in problem
+
+
 def test_choose_configs_names_the_choices(choose_configs):
     with pytest.raises(ValueError, match="GATED_ATTENTION_CONFIGS.*autotune, first, 0"):
         choose_configs("fastest")
