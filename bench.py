@@ -32,7 +32,7 @@ import torch
 cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
-from common import COMPILE_MODES, configure, estimate_mfu, fail  # noqa: E402
+from common import COMPILE_MODES, SDPA_BACKENDS, configure, estimate_mfu, fail, sdpa_preference  # noqa: E402
 from variants import VARIANTS  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
@@ -55,6 +55,7 @@ class Keys:
     block_size: int = 1024  # --train: T (--tiny: divided by 32)
     compile: str = "both"  # --train: torch.compile: both, true or false
     compile_mode: str = "default"  # --train: torch.compile's mode, one of common.COMPILE_MODES (train.py's key too)
+    sdpa_backend: str = "default"  # the kernel SDPA tries first, one of common.SDPA_BACKENDS (train.py's key too)
     variants: str = ",".join(TIMED)  # --train: comma-separated variants of variants.py (python repro.py list)
     backends: str = ",".join(BACKENDS)  # --train: comma-separated attention backends, of triton and torch
     match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
@@ -83,6 +84,8 @@ if args.compile.lower() not in ("both", "true", "false"):
     fail(f"--compile={args.compile}: choose both, true or false")
 if args.compile_mode not in COMPILE_MODES:
     fail(f"--compile_mode={args.compile_mode}: choose one of {', '.join(COMPILE_MODES)}")
+if args.sdpa_backend not in SDPA_BACKENDS:
+    fail(f"--sdpa_backend={args.sdpa_backend}: choose one of {', '.join(SDPA_BACKENDS)}")
 if args.loss_chunk < 0:
     fail(f"--loss_chunk={args.loss_chunk}: give 0 (the loss over all the logits at once) or a number of rows")
 if args.gqa < 0:
@@ -122,6 +125,10 @@ SMOKE_NOTE = ("SMOKE TEST (--tiny): tiny sizes in fp32" +
               ". It checks that the code runs; these timings mean nothing about speed.")
 if args.tiny:
     print(SMOKE_NOTE, flush=True)
+# every SDPA call of this process (the SDPA rows of --kernels, the torch attention of --train) under one preference
+sdpa_preference(args.sdpa_backend).__enter__()
+SDPA_NOTE = (f"SDPA tries {'its own order' if args.sdpa_backend == 'default' else args.sdpa_backend + ' first'} "
+             f"(sdpa_backend={args.sdpa_backend!r}, common.sdpa_preference)")
 
 
 def sync():
@@ -240,9 +247,11 @@ if args.kernels:
                               f"{records[-1]['tflops']:8.2f} TFLOP/s", flush=True)
     kernels.choose_backward(kernels.DEFAULT_BACKWARD)
     summary = kernel_summary(records)
-    write("bench_kernels", dict(date=date, device=device_name, command=command, summary=summary, records=records),
+    write("bench_kernels", dict(date=date, device=device_name, command=command, sdpa_backend=args.sdpa_backend,
+                                summary=summary, records=records),
           [f"dtype {str(dtype).replace('torch.', '')}, causal={causal}, B*T = {tokens}, H*D = {width}, "
            "inputs require grad; median of triton.testing.do_bench (CPU: one call)",
+           SDPA_NOTE,
            "TFLOP/s: forward 4*B*H*T^2*D (halved when causal), forward+backward 3.5x that",
            "triton+gate: the fused kernel with dQ in a kernel of its own (recompute); triton+gate atomic-dq: dQ added "
            "atomically in the dK/dV pass (kernels.choose_backward)",
@@ -326,11 +335,13 @@ if args.train:
     write("bench_train", dict(date=date, device=device_name, command=command, model=base, batch_size=batch_size,
                               match_params=args.match_params, compile_mode=args.compile_mode,
                               kernel_backward=kernels.BACKWARD, loss_chunk=args.loss_chunk,
+                              sdpa_backend=args.sdpa_backend,
                               dtype=str(dtype).replace("torch.", ""), records=records),
           [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
            f"{warmup} warm-up then {steps} timed steps of train.py's own (train.optimizer_step: gradient clipping, "
            f"a non-finite step skipped on the device, fused AdamW); compiled with mode={args.compile_mode!r}; "
+           f"{SDPA_NOTE} for the torch backend; "
            f"the fused kernel's backward gets dQ by {kernels.BACKWARD!r} (kernels.choose_backward); the loss over "
            + (f"{args.loss_chunk} rows of logits at a time (loss_chunk)" if args.loss_chunk else
               "all the logits at once (loss_chunk=0)"),

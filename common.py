@@ -6,7 +6,8 @@ What the scripts (train.py, sample.py, analyze.py, repro.py, bench.py) share, so
   pick_device, autocast  where and in which precision to run, device_name
   checkpoints            read_checkpoint, model_from_checkpoint, load_checkpoint, save_checkpoint
   runs and logs          dataset_dir, read_jsonl, code_version, layer_mean, finite_or_none
-  speed                  peak_flops, flops_per_token, estimate_mfu
+  speed                  peak_flops, flops_per_token, estimate_mfu; COMPILE_MODES, SDPA_BACKENDS and
+                         sdpa_preference (the choices train.py and bench.py share)
 """
 
 import ast
@@ -162,6 +163,29 @@ def autocast_for(device, dtype):
 # so the CPU no longer launches each kernel; 'max-autotune' also benchmarks matmul and Triton configurations while
 # compiling, and '-no-cudagraphs' does that without the graphs. train.py and bench.py take one as compile_mode.
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+# Which kernel F.scaled_dot_product_attention (the 'torch' attention path) tries first. PyTorch's own order puts
+# FlashAttention-2 first; on Hopper GPUs cuDNN's attention kernels are reported faster for training shapes. 'cudnn'
+# and 'flash' put that kernel first and keep every other behind it, so inputs it cannot take fall back as before.
+# It changes which kernel computes, not what. train.py and bench.py take one as sdpa_backend.
+SDPA_BACKENDS = ("default", "cudnn", "flash")
+
+
+def sdpa_preference(name):
+    """A context in which SDPA tries the kernel `name` (one of SDPA_BACKENDS) first; 'default' changes nothing."""
+    if name not in SDPA_BACKENDS:
+        raise ValueError(f"sdpa_backend={name!r} is not valid; choose one of {', '.join(SDPA_BACKENDS)}")
+    if name == "default":
+        return nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    first = SDPBackend.CUDNN_ATTENTION if name == "cudnn" else SDPBackend.FLASH_ATTENTION
+    rest = [b for b in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                        SDPBackend.MATH) if b != first]
+    try:
+        return sdpa_kernel([first, *rest], set_priority=True)  # every backend stays enabled, in this order
+    except TypeError:  # an older sdpa_kernel without set_priority
+        raise RuntimeError(f"sdpa_backend={name!r} needs a PyTorch whose torch.nn.attention.sdpa_kernel takes "
+                           "set_priority; upgrade PyTorch or use sdpa_backend='default'") from None
 
 
 # -----------------------------------------------------------------------------

@@ -63,6 +63,7 @@ def check_bench_kernels_tiny(stdout, out_dir):
     head = md.split("## Every measurement")[0]
     assert "## Fused gated attention against SDPA" in head and head.count("\n| 32 | 2 |") == 4
     assert "training (train.py, bench.py --train) uses 'recompute'" in head
+    assert data["sdpa_backend"] == "default" and "SDPA tries its own order" in head
 
 
 def check_bench_train_tiny(stdout, out_dir):
@@ -72,6 +73,7 @@ def check_bench_train_tiny(stdout, out_dir):
     check_smoke_test(stdout, data, md)
     assert data["date"] and data["batch_size"] == 2 and data["match_params"] is True
     assert data["kernel_backward"] in ("recompute", "atomic") and f"dQ by '{data['kernel_backward']}'" in md
+    assert data["sdpa_backend"] == "default" and "SDPA tries its own order" in md
     keys = {"device", "config", "variant", "flags", "backend", "compile", "tokens_per_s", "mfu", "ms_per_step",
             "peak_mem_gb"}
     records = data["records"]
@@ -118,6 +120,7 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path):
         (["--train", "--tiny", "--backends=cuda"], "--backends=cuda: unknown 'cuda'; choose from triton, torch"),
         (["--train", "--tiny", "--backends=,"], "--backends=,: give at least one; choose from triton, torch"),
         (["--train", "--tiny", "--loss_chunk=-8"], "--loss_chunk=-8: give 0"),
+        (["--kernels", "--tiny", "--sdpa_backend=fa3"], "--sdpa_backend=fa3: choose one of default, cudnn, flash"),
     ]
     for flags, message in cases:
         out = run_bench(tmp_path, *flags, f"--out_dir={tmp_path / 'res'}", timeout=120)

@@ -66,7 +66,11 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
         assert job.returncode == 0, out
 
     kernels = packed(tmp_path / "kernels", "kernels")
-    assert steps(kernels, "kernels") == [("configs", "0"), ("tier", "0"), ("bench", "0"), ("autotune", "0")]
+    assert steps(kernels, "kernels") == [("configs", "0"), ("tier", "0"), ("bench", "0"), ("bench-cudnn", "0"),
+                                         ("autotune", "0")]
+    cudnn = json.loads(kernels["kernels/bench-cudnn/bench_kernels.json"])
+    assert cudnn["sdpa_backend"] == "cudnn" and {r["provider"] for r in cudnn["records"]} >= {"sdpa", "sdpa+gate"}
+    assert "SDPA tries cudnn first" in kernels["kernels/bench-cudnn/bench_kernels.md"].decode()
     assert b"torch" in kernels["kernels/env.txt"] and b"1 passed" in kernels["kernels/tier.txt"]
     assert b"GATED_ATTENTION_CONFIGS=autotune" in kernels["kernels/autotune.txt"]
     check_bench_kernels_tiny(bench_output(kernels, "kernels"), tmp_path / "kernels" / "kernels" / "bench")
@@ -90,14 +94,14 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
 
 
 def test_throughput_compile_modes_at_toy_size(tmp_path):
-    """gpu/throughput.sh modes: one bench.py --train per torch.compile mode, then one with the atomic dQ backward and
-    one with the loss in chunks, each into its own folder."""
+    """gpu/throughput.sh modes: one bench.py --train per torch.compile mode, then one with the atomic dQ backward, one
+    with the loss in chunks and one with cuDNN's SDPA first, each into its own folder."""
     out = script("throughput", "modes", work=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     files = packed(tmp_path, "throughput-modes")
     modes = ["reduce-overhead", "max-autotune-no-cudagraphs"]
     assert steps(files, "throughput-modes") == [(f"bench-{mode}", "0") for mode in modes] + [
-        ("bench-atomic-dq", "0"), ("bench-loss-chunk", "0")]
+        ("bench-atomic-dq", "0"), ("bench-loss-chunk", "0"), ("bench-sdpa-cudnn", "0")]
     for mode in modes:
         record = json.loads(files[f"throughput-modes/{mode}/bench_train.json"])
         assert record["compile_mode"] == mode and record["kernel_backward"] == "recompute"
@@ -109,6 +113,10 @@ def test_throughput_compile_modes_at_toy_size(tmp_path):
     assert record["loss_chunk"] == 16 and record["kernel_backward"] == "recompute"  # 4 chunks of the toy's 2 x 32
     assert [(r["variant"], r["backend"]) for r in record["records"]] == [("g1_elementwise", "triton")]
     assert "the loss over 16 rows of logits at a time" in files["throughput-modes/loss-chunk/bench_train.md"].decode()
+    record = json.loads(files["throughput-modes/sdpa-cudnn/bench_train.json"])
+    assert record["sdpa_backend"] == "cudnn" and {r["backend"] for r in record["records"]} == {"torch"}
+    assert [r["variant"] for r in record["records"]] == ["baseline", "g1_elementwise", "g1_headwise"]
+    assert "SDPA tries cudnn first" in files["throughput-modes/sdpa-cudnn/bench_train.md"].decode()
     usage = script("throughput", "fast", work=tmp_path)
     assert usage.returncode == 2 and "gpu/throughput.sh [batch|modes]" in usage.stdout
 
@@ -135,7 +143,7 @@ def test_a_failing_step_is_recorded_and_the_rest_still_runs(tmp_path):
     out = script("kernels", work=tmp_path, env={"PYTHON": "false"})
     assert out.returncode != 0
     files = packed(tmp_path, "kernels")
-    assert steps(files, "kernels") == [(s, "1") for s in ("configs", "tier", "bench", "autotune")]
+    assert steps(files, "kernels") == [(s, "1") for s in ("configs", "tier", "bench", "bench-cudnn", "autotune")]
     assert "== bench: exit 1" in out.stdout
 
 

@@ -601,6 +601,7 @@ def test_a_new_run_never_starts_over_an_existing_run(stdlib_data, tmp_path):
     (["--max_iters=1.5"], "max_iters must be int, got 1.5"),
     (["--compile=1"], "compile must be bool, got 1"),
     (["--compile_mode=fast"], "compile_mode='fast' is not valid; choose one of default, reduce-overhead"),
+    (["--sdpa_backend=fa3"], "sdpa_backend='fa3' is not valid; choose one of default, cudnn, flash"),
     (["--n_layer"], "--n_layer: write --n_layer=value"),
     (["no/such/config.py"], "config file no/such/config.py not found"),
     (["--gate=g7"], "GPTConfig.gate='g7' is not valid"),
@@ -834,3 +835,45 @@ def test_loss_spikes_are_what_a_reader_would_call_spikes():
     # the first steps (the running variance is not yet meaningful) and tiny rises never count
     assert spikes_in([5.0] * 5 + [9.0] + [5.0] * 10)[0] == 0
     assert spikes_in([3.0 + 1e-4 * (i % 2) for i in range(200)] + [3.05] + [3.0] * 20)[0] == 0
+
+
+@pytest.mark.parametrize("name", ["cudnn", "flash"])
+def test_an_sdpa_preference_puts_one_kernel_first_and_keeps_the_rest(name):
+    """sdpa_backend: SDPA tries that kernel first, every other stays enabled behind it (inputs it cannot take fall back
+    as before), the same attention is computed, and PyTorch's own order comes back after."""
+    from torch.nn.attention import SDPBackend
+
+    from common import sdpa_preference
+    first = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[name]
+    before = torch._C._get_sdp_priority_order()
+    q, k, v = torch.randn(3, 2, 4, 9, 16).unbind(0)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with sdpa_preference(name):
+        order = torch._C._get_sdp_priority_order()
+        assert order[0] == int(first) and sorted(order) == sorted(before)
+        assert all(f() for f in (torch.backends.cuda.flash_sdp_enabled, torch.backends.cuda.cudnn_sdp_enabled,
+                                 torch.backends.cuda.mem_efficient_sdp_enabled, torch.backends.cuda.math_sdp_enabled))
+        assert torch.equal(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), expected)
+    assert torch._C._get_sdp_priority_order() == before
+    with sdpa_preference("default"):
+        assert torch._C._get_sdp_priority_order() == before
+
+
+def test_the_whole_run_trains_under_the_sdpa_preference(tmp_path, monkeypatch):
+    """train.py --sdpa_backend=cudnn: the run (its compiling included) happens with cuDNN's attention first, and PyTorch's
+    order is back afterwards. It is a per-command key: a resumed run takes it from its own command."""
+    from torch.nn.attention import SDPBackend
+    seen = []
+
+    class Trainer:
+        def __init__(self, c, *args):
+            self.c = c
+
+        def run(self):
+            seen.append((self.c.sdpa_backend, torch._C._get_sdp_priority_order()[0]))
+
+    monkeypatch.setattr(train, "Trainer", Trainer)
+    before = torch._C._get_sdp_priority_order()
+    train.main([f"--out_dir={tmp_path}", "--sdpa_backend=cudnn", "--device=cpu"])
+    assert seen == [("cudnn", int(SDPBackend.CUDNN_ATTENTION))] and torch._C._get_sdp_priority_order() == before
+    assert "sdpa_backend" in train.PER_COMMAND

@@ -42,9 +42,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (BEST, COMPILE_MODES, REPO, autocast_for, code_version, configure, dataset_dir, estimate_mfu, fail,
-                    finite_or_none, layer_mean, model_from_checkpoint, pick_device, read_checkpoint, read_jsonl,
-                    save_checkpoint)
+from common import (BEST, COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, code_version, configure, dataset_dir,
+                    estimate_mfu, fail, finite_or_none, layer_mean, model_from_checkpoint, pick_device, read_checkpoint,
+                    read_jsonl, save_checkpoint, sdpa_preference)
 from data.shards import TrainLoader, atomic_write, bos_token, find_shards, max_token_id, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
 from probe import Probe
@@ -130,6 +130,7 @@ class TrainConfig:
     dtype: str = "auto"  # 'float32', 'bfloat16', 'float16'; auto: bf16 on GPUs that have it, else fp16, fp32 off CUDA
     compile: bool = False  # torch.compile the model (GPU runs: faster after a minute of compiling)
     compile_mode: str = "default"  # with compile=True, torch.compile's mode: one of common.COMPILE_MODES
+    sdpa_backend: str = "default"  # the kernel PyTorch's attention tries first: one of common.SDPA_BACKENDS
     seed: int = 1337
 
 
@@ -228,7 +229,7 @@ POSITIVE_INTS = ("batch_size", "block_size", "eval_interval", "log_interval", "e
 # keys that belong to one command, not to the run: a resumed run takes them from this command, never
 # from the checkpoint (a run trained on one machine may be resumed on another)
 PER_COMMAND = ("out_dir", "init_from", "eval_only", "overwrite", "device", "dtype", "compile", "compile_mode",
-               "backend")
+               "sdpa_backend", "backend")
 DATA_KEYS = ("dataset", "data_dir")
 RESUME_KEYS = {"model", "optimizer", "scaler", "model_args", "iter_num", "val_loss", "best_val_loss", "config", "rng",
                "loader", "health"}
@@ -258,6 +259,8 @@ def check_settings(c):
             fail(f"{key}={value} is not valid; it must be {allowed}")
     if c.compile_mode not in COMPILE_MODES:
         fail(f"compile_mode={c.compile_mode!r} is not valid; choose one of {', '.join(COMPILE_MODES)}")
+    if c.sdpa_backend not in SDPA_BACKENDS:
+        fail(f"sdpa_backend={c.sdpa_backend!r} is not valid; choose one of {', '.join(SDPA_BACKENDS)}")
     if c.warmup_iters < 0:
         fail(f"warmup_iters={c.warmup_iters} must be 0 or more")
     if c.decay_lr and c.lr_decay_iters < max(1, c.warmup_iters):
@@ -778,7 +781,8 @@ def main(argv=None):
         if rank == 0:
             for note in notes:
                 print(note)
-        Trainer(c, rank, world_size, device, ddp, checkpoint).run()
+        with sdpa_preference(c.sdpa_backend):  # around compiling too: the compiled graph keeps the kernel chosen
+            Trainer(c, rank, world_size, device, ddp, checkpoint).run()
     finally:
         if ddp:
             dist.destroy_process_group()

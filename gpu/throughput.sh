@@ -15,7 +15,9 @@
 #     one compiled bench.py --train per torch.compile mode (reduce-overhead: CUDA graphs; max-autotune without
 #     them), each into the log folder, beside the default mode's results/bench_train.*; then the default mode
 #     again with the fused kernel's atomic dQ backward (GATED_ATTENTION_BACKWARD=atomic), into atomic-dq/, and
-#     G1 elementwise on the fused kernel with its loss in chunks of 4096 rows of logits (loss_chunk), into loss-chunk/
+#     G1 elementwise on the fused kernel with its loss in chunks of 4096 rows of logits (loss_chunk), into loss-chunk/;
+#     then the three variants on PyTorch attention with cuDNN's SDPA kernels first (sdpa_backend=cudnn), into
+#     sdpa-cudnn/
 # The tarball holds $WORK/<name>/ with every step's output (and the run's log.jsonl, results/bench_train.*).
 # TOY=1 DATA_DIR=<a prepared folder>: the same steps at toy size on a CPU.
 source "$(dirname "$0")/lib.sh"
@@ -63,11 +65,13 @@ case "${1:-}" in
             --backends=triton --out_dir="$LOG/atomic-dq"  # the torch backend has no dQ mode
         step bench-loss-chunk "$PYTHON" bench.py --train "${EXTRA[@]}" --variants=g1_elementwise --backends=triton \
             --loss_chunk="$CHUNK" --out_dir="$LOG/loss-chunk"
+        step bench-sdpa-cudnn "$PYTHON" bench.py --train "${EXTRA[@]}" --backends=torch --sdpa_backend=cudnn \
+            --out_dir="$LOG/sdpa-cudnn"  # the torch attention with cuDNN's SDPA kernels first
         pack throughput-modes
         ;;
     *)
         echo "usage: bash gpu/throughput.sh [batch|modes]   (no argument: sync, bench and train; batch: other batch" \
-             "sizes and lengths; modes: each compile mode, the atomic dQ backward, the loss in chunks)"
+             "sizes and lengths; modes: each compile mode, the atomic dQ backward, the loss in chunks, cuDNN's SDPA)"
         exit 2
         ;;
 esac
