@@ -32,7 +32,8 @@ import torch
 cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
-from common import COMPILE_MODES, SDPA_BACKENDS, configure, estimate_mfu, fail, sdpa_preference  # noqa: E402
+from common import (COMPILE_MODES, SDPA_BACKENDS, configure, estimate_mfu, fail, sdpa_order,  # noqa: E402
+                    sdpa_preference)
 from variants import VARIANTS  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
@@ -125,10 +126,12 @@ SMOKE_NOTE = ("SMOKE TEST (--tiny): tiny sizes in fp32" +
               ". It checks that the code runs; these timings mean nothing about speed.")
 if args.tiny:
     print(SMOKE_NOTE, flush=True)
-# every SDPA call of this process (the SDPA rows of --kernels, the torch attention of --train) under one preference
-sdpa_preference(args.sdpa_backend).__enter__()
-SDPA_NOTE = (f"SDPA tries {'its own order' if args.sdpa_backend == 'default' else args.sdpa_backend + ' first'} "
-             f"(sdpa_backend={args.sdpa_backend!r}, common.sdpa_preference)")
+# Every SDPA call of this process (the SDPA rows of --kernels, the torch attention of --train) under one preference.
+# The context is held in a global on purpose: a dropped one would be closed, and PyTorch's order back, at once.
+SDPA_PREFERENCE = sdpa_preference(args.sdpa_backend)
+SDPA_PREFERENCE.__enter__()
+SDPA_ORDER = sdpa_order()
+SDPA_NOTE = f"sdpa_backend={args.sdpa_backend!r}: SDPA tries its kernels in the order {', '.join(SDPA_ORDER)}"
 
 
 def sync():
@@ -248,7 +251,7 @@ if args.kernels:
     kernels.choose_backward(kernels.DEFAULT_BACKWARD)
     summary = kernel_summary(records)
     write("bench_kernels", dict(date=date, device=device_name, command=command, sdpa_backend=args.sdpa_backend,
-                                summary=summary, records=records),
+                                sdpa_order=SDPA_ORDER, summary=summary, records=records),
           [f"dtype {str(dtype).replace('torch.', '')}, causal={causal}, B*T = {tokens}, H*D = {width}, "
            "inputs require grad; median of triton.testing.do_bench (CPU: one call)",
            SDPA_NOTE,
@@ -335,13 +338,13 @@ if args.train:
     write("bench_train", dict(date=date, device=device_name, command=command, model=base, batch_size=batch_size,
                               match_params=args.match_params, compile_mode=args.compile_mode,
                               kernel_backward=kernels.BACKWARD, loss_chunk=args.loss_chunk,
-                              sdpa_backend=args.sdpa_backend,
+                              sdpa_backend=args.sdpa_backend, sdpa_order=SDPA_ORDER,
                               dtype=str(dtype).replace("torch.", ""), records=records),
           [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
            f"{warmup} warm-up then {steps} timed steps of train.py's own (train.optimizer_step: gradient clipping, "
            f"a non-finite step skipped on the device, fused AdamW); compiled with mode={args.compile_mode!r}; "
-           f"{SDPA_NOTE} for the torch backend; "
+           f"{SDPA_NOTE} (the torch backend); "
            f"the fused kernel's backward gets dQ by {kernels.BACKWARD!r} (kernels.choose_backward); the loss over "
            + (f"{args.loss_chunk} rows of logits at a time (loss_chunk)" if args.loss_chunk else
               "all the logits at once (loss_chunk=0)"),

@@ -6,8 +6,8 @@ What the scripts (train.py, sample.py, analyze.py, repro.py, bench.py) share, so
   pick_device, autocast  where and in which precision to run, device_name
   checkpoints            read_checkpoint, model_from_checkpoint, load_checkpoint, save_checkpoint
   runs and logs          dataset_dir, read_jsonl, code_version, layer_mean, finite_or_none
-  speed                  peak_flops, flops_per_token, estimate_mfu; COMPILE_MODES, SDPA_BACKENDS and
-                         sdpa_preference (the choices train.py and bench.py share)
+  speed                  peak_flops, flops_per_token, estimate_mfu; COMPILE_MODES, SDPA_BACKENDS,
+                         sdpa_preference and sdpa_order (the choices train.py and bench.py share)
 """
 
 import ast
@@ -171,19 +171,25 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 SDPA_BACKENDS = ("default", "cudnn", "flash")
 
 
+def sdpa_order():
+    """The names of SDPA's kernels in the order it tries them now: PyTorch's own, or a preference's."""
+    from torch.nn.attention import SDPBackend
+    return [SDPBackend(i).name for i in torch._C._get_sdp_priority_order()]  # what sdpa_kernel itself reads
+
+
 def sdpa_preference(name):
-    """A context in which SDPA tries the kernel `name` (one of SDPA_BACKENDS) first; 'default' changes nothing."""
+    """A context in which SDPA tries the kernel `name` (one of SDPA_BACKENDS) first, then every other in the order it
+    had (PyTorch's own: FlashAttention, memory-efficient, math, cuDNN in PyTorch 2.13); 'default' changes nothing."""
     if name not in SDPA_BACKENDS:
         raise ValueError(f"sdpa_backend={name!r} is not valid; choose one of {', '.join(SDPA_BACKENDS)}")
     if name == "default":
         return nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
     first = SDPBackend.CUDNN_ATTENTION if name == "cudnn" else SDPBackend.FLASH_ATTENTION
-    rest = [b for b in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
-                        SDPBackend.MATH) if b != first]
     try:
-        return sdpa_kernel([first, *rest], set_priority=True)  # every backend stays enabled, in this order
-    except TypeError:  # an older sdpa_kernel without set_priority
+        order = [SDPBackend(i) for i in torch._C._get_sdp_priority_order()]
+        return sdpa_kernel([first] + [b for b in order if b != first], set_priority=True)  # all listed: all enabled
+    except (AttributeError, TypeError):  # an older PyTorch, whose sdpa_kernel cannot set an order
         raise RuntimeError(f"sdpa_backend={name!r} needs a PyTorch whose torch.nn.attention.sdpa_kernel takes "
                            "set_priority; upgrade PyTorch or use sdpa_backend='default'") from None
 

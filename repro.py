@@ -13,8 +13,9 @@ analysis of all of them with confidence intervals and a verdict for each of the 
 
 The first word is the step. `train` and `evaluate` take variant names: `all` is the study, `models` its
 one-model-each part, `sweep` its learning-rate sweep, and any other name of variants.VARIANTS (g3, glu, ...)
-that variant too. After `train`, NAME:N gives that name N seeds instead of --seeds' number (baseline:2, models:3).
-The runs start in the order named, so name first what matters most. repro.py's own keys (common.configure):
+that variant too. After `train`, NAME:N gives each variant NAME names N seeds instead of --seeds' number (baseline:2,
+models:3). The runs start in the order named (a variant's seeds one after another), so name first what matters
+most. repro.py's own keys (common.configure):
 
     --seeds=N          train each variant with N seeds: config/repro.py's seed, +1, ... (the seed changes the
                        initialisation and the order of the training data); default 1
@@ -43,14 +44,16 @@ Each run goes to <root>/<variant>/seed<N>/ and is nothing more than `python trai
 it can be rerun by hand, and recorded (command, exit code, seconds, date) in <root>/commands.jsonl, from which
 the report lists the commands actually run. An interrupted study is resumed by the same command: a run whose
 log reaches max_iters is skipped, a run with a checkpoint continues (--init_from=resume), the rest start.
-Before it starts, `train` prints an estimate of the time it will take (from the runs it already timed at this
---parallel, or from the model's FLOPs on a GPU it knows); --budget_min uses the same estimate, updated as runs end.
+Before it starts, `train` prints an estimate of the time it will take (from the speed of the runs it already timed at
+this --parallel, or from the model's FLOPs on a GPU it knows); --budget_min uses the same estimate, updated as runs
+end.
 """
 
 import ast
 import json
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -211,24 +214,31 @@ def finished(root, variant, seed, max_iters):
 RUN_PEAK_SHARE = 0.12
 
 
-def seconds_per_run(root, keys, settings):
-    """(seconds, where the number comes from) for one run: the median of the earlier complete runs timed at this
-    --parallel, or else the model's training FLOPs at RUN_PEAK_SHARE of a known GPU's peak (measured with two runs
-    side by side, taken for any K until runs at this K have been timed); (None, why not) when neither is known."""
-    past = [c["seconds"] for c in read_jsonl(os.path.join(root, "commands.jsonl"))
-            if c.get("exit_code") == 0 and not c.get("resumed", True) and c.get("parallel", 1) == keys.parallel]
-    if past:
-        return float(np.median(past)), f"the median of {len(past)} earlier runs"
-    peak = peak_flops()  # None off CUDA or on a GPU it does not know
-    if peak is None:
-        return None, "no earlier run timed here, and no GPU whose peak FLOP/s is known"
+def run_flops(settings):
+    """The training FLOPs of one run with these shared settings: the model's FLOPs per token times its tokens."""
     names = {f.name for f in fields(GPTConfig)}
     with torch.device("meta"):
         model = GPT(GPTConfig(**{k: v for k, v in settings.items() if k in names}))
     tokens = settings["max_iters"] * settings["batch_size"] * settings["gradient_accumulation_steps"] * \
         model.config.block_size
-    return flops_per_token(model) * tokens / (RUN_PEAK_SHARE * peak), \
-        f"FLOPs at {RUN_PEAK_SHARE:.0%} of the GPU's peak"
+    return flops_per_token(model) * tokens
+
+
+def seconds_per_run(root, keys, settings):
+    """(seconds, where the number comes from) for one run: the median speed (seconds per FLOP) of the earlier complete
+    runs timed at this --parallel, times this run's FLOPs, so runs of another length or size count too; or else the
+    FLOPs at RUN_PEAK_SHARE of a known GPU's peak (measured with two runs side by side, taken for any K until runs at
+    this K have been timed); (None, why not) when neither is known. A run to resume is counted whole."""
+    flops = run_flops(settings)
+    past = [c["seconds"] / c["flops"] for c in read_jsonl(os.path.join(root, "commands.jsonl"))
+            if c.get("flops") and c.get("exit_code") == 0 and not c.get("resumed", True)
+            and c.get("parallel", 1) == keys.parallel]
+    if past:
+        return float(np.median(past)) * flops, f"the median speed of {len(past)} earlier runs"
+    peak = peak_flops()  # None off CUDA or on a GPU it does not know
+    if peak is None:
+        return None, "no earlier run timed here, and no GPU whose peak FLOP/s is known"
+    return flops / (RUN_PEAK_SHARE * peak), f"FLOPs at {RUN_PEAK_SHARE:.0%} of the GPU's peak"
 
 
 def estimate(todo, root, keys, settings):
@@ -259,7 +269,7 @@ def train(runs, root, keys, extra, settings):
         else:
             todo.append((v, seed))
     print(estimate(todo, root, keys, settings) if todo else "nothing to train", flush=True)
-    start = time.time()
+    start, flops = time.time(), run_flops(settings)
     data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
     if todo and keys.parallel > 1 and settings.get("dataset") == "pystdlib" and not find_shards(data_dir, "train"):
         # train.py prepares the default dataset on first use: once here, not by K runs side by side
@@ -281,7 +291,7 @@ def train(runs, root, keys, extra, settings):
         with open(os.path.join(root, "commands.jsonl"), "a") as f:
             f.write(json.dumps({"variant": v, "seed": seed, "command": shlex.join(cmd), "exit_code": proc.returncode,
                                 "seconds": round(seconds, 1), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                "resumed": resumed, "parallel": keys.parallel}) + "\n")
+                                "resumed": resumed, "parallel": keys.parallel, "flops": flops}) + "\n")
         print(f"=== {v} seed {seed}: exit code {proc.returncode} after {seconds:.0f} s", flush=True)
         # A new run logs its first evaluation before any step, so one that failed without a log.jsonl never
         # started: the keys, the data or the device, and every other run would fail alike.
@@ -821,7 +831,7 @@ def chosen_runs(names, seeds, base_seed):
     counts = []
     for word in names:
         name, colon, n = word.partition(":")
-        if colon and not (n.isdigit() and int(n) >= 1):
+        if colon and not re.fullmatch(r"[1-9][0-9]*", n):
             fail(f"{word}: after the ':' comes the number of seeds, at least 1 (e.g. {name}:2)")
         counts.append((name, int(n) if colon else seeds))
     chosen_variants([name for name, _ in counts])  # one line naming an unknown variant, or none named

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from common import sdpa_order
 from variants import VARIANTS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,7 +64,8 @@ def check_bench_kernels_tiny(stdout, out_dir):
     head = md.split("## Every measurement")[0]
     assert "## Fused gated attention against SDPA" in head and head.count("\n| 32 | 2 |") == 4
     assert "training (train.py, bench.py --train) uses 'recompute'" in head
-    assert data["sdpa_backend"] == "default" and "SDPA tries its own order" in head
+    assert data["sdpa_backend"] == "default" and data["sdpa_order"] == sdpa_order()  # PyTorch's own order
+    assert f"SDPA tries its kernels in the order {', '.join(sdpa_order())}" in head
 
 
 def check_bench_train_tiny(stdout, out_dir):
@@ -73,7 +75,8 @@ def check_bench_train_tiny(stdout, out_dir):
     check_smoke_test(stdout, data, md)
     assert data["date"] and data["batch_size"] == 2 and data["match_params"] is True
     assert data["kernel_backward"] in ("recompute", "atomic") and f"dQ by '{data['kernel_backward']}'" in md
-    assert data["sdpa_backend"] == "default" and "SDPA tries its own order" in md
+    assert data["sdpa_backend"] == "default" and data["sdpa_order"] == sdpa_order()
+    assert f"SDPA tries its kernels in the order {', '.join(sdpa_order())} (the torch backend)" in md
     keys = {"device", "config", "variant", "flags", "backend", "compile", "tokens_per_s", "mfu", "ms_per_step",
             "peak_mem_gb"}
     records = data["records"]

@@ -376,11 +376,13 @@ def test_study_settings_are_what_train_py_will_read():
     (["evaluate", "baseline", "--root=/nonexistent"], ["no trained runs of baseline under /nonexistent/"]),
     (["train", "baseline:0"], ["baseline:0: after the ':' comes the number of seeds, at least 1", "baseline:2"]),
     (["train", "g1_headwise", "baseline:two"], ["baseline:two: after the ':' comes the number of seeds"]),
+    (["train", "baseline:²"], ["baseline:²: after the ':' comes the number of seeds"]),
     (["train", "g9:2"], ["unknown variant(s) g9", "'models'"]),
     (["evaluate", "baseline:2"], ["baseline:2: a number of seeds (NAME:N) is for `repro.py train`"]),
     (["train", "baseline", "--budget_min=-5"], ["--budget_min=-5 must be at least 0"]),
 ], ids=["no-variant", "out_dir", "init_from", "seed", "seeds", "config", "report-key", "typo", "report-names", "step",
-        "evaluate-out_dir", "evaluate-variant", "evaluate-no-runs", "seeds-zero", "seeds-word", "seeds-unknown",
+        "evaluate-out_dir", "evaluate-variant", "evaluate-no-runs", "seeds-zero", "seeds-word", "seeds-super",
+        "seeds-unknown",
         "seeds-evaluate", "budget"])
 def test_mistakes_are_one_line(argv, words, monkeypatch):
     monkeypatch.setattr(repro, "train", lambda *args: pytest.fail("nothing may run"))
@@ -428,11 +430,16 @@ def test_the_time_estimate(tmp_path, monkeypatch):
     keys = repro.Keys(parallel=2)
     settings = repro.study_settings(keys, [])
     todo = [("baseline", 1337)] * 5  # three rounds of two
+    flops = repro.run_flops(settings)
     with open(tmp_path / "commands.jsonl", "w") as f:
-        for seconds, resumed, parallel in ((300, False, 2), (330, False, 2), (9, True, 2), (100, False, 1)):
-            f.write(json.dumps({"seconds": seconds, "exit_code": 0, "resumed": resumed, "parallel": parallel}) + "\n")
+        # a run of half the FLOPs in 160 s is as fast as a whole one in 320 s; a record without FLOPs (an older
+        # commands.jsonl) and runs resumed or timed at another --parallel do not count
+        for seconds, resumed, parallel, share in ((300, False, 2, 1), (330, False, 2, 1), (160, False, 2, 0.5),
+                                                  (9, True, 2, 1), (100, False, 1, 1), (50, False, 2, None)):
+            f.write(json.dumps({"seconds": seconds, "exit_code": 0, "resumed": resumed, "parallel": parallel,
+                                "flops": share and share * flops}) + "\n")
     assert repro.estimate(todo, str(tmp_path), keys, settings) == \
-        "5 runs to do, 2 at a time: about 16 min (3 rounds of ~5.2 min, from the median of 2 earlier runs)"
+        "5 runs to do, 2 at a time: about 16 min (3 rounds of ~5.3 min, from the median speed of 3 earlier runs)"
     os.remove(tmp_path / "commands.jsonl")
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     assert "no time estimate yet" in repro.estimate(todo, str(tmp_path), keys, settings)
@@ -445,10 +452,10 @@ def test_the_time_estimate(tmp_path, monkeypatch):
 
 
 def test_a_budget_starts_only_the_runs_that_end_within_it(tmp_path, monkeypatch, capsys):
-    """--budget_min: a run starts only if, by the time runs took here (the median of the runs timed at this --parallel),
-    it ends within the budget; with nothing timed and no known GPU the first run starts and its time decides the
-    rest. The runs left are listed, and train returns normally, so that the report can follow. Here every run takes
-    600 s of a fake clock."""
+    """--budget_min: a run starts only if, by the time runs took here (the median speed of the runs timed at this
+    --parallel), it ends within the budget; with nothing timed and no known GPU the first run starts and its time
+    decides the rest. The runs left are listed, and train returns normally, so that the report can follow. Here every
+    run takes 600 s of a fake clock."""
     clock = [1000.0]
     monkeypatch.setattr(repro, "time", type("Clock", (), {"time": lambda: clock[0], "sleep": time.sleep,
                                                           "strftime": time.strftime}))
