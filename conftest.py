@@ -24,11 +24,12 @@ def _interpreter_problem():
         return None
     try:
         from importlib.metadata import version
-        triton_version = tuple(int(x) for x in version("triton").split(".")[:2])
+        triton = version("triton")
+        triton_version = tuple(int(x) for x in triton.split(".")[:2])
     except Exception:  # no triton (the kernel tests skip), or a version string of another form
         return None
     if triton_version < (3, 7) and tuple(int(x) for x in np.__version__.split(".")[:2]) >= (2, 4):
-        return (f"Triton {version('triton')}'s interpreter, which runs the kernel tests on a CPU, does not work with "
+        return (f"Triton {triton}'s interpreter, which runs the kernel tests on a CPU, does not work with "
                 f"NumPy {np.__version__}: pip install -U triton (3.7 or later), or pip install 'numpy<2.4'")
     return None
 

@@ -224,12 +224,12 @@ def run_flops(settings):
     return flops_per_token(model) * tokens
 
 
-def seconds_per_run(root, keys, settings):
+def seconds_per_run(root, keys, flops):
     """(seconds, where the number comes from) for one run: the median speed (seconds per FLOP) of the earlier complete
     runs timed at this --parallel, times this run's FLOPs, so runs of another length or size count too; or else the
     FLOPs at RUN_PEAK_SHARE of a known GPU's peak (measured with two runs side by side, taken for any K until runs at
-    this K have been timed); (None, why not) when neither is known. A run to resume is counted whole."""
-    flops = run_flops(settings)
+    this K have been timed); (None, why not) when neither is known. flops: run_flops of the run. A run to resume is
+    counted whole."""
     past = [c["seconds"] / c["flops"] for c in read_jsonl(os.path.join(root, "commands.jsonl"))
             if c.get("flops") and c.get("exit_code") == 0 and not c.get("resumed", True)
             and c.get("parallel", 1) == keys.parallel]
@@ -244,19 +244,19 @@ def seconds_per_run(root, keys, settings):
 def estimate(todo, root, keys, settings):
     """A line saying how long the runs to do will take (seconds_per_run for each, K at a time)."""
     waves = math.ceil(len(todo) / keys.parallel)
-    per_run, how = seconds_per_run(root, keys, settings)
+    per_run, how = seconds_per_run(root, keys, run_flops(settings))
     if per_run is None:
         return f"{len(todo)} runs to do, {keys.parallel} at a time ({waves} rounds); no time estimate yet ({how})"
     return (f"{len(todo)} runs to do, {keys.parallel} at a time: about {waves * per_run / 60:.0f} min "
             f"({waves} rounds of ~{per_run / 60:.1f} min, from {how})")
 
 
-def fits_budget(start, root, keys, settings):
+def fits_budget(start, root, keys, flops):
     """Whether a run started now ends, by seconds_per_run, within --budget_min of `start` (True without a budget, or
     while nothing says how long a run takes: then the first runs start, and the times they take decide the rest)."""
     if not keys.budget_min:
         return True
-    per_run, _ = seconds_per_run(root, keys, settings)
+    per_run, _ = seconds_per_run(root, keys, flops)
     return per_run is None or time.time() + per_run <= start + keys.budget_min * 60
 
 
@@ -278,7 +278,7 @@ def train(runs, root, keys, extra, settings):
         prepare_pystdlib(out_dir=data_dir)
     running, broken = {}, None  # running: process -> (variant, seed, command, resumed, start time)
     while todo or running:
-        while todo and len(running) < keys.parallel and broken is None and fits_budget(start, root, keys, settings):
+        while todo and len(running) < keys.parallel and broken is None and fits_budget(start, root, keys, flops):
             v, seed = todo.pop(0)
             proc, cmd, resumed = launch(v, seed, root, keys, extra)
             running[proc] = (v, seed, cmd, resumed, time.time())
