@@ -241,10 +241,10 @@ def seconds_per_run(root, keys, flops):
     return flops / (RUN_PEAK_SHARE * peak), f"FLOPs at {RUN_PEAK_SHARE:.0%} of the GPU's peak"
 
 
-def estimate(todo, root, keys, settings):
-    """A line saying how long the runs to do will take (seconds_per_run for each, K at a time)."""
+def estimate(todo, root, keys, flops):
+    """A line saying how long the runs to do will take (seconds_per_run for each, K at a time; flops: run_flops)."""
     waves = math.ceil(len(todo) / keys.parallel)
-    per_run, how = seconds_per_run(root, keys, run_flops(settings))
+    per_run, how = seconds_per_run(root, keys, flops)
     if per_run is None:
         return f"{len(todo)} runs to do, {keys.parallel} at a time ({waves} rounds); no time estimate yet ({how})"
     return (f"{len(todo)} runs to do, {keys.parallel} at a time: about {waves * per_run / 60:.0f} min "
@@ -268,8 +268,8 @@ def train(runs, root, keys, extra, settings):
             print(f"=== {v} seed {seed}: finished (its log reaches max_iters={settings['max_iters']}), skipped")
         else:
             todo.append((v, seed))
-    print(estimate(todo, root, keys, settings) if todo else "nothing to train", flush=True)
-    start, flops = time.time(), run_flops(settings)
+    start, flops = time.time(), run_flops(settings)  # every run of the study has the same settings
+    print(estimate(todo, root, keys, flops) if todo else "nothing to train", flush=True)
     data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
     if todo and keys.parallel > 1 and settings.get("dataset") == "pystdlib" and not find_shards(data_dir, "train"):
         # train.py prepares the default dataset on first use: once here, not by K runs side by side

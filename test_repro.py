@@ -438,14 +438,14 @@ def test_the_time_estimate(tmp_path, monkeypatch):
                                                   (9, True, 2, 1), (100, False, 1, 1), (50, False, 2, None)):
             f.write(json.dumps({"seconds": seconds, "exit_code": 0, "resumed": resumed, "parallel": parallel,
                                 "flops": share and share * flops}) + "\n")
-    assert repro.estimate(todo, str(tmp_path), keys, settings) == \
+    assert repro.estimate(todo, str(tmp_path), keys, flops) == \
         "5 runs to do, 2 at a time: about 16 min (3 rounds of ~5.3 min, from the median speed of 3 earlier runs)"
     os.remove(tmp_path / "commands.jsonl")
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    assert "no time estimate yet" in repro.estimate(todo, str(tmp_path), keys, settings)
+    assert "no time estimate yet" in repro.estimate(todo, str(tmp_path), keys, flops)
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     monkeypatch.setattr(repro, "peak_flops", lambda device=None: 989e12)
-    line = repro.estimate(todo, str(tmp_path), keys, settings)
+    line = repro.estimate(todo, str(tmp_path), keys, flops)
     # config/repro.py: 105M tokens of a ~45M-parameter model (embedding included) at 12% of 989 TFLOP/s: ~290 s
     minutes = float(re.search(r"rounds of ~([\d.]+) min", line).group(1))
     assert "FLOPs at 12% of the GPU's peak" in line and 4.5 < minutes < 5.2
