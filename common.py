@@ -171,10 +171,15 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 SDPA_BACKENDS = ("default", "cudnn", "flash")
 
 
-def sdpa_order():
-    """The names of SDPA's kernels in the order it tries them now: PyTorch's own, or a preference's."""
+def _sdpa_priority():
+    """SDPA's kernels (SDPBackend) in the order it tries them now: PyTorch's own, or a preference's."""
     from torch.nn.attention import SDPBackend
-    return [SDPBackend(i).name for i in torch._C._get_sdp_priority_order()]  # what sdpa_kernel itself reads
+    return [SDPBackend(i) for i in torch._C._get_sdp_priority_order()]  # what sdpa_kernel itself reads
+
+
+def sdpa_order():
+    """The names of SDPA's kernels in the order it tries them now (recorded with the benchmarks)."""
+    return [backend.name for backend in _sdpa_priority()]
 
 
 def sdpa_preference(name):
@@ -187,8 +192,7 @@ def sdpa_preference(name):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     first = SDPBackend.CUDNN_ATTENTION if name == "cudnn" else SDPBackend.FLASH_ATTENTION
     try:
-        order = [SDPBackend(i) for i in torch._C._get_sdp_priority_order()]
-        return sdpa_kernel([first] + [b for b in order if b != first], set_priority=True)  # all listed: all enabled
+        return sdpa_kernel([first] + [b for b in _sdpa_priority() if b != first], set_priority=True)  # all enabled
     except (AttributeError, TypeError):  # an older PyTorch, whose sdpa_kernel cannot set an order
         raise RuntimeError(f"sdpa_backend={name!r} needs a PyTorch whose torch.nn.attention.sdpa_kernel takes "
                            "set_priority; upgrade PyTorch or use sdpa_backend='default'") from None
