@@ -204,7 +204,7 @@ FUSED = ("triton+gate", "triton+gate atomic-dq")  # the fused gated attention, u
 def kernel_summary(records):
     """One row per shape: forward+backward ms of SDPA, SDPA + gate and the fused kernel (each dQ mode), and speed
     ratios (another provider's ms over the fused kernel's: above 1, the fused kernel is faster) for the faster
-    of the fused modes, the issue's targets: >= 1 against SDPA + gate, >= 0.9 against SDPA alone."""
+    of the fused modes, the kernel's targets: >= 1 against SDPA + gate, >= 0.9 against SDPA alone."""
     ms = {(r["D"], r["H"], r["Hkv"], r["T"], r["B"], r["provider"], r["mode"]): r["ms"] for r in records}
     rows = []
     for shape in dict.fromkeys(key[:5] for key in ms):

@@ -51,7 +51,7 @@ EXTRAS = "pip install huggingface_hub safetensors tokenizers  (or: pip install -
 DESCRIPTION = ("config.json", "tokenizer.json")  # fetched by locate: small
 WEIGHTS = ("*.safetensors", "*.safetensors.index.json")  # fetched by load_model: large
 PICKLED = ("pytorch_model*.bin", "pytorch_model.bin.index.json")  # older checkpoints' weights, when no safetensors
-# PyTorch's attention, not the fused kernel: its GPU tests (issue 15) have not passed yet, and a published model's
+# PyTorch's attention, not the fused kernel: its GPU tests have not passed yet, and a published model's
 # numbers should not depend on it
 ATTN_BACKEND = "torch"
 

@@ -11,8 +11,10 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import tarfile
+import time
 
 import pytest
 
@@ -61,14 +63,19 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     assert again.returncode == 1 and "already running" in again.stdout  # one study at a time
     waited = script("study", "wait", "200", work=study)
     assert waited.returncode == 0 and "the study's job ended: exit 0" in waited.stdout, waited.stdout
+    # the job packed its results when it ended, and `wait` brought them back at once
+    assert "packed when it ended" in waited.stdout and (study / "out" / "study.tar.gz").is_file()
+    # a runner that copies a fresh working tree before each command deletes the report folder (which git does not
+    # ignore) between commands: `pack` still gives the report, from the job's own tarball
+    shutil.rmtree(study / "repro-tiny" / "report")
+    (study / "out" / "study.tar.gz").unlink()
     assert script("study", "pack", work=study).returncode == 0
     for name, job in jobs.items():
         out, _ = job.communicate(timeout=300)
         assert job.returncode == 0, out
 
     kernels = packed(tmp_path / "kernels", "kernels")
-    assert steps(kernels, "kernels") == [("configs", "0"), ("tier", "0"), ("bench", "0"), ("bench-cudnn", "0"),
-                                         ("autotune", "0")]
+    assert steps(kernels, "kernels") == [("bench", "0"), ("tier", "0"), ("bench-cudnn", "0")]
     cudnn = json.loads(kernels["kernels/bench-cudnn/bench_kernels.json"])
     assert cudnn["sdpa_backend"] == "cudnn" and {r["provider"] for r in cudnn["records"]} >= {"sdpa", "sdpa+gate"}
     # the order in force while it timed (not only the key's value): cuDNN first, then PyTorch's own order
@@ -76,7 +83,7 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     assert cudnn["sdpa_order"] == order
     assert f"in the order {', '.join(order)}" in kernels["kernels/bench-cudnn/bench_kernels.md"].decode()
     assert b"torch" in kernels["kernels/env.txt"] and b"1 passed" in kernels["kernels/tier.txt"]
-    assert b"GATED_ATTENTION_CONFIGS=autotune" in kernels["kernels/autotune.txt"]
+    assert b"::test_choose_configs" in kernels["kernels/tier.txt"] and b"PASSED" in kernels["kernels/tier.txt"]
     check_bench_kernels_tiny(bench_output(kernels, "kernels"), tmp_path / "kernels" / "kernels" / "bench")
 
     throughput = packed(tmp_path / "throughput", "throughput")
@@ -147,8 +154,35 @@ def test_a_failing_step_is_recorded_and_the_rest_still_runs(tmp_path):
     out = script("kernels", work=tmp_path, env={"PYTHON": "false"})
     assert out.returncode != 0
     files = packed(tmp_path, "kernels")
-    assert steps(files, "kernels") == [(s, "1") for s in ("configs", "tier", "bench", "bench-cudnn", "autotune")]
+    assert steps(files, "kernels") == [(s, "1") for s in ("bench", "tier", "bench-cudnn")]
     assert "== bench: exit 1" in out.stdout
+
+
+def test_kernel_configs_at_toy_size(tmp_path):
+    """gpu/kernels.sh configs: the configs' own tests, then the sweep with the autotuner on, each test named on its
+    own line as it ends."""
+    out = script("kernels", "configs", work=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    files = packed(tmp_path, "kernels-configs")
+    assert steps(files, "kernels-configs") == [("configs", "0"), ("autotune", "0")]
+    assert b"GATED_ATTENTION_CONFIGS=autotune" in files["kernels-configs/autotune.txt"]
+    assert b"::test_choose_configs" in files["kernels-configs/configs.txt"]
+    usage = script("kernels", "all", work=tmp_path)
+    assert usage.returncode == 2 and "gpu/kernels.sh [configs]" in usage.stdout
+
+
+def test_the_deadline_stops_a_step_and_still_packs(tmp_path):
+    """A remote runner that kills a command at its limit would leave nothing: past the command's deadline
+    (BUDGET_S) the running step is stopped (exit 124), the steps after it are skipped, and the tarball is made."""
+    slow = tmp_path / "slow-python"
+    slow.write_text('#!/bin/sh\ncase "$1" in -c) exit 1;; esac\nsleep 60\n')  # start_log's version checks end at once
+    slow.chmod(0o755)
+    started = time.time()
+    out = script("kernels", work=tmp_path, env={"PYTHON": str(slow), "BUDGET_S": "8"})
+    assert time.time() - started < 40, "the deadline did not stop the step"
+    assert out.returncode == 124 and "stopped at its limit of" in out.stdout, out.stdout
+    files = packed(tmp_path, "kernels")
+    assert steps(files, "kernels") == [("bench", "124"), ("tier", "skipped"), ("bench-cudnn", "skipped")]
 
 
 def test_a_study_that_fails_says_so(tmp_path):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training throughput on one GPU, in one command each (issue 16):
+# Training throughput on one GPU, in one command each:
 #   bash gpu/throughput.sh          -> $OUT/throughput.tar.gz
 #     sync    the training step never makes the host wait for the GPU: test_train.py's sync-debug-mode test
 #             (bf16 and fp16) and the optimizer-step tests
