@@ -446,9 +446,9 @@ def test_the_time_estimate(tmp_path, monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     monkeypatch.setattr(repro, "peak_flops", lambda device=None: 989e12)
     line = repro.estimate(todo, str(tmp_path), keys, flops)
-    # config/repro.py: 105M tokens of a ~45M-parameter model (embedding included) at 12% of 989 TFLOP/s: ~290 s
+    # config/repro.py: 105M tokens of a ~45M-parameter model (embedding included) at 11% of 989 TFLOP/s: ~320 s
     minutes = float(re.search(r"rounds of ~([\d.]+) min", line).group(1))
-    assert "FLOPs at 12% of the GPU's peak" in line and 4.5 < minutes < 5.2
+    assert "FLOPs at 11% of the GPU's peak" in line and 5.0 < minutes < 5.7
 
 
 def test_a_budget_starts_only_the_runs_that_end_within_it(tmp_path, monkeypatch, capsys):
