@@ -129,7 +129,7 @@ def measure(model, batches, device, ctx, map_tokens):
     rng = np.random.default_rng(0)
     samples = []
 
-    def keep_scores(s):
+    def keep_scores(s, trig=None):
         s = s.flatten()
         take = min(s.numel(), GATE_SAMPLE // (n_batches * cfg.n_layer) + 1)
         samples.append(s[torch.from_numpy(rng.choice(s.numel(), take, replace=False)).to(s.device)].cpu().numpy())

@@ -12,6 +12,8 @@ probe.stats: one value per layer, in layer order (a layer measured on a batch of
                     1..T-1, computed from each row's log-sum-exp (never the T x T matrix)
   max_act           M-Act: max |h| of the hidden states the block outputs, taken within each window, averaged over
                     the windows (the max over the whole batch would grow with the batch size)
+  max_act_first     the same max |h| at position 0 alone (the BOS token of BOS windows), and at positions 1..T-1:
+  max_act_rest      where the massive activation sits
   act_ratio         that max |h| over the median |h| of the same window's block output, averaged over the windows:
                     Sun et al. (2024) call an activation massive when it is ~1000x the median; a scale-free M-Act
   gate_mean         the mean gate score (the activation's output); None without a gate
@@ -28,6 +30,17 @@ probe.stats: one value per layer, in layer order (a layer measured on a batch of
   sink_pos_share    of pairs whose top key is there
   sink_token        the token id most often at the top key over (window, head) pairs (an int), and that fraction;
   sink_token_share  None / NaN when the probe did not see the ids (the model was not called as model(idx, ...))
+
+With trigger tokens (Probe(model, triggers=[...]), the Bigram-Backcopy task's, data/bigram_backcopy), the
+mechanism of its sink, each pooled over windows, heads and the query positions of one kind: trigger positions
+(from position 2 on, a trigger token that does not follow another: where the task's next token copies the one
+before) and the other positions 1..T-1:
+  first_token_attn_trigger   attention on position 0 from trigger positions, and from the others: a sink head parks
+  first_token_attn_other     the queries that have nothing to do on position 0
+  prev_attn_trigger          attention on the previous position from trigger positions (what the copy needs)
+  gate_mean_trigger          the mean gate score at trigger positions, and at the others: a gate that closes where
+  gate_mean_other            its head has nothing to do (None without a gate)
+They are None without triggers (or when the probe did not see the ids), NaN where no position of the kind exists.
 
 With T < 2 there are no queries after position 0: the float values are NaN and sink_pos, sink_token None
 (JSON writers turn NaN into null). Ties go to the lowest position or token id.
@@ -47,11 +60,14 @@ import torch
 
 from kernels import first_token_attention
 
-STAT_KEYS = ("first_token_attn", "max_act", "act_ratio", "gate_mean", "gate_below_0.1", "gate_below_0.5", "sink_share",
-             "sink_heads", "sink_pos", "sink_pos_share", "sink_token", "sink_token_share")
+TRIGGER_KEYS = ("first_token_attn_trigger", "first_token_attn_other", "prev_attn_trigger", "gate_mean_trigger",
+                "gate_mean_other")
+STAT_KEYS = ("first_token_attn", "max_act", "max_act_first", "max_act_rest", "act_ratio", "gate_mean", "gate_below_0.1",
+             "gate_below_0.5", "sink_share", "sink_heads", "sink_pos", "sink_pos_share", "sink_token",
+             "sink_token_share") + TRIGGER_KEYS
 GATE_KEYS = ("gate_mean", "gate_below_0.1", "gate_below_0.5")
 HEAD_KEYS = ("first_token_attn", "sink_share")
-WINDOW_KEYS = ("first_token_attn", "max_act", "act_ratio", "sink_share", "gate_mean")
+WINDOW_KEYS = ("first_token_attn", "max_act", "max_act_first", "max_act_rest", "act_ratio", "sink_share", "gate_mean")
 SINK_HEAD_THRESHOLD = 0.3  # Gu et al.'s epsilon: a head whose mean attention on the first token exceeds it is a sink
 
 
@@ -91,6 +107,32 @@ def received_attention(q, k, chunk=128, scale=None):
     return (r / (T - n)).view(B, H, n)
 
 
+@torch.no_grad()
+def previous_token_attention(q, k, chunk=128, scale=None):
+    """p (B, H, T) in float32: p[b, h, i] = softmax_j<=i(q_i . k_j * scale)[i - 1], the attention query i gives the
+    position just before it; NaN at i = 0, which has none. q: (B, H, T, D); k: (B, Hkv, T, D), H a multiple of Hkv
+    (GQA). `chunk` queries at a time: memory O(B * H * chunk * T), never T x T."""
+    B, H, T, D = q.shape
+    scale = D ** -0.5 if scale is None else float(scale)
+    kk = k.float().repeat_interleave(H // k.size(1), dim=1).transpose(-2, -1)  # (B, H, D, T)
+    p = torch.full((B, H, T), float("nan"), dtype=torch.float32, device=q.device)
+    with torch.autocast(q.device.type, enabled=False):
+        for i0 in range(1, T, chunk):
+            i1 = min(i0 + chunk, T)
+            s = (q[:, :, i0:i1].float() @ kk[..., :i1]) * scale  # (B, H, c, i1)
+            after = torch.arange(i1, device=q.device) > torch.arange(i0, i1, device=q.device)[:, None]
+            rows = s.masked_fill(after, float("-inf")).softmax(-1)
+            before = (torch.arange(i0, i1, device=q.device) - 1).view(1, 1, -1, 1).expand(B, H, -1, 1)
+            p[:, :, i0:i1] = rows.gather(-1, before).squeeze(-1)
+    return p
+
+
+def _pooled(values, mask):
+    """The mean of values (..., B, T) over the positions where mask (B, T) holds, as a float; NaN where none does."""
+    mask = mask.expand_as(values)
+    return values[mask].float().mean().item() if mask.any() else float("nan")
+
+
 def _most_often(values):
     """The most frequent value of a 1-D integer tensor (the smallest on a tie) and the fraction it is."""
     uniq, counts = torch.unique(values, return_counts=True)  # sorted: argmax takes the first, smallest, on a tie
@@ -99,11 +141,14 @@ def _most_often(values):
 
 
 class Probe:
-    def __init__(self, model, attention_maps=False, gate_scores=None):
+    def __init__(self, model, attention_maps=False, gate_scores=None, triggers=None):
         """attention_maps: also keep each layer's attention probabilities (B, H, T, T), for heatmaps (small T
-        only). gate_scores: a function called with each layer's gate scores (a tensor), e.g. to sample them.
+        only). gate_scores: a function called with each layer's gate scores (a tensor (B, T, ...)) and the trigger
+        positions (a bool tensor (B, T), or None without triggers), e.g. to sample them. triggers: the token ids
+        of the Bigram-Backcopy task's triggers (its meta.json), for the mechanism statistics (module docstring).
         Results (module docstring): stats (per layer), heads (per layer and head), windows (per layer and window)."""
         self.model, self.keep_maps, self.gate_scores = model, attention_maps, gate_scores
+        self.triggers = None if triggers is None else torch.as_tensor(list(triggers), dtype=torch.long)
         self.stats = {key: [] for key in STAT_KEYS}
         self.heads = {key: [] for key in HEAD_KEYS}
         self.windows = {key: [] for key in WINDOW_KEYS}
@@ -125,8 +170,11 @@ class Probe:
         for hook in self.hooks:
             hook.remove()
         self.hooks, self._idx = [], None
+        if not self.stats["prev_attn_trigger"]:  # no triggers given, or no ids seen
+            for key in TRIGGER_KEYS:
+                self.stats[key] = None
         if self.model.config.gate == "none":
-            for key in GATE_KEYS:
+            for key in GATE_KEYS + ("gate_mean_trigger", "gate_mean_other"):
                 self.stats[key] = None
             self.windows["gate_mean"] = None
 
@@ -146,6 +194,19 @@ class Probe:
         peak = a.amax(1)
         self._window_stat("max_act", peak)  # massive activations, per window
         self._window_stat("act_ratio", peak / a.median(1).values.clamp_min(torch.finfo(torch.float32).tiny))
+        by_position = x.detach().abs().amax(-1).to(a.dtype)  # (B, T): the largest |h| at each position
+        self._window_stat("max_act_first", by_position[:, 0])
+        rest = by_position[:, 1:]
+        self._window_stat("max_act_rest", rest.amax(1) if rest.size(1) else torch.full_like(by_position[:, 0], float("nan")))
+
+    def _trigger_positions(self, B, T, device):
+        """(B, T) bool: where the task's copy rule applies (module docstring), or None without triggers or ids."""
+        if self.triggers is None or not (isinstance(self._idx, torch.Tensor) and tuple(self._idx.shape) == (B, T)):
+            return None
+        is_trigger = torch.isin(self._idx.to(device), self.triggers.to(device))
+        where = torch.zeros_like(is_trigger)
+        where[:, 2:] = is_trigger[:, 2:] & ~is_trigger[:, 1:-1]
+        return where
 
     @torch.no_grad()
     def _attention(self, attn, args, output):
@@ -153,8 +214,9 @@ class Probe:
         q, k, _, g = attn.project(x, rope)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, heads, T, D)
         B, H, T, _ = q.shape
+        trig = self._trigger_positions(B, T, q.device)
         if T > 1:
-            self._sinks(attn, q, k)
+            self._sinks(attn, q, k, trig)
         else:  # the first query can only see itself: nothing to average over
             nan = torch.full((B,), float("nan"))
             for key in HEAD_KEYS:
@@ -169,8 +231,14 @@ class Probe:
             self._window_stat("gate_mean", s.flatten(1).mean(1))
             self.stats["gate_below_0.1"].append((s < 0.1).float().mean().item())
             self.stats["gate_below_0.5"].append((s < 0.5).float().mean().item())
+            if trig is not None:  # scores (B, T, H, D or 1), averaged per position first
+                per_position = s.flatten(2).mean(-1)
+                other = torch.ones_like(trig)
+                other[:, 0] = False
+                self.stats["gate_mean_trigger"].append(_pooled(per_position, trig))
+                self.stats["gate_mean_other"].append(_pooled(per_position, other & ~trig))
             if self.gate_scores is not None:
-                self.gate_scores(s)
+                self.gate_scores(s, trig)
         if self.keep_maps:  # explicit softmax, T x T, in float32
             kk = k.repeat_interleave(attn.n_head // attn.n_kv_head, dim=1)
             with torch.autocast(q.device.type, enabled=False):
@@ -178,12 +246,19 @@ class Probe:
             mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
             self.attention_maps.append(att.masked_fill(~mask, float("-inf")).softmax(-1))
 
-    def _sinks(self, attn, q, k):
-        """F-Attn and the sink-anywhere statistics of one layer, T > 1."""
+    def _sinks(self, attn, q, k, trig):
+        """F-Attn and the sink-anywhere statistics of one layer, T > 1; with trig (the trigger positions, (B, T)),
+        the mechanism statistics."""
         B, H, T, _ = q.shape
         # F-Attn: average over queries 1..T-1
         p0 = first_token_attention(q, k, causal=True, backend=attn.config.attn_backend)[:, :, 1:].float()  # (B, H, T-1)
         self._window_stat("first_token_attn", p0.mean((1, 2)))
+        if trig is not None:
+            later = trig[:, 1:].unsqueeze(1)  # (B, 1, T-1): queries 1..T-1, as p0
+            self.stats["first_token_attn_trigger"].append(_pooled(p0, later))
+            self.stats["first_token_attn_other"].append(_pooled(p0, ~later))
+            prev = previous_token_attention(q, k, scale=attn.head_dim ** -0.5)
+            self.stats["prev_attn_trigger"].append(_pooled(prev, trig.unsqueeze(1)))
         f_attn = p0.mean((0, 2))  # (H,)
         self.heads["first_token_attn"].append(f_attn.tolist())
         self.stats["sink_heads"].append((f_attn > SINK_HEAD_THRESHOLD).float().mean().item())

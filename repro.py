@@ -65,6 +65,7 @@ import numpy as np
 import torch
 
 from common import configure, dataset_dir, fail, flops_per_token, peak_flops, read_jsonl, run_config_file
+from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import find_shards
 from model import GPT, GPTConfig
 from stats import RULE, compare, mean_ci, verdict
@@ -272,11 +273,8 @@ def train(runs, root, keys, extra, settings):
     start, flops = time.time(), run_flops(settings)  # every run of the study has the same settings
     print(estimate(todo, root, keys, flops) if todo else "nothing to train", flush=True)
     data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
-    if todo and keys.parallel > 1 and settings.get("dataset") == "pystdlib" and not find_shards(data_dir, "train"):
-        # train.py prepares the default dataset on first use: once here, not by K runs side by side
-        from data.pystdlib.prepare import prepare as prepare_pystdlib
-        print(f"preparing the default dataset in {data_dir} (one time)", flush=True)
-        prepare_pystdlib(out_dir=data_dir)
+    if todo and keys.parallel > 1 and settings.get("dataset") in ON_FIRST_USE and not find_shards(data_dir, "train"):
+        prepare_on_first_use(settings["dataset"], data_dir)  # train.py would: once here, not by K runs side by side
     running, broken = {}, None  # running: process -> (variant, seed, command, resumed, start time)
     while todo or running:
         while todo and len(running) < keys.parallel and broken is None and fits_budget(start, root, keys, flops):

@@ -12,7 +12,8 @@ import torch
 
 from common import finite_or_none
 from model import GPT, GPTConfig
-from probe import GATE_KEYS, SINK_HEAD_THRESHOLD, STAT_KEYS, WINDOW_KEYS, Probe, received_attention
+from probe import (GATE_KEYS, SINK_HEAD_THRESHOLD, STAT_KEYS, TRIGGER_KEYS, WINDOW_KEYS, Probe, previous_token_attention,
+                   received_attention)
 
 C, H, HKV, D, VOCAB = 32, 4, 2, 8, 97
 BASE = dict(block_size=24, vocab_size=VOCAB, n_layer=2, n_head=H, n_kv_head=HKV, n_embd=C, attn_backend="torch")
@@ -410,3 +411,85 @@ def test_one_token_windows_have_no_sink_statistics():
         model(tokens(B=3, T=2))
     assert probe.stats["sink_pos"] == [0, 0] and probe.stats["sink_pos_share"] == [1.0, 1.0]
     assert probe.stats["sink_share"] == pytest.approx(probe.stats["first_token_attn"], abs=1e-6)
+
+
+# ----------------------------------------------------------------------------
+# The Bigram-Backcopy task's mechanism statistics, and where the massive activation sits
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (4, 1)])
+@pytest.mark.parametrize("T", [2, 9, 40])
+def test_previous_token_attention_matches_the_explicit_softmax(heads, kv_heads, T):
+    g = torch.Generator().manual_seed(T + kv_heads)
+    q = 2 * torch.randn(2, heads, T, D, generator=g, dtype=torch.float64)
+    k = 2 * torch.randn(2, kv_heads, T, D, generator=g, dtype=torch.float64)
+    kk = k.repeat_interleave(heads // kv_heads, dim=1)
+    s = (q @ kk.transpose(-2, -1)) * D ** -0.5
+    p = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+    expected = torch.stack([p[:, :, i, i - 1] for i in range(1, T)], -1)
+    for chunk in (1, 3, 128):
+        got = previous_token_attention(q, k, chunk=chunk)
+        assert got.shape == (2, heads, T) and got.dtype == torch.float32 and got[:, :, 0].isnan().all()
+        torch.testing.assert_close(got[:, :, 1:].double(), expected, rtol=1e-5, atol=1e-6)
+
+
+def trigger_positions(idx, triggers):
+    """The copy rule's positions, written out with loops: from 2 on, a trigger that does not follow a trigger."""
+    where = torch.zeros_like(idx, dtype=torch.bool)
+    for b in range(idx.size(0)):
+        for i in range(2, idx.size(1)):
+            where[b, i] = idx[b, i].item() in triggers and idx[b, i - 1].item() not in triggers
+    return where
+
+
+@pytest.mark.parametrize("name", ["gqa_g1", "no_gate", "mqa_headwise", "input_independent"])
+def test_mechanism_statistics_match_the_explicit_softmax(name):
+    """At trigger positions and the others: attention on position 0, on the previous position, the gate's mean
+    score, each pooled over windows, heads and positions of the kind; and the max |h| at position 0 and elsewhere."""
+    model = make(**CONFIGS[name])
+    B, T = 4, 20
+    idx = tokens(B=B, T=T, high=8)  # 8 symbols, 2 triggers: many trigger positions, some following each other
+    triggers = [1, 5]
+    outputs = []
+    hooks = [b.register_forward_hook(lambda m, a, out: outputs.append(out.detach())) for b in model.transformer.h]
+    with Probe(model, triggers=triggers) as probe:
+        model(idx)
+    for h in hooks:
+        h.remove()
+    trig = trigger_positions(idx, triggers)
+    assert trig.any() and (~trig[:, 1:]).any()
+    assert any(idx[b, i] in triggers and idx[b, i - 1] in triggers for b in range(B) for i in range(2, T))  # excluded
+    other = ~trig
+    other[:, 0] = False
+    for layer, (maps, scores) in enumerate(reference(model, idx)):
+        p0, prev = maps[..., 0], torch.zeros(B, H, T, dtype=torch.float64)
+        prev[..., 1:] = torch.stack([maps[:, :, i, i - 1] for i in range(1, T)], -1)
+        pooled = lambda values, mask: values[mask.unsqueeze(1).expand_as(values)].mean().item()  # noqa: E731
+        assert probe.stats["first_token_attn_trigger"][layer] == pytest.approx(pooled(p0, trig), abs=1e-6)
+        assert probe.stats["first_token_attn_other"][layer] == pytest.approx(pooled(p0, other), abs=1e-6)
+        assert probe.stats["prev_attn_trigger"][layer] == pytest.approx(pooled(prev, trig), abs=1e-6)
+        if scores is None:
+            assert probe.stats["gate_mean_trigger"] is None and probe.stats["gate_mean_other"] is None
+        else:
+            per_position = scores.flatten(2).mean(-1)  # (B, T)
+            assert probe.stats["gate_mean_trigger"][layer] == pytest.approx(per_position[trig].mean().item(), abs=1e-6)
+            assert probe.stats["gate_mean_other"][layer] == pytest.approx(per_position[other].mean().item(), abs=1e-6)
+        a = outputs[layer].abs().amax(-1)  # (B, T)
+        torch.testing.assert_close(probe.windows["max_act_first"][layer], a[:, 0], rtol=0, atol=0)
+        torch.testing.assert_close(probe.windows["max_act_rest"][layer], a[:, 1:].amax(1), rtol=0, atol=0)
+        assert max(probe.stats["max_act_first"][layer], probe.stats["max_act_rest"][layer]) <= \
+            probe.stats["max_act"][layer] + 1e-12
+
+
+def test_mechanism_statistics_need_triggers_and_ids():
+    """Without triggers, or when the probe never saw the ids (the model called on embeddings), the trigger keys are
+    None; max_act_first and max_act_rest are always there."""
+    model = make(gate="g1")
+    idx = tokens(B=2, T=10)
+    for kwargs in ({}, {"triggers": [1, 2]}):
+        with Probe(model, **kwargs) as probe:
+            model(idx)
+        assert all((probe.stats[key] is None) == ("triggers" not in kwargs) for key in TRIGGER_KEYS)
+        assert len(probe.stats["max_act_first"]) == len(probe.stats["max_act_rest"]) == 2
+    with Probe(model, triggers=[1, 2]) as probe:  # not through forward: the ids are unknown
+        model._forward(idx)
+    assert all(probe.stats[key] is None for key in TRIGGER_KEYS)

@@ -67,7 +67,7 @@ def test_default_dataset_is_prepared_on_first_use_and_the_loss_falls(tmp_path):
     result = run_cli("train.py", f"--data_dir={data_dir}", f"--out_dir={out_dir}", "--n_layer=2", "--n_head=2",
                      "--n_embd=64", "--block_size=64", "--batch_size=8", "--max_iters=80", "--lr_decay_iters=80",
                      "--warmup_iters=10", "--learning_rate=3e-3", "--min_lr=3e-4", "--eval_interval=40", "--eval_iters=4")
-    assert "preparing the default dataset" in result.stdout
+    assert "preparing the dataset pystdlib" in result.stdout
     assert json.loads((data_dir / "meta.json").read_text())["train_tokens"] > 1_000_000
 
     log = read_log(out_dir)

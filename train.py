@@ -45,9 +45,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from common import (BEST, COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, code_version, configure, dataset_dir,
                     estimate_mfu, fail, finite_or_none, layer_mean, model_from_checkpoint, pick_device, read_checkpoint,
                     read_jsonl, save_checkpoint, sdpa_preference)
+from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import TrainLoader, atomic_write, bos_token, find_shards, max_token_id, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
-from probe import Probe
+from probe import TRIGGER_KEYS, Probe
 
 
 @dataclass
@@ -140,6 +141,7 @@ SPIKE_WARMUP = 20  # steps before spikes are counted: the running variance needs
 SPIKE_MIN_NATS = 0.1  # a spike rises at least this far above the running mean, however quiet the loss was
 VAL_RISE_WARNING = 1.0  # nats: a validation loss this far above the best one gets a warning
 CHECKPOINT = "ckpt.pt"  # the latest state: what --init_from=resume continues
+MECHANISM_KEYS = ("max_act_first", "max_act_rest") + TRIGGER_KEYS  # probe.py: where the sink's pieces sit
 
 
 def keep_freed_memory():
@@ -213,12 +215,20 @@ def optimizer_step(optimizer, scaler, params, grad_clip, loss):
 
 
 def describe(record):
-    """The measurements of an eval record in words (layer averages)."""
+    """The measurements of an eval record in words (layer averages); on the Bigram-Backcopy task, the sink's
+    mechanism too (probe.py: trigger positions, where the next token copies the one before, and the others)."""
     def number(key, spec):
-        return "n/a" if record[key] is None else format(record[key], spec)
-    return (f"val loss {number('val_loss', '.4f')}, first-token attention {number('first_token_attn', '.3f')}, "
-            f"sink heads {number('sink_heads', '.2f')}, max activation {number('max_act', '.1f')}, "
-            f"gate mean {number('gate_mean', '.3f')}")
+        return "n/a" if record.get(key) is None else format(record[key], spec)
+    words = (f"val loss {number('val_loss', '.4f')}, first-token attention {number('first_token_attn', '.3f')}, "
+             f"sink heads {number('sink_heads', '.2f')}, max activation {number('max_act', '.1f')}, "
+             f"gate mean {number('gate_mean', '.3f')}")
+    if record.get("prev_attn_trigger") is None:
+        return words
+    return (words + f"; at trigger / other positions: first-token attention {number('first_token_attn_trigger', '.2f')}"
+            f" / {number('first_token_attn_other', '.2f')}, gate {number('gate_mean_trigger', '.2f')} / "
+            f"{number('gate_mean_other', '.2f')}; previous-token attention at triggers "
+            f"{number('prev_attn_trigger', '.2f')}; max activation at position 0 / elsewhere "
+            f"{number('max_act_first', '.1f')} / {number('max_act_rest', '.1f')}")
 
 
 # -----------------------------------------------------------------------------
@@ -389,16 +399,14 @@ class RunFolder:
 
 
 def prepare_data(c, block, vocab_size, rank, world_size, ddp):
-    """The training loader and the fixed validation batches, the default dataset prepared on first use.
+    """The training loader and the fixed validation batches, a dataset of data.ON_FIRST_USE prepared on first use.
     Every problem with the data stops here, before the run folder is touched."""
     data_dir = dataset_dir(c.dataset, c.data_dir)
     try:
-        if c.dataset == "pystdlib" and rank == 0 and not find_shards(data_dir, "train"):
-            print(f"preparing the default dataset in {data_dir} (one time): tokenizing this Python's standard library")
-            from data.pystdlib.prepare import prepare as prepare_pystdlib
-            prepare_pystdlib(out_dir=data_dir)  # refuses a folder that holds other files
+        if c.dataset in ON_FIRST_USE and rank == 0 and not find_shards(data_dir, "train"):
+            prepare_on_first_use(c.dataset, data_dir)
     except (OSError, ValueError) as e:
-        fail(f"cannot prepare the default dataset in {data_dir}: {e}")
+        fail(f"cannot prepare the dataset {c.dataset} in {data_dir}: {e}")
     if ddp:
         dist.barrier()  # the other ranks wait for rank 0's preparation
     try:
@@ -471,6 +479,7 @@ class Trainer:
         self.tokens_per_iter = c.gradient_accumulation_steps * c.batch_size * self.gptconf.block_size
         self.data_dir, self.loader, self.val = prepare_data(c, self.gptconf.block_size, self.gptconf.vocab_size,
                                                             rank, world_size, ddp)
+        self.triggers = (read_meta(self.data_dir) or {}).get("triggers")  # a task with triggers: probe.py measures them
         self.build_optimizer(checkpoint)
         self.folder = RunFolder(c.out_dir, self.iter_num)
         self.use_wandb = self.master and c.wandb_log and not c.eval_only
@@ -604,7 +613,7 @@ class Trainer:
         if self.ddp:
             dist.all_reduce(total)
         x, _ = self.val[0]
-        with self.ctx, Probe(self.raw_model) as probe:
+        with self.ctx, Probe(self.raw_model, triggers=self.triggers) as probe:
             self.raw_model(x.to(self.device))
         self.model.train()
         return (total[0] / total[1]).item(), probe.stats, probe.heads
@@ -627,6 +636,7 @@ class Trainer:
             "sink_heads": layer_mean(stats["sink_heads"]),  # the share of heads with F-Attn > 0.3 (Gu et al.)
             "max_act": layer_mean(stats["max_act"]),
             "gate_mean": layer_mean(stats["gate_mean"]),
+            **{key: layer_mean(stats[key]) for key in MECHANISM_KEYS},  # None but on the Bigram-Backcopy task
             "loss_spikes": self.health["loss_spikes"],
             "nonfinite_steps": self.health["nonfinite_steps"],
             "time_s": time.time() - self.t_start,

@@ -218,9 +218,12 @@ GPT2_EOT_ID = 50256
 
 def get_tokenizer(name="gpt2"):
     """A tiktoken Encoding, built once per process. "gpt2" comes from the file in this repo, with no
-    network and no cache; any other name is tiktoken's own, which downloads its BPE file the first time."""
+    network and no cache; "symbols-N" is a synthetic task's (SymbolTokenizer); any other name is tiktoken's
+    own, which downloads its BPE file the first time."""
     if name == "gpt2":
         return load_gpt2(GPT2_ENCODER)
+    if name.startswith(SymbolTokenizer.PREFIX):
+        return SymbolTokenizer.named(name)
     import tiktoken  # imported here so that reading shards needs no tokenizer
     try:
         return tiktoken.get_encoding(name)  # tiktoken keeps the encodings it built
@@ -262,6 +265,45 @@ def load_gpt2(path):
                              special_tokens={GPT2_EOT: GPT2_EOT_ID}, explicit_n_vocab=50257)
 
 
+class SymbolTokenizer:
+    """The tokenizer of a synthetic task over n symbols (data/bigram_backcopy): token i is written "s<i>", tokens
+    are separated by spaces, and token n is <|endoftext|>, the BOS token that anchors the task's windows. It has
+    the tiktoken methods the scripts call (encode, encode_ordinary, decode, eot_token, n_vocab), so sample.py and
+    the reports read a synthetic run as they read a text run: `python sample.py --start="s3 s17"`."""
+    PREFIX = "symbols-"
+
+    def __init__(self, n):
+        if n < 1 or n + 1 > MAX_TOKEN + 1:
+            raise ValueError(f"a symbol tokenizer needs 1 to {MAX_TOKEN} symbols, got {n}")
+        self.name, self.n_symbols = f"{self.PREFIX}{n}", n
+        self.eot_token, self.n_vocab = n, n + 1
+
+    @classmethod
+    def named(cls, name):
+        count = name[len(cls.PREFIX):]
+        if not count.isdigit():
+            raise ValueError(f"tokenizer {name!r}: write {cls.PREFIX}N, N the number of symbols (e.g. {cls.PREFIX}64)")
+        return cls(int(count))
+
+    def encode_ordinary(self, text):
+        return self.encode(text, allowed_special=set())
+
+    def encode(self, text, allowed_special=frozenset()):
+        ids = []
+        for word in text.split():
+            if word == GPT2_EOT and GPT2_EOT in allowed_special:
+                ids.append(self.eot_token)
+            elif word[:1] == "s" and word[1:].isdigit() and int(word[1:]) < self.n_symbols:
+                ids.append(int(word[1:]))
+            else:
+                raise ValueError(f"{word!r} is not a token of {self.name}: write s0 ... s{self.n_symbols - 1}, "
+                                 f"separated by spaces" + (f", or {GPT2_EOT}" if allowed_special else ""))
+        return ids
+
+    def decode(self, ids):
+        return " ".join(GPT2_EOT if i == self.eot_token else f"s{i}" for i in ids)
+
+
 def encode_document(enc, text):
     """One document as uint16 tokens, <|endoftext|> first: the same layout as llm.c's FineWeb shards,
     so every document starts after a delimiter and the model sees where documents begin."""
@@ -273,8 +315,8 @@ def encode_document(enc, text):
 
 def write_meta(out_dir, name, source, tokenizer="gpt2", **extra):
     """Count the tokens of the shards in out_dir (from their headers), find their largest token id, and
-    record them with the tokenizer and where the data came from. Written last, so its presence marks a
-    complete preparation."""
+    record them with the tokenizer (a get_tokenizer name) and where the data came from. Written last, so its
+    presence marks a complete preparation."""
     enc = get_tokenizer(tokenizer)
     meta = {"name": name, "tokenizer": tokenizer, "vocab_size": enc.n_vocab, "eot_token": enc.eot_token, "source": source}
     paths = {split: find_shards(out_dir, split) for split in SPLITS}

@@ -1,0 +1,154 @@
+"""
+The sink lab: the Bigram-Backcopy task (data/bigram_backcopy/prepare.py), its symbol tokenizer, and the science
+the lab exists to show, trained for real: on this task a baseline grows an attention sink on the BOS token and G1
+does not. CPU only; the two trainings take about half a minute.
+
+    python -m pytest -q test_sink_lab.py
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from data.bigram_backcopy.prepare import copies_next, ideal_loss, make_chain, prepare
+from data.shards import SymbolTokenizer, get_tokenizer, read_meta, read_shard
+from probe import SINK_HEAD_THRESHOLD
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    """The task as config/sink_lab.py trains on it (the defaults), in a folder of its own."""
+    out = tmp_path_factory.mktemp("bigram_backcopy")
+    return str(out), prepare(out_dir=str(out))
+
+
+def streams(data_dir):
+    return {split: np.concatenate([read_shard(os.path.join(data_dir, name)) for name in meta_shards])
+            for split, meta_shards in (("train", read_meta(data_dir)["train_shards"]),
+                                       ("val", read_meta(data_dir)["val_shards"]))}
+
+
+def test_the_text_follows_the_copy_rule_and_the_chain(task):
+    """After a trigger that follows a non-trigger, the next symbol is the one before the trigger, always; everywhere
+    else the next symbol follows the chain's row: the empirical bigram frequencies match the matrix."""
+    data_dir, meta = task
+    P, triggers = make_chain(64, 3, 0.1, 0)
+    assert meta["triggers"] == triggers and meta["symbols"] == 64 and meta["tokenizer"] == "symbols-64"
+    is_trigger = np.zeros(64, dtype=bool)
+    is_trigger[triggers] = True
+    x = streams(data_dir)["train"].astype(np.int64)
+    assert x.max() < 64  # the BOS token (64) is never in the text: it only starts the windows
+    t = np.arange(1, len(x) - 1)
+    t = t[(t % 8192 != 0) & ((t + 1) % 8192 != 0)]  # written as walks of 8192 symbols: a rule never spans two
+    copy = t[is_trigger[x[t]] & ~is_trigger[x[t - 1]]]
+    assert len(copy) > 0.08 * len(x) and (x[copy + 1] == x[copy - 1]).all()
+    chain = np.setdiff1d(t, copy)
+    counts = np.zeros((64, 64))
+    np.add.at(counts, (x[chain], x[chain + 1]), 1)
+    seen = counts.sum(1) > 5000  # rows visited often enough to estimate
+    assert seen.sum() >= 20
+    freq = counts[seen] / counts[seen].sum(1, keepdims=True)
+    assert np.abs(freq - P[seen]).max() < 0.02
+    # the triggers are the symbols the chain alone visits most: its stationary distribution, by power iteration
+    pi = np.full(64, 1 / 64)
+    for _ in range(10_000):
+        pi = pi @ P
+    assert triggers == sorted(np.argsort(-pi)[:3].tolist())
+
+
+def test_the_ideal_loss_is_what_the_true_chain_scores(task):
+    """meta.json's ideal loss is the cross-entropy of the process's own next-symbol distribution on the val text:
+    0 where a copy follows (the true model is certain), -log P[row] of the symbol the chain took elsewhere, which
+    averages to the row's entropy."""
+    data_dir, meta = task
+    P, triggers = make_chain(64, 3, 0.1, 0)
+    is_trigger = np.zeros(64, dtype=bool)
+    is_trigger[triggers] = True
+    walks = streams(data_dir)["val"].astype(np.int64).reshape(-1, 8192)
+    follows = copies_next(walks, is_trigger)[:, :-1]
+    scored = np.where(follows, 0.0, -np.log(P[walks[:, :-1], walks[:, 1:]]))
+    assert meta["ideal_loss"] == pytest.approx(scored.mean(), rel=0.02)
+    assert meta["ideal_loss"] == pytest.approx(ideal_loss(P, is_trigger, walks), rel=1e-12)
+    assert meta["copy_share"] == pytest.approx(follows.mean(), rel=1e-12) and 0.05 < meta["copy_share"] < 0.2
+
+
+def test_the_task_is_fixed_by_its_settings(tmp_path):
+    """The same settings give the same shards byte for byte; another chain seed another chain and other triggers."""
+    a = prepare(out_dir=str(tmp_path / "a"), train_tokens=20_000, val_tokens=5_000)
+    b = prepare(out_dir=str(tmp_path / "b"), train_tokens=20_000, val_tokens=5_000)
+    c = prepare(out_dir=str(tmp_path / "c"), train_tokens=20_000, val_tokens=5_000, seed=1)
+    assert (streams(str(tmp_path / "a"))["train"] == streams(str(tmp_path / "b"))["train"]).all()
+    assert a["triggers"] == b["triggers"] and a["ideal_loss"] == b["ideal_loss"]
+    assert (streams(str(tmp_path / "a"))["train"] != streams(str(tmp_path / "c"))["train"]).any()
+    assert a["triggers"] != c["triggers"] and a["train_tokens"] == 20_000 and a["val_tokens"] == 5_000
+    for bad, words in ((dict(triggers=64), "triggers=64"), (dict(alpha=0.0), "alpha=0.0"), (dict(vocab=1), "vocab=1"),
+                       (dict(val_tokens=1), "val_tokens=1")):
+        with pytest.raises(ValueError, match=words):
+            prepare(out_dir=str(tmp_path / "bad"), **bad)
+
+
+def test_the_symbol_tokenizer():
+    enc = get_tokenizer("symbols-64")
+    assert isinstance(enc, SymbolTokenizer) and enc.n_vocab == 65 and enc.eot_token == 64
+    assert enc.encode("<|endoftext|> s3  s17\ns0", allowed_special={"<|endoftext|>"}) == [64, 3, 17, 0]
+    assert enc.decode([64, 3, 17, 63]) == "<|endoftext|> s3 s17 s63"
+    assert enc.encode_ordinary(enc.decode([5, 9])) == [5, 9]
+    for text in ("s64", "x3", "s", "<|endoftext|>"):  # out of range, not a symbol, special not allowed
+        with pytest.raises(ValueError, match="is not a token of symbols-64"):
+            enc.encode_ordinary(text)
+    with pytest.raises(ValueError, match="symbols-N"):
+        get_tokenizer("symbols-many")
+
+
+# ----------------------------------------------------------------------------
+# The science: the lab's recipe, trained with train.py as a user runs it
+
+def train(data_dir, out_dir, *flags):
+    """config/sink_lab.py as `python train.py` runs it, evaluated at the start and the end only; the last record."""
+    cmd = [sys.executable, "train.py", "config/sink_lab.py", f"--data_dir={data_dir}", f"--out_dir={out_dir}",
+           "--eval_interval=1000", "--eval_iters=4", *flags]
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        return [json.loads(line) for line in f][-1], result.stdout
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lab")
+    data_dir = str(root / "data")  # empty: the first run generates the task there, as train.py does in data/
+    baseline, said = train(data_dir, str(root / "baseline"), "--gate=none")
+    assert "preparing the dataset bigram_backcopy" in said
+    g1, _ = train(data_dir, str(root / "g1"))  # G1 elementwise, the model's default gate
+    return baseline, g1, said
+
+
+def test_the_baseline_grows_an_attention_sink_and_g1_does_not(lab):
+    """The papers' central claim at laptop scale: the baseline's one head parks the attention of the positions that
+    have nothing to do on the BOS token (a sink head by Gu et al.'s threshold), and still attends to the previous
+    token where the copy needs it. G1's gate closes at those positions instead, so no sink forms; both learn the task
+    (the same loss, near the task's ideal)."""
+    baseline, g1, _ = lab
+    assert baseline["iter"] == g1["iter"] == 1000
+    # uniform attention over a window of 64 would put 1/64 on the first token; a sink puts most of it there
+    assert baseline["first_token_attn"] > 0.5 and baseline["sink_heads"] == 1.0
+    assert baseline["first_token_attn_other"] > 0.6 and baseline["first_token_attn_trigger"] < 0.05
+    assert baseline["prev_attn_trigger"] > 0.8 and g1["prev_attn_trigger"] > 0.8
+    assert g1["first_token_attn"] < 0.15 and g1["sink_heads"] == 0.0 < SINK_HEAD_THRESHOLD
+    assert g1["gate_mean_other"] < 0.1 and g1["gate_mean_trigger"] > g1["gate_mean_other"] + 0.3
+    assert abs(baseline["val_loss"] - g1["val_loss"]) < 0.02 and baseline["val_loss"] < 2.2
+
+
+def test_train_prints_the_mechanism_of_the_lab(lab):
+    """What a student reads at the end of the run: the sink's pieces, trigger positions against the others."""
+    _, _, said = lab
+    done = [line for line in said.splitlines() if line.startswith("done:")][0]
+    for words in ("at trigger / other positions: first-token attention", "previous-token attention at triggers",
+                  "max activation at position 0 / elsewhere"):
+        assert words in done
