@@ -39,10 +39,11 @@ import torch
 
 import torch.nn.functional as F
 
-from common import autocast_for, configure, dataset_dir, device_name, fail, load_checkpoint, pick_device, read_jsonl
+from common import (autocast_for, configure, dataset_dir, device_name, fail, load_checkpoint, markdown_table, pick_device,
+                    read_jsonl)
 import pretrained
-from data.shards import bos_token, val_batches
-from probe import SINK_HEAD_THRESHOLD, Probe, attention_maps
+from data.shards import bos_token, read_meta, val_batches
+from probe import SINK_HEAD_THRESHOLD, TRIGGER_KEYS, Probe, attention_maps
 from variants import VARIANTS
 
 
@@ -65,6 +66,7 @@ class AnalyzeConfig:
     bos: bool = None  # start each window with <|endoftext|>; None: as each model was trained (GPT-2, Qwen3: none)
 
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
+MECHANISM_KEYS = ("max_act_first", "max_act_rest") + TRIGGER_KEYS  # probe.py; the trigger ones on the sink lab's task
 # what analyze reads from a checkpoint's training config (train.py writes all of them)
 RUN_SETTINGS = ("dataset", "batch_size", "eval_iters", "gradient_accumulation_steps", "learning_rate", "max_iters")
 
@@ -88,7 +90,8 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     batches = val_batches(windows["data_dir"], windows["block_size"], windows["batch_size"], windows["batches"], bos=bos)
     # on a GPU, the precision the run was evaluated in (bf16 autocast by default), so the losses agree; fp32 elsewhere
     ctx, _ = autocast_for(device, train_cfg.get("dtype", "auto") if device.startswith("cuda") else "float32")
-    layers, heads, windows_all, scores, maps = measure(model, batches, device, ctx, map_tokens)
+    triggers = (read_meta(windows["data_dir"]) or {}).get("triggers")  # the Bigram-Backcopy task's (sink lab)
+    layers, heads, windows_all, scores, maps = measure(model, batches, device, ctx, map_tokens, triggers)
     record = {
         "run": os.path.basename(os.path.normpath(run_dir)),
         "out_dir": run_dir,
@@ -105,6 +108,8 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
         "val_loss_logged": checkpoint.get("val_loss"),  # what train.py measured on its own eval windows
         "eval_windows_trained": eval_windows(checkpoint),
         **layer_means(layers, windows_all),
+        "triggers": triggers,
+        "map_tokens": batches[0][0][map_window_index(batches[0][0], map_tokens, triggers), :map_tokens].tolist(),
         "layers": layers,
         "heads": heads,
         "per_window": windows_all,  # arrays, not written to summary.json: repro.py's confidence intervals use them
@@ -120,24 +125,37 @@ def layer_means(layers, windows_all):
 
 
 @torch.no_grad()
-def measure(model, batches, device, ctx, map_tokens):
+def measure(model, batches, device, ctx, map_tokens, triggers=None):
     """Everything probe.py measures, over batches [(x, y), ...] that all have the same number of windows:
     (layers: per-layer statistics, heads: per-head ones, windows_all: per-window arrays with each window's loss,
-    scores: a sample of gate scores or None, maps: a head-averaged attention map per layer of the first window)."""
+    scores: a sample of gate scores ({"all": ...}, and with triggers {"trigger": ..., "other": ...}: the scores at
+    the task's trigger positions and at positions 1..T-1 elsewhere) or None, maps: a head-averaged attention map
+    per layer of the first window). triggers: the Bigram-Backcopy task's trigger tokens, for probe.py's mechanism
+    statistics."""
     cfg, n_batches = model.config, len(batches)
+    map_window = map_window_index(batches[0][0], map_tokens, triggers)
     # gate scores for the histogram: a random sample of each layer's, from every batch
     rng = np.random.default_rng(0)
-    samples = []
+    samples = {}
+
+    def sample(kind, s):
+        take = min(s.numel(), GATE_SAMPLE // (n_batches * cfg.n_layer) + 1)
+        if take:
+            picked = s[torch.from_numpy(rng.choice(s.numel(), take, replace=False)).to(s.device)]
+            samples.setdefault(kind, []).append(picked.cpu().numpy())
 
     def keep_scores(s, trig=None):
-        s = s.flatten()
-        take = min(s.numel(), GATE_SAMPLE // (n_batches * cfg.n_layer) + 1)
-        samples.append(s[torch.from_numpy(rng.choice(s.numel(), take, replace=False)).to(s.device)].cpu().numpy())
+        sample("all", s.flatten())
+        if trig is not None:  # (B, T): the scores at trigger positions, and at positions 1..T-1 elsewhere
+            other = ~trig
+            other[:, 0] = False
+            for kind, where in (("trigger", trig), ("other", other)):
+                sample(kind, s[where.view(*where.shape, *[1] * (s.dim() - 2)).expand_as(s)])
 
     per_batch, per_head, per_window = [], [], []
     for x, y in batches:
         x, y = x.to(device), y.to(device)
-        with ctx, Probe(model, gate_scores=keep_scores) as probe:
+        with ctx, Probe(model, gate_scores=keep_scores, triggers=triggers) as probe:
             logits, _ = model(x)  # no targets: the loss is computed here, per window
         # each window's own loss (the mean of the batch's is the loss train.py logs), for paired comparisons
         loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none").view(y.shape).mean(1)
@@ -156,7 +174,7 @@ def measure(model, batches, device, ctx, map_tokens):
         return [float(v) for v in np.mean(np.array([s[key] for s in per_batch], dtype=float), axis=0)]
 
     layers = {key: over_batches(key) for key in ("first_token_attn", "sink_share", "max_act", "act_ratio", "gate_mean",
-                                                  "gate_below_0.1", "gate_below_0.5")}
+                                                  "gate_below_0.1", "gate_below_0.5") + MECHANISM_KEYS}
     heads = {key: np.mean([h[key] for h in per_head], axis=0).tolist() for key in ("first_token_attn", "sink_share")}
     # sink heads over the whole validation set: a head's F-Attn averaged over every window, then thresholded
     layers["sink_heads"] = [float(np.mean(np.array(h) > SINK_HEAD_THRESHOLD)) for h in heads["first_token_attn"]]
@@ -164,8 +182,8 @@ def measure(model, batches, device, ctx, map_tokens):
     windows_all = {key: (None if per_window[0][key] is None else np.concatenate([w[key] for w in per_window]))
                    for key in per_window[0]}
     with ctx:
-        maps = attention_maps(model, batches[0][0][:1, :map_tokens].to(device))  # per layer (1, H, t, t)
-    scores = np.concatenate(samples) if samples else None
+        maps = attention_maps(model, batches[0][0][map_window:map_window + 1, :map_tokens].to(device))  # (1, H, t, t)
+    scores = {kind: np.concatenate(parts) for kind, parts in samples.items()} or None
     return layers, heads, windows_all, scores, [m[0].mean(0).float().cpu().numpy() for m in maps]
 
 
@@ -185,6 +203,22 @@ def pool_sink_location(per_batch, pairs):
             share.append(counts[best] / (pairs * len(per_batch)) if counts else None)
         out[what], out[what + "_share"] = top, share
     return out
+
+
+def map_window_index(x, map_tokens, triggers=None):
+    """Which window of the first batch x (B, T) the attention maps show: the first; on the task with triggers, the
+    one with the most trigger positions in its first map_tokens tokens (the lowest index on a tie), so the maps
+    show the head at work."""
+    if not triggers:
+        return 0
+    counts = [len(copy_positions(row[:map_tokens].tolist(), set(triggers))) for row in x]
+    return counts.index(max(counts))
+
+
+def copy_positions(tokens, triggers):
+    """The positions of a window (a list of token ids) where the Bigram-Backcopy task's copy rule applies (probe.py's
+    trigger positions): from position 2 on, a trigger token that does not follow another."""
+    return [i for i in range(2, len(tokens)) if tokens[i] in triggers and tokens[i - 1] not in triggers]
 
 
 def plot(records, scores, maps, logs, out_dir):
@@ -215,35 +249,60 @@ def plot(records, scores, maps, logs, out_dir):
     written.append(_save(fig, out_dir, "layers.png"))
 
     gated = [(n, s) for n, s in zip(names, scores) if s is not None]
-    if gated:
-        fig, axes = plt.subplots(1, len(gated), figsize=(3.2 * len(gated), 3), squeeze=False)
-        for ax, (n, s) in zip(axes[0], gated):
-            ax.hist(s, bins=50, color="tab:orange")
-            ax.set(title=f"{n}\nmean {s.mean():.3f}", xlabel="gate score", yticks=[])
+    if gated:  # the share of scores in each bin: on the task with triggers, at trigger positions and elsewhere
+        fig, axes = grid(plt, len(gated), 3.4, 3.2)
+        bins = np.linspace(0, 1, 41)
+        for ax, (n, s) in zip(axes, gated):
+            kinds = [("trigger", "trigger positions", "tab:red"), ("other", "other positions", "tab:blue")] \
+                if "trigger" in s else [("all", "all positions", "tab:orange")]
+            for kind, label, color in kinds:
+                values = np.clip(s[kind], 0, 1)  # additive and SiLU gates can leave [0, 1]: their tails pile up at the ends
+                ax.hist(values, bins=bins, weights=np.full(len(values), 1 / max(len(values), 1)), color=color,
+                        alpha=0.6, label=f"{label} (mean {s[kind].mean():.2f})")
+            ax.set(title=n, xlabel="gate score", ylabel="share of scores")
+            ax.legend(fontsize=7)
         fig.tight_layout()
         written.append(_save(fig, out_dir, "gate_hist.png"))
 
     # one layer for every run: the layer where the first run (usually the baseline) sinks the most
     layer = int(np.argmax(records[0]["layers"]["first_token_attn"]))
-    fig, axes = plt.subplots(1, len(records), figsize=(3.2 * len(records), 3.4), squeeze=False)
-    for ax, r, m in zip(axes[0], records, maps):
-        ax.imshow(m[layer], cmap="viridis", vmin=0, vmax=1)
-        ax.set(title=f"{r['label']}, layer {layer}\nfirst-token {r['layers']['first_token_attn'][layer]:.2f}",
-               xlabel="key", ylabel="query")
-    fig.tight_layout()
+    fig, axes = grid(plt, len(records), 3.6, 3.6)
+    for ax, r, m in zip(axes, records, maps):
+        image = ax.imshow(m[layer], cmap="viridis", vmin=0, vmax=1)
+        ax.set_title(f"{r['label']}\nlayer {layer}, first-token {r['layers']['first_token_attn'][layer]:.2f}",
+                     fontsize=9)
+        ax.set(xlabel="key", ylabel="query")
+        if r.get("triggers") and r.get("map_tokens"):  # the task's copy positions, marked at the left edge
+            rows = copy_positions(r["map_tokens"], set(r["triggers"]))
+            ax.plot([-0.5] * len(rows), rows, ">", color="tab:red", markersize=5, clip_on=False,
+                    label="trigger positions")
+            if ax is axes[0]:
+                ax.legend(fontsize=7, loc="upper right")
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention probability")
     written.append(_save(fig, out_dir, "attn_maps.png"))
 
-    if any(logs):
-        fig, ax = plt.subplots(figsize=(6, 4))
+    if any(logs):  # the validation loss and the sink (F-Attn, averaged over layers) during training
+        fig, (loss_ax, sink_ax) = plt.subplots(1, 2, figsize=(11, 4))
         for n, log in zip(names, logs):
-            pts = [(rec["tokens"] / 1e6, rec["val_loss"]) for rec in log if rec.get("val_loss") is not None]
-            if pts:
-                ax.plot(*zip(*pts), label=n)
-        ax.set(xlabel="tokens (M)", ylabel="validation loss", title="validation loss during training")
-        ax.legend(fontsize=8)
+            for ax, key in ((loss_ax, "val_loss"), (sink_ax, "first_token_attn")):
+                pts = [(rec["tokens"] / 1e6, rec[key]) for rec in log if rec.get(key) is not None]
+                if pts:
+                    ax.plot(*zip(*pts), label=n)
+        loss_ax.set(xlabel="tokens (M)", ylabel="validation loss", title="validation loss during training")
+        sink_ax.set(xlabel="tokens (M)", ylabel="attention on the first token", title="F-Attn during training")
+        loss_ax.legend(fontsize=8)
         fig.tight_layout()
         written.append(_save(fig, out_dir, "curves.png"))
     return written
+
+
+def grid(plt, n, width, height, columns=4):
+    """A figure of n panels, at most `columns` to a row, each width x height inches: (figure, the n axes)."""
+    rows, cols = -(-n // columns), min(n, columns)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
 
 
 def _save(fig, out_dir, name):
@@ -255,9 +314,10 @@ def _save(fig, out_dir, name):
 
 
 def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batches=None, batch_size=None,
-            map_tokens=48, checkpoint="ckpt.pt"):
+            map_tokens=48, checkpoint="ckpt.pt", plot_labels=None):
     """Analyze every run on the same validation windows: the first run's eval windows, unless batches or
-    batch_size say otherwise. Returns the summary dict it writes to out_dir/summary.json."""
+    batch_size say otherwise. plot_labels: the runs the plots show (default: all). Returns the summary dict it
+    writes to out_dir/summary.json."""
     labels = labels or [os.path.basename(os.path.normpath(d)) for d in run_dirs]
     if len(labels) != len(run_dirs):
         raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs")
@@ -308,8 +368,10 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     with open(os.path.join(out_dir, "summary.json"), "w") as f:  # the per-window arrays stay in memory, for repro.py
         json.dump({**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"} for r in records]}, f, indent=1)
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
-        f.write(markdown_table(summary))
-    summary["plots"] = plot(records, scores, maps, [read_jsonl(os.path.join(d, "log.jsonl")) for d in run_dirs], out_dir)
+        f.write(summary_table(summary))
+    shown = [i for i, label in enumerate(labels) if plot_labels is None or label in plot_labels]
+    summary["plots"] = plot([records[i] for i in shown], [scores[i] for i in shown], [maps[i] for i in shown],
+                            [read_jsonl(os.path.join(run_dirs[i], "log.jsonl")) for i in shown], out_dir)
     return summary
 
 
@@ -319,16 +381,32 @@ TABLE = (  # summary.md's columns: header, record key, format
     ("gate < 0.1", "gate_below_0.1", "{:.2f}"), ("loss spikes", "loss_spikes", "{}"))
 
 
-def markdown_table(summary):
-    """The runs of a summary as a markdown table, with where and on what they were measured."""
+MECHANISM_TABLE = (  # summary.md's second table, for runs of the sink lab's task: header, record key, format
+    ("F-Attn at triggers", "first_token_attn_trigger", "{:.3f}"), ("F-Attn elsewhere", "first_token_attn_other", "{:.3f}"),
+    ("previous-token attn at triggers", "prev_attn_trigger", "{:.3f}"), ("gate at triggers", "gate_mean_trigger", "{:.3f}"),
+    ("gate elsewhere", "gate_mean_other", "{:.3f}"), ("M-Act at position 0", "max_act_first", "{:.1f}"),
+    ("M-Act elsewhere", "max_act_rest", "{:.1f}"))
+MECHANISM_NOTE = ("The sink's mechanism on the Bigram-Backcopy task: trigger positions are those where the next "
+                  "token copies the one before (a trigger token, from position 2 on, not after another trigger); "
+                  "elsewhere: the other positions 1..T-1. A sink head puts the attention of the positions that have "
+                  "nothing to do on position 0 (F-Attn elsewhere) and attends to the previous token at the triggers; "
+                  "a gate can close where its head has nothing to do instead.")
+
+
+def summary_table(summary):
+    """The runs of a summary as a markdown table, with where and on what they were measured; for runs of the sink
+    lab's task, a second table of the sink's mechanism."""
     v = summary["validation"]
+    cell = lambda r, key, fmt: "–" if r.get(key) is None else fmt.format(r[key])  # noqa: E731
     lines = [f"Measured by analyze.py on {summary['device']}, {summary['date']}: {summary['checkpoint']} of each run, "
-             f"{v['batches']} batches x {v['batch_size']} validation windows ({v['source']}). Layer means.", "",
-             "| run | lr | " + " | ".join(h for h, _, _ in TABLE) + " |",
-             "| --- | --- | " + " | ".join("---" for _ in TABLE) + " |"]
-    for r in summary["runs"]:
-        cells = ["–" if r.get(key) is None else fmt.format(r[key]) for _, key, fmt in TABLE]
-        lines.append(f"| {r['label']} | {r['lr']:g} | " + " | ".join(cells) + " |")
+             f"{v['batches']} batches x {v['batch_size']} validation windows ({v['source']}). Layer means.", ""]
+    lines += markdown_table(["run", "lr"] + [h for h, _, _ in TABLE],
+                   [[r["label"], f"{r['lr']:g}"] + [cell(r, key, fmt) for _, key, fmt in TABLE] for r in summary["runs"]])
+    lab = [r for r in summary["runs"] if r.get("prev_attn_trigger") is not None]
+    if lab:
+        lines += ["", MECHANISM_NOTE, ""]
+        lines += markdown_table(["run"] + [h for h, _, _ in MECHANISM_TABLE],
+                       [[r["label"]] + [cell(r, key, fmt) for _, key, fmt in MECHANISM_TABLE] for r in lab])
     return "\n".join(lines) + "\n"
 
 

@@ -32,7 +32,7 @@ import torch
 cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
-from common import (COMPILE_MODES, SDPA_BACKENDS, configure, estimate_mfu, fail, sdpa_order,  # noqa: E402
+from common import (COMPILE_MODES, SDPA_BACKENDS, configure, estimate_mfu, fail, markdown_table, sdpa_order,  # noqa: E402
                     sdpa_preference)
 from variants import VARIANTS  # noqa: E402
 
@@ -155,11 +155,6 @@ def time_ms(fn, grads=()):
 
 def sig(x, digits=4):
     return float(f"{x:.{digits}g}")
-
-
-def markdown_table(header, rows):
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
-        ["| " + " | ".join("–" if c is None else str(c) for c in row) + " |" for row in rows]
 
 
 def write(name, payload, notes, header, rows, summary=None):

@@ -5,7 +5,7 @@ What the scripts (train.py, sample.py, analyze.py, repro.py, bench.py) share, so
                          dataclass of keys (a bool key may be given as a bare --key)
   pick_device, autocast  where and in which precision to run, device_name
   checkpoints            read_checkpoint, model_from_checkpoint, load_checkpoint, save_checkpoint
-  runs and logs          dataset_dir, read_jsonl, code_version, layer_mean, finite_or_none
+  runs and logs          dataset_dir, read_jsonl, code_version, layer_mean, finite_or_none, markdown_table
   speed                  peak_flops, flops_per_token, estimate_mfu; COMPILE_MODES, SDPA_BACKENDS,
                          sdpa_preference and sdpa_order (the choices train.py and bench.py share)
 """
@@ -291,6 +291,12 @@ def layer_mean(values):
     """Mean over layers of a per-layer measurement (None for one the model does not have, e.g. gates off)."""
     values = [v for v in values or [] if v is not None and math.isfinite(v)]
     return sum(values) / len(values) if values else None
+
+
+def markdown_table(header, rows):
+    """A markdown table's lines: the header, the rule, one line a row (None written as –)."""
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"] + \
+        ["| " + " | ".join("–" if c is None else str(c) for c in row) + " |" for row in rows]
 
 
 def finite_or_none(x):

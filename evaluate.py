@@ -48,7 +48,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pretrained
-from common import configure, dataset_dir, device_name, fail, model_from_checkpoint, pick_device, read_checkpoint
+from common import (configure, dataset_dir, device_name, fail, markdown_table, model_from_checkpoint, pick_device,
+                    read_checkpoint)
 from data.shards import bos_token, find_shards, read_header, val_batches
 from model import GPT, VALID
 from stats import mean_ci
@@ -332,9 +333,8 @@ def fmt(v, spec=".3f", sign=False):
 
 
 def table(header, rows):
-    """A markdown table's lines: the header's cells, then each row's, then a blank line."""
-    return ["| " + " | ".join(header) + " |", "| --- " * len(header) + "|"] + \
-        ["| " + " | ".join(map(str, row)) + " |" for row in rows] + [""]
+    """A markdown table's lines, then a blank line."""
+    return markdown_table(header, rows) + [""]
 
 
 def markdown(summary):

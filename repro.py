@@ -10,6 +10,13 @@ analysis of all of them with confidence intervals and a verdict for each of the 
     python repro.py train baseline:2 g1_elementwise:2 g1_headwise --parallel=2 --budget_min=18   # what fits
     python repro.py evaluate                   # evaluate.py on the models' checkpoints: results/repro/evaluate/
     python repro.py report                     # results/repro/{summary.json, REPORT.md, *.png}
+    python repro.py train all --study=sink_lab --seeds=3 --parallel=2   # the sink lab on a laptop CPU
+    python repro.py report --study=sink_lab    # results/sink_lab/
+
+Two studies share this runner (--study): `repro`, the GPU study of the papers' trends on real text
+(config/repro.py, variants.STUDY), and `sink_lab`, the attention sink on the Bigram-Backcopy task on a CPU
+(config/sink_lab.py, variants.LAB: GA Table 4's sink column, the other gate positions and the baseline without a
+BOS token), each with its own claims, runs (out-repro/, out-sink-lab/) and report (results/repro/, results/sink_lab/).
 
 The first word is the step. `train` and `evaluate` take variant names: `all` is the study, `models` its
 one-model-each part, `sweep` its learning-rate sweep, and any other name of variants.VARIANTS (g3, glu, ...)
@@ -25,10 +32,11 @@ most. repro.py's own keys (common.configure):
     --parallel=K       run K trainings side by side on the one device (a small model leaves most of an H100
                        idle: two side by side finished in about the time of one); each run's output then goes
                        to <root>/logs/<variant>-seed<N>.txt
-    --config=FILE      a config file applied after config/repro.py, e.g. config/repro_sink.py (the known levers
+    --study=NAME       repro (default) or sink_lab: which study's config, variants, claims, runs and report
+    --config=FILE      a config file applied after the study's own, e.g. config/repro_sink.py (the known levers
                        of the attention sink, for a baseline sink large enough to measure)
-    --root=DIR         where the runs are: out-repro/ (out-repro-tiny/ with --tiny)
-    --report_dir=DIR   where the report goes: results/repro/ (<root>/report/ with --tiny)
+    --root=DIR         where the runs are: out-repro/ or out-sink-lab/ (-tiny added with --tiny)
+    --report_dir=DIR   where the report goes: results/repro/ or results/sink_lab/ (<root>/report/ with --tiny)
     --tiny             a CPU-sized smoke test of the whole pipeline on the default dataset: it concludes nothing
 
 Every other --key=value after `train` is a train.py key and goes to every run, after the variant's own
@@ -39,7 +47,7 @@ flags, so it wins; train.py checks it. After `evaluate` it is an evaluate.py key
 When a new run stops before its first evaluation (a mistaken key, missing data), the others would stop the same
 way, so repro.py starts no more. --out_dir, --init_from and --seed are repro.py's to set.
 
-Each run goes to <root>/<variant>/seed<N>/ and is nothing more than `python train.py config/repro.py
+Each run goes to <root>/<variant>/seed<N>/ and is nothing more than `python train.py <the study's config>
 --out_dir=<root>/<variant>/seed<N> --seed=<N> <the variant's flags> <your keys>`, printed before it starts so
 it can be rerun by hand, and recorded (command, exit code, seconds, date) in <root>/commands.jsonl, from which
 the report lists the commands actually run. An interrupted study is resumed by the same command: a run whose
@@ -64,34 +72,34 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from common import configure, dataset_dir, fail, flops_per_token, peak_flops, read_jsonl, run_config_file
+from common import (configure, dataset_dir, fail, flops_per_token, markdown_table, peak_flops, read_jsonl,
+                    run_config_file)
 from data import ON_FIRST_USE, prepare_on_first_use
-from data.shards import find_shards
+from data.shards import find_shards, read_meta
 from model import GPT, GPTConfig
 from stats import RULE, compare, mean_ci, verdict
-from variants import MODELS, STABILITY_ROW, STUDY, SWEEP, SWEPT, VARIANTS, Row
+from variants import LAB, MODELS, STABILITY_ROW, STUDY, SWEEP, SWEPT, VARIANTS, Row
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 STEPS = ("list", "prepare", "train", "evaluate", "report")
-GROUPS = {"all": STUDY, "models": MODELS, "sweep": SWEEP}
 
 
 @dataclass
 class Keys:
-    root: str = ""  # where the runs are; "": out-repro (out-repro-tiny with --tiny)
-    report_dir: str = ""  # where the report goes; "": results/repro (<root>/report with --tiny)
+    study: str = "repro"  # which study (STUDIES): repro, the GPU study on real text; sink_lab, the CPU lab
+    root: str = ""  # where the runs are; "": the study's (out-repro; out-repro-tiny with --tiny)
+    report_dir: str = ""  # where the report goes; "": the study's (results/repro; <root>/report with --tiny)
     tiny: bool = False  # a CPU smoke test of the pipeline: tiny model, few steps, concludes nothing
     seeds: int = 1  # seeds per variant: the config's seed, seed + 1, ...
     parallel: int = 1  # runs side by side on the one device
     budget_min: float = 0.0  # start no run estimated to end later than this many minutes after train began; 0: none
-    config: str = ""  # a config file applied after config/repro.py (config/repro_sink.py: the sink's levers)
+    config: str = ""  # a config file applied after the study's (config/repro_sink.py: the sink's levers)
 
 
 KEYS = {f.name for f in fields(Keys)}
 SET_BY_REPRO = ("out_dir", "init_from", "seed")  # train.py keys that repro.py decides for every run
 SET_FOR_EVALUATE = ("runs", "labels", "out_dir", "pretrained")  # evaluate.py keys that repro.py decides
 EVALUATE_DIR = "evaluate"  # under the report's folder
-STUDY_CONFIG = os.path.join("config", "repro.py")
 
 # The papers' claims, each decided by stats.RULE: (claim, reference, variant, measure, the paper's direction:
 # -1 when the paper finds the variant's value below the reference's, +1 above). The reference None compares
@@ -147,34 +155,88 @@ COLUMNS = [("val_loss", "val loss (nats)", ".4f"), ("first_token_attn", "F-Attn"
            ("peak_act", "peak act", ".1f"), ("gate_mean", "gate mean", ".3f"), ("gate_below_0.1", "gate < 0.1", ".2f"),
            ("loss_spikes", "loss spikes", ".1f")]
 
+# the sink's mechanism, per run, where the task has triggers (the sink lab; probe.py): (record key, column, format)
+MECHANISM_COLUMNS = [("first_token_attn_trigger", "F-Attn at triggers", ".3f"),
+                     ("first_token_attn_other", "F-Attn elsewhere", ".3f"),
+                     ("prev_attn_trigger", "previous-token attn at triggers", ".3f"),
+                     ("gate_mean_trigger", "gate at triggers", ".3f"), ("gate_mean_other", "gate elsewhere", ".3f"),
+                     ("max_act_first", "M-Act at position 0", ".1f"), ("max_act_rest", "M-Act elsewhere", ".1f")]
+
 # --tiny: a CPU smoke test of the whole pipeline on the embedded default dataset, minutes not hours
 TINY = dict(dataset="pystdlib", n_layer=2, n_head=2, n_embd=64, block_size=64, batch_size=8,
             gradient_accumulation_steps=1, max_iters=30, lr_decay_iters=30, warmup_iters=5, eval_interval=15,
             eval_iters=2, log_interval=10, compile=False)
+
+# The sink lab's claims: GA Table 4's sink column, decided on the Bigram-Backcopy task, where a sink forms in minutes
+LAB_CLAIMS = [
+    ("GA: G1 removes the attention sink (attention on the first token)", "baseline", "g1_elementwise",
+     "first_token_attn", -1),
+    ("GA: G1 removes the sink wherever it forms (the largest share one key receives)", "baseline", "g1_elementwise",
+     "sink_share", -1),
+    ("GA: G1's gate scores are sparse: their mean is below an untrained gate's 0.5", None, "g1_elementwise",
+     "gate_mean", -1),
+    ("GA: a headwise G1 gate removes the sink too", "baseline", "g1_headwise", "first_token_attn", -1),
+    ("GA: NS-sigmoid (scores in [0.5, 1], never sparse) keeps more of the sink than G1", "g1_elementwise",
+     "g1_ns_sigmoid", "first_token_attn", +1),
+    ("GA: an input-independent gate keeps more of the sink than G1", "g1_elementwise", "g1_input_independent",
+     "first_token_attn", +1),
+    ("GA: gating the values (G2) reduces the sink", "baseline", "g2_elementwise", "first_token_attn", -1),
+    ("GA: G1 lowers the loss", "baseline", "g1_elementwise", "loss", -1),
+]
+# --tiny for the sink lab: its own model and data, a few dozen steps
+LAB_TINY = dict(max_iters=40, lr_decay_iters=40, warmup_iters=5, eval_interval=20, eval_iters=2, log_interval=20)
+
+
+@dataclass(frozen=True)
+class Study:
+    """One study this runner trains and reports: its name (--study), its config (train.py's, before each variant's
+    flags), its variants (`all`), its claims, where its runs and report go, its --tiny settings, its report's title."""
+    name: str
+    config: str
+    variants: tuple
+    claims: list
+    root: str
+    report_dir: str
+    tiny: dict
+    title: str
+
+
+STUDIES = {
+    "repro": Study("repro", os.path.join("config", "repro.py"), STUDY, CLAIMS, "out-repro", os.path.join("results", "repro"),
+                   TINY, "Reproducing the gated-attention trends at small scale"),
+    "sink_lab": Study("sink_lab", os.path.join("config", "sink_lab.py"), LAB, LAB_CLAIMS, "out-sink-lab",
+                      os.path.join("results", "sink_lab"), LAB_TINY,
+                      "The sink lab: the attention sink on the Bigram-Backcopy task"),
+}
+
+
+def groups(study):
+    """The names that stand for several variants: `all` (the study's variants), and the GPU study's two parts."""
+    return {"all": study.variants, "models": MODELS, "sweep": SWEEP}
 
 
 def run_dir(root, variant, seed):
     return os.path.join(root, variant, f"seed{seed}")
 
 
-def train_command(variant, seed, root, tiny=False, extra=(), resume=False, config=""):
+def train_command(variant, seed, root, tiny=False, extra=(), resume=False, config="", study=STUDIES["repro"]):
     """The exact train.py argv of one run. The user's extra flags come last, so they win."""
-    flags = {**(TINY if tiny else {}), **VARIANTS[variant].all_flags}
-    return ([sys.executable, os.path.join(REPO, "train.py"), os.path.join(REPO, STUDY_CONFIG)] +
+    flags = {**(study.tiny if tiny else {}), **VARIANTS[variant].all_flags}
+    return ([sys.executable, os.path.join(REPO, "train.py"), os.path.join(REPO, study.config)] +
             ([config] if config else []) + [f"--out_dir={run_dir(root, variant, seed)}", f"--seed={seed}"] +
             [f"--{k}={v}" for k, v in flags.items()] + (["--init_from=resume"] if resume else []) + list(extra))
 
 
 def study_settings(keys, extra):
-    """The train.py settings every run shares, as train.py will read them (config/repro.py, --config, --tiny,
+    """The train.py settings every run shares, as train.py will read them (the study's config, --config, --tiny,
     then the user's keys): the seeds, the run length and the model size come from here."""
-    scope = {}
-    for path in [STUDY_CONFIG] + ([keys.config] if keys.config else []):
+    scope, study = {}, STUDIES[keys.study]
+    for path in [study.config] + ([keys.config] if keys.config else []):
         full = path if os.path.isfile(path) else os.path.join(REPO, path)
         if not os.path.isfile(full):
             fail(f"--config={path}: no such config file")
         run_config_file(path, full, scope)
-    scope.update(TINY if keys.tiny else {})
+    scope.update(study.tiny if keys.tiny else {})
     for word in extra:
         key, _, text = word[2:].partition("=")
         try:
@@ -184,13 +246,17 @@ def study_settings(keys, extra):
     return {k: v for k, v in scope.items() if not k.startswith("_")}
 
 
-def list_variants():
+def list_variants(study=STUDIES["repro"]):
     for name, v in VARIANTS.items():
         flags = " ".join(f"--{k}={x}" for k, x in v.all_flags.items())
         rows = "; ".join(str(row) for row in (v.ga, v.gn) if row)
-        print(f"{'*' if name in STUDY else ' '} {name:<23} {flags:<52} {rows}")
-    print(f"* the study ({len(STUDY)} variants: {len(MODELS)} models, {len(SWEEP)} in the learning-rate sweep): "
-          "python repro.py train all")
+        print(f"{'*' if name in study.variants else ' '} {name:<23} {flags:<52} {rows}")
+    if study.name == "repro":
+        print(f"* the study ({len(STUDY)} variants: {len(MODELS)} models, {len(SWEEP)} in the learning-rate sweep): "
+              "python repro.py train all")
+    else:
+        print(f"* the {study.name} study ({len(study.variants)} variants, {study.config}): "
+              f"python repro.py train all --study={study.name}")
 
 
 def prepare(name="pysrc"):
@@ -221,7 +287,7 @@ def run_flops(settings):
     names = {f.name for f in fields(GPTConfig)}
     with torch.device("meta"):
         model = GPT(GPTConfig(**{k: v for k, v in settings.items() if k in names}))
-    tokens = settings["max_iters"] * settings["batch_size"] * settings["gradient_accumulation_steps"] * \
+    tokens = settings["max_iters"] * settings["batch_size"] * settings.get("gradient_accumulation_steps", 1) * \
         model.config.block_size
     return flops_per_token(model) * tokens
 
@@ -314,7 +380,7 @@ def log_path(root, variant, seed):
 def launch(v, seed, root, keys, extra):
     # train.py will not start a new run over an old one: a folder with a checkpoint is resumed instead
     resume = os.path.isfile(os.path.join(run_dir(root, v, seed), "ckpt.pt"))
-    cmd = train_command(v, seed, root, keys.tiny, extra, resume, keys.config)
+    cmd = train_command(v, seed, root, keys.tiny, extra, resume, keys.config, STUDIES[keys.study])
     print(f"\n=== {v} seed {seed}: " + (f"resuming the run in {run_dir(root, v, seed)}" if resume
                                         else f"starting a new run in {run_dir(root, v, seed)}"), flush=True)
     print(shlex.join(cmd), flush=True)
@@ -323,7 +389,13 @@ def launch(v, seed, root, keys, extra):
         os.makedirs(os.path.dirname(log_path(root, v, seed)), exist_ok=True)
         out = open(log_path(root, v, seed), "a")
         print(f"    its output: {log_path(root, v, seed)}", flush=True)
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None)
+    env = dict(os.environ)
+    if keys.parallel > 1 and "OMP_NUM_THREADS" not in env:
+        # K runs side by side share the cores: each takes its share. Otherwise each of them takes every core, and on
+        # a CPU they fight over them: on 2 cores, two sink-lab runs side by side took 75 s each (13 s alone, 21 s
+        # alone on one thread; 2026-11-25)
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // keys.parallel))
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None, env=env)
     if out:
         out.close()  # the child keeps its own copy of the file
     return proc, cmd, resume
@@ -340,10 +412,11 @@ def wait_for_one(running):
 # -----------------------------------------------------------------------------
 # The report: every run measured on the same validation windows, each claim decided by stats.RULE
 
-def trained_runs(root):
-    """(variant, seed) of every run with a checkpoint under root: the study's order, then the other variants."""
+def trained_runs(root, order=STUDY):
+    """(variant, seed) of every run with a checkpoint under root: in the study's order (its variants), then the
+    other variants."""
     runs = []
-    for v in list(STUDY) + [v for v in VARIANTS if v not in STUDY]:
+    for v in list(order) + [v for v in VARIANTS if v not in order]:
         folder = os.path.join(root, v)
         names = os.listdir(folder) if os.path.isdir(folder) else []
         seeds = sorted(int(n[4:]) for n in names if n.startswith("seed") and n[4:].isdigit()
@@ -369,15 +442,18 @@ def decide(ref_windows, var_windows, stat, direction):
     return {**c, "verdict": word}
 
 
-def report(root, out_dir, tiny, report_command):
+def report(root, out_dir, tiny, report_command, study=STUDIES["repro"]):
     from analyze import analyze
 
-    runs = trained_runs(root)
+    runs = trained_runs(root, study.variants)
     if not runs:
-        fail(f"no trained runs under {root}/: run `python repro.py train all{' --tiny' if tiny else ''}` first")
+        fail(f"no trained runs under {root}/: run `python repro.py train all --study={study.name}"
+             f"{' --tiny' if tiny else ''}` first")
     os.makedirs(out_dir, exist_ok=True)
-    # every run on the same windows: the first run's eval windows (config/repro.py: 2,048 windows, ~1M tokens)
-    summary = analyze([run_dir(root, v, s) for v, s in runs], [f"{v}/seed{s}" for v, s in runs], out_dir)
+    # every run on the same windows: the first run's eval windows (config/repro.py: 2,048 windows, ~1M tokens); the
+    # plots of single runs (attention maps, gate scores) show each variant's first seed
+    summary = analyze([run_dir(root, v, s) for v, s in runs], [f"{v}/seed{s}" for v, s in runs], out_dir,
+                      plot_labels=[f"{v}/seed{s}" for v, s in runs if s == min(x for w, x in runs if w == v)])
     commands = {(c["variant"], c.get("seed")): c for c in read_jsonl(os.path.join(root, "commands.jsonl"))}
     records, windows = [], {}
     for (v, seed), r in zip(runs, summary["runs"]):
@@ -387,37 +463,40 @@ def report(root, out_dir, tiny, report_command):
                         "nonfinite_steps": r["nonfinite_steps"], "params": r["params"], "model": r["model"],
                         "flags": VARIANTS[v].all_flags, "layers": r["layers"], "command": cmd and cmd["command"],
                         "exit_code": cmd and cmd["exit_code"], "device": summary["device"], "date": summary["date"],
-                        "tiny": tiny})
+                        "tiny": tiny, **{key: r.get(key) for key, _, _ in MECHANISM_COLUMNS}})
         windows.setdefault(v, []).append(r["per_window"])
     by = {}
     for r in records:
         by.setdefault(r["variant"], []).append(r)
-    variants = {v: {"seeds": [r["seed"] for r in rs], **{key: over_seeds([r[key] for r in rs]) for key, _, _ in COLUMNS}}
+    variants = {v: {"seeds": [r["seed"] for r in rs], **{key: over_seeds([r[key] for r in rs])
+                                                         for key, _, _ in COLUMNS + MECHANISM_COLUMNS}}
                 for v, rs in by.items()}
-    claims = [claim_result(*c, windows, variants) for c in CLAIMS]
-    sweep = sweep_rows(by, windows)
+    claims = [claim_result(*c, windows, variants) for c in study.claims]
+    sweep = sweep_rows(by, windows) if study.name == "repro" else []  # the learning-rate sweep is the GPU study's
     result = {"device": summary["device"], "date": summary["date"], "validation": summary["validation"],
               "rule": RULE, "claims": claims, "sweep": sweep, "variants": variants, "runs": records}
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(result, f, indent=1)
     plots = [os.path.basename(p) for p in summary["plots"]]
-    plots += plot_trends(by, root, out_dir) + plot_sweep(sweep, out_dir)
+    plots = plot_headline(by, variants, root, out_dir) + plots + plot_trends(by, root, out_dir) + \
+        plot_sweep(sweep, out_dir)
     with open(os.path.join(out_dir, "REPORT.md"), "w") as f:
-        f.write(render_report(result, root, tiny, commands, report_command, plots, summary["runs"]) +
+        f.write(render_report(result, root, tiny, commands, report_command, plots, summary["runs"], study.title) +
                 evaluate_section(out_dir, root))
     print(f"wrote {out_dir}/summary.json and {out_dir}/REPORT.md")
 
 
-def evaluate_runs(root, report_dir, names, passed):
-    """evaluate.py on every trained seed of the named variants (default: the study's models)."""
+def evaluate_runs(root, report_dir, names, passed, study=STUDIES["repro"]):
+    """evaluate.py on every trained seed of the named variants (default: the study's models; the GPU study's
+    learning-rate sweep is left out)."""
     import evaluate
 
     for w in passed:
         if w[2:].partition("=")[0] in SET_FOR_EVALUATE:
             fail(f"{w}: repro.py evaluate sets --runs, --labels and --out_dir ({report_dir}/{EVALUATE_DIR}) itself; "
                  "name variants to choose the runs")
-    variants = chosen_variants(names or ["models"])
-    runs = [(v, s) for v, s in trained_runs(root) if v in variants]
+    variants = chosen_variants(names or ["models" if study.name == "repro" else "all"], study)
+    runs = [(v, s) for v, s in trained_runs(root, study.variants) if v in variants]
     if not runs:
         fail(f"no trained runs of {', '.join(variants)} under {root}/: run `python repro.py train ...` first")
     evaluate.main([f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}",
@@ -540,6 +619,45 @@ def plot_trends(by, root, out_dir):
     return [save(fig, out_dir, "trends.png")]
 
 
+def plot_headline(by, variants, root, out_dir):
+    """The study in one figure: F-Attn during training, baseline against G1 (each seed thin, their mean thick), and
+    each variant's final F-Attn (mean over seeds, 95% CI) beside GA Table 4's value where the paper gives one."""
+    plt = pyplot()
+    if plt is None or not {"baseline", "g1_elementwise"} <= by.keys():
+        return []
+    fig, (curve, bars) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [1, 1.3]})
+    for v, color in (("baseline", "tab:blue"), ("g1_elementwise", "tab:orange")):
+        runs = [read_jsonl(os.path.join(run_dir(root, v, r["seed"]), "log.jsonl")) for r in by[v]]
+        points = {}
+        for log in runs:
+            xs = [rec["tokens"] / 1e6 for rec in log if rec.get("first_token_attn") is not None]
+            ys = [rec["first_token_attn"] for rec in log if rec.get("first_token_attn") is not None]
+            curve.plot(xs, ys, color=color, alpha=0.3, linewidth=1)
+            for x, y in zip(xs, ys):
+                points.setdefault(x, []).append(y)
+        xs = sorted(points)
+        curve.plot(xs, [np.mean(points[x]) for x in xs], color=color, linewidth=2.5,
+                   label=f"{v} ({len(runs)} seed{'s' * (len(runs) > 1)})")
+    curve.set(xlabel="tokens seen (M)", ylabel="attention on the first token (F-Attn)", ylim=(0, 1),
+              title="the sink forming during training")
+    curve.legend()
+    names = [v for v in by if variants[v]["first_token_attn"] is not None]
+    means = [variants[v]["first_token_attn"]["mean"] for v in names]
+    err = [[m - (variants[v]["first_token_attn"]["lo"] if variants[v]["first_token_attn"]["lo"] is not None else m)
+            for m, v in zip(means, names)],
+           [(variants[v]["first_token_attn"]["hi"] if variants[v]["first_token_attn"]["hi"] is not None else m) - m
+            for m, v in zip(means, names)]]
+    bars.bar(range(len(names)), means, yerr=err, capsize=3, color="tab:gray", label="ours (mean, 95% CI)")
+    paper = [(i, VARIANTS[v].ga.f_attn) for i, v in enumerate(names) if VARIANTS[v].ga and VARIANTS[v].ga.f_attn]
+    if paper:
+        bars.plot(*zip(*paper), "D", color="tab:red", label="GA Table 4 (15B MoE, 400B tokens)")
+    bars.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
+    bars.set(ylabel="F-Attn at the end", ylim=(0, 1), title="the sink by variant")
+    bars.legend(fontsize=8)
+    fig.tight_layout()
+    return [save(fig, out_dir, "headline.png")]
+
+
 def plot_sweep(sweep, out_dir):
     """Final val loss, M-Act and loss spikes against the learning rate, baseline and G1 (95% CIs over seeds)."""
     plt = pyplot()
@@ -627,12 +745,12 @@ def status(rs):
     return ", ".join(words)
 
 
-def render_report(result, root, tiny, commands, report_command, plots, analyzed):
+def render_report(result, root, tiny, commands, report_command, plots, analyzed, title=STUDIES["repro"].title):
     records, variants = result["runs"], result["variants"]
     first, val = records[0], result["validation"]
     m, windows = first["model"], analyzed[0]["eval_windows"]
     seeds = sorted({len(v["seeds"]) for v in variants.values()})
-    lines = ["# Reproducing the gated-attention trends" + (": TINY CPU SMOKE TEST" if tiny else " at small scale"), ""]
+    lines = [f"# {title}" + (": TINY CPU SMOKE TEST" if tiny else ""), ""]
     if tiny:
         lines += ["**This is a smoke test of the pipeline (`repro.py --tiny`: a tiny model trained for a few dozen "
                   "steps on a CPU). It concludes nothing about the papers' claims; the tables below are here only so "
@@ -676,6 +794,8 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed)
     for v, rs in by.items():
         lines.append(f"| {v} | {len(rs)} | {rs[0]['lr']:g} | {status(rs)} | " +
                      " | ".join(fmt_ci(variants[v][key], spec) for key, _, spec in COLUMNS) + " |")
+    lines += table4_section(by, variants)
+    lines += mechanism_section(records, variants, windows["data_dir"])
     lines += sink_section(records, analyzed)
     if not tiny:
         lines += paper_table(by)
@@ -693,6 +813,8 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed)
 
 
 PLOT_TEXT = {
+    "headline.png": "F-Attn during training, baseline against G1 (each seed thin, their mean thick), and each "
+                    "variant's final F-Attn (mean over seeds with its 95% t-interval) beside GA Table 4's.",
     "layers.png": "F-Attn, sink share and M-Act per layer, every run (analyze.py).",
     "gate_hist.png": "The distribution of gate scores of each gated run (sparse: piled up near 0).",
     "attn_maps.png": "One head-averaged attention map per run, at the layer where the first run sinks the most.",
@@ -727,6 +849,47 @@ def sweep_section(sweep):
 def spikes(row):
     """Each seed's loss spikes: '0, 2, 1'."""
     return ", ".join(fmt(n, "d") for n in row["loss_spikes"]) if row else "–"
+
+
+def mechanism_section(records, variants, data_dir):
+    """The sink's mechanism on a task with triggers (the sink lab): each measure's mean over seeds, per variant."""
+    if not any(r.get("prev_attn_trigger") is not None for r in records):
+        return []
+    from analyze import MECHANISM_NOTE
+    meta = read_meta(data_dir) or {}
+    ideal = f" The task's ideal loss (meta.json) is {meta['ideal_loss']:.4f} nats." if "ideal_loss" in meta else ""
+    rows = [[v, len(x["seeds"])] + [fmt_ci(x[key], spec) for key, _, spec in MECHANISM_COLUMNS]
+            for v, x in variants.items()]
+    return ["", "## The sink's mechanism", "", MECHANISM_NOTE + " Mean over seeds ± the half-width of its 95% "
+            "t-interval; each run's value pools its windows, heads and positions of the kind." + ideal, ""] + \
+        markdown_table(["variant", "seeds"] + [c for _, c, _ in MECHANISM_COLUMNS], rows)
+
+
+def table4_section(by, variants):
+    """GA Table 4's sink column beside ours: each variant's F-Attn (mean over seeds, 95% CI), how many of its seeds
+    grew a sink head, and whether it sits on the same side of the baseline as in the paper."""
+    if "baseline" not in by or variants["baseline"]["first_token_attn"] is None:
+        return []
+    ours_base, theirs_base = variants["baseline"]["first_token_attn"]["mean"], VARIANTS["baseline"].ga.f_attn
+    rows = []
+    for v, rs in by.items():
+        row, ours = VARIANTS[v].ga, variants[v]["first_token_attn"]
+        if not (row and row.f_attn is not None and ours):
+            continue
+        sinks = f"{sum((r['sink_heads'] or 0) > 0 for r in rs)} of {len(rs)}"
+        if v == "baseline":
+            side = "the reference"
+        else:
+            same = (ours["mean"] < ours_base) == (row.f_attn < theirs_base)
+            side = ("as in GA: " if same else "unlike GA: ") + ("below" if ours["mean"] < ours_base else "above") + \
+                " the baseline"
+        rows.append([v, fmt_ci(ours, ".3f"), sinks, f"{row.f_attn:.3f}", side])
+    return ["", "## GA Table 4's sink column, beside ours", "",
+            "F-Attn per variant (mean over seeds ± the half-width of its 95% t-interval), the seeds that grew a sink "
+            "head (F-Attn > 0.3 in some head), GA's F-Attn for the same row, and whether the variant's mean sits on the "
+            "same side of the baseline's as in GA. A comparison of means, not a verdict: the claims above are decided "
+            "by the rule.", ""] + markdown_table(["variant", "F-Attn (ours)", "seeds with a sink head", "GA F-Attn",
+                                                  "against the baseline"], rows)
 
 
 def sink_section(records, analyzed):
@@ -810,13 +973,13 @@ def paper_table(by):
     return lines
 
 
-def chosen_variants(names):
-    """Variant names and groups (all, models, sweep) as the variants, in order, each once."""
+def chosen_variants(names, study=STUDIES["repro"]):
+    """Variant names and groups (all: the study's, models, sweep) as the variants, in order, each once."""
     counted = [n for n in names if ":" in n]
     if counted:
         fail(f"{counted[0]}: a number of seeds (NAME:N) is for `repro.py train`; the other steps take every "
              "trained seed of the variants named")
-    variants = list(dict.fromkeys(v for n in names for v in GROUPS.get(n, [n])))
+    variants = list(dict.fromkeys(v for n in names for v in groups(study).get(n, [n])))
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
         fail((f"unknown variant(s) {', '.join(unknown)}" if unknown else "name the variants") +
@@ -824,7 +987,7 @@ def chosen_variants(names):
     return variants
 
 
-def chosen_runs(names, seeds, base_seed):
+def chosen_runs(names, seeds, base_seed, study=STUDIES["repro"]):
     """The (variant, seed) runs `train` names, in the order named, each once: NAME (a variant or a group) takes
     `seeds` seeds, NAME:N takes N (base_seed, base_seed + 1, ...)."""
     counts = []
@@ -833,8 +996,8 @@ def chosen_runs(names, seeds, base_seed):
         if colon and not re.fullmatch(r"[1-9][0-9]*", n):
             fail(f"{word}: after the ':' comes the number of seeds, at least 1 (e.g. {name}:2)")
         counts.append((name, int(n) if colon else seeds))
-    chosen_variants([name for name, _ in counts])  # one line naming an unknown variant, or none named
-    return list(dict.fromkeys((v, base_seed + i) for name, n in counts for v in chosen_variants([name])
+    chosen_variants([name for name, _ in counts], study)  # one line naming an unknown variant, or none named
+    return list(dict.fromkeys((v, base_seed + i) for name, n in counts for v in chosen_variants([name], study)
                               for i in range(n)))
 
 
@@ -859,11 +1022,14 @@ def main(argv):
             fail(f"--{key}={getattr(keys, key)} must be at least 1")
     if keys.budget_min < 0:
         fail(f"--budget_min={keys.budget_min:g} must be at least 0 (0: no limit)")
-    root = keys.root or ("out-repro-tiny" if keys.tiny else "out-repro")
-    report_dir = keys.report_dir or (os.path.join(root, "report") if keys.tiny else os.path.join("results", "repro"))
+    if keys.study not in STUDIES:
+        fail(f"--study={keys.study!r} is not a study; choose one of {', '.join(STUDIES)}")
+    study = STUDIES[keys.study]
+    root = keys.root or (study.root + "-tiny" if keys.tiny else study.root)
+    report_dir = keys.report_dir or (os.path.join(root, "report") if keys.tiny else study.report_dir)
 
     if step == "list":
-        list_variants()
+        list_variants(study)
     elif step == "prepare":
         prepare()
     elif step == "train":
@@ -872,12 +1038,13 @@ def main(argv):
                 fail(f"{w}: repro.py sets --out_dir (<root>/<variant>/seed<N>, see --root), --seed (see --seeds) "
                      "and --init_from (resume when the folder holds a checkpoint) for every run")
         settings = study_settings(keys, passed)
-        train(chosen_runs(names, keys.seeds, settings.get("seed", 1337)), root, keys, passed, settings)
+        train(chosen_runs(names, keys.seeds, settings.get("seed", 1337), study), root, keys, passed, settings)
     elif step == "evaluate":
-        evaluate_runs(root, report_dir, names, passed)
+        evaluate_runs(root, report_dir, names, passed, study)
     else:
         try:
-            report(root, report_dir, keys.tiny, shlex.join([sys.executable, os.path.join(REPO, "repro.py"), *argv]))
+            report(root, report_dir, keys.tiny, shlex.join([sys.executable, os.path.join(REPO, "repro.py"), *argv]),
+                   study)
         except (ValueError, FileNotFoundError) as e:  # a corrupt checkpoint, too little validation data: one line
             fail(e)
 

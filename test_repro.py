@@ -222,11 +222,12 @@ def test_token_counts_read_well_at_every_scale():
 def test_variant_is_what_its_name_and_paper_rows_say(name):
     v = VARIANTS[name]
     GPTConfig(n_layer=1, n_head=2, n_embd=32, **v.flags)  # a valid model
-    assert set(v.train) <= {"learning_rate", "min_lr"} and not set(v.train) & {f.name for f in dataclasses.fields(GPTConfig)}
+    assert set(v.train) <= {"learning_rate", "min_lr", "bos"} and \
+        not set(v.train) & {f.name for f in dataclasses.fields(GPTConfig)}
     assert (v.flags["gate"] == "g1") == name.startswith("g1"), name  # a g1_ name means a G1 gate, and only then
     assert (v.flags["gate"] == "none") == (name in ("baseline", "sdpa_rmsnorm", "sdpa_silu", "dyt", "glu") or
-                                           name.startswith("baseline_lr"))  # the rows measured without a gate
-    assert v.ga or v.gn, "every variant reproduces a paper row"
+                                           name.startswith("baseline_"))  # the rows measured without a gate
+    assert v.ga or v.gn or name in variants.CONTROLS, "every variant but the controls reproduces a paper row"
     assert (v.ga is None or v.ga.paper == "GA") and (v.gn is None or v.gn.paper == "GN")
     for row in (v.ga, v.gn):
         numbers = row and [x for x in (row.ppl, row.gate_mean, row.m_act, row.f_attn, row.loss, row.max_act) if x is not None]
@@ -238,8 +239,7 @@ def test_variant_is_what_its_name_and_paper_rows_say(name):
 
 
 def test_the_registry_holds_the_papers_numbers_as_papers_md_states_them():
-    """Every number in variants.py is the one PAPERS.md quotes (checked against ../shared/PAPER-NOTES.md), under
-    the same row name."""
+    """Every number in variants.py is the one PAPERS.md quotes, under the same row name."""
     text = open(os.path.join(REPO, "PAPERS.md")).read()
     for name, v in VARIANTS.items():
         ga, gn = v.ga, v.gn
@@ -400,7 +400,7 @@ def test_list_shows_every_variant_its_flags_and_paper_rows(capsys):
     for name, v in VARIANTS.items():
         line = next(line for line in lines if line[2:].split(" ")[0] == name)
         assert line.startswith("* " if name in STUDY else "  ")
-        assert all(f"--{k}={x}" in line for k, x in v.all_flags.items()) and str(v.ga or v.gn) in line
+        assert all(f"--{k}={x}" in line for k, x in v.all_flags.items()) and str(v.ga or v.gn or "") in line
 
 
 def test_repro_rejects_unknown_variant():
@@ -492,3 +492,57 @@ def test_a_budget_starts_only_the_runs_that_end_within_it(tmp_path, monkeypatch,
     # no budget: every run starts
     repro.train(runs[2:], root, repro.Keys(), [], settings)
     assert launched == runs[2:] and "untrained" not in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------
+# The sink lab: the same runner on the Bigram-Backcopy task (--study=sink_lab)
+
+@pytest.fixture(scope="module")
+def small_task(tmp_path_factory):
+    from data.bigram_backcopy.prepare import prepare
+    out = str(tmp_path_factory.mktemp("bigram_backcopy"))
+    prepare(out_dir=out, train_tokens=50_000, val_tokens=8_192)
+    return out
+
+
+def test_sink_lab_pipeline_tiny(tmp_path, small_task):
+    """`--study=sink_lab`: config/sink_lab.py under every run, the lab's claims, no learning-rate sweep, and the
+    sink's mechanism in the report."""
+    root = str(tmp_path / "lab")
+    cmd = [sys.executable, os.path.join(REPO, "repro.py")]
+    train = subprocess.run(cmd + ["train", "baseline", "g1_elementwise", "--study=sink_lab", "--tiny", "--seeds=2",
+                                  "--parallel=2", f"--root={root}", f"--data_dir={small_task}"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert train.stdout.count("exit code 0") == 4, train.stdout + train.stderr
+    for c in map(json.loads, open(os.path.join(root, "commands.jsonl"))):
+        argv = shlex.split(c["command"])
+        assert argv[2] == os.path.join(REPO, "config", "sink_lab.py") and "--max_iters=40" in argv
+    report = subprocess.run(cmd + ["report", "--study=sink_lab", "--tiny", f"--root={root}"], capture_output=True,
+                            text=True, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    result = json.load(open(os.path.join(root, "report", "summary.json")))
+    assert [c["claim"] for c in result["claims"]] == [c[0] for c in repro.LAB_CLAIMS] and result["sweep"] == []
+    g1 = result["variants"]["g1_elementwise"]
+    assert g1["gate_mean_trigger"]["n"] == 2 and 0 < g1["prev_attn_trigger"]["mean"] <= 1
+    assert result["variants"]["baseline"]["gate_mean_trigger"] is None
+    assert all(r["first_token_attn_other"] is not None for r in result["runs"])
+    text = open(os.path.join(root, "report", "REPORT.md")).read()
+    assert text.startswith("# The sink lab") and "## The sink's mechanism" in text and "ideal loss" in text
+    assert "## Stability" not in text and not os.path.exists(os.path.join(root, "report", "lr_sweep.png"))
+    assert "`'<\\|endoftext\\|>'`" in text or "`'s" in text  # the sink's token, decoded by the task's tokenizer
+    summary = open(os.path.join(root, "report", "summary.md")).read()
+    assert "| run | F-Attn at triggers |" in summary
+
+
+def test_the_sink_lab_study_is_its_config_and_variants():
+    settings = repro.study_settings(repro.Keys(study="sink_lab"), [])
+    assert (settings["dataset"], settings["n_layer"], settings["n_head"], settings["mlp"]) == \
+        ("bigram_backcopy", 1, 1, "gelu")
+    assert repro.study_settings(repro.Keys(study="sink_lab", tiny=True), [])["max_iters"] == repro.LAB_TINY["max_iters"]
+    assert repro.chosen_variants(["all"], repro.STUDIES["sink_lab"]) == list(variants.LAB)
+    assert set(variants.LAB) <= set(VARIANTS) and "g1_head_shared" not in variants.LAB  # one head: it is G1 itself
+    assert VARIANTS["baseline_no_bos"].all_flags == {"gate": "none", "bos": False}
+    for _, ref, variant, measure, direction in repro.LAB_CLAIMS:
+        assert variant in variants.LAB and ref in (None, *variants.LAB) and measure in repro.MEASURES
+    with pytest.raises(SystemExit, match="--study='nope' is not a study; choose one of repro, sink_lab"):
+        repro.main(["list", "--study=nope"])

@@ -5,14 +5,15 @@ row it is compared with.
   VARIANTS       name -> Variant: the flags that make it, the GA and GN rows it reproduces, their numbers
   STUDY          the variants `python repro.py train all` trains, in the report's order: MODELS (one model
                  each, at the study's learning rate) then SWEEP (baseline and G1 at the higher LR_SWEEP rates)
+  LAB            the sink lab's variants (`python repro.py train all --study=sink_lab`)
   TEST_VARIANTS  name -> model flags: every variant that is a model (not a training setting), plus a few
                  configurations no paper row names, so that together they set every value of every flag
   FLAGS          every GPTConfig flag: what it does, with the papers' definitions, and its paper rows
   flag_table()   FLAGS as the markdown table in README.md (`python variants.py` prints it)
 
 repro.py trains and reports VARIANTS, bench.py times three of them, the tests take their ids from here, and
-test_repro.py checks that README.md holds flag_table() verbatim. The papers' numbers are their own (PAPERS.md,
-checked against ../shared/PAPER-NOTES.md): GA's perplexity, mean gate score, M-Act and F-Attn of a 15B MoE with
+test_repro.py checks that README.md holds flag_table() verbatim. The papers' numbers are their own (PAPERS.md):
+GA's perplexity, mean gate score, M-Act and F-Attn of a 15B MoE with
 2B active parameters trained on 400B tokens (Tables 1, 3, 4), GN's loss and max activation of a 2B dense model
 (Table 1).
 """
@@ -109,6 +110,8 @@ VARIANTS = {
                                     ga=Row("GA", "Table 3", "additive identity", ppl=5.882)),
     "sdpa_silu": Variant(dict(gate="none", sdpa_nonlin="silu"), ga=Row("GA", "Table 3", "G1 SiLU-only", ppl=5.975)),
     "glu": Variant(dict(gate="none", mlp="glu"), gn=Row("GN", "Table 1", "GLU", loss=1.975, max_act=1300)),
+    # the control of the sink lab: windows that start anywhere in the text, with no BOS token at position 0
+    "baseline_no_bos": Variant(dict(gate="none"), train=dict(bos=False)),
 }
 
 VARIANTS.update({sweep_name(v, lr): Variant(VARIANTS[v].flags, ga=STABILITY_ROW,
@@ -119,6 +122,12 @@ SWEEP = tuple(sweep_name(v, lr) for v in SWEPT for lr in LR_SWEEP)
 MODELS = ("baseline", "g1_elementwise", "g1_headwise", "g1_head_shared", "g2_elementwise", "g5", "g1_ns_sigmoid",
           "g1_input_independent", "g1_additive_silu", "sdpa_rmsnorm", "g1_gatednorm", "g1_preaffine", "dyt")
 STUDY = MODELS + SWEEP  # `repro.py train all`; `train models` and `train sweep` train either part
+# The sink lab (`repro.py train all --study=sink_lab`, config/sink_lab.py): GA Table 4's sink column in its order, the
+# other gate positions and forms, and the baseline without a BOS token as the control. Not G1 head-shared: the lab's
+# model has one head, and one head's shared gate is its own (g1_head_shared would train g1_elementwise again).
+CONTROLS = ("baseline_no_bos",)  # variants that reproduce no paper row: they test the setting the others rely on
+LAB = ("baseline", "g1_elementwise", "g1_headwise", "g1_ns_sigmoid", "g1_input_independent", "g1_additive_silu",
+       "g2_elementwise", "g3", "g4", "g5", "baseline_no_bos")
 
 # Configurations no paper row names, each a change from GPTConfig's defaults, so that TEST_VARIANTS sets every
 # value of every flag (but attn_backend and match_params, which the tests choose themselves)
