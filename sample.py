@@ -82,7 +82,10 @@ def main(argv=None):
     except (FileNotFoundError, ValueError, RuntimeError, ImportError) as e:  # RuntimeError: no network to download
         fail(e)
 
-    ids = enc.encode(prompt, allowed_special={"<|endoftext|>"})
+    try:
+        ids = enc.encode(prompt, allowed_special={"<|endoftext|>"})
+    except ValueError as e:  # a synthetic task's tokenizer knows its symbols only
+        fail(f"--start: {e}")
     if not ids:
         fail("the prompt is empty; give some text with --start=... (or --start='<|endoftext|>')")
     # a model trained on BOS windows always saw <|endoftext|> at position 0: give it one, and keep it there

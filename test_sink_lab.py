@@ -126,7 +126,7 @@ def lab(tmp_path_factory):
     baseline, said = train(data_dir, str(root / "baseline"), "--gate=none")
     assert "preparing the dataset bigram_backcopy" in said
     g1, _ = train(data_dir, str(root / "g1"))  # G1 elementwise, the model's default gate
-    return baseline, g1, said
+    return baseline, g1, said, root
 
 
 def test_the_baseline_grows_an_attention_sink_and_g1_does_not(lab):
@@ -134,7 +134,7 @@ def test_the_baseline_grows_an_attention_sink_and_g1_does_not(lab):
     have nothing to do on the BOS token (a sink head by Gu et al.'s threshold), and still attends to the previous
     token where the copy needs it. G1's gate closes at those positions instead, so no sink forms; both learn the task
     (the same loss, near the task's ideal)."""
-    baseline, g1, _ = lab
+    baseline, g1, _, _ = lab
     assert baseline["iter"] == g1["iter"] == 1000
     # uniform attention over a window of 64 would put 1/64 on the first token; a sink puts most of it there
     assert baseline["first_token_attn"] > 0.5 and baseline["sink_heads"] == 1.0
@@ -147,8 +147,24 @@ def test_the_baseline_grows_an_attention_sink_and_g1_does_not(lab):
 
 def test_train_prints_the_mechanism_of_the_lab(lab):
     """What a student reads at the end of the run: the sink's pieces, trigger positions against the others."""
-    _, _, said = lab
+    _, _, said, _ = lab
     done = [line for line in said.splitlines() if line.startswith("done:")][0]
     for words in ("at trigger / other positions: first-token attention", "previous-token attention at triggers",
                   "max activation at position 0 / elsewhere"):
         assert words in done
+
+
+def test_the_trained_models_copy_after_a_trigger(lab):
+    """sample.py reads the task's symbols: after "s<a> <trigger>", both models write s<a> again (the greedy token),
+    for every trigger. What the baseline's head does at the triggers, the gated one does too."""
+    root = lab[3]
+    triggers = read_meta(str(root / "data"))["triggers"]
+    before = next(t for t in range(64) if t not in triggers)
+    for run in ("baseline", "g1"):
+        for trigger in triggers:
+            prompt = f"s{before} s{trigger}"
+            result = subprocess.run([sys.executable, "sample.py", f"--out_dir={root / run}", f"--start={prompt}",
+                                     "--num_samples=1", "--max_new_tokens=1", "--top_k=1"], cwd=REPO,
+                                    capture_output=True, text=True, timeout=120)
+            assert result.returncode == 0, result.stderr
+            assert result.stdout.splitlines()[0] == f"{prompt} s{before}", (run, result.stdout)

@@ -16,7 +16,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 TUTORIAL = os.path.join(REPO, "TUTORIAL.md")
-RUN_LANGUAGES = ("python", "bash")  # every block in one of these runs; "text" blocks are output, shown only
+RUN_LANGUAGES = ("python", "bash")
+LAB_RUNS = ("baseline", "g1", "g1_input_independent", "g1_ns_sigmoid")  # section 2's runs, under out/tutorial/lab/  # every block in one of these runs; "text" blocks are output, shown only
 
 
 def blocks(path=TUTORIAL):
@@ -92,10 +93,12 @@ def test_the_tutorial_runs_top_to_bottom(tmp_path, stdlib_data):
                             timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     assert "F-Attn" in result.stdout and "largest difference torch vs triton" in result.stdout
-    for name in ("baseline", "g1", "baseline_lr2e-2", "g1_lr2e-2"):
+    assert "previous token at the triggers" in result.stdout  # the lab's mechanism, printed
+    for name in ("baseline", "g1", "baseline_lr2e-2", "g1_lr2e-2") + tuple(f"lab/{n}" for n in LAB_RUNS):
         assert (repo / "out" / "tutorial" / name / "ckpt.pt").is_file()
-    summary = (repo / "out" / "tutorial" / "analysis" / "summary.md").read_text()
-    assert len([row for row in summary.splitlines() if row.startswith("| ") and "---" not in row]) == 5  # header + 4
+    for folder in ("analysis", "lab/analysis"):
+        summary = (repo / "out" / "tutorial" / folder / "summary.md").read_text().split("\n\n")[1]  # the first table
+        assert len([row for row in summary.splitlines() if row.startswith("| ") and "---" not in row]) == 5  # header + 4
 
 
 def test_a_failing_block_is_reported_at_its_markdown_line(tmp_path):
@@ -110,13 +113,16 @@ def test_a_failing_block_is_reported_at_its_markdown_line(tmp_path):
 def test_its_tables_are_the_committed_results_and_its_figures_exist():
     with open(TUTORIAL, encoding="utf-8") as f:
         text = f.read()
-    with open(os.path.join(REPO, "results", "tutorial", "summary.md"), encoding="utf-8") as f:
-        committed = f.read().splitlines()
-    rows = [line for line in text.splitlines() if line.startswith("| run | lr |") or re.match(r"^\| [A-Za-z][\w.-]* \| [\d.e-]+ \|", line)]
-    assert len(rows) >= 6, "the tutorial shows analyze.py's table in sections 4 and 5"
+    committed = []
+    for folder in ("tutorial", os.path.join("tutorial", "lab")):  # the real-text runs, and the sink lab's
+        with open(os.path.join(REPO, "results", folder, "summary.md"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        assert lines[0] in text  # where and when it was measured
+        committed += lines
+    rows = [line for line in text.splitlines() if line.startswith("| run |") or re.match(r"^\| [A-Za-z][\w.-]* \| [\d.e-]+ \|", line)]
+    assert len(rows) >= 16, "the tutorial shows analyze.py's tables in sections 2, 5 and 6"
     for row in rows:
-        assert row in committed, f"TUTORIAL.md's table row is not in results/tutorial/summary.md: {row}"
-    assert committed[0] in text  # where and when it was measured
+        assert row in committed, f"TUTORIAL.md's table row is not in results/tutorial/**/summary.md: {row}"
     for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
         assert os.path.isfile(os.path.join(REPO, image)), image
     assert "TABLE-" not in text and "CONCLUSION-" not in text
@@ -130,7 +136,7 @@ def slug(heading):
 def test_links_to_the_tutorial_name_its_sections():
     with open(TUTORIAL, encoding="utf-8") as f:
         anchors = {slug(line.lstrip("#")) for line in f if line.startswith("## ")}
-    assert "2-the-gate" in anchors and "6-the-fused-kernel" in anchors
+    assert "2-the-sink-lab-a-sink-in-a-minute" in anchors and "3-the-gate" in anchors and "7-the-fused-kernel" in anchors
     files = glob.glob(os.path.join(REPO, "exercises", "**", "*.md"), recursive=True) + [os.path.join(REPO, "README.md")]
     links = 0
     for path in files:

@@ -32,7 +32,7 @@ def _train_command(name):
     out_dir = os.path.join(runs_dir(), name)
     rel = os.path.relpath(out_dir, REPO)
     out_dir = out_dir if rel.startswith("..") else rel
-    return f"python train.py config/tutorial.py {RUN_FLAGS[name]}--out_dir={out_dir}"
+    return f"python train.py config/sink_lab.py {RUN_FLAGS[name]}--out_dir={out_dir}"
 
 
 def _small_gpt(seed=0, gate="g1"):
@@ -159,7 +159,7 @@ def check_runs_exist_and_match(student):
         if not os.path.isfile(path):
             raise NotImplementedError(f"no trained {name} run at {path}: train it with\n"
                                       f"          {_train_command(name)}\n"
-                                      "      (about 6 minutes on a laptop CPU; README.md, step 2)")
+                                      "      (about 20 seconds on a laptop CPU; README.md, step 2)")
         try:
             checkpoint = read_checkpoint(path)
         except ValueError as e:

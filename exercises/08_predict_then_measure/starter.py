@@ -2,8 +2,8 @@
 Exercise 08: predict, then measure. Does the G1 gate shrink the massive activations of a small GPT?
 
 The Gated Attention paper (GA, Table 4) reports that G1 cuts M-Act, the largest |activation| each layer outputs
-(averaged over layers), from 1053 to 94 in a 15B MoE model. Does that happen in the tutorial's 4-layer model?
-Say what you expect BEFORE you train, then measure it.
+(averaged over layers), from 1053 to 94 in a 15B MoE model. Does that happen in the sink lab's one-layer model,
+where G1 removes the attention sink? Say what you expect BEFORE you train, then measure it.
 
   gap 1: PREDICTION_MAX_ACT and REASON       your prediction, written before you train (the constants below)
   gap 2: max_activation(model, idx)          per layer: max |h| of the block's output in each window, averaged
@@ -11,7 +11,7 @@ Say what you expect BEFORE you train, then measure it.
   gap 3: measure(run_dir)                    a trained run's M-Act: the mean over layers of max_activation on
                                              fixed validation windows (validation_windows below builds them)
 
-Then train the two runs (README.md gives the commands; ~6 minutes each on a laptop CPU) and check:
+Then train the two runs (README.md gives the commands; ~20 seconds each on a laptop CPU) and check:
     python exercises/check.py 08
 """
 
