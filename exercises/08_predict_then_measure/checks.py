@@ -159,7 +159,7 @@ def check_runs_exist_and_match(student):
         if not os.path.isfile(path):
             raise NotImplementedError(f"no trained {name} run at {path}: train it with\n"
                                       f"          {_train_command(name)}\n"
-                                      "      (about 20 seconds on a laptop CPU; README.md, step 2)")
+                                      "      (about 15 seconds on a laptop CPU; README.md, step 2)")
         try:
             checkpoint = read_checkpoint(path)
         except ValueError as e:
