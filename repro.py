@@ -28,7 +28,7 @@ most. repro.py's own keys (common.configure):
                        initialisation and the order of the training data); default 1
     --budget_min=M     start no run that would end, by the time estimate below, more than M minutes after `train`
                        began; the runs left out are listed, and the same command trains them later. For a GPU
-                       lent for a fixed time: the runs that fit are whole, and the report can follow. 0: no limit
+                       available for a fixed time: the runs that fit are whole, and the report can follow. 0: no limit
     --parallel=K       run K trainings side by side on the one device (a small model leaves most of an H100
                        idle: two side by side finished in about the time of one); each run's output then goes
                        to <root>/logs/<variant>-seed<N>.txt

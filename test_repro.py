@@ -341,7 +341,7 @@ def test_train_names_and_keys(monkeypatch):
 
 def test_seeds_per_name_in_the_order_named(monkeypatch):
     """NAME:N trains N seeds of a variant or group, the rest --seeds' number; runs start in the order named, each
-    once (a plan for a GPU lent for a fixed time puts what matters most first)."""
+    once (a plan for a GPU available for a fixed time puts what matters most first)."""
     calls = []
     monkeypatch.setattr(repro, "train", lambda *args: calls.append(args))
     repro.main(["train", "baseline:2", "g1_elementwise:2", "g1_headwise", "baseline", "g2_elementwise:1", "--seeds=3"])

@@ -1,6 +1,6 @@
 # What gpu/*.sh share (sourced, not run). Each GPU step of the project is one command that runs end to end on
 # a fresh GPU machine, keeps going when a step fails (the next steps still say something), and leaves one
-# tarball: a session on a lent GPU gets back at most a few files, and a fresh machine costs minutes.
+# tarball: a remote GPU machine may give back only a few files, and a fresh machine costs minutes.
 #
 #   step NAME CMD...   run CMD, its output shown and kept in $LOG/NAME.txt; its exit code and seconds are
 #                      appended to $LOG/steps.tsv (the script's exit code is the worst step's). STEP_LIMIT=S step ...
@@ -12,7 +12,7 @@
 # started: every step is stopped by it (exit 124), a step that would start after it is skipped (exit 'skipped'),
 # and the tarball is still made.
 #
-# OUT: where the tarball goes (the device tool sets it; default out-gpu/). WORK: the scripts' own folder (logs,
+# OUT: where the tarball goes (a remote runner may set it; default out-gpu/). WORK: the scripts' own folder (logs,
 # background jobs; default out-gpu/). TOY=1: every step at toy size on a CPU, to test the script; it measures
 # nothing.
 set -uo pipefail

@@ -9,7 +9,7 @@
 #        The job packs its results itself the moment it ends, into $WORK/study.tar.gz (below)
 #   bash gpu/study.sh wait [SECONDS]
 #        until the job ends or SECONDS pass (default 540), a line of progress a minute; exit 0 when the job
-#        succeeded, 1 when it failed, 3 while it still runs (call it again at once: a lent machine goes back
+#        succeeded, 1 when it failed, 3 while it still runs (call it again at once: a rented machine may go back
 #        when idle, and the runs with it; on the same machine, `start` again resumes each run from its checkpoint).
 #        When the job has ended, its tarball is copied to $OUT/study.tar.gz: the results come back in the call
 #        that sees the end
