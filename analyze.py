@@ -43,7 +43,8 @@ from common import (autocast_for, configure, dataset_dir, device_name, fail, loa
                     read_jsonl)
 import pretrained
 from data.shards import bos_token, read_meta, val_batches
-from probe import SINK_HEAD_THRESHOLD, TRIGGER_KEYS, Probe, attention_maps
+from probe import (MECHANISM_COLUMNS, MECHANISM_KEYS, MECHANISM_NOTE, SINK_HEAD_THRESHOLD, Probe, attention_maps,
+                   trigger_positions)
 from variants import VARIANTS
 
 
@@ -66,7 +67,6 @@ class AnalyzeConfig:
     bos: bool = None  # start each window with <|endoftext|>; None: as each model was trained (GPT-2, Qwen3: none)
 
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
-MECHANISM_KEYS = ("max_act_first", "max_act_rest") + TRIGGER_KEYS  # probe.py; the trigger ones on the sink lab's task
 # what analyze reads from a checkpoint's training config (train.py writes all of them)
 RUN_SETTINGS = ("dataset", "batch_size", "eval_iters", "gradient_accumulation_steps", "learning_rate", "max_iters")
 
@@ -91,7 +91,8 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     # on a GPU, the precision the run was evaluated in (bf16 autocast by default), so the losses agree; fp32 elsewhere
     ctx, _ = autocast_for(device, train_cfg.get("dtype", "auto") if device.startswith("cuda") else "float32")
     triggers = (read_meta(windows["data_dir"]) or {}).get("triggers")  # the Bigram-Backcopy task's (sink lab)
-    layers, heads, windows_all, scores, maps = measure(model, batches, device, ctx, map_tokens, triggers)
+    shown = map_window(batches[0][0], map_tokens, triggers)
+    layers, heads, windows_all, scores, maps = measure(model, batches, device, ctx, map_tokens, triggers, shown)
     record = {
         "run": os.path.basename(os.path.normpath(run_dir)),
         "out_dir": run_dir,
@@ -109,7 +110,7 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
         "eval_windows_trained": eval_windows(checkpoint),
         **layer_means(layers, windows_all),
         "triggers": triggers,
-        "map_tokens": batches[0][0][map_window_index(batches[0][0], map_tokens, triggers), :map_tokens].tolist(),
+        "map_tokens": batches[0][0][shown, :map_tokens].tolist(),  # the window the attention maps show
         "layers": layers,
         "heads": heads,
         "per_window": windows_all,  # arrays, not written to summary.json: repro.py's confidence intervals use them
@@ -125,15 +126,14 @@ def layer_means(layers, windows_all):
 
 
 @torch.no_grad()
-def measure(model, batches, device, ctx, map_tokens, triggers=None):
+def measure(model, batches, device, ctx, map_tokens, triggers=None, shown=0):
     """Everything probe.py measures, over batches [(x, y), ...] that all have the same number of windows:
     (layers: per-layer statistics, heads: per-head ones, windows_all: per-window arrays with each window's loss,
     scores: a sample of gate scores ({"all": ...}, and with triggers {"trigger": ..., "other": ...}: the scores at
     the task's trigger positions and at positions 1..T-1 elsewhere) or None, maps: a head-averaged attention map
-    per layer of the first window). triggers: the Bigram-Backcopy task's trigger tokens, for probe.py's mechanism
-    statistics."""
+    per layer of window `shown` of the first batch). triggers: the Bigram-Backcopy task's trigger tokens, for
+    probe.py's mechanism statistics."""
     cfg, n_batches = model.config, len(batches)
-    map_window = map_window_index(batches[0][0], map_tokens, triggers)
     # gate scores for the histogram: a random sample of each layer's, from every batch
     rng = np.random.default_rng(0)
     samples = {}
@@ -182,7 +182,7 @@ def measure(model, batches, device, ctx, map_tokens, triggers=None):
     windows_all = {key: (None if per_window[0][key] is None else np.concatenate([w[key] for w in per_window]))
                    for key in per_window[0]}
     with ctx:
-        maps = attention_maps(model, batches[0][0][map_window:map_window + 1, :map_tokens].to(device))  # (1, H, t, t)
+        maps = attention_maps(model, batches[0][0][shown:shown + 1, :map_tokens].to(device))  # per layer (1, H, t, t)
     scores = {kind: np.concatenate(parts) for kind, parts in samples.items()} or None
     return layers, heads, windows_all, scores, [m[0].mean(0).float().cpu().numpy() for m in maps]
 
@@ -205,20 +205,11 @@ def pool_sink_location(per_batch, pairs):
     return out
 
 
-def map_window_index(x, map_tokens, triggers=None):
+def map_window(x, map_tokens, triggers=None):
     """Which window of the first batch x (B, T) the attention maps show: the first; on the task with triggers, the
     one with the most trigger positions in its first map_tokens tokens (the lowest index on a tie), so the maps
     show the head at work."""
-    if not triggers:
-        return 0
-    counts = [len(copy_positions(row[:map_tokens].tolist(), set(triggers))) for row in x]
-    return counts.index(max(counts))
-
-
-def copy_positions(tokens, triggers):
-    """The positions of a window (a list of token ids) where the Bigram-Backcopy task's copy rule applies (probe.py's
-    trigger positions): from position 2 on, a trigger token that does not follow another."""
-    return [i for i in range(2, len(tokens)) if tokens[i] in triggers and tokens[i - 1] not in triggers]
+    return int(trigger_positions(x[:, :map_tokens], triggers).sum(1).argmax()) if triggers else 0
 
 
 def plot(records, scores, maps, logs, out_dir):
@@ -273,7 +264,7 @@ def plot(records, scores, maps, logs, out_dir):
                      fontsize=9)
         ax.set(xlabel="key", ylabel="query")
         if r.get("triggers") and r.get("map_tokens"):  # the task's copy positions, marked at the left edge
-            rows = copy_positions(r["map_tokens"], set(r["triggers"]))
+            rows = trigger_positions(torch.tensor([r["map_tokens"]]), r["triggers"])[0].nonzero().flatten().tolist()
             ax.plot([-0.5] * len(rows), rows, ">", color="tab:red", markersize=5, clip_on=False,
                     label="trigger positions")
             if ax is axes[0]:
@@ -381,18 +372,6 @@ TABLE = (  # summary.md's columns: header, record key, format
     ("gate < 0.1", "gate_below_0.1", "{:.2f}"), ("loss spikes", "loss_spikes", "{}"))
 
 
-MECHANISM_TABLE = (  # summary.md's second table, for runs of the sink lab's task: header, record key, format
-    ("F-Attn at triggers", "first_token_attn_trigger", "{:.3f}"), ("F-Attn elsewhere", "first_token_attn_other", "{:.3f}"),
-    ("previous-token attn at triggers", "prev_attn_trigger", "{:.3f}"), ("gate at triggers", "gate_mean_trigger", "{:.3f}"),
-    ("gate elsewhere", "gate_mean_other", "{:.3f}"), ("M-Act at position 0", "max_act_first", "{:.1f}"),
-    ("M-Act elsewhere", "max_act_rest", "{:.1f}"))
-MECHANISM_NOTE = ("The sink's mechanism on the Bigram-Backcopy task: trigger positions are those where the next "
-                  "token copies the one before (a trigger token, from position 2 on, not after another trigger); "
-                  "elsewhere: the other positions 1..T-1. A sink head puts the attention of the positions that have "
-                  "nothing to do on position 0 (F-Attn elsewhere) and attends to the previous token at the triggers; "
-                  "a gate can close where its head has nothing to do instead.")
-
-
 def summary_table(summary):
     """The runs of a summary as a markdown table, with where and on what they were measured; for runs of the sink
     lab's task, a second table of the sink's mechanism."""
@@ -405,8 +384,9 @@ def summary_table(summary):
     lab = [r for r in summary["runs"] if r.get("prev_attn_trigger") is not None]
     if lab:
         lines += ["", MECHANISM_NOTE, ""]
-        lines += markdown_table(["run"] + [h for h, _, _ in MECHANISM_TABLE],
-                       [[r["label"]] + [cell(r, key, fmt) for _, key, fmt in MECHANISM_TABLE] for r in lab])
+        lines += markdown_table(["run"] + [h for _, h, _ in MECHANISM_COLUMNS],
+                                [[r["label"]] + [cell(r, key, "{:" + spec + "}") for key, _, spec in MECHANISM_COLUMNS]
+                                 for r in lab])
     return "\n".join(lines) + "\n"
 
 

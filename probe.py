@@ -66,6 +66,18 @@ STAT_KEYS = ("first_token_attn", "max_act", "max_act_first", "max_act_rest", "ac
              "gate_below_0.5", "sink_share", "sink_heads", "sink_pos", "sink_pos_share", "sink_token",
              "sink_token_share") + TRIGGER_KEYS
 GATE_KEYS = ("gate_mean", "gate_below_0.1", "gate_below_0.5")
+MECHANISM_KEYS = ("max_act_first", "max_act_rest") + TRIGGER_KEYS  # where the sink's pieces sit (train.py logs them)
+# the mechanism as the reports show it (analyze.py, repro.py): (key, column, format)
+MECHANISM_COLUMNS = (("first_token_attn_trigger", "F-Attn at triggers", ".3f"),
+                     ("first_token_attn_other", "F-Attn elsewhere", ".3f"),
+                     ("prev_attn_trigger", "previous-token attn at triggers", ".3f"),
+                     ("gate_mean_trigger", "gate at triggers", ".3f"), ("gate_mean_other", "gate elsewhere", ".3f"),
+                     ("max_act_first", "M-Act at position 0", ".1f"), ("max_act_rest", "M-Act elsewhere", ".1f"))
+MECHANISM_NOTE = ("The sink's mechanism on the Bigram-Backcopy task: trigger positions are those where the next "
+                  "token copies the one before (a trigger token, from position 2 on, not after another trigger); "
+                  "elsewhere: the other positions 1..T-1. A sink head puts the attention of the positions that have "
+                  "nothing to do on position 0 (F-Attn elsewhere) and attends to the previous token at the triggers; "
+                  "a gate can close where its head has nothing to do instead.")
 HEAD_KEYS = ("first_token_attn", "sink_share")
 WINDOW_KEYS = ("first_token_attn", "max_act", "max_act_first", "max_act_rest", "act_ratio", "sink_share", "gate_mean")
 SINK_HEAD_THRESHOLD = 0.3  # Gu et al.'s epsilon: a head whose mean attention on the first token exceeds it is a sink
@@ -127,6 +139,16 @@ def previous_token_attention(q, k, chunk=128, scale=None):
     return p
 
 
+def trigger_positions(idx, triggers):
+    """(B, T) bool for token ids idx (B, T): where the Bigram-Backcopy task's copy rule applies, from position 2 on
+    (position 0 holds BOS, and position 1's previous symbol was cut off by the window): a trigger token that does
+    not follow another trigger."""
+    is_trigger = torch.isin(idx, torch.as_tensor(list(triggers), dtype=idx.dtype, device=idx.device))
+    where = torch.zeros_like(is_trigger)
+    where[:, 2:] = is_trigger[:, 2:] & ~is_trigger[:, 1:-1]
+    return where
+
+
 def _pooled(values, mask):
     """The mean of values (..., B, T) over the positions where mask (B, T) holds, as a float; NaN where none does."""
     mask = mask.expand_as(values)
@@ -148,7 +170,7 @@ class Probe:
         of the Bigram-Backcopy task's triggers (its meta.json), for the mechanism statistics (module docstring).
         Results (module docstring): stats (per layer), heads (per layer and head), windows (per layer and window)."""
         self.model, self.keep_maps, self.gate_scores = model, attention_maps, gate_scores
-        self.triggers = None if triggers is None else torch.as_tensor(list(triggers), dtype=torch.long)
+        self.triggers = None if triggers is None else list(triggers)
         self.stats = {key: [] for key in STAT_KEYS}
         self.heads = {key: [] for key in HEAD_KEYS}
         self.windows = {key: [] for key in WINDOW_KEYS}
@@ -200,13 +222,10 @@ class Probe:
         self._window_stat("max_act_rest", rest.amax(1) if rest.size(1) else torch.full_like(by_position[:, 0], float("nan")))
 
     def _trigger_positions(self, B, T, device):
-        """(B, T) bool: where the task's copy rule applies (module docstring), or None without triggers or ids."""
+        """(B, T) bool: where the task's copy rule applies, or None without triggers or ids."""
         if self.triggers is None or not (isinstance(self._idx, torch.Tensor) and tuple(self._idx.shape) == (B, T)):
             return None
-        is_trigger = torch.isin(self._idx.to(device), self.triggers.to(device))
-        where = torch.zeros_like(is_trigger)
-        where[:, 2:] = is_trigger[:, 2:] & ~is_trigger[:, 1:-1]
-        return where
+        return trigger_positions(self._idx.to(device), self.triggers)
 
     @torch.no_grad()
     def _attention(self, attn, args, output):

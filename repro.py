@@ -77,6 +77,7 @@ from common import (configure, dataset_dir, fail, flops_per_token, markdown_tabl
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import find_shards, read_meta
 from model import GPT, GPTConfig
+from probe import MECHANISM_COLUMNS, MECHANISM_NOTE
 from stats import RULE, compare, mean_ci, verdict
 from variants import LAB, MODELS, STABILITY_ROW, STUDY, SWEEP, SWEPT, VARIANTS, Row
 
@@ -154,13 +155,6 @@ COLUMNS = [("val_loss", "val loss (nats)", ".4f"), ("first_token_attn", "F-Attn"
            ("sink_share", "sink share", ".3f"), ("sink_heads", "sink heads", ".2f"), ("max_act", "M-Act", ".1f"),
            ("peak_act", "peak act", ".1f"), ("gate_mean", "gate mean", ".3f"), ("gate_below_0.1", "gate < 0.1", ".2f"),
            ("loss_spikes", "loss spikes", ".1f")]
-
-# the sink's mechanism, per run, where the task has triggers (the sink lab; probe.py): (record key, column, format)
-MECHANISM_COLUMNS = [("first_token_attn_trigger", "F-Attn at triggers", ".3f"),
-                     ("first_token_attn_other", "F-Attn elsewhere", ".3f"),
-                     ("prev_attn_trigger", "previous-token attn at triggers", ".3f"),
-                     ("gate_mean_trigger", "gate at triggers", ".3f"), ("gate_mean_other", "gate elsewhere", ".3f"),
-                     ("max_act_first", "M-Act at position 0", ".1f"), ("max_act_rest", "M-Act elsewhere", ".1f")]
 
 # --tiny: a CPU smoke test of the whole pipeline on the embedded default dataset, minutes not hours
 TINY = dict(dataset="pystdlib", n_layer=2, n_head=2, n_embd=64, block_size=64, batch_size=8,
@@ -469,7 +463,7 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"]):
     for r in records:
         by.setdefault(r["variant"], []).append(r)
     variants = {v: {"seeds": [r["seed"] for r in rs], **{key: over_seeds([r[key] for r in rs])
-                                                         for key, _, _ in COLUMNS + MECHANISM_COLUMNS}}
+                                                         for key, _, _ in COLUMNS + list(MECHANISM_COLUMNS)}}
                 for v, rs in by.items()}
     claims = [claim_result(*c, windows, variants) for c in study.claims]
     sweep = sweep_rows(by, windows) if study.name == "repro" else []  # the learning-rate sweep is the GPU study's
@@ -855,7 +849,6 @@ def mechanism_section(records, variants, data_dir):
     """The sink's mechanism on a task with triggers (the sink lab): each measure's mean over seeds, per variant."""
     if not any(r.get("prev_attn_trigger") is not None for r in records):
         return []
-    from analyze import MECHANISM_NOTE
     meta = read_meta(data_dir) or {}
     ideal = f" The task's ideal loss (meta.json) is {meta['ideal_loss']:.4f} nats." if "ideal_loss" in meta else ""
     rows = [[v, len(x["seeds"])] + [fmt_ci(x[key], spec) for key, _, spec in MECHANISM_COLUMNS]

@@ -48,7 +48,7 @@ from common import (BEST, COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, code
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import TrainLoader, atomic_write, bos_token, find_shards, max_token_id, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
-from probe import TRIGGER_KEYS, Probe
+from probe import MECHANISM_KEYS, Probe
 
 
 @dataclass
@@ -141,7 +141,6 @@ SPIKE_WARMUP = 20  # steps before spikes are counted: the running variance needs
 SPIKE_MIN_NATS = 0.1  # a spike rises at least this far above the running mean, however quiet the loss was
 VAL_RISE_WARNING = 1.0  # nats: a validation loss this far above the best one gets a warning
 CHECKPOINT = "ckpt.pt"  # the latest state: what --init_from=resume continues
-MECHANISM_KEYS = ("max_act_first", "max_act_rest") + TRIGGER_KEYS  # probe.py: where the sink's pieces sit
 
 
 def keep_freed_memory():

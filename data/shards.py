@@ -273,7 +273,7 @@ class SymbolTokenizer:
     PREFIX = "symbols-"
 
     def __init__(self, n):
-        if n < 1 or n + 1 > MAX_TOKEN + 1:
+        if not 1 <= n <= MAX_TOKEN:  # the BOS token, id n, must fit in a uint16 shard too
             raise ValueError(f"a symbol tokenizer needs 1 to {MAX_TOKEN} symbols, got {n}")
         self.name, self.n_symbols = f"{self.PREFIX}{n}", n
         self.eot_token, self.n_vocab = n, n + 1
