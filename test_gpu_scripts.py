@@ -1,8 +1,8 @@
 """
-gpu/*.sh, the one-command GPU steps, at toy size on a CPU (TOY=1): each runs its steps, records every step's exit
-code and time, and leaves one tarball with what a GPU session must bring back; a failing step does not stop the
-rest, and the script's exit code says it failed. The toy runs are also the suite's runs of bench.py --tiny, checked
-with test_bench.py's checks.
+gpu/*.sh, the one-command GPU steps, at toy size on a CPU (TOY=1): each runs its parts, records every part's exit
+code, time and time limit, and ends with one tarball of what it wrote; a failing part does not stop the rest, and
+the script's exit code says it failed. Run again, a command skips the parts that succeeded. The deadline (BUDGET_S)
+is off unless set. The toy runs are also the suite's runs of bench.py --tiny, checked with test_bench.py's checks.
 
     python -m pytest -q test_gpu_scripts.py
 """
@@ -11,7 +11,7 @@ import csv
 import io
 import json
 import os
-import shutil
+import re
 import subprocess
 import tarfile
 import time
@@ -26,7 +26,10 @@ REPO = os.path.dirname(os.path.abspath(__file__))
 
 
 def script(name, *args, work, env=None, wait=True):
-    env = {**os.environ, "TOY": "1", "WORK": str(work), "OUT": str(work / "out"), **(env or {})}
+    """Run gpu/<name>.sh with TOY=1, its logs in work/ and its tarball in work/out/: no deadline and no time limit
+    unless env sets them."""
+    inherited = {k: v for k, v in os.environ.items() if k not in ("BUDGET_S", "STEP_LIMIT", "SHARE", "FRESH")}
+    env = {**inherited, "TOY": "1", "WORK": str(work), "OUT": str(work / "out"), **(env or {})}
     cmd = ["bash", os.path.join(REPO, "gpu", f"{name}.sh"), *args]
     if not wait:
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -39,8 +42,19 @@ def packed(work, name):
         return {m.name.split(f"{work.name}/", 1)[-1]: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
 
+def rows(files, name):
+    return list(csv.DictReader(io.StringIO(files[f"{name}/steps.tsv"].decode()), delimiter="\t"))
+
+
 def steps(files, name):
-    return [(r["step"], r["exit"]) for r in csv.DictReader(io.StringIO(files[f"{name}/steps.tsv"].decode()), delimiter="\t")]
+    return [(r["step"], r["exit"]) for r in rows(files, name)]
+
+
+def fake_python(path, body):
+    """A stand-in for python: start_log's version checks (-c) end at once, and then body (sh)."""
+    path.write_text(f'#!/bin/sh\ncase "$1" in -c) exit 0;; esac\n{body}\n')
+    path.chmod(0o755)
+    return str(path)
 
 
 def bench_output(files, name):
@@ -63,11 +77,10 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     assert again.returncode == 1 and "already running" in again.stdout  # one study at a time
     waited = script("study", "wait", "200", work=study)
     assert waited.returncode == 0 and "the study's job ended: exit 0" in waited.stdout, waited.stdout
-    # the job packed its results when it ended, and `wait` brought them back at once
-    assert "packed when it ended" in waited.stdout and (study / "out" / "study.tar.gz").is_file()
-    # a runner that copies a fresh working tree before each command deletes the report folder (which git does not
-    # ignore) between commands: `pack` still gives the report, from the job's own tarball
-    shutil.rmtree(study / "repro-tiny" / "report")
+    # the job packed its results when it ended, and `wait` says where
+    assert f"packed when it ended: {study / 'out' / 'study.tar.gz'}" in waited.stdout
+    assert (study / "out" / "study.tar.gz").is_file()
+    # `pack` makes the tarball again from what is there (the report, the runs' logs, the job's output)
     (study / "out" / "study.tar.gz").unlink()
     assert script("study", "pack", work=study).returncode == 0
     for name, job in jobs.items():
@@ -76,6 +89,8 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
 
     kernels = packed(tmp_path / "kernels", "kernels")
     assert steps(kernels, "kernels") == [("bench", "0"), ("tier", "0"), ("bench-cudnn", "0")]
+    # with BUDGET_S unset (the default) there is no deadline and no part has a time limit
+    assert {(r["limit"], r["ran"]) for r in rows(kernels, "kernels")} == {("none", "now")}
     cudnn = json.loads(kernels["kernels/bench-cudnn/bench_kernels.json"])
     assert cudnn["sdpa_backend"] == "cudnn" and {r["provider"] for r in cudnn["records"]} >= {"sdpa", "sdpa+gate"}
     # the order in force while it timed (not only the key's value): cuDNN first, then PyTorch's own order
@@ -88,6 +103,7 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
 
     throughput = packed(tmp_path / "throughput", "throughput")
     assert steps(throughput, "throughput") == [("sync", "0"), ("bench", "0"), ("train", "0")]
+    assert {r["limit"] for r in rows(throughput, "throughput")} == {"none"}
     assert b"passed" in throughput["throughput/sync.txt"]  # the optimizer-step tests (the GPU's test skips here)
     check_bench_train_tiny(bench_output(throughput, "throughput"), tmp_path / "throughput" / "throughput" / "bench")
     log = throughput["throughput-run/log.jsonl"].decode()  # the run's log, not its checkpoints
@@ -172,17 +188,67 @@ def test_kernel_configs_at_toy_size(tmp_path):
 
 
 def test_the_deadline_stops_a_step_and_still_packs(tmp_path):
-    """A remote runner that kills a command at its limit would leave nothing: past the command's deadline
-    (BUDGET_S) the running step is stopped (exit 124), the steps after it are skipped, and the tarball is made."""
-    slow = tmp_path / "slow-python"
-    slow.write_text('#!/bin/sh\ncase "$1" in -c) exit 1;; esac\nsleep 60\n')  # start_log's version checks end at once
-    slow.chmod(0o755)
+    """BUDGET_S, for machines that stop commands after a fixed time: the bench is stopped at its share of the budget
+    (41%: 4 s of 12), the tier at its share or at the deadline, a part that would start after the deadline is
+    skipped, and the tarball is still made."""
+    slow = fake_python(tmp_path / "slow-python", "sleep 60")
     started = time.time()
-    out = script("kernels", work=tmp_path, env={"PYTHON": str(slow), "BUDGET_S": "8"})
+    out = script("kernels", work=tmp_path, env={"PYTHON": slow, "BUDGET_S": "12"})
     assert time.time() - started < 40, "the deadline did not stop the step"
-    assert out.returncode == 124 and "stopped at its limit of" in out.stdout, out.stdout
+    assert out.returncode == 124 and "== bench: stopped at its limit of 4 s" in out.stdout, out.stdout
+    assert "== bench-cudnn: skipped, the command's deadline (BUDGET_S=12 s) has passed" in out.stdout
     files = packed(tmp_path, "kernels")
-    assert steps(files, "kernels") == [("bench", "124"), ("tier", "skipped"), ("bench-cudnn", "skipped")]
+    (bench, tier, cudnn) = steps(files, "kernels")
+    assert bench == ("bench", "124") and tier[1] in ("124", "skipped") and cudnn == ("bench-cudnn", "skipped")
+    assert rows(files, "kernels")[0]["limit"] == "4"
+
+
+def test_a_step_limit_set_by_hand_stops_each_part(tmp_path):
+    """STEP_LIMIT=S, with no deadline: every part is stopped after S seconds, none is skipped."""
+    slow = fake_python(tmp_path / "slow-python", "sleep 60")
+    started = time.time()
+    out = script("kernels", "configs", work=tmp_path, env={"PYTHON": slow, "STEP_LIMIT": "2"})
+    assert time.time() - started < 30 and out.returncode == 124, out.stdout
+    files = packed(tmp_path, "kernels-configs")
+    assert steps(files, "kernels-configs") == [("configs", "124"), ("autotune", "124")]
+    assert [r["limit"] for r in rows(files, "kernels-configs")] == ["2", "2"]
+
+
+def test_without_a_deadline_no_part_is_limited(tmp_path):
+    """BUDGET_S unset: the parts whose share of a budget would limit them run with no time limit, and none is
+    run under `timeout`."""
+    quick = fake_python(tmp_path / "python", "exit 0")
+    for args, name in (((), "kernels"), (("configs",), "kernels-configs")):
+        out = script("kernels", *args, work=tmp_path, env={"PYTHON": quick})
+        assert out.returncode == 0 and "stopped after" not in out.stdout, out.stdout
+        assert {r["limit"] for r in rows(packed(tmp_path, name), name)} == {"none"}
+
+
+def test_a_command_run_again_picks_up_where_it_left_off(tmp_path):
+    """Run again with the same code, arguments and settings, a command skips the parts that succeeded (their output
+    stays, and is packed) and runs the others; FRESH=1, or other settings, run every part again."""
+    calls, broken = tmp_path / "calls.txt", tmp_path / "tier-fails"
+    python = fake_python(tmp_path / "python", f'echo "$*" >> {calls}\n'
+                                               f'[ "$1 $2" = "-m pytest" ] && [ -e {broken} ] && exit 1\necho ok')
+    broken.touch()
+    first = script("kernels", work=tmp_path, env={"PYTHON": python})
+    assert first.returncode == 1 and steps(packed(tmp_path, "kernels"), "kernels") == [
+        ("bench", "0"), ("tier", "1"), ("bench-cudnn", "0")]
+    broken.unlink()
+    calls.unlink()
+    again = script("kernels", work=tmp_path, env={"PYTHON": python})
+    assert again.returncode == 0 and "picking up where the last run of this command left off" in again.stdout
+    assert "== bench: done in the last run" in again.stdout
+    ran = [line for line in calls.read_text().splitlines() if not line.startswith("-c ")]  # not the version checks
+    assert len(ran) == 1 and "-m pytest" in ran[0]  # only the tier ran
+    files = packed(tmp_path, "kernels")
+    assert [(r["step"], r["exit"], r["ran"]) for r in rows(files, "kernels")] == [
+        ("bench", "0", "before"), ("tier", "0", "now"), ("bench-cudnn", "0", "before")]
+    assert b"ok" in files["kernels/bench.txt"]  # the earlier run's output, kept
+    for env in ({"FRESH": "1"}, {"DATA_DIR": str(tmp_path)}):
+        out = script("kernels", work=tmp_path, env={"PYTHON": python, **env})
+        assert out.returncode == 0 and "picking up" not in out.stdout
+        assert {r["ran"] for r in rows(packed(tmp_path, "kernels"), "kernels")} == {"now"}
 
 
 def test_a_study_that_fails_says_so(tmp_path):
@@ -192,3 +258,27 @@ def test_a_study_that_fails_says_so(tmp_path):
     assert waited.returncode == 1 and "no_such_variant" in waited.stdout and "exit 1" in waited.stdout
     usage = script("study", work=tmp_path)
     assert usage.returncode == 2 and "gpu/study.sh start" in usage.stdout
+
+
+@pytest.mark.parametrize("name", ["kernels", "throughput", "study"])
+def test_help_prints_the_usage(tmp_path, name):
+    """--help (and -h) prints the script's header, which starts with its usage line, runs nothing and exits 0."""
+    for flag in ("--help", "-h"):
+        out = script(name, flag, work=tmp_path)
+        assert out.returncode == 0 and f"usage: bash gpu/{name}.sh" in out.stdout, out.stdout + out.stderr
+        assert "TOY=1" in out.stdout and not out.stdout.startswith("#")
+    assert not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_the_gpu_scripts_and_their_page_are_written_for_a_gpu_of_ones_own():
+    """gpu/* and docs/gpu.md describe the steps for a user with a GPU of their own: no remote runner, no lent,
+    borrowed or rented machine, no fixed limit on a command, no device time, no story of a particular day."""
+    forbidden = re.compile(r"runner|\blent\b|borrow|\brent(ed|al)?\b|\b(10|30|nine|ten|thirty)[- ]minutes?\b"
+                           r"|\b9 minutes\b|device time|go(es)? back when idle|re-?sync|fresh working tree"
+                           r"|fresh (GPU )?machine|remote|lost (a|the|whole)|kills? a command", re.IGNORECASE)
+    paths = [os.path.join("gpu", f) for f in sorted(os.listdir(os.path.join(REPO, "gpu")))] + ["docs/gpu.md"]
+    found = []
+    for path in paths:
+        with open(os.path.join(REPO, path)) as f:
+            found += [f"{path}:{n}: {line.strip()}" for n, line in enumerate(f, 1) if forbidden.search(line)]
+    assert found == [], "\n".join(found)

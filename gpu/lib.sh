@@ -1,55 +1,100 @@
-# What gpu/*.sh share (sourced, not run). Each GPU step of the project is one command that runs end to end on
-# a fresh GPU machine, keeps going when a step fails (the next steps still say something), and leaves one
-# tarball: a remote GPU machine may give back only a few files, and a fresh machine costs minutes.
+# What gpu/*.sh share (sourced, not run). Each GPU step of the project is one command: it runs its parts one after
+# another, keeps going when a part fails (the parts after it still say something), writes its results where the
+# project's scripts write them (results/..., out-repro/) and its logs under $WORK, and ends with one tarball of
+# everything the step wrote, to copy off the machine.
 #
-#   step NAME CMD...   run CMD, its output shown and kept in $LOG/NAME.txt; its exit code and seconds are
-#                      appended to $LOG/steps.tsv (the script's exit code is the worst step's). STEP_LIMIT=S step ...
-#                      stops it after S seconds (exit 124), so that the steps after it still get their turn
-#   pack NAME PATH...  tar the PATHs that exist, with $LOG, into $OUT/NAME.tar.gz
+#   start_log NAME     $LOG is $WORK/NAME/: every part's output, steps.tsv, env.txt (the machine and software).
+#                      A command run again picks up where it left off: a part that succeeded in its last run, with
+#                      the same code, arguments and settings, is not run again (its output stays); FRESH=1 runs
+#                      every part again
+#   step NAME CMD...   run CMD, its output shown and kept in $LOG/NAME.txt; its exit code, seconds and time limit
+#                      are appended to $LOG/steps.tsv (the script's exit code is the worst part's).
+#                      STEP_LIMIT=S step ... stops it after S seconds (exit 124), so that the parts after it still
+#                      get their turn; STEP_LIMIT=S in the environment does that to every part
+#   pack NAME PATH...  $OUT/NAME.tar.gz: $LOG and the PATHs that exist
 #
-# A remote runner may kill a command at a fixed limit (the GPU machines this project was measured on: 10 minutes),
-# and a killed command packs nothing. So each command has a deadline, BUDGET_S seconds (default 540) after it
-# started: every step is stopped by it (exit 124), a step that would start after it is skipped (exit 'skipped'),
-# and the tarball is still made.
+# BUDGET_S=S is for machines that stop commands after a fixed time; unset (the default), there is no deadline.
+# Set, every part is stopped S seconds after the command started (exit 124), a part that would start later is
+# skipped (exit 'skipped'), the tarball is still made, and SHARE=P step ... stops that part after P% of S.
 #
-# OUT: where the tarball goes (a remote runner may set it; default out-gpu/). WORK: the scripts' own folder (logs,
-# background jobs; default out-gpu/). TOY=1: every step at toy size on a CPU, to test the script; it measures
-# nothing.
+# OUT: where the tarball goes (default out-gpu/). WORK: the logs and the study's background job (default
+# out-gpu/). Both are git-ignored. TOY=1: every part at toy size on a CPU, to test the script; it measures nothing.
 set -uo pipefail
+SCRIPT=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+ARGS=("$@")  # the script's own arguments: part of what a rerun must match to pick up where it left off
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 TOY=${TOY:-0}
 OUT=${OUT:-out-gpu}
 WORK=${WORK:-out-gpu}
 PYTHON=${PYTHON:-python3}
-BUDGET_S=${BUDGET_S:-540}
+BUDGET_S=${BUDGET_S:-}
+FRESH=${FRESH:-0}
 STATUS=0
 
-start_log() {  # start_log NAME: $LOG is $WORK/NAME/, emptied; env.txt says what machine and software ran
+usage() {  # the script's header comment, from its second line to the first line that is not a comment
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$SCRIPT"
+}
+
+start_log() {  # start_log NAME: $LOG is $WORK/NAME/, emptied unless its last run had the same key (the header)
     LOG=$WORK/$1
-    rm -rf "$LOG" && mkdir -p "$LOG" "$OUT"
-    printf 'step\texit\tseconds\n' > "$LOG/steps.tsv"
+    local env=$WORK/.env-$1.txt key
+    mkdir -p "$WORK" "$OUT"
     { date -u +%FT%TZ; git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | head -20
       nvidia-smi 2>&1 | head -20
       "$PYTHON" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__)"
       "$PYTHON" -c "import triton; print('triton', triton.__version__)"
-    } > "$LOG/env.txt" 2>&1
+    } > "$env" 2>&1
+    # what an earlier success depends on: the script and its arguments, the settings, the code, the software
+    key=$(printf '%s\n' "$(basename "$SCRIPT") ${ARGS[*]}" "TOY=$TOY" "PYTHON=$PYTHON" "DATA_DIR=${DATA_DIR:-}"
+          cat ./*.py config/*.py gpu/*.sh 2>/dev/null | cksum
+          grep -E '^(python|triton) ' "$env")
+    if [ "$FRESH" != 1 ] && [ -f "$LOG/steps.tsv" ] && [ "$key" = "$(cat "$LOG/key" 2>/dev/null)" ]; then
+        mv "$LOG/steps.tsv" "$LOG/steps.prev.tsv"
+        echo "== picking up where the last run of this command left off in $LOG (FRESH=1 runs every part again)"
+    else
+        rm -rf "$LOG" && mkdir -p "$LOG"
+        printf '%s\n' "$key" > "$LOG/key"
+    fi
+    mv "$env" "$LOG/env.txt"
+    printf 'step\texit\tseconds\tlimit\tran\n' > "$LOG/steps.tsv"
+}
+
+done_before() {  # done_before NAME: true when part NAME succeeded in the run this one picks up from
+    [ -f "$LOG/steps.prev.tsv" ] && awk -F'\t' -v n="$1" '$1 == n && $2 == "0" { found = 1 } END { exit !found }' \
+        "$LOG/steps.prev.tsv"
 }
 
 step() {
-    local name=$1 t0=$SECONDS rc limit=$((BUDGET_S - SECONDS))
+    local name=$1 t0=$SECONDS rc limit="" part
     shift
-    [ -n "${STEP_LIMIT:-}" ] && [ "$STEP_LIMIT" -lt "$limit" ] && limit=$STEP_LIMIT
-    if [ "$limit" -lt 5 ]; then  # the command's deadline has passed: say so, and leave the time to pack
-        echo "== $name: skipped, the command's deadline (BUDGET_S=$BUDGET_S s) has passed" | tee "$LOG/$name.txt"
-        printf '%s\tskipped\t0\n' "$name" >> "$LOG/steps.tsv"
-        STATUS=124
+    if done_before "$name"; then  # keep its output and its row
+        awk -F'\t' -v OFS='\t' -v n="$name" '$1 == n { $5 = "before"; print; exit }' "$LOG/steps.prev.tsv" \
+            >> "$LOG/steps.tsv"
+        echo "== $name: done in the last run ($LOG/$name.txt), not run again"
         return 0
     fi
-    echo "== $name: $*" | tee "$LOG/$name.txt"
-    timeout --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$LOG/$name.txt"
+    if [ -n "$BUDGET_S" ]; then
+        limit=$((BUDGET_S - SECONDS))
+        if [ "$limit" -lt 5 ]; then  # the command's deadline has passed: say so, and leave the time to pack
+            echo "== $name: skipped, the command's deadline (BUDGET_S=$BUDGET_S s) has passed" | tee "$LOG/$name.txt"
+            printf '%s\tskipped\t0\t-\tnow\n' "$name" >> "$LOG/steps.tsv"
+            STATUS=124
+            return 0
+        fi
+        part=$((BUDGET_S * ${SHARE:-100} / 100))
+        [ "$part" -lt "$limit" ] && limit=$part
+    fi
+    [ -n "${STEP_LIMIT:-}" ] && { [ -z "$limit" ] || [ "$STEP_LIMIT" -lt "$limit" ]; } && limit=$STEP_LIMIT
+    if [ -z "$limit" ]; then
+        echo "== $name: $*" | tee "$LOG/$name.txt"
+        "$@" 2>&1 | tee -a "$LOG/$name.txt"
+    else
+        echo "== $name (stopped after $limit s): $*" | tee "$LOG/$name.txt"
+        timeout --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$LOG/$name.txt"
+    fi
     rc=${PIPESTATUS[0]}
-    [ "$rc" -eq 124 ] && echo "== $name: stopped at its limit of $limit s" | tee -a "$LOG/$name.txt"
-    printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" >> "$LOG/steps.tsv"
+    [ -n "$limit" ] && [ "$rc" -eq 124 ] && echo "== $name: stopped at its limit of $limit s" | tee -a "$LOG/$name.txt"
+    printf '%s\t%s\t%s\t%s\tnow\n' "$name" "$rc" "$((SECONDS - t0))" "${limit:-none}" >> "$LOG/steps.tsv"
     echo "== $name: exit $rc after $((SECONDS - t0)) s"
     [ "$rc" -ne 0 ] && STATUS=$rc
     return 0
@@ -60,6 +105,6 @@ pack() {
     shift
     for p in "$LOG" "$@"; do [ -e "$p" ] && paths+=("$p"); done
     tar -czf "$OUT/$name.tar.gz" "${paths[@]}"
-    echo "== packed $OUT/$name.tar.gz:"
-    column -t "$LOG/steps.tsv" 2>/dev/null || cat "$LOG/steps.tsv"
+    echo "== packed $OUT/$name.tar.gz (everything this command wrote, to copy off the machine):"
+    column -t -s $'\t' "$LOG/steps.tsv" 2>/dev/null || cat "$LOG/steps.tsv"
 }

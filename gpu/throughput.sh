@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# Training throughput on one GPU, in one command each:
-#   bash gpu/throughput.sh          -> $OUT/throughput.tar.gz
+# Training throughput on one GPU: ms per step, tokens/s, MFU and peak memory, and the check that the training
+# step never makes the host wait for the GPU.
+#
+# usage: bash gpu/throughput.sh [batch|modes]        (--help: this text)
+#
+#   bash gpu/throughput.sh          -> results/bench_train.{json,md}, $WORK/throughput/, $OUT/throughput.tar.gz
+#     prepare the study corpus (repro.py prepare), when data/pysrc/ does not hold it yet
 #     sync    the training step never makes the host wait for the GPU: test_train.py's sync-debug-mode test
 #             (bf16 and fp16) and the optimizer-step tests
 #     bench   python bench.py --train --compile=both -> results/bench_train.{json,md}: ms/step, tokens/s, MFU
 #             and peak memory of GPT-2 small (B=16, T=1024, bf16, train.py's own optimizer step) with no gate,
 #             G1 elementwise and G1 headwise, on the fused kernel and on PyTorch attention
-#     train   train.py with the same model and batch on the study corpus (repro.py prepare), 120 steps: the
-#             tokens/s and MFU its log reports, to hold beside bench.py's
-#   bash gpu/throughput.sh batch    -> $OUT/throughput-batch.tar.gz
+#     train   train.py with the same model and batch on the study corpus, 120 steps, in $WORK/throughput-run/:
+#             the tokens/s and MFU its log reports, to hold beside bench.py's
+#   bash gpu/throughput.sh batch    -> $WORK/throughput-batch/, $OUT/throughput-batch.tar.gz
 #     G1 elementwise on the fused kernel, compiled, at other micro-batch sizes and lengths than B=16, T=1024:
-#     (B, T) = (8, 1024), (32, 1024), (8, 2048), each into the log folder
-#   bash gpu/throughput.sh modes    -> $OUT/throughput-modes.tar.gz
+#     (B, T) = (8, 1024), (32, 1024), (8, 2048), each into $WORK/throughput-batch/<B>x<T>/
+#   bash gpu/throughput.sh modes    -> $WORK/throughput-modes/, $OUT/throughput-modes.tar.gz
 #     one compiled bench.py --train per torch.compile mode (reduce-overhead: CUDA graphs; max-autotune without
-#     them), each into the log folder, beside the default mode's results/bench_train.*; then the default mode
+#     them), each into its own folder, beside the default mode's results/bench_train.*; then the default mode
 #     again with the fused kernel's atomic dQ backward (GATED_ATTENTION_BACKWARD=atomic), into atomic-dq/, and
 #     G1 elementwise on the fused kernel with its loss in chunks of 4096 rows of logits (loss_chunk), into loss-chunk/;
 #     then the three variants on PyTorch attention with cuDNN's SDPA kernels first (sdpa_backend=cudnn), into
 #     sdpa-cudnn/
-# The tarball holds $WORK/<name>/ with every step's output (and the run's log.jsonl, results/bench_train.*).
-# TOY=1 DATA_DIR=<a prepared folder>: the same steps at toy size on a CPU.
+# Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
+# tarball holds that folder (and the run's log.jsonl, results/bench_train.*; not the run's checkpoints). Run
+# again, the command skips the parts that succeeded (FRESH=1 runs them all).
+# TOY=1 DATA_DIR=<a prepared folder>: the same parts at toy size on a CPU, to test this script.
 source "$(dirname "$0")/lib.sh"
 PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider)
 case "${1:-}" in
@@ -38,7 +45,7 @@ case "${1:-}" in
         step sync "${PYTEST[@]}" test_train.py -k "on_a_gpu or optimizer_step"
         step bench "$PYTHON" bench.py --train "${BENCH[@]}"
         RUN=$WORK/throughput-run  # apart from $LOG: its checkpoints are not packed, only its log
-        rm -rf "$RUN"
+        done_before train || rm -rf "$RUN"  # train.py starts no run over an old one
         step train "$PYTHON" train.py config/train_owt_gpt2small.py --batch_size=16 --gradient_accumulation_steps=1 \
             --out_dir="$RUN" "${TRAIN[@]}"
         pack throughput results/bench_train.json results/bench_train.md "$RUN/log.jsonl"
@@ -69,9 +76,12 @@ case "${1:-}" in
             --out_dir="$LOG/sdpa-cudnn"  # the torch attention with cuDNN's SDPA kernels first
         pack throughput-modes
         ;;
+    -h|--help)
+        usage
+        exit 0
+        ;;
     *)
-        echo "usage: bash gpu/throughput.sh [batch|modes]   (no argument: sync, bench and train; batch: other batch" \
-             "sizes and lengths; modes: each compile mode, the atomic dQ backward, the loss in chunks, cuDNN's SDPA)"
+        usage
         exit 2
         ;;
 esac
