@@ -16,10 +16,15 @@ per layer and averaged over layers (probe.py defines each)
 The windows are, by default, the ones train.py evaluated the first run on (its eval_iters batches of its
 batch_size), so a single run's val loss is the one its training log shows for that checkpoint;
 --batches/--batch_size choose others; the windows start with <|endoftext|> when the run was trained that way
-(train.py's bos). Writes summary.json and summary.md (a table of the runs, as TUTORIAL.md shows it) to out_dir
-(default out-analysis/, git-ignored) and, when matplotlib is installed, layers.png (per-layer F-Attn, sink share
-and M-Act of every run), gate_hist.png (gate-score histograms), attn_maps.png (a head-averaged attention map per
-run, as in GA Fig. 2) and curves.png (validation loss during training, from each run's log.jsonl).
+(train.py's bos). Writes to out_dir (default out-analysis/, git-ignored):
+  summary.json     every number, per run, per layer and per head, with where and on what it was measured
+  summary.md       a table of the runs (probe.MEASURES' columns), as TUTORIAL.md shows it
+  per_window.npz   each window's value of the per-window measures (val_loss, first_token_attn, max_act, peak_act,
+                   ...), as arrays named "<i>/<key>" for run i of summary.json's runs: for confidence intervals over
+                   windows (repro.py report reads them)
+and, when matplotlib is installed, layers.png (per-layer F-Attn, sink share and M-Act of every run), gate_hist.png
+(gate-score histograms), attn_maps.png (a head-averaged attention map per run, as in GA Fig. 2) and curves.png
+(validation loss and F-Attn during training, from each run's log.jsonl); --plot_labels picks the runs they show.
 
 --pretrained measures published checkpoints instead (pretrained.py: GPT-2, the gated-attention paper's released
 models, a folder or a hub id), each with its own tokenizer, on --windows windows of --window tokens cut one after
@@ -36,35 +41,36 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-
 import torch.nn.functional as F
 
-from common import (autocast_for, configure, dataset_dir, device_name, fail, load_checkpoint, markdown_table, pick_device,
-                    read_jsonl)
 import pretrained
+from common import (CHECKPOINT, LOG, autocast_for, configure, dataset_dir, device_name, fail, load_checkpoint,
+                    markdown_table, pick_device, pyplot, read_jsonl, save_figure)
 from data.shards import bos_token, read_meta, val_batches
-from probe import (MECHANISM_COLUMNS, MECHANISM_KEYS, MECHANISM_NOTE, SINK_HEAD_THRESHOLD, Probe, attention_maps,
-                   trigger_positions)
+from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD, TRIGGER_KEYS, Probe,
+                   attention_maps, describe, layer_mean, summarize, trigger_positions)
 from variants import VARIANTS
 
 
 @dataclass
 class AnalyzeConfig:
     """Every key of analyze.py."""
-    runs: str = ""  # the runs' out_dirs, comma-separated
-    labels: str = ""  # names for the runs in the same order, comma-separated (default: the folders' names)
-    checkpoint: str = "ckpt.pt"  # which file of each run: ckpt.pt (the latest state) or best.pt (the lowest val loss)
+    runs: tuple[str, ...] = ()  # the runs' out_dirs
+    labels: tuple[str, ...] = ()  # names for the runs in the same order (default: the folders' names)
+    checkpoint: str = CHECKPOINT  # which file of each run: ckpt.pt (the latest state) or best.pt (the lowest val loss)
     out_dir: str = "out-analysis"  # git-ignored; results/ holds committed results
-    device: str = "auto"
+    device: str = "auto"  # auto (cuda, then mps, then cpu), cpu, cuda, cuda:1, mps
     batches: int = None  # validation batches (default: the first run's eval_iters)
     batch_size: int = None  # windows per batch (default: the first run's batch_size)
     map_tokens: int = 48  # sequence length of the attention-map plot
+    plot_labels: tuple[str, ...] = ()  # the runs (by label) the plots show; default: every run
     # published checkpoints instead of runs (pretrained.py)
-    pretrained: str = ""  # comma-separated: gpt2, gpt2-medium, gpt2-large, gpt2-xl, gated-1b-baseline, ... or folders
+    pretrained: tuple[str, ...] = ()  # gpt2, gpt2-medium, gpt2-large, gpt2-xl, gated-1b-baseline, ... or folders
     text: str = ""  # a UTF-8 text file to measure them on; default: data/sample_text.txt
     window: int = 1024  # tokens per window
     windows: int = 8  # how many windows, cut one after another from the text (fewer if it is shorter)
     bos: bool = None  # start each window with <|endoftext|>; None: as each model was trained (GPT-2, Qwen3: none)
+
 
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
 # what analyze reads from a checkpoint's training config (train.py writes all of them)
@@ -105,7 +111,7 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
         "seed": train_cfg.get("seed"),
         "loss_spikes": checkpoint.get("health", {}).get("loss_spikes"),
         "nonfinite_steps": checkpoint.get("health", {}).get("nonfinite_steps"),
-        "val_loss": float(np.mean(windows_all["loss"])),
+        "val_loss": float(np.mean(windows_all["val_loss"])),
         "val_loss_logged": checkpoint.get("val_loss"),  # what train.py measured on its own eval windows
         "eval_windows_trained": eval_windows(checkpoint),
         **layer_means(layers, windows_all),
@@ -113,16 +119,18 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
         "map_tokens": batches[0][0][shown, :map_tokens].tolist(),  # the window the attention maps show
         "layers": layers,
         "heads": heads,
-        "per_window": windows_all,  # arrays, not written to summary.json: repro.py's confidence intervals use them
+        "per_window": windows_all,  # arrays, written to per_window.npz, not to summary.json
     }
     return record, scores, maps
 
 
 def layer_means(layers, windows_all):
-    """A record's headline numbers: each statistic averaged over layers (GA Table 4's M-Act and F-Attn are)."""
-    return {**{k: (float(np.mean(v)) if v is not None else None) for k, v in layers.items()
-               if k not in ("sink_pos", "sink_token", "sink_pos_share", "sink_token_share")},
-            "peak_act": float(np.mean(windows_all["peak_act"]))}  # GN's residual-stream maximum, per window
+    """A record's headline numbers, each pooled over every batch: probe.summarize's (every measure of MEASURES
+    the probe takes per layer, averaged over layers as GA Table 4's M-Act and F-Attn are, and peak_act, GN's
+    residual-stream maximum, per window), and the layer means of the M-Act over the median and of the gate's share
+    below 0.5."""
+    return {**summarize(layers, torch.from_numpy(windows_all["peak_act"])),
+            **{key: layer_mean(layers[key]) for key in ("act_ratio", "gate_below_0.5")}}
 
 
 @torch.no_grad()
@@ -163,8 +171,9 @@ def measure(model, batches, device, ctx, map_tokens, triggers=None, shown=0):
         per_batch.append(probe.stats)
         per_head.append(probe.heads)
         # per window: its loss and the layer means of its F-Attn, sink share, M-Act and gate mean
-        window = {"loss": loss.cpu().numpy(), **{key: (None if values is None else torch.stack(values).mean(0).numpy())
-                                                 for key, values in probe.windows.items()}}
+        window = {"val_loss": loss.cpu().numpy(),
+                  **{key: (None if values is None else torch.stack(values).mean(0).numpy())
+                     for key, values in probe.windows.items()}}
         window["peak_act"] = torch.stack(probe.windows["max_act"]).amax(0).numpy()  # the window's largest |h| anywhere
         per_window.append(window)
 
@@ -173,8 +182,8 @@ def measure(model, batches, device, ctx, map_tokens, triggers=None, shown=0):
             return None
         return [float(v) for v in np.mean(np.array([s[key] for s in per_batch], dtype=float), axis=0)]
 
-    layers = {key: over_batches(key) for key in ("first_token_attn", "sink_share", "max_act", "act_ratio", "gate_mean",
-                                                  "gate_below_0.1", "gate_below_0.5") + MECHANISM_KEYS}
+    layers = {key: over_batches(key) for key in ("first_token_attn", "sink_share", "max_act", "act_ratio") + GATE_KEYS +
+              ("max_act_first", "max_act_rest") + TRIGGER_KEYS}
     heads = {key: np.mean([h[key] for h in per_head], axis=0).tolist() for key in ("first_token_attn", "sink_share")}
     # sink heads over the whole validation set: a head's F-Attn averaged over every window, then thresholded
     layers["sink_heads"] = [float(np.mean(np.array(h) > SINK_HEAD_THRESHOLD)) for h in heads["first_token_attn"]]
@@ -213,13 +222,10 @@ def map_window(x, map_tokens, triggers=None):
 
 
 def plot(records, scores, maps, logs, out_dir):
-    try:
-        import matplotlib
-        import matplotlib.ticker
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed, so no plots (pip install matplotlib); summary.json is written")
+    """The figures of the runs (records, each with its gate-score sample, attention maps and log); returns the names
+    of the files written to out_dir (none without matplotlib)."""
+    plt = pyplot()
+    if plt is None:
         return []
     names = [r["label"] for r in records]
     written = []
@@ -234,10 +240,10 @@ def plot(records, scores, maps, logs, out_dir):
     ax3.set(xlabel="layer", ylabel="largest share one key receives", title="sink share per layer (a sink anywhere)")
     ax2.set(xlabel="layer", ylabel="max |h| per window", yscale="log", title="M-Act per layer (massive activations)")
     for ax in (ax1, ax3, ax2):
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax1.legend(fontsize=8)
     fig.tight_layout()
-    written.append(_save(fig, out_dir, "layers.png"))
+    written.append(save_figure(fig, os.path.join(out_dir, "layers.png")))
 
     gated = [(n, s) for n, s in zip(names, scores) if s is not None]
     if gated:  # the share of scores in each bin: on the task with triggers, at trigger positions and elsewhere
@@ -250,14 +256,14 @@ def plot(records, scores, maps, logs, out_dir):
                 values = np.clip(s[kind], 0, 1)  # additive and SiLU gates can leave [0, 1]: their tails pile up at the ends
                 ax.hist(values, bins=bins, weights=np.full(len(values), 1 / max(len(values), 1)), color=color,
                         alpha=0.6, label=f"{label} (mean {s[kind].mean():.2f})")
-            ax.set(title=n, xlabel="gate score", ylabel="share of scores")
+            ax.set(title=n, xlabel="gate score", ylabel=f"share of scores (bins of {bins[1]:.3g})")
             ax.legend(fontsize=7)
         fig.tight_layout()
-        written.append(_save(fig, out_dir, "gate_hist.png"))
+        written.append(save_figure(fig, os.path.join(out_dir, "gate_hist.png")))
 
     # one layer for every run: the layer where the first run (usually the baseline) sinks the most
     layer = int(np.argmax(records[0]["layers"]["first_token_attn"]))
-    fig, axes = grid(plt, len(records), 3.6, 3.6)
+    fig, axes = grid(plt, len(records), 3.6, 3.6, layout="constrained")  # room for the labels and the colour scale
     for ax, r, m in zip(axes, records, maps):
         image = ax.imshow(m[layer], cmap="viridis", vmin=0, vmax=1)
         ax.set_title(f"{r['label']}\nlayer {layer}, first-token {r['layers']['first_token_attn'][layer]:.2f}",
@@ -269,8 +275,8 @@ def plot(records, scores, maps, logs, out_dir):
                     label="trigger positions")
             if ax is axes[0]:
                 ax.legend(fontsize=7, loc="upper right")
-    fig.colorbar(image, ax=axes, shrink=0.8, label="attention probability")
-    written.append(_save(fig, out_dir, "attn_maps.png"))
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention probability (head average)")
+    written.append(save_figure(fig, os.path.join(out_dir, "attn_maps.png")))
 
     if any(logs):  # the validation loss and the sink (F-Attn, averaged over layers) during training
         fig, (loss_ax, sink_ax) = plt.subplots(1, 2, figsize=(11, 4))
@@ -283,32 +289,25 @@ def plot(records, scores, maps, logs, out_dir):
         sink_ax.set(xlabel="tokens (M)", ylabel="attention on the first token", title="F-Attn during training")
         loss_ax.legend(fontsize=8)
         fig.tight_layout()
-        written.append(_save(fig, out_dir, "curves.png"))
+        written.append(save_figure(fig, os.path.join(out_dir, "curves.png")))
     return written
 
 
-def grid(plt, n, width, height, columns=4):
-    """A figure of n panels, at most `columns` to a row, each width x height inches: (figure, the n axes)."""
+def grid(plt, n, width, height, columns=4, **kw):
+    """A figure of n panels, at most `columns` to a row, each width x height inches: (figure, the n axes). kw: more
+    of plt.subplots' arguments."""
     rows, cols = -(-n // columns), min(n, columns)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, **kw)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:n])
 
 
-def _save(fig, out_dir, name):
-    import matplotlib.pyplot as plt
-    path = os.path.join(out_dir, name)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batches=None, batch_size=None,
-            map_tokens=48, checkpoint="ckpt.pt", plot_labels=None):
+            map_tokens=48, checkpoint=CHECKPOINT, plot_labels=None):
     """Analyze every run on the same validation windows: the first run's eval windows, unless batches or
-    batch_size say otherwise. plot_labels: the runs the plots show (default: all). Returns the summary dict it
-    writes to out_dir/summary.json."""
+    batch_size say otherwise. plot_labels: the runs the plots show (default: all). Writes summary.json, summary.md,
+    per_window.npz and the plots to out_dir; returns the summary (its records with their per-window arrays)."""
     labels = labels or [os.path.basename(os.path.normpath(d)) for d in run_dirs]
     if len(labels) != len(run_dirs):
         raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs")
@@ -335,12 +334,9 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         records.append(record)
         scores.append(s)
         maps.append(m)
-        logged, gated = record["val_loss_logged"], record["gate_mean"] is not None
-        print(f"{label:>24}: val loss {record['val_loss']:.4f}" +
-              (f" (its log: {logged:.4f})" if logged is not None else "") +
-              f", F-Attn {record['first_token_attn']:.3f}, sink heads {record['sink_heads']:.2f}, "
-              f"sink share {record['sink_share']:.3f}, M-Act {record['max_act']:.1f}" +
-              (f", gate mean {record['gate_mean']:.3f}, <0.1: {record['gate_below_0.1']:.2f}" if gated else ""))
+        logged = record["val_loss_logged"]
+        print(f"{label:>24}: {describe(record)}" +
+              (f" (val loss in its log: {logged:.4f})" if logged is not None else ""))
     if len({r["eval_windows_trained"]["batch_size"] * r["eval_windows_trained"]["batches"] for r in records}) > 1:
         print("note: the runs were trained with different eval windows (batch_size x eval_iters: " +
               ", ".join(f"{r['label']} {r['eval_windows_trained']['batch_size']}x{r['eval_windows_trained']['batches']}"
@@ -356,37 +352,39 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         "validation": {"batches": batches, "batch_size": batch_size, "source": source},
         "runs": records,
     }
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:  # the per-window arrays stay in memory, for repro.py
-        json.dump({**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"} for r in records]}, f, indent=1)
-    with open(os.path.join(out_dir, "summary.md"), "w") as f:
-        f.write(summary_table(summary))
     shown = [i for i, label in enumerate(labels) if plot_labels is None or label in plot_labels]
     summary["plots"] = plot([records[i] for i in shown], [scores[i] for i in shown], [maps[i] for i in shown],
-                            [read_jsonl(os.path.join(run_dirs[i], "log.jsonl")) for i in shown], out_dir)
+                            [read_jsonl(os.path.join(run_dirs[i], LOG)) for i in shown], out_dir)
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write(summary_table(summary))
+    np.savez(os.path.join(out_dir, "per_window.npz"), **{f"{i}/{key}": values for i, r in enumerate(records)
+                                                         for key, values in r["per_window"].items()
+                                                         if values is not None})
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:  # the per-window arrays are in per_window.npz
+        json.dump({**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"} for r in records]}, f, indent=1)
     return summary
 
 
-TABLE = (  # summary.md's columns: header, record key, format
-    ("val loss", "val_loss", "{:.3f}"), ("F-Attn", "first_token_attn", "{:.3f}"), ("sink share", "sink_share", "{:.3f}"),
-    ("sink heads", "sink_heads", "{:.2f}"), ("M-Act", "max_act", "{:.1f}"), ("gate mean", "gate_mean", "{:.3f}"),
-    ("gate < 0.1", "gate_below_0.1", "{:.2f}"), ("loss spikes", "loss_spikes", "{}"))
+def cell(measure, value):
+    """A table's cell for one measure: its value in the measure's format, None (written –) where it has none."""
+    return None if value is None else measure.format(value)
 
 
 def summary_table(summary):
-    """The runs of a summary as a markdown table, with where and on what they were measured; for runs of the sink
-    lab's task, a second table of the sink's mechanism."""
+    """The runs of a summary as a markdown table of probe.MEASURES, with where and on what they were measured; for
+    runs of the sink lab's task, a second table of the sink's mechanism (probe.MECHANISM)."""
     v = summary["validation"]
-    cell = lambda r, key, fmt: "–" if r.get(key) is None else fmt.format(r[key])  # noqa: E731
+    shown = [m for m in MEASURES if not m.mechanism]
     lines = [f"Measured by analyze.py on {summary['device']}, {summary['date']}: {summary['checkpoint']} of each run, "
              f"{v['batches']} batches x {v['batch_size']} validation windows ({v['source']}). Layer means.", ""]
-    lines += markdown_table(["run", "lr"] + [h for h, _, _ in TABLE],
-                   [[r["label"], f"{r['lr']:g}"] + [cell(r, key, fmt) for _, key, fmt in TABLE] for r in summary["runs"]])
+    lines += markdown_table(["run", "lr"] + [m.label for m in shown],
+                            [[r["label"], f"{r['lr']:g}"] + [cell(m, r.get(m.key)) for m in shown]
+                             for r in summary["runs"]])
     lab = [r for r in summary["runs"] if r.get("prev_attn_trigger") is not None]
     if lab:
         lines += ["", MECHANISM_NOTE, ""]
-        lines += markdown_table(["run"] + [h for _, h, _ in MECHANISM_COLUMNS],
-                                [[r["label"]] + [cell(r, key, "{:" + spec + "}") for key, _, spec in MECHANISM_COLUMNS]
-                                 for r in lab])
+        lines += markdown_table(["run"] + [m.label for m in MECHANISM],
+                                [[r["label"]] + [cell(m, r.get(m.key)) for m in MECHANISM] for r in lab])
     return "\n".join(lines) + "\n"
 
 
@@ -420,7 +418,7 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
         print(f"{label}: {model.num_params() / 1e6:.0f}M parameters; measuring {len(batches)} windows of {window} "
               f"tokens{' (BOS first)' if use_bos else ''} on {device_name(device)}", flush=True)
         layers, heads, windows_all, s, m = measure(model, batches, device, ctx, map_tokens)
-        loss = float(np.mean(windows_all["loss"]))
+        loss = float(np.mean(windows_all["val_loss"]))
         records.append({
             "label": label, "name": name, "about": ckpt.about, "family": ckpt.family, "model": asdict(model.config),
             "params": model.num_params(), "windows": len(batches), "window": window, "bos": use_bos,
@@ -431,10 +429,8 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
         scores.append(s)
         maps.append(m)
         r = records[-1]
-        print(f"{label:>24}: loss {loss:.3f}, F-Attn {r['first_token_attn']:.3f}, sink heads {r['sink_heads']:.2f}, "
-              f"sink share {r['sink_share']:.3f}, M-Act {r['max_act']:.1f} ({r['act_ratio']:.0f}x the median)" +
-              (f", gate mean {r['gate_mean']:.3f}, <0.1: {r['gate_below_0.1']:.2f}" if r["gate_mean"] is not None else "")
-              + f" [{r['seconds']:.0f} s]", flush=True)
+        print(f"{label:>24}: loss {loss:.4f}, {describe(r)}; M-Act {r['act_ratio']:.0f}x the median "
+              f"[{r['seconds']:.0f} s]", flush=True)
         del model
     digest = hashlib.sha256(raw).hexdigest()
     summary = {"device": device_name(device), "date": time.strftime("%Y-%m-%d"),
@@ -443,18 +439,14 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
                "models": records,
                "literature": {family: pretrained.LITERATURE[family] for family in dict.fromkeys(r["family"] for r in records)}}
     os.makedirs(out_dir, exist_ok=True)
+    summary["plots"] = plot(records, scores, maps, [[] for _ in records], out_dir)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
         f.write(pretrained_table(summary))
-    summary["plots"] = plot(records, scores, maps, [[] for _ in records], out_dir)
     return summary
 
 
-PRETRAINED_TABLE = (  # summary.md's columns for published checkpoints: header, record key, format
-    ("loss", "loss", "{:.3f}"), ("F-Attn", "first_token_attn", "{:.3f}"), ("sink heads", "sink_heads", "{:.2f}"),
-    ("sink share", "sink_share", "{:.3f}"), ("M-Act", "max_act", "{:.1f}"), ("M-Act / median", "act_ratio", "{:.0f}"),
-    ("gate mean", "gate_mean", "{:.3f}"), ("gate < 0.1", "gate_below_0.1", "{:.2f}"))
 # GA Table 4's rows for the released models' variants: (label, variants.py name)
 GA_REFERENCE = (("baseline", "baseline"), ("G1 elementwise", "g1_elementwise"), ("G1 headwise", "g1_headwise"))
 
@@ -463,14 +455,16 @@ def pretrained_table(summary):
     """The measured checkpoints as a markdown table, then the published values to compare them with, each saying
     which model it comes from."""
     t = summary["text"]
+    shown = [m for m in MEASURES if not m.mechanism and m.key not in ("val_loss", "loss_spikes")]  # no training run
+    loss = MEASURE["val_loss"]
     lines = [f"Measured by analyze.py on {summary['device']}, {summary['date']}: {t['windows']} windows of "
              f"{t['window']} tokens of {t['path']} (sha256 {t['sha256'][:12]}), each model with its own tokenizer. "
-             "Layer means; loss in nats per token.", "",
-             "| model | params | " + " | ".join(h for h, _, _ in PRETRAINED_TABLE) + " |",
-             "| --- | --- | " + " | ".join("---" for _ in PRETRAINED_TABLE) + " |"]
-    for r in summary["models"]:
-        cells = ["–" if r.get(key) is None else fmt.format(r[key]) for _, key, fmt in PRETRAINED_TABLE]
-        lines.append(f"| {r['label']} | {r['params'] / 1e6:.0f}M | " + " | ".join(cells) + " |")
+             "Layer means; loss in nats per token; M-Act / median: how many times the median |h| M-Act is.", ""]
+    lines += markdown_table(["model", "params", "loss"] + [m.label for m in shown] + ["M-Act / median"],
+                            [[r["label"], f"{r['params'] / 1e6:.0f}M", cell(loss, r["loss"])] +
+                             [cell(m, r.get(m.key)) for m in shown] +
+                             [None if r.get("act_ratio") is None else f"{r['act_ratio']:.0f}"]
+                             for r in summary["models"]])
     if "qwen3" in summary["literature"]:
         lines += ["", "Published, GA Table 4 (a 15B-parameter MoE, 2B active, trained on 400B tokens; not the models "
                   "above):", "", "| GA Table 4 row | F-Attn | M-Act | gate mean |", "| --- | --- | --- | --- |"]
@@ -485,9 +479,7 @@ def pretrained_table(summary):
 
 def main(argv=None):
     a, _ = configure(AnalyzeConfig, sys.argv[1:] if argv is None else argv)
-    runs = [r for r in a.runs.split(",") if r]
-    labels = [n for n in a.labels.split(",") if n] or None
-    names = [n for n in a.pretrained.split(",") if n]
+    runs, labels, names = list(a.runs), list(a.labels) or None, list(a.pretrained)
     if names:
         if runs:
             fail("give --runs (checkpoints of train.py) or --pretrained (published ones), not both")
@@ -506,10 +498,14 @@ def main(argv=None):
         print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md" + "".join(f", {p}" for p in summary["plots"]))
         return
     if not runs:
-        fail("name the runs to analyze: --runs=out-baseline,out-g1 (their out_dirs, comma-separated), or published "
+        fail("name the runs to analyze: --runs=out-baseline,out-g1 (their out_dirs), or published "
              "checkpoints: --pretrained=gpt2")
     if labels and len(labels) != len(runs):
         fail(f"--labels has {len(labels)} names for {len(runs)} runs; give one per run")
+    known = labels or [os.path.basename(os.path.normpath(r)) for r in runs]
+    unknown = [p for p in a.plot_labels if p not in known]
+    if unknown:
+        fail(f"--plot_labels names {', '.join(unknown)}, not a run's label; the labels: {', '.join(known)}")
     for name in ("batches", "batch_size", "map_tokens"):
         if getattr(a, name) is not None and getattr(a, name) < 1:
             fail(f"--{name}={getattr(a, name)} must be at least 1")
@@ -520,7 +516,8 @@ def main(argv=None):
                  (f"it has {', '.join(have)}; choose one with --checkpoint=NAME" if have
                   else f"train it first (python train.py --out_dir={run} ...)"))
     try:
-        summary = analyze(runs, labels, a.out_dir, a.device, a.batches, a.batch_size, a.map_tokens, a.checkpoint)
+        summary = analyze(runs, labels, a.out_dir, a.device, a.batches, a.batch_size, a.map_tokens, a.checkpoint,
+                          a.plot_labels or None)
     except (ValueError, FileNotFoundError) as e:  # a corrupt checkpoint, too little validation data: one line
         fail(e)
     print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md" + "".join(f", {p}" for p in summary["plots"]))

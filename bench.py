@@ -10,8 +10,8 @@ Benchmarks for the gated attention kernels and for full training steps.
   python bench.py --kernels --train --tiny   # smoke test: tiny sizes, fp32; on CPU, Triton's interpreter and
                                              # a plain timer: checks the code runs, says nothing about speed
 
-The keys are the fields of Keys below, given as --key=value (a bool key as a bare --key) or in a config file
-(common.configure). bench.py measures GPU speed: without a CUDA GPU it runs only with --tiny. Results go to
+`python bench.py --help` lists the keys (Keys below), given as --key=value (a bool key as a bare --key, a list as
+a,b,c) or in a config file (common.configure). bench.py measures GPU speed: without a CUDA GPU it runs only with --tiny. Results go to
 {out_dir}/bench_kernels.{json,md} and {out_dir}/bench_train.{json,md}, with the device, the date and the exact
 command; out_dir defaults to results/ (the committed GPU measurements) and, for --tiny, to out-bench-tiny/
 (git-ignored). FLOPs are counted the FlashAttention way: causal forward 2*B*H*T^2*D (half of
@@ -32,8 +32,8 @@ import torch
 cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
-from common import (COMPILE_MODES, SDPA_BACKENDS, configure, estimate_mfu, fail, markdown_table, sdpa_order,  # noqa: E402
-                    sdpa_preference)
+from common import (COMPILE_MODES, SDPA_BACKENDS, configure, estimate_mfu, fail, markdown_table,  # noqa: E402
+                    optimizer_step, sdpa_order, sdpa_preference)
 from variants import VARIANTS  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
@@ -47,8 +47,8 @@ class Keys:
     tiny: bool = False  # smoke test: tiny sizes, fp32, no compile; runs on CPU, its timings mean nothing
     out_dir: str = ""  # "": results (GPU runs), out-bench-tiny (--tiny)
     tokens: int = 16384  # --kernels: B*T per call
-    seq_lens: str = "512,1024,2048,4096,8192"  # --kernels: comma-separated T
-    head_dims: str = "64,128"  # --kernels: comma-separated D (H = width / D)
+    seq_lens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)  # --kernels: the sequence lengths T
+    head_dims: tuple[int, ...] = (64, 128)  # --kernels: the head dims D (H = width / D)
     width: int = 2048  # --kernels: H*D
     gqa: int = 0  # --kernels: also rows with Hkv = H / gqa (0: no)
     non_causal: bool = False  # --kernels: full attention instead of causal
@@ -57,27 +57,14 @@ class Keys:
     compile: str = "both"  # --train: torch.compile: both, true or false
     compile_mode: str = "default"  # --train: torch.compile's mode, one of common.COMPILE_MODES (train.py's key too)
     sdpa_backend: str = "default"  # the kernel SDPA tries first, one of common.SDPA_BACKENDS (train.py's key too)
-    variants: str = ",".join(TIMED)  # --train: comma-separated variants of variants.py (python repro.py list)
-    backends: str = ",".join(BACKENDS)  # --train: comma-separated attention backends, of triton and torch
+    variants: tuple[str, ...] = TIMED  # --train: variants of variants.py (python repro.py list)
+    backends: tuple[str, ...] = BACKENDS  # --train: attention backends, of triton and torch
     match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
     loss_chunk: int = 0  # --train: the loss over this many rows of logits at a time (model.py; 0: all at once)
     warmup: int = 10  # --train: untimed steps first (compile happens here)
     steps: int = 20  # --train: timed steps
 
 
-def int_list(key, text):
-    try:
-        values = [int(t) for t in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        fail(f"--{key}={text}: give positive integers separated by commas, e.g. --{key}=512,1024")
-    return values
-
-
-if sys.argv[1:2] in (["-h"], ["--help"]):
-    print(__doc__)
-    sys.exit()
 args, _ = configure(Keys, sys.argv[1:])
 if not (args.kernels or args.train):
     fail("choose --kernels and/or --train (python bench.py --help)")
@@ -91,27 +78,30 @@ if args.loss_chunk < 0:
     fail(f"--loss_chunk={args.loss_chunk}: give 0 (the loss over all the logits at once) or a number of rows")
 if args.gqa < 0:
     fail(f"--gqa={args.gqa}: give 0 (no GQA rows) or the number of query heads per KV head")
-seq_lens, head_dims = int_list("seq_lens", args.seq_lens), int_list("head_dims", args.head_dims)
+for key in ("seq_lens", "head_dims"):
+    if not getattr(args, key) or min(getattr(args, key)) < 1:
+        fail(f"--{key}={','.join(map(str, getattr(args, key)))}: give positive integers, e.g. --{key}=512,1024")
+seq_lens, head_dims = list(args.seq_lens), list(args.head_dims)
 
 
-def name_list(key, text, valid):
-    names = list(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))  # in order, each once
+def chosen(key, valid):
+    names = list(dict.fromkeys(getattr(args, key)))  # in order, each once
     wrong = [n for n in names if n not in valid]
     if not names or wrong:
-        fail(f"--{key}={text}: {'unknown ' + ', '.join(map(repr, wrong)) if wrong else 'give at least one'}; "
+        fail(f"--{key}={','.join(names)}: {'unknown ' + ', '.join(map(repr, wrong)) if wrong else 'give at least one'}; "
              f"choose from {', '.join(valid)}")
     return names
 
 
-variants = name_list("variants", args.variants, list(VARIANTS))
-backends = name_list("backends", args.backends, list(BACKENDS))
+variants = chosen("variants", list(VARIANTS))
+backends = chosen("backends", list(BACKENDS))
 if not cuda and not args.tiny:  # GPT-2 small and the kernel sweep would take hours on a CPU and measure nothing
     fail("bench.py measures GPU speed and no CUDA GPU is visible here; "
          "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
 import kernels  # noqa: E402
 from kernels import attention_torch, gated_attention  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-from train import optimizer_step  # noqa: E402
+
 
 device = "cuda" if cuda else "cpu"
 device_name = torch.cuda.get_device_name() if cuda else f"cpu ({platform.processor() or platform.machine()})"

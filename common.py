@@ -1,11 +1,16 @@
 """
-What the scripts (train.py, sample.py, analyze.py, repro.py, bench.py) share, so that none imports another:
+What the scripts (train.py, sample.py, analyze.py, evaluate.py, repro.py, bench.py) share, so that none imports
+another:
 
   fail, configure        the one command-line convention: config files and --key=value, checked against a
-                         dataclass of keys (a bool key may be given as a bare --key)
+                         dataclass of keys (a bool key may be given as a bare --key, a list key as a,b,c);
+                         --help lists the keys with their defaults, types and comments
   pick_device, autocast  where and in which precision to run, device_name
+  the run folder         LOG, CHECKPOINT, BEST: the files train.py writes in out_dir, named once
   checkpoints            read_checkpoint, model_from_checkpoint, load_checkpoint, save_checkpoint
-  runs and logs          dataset_dir, read_jsonl, code_version, layer_mean, finite_or_none, markdown_table
+  the training step      optimizer_step (train.py trains with it, bench.py --train times it)
+  runs and logs          dataset_dir, read_jsonl, code_version, finite_or_none, markdown_table
+  plots                  pyplot (matplotlib, or None with a note), save_figure
   speed                  peak_flops, flops_per_token, estimate_mfu; COMPILE_MODES, SDPA_BACKENDS,
                          sdpa_preference and sdpa_order (the choices train.py and bench.py share)
 """
@@ -14,13 +19,17 @@ import ast
 import builtins
 import dataclasses
 import difflib
+import inspect
 import json
 import math
 import os
 import platform
 import subprocess
+import textwrap
+import tokenize
 import traceback
 import types
+import typing
 from contextlib import nullcontext
 
 import torch
@@ -29,7 +38,10 @@ from data.shards import atomic_write
 from model import GPT, RUNTIME_FLAGS, GPTConfig
 
 REPO = os.path.dirname(os.path.abspath(__file__))
-BEST = "best.pt"  # the state with the lowest validation loss, next to a run's ckpt.pt
+# The files of a run's folder (train.py's out_dir)
+LOG = "log.jsonl"  # one JSON record per evaluation
+CHECKPOINT = "ckpt.pt"  # the latest state: what --init_from=resume continues
+BEST = "best.pt"  # the state with the lowest validation loss
 
 
 def fail(message):
@@ -43,10 +55,14 @@ def fail(message):
 def configure(keys, argv, defaults=None):
     """Fill the dataclass `keys` from config files (plain Python run with the current values as globals) and
     --key=value overrides. Values are read as Python literals (strings need no quotes) and must have the
-    field's type; a bool key may be written --key for --key=True. An unknown key, a value of the wrong type or
-    a mistake in a config file stops with one line naming it (and the file and line).
-    `defaults` (a dict) replaces some of the dataclass's defaults, e.g. a resumed run's own settings.
+    field's type; a bool key may be written --key for --key=True; a list key (a field typed tuple[int, ...],
+    tuple[str, ...]) is written a,b,c. An unknown key, a value of the wrong type or a mistake in a config file stops
+    with one line naming it (and the file and line). --help (or -h) prints the script's usage and every key, and
+    exits. `defaults` (a dict) replaces some of the dataclass's defaults, e.g. a resumed run's own settings.
     Returns (config, given): given is the set of keys a file or a flag set."""
+    if "--help" in argv or "-h" in argv:
+        print(usage(keys))
+        raise SystemExit(0)
     fields = {f.name: f for f in dataclasses.fields(keys)}
     values = {name: f.default for name, f in fields.items()} | dict(defaults or {})
     given = set()
@@ -54,7 +70,7 @@ def configure(keys, argv, defaults=None):
         if not arg.startswith("--"):
             path = arg if os.path.isfile(arg) else os.path.join(REPO, arg)
             if not os.path.isfile(path):
-                fail(f"config file {arg} not found (arguments are config files or --key=value)")
+                fail(f"config file {arg} not found (arguments are config files or --key=value; --help lists the keys)")
             scope = dict(values)
             run_config_file(arg, path, scope)
             for key, value in scope.items():
@@ -72,29 +88,58 @@ def configure(keys, argv, defaults=None):
             if want is not bool:
                 fail(f"{arg}: write --{key}=value")
             text = "True"  # a bare --flag sets a bool key
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            value = text
-        if want is str and not isinstance(value, str):
-            value = text  # strings need no quotes: --gate=g1 as well as --gate='g1'
-        elif want is not str and value is text:
-            fail(f"{arg}: {key} must be {want.__name__}, got {text!r}")
+        if _item_type(want):
+            value = text  # a list key: a,b,c (parsed by _typed)
+        else:
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                value = text
+            if want is str and not isinstance(value, str):
+                value = text  # strings need no quotes: --gate=g1 as well as --gate='g1'
+            elif want is not str and value is text:
+                fail(f"{arg}: {key} must be {_type_name(want)}, got {text!r}")
         values[key] = _typed(key, value, arg, fields)
         given.add(key)
-    return keys(**values), given
+    try:
+        return keys(**values), given
+    except ValueError as e:  # a check of the dataclass itself, e.g. GPTConfig's on the model's flags
+        fail(e)
+
+
+def _item_type(want):
+    """The item type of a list key's type tuple[X, ...], else None."""
+    args = typing.get_args(want)
+    return args[0] if typing.get_origin(want) is tuple and len(args) == 2 and args[1] is Ellipsis else None
+
+
+def _type_name(want):
+    item = _item_type(want)
+    return f"list of {item.__name__}" if item else want.__name__
 
 
 def _known(key, where, fields):
     if key not in fields:
         close = difflib.get_close_matches(key, fields, n=1)
         fail(f"{where}: unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "") +
-             "; the keys are listed at the top of the script")
+             "; --help lists the keys")
 
 
 def _typed(key, value, where, fields):
     _known(key, where, fields)
     want = fields[key].type
+    item = _item_type(want)
+    if item is not None:
+        given = value
+        if isinstance(value, str):  # "a,b,c" from the command line or a config file
+            value = [t.strip() for t in value.split(",") if t.strip()]
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        try:
+            return tuple(v if isinstance(v, item) and type(v) is not bool else item(ast.literal_eval(v) if
+                         isinstance(v, str) and item is not str else v) for v in value)
+        except (ValueError, SyntaxError, TypeError):
+            fail(f"{where}: {key} must be a {_type_name(want)}, written a,b,c; got {given!r}")
     if want is float and type(value) is int:
         value = float(value)
     if value is None and fields[key].default is None:  # n_kv_head=None, mlp_hidden=None: "the default rule"
@@ -102,6 +147,65 @@ def _typed(key, value, where, fields):
     if type(value) is not want:
         fail(f"{where}: {key} must be {want.__name__}, got {value!r} ({type(value).__name__})")
     return value
+
+
+def _source_lines(cls):
+    """A dataclass's body as [("comment", text) or ("key", name, its line's comment)], in source order: what --help
+    shows of it."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return [("key", f.name, "") for f in dataclasses.fields(cls) if f.name in cls.__annotations__]
+    by_line = {}
+    for tok in tokenize.generate_tokens(iter(source.splitlines(keepends=True)).__next__):
+        if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            by_line.setdefault(tok.start[0], []).append(tok)
+    out = []
+    for number in sorted(by_line)[1:]:  # after the `class` line
+        toks = by_line[number]
+        if toks[0].type == tokenize.COMMENT:
+            out.append(("comment", toks[0].string.lstrip("#").strip()))
+        elif len(toks) >= 2 and toks[0].type == tokenize.NAME and toks[1].string == ":" and \
+                toks[0].string in cls.__annotations__:
+            out.append(("key", toks[0].string, " ".join(t.string.lstrip("#").strip() for t in toks
+                                                      if t.type == tokenize.COMMENT)))
+    return out
+
+
+def usage(keys):
+    """What --help prints: the script's docstring (its module's), then every key of `keys` with its default, type and
+    comment, in the order and under the comments of its source. A base dataclass's keys (TrainConfig's from
+    GPTConfig) follow the last of them the class itself declares."""
+    fields = {f.name: f for f in dataclasses.fields(keys)}
+    bases = [b for b in keys.__mro__[1:] if dataclasses.is_dataclass(b)]
+    inherited = [entry for b in reversed(bases) for entry in _source_lines(b) if entry[0] == "key"]
+    comment_of = {entry[1]: entry[2] for entry in inherited}
+    lines, shown = [], set()
+
+    def key_line(name, comment):
+        f = fields[name]
+        default = ",".join(map(str, f.default)) if _item_type(f.type) else repr(f.default)
+        text = f"  --{name}={default}  ({_type_name(f.type)})" + (f"  {comment}" if comment else "")
+        lines.extend(textwrap.wrap(text, 116, subsequent_indent="        ", break_on_hyphens=False))
+        shown.add(name)
+
+    own = _source_lines(keys)
+    for i, entry in enumerate(own):
+        if entry[0] == "comment":
+            lines.append(f"  # {entry[1]}")
+            continue
+        key_line(entry[1], entry[2] or comment_of.get(entry[1], ""))
+        later = [e for e in own[i + 1:] if e[0] == "key"]
+        if entry[1] in comment_of and not (later and later[0][1] in comment_of):  # the last of a run of base keys
+            for _, name, comment in inherited:
+                if name not in shown and name not in {e[1] for e in later}:
+                    key_line(name, comment)
+    for name in fields:  # any key the source did not show (a class built without source)
+        if name not in shown:
+            key_line(name, comment_of.get(name, ""))
+    doc = (inspect.getmodule(keys).__doc__ or "").strip("\n")
+    return "\n".join([doc, "", "Keys, with their defaults (a config file or --key=value sets one; a bool also --key):",
+                       *lines])
 
 
 def run_config_file(arg, path, scope):
@@ -225,8 +329,7 @@ def read_checkpoint(path):
 def model_from_checkpoint(checkpoint, path, device="cpu", **runtime):
     """The GPT a checkpoint holds, in eval mode on device; runtime: flags of model.RUNTIME_FLAGS to run it with
     instead of its own (e.g. attn_backend='torch'). loss_chunk is 0 unless given, so that model(x, y) returns the
-    logits with the loss whatever the run trained with. Checkpoints from before the gate moved into c_attn load too
-    (model.CausalSelfAttention converts them)."""
+    logits with the loss whatever the run trained with."""
     unknown = set(runtime) - set(RUNTIME_FLAGS)
     if unknown:
         raise TypeError(f"model_from_checkpoint: {sorted(unknown)} are part of the model; runtime flags: {RUNTIME_FLAGS}")
@@ -245,6 +348,34 @@ def load_checkpoint(path, device="cpu"):
     Raises FileNotFoundError or ValueError with a message for the user."""
     checkpoint = read_checkpoint(path)
     return model_from_checkpoint(checkpoint, path, device), checkpoint
+
+
+# -----------------------------------------------------------------------------
+# The training step
+
+def optimizer_step(optimizer, scaler, params, grad_clip, loss):
+    """Finish one optimizer step whose gradients are in place: unscale (fp16), clip, step, zero the gradients.
+    A step whose loss or gradient norm is not finite is skipped, and the skip is decided on the device: fused
+    AdamW (CUDA, CPU) takes a `found_inf` flag, the protocol torch's GradScaler uses, and leaves the weights, its
+    moments and its step count as they were. So this never waits for the GPU, and the host can queue the next
+    step while this one runs. Returns (loss, gradient norm, taken) as one float tensor on the device, for
+    train.py's check_health to read later. train.py trains with this step and bench.py --train times it."""
+    scaler.unscale_(optimizer)  # fp16 only: the gradients as they really are, before clipping
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf)
+    taken = torch.isfinite(loss) & torch.isfinite(grad_norm)
+    if all(group.get("fused") for group in optimizer.param_groups):
+        # read by AdamW.step as GradScaler sets it (torch/amp/grad_scaler.py, _maybe_opt_step): 1 = skip the step
+        optimizer.found_inf = (~taken).float()
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf
+    elif taken.item():  # the plain loop (MPS) can only be told from the host: one synchronisation a step
+        optimizer.step()
+    if scaler.is_enabled():
+        scaler.update()  # lowers the loss scale after an fp16 overflow (the check unscale_ made), raises it after a run
+    optimizer.zero_grad(set_to_none=True)
+    return torch.stack([loss.float(), grad_norm.float(), taken.float()])
 
 
 # -----------------------------------------------------------------------------
@@ -287,16 +418,31 @@ def code_version():
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
-def layer_mean(values):
-    """Mean over layers of a per-layer measurement (None for one the model does not have, e.g. gates off)."""
-    values = [v for v in values or [] if v is not None and math.isfinite(v)]
-    return sum(values) / len(values) if values else None
-
-
 def markdown_table(header, rows):
     """A markdown table's lines: the header, the rule, one line a row (None written as –)."""
     return ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"] + \
         ["| " + " | ".join("–" if c is None else str(c) for c in row) + " |" for row in rows]
+
+
+def pyplot():
+    """matplotlib.pyplot drawing into files (the Agg backend), or None, after a note, where matplotlib is missing
+    (pip install -r requirements.txt brings it): the scripts then write their numbers and skip the plots."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: matplotlib is not installed, so no plots (pip install matplotlib); the numbers are written")
+        return None
+    return plt
+
+
+def save_figure(fig, path, dpi=120):
+    """Write a figure to path and free it; returns the file's name."""
+    import matplotlib.pyplot as plt
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return os.path.basename(path)
 
 
 def finite_or_none(x):

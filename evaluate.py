@@ -48,43 +48,35 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pretrained
-from common import (configure, dataset_dir, device_name, fail, markdown_table, model_from_checkpoint, pick_device,
-                    read_checkpoint)
+from common import (CHECKPOINT, configure, dataset_dir, device_name, fail, model_from_checkpoint, pick_device, pyplot,
+                    read_checkpoint, save_figure)
 from data.shards import bos_token, find_shards, read_header, val_batches
 from model import GPT, VALID
+from report import PAPERS_SAY, fmt_interval, headline, table
 from stats import mean_ci
 
 MODES = ("quant", "length", "stream")
-PAPERS_SAY = (
-    "What the papers report, at scales far beyond this one. Quantization: GN §5.2 rounds its 2B models to W4A4; the "
-    "baseline, with its massive activations, loses the most, GatedNorm the least (unaided, better than the baseline "
-    "with SmoothQuant). Length: GA Table 5 extends its models from 32k to 128k tokens with YaRN; all lose some "
-    "accuracy within 32k, the gated ones less, and past 32k the gated model scores far higher on RULER (66.6 and "
-    "58.8 against the baseline's 37.5 and 31.7, at 64k and 128k); GA's explanation: the baseline's sink, tuned to "
-    "the trained RoPE, does not adapt to the rescaled one. Streaming: StreamingLLM (Xiao et al. 2024) finds that a "
-    "sliding window fails once the first tokens leave it and works again when 4 are kept; that a sink-free gated "
-    "model needs no such tokens is this project's prediction, not a measurement of either paper.")
 
 
 @dataclass
 class EvaluateConfig:
     """Every key of evaluate.py."""
-    runs: str = ""  # train.py out_dirs, comma-separated
-    labels: str = ""  # names for the models in the same order, comma-separated (default: the folders' names)
-    checkpoint: str = "ckpt.pt"  # which file of each run: ckpt.pt or best.pt
-    pretrained: str = ""  # published checkpoints instead (pretrained.py): gpt2, gated-1b-baseline, ... or folders
+    runs: tuple[str, ...] = ()  # train.py out_dirs
+    labels: tuple[str, ...] = ()  # names for the models in the same order (default: the folders' names)
+    checkpoint: str = CHECKPOINT  # which file of each run: ckpt.pt or best.pt
+    pretrained: tuple[str, ...] = ()  # published checkpoints instead (pretrained.py): gpt2, gated-1b-baseline, ...
     text: str = ""  # for --pretrained: the text to cut windows from; default data/sample_text.txt
     window: int = 1024  # for --pretrained: tokens per window, the T of the modes
-    modes: str = "quant,length,stream"
+    modes: tuple[str, ...] = MODES  # what to measure: quant, length, stream
     windows: int = 64  # windows per measurement (for --pretrained: at most as many as the text holds)
     batch_size: int = 16  # windows of T tokens per forward pass (fewer of the longer ones: as many tokens)
-    quant: str = "w8a8,w4a16,w8a4,w4a4"  # settings: wNaM, N bits of weights, M of activations, 16 = not quantized
-    lengths: str = "1,2,4,8"  # multiples of the training length
-    rope: str = "none,yarn"  # how RoPE runs past the training length: none, ntk, yarn
-    stream_windows: str = ""  # sliding windows w in tokens, comma-separated; default T/8 and T/4
-    keep_first: str = "0,1,4"  # first positions kept in view of every query
+    quant: tuple[str, ...] = ("w8a8", "w4a16", "w8a4", "w4a4")  # wNaM: N bits of weights, M of activations, 16 = full
+    lengths: tuple[int, ...] = (1, 2, 4, 8)  # multiples of the training length, powers of two
+    rope: tuple[str, ...] = ("none", "yarn")  # how RoPE runs past the training length: none, ntk, yarn
+    stream_windows: tuple[int, ...] = ()  # sliding windows w in tokens; default T/8 and T/4
+    keep_first: tuple[int, ...] = (0, 1, 4)  # first positions kept in view of every query
     out_dir: str = "out-eval"  # git-ignored; results/ holds committed results
-    device: str = "auto"
+    device: str = "auto"  # auto (cuda, then mps, then cpu), cpu, cuda, cuda:1, mps
 
 
 # ----------------------------------------------------------------------------
@@ -266,7 +258,7 @@ def load_models(runs, checkpoint_name, names, text_path, window, n, device):
 
 def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODES, n=64, batch_size=16,
              settings=("w8a8", "w4a16", "w8a4", "w4a4"), multiples=(1, 2, 4, 8), scalings=("none", "yarn"),
-             stream_windows=(), keeps=(0, 1, 4), checkpoint="ckpt.pt", names=(), text_path="", window=1024):
+             stream_windows=(), keeps=(0, 1, 4), checkpoint=CHECKPOINT, names=(), text_path="", window=1024):
     """Each mode on each model (train.py runs, then published checkpoints); writes summary.json, summary.md and the
     plots to out_dir and returns the summary."""
     device = pick_device(device)
@@ -307,35 +299,7 @@ def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODE
 
 
 # ----------------------------------------------------------------------------
-# Tables and plots
-
-def headline(r):
-    """One record's numbers that a row of a summary table shows, {column: value}: each quantization setting's loss
-    increase; per RoPE scaling, the loss of the last position bucket at the longest length; the loss increase of
-    the largest sliding window with each number of first positions kept."""
-    out = {}
-    for s in r.get("quant", {}).get("settings", []):
-        out[f"{s['setting'].upper()} Δ"] = s["increase"]["mean"]
-    for scaling, lengths in r.get("length", {}).items():
-        last = lengths[-1]["buckets"][-1]
-        out[f"{scaling} {lengths[-1]['multiple']}x [{last['from']}, {last['to']})"] = last["mean"]
-    if r.get("stream"):
-        row = r["stream"][-1]
-        for keep in row["keep"]:
-            out[f"w={row['window']} keep {keep['k']} Δ"] = keep["increase"]["mean"]
-    return out
-
-
-def fmt(v, spec=".3f", sign=False):
-    """A mean ± half its interval."""
-    s = format(v["mean"], ("+" if sign else "") + spec)
-    return s if v["lo"] is None else f"{s} ± {(v['hi'] - v['lo']) / 2:{spec}}"
-
-
-def table(header, rows):
-    """A markdown table's lines, then a blank line."""
-    return markdown_table(header, rows) + [""]
-
+# Tables (their pieces are report.py's: the study's report shows the same numbers) and plots
 
 def markdown(summary):
     records = summary["models"]
@@ -349,8 +313,8 @@ def markdown(summary):
                   "Round-to-nearest; weights per output channel, activations per token; every linear layer of the "
                   "blocks, weight and input.", ""]
         lines += table(["model", "windows x T", "full precision"] + [f"{s} Δ" for s in settings],
-                       [[r["label"], f"{r['windows']} x {r['T']}", fmt(r["quant"]["full"])] +
-                        [fmt(s["increase"], ".4f", sign=True) for s in r["quant"]["settings"]] for r in quant])
+                       [[r["label"], f"{r['windows']} x {r['T']}", fmt_interval(r["quant"]["full"])] +
+                        [fmt_interval(s["increase"], ".4f", sign=True) for s in r["quant"]["settings"]] for r in quant])
     for r in (r for r in records if "length" in r):
         T = r["T"]
         widest = buckets(T, max(v[-1]["length"] for v in r["length"].values()))
@@ -358,7 +322,7 @@ def markdown(summary):
                   "Loss per bucket of positions; a length of m x T reads the first m x T positions of the same windows.",
                   ""]
         lines += table(["RoPE", "length"] + [f"[{a}, {b})" for a, b in widest],
-                       [[scaling, f"{v['multiple']}x = {v['length']}"] + [fmt(b) for b in v["buckets"]] +
+                       [[scaling, f"{v['multiple']}x = {v['length']}"] + [fmt_interval(b) for b in v["buckets"]] +
                         ["–"] * (len(widest) - len(v["buckets"]))
                         for scaling, lengths in r["length"].items() for v in lengths])
     stream = [r for r in records if "stream" in r]
@@ -368,27 +332,22 @@ def markdown(summary):
                   "each query sees only its last w keys and the first k positions.", ""]
         keeps = [f"keep {k['k']} Δ" for k in stream[0]["stream"][0]["keep"]]
         lines += table(["model", "window w", "full attention"] + keeps,
-                       [[r["label"], row["window"], fmt(row["full"])] +
-                        [fmt(k["increase"], ".4f", sign=True) for k in row["keep"]]
+                       [[r["label"], row["window"], fmt_interval(row["full"])] +
+                        [fmt_interval(k["increase"], ".4f", sign=True) for k in row["keep"]]
                         for r in stream for row in r["stream"]])
     return "\n".join(lines)
 
 
 def plot(records, out_dir):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed, so no plots (pip install matplotlib); summary.json is written")
+    """quant.png, length.png and stream.png, for the modes measured; returns the names of the files written."""
+    plt = pyplot()
+    if plt is None:
         return []
     written = []
 
     def save(fig, name):
         fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, name), dpi=120)
-        plt.close(fig)
-        written.append(os.path.join(out_dir, name))
+        written.append(save_figure(fig, os.path.join(out_dir, name)))
 
     quant = [r for r in records if "quant" in r]
     if quant:
@@ -446,45 +405,38 @@ def plot(records, out_dir):
 
 # ----------------------------------------------------------------------------
 
-def parse_list(key, text, kind=int):
-    try:
-        values = [kind(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        fail(f"--{key}={text}: write comma-separated {kind.__name__}s")
-    return values
+def written(values):
+    """A list key's value as it is written on the command line: a,b,c."""
+    return ",".join(map(str, values))
 
 
 def main(argv=None):
     a, _ = configure(EvaluateConfig, sys.argv[1:] if argv is None else argv)
-    runs = [r for r in a.runs.split(",") if r]
-    names = [n for n in a.pretrained.split(",") if n]
-    labels = [n for n in a.labels.split(",") if n] or None
-    modes = parse_list("modes", a.modes, str)
+    runs, names, labels, modes = list(a.runs), list(a.pretrained), list(a.labels) or None, list(a.modes)
     if not runs and not names:
         fail("name the models: --runs=out-baseline,out-g1 (train.py out_dirs) and/or --pretrained=gpt2")
     if labels and len(labels) != len(runs) + len(names):
         fail(f"--labels has {len(labels)} names for {len(runs) + len(names)} models; give one per model")
     if not modes or set(modes) - set(MODES):
-        fail(f"--modes={a.modes}: choose from {', '.join(MODES)}")
-    settings = parse_list("quant", a.quant, str)
-    for s in settings:
+        fail(f"--modes={written(a.modes)}: choose from {', '.join(MODES)}")
+    for s in a.quant:
         try:
             parse_setting(s)
         except ValueError as e:
             fail(e)
-    multiples, scalings = parse_list("lengths", a.lengths), parse_list("rope", a.rope, str)
+    multiples, scalings, keeps = sorted(set(a.lengths)), list(a.rope), list(a.keep_first)
     if not multiples or min(multiples) < 1:
-        fail(f"--lengths={a.lengths}: multiples of the training length, each at least 1, e.g. 1,2,4,8")
+        fail(f"--lengths={written(a.lengths)}: multiples of the training length, each at least 1, e.g. 1,2,4,8")
     if not scalings or set(scalings) - set(VALID["rope_scaling"]):
-        fail(f"--rope={a.rope}: choose from {', '.join(VALID['rope_scaling'])}")
-    keeps = parse_list("keep_first", a.keep_first)
+        fail(f"--rope={written(a.rope)}: choose from {', '.join(VALID['rope_scaling'])}")
     if not keeps or min(keeps) < 0:
-        fail(f"--keep_first={a.keep_first}: numbers of first positions, each at least 0, e.g. 0,1,4")
+        fail(f"--keep_first={written(a.keep_first)}: numbers of first positions, each at least 0, e.g. 0,1,4")
     for key in ("windows", "batch_size", "window"):
         if getattr(a, key) < 1:
             fail(f"--{key}={getattr(a, key)} must be at least 1")
     if any(m & (m - 1) for m in multiples):
-        fail(f"--lengths={a.lengths}: powers of two (1,2,4,8,...), so that each length ends a bucket of positions")
+        fail(f"--lengths={written(a.lengths)}: powers of two (1,2,4,8,...), so that each length ends a bucket of "
+             "positions")
     if a.text and not names:
         fail("--text is the text published checkpoints are measured on: give --pretrained too, or leave it out")
     if a.text and not os.path.isfile(a.text):
@@ -492,7 +444,7 @@ def main(argv=None):
     if names and "length" in modes:
         fail("the length mode measures train.py's runs; published checkpoints were trained on far longer windows "
              "than --window (leave it out for them: --modes=quant,stream)")
-    stream_windows = sorted(set(parse_list("stream_windows", a.stream_windows)))
+    stream_windows = sorted(set(a.stream_windows))
     lengths_T = {}  # each model's training length T, for the stream windows' check
     for run in runs:  # every run's settings before anything is computed, so that a mistake costs no work
         path = os.path.join(run, a.checkpoint)
@@ -512,16 +464,15 @@ def main(argv=None):
     lengths_T.update({name: a.window for name in names})  # a published checkpoint's T is --window
     for model, T in lengths_T.items():
         if "stream" in modes and not 1 <= min(stream_windows or [T // 8]) <= max(stream_windows or [T // 4]) < T:
-            fail(f"--stream_windows={a.stream_windows or '(T/8, T/4)'}: sliding windows must be from 1 to T - 1 = "
-                 f"{T - 1} tokens for {model} (T, its training length, is {T})")
+            fail(f"--stream_windows={written(a.stream_windows) or '(T/8, T/4)'}: sliding windows must be from 1 to "
+                 f"T - 1 = {T - 1} tokens for {model} (T, its training length, is {T})")
     try:
         os.makedirs(a.out_dir, exist_ok=True)
     except OSError as e:
         fail(f"--out_dir={a.out_dir} cannot be made: {e.strerror}")
     try:
-        summary = evaluate(runs, labels, a.out_dir, a.device, modes, a.windows, a.batch_size, settings,
-                           sorted(set(multiples)), scalings, stream_windows, keeps,
-                           a.checkpoint, names, a.text, a.window)
+        summary = evaluate(runs, labels, a.out_dir, a.device, modes, a.windows, a.batch_size, a.quant, multiples,
+                           scalings, stream_windows, keeps, a.checkpoint, names, a.text, a.window)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
         fail(e)
     print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md" + "".join(f", {p}" for p in summary["plots"]))

@@ -7,10 +7,15 @@ A compact GPT with a flag for every gate variant and norm type of two Qwen paper
       Essential for Transformer Training (arXiv 2601.22966)
 
 Read top to bottom: config -> norms -> gate -> attention -> MLP -> block -> chunked loss -> GPT -> config checks.
-The paper's G1 gate in four stops: the gate_* fields of GPTConfig; the Gate module, Y' = Y * act(X W);
-the line `y = self.gate(y, g)  # G1` in CausalSelfAttention.forward, where it multiplies each head's SDPA
-output; then c_proj (W_O). X is the block's input after the pre-attention norm, the tensor that feeds Q/K/V,
-so X W is computed by the same matmul as Q, K and V (c_attn) and split off beside them.
+The paper's G1 gate, Y' = Y * sigmoid(X W_theta), in six stops:
+  1. the gate_* fields of GPTConfig say where and how (gate="g1": on each head's SDPA output);
+  2. CausalSelfAttention.__init__: W_theta is no module of its own but the last rows of c_attn, the matmul that
+     computes Q, K and V from X (the block's input after the pre-attention norm); qkvg_sizes says how many;
+  3. CausalSelfAttention.project splits c_attn(x) into q, k, v and g = X W_theta, and Gate.logits shapes g per head;
+  4. Gate (its forward and score): Y * act(g), act the sigmoid by default;
+  5. the line `y = self.gate(y, g)  # G1` in CausalSelfAttention.forward, on each head's SDPA output Y (the fused
+     kernel of kernels.py does the same multiply in its epilogue, when asked for);
+  6. c_proj (W_O) mixes the gated heads.
 """
 
 import math
@@ -24,31 +29,31 @@ import kernels
 
 # ----------------------------------------------------------------------------
 # Config. The valid values of each flag are in VALID (bottom of the file); variants.py says what each flag does,
-# in the papers' terms, and which paper row it reproduces (README.md shows that as a table).
+# in the papers' terms, and which paper row it reproduces (docs/flags.md shows that as a table).
 
 
 @dataclass
 class GPTConfig:
-    block_size: int = 1024
+    block_size: int = 1024  # the context length in tokens (RoPE has no table to outgrow; learned pos_emb does)
     vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for speed
-    n_layer: int = 12
-    n_head: int = 12
+    n_layer: int = 12  # transformer blocks
+    n_head: int = 12  # query heads
     n_kv_head: int = None  # None -> n_head (plain multi-head attention); fewer -> GQA
-    n_embd: int = 768
+    n_embd: int = 768  # the residual stream's width
     head_dim: int = None  # None -> n_embd // n_head; Qwen3 sets it apart, so n_head * head_dim may differ from n_embd
-    dropout: float = 0.0
-    bias: bool = False
+    dropout: float = 0.0  # on the embeddings and each sub-layer's output (not on attention probabilities)
+    bias: bool = False  # biases in the linear layers and LayerNorm
     pos_emb: str = "rope"  # or learned
-    rope_base: float = 10000.0
+    rope_base: float = 10000.0  # RoPE's theta: the slowest pair turns once in about 2 * pi * rope_base tokens
     rope_scaling: str = "none"  # ntk, yarn: run past the trained length; see rope_tables
     rope_factor: float = 1.0  # rope_scaling's s: block_size is s times the length the model was trained on
     mlp: str = "swiglu"  # glu, gelu, gelu_tanh (GPT-2's tanh approximation of GELU)
     mlp_hidden: int = None  # None -> 4*n_embd for gelu, ~8/3*n_embd (multiple of 64) for GLUs; see hidden_dim
     norm: str = "rmsnorm"  # layernorm, dyt, preaffine, gatednorm: every norm of the model
     norm_eps: float = None  # None -> 1e-6 for RMSNorm and the norms built on it, 1e-5 for LayerNorm (PyTorch's)
-    gatednorm_rank: int = 16
+    gatednorm_rank: int = 16  # with norm="gatednorm": the rank of its gate's bottleneck
     sandwich_norm: bool = False  # a norm on each sub-layer's output too, before the residual add
-    qk_norm: bool = False
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys (Qwen3)
     gate: str = "g1"  # where: none, g1 (SDPA output), g2 (values), g3 (keys), g4 (queries), g5 (after W_O)
     gate_granularity: str = "elementwise"  # or headwise: one score per head
     gate_shared: bool = False  # one score vector shared by every head
@@ -60,7 +65,7 @@ class GPTConfig:
     attn_window: int = None  # sliding-window attention: each query sees its last attn_window keys (itself included)
     attn_keep_first: int = 0  # with attn_window: the first positions every query sees too (StreamingLLM's sinks)
     tie_embeddings: bool = True  # lm_head shares wte's weight matrix (GPT-2, nanoGPT); False: each its own
-    attn_backend: str = "auto"  # kernels.py: auto = the fused Triton kernel on CUDA, else PyTorch; torch; triton
+    attn_backend: str = "auto"  # auto (PyTorch's attention; kernels.FUSED_BY_DEFAULT), torch, triton (the fused kernel)
     loss_chunk: int = 0  # the training loss over this many rows of logits at a time (0: all at once); see chunked_loss
 
     def __post_init__(self):
@@ -361,17 +366,6 @@ class CausalSelfAttention(nn.Module):
             y = self.gate(y.view(B, T, 1, C), g).view(B, T, C)
         return self.resid_dropout(y)
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # Checkpoints written before the gate logits joined c_attn hold W_theta apart, as gate.gate_proj.weight:
-        # its rows go at the end of c_attn's (with zero biases), which computes exactly what it did.
-        w = state_dict.pop(prefix + "gate.gate_proj.weight", None)
-        if w is not None and prefix + "c_attn.weight" in state_dict:
-            state_dict[prefix + "c_attn.weight"] = torch.cat([state_dict[prefix + "c_attn.weight"], w])
-            if prefix + "c_attn.bias" in state_dict:
-                bias = state_dict[prefix + "c_attn.bias"]
-                state_dict[prefix + "c_attn.bias"] = torch.cat([bias, bias.new_zeros(w.size(0))])
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
 
 # ----------------------------------------------------------------------------
 # MLP, block
@@ -509,15 +503,6 @@ class GPT(nn.Module):
         if non_embedding and self.config.pos_emb == "learned":
             n -= self.transformer.wpe.weight.numel()
         return n
-
-    @classmethod
-    def from_pretrained(cls, name_or_path, device="cpu", dtype=torch.float32):
-        """A published checkpoint as this GPT, in eval mode: "gpt2" (also -medium, -large, -xl), the gated-attention
-        paper's released models ("gated-1b-baseline", "gated-1b-headwise", "gated-1b-elementwise"), a local folder
-        or a hub repository id. pretrained.py maps its config.json onto GPTConfig's flags and its weights onto
-        these modules, and refuses what it does not understand."""
-        import pretrained  # here, not at the top: it needs optional packages, and it imports this module
-        return pretrained.load_model(pretrained.locate(name_or_path), device, dtype)
 
     @classmethod
     def with_weights(cls, config, state_dict):

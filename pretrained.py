@@ -2,12 +2,9 @@
 Published checkpoints as model.py GPTs, to measure the attention sink and massive activations where they are
 known to exist: GPT-2, and the models the gated-attention paper's authors released, trained alike but for the gate.
 
-    from model import GPT
-    model = GPT.from_pretrained("gpt2")                  # a name of HUB, a local folder, or a hub repository id
-
     import pretrained
-    ckpt = pretrained.locate("gated-1b-elementwise")     # where it is, what it is; then:
-    model, enc = pretrained.load_model(ckpt), pretrained.load_tokenizer(ckpt)
+    ckpt = pretrained.locate("gpt2")      # a name of HUB, a local folder or a hub repository id: where it is, what it is
+    model, enc = pretrained.load_model(ckpt), pretrained.load_tokenizer(ckpt)   # a model.py GPT in eval mode
 
 No transformers at run time: a checkpoint's config.json is read into a GPTConfig (every difference from the
 published architecture is a GPTConfig flag: learned positions, LayerNorm with biases and GPT-2's tanh GELU;
@@ -51,9 +48,6 @@ EXTRAS = "pip install huggingface_hub safetensors tokenizers  (or: pip install -
 DESCRIPTION = ("config.json", "tokenizer.json")  # fetched by locate: small
 WEIGHTS = ("*.safetensors", "*.safetensors.index.json")  # fetched by load_model: large
 PICKLED = ("pytorch_model*.bin", "pytorch_model.bin.index.json")  # older checkpoints' weights, when no safetensors
-# PyTorch's attention, not the fused kernel: its GPU tests have not passed yet, and a published model's
-# numbers should not depend on it
-ATTN_BACKEND = "torch"
 
 
 @dataclass
@@ -165,7 +159,7 @@ def map_config(hub, where="config.json"):
             n_head=hub["n_head"], n_embd=hub["n_embd"], bias=True, pos_emb="learned", norm="layernorm",
             norm_eps=hub.get("layer_norm_epsilon", 1e-5), mlp="gelu" if act == "gelu" else "gelu_tanh",
             mlp_hidden=hub.get("n_inner") or 4 * hub["n_embd"], gate="none",
-            tie_embeddings=hub.get("tie_word_embeddings", True), attn_backend=ATTN_BACKEND)
+            tie_embeddings=hub.get("tie_word_embeddings", True))
     if kind == "qwen3":
         headwise, elementwise = hub.get("headwise_attn_output_gate", False), hub.get("elementwise_attn_output_gate", False)
         if headwise and elementwise:
@@ -191,7 +185,7 @@ def map_config(hub, where="config.json"):
             pos_emb="rope", rope_base=float(hub.get("rope_theta", rope.get("rope_theta", 10000.0))),
             norm="rmsnorm", norm_eps=hub.get("rms_norm_eps", 1e-6), qk_norm=hub.get("use_qk_norm", True),
             mlp="swiglu", mlp_hidden=hub["intermediate_size"],
-            tie_embeddings=hub.get("tie_word_embeddings", False), attn_backend=ATTN_BACKEND, **gate)
+            tie_embeddings=hub.get("tie_word_embeddings", False), **gate)
     raise ValueError(f"{where}: model_type={kind!r} is not one this project maps (gpt2, qwen3)")
 
 

@@ -56,6 +56,9 @@ matmul per layer and a pass over the late half of the scores, so it is meant for
 every training step.
 """
 
+import math
+from dataclasses import dataclass
+
 import torch
 
 from kernels import first_token_attention
@@ -66,21 +69,81 @@ STAT_KEYS = ("first_token_attn", "max_act", "max_act_first", "max_act_rest", "ac
              "gate_below_0.5", "sink_share", "sink_heads", "sink_pos", "sink_pos_share", "sink_token",
              "sink_token_share") + TRIGGER_KEYS
 GATE_KEYS = ("gate_mean", "gate_below_0.1", "gate_below_0.5")
-MECHANISM_KEYS = ("max_act_first", "max_act_rest") + TRIGGER_KEYS  # where the sink's pieces sit (train.py logs them)
-# the mechanism as the reports show it (analyze.py, repro.py): (key, column, format)
-MECHANISM_COLUMNS = (("first_token_attn_trigger", "F-Attn at triggers", ".3f"),
-                     ("first_token_attn_other", "F-Attn elsewhere", ".3f"),
-                     ("prev_attn_trigger", "previous-token attn at triggers", ".3f"),
-                     ("gate_mean_trigger", "gate at triggers", ".3f"), ("gate_mean_other", "gate elsewhere", ".3f"),
-                     ("max_act_first", "M-Act at position 0", ".1f"), ("max_act_rest", "M-Act elsewhere", ".1f"))
+HEAD_KEYS = ("first_token_attn", "sink_share")
+WINDOW_KEYS = ("first_token_attn", "max_act", "max_act_first", "max_act_rest", "act_ratio", "sink_share", "gate_mean")
+SINK_HEAD_THRESHOLD = 0.3  # Gu et al.'s epsilon: a head whose mean attention on the first token exceeds it is a sink
+
+
+# -----------------------------------------------------------------------------
+# The measurements the project reports, named once. train.py's eval line and log records, analyze.py's summary table
+# and the study's report (repro.py) all read MEASURES, so a measurement added here (and computed by the Probe, or by
+# summarize) appears in all of them.
+
+@dataclass(frozen=True)
+class Measure:
+    key: str  # its key in probe.stats, train.py's log records, analyze.py's summary.json and the study's records
+    label: str  # its name in the eval line and in the tables' headers
+    spec: str  # how a value is written: a format spec
+    better: str = None  # "lower" or "higher": the direction the papers count as an improvement; None: neither
+    papers: tuple = ()  # the papers' numbers for it: (paper, variants.Row field, column name, format) per paper
+    compare: str = "ratio"  # how the study compares a variant with its reference: "ratio", or "diff" (same units)
+    mechanism: bool = False  # part of the sink's mechanism on the Bigram-Backcopy task: None on other data
+
+    def format(self, value):
+        return "n/a" if value is None else format(value, self.spec)
+
+
+MEASURES = (
+    Measure("val_loss", "val loss", ".4f", "lower", (("ga", "ppl", "GA PPL", ".3f"), ("gn", "loss", "GN loss", ".3f")),
+            compare="diff"),
+    Measure("first_token_attn", "F-Attn", ".3f", "lower", (("ga", "f_attn", "GA F-Attn", ".3f"),)),
+    Measure("sink_share", "sink share", ".3f", "lower"),
+    Measure("sink_heads", "sink heads", ".2f", "lower"),
+    Measure("max_act", "M-Act", ".1f", "lower", (("ga", "m_act", "GA M-Act", ".0f"),)),
+    Measure("peak_act", "peak act", ".1f", "lower", (("gn", "max_act", "GN max act", ".0f"),)),
+    Measure("gate_mean", "gate mean", ".3f", papers=(("ga", "gate_mean", "GA gate mean", ".3f"),), compare="diff"),
+    Measure("gate_below_0.1", "gate < 0.1", ".2f"),
+    Measure("loss_spikes", "loss spikes", "g", "lower"),
+    Measure("first_token_attn_trigger", "F-Attn at triggers", ".3f", mechanism=True),
+    Measure("first_token_attn_other", "F-Attn elsewhere", ".3f", mechanism=True),
+    Measure("prev_attn_trigger", "previous-token attn at triggers", ".3f", mechanism=True),
+    Measure("gate_mean_trigger", "gate at triggers", ".3f", mechanism=True),
+    Measure("gate_mean_other", "gate elsewhere", ".3f", mechanism=True),
+    Measure("max_act_first", "M-Act at position 0", ".1f", mechanism=True),
+    Measure("max_act_rest", "M-Act elsewhere", ".1f", mechanism=True),
+)
+MEASURE = {m.key: m for m in MEASURES}
+MECHANISM = tuple(m for m in MEASURES if m.mechanism)
 MECHANISM_NOTE = ("The sink's mechanism on the Bigram-Backcopy task: trigger positions are those where the next "
                   "token copies the one before (a trigger token, from position 2 on, not after another trigger); "
                   "elsewhere: the other positions 1..T-1. A sink head puts the attention of the positions that have "
                   "nothing to do on position 0 (F-Attn elsewhere) and attends to the previous token at the triggers; "
                   "a gate can close where its head has nothing to do instead.")
-HEAD_KEYS = ("first_token_attn", "sink_share")
-WINDOW_KEYS = ("first_token_attn", "max_act", "max_act_first", "max_act_rest", "act_ratio", "sink_share", "gate_mean")
-SINK_HEAD_THRESHOLD = 0.3  # Gu et al.'s epsilon: a head whose mean attention on the first token exceeds it is a sink
+
+
+def layer_mean(values):
+    """Mean over layers of a per-layer measurement, skipping NaN; None for one the model does not have (gates off)."""
+    values = [v for v in values or [] if v is not None and math.isfinite(v)]
+    return sum(values) / len(values) if values else None
+
+
+def summarize(stats, peak_per_window):
+    """A model's headline numbers from per-layer statistics: each measure of MEASURES that the probe takes per layer,
+    averaged over layers (GA Table 4's F-Attn and M-Act are), and peak_act, the residual stream's largest |h| in each
+    window over all layers (GN's max activation), averaged over windows. stats: {key: [one value per layer] or None};
+    peak_per_window: a (B,) tensor or None. A measure the model does not have (a gate's, without a gate) is None."""
+    out = {m.key: layer_mean(stats.get(m.key)) for m in MEASURES if m.key in STAT_KEYS}
+    out["peak_act"] = None if peak_per_window is None else float(peak_per_window.double().mean())
+    return out
+
+
+def describe(record):
+    """A record's measurements as one line of words, in MEASURES' order: those it has (the sink's mechanism only on
+    the Bigram-Backcopy task)."""
+    words = lambda ms: ", ".join(f"{m.label} {m.format(record[m.key])}" for m in ms  # noqa: E731
+                                 if record.get(m.key) is not None)
+    main, mechanism = words(m for m in MEASURES if not m.mechanism), words(MECHANISM)
+    return main + (f"; the mechanism: {mechanism}" if mechanism else "")
 
 
 @torch.no_grad()
@@ -199,6 +262,11 @@ class Probe:
             for key in GATE_KEYS + ("gate_mean_trigger", "gate_mean_other"):
                 self.stats[key] = None
             self.windows["gate_mean"] = None
+
+    def summary(self):
+        """This probe's headline numbers (summarize): the measures averaged over layers, and peak_act."""
+        peaks = self.windows["max_act"]
+        return summarize(self.stats, torch.stack(peaks).amax(0) if peaks else None)
 
     def _input_ids(self, model, args, kwargs):  # GPT.forward(idx, targets=None)
         self._idx = args[0] if args else kwargs.get("idx")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 import pretrained
-from common import autocast_for, configure, dataset_dir, fail, load_checkpoint, pick_device
+from common import CHECKPOINT, autocast_for, configure, dataset_dir, fail, load_checkpoint, pick_device
 from data.shards import get_tokenizer, read_meta
 
 
@@ -29,15 +29,15 @@ class SampleConfig:
     """Every key of sample.py."""
     out_dir: str = "out"  # the folder with the run's checkpoints
     pretrained: str = ""  # a published checkpoint instead: gpt2, gated-1b-elementwise, ... (pretrained.HUB) or a folder
-    checkpoint: str = "ckpt.pt"  # ckpt.pt: the run's latest state; best.pt: its lowest validation loss
+    checkpoint: str = CHECKPOINT  # ckpt.pt: the run's latest state; best.pt: its lowest validation loss
     start: str = "<|endoftext|>"  # the prompt, or FILE:path to read it from a file; <|endoftext|> = a new document
-    num_samples: int = 3
-    max_new_tokens: int = 200
+    num_samples: int = 3  # how many samples, one after another
+    max_new_tokens: int = 200  # tokens generated per sample
     temperature: float = 0.8  # < 1 sharpens the distribution, > 1 flattens it
     top_k: int = 200  # sample among the k likeliest tokens only; 0 = all tokens
-    seed: int = 1337
-    device: str = "auto"
-    dtype: str = "auto"
+    seed: int = 1337  # the same seed, model and prompt give the same samples
+    device: str = "auto"  # 'cuda', 'cuda:1', 'mps', 'cpu'; auto: the first of cuda, mps, cpu that is available
+    dtype: str = "auto"  # 'float32', 'bfloat16', 'float16'; auto: bf16 on GPUs that have it, else fp16, fp32 off CUDA
 
 
 def check_settings(c):

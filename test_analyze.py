@@ -2,10 +2,7 @@
 
 import dataclasses
 import json
-import math
 import os
-import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -16,9 +13,10 @@ import torch
 
 import analyze
 import train
+from common import load_checkpoint, save_checkpoint
 from data.shards import val_batches
 from model import GPT, GPTConfig
-from common import load_checkpoint, save_checkpoint
+from probe import MEASURES
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 VOCAB = 50304
@@ -53,6 +51,34 @@ def make_run(run_dir, data_dir, uniform_attention=False, eval_iters=5, **kw):
     return model
 
 
+def keep_figures(monkeypatch, module):
+    """Every figure `module` writes with common.save_figure from now on, as (file name, figure), still written."""
+    figures, save = [], module.save_figure
+
+    def keep(fig, path, **kw):
+        figures.append((os.path.basename(path), fig))
+        return save(fig, path, **kw)
+    monkeypatch.setattr(module, "save_figure", keep)
+    return figures
+
+
+def assert_every_plot_is_labelled(figures):
+    """Each panel of each figure names its two axes; a figure in which colour encodes a value (an image) has a colour
+    scale saying what it is."""
+    assert figures
+    for name, fig in figures:
+        colour_scales = {image.colorbar.ax: image.colorbar for ax in fig.axes for image in ax.images
+                         if image.colorbar is not None}
+        for ax in fig.axes:
+            if not ax.get_visible() or ax in colour_scales:
+                continue
+            assert ax.get_xlabel() and ax.get_ylabel(), f"{name}: the panel {ax.get_title()!r} lacks an axis label"
+            if ax.images:
+                assert colour_scales, f"{name}: colour encodes a value in {ax.get_title()!r}, with no colour scale"
+        for bar in colour_scales.values():
+            assert bar.ax.get_ylabel(), f"{name}: the colour scale does not say what it measures"
+
+
 def test_analyze_known_answers(tmp_path, dataset):
     make_run(str(tmp_path / "base"), dataset, uniform_attention=True, gate="none")
     gated = make_run(str(tmp_path / "g1"), dataset, uniform_attention=True, gate="g1")
@@ -81,7 +107,7 @@ def test_analyze_known_answers(tmp_path, dataset):
     assert g["layers"]["max_act"] == pytest.approx([a.mean().item() for a in per_layer], rel=1e-5)
     # the per-window values repro.py's confidence intervals use: each window's loss, M-Act and peak
     w = g["per_window"]
-    assert w["loss"] == pytest.approx(losses.numpy(), rel=1e-5)
+    assert w["val_loss"] == pytest.approx(losses.numpy(), rel=1e-5)
     assert w["max_act"] == pytest.approx(((per_layer[0] + per_layer[1]) / 2).numpy(), rel=1e-5)
     assert w["peak_act"] == pytest.approx(torch.maximum(*per_layer).numpy(), rel=1e-5)
     assert g["peak_act"] == pytest.approx(w["peak_act"].mean()) and b["per_window"]["gate_mean"] is None
@@ -90,16 +116,47 @@ def test_analyze_known_answers(tmp_path, dataset):
     assert len(g["heads"]["first_token_attn"]) == 2 and len(g["heads"]["first_token_attn"][0]) == 2  # layers x heads
     assert g["params"] - b["params"] == 2 * 32 * 32  # G1 elementwise: n_embd * n_head * head_dim per layer
 
+    # the headline numbers are probe.summarize's of the per-layer ones: layer means, and the per-window peak's mean
+    assert g["max_act"] == pytest.approx(np.mean(g["layers"]["max_act"]), rel=1e-12)
+    assert g["sink_heads"] == pytest.approx(np.mean(g["layers"]["sink_heads"])) and g["act_ratio"] > 1
+
     on_disk = json.load(open(tmp_path / "res" / "summary.json"))
     assert [r["label"] for r in on_disk["runs"]] == ["base", "g1"] and on_disk["device"].startswith("CPU")
-    table = (tmp_path / "res" / "summary.md").read_text().splitlines()  # the table TUTORIAL.md shows
-    assert "2 batches x 3 validation windows" in table[0] and table[2].startswith("| run | lr | val loss | F-Attn")
-    base_row, g1_row = (row.split(" | ") for row in table[4:6])
-    assert base_row[:3] == ["| base", "0.001", f"{b['val_loss']:.3f}"] and base_row[7] == "–"  # no gate: no gate mean
-    assert g1_row[3] == f"{uniform:.3f}" and g1_row[7] == "0.500" and g1_row[9] == "3 |"
+    assert "per_window" not in on_disk["runs"][0] and on_disk["runs"][1]["val_loss"] == g["val_loss"]
+    with np.load(tmp_path / "res" / "per_window.npz") as arrays:  # each run's per-window values, as in memory
+        assert sorted(arrays.files) == sorted(f"{i}/{key}" for i, r in enumerate((b, g))
+                                              for key, values in r["per_window"].items() if values is not None)
+        assert "0/gate_mean" not in arrays.files and "1/gate_mean" in arrays.files
+        for key, values in w.items():
+            assert arrays[f"1/{key}"].dtype == values.dtype and (arrays[f"1/{key}"] == values).all()
+    # the table TUTORIAL.md shows: probe.MEASURES' labels and formats, – where a run has no value
+    table = (tmp_path / "res" / "summary.md").read_text().splitlines()
+    assert "2 batches x 3 validation windows" in table[0]
+    header = table[2].strip("| ").split(" | ")
+    shown = [m for m in MEASURES if not m.mechanism]
+    assert header == ["run", "lr"] + [m.label for m in shown]
+    base_row, g1_row = (dict(zip(header, row.strip("| ").split(" | "))) for row in table[4:6])
+    assert (base_row["run"], base_row["lr"]) == ("base", "0.001")
+    for m in shown:
+        for record, row in ((b, base_row), (g, g1_row)):
+            assert row[m.label] == ("–" if record[m.key] is None else format(record[m.key], m.spec)), m.key
+    assert base_row["gate mean"] == "–" and g1_row["F-Attn"] == f"{uniform:.3f}" and g1_row["loss spikes"] == "3"
+    assert "F-Attn at triggers" not in "\n".join(table)  # the mechanism's table: only on the task with triggers
     pytest.importorskip("matplotlib")
     for name in ("layers.png", "gate_hist.png", "attn_maps.png"):
         assert (tmp_path / "res" / name).stat().st_size > 1000
+    assert on_disk["plots"] == ["layers.png", "gate_hist.png", "attn_maps.png"]  # no log.jsonl: no curves
+
+
+def test_every_figure_labels_its_axes_and_shows_its_colour_scale(trained_run, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    figures = keep_figures(monkeypatch, analyze)
+    analyze.main([f"--runs={trained_run}", f"--out_dir={tmp_path}"])
+    assert [name for name, _ in figures] == ["layers.png", "gate_hist.png", "attn_maps.png", "curves.png"]
+    assert_every_plot_is_labelled(figures)
+    attn = dict(figures)["attn_maps.png"]
+    bar = next(image.colorbar for ax in attn.axes for image in ax.images if image.colorbar)
+    assert bar.mappable.get_clim() == (0, 1) and "attention" in bar.ax.get_ylabel()
 
 
 def test_analyze_uses_the_runs_own_eval_windows(trained_run, dataset, tmp_path, monkeypatch, capsys):
@@ -157,3 +214,21 @@ def test_analyze_cli_errors(tmp_path, trained_run):
     assert "--labels has 1 names for 2 runs" in error(f"--runs={trained_run},{trained_run}", "--labels=a")
     assert "name the runs to analyze: --runs=" in error()
     assert "unknown key 'run'" in error(f"--run={trained_run}")
+    message = error(f"--runs={trained_run}", "--plot_labels=run,other")
+    assert "--plot_labels names other, not a run's label; the labels: run" in message
+
+
+def test_the_runs_and_labels_are_list_keys(trained_run, tmp_path, capsys, monkeypatch):
+    """--runs, --labels and --plot_labels are written a,b,c; the plots show the runs --plot_labels names."""
+    pytest.importorskip("matplotlib")
+    figures = keep_figures(monkeypatch, analyze)
+    analyze.main([f"--runs={trained_run},{trained_run}", "--labels=first,second", "--plot_labels=second",
+                  f"--out_dir={tmp_path}"])
+    summary = json.load(open(tmp_path / "summary.json"))
+    assert [r["label"] for r in summary["runs"]] == ["first", "second"]
+    assert summary["runs"][0]["val_loss"] == summary["runs"][1]["val_loss"]  # the same run, on the same windows
+    out = capsys.readouterr().out
+    assert "first: val loss" in out and "F-Attn" in out and "(val loss in its log:" in out  # probe.describe's line
+    assert analyze.AnalyzeConfig.__dataclass_fields__["runs"].type == tuple[str, ...]
+    layers = dict(figures)["layers.png"]
+    assert [[line.get_label() for line in ax.lines] for ax in layers.axes] == [["second"]] * 3

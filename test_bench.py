@@ -114,14 +114,15 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path):
     config.write_text("train = True\ntiny = True\ncompile = 'sometimes'\n")
     cases = [
         (["--kernels", "--tiny", "--seq_len=16"], "unknown key 'seq_len' (did you mean 'seq_lens'?)"),
-        (["--kernels", "--tiny", "--head_dims=64,x"], "--head_dims=64,x: give positive integers"),
+        (["--kernels", "--tiny", "--head_dims=64,x"], "--head_dims=64,x: head_dims must be a list of int, written a,b,c"),
+        (["--kernels", "--tiny", "--head_dims=64,0"], "--head_dims=64,0: give positive integers"),
         (["--tiny"], "choose --kernels and/or --train"),
         ([str(config)], "--compile=sometimes: choose both, true or false"),  # the file set train, tiny and compile
         (["--train", "--tiny", "--compile_mode=fast"], "--compile_mode=fast: choose one of default, reduce-overhead"),
         (["--train", "--tiny", "--variants=baseline,g9"],
          "--variants=baseline,g9: unknown 'g9'; choose from baseline,"),
         (["--train", "--tiny", "--backends=cuda"], "--backends=cuda: unknown 'cuda'; choose from triton, torch"),
-        (["--train", "--tiny", "--backends=,"], "--backends=,: give at least one; choose from triton, torch"),
+        (["--train", "--tiny", "--backends=,"], "--backends=: give at least one; choose from triton, torch"),
         (["--train", "--tiny", "--loss_chunk=-8"], "--loss_chunk=-8: give 0"),
         (["--kernels", "--tiny", "--sdpa_backend=fa3"], "--sdpa_backend=fa3: choose one of default, cudnn, flash"),
     ]

@@ -11,8 +11,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import evaluate
+import report
 from model import GPT
-from test_analyze import make_run
+from test_analyze import assert_every_plot_is_labelled, keep_figures, make_run
 
 VOCAB = 50304
 
@@ -98,11 +99,12 @@ def two_runs(dataset, tmp_path_factory):
     return str(root)
 
 
-def test_evaluate_end_to_end(two_runs, tmp_path):
+def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
     """Every mode on two runs: full precision is the plain loss of the same windows; the 1x length is it too for
     every scaling; RoPE as trained leaves the first T positions of longer windows as they were (causal); a window
     that keeps every position in view changes nothing, and a window that cuts does."""
     out = tmp_path / "out"
+    figures = keep_figures(monkeypatch, evaluate)
     evaluate.main([f"--runs={two_runs}/base,{two_runs}/g1", "--labels=base,g1", "--device=cpu", "--windows=6",
                    "--batch_size=4", "--quant=w8a8,w4a4", "--lengths=1,2", "--rope=none,ntk,yarn",
                    "--stream_windows=4,8", "--keep_first=0,1,32", f"--out_dir={out}"])
@@ -148,12 +150,20 @@ def test_evaluate_end_to_end(two_runs, tmp_path):
             assert keep[0]["loss"]["mean"] == pytest.approx(row["full"]["mean"] + keep[0]["increase"]["mean"], abs=1e-5)
     table = (out / "summary.md").read_text()
     assert "| base | 6 x 32 |" in table and "| g1 | 8 |" in table and "| yarn | 2x = 64 |" in table
-    assert "GN §5.2" in table and "StreamingLLM" in table
+    assert report.PAPERS_SAY in table  # the papers' words, the same in the study's report
+    # each row's numbers: report.headline's, the same the study's report averages over seeds
+    base = summary["models"][0]
+    row = next(line for line in table.splitlines() if line.startswith("| base | 6 x 32 |")).strip("| ").split(" | ")
+    assert row[3:] == [report.fmt_interval(s["increase"], ".4f", sign=True) for s in base["quant"]["settings"]]
+    assert [k for k in report.headline(base)] == ["W8A8 Δ", "W4A4 Δ", "none 2x [32, 64)", "ntk 2x [32, 64)",
+                                                  "yarn 2x [32, 64)", "w=8 keep 0 Δ", "w=8 keep 1 Δ", "w=8 keep 32 Δ"]
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         return
     assert {"quant.png", "length.png", "stream.png"} <= set(os.listdir(out))
+    assert [name for name, _ in figures] == ["quant.png", "length.png", "stream.png"]
+    assert_every_plot_is_labelled(figures)
 
 
 @pytest.mark.parametrize("argv,words", [
@@ -167,6 +177,8 @@ def test_evaluate_end_to_end(two_runs, tmp_path):
     (["--text=data/sample_text.txt"], "give --pretrained too"),
     (["--labels=a"], "1 names for 2 models"),
     (["--windows=0"], "--windows=0 must be at least 1"),
+    (["--lengths=1,x"], "--lengths=1,x: lengths must be a list of int, written a,b,c"),
+    (["--modes="], "--modes=: choose from quant, length, stream"),
 ])
 def test_mistakes_are_one_line(two_runs, tmp_path, argv, words):
     with pytest.raises(SystemExit) as e:

@@ -420,14 +420,17 @@ def test_triton_rejects_what_it_cannot_run():
         gated_attention(q, k.double(), v, backend="triton")
     with pytest.raises(ValueError, match="scale"):
         gated_attention(q, k, v, scale=-0.1, backend="triton")
-    # 'auto' falls back to torch instead of raising (it only picks Triton on CUDA anyway)
+    # 'auto' falls back to torch instead of raising (it never picks Triton on a CPU)
     assert torch.allclose(gated_attention(q48, k48, v48, backend="auto"), kernels.attention_torch(q48, k48, v48))
 
 
-def test_use_triton_names_the_path():
+def test_use_triton_names_the_path(monkeypatch):
     """model.py asks use_triton which branch to take: the fused kernel, or SDPA then the gate."""
     q, k, v, g, _ = make_inputs(1, 4, 2, 8, 32, "headwise")
     assert kernels.use_triton("torch", q, k, v, g) is False
+    # 'auto' is the one policy (kernels.FUSED_BY_DEFAULT): the fused kernel only where it is switched on, on CUDA
+    assert kernels.use_triton("auto", q, k, v) is (kernels.FUSED_BY_DEFAULT and CUDA and kernels.HAS_TRITON)
+    monkeypatch.setattr(kernels, "FUSED_BY_DEFAULT", True)
     assert kernels.use_triton("auto", q, k, v) is (CUDA and kernels.HAS_TRITON)
     with pytest.raises(ValueError, match="backend"):
         kernels.use_triton("flash", q, k, v)

@@ -81,31 +81,6 @@ def test_normal_call_returns_two_values():
     assert isinstance(out, tuple) and len(out) == 2
 
 
-@pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("name,kw", [("g1", {}), ("g2_headwise", dict(gate="g2", gate_granularity="headwise")),
-                                     ("g5", dict(gate="g5")), ("g1_input_independent", dict(gate_input="none"))])
-def test_checkpoints_with_a_separate_gate_projection_still_load(name, kw, bias):
-    """Before W_theta joined c_attn it was its own Linear, attn.gate.gate_proj (no bias): such a state dict loads
-    into today's model and computes the same."""
-    model = make(**kw, bias=bias)
-    old = {}
-    for key, value in model.state_dict().items():
-        width = model.config.gate_logits_width()
-        if key.endswith("attn.c_attn.weight") and width:
-            old[key], old[key.replace("c_attn", "gate.gate_proj")] = value[:-width], value[-width:]
-        elif key.endswith("attn.c_attn.bias") and width:
-            old[key] = value[:-width]
-        else:
-            old[key] = value
-    if bias and model.config.gate_logits_width():  # the old projection had no bias: the new rows' must be 0
-        for block in model.transformer.h:
-            block.attn.c_attn.bias.data[-model.config.gate_logits_width():] = 0
-    loaded = make(seed=5, **kw, bias=bias)
-    loaded.load_state_dict(old)
-    idx = tokens()
-    torch.testing.assert_close(loaded(idx)[0], model(idx)[0], rtol=0, atol=0)
-
-
 def test_the_default_cpu_run_executes_the_reference_gate_line():
     """On a CPU the attention takes the reference branch: SDPA, then Gate.forward, once per layer."""
     model = make(dtype=torch.float32, attn_backend="auto")
@@ -697,7 +672,7 @@ def test_configure_optimizers_decays_only_matrices():
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
     assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == model.num_params()
-    assert opt.defaults["fused"]  # CPU and CUDA have the fused kernel, which train.optimizer_step relies on
+    assert opt.defaults["fused"]  # CPU and CUDA have the fused kernel, which common.optimizer_step relies on
     # elsewhere (MPS, whose fused AdamW ignores found_inf; here the meta device stands in for it): the plain loop
     assert not GPT(GPTConfig(**BASE)).to("meta").configure_optimizers(0.1, 1e-3).defaults["fused"]
     ids = {id(p) for p in no_decay["params"]}

@@ -20,7 +20,6 @@ import evaluate
 import pretrained
 import sample
 from data.shards import get_tokenizer
-from model import GPT
 from probe import Probe
 
 transformers = pytest.importorskip("transformers")  # requirements-test.txt pins it; users need it for no script
@@ -69,7 +68,7 @@ def tokens(T, seed=1):
 @pytest.mark.parametrize("tie, act", [(True, "gelu_new"), (False, "gelu_new"), (True, "gelu")])
 def test_gpt2_gives_transformers_logits(tmp_path, tie, act):
     ref = tiny_gpt2(tmp_path, tie_word_embeddings=tie, activation_function=act)
-    model = GPT.from_pretrained(str(tmp_path))
+    model = pretrained.load_model(pretrained.locate(str(tmp_path)))
     c = model.config
     assert (c.pos_emb, c.norm, c.bias, c.gate, c.tie_embeddings) == ("learned", "layernorm", True, "none", tie)
     assert c.mlp == ("gelu" if act == "gelu" else "gelu_tanh")
@@ -86,7 +85,7 @@ def test_qwen3_gives_transformers_logits(tmp_path, kv, tie):
     """GQA (2 or 1 KV heads for 4 query heads) and plain multi-head, tied and untied, a head_dim (16) of its own:
     4 heads of 16 are wider than the 32-wide residual stream."""
     ref = tiny_qwen3(tmp_path, num_key_value_heads=kv, tie_word_embeddings=tie)
-    model = GPT.from_pretrained(str(tmp_path))
+    model = pretrained.load_model(pretrained.locate(str(tmp_path)))
     c = model.config
     assert (c.n_kv_head, c.head_dim, c.qk_norm, c.rope_base, c.gate, c.tie_embeddings) == (kv, 16, True, 1000.0, "none", tie)
     idx = tokens(40)
@@ -107,7 +106,7 @@ def test_the_formats_of_real_hub_files(tmp_path):
     torch.save(w, tmp_path / "gpt2" / "pytorch_model.bin", _use_new_zipfile_serialization=False)
     idx = tokens(48)
     with torch.no_grad():
-        torch.testing.assert_close(GPT.from_pretrained(str(tmp_path / "gpt2"))(idx)[0], ref(idx).logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(pretrained.load_model(pretrained.locate(str(tmp_path / "gpt2")))(idx)[0], ref(idx).logits, rtol=1e-5, atol=1e-5)
 
     ref = tiny_qwen3(tmp_path / "qwen3", rope_theta=5e5)
     cfg = written_config(tmp_path / "qwen3")
@@ -117,7 +116,7 @@ def test_the_formats_of_real_hub_files(tmp_path):
         json.dump({**cfg, "rope_theta": 5e5, "rope_scaling": None}, f)
     os.remove(tmp_path / "qwen3" / "model.safetensors")
     torch.save(ref.state_dict(), tmp_path / "qwen3" / "pytorch_model.bin")
-    model = GPT.from_pretrained(str(tmp_path / "qwen3"))
+    model = pretrained.load_model(pretrained.locate(str(tmp_path / "qwen3")))
     assert model.config.rope_base == 5e5
     with torch.no_grad():
         torch.testing.assert_close(model(idx)[0], ref(idx).logits, rtol=1e-5, atol=1e-5)
@@ -218,7 +217,7 @@ def gated_checkpoint(folder, granularity, kv=2, tie=False, gate_std=1.0):
                                                   ("elementwise", 1, True), ("headwise", 4, True)])
 def test_gated_checkpoints_give_the_reference_logits_and_gate_scores(tmp_path, granularity, kv, tie):
     w, cfg = gated_checkpoint(tmp_path, granularity, kv, tie)
-    model = GPT.from_pretrained(str(tmp_path))
+    model = pretrained.load_model(pretrained.locate(str(tmp_path)))
     c = model.config
     assert (c.gate, c.gate_granularity, c.gate_act, c.gate_op, c.n_kv_head) == ("g1", granularity, "sigmoid", "mul", kv)
     idx = tokens(40)
@@ -271,7 +270,7 @@ def test_weights_that_do_not_fit_their_config_are_refused(tmp_path):
         with open(os.path.join(tmp_path, "config.json"), "w") as f:
             json.dump(config, f)
         with pytest.raises(ValueError) as e:
-            GPT.from_pretrained(str(tmp_path))
+            pretrained.load_model(pretrained.locate(str(tmp_path)))
         assert words in str(e.value), str(e.value)
 
     # elementwise-wide q_proj under a headwise flag, or under no flag at all
@@ -295,7 +294,7 @@ def test_names_dependencies_and_network_each_fail_with_what_to_do(tmp_path, monk
     tiny_gpt2(tmp_path)
     monkeypatch.setitem(sys.modules, "safetensors", None)
     with pytest.raises(ImportError, match="'safetensors'.*pip install"):
-        GPT.from_pretrained(str(tmp_path))
+        pretrained.load_model(pretrained.locate(str(tmp_path)))
 
 
 def test_a_hub_name_fetches_its_description_first_and_its_weights_when_loaded(tmp_path, monkeypatch):
@@ -317,7 +316,7 @@ def test_a_hub_name_fetches_its_description_first_and_its_weights_when_loaded(tm
     ckpt = pretrained.locate("gated-1b-headwise")
     assert calls == [("QwQZh/gated_attention", ["1B_gate_headwise/config.json", "1B_gate_headwise/tokenizer.json"], f)
                      for f in (False, True)]
-    assert (ckpt.folder, ckpt.config.gate_granularity, ckpt.config.attn_backend) == (str(folder), "headwise", "torch")
+    assert (ckpt.folder, ckpt.config.gate_granularity, ckpt.config.attn_backend) == (str(folder), "headwise", "auto")
     model = pretrained.load_model(ckpt)
     assert calls[2][1] == ["1B_gate_headwise/*.safetensors", "1B_gate_headwise/*.safetensors.index.json"]
     idx = tokens(24)

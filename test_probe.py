@@ -12,6 +12,7 @@ import torch
 
 from common import finite_or_none
 from model import GPT, GPTConfig
+import probe  # noqa: I001
 from probe import (GATE_KEYS, SINK_HEAD_THRESHOLD, STAT_KEYS, TRIGGER_KEYS, WINDOW_KEYS, Probe, previous_token_attention,
                    received_attention)
 
@@ -493,3 +494,36 @@ def test_mechanism_statistics_need_triggers_and_ids():
     with Probe(model, triggers=[1, 2]) as probe:  # not through forward: the ids are unknown
         model._forward(idx)
     assert all(probe.stats[key] is None for key in TRIGGER_KEYS)
+
+
+def test_a_measure_added_to_the_registry_reaches_the_eval_line_the_analysis_table_and_the_study_report(monkeypatch):
+    """probe.MEASURES is the one list of what the project reports: one more entry (here the M-Act over the median, a
+    statistic the probe takes per layer) shows in train.py's eval line (probe.describe of probe.summary, which its
+    log record holds), in analyze.py's summary table and in the study report's table, with no other change."""
+    import sys
+
+    import analyze
+    import report
+    extra = probe.Measure("act_ratio", "M-Act / median", ".1f", "lower")
+    measures = probe.MEASURES + (extra,)
+    by_key = {m.key: m for m in measures}
+    originals = (probe.MEASURES, probe.MEASURE)
+    for module in list(sys.modules.values()):  # as if probe.py's MEASURES had the entry: every importer sees it
+        if getattr(module, "MEASURES", None) is originals[0]:
+            monkeypatch.setattr(module, "MEASURES", measures)
+        if getattr(module, "MEASURE", None) is originals[1]:
+            monkeypatch.setattr(module, "MEASURE", by_key)
+    model = make()
+    with Probe(model) as p:
+        model(torch.randint(0, VOCAB, (2, 24)))
+    record = {"val_loss": 3.0, "loss_spikes": 0, **p.summary()}
+    assert record["act_ratio"] == pytest.approx(sum(p.stats["act_ratio"]) / len(p.stats["act_ratio"]))
+    assert f"M-Act / median {record['act_ratio']:.1f}" in probe.describe(record)
+    summary = {"device": "CPU", "date": "today", "checkpoint": "ckpt.pt", "runs": [{"label": "run", "lr": 1e-3, **record}],
+               "validation": {"batches": 1, "batch_size": 2, "source": "test"}}
+    header = next(line for line in analyze.summary_table(summary).splitlines() if line.startswith("| run |"))
+    assert header.endswith("| M-Act / median |")
+    runs = [{"lr": 1e-3, "iter": 1, "max_iters": 1, "exit_code": 0, "nonfinite_steps": 0, **record}] * 2
+    table = "\n".join(report.measured_section({"run": runs}, {"run": {m.key: report.over_seeds([r.get(m.key) for r in runs])
+                                                                      for m in measures}}))
+    assert "M-Act / median |" in table and f"{record['act_ratio']:.1f} ± 0.0" in table

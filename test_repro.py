@@ -1,6 +1,9 @@
-"""The study runner repro.py: its commands end to end at toy size, its report, and its variants."""
+"""The study runner repro.py: its commands end to end at toy size, its report (report.py), its variants, and the
+shape of the project's imports (no script imports another; no cycle)."""
 
+import ast
 import dataclasses
+import glob
 import json
 import math
 import os
@@ -13,12 +16,15 @@ import time
 import numpy as np
 import pytest
 
+import report
 import repro
 import variants
 from common import load_checkpoint
 from model import VALID, GPTConfig
+from probe import MEASURE, MEASURES
 from stats import RULE
-from variants import FLAGS, MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
+from test_analyze import assert_every_plot_is_labelled, keep_figures
+from variants import MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -61,13 +67,33 @@ def test_repro_pipeline_tiny(tmp_path, dataset):
         assert c["seconds"] > 0 and c["date"] and c["parallel"] in (1, 2)
     assert "--init_from=resume" in commands[4]["command"] and "--init_from" not in commands[0]["command"]
 
-    # evaluate.py on every trained seed of the study's models, then the report with them
-    repro.main(["evaluate", "--tiny", f"--root={root}", "--windows=4", "--quant=w4a4", "--lengths=1,2",
-                "--keep_first=0,1"])
+    # evaluate.py on every trained seed of the study's models, then the report with them: each tool run as its own
+    # process, its command printed first
+    evaluated = subprocess.run(cmd + ["evaluate", "--tiny", f"--root={root}", "--windows=4", "--quant=w4a4",
+                                      "--lengths=1,2", "--keep_first=0,1"], capture_output=True, text=True, env=env,
+                               cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stdout + evaluated.stderr
+    printed = [shlex.split(line) for line in evaluated.stdout.splitlines() if line.startswith(sys.executable)]
+    assert [argv[1] for argv in printed] == [os.path.join(REPO, "evaluate.py")]
+    assert f"--out_dir={os.path.join(root, 'report', 'evaluate')}" in printed[0] and "--quant=w4a4" in printed[0]
     assert [r["label"] for r in json.load(open(os.path.join(root, "report", "evaluate", "summary.json")))["models"]] \
         == [f"{v}/seed{s}" for v, s in runs]
-    report = subprocess.run(cmd + ["report", "--tiny", f"--root={root}"], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert report.returncode == 0, report.stderr
+    reported = subprocess.run(cmd + ["report", "--tiny", f"--root={root}"], capture_output=True, text=True, env=env,
+                              cwd=tmp_path)
+    assert reported.returncode == 0, reported.stderr
+    printed = [shlex.split(line) for line in reported.stdout.splitlines() if line.startswith(sys.executable)]
+    assert [argv[1] for argv in printed] == [os.path.join(REPO, "analyze.py")]
+    assert f"--out_dir={os.path.join(root, 'analysis')}" in printed[0]
+    assert f"--labels={','.join(f'{v}/seed{s}' for v, s in runs)}" in printed[0]
+    assert "--plot_labels=baseline/seed1337,g1_elementwise/seed1337" in printed[0]  # the single-run plots: first seeds
+    # what repro.py read back: analyze.py's files; its table and figures copied beside the report
+    analysis = json.load(open(os.path.join(root, "analysis", "summary.json")))
+    assert [r["label"] for r in analysis["runs"]] == [f"{v}/seed{s}" for v, s in runs]
+    assert open(os.path.join(root, "analysis", "summary.md")).read() == \
+        open(os.path.join(root, "report", "summary.md")).read()
+    with np.load(os.path.join(root, "analysis", "per_window.npz")) as per_window:
+        assert per_window["0/val_loss"].shape == (2 * 8,) and "0/gate_mean" not in per_window.files  # no gate
+        assert per_window["2/val_loss"].mean() == pytest.approx(analysis["runs"][2]["val_loss"], rel=1e-6)
     result = json.load(open(os.path.join(root, "report", "summary.json")))
     assert [(r["variant"], r["seed"]) for r in result["runs"]] == runs
     for r in result["runs"]:
@@ -104,13 +130,13 @@ def test_repro_pipeline_tiny(tmp_path, dataset):
     assert "](evaluate/summary.md)" in section and "GA Table 5" in section
     ckpt = os.path.join(root, "baseline", "seed1338", "ckpt.pt")  # trained again after its evaluation
     os.utime(ckpt, (time.time() + 60, time.time() + 60))
-    assert "Out of date: the checkpoints of baseline/seed1338 changed" in repro.evaluate_section(
-        os.path.join(root, "report"), root)
+    assert "Out of date: the checkpoints of baseline/seed1338 changed" in report.evaluate_section(
+        os.path.join(root, "report"), root, runs)
     evaluated = os.path.join(root, "report", "evaluate", "summary.json")  # as after `repro.py evaluate baseline`
     summary = json.load(open(evaluated))
     json.dump({**summary, "models": summary["models"][:2]}, open(evaluated, "w"))
-    assert "Not evaluated: g1_elementwise/seed1337, g1_elementwise/seed1338" in repro.evaluate_section(
-        os.path.join(root, "report"), root)
+    assert "Not evaluated: g1_elementwise/seed1337, g1_elementwise/seed1338" in report.evaluate_section(
+        os.path.join(root, "report"), root, runs)
 
 
 def fake_study(windows=600, seeds=3, **shift):
@@ -121,20 +147,19 @@ def fake_study(windows=600, seeds=3, **shift):
     by, win = {}, {}
     for v, d in shift.items():
         for s in range(seeds):
-            w = {"loss": hard + d + rng.normal(0, 0.01) + rng.normal(0, 0.02, windows)}
+            w = {"val_loss": hard + d + rng.normal(0, 0.01) + rng.normal(0, 0.02, windows)}
             for key in ("first_token_attn", "sink_share", "max_act", "peak_act"):
                 w[key] = np.abs(rng.normal(0.3, 0.05, windows))
             w["gate_mean"] = None if VARIANTS[v].flags["gate"] == "none" else rng.uniform(0.1, 0.3, windows)
             win.setdefault(v, []).append(w)
             record = {"variant": v, "seed": 1337 + s, "lr": (VARIANTS[v].train or {}).get("learning_rate", 3e-3),
                       "iter": 1600, "max_iters": 1600, "exit_code": 0, "nonfinite_steps": 0, "loss_spikes": s}
-            record.update({key: float(np.mean(w["loss" if key == "val_loss" else key]))
-                           if w.get("loss" if key == "val_loss" else key) is not None else None
-                           for key, _, _ in repro.COLUMNS if key not in ("sink_heads", "gate_below_0.1", "loss_spikes")})
+            record.update({m.key: None if w.get(m.key) is None else float(np.mean(w[m.key])) for m in MEASURES
+                           if m.key not in ("sink_heads", "gate_below_0.1", "loss_spikes")})
             record.update(sink_heads=0.1, **{"gate_below_0.1": 0.4 if w["gate_mean"] is not None else None})
             by.setdefault(v, []).append(record)
-    variants_ = {v: {"seeds": [r["seed"] for r in rs], **{key: repro.over_seeds([r[key] for r in rs])
-                                                          for key, _, _ in repro.COLUMNS}} for v, rs in by.items()}
+    variants_ = {v: {"seeds": [r["seed"] for r in rs], **{m.key: report.over_seeds([r[m.key] for r in rs])
+                                                          for m in MEASURES}} for v, rs in by.items()}
     return by, win, variants_
 
 
@@ -167,7 +192,7 @@ def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
         pytest.approx(-0.4, abs=0.03)
     assert rows[1]["g1_elementwise"] is None and "difference" not in rows[1]  # only the baseline ran at 6e-3
     assert rows[2]["baseline"]["loss_spikes"] == [0, 1, 2]
-    table = [line for line in repro.sweep_section(rows) if line.startswith("| 0.")]
+    table = [line for line in report.sweep_section(rows) if line.startswith("| 0.")]
     assert len(table) == 3 and table[1].startswith("| 0.006 | ") and "| – | not measured |" in table[1]
     assert table[1].endswith("| – | yes/– |")  # g1's val loss, M-Act and spikes: '–' (a report, not a crash)
 
@@ -187,7 +212,8 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
     commands = {(r["variant"], r["seed"]): dict(command=f"python train.py --out_dir=out-repro/{r['variant']}", exit_code=0,
                                                 seconds=240.0, date="2026-11-23 10:00:00")
                 for r in records if r["variant"] != "dyt"}
-    text = repro.render_report(result, "out-repro", False, commands, "python repro.py report", ["trends.png"], analyzed)
+    text = report.render_report(result, "out-repro", False, commands, "python repro.py report", ["trends.png"],
+                                analyzed, repro.STUDIES["repro"].title)
     assert "SMOKE" not in text and "To be written" not in text and "TODO" not in text
     assert RULE in text and "never written by hand" in text
     for claim, *_ in repro.CLAIMS:
@@ -200,16 +226,60 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
     assert "each starting with <|endoftext|>" in text and "qk_norm=True" in text and "105M training tokens" in text
     assert "g1_elementwise → g5 | – | not measured (g5 not trained)" in text
     assert "- dyt seed 1337: not recorded" in text and "`python train.py --out_dir=out-repro/baseline`" in text
-    assert '| g1_elementwise | 5.761 | 1.957 | 0.116 | 94 | 2800 | 0.048 | GA Table 4 "G1 elementwise"; GN Table 1 "+GA" |' in text
+    # the papers' numbers, one column per number a measure of probe.MEASURES has in a paper, in its order
+    assert "| variant | GA PPL | GN loss | GA F-Attn | GA M-Act | GN max act | GA gate mean | source |" in text
+    assert '| g1_elementwise | 5.761 | 1.957 | 0.048 | 94 | 2800 | 0.116 | GA Table 4 "G1 elementwise"; GN Table 1 "+GA" |' in text
     assert '| g3 | 6.016 | – | – | – | – | – | GA Table 1 "G3" |' in text
     assert "PPL 9.195" in text and "## Stability: the learning-rate sweep" in text
     assert "| 0 | 0.300 | 0.300 | 0.25 | 0 (90%) | 50256 `'<\\|endoftext\\|>'` (90%) |" in text  # decoded, | escaped
     assert "| 1 | 0.100 | 0.200 | 0.00 | 0 (50%) | 198 `'\\n'` (30%) |" in text
     assert "whether the sink is still growing" in text
+    # the per-variant table: probe.MEASURES' columns, each column's best mean in bold where the measure has a better
+    # direction, said once under the table
+    measured = text[text.index("## Measured"):text.index("## GA Table 4")].splitlines()
+    header = next(line for line in measured if line.startswith("| variant |")).strip("| ").split(" | ")
+    assert header == ["variant", "seeds", "lr", "runs"] + [m.label for m in MEASURES if not m.mechanism]
+    rows = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in measured if line.startswith("| ")
+            and not line.startswith(("| variant", "| ---"))}
+    for m in MEASURES:
+        if m.mechanism:
+            continue
+        column = header.index(m.label)
+        bold = {v for v, cells in rows.items() if cells[column].startswith("**")}
+        means = {v: variants_[v][m.key]["mean"] for v in rows if variants_[v][m.key] is not None}
+        if m.better is None or len(set(means.values())) < 2:
+            assert not bold, m.key
+        else:
+            assert bold == {(min if m.better == "lower" else max)(means, key=means.get)}, m.key
+    assert rows["g1_elementwise"][header.index("val loss")].startswith("**")  # made 0.05 nats better than the rest
+    assert ("In bold: the best variant of each column. Lower is better for val loss, F-Attn, sink share, sink heads, "
+            "M-Act, peak act and loss spikes (the direction the papers count as an improvement); gate mean and "
+            "gate < 0.1: neither.") in measured
+
+
+def test_the_study_figures_label_their_axes(tmp_path, monkeypatch):
+    """report.py's figures (headline.png, trends.png, lr_sweep.png) from made-up runs: every panel says what its axes
+    are."""
+    pytest.importorskip("matplotlib")
+    shift = {"baseline": 0.0, "g1_elementwise": -0.01, "baseline_lr0.02": 0.5, "g1_elementwise_lr0.02": 0.1}
+    by, win, variants_ = fake_study(**shift)
+    logs = {(v, r["seed"]): [{"tokens": t * 1000, "first_token_attn": 0.1 * t, "sink_heads": 0.0, "max_act": 10.0 * t,
+                              "gate_mean": None if r["gate_mean"] is None else 0.2} for t in (1, 2, 3)]
+            for v, rs in by.items() for r in rs}
+    figures = keep_figures(monkeypatch, report)
+    written = report.plot_headline(by, variants_, logs, str(tmp_path)) + report.plot_trends(by, logs, str(tmp_path)) + \
+        report.plot_sweep(report_sweep(by, win), str(tmp_path))
+    assert written == ["headline.png", "trends.png", "lr_sweep.png"] == [name for name, _ in figures]
+    assert all((tmp_path / name).stat().st_size > 1000 for name in written)
+    assert_every_plot_is_labelled(figures)
+
+
+def report_sweep(by, windows):
+    return repro.sweep_rows(by, windows)
 
 
 def test_token_counts_read_well_at_every_scale():
-    assert [repro.fmt_tokens(n) for n in (1536, 12_288, 1_228_800, 10_485_760, 104_857_600, 2_100_000_000)] == \
+    assert [report.fmt_tokens(n) for n in (1536, 12_288, 1_228_800, 10_485_760, 104_857_600, 2_100_000_000)] == \
         ["1,536", "12,288", "1.23M", "10.5M", "105M", "2.1B"]
 
 
@@ -259,11 +329,12 @@ def test_study_and_claims_use_registry_names():
     assert len(STUDY) == len(set(STUDY)) == 19 and set(STUDY) <= set(VARIANTS) and STUDY == MODELS + SWEEP
     assert list(MODELS) == [v for v in VARIANTS if v in MODELS]  # the report's order is the registry's
     for _, ref, variant, measure, direction in repro.CLAIMS:
+        assert measure in MEASURE and MEASURE[measure].compare in ("ratio", "diff")
         assert variant in MODELS and ref in (None, *MODELS) and direction in (-1, 1)
         if ref is None:
             assert measure == "gate_mean" and VARIANTS[variant].ga.gate_mean is not None
         elif measure != "sink_share":  # at least one paper gives both rows the number the claim compares
-            assert repro.paper_pair(ref, variant, repro.MEASURES[measure][4]), (ref, variant, measure)
+            assert report.paper_pair(ref, variant, MEASURE[measure].papers), (ref, variant, measure)
     # the sweep: the baseline and G1 at each higher learning rate, min_lr a tenth of it, nothing else changed
     assert SWEEP == tuple(f"{v}_lr{lr:g}" for v in variants.SWEPT for lr in variants.LR_SWEEP)
     for name in SWEEP:
@@ -287,30 +358,6 @@ def test_test_variants_set_every_value_of_every_flag():
     for f in dataclasses.fields(GPTConfig):
         if f.type is bool and f.name not in chosen_by_tests:
             assert any(flags.get(f.name) is (not f.default) for flags in TEST_VARIANTS.values()), f.name
-
-
-def test_flags_document_every_config_field_once():
-    names = [n for f in FLAGS for n in f.name.split(", ")]
-    assert sorted(names) == sorted(f.name for f in dataclasses.fields(GPTConfig)), "a GPTConfig field without a line"
-    for f in FLAGS:
-        assert f.what and f.rows
-    table = variants.flag_table()
-    assert table.count("\n") == len(FLAGS) + 2
-    # the values column comes from model.VALID and the defaults: the default first
-    assert "| `gate` | `'g1'`, `'none'`, `'g2'`, `'g3'`, `'g4'`, `'g5'` |" in table
-    assert "| `sandwich_norm` | `False`, `True` |" in table and "| `gatednorm_rank` | `16` |" in table
-    # the papers' definitions a reader looks for
-    for words in ("before the heads are concatenated and `W_O`", "0.5 + 0.5·sigmoid", "[0.5, 1]", "input-independent",
-                  "zero-initialised", "head-shared", "additive", "RMSNorm(λ ⊙ x)", "tanh(α·x)", "W_up SiLU(W_down y)"):
-        assert words in table, words
-
-
-def test_readme_holds_the_flag_table_verbatim():
-    """README.md's flag table is variants.flag_table(): `python variants.py` prints the text to paste there."""
-    readme = open(os.path.join(REPO, "README.md")).read()
-    assert variants.flag_table() in readme, "README.md's flag table is out of date: paste `python variants.py`"
-    out = subprocess.run([sys.executable, os.path.join(REPO, "variants.py")], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout == variants.flag_table()
 
 
 # ----------------------------------------------------------------------------
@@ -543,6 +590,104 @@ def test_the_sink_lab_study_is_its_config_and_variants():
     assert set(variants.LAB) <= set(VARIANTS) and "g1_head_shared" not in variants.LAB  # one head: it is G1 itself
     assert VARIANTS["baseline_no_bos"].all_flags == {"gate": "none", "bos": False}
     for _, ref, variant, measure, direction in repro.LAB_CLAIMS:
-        assert variant in variants.LAB and ref in (None, *variants.LAB) and measure in repro.MEASURES
+        assert variant in variants.LAB and ref in (None, *variants.LAB) and measure in MEASURE
     with pytest.raises(SystemExit, match="--study='nope' is not a study; choose one of repro, sink_lab"):
         repro.main(["list", "--study=nope"])
+
+
+def test_help_lists_the_keys_before_or_after_the_step():
+    """`repro.py --help` and `repro.py train --help`: what repro.py does and its keys, exit 0; --help after a step is
+    not passed on to train.py."""
+    for argv in (["--help"], ["train", "--help"], ["report", "-h"]):
+        out = subprocess.run([sys.executable, os.path.join(REPO, "repro.py"), *argv], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0 and out.stderr == "", (argv, out.stderr)
+        assert out.stdout.startswith("Reproduce the gated-attention papers' trends") and "starting" not in out.stdout
+        keys = [line.split("=")[0][4:] for line in out.stdout.splitlines() if line.startswith("  --")]
+        assert keys == [f.name for f in dataclasses.fields(repro.Keys)], argv
+
+
+# ----------------------------------------------------------------------------
+# The project's imports: scripts run, libraries are imported; no script imports another, and nothing imports in a
+# circle
+
+SCRIPTS = ("train", "sample", "analyze", "evaluate", "repro", "bench")  # run as `python NAME.py`
+LIBRARIES = ("common", "probe", "report", "model", "kernels", "pretrained", "variants", "stats")
+
+
+def project_modules():
+    """{import name: file} of the project's own modules: the top-level .py files but the tests, and the data package."""
+    modules = {os.path.basename(p)[:-3]: p for p in glob.glob(os.path.join(REPO, "*.py"))
+               if not os.path.basename(p).startswith("test_") and os.path.basename(p) != "conftest.py"}
+    for path in glob.glob(os.path.join(REPO, "data", "**", "*.py"), recursive=True):
+        modules[os.path.relpath(path, REPO)[:-3].replace(os.sep, ".").removesuffix(".__init__")] = path
+    return modules
+
+
+def imported(path, modules):
+    """The project modules a file imports anywhere (inside functions too): import X, from X import Y (Y a module or a
+    name of X)."""
+    found = set()
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            assert node.level == 0, f"{path}: a relative import"
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        found |= {n for n in names if n in modules}
+    return found
+
+
+def test_no_script_imports_another_and_no_library_imports_a_script():
+    modules = project_modules()
+    top_level = {name for name in modules if not name.startswith("data")}
+    assert top_level == set(SCRIPTS) | set(LIBRARIES), "a new top-level module: say whether it is a script or a library"
+    graph = {name: imported(path, modules) for name, path in modules.items()}
+    for name in SCRIPTS:
+        assert not graph[name] & set(SCRIPTS), f"{name}.py imports {graph[name] & set(SCRIPTS)}: run it instead"
+    for name in set(modules) - set(SCRIPTS):
+        assert not graph[name] & set(SCRIPTS), f"the library {name} imports the script(s) {graph[name] & set(SCRIPTS)}"
+    assert "report" in graph["evaluate"] and "report" in graph["repro"]  # the tables both show, in a library
+    assert "pretrained" not in graph["model"] and "model" in graph["pretrained"]
+
+
+def test_the_import_graph_has_no_cycle():
+    modules = project_modules()
+    graph = {name: imported(path, modules) - {name} for name, path in modules.items()}
+    done, path = set(), []
+
+    def visit(name):
+        if name in path:
+            pytest.fail("an import cycle: " + " -> ".join(path[path.index(name):] + [name]))
+        if name in done:
+            return
+        path.append(name)
+        for other in sorted(graph[name]):
+            visit(other)
+        path.pop()
+        done.add(name)
+    for name in sorted(graph):
+        visit(name)
+    assert len(done) == len(modules)
+
+
+def test_repro_runs_every_tool_one_way():
+    """train.py, analyze.py, evaluate.py and the corpus's prepare.py are started by start_tool alone (the one place
+    that calls subprocess), each from tool_command (the one place that names this Python)."""
+    tree = ast.parse(open(os.path.join(REPO, "repro.py"), encoding="utf-8").read())
+    where = {}
+    for function in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        for node in ast.walk(function):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                where.setdefault(f"{node.value.id}.{node.attr}", set()).add(function.name)
+    assert {k: v for k, v in where.items() if k.startswith("subprocess.")} == \
+        {"subprocess.Popen": {"start_tool"}, "subprocess.STDOUT": {"start_tool"}}
+    assert where["sys.executable"] == {"tool_command"}
+    # the scripts named: train.py's runs, analyze.py for the report, evaluate.py, and repro.py's own command (the
+    # report's last line says how it was made)
+    scripts = sorted(node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call) and
+                     isinstance(node.func, ast.Name) and node.func.id in ("run_tool", "tool_command") and
+                     isinstance(node.args[0], ast.Constant))
+    assert scripts == ["analyze.py", "evaluate.py", "repro.py", "train.py"]

@@ -16,7 +16,7 @@ import pytest
 
 from data.bigram_backcopy.prepare import copies_next, ideal_loss, make_chain, prepare
 from data.shards import SymbolTokenizer, get_tokenizer, read_meta, read_shard
-from probe import SINK_HEAD_THRESHOLD
+from probe import MECHANISM, SINK_HEAD_THRESHOLD
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -146,12 +146,17 @@ def test_the_baseline_grows_an_attention_sink_and_g1_does_not(lab):
 
 
 def test_train_prints_the_mechanism_of_the_lab(lab):
-    """What a student reads at the end of the run: the sink's pieces, trigger positions against the others."""
-    _, _, said, _ = lab
+    """What a student reads at the end of the run: the sink's pieces, trigger positions against the others, each
+    named and written as probe.MEASURES has it (G1's gate at the triggers and elsewhere too)."""
+    baseline, g1, said, _ = lab
     done = [line for line in said.splitlines() if line.startswith("done:")][0]
-    for words in ("at trigger / other positions: first-token attention", "previous-token attention at triggers",
-                  "max activation at position 0 / elsewhere"):
-        assert words in done
+    assert "; the mechanism: " in done
+    for m in MECHANISM:
+        if m.key.startswith("gate"):
+            assert m.label not in done and baseline[m.key] is None  # the baseline has no gate
+        else:
+            assert f"{m.label} {m.format(baseline[m.key])}" in done, m.key
+    assert {m.key for m in MECHANISM} <= set(g1) and g1["gate_mean_trigger"] is not None
 
 
 def test_the_trained_models_copy_after_a_trigger(lab):

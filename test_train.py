@@ -16,6 +16,7 @@ import torch
 import model as model_py
 import sample
 import train
+import common
 from common import configure, load_checkpoint, model_from_checkpoint, save_checkpoint
 from model import GPTConfig
 from train import TrainConfig
@@ -334,7 +335,7 @@ def state_of(model, optimizer):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fused", [True, False])
 def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fused, device):
-    """train.optimizer_step: a finite step is exactly clip-then-AdamW; a step whose loss or gradients are not finite
+    """common.optimizer_step (train.py's step): a finite step is exactly clip-then-AdamW; a step whose loss or gradients are not finite
     changes nothing at all (weights, moments, step counts), decided on the device with fused AdamW and on the host
     with the plain one."""
     model, x, y = tiny_model_and_batch(device)
@@ -346,7 +347,7 @@ def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fu
     for _ in range(2):  # two finite steps, against the textbook loop
         loss = model(x, y)[1]
         loss.backward()
-        stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+        stats = common.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
         ref_loss = reference(x, y)[1]
         ref_loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
@@ -365,7 +366,7 @@ def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fu
             next(model.parameters()).grad[0, 0] = float("inf")
         else:
             loss = loss.detach() * float("nan")
-        stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+        stats = common.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
         assert stats[2] == 0 and not hasattr(optimizer, "found_inf")
         assert all(torch.equal(a, b) for a, b in zip(before, state_of(model, optimizer))), poison
 
@@ -383,7 +384,7 @@ def test_optimizer_step_with_fp16s_loss_scaler(device):
     scaler = torch.amp.GradScaler(device, init_scale=2.0**10, growth_interval=1000)
     loss = model(x, y)[1]
     scaler.scale(loss).backward()
-    stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+    stats = common.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
     reference(x, y)[1].backward()
     norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
     ref_optimizer.step()
@@ -393,7 +394,7 @@ def test_optimizer_step_with_fp16s_loss_scaler(device):
     before = state_of(model, optimizer)
     loss = model(x, y)[1]
     scaler.scale(loss * 1e36).backward()  # finite loss, overflowing scaled gradients
-    stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+    stats = common.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
     assert stats[2] == 0 and scaler.get_scale() == 2.0**9
     assert all(torch.equal(a, b) for a, b in zip(before, state_of(model, optimizer)))
 
@@ -465,15 +466,17 @@ def test_config_files(tmp_path):
         configure(TrainConfig, ["--learning_rate"])  # only a bool key may be bare
 
 
-def test_train_config_lists_every_model_flag_at_the_models_default():
-    """TrainConfig repeats GPTConfig's fields so that a reader of train.py sees every key: they must stay in step."""
+def test_train_config_is_the_models_config_plus_the_runs_keys():
+    """TrainConfig takes every model flag from GPTConfig (not a copy of them): same type, the model's default but the
+    laptop run's sizes, and GPTConfig's checks run on it."""
     train_fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     sizes = {"block_size", "n_layer", "n_head", "n_embd"}  # the laptop run's own sizes
+    assert issubclass(TrainConfig, GPTConfig)
     for f in dataclasses.fields(GPTConfig):
-        assert f.name in train_fields, f"TrainConfig lacks the model flag {f.name}"
         assert train_fields[f.name].type is f.type, f.name
-        if f.name not in sizes:
-            assert train_fields[f.name].default == f.default, f.name
+        assert (train_fields[f.name].default == f.default) == (f.name not in sizes), f.name
+    with pytest.raises(SystemExit, match="GPTConfig.gate='g7' is not valid"):
+        configure(TrainConfig, ["--gate=g7"])
 
 
 def test_missing_dataset_names_the_prepare_command(tmp_path):

@@ -9,8 +9,9 @@ what it measured. The files in config/ give the GPU runs; several GPUs (or CPU p
 
     torchrun --standalone --nproc_per_node=8 train.py config/train_fineweb.py
 
-Every key is a field of TrainConfig below, the model's flags included. A config file (plain Python
-assignments) or --key=value sets it; values are checked against the field's type (common.configure).
+`python train.py --help` lists every key (TrainConfig below: the model's flags of model.GPTConfig and the run's)
+with its default and meaning. A config file (plain Python assignments) or --key=value sets it; values are checked
+against the field's type (common.configure).
 
 Writes out_dir/log.jsonl (one JSON record per eval), out_dir/ckpt.pt (the latest state) and out_dir/best.pt
 (the state with the lowest validation loss: a worse or diverged state never replaces it). `--init_from=resume`
@@ -18,8 +19,7 @@ continues from ckpt.pt exactly where the run left off (same data, same random nu
 flag changes them). A new run never starts over an existing run's folder unless --overwrite=True, and nothing
 in out_dir changes until the first evaluation, so a command that fails early leaves the folder as it was.
 
-Read top to bottom: the keys -> the schedule, loss spikes and one optimizer step (optimizer_step, which bench.py
-times too) -> checking the keys -> the run folder -> the Trainer (build, train_step, check_health, evaluate,
+Read top to bottom: the keys -> the schedule and loss spikes -> checking the keys -> the run folder -> the Trainer (build, train_step, check_health, evaluate,
 log_and_save, run) -> main. The training loop waits for the GPU only after the first step, at log steps and
 before evals: each step is queued, and check_health reads the queued steps' losses then.
 """
@@ -42,89 +42,61 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (BEST, COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, code_version, configure, dataset_dir,
-                    estimate_mfu, fail, finite_or_none, layer_mean, model_from_checkpoint, pick_device, read_checkpoint,
-                    read_jsonl, save_checkpoint, sdpa_preference)
+from common import (BEST, CHECKPOINT, COMPILE_MODES, LOG, REPO, SDPA_BACKENDS, autocast_for, code_version, configure,
+                    dataset_dir, estimate_mfu, fail, finite_or_none, model_from_checkpoint, optimizer_step, pick_device,
+                    read_checkpoint, read_jsonl, save_checkpoint, sdpa_preference)
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import TrainLoader, atomic_write, bos_token, find_shards, max_token_id, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
-from probe import MECHANISM_KEYS, Probe
+from probe import Probe, describe
 
 
 @dataclass
-class TrainConfig:
-    """Every key of train.py. The defaults are the laptop-CPU run."""
+class TrainConfig(GPTConfig):
+    """Every key of train.py: the model's (GPTConfig's, checked as it checks them) and the run's. The defaults are
+    the laptop-CPU run."""
     # I/O
-    out_dir: str = "out"
-    eval_interval: int = 50
-    log_interval: int = 10
+    out_dir: str = "out"  # the run's folder: log.jsonl, ckpt.pt, best.pt
+    eval_interval: int = 50  # evaluate (and save) every this many iterations, and at the end
+    log_interval: int = 10  # print the training loss and speed every this many iterations
     eval_iters: int = 20  # validation batches per eval: the same windows every time (data.shards.val_batches)
     eval_only: bool = False  # evaluate a trained run once (with init_from='resume') and exit; writes nothing
     always_save_checkpoint: bool = True  # ckpt.pt gets the latest state at every eval; else only when val loss improves
     init_from: str = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt, with that run's settings)
     overwrite: bool = False  # let a new run (init_from='scratch') replace the run already in out_dir
     wandb_log: bool = False  # pip install wandb
-    wandb_project: str = "gated-attention"
-    wandb_run_name: str = "run"
+    wandb_project: str = "gated-attention"  # with wandb_log
+    wandb_run_name: str = "run"  # with wandb_log
     # data
     dataset: str = "pystdlib"  # a folder under data/ with <name>_train_*.bin and <name>_val_*.bin shards
     data_dir: str = ""  # where its shards are, if not data/<dataset>
     # BOS-anchored windows: position 0 of every training and validation window is the dataset's <|endoftext|>,
     # then block_size - 1 tokens of text. The papers' models always see a beginning-of-sequence token at position
     # 0, and the attention sink forms on it: without a fixed token there, a small model grows almost no sink.
-    bos: bool = True
+    bos: bool = True  # start every window with the dataset's <|endoftext|> (above); False: windows start anywhere
     gradient_accumulation_steps: int = 1  # summed over all processes, as in nanoGPT
     batch_size: int = 8  # sequences per micro-step per process
-    # the model: model.GPTConfig's fields (variants.py says what each does), at its defaults but the sizes
-    block_size: int = 128
-    vocab_size: int = 50304
-    n_layer: int = 4
-    n_head: int = 4
-    n_kv_head: int = None
-    n_embd: int = 128
-    head_dim: int = None
-    dropout: float = 0.0
-    bias: bool = False
-    pos_emb: str = "rope"
-    rope_base: float = 10000.0
-    rope_scaling: str = "none"
-    rope_factor: float = 1.0
-    mlp: str = "swiglu"
-    mlp_hidden: int = None
-    norm: str = "rmsnorm"
-    norm_eps: float = None
-    gatednorm_rank: int = 16
-    sandwich_norm: bool = False
-    qk_norm: bool = False
-    gate: str = "g1"
-    gate_granularity: str = "elementwise"
-    gate_shared: bool = False
-    gate_op: str = "mul"
-    gate_act: str = "sigmoid"
-    gate_input: str = "hidden"
-    sdpa_nonlin: str = "none"
-    match_params: bool = False
-    attn_window: int = None
-    attn_keep_first: int = 0
-    tie_embeddings: bool = True
-    attn_backend: str = "auto"
-    loss_chunk: int = 0  # the training loss over this many rows of logits at a time: less memory (model.py)
+    # the model: every key of model.GPTConfig, at its default but these sizes, made for a laptop CPU
+    block_size: int = 128  # the context length in tokens
+    n_layer: int = 4  # transformer blocks
+    n_head: int = 4  # query heads
+    n_embd: int = 128  # the residual stream's width
     # AdamW with linear warmup and cosine decay to min_lr
-    learning_rate: float = 2e-3
-    max_iters: int = 300
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
+    learning_rate: float = 2e-3  # the peak, after warmup
+    max_iters: int = 300  # optimizer steps in all
+    weight_decay: float = 0.1  # on matrices and embeddings, not on gains, biases or other 1-D parameters
+    beta1: float = 0.9  # AdamW's
+    beta2: float = 0.95  # AdamW's
     grad_clip: float = 1.0  # clip the gradient norm to this; 0 = no clipping
-    decay_lr: bool = True
-    warmup_iters: int = 30
+    decay_lr: bool = True  # False: learning_rate throughout
+    warmup_iters: int = 30  # steps of linear warmup
     lr_decay_iters: int = 300  # usually = max_iters
     min_lr: float = 2e-4  # usually learning_rate / 10
     # loss health
     max_nonfinite: int = 10  # this many non-finite steps in a row stop the run (seen at the next log or eval step)
     # a loss spike: a step's loss more than spike_threshold standard deviations (of the recent steps' losses)
     # above their running mean, and at least SPIKE_MIN_NATS above it; see count_spike
-    spike_threshold: float = 6.0
+    spike_threshold: float = 6.0  # standard deviations above the running mean that make a loss spike (above)
     # system
     backend: str = "auto"  # DDP: 'nccl' on CUDA, 'gloo' otherwise
     device: str = "auto"  # 'cuda', 'cuda:1', 'mps', 'cpu'; auto: the first of cuda, mps, cpu that is available
@@ -132,15 +104,14 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model (GPU runs: faster after a minute of compiling)
     compile_mode: str = "default"  # with compile=True, torch.compile's mode: one of common.COMPILE_MODES
     sdpa_backend: str = "default"  # the kernel PyTorch's attention tries first: one of common.SDPA_BACKENDS
-    seed: int = 1337
+    seed: int = 1337  # the weights, the data order and dropout (each process adds its rank)
 
 
-MODEL_KEYS = [f.name for f in dataclasses.fields(GPTConfig)]  # test_train checks TrainConfig lists each of them
+MODEL_KEYS = [f.name for f in dataclasses.fields(GPTConfig)]  # the keys TrainConfig takes from GPTConfig
 SPIKE_EMA = 0.95  # decay of the running mean and variance that a loss spike is measured against (~20 steps)
 SPIKE_WARMUP = 20  # steps before spikes are counted: the running variance needs a few steps to mean anything
 SPIKE_MIN_NATS = 0.1  # a spike rises at least this far above the running mean, however quiet the loss was
 VAL_RISE_WARNING = 1.0  # nats: a validation loss this far above the best one gets a warning
-CHECKPOINT = "ckpt.pt"  # the latest state: what --init_from=resume continues
 
 
 def keep_freed_memory():
@@ -186,48 +157,6 @@ def count_spike(health, loss, threshold):
         var = SPIKE_EMA * (var + (1 - SPIKE_EMA) * delta * delta)
     health.update(loss_ema=mean, loss_var=var, steps=steps + 1, in_spike=spiking)
     return spiking
-
-
-def optimizer_step(optimizer, scaler, params, grad_clip, loss):
-    """Finish one optimizer step whose gradients are in place: unscale (fp16), clip, step, zero the gradients.
-    A step whose loss or gradient norm is not finite is skipped, and the skip is decided on the device: fused
-    AdamW (CUDA, CPU) takes a `found_inf` flag, the protocol torch's GradScaler uses, and leaves the weights, its
-    moments and its step count as they were. So this never waits for the GPU, and the host can queue the next
-    step while this one runs. Returns (loss, gradient norm, taken) as one float tensor on the device, for
-    check_health to read later. train.py and bench.py --train both time this same step."""
-    scaler.unscale_(optimizer)  # fp16 only: the gradients as they really are, before clipping
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf)
-    taken = torch.isfinite(loss) & torch.isfinite(grad_norm)
-    if all(group.get("fused") for group in optimizer.param_groups):
-        # read by AdamW.step as GradScaler sets it (torch/amp/grad_scaler.py, _maybe_opt_step): 1 = skip the step
-        optimizer.found_inf = (~taken).float()
-        try:
-            optimizer.step()
-        finally:
-            del optimizer.found_inf
-    elif taken.item():  # the plain loop (MPS) can only be told from the host: one synchronisation a step
-        optimizer.step()
-    if scaler.is_enabled():
-        scaler.update()  # lowers the loss scale after an fp16 overflow (the check unscale_ made), raises it after a run
-    optimizer.zero_grad(set_to_none=True)
-    return torch.stack([loss.float(), grad_norm.float(), taken.float()])
-
-
-def describe(record):
-    """The measurements of an eval record in words (layer averages); on the Bigram-Backcopy task, the sink's
-    mechanism too (probe.py: trigger positions, where the next token copies the one before, and the others)."""
-    def number(key, spec):
-        return "n/a" if record.get(key) is None else format(record[key], spec)
-    words = (f"val loss {number('val_loss', '.4f')}, first-token attention {number('first_token_attn', '.3f')}, "
-             f"sink heads {number('sink_heads', '.2f')}, max activation {number('max_act', '.1f')}, "
-             f"gate mean {number('gate_mean', '.3f')}")
-    if record.get("prev_attn_trigger") is None:
-        return words
-    return (words + f"; at trigger / other positions: first-token attention {number('first_token_attn_trigger', '.2f')}"
-            f" / {number('first_token_attn_other', '.2f')}, gate {number('gate_mean_trigger', '.2f')} / "
-            f"{number('gate_mean_other', '.2f')}; previous-token attention at triggers "
-            f"{number('prev_attn_trigger', '.2f')}; max activation at position 0 / elsewhere "
-            f"{number('max_act_first', '.1f')} / {number('max_act_rest', '.1f')}")
 
 
 # -----------------------------------------------------------------------------
@@ -284,7 +213,6 @@ def resume_settings(argv, checkpoint, ckpt_path):
     sets. Model flags cannot change; other changes are announced, data changes loudly."""
     keys = {f.name for f in dataclasses.fields(TrainConfig)}
     saved = {k: v for k, v in checkpoint["config"].items() if k in keys and k not in PER_COMMAND}
-    saved.setdefault("bos", False)  # runs from before BOS windows existed started their windows anywhere
     c, given = configure(TrainConfig, argv, defaults=saved)
     notes = []
     for key in sorted(given):
@@ -333,7 +261,7 @@ class RunFolder:
     with the lowest validation loss). Nothing in the folder changes before the first log record, so a
     command that fails while starting (bad data, bad flags) leaves an earlier run's folder as it was."""
 
-    RUN_FILES = ("log.jsonl", CHECKPOINT, BEST)
+    RUN_FILES = (LOG, CHECKPOINT, BEST)
 
     def __init__(self, out_dir, start_iter):
         self.out_dir, self.start_iter, self.started = out_dir, start_iter, False
@@ -602,7 +530,8 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self):
         """Mean loss over the fixed validation batches (shared out among the ranks), and the probe's
-        attention/activation/gate measurements on the first one."""
+        attention/activation/gate measurements on the first one (batch_size windows: the probe costs more than a
+        forward; analyze.py measures them over all eval_iters batches)."""
         self.model.eval()
         total = torch.zeros(2, device=self.device)  # summed loss, batches
         for x, y in self.val[self.rank::self.world_size]:
@@ -615,12 +544,12 @@ class Trainer:
         with self.ctx, Probe(self.raw_model, triggers=self.triggers) as probe:
             self.raw_model(x.to(self.device))
         self.model.train()
-        return (total[0] / total[1]).item(), probe.stats, probe.heads
+        return (total[0] / total[1]).item(), probe
 
     def log_and_save(self, lr, since_eval):
         """Evaluate, write the record to log.jsonl (and wandb), and save the checkpoints. since_eval: the Span of
         training since the last eval."""
-        val_loss, stats, heads = self.evaluate()
+        val_loss, probe = self.evaluate()
         dt = since_eval.step_time()
         record = {
             "iter": self.iter_num,
@@ -630,17 +559,12 @@ class Trainer:
             "tokens": self.iter_num * self.tokens_per_iter,
             "tokens_per_s": self.tokens_per_iter / dt if dt else None,
             "mfu": estimate_mfu(self.raw_model, self.c.batch_size * self.accum, dt, device=self.device) if dt else None,
-            "first_token_attn": layer_mean(stats["first_token_attn"]),
-            "sink_share": layer_mean(stats["sink_share"]),  # the largest share of attention any one key gets
-            "sink_heads": layer_mean(stats["sink_heads"]),  # the share of heads with F-Attn > 0.3 (Gu et al.)
-            "max_act": layer_mean(stats["max_act"]),
-            "gate_mean": layer_mean(stats["gate_mean"]),
-            **{key: layer_mean(stats[key]) for key in MECHANISM_KEYS},  # None but on the Bigram-Backcopy task
+            **probe.summary(),  # MEASURES (probe.py): each averaged over layers, on the first validation batch
             "loss_spikes": self.health["loss_spikes"],
             "nonfinite_steps": self.health["nonfinite_steps"],
             "time_s": time.time() - self.t_start,
-            "layers": {k: v and [finite_or_none(x) for x in v] for k, v in stats.items()},  # per-layer values
-            "heads": {k: [[finite_or_none(x) for x in layer] for layer in v] for k, v in heads.items()},  # per head
+            "layers": {k: v and [finite_or_none(x) for x in v] for k, v in probe.stats.items()},  # per-layer values
+            "heads": {k: [[finite_or_none(x) for x in layer] for layer in v] for k, v in probe.heads.items()},
         }
         if not self.folder.started:
             record["code"] = code_version()  # the first record of each command: which code wrote this run
@@ -743,8 +667,10 @@ class Trainer:
                          + (" (the first step: compiling, allocating)" if first_step else ""), flush=True)
                 since_log = Span()
         if record is not None and not c.eval_only:
-            self.say(f"done: {self.iter_num} iterations in {time.time() - self.t_start:.0f} s. {describe(record)} "
-                     f"(averages over layers); log in {self.folder.log_path}")
+            self.say(f"done: {self.iter_num} iterations in {time.time() - self.t_start:.0f} s. {describe(record)}. "
+                     f"The val loss is over {c.eval_iters} validation batches, the rest are layer averages on the "
+                     f"first ({c.batch_size} windows; analyze.py measures all {c.eval_iters}). Log in "
+                     f"{self.folder.log_path}")
         if self.use_wandb:
             import wandb
             wandb.finish()

@@ -9,10 +9,10 @@ row it is compared with.
   TEST_VARIANTS  name -> model flags: every variant that is a model (not a training setting), plus a few
                  configurations no paper row names, so that together they set every value of every flag
   FLAGS          every GPTConfig flag: what it does, with the papers' definitions, and its paper rows
-  flag_table()   FLAGS as the markdown table in README.md (`python variants.py` prints it)
+  flag_table()   FLAGS as the markdown table of docs/flags.md (`python variants.py --write` writes it there)
 
 repro.py trains and reports VARIANTS, bench.py times three of them, the tests take their ids from here, and
-test_repro.py checks that README.md holds flag_table() verbatim. The papers' numbers are their own (PAPERS.md):
+test_docs.py checks that docs/flags.md holds flag_table() verbatim. The papers' numbers are their own (PAPERS.md):
 GA's perplexity, mean gate score, M-Act and F-Attn of a 15B MoE with
 2B active parameters trained on 400B tokens (Tables 1, 3, 4), GN's loss and max activation of a 2B dense model
 (Table 1).
@@ -196,7 +196,7 @@ FLAGS = [
          "on top of the pre-norms", "GA §3.2's stability study (dense 1.7B at lr 8e-3)"),
     Flag("qk_norm", "per-head RMSNorm on the queries and keys"),
     Flag("mlp", "SwiGLU; GLU, with a sigmoid: bounded, fewer outliers in GN; GELU; GELU's tanh approximation, "
-         "as GPT-2 was trained (`GPT.from_pretrained`)", 'GN Table 1 "GLU"'),
+         "as GPT-2 was trained (published GPT-2 checkpoints load with it: `pretrained.py`)", 'GN Table 1 "GLU"'),
     Flag("mlp_hidden", "the MLP's hidden width; `None`: 8/3·`n_embd` rounded up to a multiple of 64 for the GLUs, "
          "4·`n_embd` for GELU"),
     Flag("n_kv_head", "key/value heads; fewer than `n_head`: grouped-query attention (GA's MoE models use GQA)",
@@ -217,7 +217,8 @@ FLAGS = [
     Flag("tie_embeddings", "`True`: the output layer `lm_head` reads logits with the token embedding's matrix "
          "(GPT-2, nanoGPT, small Qwen3s); `False`: a matrix of its own (larger Qwen3s)"),
     Flag("attn_backend", "which `kernels.gated_attention` path computes attention with a G1 sigmoid gate or none: "
-         "`'auto'` is the fused Triton kernel on CUDA, PyTorch elsewhere"),
+         "`'auto'` is PyTorch's SDPA until the fused kernel's GPU tests pass (`kernels.FUSED_BY_DEFAULT`), "
+         "`'triton'` the fused kernel (CUDA, or a CPU under `TRITON_INTERPRET=1`), `'torch'` SDPA"),
     Flag("loss_chunk", "the training loss over this many rows of logits at a time, their gradients computed with them "
          "(`model.ChunkedCrossEntropy`): the same loss, and one chunk of logits in memory instead of all (`0`: all at "
          "once, and the logits returned)"),
@@ -241,7 +242,7 @@ def values(flag, config_class, valid):
 
 
 def flag_table():
-    """FLAGS as the markdown table that README.md holds."""
+    """FLAGS as the markdown table that docs/flags.md holds (`python variants.py --write` puts it there)."""
     # imported here, not at the top: model imports triton, and bench.py must set TRITON_INTERPRET before that
     from model import VALID, GPTConfig
 
@@ -252,4 +253,28 @@ def flag_table():
 
 
 if __name__ == "__main__":
-    print(flag_table(), end="")
+    # `python variants.py` prints the flag table; `python variants.py --write[=PATH]` puts it into docs/flags.md (or
+    # PATH) in place, between the page's two marker lines. test_docs.py checks the page holds it verbatim.
+    import os
+    import sys
+
+    BEGIN, END = "<!-- BEGIN python variants.py -->\n", "<!-- END python variants.py -->\n"
+    args = sys.argv[1:]
+    if not args:
+        print(flag_table(), end="")
+    elif len(args) == 1 and args[0].split("=")[0] == "--write":
+        path = args[0].partition("=")[2] or os.path.join(os.path.dirname(os.path.abspath(__file__)), "docs", "flags.md")
+        with open(path, encoding="utf-8") as f:
+            page = f.read()
+        if page.count(BEGIN) != 1 or page.count(END) != 1 or page.index(BEGIN) > page.index(END):
+            sys.exit(f"{path}: no table to replace: the page needs the lines {BEGIN.strip()} and {END.strip()}")
+        head, rest = page.split(BEGIN)
+        new = head + BEGIN + "\n" + flag_table() + "\n" + END + rest.split(END, 1)[1]  # blank lines: a table apart
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(new)
+        print(f"{path}: the flag table {'is up to date' if new == page else 'rewritten'}")
+    else:
+        usage = "usage: python variants.py [--write[=PATH]]: print the flag table, or write it into docs/flags.md"
+        if args not in (["--help"], ["-h"]):
+            sys.exit(usage)
+        print(usage)

@@ -1,0 +1,529 @@
+"""
+The reproduction study's report, REPORT.md and its figures (what `repro.py report` writes), and the tables of
+evaluate.py's measurements that evaluate.py's summary.md and the report share. A library: no command line.
+
+  evaluations    PAPERS_SAY, headline, fmt_interval, table: evaluate.py's numbers, in its summary.md and here
+  numbers        over_seeds, fmt, fmt_ci, fmt_tokens, fmt_difference, status: how the report writes a number
+  REPORT.md      render_report, then one function per section (claims_section ... paper_table), and
+                 evaluate_section, the section on evaluate.py's measurements
+  figures        plot_headline, plot_trends, plot_sweep and what the report says of each figure (PLOT_TEXT); the
+                 figures of single runs are analyze.py's
+
+The measurements, their names, formats, directions and the papers' numbers for them are probe.MEASURES'.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from common import markdown_table, pyplot, save_figure
+from data.shards import get_tokenizer, read_meta
+from probe import MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD
+from stats import RULE, mean_ci
+from variants import STABILITY_ROW, SWEEP, SWEPT, VARIANTS
+
+UNTRAINED_GATE = 0.5  # sigmoid(0): the mean score of a gate that has learned nothing, the gate_mean claim's reference
+EVALUATE_DIR = "evaluate"  # evaluate.py's output for the report, under the report's folder (repro.py evaluate)
+
+
+# -----------------------------------------------------------------------------
+# evaluate.py's numbers, in its summary.md and in the report
+
+PAPERS_SAY = (
+    "What the papers report, at scales far beyond this one. Quantization: GN §5.2 rounds its 2B models to W4A4; the "
+    "baseline, with its massive activations, loses the most, GatedNorm the least (unaided, better than the baseline "
+    "with SmoothQuant). Length: GA Table 5 extends its models from 32k to 128k tokens with YaRN; all lose some "
+    "accuracy within 32k, the gated ones less, and past 32k the gated model scores far higher on RULER (66.6 and "
+    "58.8 against the baseline's 37.5 and 31.7, at 64k and 128k); GA's explanation: the baseline's sink, tuned to "
+    "the trained RoPE, does not adapt to the rescaled one. Streaming: StreamingLLM (Xiao et al. 2024) finds that a "
+    "sliding window fails once the first tokens leave it and works again when 4 are kept; that a sink-free gated "
+    "model needs no such tokens is this project's prediction, not a measurement of either paper.")
+
+
+def headline(r):
+    """One record's numbers that a row of a summary table shows, {column: value}: each quantization setting's loss
+    increase; per RoPE scaling, the loss of the last position bucket at the longest length; the loss increase of
+    the largest sliding window with each number of first positions kept."""
+    out = {}
+    for s in r.get("quant", {}).get("settings", []):
+        out[f"{s['setting'].upper()} Δ"] = s["increase"]["mean"]
+    for scaling, lengths in r.get("length", {}).items():
+        last = lengths[-1]["buckets"][-1]
+        out[f"{scaling} {lengths[-1]['multiple']}x [{last['from']}, {last['to']})"] = last["mean"]
+    if r.get("stream"):
+        row = r["stream"][-1]
+        for keep in row["keep"]:
+            out[f"w={row['window']} keep {keep['k']} Δ"] = keep["increase"]["mean"]
+    return out
+
+
+def fmt_interval(v, spec=".3f", sign=False):
+    """A mean over windows ± half its interval ({"mean", "lo", "hi"})."""
+    s = format(v["mean"], ("+" if sign else "") + spec)
+    return s if v["lo"] is None else f"{s} ± {(v['hi'] - v['lo']) / 2:{spec}}"
+
+
+def table(header, rows):
+    """A markdown table's lines, then a blank line."""
+    return markdown_table(header, rows) + [""]
+
+
+# -----------------------------------------------------------------------------
+# Numbers as the report writes them
+
+def over_seeds(values):
+    """A metric over a variant's seeds: {"mean", "lo", "hi", "n"} (lo/hi None for one seed), or None when a run
+    lacks it (no gate)."""
+    if not values or any(x is None for x in values):
+        return None
+    mean, lo, hi = mean_ci(values)
+    return {"mean": mean, "lo": lo, "hi": hi, "n": len(values)}
+
+
+def fmt(x, spec):
+    return "–" if x is None else format(x, spec)
+
+
+def fmt_ci(m, spec):
+    """mean ± half-width of its 95% CI over seeds ('mean (1 seed)' without one). A count's spec, "g", gives three
+    significant digits: a mean over seeds is no count."""
+    if m is None:
+        return "–"
+    spec = ".3g" if spec == "g" else spec
+    if m["lo"] is None:
+        return f"{m['mean']:{spec}} (1 seed)"
+    return f"{m['mean']:{spec}} ± {(m['hi'] - m['lo']) / 2:{spec}}"
+
+
+def fmt_tokens(n):
+    """12,288 / 1.23M / 105M / 2.1B: readable at every scale."""
+    if n < 1e6:
+        return f"{n:,}"
+    if n < 999.5e6:
+        return f"{n / 1e6:.3g}M"
+    return f"{n / 1e9:.3g}B"
+
+
+def fmt_difference(c, stat):
+    """A claim's estimate with its interval: a ratio (×) or a difference (signed), as Measure.compare says."""
+    if stat == "ratio":
+        return f"×{c['estimate']:.2f} [{c['lo']:.2f}, {c['hi']:.2f}]"
+    return f"{c['estimate']:+.4f} [{c['lo']:+.4f}, {c['hi']:+.4f}]"
+
+
+def status(rs):
+    done = sum(r["iter"] >= r["max_iters"] for r in rs)
+    words = [f"{done}/{len(rs)} finished"]
+    failed = [r for r in rs if r["exit_code"]]
+    if failed:
+        words.append(f"{len(failed)} exited non-zero")
+    skipped = sum(r["nonfinite_steps"] or 0 for r in rs)
+    if skipped:
+        words.append(f"{skipped} non-finite steps skipped")
+    return ", ".join(words)
+
+
+# -----------------------------------------------------------------------------
+# REPORT.md
+
+def render_report(result, root, tiny, commands, report_command, plots, analyzed, title):
+    """REPORT.md, but for the section on evaluate.py (evaluate_section): result is the study's summary.json
+    (repro.py report), commands the last command recorded for each (variant, seed), plots the figures' file
+    names, analyzed analyze.py's records of the runs (their eval windows and per-layer numbers)."""
+    records, variants = result["runs"], result["variants"]
+    first, val = records[0], result["validation"]
+    m, windows = first["model"], analyzed[0]["eval_windows"]
+    seeds = sorted({len(v["seeds"]) for v in variants.values()})
+    lines = [f"# {title}" + (": TINY CPU SMOKE TEST" if tiny else ""), ""]
+    if tiny:
+        lines += ["**This is a smoke test of the pipeline (`repro.py --tiny`: a tiny model trained for a few dozen "
+                  "steps on a CPU). It concludes nothing about the papers' claims; the tables below are here only so "
+                  "that the pipeline can be checked.**", ""]
+    lines += [
+        f"Device: {result['device']}. Date: {result['date']}. Runs: `{root}/<variant>/seed<N>/`, "
+        f"{'–'.join(map(str, seeds))} seed(s) per variant, each {m['n_layer']} layers, {m['n_embd']} wide, "
+        f"{m['n_head']} heads, T={m['block_size']}, qk_norm={m.get('qk_norm')}, "
+        f"{fmt_tokens(first['tokens'])} training tokens. Every measurement below comes from the runs' `ckpt.pt`, on "
+        f"the same {val['batches'] * val['batch_size']:,} validation windows ({val['batches']} x {val['batch_size']}, "
+        f"{fmt_tokens(val['batches'] * val['batch_size'] * windows['block_size'])} tokens"
+        f"{', each starting with <|endoftext|>' if windows['bos'] else ''}; {val['source']})."]
+    by = {}
+    for r in records:
+        by.setdefault(r["variant"], []).append(r)
+    lines += claims_section(result["claims"])
+    lines += sweep_section(result["sweep"])
+    lines += measured_section(by, variants)
+    lines += table4_section(by, variants)
+    lines += mechanism_section(records, variants, windows["data_dir"])
+    lines += sink_section(records, analyzed)
+    if not tiny:
+        lines += paper_table(by)
+    lines += ["", "## Commands run", "",
+              f"The last command recorded for each run in `{root}/commands.jsonl` (written by `repro.py train`):", ""]
+    for r in records:
+        c = commands.get((r["variant"], r["seed"]))
+        lines.append(f"- {r['variant']} seed {r['seed']}: " +
+                     (f"exit code {c['exit_code']} after {c['seconds']:.0f} s on {c['date']}: `{c['command']}`" if c
+                      else "not recorded in commands.jsonl (run by hand?)"))
+    lines += ["", f"This report: `{report_command}`", ""]
+    if plots:
+        lines += ["## Plots", ""] + [f"{PLOT_TEXT.get(p, p)}\n\n![{p}]({p})\n" for p in plots]
+    return "\n".join(lines)
+
+
+def claims_section(claims):
+    """Each claim: our numbers, the difference with its interval, the verdict, and the papers' numbers."""
+    lines = ["", "## The papers' claims, decided by rule", "", RULE,
+             "The paper's direction is the one it reports; a ratio is the variant's mean over the reference's. "
+             "The verdicts are computed by `repro.py report` (stats.py), never written by hand.", "",
+             "| claim | measure | ours: reference → variant | difference [95% CI] | verdict | paper | paper source |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for c in claims:
+        measure = MEASURE[c["measure"]]
+        ref = c["reference"] or f"untrained gate ({UNTRAINED_GATE})"
+        if "estimate" not in c:
+            lines.append(f"| {c['claim']} | {measure.label} | {ref} → {c['variant']} | – | {c['verdict']} | – | "
+                         "– |")
+            continue
+        ours = f"{ref} → {c['variant']}: {measure.format(c['ref_mean'])} → {measure.format(c['var_mean'])}"
+        theirs, source = paper_text(c["reference"], c["variant"], measure.papers)
+        lines.append(f"| {c['claim']} | {measure.label} | {ours} | {fmt_difference(c, measure.compare)} | "
+                     f"**{c['verdict']}** | {theirs} | {source} |")
+    return lines
+
+
+def best_variants(variants, measure):
+    """The variants whose mean is the best of the column by measure.better (several on a tie); none when the
+    measure has no better direction or every variant has the same mean."""
+    means = {v: x[measure.key]["mean"] for v, x in variants.items() if x[measure.key] is not None}
+    if measure.better is None or len(set(means.values())) < 2:
+        return set()
+    best = (min if measure.better == "lower" else max)(means.values())
+    return {v for v, mean in means.items() if mean == best}
+
+
+def words(items):
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
+
+
+def measured_section(by, variants):
+    """Every measure of every variant (mean over seeds with its interval), the best of each column in bold."""
+    shown = [m for m in MEASURES if not m.mechanism]
+    best = {m.key: best_variants(variants, m) for m in shown}
+    rows = [[v, len(rs), f"{rs[0]['lr']:g}", status(rs)] +
+            [f"**{fmt_ci(variants[v][m.key], m.spec)}**" if v in best[m.key] else fmt_ci(variants[v][m.key], m.spec)
+             for m in shown] for v, rs in by.items()]
+    directions = {}  # better -> the labels of the measures with that direction
+    for m in shown:
+        directions.setdefault(m.better, []).append(m.label)
+    legend = "In bold: the best variant of each column. " + "; ".join(
+        f"{better.capitalize()} is better for {words(labels)}" for better, labels in directions.items() if better) + \
+        " (the direction the papers count as an improvement)" + \
+        (f"; {words(directions[None])}: neither" if None in directions else "") + "."
+    return ["", "## Measured", "",
+            "Mean over seeds ± the half-width of its 95% t-interval. Val loss in nats. F-Attn: attention on the "
+            "first token; sink share: the largest share of attention one key receives from the window's second "
+            f"half; sink heads: the share of heads whose F-Attn exceeds {SINK_HEAD_THRESHOLD} (Gu et al. 2025); "
+            "M-Act: max |h| of each layer's output in a window; all averaged over layers (GA §4.3) and windows. Peak "
+            "act: the largest |h| of any layer in a window (GN's residual-stream maximum). Gate: mean score and share "
+            "of scores below 0.1. Loss spikes: per run (train.py's count_spike).", ""] + \
+        markdown_table(["variant", "seeds", "lr", "runs"] + [m.label for m in shown], rows) + ["", legend]
+
+
+def sweep_section(sweep):
+    if not sweep:
+        return []
+    a, b = SWEPT
+    row = STABILITY_ROW
+    loss, act = MEASURE["val_loss"], MEASURE["max_act"]
+    lines = ["", "## Stability: the learning-rate sweep", "",
+             f"{row} ({row.note}). Here: {a} and {b} at each learning rate (min_lr = lr/10), the difference of their "
+             f"final val losses ({b} − {a}, nats, paired on the validation windows) decided by the same rule: the "
+             "paper's direction is negative (the gate does better), and it matters most at the highest rate.", "",
+             f"| lr | {a} {loss.label} | {b} {loss.label} | {b} − {a} [95% CI] | verdict | {a} {act.label} | "
+             f"{b} {act.label} | {a} spikes | {b} spikes | finished |", "| --- " * 10 + "|"]
+    for r in sweep:
+        x, y, d = r[a], r[b], r.get("difference")
+        lines.append(f"| {r['lr']:g} | {fmt_ci(x and x['val_loss'], loss.spec)} | "
+                     f"{fmt_ci(y and y['val_loss'], loss.spec)} | "
+                     f"{fmt_difference(d, loss.compare) if d else '–'} | {d['verdict'] if d else 'not measured'} | "
+                     f"{fmt_ci(x and x['max_act'], act.spec)} | {fmt_ci(y and y['max_act'], act.spec)} | "
+                     f"{spikes(x)} | {spikes(y)} | "
+                     f"{'/'.join(('yes' if s['finished'] else 'no') if s else '–' for s in (x, y))} |")
+    return lines
+
+
+def spikes(row):
+    """Each seed's loss spikes: '0, 2, 1'."""
+    return ", ".join(fmt(n, "d") for n in row["loss_spikes"]) if row else "–"
+
+
+def table4_section(by, variants):
+    """GA Table 4's sink column beside ours: each variant's F-Attn (mean over seeds, 95% CI), how many of its seeds
+    grew a sink head, and whether it sits on the same side of the baseline as in the paper."""
+    f_attn = MEASURE["first_token_attn"]
+    if "baseline" not in by or variants["baseline"][f_attn.key] is None:
+        return []
+    ours_base, theirs_base = variants["baseline"][f_attn.key]["mean"], VARIANTS["baseline"].ga.f_attn
+    rows = []
+    for v, rs in by.items():
+        row, ours = VARIANTS[v].ga, variants[v][f_attn.key]
+        if not (row and row.f_attn is not None and ours):
+            continue
+        sinks = f"{sum((r['sink_heads'] or 0) > 0 for r in rs)} of {len(rs)}"
+        if v == "baseline":
+            side = "the reference"
+        else:
+            same = (ours["mean"] < ours_base) == (row.f_attn < theirs_base)
+            side = ("as in GA: " if same else "unlike GA: ") + ("below" if ours["mean"] < ours_base else "above") + \
+                " the baseline"
+        rows.append([v, fmt_ci(ours, f_attn.spec), sinks, format(row.f_attn, f_attn.spec), side])
+    return ["", "## GA Table 4's sink column, beside ours", "",
+            f"{f_attn.label} per variant (mean over seeds ± the half-width of its 95% t-interval), the seeds that grew "
+            f"a sink head ({f_attn.label} > {SINK_HEAD_THRESHOLD} in some head), GA's {f_attn.label} for the same row, "
+            "and whether the variant's mean sits on the same side of the baseline's as in GA. A comparison of means, "
+            "not a verdict: the claims above are decided by the rule.", ""] + \
+        markdown_table(["variant", f"{f_attn.label} (ours)", "seeds with a sink head", f"GA {f_attn.label}",
+                        "against the baseline"], rows)
+
+
+def mechanism_section(records, variants, data_dir):
+    """The sink's mechanism on a task with triggers (the sink lab): each measure's mean over seeds, per variant."""
+    if not any(r.get("prev_attn_trigger") is not None for r in records):
+        return []
+    meta = read_meta(data_dir) or {}
+    ideal = f" The task's ideal loss (meta.json) is {meta['ideal_loss']:.4f} nats." if "ideal_loss" in meta else ""
+    rows = [[v, len(x["seeds"])] + [fmt_ci(x[m.key], m.spec) for m in MECHANISM] for v, x in variants.items()]
+    return ["", "## The sink's mechanism", "", MECHANISM_NOTE + " Mean over seeds ± the half-width of its 95% "
+            "t-interval; each run's value pools its windows, heads and positions of the kind." + ideal, ""] + \
+        markdown_table(["variant", "seeds"] + [m.label for m in MECHANISM], rows)
+
+
+def sink_section(records, analyzed):
+    """Per layer, for the first seed of the baseline and of G1: where attention piles up, and on which token."""
+    lines = ["", "## Where the sink is", "",
+             "Per layer, first seed: F-Attn, the sink share, the share of sink heads, and the key position and token "
+             "that most often receive a (window, head)'s largest share (with how often).", ""]
+    decode = token_decoder(analyzed[0]["eval_windows"]["data_dir"])
+    per_layer = [MEASURE[key] for key in ("first_token_attn", "sink_share", "sink_heads")]
+    shown = 0
+    for r, a in zip(records, analyzed):
+        if r["variant"] not in SWEPT or any(x["variant"] == r["variant"] and x["seed"] < r["seed"] for x in records):
+            continue
+        L = a["layers"]
+        lines += [f"{r['variant']} (seed {r['seed']}):", ""] + markdown_table(
+            ["layer"] + [m.label for m in per_layer] + ["top key position", "top key token"],
+            [[i] + [fmt(L[m.key][i], m.spec) for m in per_layer] +
+             [f"{L['sink_pos'][i]} ({fmt(L['sink_pos_share'][i], '.0%')})",
+              f"{decode(L['sink_token'][i])} ({fmt(L['sink_token_share'][i], '.0%')})"]
+             for i in range(len(L["first_token_attn"]))]) + [""]
+        shown += 1
+    return lines if shown else []
+
+
+def token_decoder(data_dir):
+    """token id -> `id 'text'` with the dataset's tokenizer, or the bare id when it cannot be loaded."""
+    try:
+        enc = get_tokenizer((read_meta(data_dir) or {}).get("tokenizer", "gpt2"))
+    except Exception:  # no tokenizer here: the ids still say which token it is
+        enc = None
+
+    def decode(token):
+        if token is None:
+            return "–"
+        if enc is None or token >= enc.n_vocab:
+            return f"{token}"
+        return f"{token} `{enc.decode([token])!r}`".replace("|", "\\|")
+    return decode
+
+
+def paper_text(ref, variant, numbers):
+    """The papers' reference → variant and source for a claim, from the first paper that gives both numbers
+    (numbers: a Measure's papers)."""
+    if ref is None:  # a property of one run: the paper's value
+        row = VARIANTS[variant].ga
+        return f"{variant}: {row.gate_mean:.3f}", f"{row.paper} {row.table}"
+    pair = paper_pair(ref, variant, numbers)
+    if not pair:
+        return "–", "–"
+    x, y, key, name, spec, source = pair
+    change = f"×{y / x:.3f}" if key == "ppl" else f"{y - x:+.3f} nats" if key == "loss" else f"×{y / x:.2f}"
+    return f"{name} {x:{spec}} → {y:{spec}} ({change})", source
+
+
+def paper_pair(ref, variant, numbers):
+    """The papers' (reference value, variant value, Row field, name, format, source) from the first paper that
+    gives both rows that number."""
+    for paper, key, name, spec in numbers:
+        p, q = getattr(VARIANTS[ref], paper), getattr(VARIANTS[variant], paper)
+        if p and q and getattr(p, key) is not None and getattr(q, key) is not None:
+            source = f"{q.paper} {q.table}" if p.table == q.table else f"{p.paper} {p.table} → {q.table}"
+            return getattr(p, key), getattr(q, key), key, name, spec, source
+    return None
+
+
+def paper_table(by):
+    """The papers' numbers for the variants trained: every number a measure of MEASURES has in a paper."""
+    numbers = [number for m in MEASURES for number in m.papers]  # (paper, Row field, column, format)
+    rows = []
+    for name in by:
+        v = VARIANTS[name]
+        source = "; ".join(f"{row}" + (f": {row.note}" if row.note else "") for row in (v.ga, v.gn) if row)
+        rows.append([name] + [fmt(getattr(v, paper) and getattr(getattr(v, paper), field), spec)
+                              for paper, field, _, spec in numbers] + [source or "–"])
+    return ["", "## The papers' numbers for the same rows", "",
+            "GA: 15A2B MoE, 400B tokens, reports perplexity (Tables 1, 3, 4). GN: 2B dense, reports loss and the "
+            "residual stream's max activation (Table 1; compare it with our peak act). "
+            "Absolute values are not comparable across these scales (model, data, tokenizer, tokens): compare only "
+            "the direction and size of the trends.", ""] + \
+        markdown_table(["variant"] + [column for _, _, column, _ in numbers] + ["source"], rows)
+
+
+def evaluate_section(report_dir, root, trained):
+    """REPORT.md's section on evaluate.py's measurements (`repro.py evaluate`, in report_dir/EVALUATE_DIR), when
+    there are any: each headline number averaged over a variant's seeds. trained: the (variant, seed) of every
+    trained run, to name those not evaluated."""
+    folder = os.path.join(report_dir, EVALUATE_DIR)
+    if not os.path.isfile(os.path.join(folder, "summary.json")):
+        return ""
+    with open(os.path.join(folder, "summary.json")) as f:
+        evaluations = json.load(f)
+    by, stale = {}, []
+    for r in evaluations["models"]:
+        by.setdefault(r["label"].rsplit("/seed", 1)[0], []).append(headline(r))
+        ckpt = os.path.join(r.get("run", ""), r.get("checkpoint", ""))
+        if not os.path.isfile(ckpt) or os.path.getmtime(ckpt) > os.path.getmtime(os.path.join(folder, "summary.json")):
+            stale.append(r["label"])
+    columns = list(dict.fromkeys(k for rows in by.values() for row in rows for k in row))
+    lines = ["", "## Downstream consequences (evaluate.py)", "",
+             f"Measured by `repro.py evaluate` on {evaluations['device']}, {evaluations['date']}; the details, each "
+             f"checkpoint with its intervals over windows, in [{EVALUATE_DIR}/summary.md]({EVALUATE_DIR}/summary.md). "
+             "Here: the mean over seeds ± the half-width of its 95% t-interval. Δ: the loss increase (nats) with W-bit "
+             "weights and A-bit activations, or a sliding window of w keys that keeps the first k positions, over the "
+             "same windows unchanged; a RoPE column: the loss of the last positions of the longest windows.", ""]
+    if stale:
+        lines += [f"**Out of date: the checkpoints of {', '.join(stale)} changed (or are gone from {root}/) since they "
+                  "were evaluated; run `python repro.py evaluate` again.**", ""]
+    evaluated = {r["label"] for r in evaluations["models"]}
+    missing = [f"{v}/seed{s}" for v, s in trained if f"{v}/seed{s}" not in evaluated]
+    if missing:
+        lines += [f"Not evaluated: {', '.join(missing)} (each `repro.py evaluate` replaces the evaluations before it: "
+                  "name every variant wanted in one call).", ""]
+    lines += [PAPERS_SAY, ""] + table(["variant", "seeds"] + columns, [
+        [v, len(rows)] + [fmt_ci(over_seeds([row.get(c) for row in rows]), ".4f") for c in columns]
+        for v, rows in by.items()])
+    plots = [p for p in ("quant.png", "length.png", "stream.png") if os.path.isfile(os.path.join(folder, p))]
+    return "\n".join(lines + [f"![{p}]({EVALUATE_DIR}/{p})\n" for p in plots])
+
+
+# -----------------------------------------------------------------------------
+# Figures from the runs' logs and the sweep. logs: {(variant, seed): the run's log.jsonl records}
+
+PLOT_TEXT = {
+    "headline.png": "F-Attn during training, baseline against G1 (each seed thin, their mean thick), and each "
+                    "variant's final F-Attn (mean over seeds with its 95% t-interval) beside GA Table 4's.",
+    "layers.png": "F-Attn, sink share and M-Act per layer, every run (analyze.py).",
+    "gate_hist.png": "The distribution of gate scores of each gated run (sparse: piled up near 0).",
+    "attn_maps.png": "One head-averaged attention map per run, at the layer where the first run sinks the most.",
+    "curves.png": "Validation loss during training.",
+    "trends.png": "F-Attn, sink heads, M-Act and gate mean against tokens seen (mean over seeds): whether the sink "
+                  "is still growing when the runs end.",
+    "lr_sweep.png": "The stability sweep: final loss, M-Act and loss spikes against the learning rate, baseline and G1.",
+}
+
+
+def plot_trends(by, logs, out_dir):
+    """F-Attn, sink heads, M-Act and gate mean against tokens seen, from each run's log (mean over seeds), every
+    variant outside the sweep in each panel: is the sink still growing when the runs end?"""
+    plt = pyplot()
+    if plt is None:
+        return []
+    panels = [("first_token_attn", "F-Attn (attention on the first token)"),
+              ("sink_heads", f"sink heads (share of heads with F-Attn > {SINK_HEAD_THRESHOLD})"),
+              ("max_act", "M-Act (max |h| per window)"), ("gate_mean", "gate mean")]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    shown = [v for v in by if v not in SWEEP]
+    colors = {v: plt.get_cmap("tab20")(i % 20) for i, v in enumerate(shown)}  # one colour per variant in every panel
+    for ax, (key, title) in zip(axes.flat, panels):
+        for v in shown:
+            points = {}
+            for r in by[v]:
+                for rec in logs[v, r["seed"]]:
+                    if rec.get(key) is not None:
+                        points.setdefault(rec["tokens"], []).append(rec[key])
+            if points:
+                xs = sorted(points)
+                ax.plot([x / 1e6 for x in xs], [np.mean(points[x]) for x in xs], marker=".", label=v, color=colors[v])
+        ax.set(xlabel="tokens seen (M)", ylabel=f"{MEASURE[key].label} (mean over seeds)", title=title,
+               yscale="log" if key == "max_act" else "linear")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    return [save_figure(fig, os.path.join(out_dir, "trends.png"))]
+
+
+def plot_headline(by, variants, logs, out_dir):
+    """The study in one figure: F-Attn during training, baseline against G1 (each seed thin, their mean thick), and
+    each variant's final F-Attn (mean over seeds, 95% CI) beside GA Table 4's value where the paper gives one."""
+    plt = pyplot()
+    if plt is None or not {"baseline", "g1_elementwise"} <= by.keys():
+        return []
+    fig, (curve, bars) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [1, 1.3]})
+    for v, color in (("baseline", "tab:blue"), ("g1_elementwise", "tab:orange")):
+        runs = [logs[v, r["seed"]] for r in by[v]]
+        points = {}
+        for log in runs:
+            xs = [rec["tokens"] / 1e6 for rec in log if rec.get("first_token_attn") is not None]
+            ys = [rec["first_token_attn"] for rec in log if rec.get("first_token_attn") is not None]
+            curve.plot(xs, ys, color=color, alpha=0.3, linewidth=1)
+            for x, y in zip(xs, ys):
+                points.setdefault(x, []).append(y)
+        xs = sorted(points)
+        curve.plot(xs, [np.mean(points[x]) for x in xs], color=color, linewidth=2.5,
+                   label=f"{v} ({len(runs)} seed{'s' * (len(runs) > 1)})")
+    curve.set(xlabel="tokens seen (M)", ylabel="attention on the first token (F-Attn)", ylim=(0, 1),
+              title="the sink forming during training")
+    curve.legend()
+    names = [v for v in by if variants[v]["first_token_attn"] is not None]
+    means = [variants[v]["first_token_attn"]["mean"] for v in names]
+    err = [[m - (variants[v]["first_token_attn"]["lo"] if variants[v]["first_token_attn"]["lo"] is not None else m)
+            for m, v in zip(means, names)],
+           [(variants[v]["first_token_attn"]["hi"] if variants[v]["first_token_attn"]["hi"] is not None else m) - m
+            for m, v in zip(means, names)]]
+    bars.bar(range(len(names)), means, yerr=err, capsize=3, color="tab:gray", label="ours (mean, 95% CI)")
+    paper = [(i, VARIANTS[v].ga.f_attn) for i, v in enumerate(names) if VARIANTS[v].ga and VARIANTS[v].ga.f_attn]
+    if paper:
+        bars.plot(*zip(*paper), "D", color="tab:red", label="GA Table 4 (15B MoE, 400B tokens)")
+    bars.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
+    bars.set(xlabel="variant", ylabel="F-Attn at the end", ylim=(0, 1), title="the sink by variant")
+    bars.legend(fontsize=8)
+    fig.tight_layout()
+    return [save_figure(fig, os.path.join(out_dir, "headline.png"))]
+
+
+def plot_sweep(sweep, out_dir):
+    """Final val loss, M-Act and loss spikes against the learning rate, baseline and G1 (95% CIs over seeds)."""
+    plt = pyplot()
+    if plt is None or not sweep:
+        return []
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for family in SWEPT:
+        rows = [r for r in sweep if r[family]]
+        lrs = [r["lr"] for r in rows]
+        for ax, key in zip(axes[:2], ("val_loss", "max_act")):
+            means = [r[family][key]["mean"] for r in rows]
+            err = [[m - (r[family][key]["lo"] if r[family][key]["lo"] is not None else m) for m, r in zip(means, rows)],
+                   [(r[family][key]["hi"] if r[family][key]["hi"] is not None else m) - m for m, r in zip(means, rows)]]
+            ax.errorbar(lrs, means, yerr=err, marker="o", capsize=3, label=family)
+        axes[2].plot(lrs, [np.mean([x or 0 for x in r[family]["loss_spikes"]]) for r in rows], marker="o", label=family)
+    axes[0].set(xscale="log", xlabel="learning rate", ylabel="final val loss (nats)", title="loss against learning rate")
+    axes[1].set(xscale="log", yscale="log", xlabel="learning rate", ylabel="M-Act", title="massive activations")
+    axes[2].set(xscale="log", xlabel="learning rate", ylabel="loss spikes per run", title="loss spikes")
+    lrs = sorted({r["lr"] for r in sweep})
+    for ax in axes:  # the swept rates as the ticks, written as they are set
+        ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
+        ax.minorticks_off()
+    axes[0].legend()
+    fig.tight_layout()
+    return [save_figure(fig, os.path.join(out_dir, "lr_sweep.png"))]
