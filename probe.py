@@ -138,12 +138,12 @@ def summarize(stats, peak_per_window):
 
 
 def describe(record):
-    """A record's measurements as one line of words, in MEASURES' order: those it has (the sink's mechanism only on
-    the Bigram-Backcopy task)."""
+    """A record's measurements as one line of words, in MEASURES' order: those it has, and the sink's mechanism where
+    it was measured at trigger positions (the Bigram-Backcopy task)."""
     words = lambda ms: ", ".join(f"{m.label} {m.format(record[m.key])}" for m in ms  # noqa: E731
                                  if record.get(m.key) is not None)
-    main, mechanism = words(m for m in MEASURES if not m.mechanism), words(MECHANISM)
-    return main + (f"; the mechanism: {mechanism}" if mechanism else "")
+    on_task = any(record.get(key) is not None for key in TRIGGER_KEYS)
+    return words(m for m in MEASURES if not m.mechanism) + (f"; the mechanism: {words(MECHANISM)}" if on_task else "")
 
 
 @torch.no_grad()
