@@ -327,7 +327,7 @@ if args.train:
                               dtype=str(dtype).replace("torch.", ""), records=records),
           [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
-           f"{warmup} warm-up then {steps} timed steps of train.py's own (train.optimizer_step: gradient clipping, "
+           f"{warmup} warm-up then {steps} timed steps of train.py's own (common.optimizer_step: gradient clipping, "
            f"a non-finite step skipped on the device, fused AdamW); compiled with mode={args.compile_mode!r}; "
            f"{SDPA_NOTE} (the torch backend); "
            f"the fused kernel's backward gets dQ by {kernels.BACKWARD!r} (kernels.choose_backward); the loss over "

@@ -152,10 +152,10 @@ def check_max_activation_vs_probe(student):
 
 def check_runs_exist_and_match(student):
     """the two trained runs exist (baseline/ and g1/, each with ckpt.pt) and differ only in the gate"""
-    from common import read_checkpoint
+    from common import CHECKPOINT, read_checkpoint
     configs = {}
     for name in ("baseline", "g1"):
-        path = os.path.join(runs_dir(), name, "ckpt.pt")
+        path = os.path.join(runs_dir(), name, CHECKPOINT)
         if not os.path.isfile(path):
             raise NotImplementedError(f"no trained {name} run at {path}: train it with\n"
                                       f"          {_train_command(name)}\n"
@@ -186,9 +186,9 @@ def check_runs_exist_and_match(student):
 
 def _oracle(run_dir):
     """The probe's M-Act of a run on the same windows as starter.py's validation_windows."""
-    from common import dataset_dir, load_checkpoint
+    from common import CHECKPOINT, dataset_dir, load_checkpoint
     from data.shards import bos_token, val_batches
-    model, checkpoint = load_checkpoint(os.path.join(run_dir, "ckpt.pt"))
+    model, checkpoint = load_checkpoint(os.path.join(run_dir, CHECKPOINT))
     cfg = checkpoint["config"]
     data_dir = dataset_dir(cfg["dataset"], cfg.get("data_dir"))
     bos = bos_token(data_dir) if cfg.get("bos", False) else None

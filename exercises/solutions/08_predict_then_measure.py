@@ -19,7 +19,7 @@ import os
 
 import torch
 
-from common import dataset_dir, load_checkpoint
+from common import CHECKPOINT, dataset_dir, load_checkpoint
 from data.shards import bos_token, val_batches
 
 # The prediction, written before training (here: the papers' finding, for the checks; yours may differ).
@@ -67,7 +67,7 @@ def measure(run_dir):
     """A trained run's M-Act: load run_dir/ckpt.pt, compute max_activation on each batch of
     validation_windows(checkpoint), average each layer's value over the batches, then average over the layers.
     Returns one float."""
-    model, checkpoint = load_checkpoint(os.path.join(run_dir, "ckpt.pt"))  # eval mode, on the CPU
+    model, checkpoint = load_checkpoint(os.path.join(run_dir, CHECKPOINT))  # eval mode, on the CPU
     per_batch = [max_activation(model, x) for x in validation_windows(checkpoint)]  # each: one value per layer
     per_layer = [sum(values) / len(values) for values in zip(*per_batch)]  # over batches (all the same size)
     return sum(per_layer) / len(per_layer)  # M-Act: the mean over layers, as GA reports it
