@@ -125,21 +125,34 @@ def _known(key, where, fields):
              "; --help lists the keys")
 
 
+def _items(value, item):
+    """A list key's value as a tuple of `item`s: from "a,b,c" (the command line, or a config file), a list or tuple
+    (a config file) or a single value. Each must be an item as it is (an int for int, a number for float): 1.5 is
+    no int and True no number. Raises ValueError (SyntaxError for text that is no literal) otherwise."""
+    if isinstance(value, str):
+        value = [text.strip() for text in value.split(",") if text.strip()]
+    elif not isinstance(value, (list, tuple)):
+        value = [value]
+    items = []
+    for v in value:
+        if isinstance(v, str) and item is not str:
+            v = ast.literal_eval(v)
+        number = item in (int, float) and type(v) in ((int,) if item is int else (int, float))
+        if not (number or item is str and isinstance(v, str)):
+            raise ValueError(f"{v!r} is no {item.__name__}")
+        items.append(item(v))
+    return tuple(items)
+
+
 def _typed(key, value, where, fields):
     _known(key, where, fields)
     want = fields[key].type
     item = _item_type(want)
     if item is not None:
-        given = value
-        if isinstance(value, str):  # "a,b,c" from the command line or a config file
-            value = [t.strip() for t in value.split(",") if t.strip()]
-        if not isinstance(value, (list, tuple)):
-            value = [value]
         try:
-            return tuple(v if isinstance(v, item) and type(v) is not bool else item(ast.literal_eval(v) if
-                         isinstance(v, str) and item is not str else v) for v in value)
-        except (ValueError, SyntaxError, TypeError):
-            fail(f"{where}: {key} must be a {_type_name(want)}, written a,b,c; got {given!r}")
+            return _items(value, item)
+        except (ValueError, SyntaxError):
+            fail(f"{where}: {key} must be a {_type_name(want)}, written a,b,c; got {value!r}")
     if want is float and type(value) is int:
         value = float(value)
     if value is None and fields[key].default is None:  # n_kv_head=None, mlp_hidden=None: "the default rule"
@@ -180,29 +193,29 @@ def usage(keys):
     bases = [b for b in keys.__mro__[1:] if dataclasses.is_dataclass(b)]
     inherited = [entry for b in reversed(bases) for entry in _source_lines(b) if entry[0] == "key"]
     comment_of = {entry[1]: entry[2] for entry in inherited}
-    lines, shown = [], set()
+    lines = []
 
     def key_line(name, comment):
         f = fields[name]
         default = ",".join(map(str, f.default)) if _item_type(f.type) else repr(f.default)
         text = f"  --{name}={default}  ({_type_name(f.type)})" + (f"  {comment}" if comment else "")
         lines.extend(textwrap.wrap(text, 116, subsequent_indent="        ", break_on_hyphens=False))
-        shown.add(name)
 
     own = _source_lines(keys)
-    for i, entry in enumerate(own):
+    own_keys = [entry[1] for entry in own if entry[0] == "key"]
+    rest = [(name, comment) for _, name, comment in inherited if name not in own_keys]  # the base's, not redeclared
+    redeclared = [name for name in own_keys if name in comment_of]
+    for entry in own:
         if entry[0] == "comment":
             lines.append(f"  # {entry[1]}")
             continue
         key_line(entry[1], entry[2] or comment_of.get(entry[1], ""))
-        later = [e for e in own[i + 1:] if e[0] == "key"]
-        if entry[1] in comment_of and not (later and later[0][1] in comment_of):  # the last of a run of base keys
-            for _, name, comment in inherited:
-                if name not in shown and name not in {e[1] for e in later}:
-                    key_line(name, comment)
-    for name in fields:  # any key the source did not show (a class built without source)
-        if name not in shown:
-            key_line(name, comment_of.get(name, ""))
+        if redeclared and entry[1] == redeclared[-1]:  # the base's other keys beside the ones the class redeclares
+            for name, comment in rest:
+                key_line(name, comment)
+    if not redeclared:
+        for name, comment in rest:
+            key_line(name, comment)
     doc = (inspect.getmodule(keys).__doc__ or "").strip("\n")
     return "\n".join([doc, "", "Keys, with their defaults (a config file or --key=value sets one; a bool also --key):",
                        *lines])

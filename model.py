@@ -34,7 +34,7 @@ import kernels
 
 @dataclass
 class GPTConfig:
-    block_size: int = 1024  # the context length in tokens (RoPE has no table to outgrow; learned pos_emb does)
+    block_size: int = 1024  # the context length in tokens
     vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for speed
     n_layer: int = 12  # transformer blocks
     n_head: int = 12  # query heads

@@ -110,3 +110,22 @@ def test_help_shows_the_source_order_its_comments_and_the_base_keys_after_the_la
 def test_an_unknown_key_points_to_help():
     with pytest.raises(SystemExit, match="unknown key 'step' \\(did you mean 'steps'\\?\\); --help lists the keys"):
         configure(Keys, ["--step=2"])
+
+
+@dataclasses.dataclass
+class Numbers:
+    ints: tuple[int, ...] = (1,)  # whole numbers
+    floats: tuple[float, ...] = (0.5,)  # any numbers
+
+
+@pytest.mark.parametrize("text", ["ints = [1.5]", "ints = [True]", "ints = ['a']", "floats = [True]"])
+def test_a_list_key_takes_only_its_own_items(tmp_path, text):
+    """1.5 is no int and True no number: a config file's list is checked item by item, never coerced."""
+    config = tmp_path / "c.py"
+    config.write_text(text + "\n")
+    with pytest.raises(SystemExit, match="must be a list of"):
+        configure(Numbers, [str(config)])
+
+
+def test_a_float_list_takes_whole_numbers_too():
+    assert configure(Numbers, ["--floats=1,2.5"])[0].floats == (1.0, 2.5)

@@ -19,9 +19,10 @@ continues from ckpt.pt exactly where the run left off (same data, same random nu
 flag changes them). A new run never starts over an existing run's folder unless --overwrite=True, and nothing
 in out_dir changes until the first evaluation, so a command that fails early leaves the folder as it was.
 
-Read top to bottom: the keys -> the schedule and loss spikes -> checking the keys -> the run folder -> the Trainer (build, train_step, check_health, evaluate,
-log_and_save, run) -> main. The training loop waits for the GPU only after the first step, at log steps and
-before evals: each step is queued, and check_health reads the queued steps' losses then.
+Read top to bottom: the keys -> the schedule and loss spikes -> checking the keys -> the run folder -> the
+Trainer (build, train_step, check_health, evaluate, log_and_save, run) -> main. The training loop waits for the GPU
+only after the first step, at log steps and before evals: each step is queued, and check_health reads the queued
+steps' losses then. One optimizer step is common.optimizer_step, which bench.py --train times too.
 """
 
 import ctypes

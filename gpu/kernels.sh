@@ -53,10 +53,6 @@ configs)
         test_kernels.py "${SWEEP[@]}"
     pack kernels-configs
     ;;
--h|--help)
-    usage
-    exit 0
-    ;;
 *)
     usage
     exit 2

@@ -34,6 +34,7 @@ STATUS=0
 usage() {  # the script's header comment, from its second line to the first line that is not a comment
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$SCRIPT"
 }
+case "${1:-}" in -h|--help) usage; exit 0 ;; esac  # every script's --help: its header
 
 start_log() {  # start_log NAME: $LOG is $WORK/NAME/, emptied unless its last run had the same key (the header)
     LOG=$WORK/$1

@@ -82,10 +82,6 @@ pack)
     mapfile -t RUNLOGS < <(find "$ROOT" -name log.jsonl 2>/dev/null | sort)
     pack study "$REPORT" "$ROOT/commands.jsonl" "$ROOT/logs" "${RUNLOGS[@]}"
     ;;
--h|--help)
-    usage
-    exit 0
-    ;;
 *)
     usage
     exit 2

@@ -76,10 +76,6 @@ case "${1:-}" in
             --out_dir="$LOG/sdpa-cudnn"  # the torch attention with cuDNN's SDPA kernels first
         pack throughput-modes
         ;;
-    -h|--help)
-        usage
-        exit 0
-        ;;
     *)
         usage
         exit 2
