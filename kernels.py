@@ -332,7 +332,10 @@ if HAS_TRITON:
                  G, DO, DG, sgb, sgh, sgt, sgd, sob, soh, sot, sod, GATE: tl.constexpr,  # [gate] and outputs dO, dGate
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
         """With Y = O * s (s = sigmoid(gate)) only Y is needed, never O (no division by a small s):
-        dO = dY * s, delta = rowsum(dO * O) = rowsum(dY * Y), dGate = dY * O * s(1 - s) = dY * Y * (1 - s)."""
+        dO = dY * s, delta = rowsum(dO * O) = rowsum(dY * Y), dGate = dY * O * s(1 - s) = dY * Y * (1 - s).
+        In fp16/bf16 the two sides of dP - delta carry different roundings (dO's here, Y's in the forward), so where
+        they should cancel exactly (T = 1: P = 1, dQ = dK = 0) dS is rounding noise, |dS| <= eps * rowsum(|dY * Y|);
+        only O itself (more memory) would remove it. test_kernels.one_token_bounds holds the kernel to that."""
         bh = tl.program_id(1)
         b, h = (bh // H).to(tl.int64), bh % H
         offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
