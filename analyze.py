@@ -25,6 +25,8 @@ batch_size), so a single run's val loss is the one its training log shows for th
 and, when matplotlib is installed, layers.png (per-layer F-Attn, sink share and M-Act of every run), gate_hist.png
 (gate-score histograms), attn_maps.png (a head-averaged attention map per run, as in GA Fig. 2) and curves.png
 (validation loss and F-Attn during training, from each run's log.jsonl); --plot_labels picks the runs they show.
+Beside each run's checkpoint it keeps what it measured there, measured.json and measured.npz: a run whose checkpoint
+is gone (left on a borrowed GPU machine) is read from them instead, if they were taken on the same windows.
 
 --pretrained measures published checkpoints instead (pretrained.py: GPT-2, the gated-attention paper's released
 models, a folder or a hub id), each with its own tokenizer, on --windows windows of --window tokens cut one after
@@ -44,9 +46,9 @@ import torch
 import torch.nn.functional as F
 
 import pretrained
-from common import (CHECKPOINT, LOG, autocast_for, configure, dataset_dir, device_name, fail, load_checkpoint,
-                    markdown_table, pick_device, pyplot, read_jsonl, save_figure)
-from data.shards import bos_token, read_meta, val_batches
+from common import (CHECKPOINT, LOG, MEASURED, autocast_for, configure, dataset_dir, device_name, fail,
+                    load_checkpoint, markdown_table, pick_device, pyplot, read_jsonl, save_figure)
+from data.shards import atomic_write, bos_token, read_meta, val_batches
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD, TRIGGER_KEYS, Probe,
                    attention_maps, describe, layer_mean, summarize, trigger_positions)
 from variants import VARIANTS
@@ -73,6 +75,7 @@ class AnalyzeConfig:
 
 
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
+STORED_GATE_SAMPLE = 20_000  # of those, kept in the run's stored measurement (common.MEASURED): enough for 40 bins
 # what analyze reads from a checkpoint's training config (train.py writes all of them)
 RUN_SETTINGS = ("dataset", "batch_size", "eval_iters", "gradient_accumulation_steps", "learning_rate", "max_iters")
 
@@ -84,6 +87,21 @@ def eval_windows(checkpoint):
                 batch_size=cfg["batch_size"], batches=cfg["eval_iters"], bos=cfg.get("bos", False))
 
 
+def load_windows(windows):
+    """The validation batches [(x, y), ...] that `windows` (eval_windows' dict) describes."""
+    bos = bos_token(windows["data_dir"]) if windows["bos"] else None
+    return val_batches(windows["data_dir"], windows["block_size"], windows["batch_size"], windows["batches"], bos=bos)
+
+
+def windows_id(batches):
+    """A fingerprint of the windows' tokens: two measurements compare only when they were taken on the same windows
+    (the same data, cut the same way), whatever machine or folder the data sat in."""
+    digest = hashlib.sha1()
+    for x, _ in batches:
+        digest.update(x.to(torch.int64).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 def describe_windows(w):
     anchor = ", each starting with <|endoftext|>" if w["bos"] else ""
     return f"{w['batches']} batches x {w['batch_size']} windows of {w['block_size']} tokens of {w['data_dir']}{anchor}"
@@ -92,8 +110,7 @@ def describe_windows(w):
 @torch.no_grad()
 def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     cfg, train_cfg = model.config, checkpoint["config"]
-    bos = bos_token(windows["data_dir"]) if windows["bos"] else None
-    batches = val_batches(windows["data_dir"], windows["block_size"], windows["batch_size"], windows["batches"], bos=bos)
+    batches = load_windows(windows)
     # on a GPU, the precision the run was evaluated in (bf16 autocast by default), so the losses agree; fp32 elsewhere
     ctx, _ = autocast_for(device, train_cfg.get("dtype", "auto") if device.startswith("cuda") else "float32")
     triggers = (read_meta(windows["data_dir"]) or {}).get("triggers")  # the Bigram-Backcopy task's (sink lab)
@@ -114,6 +131,8 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
         "val_loss": float(np.mean(windows_all["val_loss"])),
         "val_loss_logged": checkpoint.get("val_loss"),  # what train.py measured on its own eval windows
         "eval_windows_trained": eval_windows(checkpoint),
+        "train_config": dict(train_cfg),  # how it was trained: a study compares only runs trained alike
+        "windows_id": windows_id(batches),
         **layer_means(layers, windows_all),
         "triggers": triggers,
         "map_tokens": batches[0][0][shown, :map_tokens].tolist(),  # the window the attention maps show
@@ -315,11 +334,17 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     records, scores, maps = [], [], []
     for i, (run_dir, label) in enumerate(zip(run_dirs, labels)):
         path = os.path.join(run_dir, checkpoint)
-        model, ckpt = load_checkpoint(path, device)
-        if "iter_num" not in ckpt or not set(RUN_SETTINGS) <= ckpt.get("config", {}).keys():
-            raise ValueError(f"{path} lacks train.py's run settings {RUN_SETTINGS}: analyze.py reads train.py's checkpoints")
+        stored = None if os.path.isfile(path) else stored_measurement(run_dir, checkpoint)
+        if stored is None:
+            model, ckpt = load_checkpoint(path, device)
+            if "iter_num" not in ckpt or not set(RUN_SETTINGS) <= ckpt.get("config", {}).keys():
+                raise ValueError(f"{path} lacks train.py's run settings {RUN_SETTINGS}: analyze.py reads train.py's "
+                                 "checkpoints")
+            trained = ckpt
+        else:  # what eval_windows reads of a checkpoint, as the measurement kept it
+            trained = {"config": stored[0]["train_config"], "model_args": stored[0]["model"]}
         if i == 0:  # how many windows: the first run's, so one run's val loss matches its own log
-            first = eval_windows(ckpt)
+            first = eval_windows(trained)
             given = batches is not None or batch_size is not None
             batches, batch_size = batches or first["batches"], batch_size or first["batch_size"]
             source = "set by --batches/--batch_size" if given else f"the eval windows run {label!r} was trained with"
@@ -327,16 +352,26 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
                   f"per run ({source})")
             os.makedirs(out_dir, exist_ok=True)
         # each run's own data and block_size (a model cannot read longer windows than it was built for)
-        windows = {**eval_windows(ckpt), "batches": batches, "batch_size": batch_size}
-        record, s, m = analyze_run(run_dir, model, ckpt, device, windows, map_tokens)
-        del model, ckpt
-        record["label"], record["checkpoint"], record["eval_windows"] = label, checkpoint, windows
+        windows = {**eval_windows(trained), "batches": batches, "batch_size": batch_size}
+        if stored is None:
+            record, s, m = analyze_run(run_dir, model, ckpt, device, windows, map_tokens)
+            del model, ckpt
+            record.update(label=label, checkpoint=checkpoint, eval_windows=windows,
+                          measured_on=f"{device_name(device)}, {time.strftime('%Y-%m-%d')}")
+            keep_measurement(run_dir, record, s, m)
+            where = "" if record["val_loss_logged"] is None else f" (val loss in its log: {record['val_loss_logged']:.4f})"
+        else:
+            record, s, m = stored
+            if record["windows_id"] != windows_id(load_windows(windows)):
+                raise ValueError(f"{run_dir}: its {checkpoint} is gone, and the measurement kept of it was taken on "
+                                 f"other windows than {describe_windows(windows)} (other data, or cut otherwise): "
+                                 "train the run again here to compare it with these runs")
+            record.update(label=label, out_dir=run_dir, eval_windows=windows)
+            where = f" (measured earlier, on {record['measured_on']}: its {checkpoint} is gone)"
         records.append(record)
         scores.append(s)
         maps.append(m)
-        logged = record["val_loss_logged"]
-        print(f"{label:>24}: {describe(record)}" +
-              (f" (val loss in its log: {logged:.4f})" if logged is not None else ""))
+        print(f"{label:>24}: {describe(record)}{where}")
     if len({r["eval_windows_trained"]["batch_size"] * r["eval_windows_trained"]["batches"] for r in records}) > 1:
         print("note: the runs were trained with different eval windows (batch_size x eval_iters: " +
               ", ".join(f"{r['label']} {r['eval_windows_trained']['batch_size']}x{r['eval_windows_trained']['batches']}"
@@ -363,6 +398,42 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     with open(os.path.join(out_dir, "summary.json"), "w") as f:  # the per-window arrays are in per_window.npz
         json.dump({**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"} for r in records]}, f, indent=1)
     return summary
+
+
+def keep_measurement(run_dir, record, scores, maps):
+    """Keep what was measured on a run's checkpoint beside it (common.MEASURED): the record as JSON and its arrays
+    (per-window values, a sample of the gate scores, the attention maps) as .npz, each written atomically, the
+    JSON last: where it exists, the arrays do. A study whose checkpoints are gone still has its runs."""
+    base = os.path.join(run_dir, MEASURED)
+    arrays = {f"window/{key}": values for key, values in record["per_window"].items() if values is not None}
+    arrays.update({f"scores/{kind}": values[:STORED_GATE_SAMPLE].astype(np.float16)
+                   for kind, values in (scores or {}).items()})
+    arrays["maps"] = np.stack(maps).astype(np.float16)  # (layers, t, t) probabilities
+    atomic_write(base + ".npz", lambda f: np.savez_compressed(f, **arrays))
+    kept = {key: value for key, value in record.items() if key != "per_window"}
+    atomic_write(base + ".json", lambda f: f.write(json.dumps(kept, indent=1).encode()))
+
+
+def stored_measurement(run_dir, checkpoint):
+    """(record, gate-score sample, attention maps) as keep_measurement kept them for run_dir's `checkpoint`; a
+    ValueError that says what to do where there is none."""
+    base = os.path.join(run_dir, MEASURED)
+    if not os.path.isfile(base + ".json"):
+        raise ValueError(f"no {checkpoint} in {run_dir}, and no measurement kept of it ({MEASURED}.json): train it "
+                         f"first (python train.py --out_dir={run_dir} ...)")
+    with open(base + ".json") as f:
+        record = json.load(f)
+    if record["checkpoint"] != checkpoint:
+        raise ValueError(f"no {checkpoint} in {run_dir}; the measurement kept there is of its {record['checkpoint']}: "
+                         f"ask for that one with --checkpoint={record['checkpoint']}")
+    with np.load(base + ".npz") as arrays:
+        parts = {}
+        for name in arrays.files:  # "window/<key>", "scores/<kind>", "maps"
+            group, _, key = name.partition("/")
+            parts.setdefault(group, {})[key] = arrays[name]
+    record["per_window"] = parts["window"]
+    scores = {kind: values.astype(np.float32) for kind, values in parts.get("scores", {}).items()} or None
+    return record, scores, list(parts["maps"][""].astype(np.float32))
 
 
 def cell(measure, value):
@@ -509,8 +580,8 @@ def main(argv=None):
     for name in ("batches", "batch_size", "map_tokens"):
         if getattr(a, name) is not None and getattr(a, name) < 1:
             fail(f"--{name}={getattr(a, name)} must be at least 1")
-    for run in runs:
-        if not os.path.isfile(os.path.join(run, a.checkpoint)):
+    for run in runs:  # a run's checkpoint, or the measurement kept of it (common.MEASURED)
+        if not os.path.isfile(os.path.join(run, a.checkpoint)) and not os.path.isfile(os.path.join(run, MEASURED + ".json")):
             have = sorted(f for f in os.listdir(run) if f.endswith(".pt")) if os.path.isdir(run) else []
             fail(f"no {a.checkpoint} in {run}: " +
                  (f"it has {', '.join(have)}; choose one with --checkpoint=NAME" if have

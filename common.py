@@ -42,6 +42,11 @@ REPO = os.path.dirname(os.path.abspath(__file__))
 LOG = "log.jsonl"  # one JSON record per evaluation
 CHECKPOINT = "ckpt.pt"  # the latest state: what --init_from=resume continues
 BEST = "best.pt"  # the state with the lowest validation loss
+# What analyze.py and evaluate.py measured on a checkpoint, kept beside it, so that a run whose checkpoint is gone
+# (left on a GPU machine that was given back) can still take its place in a study: a run folder that holds these
+# and its log is a complete record of the run. Used only where the checkpoint itself is absent.
+MEASURED = "measured"  # analyze.py: measured.json (its record of the run) and measured.npz (the per-window arrays)
+EVALUATED = "evaluated.json"  # evaluate.py: its record of the run, with the settings it was measured under
 
 
 def fail(message):

@@ -34,6 +34,12 @@ model runs in float32 on PyTorch's attention. Each difference comes with a 95% t
 same windows with and without the change: paired). Writes summary.json, summary.md and, with matplotlib,
 quant.png, length.png and stream.png to --out_dir (default out-eval/). `repro.py evaluate` runs this on the study's
 checkpoints, and `repro.py report` includes the result.
+
+Each run's record (its entry in summary.json, with the settings it was measured under, the device, the date and the
+checkpoint's iteration) is kept beside its checkpoint as evaluated.json (common.EVALUATED). A run whose checkpoint is
+gone (trained on a GPU machine that was given back with everything on it) is then taken from that record, if it was
+measured under the settings asked for now (summary.json marks it measured_earlier, and summary.md names it); a run
+that has its checkpoint is always measured afresh.
 """
 
 import dataclasses
@@ -48,9 +54,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pretrained
-from common import (CHECKPOINT, configure, dataset_dir, device_name, fail, model_from_checkpoint, pick_device, pyplot,
-                    read_checkpoint, save_figure)
-from data.shards import bos_token, find_shards, read_header, val_batches
+from common import (CHECKPOINT, EVALUATED, configure, dataset_dir, device_name, fail, model_from_checkpoint,
+                    pick_device, pyplot, read_checkpoint, save_figure)
+from data.shards import atomic_write, bos_token, find_shards, read_header, val_batches
 from model import GPT, VALID
 from report import PAPERS_SAY, fmt_interval, headline, table
 from stats import mean_ci
@@ -210,6 +216,55 @@ def evaluate_stream(model, x, y, rows, windows, keeps):
 
 
 # ----------------------------------------------------------------------------
+# A run's record, kept beside its checkpoint (common.EVALUATED), for when the checkpoint is gone
+
+def written(value):
+    """A key's value as it is written on the command line: a list as a,b,c."""
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def run_settings(T, checkpoint, modes, n, batch_size, quant, multiples, scalings, stream_windows, keeps):
+    """What a run's numbers depend on besides its weights, under evaluate.py's key names (so that a message can say
+    how to ask for them again); the stream windows resolved for the run's training length T (default T/8 and T/4),
+    so that asking for the default or for the same windows by name is the same. The device is not among them: it
+    changes the numbers only by rounding, and each record says which it was."""
+    return {"checkpoint": checkpoint, "modes": [m for m in MODES if m in modes], "windows": n,
+            "batch_size": batch_size, "quant": list(quant), "lengths": list(multiples), "rope": list(scalings),
+            "stream_windows": list(stream_windows or (T // 8, T // 4)), "keep_first": list(keeps)}
+
+
+def keep_record(run, record):
+    """Write a run's record (with its "settings") beside its checkpoint, atomically: a kill while writing leaves the
+    previous record whole, never half of one."""
+    atomic_write(os.path.join(run, EVALUATED), lambda f: f.write(json.dumps(record, indent=1).encode()))
+
+
+def stored_record(run, checkpoint, settings_for):
+    """The record kept of a run whose `checkpoint` is gone, to stand in for a measurement: only if it was measured
+    under the settings asked for now, settings_for(T) (run_settings), T being the run's. FileNotFoundError where
+    none is kept, ValueError where it cannot be read or differs, each one line saying what to do."""
+    path = os.path.join(run, EVALUATED)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no {checkpoint} in {run}: train it first (python train.py --out_dir={run} ...)")
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        kept, asked = record["settings"], settings_for(record["T"])
+    except (OSError, ValueError, KeyError, TypeError) as e:  # cut short, or not evaluate.py's
+        raise ValueError(f"no {checkpoint} in {run}, and its {EVALUATED} cannot be read ({type(e).__name__}: {e}): "
+                         f"train the run again (python train.py --out_dir={run} ...)") from None
+    differ = [key for key in asked if kept.get(key) != asked[key]]
+    if differ:
+        raise ValueError(
+            f"no {checkpoint} in {run}, and the record kept of it ({EVALUATED}, measured on {record.get('device')}, "
+            f"{record.get('date')}) was measured under other settings: " +
+            "; ".join(f"{key} {written(kept.get(key))}, asked now {written(asked[key])}" for key in differ) +
+            ". Re-run with " + " ".join(f"--{key}={written(kept.get(key))}" for key in differ) +
+            f" to use it, or train the run again (python train.py --out_dir={run} ...)")
+    return record
+
+
+# ----------------------------------------------------------------------------
 # Models and their windows
 
 def run_windows(checkpoint, n, length):
@@ -229,17 +284,23 @@ def run_windows(checkpoint, n, length):
     return windows, data_dir
 
 
-def load_models(runs, checkpoint_name, names, text_path, window, n, device):
+def load_models(runs, checkpoint_name, names, text_path, window, n, device, settings_for):
     """For each model, train.py runs first, one in memory at a time: (model, T, what it is, windows), T the
     training length the modes take (a run's block_size; --window for a published checkpoint), windows(length)
-    -> ((x, y), where they come from)."""
+    -> ((x, y), where they come from). A run whose checkpoint is gone comes as (None, T, the record kept of it,
+    None): stored_record's, measured under settings_for(T)."""
     for run in runs:
         path = os.path.join(run, checkpoint_name)
+        if not os.path.isfile(path):
+            record = stored_record(run, checkpoint_name, settings_for)
+            yield None, record["T"], dict(record, run=run), None  # the folder where it is now
+            continue
         ckpt = read_checkpoint(path)
         if "dataset" not in ckpt.get("config", {}):
             raise ValueError(f"{path} lacks train.py's settings (its dataset): evaluate.py reads train.py's checkpoints")
         model = model_from_checkpoint(ckpt, path, device, attn_backend="torch")
-        yield model, model.config.block_size, {"run": run, "checkpoint": checkpoint_name}, \
+        yield model, model.config.block_size, {"run": run, "checkpoint": checkpoint_name,
+                                               "iter_num": ckpt.get("iter_num")}, \
             lambda length, c=ckpt: run_windows(c, n, length)
     text_path = text_path or pretrained.SAMPLE_TEXT
     for name in names:
@@ -256,39 +317,59 @@ def load_models(runs, checkpoint_name, names, text_path, window, n, device):
         yield pretrained.load_model(ckpt, device), window, {"pretrained": name, "about": ckpt.about}, windows
 
 
+def measure(model, T, windows, modes, rows, settings, multiples, scalings, stream_windows, keeps):
+    """Each mode asked for on one model: its part of the model's record."""
+    out = {}
+    if "quant" in modes or "stream" in modes:
+        (x, y), out["data"] = windows(T)
+        out["windows"] = x.size(0)
+        if "quant" in modes:
+            out["quant"] = evaluate_quant(model, x, y, rows, settings)
+        if "stream" in modes:  # main() checked the windows against every model's T
+            out["stream"] = evaluate_stream(model, x, y, rows, stream_windows or (T // 8, T // 4), keeps)
+    if "length" in modes:  # main() refused models without RoPE and published checkpoints
+        (x, y), out["data"] = windows(max(multiples) * T)
+        out["length"] = evaluate_length(model, x, y, rows, multiples, scalings)
+        out["length_windows"] = x.size(0)
+    return out
+
+
 def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODES, n=64, batch_size=16,
              settings=("w8a8", "w4a16", "w8a4", "w4a4"), multiples=(1, 2, 4, 8), scalings=("none", "yarn"),
              stream_windows=(), keeps=(0, 1, 4), checkpoint=CHECKPOINT, names=(), text_path="", window=1024):
     """Each mode on each model (train.py runs, then published checkpoints); writes summary.json, summary.md and the
-    plots to out_dir and returns the summary."""
+    plots to out_dir and returns the summary. Each run's record is kept beside its checkpoint (keep_record), and
+    stands in for a run whose checkpoint is gone (stored_record)."""
     device = pick_device(device)
     labels = list(labels or [os.path.basename(os.path.normpath(r)) for r in runs] + list(names))
     if len(labels) != len(runs) + len(names):
         raise ValueError(f"{len(labels)} labels for {len(runs) + len(names)} models")
-    records = []
-    models = load_models(runs, checkpoint, names, text_path, window, n, device)
+
+    def settings_for(T):  # what a run of training length T is measured under here
+        return run_settings(T, checkpoint, modes, n, batch_size, settings, multiples, scalings, stream_windows, keeps)
+    records, here = [], device_name(device)
+    models = load_models(runs, checkpoint, names, text_path, window, n, device, settings_for)
     for label, (model, T, source, windows) in zip(labels, models):
-        start = time.time()
-        record = {"label": label, **source, "T": T, "params": model.num_params(),
-                  "model": dataclasses.asdict(model.config)}
-        if "quant" in modes or "stream" in modes:
-            (x, y), record["data"] = windows(T)
-            record["windows"] = x.size(0)
-            if "quant" in modes:
-                record["quant"] = evaluate_quant(model, x, y, batch_size, settings)
-            if "stream" in modes:  # main() checked the windows against every model's T
-                record["stream"] = evaluate_stream(model, x, y, batch_size, stream_windows or (T // 8, T // 4), keeps)
-        if "length" in modes:  # main() refused models without RoPE and published checkpoints
-            (x, y), record["data"] = windows(max(multiples) * T)
-            record["length"] = evaluate_length(model, x, y, batch_size, multiples, scalings)
-            record["length_windows"] = x.size(0)
-        record["seconds"] = round(time.time() - start, 1)
+        if model is None:  # a run whose checkpoint is gone: the record kept of it, under these settings
+            record = dict(source, label=label, measured_earlier=True)
+            where = f" (measured earlier on {record['device']}, {record['date']}: its {checkpoint} is gone)"
+        else:
+            start = time.time()
+            record = {"label": label, **source, "T": T, "params": model.num_params(),
+                      "model": dataclasses.asdict(model.config), "device": here, "date": time.strftime("%Y-%m-%d")}
+            if "run" in source:
+                record["settings"] = settings_for(T)
+            record.update(measure(model, T, windows, modes, batch_size, settings, multiples, scalings,
+                                  stream_windows, keeps))
+            record["seconds"] = round(time.time() - start, 1)
+            if "run" in source:  # at once, so that a later failure loses no run's numbers
+                keep_record(source["run"], record)
+            where = ""
+            del model
         records.append(record)
         print(f"{label:>24}: " + ", ".join(f"{k} {v:.3f}" for k, v in headline(record).items()) +
-              f" [{record['seconds']:.0f} s]", flush=True)
-        del model
-    summary = {"device": device_name(device), "date": time.strftime("%Y-%m-%d"), "modes": list(modes),
-               "models": records}
+              f" [{record['seconds']:.0f} s]{where}", flush=True)
+    summary = {"device": here, "date": time.strftime("%Y-%m-%d"), "modes": list(modes), "models": records}
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
@@ -306,6 +387,10 @@ def markdown(summary):
     lines = [f"Measured by evaluate.py on {summary['device']}, {summary['date']}. Loss in nats per token, the mean "
              "over windows ± the half-width of its 95% t-interval; Δ: the increase over the same windows unchanged.",
              "", PAPERS_SAY, ""]
+    earlier = [r for r in records if r.get("measured_earlier")]
+    if earlier:
+        lines[1:1] = ["", "Measured earlier, from the record kept of a run whose checkpoint is gone: " +
+                      "; ".join(f"{r['label']} on {r['device']}, {r['date']}" for r in earlier) + "."]
     quant = [r for r in records if "quant" in r]
     if quant:
         settings = [s["setting"].upper() for s in quant[0]["quant"]["settings"]]
@@ -405,11 +490,6 @@ def plot(records, out_dir):
 
 # ----------------------------------------------------------------------------
 
-def written(values):
-    """A list key's value as it is written on the command line: a,b,c."""
-    return ",".join(map(str, values))
-
-
 def main(argv=None):
     a, _ = configure(EvaluateConfig, sys.argv[1:] if argv is None else argv)
     runs, names, labels, modes = list(a.runs), list(a.pretrained), list(a.labels) or None, list(a.modes)
@@ -445,14 +525,17 @@ def main(argv=None):
         fail("the length mode measures train.py's runs; published checkpoints were trained on far longer windows "
              "than --window (leave it out for them: --modes=quant,stream)")
     stream_windows = sorted(set(a.stream_windows))
+
+    def settings_for(T):  # what a run of training length T is measured under (evaluate's run_settings)
+        return run_settings(T, a.checkpoint, modes, a.windows, a.batch_size, a.quant, multiples, scalings,
+                            stream_windows, keeps)
     lengths_T = {}  # each model's training length T, for the stream windows' check
     for run in runs:  # every run's settings before anything is computed, so that a mistake costs no work
         path = os.path.join(run, a.checkpoint)
-        if not os.path.isfile(path):
-            fail(f"no {a.checkpoint} in {run}: train it first (python train.py --out_dir={run} ...)")
-        try:
-            args = read_checkpoint(path)["model_args"]
-        except ValueError as e:
+        try:  # from its checkpoint, or where that is gone from the record kept of it (its model's config)
+            args = read_checkpoint(path)["model_args"] if os.path.isfile(path) else \
+                stored_record(run, a.checkpoint, settings_for)["model"]
+        except (ValueError, FileNotFoundError) as e:
             fail(e)
         if args.get("rope_scaling", "none") != "none" or args.get("attn_window") is not None:
             fail(f"{run} was trained with rope_scaling={args.get('rope_scaling')!r}, attn_window="

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from common import markdown_table, pyplot, save_figure
+from common import EVALUATED, markdown_table, pyplot, save_figure
 from data.shards import get_tokenizer, read_meta
 from probe import MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD
 from stats import RULE, mean_ci
@@ -141,10 +141,11 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
                   "steps on a CPU). It concludes nothing about the papers' claims; the tables below are here only so "
                   "that the pipeline can be checked.**", ""]
     lines += [
-        f"Device: {result['device']}. Date: {result['date']}. Runs: `{root}/<variant>/seed<N>/`, "
+        f"{measured_on(result)} Runs: `{root}/<variant>/seed<N>/`, "
         f"{'–'.join(map(str, seeds))} seed(s) per variant, each {m['n_layer']} layers, {m['n_embd']} wide, "
         f"{m['n_head']} heads, T={m['block_size']}, qk_norm={m.get('qk_norm')}, "
-        f"{fmt_tokens(first['tokens'])} training tokens. Every measurement below comes from the runs' `ckpt.pt`, on "
+        f"{fmt_tokens(first['tokens'])} training tokens. Every measurement below comes from the runs' `ckpt.pt` (or, "
+        f"where a run's checkpoint is gone, from what analyze.py measured on it then, kept beside its log), on "
         f"the same {val['batches'] * val['batch_size']:,} validation windows ({val['batches']} x {val['batch_size']}, "
         f"{fmt_tokens(val['batches'] * val['batch_size'] * windows['block_size'])} tokens"
         f"{', each starting with <|endoftext|>' if windows['bos'] else ''}; {val['source']})."]
@@ -170,6 +171,15 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
     if plots:
         lines += ["## Plots", ""] + [f"{PLOT_TEXT.get(p, p)}\n\n![{p}]({p})\n" for p in plots]
     return "\n".join(lines)
+
+
+def measured_on(result):
+    """Where and when the runs were measured: 'Device: D. Date: Y.' when all at once, else each place with its runs."""
+    places = result.get("measured_on") or {f"{result['device']}, {result['date']}": len(result["runs"])}
+    if len(places) == 1:
+        device, _, date = next(iter(places)).rpartition(", ")
+        return f"Device: {device}. Date: {date}."
+    return "Measured on " + "; ".join(f"{p} ({n} run{'s' * (n > 1)})" for p, n in places.items()) + "."
 
 
 def claims_section(claims):
@@ -394,7 +404,11 @@ def evaluate_section(report_dir, root, trained):
     for r in evaluations["models"]:
         by.setdefault(r["label"].rsplit("/seed", 1)[0], []).append(headline(r))
         ckpt = os.path.join(r.get("run", ""), r.get("checkpoint", ""))
-        if not os.path.isfile(ckpt) or os.path.getmtime(ckpt) > os.path.getmtime(os.path.join(folder, "summary.json")):
+        if os.path.isfile(ckpt):  # trained again since?
+            changed = os.path.getmtime(ckpt) > os.path.getmtime(os.path.join(folder, "summary.json"))
+        else:  # gone: evaluate.py read the run from what it kept of the checkpoint, if it kept anything
+            changed = not os.path.isfile(os.path.join(r.get("run", ""), EVALUATED))
+        if changed:
             stale.append(r["label"])
     columns = list(dict.fromkeys(k for rows in by.values() for row in rows for k in row))
     lines = ["", "## Downstream consequences (evaluate.py)", "",
@@ -403,6 +417,10 @@ def evaluate_section(report_dir, root, trained):
              "Here: the mean over seeds ± the half-width of its 95% t-interval. Δ: the loss increase (nats) with W-bit "
              "weights and A-bit activations, or a sliding window of w keys that keeps the first k positions, over the "
              "same windows unchanged; a RoPE column: the loss of the last positions of the longest windows.", ""]
+    earlier = [f"{r['label']} on {r['device']}, {r['date']}" for r in evaluations["models"] if r.get("measured_earlier")]
+    if earlier:
+        lines += ["Measured in an earlier session, from the record kept of each run whose checkpoint is gone: " +
+                  "; ".join(earlier) + ".", ""]
     if stale:
         lines += [f"**Out of date: the checkpoints of {', '.join(stale)} changed (or are gone from {root}/) since they "
                   "were evaluated; run `python repro.py evaluate` again.**", ""]

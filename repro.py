@@ -23,8 +23,9 @@ one-model-each part, `sweep` its learning-rate sweep, and any other name of vari
 that variant too. After `train`, NAME:N gives each variant NAME names N seeds instead of --seeds' number (baseline:2,
 models:3). The runs start in the order named (a variant's seeds one after another), so name first what matters
 most. --seeds=N trains each variant with N seeds, the config's seed, +1, ...: the seed changes the initialisation and
-the order of the training data. --parallel=K runs K trainings side by side on the one device (a small model leaves
-most of an H100 idle: two side by side finished in about the time of one); each run's output then goes to
+the order of the training data. --parallel=K runs K trainings side by side on the one device, which pays only where
+one run leaves it idle (on a 2-core CPU, the sink lab's tiny runs; not config/repro.py's model on an H100 or H200,
+where two side by side each took twice as long as one alone); each run's output then goes to
 <root>/logs/<variant>-seed<N>.txt. --budget_min=M starts no run that would end, by the time estimate below, more
 than M minutes after `train` began: for a GPU available for a fixed time, the runs that fit are whole and the report
 can follow; the runs left out are listed, and the same command trains them later. --config=FILE is applied after the
@@ -55,6 +56,14 @@ Before it starts, `train` prints an estimate of the time it will take (from the 
 this --parallel, or from the model's FLOPs on a GPU it knows); --budget_min uses the same estimate, updated as runs
 end.
 
+A study can grow over several sessions on a borrowed GPU, whose checkpoints go back with the machine. `report` keeps
+what it needs of each run in <report_dir>/runs/<variant>/seed<N>/: its log.jsonl, what analyze.py and evaluate.py
+measured on its checkpoint (measured.json, measured.npz, evaluated.json) and its command, small files to commit with
+the report. `train` puts each kept run that <root> lacks back there, if it was trained with the same settings (it is
+then finished, and skipped), and analyze.py and evaluate.py read a run whose checkpoint is gone from what they kept
+of it. So the next session trains only the runs still missing, and its report covers them all; it refuses runs that
+were not trained alike, or measured on other validation windows.
+
 This file is the scheduler: its keys, the studies and their claims, the steps (list, prepare, train, evaluate,
 report) and main. report.py renders REPORT.md and the study's figures; stats.py decides the claims.
 """
@@ -75,10 +84,10 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from common import (CHECKPOINT, LOG, configure, dataset_dir, fail, flops_per_token, peak_flops, read_jsonl,
-                    run_config_file, usage)
+from common import (CHECKPOINT, EVALUATED, LOG, MEASURED, configure, dataset_dir, fail, flops_per_token, peak_flops,
+                    read_jsonl, run_config_file, usage)
 from data import ON_FIRST_USE, prepare_on_first_use
-from data.shards import find_shards
+from data.shards import atomic_write, find_shards
 from model import GPT, GPTConfig
 from probe import MEASURE, MEASURES
 from report import (EVALUATE_DIR, UNTRAINED_GATE, evaluate_section, over_seeds, plot_headline, plot_sweep,
@@ -107,6 +116,9 @@ SET_BY_REPRO = ("out_dir", "init_from", "seed")  # train.py keys that repro.py d
 SET_FOR_EVALUATE = ("runs", "labels", "out_dir", "pretrained")  # evaluate.py keys that repro.py decides
 COMMANDS = "commands.jsonl"  # under the root: every train.py command run, with its exit code and time
 ANALYSIS_DIR = "analysis"  # under the root: analyze.py's measurements of every run, for the report
+RUNS_DIR = "runs"  # under the report: what it keeps of each run (KEPT and COMMAND), without the checkpoints
+KEPT = (LOG, MEASURED + ".json", MEASURED + ".npz", EVALUATED)  # a run's log and the measurements of its checkpoint
+COMMAND = "command.json"  # kept beside them: the run's record in commands.jsonl
 
 # The papers' claims, each decided by stats.RULE: (claim, reference, variant, measure (a key of probe.MEASURE), the
 # paper's direction: -1 when the paper finds the variant's value below the reference's, +1 above). The reference None
@@ -419,16 +431,90 @@ def wait_for_one(running):
 # Evaluate: evaluate.py on the checkpoints trained so far
 
 def trained_runs(root, order=STUDY):
-    """(variant, seed) of every run with a checkpoint under root: in the study's order (its variants), then the
-    other variants."""
+    """(variant, seed) of every run under root with a checkpoint, or with the measurements analyze.py kept of its
+    checkpoint when that is gone: in the study's order (its variants), then the other variants."""
     runs = []
     for v in list(order) + [v for v in VARIANTS if v not in order]:
         folder = os.path.join(root, v)
         names = os.listdir(folder) if os.path.isdir(folder) else []
-        seeds = sorted(int(n[4:]) for n in names if n.startswith("seed") and n[4:].isdigit()
-                       and os.path.isfile(os.path.join(folder, n, CHECKPOINT)))
+        seeds = sorted(int(n[4:]) for n in names if n.startswith("seed") and n[4:].isdigit() and any(
+            os.path.isfile(os.path.join(folder, n, f)) for f in (CHECKPOINT, MEASURED + ".json")))
         runs += [(v, seed) for seed in seeds]
     return runs
+
+
+# -----------------------------------------------------------------------------
+# A study over several sessions: a borrowed GPU machine goes back with the checkpoints on it, so the report keeps
+# what it needs of each run (its log, analyze.py's and evaluate.py's measurements of its checkpoint, its command) in
+# <report_dir>/runs/, small files committed with the report; `train` puts them back on the next machine.
+
+def differences(settings, config, variant):
+    """The study's settings in which a run's training config differs, as 'key=theirs (here: ours)' words, leaving
+    out what the variant sets itself and what repro.py sets for each run."""
+    own = set(VARIANTS[variant].all_flags) | set(SET_BY_REPRO)
+    same = lambda a, b: json.dumps(a) == json.dumps(b)  # noqa: E731 (as JSON keeps them: a tuple is a list)
+    return [f"{k}={config.get(k)!r} (here: {v!r})" for k, v in settings.items() if k not in own
+            and not same(config.get(k), v)]
+
+
+def keep_runs(root, report_dir, runs, commands):
+    """Copy what the report needs of each run (KEPT, and its command as COMMAND) to <report_dir>/runs/<variant>/
+    seed<N>/, each file atomically."""
+    for v, seed in runs:
+        source, kept = run_dir(root, v, seed), run_dir(os.path.join(report_dir, RUNS_DIR), v, seed)
+        for name in KEPT:
+            if os.path.isfile(os.path.join(source, name)):
+                with open(os.path.join(source, name), "rb") as f:
+                    data = f.read()
+                atomic_write(os.path.join(kept, name), lambda f, data=data: f.write(data))
+        if (v, seed) in commands:
+            text = json.dumps(commands[(v, seed)]).encode()
+            atomic_write(os.path.join(kept, COMMAND), lambda f, text=text: f.write(text))
+
+
+def restore_runs(root, report_dir, settings):
+    """Put back under root each run kept in <report_dir>/runs/ that root lacks, if it was trained with these
+    settings: it then counts as trained (its measurements stand for its checkpoint) and finished (its log reaches
+    max_iters), and its command joins commands.jsonl. A kept run trained otherwise is named and left out."""
+    kept = os.path.join(report_dir, RUNS_DIR)
+    restored = []
+    for v, seed in trained_runs(kept):
+        source, target = run_dir(kept, v, seed), run_dir(root, v, seed)
+        if os.path.exists(target):
+            continue
+        with open(os.path.join(source, MEASURED + ".json")) as f:
+            off = differences(settings, json.load(f)["train_config"], v)
+        log = read_jsonl(os.path.join(source, LOG))
+        reached, wanted = (log[-1].get("iter", 0) if log else 0), settings.get("max_iters", 0)
+        if off or reached < wanted:  # an unfinished run cannot resume without its checkpoint: it trains again
+            why = f"it was trained with {', '.join(off)}" if off else f"its log ends at iter {reached} of {wanted}"
+            print(f"=== {v} seed {seed}, kept in {kept}/, not restored: {why}")
+            continue
+        partial = target + ".restoring"  # copied whole, then renamed: a run is back entirely or not at all
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(source, partial)
+        if os.path.isfile(os.path.join(partial, COMMAND)):
+            with open(os.path.join(partial, COMMAND)) as f, open(os.path.join(root, COMMANDS), "a") as out:
+                out.write(json.dumps(json.load(f)) + "\n")
+        os.replace(partial, target)
+        restored.append(f"{v} seed {seed}")
+    if restored:
+        print(f"=== measured in an earlier session, restored from {kept}/ (their checkpoints are not here): "
+              f"{', '.join(restored)}", flush=True)
+
+
+def unalike(records, names):
+    """The study settings (names) in which the analyzed runs (records, with their train_config) differ beyond what
+    their variants set: 'key: value (runs); value (runs)' for each."""
+    out = []
+    for key in names:
+        values = {}
+        for r in records:
+            if key not in VARIANTS[r["variant"]].all_flags and key not in SET_BY_REPRO:
+                values.setdefault(json.dumps(r["train_config"].get(key)), []).append(f"{r['variant']} seed {r['seed']}")
+        if len(values) > 1:
+            out.append(f"{key}: " + "; ".join(f"{value} ({', '.join(runs)})" for value, runs in values.items()))
+    return out
 
 
 def evaluate_runs(root, report_dir, names, passed, study=STUDIES["repro"]):
@@ -471,14 +557,21 @@ def analyze_runs(root, runs):
     return summary, windows
 
 
-def report(root, out_dir, tiny, report_command, study=STUDIES["repro"]):
+def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings=()):
+    """The report of every trained run under root, into out_dir; settings: the names of the study's settings, in
+    which its runs must not differ beyond what their variants set."""
     runs = trained_runs(root, study.variants)
     if not runs:
         fail(f"no trained runs under {root}/: run `python repro.py train all --study={study.name}"
              f"{' --tiny' if tiny else ''}` first")
     os.makedirs(out_dir, exist_ok=True)
     summary, per_window = analyze_runs(root, runs)
+    off = unalike([{**r, "variant": v, "seed": s} for (v, s), r in zip(runs, summary["runs"])], settings)
+    if off:
+        fail(f"the runs under {root}/ were not trained alike, so the report cannot compare them: {' | '.join(off)}; "
+             f"move the runs of one setting elsewhere (or report them with --root), and train the others again")
     commands = {(c["variant"], c.get("seed")): c for c in read_jsonl(os.path.join(root, COMMANDS))}
+    keep_runs(root, out_dir, runs, commands)
     records, windows = [], {}
     for (v, seed), r, w in zip(runs, summary["runs"], per_window):
         cmd = commands.get((v, seed))
@@ -487,7 +580,7 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"]):
                         "max_iters": r["max_iters"], "nonfinite_steps": r["nonfinite_steps"], "params": r["params"],
                         "model": r["model"], "flags": VARIANTS[v].all_flags, "layers": r["layers"],
                         "command": cmd and cmd["command"], "exit_code": cmd and cmd["exit_code"],
-                        "device": summary["device"], "date": summary["date"], "tiny": tiny,
+                        "measured_on": r.get("measured_on"), "tiny": tiny,
                         **{m.key: r.get(m.key) for m in MEASURES if m.mechanism}})
         windows.setdefault(v, []).append(w)
     by = {}
@@ -497,7 +590,11 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"]):
                 for v, rs in by.items()}
     claims = [claim_result(*c, windows, variants) for c in study.claims]
     sweep = sweep_rows(by, windows) if study.name == "repro" else []  # the learning-rate sweep is the GPU study's
-    result = {"device": summary["device"], "date": summary["date"], "validation": summary["validation"],
+    places = {}  # where each run was measured: here and now, or in an earlier session (its checkpoint gone)
+    for r in records:
+        places[r["measured_on"]] = places.get(r["measured_on"], 0) + 1
+    result = {"device": summary["device"], "date": summary["date"], "measured_on": places,
+              "validation": summary["validation"],
               "rule": RULE, "claims": claims, "sweep": sweep, "variants": variants, "runs": records}
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -634,11 +731,13 @@ def main(argv):
                 fail(f"{w}: repro.py sets --out_dir (<root>/<variant>/seed<N>, see --root), --seed (see --seeds) "
                      "and --init_from (resume when the folder holds a checkpoint) for every run")
         settings = study_settings(keys, passed)
+        restore_runs(root, report_dir, settings)
         train(chosen_runs(names, keys.seeds, settings.get("seed", 1337), study), root, keys, passed, settings)
     elif step == "evaluate":
         evaluate_runs(root, report_dir, names, passed, study)
     else:
-        report(root, report_dir, keys.tiny, shlex.join(tool_command("repro.py", argv)), study)
+        report(root, report_dir, keys.tiny, shlex.join(tool_command("repro.py", argv)), study,
+               list(study_settings(keys, [])))
 
 
 if __name__ == "__main__":

@@ -184,6 +184,41 @@ def test_analyze_uses_the_runs_own_eval_windows(trained_run, dataset, tmp_path, 
     assert summary["checkpoint"] == "best.pt" and summary["runs"][0]["val_loss"] == pytest.approx(best["val_loss"], rel=1e-5)
 
 
+def test_a_run_whose_checkpoint_is_gone_is_read_from_what_was_measured_on_it(trained_run, tmp_path, capsys):
+    """analyze.py keeps what it measured beside the checkpoint (measured.json, measured.npz). With the checkpoint
+    gone (a GPU machine given back), the run is read from them: the same numbers, per-window values, gate scores and
+    maps, said to be measured earlier; on other windows, or for another checkpoint, it is refused with what to do."""
+    kept = tmp_path / "kept"
+    shutil.copytree(trained_run, kept, ignore=shutil.ignore_patterns("measured.*"))
+    fresh = analyze.analyze([str(kept)], out_dir=str(tmp_path / "fresh"), device="cpu")["runs"][0]
+    assert os.path.isfile(kept / "measured.json") and os.path.isfile(kept / "measured.npz")
+    for name in ("ckpt.pt", "best.pt"):
+        os.remove(kept / name)
+    capsys.readouterr()
+    summary = analyze.analyze([str(kept), trained_run], labels=["kept", "here"], out_dir=str(tmp_path / "again"),
+                              device="cpu")
+    again, here = summary["runs"]
+    for key in [m.key for m in MEASURES] + ["layers", "heads", "windows_id", "tokens", "iter", "val_loss_logged"]:
+        assert again[key] == fresh[key], key
+    for key, values in fresh["per_window"].items():
+        assert values is None and key not in again["per_window"] or np.array_equal(again["per_window"][key], values)
+    assert here["val_loss"] == fresh["val_loss"]  # the kept run's windows served the run measured now
+    out = capsys.readouterr().out
+    assert "kept: val loss" in out and "measured earlier, on CPU" in out and "ckpt.pt is gone" in out
+    with np.load(tmp_path / "again" / "per_window.npz") as arrays:
+        assert np.array_equal(arrays["0/val_loss"], fresh["per_window"]["val_loss"])
+    record, scores, maps = analyze.stored_measurement(str(kept), "ckpt.pt")
+    every = 2 * 4 * 32 * 32  # 2 batches x 4 windows x 32 positions x 32 channels (elementwise G1, one layer)
+    assert scores["all"].size == min(every, analyze.STORED_GATE_SAMPLE) and 0 <= scores["all"].min() <= scores["all"].max() <= 1
+    assert len(maps) == record["model"]["n_layer"] and np.allclose([m.sum(-1) for m in maps], 1, atol=1e-2)  # rows of P
+
+    with pytest.raises(ValueError, match="measurement kept there is of its ckpt.pt: ask for that one with "
+                                         "--checkpoint=ckpt.pt"):
+        analyze.analyze([str(kept)], out_dir=str(tmp_path / "best"), device="cpu", checkpoint="best.pt")
+    with pytest.raises(ValueError, match="taken on other windows than 1 batches x 4 windows.*train the run again"):
+        analyze.analyze([str(kept)], out_dir=str(tmp_path / "other"), device="cpu", batches=1)
+
+
 def test_analyze_cli_errors(tmp_path, trained_run):
     # as a user sees it: one line, no traceback
     result = subprocess.run([sys.executable, os.path.join(REPO, "analyze.py"), f"--runs={tmp_path / 'nothing'}"],

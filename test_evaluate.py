@@ -4,6 +4,7 @@ changed (16 bits, a factor of 1, a window that cuts nothing), and the script end
 import dataclasses
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -207,3 +208,120 @@ def test_a_missing_run_or_model_is_named(tmp_path):
         evaluate.main(["--runs=nowhere"])
     with pytest.raises(SystemExit, match="name the models"):
         evaluate.main([])
+
+
+# ----------------------------------------------------------------------------
+# A run's record, kept beside its checkpoint, for when the checkpoint is gone
+
+SMALL = ["--device=cpu", "--windows=4", "--batch_size=4", "--quant=w8a8,w4a4", "--lengths=1,2", "--rope=none,yarn",
+         "--keep_first=0,4"]  # every mode, quickly; the stream windows left to their default, T/8 and T/4
+
+
+@pytest.fixture(scope="module")
+def evaluated(two_runs, tmp_path_factory):
+    """Copies of the two runs evaluated once; then base's checkpoint is gone, as a run trained on a GPU machine that
+    was given back: (root, the summary of that first evaluation)."""
+    root = tmp_path_factory.mktemp("evaluated")
+    for run in ("base", "g1"):
+        shutil.copytree(os.path.join(two_runs, run), root / run)
+    evaluate.main([f"--runs={root}/base,{root}/g1", *SMALL, f"--out_dir={root}/out"])
+    os.remove(root / "base" / "ckpt.pt")
+    return root, json.loads((root / "out" / "summary.json").read_text())
+
+
+def kept(run):
+    return json.loads((run / evaluate.EVALUATED).read_text())
+
+
+def test_each_run_keeps_its_record_with_what_it_was_measured_under(evaluated):
+    root, summary = evaluated
+    for record in summary["models"]:
+        assert kept(root / record["label"]) == record  # the numbers, and all else, as in summary.json
+        assert record["settings"] == {"checkpoint": "ckpt.pt", "modes": ["quant", "length", "stream"], "windows": 4,
+                                      "batch_size": 4, "quant": ["w8a8", "w4a4"], "lengths": [1, 2],
+                                      "rope": ["none", "yarn"], "stream_windows": [4, 8], "keep_first": [0, 4]}
+        assert record["iter_num"] == 10 and record["model"]["block_size"] == record["T"] == 32
+        assert (record["device"], record["date"]) == (summary["device"], summary["date"])
+
+
+def test_a_run_whose_checkpoint_is_gone_is_its_kept_record(evaluated, tmp_path, capsys):
+    """The same settings (the default stream windows named, in another order): base's numbers exactly as measured
+    then, under its new label, saying where they come from; g1, which has its checkpoint, measured again."""
+    root, first = evaluated
+    before = kept(root / "base")
+    evaluate.main([f"--runs={root}/base,{root}/g1", "--labels=b,g", *SMALL, "--stream_windows=8,4",
+                   f"--out_dir={tmp_path}"])
+    lines = {line.split(":")[0].strip(): line for line in capsys.readouterr().out.splitlines() if ": " in line}
+    again = json.loads((tmp_path / "summary.json").read_text())
+    base, g1 = again["models"]
+    assert base == dict(first["models"][0], label="b", measured_earlier=True)
+    assert kept(root / "base") == before  # read, not written again
+    assert f"(measured earlier on {before['device']}, {before['date']}: its ckpt.pt is gone)" in lines["b"]
+    assert f"Measured earlier, from the record kept of a run whose checkpoint is gone: b on {before['device']}, " \
+           f"{before['date']}." in (tmp_path / "summary.md").read_text()
+    assert "Measured earlier" not in (root / "out" / "summary.md").read_text()
+    assert "measured earlier" not in lines["g"] and kept(root / "g1") == g1  # measured here, and kept again
+    assert report.headline(g1) == pytest.approx(report.headline(first["models"][1]), abs=1e-6)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--quant=w4a4"], "base, and the record kept of it (evaluated.json, measured on CPU"),
+    (["--quant=w4a4"], "measured under other settings: quant w8a8,w4a4, asked now w4a4. Re-run with --quant=w8a8,w4a4 "
+                       "to use it, or train the run again (python train.py --out_dir="),
+    (["--windows=3", "--modes=quant,stream"],
+     "modes quant,length,stream, asked now quant,stream; windows 4, asked now 3. Re-run with "
+     "--modes=quant,length,stream --windows=4 to use it"),
+    (["--stream_windows=2"], "stream_windows 4,8, asked now 2. Re-run with --stream_windows=4,8"),
+    (["--checkpoint=best.pt"], "checkpoint ckpt.pt, asked now best.pt. Re-run with --checkpoint=ckpt.pt"),
+])
+def test_a_kept_record_measured_otherwise_is_refused_in_one_line(evaluated, tmp_path, argv, words):
+    """Named: the run, each setting that differs, and the settings to ask for; before any run is measured (g1, which
+    has its checkpoint, comes first)."""
+    root, _ = evaluated
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        evaluate.main([f"--runs={root}/g1,{root}/base", *SMALL, *argv, f"--out_dir={out}"])
+    message = str(e.value)
+    checkpoint, run = ("best.pt", "g1") if "--checkpoint=best.pt" in argv else ("ckpt.pt", "base")  # g1 has no best.pt
+    assert message.startswith(f"error: no {checkpoint} in {root}/{run}, ")
+    assert words in message and "\n" not in message, message
+    assert not out.exists()
+
+
+def test_a_kept_record_is_checked_like_a_checkpoint(evaluated, tmp_path):
+    """main() refuses what it cannot measure from the kept record's model, as from a checkpoint's."""
+    root, _ = evaluated
+    shutil.copytree(root / "base", tmp_path / "base")
+    record = kept(tmp_path / "base")
+    record["model"]["attn_window"] = 8
+    (tmp_path / "base" / evaluate.EVALUATED).write_text(json.dumps(record))
+    with pytest.raises(SystemExit, match="attn_window=8: evaluate.py measures models trained with plain RoPE"):
+        evaluate.main([f"--runs={tmp_path}/base", *SMALL, f"--out_dir={tmp_path}/out"])
+    (tmp_path / "base" / evaluate.EVALUATED).write_text('{"label": "base", "T"')  # cut short
+    with pytest.raises(SystemExit, match="its evaluated.json cannot be read .*: train the run again"):
+        evaluate.main([f"--runs={tmp_path}/base", *SMALL, f"--out_dir={tmp_path}/out"])
+
+
+def test_a_run_with_its_checkpoint_is_measured_again_whatever_it_kept(evaluated, tmp_path):
+    root, _ = evaluated
+    shutil.copytree(root / "g1", tmp_path / "g1")
+    evaluate.main([f"--runs={tmp_path}/g1", "--device=cpu", "--windows=2", "--modes=quant", "--quant=w4a16",
+                   f"--out_dir={tmp_path}/out"])
+    record = json.loads((tmp_path / "out" / "summary.json").read_text())["models"][0]
+    assert [s["setting"] for s in record["quant"]["settings"]] == ["w4a16"] and record["windows"] == 2
+    assert kept(tmp_path / "g1") == record and record["settings"]["modes"] == ["quant"]  # replaced
+
+
+def test_a_run_with_neither_checkpoint_nor_record_is_to_be_trained(dataset, tmp_path):
+    make_run(str(tmp_path / "r"), dataset)
+    os.remove(tmp_path / "r" / "ckpt.pt")
+    with pytest.raises(SystemExit, match=f"no ckpt.pt in {tmp_path}/r: train it first"):
+        evaluate.main([f"--runs={tmp_path}/r", "--device=cpu"])
+
+
+def test_a_record_is_written_whole_or_not_at_all(tmp_path):
+    """A write that fails half-way (here: a value JSON cannot hold) leaves the record before it, and no stray file."""
+    evaluate.keep_record(str(tmp_path), {"label": "r", "T": 32})
+    with pytest.raises(TypeError):
+        evaluate.keep_record(str(tmp_path), {"label": "r", "T": 32, "bad": {1, 2}})
+    assert kept(tmp_path) == {"label": "r", "T": 32} and os.listdir(tmp_path) == [evaluate.EVALUATED]

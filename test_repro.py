@@ -9,6 +9,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from variants import MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
 REPO = os.path.dirname(os.path.abspath(__file__))
 
 
-def test_repro_pipeline_tiny(tmp_path, dataset):
+def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     """The study's commands end to end at toy size: two variants x two seeds, two runs side by side; the same
     command again (everything finished: skipped); an interrupted run resumed; the report with its verdicts."""
     root, env = str(tmp_path / "runs"), {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -52,6 +53,7 @@ def test_repro_pipeline_tiny(tmp_path, dataset):
     open(log, "w").writelines(lines[:-1])
     third = subprocess.run(cmd + study, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert third.stdout.count("skipped") == 3 and "resuming the run" in third.stdout and "nothing to do" in third.stdout
+    open(log, "w").writelines(lines)  # (the checkpoint was at its last step: nothing was logged again)
 
     # commands.jsonl: exactly the commands that ran, as printed before each
     commands = [json.loads(line) for line in open(os.path.join(root, "commands.jsonl"))]
@@ -128,6 +130,44 @@ def test_repro_pipeline_tiny(tmp_path, dataset):
     assert "| variant | seeds | W4A4 Δ | none 2x [32, 64) | yarn 2x [32, 64) | w=8 keep 0 Δ | w=8 keep 1 Δ |" in section
     assert "| baseline | 2 | " in section and "| g1_elementwise | 2 | " in section and "Out of date" not in section
     assert "](evaluate/summary.md)" in section and "GA Table 5" in section
+
+    # A study over several sessions (a borrowed GPU goes back with the checkpoints): the report kept each run's log,
+    # measurements and command; `train` on a machine without the runs restores them, and the same evaluate and
+    # report there give the same numbers from the kept measurements alone.
+    kept = os.path.join(root, "report", "runs")
+    for v, s in runs:
+        assert sorted(os.listdir(os.path.join(kept, v, f"seed{s}"))) == \
+            ["command.json", "evaluated.json", "log.jsonl", "measured.json", "measured.npz"]
+    elsewhere, report2 = str(tmp_path / "elsewhere"), str(tmp_path / "report2")
+    train_elsewhere = [*study[:-len(extra) - 1], f"--root={elsewhere}", f"--report_dir={os.path.join(root, 'report')}"]
+    restored = subprocess.run(cmd + train_elsewhere + extra, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert "restored from" in restored.stdout and "baseline seed 1337, baseline seed 1338" in restored.stdout
+    assert restored.stdout.count("skipped") == 4 and "nothing to train" in restored.stdout, restored.stdout
+    assert not glob.glob(os.path.join(elsewhere, "*", "*", "*.pt"))
+    assert sorted((c["variant"], c["seed"]) for c in read_commands(elsewhere)) == runs
+    for step in (["evaluate", "--windows=4", "--quant=w4a4", "--lengths=1,2", "--keep_first=0,1"], ["report"]):
+        done = subprocess.run(cmd + step + ["--tiny", f"--root={elsewhere}", f"--report_dir={report2}"],
+                              capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert done.returncode == 0 and "measured earlier" in done.stdout, done.stdout + done.stderr
+    again = json.load(open(os.path.join(report2, "summary.json")))
+    assert again["claims"] == result["claims"] and again["variants"] == result["variants"]
+    assert [json.load(open(os.path.join(report2, "evaluate", "summary.json")))["models"][i]["quant"] for i in (0, 3)] \
+        == [json.load(open(os.path.join(root, "report", "evaluate", "summary.json")))["models"][i]["quant"] for i in (0, 3)]
+    text2 = open(os.path.join(report2, "REPORT.md")).read()
+    assert "Out of date" not in text2 and "Not evaluated" not in text2 and f"`{commands[4]['command']}`" in text2
+    assert "Measured in an earlier session, from the record kept of each run whose checkpoint is gone: " \
+        "baseline/seed1337 on CPU" in text2
+    # not restored: a kept run trained otherwise (it would be compared with runs it is not like), and one whose log
+    # ends short of max_iters (it cannot resume without its checkpoint, so it trains again)
+    settings = repro.study_settings(repro.Keys(tiny=True), extra)
+    repro.restore_runs(str(tmp_path / "third"), os.path.join(root, "report"), {**settings, "weight_decay": 0.5})
+    assert not os.path.exists(tmp_path / "third") and "trained with weight_decay=0.1 (here: 0.5)" in capsys.readouterr().out
+    short = os.path.join(tmp_path, "short", "runs", "baseline", "seed1337")
+    shutil.copytree(os.path.join(kept, "baseline", "seed1337"), short)
+    open(os.path.join(short, "log.jsonl"), "w").writelines(lines[:-1])
+    repro.restore_runs(str(tmp_path / "third"), os.path.join(tmp_path, "short"), settings)
+    assert not os.path.exists(tmp_path / "third") and "its log ends at iter 3 of 6" in capsys.readouterr().out
+
     ckpt = os.path.join(root, "baseline", "seed1338", "ckpt.pt")  # trained again after its evaluation
     os.utime(ckpt, (time.time() + 60, time.time() + 60))
     assert "Out of date: the checkpoints of baseline/seed1338 changed" in report.evaluate_section(
@@ -137,6 +177,25 @@ def test_repro_pipeline_tiny(tmp_path, dataset):
     json.dump({**summary, "models": summary["models"][:2]}, open(evaluated, "w"))
     assert "Not evaluated: g1_elementwise/seed1337, g1_elementwise/seed1338" in report.evaluate_section(
         os.path.join(root, "report"), root, runs)
+
+
+def read_commands(root):
+    return [json.loads(line) for line in open(os.path.join(root, "commands.jsonl"))]
+
+
+def test_a_report_refuses_runs_not_trained_alike():
+    """Runs that differ in a study setting their variants do not set cannot be compared: each setting is named with
+    its values and runs. The variant's own flags (a sweep's learning rate) and the seed may differ."""
+    def run(variant, seed, **config):
+        return {"variant": variant, "seed": seed, "train_config": {"weight_decay": 0.1, "max_iters": 100,
+                                                                   "learning_rate": 3e-3, "seed": seed, **config}}
+    names = ["weight_decay", "max_iters", "learning_rate", "seed"]
+    alike = [run("baseline", 1337), run("baseline", 1338), run("baseline_lr0.01", 1337, learning_rate=1e-2)]
+    assert repro.unalike(alike, names) == []
+    assert repro.unalike(alike + [run("g1_elementwise", 1337, weight_decay=0.5)], names) == \
+        ["weight_decay: 0.1 (baseline seed 1337, baseline seed 1338, baseline_lr0.01 seed 1337); 0.5 (g1_elementwise seed 1337)"]
+    assert repro.differences({"weight_decay": 0.1, "seed": 1}, {"weight_decay": 0.5, "seed": 2}, "baseline") == \
+        ["weight_decay=0.5 (here: 0.1)"]
 
 
 def fake_study(windows=600, seeds=3, **shift):
