@@ -47,7 +47,8 @@ import torch.nn.functional as F
 
 import pretrained
 from common import (CHECKPOINT, LOG, MEASURED, autocast_for, configure, dataset_dir, device_name, fail,
-                    load_checkpoint, markdown_table, pick_device, pyplot, read_jsonl, save_figure)
+                    load_checkpoint, markdown_table, pick_device, pyplot, read_jsonl, save_figure, writable_folder,
+                    write_json, write_text)
 from data.shards import atomic_write, bos_token, read_meta, val_batches
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD, TRIGGER_KEYS, Probe,
                    attention_maps, describe, layer_mean, summarize, trigger_positions)
@@ -390,13 +391,14 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     shown = [i for i, label in enumerate(labels) if plot_labels is None or label in plot_labels]
     summary["plots"] = plot([records[i] for i in shown], [scores[i] for i in shown], [maps[i] for i in shown],
                             [read_jsonl(os.path.join(run_dirs[i], LOG)) for i in shown], out_dir)
-    with open(os.path.join(out_dir, "summary.md"), "w") as f:
-        f.write(summary_table(summary))
-    np.savez(os.path.join(out_dir, "per_window.npz"), **{f"{i}/{key}": values for i, r in enumerate(records)
-                                                         for key, values in r["per_window"].items()
-                                                         if values is not None})
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:  # the per-window arrays are in per_window.npz
-        json.dump({**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"} for r in records]}, f, indent=1)
+    # each file atomically (common.write_text): a full disk leaves the previous results whole
+    write_text(os.path.join(out_dir, "summary.md"), summary_table(summary))
+    arrays = {f"{i}/{key}": values for i, r in enumerate(records) for key, values in r["per_window"].items()
+              if values is not None}
+    atomic_write(os.path.join(out_dir, "per_window.npz"), lambda f: np.savez(f, **arrays))
+    # the per-window arrays are in per_window.npz
+    write_json(os.path.join(out_dir, "summary.json"),
+               {**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"} for r in records]})
     return summary
 
 
@@ -411,7 +413,7 @@ def keep_measurement(run_dir, record, scores, maps):
     arrays["maps"] = np.stack(maps).astype(np.float16)  # (layers, t, t) probabilities
     atomic_write(base + ".npz", lambda f: np.savez_compressed(f, **arrays))
     kept = {key: value for key, value in record.items() if key != "per_window"}
-    atomic_write(base + ".json", lambda f: f.write(json.dumps(kept, indent=1).encode()))
+    write_json(base + ".json", kept)
 
 
 def stored_measurement(run_dir, checkpoint):
@@ -511,10 +513,8 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
                "literature": {family: pretrained.LITERATURE[family] for family in dict.fromkeys(r["family"] for r in records)}}
     os.makedirs(out_dir, exist_ok=True)
     summary["plots"] = plot(records, scores, maps, [[] for _ in records], out_dir)
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    with open(os.path.join(out_dir, "summary.md"), "w") as f:
-        f.write(pretrained_table(summary))
+    write_json(os.path.join(out_dir, "summary.json"), summary)
+    write_text(os.path.join(out_dir, "summary.md"), pretrained_table(summary))
     return summary
 
 
@@ -561,6 +561,7 @@ def main(argv=None):
                 fail(f"--{name}={getattr(a, name)} must be at least 1")
         if a.text and not os.path.isfile(a.text):
             fail(f"--text={a.text}: no such file")
+        writable_folder(a.out_dir)  # before the measurement, not after it
         try:
             summary = analyze_pretrained(names, labels, a.out_dir, a.device, a.text, a.window, a.windows, a.bos,
                                          a.map_tokens)
@@ -586,6 +587,7 @@ def main(argv=None):
             fail(f"no {a.checkpoint} in {run}: " +
                  (f"it has {', '.join(have)}; choose one with --checkpoint=NAME" if have
                   else f"train it first (python train.py --out_dir={run} ...)"))
+    writable_folder(a.out_dir)  # before the measurement, not after it
     try:
         summary = analyze(runs, labels, a.out_dir, a.device, a.batches, a.batch_size, a.map_tokens, a.checkpoint,
                           a.plot_labels or None)

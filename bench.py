@@ -19,7 +19,6 @@ the 4*B*H*T^2*D of full attention), backward 2.5x forward, so forward+backward i
 """
 
 import datetime
-import json
 import os
 import platform
 import shlex
@@ -33,7 +32,7 @@ cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 from common import (COMPILE_MODES, SDPA_BACKENDS, configure, estimate_mfu, fail, markdown_table,  # noqa: E402
-                    optimizer_step, sdpa_order, sdpa_preference)
+                    optimizer_step, sdpa_order, sdpa_preference, write_json, write_text)
 from variants import VARIANTS  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
@@ -151,8 +150,7 @@ def write(name, payload, notes, header, rows, summary=None):
     """{out_dir}/{name}.json (payload) and .md: notes, then summary = (title, header, rows) if given, then the table
     of every measurement."""
     payload = dict(smoke_test=args.tiny, **payload)
-    with open(os.path.join(args.out_dir, name + ".json"), "w") as f:
-        json.dump(payload, f, indent=1)
+    write_json(os.path.join(args.out_dir, name + ".json"), payload)  # atomic, as every result file
     smoke = [f"- **{SMOKE_NOTE}**"] if args.tiny else []  # the first thing a reader of the file sees
     lines = [f"# {name}", "", *smoke, f"- device: {device_name}", f"- date: {date}", f"- command: `{command}`",
              *[f"- {n}" for n in notes], ""]
@@ -161,8 +159,7 @@ def write(name, payload, notes, header, rows, summary=None):
         title, summary_header, summary_rows = summary
         table = [f"## {title}", "", *markdown_table(summary_header, summary_rows), "", "## Every measurement", "",
                  *table]
-    with open(os.path.join(args.out_dir, name + ".md"), "w") as f:
-        f.write("\n".join(lines + table) + "\n")
+    write_text(os.path.join(args.out_dir, name + ".md"), "\n".join(lines + table) + "\n")
     print("\n".join(table))
     print(f"wrote {args.out_dir}/{name}.json and .md" +
           (" (a smoke test: the timings mean nothing about speed)" if args.tiny else ""))

@@ -6,11 +6,15 @@ another:
                          dataclass of keys (a bool key may be given as a bare --key, a list key as a,b,c);
                          --help lists the keys with their defaults, types and comments
   pick_device, autocast  where and in which precision to run, device_name
-  the run folder         LOG, CHECKPOINT, BEST: the files train.py writes in out_dir, named once
+  the run folder         LOG, CHECKPOINT, BEST: the files train.py writes in out_dir, named once; claim_folder:
+                         one process at a time writes a folder; writable_folder: an out_dir checked before the work
+  results                write_text, write_json: a result file written atomically (the old one or the new one)
   checkpoints            read_checkpoint, model_from_checkpoint, load_checkpoint, save_checkpoint
   the training step      optimizer_step (train.py trains with it, bench.py --train times it)
   runs and logs          dataset_dir, read_jsonl, code_version, finite_or_none, markdown_table
-  plots                  pyplot (matplotlib, or None with a note), save_figure
+  results                writable_folder (checked before the work), write_text and write_json (atomic: a kill or a
+                         full disk leaves the previous file); free_memory (what a run may use)
+  plots                  pyplot (matplotlib, or None with a note), save_figure (atomic too)
   speed                  peak_flops, flops_per_token, estimate_mfu; COMPILE_MODES, SDPA_BACKENDS,
                          sdpa_preference and sdpa_order (the choices train.py and bench.py share)
 """
@@ -23,13 +27,16 @@ import inspect
 import json
 import math
 import os
+import pickle
 import platform
 import subprocess
+import sys
 import textwrap
 import tokenize
 import traceback
 import types
 import typing
+import warnings
 from contextlib import nullcontext
 
 import torch
@@ -47,6 +54,54 @@ BEST = "best.pt"  # the state with the lowest validation loss
 # and its log is a complete record of the run. Used only where the checkpoint itself is absent.
 MEASURED = "measured"  # analyze.py: measured.json (its record of the run) and measured.npz (the per-window arrays)
 EVALUATED = "evaluated.json"  # evaluate.py: its record of the run, with the settings it was measured under
+
+
+def claim_folder(folder):
+    """Make this process the one owner of `folder` (created if need be) until it exits: an exclusive lock on
+    folder/.lock, which the operating system releases when the process ends, however it ends, so a crash cannot
+    leave it held. If another process holds it, stop with one line naming that process. Keep the returned file
+    open for as long as the claim should last (on a system without fcntl, Windows, it claims nothing)."""
+    os.makedirs(folder, exist_ok=True)
+    lock = open(os.path.join(folder, ".lock"), "a+")
+    try:
+        import fcntl
+    except ImportError:
+        return lock
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "a process that has not yet said which"
+        lock.close()
+        fail(f"{folder} is in use by another process ({holder}): wait for it to end, or choose another folder")
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()}: {' '.join([os.path.basename(sys.executable)] + sys.argv)}\n")
+    lock.flush()
+    return lock
+
+
+def writable_folder(folder, key="--out_dir"):
+    """Make `folder` (and its parents) and check this process can write in it, before any work whose results go
+    there: a path that is a file, lies under a file or is not writable stops with one line, not after the work."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:  # FileExistsError (a file), NotADirectoryError (under a file), PermissionError
+        fail(f"{key}={folder} cannot be made: {e.strerror or e} (choose another folder)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        fail(f"{key}={folder} is not writable by this user: choose another folder, or make it writable")
+
+
+def write_text(path, text):
+    """Write a result file atomically (data.shards.atomic_write): a full disk or a kill leaves the previous file
+    whole, never a part of the new one."""
+    data = text.encode("utf-8")
+    atomic_write(path, lambda f: f.write(data))
+
+
+def write_json(path, value):
+    """`value` as JSON (indented, for people to read), written atomically as write_text writes."""
+    write_text(path, json.dumps(value, indent=1))
 
 
 def fail(message):
@@ -236,9 +291,13 @@ def run_config_file(arg, path, scope):
         fail(f"{arg} line {e.lineno}: {e.msg} (a config file is Python: key = value lines)")
     except (OSError, UnicodeDecodeError) as e:
         fail(f"config file {arg} cannot be read: {e}")
-    except Exception as e:  # NameError, ZeroDivisionError, ... raised by the file's own code
+    except (Exception, SystemExit) as e:  # NameError, ZeroDivisionError, sys.exit(), ... from the file's own code
         lines = [frame.lineno for frame in traceback.extract_tb(e.__traceback__) if frame.filename == path]
-        fail(f"{arg} line {lines[-1] if lines else '?'}: {type(e).__name__}: {e}")
+        where = f"{arg} line {lines[-1] if lines else '?'}"
+        if isinstance(e, SystemExit):  # else the script would end with the file's exit status, and no word of why
+            fail(f"config file {where} calls sys.exit({e.code!r}): a config file only sets keys (key = value lines); "
+                 "remove the exit")
+        fail(f"{where}: {type(e).__name__}: {e}")
 
 
 # -----------------------------------------------------------------------------
@@ -261,6 +320,29 @@ def pick_device(name, local_rank=None):
     if kind == "mps" and not torch.backends.mps.is_available():
         fail(f"device={name!r} but MPS (Apple GPU) is not available here; use --device=cpu (or auto)")
     return name
+
+
+def free_memory(device):
+    """Bytes free for a run or a measurement on device now: a GPU's own; the machine's otherwise (MPS shares it),
+    counting the caches the system would give up; None where the system cannot tell."""
+    if str(device).startswith("cuda"):
+        return torch.cuda.mem_get_info(torch.device(device))[0]
+    try:
+        import psutil
+        return psutil.virtual_memory().available
+    except ImportError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:  # Linux: MemAvailable counts the page cache it would give up
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # Windows, macOS: no such sysconf
+        return None
 
 
 def device_name(device):
@@ -334,8 +416,18 @@ def read_checkpoint(path):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path}: train one first (python train.py --out_dir=...)")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on a foreign pickle's protocol: the message below says it
+            warnings.simplefilter("ignore")
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated zip, a file that is not a checkpoint, an unpicklable object, ...
+        with open(path, "rb") as f:
+            archive = f.read(4) == b"PK\x03\x04"  # torch.save writes a zip archive
+        if not archive or isinstance(e, pickle.UnpicklingError):
+            # never torch's advice to load it with weights_only=False: that runs whatever code the file holds
+            what = "holds Python objects other than tensors and plain values" if archive or \
+                isinstance(e, pickle.UnpicklingError) else "is not a file torch.save wrote"
+            raise ValueError(f"{path} is not a checkpoint of this project: it {what}. The scripts read the ckpt.pt "
+                             f"or {BEST} that train.py writes in a run's out_dir (python train.py --out_dir=...)") from None
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"{path} is not a readable checkpoint ({reason[:200]}): it is truncated, corrupt or not "
                          f"from train.py. Its folder's {BEST} (the best earlier state) may still be whole.") from None
@@ -456,10 +548,13 @@ def pyplot():
 
 
 def save_figure(fig, path, dpi=120):
-    """Write a figure to path and free it; returns the file's name."""
+    """Write a figure to path, atomically (data.shards.atomic_write), and free it; returns the file's name."""
     import matplotlib.pyplot as plt
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    kind = os.path.splitext(path)[1][1:] or "png"  # a file object has no name to tell the format by
+    try:
+        atomic_write(path, lambda f: fig.savefig(f, dpi=dpi, format=kind))
+    finally:
+        plt.close(fig)
     return os.path.basename(path)
 
 

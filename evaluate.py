@@ -54,9 +54,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pretrained
-from common import (CHECKPOINT, EVALUATED, configure, dataset_dir, device_name, fail, model_from_checkpoint,
-                    pick_device, pyplot, read_checkpoint, save_figure)
-from data.shards import atomic_write, bos_token, find_shards, read_header, val_batches
+from common import (CHECKPOINT, EVALUATED, configure, dataset_dir, device_name, fail, free_memory, model_from_checkpoint,
+                    pick_device, pyplot, read_checkpoint, save_figure, writable_folder, write_json, write_text)
+from data.shards import bos_token, find_shards, read_header, val_batches
 from model import GPT, VALID
 from report import PAPERS_SAY, fmt_interval, headline, table
 from stats import mean_ci
@@ -116,12 +116,18 @@ def rebuilt(model, **changes):
 # ----------------------------------------------------------------------------
 # quant: round-to-nearest fake quantization
 
+# The bit widths a setting may name: 2 to 8, where round-to-nearest costs something worth measuring (2 bits: the
+# grid {-1, 0, 1}; 1 bit would be {0}), and 16, which leaves that side in full precision. Any other number would be
+# read as full precision and labelled as if it were a grid, so it is refused.
+BITS = (2, 3, 4, 5, 6, 7, 8, 16)
+
+
 def parse_setting(text):
-    """'w4a16' -> (4, 16): weight bits, activation bits; 16 or more leaves that side in full precision."""
+    """'w4a16' -> (4, 16): weight bits, activation bits, each one of BITS; 16 leaves that side in full precision."""
     w, a = text.lower().removeprefix("w").partition("a")[::2]
-    if not (w.isdigit() and a.isdigit()) or not all(2 <= int(b) <= 8 or int(b) >= 16 for b in (w, a)):
-        raise ValueError(f"quantization setting {text!r} is not valid: write wNaM with N and M bit counts from 2 to 8, "
-                         "or 16 for full precision, e.g. w8a8,w4a16,w4a4")
+    if not (w.isdigit() and a.isdigit()) or not all(int(b) in BITS for b in (w, a)):
+        raise ValueError(f"quantization setting {text!r} is not valid: write wNaM with N and M each one of "
+                         f"{', '.join(map(str, BITS[:-1]))} bits, or 16 for full precision, e.g. w8a8,w4a16,w4a4")
     return int(w), int(a)
 
 
@@ -174,6 +180,20 @@ def buckets(T, length):
     return list(zip(edges[:-1], edges[1:]))
 
 
+def window_bytes(n_head, vocab_size, L):
+    """Memory one window of L tokens takes in a forward pass of the length mode: on PyTorch's attention path the
+    scores of a layer's heads, n_head x L² float32, and the logits, L x vocab float32, dominate (the weights and the
+    hidden states are small beside them at long lengths), each held about twice at its peak (the scores beside their
+    softmax, the logits beside their log-softmax)."""
+    return 2 * 4 * L * (n_head * L + vocab_size)
+
+
+def length_rows(n_head, vocab_size, L, rows, free):
+    """Windows of L tokens per forward pass: `rows`, fewer where they would not fit in 80% of `free` bytes (None:
+    unknown), so that long lengths run in pieces; at least 1 (main() refused a length whose one window does not fit)."""
+    return rows if free is None else max(1, min(rows, int(0.8 * free // window_bytes(n_head, vocab_size, L))))
+
+
 def evaluate_length(model, x, y, rows, multiples, scalings):
     """Per scaling, per length: the loss per position bucket, with its interval over windows. x, y hold windows of
     max(multiples) * T tokens; each length reads their first positions. A factor of 1 is RoPE as trained whatever
@@ -189,7 +209,9 @@ def evaluate_length(model, x, y, rows, multiples, scalings):
             L = m * T
             longer = rebuilt(model, block_size=L, rope_scaling=scaling if m > 1 else "none",
                              rope_factor=float(m) if scaling != "none" and m > 1 else 1.0)
-            losses = token_losses(longer, x[:, :L], y[:, :L], max(1, rows // m))  # as many tokens per pass
+            per_pass = length_rows(model.config.n_head, model.config.vocab_size, L, max(1, rows // m),  # as many
+                                   free_memory(str(model.lm_head.weight.device)))  # tokens per pass, if they fit
+            losses = token_losses(longer, x[:, :L], y[:, :L], per_pass)
             out[scaling].append({"multiple": m, "length": L, "buckets": [
                 {"from": a, "to": b, **interval(losses[:, a:b].mean(1))} for a, b in buckets(T, L)]})
             if m == 1:
@@ -236,7 +258,7 @@ def run_settings(T, checkpoint, modes, n, batch_size, quant, multiples, scalings
 def keep_record(run, record):
     """Write a run's record (with its "settings") beside its checkpoint, atomically: a kill while writing leaves the
     previous record whole, never half of one."""
-    atomic_write(os.path.join(run, EVALUATED), lambda f: f.write(json.dumps(record, indent=1).encode()))
+    write_json(os.path.join(run, EVALUATED), record)
 
 
 def stored_record(run, checkpoint, settings_for):
@@ -370,11 +392,8 @@ def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODE
         print(f"{label:>24}: " + ", ".join(f"{k} {v:.3f}" for k, v in headline(record).items()) +
               f" [{record['seconds']:.0f} s]{where}", flush=True)
     summary = {"device": here, "date": time.strftime("%Y-%m-%d"), "modes": list(modes), "models": records}
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    with open(os.path.join(out_dir, "summary.md"), "w") as f:
-        f.write(markdown(summary))
+    write_json(os.path.join(out_dir, "summary.json"), summary)  # atomically: a full disk keeps the previous one
+    write_text(os.path.join(out_dir, "summary.md"), markdown(summary))
     summary["plots"] = plot(records, out_dir)
     return summary
 
@@ -491,7 +510,7 @@ def plot(records, out_dir):
 # ----------------------------------------------------------------------------
 
 def main(argv=None):
-    a, _ = configure(EvaluateConfig, sys.argv[1:] if argv is None else argv)
+    a, given = configure(EvaluateConfig, sys.argv[1:] if argv is None else argv)
     runs, names, labels, modes = list(a.runs), list(a.pretrained), list(a.labels) or None, list(a.modes)
     if not runs and not names:
         fail("name the models: --runs=out-baseline,out-g1 (train.py out_dirs) and/or --pretrained=gpt2")
@@ -519,6 +538,9 @@ def main(argv=None):
              "positions")
     if a.text and not names:
         fail("--text is the text published checkpoints are measured on: give --pretrained too, or leave it out")
+    if "window" in given and not names:  # a run's T is its own training length
+        fail("--window is the T of published checkpoints: give --pretrained too, or leave it out (a run is measured "
+             "at its own training length)")
     if a.text and not os.path.isfile(a.text):
         fail(f"--text={a.text}: no such file")
     if names and "length" in modes:
@@ -544,21 +566,35 @@ def main(argv=None):
             fail(f"{run} has learned position embeddings, which end at its {args['block_size']} positions: the length "
                  "mode needs RoPE (leave it out with --modes=quant,stream)")
         lengths_T[run] = args["block_size"]
+        if "length" in modes and os.path.isfile(path):  # a run to be measured, not read from its record
+            check_length_memory(run, args, multiples, a.device)
     lengths_T.update({name: a.window for name in names})  # a published checkpoint's T is --window
     for model, T in lengths_T.items():
         if "stream" in modes and not 1 <= min(stream_windows or [T // 8]) <= max(stream_windows or [T // 4]) < T:
             fail(f"--stream_windows={written(a.stream_windows) or '(T/8, T/4)'}: sliding windows must be from 1 to "
                  f"T - 1 = {T - 1} tokens for {model} (T, its training length, is {T})")
-    try:
-        os.makedirs(a.out_dir, exist_ok=True)
-    except OSError as e:
-        fail(f"--out_dir={a.out_dir} cannot be made: {e.strerror}")
+    writable_folder(a.out_dir)  # before the work, not after it
     try:
         summary = evaluate(runs, labels, a.out_dir, a.device, modes, a.windows, a.batch_size, a.quant, multiples,
                            scalings, stream_windows, keeps, a.checkpoint, names, a.text, a.window)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
         fail(e)
     print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md" + "".join(f", {p}" for p in summary["plots"]))
+
+
+def check_length_memory(run, args, multiples, device):
+    """Refuse, before any work, a length whose single window does not fit in the memory free now (the kernel's OOM
+    killer would end the process without a word), naming the estimate and the longest lengths that fit."""
+    T, device = args["block_size"], pick_device(device)
+    free = free_memory(device)
+    need = window_bytes(args["n_head"], args["vocab_size"], max(multiples) * T)
+    if free is None or need <= 0.8 * free:
+        return
+    fit = [m for m in multiples if window_bytes(args["n_head"], args["vocab_size"], m * T) <= 0.8 * free]
+    fail(f"--lengths={written(multiples)}: one window of {max(multiples)} x T = {max(multiples) * T} tokens of {run} "
+         f"needs about {need / 2**30:.1f} GiB ({args['n_head']} heads x L² attention scores and L x "
+         f"{args['vocab_size']} logits, float32), and {device} has {free / 2**30:.1f} GiB free: " +
+         (f"ask for --lengths={written(fit)}" if fit else "leave the length mode out (--modes=quant,stream)"))
 
 
 if __name__ == "__main__":

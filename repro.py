@@ -69,6 +69,7 @@ report) and main. report.py renders REPORT.md and the study's figures; stats.py 
 """
 
 import ast
+import contextlib
 import json
 import math
 import os
@@ -84,8 +85,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from common import (CHECKPOINT, EVALUATED, LOG, MEASURED, configure, dataset_dir, fail, flops_per_token, peak_flops,
-                    read_jsonl, run_config_file, usage)
+from common import (CHECKPOINT, EVALUATED, LOG, MEASURED, claim_folder, configure, dataset_dir, fail, flops_per_token,
+                    peak_flops, read_jsonl, run_config_file, usage, write_json, write_text)
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import atomic_write, find_shards
 from model import GPT, GPTConfig
@@ -247,6 +248,20 @@ def run_tool(script, args):
 
 # -----------------------------------------------------------------------------
 # list and prepare
+
+@contextlib.contextmanager
+def claimed(*folders):
+    """Make this process the one owner of each folder (common.claim_folder; a folder named twice, once) for the
+    with-block; a folder another process holds stops with one line naming that process."""
+    locks = []
+    try:
+        for folder in dict.fromkeys(os.path.realpath(f) for f in folders):
+            locks.append(claim_folder(folder))
+        yield
+    finally:
+        for lock in locks:
+            lock.close()  # releases the lock
+
 
 def list_variants(study=STUDIES["repro"]):
     for name, v in VARIANTS.items():
@@ -529,9 +544,10 @@ def evaluate_runs(root, report_dir, names, passed, study=STUDIES["repro"]):
     if not runs:
         fail(f"no trained runs of {', '.join(variants)} under {root}/: run `python repro.py train ...` first")
     print(f"=== evaluate.py: {len(runs)} runs, into {os.path.join(report_dir, EVALUATE_DIR)}/", flush=True)
-    run_tool("evaluate.py", [f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}",
-                             f"--labels={','.join(f'{v}/seed{s}' for v, s in runs)}",
-                             f"--out_dir={os.path.join(report_dir, EVALUATE_DIR)}", *passed])
+    with claimed(root, report_dir):  # no training, other evaluation or report while the runs are measured
+        run_tool("evaluate.py", [f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}",
+                                 f"--labels={','.join(f'{v}/seed{s}' for v, s in runs)}",
+                                 f"--out_dir={os.path.join(report_dir, EVALUATE_DIR)}", *passed])
 
 
 # -----------------------------------------------------------------------------
@@ -564,7 +580,13 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings
     if not runs:
         fail(f"no trained runs under {root}/: run `python repro.py train all --study={study.name}"
              f"{' --tiny' if tiny else ''}` first")
-    os.makedirs(out_dir, exist_ok=True)
+    with claimed(root, out_dir):  # no training, evaluation or other report while this one reads and writes
+        write_report(root, out_dir, tiny, report_command, study, settings, runs)
+
+
+def write_report(root, out_dir, tiny, report_command, study, settings, runs):
+    """report's work on the runs, with root and out_dir held: analyze.py's measurement, the claims, REPORT.md and
+    the figures, each file written atomically."""
     summary, per_window = analyze_runs(root, runs)
     off = unalike([{**r, "variant": v, "seed": s} for (v, s), r in zip(runs, summary["runs"])], settings)
     if off:
@@ -596,16 +618,17 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings
     result = {"device": summary["device"], "date": summary["date"], "measured_on": places,
               "validation": summary["validation"],
               "rule": RULE, "claims": claims, "sweep": sweep, "variants": variants, "runs": records}
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(os.path.join(out_dir, "summary.json"), result)  # each file atomically: the old one or the new one
     for name in ["summary.md"] + summary["plots"]:  # analyze.py's table and figures, beside the report
-        shutil.copy(os.path.join(root, ANALYSIS_DIR, name), out_dir)
+        with open(os.path.join(root, ANALYSIS_DIR, name), "rb") as f:
+            data = f.read()
+        atomic_write(os.path.join(out_dir, name), lambda f, data=data: f.write(data))
     logs = {(v, s): read_jsonl(os.path.join(run_dir(root, v, s), LOG)) for v, s in runs}
     plots = plot_headline(by, variants, logs, out_dir) + summary["plots"] + plot_trends(by, logs, out_dir) + \
         plot_sweep(sweep, out_dir)
-    with open(os.path.join(out_dir, "REPORT.md"), "w") as f:
-        f.write(render_report(result, root, tiny, commands, report_command, plots, summary["runs"], study.title) +
-                evaluate_section(out_dir, root, runs))
+    write_text(os.path.join(out_dir, "REPORT.md"),
+               render_report(result, root, tiny, commands, report_command, plots, summary["runs"], study.title) +
+               evaluate_section(out_dir, root, runs))
     print(f"wrote {out_dir}/summary.json and {out_dir}/REPORT.md")
 
 
@@ -731,8 +754,10 @@ def main(argv):
                 fail(f"{w}: repro.py sets --out_dir (<root>/<variant>/seed<N>, see --root), --seed (see --seeds) "
                      "and --init_from (resume when the folder holds a checkpoint) for every run")
         settings = study_settings(keys, passed)
-        restore_runs(root, report_dir, settings)
-        train(chosen_runs(names, keys.seeds, settings.get("seed", 1337), study), root, keys, passed, settings)
+        runs = chosen_runs(names, keys.seeds, settings.get("seed", 1337), study)
+        with claimed(root):  # a second `train` on this root would start the same runs beside these
+            restore_runs(root, report_dir, settings)
+            train(runs, root, keys, passed, settings)
     elif step == "evaluate":
         evaluate_runs(root, report_dir, names, passed, study)
     else:

@@ -1,6 +1,9 @@
 """analyze.py on checkpoints with known answers and on a real (tiny) train.py run (CPU)."""
 
+import builtins
 import dataclasses
+import errno
+import io
 import json
 import os
 import shutil
@@ -60,6 +63,56 @@ def keep_figures(monkeypatch, module):
         return save(fig, path, **kw)
     monkeypatch.setattr(module, "save_figure", keep)
     return figures
+
+
+def disk_full(monkeypatch, name, after=64):
+    """From now on, writing a file named `name` (or atomic_write's temporary file for it, .<name>.*.tmp) fails as on
+    a full disk: its first `after` bytes are written, then OSError(ENOSPC). Whether the script opens the file itself
+    (open, io.open: matplotlib, zipfile) or through atomic_write (os.fdopen)."""
+    real_open, real_fdopen = builtins.open, os.fdopen
+
+    def meant(path):
+        base = os.path.basename(str(path))
+        return base == name or base.startswith(f".{name}.")
+
+    class Full:
+        def __init__(self, f):
+            self._f, self._written = f, 0
+
+        def write(self, data):
+            room = after - self._written
+            size = len(data) if isinstance(data, str) else memoryview(data).nbytes
+            if size > room:
+                self._f.write(data[:room] if isinstance(data, str) else bytes(memoryview(data).cast("B"))[:room])
+                self._f.flush()
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self._written += size
+            return self._f.write(data)
+
+        def __getattr__(self, key):
+            return getattr(self._f, key)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._f.close()
+
+    def full_open(file, mode="r", *args, **kw):
+        f = real_open(file, mode, *args, **kw)
+        return Full(f) if isinstance(file, (str, os.PathLike)) and set(mode) & set("wax+") and meant(file) else f
+
+    def full_fdopen(fd, *args, **kw):
+        f = real_fdopen(fd, *args, **kw)
+        return Full(f) if meant(os.readlink(f"/proc/self/fd/{fd}")) else f
+    monkeypatch.setattr(builtins, "open", full_open)
+    monkeypatch.setattr(io, "open", full_open)
+    monkeypatch.setattr(os, "fdopen", full_fdopen)
+
+
+def files_of(folder):
+    """{name: bytes} of every file in folder."""
+    return {name: (folder / name).read_bytes() for name in os.listdir(folder)}
 
 
 def assert_every_plot_is_labelled(figures):
@@ -267,3 +320,50 @@ def test_the_runs_and_labels_are_list_keys(trained_run, tmp_path, capsys, monkey
     assert analyze.AnalyzeConfig.__dataclass_fields__["runs"].type == tuple[str, ...]
     layers = dict(figures)["layers.png"]
     assert [[line.get_label() for line in ax.lines] for ax in layers.axes] == [["second"]] * 3
+
+
+@pytest.mark.parametrize("name", ["summary.json", "summary.md", "per_window.npz", "layers.png"])
+def test_a_full_disk_leaves_the_previous_results_whole(trained_run, tmp_path, monkeypatch, name):
+    """A write that fails part-way (the disk full) leaves the previous file as it was, and no temporary file."""
+    if name.endswith(".png"):
+        pytest.importorskip("matplotlib")
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    out = tmp_path / "out"
+    analyze.analyze([str(run)], out_dir=str(out), device="cpu")
+    before = files_of(out)
+    disk_full(monkeypatch, name)
+    with pytest.raises(OSError) as e:
+        analyze.analyze([str(run)], out_dir=str(out), device="cpu")
+    monkeypatch.undo()
+    assert e.value.errno == errno.ENOSPC
+    now = files_of(out)
+    assert now[name] == before[name] and set(now) == set(before)  # the file as it was, and no .tmp left beside it
+
+
+def unwritable_out_dir(tmp_path, kind):
+    """An --out_dir that is a file, lies under a file, or is a folder this user cannot write in: (path, what the
+    message says)."""
+    if kind == "not-writable" and os.geteuid() == 0:
+        pytest.skip("root writes in any folder")
+    out = tmp_path / "out"
+    if kind == "a-file":
+        out.write_text("x")
+    elif kind == "under-a-file":
+        (tmp_path / "file").write_text("x")
+        out = tmp_path / "file" / "out"
+    else:
+        out.mkdir(mode=0o500)
+    return out, "is not writable" if kind == "not-writable" else "cannot be made"
+
+
+@pytest.mark.parametrize("kind", ["a-file", "under-a-file", "not-writable"])
+def test_an_out_dir_that_cannot_be_written_is_refused_before_the_work(trained_run, tmp_path, monkeypatch, kind):
+    out, words = unwritable_out_dir(tmp_path, kind)
+    monkeypatch.setattr(analyze, "analyze", lambda *a, **k: pytest.fail("measured before the out_dir was checked"))
+    monkeypatch.setattr(analyze, "analyze_pretrained", lambda *a, **k: pytest.fail("measured before the check"))
+    for argv in ([f"--runs={trained_run}"], ["--pretrained=gpt2"]):
+        with pytest.raises(SystemExit) as e:
+            analyze.main([*argv, f"--out_dir={out}"])
+        message = str(e.value.code)
+        assert message.startswith(f"error: --out_dir={out} ") and words in message and "\n" not in message, message

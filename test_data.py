@@ -15,7 +15,7 @@ import data.shards
 from data.shards import (DATA_ROOT, GPT2_ENCODER, HEADER_BYTES, MAGIC, ShardWriter, TokenWindows, TrainLoader,
                          atomic_write, check_prepare_folder, find_shards, get_tokenizer, load_gpt2, max_token_id,
                          read_header, read_meta, read_shard, repo_folder_files, val_batches, write_dataset,
-                         write_shard)
+                         write_meta, write_shard)
 from data.textdir.prepare import path_hash, prepare as prepare_textdir
 
 REPO = os.path.dirname(os.path.abspath(__file__))
@@ -56,6 +56,7 @@ def test_reads_a_shard_written_by_hand(tmp_path):
     tokens = np.arange(1000) % 50257
     hand_written_shard(tmp_path / "fineweb_val_000000.bin", tokens)
     assert read_shard(tmp_path / "fineweb_val_000000.bin").tolist() == tokens.tolist()
+    write_meta(tmp_path, "fineweb", source="llm.c")  # what data/fineweb/prepare.py does after checking them
     x, y = val_batches(tmp_path, block_size=10, batch_size=2, n_batches=1)[0]
     assert x.shape == y.shape == (2, 10) and x.dtype == torch.int64
     assert (x[:, 1:] == y[:, :-1]).all()
@@ -123,6 +124,7 @@ def two_shards(tmp_path):
     write_shard(tmp_path / "d_train_000000.bin", np.arange(100))
     write_shard(tmp_path / "d_train_000001.bin", np.arange(1000, 1050))
     write_shard(tmp_path / "d_val_000000.bin", np.arange(2000, 2300))
+    write_meta(tmp_path, "d", source="test")
     return tmp_path
 
 
@@ -490,6 +492,7 @@ def test_fineweb_checks_the_folder_before_downloading(tmp_path, monkeypatch):
 def test_reading_refuses_two_datasets_in_one_folder(tmp_path):
     write_shard(tmp_path / "a_train_000000.bin", np.arange(100))
     write_shard(tmp_path / "a_val_000000.bin", np.arange(100))
+    write_meta(tmp_path, "a", source="test")
     assert find_shards(tmp_path, "train") == [str(tmp_path / "a_train_000000.bin")]
     write_shard(tmp_path / "b_val_000000.bin", np.arange(100))
     for split in ("train", "val"):
@@ -509,29 +512,245 @@ def all_tokens(folder):
 def test_max_token_recorded_at_preparation(tmp_path, monkeypatch):
     monkeypatch.setattr(data.shards, "SCAN_TOKENS", 3)  # several slices per shard
     docs = {"train": [np.array([5, 9, 1]), np.array([40000, 2])], "val": [np.array([7, 65000, 3, 3, 3, 3, 3])]}
-    meta = write_dataset(tmp_path, "x", docs, source="test", shard_tokens=4)
+    meta = write_dataset(tmp_path, "x", docs, source="test", shard_tokens=4, tokenizer="symbols-65535")
     assert meta["max_token"] == int(all_tokens(tmp_path).max()) == 65000
     assert read_meta(tmp_path)["max_token"] == 65000 and max_token_id(tmp_path) == 65000
 
-    # meta.json is believed while it lists exactly the shards present, with their token counts ...
-    on_disk = read_meta(tmp_path)
-    (tmp_path / "meta.json").write_text(json.dumps(dict(on_disk, max_token=11)))
-    assert max_token_id(tmp_path) == 11
-    # ... a shard of another length makes it read the shards again
-    write_shard(tmp_path / "x_train_000001.bin", [65500, 0])  # meta.json says 1 token
-    assert max_token_id(tmp_path) == 65500
-    write_shard(tmp_path / "x_train_000001.bin", [65500])  # the recorded length again: believed again
-    assert max_token_id(tmp_path) == 11
-    # ... and so does another shard file, even with the same token counts
-    (tmp_path / "x_train_000001.bin").rename(tmp_path / "x_train_000002.bin")
-    assert max_token_id(tmp_path) == 65500
+    # meta.json's max_token is a record, not what training checks: a shard changed in place keeps its length
+    (tmp_path / "meta.json").write_text(json.dumps(dict(read_meta(tmp_path), max_token=11)))
+    assert max_token_id(tmp_path) == 65000
 
 
-def test_max_token_without_meta_json(tmp_path, monkeypatch):
+def test_max_token_scans_in_slices(tmp_path, monkeypatch):
     monkeypatch.setattr(data.shards, "SCAN_TOKENS", 4)
     hand_written_shard(tmp_path / "fineweb_val_000000.bin", [1, 2, 3, 4, 5, 6, 7, 8, 9, 50256])  # max in the last slice
     hand_written_shard(tmp_path / "fineweb_train_000001.bin", [9, 8, 7])
+    write_meta(tmp_path, "fineweb", source="llm.c")
     assert max_token_id(tmp_path) == 50256
-    hand_written_shard(tmp_path / "fineweb_train_000002.bin", [65535])
-    assert max_token_id(tmp_path) == 65535
     assert max_token_id(tmp_path / "empty") == -1
+
+
+# ----------------------------------------------------------------------------
+# complete datasets only: meta.json, written last, must describe the shards on disk
+
+def small_dataset(folder, name="x", shard_tokens=4):
+    """A dataset of GPT-2 ids in several shards a split, as the OpenWebText script writes it after its download."""
+    docs = {"train": [np.arange(1, 9), np.arange(100, 107)], "val": [np.arange(200, 206)]}
+    return write_dataset(folder, name, docs, source="test", shard_tokens=shard_tokens)
+
+
+def test_a_textdir_preparation_stopped_part_way_is_refused(tmp_path, monkeypatch):
+    make_text_folder(tmp_path / "src")
+    textdir = load_script("textdir")
+
+    def stopped(*args, **kwargs):  # Ctrl-C after the shards, before meta.json
+        raise KeyboardInterrupt
+    monkeypatch.setattr(textdir, "write_meta", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        textdir.prepare(str(tmp_path / "src"), str(tmp_path / "out"), "demo", shard_tokens=8, workers=1)
+    assert len(os.listdir(tmp_path / "out")) > 2  # the shards are there ...
+    for split in ("train", "val"):  # ... and refused, with the command that prepares them again
+        with pytest.raises(ValueError, match=r"preparation of dataset 'demo' in .*out did not finish.*"
+                                             r"python data/textdir/prepare.py --src .*src --name demo --out_dir"):
+            find_shards(tmp_path / "out", split)
+    with pytest.raises(ValueError, match="did not finish"):
+        val_batches(tmp_path / "out", block_size=4, batch_size=1, n_batches=1)
+    monkeypatch.undo()
+    textdir.prepare(str(tmp_path / "src"), str(tmp_path / "out"), "demo", shard_tokens=8, workers=1)
+    assert len(find_shards(tmp_path / "out", "train")) > 1
+
+
+def test_shards_without_meta_json_are_refused(tmp_path):
+    """What a preparation killed before this check existed leaves: shards, no meta.json."""
+    small_dataset(tmp_path, "pystdlib")
+    (tmp_path / "meta.json").unlink()
+    with pytest.raises(ValueError, match=r"holds 6 shards of dataset 'pystdlib' but no meta.json.*"
+                                         r"Prepare it again: python data/pystdlib/prepare.py --out_dir "):
+        find_shards(tmp_path, "train")
+    assert find_shards(tmp_path / "empty", "train") == []  # no shards at all: "not prepared", as before
+
+
+def test_meta_json_must_match_the_shards(tmp_path):
+    small_dataset(tmp_path)
+    assert len(find_shards(tmp_path, "train")) == 4
+    (tmp_path / "x_train_000002.bin").rename(tmp_path / "keep.bin")  # one shard lost
+    with pytest.raises(ValueError, match=r"x_train_000002.bin is missing \(3 train shards on disk, 4 in meta.json\)"
+                                         r".*Prepare it again: python data/textdir/prepare.py"):
+        find_shards(tmp_path, "val")
+    (tmp_path / "keep.bin").rename(tmp_path / "x_train_000002.bin")
+    write_shard(tmp_path / "x_train_000004.bin", [1, 2])  # one shard too many
+    with pytest.raises(ValueError, match=r"x_train_000004.bin is not one of its shards"):
+        find_shards(tmp_path, "train")
+    (tmp_path / "x_train_000004.bin").unlink()
+    write_shard(tmp_path / "x_val_000001.bin", [1, 2, 3])  # a val shard rewritten longer
+    with pytest.raises(ValueError, match=r"the val shards in .* hold 7 tokens but its meta.json records 6"):
+        find_shards(tmp_path, "train")
+
+
+def test_meta_json_from_before_the_complete_flag(tmp_path):
+    """Accepted with the checks of the time (meta.json was written last then too); with no token counts, refused."""
+    small_dataset(tmp_path)
+    meta = read_meta(tmp_path)
+    assert meta["complete"] is True
+    old = {k: v for k, v in meta.items() if k != "complete"}
+    (tmp_path / "meta.json").write_text(json.dumps(old))
+    assert len(find_shards(tmp_path, "train")) == 4
+    older = {k: v for k, v in old.items() if not k.endswith("_shards")}
+    (tmp_path / "meta.json").write_text(json.dumps(older))
+    assert len(find_shards(tmp_path, "train")) == 4
+    (tmp_path / "x_train_000003.bin").unlink()  # the token totals still catch a missing shard
+    with pytest.raises(ValueError, match="hold 12 tokens but its meta.json records 15"):
+        find_shards(tmp_path, "train")
+    small_dataset(tmp_path)
+    (tmp_path / "meta.json").write_text(json.dumps({"name": "x", "tokenizer": "gpt2"}))
+    with pytest.raises(ValueError, match="meta.json records no train_tokens.*Prepare it again"):
+        find_shards(tmp_path, "train")
+
+
+def test_an_interrupted_download_and_tokenize_is_refused(tmp_path, monkeypatch):
+    def documents_then_a_kill():
+        yield np.arange(10)
+        yield np.arange(10)
+        raise KeyboardInterrupt  # the network drops, or Ctrl-C, hours into tokenizing
+    out = tmp_path / "owt"
+    with pytest.raises(KeyboardInterrupt):
+        write_dataset(out, "openwebtext", {"train": documents_then_a_kill(), "val": [np.arange(5)]}, "test",
+                      shard_tokens=4)
+    assert os.listdir(out)
+    with pytest.raises(ValueError, match=r"did not finish.*python data/openwebtext/prepare.py --out_dir .*owt"):
+        find_shards(out, "train")
+
+    fineweb = load_script("fineweb")
+    def download_then_a_kill(names, out_dir):
+        hand_written_shard(os.path.join(out_dir, names[0]), np.arange(100))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(fineweb, "download", download_then_a_kill)
+    with pytest.raises(KeyboardInterrupt):
+        fineweb.main(["--shards", "2", "--out_dir", str(tmp_path / "fw")])
+    with pytest.raises(ValueError, match=r"did not finish.*python data/fineweb/prepare.py --shards 2 --out_dir"):
+        find_shards(tmp_path / "fw", "val")
+
+
+def test_train_refuses_a_cut_short_dataset(tmp_path):
+    import train
+    small_dataset(tmp_path, "toy")
+    (tmp_path / "meta.json").unlink()
+    (tmp_path / "toy_train_000003.bin").unlink()
+    with pytest.raises(SystemExit, match="no meta.json.*Prepare it again"):
+        train.main(["--dataset=toy", f"--data_dir={tmp_path}", f"--out_dir={tmp_path / 'run'}", "--device=cpu",
+                    "--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=2", "--batch_size=1", "--max_iters=1"])
+    assert not (tmp_path / "run").exists()
+
+
+# ----------------------------------------------------------------------------
+# a restarted preparation: no temporary file stays, and a killed one is refused until it is redone
+
+KILL_HALF_WAY = """
+import os, signal, sys
+import numpy as np
+from data.shards import write_dataset
+calls = []
+def fsync(fd):  # the 5th fsync (a shard's, before its rename) dies: SIGKILL, no clean-up runs
+    calls.append(fd)
+    if len(calls) == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+os.fsync = fsync
+write_dataset(sys.argv[1], "demo", {"train": [np.arange(40)], "val": [np.arange(6)]}, "test", shard_tokens=8)
+"""
+
+
+def test_a_killed_preparation_is_refused_then_cleaned_up(tmp_path):
+    out = tmp_path / "out"
+    write_dataset(out, "demo", {"train": [np.arange(9)], "val": [np.arange(6)]}, "test")  # an earlier, complete one
+    (out / ".other_train_000000.bin.abc.tmp").write_bytes(b"another dataset's: not ours to delete")
+    result = subprocess.run([sys.executable, "-c", KILL_HALF_WAY, str(out)], cwd=REPO, timeout=120)
+    assert result.returncode == -9
+    assert any(n.startswith(".demo_train_") and n.endswith(".tmp") for n in os.listdir(out))  # what a kill leaves
+    with pytest.raises(ValueError, match="did not finish"):
+        find_shards(out, "train")
+    write_dataset(out, "demo", {"train": [np.arange(40)], "val": [np.arange(6)]}, "test", shard_tokens=8)
+    assert sorted(n for n in os.listdir(out) if n.startswith(".")) == [".other_train_000000.bin.abc.tmp"]
+    assert len(find_shards(out, "train")) == 5 and read_meta(out)["train_tokens"] == 40
+
+
+def test_textdir_removes_its_stale_temporary_files(tmp_path):
+    make_text_folder(tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = [".demo_train_000003.bin.k2j4h5.tmp", ".meta.json.q8w7e6.tmp", ".demo_val_000000.bin.a1b2c3.tmp"]
+    for name in stale:
+        (out / name).write_bytes(b"\0" * 1000)  # a killed run's half-written shard and meta.json
+    (out / ".mine.tmp").write_bytes(b"not a preparation's file")
+    prepare_textdir(str(tmp_path / "src"), str(out), "demo", workers=1)
+    assert not set(stale) & set(os.listdir(out)) and (out / ".mine.tmp").exists()
+
+
+# ----------------------------------------------------------------------------
+# token ids past the vocabulary
+
+def test_a_shard_edited_past_the_vocabulary_is_refused(tmp_path):
+    small_dataset(tmp_path)
+    assert max_token_id(tmp_path) == 205
+    tokens = np.memmap(tmp_path / "x_train_000001.bin", dtype=np.uint16, mode="r+", offset=HEADER_BYTES)
+    tokens[2] = 60000  # same length, same token count in the header: only the ids tell
+    tokens.flush()
+    del tokens
+    with pytest.raises(ValueError, match=r"x_train_000001.bin holds token id 60000, past the vocabulary of "
+                                         r"tokenizer 'gpt2' \(ids 0..50256\).*Prepare it again"):
+        find_shards(tmp_path, "val")
+    with pytest.raises(ValueError, match="holds token id 60000"):
+        TrainLoader(tmp_path, block_size=2, batch_size=1, seed=0)
+
+
+# ----------------------------------------------------------------------------
+# textdir and files that are not regular readable files
+
+def test_textdir_skips_fifos_broken_links_and_unreadable_files(tmp_path, capsys):
+    import signal
+    src = tmp_path / "src"
+    files = make_text_folder(src)
+    os.mkfifo(src / "pipe.txt")  # opening it would wait for a writer forever
+    os.symlink(src / "gone.txt", src / "broken.txt")
+    os.symlink(src / "f.txt", src / "link_to_f.txt")  # a link to a regular file is read (here: a duplicate)
+    unreadable = os.geteuid() != 0  # root reads a chmod 000 file all the same
+    if unreadable:
+        (src / "secret.txt").write_text("no access")
+        os.chmod(src / "secret.txt", 0)
+
+    def hung(*args):
+        raise TimeoutError("prepare hung")
+    signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        meta = prepare_textdir(str(src), str(tmp_path / "out"), "demo", workers=1)
+    finally:
+        signal.alarm(0)
+        if unreadable:
+            os.chmod(src / "secret.txt", 0o600)
+    assert meta["special_skipped"] == 1 and meta["broken_links_skipped"] == 1
+    assert meta["unreadable_skipped"] == int(unreadable) and meta["duplicates_skipped"] == 2
+    assert meta["train_files"] + meta["val_files"] == len(files) - 2  # e.md (not .txt) and the copy of a.txt out
+    out = capsys.readouterr().out
+    assert "1 broken link" in out and "1 special file (not a regular file)" in out
+    assert f"{int(unreadable)} unreadable" in out
+
+
+def test_a_killed_preparation_leaves_no_worker_behind_and_no_traceback(tmp_path):
+    """Kill textdir's preparation while its pool tokenizes: its workers end at once and in silence, instead of
+    finishing their batch as orphans and printing BrokenPipeError tracebacks into the terminal."""
+    import signal
+    import time
+    src = sysconfig.get_paths()["stdlib"]  # thousands of .py files: the pool is busy for a while
+    proc = subprocess.Popen([sys.executable, os.path.join(DATA_ROOT, "textdir", "prepare.py"), "--src", src,
+                             "--exts", ".py", "--workers", "2", "--out_dir", str(tmp_path / "out")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("reading")
+    time.sleep(2.0)  # the workers are hashing or tokenizing files now
+    assert proc.poll() is None, "the preparation ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    try:  # stderr closes when the last process holding it (the orphans) has ended
+        _, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the pool's workers outlived the killed preparation by 15 s")
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

@@ -2,6 +2,7 @@
 changed (16 bits, a factor of 1, a window that cuts nothing), and the script end to end on train.py-format runs."""
 
 import dataclasses
+import errno
 import json
 import os
 import shutil
@@ -14,7 +15,8 @@ import torch.nn.functional as F
 import evaluate
 import report
 from model import GPT
-from test_analyze import assert_every_plot_is_labelled, keep_figures, make_run
+from test_analyze import (assert_every_plot_is_labelled, disk_full, files_of, keep_figures, make_run,
+                          unwritable_out_dir)
 
 VOCAB = 50304
 
@@ -48,7 +50,7 @@ def test_settings_parse(text, bits):
     assert evaluate.parse_setting(text) == bits
 
 
-@pytest.mark.parametrize("text", ["w4", "a4w4", "w1a8", "w12a8", "wxa8", "8-8"])
+@pytest.mark.parametrize("text", ["w4", "a4w4", "w1a8", "w12a8", "wxa8", "8-8", "w33a33", "w8a32", "w17a8", "w0a8"])
 def test_bad_settings_say_how_to_write_one(text):
     with pytest.raises(ValueError, match="wNaM"):
         evaluate.parse_setting(text)
@@ -170,6 +172,8 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv,words", [
     (["--modes=quant,speed"], "--modes=quant,speed: choose from"),
     (["--quant=w8a8,w3"], "wNaM"),
+    (["--quant=w33a33"], "'w33a33' is not valid: write wNaM with N and M each one of 2, 3, 4, 5, 6, 7, 8 bits, or 16"),
+    (["--window=64"], "--window is the T of published checkpoints: give --pretrained too"),
     (["--rope=none,linear"], "--rope=none,linear: choose from none, ntk, yarn"),
     (["--lengths=0,2"], "at least 1"),
     (["--keep_first=-1"], "at least 0"),
@@ -325,3 +329,68 @@ def test_a_record_is_written_whole_or_not_at_all(tmp_path):
     with pytest.raises(TypeError):
         evaluate.keep_record(str(tmp_path), {"label": "r", "T": 32, "bad": {1, 2}})
     assert kept(tmp_path) == {"label": "r", "T": 32} and os.listdir(tmp_path) == [evaluate.EVALUATED]
+
+
+@pytest.mark.parametrize("name", ["summary.json", "summary.md", "quant.png", "evaluated.json"])
+def test_a_full_disk_leaves_the_previous_results_whole(two_runs, tmp_path, monkeypatch, name):
+    """A write that fails part-way (the disk full) leaves the previous file as it was, and no temporary file."""
+    if name.endswith(".png"):
+        pytest.importorskip("matplotlib")
+    run, out = tmp_path / "run", tmp_path / "out"
+    shutil.copytree(os.path.join(two_runs, "g1"), run)
+    argv = [f"--runs={run}", "--device=cpu", "--windows=2", "--modes=quant", "--quant=w4a4", f"--out_dir={out}"]
+    evaluate.main(argv)
+    before, kept_before = files_of(out), files_of(run)  # the files written before the one that fails are new ones
+    disk_full(monkeypatch, name)
+    with pytest.raises(OSError) as e:
+        evaluate.main(argv)
+    monkeypatch.undo()
+    assert e.value.errno == errno.ENOSPC
+    folder, old = (run, kept_before) if name == evaluate.EVALUATED else (out, before)
+    now = files_of(folder)
+    assert now[name] == old[name] and set(now) == set(old)  # the file as it was, and no .tmp left beside it
+
+
+@pytest.mark.parametrize("kind", ["a-file", "under-a-file", "not-writable"])
+def test_an_out_dir_that_cannot_be_written_is_refused_before_the_work(two_runs, tmp_path, monkeypatch, kind):
+    out, words = unwritable_out_dir(tmp_path, kind)
+    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **k: pytest.fail("measured before the out_dir was checked"))
+    with pytest.raises(SystemExit) as e:
+        evaluate.main([f"--runs={two_runs}/g1", "--device=cpu", f"--out_dir={out}"])
+    message = str(e.value.code)
+    assert message.startswith(f"error: --out_dir={out} ") and words in message and "\n" not in message, message
+
+
+def test_a_length_that_does_not_fit_in_memory_is_refused_with_one_that_does(two_runs, tmp_path, monkeypatch):
+    """T = 32, 2 heads, 50304 logits: one window of 1024 T = 32768 tokens needs 2 x 4 x L x (2 L + 50304) bytes,
+    about 20 GiB; with 2 GiB free, 64 T (0.8 GiB) is the longest asked for that fits."""
+    monkeypatch.setattr(evaluate, "free_memory", lambda device: 2**31)
+    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **k: pytest.fail("measured before the memory was checked"))
+    with pytest.raises(SystemExit) as e:
+        evaluate.main([f"--runs={two_runs}/g1", "--device=cpu", "--modes=length", "--lengths=1,2,64,1024",
+                       f"--out_dir={tmp_path}"])
+    message = str(e.value.code)
+    need = evaluate.window_bytes(2, VOCAB, 1024 * 32)
+    assert need > 2**31 >= evaluate.window_bytes(2, VOCAB, 64 * 32) / 0.8
+    assert message.startswith("error: --lengths=1,2,64,1024: one window of 1024 x T = 32768 tokens of ") and \
+        f"needs about {need / 2**30:.1f} GiB" in message and "2.0 GiB free: ask for --lengths=1,2,64" in message, message
+
+
+def test_long_lengths_run_in_pieces_that_fit(two_runs, monkeypatch):
+    """The windows of a long length go through the model fewer at a time where memory is short; the losses are the
+    same as all at once."""
+    path = f"{two_runs}/g1/ckpt.pt"
+    model = evaluate.model_from_checkpoint(evaluate.read_checkpoint(path), path, attn_backend="torch")
+    x = torch.randint(0, VOCAB, (4, 64))
+    y = torch.randint(0, VOCAB, (4, 64))
+    passes = []
+    token_losses = evaluate.token_losses
+    monkeypatch.setattr(evaluate, "token_losses", lambda m, x, y, rows: passes.append(rows) or token_losses(m, x, y, rows))
+    whole = evaluate.evaluate_length(model, x, y, 8, [1, 2], ["none"])
+    assert passes == [8, 4]  # 8 windows of T, 4 of 2T: as many tokens per pass
+    monkeypatch.setattr(evaluate, "free_memory", lambda device: evaluate.window_bytes(2, VOCAB, 64) * 1.3)
+    passes.clear()
+    pieces = evaluate.evaluate_length(model, x, y, 8, [1, 2], ["none"])
+    assert passes[-1] == 1  # one window of 2T at a time
+    means = [[b["mean"] for length in out["none"] for b in length["buckets"]] for out in (whole, pieces)]
+    assert means[1] == pytest.approx(means[0])

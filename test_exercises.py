@@ -29,9 +29,12 @@ def run_quiet(exercise, path):
 
 
 @pytest.fixture(autouse=True)
-def exercise_runs(tutorial_runs, monkeypatch):
-    """Exercise 08 measures two trained runs: the toy-size ones of conftest's tutorial_runs fixture."""
-    monkeypatch.setenv("EXERCISE_RUNS", tutorial_runs)
+def exercise_runs(request, monkeypatch):
+    """Exercise 08 measures two trained runs: the toy-size ones of conftest's tutorial_runs fixture, trained only for
+    a test of exercise 08 (the others need no trained run, nor train.py)."""
+    params = getattr(request.node, "callspec", None)
+    if params is not None and str(params.params.get("name", "")).startswith("08"):
+        monkeypatch.setenv("EXERCISE_RUNS", request.getfixturevalue("tutorial_runs"))
 
 
 def test_there_are_at_least_eight_exercises_each_complete():
@@ -113,3 +116,64 @@ def test_the_command_line_reports_and_exits_nonzero_on_the_starter():
     assert result.returncode != 0 and "no exercise '99'" in result.stderr
     listing = subprocess.run([sys.executable, "exercises/check.py", "--list"], cwd=REPO, capture_output=True, text=True)
     assert listing.returncode == 0 and len(listing.stdout.splitlines()) == len(NAMES)
+
+
+# Student code that would hang the checker or forge its verdict: each is a starter of exercise 01 whose first gap
+# does something other than return, checked on the command line (the exit status is what grading reads).
+GAP1 = '    raise NotImplementedError("01-gap1:'
+
+
+def starter_with(tmp_path, gap1=None, end=None):
+    """Exercise 01's starter with gap 1's body replaced by gap1 (lines of the function body) and end appended to
+    the file; the other gap stays unfilled."""
+    with open(os.path.join(EXERCISES, "01_g1_gate", "starter.py"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    if gap1 is not None:
+        i = next(i for i, line in enumerate(lines) if line.startswith(GAP1))
+        lines[i:i + 1] = ["    " + line for line in gap1]
+    path = tmp_path / "starter.py"
+    path.write_text("\n".join(lines + (end or [])) + "\n", encoding="utf-8")
+    return path
+
+
+def check_cli(path, *args, timeout=120):
+    result = subprocess.run([sys.executable, "exercises/check.py", "01", f"--file={path}", *args], cwd=REPO,
+                            capture_output=True, text=True, timeout=timeout)
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("call", ["sys.exit(0)", "exit()", "os._exit(0)"])
+def test_a_function_that_ends_the_program_fails(call, tmp_path):
+    path = starter_with(tmp_path, gap1=["import os, sys", call])
+    code, out = check_cli(path)
+    assert code == 1, out
+    assert "[01.g1_gate_shapes]" in out and "0/8 checks passed." in out, out
+    if call == "os._exit(0)":  # nothing in the process sees it: the checker that watches it reports it
+        assert "ended the process" in out and "os._exit" in out, out
+    else:
+        assert f"your code ended the program ({call}" in out and "g1_gate" in out, out
+    assert "Traceback" not in out
+
+
+def test_a_file_that_prints_a_pass_and_exits_on_import_fails(tmp_path):
+    path = starter_with(tmp_path, end=['print("8/8 checks passed -- well done.")', "exit()"])
+    code, out = check_cli(path)
+    assert code == 1, out
+    assert "your file ended the program while it was imported (exit()" in out and out.rstrip().endswith("0/8 checks passed."), out
+
+
+def test_an_endless_loop_is_stopped_and_named(tmp_path):
+    path = starter_with(tmp_path, gap1=["while True:", "    pass"])
+    code, out = check_cli(path, "--timeout=3", timeout=60)
+    assert code == 1, out
+    assert "[01.g1_gate_shapes] did not finish within 3 s" in out, out
+    assert "your g1_gate did not return (starter.py line 39: while True:)" in out, out
+
+
+def test_an_endless_loop_that_swallows_the_stop_is_killed_and_named(tmp_path):
+    path = starter_with(tmp_path, gap1=["import time", "while True:", "    try:", "        time.sleep(0.1)",
+                                        "    except BaseException:", "        pass"])
+    code, out = check_cli(path, "--timeout=2", timeout=60)
+    assert code == 1, out
+    assert "[01.g1_gate_shapes] did not finish within 2 s" in out and "your g1_gate did not return" in out, out
+    assert "0/8 checks passed." in out

@@ -425,6 +425,7 @@ def test_test_variants_set_every_value_of_every_flag():
 def test_train_names_and_keys(monkeypatch):
     calls = []
     monkeypatch.setattr(repro, "train", lambda *args: calls.append(args))
+    monkeypatch.setattr(repro, "claim_folder", lambda folder: open(os.devnull))  # no folders made here
     repro.main(["train", "g1_elementwise", "all", "g3", "--tiny", "--max_iters=5", "--compile"])
     runs, root, keys, passed, settings = calls[-1]
     # `all` is the study, in order; a name given twice trains once; any registry name may be added; one seed: 1337
@@ -450,6 +451,7 @@ def test_seeds_per_name_in_the_order_named(monkeypatch):
     once (a plan for a GPU available for a fixed time puts what matters most first)."""
     calls = []
     monkeypatch.setattr(repro, "train", lambda *args: calls.append(args))
+    monkeypatch.setattr(repro, "claim_folder", lambda folder: open(os.devnull))  # no folders made here
     repro.main(["train", "baseline:2", "g1_elementwise:2", "g1_headwise", "baseline", "g2_elementwise:1", "--seeds=3"])
     assert calls[-1][0] == [("baseline", 1337), ("baseline", 1338), ("g1_elementwise", 1337), ("g1_elementwise", 1338),
                             ("g1_headwise", 1337), ("g1_headwise", 1338), ("g1_headwise", 1339), ("baseline", 1339),
@@ -513,6 +515,49 @@ def test_repro_rejects_unknown_variant():
     result = subprocess.run([sys.executable, os.path.join(REPO, "repro.py"), "train", "g9"], capture_output=True, text=True)
     assert result.returncode != 0 and "g9" in result.stderr and "g1_elementwise" in result.stderr
     assert result.stderr.strip().count("\n") == 0 and result.stdout == ""  # one line, before anything ran
+
+
+HOLD = "import sys, time; from common import claim_folder; lock = claim_folder(sys.argv[1]); print('held', flush=True); time.sleep(60)"
+
+
+@pytest.mark.parametrize("step", ["train", "evaluate", "report"])
+def test_a_root_another_process_holds_is_refused_in_one_line(tmp_path, monkeypatch, step):
+    """Another repro.py (here: a process that claimed the root and sleeps) owns the runs' root: a second `train`,
+    or an evaluation or a report of those runs, stops with one line naming it, before any work."""
+    root = tmp_path / "root"
+    monkeypatch.setattr(repro, "train", lambda *args: pytest.fail("trained on a root another process holds"))
+    monkeypatch.setattr(repro, "trained_runs", lambda *args: [("baseline", 1337)])
+    monkeypatch.setattr(repro, "run_tool", lambda *args: pytest.fail("ran a tool on a root another process holds"))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(SystemExit) as e:
+            repro.main([step, *(["baseline"] if step != "report" else []), f"--root={root}",
+                        f"--report_dir={tmp_path / 'report'}"])
+    finally:
+        holder.kill()
+        holder.wait()
+    message = str(e.value.code)
+    assert message.startswith(f"error: {root} is in use by another process (pid {holder.pid}: ") and \
+        "\n" not in message, message
+
+
+def test_a_report_folder_another_process_holds_is_refused(tmp_path, monkeypatch):
+    report_dir = tmp_path / "report"
+    monkeypatch.setattr(repro, "trained_runs", lambda *args: [("baseline", 1337)])
+    monkeypatch.setattr(repro, "analyze_runs", lambda *args: pytest.fail("analyzed with the report folder held"))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(report_dir)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(SystemExit, match=f"{report_dir} is in use by another process \\(pid {holder.pid}"):
+            repro.main(["report", f"--root={tmp_path / 'root'}", f"--report_dir={report_dir}"])
+    finally:
+        holder.kill()
+        holder.wait()
+    # once the holder is gone the folders are free again; a folder named twice is claimed once (a second flock on
+    # it from this process would refuse the first)
+    with repro.claimed(str(tmp_path / "root"), str(report_dir), str(report_dir)):
+        pass
 
 
 def test_a_first_run_that_cannot_start_stops_the_study(tmp_path):

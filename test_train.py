@@ -47,9 +47,11 @@ def close(a, b, rel):
 
 
 def folder_state(path):
-    """Every file under path with its bytes: a refused command must leave this exactly as it was."""
+    """Every file under path with its bytes: a refused command must leave this exactly as it was. The claim's
+    .lock (common.claim_folder) is no run file: it names whichever train.py last held the folder."""
     path = pathlib.Path(path)
-    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
 
 
 @pytest.fixture(scope="session")
@@ -169,7 +171,7 @@ common.save_checkpoint(checkpoint, {str(path)!r})
     assert path.read_bytes() == before
     assert [p.name for p in out_dir.iterdir() if p.name.endswith(".tmp")]  # its partial file, under another name
     train.main(args + ["--max_iters=4", "--init_from=resume"])  # resumes from the intact file, clears the debris
-    assert sorted(p.name for p in out_dir.iterdir()) == ["best.pt", "ckpt.pt", "log.jsonl"]
+    assert sorted(p.name for p in out_dir.iterdir()) == [".lock", "best.pt", "ckpt.pt", "log.jsonl"]
     assert [r["iter"] for r in read_log(out_dir)] == [0, 2, 4]
 
 
@@ -508,7 +510,7 @@ def test_ddp_on_cpu_with_gloo_matches_one_process(stdlib_data, tmp_path):
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr  # torchrun: 0 only if both ranks exit 0
     assert result.stdout.count("done: 6 iterations") == 1  # only rank 0 prints...
-    assert sorted(os.listdir(tmp_path / "ddp")) == ["best.pt", "ckpt.pt", "log.jsonl"]  # ...and writes
+    assert sorted(os.listdir(tmp_path / "ddp")) == [".lock", "best.pt", "ckpt.pt", "log.jsonl"]  # ...and writes
     train.main(common + [f"--out_dir={tmp_path / 'one'}", "--batch_size=4", "--eval_iters=2"])
 
     ddp, one = read_log(tmp_path / "ddp"), read_log(tmp_path / "one")
@@ -546,7 +548,10 @@ def test_sample_without_a_checkpoint(tmp_path):
 # ----------------------------------------------------------------------------
 # a careless user's mistakes: one clear line, nothing lost, no run folder changed by a command that fails
 
-def test_a_diverging_run_never_replaces_the_best_checkpoint(stdlib_data, tmp_path, capsys):
+def test_a_diverging_run_never_replaces_the_best_checkpoint(stdlib_data, tmp_path, capsys, monkeypatch):
+    """Below the rule that stops an exploded run (DIVERGED_FACTOR, switched off here: see
+    test_an_exploding_run_stops_and_best_pt_is_never_worse_than_the_start), a worse state is saved as the latest only."""
+    monkeypatch.setattr(train, "DIVERGED_FACTOR", math.inf)
     out_dir = tmp_path / "run"
     args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=3"]
     train.main(args + ["--max_iters=6"])
@@ -565,7 +570,8 @@ def test_a_diverging_run_never_replaces_the_best_checkpoint(stdlib_data, tmp_pat
     assert latest["iter_num"] == 12 and latest["best_iter"] == best["iter_num"]
 
 
-def test_without_always_save_a_worse_state_replaces_nothing(stdlib_data, tmp_path):
+def test_without_always_save_a_worse_state_replaces_nothing(stdlib_data, tmp_path, monkeypatch):
+    monkeypatch.setattr(train, "DIVERGED_FACTOR", math.inf)  # the worse state is saved, not stopped (above)
     out_dir = tmp_path / "run"
     args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=3"]
     train.main(args + ["--max_iters=6"])
@@ -881,3 +887,246 @@ def test_the_whole_run_trains_under_the_sdpa_preference(tmp_path, monkeypatch):
     train.main([f"--out_dir={tmp_path}", "--sdpa_backend=cudnn", "--device=cpu"])
     assert seen == [("cudnn", "CUDNN_ATTENTION")] and sdpa_order() == before
     assert "sdpa_backend" in train.PER_COMMAND
+
+
+# ----------------------------------------------------------------------------
+# one run per folder, crashes between writes, divergence, interruptions, memory
+
+HOLD = """
+import sys, time, common
+lock = common.claim_folder(sys.argv[1])
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_train_py_on_a_folder_in_use_stops_naming_the_holder(stdlib_data, tmp_path):
+    out_dir = tmp_path / "run"
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=2"]
+    train.main(args + ["--max_iters=2"])
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out_dir)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before, lock = folder_state(out_dir), (out_dir / ".lock").read_bytes()
+        for more in (["--init_from=resume", "--max_iters=4"], ["--max_iters=4", "--overwrite=True"]):
+            with pytest.raises(SystemExit, match=rf"{out_dir} is in use by another process \(pid {holder.pid}: "):
+                train.main(args + more)
+        # a new folder is claimed as it is made: the same refusal
+        assert folder_state(out_dir) == before and (out_dir / ".lock").read_bytes() == lock
+        # (b) a holder killed with SIGKILL holds nothing: the OS released its lock
+        holder.kill()
+        assert holder.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        holder.kill()
+        holder.stdout.close()
+    train.main(args + ["--init_from=resume", "--max_iters=4"])
+    assert [r["iter"] for r in read_log(out_dir)] == [0, 2, 4]
+    assert f"pid {os.getpid()}:" in (out_dir / ".lock").read_text()  # this process claimed it last
+
+
+def test_a_new_folder_is_claimed_when_it_is_made(stdlib_data, tmp_path, monkeypatch):
+    """Two new runs into one folder that does not exist yet: the second to make it is refused by the claim."""
+    out_dir = tmp_path / "new"
+    made = train.RunFolder.check_writable
+
+    def someone_else_claims_first(self):
+        made(self)
+        holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out_dir)], cwd=REPO, stdout=subprocess.PIPE,
+                                  text=True)
+        assert holder.stdout.readline().strip() == "held"
+        holders.append(holder)
+    holders = []
+    monkeypatch.setattr(train.RunFolder, "check_writable", someone_else_claims_first)
+    try:
+        with pytest.raises(SystemExit, match=r"is in use by another process \(pid \d+"):
+            train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=2"])
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+            holder.stdout.close()
+    assert folder_state(out_dir) == {}
+
+
+def test_resume_trusts_what_best_pt_holds_not_what_ckpt_pt_says(stdlib_data, tmp_path, capsys, monkeypatch):
+    """Killed between ckpt.pt's rename and best.pt's link: ckpt.pt is newer and better than best.pt, and its own
+    record of the best (best_val_loss, best_iter) names a state best.pt does not hold."""
+    monkeypatch.setattr(train, "DIVERGED_FACTOR", math.inf)  # a worse state below, saved as the latest only
+    out_dir = tmp_path / "run"
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=3"]
+    train.main(args + ["--max_iters=3"])
+    iter3 = (out_dir / "ckpt.pt").read_bytes()
+    train.main(args + ["--max_iters=6", "--init_from=resume"])
+    _, ckpt = load_checkpoint(str(out_dir / "ckpt.pt"))
+    assert ckpt["iter_num"] == 6 and ckpt["best_iter"] == 6
+    (out_dir / "best.pt").unlink()
+    (out_dir / "best.pt").write_bytes(iter3)  # the disagreeing pair
+    _, best = load_checkpoint(str(out_dir / "best.pt"))
+    assert best["iter_num"] == 3 and best["val_loss"] > ckpt["val_loss"]
+    capsys.readouterr()
+    train.main(args + ["--max_iters=9", "--init_from=resume", "--learning_rate=30.0", "--min_lr=30.0"])
+    printed = capsys.readouterr().out
+    assert (f"is better than {out_dir / 'best.pt'} (iter 3, {best['val_loss']:.4f})" in printed
+            and f"cp {out_dir / 'ckpt.pt'} {out_dir / 'best.pt'}" in printed), printed
+    assert f"{best['val_loss']:.4f} at iter 3, which best.pt keeps" in printed, printed
+    assert (out_dir / "best.pt").read_bytes() == iter3
+    assert load_checkpoint(str(out_dir / "ckpt.pt"))[1]["best_iter"] == 3
+
+    # the user's mv best.pt ckpt.pt: no best.pt, and none is claimed; the next evaluation's state becomes it
+    os.replace(out_dir / "best.pt", out_dir / "ckpt.pt")
+    train.main(args + ["--max_iters=6", "--init_from=resume"])
+    printed = capsys.readouterr().out
+    assert f"note: there is no {out_dir / 'best.pt'}" in printed and "which best.pt keeps" not in printed
+    assert load_checkpoint(str(out_dir / "best.pt"))[1]["iter_num"] == 6
+
+
+def test_an_exploding_run_stops_and_best_pt_is_never_worse_than_the_start(stdlib_data, tmp_path):
+    out_dir = tmp_path / "run"
+    with pytest.raises(SystemExit, match=r"the run has diverged: validation loss \S+ at iter 3, more than 2x the "
+                                         r"\S+ it started from\. learning_rate=100 is too high for this model: try 10,"
+                                         r".*This state was not saved; best.pt keeps iter 0 \(val loss"):
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=3",
+                           "--max_iters=30", "--learning_rate=100"])
+    log = read_log(out_dir)
+    assert [r["iter"] for r in log] == [0, 3] and log[1]["val_loss"] > 2 * log[0]["val_loss"]
+    _, best = load_checkpoint(str(out_dir / "best.pt"))
+    assert best["iter_num"] == 0 and best["val_loss"] == pytest.approx(log[0]["val_loss"])
+    assert not (out_dir / "ckpt.pt").exists()  # the diverged state is saved nowhere
+
+
+def test_a_full_disk_reported_by_torch_or_ctrl_c_while_saving_is_one_line(stdlib_data, tmp_path, monkeypatch, capsys):
+    out_dir = tmp_path / "run"
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=2"]
+    train.main(args + ["--max_iters=2"])
+    before = folder_state(out_dir)
+
+    def full_disk(obj, f):  # what torch.save's zip writer raises when the disk fills
+        f.write(b"part of a checkpoint")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1664 vs 1552")
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(SystemExit, match=r"could not save a checkpoint in .*: \[enforce fail at inline_container.cc"
+                                         r":672\] . unexpected pos 1664 vs 1552 \(is the disk full\?\)\. .*ckpt.pt and "
+                                         r".*best.pt keep the states saved before"):
+        train.main(args + ["--max_iters=4", "--init_from=resume"])
+    after = folder_state(out_dir)  # the log has the eval's record; the checkpoints are as they were
+    assert after["ckpt.pt"] == before["ckpt.pt"] and after["best.pt"] == before["best.pt"]
+    assert not [name for name in after if name.endswith(".tmp")]
+
+    def interrupted_save(obj, f):
+        f.write(b"part of a checkpoint")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(torch, "save", interrupted_save)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(args + ["--max_iters=4", "--init_from=resume"])
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err == (f"interrupted at iter 4: {out_dir / 'ckpt.pt'} holds iter 2. Continue with: "
+                                       f"python train.py --device=cpu --out_dir={out_dir} --init_from=resume\n")
+    after = folder_state(out_dir)
+    assert after["ckpt.pt"] == before["ckpt.pt"] and after["best.pt"] == before["best.pt"]
+    assert not [name for name in after if name.endswith(".tmp")]
+
+
+def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(stdlib_data, tmp_path):
+    out_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "train.py", *TINY, f"--data_dir={stdlib_data}", f"--out_dir={out_dir}",
+                             "--eval_interval=2", "--max_iters=100000", "--lr_decay_iters=100000"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        for line in proc.stdout:
+            if line.startswith("saved") and "ckpt.pt" in line:  # the first log line after a checkpoint
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    saved = load_checkpoint(str(out_dir / "ckpt.pt"))[1]["iter_num"]
+    command = f"python train.py --device=cpu --out_dir={out_dir} --init_from=resume"
+    assert f": {out_dir / 'ckpt.pt'} holds iter {saved}. Continue with: {command}" in err, err
+    # the command it gives continues the run (here only to the next eval)
+    train.main(command.split()[2:] + [f"--max_iters={saved + 2}"])
+    assert read_log(out_dir)[-1]["iter"] == saved + 2
+
+
+def test_a_partial_torchrun_environment_is_one_line(stdlib_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SystemExit, match=r"the environment sets RANK=0 but not LOCAL_RANK, WORLD_SIZE: torchrun sets "
+                                         r"all of RANK, LOCAL_RANK, WORLD_SIZE\. For one process unset RANK"):
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--max_iters=2"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_step_too_big_for_memory_is_refused_with_a_batch_size_that_fits(stdlib_data, tmp_path, monkeypatch):
+    monkeypatch.setattr(train, "free_memory", lambda device: 2**30)  # 1 GiB free
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--max_iters=2"]
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(args + ["--batch_size=4096"])
+    message = str(exit_info.value.code)
+    assert message.startswith("error: batch_size=4096 x block_size=32 needs about ") and "1.0 GiB is free" in message
+    fits = int(message.split("try --batch_size=")[1].split()[0])
+    config = GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=32)
+    n_params = sum(p.numel() for p in model_py.GPT(config).parameters())
+    assert train.step_memory(fits, config, n_params) <= 2**30 < train.step_memory(fits + 1, config, n_params)
+    with pytest.raises(SystemExit, match=r"block_size=100000 needs about .* even --batch_size=1 does not fit: lower "
+                                         r"--block_size=100000"):
+        train.main(args + ["--block_size=100000"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_running_out_of_memory_in_a_step_is_one_line(stdlib_data, tmp_path, monkeypatch):
+    """What the estimate misses: the allocator's failure at the first step becomes the same advice."""
+    original = model_py.GPT.forward
+
+    def forward(self, idx, targets=None):
+        if self.training:
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: can't allocate memory: "
+                               "you tried to allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)")
+        return original(self, idx, targets)
+    monkeypatch.setattr(model_py.GPT, "forward", forward)
+    with pytest.raises(SystemExit, match=r"out of memory at iter 0 \(\[enforce fail .*\)\. batch_size=4 x block_size="
+                                         r"32 needs about .*: try --batch_size=2 or less \(with "
+                                         r"--gradient_accumulation_steps=2"):
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--max_iters=2"])
+
+
+def test_a_folder_without_a_checkpoint_says_what_it_holds_and_what_to_do(tiny_run, stdlib_data, tmp_path):
+    args = TINY + [f"--data_dir={stdlib_data}", "--max_iters=9", "--eval_interval=3"]
+    # only a log: a run stopped before its first checkpoint
+    only_log = tmp_path / "only_log"
+    only_log.mkdir()
+    shutil.copy(os.path.join(tiny_run, "log.jsonl"), only_log)
+    for more in ([], ["--init_from=resume"]):
+        with pytest.raises(SystemExit) as exit_info:
+            train.main(args + [f"--out_dir={only_log}"] + more)
+        message = str(exit_info.value.code)
+        assert (f"{only_log} holds log.jsonl and no ckpt.pt: there is no state to resume" in message
+                and "--overwrite=True" in message and "Continue it with --init_from=resume" not in message), message
+    # best.pt but no ckpt.pt: name best.pt's iter (read from it) and the commands that continue from it
+    no_ckpt = tmp_path / "no_ckpt"
+    shutil.copytree(tiny_run, no_ckpt)
+    (no_ckpt / "ckpt.pt").unlink()
+    best_iter = load_checkpoint(str(no_ckpt / "best.pt"))[1]["iter_num"]
+    for more in ([], ["--init_from=resume"]):
+        with pytest.raises(SystemExit) as exit_info:
+            train.main(args + [f"--out_dir={no_ckpt}"] + more)
+        message = str(exit_info.value.code)
+        assert (f"holds log.jsonl, best.pt but no ckpt.pt; its best.pt is the state of iter {best_iter}" in message
+                and f"cp {no_ckpt / 'best.pt'} {no_ckpt / 'ckpt.pt'}, then --init_from=resume" in message), message
+    shutil.copy(no_ckpt / "best.pt", no_ckpt / "ckpt.pt")  # the advice works
+    train.main(args + [f"--out_dir={no_ckpt}", "--init_from=resume"])
+    assert read_log(no_ckpt)[-1]["iter"] == 9
+
+
+def test_a_config_file_that_exits_is_refused_by_name(tmp_path):
+    path = tmp_path / "my_config.py"
+    path.write_text("n_layer = 2\nimport sys\nsys.exit(0)\n")
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([str(path), f"--out_dir={tmp_path / 'run'}"])
+    assert str(exit_info.value.code) == (f"error: config file {path} line 3 calls sys.exit(0): a config file only sets "
+                                         "keys (key = value lines); remove the exit")
+    assert not (tmp_path / "run").exists()

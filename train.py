@@ -18,6 +18,11 @@ Writes out_dir/log.jsonl (one JSON record per eval), out_dir/ckpt.pt (the latest
 continues from ckpt.pt exactly where the run left off (same data, same random numbers, same settings unless a
 flag changes them). A new run never starts over an existing run's folder unless --overwrite=True, and nothing
 in out_dir changes until the first evaluation, so a command that fails early leaves the folder as it was.
+One train.py at a time writes a folder: it claims out_dir (common.claim_folder, out_dir/.lock) before reading it,
+and a second one stops naming the first. best.pt starts as the initial state (iter 0), so it is never worse
+than the start; a run whose validation loss passes DIVERGED_FACTOR x the initial one stops, naming the learning
+rate. Ctrl-C ends with one line: where the last checkpoint is and the command that continues it (exit status 130).
+A first step that cannot fit in memory is refused before it is tried (step_memory), with a batch_size that fits.
 
 Read top to bottom: the keys -> the schedule and loss spikes -> checking the keys -> the run folder -> the
 Trainer (build, train_step, check_health, evaluate, log_and_save, run) -> main. The training loop waits for the GPU
@@ -43,9 +48,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (BEST, CHECKPOINT, COMPILE_MODES, LOG, REPO, SDPA_BACKENDS, autocast_for, code_version, configure,
-                    dataset_dir, estimate_mfu, fail, finite_or_none, model_from_checkpoint, optimizer_step, pick_device,
-                    read_checkpoint, read_jsonl, save_checkpoint, sdpa_preference)
+from common import (BEST, CHECKPOINT, COMPILE_MODES, LOG, REPO, SDPA_BACKENDS, autocast_for, claim_folder,
+                    code_version, configure, dataset_dir, estimate_mfu, fail, finite_or_none, free_memory,
+                    model_from_checkpoint, optimizer_step, pick_device, read_checkpoint, read_jsonl, save_checkpoint,
+                    sdpa_preference)
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import TrainLoader, atomic_write, bos_token, find_shards, max_token_id, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
@@ -113,6 +119,11 @@ SPIKE_EMA = 0.95  # decay of the running mean and variance that a loss spike is 
 SPIKE_WARMUP = 20  # steps before spikes are counted: the running variance needs a few steps to mean anything
 SPIKE_MIN_NATS = 0.1  # a spike rises at least this far above the running mean, however quiet the loss was
 VAL_RISE_WARNING = 1.0  # nats: a validation loss this far above the best one gets a warning
+# A run has exploded when its validation loss is more than DIVERGED_FACTOR times the one it started from (iter 0):
+# a fresh model's loss is about ln(vocab_size), a uniform guess, and twice that is vastly worse than guessing,
+# which no run that is merely noisy reaches (a --learning_rate=100 run is at thousands of nats). It stops then.
+DIVERGED_FACTOR = 2.0
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what train.py reads of what torchrun sets
 
 
 def keep_freed_memory():
@@ -233,7 +244,111 @@ def resume_settings(argv, checkpoint, ckpt_path):
     if old != new:
         notes.append(f"WARNING: this run was trained on {old}; it now continues on {new}, because this command "
                      "says so (--dataset/--data_dir). Leave both out to continue on the run's own data.")
-    return c, notes
+    return c, notes, given
+
+
+def processes():
+    """(ddp, rank, local_rank, world_size): one process, or one per GPU under torchrun, which sets all of
+    TORCHRUN_VARS. Some of them without the others is a stray variable or a broken launcher, never a run that
+    could work: refuse it rather than guess whether the user meant one process or many."""
+    found = [k for k in TORCHRUN_VARS if k in os.environ]
+    if not found:
+        return False, 0, 0, 1
+    missing = [k for k in TORCHRUN_VARS if k not in os.environ]
+    if missing:
+        fail(f"the environment sets {', '.join(f'{k}={os.environ[k]}' for k in found)} but not {', '.join(missing)}: "
+             f"torchrun sets all of {', '.join(TORCHRUN_VARS)}. For one process unset {' '.join(found)} "
+             "(e.g. env -u RANK python train.py ...); for several, launch with torchrun")
+    try:
+        rank, local_rank, world_size = (int(os.environ[k]) for k in TORCHRUN_VARS)
+    except ValueError:
+        fail(f"{', '.join(f'{k}={os.environ[k]!r}' for k in TORCHRUN_VARS)} must be whole numbers (torchrun sets them)")
+    return True, rank, local_rank, world_size
+
+
+def claim_out_dir(out_dir):
+    """This process becomes out_dir's one writer until it exits (common.claim_folder); a second train.py on the
+    same folder stops there, naming the first. Keep the returned file open for the whole run."""
+    try:
+        return claim_folder(out_dir)
+    except OSError as e:
+        fail(f"out_dir={out_dir!r} cannot be written: {e.strerror or e}; choose another --out_dir")
+
+
+def saved_state(path):
+    """(iter_num, val_loss) of the checkpoint at path, read from the file itself (memory-mapped: its tensors are
+    not read), or None if there is none; ValueError if it cannot be read. What a message says of a file
+    comes from here, never from what another file claims about it."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return int(checkpoint["iter_num"]), float(checkpoint["val_loss"])
+    except Exception as e:  # truncated, not a checkpoint, not train.py's
+        raise ValueError(f"{path} is not a readable train.py checkpoint ({type(e).__name__})") from None
+
+
+def describe_folder(out_dir):
+    """What out_dir holds and the commands that fit it, for a folder that has no ckpt.pt to resume from."""
+    best_path = os.path.join(out_dir, BEST)
+    try:
+        best = saved_state(best_path)
+    except ValueError as e:
+        best, unreadable = None, str(e)
+    else:
+        unreadable = None
+    held = RunFolder.holds_a_run(out_dir)
+    if best is not None:
+        return (f"{out_dir} holds {', '.join(held)} but no {CHECKPOINT}; its {BEST} is the state of iter {best[0]} "
+                f"(val loss {best[1]:.4f}). To continue from it: cp {best_path} {os.path.join(out_dir, CHECKPOINT)}, "
+                "then --init_from=resume; or start a new run there with --overwrite=True, or choose another --out_dir")
+    what = f"{', '.join(held)} and no {CHECKPOINT}" if held else "no run files"
+    if unreadable:
+        what += f" ({unreadable})"
+    return (f"{out_dir} holds {what}: there is no state to resume (the run stopped before its first checkpoint). "
+            "Start a new run there with --overwrite=True, or choose another --out_dir")
+
+
+def resume_command(c, given, world_size):
+    """The command that continues this run: the checkpoint brings the run's settings; this command's per-machine
+    keys (device, dtype, ...) do not travel in it, so they are repeated."""
+    keep = [f"--{k}={getattr(c, k)}" for k in PER_COMMAND
+            if k in given and k not in ("out_dir", "init_from", "overwrite", "eval_only")]
+    launcher = f"torchrun --standalone --nproc_per_node={world_size} train.py" if world_size > 1 else "python train.py"
+    return " ".join([launcher, *keep, f"--out_dir={c.out_dir}", "--init_from=resume"])
+
+
+# -----------------------------------------------------------------------------
+# Memory: refuse a step that cannot fit before trying it
+
+def step_memory(batch_size, config, n_params):
+    """Rough bytes the first training step needs: the weights, gradients and AdamW's two moments (16 bytes a
+    parameter), the activations autograd keeps (about ACT_FLOATS floats per token, per layer, per unit of width:
+    the block's saved inputs, attention output, MLP hidden) and the logits with their softmax and gradient
+    (3 floats per token per vocabulary entry, for the rows computed at once). Deliberately a low estimate, so a
+    run it refuses surely does not fit."""
+    ACT_FLOATS = 16
+    tokens = batch_size * config.block_size
+    logit_rows = min(tokens, config.loss_chunk) if config.loss_chunk else tokens
+    activations = ACT_FLOATS * tokens * config.n_layer * config.n_embd
+    return 16 * n_params + 4 * (activations + 3 * logit_rows * config.vocab_size)
+
+
+def memory_advice(c, config, n_params, device, available):
+    """One line: the estimate, what is free, and a batch_size (or block_size) that would fit."""
+    need = step_memory(c.batch_size, config, n_params)
+    per_seq = step_memory(1, config, n_params) - step_memory(0, config, n_params)
+    fits = int((available - step_memory(0, config, n_params)) // per_seq) if available is not None else 0
+    free = f"{available / 2**30:.1f} GiB is free" if available is not None else "it does not fit"
+    if fits >= c.batch_size:  # the estimate said it fits, yet the allocator failed: the estimate is low here
+        fits = max(1, c.batch_size // 2)
+    if fits >= 1 and fits < c.batch_size:
+        how = (f"try --batch_size={fits} or less (with --gradient_accumulation_steps="
+               f"{c.gradient_accumulation_steps * math.ceil(c.batch_size / fits)} to keep about the tokens per step)")
+    else:
+        how = f"even --batch_size=1 does not fit: lower --block_size={config.block_size} or the model's size"
+    return (f"batch_size={c.batch_size} x block_size={config.block_size} needs about {need / 2**30:.1f} GiB for one "
+            f"training step on {device} (train.step_memory's estimate); {free}: {how}")
 
 
 # -----------------------------------------------------------------------------
@@ -306,12 +421,16 @@ class RunFolder:
         except OSError as e:
             fail(f"could not write {self.log_path}: {e.strerror or e}. {self.ckpt_path} keeps the last saved state.")
 
-    def save(self, checkpoint, is_best):
-        """ckpt.pt <- checkpoint; best.pt <- the same file too when it is the best so far (a hard link:
-        ckpt.pt is always replaced by a rename, so best.pt keeps its bytes when ckpt.pt moves on)."""
+    def save(self, checkpoint, is_best, latest=True):
+        """ckpt.pt <- checkpoint (if latest); best.pt <- the same file too when it is the best so far (a hard link:
+        ckpt.pt is always replaced by a rename, so best.pt keeps its bytes when ckpt.pt moves on), or written on its
+        own when there is no latest to save (the initial state of a new run)."""
         try:
-            save_checkpoint(checkpoint, self.ckpt_path)
-            if is_best:
+            if latest:
+                save_checkpoint(checkpoint, self.ckpt_path)
+            if is_best and not latest:
+                save_checkpoint(checkpoint, self.best_path)
+            elif is_best:
                 tmp = os.path.join(self.out_dir, f".{BEST}.link.tmp")
                 if os.path.exists(tmp):
                     os.remove(tmp)
@@ -320,10 +439,13 @@ class RunFolder:
                 except OSError:  # a filesystem without hard links: copy
                     shutil.copyfile(self.ckpt_path, tmp)
                 os.replace(tmp, self.best_path)
-        except OSError as e:
-            fail(f"could not save a checkpoint in {self.out_dir}: {e.strerror or e}. {self.ckpt_path} and "
+        except (OSError, RuntimeError) as e:
+            # a full disk reaches torch.save's zip writer as RuntimeError ("[enforce fail at inline_container.cc]
+            # ... unexpected pos"), elsewhere as OSError; atomic_write has taken the partial file away
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip().splitlines()[0][:200]
+            full = "" if isinstance(e, OSError) else " (is the disk full?)"
+            fail(f"could not save a checkpoint in {self.out_dir}: {reason}{full}. {self.ckpt_path} and "
                  f"{self.best_path} keep the states saved before.")
-
 
 
 def prepare_data(c, block, vocab_size, rank, world_size, ddp):
@@ -404,6 +526,7 @@ class Trainer:
         torch.backends.cudnn.allow_tf32 = True
         self.ckpt_path = os.path.join(c.out_dir, CHECKPOINT)
         self.build_model(checkpoint)
+        self.check_memory()
         self.tokens_per_iter = c.gradient_accumulation_steps * c.batch_size * self.gptconf.block_size
         self.data_dir, self.loader, self.val = prepare_data(c, self.gptconf.block_size, self.gptconf.vocab_size,
                                                             rank, world_size, ddp)
@@ -445,6 +568,20 @@ class Trainer:
             ids = [torch.cuda.current_device()] if self.device_type == "cuda" else None
             self.train_model = DDP(self.model, device_ids=ids)
 
+    def check_memory(self):
+        """Refuse a first step that cannot fit in the device's free memory (step_memory's estimate), before
+        anything is written, with a batch_size that would fit."""
+        self.available = free_memory(self.device)
+        n_params = sum(p.numel() for p in self.raw_model.parameters())
+        if self.available is not None and step_memory(self.c.batch_size, self.gptconf, n_params) > self.available:
+            fail(memory_advice(self.c, self.gptconf, n_params, self.device, self.available))
+
+    def out_of_memory(self, e):
+        """The same one line for an allocator failure the estimate did not foresee."""
+        n_params = sum(p.numel() for p in self.raw_model.parameters())
+        fail(f"out of memory at iter {self.iter_num} ({str(e).strip().splitlines()[0][:120]}). "
+             + memory_advice(self.c, self.gptconf, n_params, self.device, free_memory(self.device)))
+
     def build_optimizer(self, checkpoint):
         """AdamW, the fp16 gradient scaler, and on resume every piece of state the run had."""
         c = self.c
@@ -452,6 +589,7 @@ class Trainer:
         fp16 = self.dtype == "float16" and self.device_type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda" if self.device_type == "cuda" else "cpu", enabled=fp16)
         self.iter_num, self.best_val_loss, self.best_iter = 0, float("inf"), None
+        self.initial_val_loss = None  # the iter-0 evaluation's: no best state is worse, and far above it is divergence
         self.health = {"loss_ema": None, "loss_var": 0.0, "steps": 0, "in_spike": False, "loss_spikes": 0,
                        "nonfinite_steps": 0}
         self.nonfinite_in_a_row = 0
@@ -469,11 +607,31 @@ class Trainer:
             self.scaler.load_state_dict(checkpoint["scaler"])
         self.loader.load_state_dict(checkpoint["loader"])
         restore_rng(checkpoint["rng"])
-        self.iter_num, self.best_val_loss = checkpoint["iter_num"], checkpoint["best_val_loss"]
-        self.health = checkpoint["health"]
-        was_best = self.best_val_loss == checkpoint["val_loss"]
-        self.best_iter = checkpoint.get("best_iter", self.iter_num if was_best else None)
+        self.iter_num, self.health = checkpoint["iter_num"], checkpoint["health"]
         self.say(f"resuming from {self.ckpt_path} at iter {self.iter_num}")
+        self.read_best(checkpoint)
+        start = [r for r in read_jsonl(os.path.join(c.out_dir, LOG)) if r.get("iter") == 0]
+        if start and isinstance(start[0].get("val_loss"), (int, float)):
+            self.initial_val_loss = start[0]["val_loss"]
+
+    def read_best(self, checkpoint):
+        """The best so far is what best.pt holds, read from best.pt itself: ckpt.pt's own record of it is wrong
+        after a crash between the two writes, or after the user moved the files (mv best.pt ckpt.pt)."""
+        best_path = os.path.join(self.c.out_dir, BEST)
+        try:
+            best = saved_state(best_path)
+        except ValueError as e:
+            self.say(f"note: {e}; the next evaluation's state will replace it as {BEST}")
+            return
+        if best is None:
+            self.say(f"note: there is no {best_path}; the next evaluation's state will be saved as {BEST}")
+            return
+        self.best_iter, self.best_val_loss = best
+        if checkpoint["val_loss"] < self.best_val_loss:
+            self.say(f"note: {self.ckpt_path} (iter {self.iter_num}, val loss {checkpoint['val_loss']:.4f}) is better "
+                     f"than {best_path} (iter {self.best_iter}, {self.best_val_loss:.4f}): a run stopped between "
+                     f"saving the two, or the files were moved. To keep iter {self.iter_num} as the best: Ctrl-C, "
+                     f"cp {self.ckpt_path} {best_path}, and resume again")
 
     def train_step(self):
         """One optimizer step: accum micro-batches on each rank, gradients averaged over all of them. It never
@@ -523,9 +681,15 @@ class Trainer:
                      f"({self.nonfinite_in_a_row} in a row, {self.health['nonfinite_steps']} in all)")
             if self.nonfinite_in_a_row >= self.c.max_nonfinite:
                 best = f" and best.pt the best (iter {self.best_iter})" if self.best_iter is not None else ""
+                try:  # say what ckpt.pt holds only after looking: a new run may not have saved one yet
+                    saved = saved_state(self.ckpt_path)
+                except ValueError:
+                    saved = None
+                kept = (f"{self.ckpt_path} holds the last finite state{best}" if saved else
+                        f"no {CHECKPOINT} was saved" + (f"; best.pt holds iter {self.best_iter}" if best else ""))
                 fail(f"{self.nonfinite_in_a_row} non-finite steps in a row (max_nonfinite={self.c.max_nonfinite}): "
-                     f"the run has diverged. {self.ckpt_path} holds the last finite state{best}; try a lower "
-                     "learning_rate or more warmup_iters.")
+                     f"the run has diverged. {kept}; try a lower learning_rate "
+                     f"(learning_rate={self.c.learning_rate:g}) or more warmup_iters.")
         return losses
 
     @torch.no_grad()
@@ -575,20 +739,43 @@ class Trainer:
             if self.use_wandb:
                 import wandb
                 wandb.log({k: v for k, v in record.items() if k not in ("layers", "code")}, step=self.iter_num)
+        if self.iter_num == 0 and not self.c.eval_only:
+            self.initial_val_loss = val_loss
+        self.stop_if_exploded(val_loss)  # on every rank (each has the same val_loss), before the state is saved
+        if self.master and not self.c.eval_only:
             if self.iter_num > self.start_iter:
                 self.save(val_loss)
+            elif self.iter_num == 0:  # a new run's initial state: best.pt from the start, so none is ever worse
+                self.save(val_loss, latest=False)
         return record
 
-    def save(self, val_loss):
+    def stop_if_exploded(self, val_loss):
+        """Stop a run whose validation loss is above DIVERGED_FACTOR x its initial one (rule above): it has
+        diverged, and more steps only waste time. Its state is not saved; best.pt stays the best it saw. (A NaN
+        validation loss is not saved either; max_nonfinite stops the run on the non-finite steps.)"""
+        initial = self.initial_val_loss
+        if self.c.eval_only or initial is None or not val_loss > DIVERGED_FACTOR * initial:
+            return
+        kept = (f"best.pt keeps iter {self.best_iter} (val loss {self.best_val_loss:.4f})" if self.best_iter is not None
+                else "there is no best.pt")
+        fail(f"the run has diverged: validation loss {val_loss:.4g} at iter {self.iter_num}, more than "
+             f"{DIVERGED_FACTOR:g}x the {initial:.4f} it started from. learning_rate={self.c.learning_rate:g} is too "
+             f"high for this model: try {self.c.learning_rate / 10:g}, or more warmup_iters "
+             f"(now {self.c.warmup_iters}). This state was not saved; {kept}.")
+
+    def save(self, val_loss, latest=True):
         """ckpt.pt takes the latest state (always_save_checkpoint) or only a better one; best.pt only a
-        better one. A non-finite state is never saved: it would be useless to resume from."""
+        better one. A non-finite state is never saved: it would be useless to resume from. latest=False: the
+        initial state of a new run, to best.pt only (ckpt.pt at iter 0 would read as a new run)."""
         if not (math.isfinite(val_loss) and all(torch.isfinite(p).all() for p in self.raw_model.parameters())):
             best = f", best.pt the best (iter {self.best_iter})" if self.best_iter is not None else ""
             print(f"not saving: the validation loss or the weights are not finite; {self.ckpt_path} keeps the last "
                   f"finite state{best}")
             return
-        is_best = val_loss < self.best_val_loss
-        if not (is_best or self.c.always_save_checkpoint):
+        # never worse than the start either, also when a resumed run found no best.pt to compare with
+        initial = math.inf if self.initial_val_loss is None else self.initial_val_loss
+        is_best = val_loss < self.best_val_loss and val_loss <= initial
+        if not (is_best or self.c.always_save_checkpoint and latest):
             return
         if is_best:
             self.best_val_loss, self.best_iter = val_loss, self.iter_num
@@ -605,9 +792,16 @@ class Trainer:
             "rng": rng_state(),
             "loader": self.loader.state_dict(),
             "health": self.health,
-        }, is_best)
+        }, is_best, latest)
+        if not latest:
+            print(f"saved {self.folder.best_path} (the initial state: best.pt never holds a worse one)", flush=True)
+            return
         if is_best:
             print(f"saved {self.ckpt_path} and best.pt (the best validation loss so far)", flush=True)
+            return
+        if self.best_iter is None:
+            print(f"saved {self.ckpt_path} (the latest state); it is worse than the initial validation loss "
+                  f"{self.initial_val_loss:.4f}, so it is not saved as best.pt", flush=True)
             return
         worse = val_loss - self.best_val_loss
         print(f"saved {self.ckpt_path} (the latest state); its validation loss is {worse:.3f} worse than the best, "
@@ -633,40 +827,46 @@ class Trainer:
         t_read, iter_read = time.perf_counter(), self.iter_num
         if self.start_iter >= c.max_iters and not c.eval_only:
             self.say(f"nothing to do: the checkpoint is at iter {self.start_iter} and max_iters={c.max_iters}")
-        while True:
-            lr = lr_at(self.iter_num, c)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
-            resumed_here = self.iter_num == self.start_iter > 0 and not c.eval_only  # its eval is in the log
-            if self.eval_due() and not resumed_here:
-                record = self.log_and_save(lr, since_eval)
-                since_eval = Span()
-                t_read, iter_read = time.perf_counter(), self.iter_num  # evaluation time is not training time
-            if c.eval_only or self.iter_num >= c.max_iters:
-                break
-            self.train_step()
-            self.iter_num += 1
-            first_step = self.iter_num == self.start_iter + 1  # compiles and allocates: never timed
-            log_step = self.iter_num % c.log_interval == 0
-            if not (first_step or log_step or self.eval_due()):
-                continue  # the host goes straight on to queue the next step while the device works
-            # Wait for the device to finish the queued steps, read their losses, and time them: measured this way,
-            # a step's wall time is what bench.py --train measures for the same step, plus loading the batch.
-            losses = self.check_health()
-            t_now = time.perf_counter()
-            seconds, steps = t_now - t_read, self.iter_num - iter_read
-            t_read, iter_read = t_now, self.iter_num
-            for span in (since_log, since_eval):
-                span.add(losses, seconds, steps, timed=not first_step)
-            if log_step:
-                dt = since_log.step_time() or seconds  # the first step alone (log_interval=1): its own time
-                mfu = estimate_mfu(self.raw_model, c.batch_size * self.accum, dt, device=self.device)
-                loss = since_log.mean_loss()
-                self.say(f"iter {self.iter_num}: loss {'non-finite' if loss is None else f'{loss:.4f}'}, lr {lr:.2e}, "
-                         f"{dt * 1000:.0f} ms, {self.tokens_per_iter / dt:,.0f} tokens/s"
-                         + (f", MFU {mfu * 100:.1f}%" if mfu else "")
-                         + (" (the first step: compiling, allocating)" if first_step else ""), flush=True)
-                since_log = Span()
+        try:  # an allocator failure becomes memory_advice's one line; the loop itself is unchanged
+            while True:
+                lr = lr_at(self.iter_num, c)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                resumed_here = self.iter_num == self.start_iter > 0 and not c.eval_only  # its eval is in the log
+                if self.eval_due() and not resumed_here:
+                    record = self.log_and_save(lr, since_eval)
+                    since_eval = Span()
+                    t_read, iter_read = time.perf_counter(), self.iter_num  # evaluation time is not training time
+                if c.eval_only or self.iter_num >= c.max_iters:
+                    break
+                self.train_step()
+                self.iter_num += 1
+                first_step = self.iter_num == self.start_iter + 1  # compiles and allocates: never timed
+                log_step = self.iter_num % c.log_interval == 0
+                if not (first_step or log_step or self.eval_due()):
+                    continue  # the host goes straight on to queue the next step while the device works
+                # Wait for the device to finish the queued steps, read their losses, and time them: measured this way,
+                # a step's wall time is what bench.py --train measures for the same step, plus loading the batch.
+                losses = self.check_health()
+                t_now = time.perf_counter()
+                seconds, steps = t_now - t_read, self.iter_num - iter_read
+                t_read, iter_read = t_now, self.iter_num
+                for span in (since_log, since_eval):
+                    span.add(losses, seconds, steps, timed=not first_step)
+                if log_step:
+                    dt = since_log.step_time() or seconds  # the first step alone (log_interval=1): its own time
+                    mfu = estimate_mfu(self.raw_model, c.batch_size * self.accum, dt, device=self.device)
+                    loss = since_log.mean_loss()
+                    shown = "non-finite" if loss is None else f"{loss:.4f}"
+                    self.say(f"iter {self.iter_num}: loss {shown}, lr {lr:.2e}, "
+                             f"{dt * 1000:.0f} ms, {self.tokens_per_iter / dt:,.0f} tokens/s"
+                             + (f", MFU {mfu * 100:.1f}%" if mfu else "")
+                             + (" (the first step: compiling, allocating)" if first_step else ""), flush=True)
+                    since_log = Span()
+        except RuntimeError as e:  # torch.OutOfMemoryError is one; so is the CPU allocator's failure
+            if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e) or "can't allocate memory" in str(e):
+                self.out_of_memory(e)
+            raise
         if record is not None and not c.eval_only:
             self.say(f"done: {self.iter_num} iterations in {time.time() - self.t_start:.0f} s. {describe(record)}. "
                      f"The val loss is over {c.eval_iters} validation batches, the rest are layer averages on the "
@@ -681,47 +881,95 @@ class Trainer:
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    c, _ = configure(TrainConfig, argv)
+    c, given = configure(TrainConfig, argv)
+    ddp, rank, local_rank, world_size = processes()
     ckpt_path = os.path.join(c.out_dir, CHECKPOINT)
-    checkpoint, notes = None, []
-    if c.init_from == "resume":
-        if not os.path.isfile(ckpt_path):
-            fail(f"init_from='resume' but there is no checkpoint at {ckpt_path}")
-        try:
-            checkpoint = read_checkpoint(ckpt_path)
-        except ValueError as e:
-            fail(e)
-        missing = RESUME_KEYS - checkpoint.keys()
-        if missing:
-            fail(f"{ckpt_path} cannot be resumed: it lacks {sorted(missing)} (only train.py's own checkpoints can)")
-        c, notes = resume_settings(argv, checkpoint, ckpt_path)
-    check_settings(c)
-    if c.init_from == "scratch" and RunFolder.holds_a_run(c.out_dir) and not c.overwrite:
-        fail(f"{c.out_dir} already holds a run ({', '.join(RunFolder.holds_a_run(c.out_dir))}). Continue it with "
-             "--init_from=resume, choose another --out_dir, or replace it with --overwrite=True.")
-
-    # processes: one, or one per GPU under torchrun (which sets RANK, LOCAL_RANK, WORLD_SIZE)
-    ddp = "RANK" in os.environ
-    rank, local_rank, world_size = 0, 0, 1
-    if ddp:
-        rank, local_rank, world_size = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-    device = pick_device(c.device, local_rank if ddp else None)
-    device_type = device.split(":")[0]
-    if device_type == "cpu" and sys.platform.startswith("linux"):
-        keep_freed_memory()
-    if ddp:
-        if device_type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group(backend=c.backend if c.backend != "auto" else "nccl" if device_type == "cuda" else "gloo")
+    checkpoint, notes, claim = None, [], None
+    writes = rank == 0 and not c.eval_only  # the one process that writes out_dir (eval_only writes nothing)
     try:
-        if rank == 0:
-            for note in notes:
-                print(note)
-        with sdpa_preference(c.sdpa_backend):  # around compiling too: the compiled graph keeps the kernel chosen
-            Trainer(c, rank, world_size, device, ddp, checkpoint).run()
-    finally:
+        # claim an existing out_dir before reading anything in it: no other train.py may be changing it meanwhile
+        # (a new folder is claimed when it is made, below, so a command that fails before leaves none behind)
+        if writes and os.path.isdir(c.out_dir):
+            claim = claim_out_dir(c.out_dir)
+        if c.init_from == "resume":
+            if not os.path.isfile(ckpt_path):
+                fail(f"init_from='resume' but there is no checkpoint at {ckpt_path}: "
+                     + (describe_folder(c.out_dir) if os.path.isdir(c.out_dir) else "the folder does not exist"))
+            try:
+                checkpoint = read_checkpoint(ckpt_path)
+            except ValueError as e:
+                fail(e)
+            missing = RESUME_KEYS - checkpoint.keys()
+            if missing:
+                fail(f"{ckpt_path} cannot be resumed: it lacks {sorted(missing)} (only train.py's own checkpoints can)")
+            c, notes, given = resume_settings(argv, checkpoint, ckpt_path)
+        check_settings(c)
+        check_new_run(c)
+
+        device = pick_device(c.device, local_rank if ddp else None)
+        device_type = device.split(":")[0]
+        if device_type == "cpu" and sys.platform.startswith("linux"):
+            keep_freed_memory()
         if ddp:
-            dist.destroy_process_group()
+            if device_type == "cuda":
+                torch.cuda.set_device(device)
+            backend = c.backend if c.backend != "auto" else "nccl" if device_type == "cuda" else "gloo"
+            dist.init_process_group(backend=backend)
+        try:
+            if rank == 0:
+                for note in notes:
+                    print(note)
+            trainer = None
+            with sdpa_preference(c.sdpa_backend):  # around compiling too: the compiled graph keeps the kernel chosen
+                try:
+                    trainer = Trainer(c, rank, world_size, device, ddp, checkpoint)
+                    if writes and claim is None:  # Trainer made the new folder (check_writable): claim it now
+                        claim = claim_out_dir(c.out_dir)
+                        check_new_run(c)  # another command may have put a run there since the check above
+                    trainer.run()
+                except KeyboardInterrupt:
+                    interrupted(c, given, world_size, trainer and trainer.iter_num, rank)
+        finally:
+            if ddp:
+                dist.destroy_process_group()
+    finally:
+        if claim is not None:
+            claim.close()  # the OS would release it at exit; a test calling main() twice needs it now
+
+
+def check_new_run(c):
+    """A new run never replaces a run already in out_dir unless told to; the message says what the folder holds
+    and which commands fit it."""
+    held = RunFolder.holds_a_run(c.out_dir)
+    if c.init_from != "scratch" or not held or c.overwrite:
+        return
+    if CHECKPOINT in held:
+        fail(f"{c.out_dir} already holds a run ({', '.join(held)}). Continue it with --init_from=resume, choose "
+             "another --out_dir, or replace it with --overwrite=True.")
+    fail(f"a new run would replace what is there. {describe_folder(c.out_dir)}")
+
+
+def interrupted(c, given, world_size, iter_num, rank):
+    """Ctrl-C: one line saying where the last checkpoint is (read from the file, which an interrupted save left
+    whole) and the command that continues from it; exit status 130, as a shell gives a command ended by Ctrl-C."""
+    if rank == 0:
+        path = os.path.join(c.out_dir, CHECKPOINT)
+        try:
+            saved = saved_state(path)
+        except ValueError as e:
+            saved, why = None, f" ({e})"
+        else:
+            why = ""
+        at = "while starting" if iter_num is None else f"at iter {iter_num}"
+        if c.eval_only:
+            print(f"interrupted {at}; nothing was written", file=sys.stderr)
+        elif saved is None:
+            print(f"interrupted {at}, before any checkpoint was saved in {c.out_dir}{why}: run the "
+                  "command again (with --overwrite=True) to start over", file=sys.stderr)
+        else:
+            print(f"interrupted {at}: {path} holds iter {saved[0]}. Continue with: "
+                  f"{resume_command(c, given, world_size)}", file=sys.stderr)
+    raise SystemExit(130)
 
 
 if __name__ == "__main__":

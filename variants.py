@@ -20,6 +20,8 @@ GA's perplexity, mean gate score, M-Act and F-Attn of a 15B MoE with
 
 from dataclasses import dataclass, field
 
+from data.shards import atomic_write
+
 
 @dataclass
 class Row:
@@ -270,8 +272,7 @@ if __name__ == "__main__":
             sys.exit(f"{path}: no table to replace: the page needs the lines {BEGIN.strip()} and {END.strip()}")
         head, rest = page.split(BEGIN)
         new = head + BEGIN + "\n" + flag_table() + "\n" + END + rest.split(END, 1)[1]  # blank lines: a table apart
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(new)
+        atomic_write(path, lambda f: f.write(new.encode("utf-8")))  # a kill leaves the old page, not half a new one
         print(f"{path}: the flag table {'is up to date' if new == page else 'rewritten'}")
     else:
         usage = "usage: python variants.py [--write[=PATH]]: print the flag table, or write it into docs/flags.md"

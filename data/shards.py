@@ -6,8 +6,12 @@ followed by that many uint16 tokens. Shards made for llm.c or modded-nanogpt (Fi
 fineweb_train_000001.bin, ...) work here unchanged.
 
 A dataset is a folder of <name>_train_*.bin and <name>_val_*.bin shards plus a meta.json (tokenizer,
-vocab_size, token counts, largest token id, source), and nothing else: preparing refuses a folder that
-holds other files, and reading refuses a folder with the shards of two datasets. Training samples random
+vocab_size, the shard files, token counts, largest token id, source), and nothing else: preparing refuses a
+folder that holds other files, and reading refuses a folder with the shards of two datasets. A preparation
+first turns meta.json into a marker that says it is under way and writes the complete meta.json last, so
+a preparation killed at any moment leaves a folder that find_shards refuses (naming the command that
+prepares it again) and that the next preparation cleans up. Shards from elsewhere (modded-nanogpt's
+FineWeb) need a meta.json too: data/fineweb/prepare.py checks them and writes it. Training samples random
 windows of block_size + 1 tokens from a seeded generator whose state goes into the checkpoint; validation
 always uses the same windows (`val_batches`), so every eval, every run and any analysis script sees exactly
 the same text.
@@ -19,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import tempfile
 
 import numpy as np
@@ -31,6 +36,8 @@ HEADER_BYTES = HEADER_INTS * 4
 MAX_TOKEN = 2**16 - 1  # tokens are stored as uint16
 SPLITS = ("train", "val")
 SHARD_NAME = re.compile(r"(.*)_(?:train|val)_\d+\.bin")  # <name>_<split>_000000.bin -> name
+# atomic_write's temporary files for a shard or meta.json: .<file>.<random>.tmp
+TEMP_NAME = re.compile(r"\.((.*)_(?:train|val)_\d+\.bin|meta\.json)\.[^.]+\.tmp")
 SCAN_TOKENS = 16 * 2**20  # max_token_id reads a shard in slices of this many tokens, never a whole 200 MB memmap
 DATA_ROOT = os.path.dirname(os.path.abspath(__file__))  # this repo's data/ folder
 
@@ -135,7 +142,7 @@ def write_dataset(out_dir, name, documents, source, shard_tokens=100_000_000, al
     allow: other names out_dir may hold (see check_prepare_folder). Returns the meta dict."""
     check_shard_tokens(shard_tokens)
     check_prepare_folder(out_dir, name, allow)
-    remove_dataset(out_dir, name)
+    start_preparation(out_dir, name, prepare_command(out_dir, name))
     for split, docs in documents.items():
         writer = ShardWriter(out_dir, name, split, shard_tokens)
         for tokens in docs:
@@ -195,14 +202,40 @@ def check_prepare_folder(out_dir, name, allow=()):
                          "Choose an empty folder (or the dataset's own), or move those files away.")
 
 
-def remove_dataset(out_dir, name):
-    """Delete the shards and meta.json of an earlier preparation, so that a smaller new one cannot be
-    mixed with left-over shards (and a missing meta.json marks the folder as incomplete until the end)."""
+def start_preparation(out_dir, name, prepare, keep_shards=False):
+    """Mark out_dir as a preparation under way, then clear what an earlier one left. meta.json becomes
+    {"complete": false, "prepare": <command>} in one atomic step first, so that from this moment until
+    write_meta the folder is refused for reading, with the command that finishes it. Then the temporary
+    files of a killed run go, and (unless keep_shards, for a download that resumes) the old shards, so that
+    a smaller new preparation cannot be mixed with left-over ones."""
+    marker = json.dumps({"name": name, "complete": False, "prepare": prepare}, indent=2) + "\n"
+    atomic_write(os.path.join(out_dir, "meta.json"), lambda f: f.write(marker.encode()))
+    remove_dataset(out_dir, name, keep_shards)
+
+
+def remove_dataset(out_dir, name, keep_shards=False):
+    """Delete dataset `name`'s shards in out_dir (unless keep_shards) and the temporary files a killed
+    preparation left (ours only: .<name>_<split>_N.bin.*.tmp and .meta.json.*.tmp). meta.json stays: see
+    start_preparation."""
     if not os.path.isdir(out_dir):
         return
     for entry in os.listdir(out_dir):
-        if is_own_shard(entry, name) or entry == "meta.json":
+        temp = TEMP_NAME.fullmatch(entry)
+        own_temp = bool(temp) and (temp.group(1) == "meta.json" or temp.group(2) == name)
+        if own_temp or (not keep_shards and is_own_shard(entry, name)):
             os.remove(os.path.join(out_dir, entry))
+
+
+def prepare_command(out_dir, name, src=None, options=""):
+    """The command line that prepares dataset `name` into out_dir: its own data/<name>/prepare.py when there
+    is one, else data/textdir/prepare.py on src (DIR when not known)."""
+    where = ""
+    if os.path.realpath(out_dir) != os.path.realpath(os.path.join(DATA_ROOT, name)):
+        where = f" --out_dir {shlex.quote(os.path.abspath(out_dir))}"
+    if name != "textdir" and os.path.isfile(os.path.join(DATA_ROOT, name, "prepare.py")):
+        return f"python data/{name}/prepare.py{options}{where}"
+    source = shlex.quote(os.path.abspath(src)) if src else "DIR"
+    return f"python data/textdir/prepare.py --src {source} --name {shlex.quote(name)}{options}{where}"
 
 
 # ----------------------------------------------------------------------------
@@ -318,8 +351,9 @@ def write_meta(out_dir, name, source, tokenizer="gpt2", **extra):
     record them with the tokenizer (a get_tokenizer name) and where the data came from. Written last, so its
     presence marks a complete preparation."""
     enc = get_tokenizer(tokenizer)
-    meta = {"name": name, "tokenizer": tokenizer, "vocab_size": enc.n_vocab, "eot_token": enc.eot_token, "source": source}
-    paths = {split: find_shards(out_dir, split) for split in SPLITS}
+    meta = {"name": name, "complete": True, "tokenizer": tokenizer, "vocab_size": enc.n_vocab,
+            "eot_token": enc.eot_token, "source": source}
+    paths = list_shards(out_dir)
     for split in SPLITS:
         meta[f"{split}_tokens"] = sum(read_header(p) for p in paths[split])
         meta[f"{split}_shards"] = [os.path.basename(p) for p in paths[split]]
@@ -349,15 +383,22 @@ def read_meta(data_dir):
 
 def max_token_id(data_dir):
     """The largest token id in all the train and val shards of data_dir (-1 if they hold no tokens), to
-    compare with the model's vocab_size. From meta.json when it describes exactly the shards present (the
-    same file names and token counts); otherwise, e.g. for llm.c shards with no meta.json, by reading them."""
-    paths = {split: find_shards(data_dir, split) for split in SPLITS}
-    meta = read_meta(data_dir) or {}
-    if isinstance(meta.get("max_token"), int) and all(
-            meta.get(f"{split}_shards") == [os.path.basename(p) for p in paths[split]]
-            and meta.get(f"{split}_tokens") == sum(read_header(p) for p in paths[split]) for split in SPLITS):
-        return meta["max_token"]
-    return scan_max_token(paths["train"] + paths["val"])
+    compare with the model's vocab_size. Read from the shards (once per process, see shard_max), not taken
+    from meta.json: a shard changed after its preparation keeps its length, and meta.json's max_token with it."""
+    return max([shard_max(p) for split in SPLITS for p in find_shards(data_dir, split)], default=-1)
+
+
+_shard_maxes = {}  # (path, size, mtime, inode) -> the shard's largest token
+
+
+def shard_max(path):
+    """The largest token of one shard (-1 if empty), read once per process for each version of the file:
+    about a second a GB, paid when a dataset is first opened."""
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key not in _shard_maxes:
+        _shard_maxes[key] = scan_max_token([path])
+    return _shard_maxes[key]
 
 
 def scan_max_token(paths):
@@ -402,17 +443,76 @@ def read_shard(path):
 
 
 def find_shards(data_dir, split):
-    """The sorted paths of the split's shards (*_<split>_*.bin) in data_dir. Refuses a folder holding the
-    shards of more than one dataset, which would otherwise be read as one."""
+    """The sorted paths of the split's shards (*_<split>_*.bin) in data_dir, the one way a dataset is opened
+    for reading: [] for a folder without shards or meta.json (not prepared), and a ValueError naming the
+    command that prepares it again for a dataset that is not complete (see check_complete)."""
+    paths = list_shards(data_dir)
+    check_complete(data_dir, paths)
+    return paths[split]
+
+
+def list_shards(data_dir):
+    """{split: sorted shard paths} in data_dir, complete or not. Refuses a folder holding the shards of more
+    than one dataset, which would otherwise be read as one."""
     paths = {s: sorted(glob.glob(os.path.join(glob.escape(str(data_dir)), f"*_{s}_*.bin"))) for s in SPLITS}
-    names = set()
-    for path in paths["train"] + paths["val"]:
-        match = SHARD_NAME.fullmatch(os.path.basename(path))
-        names.add(match.group(1) if match else os.path.basename(path))
+    names = {dataset_name(p) for p in paths["train"] + paths["val"]}
     if len(names) > 1:
         raise ValueError(f"{data_dir} holds the shards of {len(names)} datasets ({', '.join(sorted(names))}): keep one "
                          "dataset per folder, and move the others' shards to folders of their own")
-    return paths[split]
+    return paths
+
+
+def dataset_name(path):
+    match = SHARD_NAME.fullmatch(os.path.basename(path))
+    return match.group(1) if match else os.path.basename(path)
+
+
+def check_complete(data_dir, paths):
+    """Refuse a dataset that a preparation did not finish, or that changed since: complete means a meta.json
+    that says so, lists exactly the shard files present, records their token counts, and a vocabulary that
+    holds every token id in them. Every refusal names the command that prepares the dataset again."""
+    shards = paths["train"] + paths["val"]
+    meta = read_meta(data_dir)
+    if meta is None:
+        if not shards:
+            return  # nothing here: the caller reports a dataset that is not prepared
+        name = dataset_name(shards[0])
+        raise ValueError(f"{data_dir} holds {len(shards)} shards of dataset {name!r} but no meta.json, which a "
+                         "preparation writes last: it was stopped part-way (or the shards were copied without it). "
+                         f"Prepare it again: {prepare_command(data_dir, name)}")
+    name = meta.get("name") or (dataset_name(shards[0]) if shards else os.path.basename(os.path.normpath(data_dir)))
+    again = f"Prepare it again: {prepare_command(data_dir, name)}"
+    if meta.get("complete") is False:
+        raise ValueError(f"the preparation of dataset {name!r} in {data_dir} did not finish (meta.json says it is "
+                         f"under way; if none is running, it was stopped). Run it again: {meta.get('prepare') or again}")
+    # A meta.json from before the "complete" flag was recorded is accepted with the checks below: it was
+    # written last then too, so its presence already meant a finished preparation, and redoing a dataset
+    # that is fine (hours for OpenWebText) would be a cost with no gain. One without token counts is refused.
+    for split in SPLITS:
+        present = [os.path.basename(p) for p in paths[split]]
+        listed = meta.get(f"{split}_shards")
+        if listed is not None and listed != present:
+            missing, extra = sorted(set(listed) - set(present)), sorted(set(present) - set(listed))
+            problem = f"{missing[0]} is missing" if missing else f"{extra[0]} is not one of its shards" if extra \
+                else "the shards are in another order"
+            raise ValueError(f"{data_dir} does not hold the dataset its meta.json describes: {problem} "
+                             f"({len(present)} {split} shards on disk, {len(listed)} in meta.json). {again}")
+        recorded = meta.get(f"{split}_tokens")
+        if not isinstance(recorded, int):
+            raise ValueError(f"{data_dir}/meta.json records no {split}_tokens, so its shards cannot be checked "
+                             f"(a meta.json made by hand or by a much older version). {again}")
+        tokens = sum(read_header(p) for p in paths[split])
+        if tokens != recorded:
+            raise ValueError(f"the {split} shards in {data_dir} hold {tokens:,} tokens but its meta.json records "
+                             f"{recorded:,}: a shard was replaced or changed after the preparation. {again}")
+    vocab = meta.get("vocab_size")
+    if isinstance(vocab, int):  # else train.py still compares max_token_id with the model's vocab_size
+        for path in shards:
+            top = shard_max(path)
+            if top >= vocab:
+                raise ValueError(f"{path} holds token id {top}, past the vocabulary of tokenizer "
+                                 f"{meta.get('tokenizer')!r} (ids 0..{vocab - 1}): the shard was changed after its "
+                                 f"preparation, or is corrupt. {again}")
 
 
 class TokenWindows:

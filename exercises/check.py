@@ -5,29 +5,52 @@ likely wrong.
     python exercises/check.py 01                        # checks exercises/01_*/starter.py
     python exercises/check.py 01 --file=my_attempt.py   # checks another file
     python exercises/check.py --list                    # the exercises
+    python exercises/check.py 01 --timeout=0            # no time limit on a check (e.g. to debug a slow one)
 
 Each exercise folder holds README.md (the statement), starter.py (your file: fill the gaps marked TODO) and
 checks.py (the checks, in order: shapes first, then invariants, then traps for the usual mistakes, then numbers
 against the project's own code). A gap you have not filled yet raises NotImplementedError, which is reported
 as "not filled yet", not as a crash. Exit status: 0 when every check passes, 1 otherwise.
 
+Your code runs in a child process, one check at a time under a time limit (TIME_LIMIT seconds, more for the slow
+exercises: TIME_LIMITS). This process only watches it: the verdict is what the child reports, check by check, over a
+pipe of its own, tagged with a token your code never sees -- never anything it prints or its exit status. So a
+function that loops forever is stopped and named, and one that calls sys.exit(), exit() or os._exit() fails the
+check it was in, as does one that crashes the interpreter.
+
 A check is a function `check_<name>(student)` in checks.py, with a docstring that says what it checks; it
 receives your file as a module and raises Wrong("...") with the likely cause when the answer is wrong.
 """
 
+import faulthandler
 import glob
 import importlib.util
+import multiprocessing
+import multiprocessing.connection
 import os
+import re
+import secrets
+import signal
 import sys
+import tempfile
+import threading
+import time
 import traceback
-
-import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)  # the exercises use the project's modules (model.py, probe.py, kernels.py) as references
-if not torch.cuda.is_available():  # no GPU: Triton kernels run in Triton's interpreter (set before triton is imported)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+if __name__ != "__main__":  # where checks run (the child process, or an import of this file); the command line
+    import torch            # only watches them, and importing torch there too would cost every check a second or two
+    if not torch.cuda.is_available():  # no GPU: Triton kernels run in Triton's interpreter (set before triton's import)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# How long one check (or the import of your file) may run before it counts as stuck. Every reference solution
+# takes well under a second a check on a laptop CPU, so this leaves a slow two-core laptop, and a slow but correct
+# answer, a wide margin. Exercise 08 probes two trained models; exercise 09 runs Triton's interpreter on the CPU.
+TIME_LIMIT = 60
+TIME_LIMITS = {"08": 300, "09": 180}
+GRACE = 10  # seconds more before a check that ignores the time limit (stuck inside C code) is killed
 
 
 sys.modules.setdefault("check", sys.modules[__name__])  # checks.py files `from check import Wrong` (also as __main__)
@@ -111,6 +134,64 @@ def checks_of(exercise_dir):
             if name.startswith("check_") and callable(fn)]
 
 
+class TimeLimit(BaseException):
+    """A check ran past its time limit. A BaseException, so that an `except Exception` in your code lets it through."""
+
+
+def time_limit_of(exercise_dir):
+    return TIME_LIMITS.get(os.path.basename(exercise_dir)[:2], TIME_LIMIT)
+
+
+class _Alarm:
+    """Raise TimeLimit in this thread after `seconds` (none if 0, or where signals cannot do it: another thread than
+    the main one, or Windows; there the watching process stops a stuck check)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds if (seconds and hasattr(signal, "setitimer")
+                                   and threading.current_thread() is threading.main_thread()) else 0
+
+    def _ring(self, signum, frame):
+        raise TimeLimit()
+
+    def __enter__(self):
+        if self.seconds:
+            self.previous = signal.signal(signal.SIGALRM, self._ring)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc):
+        if self.seconds:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+
+
+def _student_frame(exc, path):
+    """The innermost frame of the student's file in exc's traceback, or None."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == os.path.abspath(path)]
+    return frames[-1] if frames else None
+
+
+def _stuck(seconds, function, place):
+    """The diagnosis of a check (or the import) that did not finish: which of the student's functions, and where."""
+    if function is None:
+        return (f"did not finish within {seconds:g} s, after your functions had returned: is an answer far too big "
+                f"(a huge tensor)?")
+    who = "your file's top level is still running" if function == "<module>" else f"your {function} did not return"
+    return (f"did not finish within {seconds:g} s: {who}{place}. An endless loop (a `while` whose condition never "
+            f"changes), or far more work than the exercise needs?")
+
+
+def _exited(exc, path, importing=False):
+    """The diagnosis of a SystemExit (sys.exit(), exit(), quit()) raised by the student's code."""
+    frame = _student_frame(exc, path)
+    call = frame.line if frame is not None and frame.line else f"SystemExit({exc.code!r})"
+    where = "" if frame is None else (f" in {frame.name}," if frame.name != "<module>" else ",") + \
+        f" {os.path.basename(path)} line {frame.lineno}"
+    if importing:
+        return f"your file ended the program while it was imported ({call}{where}): leave that to the checker."
+    return (f"your code ended the program ({call}{where}): a function must return its answer; leave ending the "
+            f"program to the checker.")
+
+
 def _where(exc, path, code=True):
     """Where in the student's file the exception came from: ' (file line N: code)', or '' if not from there."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == os.path.abspath(path)]
@@ -119,25 +200,58 @@ def _where(exc, path, code=True):
     return f" ({os.path.basename(path)} line {frames[-1].lineno}" + (f": {frames[-1].line})" if code else ")")
 
 
-def run(exercise_dir, path, out=print):
-    """Run the checks of exercise_dir on the file at path; returns (passed, total, status, failed): status is one
-    of 'ok', 'not filled', 'wrong', 'error'; failed is the name of the check that stopped it (None if none did)."""
+def summary(passed, total, status):
+    return f"{passed}/{total} checks passed" + (" -- well done." if status == "ok" else ".")
+
+
+def run(exercise_dir, path, out=print, time_limit=None):
+    """Run the checks of exercise_dir on the file at path, in this process; returns (passed, total, status, failed):
+    status is one of 'ok', 'not filled', 'wrong', 'error', 'timeout'; failed is the name of the check that stopped it
+    (None if none did). time_limit: seconds a check may run (default time_limit_of(exercise_dir); 0: no limit).
+    Student code can end this process (os._exit): the command line calls run_isolated, which cannot be fooled."""
+    result = _run_checks(exercise_dir, path, out, time_limit)
+    out(summary(*result[:3]))
+    return result
+
+
+def _run_checks(exercise_dir, path, out, time_limit=None, step=lambda name, index, total: None):
+    """run() without the summary line; step(name, index, total) is called as each check (name None: the import of
+    the student's file) begins."""
+    time_limit = time_limit_of(exercise_dir) if time_limit is None else time_limit
     checks = checks_of(exercise_dir)
     number = os.path.basename(exercise_dir)[:2]
     out(f"checking {os.path.relpath(path)} against exercise {os.path.basename(exercise_dir)}")
+    step(None, 0, len(checks))
     try:
-        student = load_module(path, f"student_{number}")
+        with _Alarm(time_limit):
+            student = load_module(path, f"student_{number}")
     except NotImplementedError as e:
         out(f"  not filled yet: {e}")
         return 0, len(checks), "not filled", None
+    except TimeLimit as e:
+        frame = _student_frame(e, path)
+        out(f"  importing your file {_stuck(time_limit, frame and frame.name, _where(e, path))}")
+        return 0, len(checks), "timeout", None
+    except SystemExit as e:
+        out(f"  {_exited(e, path, importing=True)}")
+        return 0, len(checks), "error", None
     except Exception as e:
         out(f"  your file does not import: {type(e).__name__}: {e}{_where(e, path)}")
         return 0, len(checks), "error", None
     status, failed = "ok", None
     for passed, (name, fn) in enumerate(checks):
         what = (fn.__doc__ or name).strip().splitlines()[0]
+        step(name, passed, len(checks))
         try:
-            fn(student)
+            with _Alarm(time_limit):
+                fn(student)
+        except TimeLimit as e:
+            frame = _student_frame(e, path)
+            out(f"  [{number}.{name}] {_stuck(time_limit, frame and frame.name, _where(e, path))}")
+            status = "timeout"
+        except SystemExit as e:
+            out(f"  [{number}.{name}] {_exited(e, path)}")
+            status = "error"
         except NotImplementedError as e:
             out(f"  [{number}.{name}] not filled yet: {e}{_where(e, path, code=False)}")
             status = "not filled"
@@ -154,8 +268,132 @@ def run(exercise_dir, path, out=print):
         break
     else:
         passed = len(checks)
-    out(f"{passed}/{len(checks)} checks passed" + (" -- well done." if status == "ok" else "."))
     return passed, len(checks), status, failed
+
+
+def _child(connection, token, exercise_dir, path, time_limit, stack_file):
+    """The child process of run_isolated: runs the checks and reports each step on connection, tagged with token.
+    Should a check outlive its alarm (stuck inside C code, or the student's code caught TimeLimit), faulthandler
+    writes every thread's stack to stack_file just before the parent kills the process: the parent reads there
+    which of the student's functions did not return."""
+    def send(*message):
+        sys.stdout.flush()  # what the student's code printed appears before the checker's next line
+        sys.stderr.flush()
+        connection.send((token,) + message)
+
+    stacks = open(stack_file, "w", encoding="utf-8")
+    faulthandler.enable(file=stacks)  # a crash (segmentation fault...) writes the stack there too
+
+    def step(name, index, total):
+        if time_limit:
+            faulthandler.dump_traceback_later(time_limit + GRACE / 2, file=stacks)
+        send("step", name, index, total)
+
+    result = _run_checks(exercise_dir, path, lambda line: send("line", line), time_limit, step)
+    faulthandler.cancel_dump_traceback_later()
+    send("result", *result)
+    connection.close()
+
+
+def _stuck_in(stack_file, path):
+    """(function, place) of the innermost frame of the student's file in faulthandler's dump, or (None, '')."""
+    try:
+        with open(stack_file, encoding="utf-8", errors="replace") as f:
+            dump = f.read()
+    except OSError:
+        return None, ""
+    for file, line, function in re.findall(r'File "(.*)", line (\d+) in (\S+)', dump):  # innermost first
+        if os.path.abspath(file) == os.path.abspath(path):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    code = f.read().splitlines()[int(line) - 1].strip()
+            except (OSError, IndexError):
+                code = ""
+            return function, f" ({os.path.basename(path)} line {line}" + (f": {code})" if code else ")")
+    return None, ""
+
+
+STARTUP_LIMIT = 120  # seconds for the child to import torch and the checks, before the first check starts
+
+
+def run_isolated(exercise_dir, path, out=print, time_limit=None):
+    """run(), with the student's code in a child process that this one watches: a check past its time limit is
+    stopped, and nothing the code does -- sys.exit(), os._exit(), a crash, printing "8/8 checks passed" -- can make
+    the result a pass. The result is only what the child reported, check by check, on a pipe of its own, each
+    message tagged with a token made here for this run; the summary line is printed here."""
+    time_limit = time_limit_of(exercise_dir) if time_limit is None else time_limit
+    number = os.path.basename(exercise_dir)[:2]
+    token = secrets.token_hex(16)
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter, on every platform
+    receive, send = context.Pipe(duplex=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        stack_file = os.path.join(tmp, "stacks.txt")
+        child = context.Process(target=_child, args=(send, token, exercise_dir, path, time_limit, stack_file),
+                                daemon=True)
+        child.start()
+        send.close()  # the child holds the only writing end: when it ends, receive reads end-of-file
+        name, passed, total, started, result = None, 0, 0, False, None
+        deadline = time.monotonic() + STARTUP_LIMIT
+        try:
+            while result is None:
+                wait = None if started and not time_limit else max(0.0, deadline - time.monotonic())
+                if not multiprocessing.connection.wait([receive, child.sentinel], wait):
+                    child.kill()
+                    if not started:
+                        out(f"  the checks did not start within {STARTUP_LIMIT} s (importing torch and checks.py)")
+                        result = (0, total, "error", None)
+                        break
+                    child.join()
+                    function, place = _stuck_in(stack_file, path)
+                    what = f"[{number}.{name}]" if name else "importing your file"
+                    out(f"  {what} {_stuck(time_limit, function, place)} It was stopped.")
+                    result = (passed, total, "timeout", name)
+                    break
+                try:
+                    message = receive.recv() if receive.poll() else None
+                except EOFError:
+                    message = None
+                if message is None:  # the child ended without a result
+                    child.join(GRACE)
+                    out("  " + _ended(child.exitcode, number, name, started, *_stuck_in(stack_file, path)))
+                    result = (passed, total, "error", name)
+                    break
+                if not (isinstance(message, tuple) and len(message) > 1 and message[0] == token):
+                    continue  # not from the checker
+                kind, *body = message[1:]
+                if kind == "line":
+                    out(*body)
+                elif kind == "step":
+                    name, passed, total = body
+                    started = True
+                    deadline = time.monotonic() + time_limit + GRACE
+                elif kind == "result":
+                    result = tuple(body)
+        finally:
+            child.join(GRACE if result is not None else 0)
+            if child.is_alive():  # it hangs after reporting (a thread of the student's), or this one was interrupted
+                child.kill()
+                child.join()
+            receive.close()
+    out(summary(*result[:3]))
+    return result
+
+
+def _ended(exitcode, number, name, started, function=None, place=""):
+    """The diagnosis of a child process that ended without reporting a result; function and place: where in the
+    student's file it crashed, if faulthandler saw it."""
+    if not started:
+        return f"the checks could not start (exit status {exitcode}): see the error above."
+    what = f"[{number}.{name}] your code" if name else "your file, while it was imported,"
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = f"signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"signal {-exitcode}"
+        where = f" in {function}{place}" if function and function != "<module>" else place
+        return f"{what} crashed the process ({how}{where}) before the check finished."
+    return (f"{what} ended the process (exit status {exitcode}) before the check finished: os._exit()? "
+            f"A function must return its answer; leave ending the program to the checker.")
 
 
 def main(argv=None):
@@ -169,14 +407,24 @@ def main(argv=None):
                 print(f"{os.path.basename(d):28s} {f.readline().lstrip('# ').strip()}")
         return 0
     exercise_dir = find_exercise(argv[0])
-    path = os.path.join(exercise_dir, "starter.py")
+    path, time_limit = os.path.join(exercise_dir, "starter.py"), None
     for arg in argv[1:]:
-        if not arg.startswith("--file="):
-            raise SystemExit(f"error: unknown argument {arg!r}; use --file=PATH")
-        path = arg[len("--file="):]
+        if arg.startswith("--file="):
+            path = arg[len("--file="):]
+        elif arg.startswith("--timeout="):
+            try:
+                time_limit = float(arg[len("--timeout="):])
+            except ValueError:
+                time_limit = -1
+            if not time_limit >= 0:
+                raise SystemExit(f"error: {arg!r}: the time limit is a number of seconds (0: none)")
+        else:
+            raise SystemExit(f"error: unknown argument {arg!r}; use --file=PATH or --timeout=SECONDS")
     if not os.path.isfile(path):
         raise SystemExit(f"error: no file {path}")
-    return 0 if run(exercise_dir, path)[2] == "ok" else 1
+    passed, total, status, _ = run_isolated(exercise_dir, path, out=lambda line: print(line, flush=True),
+                                            time_limit=time_limit)
+    return 0 if status == "ok" and passed == total else 1
 
 
 if __name__ == "__main__":

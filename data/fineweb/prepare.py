@@ -7,7 +7,10 @@ dataset kjj0/fineweb10B-gpt2 (fineweb_val_000000.bin, then fineweb_train_000001.
     python data/fineweb/prepare.py --shards 8      # the val shard and the first 8 train shards
 
 They are already in the format data/shards.py reads, so nothing is converted: this downloads, checks every
-header and writes meta.json. Only the download needs the network; the rest is the tested shared code.
+header and writes meta.json. Only the download needs the network; the rest is the tested shared code. A run
+that was stopped resumes: whole shards already there are kept, and meta.json is written at the end, so the
+folder is refused for training until then. Shards fetched by other means (modded-nanogpt's script) into
+--out_dir are checked and kept the same way.
 """
 
 import argparse
@@ -16,7 +19,8 @@ import sys
 
 # Runnable as `python data/fineweb/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from data.shards import check_prepare_folder, read_header, repo_folder_files, write_meta  # noqa: E402
+from data.shards import (check_prepare_folder, prepare_command, read_header, repo_folder_files,  # noqa: E402
+                         start_preparation, write_meta)
 
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ID = "kjj0/fineweb10B-gpt2"
@@ -37,14 +41,15 @@ def is_complete(path):
 
 def download(names, out_dir):
     """Fetch the named shards from the hub into out_dir, skipping those already there and whole."""
+    missing = [name for name in names if not is_complete(os.path.join(out_dir, name))]
+    if not missing:
+        return
     try:
         from huggingface_hub import hf_hub_download
     except ImportError:
         sys.exit("error: downloading FineWeb needs huggingface_hub, which is not installed: pip install huggingface_hub")
-    for name in names:
+    for name in missing:
         path = os.path.join(out_dir, name)
-        if is_complete(path):
-            continue
         if os.path.exists(path):
             os.remove(path)  # a broken earlier download
         print(f"downloading {name} ...", flush=True)
@@ -66,6 +71,9 @@ def main(argv=None):
     except ValueError as e:
         sys.exit(f"error: {e}")
     names = shard_names(args.shards)
+    # until meta.json is written again the folder is refused for training, with this command to finish it
+    start_preparation(args.out_dir, "fineweb", prepare_command(args.out_dir, "fineweb", options=f" --shards {args.shards}"),
+                      keep_shards=True)
     download(names, args.out_dir)
     for name in names:
         try:

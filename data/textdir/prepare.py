@@ -7,7 +7,9 @@ writes data/NAME/NAME_train_*.bin, NAME_val_*.bin and meta.json (NAME defaults t
 then train with `python train.py --dataset=NAME`.
 
 Each file is one document. Files are taken in sorted order; a file whose bytes equal an earlier file's is
-skipped (content hash), and so is a file that is not UTF-8. The split is by whole files: a file goes to
+skipped (content hash), and so is a file that is not UTF-8, and anything that is not a regular readable file
+(a FIFO, which would wait for a writer forever, a socket or device, a broken symlink, a file we may not
+read). A symlink to a regular file is read like the file. The split is by whole files: a file goes to
 validation when a hash of its path (relative to DIR) falls below val_fraction, so the split is the same
 on every run, and a file stays on its side when other files are added or removed.
 """
@@ -15,29 +17,52 @@ on every run, and a file stays on its side when other files are added or removed
 import argparse
 import hashlib
 import os
+import signal
+import stat
 import sys
+import threading
+import time
 from multiprocessing import Pool
 
 # Runnable as `python data/textdir/prepare.py` from anywhere: put the repo root on the path for `data.shards`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from data.shards import (SPLITS, ShardWriter, check_prepare_folder, check_shard_tokens,  # noqa: E402
-                         check_val_fraction, encode_document, get_tokenizer, remove_dataset, repo_folder_files,
-                         write_meta)
+                         check_val_fraction, encode_document, get_tokenizer, prepare_command, repo_folder_files,
+                         start_preparation, write_meta)
 
 DATA_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def list_files(src, exts, skip_dirs=()):
-    """Paths relative to src ('/'-separated, sorted) of the files ending in one of exts. Folders named in
-    skip_dirs, hidden folders and __pycache__ are not entered."""
-    found = []
+    """(paths relative to src ('/'-separated, sorted) of the regular readable files ending in one of exts,
+    {reason_skipped: count} for the others with such names). Folders named in skip_dirs, hidden folders and
+    __pycache__ are not entered."""
+    found, skipped = [], {"broken_links_skipped": 0, "special_skipped": 0, "unreadable_skipped": 0}
     for folder, dirs, files in os.walk(src):
         dirs[:] = [d for d in dirs if d not in skip_dirs and d != "__pycache__" and not d.startswith(".")]
         rel = os.path.relpath(folder, src)
         for name in files:
             if name.endswith(tuple(exts)):
-                found.append(os.path.normpath(os.path.join(rel, name)).replace(os.sep, "/"))
-    return sorted(found)
+                reason = why_not_readable(os.path.join(folder, name))
+                if reason:
+                    skipped[reason] += 1
+                else:
+                    found.append(os.path.normpath(os.path.join(rel, name)).replace(os.sep, "/"))
+    return sorted(found), skipped
+
+
+def why_not_readable(path):
+    """None for a regular file we may read (through symlinks), else the counter it is skipped under. Decided
+    from os.stat, never by opening: opening a FIFO waits for a writer forever."""
+    try:
+        mode = os.stat(path).st_mode  # follows symlinks
+    except FileNotFoundError:
+        return "broken_links_skipped"  # a symlink to nothing (or a file deleted since the listing)
+    except OSError:
+        return "unreadable_skipped"  # e.g. a symlink loop, or a folder we may not search
+    if not stat.S_ISREG(mode):
+        return "special_skipped"
+    return None if os.access(path, os.R_OK) else "unreadable_skipped"
 
 
 def path_hash(relpath):
@@ -52,9 +77,12 @@ def split_files(files, val_fraction):
 
 
 def _inspect_file(path):
-    """(sha256 of the file's bytes, whether it is UTF-8 text)."""
-    with open(path, "rb") as f:
-        data = f.read()
+    """(sha256 of the file's bytes, whether it is UTF-8 text), or None if it cannot be read after all."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:  # removed or made unreadable since the listing
+        return None
     try:
         data.decode("utf-8")
         return hashlib.sha256(data).hexdigest(), True
@@ -73,6 +101,23 @@ def _encode_file(path):
         return encode_document(_enc, f.read())
 
 
+def quiet_worker(parent):
+    """Each worker of the pool: Ctrl-C is the preparation's to handle (the pool then ends its workers), and a worker
+    whose preparation is gone (killed) ends soon and in silence. An orphan would otherwise finish its batch and
+    print a BrokenPipeError traceback into the user's terminal when it could not hand it back: with SIGPIPE at the
+    system's default, writing to the dead preparation's pipe ends the worker quietly instead, and a thread ends an
+    orphan that is still working."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGPIPE"):  # not on Windows
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(0)
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, val_fraction=0.02,
             shard_tokens=100_000_000, workers=None, source=None):
     """Tokenize the files under src into shards and a meta.json in out_dir; returns the meta dict.
@@ -83,14 +128,18 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
     check_val_fraction(val_fraction)
     check_shard_tokens(shard_tokens)
     check_prepare_folder(out_dir, name, allow=repo_folder_files(out_dir))
-    files = list_files(src, exts, skip_dirs)[:max_files]
+    files, unread = list_files(src, exts, skip_dirs)
+    files = files[:max_files]
     print(f"reading {len(files)} files from {src} ...", flush=True)
-    with Pool(workers) as pool:
+    with Pool(workers, initializer=quiet_worker, initargs=(os.getpid(),)) as pool:
         # pass 1: drop duplicates and non-UTF-8 files, so that the split is made among the files kept
-        counts = {"duplicates_skipped": 0, "not_utf8_skipped": 0}
+        counts = {"duplicates_skipped": 0, "not_utf8_skipped": 0, **unread}
         kept, seen = [], set()
-        for rel, (digest, utf8) in zip(files, pool.map(_inspect_file, [os.path.join(src, f) for f in files], 64)):
-            if not utf8:
+        for rel, found in zip(files, pool.map(_inspect_file, [os.path.join(src, f) for f in files], 64)):
+            digest, utf8 = found or (None, None)
+            if found is None:
+                counts["unreadable_skipped"] += 1
+            elif not utf8:
                 counts["not_utf8_skipped"] += 1
             elif digest in seen:
                 counts["duplicates_skipped"] += 1
@@ -103,7 +152,7 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
         split = split_files(kept, val_fraction)
 
         # pass 2: tokenize, in sorted order (imap keeps it), into each split's shards
-        remove_dataset(out_dir, name)
+        start_preparation(out_dir, name, prepare_command(out_dir, name, src))  # the old dataset is gone from here on
         writers = {s: ShardWriter(out_dir, name, s, shard_tokens) for s in SPLITS}
         for rel, tokens in zip(kept, pool.imap(_encode_file, [os.path.join(src, f) for f in kept], chunksize=16)):
             writers[split[rel]].add(tokens)
@@ -113,9 +162,14 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
         counts[f"{s}_files"] = sum(1 for f in kept if split[f] == s)
     meta = write_meta(out_dir, name, source or os.path.abspath(src), exts=list(exts), val_fraction=val_fraction,
                       max_files=max_files, **counts)
+    not_read = ""
+    if counts["broken_links_skipped"] + counts["special_skipped"] + counts["unreadable_skipped"]:
+        b, s = counts["broken_links_skipped"], counts["special_skipped"]
+        not_read = (f"; not regular readable files: {b} broken link{'s' * (b != 1)}, {s} special "
+                    f"file{'s' * (s != 1)} (not a regular file), {counts['unreadable_skipped']} unreadable")
     print(f"wrote {meta['train_tokens']:,} train tokens ({counts['train_files']} files) and {meta['val_tokens']:,} "
           f"val tokens ({counts['val_files']} files) to {out_dir}; skipped {counts['duplicates_skipped']} "
-          f"duplicate and {counts['not_utf8_skipped']} non-UTF-8 files", flush=True)
+          f"duplicate and {counts['not_utf8_skipped']} non-UTF-8 files{not_read}", flush=True)
     return meta
 
 
