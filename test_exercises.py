@@ -56,7 +56,7 @@ def test_nothing_a_student_runs_reads_the_solutions():
         if os.path.abspath(root).startswith(SOLUTIONS):
             continue
         for file in files:
-            if file.endswith(".py"):
+            if file.endswith(".py") and file != "make_student_copy.py":  # the teacher's: not in a student's copy
                 with open(os.path.join(root, file), encoding="utf-8") as f:
                     assert "solutions" not in f.read(), os.path.join(root, file)
 
@@ -177,3 +177,144 @@ def test_an_endless_loop_that_swallows_the_stop_is_killed_and_named(tmp_path):
     assert code == 1, out
     assert "[01.g1_gate_shapes] did not finish within 2 s" in out and "your g1_gate did not return" in out, out
     assert "0/8 checks passed." in out
+
+
+
+# Grading: `check.py all` (or a list) runs every exercise, prints a score table and writes a JSON result.
+def grade_cli(*args, cwd=REPO, timeout=120):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "exercises/check.py", *args], cwd=cwd, env=env, capture_output=True,
+                            text=True, timeout=timeout)
+    return result.returncode, result.stdout + result.stderr
+
+
+def read_json(path):
+    import json
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_grading_all_on_the_starters_reports_every_exercise_not_filled(tmp_path):
+    code, out = grade_cli("all", f"--result={tmp_path / 'r.json'}", timeout=300)
+    assert code == 1, out
+    result = read_json(tmp_path / "r.json")
+    assert [e["name"] for e in result["exercises"]] == NAMES and result["total"] == len(NAMES), result
+    for e in result["exercises"]:
+        assert e["status"] == "not filled" and e["passed"] == 0 and e["total"] >= 3, e
+        assert e["first_failing_check"] and e["title"] and e["id"] == e["name"][:2] and e["seconds"] >= 0, e
+        assert f"{e['name']:23s}" in out and f"0/{e['total']}" in out, out  # its row of the table
+    assert result["passed"] == 0 and result["all_passed"] is False and result["python"] and result["torch"], result
+    assert result["date"][:2] == "20", result
+    assert f"0/{len(NAMES)} exercises passed" in out and "not filled yet" in out and "] ok: " not in out, out
+    assert "Traceback" not in out
+
+
+def test_the_score_table_and_the_result_file(tmp_path):
+    dirs = [os.path.join(EXERCISES, n) for n in NAMES[:5]]
+    results = [(8, 8, "ok", None), (3, 9, "wrong", "trap"), (0, 8, "not filled", None), (2, 7, "timeout", "slow"),
+               (0, 7, "error", None)]
+    entries = [check.grade_entry(d, r, 1.234) for d, r in zip(dirs, results)]
+    assert [e["status"] for e in entries] == ["passed", "failed", "not filled", "timeout", "error"]
+    assert [e["first_failing_check"] for e in entries] == [None, "trap", "import", "slow", "import"]
+    assert entries[0]["seconds"] == 1.2 and entries[0]["title"] and entries[0]["id"] == NAMES[0][:2]
+    lines = check.score_table(entries)
+    assert lines[0].split() == ["exercise", "checks", "first", "failing", "check", "status", "seconds"], lines
+    assert lines[2].split() == [NAMES[0], "8/8", "-", "passed", "1.2"] and "trap" in lines[3], lines
+    assert lines[-1] == "1/5 exercises passed, 13/39 checks.", lines
+    path = tmp_path / "sub" / "r.json"
+    check.write_result(str(path), check.grade_result(entries, date="2026-01-01T00:00:00+0000"))
+    result = read_json(path)
+    assert result["exercises"] == entries and result["passed"] == 1 and result["all_passed"] is False, result
+    assert result["date"] == "2026-01-01T00:00:00+0000" and result["python"] and "torch" in result
+    assert os.listdir(path.parent) == ["r.json"]  # atomic_write's temporary file is gone
+    assert check.grade_result([check.grade_entry(dirs[0], results[0], 1)])["all_passed"] is True
+
+
+# The student copy (exercises/make_student_copy.py): what a student gets, with no way back to the solutions.
+def make_copy(tmp_path):
+    dest = tmp_path / "student"
+    result = subprocess.run([sys.executable, os.path.join(EXERCISES, "make_student_copy.py"), str(dest)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return dest
+
+
+def with_solution(copy, name):
+    """Put the reference solution of exercise `name` in place of the copy's starter."""
+    with open(os.path.join(SOLUTIONS, name + ".py"), encoding="utf-8") as f:
+        (copy / "exercises" / name / "starter.py").write_text(f.read(), encoding="utf-8")
+
+
+@needs_solutions
+def test_grading_passes_with_the_solutions_and_mixes(tmp_path):
+    copy = make_copy(tmp_path)
+    first, third = NAMES[0], NAMES[2]
+    with_solution(copy, first)
+    code, out = grade_cli(first[:2], third[:2], f"--result={tmp_path / 'mixed.json'}", cwd=copy)
+    assert code == 1, out
+    entries = read_json(tmp_path / "mixed.json")["exercises"]
+    assert [(e["name"], e["status"]) for e in entries] == [(first, "passed"), (third, "not filled")], entries
+    assert entries[0]["first_failing_check"] is None and entries[0]["passed"] == entries[0]["total"], entries
+    assert "1/2 exercises passed" in out, out
+    with_solution(copy, third)
+    code, out = grade_cli(first[:2], third[:2], cwd=copy)  # the default result file, in the current folder
+    assert code == 0, out
+    result = read_json(copy / "check-result.json")
+    assert result["all_passed"] is True and [e["status"] for e in result["exercises"]] == ["passed"] * 2, result
+    assert "2/2 exercises passed" in out and "Traceback" not in out, out
+
+
+def test_the_student_copy_holds_no_solution_and_checks_on_its_own(tmp_path):
+    copy = make_copy(tmp_path)
+    assert not (copy / "exercises" / "solutions").exists() and not (copy / "exercises" / "make_student_copy.py").exists()
+    assert not list(copy.glob("test_*.py")) and (copy / "TUTORIAL.md").is_file() and (copy / "model.py").is_file()
+    assert not list(copy.glob("data/*/*.bin")) and not list(copy.rglob("__pycache__"))
+    # a second copy into the same (now not empty) folder is refused, in one line
+    again = subprocess.run([sys.executable, os.path.join(EXERCISES, "make_student_copy.py"), str(copy)],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode != 0 and len(again.stderr.strip().splitlines()) == 1 and "not empty" in again.stderr
+    texts = {}
+    for path in copy.rglob("*"):
+        if path.is_file():
+            try:
+                texts[path] = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                texts[path] = ""
+    for path, text in texts.items():
+        if path.suffix == ".py":  # (results/ logs name the folder they were measured in: data, not code)
+            assert REPO not in text, f"{path} names the original checkout"
+        assert "MUTANTS" not in text, f"{path} holds a solution's mutants"
+    if os.path.isdir(SOLUTIONS):  # no file of the copy holds a solution's distinctive line
+        known = set()  # every line a student may see anyway: the starters, checks, statements, the project's code
+        for root, dirs, files in os.walk(REPO):
+            dirs[:] = [d for d in dirs if not d.startswith((".", "out")) and os.path.join(root, d) != SOLUTIONS]
+            for file in files:
+                if file.endswith((".py", ".md")):
+                    with open(os.path.join(root, file), encoding="utf-8") as f:
+                        known |= {line.strip() for line in f}
+        copy_lines = set().union(*({line.strip() for line in text.splitlines()} for text in texts.values()))
+        for name in NAMES:
+            with open(os.path.join(SOLUTIONS, name + ".py"), encoding="utf-8") as f:
+                distinct = {line.strip() for line in f if len(line.strip()) >= 25} - known
+            assert len(distinct) >= 5, f"{name}: too few distinctive lines to test with: {distinct}"
+            assert not distinct & copy_lines, f"the copy holds lines of solutions/{name}.py: {distinct & copy_lines}"
+    # its checker runs from its own files: every starter reported not filled, with PYTHONPATH unset
+    code, out = grade_cli("all", "--result=r.json", cwd=copy, timeout=300)
+    assert code == 1 and f"0/{len(NAMES)} exercises passed" in out, out
+    assert all(e["status"] == "not filled" for e in read_json(copy / "r.json")["exercises"]), out
+    # and the copy's project files, not the original's: a broken model.py in the copy breaks its check
+    (copy / "model.py").write_text('raise ImportError("the copy\'s model.py")\n', encoding="utf-8")
+    if os.path.isdir(SOLUTIONS):
+        with_solution(copy, NAMES[0])
+    code, out = grade_cli(NAMES[0][:2], cwd=copy)
+    assert code == 1 and "the copy's model.py" in out, out
+
+
+def test_the_whole_exercise_has_a_time_limit_too(tmp_path):
+    path = starter_with(tmp_path, gap1=["while True:", "    pass"])
+    lines = []
+    passed, total, status, failed = check.run_isolated(os.path.join(EXERCISES, NAMES[0]), str(path), lines.append,
+                                                       time_limit=60, exercise_limit=4)
+    out = "\n".join(lines)
+    assert (passed, status, failed) == (0, "timeout", "g1_gate_shapes"), out
+    assert "the exercise did not finish within 4 s (stopped at [01.g1_gate_shapes])" in out, out

@@ -1,11 +1,25 @@
 """
 TUTORIAL.md cannot rot: every bash and python block in it runs here, in order, in a copy of the repository, at the
-toy size TUTORIAL_TOY=1 sets (config/tutorial.py). The python blocks run as one program whose line numbers are
-TUTORIAL.md's, so a failure points at the Markdown line. Also: its tables are the committed results' own, and its
-figures and the exercises' links to it exist.
+toy size TUTORIAL_TOY=1 sets (config/tutorial.py), and then every block runs a second time, as a reader who goes
+back to one does. The python blocks run as one program whose line numbers are TUTORIAL.md's, so a failure points at
+the Markdown line. Also: its tables are the committed results' own, and its figures and the exercises' links to it
+exist.
+
+tutorial.ipynb, the same tutorial as a Jupyter (or Colab) notebook, is generated from TUTORIAL.md by this file:
+
+    python test_tutorial.py            # (re)write tutorial.ipynb from TUTORIAL.md
+    python test_tutorial.py --check    # exit 1 if tutorial.ipynb is not what TUTORIAL.md gives
+
+TUTORIAL.md is the source: edit it, never the notebook, then regenerate. The prose between fenced blocks becomes
+markdown cells; a ```python block a code cell; a ```bash block a code cell that starts with %%bash (the cell magic
+of Jupyter and Colab that runs the cell in a shell); a ```text block (output, shown only) stays in the markdown. The
+notebook carries no outputs and fixed cell ids, so one TUTORIAL.md gives one file, which the tests below compare
+with the committed one, and run, cell by cell, as they run the Markdown. Standard library only: an .ipynb is JSON
+in nbformat 4.
 """
 
 import glob
+import json
 import os
 import re
 import shutil
@@ -16,8 +30,38 @@ import pytest
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 TUTORIAL = os.path.join(REPO, "TUTORIAL.md")
-RUN_LANGUAGES = ("python", "bash")
-LAB_RUNS = ("baseline", "g1", "g1_input_independent", "g1_ns_sigmoid")  # section 2's runs, under out/tutorial/lab/  # every block in one of these runs; "text" blocks are output, shown only
+NOTEBOOK = os.path.join(REPO, "tutorial.ipynb")
+RUN_LANGUAGES = ("python", "bash")  # every block in one of these runs (and is a notebook code cell); "text" blocks are output, shown only
+LAB_RUNS = ("baseline", "g1", "g1_input_independent", "g1_ns_sigmoid")  # section 2's runs, under out/tutorial/lab/
+BASH_MAGIC = "%%bash\n"
+REGENERATE = "python test_tutorial.py"
+HEADER = ("*This notebook is generated from [TUTORIAL.md](TUTORIAL.md): edit that file, not this one, then "
+          f"regenerate it with `{REGENERATE}` in the repository's root. Start Jupyter in the repository's root (in "
+          "Colab, clone the repository and `%cd` into it first): the tutorial's commands and paths are relative to "
+          "it. A `%%bash` cell is one of the tutorial's shell commands.*")
+
+
+def segments(text):
+    """A Markdown text cut at its runnable blocks: (language, first line number of the content, content), in order,
+    language None for the prose before, between and after them (a ```text block stays in its prose). Lines count
+    from 1."""
+    lines = text.split("\n")
+    found, prose, prose_start, i = [], [], 1, 0
+    while i < len(lines):
+        fence = re.match(r"^```(\w*)\s*$", lines[i])
+        if fence:
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+            if fence.group(1) in RUN_LANGUAGES:
+                found += [(None, prose_start, "\n".join(prose)),
+                          (fence.group(1), i + 2, "\n".join(lines[i + 1:end]))]
+                prose, prose_start = [], end + 2
+            else:
+                prose += lines[i:end + 1]
+            i = end + 1
+        else:
+            prose.append(lines[i])
+            i += 1
+    return found + [(None, prose_start, "\n".join(prose))]
 
 
 def blocks(path=TUTORIAL):
@@ -35,28 +79,89 @@ def blocks(path=TUTORIAL):
     return found
 
 
-def as_program(path=TUTORIAL):
-    """One Python program that runs the file's blocks in order: each python block at its own line numbers, each
-    bash block as a call of _sh on its opening fence's line."""
+def as_program(path=TUTORIAL, languages=RUN_LANGUAGES):
+    """One Python program that runs the file's blocks of these languages in order: each python block at its own line
+    numbers, each bash block as a call of _sh on its opening fence's line."""
     with open(path, encoding="utf-8") as f:
         out = [""] * (f.read().count("\n") + 1)
     for language, line, code in blocks(path):
-        if language == "python":
+        if language == "python" and language in languages:
             for k, text in enumerate(code.split("\n")):
                 out[line - 1 + k] = text
-        elif language == "bash":
-            out[line - 2] = f"_sh({code!r}, {line})"
+        elif language == "bash" and language in languages:
+            out[line - 2] = f"_sh({code!r}, {f'{os.path.basename(path)} line {line}'!r})"
     return "\n".join(out)
 
 
+# ----------------------------------------------------------------------------
+# The notebook: TUTORIAL.md's prose and blocks as nbformat 4 cells
+
+def _source(text):
+    """A cell's source as nbformat stores it: its lines, each but the last ending in a newline."""
+    return text.splitlines(keepends=True)
+
+
+def notebook(text):
+    """The text of the .ipynb file for a Markdown text: a header cell, then its prose and blocks in order (blank prose
+    dropped), code cells with no outputs, and ids numbered in order, so the file depends on the text alone."""
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": _source(HEADER)}]
+    for language, _, content in segments(text):
+        content = content.strip("\n")
+        if language is None and content.strip():
+            cells.append({"cell_type": "markdown", "metadata": {}, "source": _source(content)})
+        elif language is not None:
+            code = BASH_MAGIC + content if language == "bash" else content
+            cells.append({"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                          "source": _source(code)})
+    for n, cell in enumerate(cells):
+        cell["id"] = f"cell-{n:03d}"
+    nb = {"cells": cells,
+          "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                       "language_info": {"name": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def code_cells(path=NOTEBOOK):
+    """A notebook's code cells, in order: (cell number, 'python' or 'bash', the code without its %%bash line)."""
+    with open(path, encoding="utf-8") as f:
+        nb = json.load(f)
+    out = []
+    for n, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            code = "".join(cell["source"])
+            bash = code.startswith(BASH_MAGIC)
+            out.append((n, "bash" if bash else "python", code[len(BASH_MAGIC):] if bash else code))
+    return out
+
+
+def write_notebook(check=False):
+    """Write tutorial.ipynb from TUTORIAL.md; with check, write nothing and return whether the file is in step."""
+    with open(TUTORIAL, encoding="utf-8") as f:
+        wanted = notebook(f.read())
+    if check:
+        if not os.path.isfile(NOTEBOOK):
+            return False
+        with open(NOTEBOOK, encoding="utf-8") as f:
+            return f.read() == wanted
+    with open(NOTEBOOK, "w", encoding="utf-8", newline="\n") as f:
+        f.write(wanted)
+    return True
+
+
+# ----------------------------------------------------------------------------
+# Running the tutorial: RUNNER runs programs (label, filename, source) in order, in one namespace, in a copy of the repository
+
 RUNNER = """
-import subprocess, sys
-def _sh(commands, line):
+import json, subprocess, sys
+def _sh(commands, where):
     print(f"$ {commands}", flush=True)
     if subprocess.run(["bash", "-euo", "pipefail", "-c", commands]).returncode:
-        sys.exit(f"TUTORIAL.md line {line}: the bash block failed")
-source = open("_tutorial_program.py", encoding="utf-8").read()
-exec(compile(source, "TUTORIAL.md", "exec"), {"__name__": "__main__", "_sh": _sh})
+        sys.exit(f"{where}: the bash block failed")
+namespace = {"__name__": "__main__", "_sh": _sh}
+for label, filename, source in json.load(open("_tutorial_programs.json", encoding="utf-8")):
+    print(f"=== {label}", flush=True)
+    exec(compile(source, filename, "exec"), namespace)
 """
 
 
@@ -76,29 +181,82 @@ def test_the_program_keeps_the_markdown_line_numbers():
     compile("\n".join(program), "TUTORIAL.md", "exec")  # valid Python as a whole
 
 
-def copy_of_repo(dest):
+def copy_of_repo(dest, stdlib_data):
+    """A copy of the repository, without runs or prepared data but for a small prepared stdlib (the reader's takes
+    ~10 s more)."""
     ignore = shutil.ignore_patterns(".git", "out*", "__pycache__", ".pytest_cache", ".benchmarks", "*.bin",
                                     "meta.json", ".whl")
     shutil.copytree(REPO, dest, ignore=ignore)
+    for file in glob.glob(os.path.join(stdlib_data, "*")):
+        shutil.copy(file, dest / "data" / "pystdlib")
     return dest
 
 
-def test_the_tutorial_runs_top_to_bottom(tmp_path, stdlib_data):
-    repo = copy_of_repo(tmp_path / "repo")
-    for file in glob.glob(os.path.join(stdlib_data, "*")):  # a small prepared stdlib: the reader's takes ~10 s more
-        shutil.copy(file, repo / "data" / "pystdlib")
-    (repo / "_tutorial_program.py").write_text(as_program(), encoding="utf-8")
+def run_programs(repo, programs):
+    """Run RUNNER in repo at toy size on programs, a list of (label, filename, source): its stdout, or a failure with
+    the end of its output."""
+    (repo / "_tutorial_programs.json").write_text(json.dumps(programs), encoding="utf-8")
     env = dict(os.environ, TUTORIAL_TOY="1", PYTHONPATH=str(repo))
     result = subprocess.run([sys.executable, "-c", RUNNER], cwd=repo, env=env, capture_output=True, text=True,
                             timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
-    assert "F-Attn" in result.stdout and "largest difference torch vs triton" in result.stdout
-    assert "previous token at the triggers" in result.stdout  # the lab's mechanism, printed
+    return result.stdout
+
+
+def check_what_it_printed_and_wrote(repo, stdout):
+    assert "F-Attn" in stdout and "largest difference torch vs triton" in stdout
+    assert "previous token at the triggers" in stdout  # the lab's mechanism, printed
     for name in ("baseline", "g1", "baseline_lr2e-2", "g1_lr2e-2") + tuple(f"lab/{n}" for n in LAB_RUNS):
         assert (repo / "out" / "tutorial" / name / "ckpt.pt").is_file()
     for folder in ("analysis", "lab/analysis"):
         summary = (repo / "out" / "tutorial" / folder / "summary.md").read_text().split("\n\n")[1]  # the first table
         assert len([row for row in summary.splitlines() if row.startswith("| ") and "---" not in row]) == 5  # header + 4
+
+
+def test_the_tutorial_and_its_notebook_run_top_to_bottom_and_every_block_runs_again(tmp_path, stdlib_data):
+    """Every block in order, as the notebook's code cells are (the same code, in the same order: checked here, so
+    one run serves both, with errors at TUTORIAL.md's lines); then, as a reader who goes back to one, every python
+    block again on what the whole tutorial left (a block must not depend on a later one not having run yet). A
+    training command run again must not refuse the folder its first run wrote: each says --overwrite=True."""
+    runnable = [(language, code) for language, _, code in blocks() if language in RUN_LANGUAGES]
+    assert [(language, code) for _, language, code in code_cells()] == runnable, \
+        "tutorial.ipynb is not TUTORIAL.md's blocks: python test_tutorial.py"
+    for language, code in runnable:
+        for command in re.findall(r"python3? train\.py[^\n]*", code) if language == "bash" else []:
+            assert "--overwrite=True" in command, f"run twice, this stops with 'already holds a run': {command}"
+    repo = copy_of_repo(tmp_path / "repo", stdlib_data)
+    stdout = run_programs(repo, [("TUTORIAL.md, every block", "TUTORIAL.md", as_program()),
+                                 ("TUTORIAL.md, every python block again", "TUTORIAL.md", as_program(languages=("python",)))])
+    assert "=== TUTORIAL.md, every python block again" in stdout
+    check_what_it_printed_and_wrote(repo, stdout)
+
+
+def test_the_notebook_is_generated_from_the_tutorial():
+    assert write_notebook(check=True), \
+        f"tutorial.ipynb is not what TUTORIAL.md gives: run `{REGENERATE}` in the repository's root and commit it"
+    with open(NOTEBOOK, encoding="utf-8") as f:
+        nb = json.load(f)
+    assert nb["nbformat"] == 4 and all(len(cell["id"]) <= 64 for cell in nb["cells"])
+    assert "generated from [TUTORIAL.md]" in "".join(nb["cells"][0]["source"]) and REGENERATE in HEADER
+    code = [cell for cell in nb["cells"] if cell["cell_type"] == "code"]
+    assert all(cell["outputs"] == [] and cell["execution_count"] is None for cell in code)  # no outputs, ever
+    runnable = [(language, code) for language, _, code in blocks() if language in RUN_LANGUAGES]
+    assert [(language, code) for _, language, code in code_cells()] == runnable  # every block, in order, as it is
+
+
+def test_the_converter_makes_cells_of_prose_and_blocks(tmp_path):
+    text = ("# T\n\nProse.\n\n```python\nx = 1\n\ny = 2\n```\n\nOutput:\n\n```text\nshown only\n```\n\n"
+            "```bash\npython train.py\n```\n")
+    (tmp_path / "t.ipynb").write_text(notebook(text), encoding="utf-8")
+    nb = json.loads(notebook(text))
+    assert nb["cells"][0]["source"] == [HEADER]
+    assert [cell["cell_type"] for cell in nb["cells"]] == ["markdown", "markdown", "code", "markdown", "code"]
+    assert nb["cells"][1]["source"] == ["# T\n", "\n", "Prose."]
+    assert nb["cells"][2]["source"] == ["x = 1\n", "\n", "y = 2"]
+    assert "```text\n" in nb["cells"][3]["source"]  # an output block stays in the prose
+    assert nb["cells"][4]["source"] == ["%%bash\n", "python train.py"]
+    assert code_cells(tmp_path / "t.ipynb") == [(2, "python", "x = 1\n\ny = 2"), (4, "bash", "python train.py")]
+    assert [cell["id"] for cell in nb["cells"]] == [f"cell-{n:03d}" for n in range(5)]  # fixed: the file is the text's
 
 
 def test_a_failing_block_is_reported_at_its_markdown_line(tmp_path):
@@ -147,3 +305,15 @@ def test_links_to_the_tutorial_name_its_sections():
                 assert anchor in anchors, f"{os.path.relpath(path, REPO)} links to TUTORIAL.md#{anchor}, not a section"
                 links += 1
     assert links >= 8
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] not in ([], ["--check"]):
+        sys.exit(__doc__)
+    if sys.argv[1:] == ["--check"]:
+        if not write_notebook(check=True):
+            sys.exit(f"tutorial.ipynb is not what TUTORIAL.md gives: run `{REGENERATE}` and commit it")
+        print("tutorial.ipynb is in step with TUTORIAL.md")
+    else:
+        write_notebook()
+        print("wrote tutorial.ipynb from TUTORIAL.md")

@@ -6,11 +6,20 @@ likely wrong.
     python exercises/check.py 01 --file=my_attempt.py   # checks another file
     python exercises/check.py --list                    # the exercises
     python exercises/check.py 01 --timeout=0            # no time limit on a check (e.g. to debug a slow one)
+    python exercises/check.py all                       # every exercise, a score table and check-result.json
+    python exercises/check.py 01 03 05 --result=r.json  # some of them, the result file written to r.json
 
 Each exercise folder holds README.md (the statement), starter.py (your file: fill the gaps marked TODO) and
 checks.py (the checks, in order: shapes first, then invariants, then traps for the usual mistakes, then numbers
 against the project's own code). A gap you have not filled yet raises NotImplementedError, which is reported
 as "not filled yet", not as a crash. Exit status: 0 when every check passes, 1 otherwise.
+
+Grading (`all`, a list of exercises, or --result=PATH): the exercises run one after another, each in a child process
+of its own, under the same limits per check and one for the whole exercise (EXERCISE_TIME_LIMIT); each prints its
+failures and summary (not its passing checks), then a score table, and a JSON result (default check-result.json in
+the current folder, written atomically) that a teacher can collect: one entry per exercise (id, title, passed,
+total, first_failing_check, seconds, status: passed / failed / not filled / timeout / error) with the date and the
+Python and torch versions. Exit status: 0 only when every exercise passes.
 
 Your code runs in a child process, one check at a time under a time limit (TIME_LIMIT seconds, more for the slow
 exercises: TIME_LIMITS). This process only watches it: the verdict is what the child reports, check by check, over a
@@ -50,6 +59,11 @@ if __name__ != "__main__":  # where checks run (the child process, or an import 
 # answer, a wide margin. Exercise 08 probes two trained models; exercise 09 runs Triton's interpreter on the CPU.
 TIME_LIMIT = 60
 TIME_LIMITS = {"08": 300, "09": 180}
+# How long one whole exercise may take, the start of its child process included (every check within its own limit
+# too): the checks of a reference solution take seconds, so only a check that is slow but never quite past its own
+# limit, check after check, reaches it.
+EXERCISE_TIME_LIMIT = 600
+EXERCISE_TIME_LIMITS = {"08": 1200, "09": 900}
 GRACE = 10  # seconds more before a check that ignores the time limit (stuck inside C code) is killed
 
 
@@ -140,6 +154,10 @@ class TimeLimit(BaseException):
 
 def time_limit_of(exercise_dir):
     return TIME_LIMITS.get(os.path.basename(exercise_dir)[:2], TIME_LIMIT)
+
+
+def exercise_time_limit_of(exercise_dir):
+    return EXERCISE_TIME_LIMITS.get(os.path.basename(exercise_dir)[:2], EXERCISE_TIME_LIMIT)
 
 
 class _Alarm:
@@ -316,12 +334,17 @@ def _stuck_in(stack_file, path):
 STARTUP_LIMIT = 120  # seconds for the child to import torch and the checks, before the first check starts
 
 
-def run_isolated(exercise_dir, path, out=print, time_limit=None):
+def run_isolated(exercise_dir, path, out=print, time_limit=None, exercise_limit=None):
     """run(), with the student's code in a child process that this one watches: a check past its time limit is
     stopped, and nothing the code does -- sys.exit(), os._exit(), a crash, printing "8/8 checks passed" -- can make
     the result a pass. The result is only what the child reported, check by check, on a pipe of its own, each
-    message tagged with a token made here for this run; the summary line is printed here."""
+    message tagged with a token made here for this run; the summary line is printed here.
+    exercise_limit: seconds for the whole run, the child's start included (default exercise_time_limit_of; none
+    when time_limit is 0)."""
     time_limit = time_limit_of(exercise_dir) if time_limit is None else time_limit
+    if exercise_limit is None:
+        exercise_limit = exercise_time_limit_of(exercise_dir) if time_limit else 0
+    end = time.monotonic() + exercise_limit if exercise_limit else None
     number = os.path.basename(exercise_dir)[:2]
     token = secrets.token_hex(16)
     context = multiprocessing.get_context("spawn")  # a fresh interpreter, on every platform
@@ -336,9 +359,18 @@ def run_isolated(exercise_dir, path, out=print, time_limit=None):
         deadline = time.monotonic() + STARTUP_LIMIT
         try:
             while result is None:
-                wait = None if started and not time_limit else max(0.0, deadline - time.monotonic())
+                limits = ([] if started and not time_limit else [deadline]) + ([end] if end is not None else [])
+                wait = max(0.0, min(limits) - time.monotonic()) if limits else None
                 if not multiprocessing.connection.wait([receive, child.sentinel], wait):
                     child.kill()
+                    if end is not None and time.monotonic() >= end:
+                        child.join()
+                        what = f"at [{number}.{name}]" if name else ("while your file was imported" if started
+                                                                      else "before the checks started")
+                        out(f"  the exercise did not finish within {exercise_limit:g} s (stopped {what}): "
+                            f"a function far slower than the exercise needs?")
+                        result = (passed, total, "timeout", name)
+                        break
                     if not started:
                         out(f"  the checks did not start within {STARTUP_LIMIT} s (importing torch and checks.py)")
                         result = (0, total, "error", None)
@@ -396,6 +428,102 @@ def _ended(exitcode, number, name, started, function=None, place=""):
             f"A function must return its answer; leave ending the program to the checker.")
 
 
+def title_of(exercise_dir):
+    """The exercise's title: the first line of its README.md without '# ' and the number ('' if none)."""
+    try:
+        with open(os.path.join(exercise_dir, "README.md"), encoding="utf-8") as f:
+            line = f.readline()
+    except OSError:
+        return ""
+    return re.sub(r"^\d+\.\s*", "", line.lstrip("# ").strip())
+
+
+# The status of an exercise in the grading result, from run_isolated's status.
+GRADE_STATUS = {"ok": "passed", "wrong": "failed", "not filled": "not filled", "timeout": "timeout", "error": "error"}
+RESULT_FILE = "check-result.json"
+
+
+def grade_entry(exercise_dir, result, seconds):
+    """One exercise's entry of the grading result, from run_isolated's (passed, total, status, failed)."""
+    passed, total, status, failed = result
+    ok = status == "ok" and passed == total
+    name = os.path.basename(exercise_dir)
+    return {"id": name[:2], "name": name, "title": title_of(exercise_dir), "passed": passed, "total": total,
+            "first_failing_check": None if ok else (failed or "import"),
+            "seconds": round(seconds, 1), "status": "passed" if ok else GRADE_STATUS.get(status, "error")}
+
+
+def score_table(entries):
+    """The score table of grade_entry's entries, as lines."""
+    rows = [("exercise", "checks", "first failing check", "status", "seconds")]
+    rows += [(e["name"], f"{e['passed']}/{e['total']}", e["first_failing_check"] or "-", e["status"],
+              f"{e['seconds']:.1f}") for e in entries]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.rjust(w) if i in (1, 4) else cell.ljust(w) for i, (cell, w) in
+                       enumerate(zip(row, widths))).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    done = sum(e["status"] == "passed" for e in entries)
+    lines.append(f"{done}/{len(entries)} exercises passed, {sum(e['passed'] for e in entries)}/"
+                 f"{sum(e['total'] for e in entries)} checks.")
+    return lines
+
+
+def grade_result(entries, date=None):
+    """The grading result (a dict, as written to the JSON file) of grade_entry's entries."""
+    import platform
+    from importlib import metadata
+    try:
+        torch_version = sys.modules["torch"].__version__ if "torch" in sys.modules else metadata.version("torch")
+    except Exception:  # no torch installed: every entry says so already
+        torch_version = None
+    date = date or time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return {"date": date, "python": platform.python_version(), "torch": torch_version,
+            "passed": sum(e["status"] == "passed" for e in entries), "total": len(entries),
+            "all_passed": bool(entries) and all(e["status"] == "passed" for e in entries), "exercises": entries}
+
+
+def write_result(path, result):
+    """Write the grading result to path as JSON, atomically: a kill leaves the previous file or the whole new one."""
+    import json
+    from data.shards import atomic_write  # the project's own (REPO is on sys.path): a copy's, in a student copy
+    text = json.dumps(result, indent=2) + "\n"
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print):
+    """Run every exercise in exercise_dirs on its starter.py, one child process each (run_isolated), print each one's
+    failures and summary, then a score table; write the JSON result to result_path. Returns the exit status: 0 only
+    when every exercise passed."""
+    result_path = os.path.abspath(result_path)  # where the command was given, whatever the checks do
+    entries = []
+    for exercise_dir in exercise_dirs:
+        name = os.path.basename(exercise_dir)
+        out(f"== {name}: {title_of(exercise_dir)}")
+        started = time.monotonic()
+
+        def compact(line, prefix=f"  [{name[:2]}."):
+            if not (line.startswith(prefix) and "] ok: " in line) and not line.startswith("checking "):
+                out(line)
+        try:
+            result = run_isolated(exercise_dir, os.path.join(exercise_dir, "starter.py"), out=compact,
+                                  time_limit=time_limit)
+        except Exception as e:  # the checker's own trouble (cannot start a process...): this exercise only
+            out(f"  the checker failed: {type(e).__name__}: {e}")
+            result = (0, 0, "error", None)
+        entries.append(grade_entry(exercise_dir, result, time.monotonic() - started))
+    out("")
+    for line in score_table(entries):
+        out(line)
+    result = grade_result(entries)
+    try:
+        write_result(result_path, result)
+    except Exception as e:
+        out(f"error: could not write the result to {result_path}: {type(e).__name__}: {e}")
+        return 1
+    out(f"result written to {os.path.relpath(result_path)}")
+    return 0 if result["all_passed"] else 1
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -406,9 +534,8 @@ def main(argv=None):
             with open(os.path.join(d, "README.md"), encoding="utf-8") as f:
                 print(f"{os.path.basename(d):28s} {f.readline().lstrip('# ').strip()}")
         return 0
-    exercise_dir = find_exercise(argv[0])
-    path, time_limit = os.path.join(exercise_dir, "starter.py"), None
-    for arg in argv[1:]:
+    names, path, time_limit, result_path = [], None, None, None
+    for arg in argv:
         if arg.startswith("--file="):
             path = arg[len("--file="):]
         elif arg.startswith("--timeout="):
@@ -418,8 +545,23 @@ def main(argv=None):
                 time_limit = -1
             if not time_limit >= 0:
                 raise SystemExit(f"error: {arg!r}: the time limit is a number of seconds (0: none)")
+        elif arg.startswith("--result="):
+            result_path = arg[len("--result="):]
+            if not result_path:
+                raise SystemExit("error: --result= needs a file name")
+        elif arg.startswith("-"):
+            raise SystemExit(f"error: unknown argument {arg!r}; use --file=PATH, --timeout=SECONDS or --result=PATH")
         else:
-            raise SystemExit(f"error: unknown argument {arg!r}; use --file=PATH or --timeout=SECONDS")
+            names.append(arg)
+    if not names:
+        raise SystemExit("error: which exercise? e.g. `check.py 01`, `check.py 01 03` or `check.py all`")
+    dirs = exercise_dirs() if names == ["all"] else [find_exercise(n) for n in names]
+    if len(dirs) > 1 or names == ["all"] or result_path is not None:  # grading
+        if path is not None:
+            raise SystemExit("error: --file= checks one exercise; grading runs each exercise's starter.py")
+        return grade(dirs, result_path or RESULT_FILE, time_limit, out=lambda line: print(line, flush=True))
+    exercise_dir = dirs[0]
+    path = path or os.path.join(exercise_dir, "starter.py")
     if not os.path.isfile(path):
         raise SystemExit(f"error: no file {path}")
     passed, total, status, _ = run_isolated(exercise_dir, path, out=lambda line: print(line, flush=True),
