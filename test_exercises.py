@@ -194,21 +194,6 @@ def read_json(path):
         return json.load(f)
 
 
-def test_grading_all_on_the_starters_reports_every_exercise_not_filled(tmp_path):
-    code, out = grade_cli("all", f"--result={tmp_path / 'r.json'}", timeout=300)
-    assert code == 1, out
-    result = read_json(tmp_path / "r.json")
-    assert [e["name"] for e in result["exercises"]] == NAMES and result["total"] == len(NAMES), result
-    for e in result["exercises"]:
-        assert e["status"] == "not filled" and e["passed"] == 0 and e["total"] >= 3, e
-        assert e["first_failing_check"] and e["title"] and e["id"] == e["name"][:2] and e["seconds"] >= 0, e
-        assert f"{e['name']:23s}" in out and f"0/{e['total']}" in out, out  # its row of the table
-    assert result["passed"] == 0 and result["all_passed"] is False and result["python"] and result["torch"], result
-    assert result["date"][:2] == "20", result
-    assert f"0/{len(NAMES)} exercises passed" in out and "not filled yet" in out and "] ok: " not in out, out
-    assert "Traceback" not in out
-
-
 def test_the_score_table_and_the_result_file(tmp_path):
     dirs = [os.path.join(EXERCISES, n) for n in NAMES[:5]]
     results = [(8, 8, "ok", None), (3, 9, "wrong", "trap"), (0, 8, "not filled", None), (2, 7, "timeout", "slow"),
@@ -298,10 +283,20 @@ def test_the_student_copy_holds_no_solution_and_checks_on_its_own(tmp_path):
                 distinct = {line.strip() for line in f if len(line.strip()) >= 25} - known
             assert len(distinct) >= 5, f"{name}: too few distinctive lines to test with: {distinct}"
             assert not distinct & copy_lines, f"the copy holds lines of solutions/{name}.py: {distinct & copy_lines}"
-    # its checker runs from its own files: every starter reported not filled, with PYTHONPATH unset
+    # its checker runs from its own files, with PYTHONPATH unset: `check.py all` grades every untouched starter as
+    # not filled, in its score table and in the result file a teacher collects
     code, out = grade_cli("all", "--result=r.json", cwd=copy, timeout=300)
-    assert code == 1 and f"0/{len(NAMES)} exercises passed" in out, out
-    assert all(e["status"] == "not filled" for e in read_json(copy / "r.json")["exercises"]), out
+    assert code == 1, out
+    result = read_json(copy / "r.json")
+    assert [e["name"] for e in result["exercises"]] == NAMES and result["total"] == len(NAMES), result
+    for e in result["exercises"]:
+        assert e["status"] == "not filled" and e["passed"] == 0 and e["total"] >= 3, e
+        assert e["first_failing_check"] and e["title"] and e["id"] == e["name"][:2] and e["seconds"] >= 0, e
+        assert f"{e['name']:23s}" in out and f"0/{e['total']}" in out, out  # its row of the table
+    assert result["passed"] == 0 and result["all_passed"] is False and result["python"] and result["torch"], result
+    assert result["date"][:2] == "20", result
+    assert f"0/{len(NAMES)} exercises passed" in out and "not filled yet" in out and "] ok: " not in out, out
+    assert "Traceback" not in out
     # and the copy's project files, not the original's: a broken model.py in the copy breaks its check
     (copy / "model.py").write_text('raise ImportError("the copy\'s model.py")\n', encoding="utf-8")
     if os.path.isdir(SOLUTIONS):

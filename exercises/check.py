@@ -64,7 +64,8 @@ TIME_LIMITS = {"08": 300, "09": 180}
 # limit, check after check, reaches it.
 EXERCISE_TIME_LIMIT = 600
 EXERCISE_TIME_LIMITS = {"08": 1200, "09": 900}
-GRACE = 10  # seconds more before a check that ignores the time limit (stuck inside C code) is killed
+GRACE = 10  # seconds more before a check that ignores the time limit (stuck inside C code) is killed (at most
+# the limit itself: a short limit asked for with --timeout gets a short grace)
 
 
 sys.modules.setdefault("check", sys.modules[__name__])  # checks.py files `from check import Wrong` (also as __main__)
@@ -304,7 +305,7 @@ def _child(connection, token, exercise_dir, path, time_limit, stack_file):
 
     def step(name, index, total):
         if time_limit:
-            faulthandler.dump_traceback_later(time_limit + GRACE / 2, file=stacks)
+            faulthandler.dump_traceback_later(time_limit + min(GRACE, time_limit) / 2, file=stacks)
         send("step", name, index, total)
 
     result = _run_checks(exercise_dir, path, lambda line: send("line", line), time_limit, step)
@@ -398,7 +399,7 @@ def run_isolated(exercise_dir, path, out=print, time_limit=None, exercise_limit=
                 elif kind == "step":
                     name, passed, total = body
                     started = True
-                    deadline = time.monotonic() + time_limit + GRACE
+                    deadline = time.monotonic() + time_limit + min(GRACE, time_limit)
                 elif kind == "result":
                     result = tuple(body)
         finally:
