@@ -20,8 +20,8 @@ def _as_float(what, got):
         if got.numel() != 1:
             raise Wrong(f"{what} should be one number, got a tensor of shape {tuple(got.shape)}: average over "
                         "windows and heads, then .item()")
-        got = got.item()
-    if not isinstance(got, (float, int)):
+        raise Wrong(f"{what} should return a Python float, got a one-element tensor: call .item() on the mean.")
+    if isinstance(got, bool) or not isinstance(got, (float, int)):
         raise Wrong(f"{what} should be a Python float, got {type(got).__name__}")
     return float(got)
 
@@ -104,7 +104,11 @@ def check_first_token_matches_reference(student):
     if same(p0, probs[..., :, 0].mean(-1)):
         raise Wrong("you averaged over every query, query 0 included. Query 0 sees only key 0, so it always gives "
                     "it probability 1 and inflates F-Attn: average over the queries 1..T-1 only.")
-    if same(p0, probs[..., 0, 1:].mean(-1)) or same(p0, probs[..., 0, :].mean(-1)):
+    if same(p0, torch.full_like(p0, 1.0 / probs.size(-1))):  # = probs[..., i, :].mean(-1) for any row i
+        raise Wrong("every value of first_token_attention is 1/T: you averaged over the keys (the last axis, j), "
+                    "and each query's row sums to 1, so that mean is 1/T whatever the attention does. Take key "
+                    "0's column first, probs[..., i, 0], and average it over the queries i (the axis before).")
+    if same(p0, probs[..., 0, 1:].mean(-1)):
         raise Wrong("you read row 0 (what query 0 gives each key) instead of column 0 (what each query gives key 0): "
                     "probs[b, h, i, j] is query i's weight on key j, so key 0 is probs[..., :, 0].")
     expect_close("first_token_attention(probs)", p0, per_query(q, k, backend="torch")[..., 1:].mean(-1),

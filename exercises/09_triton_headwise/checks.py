@@ -2,7 +2,9 @@
 the right shape; the elementwise gate and no gate still match the oracle (nothing broken); very negative headwise
 logits zero whole rows and very positive ones leave the attention as it is (the sigmoid); headwise numbers against
 kernels.attention_torch at a T that is a multiple of the block and at a ragged T; headwise gates in other layouts
-(a transposed view, as model.py passes it, and one expanded over heads).
+(a transposed view, as model.py passes it, and one expanded over heads); the gate view read in place, not
+copied, and no logit loaded past its rows at a ragged T (under the interpreter, by recording the addresses the
+kernel loads; on a GPU, from the source as a last resort).
 
 Without a GPU the kernel runs in Triton's interpreter (check.py sets TRITON_INTERPRET=1): small shapes only.
 Every headwise gate here is a view into a larger buffer, so that a read at the wrong place lands in memory the
@@ -152,3 +154,73 @@ def check_headwise_strided_gate(student):
                           "at the wrong places: pass the gate's own strides, gate.stride(), rather than strides "
                           "worked out from its shape (a transposed view or an expand() has other strides; "
                           "model.py's fused path passes exactly such views, with no copy).")
+
+
+def _gate_loads(student, T=40):
+    """Run the kernel on a transposed headwise gate (a view that is not contiguous) at a ragged T, recording the
+    address of every element the kernel loads (mask on) -- through Triton's interpreter, or None on a GPU."""
+    if _device() != "cpu":
+        return None
+    import numpy as np
+    from triton.runtime import interpreter
+    q, k, v = _qkv(T, 16, seed=30)
+    gate = _headwise_gate(1, 2, T, seed=31, layout="transposed")
+    loaded = []
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_masked_load
+
+    def recording(self, ptrs, mask, *args, **kwargs):
+        addresses = np.asarray(ptrs.data).astype("uint64").reshape(-1)
+        loaded.append(addresses[np.broadcast_to(mask.data, np.shape(ptrs.data)).reshape(-1).astype(bool)])
+        return original(self, ptrs, mask, *args, **kwargs)
+
+    builder.create_masked_load = recording
+    try:
+        _attention(student, q, k, v, gate)
+    finally:
+        builder.create_masked_load = original
+    addresses = np.concatenate([a.reshape(-1).astype("uint64") for a in loaded]) if loaded else np.zeros(0, "uint64")
+    start = gate.untyped_storage().data_ptr()
+    in_buffer = addresses[(addresses >= start) & (addresses < start + gate.untyped_storage().nbytes())]
+    b, h, t = torch.meshgrid(*(torch.arange(n) for n in gate.shape[:3]), indexing="ij")
+    offsets = gate.storage_offset() + b * gate.stride(0) + h * gate.stride(1) + t * gate.stride(2)
+    valid = set((start + gate.element_size() * offsets.reshape(-1)).tolist())
+    return gate, in_buffer, valid
+
+
+def _source(fn):
+    import inspect
+    return inspect.getsource(getattr(fn, "fn", fn))
+
+
+def check_headwise_gate_not_copied(student):
+    """a transposed headwise gate view is read in place: the kernel loads the caller's gate, not a copy"""
+    run = _gate_loads(student)
+    if run is None:  # on a GPU, without the interpreter's hook: the launcher's source, as a last resort
+        if re.search(r"gate\s*\.\s*(contiguous|clone)\s*\(", _source(student.attention)):
+            raise Wrong("the launcher copies the gate (gate.contiguous() or .clone()): the statement asks for no "
+                        "copy. Pass the view itself and its own strides, gate.stride().")
+        return
+    gate, in_buffer, valid = run
+    if len(in_buffer) == 0:
+        raise Wrong(f"the kernel never loaded from the headwise gate passed in (a transposed view, strides "
+                    f"{tuple(gate.stride())}): the launcher hands it a copy, e.g. gate.contiguous(). The statement "
+                    "asks for no copy (it costs a pass over the logits): pass the view and its own gate.stride().")
+
+
+def check_headwise_load_masked(student):
+    """at a ragged T, the headwise load reads no logit past the gate's rows (the load is masked with row_ok)"""
+    run = _gate_loads(student)
+    if run is None:  # on a GPU, without the interpreter's hook: the GATE == 2 branch's source, as a last resort
+        branch = _source(student.flash_attention_fwd).split("GATE == 2", 1)[-1].split("tl.store", 1)[0]
+        if any("mask" not in call for call in re.findall(r"tl\.load\([^\n]*", branch)):
+            raise Wrong("the headwise tl.load has no mask: at a ragged T the last block's rows past T read past "
+                        "the gate's end. Load with mask=row_ok, other=0.0.")
+        return
+    gate, in_buffer, valid = run
+    outside = [a for a in in_buffer.tolist() if a not in valid]
+    if outside:
+        raise Wrong(f"at T={gate.size(2)} (not a multiple of BLOCK_M) the kernel loaded {len(outside)} gate "
+                    "element(s) past the gate's rows: the headwise tl.load is not masked. The numbers still come "
+                    "out right (those rows are never stored), but on a GPU it reads past the tensor's end, which "
+                    "can fault. Load with mask=row_ok, other=0.0, like the elementwise branch.")

@@ -46,4 +46,8 @@ MUTANTS = [
     ("probs_causal", "masked_fill(future, " 'float("-inf"))', "masked_fill(future, 0.0)"),  # 0 is not "no weight"
     ("probs_match_reference", "(q @ k.transpose(-2, -1)) " "* D ** -0.5", "(q @ k.transpose(-2, -1))"),  # no 1/sqrt(D)
     ("first_token_matches_reference", "probs[..., 1:, " "0]", "probs[..., :, 0]"),  # query 0 counted
+    ("first_token_matches_reference", "return probs[..., 1:, " "0].mean(-1)",
+     "return probs[..., 1:, :].mean(-1).mean(-1)"),  # averaged over the keys: 1/T, whatever the attention does
+    ("f_attn_is_the_mean_over_windows_and_heads", "first_token_attention(probs).mean()" ".item()",
+     "first_token_attention(probs).mean()"),  # a one-element tensor, not a Python float
 ]

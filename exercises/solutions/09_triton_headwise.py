@@ -114,4 +114,7 @@ MUTANTS = [
      "        o = o * tl.sigmoid(g.to(tl.float32))"),
     ("headwise_strided_gate", "mode, g, g_strides = GATE_HEADWISE, " "gate, gate.stride()",
      "mode, g, g_strides = GATE_HEADWISE, gate, (H * T, T, 1, 1)"),  # strides of a contiguous gate, assumed
+    ("headwise_gate_not_copied", "mode, g, g_strides = GATE_HEADWISE, " "gate, gate.stride()",
+     "gate = gate.contiguous()\n        mode, g, g_strides = GATE_HEADWISE, " "gate, gate.stride()"),  # a copy
+    ("headwise_load_masked", "tl.load(g_rows, " "mask=row_ok, other=0.0)", "tl.load(g_rows)"),  # reads past T
 ]
