@@ -60,12 +60,13 @@ def stdlib_data(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tutorial_runs(stdlib_data, tmp_path_factory):
-    """The tutorial's baseline and G1 runs at toy size (config/tutorial.py with TUTORIAL_TOY=1): a folder holding
-    baseline/ and g1/, as out/tutorial/ holds them after TUTORIAL.md's commands."""
-    root = tmp_path_factory.mktemp("tutorial_runs")
+def sink_lab_runs(tmp_path_factory):
+    """The sink lab's baseline and G1 runs at toy size (config/sink_lab.py with TUTORIAL_TOY=1, a few seconds each),
+    in a folder holding baseline/ and g1/ as out/exercises/08/ holds them after exercise 08's commands: the trained
+    runs the exercises measure."""
+    root = tmp_path_factory.mktemp("sink_lab_runs")
     env = dict(os.environ, TUTORIAL_TOY="1")
     for name, flags in (("baseline", ["--gate=none"]), ("g1", [])):
-        subprocess.run([sys.executable, "train.py", "config/tutorial.py", *flags, f"--data_dir={stdlib_data}",
+        subprocess.run([sys.executable, "train.py", "config/sink_lab.py", *flags, f"--data_dir={root / 'data'}",
                         f"--out_dir={root / name}"], cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
     return str(root)

@@ -6,6 +6,7 @@ catch it -- so no check is one that cannot fail.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -18,8 +19,25 @@ sys.path.insert(0, EXERCISES)
 import check  # noqa: E402  (exercises/check.py)
 
 NAMES = [os.path.basename(d) for d in check.exercise_dirs()]
+TRAINED_RUNS = ("08", "11")  # the exercises whose checks read trained runs ($EXERCISE_RUNS)
 needs_solutions = pytest.mark.skipif(not os.path.isdir(SOLUTIONS), reason="the reference solutions were removed "
                                      "(exercises/solutions/): nothing to check the checks against")
+
+
+def giveaways(name):
+    """The reference solution's GIVEAWAYS: code fragments of the answer, which only the last hints may show ([] without
+    the solutions)."""
+    path = os.path.join(SOLUTIONS, name + ".py")
+    return list(check.load_module(path, f"solution_{name[:2]}").GIVEAWAYS) if os.path.isfile(path) else []
+
+
+def squash(text):
+    return "".join(text.split())
+
+
+def given_away(name, text):
+    """The giveaways of exercise `name` that text holds, whitespace ignored."""
+    return [g for g in giveaways(name) if squash(g) in squash(text)]
 
 
 def run_quiet(exercise, path):
@@ -30,22 +48,31 @@ def run_quiet(exercise, path):
 
 @pytest.fixture(autouse=True)
 def exercise_runs(request, monkeypatch):
-    """Exercise 08 measures two trained runs: the toy-size ones of conftest's tutorial_runs fixture, trained only for
-    a test of exercise 08 (the others need no trained run, nor train.py)."""
+    """Exercises 08 and 11 measure two trained sink-lab runs: the toy-size ones of conftest's sink_lab_runs fixture,
+    trained only for a test of one of them (the others need no trained run, nor train.py)."""
     params = getattr(request.node, "callspec", None)
-    if params is not None and str(params.params.get("name", "")).startswith("08"):
-        monkeypatch.setenv("EXERCISE_RUNS", request.getfixturevalue("tutorial_runs"))
+    if params is not None and str(params.params.get("name", ""))[:2] in TRAINED_RUNS:
+        monkeypatch.setenv("EXERCISE_RUNS", request.getfixturevalue("sink_lab_runs"))
+
+
+with open(os.path.join(EXERCISES, "README.md"), encoding="utf-8") as f:
+    TABLE = f.read()  # the exercises' table, with each one's time and difficulty
 
 
 def test_there_are_at_least_eight_exercises_each_complete():
     assert len(NAMES) >= 8, NAMES
     for name in NAMES:
         folder = os.path.join(EXERCISES, name)
-        assert sorted(f for f in os.listdir(folder) if not f.startswith("__")) == ["README.md", "checks.py", "starter.py"], name
+        assert sorted(f for f in os.listdir(folder) if not f.startswith(("__", "."))) == \
+            ["README.md", "checks.py", "hints.md", "starter.py"], name
         with open(os.path.join(folder, "README.md"), encoding="utf-8") as f:
             text = f.read()
         for needed in ("Time:", "Difficulty:", f"python exercises/check.py {name[:2]}"):
             assert needed in text, f"{name}/README.md lacks {needed!r}"
+        time, stars = (re.search(rf"^{key}: (.*)$", text, re.M).group(1) for key in ("Time", "Difficulty"))
+        row = re.search(rf"^\| {name[:2]} \|.*\| (~\d+ min) \| ([★☆]+) \|", TABLE, re.M)
+        assert row and time.startswith(row.group(1)) and stars == row.group(2), \
+            f"{name}: README.md says {time}, {stars}; exercises/README.md's table {row and row.groups()}"
         with open(os.path.join(folder, "starter.py"), encoding="utf-8") as f:
             starter = f.read()
         assert f"TODO({name[:2]}-gap" in starter, f"{name}/starter.py marks no gap as TODO({name[:2]}-gapK)"
@@ -67,6 +94,7 @@ def test_the_untouched_starter_fails_as_not_filled(name):
     assert status == "not filled", text
     assert "not filled yet" in text and f"{passed}/{total} checks passed" in text, text
     assert "Traceback" not in text
+    assert not given_away(name, text), f"the starter's message gives the answer away: {given_away(name, text)}"
 
 
 @needs_solutions
@@ -106,16 +134,60 @@ def test_a_known_mistake_fails_the_check_meant_to_catch_it(name, check_name, old
     (passed, total, status, failed), out = run_quiet(name, path)
     assert status in ("wrong", "error") and failed == check_name, out
     assert "Traceback" not in out
+    assert not given_away(name, out), f"the message names the mistake by giving the answer: {given_away(name, out)}"
 
 
-def test_the_command_line_reports_and_exits_nonzero_on_the_starter():
-    result = subprocess.run([sys.executable, "exercises/check.py", "01"], cwd=REPO, capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 1 and "not filled yet" in result.stdout, result.stdout + result.stderr
-    result = subprocess.run([sys.executable, "exercises/check.py", "99"], cwd=REPO, capture_output=True, text=True)
-    assert result.returncode != 0 and "no exercise '99'" in result.stderr
-    listing = subprocess.run([sys.executable, "exercises/check.py", "--list"], cwd=REPO, capture_output=True, text=True)
-    assert listing.returncode == 0 and len(listing.stdout.splitlines()) == len(NAMES)
+# Hints: the statement and the starter say what to compute and why; the formula comes only in the last hints, one at
+# a time (check.py NN --hint), so that a student who asks for every hint has asked for the answer.
+@pytest.mark.parametrize("name", NAMES)
+def test_the_hints_come_one_at_a_time_and_only_the_last_ones_give_the_answer(name):
+    folder = os.path.join(EXERCISES, name)
+    hints = check.hints_of(folder)
+    assert len(hints) >= 3 and all(hints), f"{name}/hints.md: at least three hints, each with a text"
+    texts = {}
+    for file in ("README.md", "starter.py", "checks.py"):
+        with open(os.path.join(folder, file), encoding="utf-8") as f:
+            texts[file] = f.read()
+    assert "<details>" not in texts["README.md"], f"{name}/README.md shows hints at once: they belong in hints.md"
+    assert "## Stuck?" in texts["README.md"] and f"check.py {name[:2]} --hint" in texts["README.md"], name
+    if not os.path.isdir(SOLUTIONS):
+        return
+    assert len(giveaways(name)) >= 2, f"solutions/{name}.py lists too few GIVEAWAYS to test with"
+    for file, text in texts.items():
+        assert not given_away(name, text), f"{name}/{file} gives the answer away: {given_away(name, text)}"
+    assert not given_away(name, hints[0]), f"{name}'s first hint gives the answer away: {given_away(name, hints[0])}"
+    missing = [g for g in giveaways(name) if squash(g) not in squash("\n".join(hints))]
+    assert not missing, f"{name}/hints.md never gives these parts of the answer: {missing}"
+
+
+def test_the_hint_command_shows_the_next_hint_and_remembers(tmp_path):
+    folder = tmp_path / "42_demo"  # an exercise of its own: three hints, the last the answer
+    folder.mkdir()
+    (folder / "README.md").write_text("# 42. A demo\n", encoding="utf-8")
+    (folder / "hints.md").write_text("# Hints: exercise 42\n\nOne at a time.\n\n## Hint 1\nThink.\n\n## Hint 2\n"
+                                     "Think harder.\n\n## Hint 3\nThe answer is `x + 1`.\n", encoding="utf-8")
+    folder, record = str(folder), str(tmp_path / "seen.json")
+    hints = check.hints_of(folder)
+    assert hints == ["Think.", "Think harder.", "The answer is `x + 1`."]
+    shown = []
+    for _ in range(4):  # one more than there are: the last again
+        lines = []
+        assert check.show_hint(folder, out=lines.append, path=record) == 0
+        shown.append("\n".join(lines))
+    for i, text in enumerate(shown[:-1]):
+        assert text.startswith(f"Hint {i + 1} of 3, exercise 42 (A demo)") and hints[i] in text, text
+    assert "the last one, with the answer" in shown[2] and shown[3] == shown[2]
+    assert "--hint` shows hint 2" in shown[0] and "--hint` shows hint 3" in shown[1]
+    assert check.hints_seen(folder, record) == 3
+    lines = []
+    check.show_hint(folder, 1, out=lines.append, path=record)  # hint 1 again: the record keeps the most seen
+    assert "Think." in "\n".join(lines) and check.hints_seen(folder, record) == 3
+    assert check.hints_seen(os.path.join(EXERCISES, NAMES[0]), record) == 0  # another exercise: none seen
+    with pytest.raises(SystemExit, match="has hints 1 to 3, not 99"):
+        check.show_hint(folder, 99, path=record)
+    (tmp_path / "42_demo" / "hints.md").write_text("## Hint 1\na\n## Hint 3\nb\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"numbers its hints \[1, 3\]"):
+        check.hints_of(folder)
 
 
 # Student code that would hang the checker or forge its verdict: each is a starter of exercise 01 whose first gap
@@ -159,7 +231,7 @@ def test_a_file_that_prints_a_pass_and_exits_on_import_fails(tmp_path):
     path = starter_with(tmp_path, end=['print("8/8 checks passed -- well done.")', "exit()"])
     code, out = check_cli(path)
     assert code == 1, out
-    assert "your file ended the program while it was imported (exit()" in out and out.rstrip().endswith("0/8 checks passed."), out
+    assert "your file ended the program while it was imported (exit()" in out and "0/8 checks passed.\nStuck?" in out, out  # the checker's own last lines
 
 
 def test_an_endless_loop_is_stopped_and_named(tmp_path):
@@ -285,9 +357,20 @@ def test_the_student_copy_holds_no_solution_and_checks_on_its_own(tmp_path):
             assert not distinct & copy_lines, f"the copy holds lines of solutions/{name}.py: {distinct & copy_lines}"
     # its checker runs from its own files, with PYTHONPATH unset: `check.py all` grades every untouched starter as
     # not filled, in its score table and in the result file a teacher collects
+    # the students' section of exercises/README.md shows what the untouched first starter prints, word for word
+    code, out = grade_cli(NAMES[0][:2], cwd=copy)
+    readme = (copy / "exercises" / "README.md").read_text(encoding="utf-8")
+    assert code == 1 and f"$ python exercises/check.py {NAMES[0][:2]}\n{out.strip()}\n```" in readme, out
+    # a student asks for two hints of the first exercise; the starter's check then points at the third
+    for n in (1, 2):
+        code, out = grade_cli(NAMES[0][:2], "--hint", cwd=copy)
+        assert code == 0 and out.startswith(f"Hint {n} of "), out
+    code, out = grade_cli(NAMES[0][:2], cwd=copy)
+    assert code == 1 and f"--hint` shows hint 3 of {len(check.hints_of(os.path.join(EXERCISES, NAMES[0])))}" in out, out
     code, out = grade_cli("all", "--result=r.json", cwd=copy, timeout=300)
     assert code == 1, out
     result = read_json(copy / "r.json")
+    assert [e["hints_seen"] for e in result["exercises"]] == [2] + [0] * (len(NAMES) - 1), result
     assert [e["name"] for e in result["exercises"]] == NAMES and result["total"] == len(NAMES), result
     for e in result["exercises"]:
         assert e["status"] == "not filled" and e["passed"] == 0 and e["total"] >= 3, e

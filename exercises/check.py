@@ -6,10 +6,13 @@ likely wrong.
     python exercises/check.py 01 --file=my_attempt.py   # checks another file
     python exercises/check.py --list                    # the exercises
     python exercises/check.py 01 --timeout=0            # no time limit on a check (e.g. to debug a slow one)
+    python exercises/check.py 01 --hint                 # the next hint (one more each time; the last: the answer)
+    python exercises/check.py 01 --hint=2               # hint 2 again
     python exercises/check.py all                       # every exercise, a score table and check-result.json
     python exercises/check.py 01 03 05 --result=r.json  # some of them, the result file written to r.json
 
-Each exercise folder holds README.md (the statement), starter.py (your file: fill the gaps marked TODO) and
+Each exercise folder holds README.md (the statement), starter.py (your file: fill the gaps marked TODO), hints.md
+(the hints, which --hint shows one at a time, each saying more than the one before, the last the answer) and
 checks.py (the checks, in order: shapes first, then invariants, then traps for the usual mistakes, then numbers
 against the project's own code). A gap you have not filled yet raises NotImplementedError, which is reported
 as "not filled yet", not as a crash. Exit status: 0 when every check passes, 1 otherwise.
@@ -18,8 +21,8 @@ Grading (`all`, a list of exercises, or --result=PATH): the exercises run one af
 of its own, under the same limits per check and one for the whole exercise (EXERCISE_TIME_LIMIT); each prints its
 failures and summary (not its passing checks), then a score table, and a JSON result (default check-result.json in
 the current folder, written atomically) that a teacher can collect: one entry per exercise (id, title, passed,
-total, first_failing_check, seconds, status: passed / failed / not filled / timeout / error) with the date and the
-Python and torch versions. Exit status: 0 only when every exercise passes.
+total, first_failing_check, seconds, status: passed / failed / not filled / timeout / error, hints_seen) with the
+date and the Python and torch versions. Exit status: 0 only when every exercise passes.
 
 Your code runs in a child process, one check at a time under a time limit (TIME_LIMIT seconds, more for the slow
 exercises: TIME_LIMITS). This process only watches it: the verdict is what the child reports, check by check, over a
@@ -429,6 +432,159 @@ def _ended(exitcode, number, name, started, function=None, place=""):
             f"A function must return its answer; leave ending the program to the checker.")
 
 
+# ----------------------------------------------------------------------------
+# Trained runs: exercises 08 and 11 measure two sink-lab runs, a baseline and G1, trained by the student with the two
+# commands of the exercise's README.md into out/exercises/NN/ (the test suite points $EXERCISE_RUNS at toy-size ones).
+
+RUN_FLAGS = {"baseline": "--gate=none ", "g1": ""}  # what the two train.py commands add; they differ in this only
+# train.py settings that may differ between the two runs without changing what is trained
+NOT_COMPARED = {"out_dir", "gate", "overwrite", "init_from", "eval_only", "wandb_log", "wandb_project",
+                "wandb_run_name", "log_interval", "device", "dtype", "compile", "backend", "attn_backend"}
+
+
+def runs_dir(number):
+    """The folder holding exercise `number`'s runs, baseline/ and g1/."""
+    return os.environ.get("EXERCISE_RUNS") or os.path.join(REPO, "out", "exercises", number)
+
+
+def train_command(number, name):
+    """The README's command that trains run `name` ("baseline" or "g1") of exercise `number`."""
+    out_dir = os.path.join(runs_dir(number), name)
+    rel = os.path.relpath(out_dir, REPO)
+    return f"python train.py config/sink_lab.py {RUN_FLAGS[name]}--out_dir={out_dir if rel.startswith('..') else rel}"
+
+
+def expect_trained_runs(number, where):
+    """The two runs of exercise `number` exist, were trained on the sink lab's task to the same step, and differ only
+    in the gate; NotImplementedError (not filled yet) while one is missing, with the command to train it (`where`:
+    the README's place that gives the commands)."""
+    from common import CHECKPOINT, read_checkpoint
+    again = "\n".join(f"          {train_command(number, name)} --overwrite=True" for name in RUN_FLAGS)
+    configs = {}
+    for name in RUN_FLAGS:
+        path = os.path.join(runs_dir(number), name, CHECKPOINT)
+        if not os.path.isfile(path):
+            raise NotImplementedError(f"no trained {name} run at {path}: train it with\n"
+                                      f"          {train_command(number, name)}\n"
+                                      f"      (15 to 25 seconds on an idle laptop CPU; README.md, {where})")
+        try:
+            checkpoint = read_checkpoint(path)
+        except ValueError as e:
+            raise Wrong(f"{e} Train it again: {train_command(number, name)} --overwrite=True") from None
+        configs[name] = dict(checkpoint["config"], iter_num=checkpoint.get("iter_num"))
+    base, g1 = configs["baseline"], configs["g1"]
+    if base.get("dataset") != "bigram_backcopy" or g1.get("dataset") != "bigram_backcopy":
+        raise Wrong(f"the runs were trained on {base.get('dataset')!r} and {g1.get('dataset')!r}: this exercise "
+                    f"measures the sink lab's task, bigram_backcopy. Train both with config/sink_lab.py:\n{again}")
+    if base["gate"] != "none" or g1["gate"] != "g1":
+        swapped = " (the folders look swapped)" if base["gate"] == "g1" and g1["gate"] == "none" else ""
+        raise Wrong(f"baseline/ was trained with gate={base['gate']!r} and g1/ with gate={g1['gate']!r}{swapped}: "
+                    f"the baseline needs --gate=none, the G1 run the default gate (g1). Train them again:\n{again}")
+    if base["iter_num"] != g1["iter_num"]:
+        short = "baseline" if (base["iter_num"] or 0) < (g1["iter_num"] or 0) else "g1"
+        raise Wrong(f"the runs stopped at different steps (baseline {base['iter_num']}, g1 {g1['iter_num']}): was the "
+                    f"{short} run interrupted? Train it again:\n          {train_command(number, short)} --overwrite=True")
+    differ = sorted(k for k in set(base) | set(g1) if k not in NOT_COMPARED and base.get(k) != g1.get(k))
+    if differ:
+        listed = ", ".join(f"{k} (baseline {base.get(k)!r}, g1 {g1.get(k)!r})" for k in differ[:4])
+        raise Wrong(f"the two runs differ in more than the gate: {listed}. A comparison means one change: train both "
+                    "with README.md's two commands, which differ only in --gate (add --overwrite=True to replace a "
+                    "run).")
+
+
+def run_batches(run_dir, batches):
+    """(model, data_dir, [(x, y) batches]) of a trained run: its model on the CPU, and the first
+    `batches` batches of its validation windows, as the starters' validation_windows draws them (the run's data,
+    block and batch size, BOS first when it trained so)."""
+    from common import CHECKPOINT, dataset_dir, load_checkpoint
+    from data.shards import bos_token, val_batches
+    model, checkpoint = load_checkpoint(os.path.join(run_dir, CHECKPOINT))
+    cfg = checkpoint["config"]
+    data_dir = dataset_dir(cfg["dataset"], cfg.get("data_dir"))
+    bos = bos_token(data_dir) if cfg.get("bos", False) else None
+    return model, data_dir, list(val_batches(data_dir, checkpoint["model_args"]["block_size"], cfg["batch_size"],
+                                             batches, bos=bos))
+
+
+# ----------------------------------------------------------------------------
+# Hints: hints.md holds "## Hint 1", "## Hint 2", ... sections; --hint shows the next one not yet seen. How many each
+# exercise's student has seen is kept in HINTS_SEEN (beside the exercises; a dot file, so a student copy starts at
+# none) and goes into the grading result: a teacher sees who needed the answer.
+
+HINTS_SEEN = os.path.join(HERE, ".hints-seen.json")
+
+
+def hints_of(exercise_dir):
+    """The exercise's hints, in order, as markdown texts (hints.md's "## Hint K" sections; [] without hints.md)."""
+    try:
+        with open(os.path.join(exercise_dir, "hints.md"), encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return []
+    parts = re.split(r"^## Hint (\d+)[ \t]*$", text, flags=re.M)[1:]  # [number, body, number, body, ...]
+    numbers = [int(n) for n in parts[0::2]]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise SystemExit(f"error: {os.path.relpath(exercise_dir)}/hints.md numbers its hints {numbers}, not 1, 2, ...")
+    return [body.strip() for body in parts[1::2]]
+
+
+def hints_seen(exercise_dir, path=None):
+    """How many of the exercise's hints have been shown (0 if none, or if the record cannot be read)."""
+    import json
+    try:
+        with open(path or HINTS_SEEN, encoding="utf-8") as f:
+            return int(json.load(f).get(os.path.basename(exercise_dir)[:2], 0))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0
+
+
+def show_hint(exercise_dir, number=None, out=print, path=None):
+    """Print hint `number` (default: the next one not yet seen; the last again once all are) and record it as seen.
+    Returns the exit status."""
+    import json
+    hints, key = hints_of(exercise_dir), os.path.basename(exercise_dir)[:2]
+    if not hints:
+        out(f"exercise {key} has no hints (no {os.path.relpath(exercise_dir)}/hints.md)")
+        return 1
+    seen = hints_seen(exercise_dir, path)
+    number = number if number is not None else min(seen + 1, len(hints))
+    if not 1 <= number <= len(hints):
+        raise SystemExit(f"error: exercise {key} has hints 1 to {len(hints)}, not {number}")
+    last = number == len(hints)
+    out(f"Hint {number} of {len(hints)}, exercise {key} ({title_of(exercise_dir)})" +
+        (": the last one, with the answer" if last else "") + "\n")
+    out(hints[number - 1] + "\n")
+    if last:
+        out("That was the last hint. If your answer still fails, the check's message names the likely mistake; "
+            "the exercise's README.md lists the usual ones under \"Help! I get ...\".")
+    else:
+        out(f"Try it, and check again. `python exercises/check.py {key} --hint` shows hint {number + 1}; "
+            f"hint {len(hints)}, the last, gives the answer.")
+    from data.shards import atomic_write  # the project's own (REPO is on sys.path)
+    try:
+        with open(path or HINTS_SEEN, encoding="utf-8") as f:
+            record = json.load(f)
+        record = record if isinstance(record, dict) else {}
+    except (OSError, ValueError):
+        record = {}
+    if number > seen:
+        record[key] = number
+        try:
+            atomic_write(path or HINTS_SEEN, lambda f: f.write((json.dumps(record, indent=1) + "\n").encode("utf-8")))
+        except OSError:  # a read-only checkout: the hint is shown all the same
+            pass
+    return 0
+
+
+def hint_pointer(exercise_dir):
+    """The line that tells a student where the next hint is, or '' (no hints, or all seen)."""
+    hints, seen, key = hints_of(exercise_dir), hints_seen(exercise_dir), os.path.basename(exercise_dir)[:2]
+    if not hints or seen >= len(hints):
+        return ""
+    return (f"Stuck? `python exercises/check.py {key} --hint` shows hint {seen + 1} of {len(hints)} "
+            f"(one at a time; the last gives the answer).")
+
+
 def title_of(exercise_dir):
     """The exercise's title: the first line of its README.md without '# ' and the number ('' if none)."""
     try:
@@ -451,7 +607,8 @@ def grade_entry(exercise_dir, result, seconds):
     name = os.path.basename(exercise_dir)
     return {"id": name[:2], "name": name, "title": title_of(exercise_dir), "passed": passed, "total": total,
             "first_failing_check": None if ok else (failed or "import"),
-            "seconds": round(seconds, 1), "status": "passed" if ok else GRADE_STATUS.get(status, "error")}
+            "seconds": round(seconds, 1), "status": "passed" if ok else GRADE_STATUS.get(status, "error"),
+            "hints_seen": hints_seen(exercise_dir)}
 
 
 def score_table(entries):
@@ -535,7 +692,7 @@ def main(argv=None):
             with open(os.path.join(d, "README.md"), encoding="utf-8") as f:
                 print(f"{os.path.basename(d):28s} {f.readline().lstrip('# ').strip()}")
         return 0
-    names, path, time_limit, result_path = [], None, None, None
+    names, path, time_limit, result_path, hint = [], None, None, None, False
     for arg in argv:
         if arg.startswith("--file="):
             path = arg[len("--file="):]
@@ -550,13 +707,22 @@ def main(argv=None):
             result_path = arg[len("--result="):]
             if not result_path:
                 raise SystemExit("error: --result= needs a file name")
+        elif arg == "--hint" or arg.startswith("--hint="):
+            hint = True if arg == "--hint" else arg[len("--hint="):]
+            if hint is not True and not hint.isdigit():
+                raise SystemExit(f"error: {arg!r}: --hint shows the next hint, --hint=K hint K (a number)")
         elif arg.startswith("-"):
-            raise SystemExit(f"error: unknown argument {arg!r}; use --file=PATH, --timeout=SECONDS or --result=PATH")
+            raise SystemExit(f"error: unknown argument {arg!r}; use --file=PATH, --timeout=SECONDS, --result=PATH "
+                             f"or --hint")
         else:
             names.append(arg)
     if not names:
         raise SystemExit("error: which exercise? e.g. `check.py 01`, `check.py 01 03` or `check.py all`")
     dirs = exercise_dirs() if names == ["all"] else [find_exercise(n) for n in names]
+    if hint:
+        if len(dirs) != 1 or names == ["all"]:
+            raise SystemExit("error: --hint is for one exercise, e.g. `check.py 05 --hint`")
+        return show_hint(dirs[0], None if hint is True else int(hint))
     if len(dirs) > 1 or names == ["all"] or result_path is not None:  # grading
         if path is not None:
             raise SystemExit("error: --file= checks one exercise; grading runs each exercise's starter.py")
@@ -567,7 +733,10 @@ def main(argv=None):
         raise SystemExit(f"error: no file {path}")
     passed, total, status, _ = run_isolated(exercise_dir, path, out=lambda line: print(line, flush=True),
                                             time_limit=time_limit)
-    return 0 if status == "ok" and passed == total else 1
+    ok = status == "ok" and passed == total
+    if not ok and hint_pointer(exercise_dir):
+        print(hint_pointer(exercise_dir))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ model.Gate, causality, two traps (G5, self-gating), then the whole block against
 import math
 
 import torch
+import torch.nn.functional as F
 
 from check import Wrong, expect_close, expect_shape, same
 
@@ -31,12 +32,29 @@ def _block_inputs(B, T, H, D, granularity, seed):
     return x, w_qkv, w_gate, w_o
 
 
-def _sdpa_heads(x, w_qkv, n_head):
-    """Each head's ungated SDPA output, (B, T, H, D), by PyTorch's own attention."""
-    B, T, C = x.shape
-    q, k, v = (x @ w_qkv.T).split(C, dim=-1)
-    q, k, v = (t.view(B, T, n_head, -1).transpose(1, 2) for t in (q, k, v))
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+def _model_gate(H, D, granularity):
+    """model.Gate for G1 with this layout: gate.logits lays out the logits per head, gate(y, logits) gates y."""
+    import model
+    return model.Gate(model.GPTConfig(n_embd=H * D, n_head=H, gate="g1", gate_granularity=granularity,
+                                      pos_emb="learned"))
+
+
+def _model_attention(x, w_qkv, w_o, n_head, gate="none", w_gate=None, granularity="elementwise"):
+    """model.CausalSelfAttention (float64, no biases) with these weights: its c_attn holds [w_qkv; w_gate] (q, k, v
+    and the gate logits in one matmul), its c_proj is w_o. gate "none": no gate; "g5": the gate after W_O."""
+    import model
+    config = model.GPTConfig(n_embd=x.size(-1), n_head=n_head, gate=gate, gate_granularity=granularity, bias=False,
+                             pos_emb="learned", attn_backend="torch")
+    attn = model.CausalSelfAttention(config).double()
+    with torch.no_grad():
+        attn.c_attn.weight.copy_(w_qkv if w_gate is None else torch.cat([w_qkv, w_gate]))
+        attn.c_proj.weight.copy_(w_o)
+        return attn(x, rope=None)
+
+
+def _heads(x, w_qkv, n_head):
+    """Each head's ungated SDPA output, the heads concatenated, (B, T, C): the model's attention with W_O = I."""
+    return _model_attention(x, w_qkv, torch.eye(x.size(-1), dtype=x.dtype), n_head)
 
 
 def check_g1_gate_shapes(student):
@@ -44,15 +62,15 @@ def check_g1_gate_shapes(student):
     y, x, w = _gate_inputs(2, 5, 2, 8, "elementwise", seed=0, dtype=torch.float32)
     out = student.g1_gate(y, x, w, "elementwise")
     expect_shape("g1_gate(y, x, w_gate, 'elementwise')", out, y.shape,
-                 "The gate multiplies y: the output has y's shape. Elementwise scores are (B, T, H, D), "
-                 "row h*D + d of w_gate scoring head h's channel d.")
+                 "The gate rescales y, so the output has y's shape. Compare the shape of your scores with y's: "
+                 "elementwise, there is one score for every entry of y.")
     if out.dtype != y.dtype:
         raise Wrong(f"g1_gate turned float32 inputs into {out.dtype}: keep y's dtype (no .double() or .half()).")
     y, x, w = _gate_inputs(2, 5, 4, 4, "headwise", seed=1, dtype=torch.float32)
     out = student.g1_gate(y, x, w, "headwise")
     expect_shape("g1_gate(y, x, w_gate, 'headwise')", out, y.shape,
-                 "Headwise scores are (B, T, H, 1), one per head, and broadcast over the head's D channels: "
-                 "the output still has y's shape.")
+                 "Headwise there is one score per head and token; it must reach all D channels of its head, and "
+                 "the output still has y's shape. Check which axes your scores have before you multiply.")
 
 
 def check_gate_scores_in_0_1(student):
@@ -60,22 +78,21 @@ def check_gate_scores_in_0_1(student):
     for granularity in ("elementwise", "headwise"):
         y, x, w = _gate_inputs(2, 4, 4, 4, granularity, seed=2)  # H == D: see the next check
         x = x.abs() + 0.5  # positive inputs, so a weight's sign sets the logits' sign
-        for weight, want, meaning in ((-50.0, torch.zeros_like(y), "~0 (sigmoid(-large) = 0: the gate is shut)"),
-                                      (0.0, y / 2, "y / 2 (sigmoid(0) = 0.5)"),
-                                      (50.0, y, "~y (sigmoid(+large) = 1: the gate is open)")):
+        for weight, want, meaning in ((-50.0, torch.zeros_like(y), "~0 (the gate is shut)"),
+                                      (0.0, y / 2, "y / 2 (a logit of 0 is a score of 0.5)"),
+                                      (50.0, y, "~y (the gate is open)")):
             w_const = torch.full_like(w, weight / x.size(-1))
             out = student.g1_gate(y, x, w_const, granularity)
             expect_shape(f"g1_gate(..., '{granularity}')", out, y.shape)
             if same(out, want, 1e-6):
                 continue
-            logits = x @ w_const.T
-            logits = logits.view(*y.shape[:3], -1)
+            logits = F.linear(x, w_const).view(*y.shape[:3], -1)
             if same(out, y * logits, 1e-6):
-                raise Wrong(f"{granularity}: your output is y * (x @ w_gate.T): the sigmoid is missing, so the "
-                            "'scores' are the raw logits, unbounded and of either sign, not gate scores in (0, 1).")
+                raise Wrong(f"{granularity}: your output is y times the raw logits: the sigmoid is missing, so the "
+                            "'scores' are unbounded and of either sign, not gate scores in (0, 1).")
             raise Wrong(f"{granularity}: with every gate logit equal to {weight:g} * mean(x) the output should "
-                        f"be {meaning}, and it is not. Squash the logits x @ w_gate.T with torch.sigmoid and "
-                        "multiply y by the scores (not add them).")
+                        f"be {meaning}, and it is not. Re-check how the logits become scores, and that y is "
+                        "multiplied by the scores, not shifted by them.")
 
 
 def check_headwise_one_score_per_head(student):
@@ -94,30 +111,28 @@ def check_headwise_one_score_per_head(student):
     wrong_axis = y.clone()
     wrong_axis[..., 1] = 0
     if same(out, wrong_axis, 1e-6):
-        raise Wrong("Shutting head 1's gate silenced channel 1 of every head instead of all channels of head 1: your "
-                    "headwise scores broadcast over the heads axis (shaped (B, T, 1, H)?). They must be (B, T, H, 1), "
-                    "so head h's one score multiplies its D channels.")
-    raise Wrong("With head 1's gate shut (very negative logits) and the others open, head 1's output should be ~0 and "
-                "the other heads' ~y. Row h of w_gate scores head h; shape the scores (B, T, H, 1).")
+        raise Wrong("Shutting head 1's gate silenced channel 1 of every head instead of all channels of head 1: "
+                    "your headwise scores run along y's channel axis and are broadcast over the heads. Each head's "
+                    "one score must sit on that head's axis and be broadcast over its D channels.")
+    raise Wrong("With head 1's gate shut (very negative logits) and the others open, head 1's output should be ~0 "
+                "and the other heads' ~y. Row h of w_gate scores head h: check which axis of y each score lands on.")
 
 
 def check_g1_gate_numbers(student):
     """g1_gate matches model.Gate (float64, random weights), elementwise and headwise"""
-    import model
     for granularity, H, D in (("elementwise", 2, 8), ("headwise", 3, 4)):
         y, x, w = _gate_inputs(2, 5, H, D, granularity, seed=4)
-        gate = model.Gate(model.GPTConfig(n_embd=H * D, n_head=H, gate="g1", gate_granularity=granularity,
-                                          pos_emb="learned"))
-        want = gate(y, gate.logits(x @ w.T))
+        gate = _model_gate(H, D, granularity)
+        want = gate(y, gate.logits(F.linear(x, w)))
         out = student.g1_gate(y, x, w, granularity)
         expect_shape(f"g1_gate(..., '{granularity}')", out, y.shape)
-        if granularity == "elementwise" and same(out, y * torch.sigmoid(y.reshape(2, 5, -1) @ w.T).view(y.shape)):
+        if granularity == "elementwise" and same(out, gate(y, gate.logits(F.linear(y.reshape(2, 5, -1), w)))):
             raise Wrong("Your gate logits are computed from y (self-gating). G1's logits come from x, the block's "
-                        "input after the norm (what Q, K, V are computed from): x @ w_gate.T.")
+                        "input after the norm (what Q, K, V are computed from).")
         expect_close(f"g1_gate(..., '{granularity}')", out, want, atol=1e-9, rtol=1e-9,
-                     hint="Elementwise: row h*D + d of w_gate scores head h's channel d, so the logits "
-                          "x @ w_gate.T (B, T, H*D) are viewed as (B, T, H, D); headwise: (B, T, H) viewed as "
-                          "(B, T, H, 1).")
+                     hint="Re-check the layout of the scores: elementwise, row h*D + d of w_gate scores head h's "
+                          "channel d; headwise, row h scores head h. And w_gate is stored like an nn.Linear weight, "
+                          "(out_features, in_features).")
 
 
 def check_attention_block_causal(student):
@@ -131,15 +146,16 @@ def check_attention_block_causal(student):
     out2 = student.attention_block(x2, w_qkv, w_gate, w_o, H, "elementwise")
     if not same(out[:, :3], out2[:, :3]):
         raise Wrong("Changing tokens 3.. changed the outputs at positions 0..2: the block sees the future. "
-                    "causal_attention masks along its third axis, so pass q, k, v as (B, H, T, D) "
-                    "(.view(B, T, H, D).transpose(1, 2)); as (B, T, H, D) it would mask heads, not tokens.")
+                    "causal_attention masks along its third axis, which must be the tokens: check the layout of "
+                    "q, k, v when you pass them (its docstring gives it). With the heads there, it masks heads.")
     x3 = x.clone()
     x3[:, 0] = -x3[:, 0]
     out3 = student.attention_block(x3, w_qkv, w_gate, w_o, H, "elementwise")
     if same(out[:, 1:], out3[:, 1:]):
         raise Wrong("Changing token 0 left every later output unchanged: your block does not mix tokens at all. "
-                    "causal_attention attends along its third axis, so pass q, k, v as (B, H, T, D) "
-                    "(.view(B, T, H, D).transpose(1, 2)); as (B, T, H, D) each token attends over its own heads.")
+                    "causal_attention attends along its third axis, which must be the tokens: check the layout of "
+                    "q, k, v when you pass them (its docstring gives it). With the heads there, each token attends "
+                    "over its own heads.")
 
 
 def check_trap_gate_after_wo(student):
@@ -147,12 +163,11 @@ def check_trap_gate_after_wo(student):
     B, T, H, D = 2, 5, 2, 4
     x, w_qkv, w_gate, w_o = _block_inputs(B, T, H, D, "elementwise", seed=7)
     out = student.attention_block(x, w_qkv, w_gate, w_o, H, "elementwise")
-    g5 = (_sdpa_heads(x, w_qkv, H).reshape(B, T, H * D) @ w_o.T) * torch.sigmoid(x @ w_gate.T)
-    if same(out, g5):
-        raise Wrong("Your output equals the G5 gate (after W_O): out = (heads @ W_O^T) * sigmoid(x @ w_gate.T). G1 "
-                    "gates each head's SDPA output before the heads are concatenated and mixed by W_O. After W_O a "
-                    "score no longer belongs to one head, and W_V W_O stays one linear map with no non-linearity "
-                    "between them (GA finds G5 gains almost nothing: PPL 6.017 vs the baseline's 6.026).")
+    if same(out, _model_attention(x, w_qkv, w_o, H, gate="g5", w_gate=w_gate)):
+        raise Wrong("Your output equals the G5 gate: you gated the output of W_O. G1 gates each head's SDPA output "
+                    "before the heads are concatenated and mixed by W_O. After W_O a score no longer belongs to one "
+                    "head, and W_V W_O stays one linear map with no non-linearity between them (GA finds G5 gains "
+                    "almost nothing: PPL 6.017 vs the baseline's 6.026).")
 
 
 def check_trap_self_gating(student):
@@ -160,33 +175,26 @@ def check_trap_self_gating(student):
     B, T, H, D = 2, 5, 2, 4
     x, w_qkv, w_gate, w_o = _block_inputs(B, T, H, D, "elementwise", seed=8)
     out = student.attention_block(x, w_qkv, w_gate, w_o, H, "elementwise")
-    heads = _sdpa_heads(x, w_qkv, H).reshape(B, T, H * D)
-    self_gated = (heads * torch.sigmoid(heads @ w_gate.T)) @ w_o.T
+    heads = _heads(x, w_qkv, H)
+    self_gated = F.linear(heads * torch.sigmoid(F.linear(heads, w_gate)), w_o)
     if same(out, self_gated):
-        raise Wrong("Your gate logits are computed from the attention output (self-gating: "
-                    "sigmoid(y @ w_gate.T)). G1's logits come from x, the block's input after the norm, the same "
-                    "tensor as q, k, v: pass x to g1_gate, so the current token decides what to keep of each head.")
+        raise Wrong("Your gate logits are computed from the attention output (self-gating). G1's logits come from "
+                    "x, the block's input after the norm, the same tensor as q, k, v: pass x to g1_gate, so the "
+                    "current token decides what to keep of each head.")
 
 
 def check_attention_block_vs_model(student):
     """attention_block matches model.CausalSelfAttention (gate='g1'), elementwise and headwise, float64"""
-    import model
     for granularity in ("elementwise", "headwise"):
         B, T, H, D = 2, 7, 3, 4
         x, w_qkv, w_gate, w_o = _block_inputs(B, T, H, D, granularity, seed=9)
-        config = model.GPTConfig(n_embd=H * D, n_head=H, gate="g1", gate_granularity=granularity, bias=False,
-                                 pos_emb="learned", attn_backend="torch")
-        attn = model.CausalSelfAttention(config).double()
-        with torch.no_grad():  # c_attn computes q, k, v and the gate logits in one matmul: its rows are [w_qkv; w_gate]
-            attn.c_attn.weight.copy_(torch.cat([w_qkv, w_gate]))
-            attn.c_proj.weight.copy_(w_o)
-            want = attn(x, rope=None)
+        want = _model_attention(x, w_qkv, w_o, H, gate="g1", w_gate=w_gate, granularity=granularity)
         out = student.attention_block(x, w_qkv, w_gate, w_o, H, granularity)
         expect_shape(f"attention_block(..., '{granularity}')", out, want.shape)
-        if same(out, _sdpa_heads(x, w_qkv, H).reshape(B, T, H * D) @ w_o.T):
+        if same(out, _model_attention(x, w_qkv, w_o, H)):
             raise Wrong(f"{granularity}: your output is attention without the gate: call g1_gate on each head's "
                         "output, (B, T, H, D), before the heads are concatenated.")
         expect_close(f"attention_block(..., '{granularity}')", out, want, atol=1e-9, rtol=1e-9,
-                     hint="q, k, v are x @ w_qkv.T split in three along the last axis, in that order; each is "
-                          "viewed as (B, T, H, D) (head h = channels h*D .. h*D + D - 1) and transposed to "
-                          "(B, H, T, D) for causal_attention, then transposed back before the gate.")
+                     hint="g1_gate passed its checks, so look at the block: the order of q, k, v in w_qkv (q "
+                          "first), the head split (head h is the h-th block of D channels), and the layout of each "
+                          "head's output when it reaches g1_gate and when the heads are concatenated.")

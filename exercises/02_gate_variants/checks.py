@@ -29,46 +29,48 @@ def check_sigmoid(student):
     s = _grid()
     out = _scores(student, "sigmoid", s)
     if not torch.isfinite(out).all() or out.min() < 0 or out.max() > 1:
-        raise Wrong("sigmoid scores must lie in (0, 1), yours leave it. sigmoid(s) = 1 / (1 + exp(-s)) "
-                    "(torch.sigmoid).")
+        raise Wrong("sigmoid scores must lie in (0, 1), and yours leave it (or are not finite): re-check the "
+                    "sigmoid's definition in README.md.")
     if abs(out[300].item() - 0.5) > 1e-12:  # s = 0
-        raise Wrong("sigmoid(0) should be 0.5. Use torch.sigmoid(s) = 1 / (1 + exp(-s)).")
+        raise Wrong("sigmoid(0) should be 0.5, and yours is not: re-check the sigmoid's definition in README.md.")
     if not (out[1:] >= out[:-1]).all() or out[-1] - out[0] < 0.99:
         raise Wrong("sigmoid should rise from ~0 (s = -30) to ~1 (s = 30), and yours does not.")
 
 
 def check_ns_sigmoid_range(student):
-    """ns_sigmoid = 0.5 + 0.5 * sigmoid(s): ns_sigmoid(0) = 0.75, range [0.5, 1]"""
+    """ns_sigmoid is the sigmoid's curve moved onto (0.5, 1): ns_sigmoid(0) = 0.75, range (0.5, 1)"""
     s = _grid()
     out = _scores(student, "ns_sigmoid", s)
     if same(out, 0.5 * torch.sigmoid(s)):
-        raise Wrong("Your ns_sigmoid is 0.5 * sigmoid(s): its range is [0, 0.5], so it is still sparse (it can shut a "
-                    "channel completely) and only half as open. The non-sparse sigmoid is shifted up: "
-                    "0.5 + 0.5 * sigmoid(s), range [0.5, 1].")
+        raise Wrong("Your ns_sigmoid is 0.5 * sigmoid(s): its range is (0, 0.5), so it is still sparse (it can shut a "
+                    "channel completely) and only half as open. The non-sparse sigmoid's range is (0.5, 1): where "
+                    "does your curve start, and where must it start?")
     if same(out, torch.sigmoid(s)):
-        raise Wrong("Your ns_sigmoid is the plain sigmoid, range (0, 1). The non-sparse sigmoid is "
-                    "0.5 + 0.5 * sigmoid(s), range [0.5, 1].")
+        raise Wrong("Your ns_sigmoid is the plain sigmoid, range (0, 1): it can still shut a channel. The non-sparse "
+                    "sigmoid is the same curve mapped onto (0.5, 1).")
     if abs(out[300].item() - 0.75) > 1e-12:  # s = 0
-        raise Wrong("ns_sigmoid(0) should be 0.75 (= 0.5 + 0.5 * sigmoid(0)), and yours is not.")
+        raise Wrong("ns_sigmoid(0) should be 0.75, the middle of (0.5, 1) (as sigmoid(0) = 0.5 is the middle of "
+                    "(0, 1)), and yours is not.")
     if out.min() < 0.5 - 1e-12 or out.max() > 1 + 1e-12:
-        raise Wrong("ns_sigmoid scores must lie in [0.5, 1]: the lowest score is 0.5 (s -> -inf), so the gate can at "
+        raise Wrong("ns_sigmoid scores must lie in (0.5, 1): the scores approach 0.5 as s -> -inf, so the gate can at "
                     "most halve a channel. Yours leave that range.")
     if out[0] > 0.5 + 1e-9 or out[-1] < 1 - 1e-9:
-        raise Wrong("ns_sigmoid should reach 0.5 at s = -30 and 1 at s = 30 (to 1e-9): 0.5 + 0.5 * sigmoid(s).")
+        raise Wrong("ns_sigmoid should reach 0.5 at s = -30 and 1 at s = 30 (to 1e-9), as the sigmoid reaches 0 and 1 "
+                    "there, and yours does not.")
 
 
 def check_silu(student):
-    """silu(s) = s * sigmoid(s): silu(0) = 0, negative for s < 0 (lowest about -0.278), unbounded above"""
+    """silu: silu(0) = 0, negative for s < 0 (lowest about -0.278), unbounded above"""
     s = _grid()
     out = _scores(student, "silu", s)
     if same(out, torch.sigmoid(s)):
-        raise Wrong("Your silu is the sigmoid. SiLU (swish) is s * sigmoid(s): 0 at s = 0, slightly negative for "
-                    "s < 0, about s for large s (torch.nn.functional.silu).")
+        raise Wrong("Your silu is the sigmoid. SiLU (swish) is 0 at s = 0, slightly negative for s < 0 and about s "
+                    "for large s: see its definition in README.md.")
     if abs(out[300].item()) > 1e-12:  # s = 0
-        raise Wrong("silu(0) should be 0 (= 0 * sigmoid(0)), and yours is not. SiLU is s * sigmoid(s).")
+        raise Wrong("silu(0) should be 0, and yours is not: re-check SiLU's definition in README.md.")
     if out.min() > -0.27 or out.min() < -0.28:
         raise Wrong("silu should dip below 0 for s < 0, to a lowest value of about -0.278 (at s = -1.28); yours does "
-                    "not. SiLU is s * sigmoid(s).")
+                    "not. Re-check SiLU's definition in README.md.")
     if abs(out[-1].item() - 30.0) > 1e-9:
         raise Wrong("silu(30) should be 30 (to 1e-9): SiLU grows like s for large s, it is not bounded by 1.")
 
@@ -115,7 +117,8 @@ def check_apply_gate_mul(student):
     for name in NAMES:
         out = student.apply_gate(y, s, name, "mul")
         expect_close(f"apply_gate(y, s, {name!r}, 'mul')", out, y * student.gate_activation(name, s),
-                     atol=1e-12, rtol=1e-12, hint="'mul' multiplies y by the scores gate_activation(act, s).")
+                     atol=1e-12, rtol=1e-12, hint="gate_activation passed its checks, so look at apply_gate: 'mul' "
+                                                  "multiplies y by the scores of activation act.")
 
 
 def check_trap_add_is_not_mul(student):
@@ -125,7 +128,7 @@ def check_trap_add_is_not_mul(student):
     expect_shape("apply_gate(y, s, 'silu', 'add')", out, y.shape)
     if same(out, y * torch.nn.functional.silu(s)):
         raise Wrong("Your 'add' gate multiplies: apply_gate(y, s, 'silu', 'add') returned y * silu(s). The additive "
-                    "gate is y + act(s): it shifts y by the scores, it does not rescale y.")
+                    "gate shifts y by the scores; it does not rescale y.")
 
 
 def check_apply_gate_vs_model(student):
@@ -138,8 +141,8 @@ def check_apply_gate_vs_model(student):
             gate = model.Gate(model.GPTConfig(n_embd=12, n_head=3, gate="g1", gate_act=name, gate_op=op,
                                               pos_emb="learned"))
             expect_close(f"apply_gate(y, s, {name!r}, {op!r})", student.apply_gate(y, s, name, op), gate(y, s),
-                         atol=1e-12, rtol=1e-12, hint="'mul': y * gate_activation(act, s); 'add': y + "
-                                                      "gate_activation(act, s).")
+                         atol=1e-12, rtol=1e-12, hint="gate_activation passed its checks, so look at how apply_gate "
+                                                      "combines y with the scores for this op.")
     headwise = s[..., :1]  # (B, T, H, 1): one logit per head, broadcast over the head's channels
     expect_close("apply_gate(y, s_headwise, 'sigmoid', 'mul')", student.apply_gate(y, headwise, "sigmoid", "mul"),
                  y * torch.sigmoid(headwise), atol=1e-12, rtol=1e-12,

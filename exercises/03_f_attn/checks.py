@@ -2,6 +2,8 @@
 attention to the future), numbers against PyTorch's SDPA and kernels.first_token_attention, then F-Attn of a
 small GPT against the project's probe."""
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -9,7 +11,8 @@ from check import Wrong, expect_close, expect_shape, random_qk, same
 
 
 def _reference_probs(q, k, scale=None):
-    """Causal attention probabilities from PyTorch's SDPA: with v the identity, softmax(...) @ v is the matrix itself."""
+    """Causal attention probabilities from PyTorch's SDPA: with v the identity, softmax(...) @ v is the matrix
+    itself."""
     B, H, T, _ = q.shape
     eye = torch.eye(T, dtype=q.dtype).expand(B, H, T, T)
     return F.scaled_dot_product_attention(q, k, eye, is_causal=True, scale=scale)
@@ -19,8 +22,9 @@ def _as_float(what, got):
     if isinstance(got, torch.Tensor):
         if got.numel() != 1:
             raise Wrong(f"{what} should be one number, got a tensor of shape {tuple(got.shape)}: average over "
-                        "windows and heads, then .item()")
-        raise Wrong(f"{what} should return a Python float, got a one-element tensor: call .item() on the mean.")
+                        "windows and heads as well.")
+        raise Wrong(f"{what} should return a Python float, got a one-element tensor: a tensor, even of one element, "
+                    "is not a float; convert it.")
     if isinstance(got, bool) or not isinstance(got, (float, int)):
         raise Wrong(f"{what} should be a Python float, got {type(got).__name__}")
     return float(got)
@@ -31,7 +35,7 @@ def check_probs_shape(student):
     q, k = random_qk(2, 3, 5, 4, dtype=torch.float32)
     probs = student.attention_probs(q, k)
     expect_shape("attention_probs(q, k) for q, k of shape (2, 3, 5, 4)", probs, (2, 3, 5, 5),
-                 "One row per query, one column per key: q @ k.transpose(-2, -1).")
+                 "One row per query, one column per key: check which axes of q and k your product contracts.")
     if probs.dtype != q.dtype:
         raise Wrong(f"attention_probs should keep q's dtype ({q.dtype}), got {probs.dtype}.")
 
@@ -41,16 +45,16 @@ def check_probs_rows_sum_to_one(student):
     q, k = random_qk()
     probs = student.attention_probs(q, k)
     if torch.isnan(probs).any():
-        raise Wrong("attention_probs has NaN values. A row whose entries are all -inf gives NaN after softmax: is "
-                    "your mask inverted (masking the past and the diagonal instead of the future)? Query i must "
+        raise Wrong("attention_probs has NaN values: a row whose scores are all hidden gives NaN after softmax. Is "
+                    "your mask inverted (hiding the past and the diagonal instead of the future)? Query i must "
                     "see keys 0..i, its own included.")
     rows = probs.sum(-1)
     if not torch.allclose(rows, torch.ones_like(rows), atol=1e-6):
         if torch.allclose(probs.sum(-2), torch.ones_like(rows), atol=1e-6):
-            raise Wrong("the columns of attention_probs sum to 1, not the rows: the softmax runs over the queries "
-                        "(dim=-2). It must run over the keys, dim=-1: each query spreads its attention over keys.")
-        raise Wrong("the rows of attention_probs (one per query) do not sum to 1: apply softmax over the last "
-                    "axis (the keys) to the scaled, masked scores, and nothing after it.")
+            raise Wrong("the columns of attention_probs sum to 1, not the rows: your softmax runs over the queries. "
+                        "Each query spreads its attention over the keys: normalise along the keys' axis.")
+        raise Wrong("the rows of attention_probs (one per query) do not sum to 1. The softmax over the keys must be "
+                    "the last step: is it taken over another axis, or is something applied after it?")
 
 
 def check_probs_causal(student):
@@ -60,14 +64,15 @@ def check_probs_causal(student):
     T = probs.size(-1)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
     if (probs[..., future] != 0).any():
-        scores = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
+        scores = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(q.size(-1))
         zero_filled = scores.masked_fill(future, 0.0).softmax(-1)
         if same(probs, zero_filled):
             raise Wrong("keys after the query get weight: the future's scores were set to 0 (or zeroed by tril) "
-                        "before the softmax, and exp(0) = 1 is not 'no weight'. Fill them with float('-inf').")
+                        "before the softmax, and exp(0) = 1 is not 'no weight'. Which score does the softmax turn "
+                        "into exactly 0?")
         raise Wrong("some entries above the diagonal (key j > query i) are not 0: query i may only see keys "
-                    "0..i. Mask the scores with -inf where j > i (torch.ones(T, T).triu(1) marks them) before "
-                    "the softmax.")
+                    "0..i. Hide the future before the softmax, so that it gets exactly 0 weight, and check which "
+                    "entries your mask covers (key j > query i, the diagonal excluded).")
 
 
 def check_probs_match_reference(student):
@@ -75,13 +80,13 @@ def check_probs_match_reference(student):
     q, k = random_qk(T=10, D=16, seed=1)
     probs = student.attention_probs(q, k)
     if same(probs, _reference_probs(q, k, scale=1.0)):
-        raise Wrong("your probabilities are softmax(q k^T) without the 1/sqrt(D) scale: multiply the scores by "
-                    "D ** -0.5 (D = q.size(-1), the head dimension) before the softmax.")
+        raise Wrong("your probabilities are softmax(q k^T) without the 1/sqrt(D) scale, D the head dimension (q's "
+                    "last axis): the scores are scaled before the softmax.")
     if same(probs, _reference_probs(q, k, scale=1.0 / q.size(-1))):
-        raise Wrong("your scores are divided by D, not by sqrt(D): the scale is D ** -0.5.")
+        raise Wrong("your scores are divided by D, not by sqrt(D).")
     expect_close("attention_probs(q, k) in float64", probs, _reference_probs(q, k), atol=1e-6, rtol=1e-5,
-                 hint="Likely causes: the scale (1/sqrt(D) on q k^T), k not transposed (q @ k.transpose(-2, -1)), "
-                      "or a computation in float32.")
+                 hint="Likely causes: the scale, the product of q and k (every query against every key, summed "
+                      "over D), or a computation in float32 (keep q's dtype).")
 
 
 def check_first_token_shape(student):
@@ -106,13 +111,14 @@ def check_first_token_matches_reference(student):
                     "it probability 1 and inflates F-Attn: average over the queries 1..T-1 only.")
     if same(p0, torch.full_like(p0, 1.0 / probs.size(-1))):  # = probs[..., i, :].mean(-1) for any row i
         raise Wrong("every value of first_token_attention is 1/T: you averaged over the keys (the last axis, j), "
-                    "and each query's row sums to 1, so that mean is 1/T whatever the attention does. Take key "
-                    "0's column first, probs[..., i, 0], and average it over the queries i (the axis before).")
+                    "and each query's row sums to 1, so that mean is 1/T whatever the attention does. Take each "
+                    "query's probability on key 0 first, then average over the queries.")
     if same(p0, probs[..., 0, 1:].mean(-1)):
         raise Wrong("you read row 0 (what query 0 gives each key) instead of column 0 (what each query gives key 0): "
-                    "probs[b, h, i, j] is query i's weight on key j, so key 0 is probs[..., :, 0].")
+                    "probs[b, h, i, j] is query i's weight on key j, so the key is the last index.")
     expect_close("first_token_attention(probs)", p0, per_query(q, k, backend="torch")[..., 1:].mean(-1),
-                 atol=1e-5, rtol=1e-4, hint="Take probs[..., i, 0] for the queries i = 1..T-1 and average over i.")
+                 atol=1e-5, rtol=1e-4, hint="Re-check which entries you average: the probability on key 0, of "
+                                            "the queries 1..T-1, in each window and head.")
 
 
 def check_f_attn_is_the_mean_over_windows_and_heads(student):

@@ -21,19 +21,20 @@ def attention_probs(q, k):
 
     probs[b, h, i, j] is the weight query i gives key j: softmax over j of q_i . k_j / sqrt(D), where query i sees
     keys 0..i only (keys j > i get exactly 0). Each row i sums to 1."""
-    # TODO(03-gap1): scores q k^T scaled by 1/sqrt(D); -inf where key j > query i; softmax over the keys
-    raise NotImplementedError("03-gap1: write attention_probs: causal softmax(q k^T / sqrt(D)) over the keys")
+    # TODO(03-gap1): the causal attention probabilities: each row a softmax over the keys its query may see, the
+    #                future exactly 0
+    raise NotImplementedError("03-gap1: write attention_probs")
 
 
 def first_token_attention(probs):
     """probs: (B, H, T, T) causal attention probabilities, T >= 2 -> (B, H): the probability on key 0, averaged
     over the queries 1..T-1. Query 0 is left out: it sees only key 0, so its probability there is always 1."""
-    # TODO(03-gap2): take the column of key 0 for the queries 1..T-1 and average it over those queries
-    raise NotImplementedError("03-gap2: write first_token_attention: key 0's probability, mean over queries 1..T-1")
+    # TODO(03-gap2): for each window and head, the probability on key 0 averaged over the queries 1..T-1
+    raise NotImplementedError("03-gap2: write first_token_attention")
 
 
 def f_attn(probs):
     """probs: (B, H, T, T) of one layer -> F-Attn, a Python float: first_token_attention averaged over windows
     and heads."""
-    # TODO(03-gap3): average first_token_attention(probs) over windows and heads; return a Python float
-    raise NotImplementedError("03-gap3: write f_attn: the mean of first_token_attention over windows and heads")
+    # TODO(03-gap3): first_token_attention averaged over windows and heads, as a Python float
+    raise NotImplementedError("03-gap3: write f_attn")

@@ -22,15 +22,15 @@ def _reference_lse(q, k):
 
 
 def _lse_without_rescale(q, k, chunk):
-    """The known mistake: the running sum is never brought to the new max when a chunk raises it."""
+    """The known mistake: the running sum is never brought to the new max when a chunk raises it. Each chunk's terms
+    then stay relative to the max as it was after that chunk, below the final max by `lag`: the result is the
+    log-sum-exp of the scores each raised by its chunk's lag."""
     s = _scores(q, k)
-    m = torch.full(s.shape[:-1], float("-inf"), dtype=s.dtype)
-    l = torch.zeros(s.shape[:-1], dtype=s.dtype)
-    for j0 in range(0, s.size(-1), chunk):
-        c = s[..., j0:j0 + chunk]
-        m = torch.maximum(m, c.amax(-1))
-        l = l + torch.exp(c - m[..., None]).sum(-1)
-    return m + torch.log(l)
+    T = s.size(-1)
+    maxes = torch.stack([s[..., j0:j0 + chunk].amax(-1) for j0 in range(0, T, chunk)], -1)  # (B, H, T, chunks)
+    after = maxes.cummax(-1).values  # the running max after each chunk (finite: chunk 0 holds key 0)
+    lag = (after[..., -1:] - after).repeat_interleave(chunk, -1)[..., :T]  # per key, (B, H, T, T)
+    return torch.logsumexp(s + lag, -1)
 
 
 def check_lse_shape(student):
@@ -49,9 +49,9 @@ def check_lse_single_chunk(student):
     for chunk in (11, 16):
         expect_close(f"row_logsumexp(q, k, chunk={chunk}) with T = 11 (one chunk)", student.row_logsumexp(q, k, chunk),
                      _reference_lse(q, k), atol=1e-9, rtol=1e-9,
-                     hint="With a single chunk, m is the row max and l the sum of exp(s - m) over the row: the "
-                          "result is m + log(l). Likely causes: log(l) without adding m back, or a sum over the "
-                          "wrong axis.")
+                     hint="With a single chunk there is nothing to merge: m is the row's max and l its sum of "
+                          "exp(s - m). Re-check how lse follows from m and l (write log of the sum of exp(s) with m "
+                          "taken out of it), and the axis you reduce over.")
 
 
 def check_lse_chunked(student):
@@ -61,13 +61,13 @@ def check_lse_chunked(student):
     for chunk in (1, 3, 4):
         got = student.row_logsumexp(q, k, chunk)
         if same(got, _lse_without_rescale(q, k, chunk)) and not same(got, want):
-            raise Wrong(f"with chunk={chunk} your running sum is not rescaled when the max changes: l holds sums of "
-                        "exp(s - m_old); once a chunk raises the max to m_new, multiply l by exp(m_old - m_new) "
-                        "before adding the chunk's sum of exp(s - m_new).")
+            raise Wrong(f"with chunk={chunk} your running sum is not rescaled when the max changes: the terms in l "
+                        "were taken relative to the old max. When a chunk raises the max, bring them to the new max "
+                        "before you add the chunk's terms.")
         expect_close(f"row_logsumexp(q, k, chunk={chunk}) with T = 11", got, want, atol=1e-9, rtol=1e-9,
-                     hint="Right with one chunk, wrong with several: the merge of the chunks is off. Each step: "
-                          "m_new = max(m, chunk max); l = l * exp(m - m_new) + sum(exp(s - m_new)); m = m_new. "
-                          "Check that every key chunk is visited (range(0, T, chunk)) and the last, shorter one too.")
+                     hint="Right with one chunk, wrong with several: the merge of the chunks is off. Check that "
+                          "every key chunk is visited, the last, shorter one too, and how l and m are updated when "
+                          "a chunk raises the max.")
 
 
 def check_lse_large_logits(student):
@@ -77,14 +77,14 @@ def check_lse_large_logits(student):
     got = student.row_logsumexp(q, k, chunk=8)
     if torch.isnan(got).any() or (got == float("inf")).any():
         raise Wrong("row_logsumexp gives inf or NaN for large scores: exp(1000) overflows (float32 overflows past "
-                    "exp(88)). Subtract the running max before exp: sum exp(s - m) has every term <= 1, and "
-                    "log(sum exp(s)) = m + log(sum exp(s - m)).")
+                    "exp(88)). Every exp should see a score minus the running max, a number <= 0.")
     if (got == float("-inf")).any():
         raise Wrong("row_logsumexp gives -inf for some rows whose scores are all very negative: exp(s - m) "
                     "underflowed to 0 for every key. Is the running max started at 0 instead of -inf? It must "
                     "become the row's real max, which can be far below 0.")
     expect_close("row_logsumexp(1000 * q, k, chunk=8) in float32", got, _reference_lse(q, k), atol=1e-3, rtol=1e-5,
-                 hint="Subtract the running max before exp, and start it at -inf.")
+                 hint="Every exp should see a score minus the running max, and the max must start below any "
+                      "score.")
 
 
 def check_probs_range(student):
@@ -93,13 +93,13 @@ def check_probs_range(student):
     p = student.first_token_probs(q, k, chunk=4)
     expect_shape("first_token_probs(q, k, chunk=4) for q, k of shape (2, 3, 10, 8)", p, (2, 3, 10),
                  "One probability per query. A (B, H, T, T) result comes from broadcasting a (B, H, T, 1) score on "
-                 "key 0 against the (B, H, T) log-sum-exp: take [..., 0] of it.")
+                 "key 0 against the (B, H, T) log-sum-exp: drop the score's last axis first.")
     if not torch.allclose(p[..., 0], torch.ones_like(p[..., 0]), 1e-5):
         raise Wrong("p_00 (query 0's probability on key 0) should be 1: query 0 sees only key 0, so s_00 = lse_0. "
                     "Is the score on key 0 scaled the same way as the scores inside the log-sum-exp (by 1/sqrt(D))?")
     if not torch.isfinite(p).all() or (p < 0).any() or (p > 1 + 1e-5).any():
-        raise Wrong("first_token_probs has values outside [0, 1]. It is exp(s_i0 - lse_i), and s_i0 <= lse_i: "
-                    "is the subtraction the wrong way round (lse - s)?")
+        raise Wrong("first_token_probs has values outside [0, 1], but they are probabilities; note that "
+                    "s_i0 <= lse_i. Is a subtraction the wrong way round?")
 
 
 def check_probs_match_reference(student):
@@ -114,7 +114,8 @@ def check_probs_match_reference(student):
     if same(p, torch.exp(s[..., 0] * q.size(-1) ** 0.5 - _reference_lse(q, k)), 1e-5):
         raise Wrong("your score on key 0 is not scaled by 1/sqrt(D), while the log-sum-exp's scores are.")
     expect_close("first_token_probs(q, k, chunk=5)", p, first_token_attention(q, k, backend="torch"), atol=1e-5,
-                 rtol=1e-4, hint="p_i0 = exp(q_i . k_0 / sqrt(D) - lse_i).")
+                 rtol=1e-4, hint="row_logsumexp passed its checks, so look at the score on key 0 and how it "
+                                 "combines with lse into a probability.")
     expect_close("first_token_probs(q, k, chunk=5)", p, s.softmax(-1)[..., 0], atol=1e-5, rtol=1e-4)
 
 

@@ -1,6 +1,6 @@
 """Checks of exercise 05 (the gate's backward by hand), in order: the forward, the gradients' shapes, three traps
-(dy without s, dg without the sigmoid's derivative, dg with (1 - s) only), the gradients against torch autograd,
-then torch.autograd.gradcheck of the SigmoidGate Function."""
+(dy as if there were no gate, dg that stops at the score or takes a wrong sigmoid derivative), the gradients
+against torch autograd, then torch.autograd.gradcheck of the SigmoidGate Function."""
 
 import torch
 
@@ -54,44 +54,45 @@ def check_backward_shapes(student):
         dy, dg = _backward(student, dout, y, g)
         expect_shape(f"dy ({granularity})", dy, y.shape, "dy = dL/dy has y's shape.")
         if granularity == "headwise" and isinstance(dg, torch.Tensor) and tuple(dg.shape) == tuple(y.shape):
-            raise Wrong(f"Headwise, dg has shape {tuple(dg.shape)}, y's, but g is {tuple(g.shape)}: one logit per head "
-                        "fed all D channels of that head (broadcasting), so its gradient is the sum of their "
-                        "gradients: sum over the last axis, keeping it (keepdim=True).")
+            raise Wrong(f"Headwise, dg has shape {tuple(dg.shape)}, y's, but g is {tuple(g.shape)}: dg = dL/dg has "
+                        "g's shape. One logit per head fed all D channels of that head (broadcasting): how does the "
+                        "chain rule collect the gradient of a variable used several times?")
         if granularity == "headwise" and isinstance(dg, torch.Tensor) and tuple(dg.shape) == tuple(g.shape[:3]):
-            raise Wrong(f"Headwise, dg has shape {tuple(dg.shape)} but g is {tuple(g.shape)}: you summed over D "
-                        "without keepdim=True.")
+            raise Wrong(f"Headwise, dg has shape {tuple(dg.shape)} but g is {tuple(g.shape)}: you reduced the last "
+                        "axis away; keep it, with size 1.")
         expect_shape(f"dg ({granularity})", dg, g.shape, "dg = dL/dg has g's shape.")
 
 
 def check_trap_dy_forgets_s(student):
-    """dy = dout * s: the gradient reaching y is scaled by the gate, not passed through unchanged"""
+    """dy: the gradient reaching y goes through the gate, it is not passed on unchanged"""
     y, g, dout = _inputs("elementwise", seed=2)
     dy, _ = _backward(student, dout, y, g)
     if same(dy, dout):
-        raise Wrong("Your dy is dout itself, as if the gate were not there. out = y * s, so d out / d y = s and "
-                    "dy = dout * s: a shut gate (s ~ 0) also stops the gradient to its head.")
+        raise Wrong("Your dy is dout itself, as if the gate were not there. What is d out / d y, element by element? "
+                    "(A shut gate stops the gradient to its head, as it stops the head's output.)")
 
 
 def check_trap_dg_missing_sigmoid_derivative(student):
-    """dg has the sigmoid's derivative s * (1 - s) in it: the chain rule goes through s = sigmoid(g)"""
+    """dg goes through the sigmoid: the chain rule from out to the score s, then from s to the logit g"""
     y, g, dout = _inputs("elementwise", seed=3)
     _, dg = _backward(student, dout, y, g)
     s = torch.sigmoid(g)
     if same(dg, dout * y):
         raise Wrong("Your dg is dout * y: that is dL/ds, the gradient with respect to the score s. The logit g is "
-                    "one step further back: multiply by ds/dg = sigmoid'(g) = s * (1 - s).")
+                    "one step further back: the chain rule goes on through s = sigmoid(g).")
     if same(dg, dout * y * s):
-        raise Wrong("Your dg is dout * y * s, but sigmoid'(g) is s * (1 - s), not s: dg = dout * y * s * (1 - s).")
+        raise Wrong("Your dg is dout * y * s, but the sigmoid's derivative is not s itself. Differentiate "
+                    "1 / (1 + exp(-g)), then write the result with s.")
 
 
 def check_trap_dg_one_minus_s_only(student):
-    """dg = dout * y * s * (1 - s) with the ungated y, not dout * y * (1 - s)"""
+    """dg with the ungated y: not dout * y * (1 - s)"""
     y, g, dout = _inputs("elementwise", seed=4)
     _, dg = _backward(student, dout, y, g)
     if same(dg, dout * y * (1 - torch.sigmoid(g))):
-        raise Wrong("Your dg is dout * y * (1 - s), the s factor is missing. That formula (kernels.py's) holds for "
-                    "the GATED output out = y * s: dout * out * (1 - s). Here y is the ungated input, so "
-                    "dg = dout * y * s * (1 - s).")
+        raise Wrong("Your dg is dout * y * (1 - s). Re-check the sigmoid's derivative: differentiate "
+                    "1 / (1 + exp(-g)), then write the result with s. (kernels.py has a line like yours, but it "
+                    "multiplies the GATED output, not y: README.md's last question is about exactly this.)")
 
 
 def check_backward_vs_autograd(student):
@@ -100,9 +101,14 @@ def check_backward_vs_autograd(student):
         y, g, dout = _inputs(granularity, seed=5)
         want_dy, want_dg = _autograd(y, g, dout)
         dy, dg = _backward(student, dout, y, g)
-        expect_close(f"dy ({granularity})", dy, want_dy, atol=1e-12, rtol=1e-10, hint="dy = dout * sigmoid(g).")
+        compare = ("Compare with autograd yourself: y and g with requires_grad=True, "
+                   "(y * torch.sigmoid(g)).backward(dout), then y.grad and g.grad.")
+        expect_close(f"dy ({granularity})", dy, want_dy, atol=1e-12, rtol=1e-10,
+                     hint="Re-derive d out / d y. " + compare)
         expect_close(f"dg ({granularity})", dg, want_dg, atol=1e-12, rtol=1e-10,
-                     hint="dg = dout * y * s * (1 - s), s = sigmoid(g); headwise, summed over D.")
+                     hint=("Elementwise passed, so look at how the gradients of a head's D channels reach its "
+                           "one logit. " if granularity == "headwise" else
+                           "Re-derive d out / d g, through the sigmoid. ") + compare)
         if not (y.grad is None and g.grad is None and dout.grad is None):
             raise Wrong("gate_backward changed its inputs' .grad: compute the gradients as plain tensors.")
 

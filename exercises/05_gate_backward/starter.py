@@ -9,7 +9,7 @@ Given dout = dL/dout, the backward returns dy = dL/dy and dg = dL/dg. Elementwis
 y; headwise logits are (B, H, T, 1), one per head and token, broadcast over the head's D channels.
 
   gap 1: gate_forward(y, g)          -> (out, saved)
-  gap 2: gate_backward(dout, y, g)   -> (dy, dg), dg with g's shape
+  gap 2: gate_backward(dout, y, g)   -> (dy, dg), each with its input's shape, derived by hand
   gap 3: SigmoidGate, a torch.autograd.Function made of the two (checked with torch.autograd.gradcheck)
 
 Check your file with:  python exercises/check.py 05
@@ -23,14 +23,14 @@ def gate_forward(y, g):
     Returns out = y * sigmoid(g), (B, H, T, D), and saved = (y, g): the tensors the backward reads (it recomputes
     s = sigmoid(g) rather than storing another tensor of y's size)."""
     # TODO(05-gap1): the gated output, and the tuple of tensors the backward needs
-    raise NotImplementedError("05-gap1: write gate_forward: out = y * sigmoid(g), saved = (y, g)")
+    raise NotImplementedError("05-gap1: write gate_forward")
 
 
 def gate_backward(dout, y, g):
     """dout: dL/dout, (B, H, T, D); y, g: as given to gate_forward.
     Returns (dy, dg): dy = dL/dy with y's shape and dg = dL/dg with g's shape."""
-    # TODO(05-gap2): s = sigmoid(g); dy = dout * s; dg = dout * y * s * (1 - s), summed over D when g is headwise
-    raise NotImplementedError("05-gap2: write gate_backward: dy = dout * s, dg = dout * y * s * (1 - s)")
+    # TODO(05-gap2): dy and dg, derived by hand with the chain rule; plain tensor arithmetic, no autograd
+    raise NotImplementedError("05-gap2: write gate_backward")
 
 
 class SigmoidGate(torch.autograd.Function):
@@ -38,10 +38,11 @@ class SigmoidGate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, y, g):
-        # TODO(05-gap3): run gate_forward, keep its saved tensors with ctx.save_for_backward, return out
-        raise NotImplementedError("05-gap3: write SigmoidGate.forward with gate_forward and ctx.save_for_backward")
+        # TODO(05-gap3): run gate_forward, keep its saved tensors for the backward (ctx.save_for_backward), return out
+        raise NotImplementedError("05-gap3: write SigmoidGate.forward")
 
     @staticmethod
     def backward(ctx, dout):
-        # TODO(05-gap3): read the saved tensors (ctx.saved_tensors) and return gate_backward's (dy, dg)
-        raise NotImplementedError("05-gap3: write SigmoidGate.backward with ctx.saved_tensors and gate_backward")
+        # TODO(05-gap3): the saved tensors back (ctx.saved_tensors), and gate_backward's gradients, one per input of
+        #                forward, in forward's order
+        raise NotImplementedError("05-gap3: write SigmoidGate.backward")

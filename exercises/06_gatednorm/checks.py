@@ -35,7 +35,14 @@ def _gated_inputs(seed, C=16, r=4, scale=1.0):
 
 
 def _gate(y, w_down, w_up, act=F.silu):
-    return torch.sigmoid(act(y @ w_down.T) @ w_up.T)
+    """GN's gate scores sigmoid(W_up act(W_down y)), through F.linear (weights stored (out, in), as nn.Linear's), with
+    a choice of the bottleneck's activation: how the traps recognise a known wrong answer."""
+    return torch.sigmoid(F.linear(act(F.linear(y, w_down)), w_up))
+
+
+def _rms(x):
+    """Each token's root mean square over its C channels (..., 1), without eps: for recognising wrong answers."""
+    return torch.linalg.vector_norm(x, dim=-1, keepdim=True) * x.size(-1) ** -0.5
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -47,8 +54,8 @@ def check_rms_norm_shape(student):
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
         out = student.rms_norm(x, torch.ones(8))
         expect_shape(f"rms_norm(x of shape {shape}, weight)", out, shape,
-                     "The norm rescales each token's vector: the output has x's shape. Keep the reduced axis "
-                     "(keepdim=True) so that the RMS broadcasts over the channels.")
+                     "The norm rescales each token's vector: the output has x's shape, and one token's RMS "
+                     "must line up with that token's C channels.")
         if out.dtype != x.dtype:
             raise Wrong(f"rms_norm turned float32 inputs into {out.dtype}: keep x's dtype.")
 
@@ -63,8 +70,8 @@ def check_rms_norm_scale_invariance(student):
         if not torch.allclose(out, base, atol=1e-6, rtol=1e-3):
             ratio = (out.norm() / base.norm()).item()
             raise Wrong(f"rms_norm({c:g} * x) is not rms_norm(x) (it is {ratio:.3g} times as large): the output should "
-                        "not depend on the input's scale. Divide x by the square ROOT of mean(x**2): without the "
-                        "sqrt you divide by a squared scale and the output shrinks as 1/c.")
+                        "not depend on the input's scale. If it shrinks as 1/c, what you divide by grows like c**2 "
+                        "(the mean square), not like c (its root).")
 
 
 def check_rms_norm_unit_rms(student):
@@ -73,43 +80,45 @@ def check_rms_norm_unit_rms(student):
     x = x * 10 ** (2 * torch.rand(4, 6, 1, generator=torch.Generator().manual_seed(4), dtype=torch.float64) - 1)
     out = student.rms_norm(x, torch.ones(32, dtype=torch.float64))
     expect_shape("rms_norm(x, ones)", out, x.shape)
-    rms = out.pow(2).mean(-1).sqrt()  # (4, 6): one RMS per token
+    rms = _rms(out).squeeze(-1)  # (4, 6): one RMS per token
     bad = (rms - 1).abs() > 1e-3
+    if bad.any() and torch.allclose(rms, torch.full_like(rms, 32 ** -0.5), rtol=1e-3):
+        raise Wrong("with weight = 1, every token's output has RMS 1/sqrt(32), for C = 32 channels: you divide by "
+                    "the root of the SUM of the squares, a vector's length. The RMS takes their mean.")
     if bad.any():
         where = tuple(int(i) for i in torch.nonzero(bad)[0])
         raise Wrong(f"with weight = 1, token {where} has RMS {rms[where].item():.4g}, not 1 ({int(bad.sum())} of "
-                    f"{rms.numel()} tokens are off). Is your mean over the last axis (dim=-1, keepdim=True)? A mean "
-                    "over another axis (the tokens, the batch) mixes different tokens' scales.")
+                    f"{rms.numel()} tokens are off). Is your mean over each token's own C channels (the last axis)? A "
+                    "mean over another axis (the tokens, the batch) mixes different tokens' scales.")
 
 
 def check_rms_norm_vs_model(student):
     """rms_norm matches model.RMSNorm (F.rms_norm) with a random gain, float64"""
     x, w = _randn(3, 5, 16, seed=5), _gain(16, 6)
     out = student.rms_norm(x, w)
-    # rtol 1e-5: loose enough for an epsilon outside the sqrt (off by ~1e-6 here), caught at tiny inputs next
+    # rtol 1e-5: loose enough for eps in the wrong place (off by ~1e-6 here), caught at tiny inputs next
     expect_close("rms_norm(x, weight)", out, _model_rms_norm(x, w), atol=1e-8, rtol=1e-5,
-                 hint="Multiply the normalised x by weight, channel by channel (weight has one gain per channel), "
-                      "after dividing by the RMS.")
+                 hint="Shape, scale and unit RMS are right, so re-check the gain: weight holds one factor per "
+                      "channel, applied to the normalised vector.")
 
 
-def check_rms_norm_eps_inside_sqrt(student):
-    """trap: rms_norm still matches the model at tiny inputs (|x| ~ 1e-4: mean(x**2) ~ 1e-8 is below eps = 1e-6)"""
+def check_rms_norm_tiny_inputs(student):
+    """trap: rms_norm still matches the model at tiny inputs (|x| ~ 1e-4: a mean square ~ 1e-8, below eps = 1e-6)"""
     x, w = _randn(3, 5, 16, seed=7, scale=1e-4), _gain(16, 8)
     out = student.rms_norm(x, w)
     want = _model_rms_norm(x, w)
-    ms = x.pow(2).mean(-1, keepdim=True)
-    if same(out, x / (ms.sqrt() + 1e-6) * w):
-        raise Wrong("At tiny inputs your rms_norm is x / (sqrt(mean(x**2)) + eps): is your epsilon inside the sqrt? "
-                    "It must be x / sqrt(mean(x**2) + eps). At normal scales the two agree to ~1e-6, but where "
-                    "mean(x**2) is near eps they differ by a factor of ~10 here; the models you compare with "
-                    "(F.rms_norm, Llama, Qwen) all add eps inside.")
-    if same(out, x / ms.sqrt() * w):
+    rms = _rms(x)
+    if same(out, x / (rms + 1e-6) * w):
+        raise Wrong("At tiny inputs your rms_norm divides by RMS + eps: your epsilon is added after the square "
+                    "root, not where F.rms_norm (and Llama, Qwen) add it. At normal scales the two agree to "
+                    "~1e-6, but where the mean square is near eps they differ by a factor of ~10 here.")
+    if same(out, x / rms * w):
         raise Wrong("At tiny inputs your rms_norm still gives outputs of RMS ~1: eps is missing (or is not the one "
-                    "passed in). Add eps to mean(x**2) inside the square root: it keeps a near-zero vector near zero "
-                    "instead of blowing its noise up to unit size.")
+                    "passed in). With it, a near-zero vector stays near zero instead of having its noise blown up "
+                    "to unit size.")
     expect_close("rms_norm(1e-4-scale x, weight)", out, want, atol=1e-8, rtol=1e-5,
-                 hint="Normal inputs pass but tiny ones do not: is your epsilon inside the sqrt, and is it the eps "
-                      "argument (default 1e-6)?")
+                 hint="Normal inputs pass but tiny ones do not: re-check where eps enters (F.rms_norm's convention) "
+                      "and that it is the eps argument (default 1e-6).")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -120,8 +129,8 @@ def check_gated_norm_shape(student):
     x, w, w_down, w_up = (t.float() for t in _gated_inputs(seed=10))
     out = student.gated_norm(x, w, w_down, w_up)
     expect_shape("gated_norm(x, weight, w_down, w_up)", out, x.shape,
-                 "w_down is (r, C) and w_up (C, r), stored like nn.Linear weights: y @ w_down.T is (..., r) and "
-                 "that @ w_up.T is (..., C), one gate score per channel.")
+                 "w_down is (r, C) and w_up (C, r), stored like nn.Linear weights (out x in): the bottleneck "
+                 "goes from C channels to r and back to C, one gate score per channel.")
     if out.dtype != x.dtype:
         raise Wrong(f"gated_norm turned float32 inputs into {out.dtype}: keep x's dtype.")
 
@@ -136,16 +145,16 @@ def check_gated_norm_never_larger(student):
     if ok.all():
         return
     if same(out, x * _gate(y, w_down, w_up)) or same(out, x * _gate(x, w_down, w_up)):
-        raise Wrong("Your output is x times the gate: the gate must multiply y = rms_norm(x, weight), the normalised "
+        raise Wrong("Your output is x times the gate: the gate must rescale y = rms_norm(x, weight), the normalised "
                     "vector, not the input x. GatedNorm is a norm followed by a rescaling of its output; gating the "
                     "raw x would undo the normalisation.")
     y1 = _model_rms_norm(x, torch.ones_like(w))
     if same(out, y1 * _gate(y1, w_down, w_up)):
-        raise Wrong("Your output is RMSNorm without its gain, gated: normalise with rms_norm(x, weight), the gain "
-                    "included, and compute the gate from that y.")
+        raise Wrong("Your output is RMSNorm without its gain, gated: y is rms_norm(x, weight), the gain included, "
+                    "and the gate reads that same y.")
     raise Wrong(f"{int((~ok).sum())} of {ok.numel()} outputs are larger in magnitude than RMSNorm's output, or of the "
-                "other sign: the gate's scores must lie in (0, 1). Multiply y = rms_norm(x, weight) by "
-                "torch.sigmoid(...) of the bottleneck's output (not SiLU, not an addition).")
+                "other sign: the gate's scores must lie in (0, 1) and multiply y. Re-check the gate's outer "
+                "activation (GN's definition) and that the scores multiply y rather than add to it.")
 
 
 def check_gated_norm_bottleneck_silu(student):
@@ -157,9 +166,9 @@ def check_gated_norm_bottleneck_silu(student):
         return
     for name, act in (("ReLU", F.relu), ("sigmoid", torch.sigmoid), ("GELU", F.gelu), ("no activation", lambda t: t)):
         if same(out, y * _gate(y, w_down, w_up, act)):
-            raise Wrong(f"Your bottleneck uses {name} between W_down and W_up; GatedNorm uses SiLU there: "
-                        "sigmoid(SiLU(y @ w_down.T) @ w_up.T). (SiLU is smooth and lets small negative values "
-                        "through, unlike ReLU; the outer sigmoid is the gate itself.)")
+            raise Wrong(f"Your bottleneck uses {name} between W_down and W_up; GatedNorm uses SiLU there (GN's "
+                        "definition in README.md). SiLU is smooth and lets small negative values through, unlike "
+                        "ReLU; the outer sigmoid is the gate itself.")
 
 
 def check_gated_norm_vs_model(student):
@@ -175,5 +184,6 @@ def check_gated_norm_vs_model(student):
         want = norm(x)
     out = student.gated_norm(x, w, w_down, w_up)
     expect_close("gated_norm(x, weight, w_down, w_up)", out, want, atol=1e-8, rtol=1e-5,
-                 hint="y = rms_norm(x, weight) (with the gain); the gate is computed from that same y: "
-                      "sigmoid(F.silu(y @ w_down.T) @ w_up.T), then multiplies y.")
+                 hint="Re-check gap 2 against GN's definition: the gate reads the normalised y (gain included), "
+                      "applies W_down before W_up (each stored out x in, as nn.Linear's weight), and its scores "
+                      "multiply that same y.")

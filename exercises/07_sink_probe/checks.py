@@ -35,8 +35,8 @@ def check_received_shape(student):
     r = student.received_attention(probs)
     if isinstance(r, torch.Tensor) and tuple(r.shape) == (2, 3, 5):
         raise Wrong("received_attention has shape (2, 3, 5) for T = 9: one value per late query, so the mean ran "
-                    "over the keys. Average over the queries (dim=-2) of probs[..., T//2:, :T//2]: one value per "
-                    "early key, T//2 = 4 of them.")
+                    "over the keys. r keeps one value per early key (T//2 = 4 of them): the queries are what the "
+                    "mean removes.")
     expect_shape("received_attention(probs) for probs of shape (2, 3, 9, 9)", r, (2, 3, 4),
                  "One value per early key j < T//2: the late queries are averaged away.")
     if r.dtype != probs.dtype:
@@ -51,7 +51,7 @@ def check_received_in_range(student):
                     "the late queries instead of averaging gives values above 1.")
     if (r.sum(-1) > 1 + 1e-6).any():
         raise Wrong("the r of one window and head sum to more than 1: each late query spreads a total of 1 over "
-                    "all its keys, so the early keys get at most 1 on average. Average over the queries, not sum.")
+                    "all its keys, so the early keys get at most 1 on average: a sum over the queries, not a mean?")
 
 
 def check_received_matches_probe(student):
@@ -67,7 +67,8 @@ def check_received_matches_probe(student):
                     "keys 0..i, so it gives the first keys a larger share just because it has fewer keys: that "
                     "bias toward position 0 is what the late half avoids.")
     expect_close("received_attention(probs)", r, received_attention(q, k), atol=1e-5, rtol=1e-4,
-                 hint="r[..., j] is the mean of probs[..., i, j] over i = T//2 .. T-1 (rows), for j < T//2 (columns).")
+                 hint="Re-check which block of probs you average: its rows are the queries (only the late ones, "
+                      "i >= T//2, count) and its columns the keys (only the early ones, j < T//2).")
 
 
 def check_sink_shape(student):
@@ -79,8 +80,8 @@ def check_sink_shape(student):
     expect_shape("share", share, (2, 3), "One value per window and head: the max over the keys of received_attention.")
     expect_shape("pos", pos, (2, 3), "One position per window and head: the argmax over the keys.")
     if not share.is_floating_point() or pos.is_floating_point() or pos.dtype == torch.bool:
-        raise Wrong("share should be a float tensor (the largest r) and pos an integer tensor (the key's position): "
-                    "torch.max(r, dim=-1) returns both.")
+        raise Wrong("share should be a float tensor (the largest r) and pos an integer tensor (the key's position, "
+                    "usable as an index).")
 
 
 def check_sink_finds_planted_sink(student):
@@ -90,17 +91,17 @@ def check_sink_finds_planted_sink(student):
     share, pos = student.sink(causal_probs(q, k))
     if (pos == 0).all():
         raise Wrong("pos is 0 everywhere, but the sink in this test is key 5: the sink is not always the first "
-                    "token. Search for it: the argmax over the keys of received_attention.")
+                    "token. Search for it among the early keys.")
     if (pos != 5).any():
         raise Wrong(f"the planted sink is key 5 in every window and head; your pos is 5 in {int((pos == 5).sum())} of "
-                    f"{pos.numel()}. Take the argmax over the keys (the last axis of received_attention), not over "
-                    "the queries or the heads.")
+                    f"{pos.numel()}. Re-check the axis you search along: the keys (received_attention's last axis), "
+                    "not the windows or the heads.")
     expect_close("share for a planted sink", share, received_attention(q, k).amax(-1), atol=1e-5, rtol=1e-4,
                  hint="share is received_attention's value at the sink, the max over the keys.")
 
 
 def check_sink_matches_probe(student):
-    """share and pos match probe.received_attention(q, k).max(-1) on random q, k"""
+    """share and pos match the largest share probe.received_attention gives each head, and its key, on random q, k"""
     from probe import received_attention
     q, k = random_qk(3, 4, 20, 8, seed=5)
     share, pos = student.sink(causal_probs(q, k))
@@ -115,15 +116,16 @@ def check_sink_heads_fraction(student):
     """sink_heads gives the fraction of heads above probe.SINK_HEAD_THRESHOLD (Gu et al.'s 0.3), as a Python float"""
     from probe import SINK_HEAD_THRESHOLD
     f = torch.tensor([[0.05, 0.45, 0.29, 0.9], [0.35, 0.1, 0.2, 0.6]])  # (n_layer, n_head), none near 0.3
-    want = (f > SINK_HEAD_THRESHOLD).double().mean().item()
+    above = [v > SINK_HEAD_THRESHOLD for row in f.tolist() for v in row]  # 4 of the 8 heads, 2 in each layer
+    want = sum(above) / len(above)
     got = _as_float("sink_heads(f)", student.sink_heads(f))
-    if got == (f > SINK_HEAD_THRESHOLD).sum().item():
+    if got == sum(above):
         raise Wrong("sink_heads returned the number of sink heads: return the fraction (count / number of heads).")
     if abs(got - want) > 1e-6:
         raise Wrong(f"sink_heads(f) for 8 heads, 4 of them above {SINK_HEAD_THRESHOLD}, gave {got:g}: the fraction "
                     "of all the given entries (any shape) whose F-Attn is above the threshold.")
     got = _as_float("sink_heads(f[0])", student.sink_heads(f[0]))
-    if abs(got - (f[0] > SINK_HEAD_THRESHOLD).double().mean().item()) > 1e-6:
+    if abs(got - sum(above[:4]) / 4) > 1e-6:
         raise Wrong("sink_heads of a 1-D tensor (one layer's heads) is wrong: the fraction of its entries above "
                     "the threshold.")
 
@@ -134,6 +136,6 @@ def check_sink_heads_strictly_above(student):
     got = _as_float("sink_heads(f, threshold=0.5)", student.sink_heads(f, threshold=0.5))
     if abs(got - 4 / 6) < 1e-6:
         raise Wrong("sink_heads counts the heads exactly at the threshold: Gu et al.'s sink head has F-Attn that "
-                    "exceeds epsilon, so compare with >, not >=.")
+                    "exceeds epsilon: strictly above it. A head exactly at the threshold is no sink head.")
     if abs(got - 2 / 6) > 1e-6:
         raise Wrong(f"sink_heads(f, threshold=0.5) gave {got:g}: is the threshold argument used (not a fixed 0.3)?")

@@ -23,20 +23,20 @@ def received_attention(probs):
     """probs: (B, H, T, T) causal attention probabilities (probs[b, h, i, j]: query i's weight on key j) ->
     r (B, H, T//2): r[b, h, j] = the mean of probs[b, h, i, j] over the late queries i = T//2 .. T-1, for the
     early keys j = 0 .. T//2 - 1."""
-    # TODO(07-gap1): the block late queries x early keys of probs, averaged over the queries
-    raise NotImplementedError("07-gap1: write received_attention: early keys' attention, mean over late queries")
+    # TODO(07-gap1): r (B, H, T//2) in probs' dtype: each early key's probability, averaged over the late queries
+    raise NotImplementedError("07-gap1: write received_attention")
 
 
 def sink(probs):
     """probs: (B, H, T, T) -> (share, pos), (B, H) each: for each window and head, the largest r of
     received_attention(probs) (a float) and the position of that key (an integer tensor)."""
-    # TODO(07-gap2): the max of received_attention over the keys, and where it is
-    raise NotImplementedError("07-gap2: write sink: the largest received attention and its key position")
+    # TODO(07-gap2): (share, pos), (B, H) each: the most-attended early key's r, and its position (integers)
+    raise NotImplementedError("07-gap2: write sink")
 
 
 def sink_heads(f_attn_per_head, threshold=0.3):
     """f_attn_per_head: a tensor of F-Attn values, one per head (any shape, e.g. (n_head,) or (n_layer, n_head)) ->
     a Python float: the fraction of those heads whose F-Attn is strictly greater than threshold (Gu et al.'s
     sink heads; their epsilon is 0.3)."""
-    # TODO(07-gap3): the fraction of entries above the threshold, as a Python float
-    raise NotImplementedError("07-gap3: write sink_heads: the fraction of heads whose F-Attn exceeds threshold")
+    # TODO(07-gap3): the fraction of all the given heads whose F-Attn exceeds threshold, as a Python float
+    raise NotImplementedError("07-gap3: write sink_heads")

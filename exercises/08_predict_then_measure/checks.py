@@ -10,29 +10,18 @@ import os
 
 import torch
 
+import check
 from check import Wrong
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHOICES = ("lower with G1", "about the same", "higher with G1")
 SAME = 0.15  # "about the same": the G1 run's M-Act within 15% of the baseline's (README.md says so too)
-RUN_FLAGS = {"baseline": "--gate=none ", "g1": ""}
 VAL_BATCHES = 4  # as starter.py's validation_windows
-# train.py settings that may differ between the two runs without changing what is trained
-NOT_COMPARED = {"out_dir", "gate", "overwrite", "init_from", "eval_only", "wandb_log", "wandb_project",
-                "wandb_run_name", "log_interval", "device", "dtype", "compile", "backend", "attn_backend"}
 
 _measured = {}  # run name -> your measure, kept for the report
 
 
 def runs_dir():
-    return os.environ.get("EXERCISE_RUNS") or os.path.join(REPO, "out", "exercises", "08")
-
-
-def _train_command(name):
-    out_dir = os.path.join(runs_dir(), name)
-    rel = os.path.relpath(out_dir, REPO)
-    out_dir = out_dir if rel.startswith("..") else rel
-    return f"python train.py config/sink_lab.py {RUN_FLAGS[name]}--out_dir={out_dir}"
+    return check.runs_dir("08")
 
 
 def _small_gpt(seed=0, gate="g1"):
@@ -83,6 +72,12 @@ def _as_floats(what, values, n):
                     f"{[type(v).__name__ for v in values]}.") from None
 
 
+def _window_max_mean(h):
+    """The mean over the B windows of each window's largest |h| (h: (B, T, C)): for recognising a hook on the wrong
+    module."""
+    return h.abs().amax(dim=(1, 2)).mean().item()
+
+
 def _hooks_left(model):
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
@@ -110,9 +105,8 @@ def check_max_activation_shape(student):
     hooks_before = _hooks_left(model)
     first = _as_floats("max_activation(model, idx)", student.max_activation(model, idx), model.config.n_layer)
     if _hooks_left(model) != hooks_before:
-        raise Wrong("max_activation left hooks on the model: remove each one (handle.remove(), the handle that "
-                    "register_forward_hook returned) after the forward, in a finally: block, or every later "
-                    "forward of this model keeps running them.")
+        raise Wrong("max_activation left hooks on the model: every later forward of this model would keep running "
+                    "them. Remove each hook you registered before returning, even when the forward raises.")
     second = _as_floats("max_activation (called again)", student.max_activation(model, idx), model.config.n_layer)
     if not all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(first, second)):
         raise Wrong("max_activation gave different values on a second call with the same model and windows: does it "
@@ -140,88 +134,75 @@ def check_max_activation_vs_probe(student):
             raise Wrong("Your values are the max |h| over the whole batch. M-Act takes the max within each window "
                         "(a sequence: one row of idx), then averages those maxima over the windows: the max over "
                         "a batch grows with the batch size, so it would not compare across batch sizes.")
-        if all(math.isclose(g, a.abs().flatten(1).amax(1).mean().item(), rel_tol=1e-5) for g, a in zip(got, attns)):
+        if all(math.isclose(g, _window_max_mean(a), rel_tol=1e-5) for g, a in zip(got, attns)):
             raise Wrong("Your values are measured on the attention's output (block.attn). M-Act is measured on the "
-                        "hidden states each block outputs, the residual stream: hook the block itself "
+                        "hidden states each block outputs, the residual stream: the block itself "
                         "(model.transformer.h[i]), whose output is x + attention + MLP.")
         layer = next(i for i, (g, w) in enumerate(zip(got, want)) if not math.isclose(g, w, rel_tol=1e-5))
-        raise Wrong(f"gate={gate!r} model: layer {layer} is off (yours {got[layer]:.5g}). For each block: |output|, "
-                    "the max over each window's T x C values (output.abs().flatten(1).amax(1), shape (B,)), then "
-                    "the mean over the B windows. Read probe.py's _block_output.")
+        raise Wrong(f"gate={gate!r} model: layer {layer} is off (yours {got[layer]:.5g}). Re-check the reduction: "
+                    "for each block's output (B, T, C), the largest |h| among each window's T x C values, one per "
+                    "window, then the mean of those B values. And the order: one value per block, in layer order.")
 
 
 def check_runs_exist_and_match(student):
     """the two trained runs exist (baseline/ and g1/, each with ckpt.pt) and differ only in the gate"""
-    from common import CHECKPOINT, read_checkpoint
-    configs = {}
-    for name in ("baseline", "g1"):
-        path = os.path.join(runs_dir(), name, CHECKPOINT)
-        if not os.path.isfile(path):
-            raise NotImplementedError(f"no trained {name} run at {path}: train it with\n"
-                                      f"          {_train_command(name)}\n"
-                                      "      (about 15 seconds on a laptop CPU; README.md, step 2)")
-        try:
-            checkpoint = read_checkpoint(path)
-        except ValueError as e:
-            raise Wrong(f"{e} Train it again with --overwrite=True: {_train_command(name)} --overwrite=True") from None
-        configs[name] = dict(checkpoint["config"], iter_num=checkpoint.get("iter_num"))
-    base, g1 = configs["baseline"], configs["g1"]
-    if base["gate"] != "none" or g1["gate"] != "g1":
-        swapped = " (the folders look swapped)" if base["gate"] == "g1" and g1["gate"] == "none" else ""
-        raise Wrong(f"baseline/ was trained with gate={base['gate']!r} and g1/ with gate={g1['gate']!r}{swapped}: "
-                    "the baseline needs --gate=none, the G1 run the default gate (g1). Train them again:\n"
-                    f"          {_train_command('baseline')} --overwrite=True\n"
-                    f"          {_train_command('g1')} --overwrite=True")
-    if base["iter_num"] != g1["iter_num"]:
-        short = "baseline" if (base["iter_num"] or 0) < (g1["iter_num"] or 0) else "g1"
-        raise Wrong(f"the runs stopped at different steps (baseline {base['iter_num']}, g1 {g1['iter_num']}): was the "
-                    f"{short} run interrupted? Train it again:\n          {_train_command(short)} --overwrite=True")
-    differ = sorted(k for k in set(base) | set(g1) if k not in NOT_COMPARED and base.get(k) != g1.get(k))
-    if differ:
-        listed = ", ".join(f"{k} (baseline {base.get(k)!r}, g1 {g1.get(k)!r})" for k in differ[:4])
-        raise Wrong(f"the two runs differ in more than the gate: {listed}. A comparison means one change: train both "
-                    "with the README's two commands, which differ only in --gate (add --overwrite=True to replace a "
-                    "run).")
+    check.expect_trained_runs("08", "step 2")
 
 
 def _oracle(run_dir):
     """The probe's M-Act of a run on the same windows as starter.py's validation_windows."""
-    from common import CHECKPOINT, dataset_dir, load_checkpoint
-    from data.shards import bos_token, val_batches
-    model, checkpoint = load_checkpoint(os.path.join(run_dir, CHECKPOINT))
-    cfg = checkpoint["config"]
-    data_dir = dataset_dir(cfg["dataset"], cfg.get("data_dir"))
-    bos = bos_token(data_dir) if cfg.get("bos", False) else None
-    batches = val_batches(data_dir, checkpoint["model_args"]["block_size"], cfg["batch_size"], VAL_BATCHES, bos=bos)
-    per_batch = [_probe_max_act(model, x, skip_logits=True) for x, _ in batches]
-    per_layer = [sum(v) / len(v) for v in zip(*per_batch)]
-    return sum(per_layer) / len(per_layer), per_layer
+    model, data_dir, batches = check.run_batches(run_dir, VAL_BATCHES)
+    per_layer = torch.tensor([_probe_max_act(model, x, skip_logits=True) for x, _ in batches],
+                             dtype=torch.float64).mean(0)  # (batches, layers) -> the mean over the batches
+    return per_layer.mean().item(), per_layer.tolist()
+
+
+def _save_deeper_run(run_dir, folder, n_layer=3, seed=0):
+    """Save in folder a run like run_dir (the same data, sizes and validation windows) whose model is a freshly
+    initialised GPT of n_layer layers: the sink lab's model has one layer, where the mean over the layers and the
+    largest layer are the same number; here they differ."""
+    import model
+    from common import CHECKPOINT, read_checkpoint
+    checkpoint = read_checkpoint(os.path.join(run_dir, CHECKPOINT))
+    args = dict(checkpoint["model_args"], n_layer=n_layer)
+    torch.manual_seed(seed)
+    state = model.GPT(model.GPTConfig(**args)).state_dict()
+    torch.save({"model": state, "model_args": args, "config": checkpoint["config"]}, os.path.join(folder, CHECKPOINT))
 
 
 def check_measure_vs_probe(student):
-    """measure(run_dir) matches the probe's M-Act (mean over layers) on the same validation windows, for both runs"""
-    wants = {name: _oracle(os.path.join(runs_dir(), name)) for name in ("baseline", "g1")}
-    for name in ("baseline", "g1"):
-        got = student.measure(os.path.join(runs_dir(), name))
-        try:
-            got = float(got)
-        except (TypeError, ValueError, RuntimeError):
-            raise Wrong(f"measure({name}) should return one float, got {type(got).__name__}: average over the "
-                        "batches, then over the layers.") from None
-        want, per_layer = wants[name]
-        if math.isclose(got, want, rel_tol=1e-4):
-            _measured[name] = got
-            continue
-        other = wants["g1" if name == "baseline" else "baseline"][0]
-        if math.isclose(got, other, rel_tol=1e-4):
-            raise Wrong(f"measure() of the {name} run returned the other run's M-Act: load the checkpoint of the "
-                        "run_dir you are given, os.path.join(run_dir, 'ckpt.pt').")
-        if math.isclose(got, max(per_layer), rel_tol=1e-4):
-            raise Wrong(f"measure({name}) is the largest layer's value: M-Act (GA Table 4) is averaged over the "
-                        "layers. Average each layer over the batches, then average the layers.")
-        raise Wrong(f"measure({name}) = {got:.5g} is not the probe's M-Act on the same windows. Load run_dir/ckpt.pt "
-                    "with load_checkpoint, run max_activation on every batch of validation_windows(checkpoint) "
-                    "(use the helper as given), average each layer over the batches, then average the layers.")
+    """measure(run_dir) matches the probe's M-Act (mean over layers) on the same windows: both runs and a 3-layer one"""
+    import tempfile
+    with tempfile.TemporaryDirectory() as deeper:
+        _save_deeper_run(os.path.join(runs_dir(), "baseline"), deeper)
+        runs = {"baseline": os.path.join(runs_dir(), "baseline"), "g1": os.path.join(runs_dir(), "g1"),
+                "3-layer": deeper}
+        wants = {name: _oracle(path) for name, path in runs.items()}
+        for name, path in runs.items():
+            call = f"measure({name})" if name in check.RUN_FLAGS else "measure() of a 3-layer model saved as a run"
+            got = student.measure(path)
+            try:
+                got = float(got)
+            except (TypeError, ValueError, RuntimeError):
+                raise Wrong(f"{call} should return one float, got {type(got).__name__}: average over the "
+                            "batches, then over the layers.") from None
+            want, per_layer = wants[name]
+            if math.isclose(got, want, rel_tol=1e-4):
+                if name in check.RUN_FLAGS:
+                    _measured[name] = got
+                continue
+            if name in check.RUN_FLAGS:
+                other = wants["g1" if name == "baseline" else "baseline"][0]
+                if math.isclose(got, other, rel_tol=1e-4):
+                    raise Wrong(f"measure() of the {name} run returned the other run's M-Act: load the checkpoint of "
+                                "the run_dir you are given, os.path.join(run_dir, 'ckpt.pt').")
+            if math.isclose(got, max(per_layer), rel_tol=1e-4):
+                raise Wrong(f"{call} is the largest layer's value: M-Act (GA Table 4) is averaged over the layers "
+                            f"(this model has {len(per_layer)}; the sink lab's has one, where the two agree).")
+            raise Wrong(f"{call} = {got:.5g} is not the probe's M-Act on the same windows. Re-check gap 3 "
+                        "against the statement: this run_dir's ckpt.pt, every batch of "
+                        "validation_windows(checkpoint) (the helper as given), each layer averaged over the batches, "
+                        "then the layers averaged.")
 
 
 def check_report(student):

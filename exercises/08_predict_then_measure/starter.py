@@ -47,17 +47,17 @@ def max_activation(model, idx):
     """M-Act per layer of a model.GPT on a batch of windows idx (B, T): for each block of model.transformer.h,
     the largest |h| over the block's output (B, T, C) within each window, averaged over the B windows. Returns a
     list of n_layer floats, in layer order. Leaves no hook behind on the model."""
-    # TODO(08-gap2): register a forward hook on each block (block.register_forward_hook(fn): fn(module, args,
-    #                output) runs after the block's forward); in it, reduce the output to one max |h| per window,
-    #                (B,), and keep its mean; run model(idx); remove the hooks (even if the forward fails)
-    raise NotImplementedError("08-gap2: write max_activation: hooks on each block, max |h| per window, averaged")
+    # TODO(08-gap2): a list of n_layer floats, one per block of model.transformer.h, in order: the max |h| of the
+    #                block's output within each window, averaged over the windows, seen through forward hooks;
+    #                no hook may stay on the model, even if the forward raises
+    raise NotImplementedError("08-gap2: write max_activation")
 
 
 def measure(run_dir):
     """A trained run's M-Act: load run_dir/ckpt.pt, compute max_activation on each batch of
     validation_windows(checkpoint), average each layer's value over the batches, then average over the layers.
     Returns one float."""
-    # TODO(08-gap3): load the checkpoint (common.load_checkpoint returns (model, checkpoint), the model in eval
-    #                mode on the CPU), measure every validation batch, average over batches, then over layers
-    raise NotImplementedError("08-gap3: write measure: load ckpt.pt, max_activation per batch, "
-                              "mean over batches, then over layers")
+    # TODO(08-gap3): one float: the run's M-Act, from max_activation on every batch of validation_windows, each
+    #                layer averaged over the batches, then the layers averaged (common.load_checkpoint returns
+    #                (model, checkpoint), the model in eval mode on the CPU)
+    raise NotImplementedError("08-gap3: write measure")

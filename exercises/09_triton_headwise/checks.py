@@ -75,7 +75,7 @@ def check_headwise_shape(student):
         raise Wrong(f"the output is {y.dtype} for float32 inputs: store o cast to Y's element type.")
     if not torch.isfinite(y).all():
         raise Wrong(f"the output has {int((~torch.isfinite(y)).sum())} NaN or inf values: is the headwise load "
-                    "masked (mask=row_ok, other=0.0), and cast to fp32 before tl.sigmoid?")
+                    "masked, with a finite value for the rows it skips, and cast to fp32 before the sigmoid?")
 
 
 def check_elementwise_still_matches(student):
@@ -99,10 +99,10 @@ def check_headwise_zeroes_rows(student):
         scaled = same(y, -30 * _oracle(q, k, v), tol=1e-3)
         raise Wrong("with every headwise logit at -30 the output should be all zeros (sigmoid(-30) ~ 1e-13: every "
                     "head shut), and it is not" +
-                    (": it is -30 times the attention, so the sigmoid is missing: multiply by tl.sigmoid(logit), "
-                     "not by the logit." if scaled else
-                     ". Multiply each row of o by tl.sigmoid of its logit in the GATE == 2 branch, and make sure the "
-                     "launcher passes GATE=2 for a (B, H, T, 1) gate."))
+                    (": it is -30 times the attention, so the sigmoid is missing: each row is scaled by its raw "
+                     "logit, not by the logit's sigmoid." if scaled else
+                     ". Re-check that the GATE == 2 branch changes o, and that the launcher selects the headwise "
+                     "mode for a (B, H, T, 1) gate."))
     y = _attention(student, q, k, v, _headwise_gate(1, 2, 32, seed=5, fill=30.0))
     expect_close("attention(q, k, v, headwise logits all +30)", y, _oracle(q, k, v), **TOL,
                  hint="sigmoid(+30) = 1 in float32: a fully open gate must leave the attention output as it is.")
@@ -132,14 +132,15 @@ def check_headwise_numbers(student):
             raise Wrong(f"T={T}: your output is the attention without the gate: the GATE == 2 branch does not "
                         "change o (or the launcher does not pass GATE=2 for a (B, H, T, 1) gate).")
         if same(y, _read_as_elementwise(q, k, v, gate), 1e-4):
-            raise Wrong(f"T={T}: your kernel reads the headwise logits with the elementwise addressing "
-                        "(g_rows[:, None] + offs_d[None, :] * g_stride_d): column d of row t gets the logit stored "
-                        "d places after row t's, i.e. row t + d's. A headwise gate has one logit per row: load "
-                        "g_rows itself, (BLOCK_M,), and broadcast its sigmoid over D with [:, None].")
+            raise Wrong(f"T={T}: your kernel reads the headwise logits with the elementwise branch's addressing "
+                        "(a (BLOCK_M, D) tile of pointers that walks the d stride): column d of row t gets the "
+                        "logit stored d places after row t's, i.e. row t + d's. A headwise gate has one logit per "
+                        "row, shared by the row's D channels: re-check the pointers the GATE == 2 branch loads "
+                        "from, and that the launcher selects the headwise mode.")
         expect_close(f"attention(q, k, v, headwise gate), T={T}", y, want, **TOL,
-                     hint="Each row i of o is multiplied by sigmoid(logit of row i), the logit at G + b*g_stride_b + "
-                          "h*g_stride_h + row*g_stride_t; rows past T are masked." +
-                          (" T=64 passes but the ragged T=80 does not: check the mask on rows >= T." if T == 80 else ""))
+                     hint="Re-check which logit each row of o is scaled with (g_rows points at each row's own) and "
+                          "that the scale is its sigmoid." +
+                          (" T=64 passes but the ragged T=80 does not: re-check the rows past T." if T == 80 else ""))
 
 
 def check_headwise_strided_gate(student):
@@ -151,9 +152,9 @@ def check_headwise_strided_gate(student):
         expect_close(f"attention(q, k, v, {layout} headwise gate with strides {tuple(gate.stride())})", y,
                      _oracle(q, k, v, gate), **TOL,
                      hint="Contiguous headwise gates pass, so the kernel's epilogue is right, but this layout is read "
-                          "at the wrong places: pass the gate's own strides, gate.stride(), rather than strides "
-                          "worked out from its shape (a transposed view or an expand() has other strides; "
-                          "model.py's fused path passes exactly such views, with no copy).")
+                          "at the wrong places: re-check the strides the launcher passes. Strides worked out from "
+                          "the shape are those of a contiguous tensor; a transposed view or an expand() has others "
+                          "(model.py's fused path passes exactly such views, with no copy).")
 
 
 def _gate_loads(student, T=40):
@@ -199,23 +200,24 @@ def check_headwise_gate_not_copied(student):
     if run is None:  # on a GPU, without the interpreter's hook: the launcher's source, as a last resort
         if re.search(r"gate\s*\.\s*(contiguous|clone)\s*\(", _source(student.attention)):
             raise Wrong("the launcher copies the gate (gate.contiguous() or .clone()): the statement asks for no "
-                        "copy. Pass the view itself and its own strides, gate.stride().")
+                        "copy. The kernel can read the view itself, through its strides.")
         return
     gate, in_buffer, valid = run
     if len(in_buffer) == 0:
         raise Wrong(f"the kernel never loaded from the headwise gate passed in (a transposed view, strides "
                     f"{tuple(gate.stride())}): the launcher hands it a copy, e.g. gate.contiguous(). The statement "
-                    "asks for no copy (it costs a pass over the logits): pass the view and its own gate.stride().")
+                    "asks for no copy (it costs a pass over the logits): the kernel can read the view itself, "
+                    "through its strides.")
 
 
 def check_headwise_load_masked(student):
-    """at a ragged T, the headwise load reads no logit past the gate's rows (the load is masked with row_ok)"""
+    """at a ragged T, the headwise load reads no logit past the gate's rows (the load is masked)"""
     run = _gate_loads(student)
     if run is None:  # on a GPU, without the interpreter's hook: the GATE == 2 branch's source, as a last resort
         branch = _source(student.flash_attention_fwd).split("GATE == 2", 1)[-1].split("tl.store", 1)[0]
         if any("mask" not in call for call in re.findall(r"tl\.load\([^\n]*", branch)):
             raise Wrong("the headwise tl.load has no mask: at a ragged T the last block's rows past T read past "
-                        "the gate's end. Load with mask=row_ok, other=0.0.")
+                        "the gate's end. Guard it as the kernel's other loads are guarded.")
         return
     gate, in_buffer, valid = run
     outside = [a for a in in_buffer.tolist() if a not in valid]
@@ -223,4 +225,4 @@ def check_headwise_load_masked(student):
         raise Wrong(f"at T={gate.size(2)} (not a multiple of BLOCK_M) the kernel loaded {len(outside)} gate "
                     "element(s) past the gate's rows: the headwise tl.load is not masked. The numbers still come "
                     "out right (those rows are never stored), but on a GPU it reads past the tensor's end, which "
-                    "can fault. Load with mask=row_ok, other=0.0, like the elementwise branch.")
+                    "can fault. Guard it as the kernel's other loads are guarded (the elementwise branch's too).")

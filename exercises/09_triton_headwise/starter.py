@@ -8,7 +8,7 @@ element, so the gate costs no extra pass over the output. Extend it with a HEADW
 one per row (query token) of each head, broadcast over the head's D channels.
 
   gap 1: the launcher    accept a (B, H, T, 1) gate: pick the kernel's GATE mode and pass the gate's strides
-  gap 2: the kernel      in the epilogue, load one logit per row and multiply each row of o by its sigmoid
+  gap 2: the kernel      in the epilogue, each row of o scaled by the sigmoid of its own logit
 
 No GPU? Triton's interpreter runs the kernel on the CPU (exercises/check.py sets TRITON_INTERPRET=1 before
 triton is imported; to run this file yourself: TRITON_INTERPRET=1 python ...). It is slow, so keep the shapes
@@ -70,10 +70,9 @@ def flash_attention_fwd(Q, K, V, Y, G,
         g = tl.load(g_rows[:, None] + offs_d[None, :] * g_stride_d, mask=row_ok[:, None], other=0.0)
         o = o * tl.sigmoid(g.to(tl.float32))
     if GATE == 2:  # headwise: logits (B, H, T, 1), one per row, shared by the row's D channels
-        # TODO(09-gap2): load this block's BLOCK_M logits (one per row, masked like the rows), as fp32, and
-        #                multiply each row of o by the sigmoid of its logit (broadcast it over D)
-        raise NotImplementedError("09-gap2: in the epilogue of the kernel, load one logit per row, "
-                                  "scale row i of o by sigmoid(logit_i)")
+        # TODO(09-gap2): o with each row scaled by the sigmoid of that row's logit (the same score for its D
+        #                channels), computed in fp32; no logit read past the gate's rows
+        raise NotImplementedError("09-gap2: write the headwise gate in flash_attention_fwd")
     tl.store(Y + base + offs_m[:, None] * stride_t + offs_d[None, :], o.to(Y.dtype.element_ty), mask=row_ok[:, None])
 
 
@@ -94,8 +93,8 @@ def attention(q, k, v, gate=None):
     elif tuple(gate.shape) == (B, H, T, D):
         mode, g, g_strides = GATE_ELEMENTWISE, gate, gate.stride()
     elif tuple(gate.shape) == (B, H, T, 1):
-        # TODO(09-gap1): the headwise mode, the gate tensor, and the four strides the kernel will read it with
-        raise NotImplementedError("09-gap1: in attention(), set mode, g and g_strides for a headwise (B, H, T, 1) gate")
+        # TODO(09-gap1): mode, g and g_strides for headwise logits, read in whatever layout the caller's view has
+        raise NotImplementedError("09-gap1: write the headwise case of attention")
     else:
         raise ValueError(f"gate must be (B, H, T, D) elementwise or (B, H, T, 1) headwise logits, got {tuple(gate.shape)}")
     grid = (triton.cdiv(T, BLOCK_M), B * H)  # one program per (query block, batch * head)

@@ -5,7 +5,7 @@ Multi-head causal self-attention with the gate of the Gated Attention paper (GA)
 SDPA output Y is multiplied by gate scores sigmoid(X W_theta), where X is the block's input after the
 pre-attention norm (the tensor that feeds Q, K and V), before the heads are concatenated and mixed by W_O.
 
-  gap 1: g1_gate(y, x, w_gate, granularity)             Y' = Y * sigmoid(X W_theta), per head
+  gap 1: g1_gate(y, x, w_gate, granularity)             each head's output, gated by scores computed from x
   gap 2: attention_block(x, w_qkv, w_gate, w_o, n_head)  q, k, v -> causal attention -> G1 gate -> W_O
 
 causal_attention is given. This is the reference solution:
@@ -27,13 +27,14 @@ def causal_attention(q, k, v):
 
 
 def g1_gate(y, x, w_gate, granularity="elementwise"):
-    """The G1 gate: y * sigmoid(x @ w_gate.T), the scores laid out per head.
+    """The G1 gate: y times GA's gate scores sigmoid(X W_theta), one score per channel or one per head.
 
     y:      (B, T, H, D) each head's SDPA output
     x:      (B, T, C)    the block's input after the pre-attention norm (what Q, K, V are computed from)
-    w_gate: (H*D, C) for granularity "elementwise" (one score per channel of each head; row h*D + d is head h's
-            channel d) or (H, C) for "headwise" (one score per head, shared by the head's D channels)
-    returns (B, T, H, D); any other granularity raises ValueError.
+    w_gate: W_theta, stored like an nn.Linear weight (out_features, C): (H*D, C) for "elementwise" (one score per
+            channel of each head; row h*D + d scores head h's channel d) or (H, C) for "headwise" (one score per
+            head, shared by the head's D channels; row h scores head h)
+    returns (B, T, H, D), in y's dtype; any other granularity raises ValueError.
     """
     B, T, H, D = y.shape
     scores = torch.sigmoid(x @ w_gate.T)  # (B, T, H*D) or (B, T, H): each score in (0, 1), computed from x, not y
@@ -49,9 +50,10 @@ def g1_gate(y, x, w_gate, granularity="elementwise"):
 def attention_block(x, w_qkv, w_gate, w_o, n_head, granularity="elementwise"):
     """Causal self-attention with the G1 gate, no biases, no position encoding.
 
-    x: (B, T, C); w_qkv: (3C, C), rows [q; k; v]: x @ w_qkv.T is q, then k, then v, each (B, T, C), whose channels
-    are the heads in order (head h: channels h*D .. h*D + D - 1, D = C // n_head); w_gate: as in g1_gate;
-    w_o: (C, C), the output projection W_O. Returns (B, T, C).
+    x: (B, T, C), the block's input after the norm. w_qkv: (3C, C), stored like an nn.Linear weight: rows 0..C-1
+    project x to q, the next C rows to k, the last C to v; the channels of q, k and v are the heads in order (head h:
+    channels h*D .. h*D + D - 1, D = C // n_head). w_gate: as in g1_gate. w_o: (C, C), the output projection W_O,
+    stored like an nn.Linear weight, applied to the heads concatenated in order. Returns (B, T, C).
     """
     B, T, C = x.shape
     q, k, v = (x @ w_qkv.T).split(C, dim=-1)  # each (B, T, C)
@@ -74,3 +76,7 @@ MUTANTS = [
     ("trap_self_gating",  # the gate logits from the attention output instead of the block's input
      "y = g1_gate(y, " "x, w_gate, granularity)", "y = g1_gate(y, y.reshape(B, T, C), w_gate, granularity)"),
 ]
+
+# the answer's key fragments: they appear in hints.md (not in its first hint), never in the statement, the starter,
+# the checks, or anything the checker prints for the starter or a mutant
+GIVEAWAYS = ["sigmoid(x @ w_gate.T)", "view(B, T, H, 1)", "view(B, T, H, D)", "transpose(1, 2)", "split(C, dim=-1)"]

@@ -51,3 +51,8 @@ MUTANTS = [
     ("f_attn_is_the_mean_over_windows_and_heads", "first_token_attention(probs).mean()" ".item()",
      "first_token_attention(probs).mean()"),  # a one-element tensor, not a Python float
 ]
+
+# the answer's key fragments: they appear in hints.md (not in its first hint), never in the statement, the starter,
+# the checks, or anything the checker prints for the starter or a mutant (some split in two literals, as in MUTANTS)
+GIVEAWAYS = ["q @ k.transpose(-2, -1)", "masked_fill(future, " 'float("-inf"))', "softmax(dim=-1)",
+             "probs[..., 1:, " "0]", "first_token_attention(probs).mean()" ".item()"]

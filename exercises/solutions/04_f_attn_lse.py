@@ -1,14 +1,15 @@
 """
 Exercise 04: F-Attn without the T x T matrix.
 
-The probability that query i puts on key 0 is p_i0 = exp(s_i0 - lse_i), where s_ij = q_i . k_j / sqrt(D) and
-lse_i = log(sum over j <= i of exp(s_ij)) is the log-sum-exp of query i's row. So F-Attn needs one number per row,
-not the (T, T) matrix: a flash-attention kernel keeps exactly that number (kernels.py returns it), and so does the
-online log-sum-exp you write here, which reads the keys `chunk` at a time and keeps a running max and sum.
+The probability that query i puts on key 0 is a softmax entry, p_i0 = exp(s_i0) / (sum over j <= i of exp(s_ij)),
+where s_ij = q_i . k_j / sqrt(D). Only its denominator needs the whole row, and its log, the row's log-sum-exp
+lse_i = log(sum over j <= i of exp(s_ij)), is one number per query. So F-Attn needs one number per row, not the
+(T, T) matrix: a flash-attention kernel keeps exactly that number (kernels.py returns it), and so does the online
+log-sum-exp you write here, which reads the keys `chunk` at a time and keeps a running max and sum.
 
   gap 1: row_logsumexp(q, k, chunk)      the log-sum-exp of each query's causal, scaled scores, (B, H, T),
                                          computed chunk keys at a time (memory O(T * chunk), never T x T)
-  gap 2: first_token_probs(q, k, chunk)  p_i0 = exp(s_i0 - lse_i), (B, H, T)
+  gap 2: first_token_probs(q, k, chunk)  p_i0 for every query, from row_logsumexp, (B, H, T)
 
 chunk_scores is given. Check your file with:  python exercises/check.py 04
 """
@@ -27,8 +28,9 @@ def chunk_scores(q, k, j0, j1):
 
 def row_logsumexp(q, k, chunk=64):
     """q, k: (B, H, T, D) -> (B, H, T): lse_i = log(sum over keys j <= i of exp(q_i . k_j / sqrt(D))), computed
-    from chunk_scores(q, k, j0, j1) for the key chunks [0, chunk), [chunk, 2 chunk), ..., with a running max m and
-    a running sum l of exp(score - m) per query. Never builds a (T, T) tensor."""
+    from chunk_scores(q, k, j0, j1) for the key chunks [0, chunk), [chunk, 2 chunk), ..., keeping per query the
+    running max m of the scores seen so far and the running sum l of exp(score - m) over them. Never builds a
+    (T, T) tensor."""
     B, H, T, _ = q.shape
     m = q.new_full((B, H, T), float("-inf"))  # running max of each query's scores so far
     l = q.new_zeros((B, H, T))  # running sum of exp(score - m): every term <= 1, so no overflow
@@ -44,8 +46,8 @@ def row_logsumexp(q, k, chunk=64):
 
 
 def first_token_probs(q, k, chunk=64):
-    """q, k: (B, H, T, D) -> (B, H, T): p_i0 = exp(s_i0 - lse_i), each query's attention probability on key 0
-    (every query sees key 0; query 0 sees only it, so p_00 = 1)."""
+    """q, k: (B, H, T, D) -> (B, H, T): p_i0, each query's attention probability on key 0 (every query sees key 0;
+    query 0 sees only it, so p_00 = 1), from row_logsumexp: never the (T, T) matrix."""
     s0 = chunk_scores(q, k, 0, 1)[..., 0]  # (B, H, T): each query's score on key 0, never masked
     return torch.exp(s0 - row_logsumexp(q, k, chunk))  # s0 <= lse: p in (0, 1], no overflow
 
@@ -62,3 +64,7 @@ MUTANTS = [
     # the whole (T, T) score matrix at once: right numbers, T x T memory
     ("memory", "return m + " "torch.log(l)", "return chunk_scores(q, k, 0, T).logsumexp(-1)"),
 ]
+
+# the answer's key fragments: they appear in hints.md (not in its first hint), never in the statement, the starter,
+# the checks, or anything the checker prints for the starter or a mutant
+GIVEAWAYS = ["exp(m - m_new)", "m + torch.log(l)", "m + log(l)", "chunk_scores(q, k, 0, 1)", "exp(s_i0 - lse_i)"]

@@ -9,7 +9,7 @@ Given dout = dL/dout, the backward returns dy = dL/dy and dg = dL/dg. Elementwis
 y; headwise logits are (B, H, T, 1), one per head and token, broadcast over the head's D channels.
 
   gap 1: gate_forward(y, g)          -> (out, saved)
-  gap 2: gate_backward(dout, y, g)   -> (dy, dg), dg with g's shape
+  gap 2: gate_backward(dout, y, g)   -> (dy, dg), each with its input's shape, derived by hand
   gap 3: SigmoidGate, a torch.autograd.Function made of the two (checked with torch.autograd.gradcheck)
 
 This is the reference solution:
@@ -61,3 +61,7 @@ MUTANTS = [
     ("trap_dg_missing_sigmoid_derivative", "dg = dout * y " "* s * (1 - s)", "dg = dout * y"),  # d out / d s only
     ("trap_dg_one_minus_s_only", "dg = dout * y " "* s * (1 - s)", "dg = dout * y * (1 - s)"),  # the kernel's, with y
 ]
+
+# the answer's key fragments: they appear in hints.md (not in its first hint), never in the statement, the starter,
+# the checks, or anything the checker prints for the starter or a mutant (some split in two literals, as in MUTANTS)
+GIVEAWAYS = ["dout * y * s * (1 - s)", "s * (1 - s)", "s(1 - s)", "dy = dout " "* s", "sum(dim=-1, keepdim=True)"]

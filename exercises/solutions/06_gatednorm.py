@@ -6,8 +6,9 @@ GatedNorm (the GN paper) follows it with a small learned gate: a rank-r bottlene
 normalised vector itself, one score in (0, 1) per channel, and multiplies the vector by it. That is an explicit,
 input-dependent rescaling: what a plain RMSNorm network can only get by growing a massive activation.
 
-  gap 1: rms_norm(x, weight, eps)                  x / sqrt(mean(x^2) + eps) * weight, over the last axis
-  gap 2: gated_norm(x, weight, w_down, w_up, eps)  y = rms_norm(x, weight); y * sigmoid(SiLU(y W_down^T) W_up^T)
+  gap 1: rms_norm(x, weight, eps)                  each token's vector at RMS 1, times the gain; eps placed
+                                                   as F.rms_norm places it
+  gap 2: gated_norm(x, weight, w_down, w_up, eps)  GN's y' = y * sigmoid(W_up SiLU(W_down y)), y = rms_norm(x)
 
 Use tensor operations (torch.sigmoid and F.silu are fine; F.rms_norm is what the checks compare with, so do not
 call it). Check your file with:  python exercises/check.py 06
@@ -20,8 +21,9 @@ import torch.nn.functional as F
 def rms_norm(x, weight, eps=1e-6):
     """RMSNorm over the last axis.
 
-    x: (..., C); weight: (C,), the learned gain. Returns x / sqrt(mean(x**2) + eps) * weight, where the mean is
-    over the C channels of each token (the last axis), with x's shape and dtype.
+    x: (..., C), one vector of C channels per token; weight: (C,), the learned gain, one per channel. Returns x's
+    shape and dtype: each token's vector divided by its root mean square over its own C channels, then multiplied
+    channel by channel by weight. eps guards the division for a near-zero vector, placed as F.rms_norm places it.
     """
     mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1): one number per token, broadcast over channels
     # eps inside the root: a near-zero vector stays near zero instead of having its noise blown up to RMS 1
@@ -31,10 +33,9 @@ def rms_norm(x, weight, eps=1e-6):
 def gated_norm(x, weight, w_down, w_up, eps=1e-6):
     """GatedNorm (GN): RMSNorm, then a sigmoid gate computed from the normalised vector through a rank-r bottleneck.
 
-    x: (..., C); weight: (C,), RMSNorm's gain; w_down: (r, C) and w_up: (C, r), stored like nn.Linear weights
-    (out x in), so y @ w_down.T is (..., r). Returns (..., C):
-        y = rms_norm(x, weight)
-        y * sigmoid(SiLU(y @ w_down.T) @ w_up.T)
+    x: (..., C); weight: (C,), RMSNorm's gain; w_down: W_down, (r, C), and w_up: W_up, (C, r), stored like
+    nn.Linear weights (out x in). Returns x's shape and dtype: y' = y * sigmoid(W_up SiLU(W_down y)) for each
+    token, where y = rms_norm(x, weight, eps).
     """
     y = rms_norm(x, weight, eps)
     hidden = F.silu(y @ w_down.T)  # (..., r): the bottleneck, r << C, so the gate costs ~2rC weights per norm
@@ -46,8 +47,14 @@ def gated_norm(x, weight, w_down, w_up, eps=1e-6):
 # two literals so that it occurs once in this file: in the code above, not here.
 MUTANTS = [
     ("rms_norm_unit_rms", "x.pow(2).mean(" "dim=-1, keepdim=True)", "x.pow(2).mean(dim=1, keepdim=True)"),  # wrong axis
-    ("rms_norm_eps_inside_sqrt", "x * torch.rsqrt(" "mean_square + eps) * weight",
+    ("rms_norm_unit_rms", "= x.pow(2)" ".mean(dim=-1, keepdim=True)", "= x.pow(2).sum(dim=-1, keepdim=True)"),  # a sum
+    ("rms_norm_tiny_inputs", "x * torch.rsqrt(" "mean_square + eps) * weight",
      "x / (mean_square.sqrt() + eps) * weight"),  # eps outside the square root
     ("gated_norm_never_larger", "return y * " "scores", "return x * scores"),  # the gate on the input, not on y
     ("gated_norm_bottleneck_silu", "hidden = F.silu(" "y @ w_down.T)", "hidden = F.relu(y @ w_down.T)"),  # ReLU
 ]
+
+# the answer's key fragments: none may appear in the statement, the starter, the checks or the checker's messages,
+# only in hints.md's later hints (split like MUTANTS' texts, so that each occurs once in the code above)
+GIVEAWAYS = ["x.pow(2).mean(" "dim=-1, keepdim=True)", "torch.rsqrt(" "mean_square + eps)",
+             "F.silu(" "y @ w_down.T)", "torch.sigmoid(" "hidden @ w_up.T)"]

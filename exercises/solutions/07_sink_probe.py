@@ -53,3 +53,8 @@ MUTANTS = [
      "share, pos = r[..., 0], torch.zeros(r.shape[:-1], dtype=torch.long)"),
     ("sink_heads_strictly_above", "(f_attn_per_head > " "threshold)", "(f_attn_per_head >= threshold)"),
 ]
+
+# the answer's key fragments: none may appear in the statement, the starter, the checks or the checker's messages,
+# only in hints.md's later hints (split so that each occurs once in the code above, as MUTANTS' texts must)
+GIVEAWAYS = ["probs[..., n:" ", :n].me" "an(dim=-2)", "share, pos = r.max(" "dim=-1)",
+             "(f_attn_per_head > thr" "eshold).float().mean()"]

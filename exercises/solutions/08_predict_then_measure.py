@@ -84,3 +84,9 @@ MUTANTS = [
     ("measure_vs_probe", "return sum(per_layer) / " "len(per_layer)  # M-Act",
      "return max(per_layer)  # M-Act"),  # the largest layer, not the mean over layers
 ]
+
+# the answer's key fragments: none may appear in the statement, the starter, the checks or the checker's messages,
+# only in hints.md's later hints (split so that each occurs once in the code above, as MUTANTS' texts must)
+GIVEAWAYS = ["output.abs().flatten(1).amax(" "dim=1).mean()",
+             "block.register_forward_hook(rec" "ord) for block in model.transformer.h",
+             "[max_activation(model, x) for x in " "validation_windows(checkpoint)]", "zip(" "*per_batch)"]

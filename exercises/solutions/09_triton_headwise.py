@@ -8,7 +8,7 @@ element, so the gate costs no extra pass over the output. Extend it with a HEADW
 one per row (query token) of each head, broadcast over the head's D channels.
 
   gap 1: the launcher    accept a (B, H, T, 1) gate: pick the kernel's GATE mode and pass the gate's strides
-  gap 2: the kernel      in the epilogue, load one logit per row and multiply each row of o by its sigmoid
+  gap 2: the kernel      in the epilogue, each row of o scaled by the sigmoid of its own logit
 
 No GPU? Triton's interpreter runs the kernel on the CPU (exercises/check.py sets TRITON_INTERPRET=1 before
 triton is imported; to run this file yourself: TRITON_INTERPRET=1 python ...). It is slow, so keep the shapes
@@ -118,3 +118,8 @@ MUTANTS = [
      "gate = gate.contiguous()\n        mode, g, g_strides = GATE_HEADWISE, " "gate, gate.stride()"),  # a copy
     ("headwise_load_masked", "tl.load(g_rows, " "mask=row_ok, other=0.0)", "tl.load(g_rows)"),  # reads past T
 ]
+
+# the answer's key fragments: none may appear in the statement, the starter, the checks or the checker's messages,
+# only in hints.md's later hints (split so that each occurs once in the code above, as MUTANTS' texts must)
+GIVEAWAYS = ["GATE_HEADWISE, gate, " "gate.stride()", "tl.load(g_rows, mask=" "row_ok, other=0.0)",
+             "tl.sigmoid(g)[:" ", None]"]
