@@ -528,25 +528,34 @@ def hints_of(exercise_dir):
     return [body.strip() for body in parts[1::2]]
 
 
-def hints_seen(exercise_dir, path=None):
-    """How many of the exercise's hints have been shown (0 if none, or if the record cannot be read)."""
+def _hints_record(path=None):
+    """{exercise id: hints seen} from HINTS_SEEN ({} if there is none, or it cannot be read)."""
     import json
     try:
         with open(path or HINTS_SEEN, encoding="utf-8") as f:
-            return int(json.load(f).get(os.path.basename(exercise_dir)[:2], 0))
-    except (OSError, ValueError, AttributeError, TypeError):
-        return 0
+            record = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def hints_seen(exercise_dir, path=None, record=None):
+    """How many of the exercise's hints have been shown (0 if none, or if the record cannot be read)."""
+    seen = (_hints_record(path) if record is None else record).get(os.path.basename(exercise_dir)[:2], 0)
+    return seen if isinstance(seen, int) else 0
 
 
 def show_hint(exercise_dir, number=None, out=print, path=None):
     """Print hint `number` (default: the next one not yet seen; the last again once all are) and record it as seen.
     Returns the exit status."""
     import json
+    from data.shards import atomic_write  # the project's own (REPO is on sys.path)
     hints, key = hints_of(exercise_dir), os.path.basename(exercise_dir)[:2]
     if not hints:
         out(f"exercise {key} has no hints (no {os.path.relpath(exercise_dir)}/hints.md)")
         return 1
-    seen = hints_seen(exercise_dir, path)
+    record = _hints_record(path)
+    seen = hints_seen(exercise_dir, record=record)
     number = number if number is not None else min(seen + 1, len(hints))
     if not 1 <= number <= len(hints):
         raise SystemExit(f"error: exercise {key} has hints 1 to {len(hints)}, not {number}")
@@ -560,13 +569,6 @@ def show_hint(exercise_dir, number=None, out=print, path=None):
     else:
         out(f"Try it, and check again. `python exercises/check.py {key} --hint` shows hint {number + 1}; "
             f"hint {len(hints)}, the last, gives the answer.")
-    from data.shards import atomic_write  # the project's own (REPO is on sys.path)
-    try:
-        with open(path or HINTS_SEEN, encoding="utf-8") as f:
-            record = json.load(f)
-        record = record if isinstance(record, dict) else {}
-    except (OSError, ValueError):
-        record = {}
     if number > seen:
         record[key] = number
         try:
@@ -734,8 +736,9 @@ def main(argv=None):
     passed, total, status, _ = run_isolated(exercise_dir, path, out=lambda line: print(line, flush=True),
                                             time_limit=time_limit)
     ok = status == "ok" and passed == total
-    if not ok and hint_pointer(exercise_dir):
-        print(hint_pointer(exercise_dir))
+    pointer = "" if ok else hint_pointer(exercise_dir)
+    if pointer:
+        print(pointer)
     return 0 if ok else 1
 
 
