@@ -7,21 +7,29 @@ Benchmarks for the gated attention kernels and for full training steps.
                                        # or --variants=...),
                                        # each with the fused Triton and the PyTorch attention, with and
                                        # without torch.compile
+  python bench.py --step               # CPU: train.py's training step against a plain AdamW loop on the same
+                                       # model, each in fresh processes, alternating rounds: time, page faults,
+                                       # peak memory (--step_shape: the model; --step_modes=all: each part)
   python bench.py --kernels --train --tiny   # smoke test: tiny sizes, fp32; on CPU, Triton's interpreter and
                                              # a plain timer: checks the code runs, says nothing about speed
 
 `python bench.py --help` lists the keys (Keys below), given as --key=value (a bool key as a bare --key, a list as
-a,b,c) or in a config file (common.configure). bench.py measures GPU speed: without a CUDA GPU it runs only with --tiny. Results go to
-{out_dir}/bench_kernels.{json,md} and {out_dir}/bench_train.{json,md}, with the device, the date and the exact
-command; out_dir defaults to results/ (the committed GPU measurements) and, for --tiny, to out-bench-tiny/
+a,b,c) or in a config file (common.configure). --kernels and --train measure GPU speed: without a CUDA GPU they run
+only with --tiny; --step measures a CPU's. Results go to {out_dir}/bench_kernels.{json,md},
+{out_dir}/bench_train.{json,md} and {out_dir}/bench_step.{json,md}, with the device, the date and the exact
+command; out_dir defaults to results/ (the committed measurements) and, for --tiny, to out-bench-tiny/
 (git-ignored). FLOPs are counted the FlashAttention way: causal forward 2*B*H*T^2*D (half of
 the 4*B*H*T^2*D of full attention), backward 2.5x forward, so forward+backward is 3.5x forward.
 """
 
 import datetime
+import json
 import os
 import platform
+import resource
 import shlex
+import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -31,12 +39,24 @@ import torch
 cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
-from common import (COMPILE_MODES, SDPA_BACKENDS, configure, estimate_mfu, fail, markdown_table,  # noqa: E402
-                    optimizer_step, sdpa_order, sdpa_preference, write_json, write_text)
+from common import (COMPILE_MODES, SDPA_BACKENDS, configure, estimate_mfu, fail, keep_freed_memory,  # noqa: E402
+                    markdown_table, optimizer_step, sdpa_order, sdpa_preference, write_json, write_text)
 from variants import VARIANTS  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
 BACKENDS = ("triton", "torch")  # the fused kernel (G1 sigmoid gates and no gate), and SDPA with the gate apart
+# --step: the CPU training steps it can time, each in its own process (glibc's allocator settings last a process).
+# "real" is train.py's step; each real_* takes one part of it away, to show what that part is worth.
+STEP_MODES = {
+    "plain": "a plain AdamW loop (nanoGPT's): loss.backward(), AdamW.step(), zero_grad(); the loss over all the logits "
+             "at once; no allocator setting",
+    "real": "train.py's step: the loss in chunks (loss_chunk), common.optimizer_step (gradient clipping, the "
+            "non-finite step skipped, fused AdamW), under common.keep_freed_memory",
+    "real_no_setting": "train.py's step without common.keep_freed_memory",
+    "real_plain_loss": "train.py's step with the loss over all the logits at once (loss_chunk=0)",
+    "real_unfused": "train.py's step with the for-loop AdamW instead of the fused one",
+    "real_no_clip": "train.py's step without clipping and the non-finite check: fused AdamW.step() alone",
+}
 
 
 @dataclass
@@ -60,13 +80,21 @@ class Keys:
     backends: tuple[str, ...] = BACKENDS  # --train: attention backends, of triton and torch
     match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
     loss_chunk: int = 0  # --train: the loss over this many rows of logits at a time (model.py; 0: all at once)
-    warmup: int = 10  # --train: untimed steps first (compile happens here)
-    steps: int = 20  # --train: timed steps
+    warmup: int = 10  # --train, --step: untimed steps first (compile happens here)
+    steps: int = 20  # --train, --step: timed steps
+    step: bool = False  # time train.py's CPU training step against a plain AdamW loop (STEP_MODES)
+    step_modes: tuple[str, ...] = ("plain", "real")  # --step: the steps to time, of STEP_MODES; all: every one
+    # --step: the model: n_layer, n_embd, block_size, batch_size; n_head 4, the gate and the rest as train.py's
+    # defaults. 4, 128, 128, 8 is train.py's default run; 4, 256, 256, 8 a heavier one
+    step_shape: tuple[int, ...] = (4, 128, 128, 8)  # --step: n_layer, n_embd, block_size, batch_size (above)
+    step_loss_chunk: int = 4096  # --step: rows of logits at a time in the real step (train.py's loss_chunk default)
+    rounds: int = 3  # --step: rounds, each timing every mode once, in order, in a fresh process
+    step_child: str = ""  # internal: time this one mode in this process and print its record as JSON
 
 
 args, _ = configure(Keys, sys.argv[1:])
-if not (args.kernels or args.train):
-    fail("choose --kernels and/or --train (python bench.py --help)")
+if not (args.kernels or args.train or args.step or args.step_child):
+    fail("choose --kernels, --train and/or --step (python bench.py --help)")
 if args.compile.lower() not in ("both", "true", "false"):
     fail(f"--compile={args.compile}: choose both, true or false")
 if args.compile_mode not in COMPILE_MODES:
@@ -94,7 +122,15 @@ def chosen(key, valid):
 
 variants = chosen("variants", list(VARIANTS))
 backends = chosen("backends", list(BACKENDS))
-if not cuda and not args.tiny:  # GPT-2 small and the kernel sweep would take hours on a CPU and measure nothing
+step_modes = list(STEP_MODES) if args.step_modes == ("all",) else chosen("step_modes", list(STEP_MODES))
+if args.step_child and args.step_child not in STEP_MODES:
+    fail(f"--step_child={args.step_child}: choose one of {', '.join(STEP_MODES)}")
+if len(args.step_shape) != 4 or min(args.step_shape) < 1:
+    fail(f"--step_shape={','.join(map(str, args.step_shape))}: give four positive integers, n_layer, n_embd, "
+         "block_size, batch_size (e.g. 4,128,128,8)")
+if args.step_loss_chunk < 0 or args.rounds < 1 or args.steps < 1 or args.warmup < 0:
+    fail("--step_loss_chunk and --warmup must be at least 0, --rounds and --steps at least 1")
+if not cuda and not args.tiny and (args.kernels or args.train):  # GPT-2 small and the kernel sweep: hours on a CPU
     fail("bench.py measures GPU speed and no CUDA GPU is visible here; "
          "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
 import kernels  # noqa: E402
@@ -107,7 +143,7 @@ device_name = torch.cuda.get_device_name() if cuda else f"cpu ({platform.process
 dtype = torch.float32 if args.tiny or not cuda else torch.bfloat16
 command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
 date = datetime.datetime.now().isoformat(timespec="seconds")
-# results/ holds committed GPU measurements only: a smoke test writes to a git-ignored folder (out*/)
+# results/ holds committed measurements only: a smoke test writes to a git-ignored folder (out*/)
 args.out_dir = args.out_dir or ("out-bench-tiny" if args.tiny else "results")
 os.makedirs(args.out_dir, exist_ok=True)
 SMOKE_NOTE = ("SMOKE TEST (--tiny): tiny sizes in fp32" +
@@ -335,3 +371,120 @@ if args.train:
           ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
           [[r["variant"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],
             r["params"]] for r in records])
+
+
+# ----------------------------------------------------------------------------
+# --step: train.py's CPU training step against a plain AdamW loop on the same model
+
+def time_step(mode):
+    """Time one STEP_MODES mode in this process (which must be fresh: the allocator setting cannot be undone, and
+    the peak memory is the process's) and print its record as one line: STEP_RECORD {json}."""
+    n_layer, n_embd, block_size, batch_size = (2, 64, 16, 2) if args.tiny else args.step_shape
+    setting = keep_freed_memory() if mode not in ("plain", "real_no_setting") else False
+    torch.manual_seed(0)
+    chunk = 0 if mode in ("plain", "real_plain_loss") else args.step_loss_chunk
+    model = GPT(GPTConfig(n_layer=n_layer, n_head=4, n_embd=n_embd, block_size=block_size, loss_chunk=chunk))
+    x = torch.randint(0, model.config.vocab_size, (batch_size, block_size + 1))
+    x, y = x[:, :-1].contiguous(), x[:, 1:].contiguous()
+    if mode == "plain":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    else:
+        optimizer = model.configure_optimizers(0.1, 6e-4)  # fused on a CPU, as train.py's
+        for group in optimizer.param_groups if mode == "real_unfused" else ():
+            group["fused"], group["foreach"] = False, False  # the one-parameter-at-a-time loop
+    no_scaler = torch.amp.GradScaler("cpu", enabled=False)
+
+    def step():
+        loss = model(x, y)[1]  # as train.py: the logits are not kept through backward
+        loss.backward()
+        if mode in ("plain", "real_no_clip"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            optimizer_step(optimizer, no_scaler, model.parameters(), 1.0, loss.detach())
+
+    warmup, steps = (1, 2) if args.tiny else (args.warmup, args.steps)
+    for _ in range(warmup):
+        step()
+    before, times = resource.getrusage(resource.RUSAGE_SELF), []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    peak = after.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
+    ms = statistics.median(times) * 1e3
+    print("STEP_RECORD " + json.dumps(dict(
+        mode=mode, shape=[n_layer, n_embd, block_size, batch_size], loss_chunk=chunk, allocator_setting=setting,
+        params=model.num_params(), ms_per_step=sig(ms), tokens_per_s=sig(batch_size * block_size / ms * 1e3),
+        page_faults_per_step=round((after.ru_minflt - before.ru_minflt) / steps),
+        system_s_per_step=sig((after.ru_stime - before.ru_stime) / steps),
+        user_s_per_step=sig((after.ru_utime - before.ru_utime) / steps), peak_mem_gb=sig(peak / 1e9, 3))), flush=True)
+
+
+def run_step_child(mode):
+    """One mode in a fresh process: its record, or a failure naming the mode and the child's last words."""
+    cmd = [sys.executable, os.path.abspath(__file__), f"--step_child={mode}",
+           "--step_shape=" + ",".join(map(str, args.step_shape)), f"--step_loss_chunk={args.step_loss_chunk}",
+           f"--warmup={args.warmup}", f"--steps={args.steps}"] + (["--tiny"] if args.tiny else [])
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("STEP_RECORD ")]
+    if out.returncode or not lines:
+        fail(f"--step: the {mode} step failed (exit code {out.returncode}): "
+             f"{(out.stderr or out.stdout).strip()[-1500:]}")
+    return json.loads(lines[-1][len("STEP_RECORD "):])
+
+
+def step_summary(records):
+    """One row per mode over the rounds: the median ms/step and its range, the median page faults, the largest
+    peak, and each against the plain loop's (the median of the rounds' ratios, each round's pair run back to back)."""
+    rows = []
+    for mode in step_modes:
+        mine = [r for r in records if r["mode"] == mode]
+        row = dict(mode=mode, rounds=len(mine), ms_per_step=sig(statistics.median(r["ms_per_step"] for r in mine)),
+                   ms_min=min(r["ms_per_step"] for r in mine), ms_max=max(r["ms_per_step"] for r in mine),
+                   page_faults_per_step=round(statistics.median(r["page_faults_per_step"] for r in mine)),
+                   peak_mem_gb=max(r["peak_mem_gb"] for r in mine), time_vs_plain=None, peak_vs_plain=None)
+        if "plain" in step_modes:
+            pairs = [(r, p) for r in mine for p in records if p["mode"] == "plain" and p["round"] == r["round"]]
+            row["time_vs_plain"] = sig(statistics.median(r["ms_per_step"] / p["ms_per_step"] for r, p in pairs), 3)
+            row["peak_vs_plain"] = sig(row["peak_mem_gb"] / max(p["peak_mem_gb"] for _, p in pairs), 3)
+        rows.append(row)
+    return rows
+
+
+if args.step_child:
+    time_step(args.step_child)
+elif args.step:
+    shape = (2, 64, 16, 2) if args.tiny else args.step_shape
+    rounds = 1 if args.tiny else args.rounds
+    print(f"--step: {', '.join(step_modes)}; {rounds} round(s), each mode in a fresh process; model n_layer, "
+          f"n_embd, block_size, batch_size = {', '.join(map(str, shape))}", flush=True)
+    records = []
+    for r in range(1, rounds + 1):
+        for mode in step_modes:
+            record = dict(round=r, **run_step_child(mode))
+            records.append(record)
+            print(f"round {r} {mode:16s} {record['ms_per_step']:9.1f} ms/step {record['page_faults_per_step']:8d} "
+                  f"page faults/step  peak {record['peak_mem_gb']} GB", flush=True)
+    summary = step_summary(records)
+    write("bench_step", dict(date=date, device=device_name, command=command, shape=list(shape), rounds=rounds,
+                             modes={m: STEP_MODES[m] for m in step_modes}, cpu_count=os.cpu_count(),
+                             torch_threads=torch.get_num_threads(), loss_chunk=args.step_loss_chunk,
+                             summary=summary, records=records),
+          [f"model: n_layer, n_embd, block_size, batch_size = {', '.join(map(str, shape))} (n_head 4, vocab 50304, "
+           f"fp32, eager); {1 if args.tiny else args.warmup} warm-up then {2 if args.tiny else args.steps} timed steps "
+           f"a process; {rounds} round(s), each running every mode once in a fresh process, in the order below; "
+           f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads",
+           *[f"{m}: {STEP_MODES[m]}" for m in step_modes],
+           "ms/step: the median step of a process; page faults: minor faults a step (memory the system had to "
+           "hand back); peak: the process's largest resident memory; vs plain: the median over rounds of the "
+           "ratio to that round's plain loop (time), the largest peak over the plain loop's largest (memory)"],
+          ["round", "mode", "ms/step", "tokens/s", "page faults/step", "system s/step", "user s/step", "peak GB"],
+          [[r["round"], r["mode"], r["ms_per_step"], r["tokens_per_s"], r["page_faults_per_step"],
+            r["system_s_per_step"], r["user_s_per_step"], r["peak_mem_gb"]] for r in records],
+          summary=("Summary", ["mode", "rounds", "ms/step (median)", "range", "page faults/step", "peak GB",
+                               "time vs plain", "peak vs plain"],
+                   [[r["mode"], r["rounds"], r["ms_per_step"], f"{r['ms_min']}–{r['ms_max']}",
+                     r["page_faults_per_step"], r["peak_mem_gb"], r["time_vs_plain"], r["peak_vs_plain"]]
+                    for r in summary]))

@@ -10,7 +10,8 @@ another:
                          one process at a time writes a folder; writable_folder: an out_dir checked before the work
   results                write_text, write_json: a result file written atomically (the old one or the new one)
   checkpoints            read_checkpoint, model_from_checkpoint, load_checkpoint, save_checkpoint
-  the training step      optimizer_step (train.py trains with it, bench.py --train times it)
+  the training step      optimizer_step (train.py trains with it, bench.py --train times it); keep_freed_memory
+                         (the CPU allocator setting train.py runs under and bench.py --step measures)
   runs and logs          dataset_dir, read_jsonl, code_version, finite_or_none, markdown_table
   results                writable_folder (checked before the work), write_text and write_json (atomic: a kill or a
                          full disk leaves the previous file); free_memory (what a run may use)
@@ -21,6 +22,7 @@ another:
 
 import ast
 import builtins
+import ctypes
 import dataclasses
 import difflib
 import inspect
@@ -486,6 +488,24 @@ def optimizer_step(optimizer, scaler, params, grad_clip, loss):
         scaler.update()  # lowers the loss scale after an fp16 overflow (the check unscale_ made), raises it after a run
     optimizer.zero_grad(set_to_none=True)
     return torch.stack([loss.float(), grad_norm.float(), taken.float()])
+
+
+def keep_freed_memory(device_type="cpu"):
+    """On a CPU under Linux, make glibc's malloc keep the memory a training step frees, for the next step to reuse.
+    By default every block above a few MB is a fresh mapping, handed back to the system when freed, and the freed
+    top of the heap is handed back too; a step that frees 1-3 GB then page-faults all of it in again on the next
+    step. On a 2-core machine that was 30-40% of a step's time, spent in the kernel (bench.py --step measures it).
+    Set once per process, before the first step: every block up to 1 GiB from the heap (M_MMAP_THRESHOLD), and the
+    heap never trimmed (M_TRIM_THRESHOLD -1). Returns whether it was set: not off a CPU, off Linux, or where the C
+    library is not glibc (musl has no mallopt)."""
+    if device_type != "cpu" or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        # mallopt returns 1 when it took the value; both take an int, and -1 for the threshold means "never"
+        return libc.mallopt(-3, 1 << 30) == 1 and libc.mallopt(-1, -1) == 1  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        return False
 
 
 # -----------------------------------------------------------------------------

@@ -417,48 +417,61 @@ class Block(nn.Module):
 class ChunkedCrossEntropy(torch.autograd.Function):
     """The mean cross-entropy of the logits x @ w^T (x: N rows of C, w: the V x C output matrix) against targets
     (N token ids; -1: not counted, as F.cross_entropy's ignore_index=-1; no target counted: NaN, as there),
-    `chunk` rows at a time. Training needs the loss's gradient, and a chunk's is known as soon
-    as its logits are: d loss / d logits = (softmax - one_hot) / n. So the forward pass computes dx and dw chunk by
-    chunk too, and the backward pass only scales them: the same three matmuls as the plain path, one chunk of
-    logits held at a time. The cost: the forward pass does the backward's matmuls even when nothing calls
-    backward, so chunked_loss asks for them only where autograd will want them."""
+    `chunk` rows at a time, for training. Training needs the loss's gradient, and a chunk's is known as soon as its
+    logits are: d loss / d logits = (softmax - one_hot) / n. So the forward pass computes dx and dw chunk by chunk
+    too, and the backward pass only scales them: the same three matmuls as the plain path, one chunk of logits held
+    at a time. The cost: the forward pass does the backward's matmuls even when nothing calls backward, so
+    chunked_loss uses this only where autograd will want them."""
 
     @staticmethod
-    def forward(ctx, x, w, targets, chunk, grads):
+    def forward(ctx, x, w, targets, chunk):
         valid = targets != -1
         n = valid.sum()  # a tensor: the mean's count costs no wait for the GPU
         fp = torch.promote_types(x.dtype, torch.float32)  # the loss and the sums in fp32 (fp64 for fp64 inputs)
         total = torch.zeros((), dtype=fp, device=x.device)
-        dx = torch.empty_like(x, dtype=fp) if grads else None  # every row is written, chunk by chunk
-        dw = torch.zeros_like(w, dtype=fp) if grads else None
+        dx = torch.empty_like(x, dtype=fp)  # every row is written, chunk by chunk
+        dw = torch.zeros_like(w, dtype=fp)
         for i in range(0, x.size(0), chunk):
             xc, tc, vc = x[i:i + chunk], targets[i:i + chunk].clamp_min(0)[:, None], valid[i:i + chunk, None]
             logits = F.linear(xc, w).to(fp)  # under autocast the matmul runs in bf16/fp16, as lm_head's does
-            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-            total = total + torch.where(vc, lse - logits.gather(1, tc), 0).sum()  # where: an ignored row's inf stays out
-            if grads:  # softmax - one_hot, made in place in the logits' memory (they are not read again)
-                g = logits.sub_(lse).exp_().scatter_add_(1, tc, -torch.ones_like(lse)).masked_fill_(~vc, 0)
-                g = g.to(x.dtype)  # divided by n only after the matmuls: fp16 would flush g / n to 0
+            # Every pass over a chunk of logits below is in place, in their own memory: torch.logsumexp, or a
+            # separate gradient, would make more chunks of temporaries, and on a CPU making and freeing them cost
+            # more than the arithmetic. The log-sum-exp by hand: top + log(sum(exp(logit - top)))
+            top = logits.amax(dim=-1, keepdim=True)
+            picked = logits.gather(1, tc)
+            sums = logits.sub_(top).exp_().sum(dim=-1, keepdim=True)  # logits now hold exp(logit - top)
+            total = total + torch.where(vc, sums.log() + top - picked, 0).sum()  # where: an ignored row stays out
+            # softmax - one_hot: exp(logit - top) / sums, minus 1 at the target; an ignored row's sum is made
+            # infinite and its -1 a 0, so that its gradient is 0 without another pass over the chunk
+            g = logits.div_(sums.masked_fill(~vc, math.inf)).scatter_add_(1, tc, -vc.to(fp))
+            g = g.to(x.dtype)  # divided by n only after the matmuls: fp16 would flush g / n to 0
+            if g.dtype == dx.dtype:  # fp32 (or fp64): the matmuls write straight into dx and add into dw
+                torch.mm(g, w, out=dx[i:i + chunk])
+                dw.addmm_(g.t(), xc)
+            else:  # bf16/fp16 matmuls, as under autocast, kept in fp32
                 dx[i:i + chunk] = g @ w
                 dw += g.t() @ xc
-                del g
-            del logits, lse  # before the next chunk's are made: two chunks of logits never live at once
-        if grads:
-            ctx.save_for_backward(dx.div_(n), dw.div_(n))
-            ctx.dtypes = x.dtype, w.dtype
+            del logits, g, top, picked, sums  # before the next chunk's are made: two chunks never live at once
+        ctx.save_for_backward(dx.div_(n), dw.div_(n))
+        ctx.dtypes = x.dtype, w.dtype
         return total / n
 
     @staticmethod
     @torch.autograd.function.once_differentiable  # its backward scales stored gradients: no second derivative
     def backward(ctx, dloss):  # dloss: the scale the caller put on the loss (gradient accumulation, fp16 scaling)
         dx, dw = ctx.saved_tensors
-        return (dx * dloss).to(ctx.dtypes[0]), (dw * dloss).to(ctx.dtypes[1]), None, None, None
+        return (dx * dloss).to(ctx.dtypes[0]), (dw * dloss).to(ctx.dtypes[1]), None, None
 
 
 def chunked_loss(x, w, targets, chunk):
-    """F.cross_entropy(x @ w^T, targets, ignore_index=-1), `chunk` rows of logits at a time (ChunkedCrossEntropy)."""
-    grads = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
-    return ChunkedCrossEntropy.apply(x, w, targets, chunk, grads)
+    """F.cross_entropy(x @ w^T, targets, ignore_index=-1), `chunk` rows of logits at a time: ChunkedCrossEntropy
+    where gradients will be wanted, else F.cross_entropy on each chunk's logits (one matmul a chunk)."""
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        return ChunkedCrossEntropy.apply(x, w, targets, chunk)
+    fp = torch.promote_types(x.dtype, torch.float32)
+    total = sum(F.cross_entropy(F.linear(x[i:i + chunk], w).to(fp), targets[i:i + chunk], ignore_index=-1,
+                                reduction="sum") for i in range(0, x.size(0), chunk))
+    return total / (targets != -1).sum()
 
 
 # ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""bench.py: without --tiny and without a GPU it refuses at once; its keys are checked before anything runs. Its
+"""bench.py: without --tiny and without a GPU --kernels and --train refuse at once (--step times a CPU); its keys are checked before anything runs. Its
 tiny modes on CPU (Triton interpreter, fp32), which write complete records marked as smoke tests, are run by the
 GPU scripts' toy runs (test_gpu_scripts.py, with gpu/kernels.sh and gpu/throughput.sh at toy size) and checked
 there with check_bench_kernels_tiny and check_bench_train_tiny below: one smoke run of each mode in the suite."""
@@ -116,7 +116,10 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path):
         (["--kernels", "--tiny", "--seq_len=16"], "unknown key 'seq_len' (did you mean 'seq_lens'?)"),
         (["--kernels", "--tiny", "--head_dims=64,x"], "--head_dims=64,x: head_dims must be a list of int, written a,b,c"),
         (["--kernels", "--tiny", "--head_dims=64,0"], "--head_dims=64,0: give positive integers"),
-        (["--tiny"], "choose --kernels and/or --train"),
+        (["--tiny"], "choose --kernels, --train and/or --step"),
+        (["--step", "--tiny", "--step_modes=plain,fast"], "--step_modes=plain,fast: unknown 'fast'; choose from plain,"),
+        (["--step", "--tiny", "--step_shape=4,128,128"], "--step_shape=4,128,128: give four positive integers"),
+        (["--step", "--rounds=0"], "--rounds and --steps at least 1"),
         ([str(config)], "--compile=sometimes: choose both, true or false"),  # the file set train, tiny and compile
         (["--train", "--tiny", "--compile_mode=fast"], "--compile_mode=fast: choose one of default, reduce-overhead"),
         (["--train", "--tiny", "--variants=baseline,g9"],
@@ -131,3 +134,64 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path):
         assert out.returncode != 0 and message in out.stderr, (flags, out.stderr)
         assert out.stderr.strip().count("\n") == 0 and out.stdout == "", (flags, out.stderr)
     assert not (tmp_path / "res").exists()
+
+
+def test_bench_step_times_the_real_step_against_the_plain_loop_in_fresh_processes(tmp_path):
+    """bench.py --step --tiny: every mode of STEP_MODES in its own process, with the allocator setting only where
+    the mode has it; the summary's ratios are computed from the records, and the smoke test says so."""
+    import train
+    out = run_bench(tmp_path, "--step", "--tiny", "--step_modes=all", f"--out_dir={tmp_path / 'res'}", timeout=600)
+    assert out.returncode == 0, out.stderr
+    data = json.load(open(tmp_path / "res" / "bench_step.json"))
+    md = open(tmp_path / "res" / "bench_step.md").read()
+    check_smoke_test(out.stdout, data, md)
+    modes = ["plain", "real", "real_no_setting", "real_plain_loss", "real_unfused", "real_no_clip"]
+    records = data["records"]
+    assert [r["mode"] for r in records] == modes and data["rounds"] == 1
+    for r in records:
+        assert r["ms_per_step"] > 0 and r["peak_mem_gb"] > 0 and r["page_faults_per_step"] >= 0, r
+        assert r["tokens_per_s"] * r["ms_per_step"] / 1e3 == pytest.approx(2 * 16, rel=1e-2)  # batch 2 x T 16
+        on_linux = sys.platform.startswith("linux")  # glibc's mallopt: elsewhere the setting is never made
+        assert r["allocator_setting"] == (on_linux and r["mode"] not in ("plain", "real_no_setting")), r
+        assert r["loss_chunk"] == (0 if r["mode"] in ("plain", "real_plain_loss") else 4096), r
+    plain = records[0]
+    summary = {r["mode"]: r for r in data["summary"]}
+    for r in records:
+        assert summary[r["mode"]]["time_vs_plain"] == pytest.approx(r["ms_per_step"] / plain["ms_per_step"], rel=1e-2)
+        assert summary[r["mode"]]["peak_vs_plain"] == pytest.approx(r["peak_mem_gb"] / plain["peak_mem_gb"], rel=1e-2)
+    assert "## Summary" in md and md.count("| real_unfused |") == 2  # the summary row and the measurement's
+    # the real step is train.py's: the same loss_chunk as train.py's default run
+    assert data["loss_chunk"] == train.TrainConfig().loss_chunk > 0
+
+
+def test_keep_freed_memory_stops_the_page_faults_of_steps_that_free_large_blocks(tmp_path):
+    """common.keep_freed_memory, in a fresh process (it lasts the process): a step that makes three 64 MB tensors,
+    each from the last, and frees them page-faults all three in again at every step by default; with the setting,
+    once the heap has settled (a few steps: the first blocks leave holes the later ones do not fit), not at all."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("glibc's mallopt: Linux only")
+    script = tmp_path / "faults.py"
+    script.write_text(
+        "import resource, sys, torch\n"
+        f"sys.path.insert(0, {HERE!r})\n"
+        "from common import keep_freed_memory\n"
+        "print(keep_freed_memory() if sys.argv[1] == 'set' else False)\n"
+        "def step():\n"
+        "    a = torch.ones(16 << 20)  # 16M floats: 64 MB, above glibc's largest default heap block (32 MB)\n"
+        "    b = a * 2\n"
+        "    return float((b + a)[-1])\n"
+        "for i in range(12):\n"
+        "    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+        "    step()\n"
+        "    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n")
+    pages = 3 * (64 << 20) // 4096  # three blocks of 4 KiB pages a step
+    for how, expect_set in (("set", True), ("default", False)):
+        out = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        was_set, *faults = out.stdout.split()
+        assert was_set == str(expect_set) and len(faults) == 12
+        last = [int(f) for f in faults[-4:]]
+        if expect_set:
+            assert max(last) < 0.05 * pages, faults
+        else:
+            assert min(last) > 0.9 * pages, faults

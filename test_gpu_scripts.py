@@ -65,7 +65,7 @@ def bench_output(files, name):
 def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     """kernels.sh, throughput.sh and the study's start / wait / pack, side by side (they are independent)."""
     data = {"DATA_DIR": dataset}
-    results = folder_state(os.path.join(REPO, "results"))  # committed GPU measurements: toy runs must not touch them
+    results = folder_state(os.path.join(REPO, "results"))  # committed measurements: toy runs must not touch them
     jobs = {name: script(name, work=tmp_path / name, env=data, wait=False) for name in ("kernels", "throughput")}
     study = tmp_path / "study"
     # the budget (0.6 s) lets the first run start (nothing is timed yet), and no second: it would end too late
@@ -113,7 +113,7 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     assert {"repro-tiny/report/REPORT.md", "repro-tiny/report/summary.json", "repro-tiny/report/evaluate/summary.json",
             "repro-tiny/commands.jsonl", "repro-tiny/baseline/seed1337/log.jsonl", "study/study-job/output.txt"} <= set(files)
     assert files["study/study-job/exit"].strip() == b"0"
-    # toy runs write only under WORK: results/, which holds committed GPU measurements only, is as it was
+    # toy runs write only under WORK: results/, which holds committed measurements only, is as it was
     assert folder_state(os.path.join(REPO, "results")) == results
     assert b"repro.py evaluate --windows=4" in files["study/study-job/command"]
     assert b"leaves 1 run untrained: g1_elementwise seed 1337" in files["study/study-job/output.txt"]

@@ -91,6 +91,31 @@ def test_default_dataset_is_prepared_on_first_use_and_the_loss_falls(tmp_path):
     assert not any(k.startswith("_orig_mod.") for k in checkpoint["model"])
 
 
+def test_an_evaluation_runs_each_validation_batch_once(tiny_run, monkeypatch):
+    """The first validation batch gives its loss and the probe's measurements in one forward pass: an evaluation
+    runs eval_iters forwards, not one more, and what it reports is the mean loss over the batches and the probe's
+    measurements on the first, as measured apart."""
+    from probe import Probe
+    forward, calls, seen = model_py.GPT.forward, [], []
+    monkeypatch.setattr(model_py.GPT, "forward", lambda self, idx, targets=None: (
+        calls.append(targets is not None), forward(self, idx, targets))[1])
+    log_and_save = train.Trainer.log_and_save
+    monkeypatch.setattr(train.Trainer, "log_and_save", lambda self, *args: (
+        seen.append(self), log_and_save(self, *args))[1])
+    train.main(["--out_dir=" + tiny_run, "--init_from=resume", "--eval_only=True"])
+    trainer = seen[0]
+    assert calls == [True] * len(trainer.val) and len(trainer.val) == 2  # eval_iters=2: two forwards, with targets
+    record = read_log(tiny_run)[-1]  # eval_only writes nothing: the last record is the run's own, of the same state
+    model = trainer.raw_model.eval()
+    with torch.no_grad():
+        losses = [forward(model, x, y)[1].item() for x, y in trainer.val]
+        with Probe(model) as probe:
+            forward(model, trainer.val[0][0])
+    assert record["val_loss"] == pytest.approx(sum(losses) / len(losses), rel=1e-5)
+    for key, value in probe.summary().items():
+        assert record[key] == (None if value is None else pytest.approx(value, rel=1e-5, abs=1e-7)), key
+
+
 def test_the_first_record_of_each_command_names_the_code_that_ran(tiny_run):
     log = read_log(tiny_run)
     git = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True)
@@ -100,10 +125,11 @@ def test_the_first_record_of_each_command_names_the_code_that_ran(tiny_run):
     assert all("code" not in r for r in log[1:])
 
 
-@pytest.mark.parametrize("loss_chunk", [0, 50])
+@pytest.mark.parametrize("loss_chunk", [0, 50, TrainConfig.loss_chunk])  # the last: resumed as it started
 def test_resume_continues_the_run_exactly(stdlib_data, tmp_path, loss_chunk):
-    """A run stopped and resumed ends where one straight run does; also when it resumes computing its loss in chunks
-    of 50 rows (loss_chunk, a runtime flag: a run may change it), which gives the same loss to fp32 rounding."""
+    """A run stopped and resumed ends where one straight run does; also when it resumes computing its loss another
+    way (loss_chunk, a runtime flag: a run may change it): all at once (0) or in chunks of 50 rows instead of the
+    default's one chunk of the batch, which gives the same loss to fp32 rounding."""
     common = TINY + [f"--data_dir={stdlib_data}", "--dropout=0.1", "--eval_interval=2", "--lr_decay_iters=8"]
     train.main(common + [f"--out_dir={tmp_path / 'straight'}", "--max_iters=8"])
     train.main(common + [f"--out_dir={tmp_path / 'split'}", "--max_iters=4"])
@@ -118,7 +144,8 @@ def test_resume_continues_the_run_exactly(stdlib_data, tmp_path, loss_chunk):
     _, ckpt_a = load_checkpoint(str(tmp_path / "straight" / "ckpt.pt"))
     _, ckpt_b = load_checkpoint(str(tmp_path / "split" / "ckpt.pt"))
     for name, tensor in ckpt_a["model"].items():  # chunks: the rounding of other sums, which Adam's steps carry on
-        torch.testing.assert_close(tensor, ckpt_b["model"][name], rtol=1e-6, atol=2e-6 if loss_chunk else 1e-7)
+        same = loss_chunk == TrainConfig.loss_chunk  # resumed the way it started
+        torch.testing.assert_close(tensor, ckpt_b["model"][name], rtol=1e-6, atol=1e-7 if same else 2e-6)
     assert ckpt_b["model_args"]["loss_chunk"] == loss_chunk  # as the run went on: it resumes that way again
 
 
@@ -294,7 +321,8 @@ def test_the_training_loop_waits_for_the_device_only_at_log_and_eval_steps(stdli
 def test_log_lines_and_records_time_the_training_steps_only(stdlib_data, tmp_path, monkeypatch, capsys):
     """On a fake clock the first step takes 51 s (as compiling would), the next five 1 s each, the rest 2 s, and
     each eval 100 s. The log lines and records time the steps alone: a line covers all the steps since the
-    previous line, an eval between them or not, and never the first step (128 tokens a step)."""
+    previous line, an eval between them or not, and never the first step (128 tokens a step). The end-to-end
+    throughput (tokens_per_s_wall, and the last line) counts everything: what a user planning a run divides by."""
     now = [0.0]
     monkeypatch.setattr(train.time, "perf_counter", lambda: now[0])
     step, log_and_save = train.Trainer.train_step, train.Trainer.log_and_save
@@ -310,7 +338,8 @@ def test_log_lines_and_records_time_the_training_steps_only(stdlib_data, tmp_pat
     monkeypatch.setattr(train.Trainer, "log_and_save", slow_log_and_save)
     train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--max_iters=12",
                        "--eval_interval=6", "--log_interval=4"])
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter ")]
+    said = capsys.readouterr().out.splitlines()
+    lines = [line for line in said if line.startswith("iter ")]
     # the line at 4: steps 1-3, 1 s each; at 8: steps 4-7, 6 s in all; at 12: steps 8-11, 2 s each
     assert len(lines) == 3
     for line, (ms, tokens) in zip(lines, ((1000, 128), (1500, 85), (2000, 64))):
@@ -318,6 +347,16 @@ def test_log_lines_and_records_time_the_training_steps_only(stdlib_data, tmp_pat
     log = read_log(tmp_path / "run")  # evals at 6 (steps 1-5, 1 s each) and 12 (steps 6-11, 2 s each)
     assert [r["iter"] for r in log] == [0, 6, 12] and log[0]["tokens_per_s"] is None
     assert [r["tokens_per_s"] for r in log[1:]] == [pytest.approx(128.0), pytest.approx(64.0)]
+    # End to end, everything counts: at iter 6, the first eval (100 s), steps 0-5 (51 + 5 s) and this eval
+    # (100 s) for 6 x 128 tokens; at 12, six more steps (12 s) and one more eval
+    assert log[0]["tokens_per_s_wall"] is None
+    assert [r["tokens_per_s_wall"] for r in log[1:]] == [pytest.approx(768 / 256), pytest.approx(1536 / 368)]
+    # the last line states both: 1536 tokens in 368 s; 11 timed steps (the first, compiling, is not) took 17 s;
+    # the three evaluations 300 s
+    done = [line for line in said if line.startswith("done:")]
+    assert len(done) == 1 and done[0].startswith(
+        "done: 12 iterations in 368 s, 4 tokens/s end to end (a training step alone: 83 tokens/s; evaluations and "
+        "checkpoints took 300 s, 82% of the time)."), done
 
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])  # where fused AdamW skips a step on the device
@@ -470,9 +509,9 @@ def test_config_files(tmp_path):
 
 def test_train_config_is_the_models_config_plus_the_runs_keys():
     """TrainConfig takes every model flag from GPTConfig (not a copy of them): same type, the model's default but the
-    laptop run's sizes, and GPTConfig's checks run on it."""
+    laptop run's sizes and its loss in chunks, and GPTConfig's checks run on it."""
     train_fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    sizes = {"block_size", "n_layer", "n_head", "n_embd"}  # the laptop run's own sizes
+    sizes = {"block_size", "n_layer", "n_head", "n_embd", "loss_chunk"}  # the laptop run's own
     assert issubclass(TrainConfig, GPTConfig)
     for f in dataclasses.fields(GPTConfig):
         assert train_fields[f.name].type is f.type, f.name

@@ -30,7 +30,6 @@ only after the first step, at log steps and before evals: each step is queued, a
 steps' losses then. One optimizer step is common.optimizer_step, which bench.py --train times too.
 """
 
-import ctypes
 import dataclasses
 import glob
 import json
@@ -41,6 +40,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,8 +50,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (BEST, CHECKPOINT, COMPILE_MODES, LOG, REPO, SDPA_BACKENDS, autocast_for, claim_folder,
                     code_version, configure, dataset_dir, estimate_mfu, fail, finite_or_none, free_memory,
-                    model_from_checkpoint, optimizer_step, pick_device, read_checkpoint, read_jsonl, save_checkpoint,
-                    sdpa_preference)
+                    keep_freed_memory, model_from_checkpoint, optimizer_step, pick_device, read_checkpoint,
+                    read_jsonl, save_checkpoint, sdpa_preference)
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import TrainLoader, atomic_write, bos_token, find_shards, max_token_id, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
@@ -88,6 +88,9 @@ class TrainConfig(GPTConfig):
     n_layer: int = 4  # transformer blocks
     n_head: int = 4  # query heads
     n_embd: int = 128  # the residual stream's width
+    # model.chunked_loss makes the loss's gradient in the logits' own memory: a CPU step holds one copy of them,
+    # not the plain path's four, and runs faster for it. The GPU configs set 0, the loss over all logits at once
+    loss_chunk: int = 4096  # the loss over this many rows of logits at a time (0: all at once)
     # AdamW with linear warmup and cosine decay to min_lr
     learning_rate: float = 2e-3  # the peak, after warmup
     max_iters: int = 300  # optimizer steps in all
@@ -124,18 +127,6 @@ VAL_RISE_WARNING = 1.0  # nats: a validation loss this far above the best one ge
 # which no run that is merely noisy reaches (a --learning_rate=100 run is at thousands of nats). It stops then.
 DIVERGED_FACTOR = 2.0
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what train.py reads of what torchrun sets
-
-
-def keep_freed_memory():
-    """CPU runs on Linux: glibc hands every large freed block straight back to the OS, so each step
-    page-faults its activations in again; on a 2-core VM that was ~40% of the default run's step time.
-    Raising glibc's thresholds makes it reuse the memory instead. A no-op where glibc is not the allocator."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: keep up to 1 GiB of free memory in the process
-        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: serve large blocks from that memory, not fresh mappings
-    except (OSError, AttributeError):
-        pass
 
 
 def lr_at(it, c):
@@ -647,7 +638,7 @@ class Trainer:
             if self.ddp:  # synchronise gradients on the last micro-step only
                 self.train_model.require_backward_grad_sync = micro_step == self.accum - 1
             with self.ctx:
-                _, loss = self.train_model(x, y)
+                loss = self.train_model(x, y)[1]  # the logits let go at once: backward does not need them
                 loss = loss / self.accum
             step_loss += loss.detach()
             self.scaler.scale(loss).backward()
@@ -696,18 +687,17 @@ class Trainer:
     def evaluate(self):
         """Mean loss over the fixed validation batches (shared out among the ranks), and the probe's
         attention/activation/gate measurements on the first one (batch_size windows: the probe costs more than a
-        forward; analyze.py measures them over all eval_iters batches)."""
+        forward; analyze.py measures them over all eval_iters batches). That batch runs once, with the probe on the
+        uncompiled model (its hooks need the modules), and gives its loss too."""
         self.model.eval()
         total = torch.zeros(2, device=self.device)  # summed loss, batches
-        for x, y in self.val[self.rank::self.world_size]:
-            with self.ctx:
-                _, loss = self.model(x.to(self.device), y.to(self.device))
+        probe = Probe(self.raw_model, triggers=self.triggers)  # only rank 0's is reported: its first batch is val[0]
+        for i, (x, y) in enumerate(self.val[self.rank::self.world_size]):
+            with self.ctx, probe if i == 0 else nullcontext():
+                _, loss = (self.raw_model if i == 0 else self.model)(x.to(self.device), y.to(self.device))
             total += torch.stack([loss.float(), torch.ones((), device=self.device)])
         if self.ddp:
             dist.all_reduce(total)
-        x, _ = self.val[0]
-        with self.ctx, Probe(self.raw_model, triggers=self.triggers) as probe:
-            self.raw_model(x.to(self.device))
         self.model.train()
         return (total[0] / total[1]).item(), probe
 
@@ -722,7 +712,8 @@ class Trainer:
             "val_loss": finite_or_none(val_loss),
             "lr": lr,
             "tokens": self.iter_num * self.tokens_per_iter,
-            "tokens_per_s": self.tokens_per_iter / dt if dt else None,
+            "tokens_per_s": self.tokens_per_iter / dt if dt else None,  # a training step's: the steps alone
+            "tokens_per_s_wall": self.wall_tokens_per_s(),  # end to end: evaluations and checkpoints included
             "mfu": estimate_mfu(self.raw_model, self.c.batch_size * self.accum, dt, device=self.device) if dt else None,
             **probe.summary(),  # MEASURES (probe.py): each averaged over layers, on the first validation batch
             "loss_spikes": self.health["loss_spikes"],
@@ -748,6 +739,12 @@ class Trainer:
             elif self.iter_num == 0:  # a new run's initial state: best.pt from the start, so none is ever worse
                 self.save(val_loss, latest=False)
         return record
+
+    def wall_tokens_per_s(self):
+        """Tokens trained by this command per second of its wall clock since the loop began: evaluations,
+        checkpoints, compiling and loading batches included. What a user planning a run should divide by."""
+        trained = (self.iter_num - self.start_iter) * self.tokens_per_iter
+        return trained / (time.perf_counter() - self.t_loop) if trained else None
 
     def stop_if_exploded(self, val_loss):
         """Stop a run whose validation loss is above DIVERGED_FACTOR x its initial one (rule above): it has
@@ -821,8 +818,9 @@ class Trainer:
         anchor = " (each starts with the BOS token <|endoftext|>)" if c.bos else ""
         self.say(f"data: {self.data_dir}, {len(self.loader.windows):,} training windows{anchor}; "
                  f"{self.tokens_per_iter:,} tokens per iteration")
-        self.start_iter, self.t_start = self.iter_num, time.time()
-        record, since_log, since_eval = None, Span(), Span()
+        self.start_iter, self.t_start, self.t_loop = self.iter_num, time.time(), time.perf_counter()
+        record, since_log, since_eval, since_start = None, Span(), Span(), Span()
+        eval_seconds = 0.0  # spent in evaluations and checkpoints
         # when the host last waited for the device, and at which iteration: the steps since then are still queued
         t_read, iter_read = time.perf_counter(), self.iter_num
         if self.start_iter >= c.max_iters and not c.eval_only:
@@ -834,9 +832,11 @@ class Trainer:
                     group["lr"] = lr
                 resumed_here = self.iter_num == self.start_iter > 0 and not c.eval_only  # its eval is in the log
                 if self.eval_due() and not resumed_here:
+                    t_eval = time.perf_counter()
                     record = self.log_and_save(lr, since_eval)
                     since_eval = Span()
                     t_read, iter_read = time.perf_counter(), self.iter_num  # evaluation time is not training time
+                    eval_seconds += t_read - t_eval
                 if c.eval_only or self.iter_num >= c.max_iters:
                     break
                 self.train_step()
@@ -851,7 +851,7 @@ class Trainer:
                 t_now = time.perf_counter()
                 seconds, steps = t_now - t_read, self.iter_num - iter_read
                 t_read, iter_read = t_now, self.iter_num
-                for span in (since_log, since_eval):
+                for span in (since_log, since_eval, since_start):
                     span.add(losses, seconds, steps, timed=not first_step)
                 if log_step:
                     dt = since_log.step_time() or seconds  # the first step alone (log_interval=1): its own time
@@ -868,7 +868,11 @@ class Trainer:
                 self.out_of_memory(e)
             raise
         if record is not None and not c.eval_only:
-            self.say(f"done: {self.iter_num} iterations in {time.time() - self.t_start:.0f} s. {describe(record)}. "
+            wall, wall_speed, dt = time.perf_counter() - self.t_loop, self.wall_tokens_per_s(), since_start.step_time()
+            speed = (f", {wall_speed:,.0f} tokens/s end to end (a training step alone: "
+                     f"{self.tokens_per_iter / dt:,.0f} tokens/s; evaluations and checkpoints took {eval_seconds:.0f} s,"
+                     f" {eval_seconds / wall:.0%} of the time)" if wall_speed and dt else "")
+            self.say(f"done: {self.iter_num} iterations in {wall:.0f} s{speed}. {describe(record)}. "
                      f"The val loss is over {c.eval_iters} validation batches, the rest are layer averages on the "
                      f"first ({c.batch_size} windows; analyze.py measures all {c.eval_iters}). Log in "
                      f"{self.folder.log_path}")
@@ -908,8 +912,7 @@ def main(argv=None):
 
         device = pick_device(c.device, local_rank if ddp else None)
         device_type = device.split(":")[0]
-        if device_type == "cpu" and sys.platform.startswith("linux"):
-            keep_freed_memory()
+        keep_freed_memory(device_type)  # a CPU run reuses the memory each step frees (common.keep_freed_memory)
         if ddp:
             if device_type == "cuda":
                 torch.cuda.set_device(device)

@@ -26,4 +26,5 @@ eval_iters = 32  # 32 x 64 = 2,048 validation windows (1.05M tokens), the same f
 log_interval = 50
 always_save_checkpoint = True
 compile = True
+loss_chunk = 0  # the loss over all the logits at once, as the GPU runs were measured (train.py's default chunks)
 seed = 1337

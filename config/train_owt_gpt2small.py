@@ -23,3 +23,4 @@ eval_interval = 500
 eval_iters = 100
 log_interval = 10
 compile = True
+loss_chunk = 0  # the loss over all the logits at once, as the GPU runs were measured (train.py's default chunks)
