@@ -125,11 +125,11 @@ def test_the_first_record_of_each_command_names_the_code_that_ran(tiny_run):
     assert all("code" not in r for r in log[1:])
 
 
-@pytest.mark.parametrize("loss_chunk", [0, 50, TrainConfig.loss_chunk])  # the last: resumed as it started
+@pytest.mark.parametrize("loss_chunk", [0, TrainConfig.loss_chunk])  # 0: resumed the other way; the default: the same
 def test_resume_continues_the_run_exactly(stdlib_data, tmp_path, loss_chunk):
     """A run stopped and resumed ends where one straight run does; also when it resumes computing its loss another
-    way (loss_chunk, a runtime flag: a run may change it): all at once (0) or in chunks of 50 rows instead of the
-    default's one chunk of the batch, which gives the same loss to fp32 rounding."""
+    way (loss_chunk, a runtime flag: a run may change it): all at once (0) instead of the default's one chunk of the
+    batch, which gives the same loss to fp32 rounding."""
     common = TINY + [f"--data_dir={stdlib_data}", "--dropout=0.1", "--eval_interval=2", "--lr_decay_iters=8"]
     train.main(common + [f"--out_dir={tmp_path / 'straight'}", "--max_iters=8"])
     train.main(common + [f"--out_dir={tmp_path / 'split'}", "--max_iters=4"])
