@@ -89,7 +89,8 @@ class TrainConfig(GPTConfig):
     n_head: int = 4  # query heads
     n_embd: int = 128  # the residual stream's width
     # model.chunked_loss makes the loss's gradient in the logits' own memory: a CPU step holds one copy of them,
-    # not the plain path's four, and runs faster for it. The GPU configs set 0, the loss over all logits at once
+    # not the plain path's several (logits, log-softmax, their gradients), and keeps its heap from fragmenting
+    # under common.keep_freed_memory. The GPU configs set 0, the loss over all logits at once
     loss_chunk: int = 4096  # the loss over this many rows of logits at a time (0: all at once)
     # AdamW with linear warmup and cosine decay to min_lr
     learning_rate: float = 2e-3  # the peak, after warmup
