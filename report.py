@@ -127,10 +127,11 @@ def status(rs):
 # -----------------------------------------------------------------------------
 # REPORT.md
 
-def render_report(result, root, tiny, commands, report_command, plots, analyzed, title):
+def render_report(result, root, tiny, commands, report_command, plots, analyzed, title, every_command=()):
     """REPORT.md, but for the section on evaluate.py (evaluate_section): result is the study's summary.json
-    (repro.py report), commands the last command recorded for each (variant, seed), plots the figures' file
-    names, analyzed analyze.py's records of the runs (their eval windows and per-layer numbers)."""
+    (repro.py report), commands the last command recorded for each (variant, seed), every_command all of
+    commands.jsonl (a resumed run's earlier parts too), plots the figures' file names, analyzed analyze.py's
+    records of the runs (their eval windows and per-layer numbers)."""
     records, variants = result["runs"], result["variants"]
     first, val = records[0], result["validation"]
     m, windows = first["model"], analyzed[0]["eval_windows"]
@@ -167,10 +168,25 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
         lines.append(f"- {r['variant']} seed {r['seed']}: " +
                      (f"exit code {c['exit_code']} after {c['seconds']:.0f} s on {c['date']}: `{c['command']}`" if c
                       else "not recorded in commands.jsonl (run by hand?)"))
+    lines += training_time(records, every_command)
     lines += ["", f"This report: `{report_command}`", ""]
     if plots:
         lines += ["## Plots", ""] + [f"{PLOT_TEXT.get(p, p)}\n\n![{p}]({p})\n" for p in plots]
     return "\n".join(lines)
+
+
+def training_time(records, every_command):
+    """The device time the reported runs' training took, from every command recorded for them (a resumed run's
+    earlier parts included): runs trained K side by side shared the device, so each counts 1/K of its time."""
+    runs = {(r["variant"], r["seed"]) for r in records}
+    ran = [c for c in every_command if (c["variant"], c.get("seed")) in runs and "seconds" in c]
+    if not ran:
+        return []
+    seconds = sum(c["seconds"] / c.get("parallel", 1) for c in ran)
+    shared = any(c.get("parallel", 1) > 1 for c in ran)
+    return ["", f"Training time: {seconds / 60:.1f} minutes of the device in all ({seconds:,.0f} s over "
+                f"{len(ran)} command{'s' * (len(ran) > 1)}{', runs side by side counted at their share' if shared else ''}"
+                f"), not counting data preparation, `repro.py evaluate` or this report."]
 
 
 def measured_on(result):

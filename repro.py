@@ -592,7 +592,8 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
     if off:
         fail(f"the runs under {root}/ were not trained alike, so the report cannot compare them: {' | '.join(off)}; "
              f"move the runs of one setting elsewhere (or report them with --root), and train the others again")
-    commands = {(c["variant"], c.get("seed")): c for c in read_jsonl(os.path.join(root, COMMANDS))}
+    every_command = read_jsonl(os.path.join(root, COMMANDS))
+    commands = {(c["variant"], c.get("seed")): c for c in every_command}
     keep_runs(root, out_dir, runs, commands)
     records, windows = [], {}
     for (v, seed), r, w in zip(runs, summary["runs"], per_window):
@@ -627,7 +628,8 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
     plots = plot_headline(by, variants, logs, out_dir) + summary["plots"] + plot_trends(by, logs, out_dir) + \
         plot_sweep(sweep, out_dir)
     write_text(os.path.join(out_dir, "REPORT.md"),
-               render_report(result, root, tiny, commands, report_command, plots, summary["runs"], study.title) +
+               render_report(result, root, tiny, commands, report_command, plots, summary["runs"], study.title,
+                             every_command) +
                evaluate_section(out_dir, root, runs))
     print(f"wrote {out_dir}/summary.json and {out_dir}/REPORT.md")
 

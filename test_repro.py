@@ -124,6 +124,8 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     assert "| baseline | 2 | 0.003 | 2/2 finished |" in text
     assert "## Where the sink is" in text and "baseline (seed 1337):" in text
     assert f"`{commands[4]['command']}`" in text  # the last command of each run
+    minutes = sum(c["seconds"] / c["parallel"] for c in commands) / 60  # every command, side by side at its share
+    assert f"Training time: {minutes:.1f} minutes of the device in all" in text
     for plot in ("trends.png", "lr_sweep.png", "layers.png"):
         assert os.path.isfile(os.path.join(root, "report", plot)) and f"]({plot})" in text
     section = text[text.index("## Downstream consequences"):]
@@ -254,6 +256,20 @@ def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
     table = [line for line in report.sweep_section(rows) if line.startswith("| 0.")]
     assert len(table) == 3 and table[1].startswith("| 0.006 | ") and "| – | not measured |" in table[1]
     assert table[1].endswith("| – | yes/– |")  # g1's val loss, M-Act and spikes: '–' (a report, not a crash)
+
+
+def test_the_report_adds_up_the_training_time_resumed_parts_and_side_by_side_runs_included():
+    records = [{"variant": "baseline", "seed": 1337}, {"variant": "g1_elementwise", "seed": 1337}]
+    every = [{"variant": "baseline", "seed": 1337, "seconds": 300.0, "parallel": 1},   # cut short, then resumed:
+             {"variant": "baseline", "seed": 1337, "seconds": 60.0, "parallel": 1},    # both parts count
+             {"variant": "g1_elementwise", "seed": 1337, "seconds": 480.0, "parallel": 2},  # half the device
+             {"variant": "dyt", "seed": 1337, "seconds": 999.0}]                       # not in this report
+    line = report.training_time(records, every)[-1]
+    assert line.startswith("Training time: 10.0 minutes of the device in all (600 s over 3 commands, runs side by "
+                           "side counted at their share)")
+    assert report.training_time(records, every[:1])[-1].startswith("Training time: 5.0 minutes of the device in "
+                                                                   "all (300 s over 1 command)")
+    assert report.training_time(records, []) == []  # nothing recorded: no line, rather than a made-up zero
 
 
 def test_render_report_states_the_rule_the_verdicts_and_the_papers():
