@@ -39,8 +39,9 @@ import torch
 cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
-from common import (COMPILE_MODES, SDPA_BACKENDS, configure, estimate_mfu, fail, keep_freed_memory,  # noqa: E402
-                    markdown_table, optimizer_step, sdpa_order, sdpa_preference, write_json, write_text)
+from common import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, configure, estimate_mfu, fail,  # noqa: E402
+                    keep_freed_memory, markdown_table, optimizer_step, sdpa_order, sdpa_preference, write_json,
+                    write_text)
 from variants import VARIANTS  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
@@ -51,7 +52,9 @@ STEP_MODES = {
     "plain": "a plain AdamW loop (nanoGPT's): loss.backward(), AdamW.step(), zero_grad(); the loss over all the logits "
              "at once; no allocator setting",
     "real": "train.py's step: the loss in chunks (loss_chunk), common.optimizer_step (gradient clipping, the "
-            "non-finite step skipped, fused AdamW), under common.keep_freed_memory",
+            "non-finite step skipped, fused AdamW), under common.keep_freed_memory, in train.py's dtype=auto (bf16 "
+            "autocast on a CPU that computes bf16 in hardware, else fp32)",
+    "real_fp32": "train.py's step in fp32 (dtype=float32), as on a CPU without bf16 in hardware",
     "real_no_setting": "train.py's step without common.keep_freed_memory",
     "real_plain_loss": "train.py's step with the loss over all the logits at once (loss_chunk=0)",
     "real_unfused": "train.py's step with the for-loop AdamW instead of the fused one",
@@ -393,9 +396,11 @@ def time_step(mode):
         for group in optimizer.param_groups if mode == "real_unfused" else ():
             group["fused"], group["foreach"] = False, False  # the one-parameter-at-a-time loop
     no_scaler = torch.amp.GradScaler("cpu", enabled=False)
+    ctx, dtype = autocast_for("cpu", "float32" if mode in ("plain", "real_fp32") else "auto")
 
     def step():
-        loss = model(x, y)[1]  # as train.py: the logits are not kept through backward
+        with ctx:
+            loss = model(x, y)[1]  # as train.py: the logits are not kept through backward
         loss.backward()
         if mode in ("plain", "real_no_clip"):
             optimizer.step()
@@ -415,7 +420,8 @@ def time_step(mode):
     peak = after.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
     ms = statistics.median(times) * 1e3
     print("STEP_RECORD " + json.dumps(dict(
-        mode=mode, shape=[n_layer, n_embd, block_size, batch_size], loss_chunk=chunk, allocator_setting=setting,
+        mode=mode, shape=[n_layer, n_embd, block_size, batch_size], dtype=dtype, loss_chunk=chunk,
+        allocator_setting=setting,
         params=model.num_params(), ms_per_step=sig(ms), tokens_per_s=sig(batch_size * block_size / ms * 1e3),
         page_faults_per_step=round((after.ru_minflt - before.ru_minflt) / steps),
         system_s_per_step=sig((after.ru_stime - before.ru_stime) / steps),
@@ -473,15 +479,16 @@ elif args.step:
                              torch_threads=torch.get_num_threads(), loss_chunk=args.step_loss_chunk,
                              summary=summary, records=records),
           [f"model: n_layer, n_embd, block_size, batch_size = {', '.join(map(str, shape))} (n_head 4, vocab 50304, "
-           f"fp32, eager); {1 if args.tiny else args.warmup} warm-up then {2 if args.tiny else args.steps} timed steps "
+           f"eager); {1 if args.tiny else args.warmup} warm-up then {2 if args.tiny else args.steps} timed steps "
            f"a process; {rounds} round(s), each running every mode once in a fresh process, in the order below; "
            f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads",
            *[f"{m}: {STEP_MODES[m]}" for m in step_modes],
            "ms/step: the median step of a process; page faults: minor faults a step (memory the system had to "
            "hand back); peak: the process's largest resident memory; vs plain: the median over rounds of the "
            "ratio to that round's plain loop (time), the largest peak over the plain loop's largest (memory)"],
-          ["round", "mode", "ms/step", "tokens/s", "page faults/step", "system s/step", "user s/step", "peak GB"],
-          [[r["round"], r["mode"], r["ms_per_step"], r["tokens_per_s"], r["page_faults_per_step"],
+          ["round", "mode", "dtype", "ms/step", "tokens/s", "page faults/step", "system s/step", "user s/step",
+           "peak GB"],
+          [[r["round"], r["mode"], r["dtype"], r["ms_per_step"], r["tokens_per_s"], r["page_faults_per_step"],
             r["system_s_per_step"], r["user_s_per_step"], r["peak_mem_gb"]] for r in records],
           summary=("Summary", ["mode", "rounds", "ms/step (median)", "range", "page faults/step", "peak GB",
                                "time vs plain", "peak vs plain"],

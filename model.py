@@ -431,6 +431,9 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         total = torch.zeros((), dtype=fp, device=x.device)
         dx = torch.empty_like(x, dtype=fp)  # every row is written, chunk by chunk
         dw = torch.zeros_like(w, dtype=fp)
+        # the gradient's matmuls in the dtype the logits' ran in: bf16/fp16 under autocast, as in lm_head's backward
+        mm_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        w_mm = w.to(mm_dtype)  # once, not once a chunk
         for i in range(0, x.size(0), chunk):
             xc, tc, vc = x[i:i + chunk], targets[i:i + chunk].clamp_min(0)[:, None], valid[i:i + chunk, None]
             logits = F.linear(xc, w).to(fp)  # under autocast the matmul runs in bf16/fp16, as lm_head's does
@@ -444,13 +447,13 @@ class ChunkedCrossEntropy(torch.autograd.Function):
             # softmax - one_hot: exp(logit - top) / sums, minus 1 at the target; an ignored row's sum is made
             # infinite and its -1 a 0, so that its gradient is 0 without another pass over the chunk
             g = logits.div_(sums.masked_fill(~vc, math.inf)).scatter_add_(1, tc, -vc.to(fp))
-            g = g.to(x.dtype)  # divided by n only after the matmuls: fp16 would flush g / n to 0
+            g = g.to(mm_dtype)  # divided by n only after the matmuls: fp16 would flush g / n to 0
             if g.dtype == dx.dtype:  # fp32 (or fp64): the matmuls write straight into dx and add into dw
                 torch.mm(g, w, out=dx[i:i + chunk])
                 dw.addmm_(g.t(), xc)
             else:  # bf16/fp16 matmuls, as under autocast, kept in fp32
-                dx[i:i + chunk] = g @ w
-                dw += g.t() @ xc
+                dx[i:i + chunk] = g @ w_mm
+                dw += g.t() @ xc.to(mm_dtype)
             del logits, g, top, picked, sums  # before the next chunk's are made: two chunks never live at once
         ctx.save_for_backward(dx.div_(n), dw.div_(n))
         ctx.dtypes = x.dtype, w.dtype

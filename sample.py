@@ -37,7 +37,7 @@ class SampleConfig:
     top_k: int = 200  # sample among the k likeliest tokens only; 0 = all tokens
     seed: int = 1337  # the same seed, model and prompt give the same samples
     device: str = "auto"  # 'cuda', 'cuda:1', 'mps', 'cpu'; auto: the first of cuda, mps, cpu that is available
-    dtype: str = "auto"  # 'float32', 'bfloat16', 'float16'; auto: bf16 on GPUs that have it, else fp16, fp32 off CUDA
+    dtype: str = "auto"  # 'float32', 'bfloat16', 'float16'; auto: bf16 where the GPU or CPU computes it, else fp16/fp32
 
 
 def check_settings(c):

@@ -48,7 +48,7 @@ def make_run(run_dir, data_dir, uniform_attention=False, eval_iters=5, **kw):
                     block.attn.c_attn.weight[-cfg.gate_logits_width():].zero_()
     os.makedirs(run_dir)
     config = dict(dataset="toy", data_dir=data_dir, gradient_accumulation_steps=2, batch_size=4, eval_iters=eval_iters,
-                  learning_rate=1e-3, max_iters=10, seed=1)
+                  learning_rate=1e-3, max_iters=10, seed=1, dtype="float32")  # fp32: the known answers are exact
     save_checkpoint({"model": model.state_dict(), "model_args": dataclasses.asdict(cfg), "iter_num": 10,
                      "config": config, "health": {"loss_spikes": 3}}, os.path.join(run_dir, "ckpt.pt"))
     return model

@@ -138,10 +138,12 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path):
 
 def test_bench_step_times_the_real_step_against_the_plain_loop_in_fresh_processes(tmp_path):
     """bench.py --step --tiny: each mode in its own process, with the allocator setting and the chunked loss only
-    where the mode has them; the summary's ratios are computed from the records, and the smoke test says so. (Three
-    modes of STEP_MODES, which differ in both; each process costs seconds.)"""
+    where the mode has them, and train.py's dtype=auto only in the real step; the summary's ratios are computed from
+    the records, and the smoke test says so. (Three modes of STEP_MODES, which differ in all three; each process
+    costs seconds.)"""
+    import common
     import train
-    modes = ["plain", "real", "real_no_setting"]
+    modes = ["plain", "real", "real_fp32"]
     out = run_bench(tmp_path, "--step", "--tiny", "--step_modes=" + ",".join(modes), f"--out_dir={tmp_path / 'res'}",
                     timeout=600)
     assert out.returncode == 0, out.stderr
@@ -155,13 +157,15 @@ def test_bench_step_times_the_real_step_against_the_plain_loop_in_fresh_processe
         assert r["tokens_per_s"] * r["ms_per_step"] / 1e3 == pytest.approx(2 * 16, rel=1e-2)  # batch 2 x T 16
         on_linux = sys.platform.startswith("linux")  # glibc's mallopt: elsewhere the setting is never made
         assert r["allocator_setting"] == (on_linux and r["mode"] not in ("plain", "real_no_setting")), r
+        # bf16 autocast where this CPU computes bf16 (train.py's auto), else fp32; the plain loop is nanoGPT's fp32
+        assert r["dtype"] == ("float32" if r["mode"] in ("plain", "real_fp32") else common.autocast_for("cpu", "auto")[1])
         assert r["loss_chunk"] == (0 if r["mode"] in ("plain", "real_plain_loss") else 4096), r
     plain = records[0]
     summary = {r["mode"]: r for r in data["summary"]}
     for r in records:
         assert summary[r["mode"]]["time_vs_plain"] == pytest.approx(r["ms_per_step"] / plain["ms_per_step"], rel=1e-2)
         assert summary[r["mode"]]["peak_vs_plain"] == pytest.approx(r["peak_mem_gb"] / plain["peak_mem_gb"], rel=1e-2)
-    assert "## Summary" in md and md.count("| real_no_setting |") == 2  # the summary row and the measurement's
+    assert "## Summary" in md and md.count("| real_fp32 |") == 2  # the summary row and the measurement's
     # the real step is train.py's: the same loss_chunk as train.py's default run
     assert data["loss_chunk"] == train.TrainConfig().loss_chunk > 0
 

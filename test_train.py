@@ -107,7 +107,7 @@ def test_an_evaluation_runs_each_validation_batch_once(tiny_run, monkeypatch):
     assert calls == [True] * len(trainer.val) and len(trainer.val) == 2  # eval_iters=2: two forwards, with targets
     record = read_log(tiny_run)[-1]  # eval_only writes nothing: the last record is the run's own, of the same state
     model = trainer.raw_model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), trainer.ctx:  # in the run's precision (bf16 autocast on a CPU that computes it)
         losses = [forward(model, x, y)[1].item() for x, y in trainer.val]
         with Probe(model) as probe:
             forward(model, trainer.val[0][0])
@@ -129,8 +129,10 @@ def test_the_first_record_of_each_command_names_the_code_that_ran(tiny_run):
 def test_resume_continues_the_run_exactly(stdlib_data, tmp_path, loss_chunk):
     """A run stopped and resumed ends where one straight run does; also when it resumes computing its loss another
     way (loss_chunk, a runtime flag: a run may change it): all at once (0) instead of the default's one chunk of the
-    batch, which gives the same loss to fp32 rounding."""
-    common = TINY + [f"--data_dir={stdlib_data}", "--dropout=0.1", "--eval_interval=2", "--lr_decay_iters=8"]
+    batch, which gives the same loss to fp32 rounding (in fp32: under bf16 autocast the two paths round the loss's
+    gradient to bf16 at different points)."""
+    common = TINY + [f"--data_dir={stdlib_data}", "--dropout=0.1", "--eval_interval=2", "--lr_decay_iters=8",
+                     "--dtype=float32"]
     train.main(common + [f"--out_dir={tmp_path / 'straight'}", "--max_iters=8"])
     train.main(common + [f"--out_dir={tmp_path / 'split'}", "--max_iters=4"])
     train.main(common + [f"--out_dir={tmp_path / 'split'}", "--max_iters=8", "--init_from=resume",
@@ -1169,3 +1171,20 @@ def test_a_config_file_that_exits_is_refused_by_name(tmp_path):
     assert str(exit_info.value.code) == (f"error: config file {path} line 3 calls sys.exit(0): a config file only sets "
                                          "keys (key = value lines); remove the exit")
     assert not (tmp_path / "run").exists()
+
+
+def test_auto_dtype_is_bf16_on_a_cpu_only_where_it_computes_bf16(monkeypatch):
+    """dtype=auto: bf16 autocast on a CPU with bf16 matmuls in hardware, fp32 on one without (and on MPS);
+    a dtype named is taken as named."""
+    assert common.cpu_computes_bf16() in (True, False)
+    for hardware, expected in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(common, "cpu_computes_bf16", lambda hardware=hardware: hardware)
+        ctx, dtype = common.autocast_for("cpu", "auto")
+        assert dtype == expected
+        with ctx:
+            assert torch.is_autocast_enabled("cpu") == (expected == "bfloat16")
+            assert torch.get_autocast_dtype("cpu") == torch.bfloat16 or expected == "float32"
+        assert common.autocast_for("cpu", "float32")[1] == "float32"  # named: as named, whatever the CPU
+        assert common.autocast_for("mps", "auto")[1] == "float32"
+    with pytest.raises(SystemExit, match="'float64' is not valid; choose one of 'auto', 'float32'"):
+        common.autocast_for("cpu", "float64")

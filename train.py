@@ -111,7 +111,7 @@ class TrainConfig(GPTConfig):
     # system
     backend: str = "auto"  # DDP: 'nccl' on CUDA, 'gloo' otherwise
     device: str = "auto"  # 'cuda', 'cuda:1', 'mps', 'cpu'; auto: the first of cuda, mps, cpu that is available
-    dtype: str = "auto"  # 'float32', 'bfloat16', 'float16'; auto: bf16 on GPUs that have it, else fp16, fp32 off CUDA
+    dtype: str = "auto"  # 'float32', 'bfloat16', 'float16'; auto: bf16 where the GPU or CPU computes it, else fp16/fp32
     compile: bool = False  # torch.compile the model (GPU runs: faster after a minute of compiling)
     compile_mode: str = "default"  # with compile=True, torch.compile's mode: one of common.COMPILE_MODES
     sdpa_backend: str = "default"  # the kernel PyTorch's attention tries first: one of common.SDPA_BACKENDS

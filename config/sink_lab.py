@@ -15,6 +15,9 @@ n_head = 1
 n_embd = 64
 mlp = "gelu"
 loss_chunk = 0  # 65 symbols: the logits are small, and the plain loss is fewer operations than chunks
+# fp32 on every CPU, so that a run gives the same numbers everywhere: bf16 autocast (train.py's auto on a CPU that
+# computes bf16) takes a run elsewhere (the sink forms at another strength), and the lab's results are fp32's
+dtype = "float32"
 block_size = 64
 batch_size = 32
 learning_rate = 3e-2
