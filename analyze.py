@@ -113,9 +113,8 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     cfg, train_cfg = model.config, checkpoint["config"]
     batches = load_windows(windows)
     # the precision the run was evaluated in (by default bf16 autocast where the device computes bf16), so the
-    # losses agree; off CUDA, fp16 is not autocast's: fp32 there
-    dtype = train_cfg.get("dtype", "auto")
-    ctx, _ = autocast_for(device, "float32" if dtype == "float16" and not device.startswith("cuda") else dtype)
+    # losses agree
+    ctx, _ = autocast_for(device, train_cfg.get("dtype", "auto"))
     triggers = (read_meta(windows["data_dir"]) or {}).get("triggers")  # the Bigram-Backcopy task's (sink lab)
     shown = map_window(batches[0][0], map_tokens, triggers)
     layers, heads, windows_all, scores, maps = measure(model, batches, device, ctx, map_tokens, triggers, shown)

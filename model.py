@@ -431,12 +431,14 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         total = torch.zeros((), dtype=fp, device=x.device)
         dx = torch.empty_like(x, dtype=fp)  # every row is written, chunk by chunk
         dw = torch.zeros_like(w, dtype=fp)
-        # the gradient's matmuls in the dtype the logits' ran in: bf16/fp16 under autocast, as in lm_head's backward
+        # all three matmuls in autocast's dtype where it is on (bf16/fp16, as lm_head's forward and backward would
+        # run), else in the inputs'; w cast once, not once a chunk
         mm_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
-        w_mm = w.to(mm_dtype)  # once, not once a chunk
+        w_mm = w.to(mm_dtype)
         for i in range(0, x.size(0), chunk):
             xc, tc, vc = x[i:i + chunk], targets[i:i + chunk].clamp_min(0)[:, None], valid[i:i + chunk, None]
-            logits = F.linear(xc, w).to(fp)  # under autocast the matmul runs in bf16/fp16, as lm_head's does
+            xc = xc.to(mm_dtype)  # for the logits' matmul and dw's
+            logits = F.linear(xc, w_mm).to(fp)
             # Every pass over a chunk of logits below is in place, in their own memory: torch.logsumexp, or a
             # separate gradient, would make more chunks of temporaries, and on a CPU making and freeing them cost
             # more than the arithmetic. The log-sum-exp by hand: top + log(sum(exp(logit - top)))
@@ -451,9 +453,9 @@ class ChunkedCrossEntropy(torch.autograd.Function):
             if g.dtype == dx.dtype:  # fp32 (or fp64): the matmuls write straight into dx and add into dw
                 torch.mm(g, w, out=dx[i:i + chunk])
                 dw.addmm_(g.t(), xc)
-            else:  # bf16/fp16 matmuls, as under autocast, kept in fp32
+            else:  # bf16/fp16 matmuls, their results kept in fp32
                 dx[i:i + chunk] = g @ w_mm
-                dw += g.t() @ xc.to(mm_dtype)
+                dw += g.t() @ xc
             del logits, g, top, picked, sums  # before the next chunk's are made: two chunks never live at once
         ctx.save_for_backward(dx.div_(n), dw.div_(n))
         ctx.dtypes = x.dtype, w.dtype
