@@ -520,16 +520,21 @@ def plot_headline(by, variants, logs, out_dir):
               title="the sink forming during training")
     curve.legend()
     names = [v for v in by if variants[v]["first_token_attn"] is not None]
-    means = [variants[v]["first_token_attn"]["mean"] for v in names]
-    err = [[m - (variants[v]["first_token_attn"]["lo"] if variants[v]["first_token_attn"]["lo"] is not None else m)
-            for m, v in zip(means, names)],
-           [(variants[v]["first_token_attn"]["hi"] if variants[v]["first_token_attn"]["hi"] is not None else m) - m
-            for m, v in zip(means, names)]]
-    bars.bar(range(len(names)), means, yerr=err, capsize=3, color="tab:gray", label="ours (mean, 95% CI)")
+    stats = [variants[v]["first_token_attn"] for v in names]
+    means = [s["mean"] for s in stats]
+    bars.bar(range(len(names)), means, color="tab:gray", label="ours (mean over seeds)")
+    # an interval only where there is one (two seeds or more): a one-seed bar with a flat "CI" would claim certainty
+    ci = [(i, s) for i, s in enumerate(stats) if s["lo"] is not None and s["hi"] is not None]
+    if ci:
+        bars.errorbar([i for i, _ in ci], [s["mean"] for _, s in ci], fmt="none", capsize=3, color="black",
+                      yerr=[[s["mean"] - s["lo"] for _, s in ci], [s["hi"] - s["mean"] for _, s in ci]],
+                      label="95% CI over seeds")
     paper = [(i, VARIANTS[v].ga.f_attn) for i, v in enumerate(names) if VARIANTS[v].ga and VARIANTS[v].ga.f_attn]
     if paper:
         bars.plot(*zip(*paper), "D", color="tab:red", label="GA Table 4 (15B MoE, 400B tokens)")
-    bars.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
+    seeds = [len(by[v]) for v in names]
+    bars.set_xticks(range(len(names)), [f"{v} ({n} seed{'s' * (n > 1)})" for v, n in zip(names, seeds)],
+                    rotation=45, ha="right", fontsize=8)
     bars.set(xlabel="variant", ylabel="F-Attn at the end", ylim=(0, 1), title="the sink by variant")
     bars.legend(fontsize=8)
     fig.tight_layout()

@@ -349,6 +349,30 @@ def test_the_study_figures_label_their_axes(tmp_path, monkeypatch):
     assert_every_plot_is_labelled(figures)
 
 
+def test_the_headline_draws_an_interval_only_where_seeds_give_one(tmp_path, monkeypatch):
+    """A variant with one seed has no confidence interval: its bar gets no error bar (a flat one would claim
+    certainty), and every tick says how many seeds its bar averages."""
+    pytest.importorskip("matplotlib")
+    by, _, variants_ = fake_study(seeds=2, baseline=0.0, g1_elementwise=-0.01, g1_headwise=0.0)
+    by["g1_headwise"] = by["g1_headwise"][:1]
+    variants_["g1_headwise"]["first_token_attn"] = report.over_seeds([by["g1_headwise"][0]["first_token_attn"]])
+    assert variants_["g1_headwise"]["first_token_attn"]["lo"] is None
+    logs = {(v, r["seed"]): [{"tokens": 1000, "first_token_attn": 0.1}] for v, rs in by.items() for r in rs}
+    figures = keep_figures(monkeypatch, report)
+    report.plot_headline(by, variants_, logs, str(tmp_path))
+    bars = figures[0][1].axes[1]
+    assert [t.get_text() for t in bars.get_xticklabels()] == \
+        ["baseline (2 seeds)", "g1_elementwise (2 seeds)", "g1_headwise (1 seed)"]
+    (errorbar,) = [c for c in bars.containers if type(c).__name__ == "ErrorbarContainer"]
+    _, _, (vertical,) = errorbar.lines
+    xs = sorted(seg[0][0] for seg in vertical.get_segments())
+    assert xs == [0, 1]  # baseline and G1 elementwise, not the one-seed headwise
+    for x, v in zip(xs, ("baseline", "g1_elementwise")):
+        seg = vertical.get_segments()[int(x)]
+        s = variants_[v]["first_token_attn"]
+        assert sorted(y for _, y in seg) == pytest.approx([s["lo"], s["hi"]])
+
+
 def report_sweep(by, windows):
     return repro.sweep_rows(by, windows)
 
