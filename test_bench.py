@@ -5,6 +5,7 @@ there with check_bench_kernels_tiny and check_bench_train_tiny below: one smoke 
 
 import json
 import os
+import runpy
 import subprocess
 import sys
 import time
@@ -107,7 +108,7 @@ def test_bench_without_gpu_refuses_at_once(tmp_path):
     assert not (tmp_path / "res").exists()  # nothing written
 
 
-def test_bench_keys_are_checked_before_anything_runs(tmp_path):
+def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, capsys):
     """bench.py reads its keys as every script does (common.configure): --key=value, a bare --key for a bool, config
     files. A mistaken key or value stops with one line naming it, before anything is timed or written."""
     config = tmp_path / "bench_config.py"
@@ -129,10 +130,19 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path):
         (["--train", "--tiny", "--loss_chunk=-8"], "--loss_chunk=-8: give 0"),
         (["--kernels", "--tiny", "--sdpa_backend=fa3"], "--sdpa_backend=fa3: choose one of default, cudnn, flash"),
     ]
+    # in this process (a fresh python for each costs seconds): the checks raise common.fail's SystemExit before the
+    # script's first side effect; the first case also in a process of its own, as a user meets it
+    monkeypatch.chdir(tmp_path)
     for flags, message in cases:
-        out = run_bench(tmp_path, *flags, f"--out_dir={tmp_path / 'res'}", timeout=120)
-        assert out.returncode != 0 and message in out.stderr, (flags, out.stderr)
-        assert out.stderr.strip().count("\n") == 0 and out.stdout == "", (flags, out.stderr)
+        monkeypatch.setattr(sys, "argv", [BENCH, *flags, f"--out_dir={tmp_path / 'res'}"])
+        with pytest.raises(SystemExit) as stop:
+            runpy.run_path(BENCH, run_name="__main__")
+        said = str(stop.value.code)
+        assert said.startswith("error: ") and message in said and "\n" not in said, (flags, said)
+        assert capsys.readouterr() == ("", ""), flags
+    out = run_bench(tmp_path, *cases[0][0], f"--out_dir={tmp_path / 'res'}", timeout=120)
+    assert out.returncode != 0 and out.stderr.startswith("error: ") and cases[0][1] in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1 and out.stdout == "", out.stderr
     assert not (tmp_path / "res").exists()
 
 

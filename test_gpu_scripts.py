@@ -120,12 +120,16 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     assert "repro-tiny/g1_elementwise/seed1337/log.jsonl" not in files  # and the report followed, on baseline alone
 
 
-def test_throughput_compile_modes_at_toy_size(tmp_path):
+def test_throughput_modes_and_batch_sizes_at_toy_size(tmp_path):
     """gpu/throughput.sh modes: one bench.py --train per torch.compile mode, then one with the atomic dQ backward, one
-    with the loss in chunks and one with cuDNN's SDPA first, each into its own folder."""
-    out = script("throughput", "modes", work=tmp_path)
+    with the loss in chunks and one with cuDNN's SDPA first, each into its own folder. gpu/throughput.sh batch,
+    side by side with it (they are independent): G1 elementwise on the fused kernel at three (B, T), each into its
+    own folder; at toy size bench.py --tiny scales each down (B/8, T/32), so the records say which shape each step
+    ran."""
+    batch = script("throughput", "batch", work=tmp_path / "batch", wait=False)
+    out = script("throughput", "modes", work=tmp_path / "modes")
     assert out.returncode == 0, out.stdout + out.stderr
-    files = packed(tmp_path, "throughput-modes")
+    files = packed(tmp_path / "modes", "throughput-modes")
     modes = ["reduce-overhead", "max-autotune-no-cudagraphs"]
     assert steps(files, "throughput-modes") == [(f"bench-{mode}", "0") for mode in modes] + [
         ("bench-atomic-dq", "0"), ("bench-loss-chunk", "0"), ("bench-sdpa-cudnn", "0")]
@@ -144,16 +148,12 @@ def test_throughput_compile_modes_at_toy_size(tmp_path):
     assert record["sdpa_backend"] == "cudnn" and {r["backend"] for r in record["records"]} == {"torch"}
     assert record["sdpa_order"][0] == "CUDNN_ATTENTION" and sorted(record["sdpa_order"]) == sorted(sdpa_order())
     assert [r["variant"] for r in record["records"]] == ["baseline", "g1_elementwise", "g1_headwise"]
-    usage = script("throughput", "fast", work=tmp_path)
+    usage = script("throughput", "fast", work=tmp_path / "usage")
     assert usage.returncode == 2 and "gpu/throughput.sh [batch|modes]" in usage.stdout
 
-
-def test_throughput_batch_sizes_at_toy_size(tmp_path):
-    """gpu/throughput.sh batch: G1 elementwise on the fused kernel at three (B, T), each into its own folder; at toy
-    size bench.py --tiny scales each down (B/8, T/32), so the records say which shape each step ran."""
-    out = script("throughput", "batch", work=tmp_path)
-    assert out.returncode == 0, out.stdout + out.stderr
-    files = packed(tmp_path, "throughput-batch")
+    printed, _ = batch.communicate(timeout=300)
+    assert batch.returncode == 0, printed
+    files = packed(tmp_path / "batch", "throughput-batch")
     shapes = {"8x1024": (1, 32), "32x1024": (4, 32), "8x2048": (1, 64)}
     assert steps(files, "throughput-batch") == [(f"bench-{shape}", "0") for shape in shapes]
     for shape, (B, T) in shapes.items():
