@@ -1070,10 +1070,13 @@ def test_a_full_disk_reported_by_torch_or_ctrl_c_while_saving_is_one_line(stdlib
 
 def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(stdlib_data, tmp_path):
     out_dir = tmp_path / "run"
+    # Ctrl-C as in a terminal: a suite started in the background (`cmd &` in a script) ignores SIGINT, its children
+    # inherit that, and Python then never raises KeyboardInterrupt; the child takes the default back
     proc = subprocess.Popen([sys.executable, "train.py", *TINY, f"--data_dir={stdlib_data}", f"--out_dir={out_dir}",
                              "--eval_interval=2", "--max_iters=100000", "--lr_decay_iters=100000"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         for line in proc.stdout:
             if line.startswith("saved") and "ckpt.pt" in line:  # the first log line after a checkpoint
