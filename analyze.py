@@ -112,8 +112,8 @@ def describe_windows(w):
 def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     cfg, train_cfg = model.config, checkpoint["config"]
     batches = load_windows(windows)
-    # the precision the run was evaluated in (by default bf16 autocast where the device computes bf16), so the
-    # losses agree
+    # the run's dtype, resolved here as train.py resolves it (auto: bf16 autocast where this device computes bf16),
+    # so that on the kind of machine it trained on the losses agree with its log's
     ctx, _ = autocast_for(device, train_cfg.get("dtype", "auto"))
     triggers = (read_meta(windows["data_dir"]) or {}).get("triggers")  # the Bigram-Backcopy task's (sink lab)
     shown = map_window(batches[0][0], map_tokens, triggers)

@@ -451,7 +451,7 @@ class ChunkedCrossEntropy(torch.autograd.Function):
             g = logits.div_(sums.masked_fill(~vc, math.inf)).scatter_add_(1, tc, -vc.to(fp))
             g = g.to(mm_dtype)  # divided by n only after the matmuls: fp16 would flush g / n to 0
             if g.dtype == dx.dtype:  # fp32 (or fp64): the matmuls write straight into dx and add into dw
-                torch.mm(g, w, out=dx[i:i + chunk])
+                torch.mm(g, w_mm, out=dx[i:i + chunk])
                 dw.addmm_(g.t(), xc)
             else:  # bf16/fp16 matmuls, their results kept in fp32
                 dx[i:i + chunk] = g @ w_mm
