@@ -10,6 +10,8 @@ Benchmarks for the gated attention kernels and for full training steps.
   python bench.py --step               # CPU: train.py's training step against a plain AdamW loop on the same
                                        # model, each in fresh processes, alternating rounds: time, page faults,
                                        # peak memory (--step_shape: the model; --step_modes=all: each part)
+  python bench.py --step --step_config=config/sink_lab.py   # the same, for the model and batch of a train.py
+                                                            # config file: here the sink lab's
   python bench.py --kernels --train --tiny   # smoke test: tiny sizes, fp32; on CPU, Triton's interpreter and
                                              # a plain timer: checks the code runs, says nothing about speed
 
@@ -32,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -39,7 +42,7 @@ import torch
 cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
-from common import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, configure, estimate_mfu, fail,  # noqa: E402
+from common import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, configure, estimate_mfu, fail,  # noqa: E402
                     keep_freed_memory, markdown_table, optimizer_step, sdpa_order, sdpa_preference, write_json,
                     write_text)
 from variants import VARIANTS  # noqa: E402
@@ -52,7 +55,7 @@ STEP_MODES = {
     "plain": "a plain AdamW loop (nanoGPT's): loss.backward(), AdamW.step(), zero_grad(); the loss over all the logits "
              "at once; no allocator setting",
     "real": "train.py's step: the loss in chunks (loss_chunk), common.optimizer_step (gradient clipping, the "
-            "non-finite step skipped, fused AdamW), under common.keep_freed_memory, in train.py's dtype=auto (bf16 "
+            "non-finite step skipped, fused AdamW), under common.keep_freed_memory, in train.py's dtype (auto: bf16 "
             "autocast on a CPU that computes bf16 in hardware, else fp32)",
     "real_fp32": "train.py's step in fp32 (dtype=float32), as on a CPU without bf16 in hardware",
     "real_no_setting": "train.py's step without common.keep_freed_memory",
@@ -91,6 +94,9 @@ class Keys:
     # defaults. 4, 128, 128, 8 is train.py's default run; 4, 256, 256, 8 a heavier one
     step_shape: tuple[int, ...] = (4, 128, 128, 8)  # --step: n_layer, n_embd, block_size, batch_size (above)
     step_loss_chunk: int = 4096  # --step: rows of logits at a time in the real step (train.py's loss_chunk default)
+    # --step: a train.py config file (e.g. config/sink_lab.py) whose model (every GPTConfig key it sets), batch_size,
+    # dtype and loss_chunk the steps take instead of --step_shape's and --step_loss_chunk's
+    step_config: str = ""  # --step: a train.py config file to take the model from (above); "": --step_shape
     rounds: int = 3  # --step: rounds, each timing every mode once, in order, in a fresh process
     step_child: str = ""  # internal: time this one mode in this process and print its record as JSON
 
@@ -131,6 +137,10 @@ if args.step_child and args.step_child not in STEP_MODES:
 if len(args.step_shape) != 4 or min(args.step_shape) < 1:
     fail(f"--step_shape={','.join(map(str, args.step_shape))}: give four positive integers, n_layer, n_embd, "
          "block_size, batch_size (e.g. 4,128,128,8)")
+if args.step_config and not (args.step or args.step_child):
+    fail(f"--step_config={args.step_config} is a key of --step: add --step")
+if args.step_config and not any(os.path.isfile(p) for p in (args.step_config, os.path.join(REPO, args.step_config))):
+    fail(f"--step_config={args.step_config}: no such file; give a train.py config file, e.g. config/sink_lab.py")
 if args.step_loss_chunk < 0 or args.rounds < 1 or args.steps < 1 or args.warmup < 0:
     fail("--step_loss_chunk and --warmup must be at least 0, --rounds and --steps at least 1")
 if not cuda and not args.tiny and (args.kernels or args.train):  # GPT-2 small and the kernel sweep: hours on a CPU
@@ -379,14 +389,29 @@ if args.train:
 # ----------------------------------------------------------------------------
 # --step: train.py's CPU training step against a plain AdamW loop on the same model
 
+def step_setup():
+    """What --step trains: (the model's GPTConfig, batch_size, the real step's dtype and loss_chunk, whose they are).
+    From --step_config's file, read as train.py reads it, or else from --step_shape (n_head 4, the rest GPTConfig's
+    defaults) and --step_loss_chunk; --tiny without a file: a toy shape."""
+    if args.step_config:
+        from train import MODEL_KEYS, TrainConfig  # here only: train.py's imports are not the GPU benchmarks' cost
+        c, _ = configure(TrainConfig, [args.step_config])
+        return (GPTConfig(**{key: getattr(c, key) for key in MODEL_KEYS}), c.batch_size, c.dtype, c.loss_chunk,
+                args.step_config)
+    n_layer, n_embd, block_size, batch_size = (2, 64, 16, 2) if args.tiny else args.step_shape
+    return (GPTConfig(n_layer=n_layer, n_head=4, n_embd=n_embd, block_size=block_size), batch_size, "auto",
+            args.step_loss_chunk, "--step_shape")
+
+
 def time_step(mode):
     """Time one STEP_MODES mode in this process (which must be fresh: the allocator setting cannot be undone, and
     the peak memory is the process's) and print its record as one line: STEP_RECORD {json}."""
-    n_layer, n_embd, block_size, batch_size = (2, 64, 16, 2) if args.tiny else args.step_shape
+    config, batch_size, real_dtype, real_chunk, _ = step_setup()
+    n_layer, n_embd, block_size = config.n_layer, config.n_embd, config.block_size
     setting = keep_freed_memory() if mode not in ("plain", "real_no_setting") else False
     torch.manual_seed(0)
-    chunk = 0 if mode in ("plain", "real_plain_loss") else args.step_loss_chunk
-    model = GPT(GPTConfig(n_layer=n_layer, n_head=4, n_embd=n_embd, block_size=block_size, loss_chunk=chunk))
+    chunk = 0 if mode in ("plain", "real_plain_loss") else real_chunk
+    model = GPT(dataclasses.replace(config, loss_chunk=chunk))
     x = torch.randint(0, model.config.vocab_size, (batch_size, block_size + 1))
     x, y = x[:, :-1].contiguous(), x[:, 1:].contiguous()
     if mode == "plain":
@@ -396,7 +421,7 @@ def time_step(mode):
         for group in optimizer.param_groups if mode == "real_unfused" else ():
             group["fused"], group["foreach"] = False, False  # the one-parameter-at-a-time loop
     no_scaler = torch.amp.GradScaler("cpu", enabled=False)
-    ctx, dtype = autocast_for("cpu", "float32" if mode in ("plain", "real_fp32") else "auto")
+    ctx, dtype = autocast_for("cpu", "float32" if mode in ("plain", "real_fp32") else real_dtype)
 
     def step():
         with ctx:
@@ -432,7 +457,8 @@ def run_step_child(mode):
     """One mode in a fresh process: its record, or a failure naming the mode and the child's last words."""
     cmd = [sys.executable, os.path.abspath(__file__), f"--step_child={mode}",
            "--step_shape=" + ",".join(map(str, args.step_shape)), f"--step_loss_chunk={args.step_loss_chunk}",
-           f"--warmup={args.warmup}", f"--steps={args.steps}"] + (["--tiny"] if args.tiny else [])
+           f"--warmup={args.warmup}", f"--steps={args.steps}", f"--step_config={args.step_config}"] + \
+        (["--tiny"] if args.tiny else [])
     out = subprocess.run(cmd, capture_output=True, text=True)
     lines = [line for line in out.stdout.splitlines() if line.startswith("STEP_RECORD ")]
     if out.returncode or not lines:
@@ -462,10 +488,14 @@ def step_summary(records):
 if args.step_child:
     time_step(args.step_child)
 elif args.step:
-    shape = (2, 64, 16, 2) if args.tiny else args.step_shape
+    config, batch_size, real_dtype, real_chunk, source = step_setup()  # a bad --step_config stops here, once
+    shape = (config.n_layer, config.n_embd, config.block_size, batch_size)
+    model_line = (f"{source}'s model: n_layer {config.n_layer}, n_head {config.n_head}, n_embd {config.n_embd}, "
+                  f"block_size {config.block_size}, vocab {config.vocab_size}, mlp {config.mlp}, gate {config.gate}; "
+                  f"batch_size {batch_size}; the real step's dtype {real_dtype}, loss_chunk {real_chunk}")
     rounds = 1 if args.tiny else args.rounds
-    print(f"--step: {', '.join(step_modes)}; {rounds} round(s), each mode in a fresh process; model n_layer, "
-          f"n_embd, block_size, batch_size = {', '.join(map(str, shape))}", flush=True)
+    print(f"--step: {', '.join(step_modes)}; {rounds} round(s), each mode in a fresh process; {model_line}",
+          flush=True)
     records = []
     for r in range(1, rounds + 1):
         for mode in step_modes:
@@ -475,11 +505,12 @@ elif args.step:
                   f"page faults/step  peak {record['peak_mem_gb']} GB", flush=True)
     summary = step_summary(records)
     write("bench_step", dict(date=date, device=device_name, command=command, shape=list(shape), rounds=rounds,
+                             step_config=args.step_config or None, model=dataclasses.asdict(config),
                              modes={m: STEP_MODES[m] for m in step_modes}, cpu_count=os.cpu_count(),
-                             torch_threads=torch.get_num_threads(), loss_chunk=args.step_loss_chunk,
+                             torch_threads=torch.get_num_threads(), loss_chunk=real_chunk,
                              summary=summary, records=records),
-          [f"model: n_layer, n_embd, block_size, batch_size = {', '.join(map(str, shape))} (n_head 4, vocab 50304, "
-           f"eager); {1 if args.tiny else args.warmup} warm-up then {2 if args.tiny else args.steps} timed steps "
+          [f"{model_line} (eager); {1 if args.tiny else args.warmup} warm-up then {2 if args.tiny else args.steps} "
+           f"timed steps "
            f"a process; {rounds} round(s), each running every mode once in a fresh process, in the order below; "
            f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads",
            *[f"{m}: {STEP_MODES[m]}" for m in step_modes],

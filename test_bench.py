@@ -121,6 +121,9 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
         (["--step", "--tiny", "--step_modes=plain,fast"], "--step_modes=plain,fast: unknown 'fast'; choose from plain,"),
         (["--step", "--tiny", "--step_shape=4,128,128"], "--step_shape=4,128,128: give four positive integers"),
         (["--step", "--rounds=0"], "--rounds and --steps at least 1"),
+        (["--kernels", "--tiny", "--step_config=config/sink_lab.py"],
+         "--step_config=config/sink_lab.py is a key of --step: add --step"),
+        (["--step", "--tiny", "--step_config=config/sink_lap.py"], "--step_config=config/sink_lap.py: no such file"),
         ([str(config)], "--compile=sometimes: choose both, true or false"),  # the file set train, tiny and compile
         (["--train", "--tiny", "--compile_mode=fast"], "--compile_mode=fast: choose one of default, reduce-overhead"),
         (["--train", "--tiny", "--variants=baseline,g9"],
@@ -178,6 +181,31 @@ def test_bench_step_times_the_real_step_against_the_plain_loop_in_fresh_processe
     assert "## Summary" in md and md.count("| real_fp32 |") == 2  # the summary row and the measurement's
     # the real step is train.py's: the same loss_chunk as train.py's default run
     assert data["loss_chunk"] == train.TrainConfig().loss_chunk > 0
+
+
+def test_bench_step_takes_the_model_batch_dtype_and_loss_chunk_of_a_train_config(tmp_path):
+    """bench.py --step --step_config=config/sink_lab.py times the sink lab's own step: its model as train.py builds it
+    from the file, its batch, and the real step in the file's dtype (fp32, pinned there, where auto would take bf16
+    on a CPU that computes it) with its loss_chunk (0), not --step_shape's and --step_loss_chunk's."""
+    import train
+    from common import configure
+    from model import GPT, GPTConfig
+    lab, _ = configure(train.TrainConfig, [os.path.join(HERE, "config", "sink_lab.py")])
+    params = GPT(GPTConfig(**{key: getattr(lab, key) for key in train.MODEL_KEYS})).num_params()
+    out = run_bench(tmp_path, "--step", "--tiny", "--step_config=config/sink_lab.py", "--step_modes=real",
+                    f"--out_dir={tmp_path / 'res'}", timeout=300)  # cwd elsewhere: the file is found in the repo
+    assert out.returncode == 0, out.stderr
+    data = json.load(open(tmp_path / "res" / "bench_step.json"))
+    (record,) = data["records"]
+    assert lab.dtype == "float32" and lab.loss_chunk == 0 != train.TrainConfig().loss_chunk
+    assert record["dtype"] == "float32" and record["loss_chunk"] == data["loss_chunk"] == 0
+    shape = [lab.n_layer, lab.n_embd, lab.block_size, lab.batch_size]
+    assert record["shape"] == data["shape"] == shape == [1, 64, 64, 32]
+    assert record["params"] == params and data["model"]["vocab_size"] == 65 and data["model"]["mlp"] == "gelu"
+    assert record["tokens_per_s"] * record["ms_per_step"] / 1e3 == pytest.approx(32 * 64, rel=1e-2)
+    assert data["step_config"] == "config/sink_lab.py" and data["summary"][0]["time_vs_plain"] is None  # no plain
+    md = open(tmp_path / "res" / "bench_step.md").read()
+    assert "config/sink_lab.py's model: n_layer 1, n_head 1, n_embd 64, block_size 64, vocab 65" in md
 
 
 def test_keep_freed_memory_stops_the_page_faults_of_steps_that_free_large_blocks(tmp_path):
