@@ -43,8 +43,8 @@ cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 from common import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, configure, estimate_mfu, fail,  # noqa: E402
-                    keep_freed_memory, markdown_table, optimizer_step, sdpa_order, sdpa_preference, write_json,
-                    write_text)
+                    keep_freed_memory, markdown_table, optimizer_step, run_config_file, sdpa_order, sdpa_preference,
+                    write_json, write_text)
 from variants import VARIANTS  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
@@ -149,6 +149,39 @@ if not cuda and not args.tiny and (args.kernels or args.train):  # GPT-2 small a
 import kernels  # noqa: E402
 from kernels import attention_torch, gated_attention  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
+
+
+# train.py's defaults differ from GPTConfig's in these (the default run's sizes): a --step_config file must set them
+STEP_CONFIG_SIZES = ("n_layer", "n_head", "n_embd", "block_size", "batch_size")
+
+
+def step_setup():
+    """What --step trains: (the model's GPTConfig, batch_size, the real step's dtype and loss_chunk, whose they are).
+    From --step_config's file, read as train.py reads it (the file's keys over train.py's defaults: GPTConfig's, but
+    the sizes, which the file must set, and loss_chunk, --step_loss_chunk's), or else from --step_shape (n_head 4,
+    the rest GPTConfig's defaults) and --step_loss_chunk; --tiny without a file: a toy shape."""
+    if args.step_config:
+        path = args.step_config if os.path.isfile(args.step_config) else os.path.join(REPO, args.step_config)
+        scope = {}
+        run_config_file(args.step_config, path, scope)
+        missing = [key for key in STEP_CONFIG_SIZES if key not in scope]
+        if missing:
+            fail(f"--step_config={args.step_config} sets no {', '.join(missing)}: give a file that sets the model's "
+                 f"sizes and batch ({', '.join(STEP_CONFIG_SIZES)}), or time the default run's with --step_shape")
+        model = {key: scope[key] for key in (f.name for f in dataclasses.fields(GPTConfig)) if key in scope}
+        model.setdefault("loss_chunk", args.step_loss_chunk)
+        try:
+            config = GPTConfig(**model)
+        except (TypeError, ValueError) as e:
+            fail(f"--step_config={args.step_config}: {e}")
+        return config, scope["batch_size"], scope.get("dtype", "auto"), config.loss_chunk, args.step_config
+    n_layer, n_embd, block_size, batch_size = (2, 64, 16, 2) if args.tiny else args.step_shape
+    return (GPTConfig(n_layer=n_layer, n_head=4, n_embd=n_embd, block_size=block_size), batch_size, "auto",
+            args.step_loss_chunk, "--step_shape")
+
+
+# --step's model, batch, dtype and loss_chunk: a bad --step_config stops here, before anything is written
+STEP_SETUP = step_setup() if args.step or args.step_child else None
 
 
 device = "cuda" if cuda else "cpu"
@@ -389,24 +422,10 @@ if args.train:
 # ----------------------------------------------------------------------------
 # --step: train.py's CPU training step against a plain AdamW loop on the same model
 
-def step_setup():
-    """What --step trains: (the model's GPTConfig, batch_size, the real step's dtype and loss_chunk, whose they are).
-    From --step_config's file, read as train.py reads it, or else from --step_shape (n_head 4, the rest GPTConfig's
-    defaults) and --step_loss_chunk; --tiny without a file: a toy shape."""
-    if args.step_config:
-        from train import MODEL_KEYS, TrainConfig  # here only: train.py's imports are not the GPU benchmarks' cost
-        c, _ = configure(TrainConfig, [args.step_config])
-        return (GPTConfig(**{key: getattr(c, key) for key in MODEL_KEYS}), c.batch_size, c.dtype, c.loss_chunk,
-                args.step_config)
-    n_layer, n_embd, block_size, batch_size = (2, 64, 16, 2) if args.tiny else args.step_shape
-    return (GPTConfig(n_layer=n_layer, n_head=4, n_embd=n_embd, block_size=block_size), batch_size, "auto",
-            args.step_loss_chunk, "--step_shape")
-
-
 def time_step(mode):
     """Time one STEP_MODES mode in this process (which must be fresh: the allocator setting cannot be undone, and
     the peak memory is the process's) and print its record as one line: STEP_RECORD {json}."""
-    config, batch_size, real_dtype, real_chunk, _ = step_setup()
+    config, batch_size, real_dtype, real_chunk, _ = STEP_SETUP
     n_layer, n_embd, block_size = config.n_layer, config.n_embd, config.block_size
     setting = keep_freed_memory() if mode not in ("plain", "real_no_setting") else False
     torch.manual_seed(0)
@@ -488,7 +507,7 @@ def step_summary(records):
 if args.step_child:
     time_step(args.step_child)
 elif args.step:
-    config, batch_size, real_dtype, real_chunk, source = step_setup()  # a bad --step_config stops here, once
+    config, batch_size, real_dtype, real_chunk, source = STEP_SETUP
     shape = (config.n_layer, config.n_embd, config.block_size, batch_size)
     model_line = (f"{source}'s model: n_layer {config.n_layer}, n_head {config.n_head}, n_embd {config.n_embd}, "
                   f"block_size {config.block_size}, vocab {config.vocab_size}, mlp {config.mlp}, gate {config.gate}; "

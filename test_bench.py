@@ -113,6 +113,8 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
     files. A mistaken key or value stops with one line naming it, before anything is timed or written."""
     config = tmp_path / "bench_config.py"
     config.write_text("train = True\ntiny = True\ncompile = 'sometimes'\n")
+    partial = tmp_path / "partial_train_config.py"
+    partial.write_text("n_layer = 1\nn_embd = 64\nblock_size = 64\n")
     cases = [
         (["--kernels", "--tiny", "--seq_len=16"], "unknown key 'seq_len' (did you mean 'seq_lens'?)"),
         (["--kernels", "--tiny", "--head_dims=64,x"], "--head_dims=64,x: head_dims must be a list of int, written a,b,c"),
@@ -124,6 +126,7 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
         (["--kernels", "--tiny", "--step_config=config/sink_lab.py"],
          "--step_config=config/sink_lab.py is a key of --step: add --step"),
         (["--step", "--tiny", "--step_config=config/sink_lap.py"], "--step_config=config/sink_lap.py: no such file"),
+        (["--step", f"--step_config={partial}"], f"--step_config={partial} sets no n_head, batch_size: give a file"),
         ([str(config)], "--compile=sometimes: choose both, true or false"),  # the file set train, tiny and compile
         (["--train", "--tiny", "--compile_mode=fast"], "--compile_mode=fast: choose one of default, reduce-overhead"),
         (["--train", "--tiny", "--variants=baseline,g9"],
@@ -187,9 +190,18 @@ def test_bench_step_takes_the_model_batch_dtype_and_loss_chunk_of_a_train_config
     """bench.py --step --step_config=config/sink_lab.py times the sink lab's own step: its model as train.py builds it
     from the file, its batch, and the real step in the file's dtype (fp32, pinned there, where auto would take bf16
     on a CPU that computes it) with its loss_chunk (0), not --step_shape's and --step_loss_chunk's."""
+    import dataclasses
+
     import train
     from common import configure
     from model import GPT, GPTConfig
+    # bench.py reads the file over train.py's defaults without importing train.py (a script): GPTConfig's, but for
+    # the sizes, which it asks the file for, and loss_chunk, --step_loss_chunk's (4096, train.py's)
+    model_defaults = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+    differ = {f.name for f in dataclasses.fields(train.TrainConfig)
+              if f.name in model_defaults and f.default != model_defaults[f.name]}
+    assert differ == {"n_layer", "n_head", "n_embd", "block_size", "loss_chunk"}
+    assert train.TrainConfig().loss_chunk == 4096
     lab, _ = configure(train.TrainConfig, [os.path.join(HERE, "config", "sink_lab.py")])
     params = GPT(GPTConfig(**{key: getattr(lab, key) for key in train.MODEL_KEYS})).num_params()
     out = run_bench(tmp_path, "--step", "--tiny", "--step_config=config/sink_lab.py", "--step_modes=real",
