@@ -24,6 +24,7 @@ command; out_dir defaults to results/ (the committed measurements) and, for --ti
 the 4*B*H*T^2*D of full attention), backward 2.5x forward, so forward+backward is 3.5x forward.
 """
 
+import dataclasses
 import datetime
 import json
 import os
@@ -34,7 +35,6 @@ import statistics
 import subprocess
 import sys
 import time
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -42,9 +42,9 @@ import torch
 cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
-from common import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, configure, estimate_mfu, fail,  # noqa: E402
-                    keep_freed_memory, markdown_table, optimizer_step, run_config_file, sdpa_order, sdpa_preference,
-                    write_json, write_text)
+from common import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, config_path, configure,  # noqa: E402
+                    estimate_mfu, fail, keep_freed_memory, markdown_table, optimizer_step, run_config_file,
+                    sdpa_order, sdpa_preference, write_json, write_text)
 from variants import VARIANTS  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
@@ -139,8 +139,6 @@ if len(args.step_shape) != 4 or min(args.step_shape) < 1:
          "block_size, batch_size (e.g. 4,128,128,8)")
 if args.step_config and not (args.step or args.step_child):
     fail(f"--step_config={args.step_config} is a key of --step: add --step")
-if args.step_config and not any(os.path.isfile(p) for p in (args.step_config, os.path.join(REPO, args.step_config))):
-    fail(f"--step_config={args.step_config}: no such file; give a train.py config file, e.g. config/sink_lab.py")
 if args.step_loss_chunk < 0 or args.rounds < 1 or args.steps < 1 or args.warmup < 0:
     fail("--step_loss_chunk and --warmup must be at least 0, --rounds and --steps at least 1")
 if not cuda and not args.tiny and (args.kernels or args.train):  # GPT-2 small and the kernel sweep: hours on a CPU
@@ -157,18 +155,19 @@ STEP_CONFIG_SIZES = ("n_layer", "n_head", "n_embd", "block_size", "batch_size")
 
 def step_setup():
     """What --step trains: (the model's GPTConfig, batch_size, the real step's dtype and loss_chunk, whose they are).
-    From --step_config's file, read as train.py reads it (the file's keys over train.py's defaults: GPTConfig's, but
-    the sizes, which the file must set, and loss_chunk, --step_loss_chunk's), or else from --step_shape (n_head 4,
-    the rest GPTConfig's defaults) and --step_loss_chunk; --tiny without a file: a toy shape."""
+    With --step_config, the file's keys over train.py's defaults, which are GPTConfig's but for the sizes (the file
+    must set them) and loss_chunk (--step_loss_chunk's); else --step_shape (n_head 4), or a toy shape for --tiny."""
     if args.step_config:
-        path = args.step_config if os.path.isfile(args.step_config) else os.path.join(REPO, args.step_config)
-        scope = {}
+        path, scope = config_path(args.step_config), {}
+        if path is None:
+            fail(f"--step_config={args.step_config}: no such file; give a train.py config file, e.g. "
+                 "config/sink_lab.py")
         run_config_file(args.step_config, path, scope)
         missing = [key for key in STEP_CONFIG_SIZES if key not in scope]
         if missing:
             fail(f"--step_config={args.step_config} sets no {', '.join(missing)}: give a file that sets the model's "
                  f"sizes and batch ({', '.join(STEP_CONFIG_SIZES)}), or time the default run's with --step_shape")
-        model = {key: scope[key] for key in (f.name for f in dataclasses.fields(GPTConfig)) if key in scope}
+        model = {f.name: scope[f.name] for f in dataclasses.fields(GPTConfig) if f.name in scope}
         model.setdefault("loss_chunk", args.step_loss_chunk)
         try:
             config = GPTConfig(**model)

@@ -114,6 +114,12 @@ def fail(message):
 # -----------------------------------------------------------------------------
 # The command line: `python script.py [config/file.py ...] [--key=value ...]`, applied in the order given
 
+def config_path(name):
+    """Where the config file `name` is: as given (from the working directory), else inside the repository, so that
+    config/... works from any directory; None where it is neither."""
+    return next((path for path in (name, os.path.join(REPO, name)) if os.path.isfile(path)), None)
+
+
 def configure(keys, argv, defaults=None):
     """Fill the dataclass `keys` from config files (plain Python run with the current values as globals) and
     --key=value overrides. Values are read as Python literals (strings need no quotes) and must have the
@@ -130,8 +136,8 @@ def configure(keys, argv, defaults=None):
     given = set()
     for arg in argv:
         if not arg.startswith("--"):
-            path = arg if os.path.isfile(arg) else os.path.join(REPO, arg)
-            if not os.path.isfile(path):
+            path = config_path(arg)
+            if path is None:
                 fail(f"config file {arg} not found (arguments are config files or --key=value; --help lists the keys)")
             scope = dict(values)
             run_config_file(arg, path, scope)

@@ -85,8 +85,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from common import (CHECKPOINT, EVALUATED, LOG, MEASURED, claim_folder, configure, dataset_dir, fail, flops_per_token,
-                    peak_flops, read_jsonl, run_config_file, usage, write_json, write_text)
+from common import (CHECKPOINT, EVALUATED, LOG, MEASURED, claim_folder, config_path, configure, dataset_dir, fail,
+                    flops_per_token, peak_flops, read_jsonl, run_config_file, usage, write_json, write_text)
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import atomic_write, find_shards
 from model import GPT, GPTConfig
@@ -299,8 +299,8 @@ def study_settings(keys, extra):
     then the user's keys): the seeds, the run length and the model size come from here."""
     scope, study = {}, STUDIES[keys.study]
     for path in [study.config] + ([keys.config] if keys.config else []):
-        full = path if os.path.isfile(path) else os.path.join(REPO, path)
-        if not os.path.isfile(full):
+        full = config_path(path)
+        if full is None:
             fail(f"--config={path}: no such config file")
         run_config_file(path, full, scope)
     scope.update(study.tiny if keys.tiny else {})
