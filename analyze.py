@@ -47,8 +47,8 @@ import torch.nn.functional as F
 
 import pretrained
 from common import (CHECKPOINT, LOG, MEASURED, autocast_for, configure, dataset_dir, device_name, fail,
-                    load_checkpoint, markdown_table, pick_device, pyplot, read_jsonl, save_figure, writable_folder,
-                    write_json, write_text)
+                    load_checkpoint, markdown_table, pick_device, places_text, pyplot, read_jsonl, save_figure,
+                    writable_folder, write_json, write_text)
 from data.shards import atomic_write, bos_token, read_meta, val_batches
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD, TRIGGER_KEYS, Probe,
                    attention_maps, describe, layer_mean, summarize, trigger_positions)
@@ -334,6 +334,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs")
     device = pick_device(device)
     records, scores, maps = [], [], []
+    fingerprints = {}  # the windows (eval_windows' dict, as JSON) -> windows_id of their tokens
     for i, (run_dir, label) in enumerate(zip(run_dirs, labels)):
         path = os.path.join(run_dir, checkpoint)
         stored = None if os.path.isfile(path) else stored_measurement(run_dir, checkpoint)
@@ -355,6 +356,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
             os.makedirs(out_dir, exist_ok=True)
         # each run's own data and block_size (a model cannot read longer windows than it was built for)
         windows = {**eval_windows(trained), "batches": batches, "batch_size": batch_size}
+        key = json.dumps(windows, sort_keys=True)
         if stored is None:
             record, s, m = analyze_run(run_dir, model, ckpt, device, windows, map_tokens)
             del model, ckpt
@@ -364,12 +366,22 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
             where = "" if record["val_loss_logged"] is None else f" (val loss in its log: {record['val_loss_logged']:.4f})"
         else:
             record, s, m = stored
-            if record["windows_id"] != windows_id(load_windows(windows)):
+            # a kept measurement counts only if it was taken on these windows: checked on the data where it is here,
+            # else against the other runs kept on the same windows (so a report can be drawn again without the data)
+            if key not in fingerprints:
+                try:
+                    fingerprints[key] = windows_id(load_windows(windows))
+                except FileNotFoundError:
+                    print(f"note: {windows['data_dir']} is not here: the measurements kept of the runs are compared "
+                          "with each other, by a fingerprint of the windows each was taken on")
+                    fingerprints[key] = record["windows_id"]
+            if record["windows_id"] != fingerprints[key]:
                 raise ValueError(f"{run_dir}: its {checkpoint} is gone, and the measurement kept of it was taken on "
                                  f"other windows than {describe_windows(windows)} (other data, or cut otherwise): "
                                  "train the run again here to compare it with these runs")
             record.update(label=label, out_dir=run_dir, eval_windows=windows)
             where = f" (measured earlier, on {record['measured_on']}: its {checkpoint} is gone)"
+        fingerprints.setdefault(key, record["windows_id"])
         records.append(record)
         scores.append(s)
         maps.append(m)
@@ -382,9 +394,13 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     if len({(r["eval_windows"]["block_size"], r["eval_windows"]["data_dir"], r["eval_windows"]["bos"])
             for r in records}) > 1:
         print("note: the runs differ in block_size, dataset or bos, so they were measured on different windows")
+    places = {}  # where each run was measured: here and now, or in an earlier session (its checkpoint gone)
+    for r in records:
+        places[r["measured_on"]] = places.get(r["measured_on"], 0) + 1
     summary = {
-        "device": device_name(device),
+        "device": device_name(device),  # where this analysis ran; "measured_on" says where the runs were measured
         "date": time.strftime("%Y-%m-%d"),
+        "measured_on": places,
         "checkpoint": checkpoint,
         "validation": {"batches": batches, "batch_size": batch_size, "source": source},
         "runs": records,
@@ -409,7 +425,8 @@ def keep_measurement(run_dir, record, scores, maps):
     JSON last: where it exists, the arrays do. A study whose checkpoints are gone still has its runs."""
     base = os.path.join(run_dir, MEASURED)
     arrays = {f"window/{key}": values for key, values in record["per_window"].items() if values is not None}
-    arrays.update({f"scores/{kind}": values[:STORED_GATE_SAMPLE].astype(np.float16)
+    # every k-th score of the sample, which runs batch after batch: from every part of the validation windows
+    arrays.update({f"scores/{kind}": values[::max(1, -(-len(values) // STORED_GATE_SAMPLE))].astype(np.float16)
                    for kind, values in (scores or {}).items()})
     arrays["maps"] = np.stack(maps).astype(np.float16)  # (layers, t, t) probabilities
     atomic_write(base + ".npz", lambda f: np.savez_compressed(f, **arrays))
@@ -449,8 +466,8 @@ def summary_table(summary):
     runs of the sink lab's task, a second table of the sink's mechanism (probe.MECHANISM)."""
     v = summary["validation"]
     shown = [m for m in MEASURES if not m.mechanism]
-    lines = [f"Measured by analyze.py on {summary['device']}, {summary['date']}: {summary['checkpoint']} of each run, "
-             f"{v['batches']} batches x {v['batch_size']} validation windows ({v['source']}). Layer means.", ""]
+    lines = [f"Measured by analyze.py on {places_text(summary['measured_on'])}: {summary['checkpoint']} of each "
+             f"run, {v['batches']} batches x {v['batch_size']} validation windows ({v['source']}). Layer means.", ""]
     lines += markdown_table(["run", "lr"] + [m.label for m in shown],
                             [[r["label"], f"{r['lr']:g}"] + [cell(m, r.get(m.key)) for m in shown]
                              for r in summary["runs"]])

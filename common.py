@@ -359,6 +359,14 @@ def device_name(device):
         f"CPU ({platform.processor() or platform.machine()})"
 
 
+def places_text(places):
+    """Where results were measured, {"<device>, <date>": number of runs}, in words: the one place, or each with its
+    runs (runs measured in an earlier session keep the place they were measured in)."""
+    if len(places) == 1:
+        return next(iter(places))
+    return "; ".join(f"{p} ({n} run{'s' * (n > 1)})" for p, n in places.items())
+
+
 def cpu_computes_bf16():
     """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16, as on AMD Zen 4 and later, or Intel's
     AMX): there a bf16 matmul runs about twice as fast as an fp32 one; elsewhere bf16 is emulated, and slower."""

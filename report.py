@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from common import EVALUATED, markdown_table, pyplot, save_figure
+from common import EVALUATED, markdown_table, places_text, pyplot, save_figure
 from data.shards import get_tokenizer, read_meta
 from probe import MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD
 from stats import RULE, mean_ci
@@ -195,7 +195,7 @@ def measured_on(result):
     if len(places) == 1:
         device, _, date = next(iter(places)).rpartition(", ")
         return f"Device: {device}. Date: {date}."
-    return "Measured on " + "; ".join(f"{p} ({n} run{'s' * (n > 1)})" for p, n in places.items()) + "."
+    return f"Measured on {places_text(places)}."
 
 
 def claims_section(claims):

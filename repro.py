@@ -10,6 +10,7 @@ analysis of all of them with confidence intervals and a verdict for each of the 
     python repro.py train baseline:2 g1_elementwise:2 g1_headwise --parallel=2 --budget_min=18   # what fits
     python repro.py evaluate                   # evaluate.py on the models' checkpoints: results/repro/evaluate/
     python repro.py report                     # results/repro/{summary.json, REPORT.md, *.png}
+    python repro.py restore --config=config/repro_sink.py && python repro.py report   # redraw it: no GPU, no data
     python repro.py train all --study=sink_lab --seeds=3 --parallel=2   # the sink lab on a laptop CPU
     python repro.py report --study=sink_lab    # results/sink_lab/
 
@@ -62,10 +63,13 @@ measured on its checkpoint (measured.json, measured.npz, evaluated.json) and its
 the report. `train` puts each kept run that <root> lacks back there, if it was trained with the same settings (it is
 then finished, and skipped), and analyze.py and evaluate.py read a run whose checkpoint is gone from what they kept
 of it. So the next session trains only the runs still missing, and its report covers them all; it refuses runs that
-were not trained alike, or measured on other validation windows.
+were not trained alike, or measured on other validation windows. `restore` (with the keys the study was trained
+with, e.g. --config=config/repro_sink.py) puts the kept runs back and trains nothing: `report` then draws the
+committed study again on any machine, without a GPU or its data (the kept runs compared by the fingerprint of the
+windows each was measured on).
 
-This file is the scheduler: its keys, the studies and their claims, the steps (list, prepare, train, evaluate,
-report) and main. report.py renders REPORT.md and the study's figures; stats.py decides the claims.
+This file is the scheduler: its keys, the studies and their claims, the steps (list, prepare, train, restore,
+evaluate, report) and main. report.py renders REPORT.md and the study's figures; stats.py decides the claims.
 """
 
 import ast
@@ -97,7 +101,7 @@ from stats import RULE, compare, verdict
 from variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
 
 REPO = os.path.dirname(os.path.abspath(__file__))
-STEPS = ("list", "prepare", "train", "evaluate", "report")
+STEPS = ("list", "prepare", "train", "restore", "evaluate", "report")
 
 
 @dataclass
@@ -516,6 +520,7 @@ def restore_runs(root, report_dir, settings):
     if restored:
         print(f"=== measured in an earlier session, restored from {kept}/ (their checkpoints are not here): "
               f"{', '.join(restored)}", flush=True)
+    return restored
 
 
 def unalike(records, names):
@@ -613,10 +618,7 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
                 for v, rs in by.items()}
     claims = [claim_result(*c, windows, variants) for c in study.claims]
     sweep = sweep_rows(by, windows) if study.name == "repro" else []  # the learning-rate sweep is the GPU study's
-    places = {}  # where each run was measured: here and now, or in an earlier session (its checkpoint gone)
-    for r in records:
-        places[r["measured_on"]] = places.get(r["measured_on"], 0) + 1
-    result = {"device": summary["device"], "date": summary["date"], "measured_on": places,
+    result = {"device": summary["device"], "date": summary["date"], "measured_on": summary["measured_on"],
               "validation": summary["validation"],
               "rule": RULE, "claims": claims, "sweep": sweep, "variants": variants, "runs": records}
     write_json(os.path.join(out_dir, "summary.json"), result)  # each file atomically: the old one or the new one
@@ -731,8 +733,9 @@ def main(argv):
     names = [w for w in words if not w.startswith("--")]
     own = [w for w in words if w.startswith("--") and w[2:].partition("=")[0] in KEYS]
     passed = [w for w in words if w.startswith("--") and w not in own]  # train.py's keys
-    # only `train` passes keys on: for the other steps, configure names any unknown key
-    keys, _ = configure(Keys, own if step in ("train", "evaluate") else own + passed)
+    # train.py's keys (evaluate.py's for `evaluate`; for `restore`, the settings its runs were trained with) go on;
+    # for the other steps, configure names any unknown key
+    keys, _ = configure(Keys, own if step in ("train", "restore", "evaluate") else own + passed)
     if names and step not in ("train", "evaluate"):
         fail(f"`repro.py {step}` takes no variant names, got {' '.join(names)}")
     for key in ("seeds", "parallel"):
@@ -760,6 +763,12 @@ def main(argv):
         with claimed(root):  # a second `train` on this root would start the same runs beside these
             restore_runs(root, report_dir, settings)
             train(runs, root, keys, passed, settings)
+    elif step == "restore":  # the kept runs back under root, so that `report` draws them again: no GPU, no data
+        settings = study_settings(keys, passed)  # a bad --config stops here, before root is made
+        with claimed(root):
+            if not restore_runs(root, report_dir, settings):
+                print(f"nothing restored: {os.path.join(report_dir, RUNS_DIR)}/ keeps no run trained with these "
+                      f"settings that {root}/ lacks")
     elif step == "evaluate":
         evaluate_runs(root, report_dir, names, passed, study)
     else:

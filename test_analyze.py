@@ -272,6 +272,42 @@ def test_a_run_whose_checkpoint_is_gone_is_read_from_what_was_measured_on_it(tra
         analyze.analyze([str(kept)], out_dir=str(tmp_path / "other"), device="cpu", batches=1)
 
 
+def test_kept_measurements_are_drawn_again_without_the_data(trained_run, tmp_path, capsys):
+    """A report can be drawn again from what was measured on runs whose checkpoints are gone, on a machine without
+    their data (a clone of a published study): the kept runs are then held to the same windows by comparing their
+    windows' fingerprints with each other, and one taken on other windows is still refused."""
+    first = tmp_path / "first"
+    shutil.copytree(trained_run, first, ignore=shutil.ignore_patterns("measured.*"))
+    fresh = analyze.analyze([str(first)], out_dir=str(tmp_path / "fresh"), device="cpu")["runs"][0]
+    kept = []
+    for name, where in (("a", "NVIDIA H200, 2026-11-26"), ("b", "NVIDIA H100 80GB HBM3, 2026-11-22")):
+        run = tmp_path / name  # a kept run whose data sat in a folder this machine lacks, measured on a GPU
+        shutil.copytree(first, run, ignore=shutil.ignore_patterns("*.pt"))
+        record = json.load(open(run / "measured.json"))
+        record["train_config"]["data_dir"] = str(tmp_path / "data-elsewhere")
+        record["measured_on"] = where
+        json.dump(record, open(run / "measured.json", "w"))
+        kept.append(str(run))
+    capsys.readouterr()
+    summary = analyze.analyze(kept, out_dir=str(tmp_path / "again"), device="cpu")
+    assert [r["val_loss"] for r in summary["runs"]] == [fresh["val_loss"]] * 2
+    assert summary["runs"][0]["windows_id"] == fresh["windows_id"]
+    assert (tmp_path / "again" / "layers.png").stat().st_size > 1000
+    # where they were measured, not where they were drawn again
+    assert summary["measured_on"] == {"NVIDIA H200, 2026-11-26": 1, "NVIDIA H100 80GB HBM3, 2026-11-22": 1}
+    assert open(tmp_path / "again" / "summary.md").readline().startswith(
+        "Measured by analyze.py on NVIDIA H200, 2026-11-26 (1 run); NVIDIA H100 80GB HBM3, 2026-11-22 (1 run): ")
+    out = capsys.readouterr().out
+    assert out.count("data-elsewhere is not here: the measurements kept of the runs are compared with each other") == 1
+
+    record = json.load(open(tmp_path / "b" / "measured.json"))
+    record["windows_id"] = "0" * 16  # as if b had been measured on other tokens
+    json.dump(record, open(tmp_path / "b" / "measured.json", "w"))
+    with pytest.raises(ValueError, match=r"b: its ckpt.pt is gone, and the measurement kept of it was taken on other "
+                                         r"windows than .*data-elsewhere"):
+        analyze.analyze(kept, out_dir=str(tmp_path / "refused"), device="cpu")
+
+
 def test_analyze_cli_errors(tmp_path, trained_run):
     # as a user sees it: one line, no traceback
     result = subprocess.run([sys.executable, os.path.join(REPO, "analyze.py"), f"--runs={tmp_path / 'nothing'}"],

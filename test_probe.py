@@ -523,7 +523,8 @@ def test_a_measure_added_to_the_registry_reaches_the_eval_line_the_analysis_tabl
     with Probe(model, triggers=[3, 5]) as p:
         model(torch.tensor([[0, 7, 3, 9, 5, 2, 3, 8] * 3] * 2))
     assert "; the mechanism: F-Attn at triggers" in probe.describe({**record, **p.summary()})
-    summary = {"device": "CPU", "date": "today", "checkpoint": "ckpt.pt", "runs": [{"label": "run", "lr": 1e-3, **record}],
+    summary = {"device": "CPU", "date": "today", "measured_on": {"CPU, today": 1}, "checkpoint": "ckpt.pt",
+               "runs": [{"label": "run", "lr": 1e-3, **record}],
                "validation": {"batches": 1, "batch_size": 2, "source": "test"}}
     header = next(line for line in analyze.summary_table(summary).splitlines() if line.startswith("| run |"))
     assert header.endswith("| M-Act / median |")

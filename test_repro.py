@@ -169,6 +169,16 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     open(os.path.join(short, "log.jsonl"), "w").writelines(lines[:-1])
     repro.restore_runs(str(tmp_path / "third"), os.path.join(tmp_path, "short"), settings)
     assert not os.path.exists(tmp_path / "third") and "its log ends at iter 3 of 6" in capsys.readouterr().out
+    # `restore`: the kept runs back and nothing trained, for a report drawn again (on any machine); once only
+    restore = ["restore", "--tiny", f"--root={tmp_path / 'fourth'}", f"--report_dir={os.path.join(root, 'report')}"]
+    repro.main(restore + extra)
+    assert "restored from" in capsys.readouterr().out and not glob.glob(str(tmp_path / "fourth" / "*" / "*" / "*.pt"))
+    assert repro.trained_runs(str(tmp_path / "fourth")) == runs
+    repro.main(restore + extra)
+    assert "nothing restored: " in capsys.readouterr().out
+    repro.main([*restore[:2], f"--root={tmp_path / 'fifth'}", restore[3]])  # without the keys they were trained with
+    assert capsys.readouterr().out.count("not restored: it was trained with") == 4
+    assert repro.trained_runs(str(tmp_path / "fifth")) == []
 
     ckpt = os.path.join(root, "baseline", "seed1338", "ckpt.pt")  # trained again after its evaluation
     os.utime(ckpt, (time.time() + 60, time.time() + 60))
@@ -518,7 +528,7 @@ def test_study_settings_are_what_train_py_will_read():
     (["report", "--max_iters=3"], ["unknown key 'max_iters'"]),
     (["list", "--rot=x"], ["unknown key 'rot'", "did you mean 'root'"]),
     (["report", "baseline"], ["takes no variant names", "baseline"]),
-    (["lst"], ["'lst' is not a step", "list, prepare, train, evaluate, report"]),
+    (["lst"], ["'lst' is not a step", "list, prepare, train, restore, evaluate, report"]),
     (["evaluate", "--out_dir=x"], ["--out_dir=x", "repro.py evaluate sets --runs, --labels and --out_dir"]),
     (["evaluate", "g9"], ["unknown variant(s) g9", "'models'"]),
     (["evaluate", "baseline", "--root=/nonexistent"], ["no trained runs of baseline under /nonexistent/"]),
@@ -528,10 +538,12 @@ def test_study_settings_are_what_train_py_will_read():
     (["train", "g9:2"], ["unknown variant(s) g9", "'models'"]),
     (["evaluate", "baseline:2"], ["baseline:2: a number of seeds (NAME:N) is for `repro.py train`"]),
     (["train", "baseline", "--budget_min=-5"], ["--budget_min=-5 must be at least 0"]),
+    (["restore", "baseline"], ["`repro.py restore` takes no variant names", "baseline"]),
+    (["restore", "--config=nope.py"], ["--config=nope.py: no such config file"]),
 ], ids=["no-variant", "out_dir", "init_from", "seed", "seeds", "config", "report-key", "typo", "report-names", "step",
         "evaluate-out_dir", "evaluate-variant", "evaluate-no-runs", "seeds-zero", "seeds-word", "seeds-super",
         "seeds-unknown",
-        "seeds-evaluate", "budget"])
+        "seeds-evaluate", "budget", "restore-names", "restore-config"])
 def test_mistakes_are_one_line(argv, words, monkeypatch):
     monkeypatch.setattr(repro, "train", lambda *args: pytest.fail("nothing may run"))
     with pytest.raises(SystemExit) as e:
