@@ -96,7 +96,7 @@ class Keys:
     step_loss_chunk: int = 4096  # --step: rows of logits at a time in the real step (train.py's loss_chunk default)
     # --step: a train.py config file (e.g. config/sink_lab.py) whose model (every GPTConfig key it sets), batch_size,
     # dtype and loss_chunk the steps take instead of --step_shape's and --step_loss_chunk's
-    step_config: str = ""  # --step: a train.py config file to take the model from (above); "": --step_shape
+    step_config: str = ""  # --step: a train.py config file (above); "": --step_shape's model
     rounds: int = 3  # --step: rounds, each timing every mode once, in order, in a fresh process
     step_child: str = ""  # internal: time this one mode in this process and print its record as JSON
 
@@ -528,8 +528,8 @@ elif args.step:
                              torch_threads=torch.get_num_threads(), loss_chunk=real_chunk,
                              summary=summary, records=records),
           [f"{model_line} (eager); {1 if args.tiny else args.warmup} warm-up then {2 if args.tiny else args.steps} "
-           f"timed steps "
-           f"a process; {rounds} round(s), each running every mode once in a fresh process, in the order below; "
+           f"timed steps a process; {rounds} round(s), each running every mode once in a fresh process, in the "
+           "order below; "
            f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads",
            *[f"{m}: {STEP_MODES[m]}" for m in step_modes],
            "ms/step: the median step of a process; page faults: minor faults a step (memory the system had to "
