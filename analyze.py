@@ -33,6 +33,7 @@ models, a folder or a hub id), each with its own tokenizer, on --windows windows
 another from --text (data/sample_text.txt by default); summary.md then sets them beside the published values.
 """
 
+import collections
 import hashlib
 import json
 import math
@@ -363,6 +364,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
             record.update(label=label, checkpoint=checkpoint, eval_windows=windows,
                           measured_on=f"{device_name(device)}, {time.strftime('%Y-%m-%d')}")
             keep_measurement(run_dir, record, s, m)
+            fingerprints.setdefault(key, record["windows_id"])  # a kept run on these windows is checked against it
             where = "" if record["val_loss_logged"] is None else f" (val loss in its log: {record['val_loss_logged']:.4f})"
         else:
             record, s, m = stored
@@ -381,7 +383,6 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
                                  "train the run again here to compare it with these runs")
             record.update(label=label, out_dir=run_dir, eval_windows=windows)
             where = f" (measured earlier, on {record['measured_on']}: its {checkpoint} is gone)"
-        fingerprints.setdefault(key, record["windows_id"])
         records.append(record)
         scores.append(s)
         maps.append(m)
@@ -394,9 +395,8 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     if len({(r["eval_windows"]["block_size"], r["eval_windows"]["data_dir"], r["eval_windows"]["bos"])
             for r in records}) > 1:
         print("note: the runs differ in block_size, dataset or bos, so they were measured on different windows")
-    places = {}  # where each run was measured: here and now, or in an earlier session (its checkpoint gone)
-    for r in records:
-        places[r["measured_on"]] = places.get(r["measured_on"], 0) + 1
+    # where each run was measured: here and now, or in an earlier session (its checkpoint gone)
+    places = dict(collections.Counter(r["measured_on"] for r in records))
     summary = {
         "device": device_name(device),  # where this analysis ran; "measured_on" says where the runs were measured
         "date": time.strftime("%Y-%m-%d"),
