@@ -201,7 +201,7 @@ def test_bench_step_takes_the_model_batch_dtype_and_loss_chunk_of_a_train_config
     differ = {f.name for f in dataclasses.fields(train.TrainConfig)
               if f.name in model_defaults and f.default != model_defaults[f.name]}
     assert differ == {"n_layer", "n_head", "n_embd", "block_size", "loss_chunk"}
-    assert train.TrainConfig().loss_chunk == 4096
+    assert train.TrainConfig().loss_chunk == 4096 and train.TrainConfig().dtype == "auto"  # bench.py's copies
     lab, _ = configure(train.TrainConfig, [os.path.join(HERE, "config", "sink_lab.py")])
     params = GPT(GPTConfig(**{key: getattr(lab, key) for key in train.MODEL_KEYS})).num_params()
     out = run_bench(tmp_path, "--step", "--tiny", "--step_config=config/sink_lab.py", "--step_modes=real",
