@@ -529,8 +529,7 @@ elif args.step:
                              summary=summary, records=records),
           [f"{model_line} (eager); {1 if args.tiny else args.warmup} warm-up then {2 if args.tiny else args.steps} "
            f"timed steps a process; {rounds} round(s), each running every mode once in a fresh process, in the "
-           "order below; "
-           f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads",
+           f"order below; {os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads",
            *[f"{m}: {STEP_MODES[m]}" for m in step_modes],
            "ms/step: the median step of a process; page faults: minor faults a step (memory the system had to "
            "hand back); peak: the process's largest resident memory; vs plain: the median over rounds of the "

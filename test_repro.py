@@ -473,9 +473,11 @@ def test_test_variants_set_every_value_of_every_flag():
 # The command line: a step word, variant names, repro.py's keys, and train.py's keys passed on
 
 def test_train_names_and_keys(monkeypatch):
-    calls = []
+    calls, restored = [], []
     monkeypatch.setattr(repro, "train", lambda *args: calls.append(args))
-    monkeypatch.setattr(repro, "claim_folder", lambda folder: open(os.devnull))  # no folders made here
+    # no folders made here: not the root's lock, nor the kept runs restored into it (the root is under the checkout)
+    monkeypatch.setattr(repro, "claim_folder", lambda folder: open(os.devnull))
+    monkeypatch.setattr(repro, "restore_runs", lambda root, report_dir, settings: restored.append(root))
     repro.main(["train", "g1_elementwise", "all", "g3", "--tiny", "--max_iters=5", "--compile"])
     runs, root, keys, passed, settings = calls[-1]
     # `all` is the study, in order; a name given twice trains once; any registry name may be added; one seed: 1337
@@ -488,6 +490,7 @@ def test_train_names_and_keys(monkeypatch):
     assert (keys.tiny, keys.seeds, keys.parallel, passed) == (False, 2, 3, [])
     repro.main(["train", "models", "--config=config/repro_sink.py"])
     assert [v for v, _ in calls[-1][0]] == list(MODELS) and calls[-1][2].config == "config/repro_sink.py"
+    assert restored == [calls[0][1], "/tmp/r", "out-repro"]  # each `train` restores the kept runs into its root first
     cmd = repro.train_command("baseline_lr0.02", 1338, "/tmp/r", tiny=True, extra=["--max_iters=5"],
                               config="config/repro_sink.py")
     assert cmd[1:4] == [os.path.join(REPO, "train.py"), os.path.join(REPO, "config", "repro.py"), "config/repro_sink.py"]
@@ -502,6 +505,7 @@ def test_seeds_per_name_in_the_order_named(monkeypatch):
     calls = []
     monkeypatch.setattr(repro, "train", lambda *args: calls.append(args))
     monkeypatch.setattr(repro, "claim_folder", lambda folder: open(os.devnull))  # no folders made here
+    monkeypatch.setattr(repro, "restore_runs", lambda *args: None)
     repro.main(["train", "baseline:2", "g1_elementwise:2", "g1_headwise", "baseline", "g2_elementwise:1", "--seeds=3"])
     assert calls[-1][0] == [("baseline", 1337), ("baseline", 1338), ("g1_elementwise", 1337), ("g1_elementwise", 1338),
                             ("g1_headwise", 1337), ("g1_headwise", 1338), ("g1_headwise", 1339), ("baseline", 1339),
