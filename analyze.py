@@ -11,7 +11,9 @@ per layer and averaged over layers (probe.py defines each)
               position and token that key is most often: a sink that is not on position 0 shows here,
   sink heads  the share of heads whose F-Attn exceeds 0.3 (Gu et al. 2025: a few strong sink heads hide in
               an average over heads),
-  M-Act       max |h| of the hidden states each block outputs, per window, averaged over windows,
+  M-Act       max |h| of the hidden states each block outputs, per window, averaged over windows, and the
+              few channels that carry it ("channels", per layer),
+  value norm  the norm of the value vector at position 0 over the mean value norm elsewhere (per layer and KV head),
   gate        mean gate score and the fraction of scores below 0.1 and 0.5 (sparsity).
 The windows are, by default, the ones train.py evaluated the first run on (its eval_iters batches of its
 batch_size), so a single run's val loss is the one its training log shows for that checkpoint;
@@ -23,8 +25,13 @@ batch_size), so a single run's val loss is the one its training log shows for th
                    ...), as arrays named "<i>/<key>" for run i of summary.json's runs: for confidence intervals over
                    windows (repro.py report reads them)
 and, when matplotlib is installed, layers.png (per-layer F-Attn, sink share and M-Act of every run), gate_hist.png
-(gate-score histograms), attn_maps.png (a head-averaged attention map per run, as in GA Fig. 2) and curves.png
-(validation loss and F-Attn during training, from each run's log.jsonl); --plot_labels picks the runs they show.
+(gate-score histograms), attn_maps.png (a head-averaged attention map per run, as in GA Fig. 2), curves.png
+(validation loss and F-Attn during training, from each run's log.jsonl) and emergence.png (the sink forming: per
+layer, F-Attn, M-Act and the sink's value norm ratio over the training steps, one column per run, from each run's
+log.jsonl); --plot_labels picks the runs they show.
+The sink's mechanism per layer, in summary.json and summary.md: the value norm ratio (the value vector's norm at
+position 0 over the mean elsewhere: a sink parks attention on a small value) and the channels that carry the massive
+activation (probe.massive_channels); mechanism_rows gives them as a table's rows, for reports.
 Beside each run's checkpoint it keeps what it measured there, measured.json and measured.npz: a run whose checkpoint
 is gone (left on a borrowed GPU machine) is read from them instead, if they were taken on the same windows.
 
@@ -52,7 +59,7 @@ from common import (CHECKPOINT, LOG, MEASURED, autocast_for, configure, dataset_
                     writable_folder, write_json, write_text)
 from data.shards import atomic_write, bos_token, read_meta, val_batches
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD, TRIGGER_KEYS, Probe,
-                   attention_maps, describe, layer_mean, summarize, trigger_positions)
+                   attention_maps, describe, layer_mean, massive_channels, summarize, trigger_positions)
 from variants import VARIANTS
 
 
@@ -118,7 +125,8 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
     ctx, _ = autocast_for(device, train_cfg.get("dtype", "auto"))
     triggers = (read_meta(windows["data_dir"]) or {}).get("triggers")  # the Bigram-Backcopy task's (sink lab)
     shown = map_window(batches[0][0], map_tokens, triggers)
-    layers, heads, windows_all, scores, maps = measure(model, batches, device, ctx, map_tokens, triggers, shown)
+    layers, heads, windows_all, scores, maps, channels = measure(model, batches, device, ctx, map_tokens, triggers,
+                                                                 shown)
     record = {
         "run": os.path.basename(os.path.normpath(run_dir)),
         "out_dir": run_dir,
@@ -141,6 +149,7 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
         "map_tokens": batches[0][0][shown, :map_tokens].tolist(),  # the window the attention maps show
         "layers": layers,
         "heads": heads,
+        "channels": channels,
         "per_window": windows_all,  # arrays, written to per_window.npz, not to summary.json
     }
     return record, scores, maps
@@ -158,11 +167,12 @@ def layer_means(layers, windows_all):
 @torch.no_grad()
 def measure(model, batches, device, ctx, map_tokens, triggers=None, shown=0):
     """Everything probe.py measures, over batches [(x, y), ...] that all have the same number of windows:
-    (layers: per-layer statistics, heads: per-head ones, windows_all: per-window arrays with each window's loss,
+    (layers: per-layer statistics, heads: per-head ones (value_norm_ratio's per KV head), windows_all: per-window
+    arrays with each window's loss,
     scores: a sample of gate scores ({"all": ...}, and with triggers {"trigger": ..., "other": ...}: the scores at
     the task's trigger positions and at positions 1..T-1 elsewhere) or None, maps: a head-averaged attention map
-    per layer of window `shown` of the first batch). triggers: the Bigram-Backcopy task's trigger tokens, for
-    probe.py's mechanism statistics."""
+    per layer of window `shown` of the first batch, channels: per layer, probe.massive_channels over every window).
+    triggers: the Bigram-Backcopy task's trigger tokens, for probe.py's mechanism statistics."""
     cfg, n_batches = model.config, len(batches)
     # gate scores for the histogram: a random sample of each layer's, from every batch
     rng = np.random.default_rng(0)
@@ -182,7 +192,7 @@ def measure(model, batches, device, ctx, map_tokens, triggers=None, shown=0):
             for kind, where in (("trigger", trig), ("other", other)):
                 sample(kind, s[where.view(*where.shape, *[1] * (s.dim() - 2)).expand_as(s)])
 
-    per_batch, per_head, per_window = [], [], []
+    per_batch, per_head, per_window, massive = [], [], [], []
     for x, y in batches:
         x, y = x.to(device), y.to(device)
         with ctx, Probe(model, gate_scores=keep_scores, triggers=triggers) as probe:
@@ -192,6 +202,7 @@ def measure(model, batches, device, ctx, map_tokens, triggers=None, shown=0):
         del logits
         per_batch.append(probe.stats)
         per_head.append(probe.heads)
+        massive.append(probe.massive)
         # per window: its loss and the layer means of its F-Attn, sink share, M-Act and gate mean
         window = {"val_loss": loss.cpu().numpy(),
                   **{key: (None if values is None else torch.stack(values).mean(0).numpy())
@@ -205,8 +216,12 @@ def measure(model, batches, device, ctx, map_tokens, triggers=None, shown=0):
         return [float(v) for v in np.mean(np.array([s[key] for s in per_batch], dtype=float), axis=0)]
 
     layers = {key: over_batches(key) for key in ("first_token_attn", "sink_share", "max_act", "act_ratio") + GATE_KEYS +
-              ("max_act_first", "max_act_rest") + TRIGGER_KEYS}
-    heads = {key: np.mean([h[key] for h in per_head], axis=0).tolist() for key in ("first_token_attn", "sink_share")}
+              ("max_act_first", "max_act_rest", "value_norm_ratio") + TRIGGER_KEYS}
+    heads = {key: np.mean([h[key] for h in per_head], axis=0).tolist()
+             for key in ("first_token_attn", "sink_share", "value_norm_ratio")}
+    # the channels of the massive activation, pooled over every window of every batch
+    channels = [massive_channels(torch.cat([m[layer]["pos"] for m in massive]),
+                                 torch.cat([m[layer]["h"] for m in massive])) for layer in range(cfg.n_layer)]
     # sink heads over the whole validation set: a head's F-Attn averaged over every window, then thresholded
     layers["sink_heads"] = [float(np.mean(np.array(h) > SINK_HEAD_THRESHOLD)) for h in heads["first_token_attn"]]
     layers.update(pool_sink_location(per_batch, batches[0][0].size(0) * model.config.n_head))
@@ -215,7 +230,7 @@ def measure(model, batches, device, ctx, map_tokens, triggers=None, shown=0):
     with ctx:
         maps = attention_maps(model, batches[0][0][shown:shown + 1, :map_tokens].to(device))  # per layer (1, H, t, t)
     scores = {kind: np.concatenate(parts) for kind, parts in samples.items()} or None
-    return layers, heads, windows_all, scores, [m[0].mean(0).float().cpu().numpy() for m in maps]
+    return layers, heads, windows_all, scores, [m[0].mean(0).float().cpu().numpy() for m in maps], channels
 
 
 def pool_sink_location(per_batch, pairs):
@@ -312,7 +327,71 @@ def plot(records, scores, maps, logs, out_dir):
         loss_ax.legend(fontsize=8)
         fig.tight_layout()
         written.append(save_figure(fig, os.path.join(out_dir, "curves.png")))
+    if any(emergence_series(log) for log in logs):
+        written.append(plot_emergence(plt, names, logs, out_dir))
     return written
+
+
+EMERGENCE_ROWS = (  # the per-layer values of train.py's log records the emergence plot draws, one row of panels each
+    ("first_token_attn", "F-Attn (attention on position 0)", "linear"),
+    ("max_act", "M-Act (max |h| of the layer's output)", "log"),
+    ("value_norm_ratio", "value norm at position 0 / elsewhere", "log"),
+)
+
+
+def emergence_series(log):
+    """{key: (steps, values (evals x layers))} of EMERGENCE_ROWS' per-layer values in a run's log.jsonl records (their
+    "layers"), for the records that have them; {} for a log without per-layer values (older train.py)."""
+    out = {}
+    for key, _, _ in EMERGENCE_ROWS:
+        pts = [(rec["iter"], rec["layers"][key]) for rec in log if (rec.get("layers") or {}).get(key)]
+        if pts:
+            steps, values = zip(*pts)
+            out[key] = (np.array(steps), np.array([[np.nan if v is None else v for v in row] for row in values],
+                                                  dtype=float))
+    return out
+
+
+def plot_emergence(plt, names, logs, out_dir):
+    """emergence.png: the sink forming during training, from each run's log.jsonl (train.py's eval records): one
+    column per run (baseline and gated side by side, in the runs' order), one row per measure (EMERGENCE_ROWS: F-Attn,
+    M-Act, the sink's value norm ratio), one line per layer coloured from dark (first) to light (last), the same
+    y-axis along a row so the runs compare at a glance. A 1-layer run has one line per panel."""
+    series = [emergence_series(log) for log in logs]
+    keys = [row for row in EMERGENCE_ROWS if any(row[0] in s for s in series)]
+    n_layers = max(v.shape[1] for s in series for _, v in s.values())
+    colours = plt.get_cmap("viridis")(np.linspace(0, 0.85, n_layers))
+    fig, axes = plt.subplots(len(keys), len(names), figsize=(3.8 * len(names) + 1.4, 2.9 * len(keys)), squeeze=False,
+                             sharey="row")
+    for col, (name, s) in enumerate(zip(names, series)):
+        for row, (key, label, scale) in enumerate(keys):
+            ax = axes[row][col]
+            if key in s:
+                steps, values = s[key]
+                for layer in range(values.shape[1]):
+                    ax.plot(steps, values[:, layer], marker="o", markersize=2.5, color=colours[layer],
+                            label=f"layer {layer}")
+            else:
+                ax.text(0.5, 0.5, "not in this run's log", ha="center", va="center", transform=ax.transAxes)
+            if key == "value_norm_ratio":
+                ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+            if scale == "log" and key in s and np.nanmin(s[key][1]) > 0:
+                ax.set_yscale("log")
+            ax.set(xlabel="training step", ylabel=label if col == 0 else label.split(" (")[0])
+            if row == 0:
+                ax.set_title(name)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for row in axes:  # the legend of the panel with the most layers
+        for ax in row:
+            h, lab = ax.get_legend_handles_labels()
+            if len(h) > len(handles):
+                handles, labels = h, lab
+    if handles:
+        fig.legend(handles, labels, loc="center right", fontsize=8, title="layer", title_fontsize=8)
+    fig.suptitle("The sink's emergence during training (per layer, on the first validation batch of each eval)",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1 - 1.3 / fig.get_figwidth(), 1))
+    return save_figure(fig, os.path.join(out_dir, "emergence.png"))
 
 
 def grid(plt, n, width, height, columns=4, **kw):
@@ -461,6 +540,76 @@ def cell(measure, value):
     return None if value is None else measure.format(value)
 
 
+def _fmt(value, spec):
+    return None if value is None or isinstance(value, float) and not math.isfinite(value) else format(value, spec)
+
+
+def _layer_value(record, key, layer):
+    values = (record.get("layers") or {}).get(key)
+    return values[layer] if values and layer < len(values) else None
+
+
+def _top_layer(record, key, n):
+    """The layer (of n) with the largest finite value of record's per-layer `key` (the first on a tie), or None."""
+    values = [(v, -i) for i in range(n) for v in [_layer_value(record, key, i)] if v is not None and math.isfinite(v)]
+    return -max(values)[1] if values else None
+
+
+def _channel_cells(c):
+    """A layer's massive_channels dict as cells: the position of the max |h| (how often), the top channels with their
+    mean h, the share of ||h||^2 they hold, the channel of the max (how often); None where it was not measured."""
+    if not c:
+        return [None] * 4
+    return [f"{c['pos']} ({_fmt(c['pos_share'], '.0%')})",
+            ", ".join(f"{ch}: {_fmt(v, '.1f')}" for ch, v in zip(c["channels"], c["values"])),
+            _fmt(c["share"], ".0%"), f"{c['top_channel']} ({_fmt(c['top_channel_share'], '.0%')})"]
+
+
+MECHANISM_ROWS_NOTE = ("Value norm ratio: the norm of the value vector at position 0 over the mean value norm at the "
+                       "other positions (a sink head parks attention on a key whose value is small: the ratio falls "
+                       "far below 1). Peak position: where each window's largest |h| of the layer's output sits, the "
+                       "most often (share of windows). Top channels: the hidden state's channels with the largest mean "
+                       "|h| there, with their mean h; their norm² share: how much of that position's squared norm "
+                       "they hold; peak channel: the channel of the largest |h|, the most often (share of windows).")
+
+
+def mechanism_rows(records, per_layer=False):
+    """The sink's mechanism per run, as a table: (header, rows), header a list of column names, rows a list of rows,
+    each a list of cells (str, or None where a run lacks the measurement: written – by common.markdown_table), so
+
+        lines = markdown_table(*mechanism_rows(summary["runs"]))
+
+    renders it (MECHANISM_ROWS_NOTE says what the columns mean). records: analyze.py's run records (summary.json's
+    "runs", or "models" of --pretrained), each with "label" (or "run", "name"), "layers" and "channels".
+
+    per_layer=False: one row per run, 10 cells: run, sink layer (the layer of the highest F-Attn), F-Attn and value
+    norm ratio at that layer, M-Act layer (the layer of the highest M-Act), M-Act there, and at that layer: peak
+    position ("0 (100%)": the position of the max |h|, share of windows), top channels ("447: -3000.1, 138: 12.0,
+    ..."), their norm² share ("95%"), peak channel ("447 (100%)": the channel of the max |h|, share of windows).
+    per_layer=True: one row per run and layer, 9 cells: run, layer, F-Attn, value norm ratio, M-Act, peak position,
+    top channels, their norm² share, peak channel. No header contains "|"."""
+    tail = ["peak position", "top channels (mean h)", "their norm² share", "peak channel"]
+    rows = []
+    for r in records:
+        label = r.get("label") or r.get("run") or r.get("name")
+        layers, channels = r.get("layers") or {}, r.get("channels") or []
+        n = len(layers.get("first_token_attn") or [])
+        channel = lambda i: channels[i] if i < len(channels) else None  # noqa: E731
+        if per_layer:
+            rows += [[label, str(i), _fmt(_layer_value(r, "first_token_attn", i), ".3f"),
+                      _fmt(_layer_value(r, "value_norm_ratio", i), ".3f"), _fmt(_layer_value(r, "max_act", i), ".1f")]
+                     + _channel_cells(channel(i)) for i in range(n)]
+            continue
+        sink, act = _top_layer(r, "first_token_attn", n), _top_layer(r, "max_act", n)
+        rows.append([label, None if sink is None else str(sink), _fmt(_layer_value(r, "first_token_attn", sink), ".3f"),
+                     _fmt(_layer_value(r, "value_norm_ratio", sink), ".3f"), None if act is None else str(act),
+                     _fmt(_layer_value(r, "max_act", act), ".1f")]
+                    + _channel_cells(None if act is None else channel(act)))
+    if per_layer:
+        return ["run", "layer", "F-Attn", "value norm ratio", "M-Act"] + tail, rows
+    return ["run", "sink layer", "F-Attn", "value norm ratio", "M-Act layer", "M-Act"] + tail, rows
+
+
 def summary_table(summary):
     """The runs of a summary as a markdown table of probe.MEASURES, with where and on what they were measured; for
     runs of the sink lab's task, a second table of the sink's mechanism (probe.MECHANISM)."""
@@ -476,6 +625,8 @@ def summary_table(summary):
         lines += ["", MECHANISM_NOTE, ""]
         lines += markdown_table(["run"] + [m.label for m in MECHANISM],
                                 [[r["label"]] + [cell(m, r.get(m.key)) for m in MECHANISM] for r in lab])
+    lines += ["", "Per layer: the sink's value and the channels of the massive activation. " + MECHANISM_ROWS_NOTE, ""]
+    lines += markdown_table(*mechanism_rows(summary["runs"], per_layer=True))
     return "\n".join(lines) + "\n"
 
 
@@ -508,12 +659,13 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
         model = pretrained.load_model(ckpt, device)
         print(f"{label}: {model.num_params() / 1e6:.0f}M parameters; measuring {len(batches)} windows of {window} "
               f"tokens{' (BOS first)' if use_bos else ''} on {device_name(device)}", flush=True)
-        layers, heads, windows_all, s, m = measure(model, batches, device, ctx, map_tokens)
+        layers, heads, windows_all, s, m, channels = measure(model, batches, device, ctx, map_tokens)
         loss = float(np.mean(windows_all["val_loss"]))
         records.append({
             "label": label, "name": name, "about": ckpt.about, "family": ckpt.family, "model": asdict(model.config),
             "params": model.num_params(), "windows": len(batches), "window": window, "bos": use_bos,
             "loss": loss, "ppl": math.exp(loss), **layer_means(layers, windows_all), "layers": layers, "heads": heads,
+            "channels": channels,
             "sink_token_text": [None if t is None else enc.decode([t]) for t in layers["sink_token"]],
             "first_window_start": enc.decode(batches[0][0][0, :24].tolist()),
             "seconds": round(time.time() - start, 1)})
@@ -561,6 +713,8 @@ def pretrained_table(summary):
             row = VARIANTS[name].ga
             lines.append(f"| {label} | {row.f_attn:.3f} | {row.m_act} | "
                          f"{'–' if row.gate_mean is None else f'{row.gate_mean:.3f}'} |")
+    lines += ["", "Per layer: the sink's value and the channels of the massive activation. " + MECHANISM_ROWS_NOTE, ""]
+    lines += markdown_table(*mechanism_rows(summary["models"], per_layer=True))
     for family, note in summary["literature"].items():
         lines += ["", f"{family}: {note}"]
     return "\n".join(lines) + "\n"

@@ -19,13 +19,21 @@ probe.stats: one value per layer, in layer order (a layer measured on a batch of
   gate_mean         the mean gate score (the activation's output); None without a gate
   gate_below_0.1    the fraction of gate scores below 0.1 (sparsity), and below 0.5; None without a gate
   gate_below_0.5
-  sink_share        a sink anywhere: r_j, the attention key j < T//2 receives, averaged over the late queries
-                    T//2..T-1 (each sees every such key; received_attention); the top share max_j r_j of each
-                    window and head, averaged over both. A key that every late query gives p scores p; a key only
-                    its next neighbour attends to, at most ~2/T
+  sink_share        a sink anywhere: r_j, the attention key j receives, averaged over the late queries T//2..T-1
+                    (each sees every candidate key; received_attention), for the candidate keys j < T//2 - T//8
+                    (sink_keys: a gap of T//8 positions between the last candidate and the first late query); the
+                    top share max_j r_j of each window and head, averaged over both. A key that every late query
+                    gives p scores p; a key that only queries near it attend to (recency, a previous-token head)
+                    scores ~0, as no late query is within T//8 of a candidate (without the gap, key T//2-1, beside
+                    the first late query, topped gated models' windows at T = 512: recency, not a sink)
   sink_heads        the fraction of heads whose F-Attn (that head's, averaged over windows and queries 1..T-1)
                     exceeds SINK_HEAD_THRESHOLD = 0.3: Gu et al. call such a head a sink head and report this
                     fraction, their epsilon = 0.3 (an average over heads hides a few strong sink heads)
+  value_norm_ratio  ||v_0|| / mean_j>0 ||v_j||: the norm of the value vector at position 0 over the mean value norm
+                    at positions 1..T-1 (the V that attention mixes, after a G2 gate where there is one), per
+                    window and KV head, averaged over both. A sink head does nothing by attending to a key whose
+                    value is near zero: where the sink is on position 0 the ratio falls far below 1 (Gu et al. 2025
+                    and Sun et al. 2024 both report the sink token's small value)
   sink_pos          the position of the top key most often over (window, head) pairs (an int), and the fraction
   sink_pos_share    of pairs whose top key is there
   sink_token        the token id most often at the top key over (window, head) pairs (an int), and that fraction;
@@ -46,9 +54,15 @@ With T < 2 there are no queries after position 0: the float values are NaN and s
 (JSON writers turn NaN into null). Ties go to the lowest position or token id.
 
 probe.heads: "first_token_attn" and "sink_share" per layer, as a list of n_head floats (per head, averaged over
-windows). probe.windows: "first_token_attn", "max_act", "act_ratio", "sink_share", "gate_mean" per layer, as a float64 CPU
-tensor (B,): each window's value (averaged over heads; gate_mean over the window's tokens, None without a gate),
-for bootstrapping over windows; stats[key][layer] is windows[key][layer].mean().
+windows), and "value_norm_ratio" as a list of n_kv_head floats (per KV head: the values belong to those).
+probe.windows: "first_token_attn", "max_act", "act_ratio", "sink_share", "gate_mean", "value_norm_ratio" per layer,
+as a float64 CPU tensor (B,): each window's value (averaged over heads; gate_mean over the window's tokens, None
+without a gate), for bootstrapping over windows; stats[key][layer] is windows[key][layer].mean().
+
+probe.channels: per layer, the channels that carry the massive activation (massive_channels: the hidden state's
+channels with the largest |h| at the position where each window's max |h| sits, their share of that position's
+norm, and how often the same channel and position come back over the windows), a dict of ints, floats and lists,
+JSON-friendly; probe.massive holds what it is computed from, per layer {"pos": (B,) int64, "h": (B, C) float32}.
 
 The probe hooks each block (its output), each attention layer (its input) and the model (its input ids), and
 recomputes that layer's queries, keys and gate logits from the input with CausalSelfAttention.project: one extra
@@ -67,11 +81,14 @@ TRIGGER_KEYS = ("first_token_attn_trigger", "first_token_attn_other", "prev_attn
                 "gate_mean_other")
 STAT_KEYS = ("first_token_attn", "max_act", "max_act_first", "max_act_rest", "act_ratio", "gate_mean", "gate_below_0.1",
              "gate_below_0.5", "sink_share", "sink_heads", "sink_pos", "sink_pos_share", "sink_token",
-             "sink_token_share") + TRIGGER_KEYS
+             "sink_token_share", "value_norm_ratio") + TRIGGER_KEYS
 GATE_KEYS = ("gate_mean", "gate_below_0.1", "gate_below_0.5")
-HEAD_KEYS = ("first_token_attn", "sink_share")
-WINDOW_KEYS = ("first_token_attn", "max_act", "max_act_first", "max_act_rest", "act_ratio", "sink_share", "gate_mean")
+HEAD_KEYS = ("first_token_attn", "sink_share", "value_norm_ratio")
+WINDOW_KEYS = ("first_token_attn", "max_act", "max_act_first", "max_act_rest", "act_ratio", "sink_share", "gate_mean",
+               "value_norm_ratio")
 SINK_HEAD_THRESHOLD = 0.3  # Gu et al.'s epsilon: a head whose mean attention on the first token exceeds it is a sink
+SINK_GAP = 8  # sink_share's candidate keys stop T // SINK_GAP positions before the first late query (sink_keys)
+TOP_CHANNELS = 3  # massive_channels: how many of the hidden state's channels it names per layer
 
 
 # -----------------------------------------------------------------------------
@@ -146,16 +163,26 @@ def describe(record):
     return words(m for m in MEASURES if not m.mechanism) + (f"; the mechanism: {words(MECHANISM)}" if on_task else "")
 
 
+def sink_keys(T):
+    """How many candidate keys sink_share weighs in a window of T tokens: keys [0, T//2 - T//SINK_GAP), so that a gap
+    of T//8 positions (none below T = 8) separates the last of them from the first late query (T//2). Without the gap the last
+    candidate, T//2 - 1, sits right beside the first late query, and a head that attends to its recent tokens (as
+    gated heads do) gives it the top share at the half-window boundary: recency, not a sink. A fraction of T keeps
+    the measure comparable across window lengths (at T = 512: keys 0..191, queries 256..511)."""
+    return T // 2 - T // SINK_GAP
+
+
 @torch.no_grad()
-def received_attention(q, k, chunk=128, scale=None):
-    """The attention each early key receives from the late queries, r (B, H, T//2) in float32:
+def received_attention(q, k, chunk=128, scale=None, keys=None):
+    """The attention each early key receives from the late queries, r (B, H, keys) in float32:
 
-        r[b, h, j] = mean over i in [T//2, T) of softmax_j'<=i(q_i . k_j' * scale)[j],   j in [0, T//2)
+        r[b, h, j] = mean over i in [T//2, T) of softmax_j'<=i(q_i . k_j' * scale)[j],   j in [0, keys)
 
-    Under the causal mask every late query sees every one of these keys, so r[..., j] is key j's share of the
-    late half's attention. q: (B, H, T, D); k: (B, Hkv, T, D) with H a multiple of Hkv (GQA: query head h reads
-    KV head h // (H // Hkv), grouped as kernels.first_token_attention does, no repeated copy of k). scale:
-    D ** -0.5 by default, the model's. Computed in float32, `chunk` late queries at a time: memory
+    keys: how many (T//2 by default, every key before the late half; at most T//2; the probe's sink_share takes
+    sink_keys(T)). Under the causal mask every late query sees every one of these keys, so r[..., j] is key j's
+    share of the late half's attention. q: (B, H, T, D); k: (B, Hkv, T, D) with H a multiple of Hkv (GQA: query
+    head h reads KV head h // (H // Hkv), grouped as kernels.first_token_attention does, no repeated copy of k).
+    scale: D ** -0.5 by default, the model's. Computed in float32, `chunk` late queries at a time: memory
     O(B * H * chunk * T), never T x T. T < 2 gives r with no keys, (B, H, 0)."""
     if q.dim() != 4 or k.dim() != 4 or k.size(0) != q.size(0) or k.shape[2:] != q.shape[2:] or q.size(1) % k.size(1):
         raise ValueError(f"q must be (B, H, T, D) and k (B, Hkv, T, D) with H % Hkv == 0; got q {tuple(q.shape)}, "
@@ -163,12 +190,15 @@ def received_attention(q, k, chunk=128, scale=None):
     if chunk < 1:
         raise ValueError(f"chunk must be a positive number of queries, got {chunk}")
     B, H, T, D = q.shape
+    if keys is not None and not 0 <= keys <= T // 2:
+        raise ValueError(f"keys={keys}: the candidate keys are the first 0..{T // 2} of a window of {T}")
     Hkv = k.size(1)
-    G, n = H // Hkv, T // 2  # query heads per KV head; candidate keys [0, n), late queries [n, T)
+    G, n = H // Hkv, T // 2  # query heads per KV head; late queries [n, T)
+    m = n if keys is None else keys  # candidate keys [0, m)
     scale = D ** -0.5 if scale is None else float(scale)
-    r = torch.zeros(B, Hkv, G, n, dtype=torch.float32, device=q.device)
-    if n == 0:
-        return r.view(B, H, 0)
+    r = torch.zeros(B, Hkv, G, m, dtype=torch.float32, device=q.device)
+    if n == 0 or m == 0:
+        return r.view(B, H, m)
     qg = q.unflatten(1, (Hkv, G))  # (B, Hkv, G, T, D): query heads grouped by their KV head
     kt = k.float().transpose(-2, -1)  # (B, Hkv, D, T)
     with torch.autocast(q.device.type, enabled=False):  # float32 even where the model runs under autocast
@@ -178,8 +208,8 @@ def received_attention(q, k, chunk=128, scale=None):
             s = (qg[:, :, :, i0:i1].float().reshape(B, Hkv, G * c, D) @ kt[..., :i1]).view(B, Hkv, G, c, i1) * scale
             after = torch.arange(i1, device=q.device) > torch.arange(i0, i1, device=q.device)[:, None]  # j > i
             p = s.masked_fill(after, float("-inf")).softmax(-1)
-            r += p[..., :n].sum(-2)
-    return (r / (T - n)).view(B, H, n)
+            r += p[..., :m].sum(-2)
+    return (r / (T - n)).view(B, H, m)
 
 
 @torch.no_grad()
@@ -212,6 +242,50 @@ def trigger_positions(idx, triggers):
     return where
 
 
+def value_norm_ratio(v):
+    """(B, Hkv): ||v_0|| / mean_j=1..T-1 ||v_j|| per window and KV head, for values v (B, T, Hkv, D) (as
+    CausalSelfAttention.project returns them), in float32 (float64 for float64 values); NaN where T < 2.
+    Why it matters: a head attends to a sink to do nothing, and it does nothing only when the value it reads there
+    is small: a sink on position 0 with a value as large as the others' would write that value into every position
+    that parks there. A ratio far below 1 is the sink's value vector switched off; a gated head, which can close
+    its gate instead, has no need of it."""
+    norms = v.detach().to(torch.promote_types(v.dtype, torch.float32)).norm(dim=-1)  # (B, T, Hkv)
+    if norms.size(1) < 2:
+        return torch.full((norms.size(0), norms.size(2)), float("nan"), dtype=norms.dtype, device=v.device)
+    return norms[:, 0] / norms[:, 1:].mean(1).clamp_min(torch.finfo(torch.float32).tiny)
+
+
+def massive_channels(pos, h, k=TOP_CHANNELS):
+    """The channels that carry the massive activation, from each window's hidden state h (N, C) at the position pos
+    (N,) where its max |h| sits (probe.massive holds them per layer; analyze.py pools them over batches): a dict
+
+        channels           the k channels with the largest mean |h| over the windows, largest first (ints)
+        values             their mean h over the windows, signed (a massive activation keeps its sign)
+        share              the share of the position's squared norm ||h||^2 those k channels hold, averaged over
+                           the windows: near 1 when a handful of channels carry the whole state
+        top_channel        the channel of the max |h| most often over the windows (an int), and the fraction of
+        top_channel_share  windows it is: 1.0 when the same channel carries it in every window
+        pos                the position of the max |h| most often (an int; usually 0, the BOS token), and the
+        pos_share          fraction of windows it is
+
+    None for no windows. Why it matters: Sun et al. (2024) find that the massive activations sit in a few fixed
+    channels of a few tokens (the first) and act as a bias the attention reads: through RMSNorm a huge channel
+    shrinks every other channel of that token, which can make the sink's key stand out and its value small; the
+    same channel in every window is a learned mechanism, not noise. top_channel and pos: ties go to the lowest."""
+    if h.size(0) == 0:
+        return None
+    h = h.detach().float().cpu()
+    a = h.abs()
+    k = min(k, h.size(1))
+    channels = a.mean(0).topk(k).indices
+    energy = h.pow(2)
+    share = energy[:, channels].sum(1) / energy.sum(1).clamp_min(torch.finfo(torch.float32).tiny)
+    top, top_share = _most_often(a.argmax(1))
+    where, where_share = _most_often(pos.detach().cpu())
+    return {"channels": channels.tolist(), "values": h[:, channels].mean(0).tolist(), "share": share.mean().item(),
+            "top_channel": top, "top_channel_share": top_share, "pos": where, "pos_share": where_share}
+
+
 def _pooled(values, mask):
     """The mean of values (..., B, T) over the positions where mask (B, T) holds, as a float; NaN where none does."""
     mask = mask.expand_as(values)
@@ -238,6 +312,8 @@ class Probe:
         self.heads = {key: [] for key in HEAD_KEYS}
         self.windows = {key: [] for key in WINDOW_KEYS}
         self.attention_maps = []
+        self.massive = []  # per layer: {"pos": (B,), "h": (B, C)}, each window's hidden state where its max |h| sits
+        self.channels = []  # per layer: massive_channels of those, set on exit
         self.hooks = []
         self._idx = None  # the input ids of the model's current forward
 
@@ -255,6 +331,7 @@ class Probe:
         for hook in self.hooks:
             hook.remove()
         self.hooks, self._idx = [], None
+        self.channels = [massive_channels(m["pos"], m["h"]) for m in self.massive]
         if not self.stats["prev_attn_trigger"]:  # no triggers given, or no ids seen
             for key in TRIGGER_KEYS:
                 self.stats[key] = None
@@ -281,8 +358,12 @@ class Probe:
     def _block_output(self, block, args, x):
         a = x.detach().abs().flatten(1)
         a = a.to(torch.promote_types(a.dtype, torch.float32))  # bf16 -> fp32 for the median; fp64 stays
-        peak = a.amax(1)
+        peak, where = a.max(1)
         self._window_stat("max_act", peak)  # massive activations, per window
+        # the hidden state at the position of each window's max |h|: which channels carry it (massive_channels)
+        pos = where // x.size(-1)
+        self.massive.append({"pos": pos.cpu(), "h": x.detach()[torch.arange(x.size(0), device=x.device), pos]
+                             .float().cpu()})
         self._window_stat("act_ratio", peak / a.median(1).values.clamp_min(torch.finfo(torch.float32).tiny))
         by_position = x.detach().abs().amax(-1).to(a.dtype)  # (B, T): the largest |h| at each position
         self._window_stat("max_act_first", by_position[:, 0])
@@ -298,15 +379,18 @@ class Probe:
     @torch.no_grad()
     def _attention(self, attn, args, output):
         x, rope = args[0], (args[1] if len(args) > 1 else None)
-        q, k, _, g = attn.project(x, rope)
+        q, k, v, g = attn.project(x, rope)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, heads, T, D)
         B, H, T, _ = q.shape
         trig = self._trigger_positions(B, T, q.device)
+        ratio = value_norm_ratio(v).double().cpu()  # (B, Hkv): the value a query reads when it parks on position 0
+        self._window_stat("value_norm_ratio", ratio.mean(1))
+        self.heads["value_norm_ratio"].append(ratio.mean(0).tolist())
         if T > 1:
             self._sinks(attn, q, k, trig)
         else:  # the first query can only see itself: nothing to average over
             nan = torch.full((B,), float("nan"))
-            for key in HEAD_KEYS:
+            for key in ("first_token_attn", "sink_share"):
                 self._window_stat(key, nan)
                 self.heads[key].append([float("nan")] * H)
             for key, value in (("sink_heads", float("nan")), ("sink_pos", None), ("sink_pos_share", float("nan")),
@@ -349,8 +433,9 @@ class Probe:
         f_attn = p0.mean((0, 2))  # (H,)
         self.heads["first_token_attn"].append(f_attn.tolist())
         self.stats["sink_heads"].append((f_attn > SINK_HEAD_THRESHOLD).float().mean().item())
-        # a sink anywhere: the key that receives the most of the late queries' attention, per window and head
-        top, pos = received_attention(q, k, scale=attn.head_dim ** -0.5).max(-1)  # (B, H) each
+        # a sink anywhere: the key that receives the most of the late queries' attention, per window and head, among
+        # the keys at least T//8 before the first late query (sink_keys: not the recent keys of a local head)
+        top, pos = received_attention(q, k, scale=attn.head_dim ** -0.5, keys=sink_keys(T)).max(-1)  # (B, H) each
         self._window_stat("sink_share", top.mean(1))
         self.heads["sink_share"].append(top.mean(0).tolist())
         sink_pos, share = _most_often(pos.flatten())

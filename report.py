@@ -3,9 +3,11 @@ The reproduction study's report, REPORT.md and its figures (what `repro.py repor
 evaluate.py's measurements that evaluate.py's summary.md and the report share. A library: no command line.
 
   evaluations    PAPERS_SAY, headline, fmt_interval, table: evaluate.py's numbers, in its summary.md and here
-  numbers        over_seeds, fmt, fmt_ci, fmt_tokens, fmt_difference, status: how the report writes a number
-  REPORT.md      render_report, then one function per section (claims_section ... paper_table), and
-                 evaluate_section, the section on evaluate.py's measurements
+  numbers        over_seeds, fmt, fmt_ci, fmt_seeds, fmt_tokens, fmt_difference, status: how the report writes a
+                 number (over seeds: one or two seeds' values as they are, a mean ± half-width from three on)
+  REPORT.md      render_report, then one function per section (counts_section, claims_section ... paper_table),
+                 and evaluate_section, the section on evaluate.py's measurements; paper_effect: a claim's effect in
+                 the paper, for stats.size_word
   figures        plot_headline, plot_trends, plot_sweep and what the report says of each figure (PLOT_TEXT); the
                  figures of single runs are analyze.py's
 
@@ -13,6 +15,7 @@ The measurements, their names, formats, directions and the papers' numbers for t
 """
 
 import json
+import math
 import os
 
 import numpy as np
@@ -20,10 +23,9 @@ import numpy as np
 from common import EVALUATED, markdown_table, places_text, pyplot, save_figure
 from data.shards import get_tokenizer, read_meta
 from probe import MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD
-from stats import RULE, mean_ci
+from stats import MIN_SEEDS, RULE, mean_ci
 from variants import STABILITY_ROW, SWEEP, SWEPT, VARIANTS
 
-UNTRAINED_GATE = 0.5  # sigmoid(0): the mean score of a gate that has learned nothing, the gate_mean claim's reference
 EVALUATE_DIR = "evaluate"  # evaluate.py's output for the report, under the report's folder (repro.py evaluate)
 
 
@@ -72,13 +74,17 @@ def table(header, rows):
 # -----------------------------------------------------------------------------
 # Numbers as the report writes them
 
+SEEDS_NOTE = (f"over seeds, with {MIN_SEEDS} or more: the mean ± the half-width of its 95% t-interval; with fewer: "
+              "each seed's value")
+
+
 def over_seeds(values):
-    """A metric over a variant's seeds: {"mean", "lo", "hi", "n"} (lo/hi None for one seed), or None when a run
-    lacks it (no gate)."""
+    """A metric over a variant's seeds: {"mean", "lo", "hi", "n", "values"} (lo/hi: the mean's 95% t-interval, None
+    for one seed), or None when a run lacks it (no gate)."""
     if not values or any(x is None for x in values):
         return None
     mean, lo, hi = mean_ci(values)
-    return {"mean": mean, "lo": lo, "hi": hi, "n": len(values)}
+    return {"mean": mean, "lo": lo, "hi": hi, "n": len(values), "values": [float(x) for x in values]}
 
 
 def fmt(x, spec):
@@ -86,14 +92,21 @@ def fmt(x, spec):
 
 
 def fmt_ci(m, spec):
-    """mean ± half-width of its 95% CI over seeds ('mean (1 seed)' without one). A count's spec, "g", gives three
-    significant digits: a mean over seeds is no count."""
+    """over_seeds' numbers as SEEDS_NOTE says: from MIN_SEEDS seeds on, the mean ± the half-width of its 95%
+    t-interval (a count's spec, "g", then gives three significant digits: a mean over seeds is no count); with fewer,
+    each seed's value ('x (1 seed)', 'x, y'), which says more than a mean of two."""
     if m is None:
         return "–"
+    if m["n"] < MIN_SEEDS:
+        return fmt_seeds(m["values"], spec)
     spec = ".3g" if spec == "g" else spec
-    if m["lo"] is None:
-        return f"{m['mean']:{spec}} (1 seed)"
     return f"{m['mean']:{spec}} ± {(m['hi'] - m['lo']) / 2:{spec}}"
+
+
+def fmt_seeds(values, spec):
+    """Each seed's value: 'x (1 seed)', 'x, y'."""
+    text = ", ".join(format(x, spec) for x in values)
+    return f"{text} (1 seed)" if len(values) == 1 else text
 
 
 def fmt_tokens(n):
@@ -106,10 +119,13 @@ def fmt_tokens(n):
 
 
 def fmt_difference(c, stat):
-    """A claim's estimate with its interval: a ratio (×) or a difference (signed), as Measure.compare says."""
-    if stat == "ratio":
-        return f"×{c['estimate']:.2f} [{c['lo']:.2f}, {c['hi']:.2f}]"
-    return f"{c['estimate']:+.4f} [{c['lo']:+.4f}, {c['hi']:+.4f}]"
+    """A claim's estimate with Welch's interval and its degrees of freedom: a ratio (×) or a difference (signed), as
+    Measure.compare says; without an interval (one seed on a side), the estimate alone."""
+    spec = ".2f" if stat == "ratio" else "+.4f"
+    estimate = f"×{c['estimate']:{spec}}" if stat == "ratio" else f"{c['estimate']:{spec}}"
+    if c["lo"] is None:
+        return f"{estimate} (no interval: one seed)"
+    return f"{estimate} [{c['lo']:{spec}}, {c['hi']:{spec}}], df {c['df']:.1f}"
 
 
 def status(rs):
@@ -153,6 +169,7 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
     by = {}
     for r in records:
         by.setdefault(r["variant"], []).append(r)
+    lines += counts_section(result.get("sink_counts"))
     lines += claims_section(result["claims"])
     lines += sweep_section(result["sweep"])
     lines += measured_section(by, variants)
@@ -198,25 +215,64 @@ def measured_on(result):
     return f"Measured on {places_text(places)}."
 
 
+def counts_section(counts):
+    """The seeds that grew a sink head, per variant (k of n, the rate's exact interval), and the claims decided on
+    those counts (repro.sink_counts), or nothing when the study counts none."""
+    if not counts:
+        return []
+    rates = counts["variants"]
+    lines = ["", "## Seeds that grew a sink head", "",
+             f"{counts['rule']} A run has a sink head when some head, in some layer, puts more than "
+             f"{counts['threshold']} of its attention on the first token (its F-Attn, averaged over the validation "
+             "windows).", "",
+             "| variant | seeds with a sink head | rate [95% CI, Clopper-Pearson] |", "| --- | --- | --- |"]
+    lines += [f"| {v} | {r['k']} of {r['n']} | {r['k'] / r['n']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}] |"
+              for v, r in rates.items()]
+    lines += ["", "| claim | reference | variant | Fisher's p, the paper's direction | p, the opposite | verdict |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for c in counts["claims"]:
+        sides = [f"{x}: {rates[x]['k']} of {rates[x]['n']}" if x in rates else f"{x}: –"
+                 for x in (c["reference"], c["variant"])]
+        ps = [f"{c[key]:.3g}" if key in c else "–" for key in ("p", "p_opposite")]
+        verdict = f"**{c['verdict']}**" if "p" in c else c["verdict"]
+        lines.append(f"| {c['claim']} | {sides[0]} | {sides[1]} | {ps[0]} | {ps[1]} | {verdict} |")
+    return lines
+
+
 def claims_section(claims):
-    """Each claim: our numbers, the difference with its interval, the verdict, and the papers' numbers."""
+    """Each claim: our numbers, the estimate with its interval, the verdict, whether it points the paper's way and
+    is the paper's size, and the papers' numbers."""
     lines = ["", "## The papers' claims, decided by rule", "", RULE,
-             "The paper's direction is the one it reports; a ratio is the variant's mean over the reference's. "
-             "The verdicts are computed by `repro.py report` (stats.py), never written by hand.", "",
-             "| claim | measure | ours: reference → variant | difference [95% CI] | verdict | paper | paper source |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "The paper's direction is the one it reports. Ours: each side's per-seed values where it has fewer than "
+             f"{MIN_SEEDS} seeds, else its mean over seeds (geometric for a ratio, the mean the ratio compares); "
+             "seeds: the reference's / the variant's. A claim that no paper makes, on a measure of this project's "
+             "own, says so. The verdicts are computed by `repro.py report` (stats.py), never written by hand.", "",
+             "| claim | measure | ours: reference → variant | estimate [95% CI] | seeds | verdict | direction | "
+             "size against the paper's | paper | paper source |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in claims:
         measure = MEASURE[c["measure"]]
-        ref = c["reference"] or f"untrained gate ({UNTRAINED_GATE})"
+        fixed = not isinstance(c["reference"], str)
+        ref = f"the fixed value {c['reference']:g}" if fixed else c["reference"]
         if "estimate" not in c:
-            lines.append(f"| {c['claim']} | {measure.label} | {ref} → {c['variant']} | – | {c['verdict']} | – | "
-                         "– |")
+            lines.append(f"| {c['claim']} | {measure.label} | {ref} → {c['variant']} | – | – | {c['verdict']} | "
+                         "– | – | – | – |")
             continue
-        ours = f"{ref} → {c['variant']}: {measure.format(c['ref_mean'])} → {measure.format(c['var_mean'])}"
-        theirs, source = paper_text(c["reference"], c["variant"], measure.papers)
-        lines.append(f"| {c['claim']} | {measure.label} | {ours} | {fmt_difference(c, measure.compare)} | "
-                     f"**{c['verdict']}** | {theirs} | {source} |")
+        sides = [measure.format(c["ref_mean"]) if fixed else fmt_side(c["ref_seeds"], c["ref_mean"], measure.spec),
+                 fmt_side(c["var_seeds"], c["var_mean"], measure.spec)]
+        ours = f"{ref} → {c['variant']}: {sides[0]} → {sides[1]}"
+        seeds = f"{c['n_seeds_var']}" if fixed else f"{c['n_seeds_ref']} / {c['n_seeds_var']}"
+        theirs, source = ("–", "–") if fixed else paper_text(c["reference"], c["variant"], measure.papers)
+        lines.append(f"| {c['claim']} | {measure.label} | {ours} | {fmt_difference(c, measure.compare)} | {seeds} | "
+                     f"**{c['verdict']}** | {c['pointing']} | {c['size'] or '–'} | {theirs} | {source} |")
     return lines
+
+
+def fmt_side(values, mean, spec):
+    """One side of a claim: its per-seed values in parentheses below MIN_SEEDS seeds, else the mean given."""
+    if len(values) < MIN_SEEDS:
+        return "(" + ", ".join(format(x, spec) for x in values) + ")"
+    return format(mean, spec)
 
 
 def best_variants(variants, measure):
@@ -249,7 +305,7 @@ def measured_section(by, variants):
         " (the direction the papers count as an improvement)" + \
         (f"; {words(directions[None])}: neither" if None in directions else "") + "."
     return ["", "## Measured", "",
-            "Mean over seeds ± the half-width of its 95% t-interval. Val loss in nats. F-Attn: attention on the "
+            f"Per variant, {SEEDS_NOTE}. Val loss in nats. F-Attn: attention on the "
             "first token; sink share: the largest share of attention one key receives from the window's second "
             f"half; sink heads: the share of heads whose F-Attn exceeds {SINK_HEAD_THRESHOLD} (Gu et al. 2025); "
             "M-Act: max |h| of each layer's output in a window; all averaged over layers (GA §4.3) and windows. Peak "
@@ -307,7 +363,7 @@ def table4_section(by, variants):
                 " the baseline"
         rows.append([v, fmt_ci(ours, f_attn.spec), sinks, format(row.f_attn, f_attn.spec), side])
     return ["", "## GA Table 4's sink column, beside ours", "",
-            f"{f_attn.label} per variant (mean over seeds ± the half-width of its 95% t-interval), the seeds that grew "
+            f"{f_attn.label} per variant ({SEEDS_NOTE}), the seeds that grew "
             f"a sink head ({f_attn.label} > {SINK_HEAD_THRESHOLD} in some head), GA's {f_attn.label} for the same row, "
             "and whether the variant's mean sits on the same side of the baseline's as in GA. A comparison of means, "
             "not a verdict: the claims above are decided by the rule.", ""] + \
@@ -322,8 +378,8 @@ def mechanism_section(records, variants, data_dir):
     meta = read_meta(data_dir) or {}
     ideal = f" The task's ideal loss (meta.json) is {meta['ideal_loss']:.4f} nats." if "ideal_loss" in meta else ""
     rows = [[v, len(x["seeds"])] + [fmt_ci(x[m.key], m.spec) for m in MECHANISM] for v, x in variants.items()]
-    return ["", "## The sink's mechanism", "", MECHANISM_NOTE + " Mean over seeds ± the half-width of its 95% "
-            "t-interval; each run's value pools its windows, heads and positions of the kind." + ideal, ""] + \
+    return ["", "## The sink's mechanism", "", MECHANISM_NOTE + f" Per variant, {SEEDS_NOTE}; each run's value "
+            "pools its windows, heads and positions of the kind." + ideal, ""] + \
         markdown_table(["variant", "seeds"] + [m.label for m in MECHANISM], rows)
 
 
@@ -368,9 +424,6 @@ def token_decoder(data_dir):
 def paper_text(ref, variant, numbers):
     """The papers' reference → variant and source for a claim, from the first paper that gives both numbers
     (numbers: a Measure's papers)."""
-    if ref is None:  # a property of one run: the paper's value
-        row = VARIANTS[variant].ga
-        return f"{variant}: {row.gate_mean:.3f}", f"{row.paper} {row.table}"
     pair = paper_pair(ref, variant, numbers)
     if not pair:
         return "–", "–"
@@ -388,6 +441,17 @@ def paper_pair(ref, variant, numbers):
             source = f"{q.paper} {q.table}" if p.table == q.table else f"{p.paper} {p.table} → {q.table}"
             return getattr(p, key), getattr(q, key), key, name, spec, source
     return None
+
+
+def paper_effect(ref, variant, measure):
+    """The paper's effect for a claim's quantity on the scale stats.size_word compares (the first paper that gives
+    both rows a number for the measure): the log of the ratio for a ratio measure, and for the loss against GA's
+    perplexities the log of the perplexity ratio (a loss difference in nats); else the difference. None without."""
+    pair = paper_pair(ref, variant, measure.papers)
+    if not pair:
+        return None
+    x, y, key = pair[:3]
+    return math.log(y / x) if measure.compare == "ratio" or key == "ppl" else y - x
 
 
 def paper_table(by):
@@ -430,7 +494,7 @@ def evaluate_section(report_dir, root, trained):
     lines = ["", "## Downstream consequences (evaluate.py)", "",
              f"Measured by `repro.py evaluate` on {evaluations['device']}, {evaluations['date']}; the details, each "
              f"checkpoint with its intervals over windows, in [{EVALUATE_DIR}/summary.md]({EVALUATE_DIR}/summary.md). "
-             "Here: the mean over seeds ± the half-width of its 95% t-interval. Δ: the loss increase (nats) with W-bit "
+             f"Here, {SEEDS_NOTE}. Δ: the loss increase (nats) with W-bit "
              "weights and A-bit activations, or a sliding window of w keys that keeps the first k positions, over the "
              "same windows unchanged; a RoPE column: the loss of the last positions of the longest windows.", ""]
     earlier = [f"{r['label']} on {r['device']}, {r['date']}" for r in evaluations["models"] if r.get("measured_earlier")]
@@ -457,7 +521,8 @@ def evaluate_section(report_dir, root, trained):
 
 PLOT_TEXT = {
     "headline.png": "F-Attn during training, baseline against G1 (each seed thin, their mean thick), and each "
-                    "variant's final F-Attn (mean over seeds with its 95% t-interval) beside GA Table 4's.",
+                    "variant's final F-Attn (the bar: the mean over seeds; a dot: each seed; the 95% t-interval "
+                    f"where there are {MIN_SEEDS} seeds or more) beside GA Table 4's.",
     "layers.png": "F-Attn, sink share and M-Act per layer, every run (analyze.py).",
     "gate_hist.png": "The distribution of gate scores of each gated run (sparse: piled up near 0).",
     "attn_maps.png": "One head-averaged attention map per run, at the layer where the first run sinks the most.",
@@ -499,7 +564,8 @@ def plot_trends(by, logs, out_dir):
 
 def plot_headline(by, variants, logs, out_dir):
     """The study in one figure: F-Attn during training, baseline against G1 (each seed thin, their mean thick), and
-    each variant's final F-Attn (mean over seeds, 95% CI) beside GA Table 4's value where the paper gives one."""
+    each variant's final F-Attn (mean over seeds, each seed a dot, the 95% CI from MIN_SEEDS seeds on) beside GA
+    Table 4's value where the paper gives one."""
     plt = pyplot()
     if plt is None or not {"baseline", "g1_elementwise"} <= by.keys():
         return []
@@ -523,12 +589,15 @@ def plot_headline(by, variants, logs, out_dir):
     stats = [variants[v]["first_token_attn"] for v in names]
     means = [s["mean"] for s in stats]
     bars.bar(range(len(names)), means, color="tab:gray", label="ours (mean over seeds)")
-    # an interval only where there is one (two seeds or more): a one-seed bar with a flat "CI" would claim certainty
-    ci = [(i, s) for i, s in enumerate(stats) if s["lo"] is not None and s["hi"] is not None]
+    # each seed's value as a dot; an interval only from MIN_SEEDS seeds on (SEEDS_NOTE): a one-seed bar with a flat
+    # "CI" would claim certainty, and a t-interval of two seeds says little more than the two dots
+    dots = [(i, x) for i, s in enumerate(stats) for x in s["values"]]
+    bars.plot(*zip(*dots), ".", color="black", label="each seed")
+    ci = [(i, s) for i, s in enumerate(stats) if s["n"] >= MIN_SEEDS]
     if ci:
         bars.errorbar([i for i, _ in ci], [s["mean"] for _, s in ci], fmt="none", capsize=3, color="black",
                       yerr=[[s["mean"] - s["lo"] for _, s in ci], [s["hi"] - s["mean"] for _, s in ci]],
-                      label="95% CI over seeds")
+                      label=f"95% CI over seeds ({MIN_SEEDS} or more)")
     paper = [(i, VARIANTS[v].ga.f_attn) for i, v in enumerate(names) if VARIANTS[v].ga and VARIANTS[v].ga.f_attn]
     if paper:
         bars.plot(*zip(*paper), "D", color="tab:red", label="GA Table 4 (15B MoE, 400B tokens)")
@@ -542,7 +611,8 @@ def plot_headline(by, variants, logs, out_dir):
 
 
 def plot_sweep(sweep, out_dir):
-    """Final val loss, M-Act and loss spikes against the learning rate, baseline and G1 (95% CIs over seeds)."""
+    """Final val loss, M-Act and loss spikes against the learning rate, baseline and G1: the mean over seeds, each
+    seed's value as a dot, and the 95% CI over seeds where there are MIN_SEEDS or more."""
     plt = pyplot()
     if plt is None or not sweep:
         return []
@@ -551,10 +621,13 @@ def plot_sweep(sweep, out_dir):
         rows = [r for r in sweep if r[family]]
         lrs = [r["lr"] for r in rows]
         for ax, key in zip(axes[:2], ("val_loss", "max_act")):
-            means = [r[family][key]["mean"] for r in rows]
-            err = [[m - (r[family][key]["lo"] if r[family][key]["lo"] is not None else m) for m, r in zip(means, rows)],
-                   [(r[family][key]["hi"] if r[family][key]["hi"] is not None else m) - m for m, r in zip(means, rows)]]
-            ax.errorbar(lrs, means, yerr=err, marker="o", capsize=3, label=family)
+            stats = [r[family][key] for r in rows]
+            means = [m["mean"] for m in stats]
+            err = [[m["mean"] - m["lo"] if m["n"] >= MIN_SEEDS else 0 for m in stats],
+                   [m["hi"] - m["mean"] if m["n"] >= MIN_SEEDS else 0 for m in stats]]
+            line = ax.errorbar(lrs, means, yerr=err, marker="o", capsize=3, label=family)
+            ax.plot([lr for lr, m in zip(lrs, stats) for _ in m["values"]], [x for m in stats for x in m["values"]],
+                    ".", color=line[0].get_color(), alpha=0.5)
         axes[2].plot(lrs, [np.mean([x or 0 for x in r[family]["loss_spikes"]]) for r in rows], marker="o", label=family)
     axes[0].set(xscale="log", xlabel="learning rate", ylabel="final val loss (nats)", title="loss against learning rate")
     axes[1].set(xscale="log", yscale="log", xlabel="learning rate", ylabel="M-Act", title="massive activations")

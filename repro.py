@@ -94,10 +94,11 @@ from common import (CHECKPOINT, EVALUATED, LOG, MEASURED, claim_folder, config_p
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import atomic_write, find_shards
 from model import GPT, GPTConfig
-from probe import MEASURE, MEASURES
-from report import (EVALUATE_DIR, UNTRAINED_GATE, evaluate_section, over_seeds, plot_headline, plot_sweep,
-                    plot_trends, render_report)
-from stats import RULE, compare, verdict
+from probe import MEASURE, MEASURES, SINK_HEAD_THRESHOLD
+from report import (EVALUATE_DIR, evaluate_section, over_seeds, paper_effect, plot_headline, plot_sweep, plot_trends,
+                    render_report)
+from stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
+                   size_word)
 from variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
 
 REPO = os.path.dirname(os.path.abspath(__file__))
@@ -126,17 +127,21 @@ KEPT = (LOG, MEASURED + ".json", MEASURED + ".npz", EVALUATED)  # a run's log an
 COMMAND = "command.json"  # kept beside them: the run's record in commands.jsonl
 
 # The papers' claims, each decided by stats.RULE: (claim, reference, variant, measure (a key of probe.MEASURE), the
-# paper's direction: -1 when the paper finds the variant's value below the reference's, +1 above). The reference None
-# compares the variant with a fixed value, an untrained gate's mean score (report.UNTRAINED_GATE).
+# paper's direction: -1 when the paper finds the variant's value below the reference's, +1 above). The reference may
+# also be a number, a fixed value to compare the variant with (none of the claims below needs one). A claim that no
+# paper makes, on a measure of this project's own, says so: "ours (not a paper's claim): ...".
 CLAIMS = [
     ("GA: a sigmoid gate on each head's SDPA output (G1 elementwise) lowers the loss",
      "baseline", "g1_elementwise", "val_loss", -1),
-    ("GA: G1's gate scores are sparse: their mean is below an untrained gate's 0.5", None, "g1_elementwise",
+    ("GA: G1's gate scores are sparser than G2's (value gate)", "g2_elementwise", "g1_elementwise", "gate_mean", -1),
+    ("GA: G1's gate scores are sparser than a head-shared gate's", "g1_head_shared", "g1_elementwise", "gate_mean",
+     -1),
+    ("GA: G1's gate scores are sparser than an input-independent gate's", "g1_input_independent", "g1_elementwise",
      "gate_mean", -1),
     ("GA: G1 reduces the attention sink (attention on the first token)", "baseline", "g1_elementwise",
      "first_token_attn", -1),
-    ("GA: G1 reduces the attention sink wherever it forms (the largest share one key receives)",
-     "baseline", "g1_elementwise", "sink_share", -1),
+    ("ours (not a paper's claim): G1 reduces the attention sink wherever it forms (the largest share one key "
+     "receives)", "baseline", "g1_elementwise", "sink_share", -1),
     ("GA: G1 reduces the massive activations", "baseline", "g1_elementwise", "max_act", -1),
     ("GA: a head-shared G1 gate keeps more of the sink than head-specific G1",
      "g1_elementwise", "g1_head_shared", "first_token_attn", +1),
@@ -171,17 +176,29 @@ TINY = dict(dataset="pystdlib", n_layer=2, n_head=2, n_embd=64, block_size=64, b
 LAB_CLAIMS = [
     ("GA: G1 removes the attention sink (attention on the first token)", "baseline", "g1_elementwise",
      "first_token_attn", -1),
-    ("GA: G1 removes the sink wherever it forms (the largest share one key receives)", "baseline", "g1_elementwise",
-     "sink_share", -1),
-    ("GA: G1's gate scores are sparse: their mean is below an untrained gate's 0.5", None, "g1_elementwise",
+    ("ours (not a paper's claim): G1 removes the sink wherever it forms (the largest share one key receives)",
+     "baseline", "g1_elementwise", "sink_share", -1),
+    ("GA: G1's gate scores are sparser than G2's (value gate)", "g2_elementwise", "g1_elementwise", "gate_mean", -1),
+    ("GA: G1's gate scores are sparser than an input-independent gate's", "g1_input_independent", "g1_elementwise",
      "gate_mean", -1),
     ("GA: a headwise G1 gate removes the sink too", "baseline", "g1_headwise", "first_token_attn", -1),
     ("GA: NS-sigmoid (scores in [0.5, 1], never sparse) keeps more of the sink than G1", "g1_elementwise",
      "g1_ns_sigmoid", "first_token_attn", +1),
     ("GA: an input-independent gate keeps more of the sink than G1", "g1_elementwise", "g1_input_independent",
      "first_token_attn", +1),
-    ("GA: gating the values (G2) reduces the sink", "baseline", "g2_elementwise", "first_token_attn", -1),
+    ("GA: a G2 (value) gate keeps more of the sink than G1", "g1_elementwise", "g2_elementwise", "first_token_attn",
+     +1),
     ("GA: G1 lowers the loss", "baseline", "g1_elementwise", "val_loss", -1),
+]
+# The sink lab's claims on a yes/no outcome of each run, whether it grew a sink head (some head's F-Attn above
+# probe.SINK_HEAD_THRESHOLD), decided on the counts over seeds by stats.COUNT_RULE: (claim, reference, variant, the
+# paper's direction: -1 when the variant's runs grow a sink head less often than the reference's, +1 more often)
+LAB_COUNTS = [
+    ("GA: G1 removes the sink", "baseline", "g1_elementwise", -1),
+    ("GA: headwise G1 removes the sink", "baseline", "g1_headwise", -1),
+    ("GA: NS-sigmoid keeps more of the sink than G1", "g1_elementwise", "g1_ns_sigmoid", +1),
+    ("GA: an input-independent gate keeps more of the sink than G1", "g1_elementwise", "g1_input_independent", +1),
+    ("GA: a G2 (value) gate keeps more of the sink than G1", "g1_elementwise", "g2_elementwise", +1),
 ]
 # --tiny for the sink lab: its own model and data, a few dozen steps
 LAB_TINY = dict(max_iters=40, lr_decay_iters=40, warmup_iters=5, eval_interval=20, eval_iters=2, log_interval=20)
@@ -199,6 +216,7 @@ class Study:
     report_dir: str  # where its report goes by default
     tiny: dict  # the train.py settings --tiny adds
     title: str  # REPORT.md's title
+    counts: list = ()  # (claim, reference, variant, direction), as LAB_COUNTS: decided on counts of seeds, first
 
 
 STUDIES = {
@@ -206,7 +224,7 @@ STUDIES = {
                    TINY, "Reproducing the gated-attention trends at small scale"),
     "sink_lab": Study("sink_lab", os.path.join("config", "sink_lab.py"), LAB, LAB_CLAIMS, "out-sink-lab",
                       os.path.join("results", "sink_lab"), LAB_TINY,
-                      "The sink lab: the attention sink on the Bigram-Backcopy task"),
+                      "The sink lab: the attention sink on the Bigram-Backcopy task", LAB_COUNTS),
 }
 
 
@@ -616,11 +634,13 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
         by.setdefault(r["variant"], []).append(r)
     variants = {v: {"seeds": [r["seed"] for r in rs], **{m.key: over_seeds([r[m.key] for r in rs]) for m in MEASURES}}
                 for v, rs in by.items()}
-    claims = [claim_result(*c, windows, variants) for c in study.claims]
+    claims = [claim_result(*c, windows) for c in study.claims]
     sweep = sweep_rows(by, windows) if study.name == "repro" else []  # the learning-rate sweep is the GPU study's
     result = {"device": summary["device"], "date": summary["date"], "measured_on": summary["measured_on"],
               "validation": summary["validation"],
               "rule": RULE, "claims": claims, "sweep": sweep, "variants": variants, "runs": records}
+    if study.counts:  # a yes/no outcome per run, counted over seeds: the report leads with it
+        result["sink_counts"] = sink_counts(by, study.counts)
     write_json(os.path.join(out_dir, "summary.json"), result)  # each file atomically: the old one or the new one
     for name in ["summary.md"] + summary["plots"]:  # analyze.py's table and figures, beside the report
         with open(os.path.join(root, ANALYSIS_DIR, name), "rb") as f:
@@ -636,12 +656,14 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
     print(f"wrote {out_dir}/summary.json and {out_dir}/REPORT.md")
 
 
-def decide(ref_windows, var_windows, stat, direction):
-    """stats.compare of two stacks of per-window values (seeds, windows), and the verdict by stats.RULE."""
-    c = compare(ref_windows, var_windows, stat)
-    word = verdict(c["lo"], c["hi"], direction, 1.0 if stat == "ratio" else 0.0) if c["conclusive"] else \
-        "inconclusive (one seed)"
-    return {**c, "verdict": word}
+def decided(ref, var, stat, direction, paper=None):
+    """stats.compare of a variant's per-window values (seeds, windows) against its reference's (or a fixed value),
+    the verdict by stats.RULE, whether the estimate points the paper's way ("pointing") and, given the paper's effect
+    for the same quantity (a difference, or a log ratio: report.paper_effect), whether it is the same size."""
+    c = compare(ref, var, stat)
+    ours = effect(c)
+    return {**c, "verdict": decide(c, direction), "pointing": direction_word(ours, direction),
+            "size": size_word(ours, paper), "paper_effect": paper}
 
 
 def stacked(windows, variant, key):
@@ -650,19 +672,49 @@ def stacked(windows, variant, key):
     return np.stack(rows) if rows and all(x is not None for x in rows) else None
 
 
-def claim_result(claim, ref, variant, measure, direction, windows, variants):
-    """One claim decided: the variant against its reference (or an untrained gate's UNTRAINED_GATE) on the
-    per-window values of the measure, compared as the measure says (MEASURE[measure].compare)."""
+def center(values, stat):
+    """The per-seed values' mean as the estimand takes it: arithmetic for a difference, geometric for a ratio."""
+    return float(np.exp(np.mean(np.log(values)))) if stat == "ratio" else float(np.mean(values))
+
+
+def claim_result(claim, ref, variant, measure, direction, windows):
+    """One claim decided: the variant against its reference (a variant, or a number: a fixed value) on the
+    per-seed values of the measure (each run's mean over the validation windows), compared as the measure says
+    (MEASURE[measure].compare). ref_mean and var_mean are the means the estimate compares: geometric for a ratio."""
     m = MEASURE[measure]
+    fixed = not isinstance(ref, str)
     var = stacked(windows, variant, m.key)
-    base = np.full_like(var, UNTRAINED_GATE) if ref is None and var is not None else stacked(windows, ref, m.key)
+    base = float(ref) if fixed else stacked(windows, ref, m.key)
     out = {"claim": claim, "reference": ref, "variant": variant, "measure": measure, "direction": direction}
     if var is None or base is None:
-        missing = " and ".join(x for x in (ref, variant) if x is not None and x not in windows)
-        return {**out, "verdict": f"not measured ({missing} not trained)"}
-    return {**out, **decide(base, var, m.compare, direction),
-            "ref_mean": UNTRAINED_GATE if ref is None else variants[ref][m.key]["mean"],
-            "var_mean": variants[variant][m.key]["mean"]}
+        missing = [x for x in (ref, variant) if isinstance(x, str) and x not in windows]
+        why = f"{' and '.join(missing)} not trained" if missing else f"no {m.label} in the runs"
+        return {**out, "verdict": f"not measured ({why})"}
+    c = decided(base, var, m.compare, direction, None if fixed else paper_effect(ref, variant, m))
+    return {**out, **c, "ref_mean": base if fixed else center(c["ref_seeds"], m.compare),
+            "var_mean": center(c["var_seeds"], m.compare)}
+
+
+def sink_counts(by, counts):
+    """The seeds of each variant that grew a sink head (a run's sink heads above 0: some head's F-Attn above
+    probe.SINK_HEAD_THRESHOLD), k of n with the rate's exact 95% interval, and each claim of counts (claim,
+    reference, variant, direction) decided by stats.COUNT_RULE."""
+    rates = {}
+    for v, rs in by.items():
+        grew = [r["sink_heads"] > 0 for r in rs if r.get("sink_heads") is not None]
+        if grew:
+            lo, hi = clopper_pearson(sum(grew), len(grew))
+            rates[v] = {"k": sum(grew), "n": len(grew), "lo": lo, "hi": hi}
+    claims = []
+    for claim, ref, variant, direction in counts:
+        out = {"claim": claim, "reference": ref, "variant": variant, "direction": direction}
+        missing = [x for x in (ref, variant) if x not in rates]
+        if missing:
+            claims.append({**out, "verdict": f"not measured ({' and '.join(missing)} not trained)"})
+            continue
+        (k, n), (j, m) = ((rates[x]["k"], rates[x]["n"]) for x in (ref, variant))
+        claims.append({**out, **count_verdict(k, n, j, m, direction)})
+    return {"rule": COUNT_RULE, "threshold": SINK_HEAD_THRESHOLD, "variants": rates, "claims": claims}
 
 
 def sweep_rows(by, windows):
@@ -686,7 +738,7 @@ def sweep_rows(by, windows):
                 "finished": all(r["iter"] >= r["max_iters"] for r in rs)}
         if all(row[f] for f in SWEPT):
             a, b = (stacked(windows, names[f], "val_loss") for f in SWEPT)
-            row["difference"] = decide(a, b, MEASURE["val_loss"].compare, -1)
+            row["difference"] = decided(a, b, MEASURE["val_loss"].compare, -1)
         rows.append(row)
     return rows
 

@@ -1,58 +1,150 @@
 """
-The statistics of the reproduction study (repro.py): an interval for every number, and a verdict by a fixed rule.
+The statistics of the reproduction study (repro.py): one estimand per claim, its interval over seeds, and a verdict
+by a fixed rule (RULE) that says no more than the seeds can.
 
-  t_quantile(df)             the two-sided Student-t critical value (2.776 for 4 degrees of freedom at 95%)
-  mean_ci(values)            a metric over training seeds: its mean and a t-interval. Seeds are independent
-                             runs, so their spread is the run-to-run noise; with few seeds the t value (not
-                             1.96) widens the interval to account for estimating that spread from so few
-  paired_bootstrap(ref, var) a variant against a reference, both evaluated on the same validation windows:
-                             the difference (or ratio) of their mean losses and a percentile bootstrap interval.
-                             Each draw resamples the windows once and uses the same windows for both runs:
-                             that is the pairing. A hard window is hard for both, so its difficulty cancels in
-                             the difference, and the interval reflects how the two models differ, not which
-                             windows happened to be drawn. The seeds (rows) of each side are resampled too,
-                             independently, because different seeds are different runs. With one seed per side
-                             there is nothing to resample: the interval then covers window noise only, and says
-                             nothing about whether another seed would have come out the other way. With
-                             few seeds (3) and a seed-to-seed spread larger than the window noise, the interval
-                             is somewhat too narrow (a resample of 3 runs varies less than runs do): simulated
-                             coverage of a 95% interval falls to about 85%; mean_ci of the per-seed means,
-                             whose t value allows for this, is the cross-check
-  welch_interval(ref, var)   the same difference (ratio: on a log scale) from the per-seed means alone, with
-                             Welch's t-interval: the seed-to-seed spread, allowing for how few seeds there are
-  compare(ref, var)          what the report uses: the bootstrap interval, widened to the Welch interval where
-                             that is wider. It needs at least two seeds per side to count as conclusive:
-                             one run of each cannot tell a real difference from training noise (changing
-                             nothing but eval_interval moved one GPU run's loss by 0.046 nats)
-  verdict(lo, hi, direction) "reproduced", "not reproduced" or "inconclusive" by RULE, decided before the runs
+Seeds are the unit of replication. Each run gives one value per measure (its mean over the validation windows);
+everything below that decides a claim is computed from those per-seed values, never from the windows, because a
+second run of the same variant differs from the first by much more than a second draw of windows would.
+
+  betainc(a, b, x)           the regularized incomplete beta function I_x(a, b), by its continued fraction
+  t_quantile(df, level)      the two-sided Student-t critical value for any df > 0, fractional too (12.706 for 1,
+                             4.303 for 2, 5.64 for 1.5; the normal's 1.960 for df = inf)
+  beta_quantile(p, a, b)     the p-quantile of the Beta(a, b) distribution
+  mean_ci(values)            a mean and its t-interval (mean ± t·sd/√n, df = n - 1)
+  welch(ref, var, stat)      the claim's estimate and Welch's interval over the per-seed values, with the
+                             Welch-Satterthwaite degrees of freedom as they are, not rounded. stat "diff": the
+                             difference of the means; "ratio": the ratio of the geometric means, its interval
+                             Welch's on the log scale, exponentiated, so that estimate and interval are one estimand.
+                             ref may be a number (a fixed value): then the one-sample t-interval of var against it
+  compare(ref, var, stat)    what the report uses: welch of the per-seed values ((seeds, windows) arrays are
+                             averaged over windows first), with the seeds counted for RULE
+  verdict(lo, hi, ...)       RULE on an interval: "reproduced", "not reproduced", "inconclusive", or "too few seeds"
+                             below MIN_SEEDS a side, whatever the interval
+  direction_word, size_word  whether an estimate points the paper's way, and whether its size is within
+                             SIZE_FACTOR of the paper's: descriptions of the point estimate that decide nothing
+  clopper_pearson(k, n)      the exact 95% interval of a rate from k of n (seeds that grew a sink head)
+  fisher_one_sided(...)      Fisher's exact test on two counts, one-sided; count_verdict: COUNT_RULE on it
+  paired_bootstrap(ref, var) a percentile bootstrap of the difference (or ratio of arithmetic means) over the
+                             validation windows, the same windows for both sides. Given the seeds it measures only
+                             window noise, which is far smaller than the seed-to-seed spread: it neither widens nor
+                             decides a verdict. Kept as a tool; the report does not use it
 
 Only numpy and the standard library.
 """
 
+import functools
 import math
+from statistics import NormalDist
 
 import numpy as np
 
-RULE = ("A claim is reproduced when the 95% confidence interval of the variant's difference from (or ratio to) "
-        "its reference lies entirely on the paper's side of the null value (0 for a difference, 1 for a ratio), "
-        "not reproduced when it lies entirely on the other side, and inconclusive when it contains the null value "
-        "or when either side has fewer than two seeds. The interval is the paired bootstrap over validation windows "
-        "and seeds, widened to Welch's t-interval over the per-seed means where that is wider.")
+MIN_SEEDS = 3  # seeds a side (of the variant, against a fixed value) that a verdict needs
+SIZE_FACTOR = 2.0  # our effect is "the same size" as the paper's when between 1/SIZE_FACTOR and SIZE_FACTOR times it
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "too few seeds")
 
-# Two-sided 95% critical values of Student's t (the 0.975 quantile) for 1..30 degrees of freedom.
-T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-       2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+RULE = (f"Seeds are the unit of replication: each run gives one value per measure (its mean over the validation "
+        f"windows). A difference is the variant's mean over seeds minus the reference's; a ratio is the ratio of their "
+        f"geometric means over seeds. Its 95% interval is Welch's t-interval over the per-seed values (for a ratio, on "
+        f"the log scale, then exponentiated), with the Welch-Satterthwaite degrees of freedom as they are, not "
+        f"rounded. A claim is reproduced when the interval lies entirely on the paper's side of no change (0 for a "
+        f"difference, 1 for a ratio), not reproduced when it lies entirely on the other side, and inconclusive when "
+        f"it contains no change. A verdict needs at least {MIN_SEEDS} seeds on each side ({MIN_SEEDS} of the variant "
+        f"against a fixed value); with fewer it is \"too few seeds\", whatever the interval. Beside the verdict, "
+        f"\"direction\" says whether our estimate points the paper's way (same direction or opposite), and \"size\", "
+        f"where the paper gives a number for the same quantity, whether our effect lies between half and twice the "
+        f"paper's (within a factor of {SIZE_FACTOR:g}): same size, smaller or larger. The effect is the difference, "
+        f"or the log of the ratio; against GA's perplexities, the log of the perplexity ratio, which is a loss "
+        f"difference in nats. Direction and size describe the point estimate; they decide nothing.")
+
+COUNT_RULE = (f"A yes/no outcome of a run (did it grow a sink head?) is counted over seeds: k of n, with its exact "
+              f"(Clopper-Pearson) 95% interval for the rate. A claim on such counts is decided by a one-sided Fisher's "
+              f"exact test of the variant's count against the reference's: reproduced when the test in the paper's "
+              f"direction gives p < 0.05, not reproduced when the test in the opposite direction does, inconclusive "
+              f"otherwise, and \"too few seeds\" with fewer than {MIN_SEEDS} seeds on either side.")
 
 
+# -----------------------------------------------------------------------------
+# Distributions: the incomplete beta function, the t and beta quantiles
+
+def _beta_fraction(a, b, x):
+    """The continued fraction of I_x(a, b) (modified Lentz), which converges fast for x < (a + 1) / (a + b + 2)."""
+    tiny, eps = 1e-300, 1e-15
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 100_000):
+        for coefficient in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),  # the even step, then the odd
+                            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + coefficient * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + coefficient / c
+            c = c if abs(c) > tiny else tiny
+            h *= c * d
+        if abs(c * d - 1.0) < eps:
+            return h
+    raise ArithmeticError(f"the incomplete beta fraction did not converge for a={a}, b={b}, x={x}")
+
+
+def betainc(a, b, x):
+    """The regularized incomplete beta function I_x(a, b) = P(X <= x) for X ~ Beta(a, b); a, b > 0."""
+    if a <= 0 or b <= 0:
+        raise ValueError(f"betainc needs a > 0 and b > 0, not a={a}, b={b}")
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b  # I_x(a, b) = 1 - I_{1-x}(b, a), where it converges
+
+
+def t_tail(t, df):
+    """P(T > t) for Student's t with df > 0 degrees of freedom (fractional too); df = inf: the normal."""
+    if math.isinf(df):
+        return 1.0 - NormalDist().cdf(t)
+    tail = 0.5 * betainc(df / 2, 0.5, df / (df + t * t))  # P(|T| > |t|) / 2
+    return tail if t >= 0 else 1.0 - tail
+
+
+def _bisect(f, lo, hi, iterations=200):
+    """The root of an increasing f on [lo, hi] (f(lo) <= 0 <= f(hi)), to the floats' precision."""
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+@functools.lru_cache(maxsize=4096)
 def t_quantile(df, level=0.95):
-    """The t value for a two-sided interval at `level` with `df` degrees of freedom (only level 0.95)."""
-    if level != 0.95:
-        raise ValueError(f"t_quantile supports level=0.95 only, not {level}")
-    if df < 1 or df != int(df):
-        raise ValueError(f"t_quantile needs a whole number of degrees of freedom >= 1, not {df}")
-    # beyond 30 the t distribution is close to the normal (2.042 at 30, 1.960 in the limit)
-    return T95[int(df) - 1] if df <= 30 else 1.960
+    """The t value of a two-sided interval at `level` with `df` > 0 degrees of freedom, fractional df included
+    (Welch's): the (1 + level) / 2 quantile of Student's t. df = inf gives the normal's (1.960 at 95%)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be between 0 and 1, not {level}")
+    if not df > 0:  # also a NaN
+        raise ValueError(f"t_quantile needs degrees of freedom > 0, not {df}")
+    tail = (1 - level) / 2
+    if math.isinf(df):
+        return NormalDist().inv_cdf(1 - tail)
+    hi = 2.0
+    while t_tail(hi, df) > tail:
+        hi *= 2
+    return _bisect(lambda t: tail - t_tail(t, df), 0.0, hi)
 
+
+def beta_quantile(p, a, b):
+    """The p-quantile of Beta(a, b): the x with I_x(a, b) = p."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"p must be in [0, 1], not {p}")
+    if p in (0, 1):
+        return float(p)
+    return _bisect(lambda x: betainc(a, b, x) - p, 0.0, 1.0)
+
+
+# -----------------------------------------------------------------------------
+# Intervals over seeds
 
 def _finite(values, name):
     """`values` as a float array; a None or a non-finite value (a diverged run) is an error, never dropped."""
@@ -68,7 +160,7 @@ def _finite(values, name):
 
 
 def mean_ci(values, level=0.95):
-    """(mean, lo, hi) over seeds with the t-interval mean ± t·sd/√n; (x, None, None) for a single seed."""
+    """(mean, lo, hi) with the t-interval mean ± t·sd/√n, df = n - 1; (x, None, None) for a single value."""
     x = _finite(values, "mean_ci values").ravel()
     mean = float(x.mean())
     if x.size == 1:
@@ -76,6 +168,178 @@ def mean_ci(values, level=0.95):
     half = t_quantile(x.size - 1, level) * float(x.std(ddof=1)) / math.sqrt(x.size)
     return mean, mean - half, mean + half
 
+
+def _log_if(values, stat, name):
+    if stat not in ("diff", "ratio"):
+        raise ValueError(f"stat must be 'diff' or 'ratio', not {stat!r}")
+    if stat == "diff":
+        return values
+    if (values <= 0).any():
+        raise ValueError(f"a ratio needs positive values: {name} holds {values.tolist()}")
+    return np.log(values)
+
+
+def welch(ref, var, stat="diff", level=0.95):
+    """The claim's estimate and Welch's interval from per-seed values: {"estimate", "lo", "hi", "df"}.
+
+    stat "diff": mean(var) - mean(ref); "ratio": geometric mean(var) / geometric mean(ref), the interval computed
+    on the log scale and exponentiated. ref may be a number (a fixed value): the one-sample t-interval of var against
+    it (df = n - 1). The degrees of freedom are Welch-Satterthwaite's, fractional as they come. lo, hi and df are None
+    when a side has one seed (nothing says how much runs differ)."""
+    b = _log_if(_finite(var, "var").ravel(), stat, "var")
+    fixed = np.ndim(ref) == 0 and ref is not None
+    a = _log_if(_finite([ref] if fixed else ref, "ref").ravel(), stat, "ref")
+    d = float(b.mean() - a.mean())
+    estimate = math.exp(d) if stat == "ratio" else d
+    out = {"estimate": estimate, "lo": None, "hi": None, "df": None}
+    if b.size < 2 or (not fixed and a.size < 2):
+        return out
+    vb = float(b.var(ddof=1)) / b.size
+    va = 0.0 if fixed else float(a.var(ddof=1)) / a.size
+    se = math.sqrt(va + vb)
+    if fixed:
+        df = b.size - 1.0
+    elif se > 0:
+        df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    else:  # every seed alike on both sides: no spread to weigh, the interval is the point
+        df = a.size + b.size - 2.0
+    half = t_quantile(df, level) * se
+    lo, hi = d - half, d + half
+    if stat == "ratio":
+        lo, hi = math.exp(lo), math.exp(hi)
+    return {**out, "lo": float(lo), "hi": float(hi), "df": float(df)}
+
+
+def welch_interval(ref_means, var_means, stat="diff", level=0.95):
+    """(lo, hi) of welch: the interval alone, from two or more seeds a side."""
+    out = welch(ref_means, var_means, stat, level)
+    if out["lo"] is None:
+        raise ValueError("Welch's interval needs two or more seeds per side")
+    return out["lo"], out["hi"]
+
+
+def per_seed(values):
+    """Per-seed values from a (seeds, windows) array (each run's mean over its windows), or a 1-D array as it is."""
+    x = _finite(values, "values")
+    if x.ndim == 2:
+        return x.mean(axis=1)
+    if x.ndim == 1:
+        return x
+    raise ValueError(f"values must be per-seed (1-D) or (seeds, windows), not of shape {x.shape}")
+
+
+def compare(ref, var, stat="diff", level=0.95):
+    """A variant against its reference (or a fixed value, a number) as RULE decides it: welch's estimate and
+    interval over the per-seed values ((seeds, windows) arrays are averaged over windows first), the per-seed values
+    themselves, the null value, and "seeds": the fewest seeds on a side that RULE counts (the variant's alone
+    against a fixed value)."""
+    fixed = np.ndim(ref) == 0 and ref is not None
+    b = per_seed(var)
+    a = float(ref) if fixed else per_seed(ref)
+    out = welch(a, b, stat, level)
+    return {**out, "stat": stat, "null": 1.0 if stat == "ratio" else 0.0,
+            "ref_seeds": None if fixed else a.tolist(), "var_seeds": b.tolist(),
+            "n_seeds_ref": None if fixed else int(a.size), "n_seeds_var": int(b.size),
+            "seeds": int(b.size if fixed else min(a.size, b.size))}
+
+
+def verdict(lo, hi, direction, null=0.0, seeds=MIN_SEEDS):
+    """RULE applied to the interval [lo, hi]; direction -1 (+1): the paper says the value is below (above) null;
+    seeds: the fewest seeds on a side. Below MIN_SEEDS, or without an interval: "too few seeds"."""
+    if direction not in (-1, 1):
+        raise ValueError(f"direction must be -1 (paper: below the null) or +1 (above), not {direction}")
+    if seeds < MIN_SEEDS or lo is None or hi is None:
+        return "too few seeds"
+    if (direction < 0 and hi < null) or (direction > 0 and lo > null):
+        return "reproduced"
+    if (direction < 0 and lo > null) or (direction > 0 and hi < null):
+        return "not reproduced"
+    return "inconclusive"
+
+
+def decide(c, direction):
+    """verdict of a compare result."""
+    return verdict(c["lo"], c["hi"], direction, c["null"], c["seeds"])
+
+
+def effect(c):
+    """The size of a compare result on the scale it is decided on: the difference, or the log of the ratio."""
+    return math.log(c["estimate"]) if c["stat"] == "ratio" else c["estimate"]
+
+
+def direction_word(our_effect, direction):
+    """Whether our effect (a difference, or a log ratio) points the paper's way: "same direction" or "opposite"."""
+    if our_effect == 0:
+        return "no change"
+    return "same direction" if (our_effect > 0) == (direction > 0) else "opposite"
+
+
+def size_word(our_effect, paper_effect, factor=SIZE_FACTOR):
+    """Our effect beside the paper's for the same quantity (both differences, or both log ratios): "same size (within
+    ×2)" when it lies between paper/factor and paper·factor, else "smaller than the paper's" or "larger than the
+    paper's"; "opposite to the paper's" when they differ in sign; None without a paper number."""
+    if paper_effect is None:
+        return None
+    if paper_effect == 0 or our_effect == 0 or (our_effect > 0) != (paper_effect > 0):
+        return "opposite to the paper's" if our_effect * paper_effect < 0 else "no change to compare"
+    r = our_effect / paper_effect
+    if r < 1 / factor:
+        return "smaller than the paper's"
+    if r > factor:
+        return "larger than the paper's"
+    return f"same size (within ×{factor:g})"
+
+
+# -----------------------------------------------------------------------------
+# Counts over seeds: a rate's exact interval, and Fisher's exact test of two counts
+
+def clopper_pearson(k, n, level=0.95):
+    """The exact (Clopper-Pearson) interval (lo, hi) of a rate from k successes in n trials."""
+    if not (isinstance(k, int) and isinstance(n, int) and 0 <= k <= n and n >= 1):
+        raise ValueError(f"need whole numbers 0 <= k <= n, n >= 1, not k={k}, n={n}")
+    alpha = 1 - level
+    lo = 0.0 if k == 0 else beta_quantile(alpha / 2, k, n - k + 1)
+    hi = 1.0 if k == n else beta_quantile(1 - alpha / 2, k + 1, n - k)
+    return lo, hi
+
+
+def fisher_one_sided(k_ref, n_ref, k_var, n_var, alternative):
+    """Fisher's exact test of the 2x2 table (k of n for the reference and for the variant), one-sided: the
+    probability, with the margins fixed (hypergeometric), of a variant count at most k_var (alternative "less": the
+    variant's rate is lower) or at least k_var ("greater")."""
+    for k, n in ((k_ref, n_ref), (k_var, n_var)):
+        if not (isinstance(k, int) and isinstance(n, int) and 0 <= k <= n and n >= 1):
+            raise ValueError(f"need whole numbers 0 <= k <= n, n >= 1, not k={k}, n={n}")
+    if alternative not in ("less", "greater"):
+        raise ValueError(f"alternative must be 'less' or 'greater', not {alternative!r}")
+    total, successes = n_ref + n_var, k_ref + k_var
+    lowest, highest = max(0, successes - n_ref), min(successes, n_var)
+    ks = range(lowest, k_var + 1) if alternative == "less" else range(k_var, highest + 1)
+    p = sum(math.comb(n_var, k) * math.comb(n_ref, successes - k) for k in ks) / math.comb(total, successes)
+    return min(1.0, float(p))
+
+
+def count_verdict(k_ref, n_ref, k_var, n_var, direction, alpha=0.05):
+    """COUNT_RULE on two counts: {"p": the one-sided Fisher p in the paper's direction (-1: the variant's rate is
+    lower), "p_opposite", "verdict"}."""
+    if direction not in (-1, 1):
+        raise ValueError(f"direction must be -1 (paper: the variant's rate is lower) or +1 (higher), not {direction}")
+    paper, opposite = ("less", "greater") if direction < 0 else ("greater", "less")
+    p = fisher_one_sided(k_ref, n_ref, k_var, n_var, paper)
+    q = fisher_one_sided(k_ref, n_ref, k_var, n_var, opposite)
+    if min(n_ref, n_var) < MIN_SEEDS:
+        word = "too few seeds"
+    elif p < alpha:
+        word = "reproduced"
+    elif q < alpha:
+        word = "not reproduced"
+    else:
+        word = "inconclusive"
+    return {"p": p, "p_opposite": q, "verdict": word}
+
+
+# -----------------------------------------------------------------------------
+# The paired bootstrap over windows: window noise only, given the seeds
 
 def _counts(rng, n_draws, n):
     """How often each of n items is drawn in each of n_draws resamples of n with replacement: (n_draws, n)."""
@@ -87,14 +351,18 @@ def _counts(rng, n_draws, n):
 def _resampled_means(x, window_counts, rng):
     """The mean of x (seeds, windows) in each bootstrap draw: the window counts given, the seed rows drawn here."""
     n_seeds, n_windows = x.shape
-    per_seed = window_counts @ x.T  # (draws, seeds): each seed's sum over the drawn windows
+    per_seed_sums = window_counts @ x.T  # (draws, seeds): each seed's sum over the drawn windows
     # with one seed the only row is always drawn once: nothing is resampled, only window noise remains
     seed_counts = _counts(rng, len(window_counts), n_seeds)
-    return (seed_counts * per_seed).sum(axis=1) / (n_seeds * n_windows)
+    return (seed_counts * per_seed_sums).sum(axis=1) / (n_seeds * n_windows)
 
 
 def paired_bootstrap(ref, var, stat="diff", n_boot=2000, level=0.95, seed=0):
-    """mean(var) - mean(ref) (or /, stat="ratio") and its paired, hierarchical percentile bootstrap interval."""
+    """mean(var) - mean(ref) (or mean(var) / mean(ref), stat="ratio": arithmetic means) over (seeds, windows)
+    arrays and a percentile bootstrap interval: each draw resamples the windows once, the same for both sides (the
+    pairing: a window's difficulty cancels), and each side's seed rows independently. With few seeds the resampled
+    rows vary far less than runs do, so this interval measures window noise given the seeds, not whether another
+    seed would come out the other way; RULE does not use it."""
     ref, var = _finite(ref, "ref"), _finite(var, "var")
     if ref.ndim != 2 or var.ndim != 2 or ref.shape[1] != var.shape[1]:
         raise ValueError(f"ref and var must be (seeds, windows) with the same windows: shapes {ref.shape} and "
@@ -116,47 +384,3 @@ def paired_bootstrap(ref, var, stat="diff", n_boot=2000, level=0.95, seed=0):
     lo, hi = np.percentile(np.concatenate(draws), [50 * (1 - level), 50 * (1 + level)])
     return {"estimate": float(combine(var.mean(), ref.mean())), "lo": float(lo), "hi": float(hi),
             "n_seeds_ref": ref.shape[0], "n_seeds_var": var.shape[0], "n_windows": n_windows}
-
-
-def verdict(lo, hi, direction, null=0.0):
-    """RULE applied to the interval [lo, hi]; direction -1 (+1): the paper says the value is below (above) null."""
-    if direction not in (-1, 1):
-        raise ValueError(f"direction must be -1 (paper: below the null) or +1 (above), not {direction}")
-    if lo is None or hi is None:
-        return "inconclusive"
-    if (direction < 0 and hi < null) or (direction > 0 and lo > null):
-        return "reproduced"
-    if (direction < 0 and lo > null) or (direction > 0 and hi < null):
-        return "not reproduced"
-    return "inconclusive"
-
-
-def welch_interval(ref_means, var_means, stat="diff", level=0.95):
-    """(lo, hi) for mean(var) - mean(ref) from per-seed means (two or more per side), by Welch's t-interval;
-    stat="ratio": the interval of the log ratio, exponentiated (ratios of positive means only)."""
-    a, b = _finite(ref_means, "ref_means").ravel(), _finite(var_means, "var_means").ravel()
-    if min(a.size, b.size) < 2:
-        raise ValueError(f"Welch's interval needs two or more seeds per side, not {a.size} and {b.size}")
-    if stat == "ratio":
-        if (a <= 0).any() or (b <= 0).any():
-            raise ValueError("a ratio interval needs positive per-seed means")
-        a, b = np.log(a), np.log(b)
-    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
-    se = math.sqrt(va + vb)
-    # Welch-Satterthwaite degrees of freedom, rounded down (a wider interval, never a narrower one)
-    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1)) if se > 0 else a.size + b.size - 2
-    half = t_quantile(max(1, math.floor(df)), level) * se
-    d = b.mean() - a.mean()
-    lo, hi = d - half, d + half
-    return (math.exp(lo), math.exp(hi)) if stat == "ratio" else (float(lo), float(hi))
-
-
-def compare(ref, var, stat="diff", n_boot=2000, level=0.95, seed=0):
-    """paired_bootstrap's dict, its interval widened to welch_interval's where that is wider (two or more
-    seeds per side), plus "conclusive": whether both sides have the two seeds RULE asks for."""
-    out = paired_bootstrap(ref, var, stat, n_boot, level, seed)
-    out["conclusive"] = min(out["n_seeds_ref"], out["n_seeds_var"]) >= 2
-    if out["conclusive"]:
-        lo, hi = welch_interval(np.asarray(ref, float).mean(1), np.asarray(var, float).mean(1), stat, level)
-        out["lo"], out["hi"] = min(out["lo"], lo), max(out["hi"], hi)
-    return out

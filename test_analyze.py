@@ -147,9 +147,11 @@ def test_analyze_known_answers(tmp_path, dataset):
 
     # val loss and M-Act recomputed directly on the windows asked for (2 batches of 3, not the runs' 5 of 4)
     assert summary["validation"] == {"batches": 2, "batch_size": 3, "source": "set by --batches/--batch_size"}
-    losses, acts = [], []
+    losses, acts, values, outs = [], [], [], []
     for blk in gated.transformer.h:
         blk.register_forward_hook(lambda m, i, o: acts.append(o.abs().amax(dim=(1, 2))))  # each window's max
+        blk.register_forward_hook(lambda m, i, o: outs.append(o))
+        blk.attn.register_forward_hook(lambda m, args, o: values.append(m.project(*args[:2])[2]))  # (B, T, Hkv, D)
     with torch.no_grad():
         for x, y in val_batches(dataset, T, 3, 2):
             logits, loss = gated.eval()(x, y)
@@ -158,6 +160,18 @@ def test_analyze_known_answers(tmp_path, dataset):
     assert g["val_loss"] == pytest.approx(losses.mean().item(), rel=1e-5)
     per_layer = [torch.cat(acts[0::2]), torch.cat(acts[1::2])]  # (6,) per layer: 2 batches x 3 windows
     assert g["layers"]["max_act"] == pytest.approx([a.mean().item() for a in per_layer], rel=1e-5)
+    # the sink's value: ||v_0|| / mean ||v_j>0||, per window and KV head, averaged over both
+    norms = [torch.cat(values[layer::2]).norm(dim=-1) for layer in range(2)]  # (6, T, Hkv) per layer
+    ratios = [(n[:, 0] / n[:, 1:].mean(1)) for n in norms]
+    assert g["layers"]["value_norm_ratio"] == pytest.approx([r.mean().item() for r in ratios], rel=1e-5)
+    assert g["heads"]["value_norm_ratio"] == [pytest.approx(r.mean(0).tolist(), rel=1e-5) for r in ratios]
+    # the channels of the massive activation, over all 6 windows: the channel of each window's max |h|
+    for layer in range(2):
+        out = torch.cat(outs[layer::2])
+        top = out.abs().flatten(1).argmax(1) % out.size(-1)
+        c = g["channels"][layer]
+        assert c["top_channel_share"] == pytest.approx((top == c["top_channel"]).float().mean().item())
+        assert len(c["channels"]) == len(c["values"]) == 3 and 0 < c["share"] <= 1
     # the per-window values repro.py's confidence intervals use: each window's loss, M-Act and peak
     w = g["per_window"]
     assert w["val_loss"] == pytest.approx(losses.numpy(), rel=1e-5)
@@ -199,13 +213,20 @@ def test_analyze_known_answers(tmp_path, dataset):
     for name in ("layers.png", "gate_hist.png", "attn_maps.png"):
         assert (tmp_path / "res" / name).stat().st_size > 1000
     assert on_disk["plots"] == ["layers.png", "gate_hist.png", "attn_maps.png"]  # no log.jsonl: no curves
+    assert on_disk["runs"][1]["channels"] == g["channels"]
+    # the mechanism per layer: one row per run and layer
+    at = table.index(next(line for line in table if line.startswith("| run | layer | F-Attn | value norm ratio")))
+    rows = [row.strip("| ").split(" | ") for row in table[at + 2:at + 6]]
+    assert [row[:2] for row in rows] == [["base", "0"], ["base", "1"], ["g1", "0"], ["g1", "1"]]
+    assert rows[3][3] == f"{g['layers']['value_norm_ratio'][1]:.3f}"
 
 
 def test_every_figure_labels_its_axes_and_shows_its_colour_scale(trained_run, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     figures = keep_figures(monkeypatch, analyze)
     analyze.main([f"--runs={trained_run}", f"--out_dir={tmp_path}"])
-    assert [name for name, _ in figures] == ["layers.png", "gate_hist.png", "attn_maps.png", "curves.png"]
+    assert [name for name, _ in figures] == ["layers.png", "gate_hist.png", "attn_maps.png", "curves.png",
+                                             "emergence.png"]
     assert_every_plot_is_labelled(figures)
     attn = dict(figures)["attn_maps.png"]
     bar = next(image.colorbar for ax in attn.axes for image in ax.images if image.colorbar)
@@ -251,7 +272,8 @@ def test_a_run_whose_checkpoint_is_gone_is_read_from_what_was_measured_on_it(tra
     summary = analyze.analyze([str(kept), trained_run], labels=["kept", "here"], out_dir=str(tmp_path / "again"),
                               device="cpu")
     again, here = summary["runs"]
-    for key in [m.key for m in MEASURES] + ["layers", "heads", "windows_id", "tokens", "iter", "val_loss_logged"]:
+    for key in [m.key for m in MEASURES] + ["layers", "heads", "channels", "windows_id", "tokens", "iter",
+                                            "val_loss_logged"]:
         assert again[key] == fresh[key], key
     for key, values in fresh["per_window"].items():
         assert values is None and key not in again["per_window"] or np.array_equal(again["per_window"][key], values)
@@ -403,3 +425,77 @@ def test_an_out_dir_that_cannot_be_written_is_refused_before_the_work(trained_ru
             analyze.main([*argv, f"--out_dir={out}"])
         message = str(e.value.code)
         assert message.startswith(f"error: --out_dir={out} ") and words in message and "\n" not in message, message
+
+
+# ----------------------------------------------------------------------------
+# The sink's mechanism: the rows for a report, and its emergence during training
+
+def mechanism_record(label, f_attn, max_act, ratio, top_channel):
+    n = len(f_attn)
+    channel = {"channels": [top_channel, 1, 2], "values": [-300.0, 20.0, 10.0], "share": 0.95,
+               "top_channel": top_channel, "top_channel_share": 0.75, "pos": 0, "pos_share": 1.0}
+    return {"label": label, "layers": {"first_token_attn": f_attn, "max_act": max_act, "value_norm_ratio": ratio},
+            "channels": [channel] * n}
+
+
+def test_mechanism_rows_name_the_sink_layer_and_the_massive_channels():
+    from common import markdown_table
+    runs = [mechanism_record("base", [0.1, 0.8, 0.3], [5.0, 40.0, 300.0], [1.0, 0.02, 0.9], 447),
+            mechanism_record("g1", [0.05, 0.04, float("nan")], [2.0, 9.0, 3.0], [1.1, 1.0, 0.9], 138),
+            {"run": "old", "layers": {"first_token_attn": [0.5], "max_act": [3.0]}}]  # measured before the keys
+    header, rows = analyze.mechanism_rows(runs)
+    assert len(header) == 10 and len(rows) == 3 and all(len(row) == len(header) for row in rows)
+    base = dict(zip(header, rows[0]))
+    assert (base["sink layer"], base["F-Attn"], base["value norm ratio"]) == ("1", "0.800", "0.020")
+    assert (base["M-Act layer"], base["M-Act"], base["peak position"]) == ("2", "300.0", "0 (100%)")
+    assert base["top channels (mean h)"] == "447: -300.0, 1: 20.0, 2: 10.0"
+    assert (base["their norm² share"], base["peak channel"]) == ("95%", "447 (75%)")
+    assert not any("|" in column for column in header)  # a markdown table's cells cannot hold one
+    assert dict(zip(header, rows[1]))["sink layer"] == "0"  # NaN is no layer's F-Attn
+    old = dict(zip(header, rows[2]))
+    assert old["run"] == "old" and old["value norm ratio"] is None and old["top channels (mean h)"] is None
+    header, rows = analyze.mechanism_rows(runs, per_layer=True)
+    assert len(header) == 9 and [row[:2] for row in rows] == [["base", "0"], ["base", "1"], ["base", "2"], ["g1", "0"],
+                                                             ["g1", "1"], ["g1", "2"], ["old", "0"]]
+    assert rows[5][2] is None and rows[1][3] == "0.020"
+    lines = markdown_table(header, rows)
+    assert len(lines) == 2 + 7 and "| – |" in lines[-1]
+
+
+def fake_log(n_layer, sink):
+    """A log.jsonl's records as train.py writes them: per layer F-Attn rising on the sink layer (or none), M-Act and
+    the value norm ratio."""
+    log = []
+    for step in range(0, 101, 20):
+        f = [0.05 + (0.8 * step / 100 if sink and layer == n_layer // 2 else 0) for layer in range(n_layer)]
+        log.append({"iter": step, "tokens": step * 1000, "val_loss": 3 - step / 100,
+                    "first_token_attn": sum(f) / n_layer,
+                    "layers": {"first_token_attn": f, "max_act": [1.0 + step * (layer + 1) for layer in range(n_layer)],
+                               "value_norm_ratio": [1.0 - (0.9 * step / 100 if f[layer] > 0.3 else 0) + 0.01
+                                                    for layer in range(n_layer)]}})
+    return log
+
+
+@pytest.mark.parametrize("n_layer", [1, 8])
+def test_the_emergence_plot_draws_each_layer_of_each_run_side_by_side(tmp_path, monkeypatch, n_layer):
+    """One column per run (baseline, gated), one row per measure (F-Attn, M-Act, the value norm ratio), one line per
+    layer, a shared y-axis along a row; a run whose log predates the per-layer values says so in its panels."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    figures = keep_figures(monkeypatch, analyze)
+    logs = [fake_log(n_layer, sink=True), fake_log(n_layer, sink=False),
+            [{"iter": 0, "tokens": 0, "val_loss": 3.0, "first_token_attn": 0.1}]]  # an older train.py's log
+    name = analyze.plot_emergence(plt, ["baseline", "g1", "old"], logs, str(tmp_path))
+    assert name == "emergence.png" and (tmp_path / name).stat().st_size > 1000
+    fig = dict(figures)[name]
+    assert_every_plot_is_labelled(figures)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == 3 * 3
+    grid = np.array(panels).reshape(3, 3)  # rows: measures; columns: runs
+    assert [ax.get_title() for ax in grid[0]] == ["baseline", "g1", "old"]
+    assert [len(ax.get_lines()) for ax in grid[0]] == [n_layer, n_layer, 0]
+    assert "not in this run's log" in grid[0][2].texts[0].get_text()
+    assert grid[1][0].get_yscale() == "log" and grid[0][0].get_ylim() == grid[0][1].get_ylim()  # shared along a row
+    sink = grid[0][0].get_lines()[n_layer // 2]
+    assert sink.get_ydata()[-1] == pytest.approx(0.85) and sink.get_label() == f"layer {n_layer // 2}"
+    assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == n_layer
+    assert analyze.emergence_series(logs[2]) == {}

@@ -13,8 +13,8 @@ import torch
 from common import finite_or_none
 from model import GPT, GPTConfig
 import probe  # noqa: I001
-from probe import (GATE_KEYS, SINK_HEAD_THRESHOLD, STAT_KEYS, TRIGGER_KEYS, WINDOW_KEYS, Probe, previous_token_attention,
-                   received_attention)
+from probe import (GATE_KEYS, SINK_HEAD_THRESHOLD, STAT_KEYS, TRIGGER_KEYS, WINDOW_KEYS, Probe, massive_channels,
+                   previous_token_attention, received_attention, sink_keys, value_norm_ratio)
 
 C, H, HKV, D, VOCAB = 32, 4, 2, 8, 97
 BASE = dict(block_size=24, vocab_size=VOCAB, n_layer=2, n_head=H, n_kv_head=HKV, n_embd=C, attn_backend="torch")
@@ -25,14 +25,14 @@ def tokens(B=3, T=20, seed=1, high=VOCAB):
     return torch.randint(0, high, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-def reference_received(q, k):
-    """r (B, H, T//2) from the explicit causal softmax, in float64: keys repeated per query head, then the mean of
-    each early key's probability over the late queries."""
+def reference_received(q, k, keys=None):
+    """r (B, H, keys) from the explicit causal softmax, in float64: keys repeated per query head, then the mean of
+    each early key's probability over the late queries (keys: the first T//2 by default)."""
     q, k = q.double(), k.double().repeat_interleave(q.size(1) // k.size(1), dim=1)
     T, n = q.size(2), q.size(2) // 2
     s = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
     p = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
-    return p[:, :, n:, :n].mean(2)
+    return p[:, :, n:, :n if keys is None else keys].mean(2)
 
 
 # ----------------------------------------------------------------------------
@@ -55,6 +55,11 @@ def test_received_attention_matches_the_explicit_softmax(heads, kv_heads, T):
     # the scale is the model's, head_dim ** -0.5, unless given
     torch.testing.assert_close(received_attention(q, k, scale=0.1).double(), reference_received(q * 0.1 * D ** 0.5, k),
                                rtol=1e-5, atol=1e-6)
+    # fewer candidate keys (the probe's sink_keys): the same shares of the first ones
+    for keys in sorted({0, sink_keys(T), T // 2}):
+        r = received_attention(q, k, chunk=3, keys=keys)
+        assert r.shape == (2, heads, keys)
+        torch.testing.assert_close(r.double(), expected[..., :keys], rtol=1e-5, atol=1e-6)
 
 
 def test_received_attention_is_float32_under_autocast():
@@ -89,6 +94,9 @@ def test_received_attention_short_and_bad_inputs():
             received_attention(bad_q, bad_k)
     with pytest.raises(ValueError):
         received_attention(q, k, chunk=0)
+    for keys in (-1, 2):  # T = 2: key 0 is the only candidate
+        with pytest.raises(ValueError):
+            received_attention(q, k, keys=keys)
 
 
 def planted_share(a, T):
@@ -162,10 +170,12 @@ def first_token_attention_with_sink_at(p, a, T):
 
 
 def test_probe_finds_a_sink_token_anywhere():
-    """SINK sits at position 3 in two windows and at 6 in the third: every head's top key is the SINK, so
-    sink_share is the analytic share, sink_pos is 3 in 2 of 3 windows, sink_token is SINK in all."""
+    """SINK sits at position 3 in two windows and at 5 (the last candidate key at T = 16) in the third: every head's
+    top key is the SINK, so sink_share is the analytic share, sink_pos is 3 in 2 of 3 windows, sink_token is SINK in
+    all."""
     T, a = 16, 2.0
-    positions = [3, 6, 3]
+    positions = [3, 5, 3]
+    assert sink_keys(T) == 6
     model = sink_model(a, T)
     with Probe(model) as probe:
         model(windows_with_sink(positions, T))
@@ -278,10 +288,10 @@ def test_probe_matches_the_explicit_softmax(name):
     idx = tokens(B=B, T=T)
     with Probe(model) as probe:
         model(idx)
-    n = T // 2
+    n, m = T // 2, sink_keys(T)
     for layer, (maps, scores) in enumerate(reference(model, idx)):
         p0 = maps[:, :, 1:, 0]  # (B, H, T-1)
-        r = maps[:, :, n:, :n].mean(2)  # (B, H, n)
+        r = maps[:, :, n:, :m].mean(2)  # (B, H, m): the late queries' attention on the candidate keys
         top2 = r.topk(2, dim=-1).values
         assert (top2[..., 0] - top2[..., 1]).min() > 1e-5  # a top key well defined: float32 finds the same one
         top, pos = r.max(-1)
@@ -324,13 +334,17 @@ def test_windows_average_to_the_stats(name):
             assert stat == pytest.approx(w.mean().item(), rel=1e-12)
     for key in GATE_KEYS:
         assert (probe.stats[key] is None) == (not gated)
-    for key in ("first_token_attn", "sink_share"):
-        assert len(probe.heads[key]) == 2 and all(len(v) == H and all(type(x) is float for x in v)
+    for key, n in (("first_token_attn", H), ("sink_share", H), ("value_norm_ratio", model.config.n_kv_head)):
+        assert len(probe.heads[key]) == 2 and all(len(v) == n and all(type(x) is float for x in v)
                                                   for v in probe.heads[key])
+    for layer, ratios in enumerate(probe.heads["value_norm_ratio"]):  # windows, then heads: the same mean
+        assert probe.stats["value_norm_ratio"][layer] == pytest.approx(sum(ratios) / len(ratios), rel=1e-9)
     for key in SINK_KEYS:
         assert len(probe.stats[key]) == 2
     assert all(type(v) is int for v in probe.stats["sink_pos"] + probe.stats["sink_token"])
-    assert all(0 <= v < T // 2 for v in probe.stats["sink_pos"])
+    assert all(0 <= v < sink_keys(T) for v in probe.stats["sink_pos"])
+    assert len(probe.channels) == 2 and len(probe.massive) == 2
+    json.dumps(probe.channels, allow_nan=False)
     json.dumps({k: v and [finite_or_none(x) for x in v] for k, v in probe.stats.items()}, allow_nan=False)
 
 
@@ -408,6 +422,8 @@ def test_one_token_windows_have_no_sink_statistics():
     assert all(w.shape == (3,) and w.isnan().all() for w in probe.windows["sink_share"])
     assert all(math.isnan(x) for v in probe.heads["first_token_attn"] for x in v)
     assert all(math.isfinite(v) for v in probe.stats["max_act"] + probe.stats["gate_mean"])
+    assert all(math.isnan(v) for v in probe.stats["value_norm_ratio"])  # no position besides 0 to compare with
+    assert all(c["pos"] == 0 and c["pos_share"] == 1.0 for c in probe.channels)
     with Probe(model) as probe:  # two tokens: query 1 on key 0 is the only candidate
         model(tokens(B=3, T=2))
     assert probe.stats["sink_pos"] == [0, 0] and probe.stats["sink_pos_share"] == [1.0, 1.0]
@@ -528,7 +544,143 @@ def test_a_measure_added_to_the_registry_reaches_the_eval_line_the_analysis_tabl
                "validation": {"batches": 1, "batch_size": 2, "source": "test"}}
     header = next(line for line in analyze.summary_table(summary).splitlines() if line.startswith("| run |"))
     assert header.endswith("| M-Act / median |")
-    runs = [{"lr": 1e-3, "iter": 1, "max_iters": 1, "exit_code": 0, "nonfinite_steps": 0, **record}] * 2
+    runs = [{"lr": 1e-3, "iter": 1, "max_iters": 1, "exit_code": 0, "nonfinite_steps": 0, **record}] * 3  # 3 seeds: mean ± half-width
     table = "\n".join(report.measured_section({"run": runs}, {"run": {m.key: report.over_seeds([r.get(m.key) for r in runs])
                                                                       for m in measures}}))
     assert "M-Act / median |" in table and f"{record['act_ratio']:.1f} ± 0.0" in table
+
+
+# ----------------------------------------------------------------------------
+# The sink share's candidate keys: a gap before the late queries, so recency is no sink
+
+def one_hot_qk(T, scores):
+    """q (1, 1, T, T) and k (1, 1, T, T) whose scaled score q_i . k_j / sqrt(T) is scores(i) [j] (a float64 (T,)
+    vector per query i): the keys one-hot, the queries carrying the scores."""
+    k = torch.eye(T, dtype=torch.float64).view(1, 1, T, T) * T ** 0.5
+    q = torch.stack([scores(i) for i in range(T)]).view(1, 1, T, T)
+    return q, k
+
+
+def local_and_parked(T, park, a, b=8.0):
+    """Each query scores b on the position just before it and a on key `park` (0 elsewhere)."""
+    def scores(i):
+        s = torch.zeros(T, dtype=torch.float64)
+        s[park] += a
+        if i > 0:
+            s[i - 1] += b
+        return s
+    return one_hot_qk(T, scores)
+
+
+def test_sink_keys_leave_a_gap_of_an_eighth_of_the_window():
+    assert [sink_keys(T) for T in (2, 7, 8, 16, 64, 512)] == [1, 3, 3, 6, 24, 192]  # T = 512: keys 0..191
+
+
+@pytest.mark.parametrize("T", [64, 512])
+def test_sink_share_of_a_local_head_is_small_and_of_a_parked_one_large(T):
+    """A purely local head (each query on the token before it) gives no candidate key a share: under the old
+    measure, every key before the late half, its top key was T//2 - 1, beside the first late query (the artefact at
+    position 255 of T = 512). A head that also parks on a key in the middle of the candidates gives that key about
+    half of every late query's attention, wherever the window's length puts it: the same share at T = 64 and 512."""
+    q, k = local_and_parked(T, park=0, a=-30.0)  # local only: key 0 scores -30
+    top, pos = received_attention(q, k, keys=sink_keys(T)).max(-1)
+    assert top.item() < 1e-3
+    old_top, old_pos = received_attention(q, k).max(-1)  # every key before the late half
+    assert old_pos.item() == T // 2 - 1 and old_top.item() > 0.9 * 2 / T
+    middle = sink_keys(T) // 2
+    q, k = local_and_parked(T, park=middle, a=8.0)  # a key the late queries give as much as their previous token
+    r = received_attention(q, k, keys=sink_keys(T))
+    torch.testing.assert_close(r.double(), reference_received(q, k, sink_keys(T)), rtol=1e-5, atol=1e-6)
+    top, pos = r.max(-1)
+    assert pos.item() == middle and 0.45 < top.item() < 0.5  # e^8 / (2 e^8 + i - 1) for each late query i
+
+
+# ----------------------------------------------------------------------------
+# The sink's value norm, and the channels of the massive activation
+
+def test_value_norm_ratio_by_hand():
+    g = torch.Generator().manual_seed(0)
+    v = torch.randn(3, 10, 2, D, generator=g, dtype=torch.float64)
+    v[:, 0, 1] *= 0.01  # KV head 1: position 0's value nearly switched off
+    norms = v.norm(dim=-1)
+    want = norms[:, 0] / norms[:, 1:].mean(1)
+    ratio = value_norm_ratio(v)
+    assert ratio.shape == (3, 2) and ratio.dtype == torch.float64  # float32 for float32 or bfloat16 values
+    torch.testing.assert_close(ratio, want, rtol=1e-12, atol=0)
+    assert value_norm_ratio(v.bfloat16()).dtype == torch.float32
+    assert (ratio[:, 1] < 0.05).all() and (ratio[:, 0] > 0.3).all()
+    assert value_norm_ratio(v[:, :1]).isnan().all()  # one position: nothing to compare with
+
+
+def bos_model(**kw):
+    """Learned positions set to 0 and token 0's embedding 0: at position 0 the token 0 gives a zero hidden state in
+    every layer (no biases; RMSNorm of 0 is 0, attention of a query that sees only itself returns its own value 0,
+    the MLP of 0 is 0), so its value vector is exactly 0."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**{**BASE, "pos_emb": "learned", **kw})).double().eval()
+    with torch.no_grad():
+        model.transformer.wpe.weight.zero_()
+        model.transformer.wte.weight[0].zero_()
+    return model
+
+
+@pytest.mark.parametrize("gate", ["none", "g1", "g2"])
+def test_value_norm_ratio_is_zero_for_a_zero_value_at_position_0_and_one_for_equal_values(gate):
+    model = bos_model(gate=gate)
+    idx = tokens(B=3, T=12)
+    idx[:, 1:] = idx[:, 1:].clamp_min(1)
+    idx[:, 0] = 0
+    with Probe(model) as probe:
+        model(idx)
+    assert probe.stats["value_norm_ratio"] == [0.0, 0.0]
+    assert probe.heads["value_norm_ratio"] == [[0.0] * HKV] * 2
+    assert all(w.shape == (3,) and (w == 0).all() for w in probe.windows["value_norm_ratio"])
+    with Probe(model) as probe:  # every position the same token: every value the same (positions are zero)
+        model(torch.full((2, 12), 7))
+    assert probe.stats["value_norm_ratio"] == pytest.approx([1.0, 1.0], rel=1e-9)
+
+
+def test_massive_channels_finds_a_planted_channel():
+    """Windows whose hidden state has one huge channel (-500 at channel 7) at their max position: it is the top
+    channel in every window, its mean h is the planted value, and it holds almost all of the squared norm."""
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(6, 32, generator=g)
+    h[:, 7] = -500.0
+    h[:, 3] = 40.0 * torch.arange(1, 7)  # the next largest, growing over the windows
+    pos = torch.tensor([0, 0, 0, 0, 5, 5])
+    c = massive_channels(pos, h)
+    assert c["channels"][:2] == [7, 3] and c["values"][:2] == pytest.approx([-500.0, 140.0])
+    assert c["top_channel"] == 7 and c["top_channel_share"] == 1.0
+    assert c["pos"] == 0 and c["pos_share"] == pytest.approx(4 / 6)
+    energy = h.pow(2)
+    want = (energy[:, c["channels"]].sum(1) / energy.sum(1)).mean().item()
+    assert c["share"] == pytest.approx(want, rel=1e-6) and c["share"] > 0.99
+    assert massive_channels(pos, h, k=1)["channels"] == [7]
+    assert len(massive_channels(pos[:1], h[:1, :2])["channels"]) == 2  # k is at most the channels there are
+    assert massive_channels(pos[:0], h[:0]) is None
+    json.dumps(c, allow_nan=False)
+
+
+def test_the_probe_finds_the_channel_of_a_planted_massive_activation():
+    """The last block's MLP writes 1e4 x (its input's channel 0) into channel 5 (as in the act_ratio test): the
+    probe names channel 5 in that layer, in every window; and each window's kept hidden state is the block's
+    output at the position of its max |h|."""
+    model = make(gate="none")
+    outs = []
+    hooks = [b.register_forward_hook(lambda m, a, out: outs.append(out.detach())) for b in model.transformer.h]
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_proj.weight[5] *= 0
+        model.transformer.h[1].mlp.c_proj.weight[5, 0] = 1e4
+    idx = tokens(B=4, T=12)
+    with Probe(model) as probe:
+        model(idx)
+    for h in hooks:
+        h.remove()
+    for layer, out in enumerate(outs):
+        flat = out.abs().flatten(1).argmax(1)
+        pos = flat // C
+        assert torch.equal(probe.massive[layer]["pos"], pos)
+        torch.testing.assert_close(probe.massive[layer]["h"].double(), out[torch.arange(4), pos], rtol=1e-6, atol=0)
+    c = probe.channels[1]
+    assert c["channels"][0] == 5 and c["top_channel"] == 5 and c["top_channel_share"] == 1.0 and c["share"] > 0.99
+    assert abs(c["values"][0]) > 20 * probe.stats["max_act"][0]  # the layer before has no such channel

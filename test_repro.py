@@ -109,12 +109,15 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     base = result["variants"]["baseline"]["val_loss"]
     assert base["n"] == 2 and base["lo"] < base["mean"] < base["hi"]
     assert base["mean"] == pytest.approx(np.mean([r["val_loss"] for r in result["runs"][:2]]))
-    words = {"reproduced", "not reproduced", "inconclusive"}
     decided = {c["claim"]: c for c in result["claims"]}
     g1_loss = decided[repro.CLAIMS[0][0]]
-    assert g1_loss["verdict"] in words and g1_loss["conclusive"] and g1_loss["lo"] <= g1_loss["estimate"] <= g1_loss["hi"]
+    # two seeds a side: Welch's interval is there, but no verdict
+    assert g1_loss["verdict"] == "too few seeds" and g1_loss["seeds"] == 2 and g1_loss["df"] > 0
+    assert g1_loss["lo"] <= g1_loss["estimate"] <= g1_loss["hi"]
+    assert g1_loss["var_seeds"] == pytest.approx([r["val_loss"] for r in result["runs"][2:]], rel=1e-6)
     assert decided[repro.CLAIMS[-1][0]]["verdict"] == "not measured (dyt not trained)"
-    assert [row["lr"] for row in result["sweep"]] == [3e-3] and result["sweep"][0]["difference"]["verdict"] in words
+    assert [row["lr"] for row in result["sweep"]] == [3e-3]
+    assert result["sweep"][0]["difference"]["verdict"] == "too few seeds" and "sink_counts" not in result
 
     text = open(os.path.join(root, "report", "REPORT.md")).read()
     assert "SMOKE TEST" in text.splitlines()[0] and "concludes nothing" in text
@@ -212,7 +215,8 @@ def test_a_report_refuses_runs_not_trained_alike():
 
 def fake_study(windows=600, seeds=3, **shift):
     """Per-window values and records of a study made up to test the report: each variant's loss on the same
-    windows, shifted by shift[variant] (a real difference), plus a seed effect of 0.01 nats."""
+    windows, shifted by shift[variant] (a real difference), plus a seed effect of 0.01 nats; its gate scores (if it
+    has a gate) between 0.1 and 0.3, shifted by the same amount."""
     rng = np.random.default_rng(0)
     hard = rng.normal(3.0, 0.5, windows)  # how hard each validation window is, the same for every run
     by, win = {}, {}
@@ -221,7 +225,7 @@ def fake_study(windows=600, seeds=3, **shift):
             w = {"val_loss": hard + d + rng.normal(0, 0.01) + rng.normal(0, 0.02, windows)}
             for key in ("first_token_attn", "sink_share", "max_act", "peak_act"):
                 w[key] = np.abs(rng.normal(0.3, 0.05, windows))
-            w["gate_mean"] = None if VARIANTS[v].flags["gate"] == "none" else rng.uniform(0.1, 0.3, windows)
+            w["gate_mean"] = None if VARIANTS[v].flags["gate"] == "none" else rng.uniform(0.1, 0.3, windows) + d
             win.setdefault(v, []).append(w)
             record = {"variant": v, "seed": 1337 + s, "lr": (VARIANTS[v].train or {}).get("learning_rate", 3e-3),
                       "iter": 1600, "max_iters": 1600, "exit_code": 0, "nonfinite_steps": 0, "loss_spikes": s}
@@ -235,22 +239,100 @@ def fake_study(windows=600, seeds=3, **shift):
 
 
 def test_claims_are_decided_by_rule_on_known_differences():
-    """A variant made 0.05 nats better on every window is 'reproduced' where the paper says lower, 'not reproduced'
-    where it says higher; one 0.0 apart is 'inconclusive'; one seed is never conclusive; a missing run is said."""
-    by, win, variants_ = fake_study(baseline=0.0, g1_elementwise=-0.05, g1_headwise=0.0, g2_elementwise=+0.05)
-    result = {c[0]: repro.claim_result(*c, win, variants_) for c in repro.CLAIMS}
-    assert result["GA: a sigmoid gate on each head's SDPA output (G1 elementwise) lowers the loss"]["verdict"] == "reproduced"
-    assert result["GA: a headwise G1 gate lowers the loss too"]["verdict"] == "inconclusive"
-    assert result["GA: gating the values (G2) lowers the loss"]["verdict"] == "not reproduced"
-    assert result["GA: G2 helps less than G1"]["verdict"] == "reproduced"  # +0.10 above G1, the paper's direction
+    """Three seeds a side: a variant made 0.05 nats better on every window is 'reproduced' where the paper says
+    lower, 'not reproduced' where it says higher; one 0.0 apart is 'inconclusive'; with fewer than three seeds on a
+    side the verdict is 'too few seeds', whatever the interval; a missing run is said. Beside the verdict: whether
+    the estimate points the paper's way, and whether it is the paper's size."""
+    by, win, variants_ = fake_study(baseline=0.0, g1_elementwise=-0.05, g1_headwise=0.0, g2_elementwise=+0.05,
+                                    g1_head_shared=0.0)
+    result = {c[0]: repro.claim_result(*c, win) for c in repro.CLAIMS}
     g1 = result["GA: a sigmoid gate on each head's SDPA output (G1 elementwise) lowers the loss"]
+    assert g1["verdict"] == "reproduced" and g1["seeds"] == 3 and 2 < g1["df"] < 5
     assert g1["estimate"] == pytest.approx(-0.05, abs=0.02) and g1["lo"] < g1["estimate"] < g1["hi"] < 0
-    assert result["GA: G1's gate scores are sparse: their mean is below an untrained gate's 0.5"]["verdict"] == "reproduced"
+    # GA: PPL 6.026 -> 5.761, ln(5.761 / 6.026) = -0.045 nats: ours is the same size
+    assert g1["paper_effect"] == pytest.approx(math.log(5.761 / 6.026))
+    assert (g1["pointing"], g1["size"]) == ("same direction", "same size (within ×2)")
+    assert g1["ref_mean"] == pytest.approx(np.mean(g1["ref_seeds"])) and len(g1["ref_seeds"]) == 3
+    assert result["GA: a headwise G1 gate lowers the loss too"]["verdict"] == "inconclusive"
+    g2 = result["GA: gating the values (G2) lowers the loss"]
+    assert g2["verdict"] == "not reproduced" and g2["pointing"] == "opposite" and g2["size"] == "opposite to the paper's"
+    assert result["GA: G2 helps less than G1"]["verdict"] == "reproduced"  # +0.10 above G1, the paper's direction
+    # the gate's sparsity is comparative: G1's scores (0.05 lower here) against G2's and the head-shared gate's
+    sparser = result["GA: G1's gate scores are sparser than G2's (value gate)"]
+    assert sparser["verdict"] == "reproduced" and sparser["estimate"] == pytest.approx(-0.10, abs=0.01)
+    assert sparser["paper_effect"] == pytest.approx(0.116 - 0.221)
+    assert result["GA: G1's gate scores are sparser than a head-shared gate's"]["verdict"] == "reproduced"
+    assert result["GA: G1's gate scores are sparser than an input-independent gate's"]["verdict"] == \
+        "not measured (g1_input_independent not trained)"
+    # a ratio: the ratio of the geometric means over seeds, as its interval
+    sink = result["GA: G1 reduces the attention sink (attention on the first token)"]
+    assert sink["estimate"] == pytest.approx(sink["var_mean"] / sink["ref_mean"])
+    assert sink["var_mean"] == pytest.approx(math.exp(np.mean(np.log(sink["var_seeds"]))))
+    assert sink["lo"] < sink["estimate"] < sink["hi"] and sink["paper_effect"] == pytest.approx(math.log(0.048 / 0.467))
     assert result["GA: gating after the output projection (G5) helps less than G1"]["verdict"] == \
         "not measured (g5 not trained)"
-    _, one_win, one_var = fake_study(seeds=1, baseline=0.0, g1_elementwise=-0.05)
-    one = repro.claim_result(*repro.CLAIMS[0], one_win, one_var)
-    assert one["verdict"] == "inconclusive (one seed)" and one["hi"] < 0  # a clear window CI, still no verdict
+    # a fixed value as the reference: the variant's three seeds against it
+    fixed = repro.claim_result("G1's mean gate score is below 0.5", 0.5, "g1_elementwise", "gate_mean", -1, win)
+    assert fixed["verdict"] == "reproduced" and fixed["ref_mean"] == 0.5 and fixed["size"] is None
+    for seeds in (1, 2):
+        _, few_win, _ = fake_study(seeds=seeds, baseline=0.0, g1_elementwise=-0.05)
+        few = repro.claim_result(*repro.CLAIMS[0], few_win)
+        assert few["verdict"] == "too few seeds" and few["estimate"] == pytest.approx(-0.05, abs=0.03)
+        assert (few["lo"] is None) == (seeds == 1) and few["pointing"] == "same direction"
+    fixed_two = repro.claim_result("below 0.5", 0.5, "g1_elementwise", "gate_mean", -1, few_win)
+    assert fixed_two["verdict"] == "too few seeds" and fixed_two["hi"] < -0.2  # clear, but two seeds
+
+
+def test_the_claims_say_whose_they_are():
+    """A claim starts with the paper that makes it (GA: or GN:), or says it is the project's own (the sink share is
+    a measure of this project's); GA's sparsity claim is comparative; GA's G2 keeps the sink."""
+    for claims in (repro.CLAIMS, repro.LAB_CLAIMS):
+        for claim, ref, variant, measure, direction in claims:
+            assert claim.startswith(("GA: ", "GN: ", "ours (not a paper's claim): ")), claim
+            assert (measure == "sink_share") == claim.startswith("ours"), claim
+            assert isinstance(ref, str), claim  # every claim compares two variants: no fixed value here
+            if measure == "gate_mean":
+                assert variant == "g1_elementwise" and direction == -1 and "sparser" in claim
+        g2_sink = [c for c in claims if c[2] == "g2_elementwise" and c[3] == "first_token_attn"]
+        assert all(c[1] == "g1_elementwise" and c[4] == +1 for c in g2_sink)
+    assert ("GA: a G2 (value) gate keeps more of the sink than G1", "g1_elementwise", "g2_elementwise",
+            "first_token_attn", +1) in repro.LAB_CLAIMS
+    gate_refs = {ref for _, ref, _, measure, _ in repro.CLAIMS if measure == "gate_mean"}
+    assert {"g2_elementwise", "g1_head_shared"} <= gate_refs
+    assert not hasattr(report, "UNTRAINED_GATE")
+
+
+def test_sink_counts_lead_the_sink_lab_report():
+    """A run grew a sink head when its sink heads are above 0; per variant k of n with the exact interval, and the
+    claims of counts decided by Fisher's exact test (4 of 5 against 0 of 5: p = 0.024)."""
+    def runs(v, *sink_heads):
+        return [{"variant": v, "seed": 1337 + i, "sink_heads": x} for i, x in enumerate(sink_heads)]
+    by = {"baseline": runs("baseline", 1.0, 1.0, 0.0, 1.0, 1.0), "g1_elementwise": runs("g1_elementwise", *[0.0] * 5),
+          "g1_headwise": runs("g1_headwise", 0.0, 0.0), "g2_elementwise": runs("g2_elementwise", 0.0, 1.0, 0.0, 0.0, 0.0)}
+    counts = repro.sink_counts(by, repro.LAB_COUNTS)
+    assert counts["variants"]["baseline"] == {"k": 4, "n": 5, "lo": pytest.approx(0.2836, abs=1e-4),
+                                              "hi": pytest.approx(0.9949, abs=1e-4)}
+    assert counts["variants"]["g1_elementwise"]["k"] == 0 and counts["variants"]["g1_elementwise"]["lo"] == 0
+    decided = {c["variant"]: c for c in counts["claims"]}
+    assert decided["g1_elementwise"]["verdict"] == "reproduced" and decided["g1_elementwise"]["p"] == \
+        pytest.approx(5 / 210)
+    assert decided["g1_headwise"]["verdict"] == "too few seeds"  # 2 seeds
+    assert decided["g2_elementwise"]["verdict"] == "inconclusive"  # 1 of 5 against 0 of 5
+    assert decided["g1_ns_sigmoid"]["verdict"] == "not measured (g1_ns_sigmoid not trained)"
+    lines = report.counts_section(counts)
+    assert lines[1] == "## Seeds that grew a sink head" and counts["rule"] in lines[3]
+    assert "| baseline | 4 of 5 | 0.80 [0.28, 0.99] |" in lines
+    assert "| GA: G1 removes the sink | baseline: 4 of 5 | g1_elementwise: 0 of 5 | 0.0238 | 1 | **reproduced** |" \
+        in lines
+    assert report.counts_section(None) == []
+
+
+def test_numbers_over_seeds_list_one_or_two_seeds_and_give_an_interval_from_three():
+    assert report.fmt_ci(report.over_seeds([1.25]), ".2f") == "1.25 (1 seed)"
+    assert report.fmt_ci(report.over_seeds([1.25, 1.5]), ".2f") == "1.25, 1.50"
+    three = report.over_seeds([1.0, 2.0, 3.0])
+    assert three["values"] == [1.0, 2.0, 3.0] and report.fmt_ci(three, ".2f") == f"2.00 ± {4.302653 / math.sqrt(3):.2f}"
+    assert report.fmt_ci(report.over_seeds([0, 1, 2]), "g") == "1 ± 2.48" and report.fmt_ci(None, ".2f") == "–"
 
 
 def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
@@ -292,7 +374,7 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
                 for _ in records]
     result = {"device": "NVIDIA H100", "date": "2026-11-23", "rule": RULE,
               "validation": dict(batches=32, batch_size=64, source="the eval windows run 'baseline' was trained with"),
-              "claims": [repro.claim_result(*c, win, variants_) for c in repro.CLAIMS],
+              "claims": [repro.claim_result(*c, win) for c in repro.CLAIMS],
               "sweep": repro.sweep_rows(by, win), "variants": variants_, "runs": records}
     commands = {(r["variant"], r["seed"]): dict(command=f"python train.py --out_dir=out-repro/{r['variant']}", exit_code=0,
                                                 seconds=240.0, date="2026-11-23 10:00:00")
@@ -304,12 +386,15 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
     for claim, *_ in repro.CLAIMS:
         assert f"| {claim} |" in text
     g1 = result["claims"][0]
-    assert f"{g1['estimate']:+.4f} [{g1['lo']:+.4f}, {g1['hi']:+.4f}] | **reproduced** |" in text
+    assert f"{g1['estimate']:+.4f} [{g1['lo']:+.4f}, {g1['hi']:+.4f}], df {g1['df']:.1f} | 3 / 3 | **reproduced** | " \
+        "same direction | same size (within ×2) |" in text
+    assert f"baseline → g1_elementwise: {g1['ref_mean']:.4f} → {g1['var_mean']:.4f} |" in text  # three seeds: means
+    assert "## Seeds that grew a sink head" not in text  # the GPU study counts none
     assert "| GA PPL 6.026 → 5.761 (×0.956) | GA Table 4 |" in text
     assert "GN loss 1.964 → 2.216 (+0.252 nats)" in text  # DyT costs loss in GN
     assert "| dyt | 3 | 0.003 | 3/3 finished |" in text and "2,048 validation windows" in text and "1.05M tokens" in text
     assert "each starting with <|endoftext|>" in text and "qk_norm=True" in text and "105M training tokens" in text
-    assert "g1_elementwise → g5 | – | not measured (g5 not trained)" in text
+    assert "g1_elementwise → g5 | – | – | not measured (g5 not trained) | – |" in text
     assert "- dyt seed 1337: not recorded" in text and "`python train.py --out_dir=out-repro/baseline`" in text
     # the papers' numbers, one column per number a measure of probe.MEASURES has in a paper, in its order
     assert "| variant | GA PPL | GN loss | GA F-Attn | GA M-Act | GN max act | GA gate mean | source |" in text
@@ -360,23 +445,27 @@ def test_the_study_figures_label_their_axes(tmp_path, monkeypatch):
 
 
 def test_the_headline_draws_an_interval_only_where_seeds_give_one(tmp_path, monkeypatch):
-    """A variant with one seed has no confidence interval: its bar gets no error bar (a flat one would claim
-    certainty), and every tick says how many seeds its bar averages."""
+    """Every seed is a dot; an error bar only from three seeds on (a variant with one seed has no interval, and a
+    t-interval of two says little more than their two dots); every tick says how many seeds its bar averages."""
     pytest.importorskip("matplotlib")
-    by, _, variants_ = fake_study(seeds=2, baseline=0.0, g1_elementwise=-0.01, g1_headwise=0.0)
-    by["g1_headwise"] = by["g1_headwise"][:1]
-    variants_["g1_headwise"]["first_token_attn"] = report.over_seeds([by["g1_headwise"][0]["first_token_attn"]])
-    assert variants_["g1_headwise"]["first_token_attn"]["lo"] is None
+    by, _, variants_ = fake_study(seeds=3, baseline=0.0, g1_elementwise=-0.01, g1_headwise=0.0, g2_elementwise=0.0)
+    for v, n in (("g1_headwise", 2), ("g2_elementwise", 1)):
+        by[v] = by[v][:n]
+        variants_[v]["first_token_attn"] = report.over_seeds([r["first_token_attn"] for r in by[v]])
+    assert variants_["g2_elementwise"]["first_token_attn"]["lo"] is None
     logs = {(v, r["seed"]): [{"tokens": 1000, "first_token_attn": 0.1}] for v, rs in by.items() for r in rs}
     figures = keep_figures(monkeypatch, report)
     report.plot_headline(by, variants_, logs, str(tmp_path))
     bars = figures[0][1].axes[1]
     assert [t.get_text() for t in bars.get_xticklabels()] == \
-        ["baseline (2 seeds)", "g1_elementwise (2 seeds)", "g1_headwise (1 seed)"]
+        ["baseline (3 seeds)", "g1_elementwise (3 seeds)", "g1_headwise (2 seeds)", "g2_elementwise (1 seed)"]
+    (dots,) = [line for line in bars.get_lines() if line.get_label() == "each seed"]
+    assert sorted(zip(*dots.get_data())) == sorted((i, r["first_token_attn"]) for i, v in enumerate(by)
+                                                   for r in by[v])
     (errorbar,) = [c for c in bars.containers if type(c).__name__ == "ErrorbarContainer"]
     _, _, (vertical,) = errorbar.lines
     xs = sorted(seg[0][0] for seg in vertical.get_segments())
-    assert xs == [0, 1]  # baseline and G1 elementwise, not the one-seed headwise
+    assert xs == [0, 1]  # baseline and G1 elementwise, not the two-seed headwise nor the one-seed G2
     for x, v in zip(xs, ("baseline", "g1_elementwise")):
         seg = vertical.get_segments()[int(x)]
         s = variants_[v]["first_token_attn"]
@@ -439,10 +528,8 @@ def test_study_and_claims_use_registry_names():
     assert list(MODELS) == [v for v in VARIANTS if v in MODELS]  # the report's order is the registry's
     for _, ref, variant, measure, direction in repro.CLAIMS:
         assert measure in MEASURE and MEASURE[measure].compare in ("ratio", "diff")
-        assert variant in MODELS and ref in (None, *MODELS) and direction in (-1, 1)
-        if ref is None:
-            assert measure == "gate_mean" and VARIANTS[variant].ga.gate_mean is not None
-        elif measure != "sink_share":  # at least one paper gives both rows the number the claim compares
+        assert variant in MODELS and ref in MODELS and direction in (-1, 1)
+        if measure != "sink_share":  # at least one paper gives both rows the number the claim compares
             assert report.paper_pair(ref, variant, MEASURE[measure].papers), (ref, variant, measure)
     # the sweep: the baseline and G1 at each higher learning rate, min_lr a tenth of it, nothing else changed
     assert SWEEP == tuple(f"{v}_lr{lr:g}" for v in variants.SWEPT for lr in variants.LR_SWEEP)
@@ -733,7 +820,15 @@ def test_sink_lab_pipeline_tiny(tmp_path, small_task):
     assert g1["gate_mean_trigger"]["n"] == 2 and 0 < g1["prev_attn_trigger"]["mean"] <= 1
     assert result["variants"]["baseline"]["gate_mean_trigger"] is None
     assert all(r["first_token_attn_other"] is not None for r in result["runs"])
+    counts = result["sink_counts"]  # whether each run grew a sink head, counted over seeds
+    assert [counts["variants"][v]["n"] for v in ("baseline", "g1_elementwise")] == [2, 2]
+    assert [c["claim"] for c in counts["claims"]] == [c[0] for c in repro.LAB_COUNTS]
+    assert counts["claims"][0]["verdict"] == "too few seeds" and 0 <= counts["claims"][0]["p"] <= 1
+    assert counts["claims"][1]["verdict"] == "not measured (g1_headwise not trained)"
+    assert {c["verdict"] for c in result["claims"] if "estimate" in c} == {"too few seeds"}
     text = open(os.path.join(root, "report", "REPORT.md")).read()
+    sections = [line for line in text.splitlines() if line.startswith("## ")]
+    assert sections[:2] == ["## Seeds that grew a sink head", "## The papers' claims, decided by rule"]
     assert text.startswith("# The sink lab") and "## The sink's mechanism" in text and "ideal loss" in text
     assert "## Stability" not in text and not os.path.exists(os.path.join(root, "report", "lr_sweep.png"))
     assert "`'<\\|endoftext\\|>'`" in text or "`'s" in text  # the sink's token, decoded by the task's tokenizer
@@ -750,7 +845,10 @@ def test_the_sink_lab_study_is_its_config_and_variants():
     assert set(variants.LAB) <= set(VARIANTS) and "g1_head_shared" not in variants.LAB  # one head: it is G1 itself
     assert VARIANTS["baseline_no_bos"].all_flags == {"gate": "none", "bos": False}
     for _, ref, variant, measure, direction in repro.LAB_CLAIMS:
-        assert variant in variants.LAB and ref in (None, *variants.LAB) and measure in MEASURE
+        assert variant in variants.LAB and ref in variants.LAB and measure in MEASURE
+    for _, ref, variant, direction in repro.LAB_COUNTS:
+        assert {ref, variant} <= set(variants.LAB) and direction in (-1, 1)
+    assert repro.STUDIES["sink_lab"].counts == repro.LAB_COUNTS and not repro.STUDIES["repro"].counts
     with pytest.raises(SystemExit, match="--study='nope' is not a study; choose one of repro, sink_lab"):
         repro.main(["list", "--study=nope"])
 

@@ -116,6 +116,31 @@ def test_an_evaluation_runs_each_validation_batch_once(tiny_run, monkeypatch):
         assert record[key] == (None if value is None else pytest.approx(value, rel=1e-5, abs=1e-7)), key
 
 
+def test_each_eval_logs_the_sinks_emergence_per_layer(stdlib_data, tmp_path):
+    """Each log record holds, per layer (a list of n_layer values), F-Attn, M-Act and the sink's value norm ratio
+    (record["layers"], the emergence plot's series), per KV head the value norm ratio, and per layer the channels of
+    the massive activation (probe.massive_channels), all JSON without NaN."""
+    from probe import TOP_CHANNELS
+    out_dir = tmp_path / "run"
+    train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--n_layer=2", "--max_iters=2",
+                       "--eval_interval=2"])
+    text = (out_dir / "log.jsonl").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    log = [json.loads(line) for line in text.splitlines()]
+    assert [r["iter"] for r in log] == [0, 2]
+    for r in log:
+        for key in ("first_token_attn", "max_act", "value_norm_ratio"):
+            values = r["layers"][key]
+            assert len(values) == 2 and all(isinstance(v, float) and v > 0 for v in values), key
+        assert r["first_token_attn"] == pytest.approx(sum(r["layers"]["first_token_attn"]) / 2)
+        assert len(r["heads"]["value_norm_ratio"]) == 2 and all(len(h) == 2 for h in r["heads"]["value_norm_ratio"])
+        assert len(r["channels"]) == 2
+        for c, m_act in zip(r["channels"], r["layers"]["max_act"]):
+            assert len(c["channels"]) == len(c["values"]) == TOP_CHANNELS and 0 <= c["top_channel"] < 32
+            assert abs(c["values"][0]) <= m_act * (1 + 1e-6) and 0 < c["share"] <= 1 and 0 < c["top_channel_share"] <= 1
+            assert 0 <= c["pos"] < 32
+
+
 def test_the_first_record_of_each_command_names_the_code_that_ran(tiny_run):
     log = read_log(tiny_run)
     git = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True)

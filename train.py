@@ -720,8 +720,12 @@ class Trainer:
             "loss_spikes": self.health["loss_spikes"],
             "nonfinite_steps": self.health["nonfinite_steps"],
             "time_s": time.time() - self.t_start,
-            "layers": {k: v and [finite_or_none(x) for x in v] for k, v in probe.stats.items()},  # per-layer values
+            # per-layer values (probe.stats: F-Attn, M-Act, the sink's value norm ratio, ...): the sink's emergence
+            "layers": {k: v and [finite_or_none(x) for x in v] for k, v in probe.stats.items()},
             "heads": {k: [[finite_or_none(x) for x in layer] for layer in v] for k, v in probe.heads.items()},
+            # per layer, the channels that carry the massive activation (probe.massive_channels)
+            "channels": [c and {k: [finite_or_none(x) for x in v] if isinstance(v, list) else finite_or_none(v)
+                                for k, v in c.items()} for c in probe.channels],
         }
         if not self.folder.started:
             record["code"] = code_version()  # the first record of each command: which code wrote this run
@@ -730,7 +734,8 @@ class Trainer:
             self.folder.log(record)
             if self.use_wandb:
                 import wandb
-                wandb.log({k: v for k, v in record.items() if k not in ("layers", "code")}, step=self.iter_num)
+                wandb.log({k: v for k, v in record.items() if k not in ("layers", "channels", "code")},
+                          step=self.iter_num)
         if self.iter_num == 0 and not self.c.eval_only:
             self.initial_val_loss = val_loss
         self.stop_if_exploded(val_loss)  # on every rank (each has the same val_loss), before the state is saved
