@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from analyze import MECHANISM_ROWS_NOTE, mechanism_rows
 from common import EVALUATED, markdown_table, places_text, pyplot, save_figure
 from data.shards import get_tokenizer, read_meta
 from probe import MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD
@@ -39,8 +40,8 @@ PAPERS_SAY = (
     "accuracy within 32k, the gated ones less, and past 32k the gated model scores far higher on RULER (66.6 and "
     "58.8 against the baseline's 37.5 and 31.7, at 64k and 128k); GA's explanation: the baseline's sink, tuned to "
     "the trained RoPE, does not adapt to the rescaled one. Streaming: StreamingLLM (Xiao et al. 2024) finds that a "
-    "sliding window fails once the first tokens leave it and works again when 4 are kept; that a sink-free gated "
-    "model needs no such tokens is this project's prediction, not a measurement of either paper.")
+    "sliding window fails once the first tokens leave it and works again when 4 are kept; neither paper measures "
+    "whether a sink-free gated model needs no such tokens: the streaming rows here are this project's measurement of it.")
 
 
 def headline(r):
@@ -175,6 +176,7 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
     lines += measured_section(by, variants)
     lines += table4_section(by, variants)
     lines += mechanism_section(records, variants, windows["data_dir"])
+    lines += sink_parts_section(records, analyzed)
     lines += sink_section(records, analyzed)
     if not tiny:
         lines += paper_table(by)
@@ -306,8 +308,8 @@ def measured_section(by, variants):
         (f"; {words(directions[None])}: neither" if None in directions else "") + "."
     return ["", "## Measured", "",
             f"Per variant, {SEEDS_NOTE}. Val loss in nats. F-Attn: attention on the "
-            "first token; sink share: the largest share of attention one key receives from the window's second "
-            f"half; sink heads: the share of heads whose F-Attn exceeds {SINK_HEAD_THRESHOLD} (Gu et al. 2025); "
+            "first token; sink share (this project's measure, not a paper's): the largest share of attention one key "
+            f"in the window's first three eighths receives from its second half (probe.sink_keys); sink heads: the share of heads whose F-Attn exceeds {SINK_HEAD_THRESHOLD} (Gu et al. 2025); "
             "M-Act: max |h| of each layer's output in a window; all averaged over layers (GA §4.3) and windows. Peak "
             "act: the largest |h| of any layer in a window (GN's residual-stream maximum). Gate: mean score and share "
             "of scores below 0.1. Loss spikes: per run (train.py's count_spike).", ""] + \
@@ -381,6 +383,37 @@ def mechanism_section(records, variants, data_dir):
     return ["", "## The sink's mechanism", "", MECHANISM_NOTE + f" Per variant, {SEEDS_NOTE}; each run's value "
             "pools its windows, heads and positions of the kind." + ideal, ""] + \
         markdown_table(["variant", "seeds"] + [m.label for m in MECHANISM], rows)
+
+
+def sink_parts_section(records, analyzed):
+    """What a sink is made of, per variant: the value at the sink key (a head does nothing by attending to a key
+    whose value is near zero) over seeds, and, for each variant's first seed, the layer that sinks the most and the
+    channels that carry the massive activation (analyze.mechanism_rows)."""
+    if not any((a.get("layers") or {}).get("value_norm_ratio") for a in analyzed):
+        return []  # measured before the probe kept values (a kept run of an older report)
+    by = {}
+    for r, a in zip(records, analyzed):
+        ratios = (a.get("layers") or {}).get("value_norm_ratio")
+        if ratios:
+            sink = int(np.argmax(a["layers"]["first_token_attn"]))
+            by.setdefault(r["variant"], []).append((r["seed"], a["layers"]["first_token_attn"][sink], ratios[sink]))
+    rows = []
+    for v, seeds in by.items():
+        fa = over_seeds([x[1] for x in seeds])
+        ratio = over_seeds([x[2] for x in seeds])
+        low = sum(x[2] < 0.5 for x in seeds)
+        rows.append([v, len(seeds), fmt_ci(fa, ".3f"), fmt_ci(ratio, ".3f"), f"{low} of {len(seeds)}"])
+    first = [a for r, a in zip(records, analyzed)
+             if not any(x["variant"] == r["variant"] and x["seed"] < r["seed"] for x in records)]
+    return ["", "## What the sink is made of", "",
+            f"At each run's sink layer (the layer of its highest F-Attn), {SEEDS_NOTE}: F-Attn, and the value norm "
+            "ratio, the norm of the value vector at position 0 over the mean value norm at the other positions. A "
+            "sink head parks its attention on a key whose value is near zero, so that attending there adds almost "
+            "nothing: its ratio falls far below 1. The last column counts the seeds whose ratio is below 0.5.", ""] + \
+        markdown_table(["variant", "seeds", "F-Attn at the sink layer", "value norm ratio there",
+                        "seeds with ratio < 0.5"], rows) + \
+        ["", "The first seed of each variant: where it sinks and which channels carry its massive activation. " +
+         MECHANISM_ROWS_NOTE, ""] + markdown_table(*mechanism_rows(first))
 
 
 def sink_section(records, analyzed):
@@ -529,6 +562,8 @@ PLOT_TEXT = {
     "curves.png": "Validation loss during training.",
     "trends.png": "F-Attn, sink heads, M-Act and gate mean against tokens seen (mean over seeds): whether the sink "
                   "is still growing when the runs end.",
+    "emergence.png": "The sink forming during training, each variant's first seed: F-Attn, M-Act and the value norm "
+                     "ratio per layer against the training step (analyze.py, from train.py's log).",
     "lr_sweep.png": "The stability sweep: final loss, M-Act and loss spikes against the learning rate, baseline and G1.",
 }
 

@@ -135,12 +135,17 @@ def test_the_baseline_grows_an_attention_sink_and_g1_does_not(lab):
     token where the copy needs it. G1's gate closes at those positions instead, so no sink forms; both learn the task
     (the same loss, near the task's ideal)."""
     baseline, g1, _, _ = lab
-    assert baseline["iter"] == g1["iter"] == 1000
-    # uniform attention over a window of 64 would put 1/64 on the first token; a sink puts most of it there
-    assert baseline["first_token_attn"] > 0.5 and baseline["sink_heads"] == 1.0
+    assert baseline["iter"] == g1["iter"] == 2000
+    # What holds at every seed of the lab's study (results/sink_lab/: the baseline's F-Attn 0.87-0.89 in 20 of 20
+    # seeds, G1's never a sink head) with a wide margin, so that no seed and no CPU's rounding decides the test.
+    # Uniform attention over a window of 64 would put about 0.06 on the first token; a sink puts most of it there.
+    assert baseline["first_token_attn"] > 0.6 and baseline["sink_heads"] == 1.0
     assert baseline["first_token_attn_other"] > 0.6 and baseline["first_token_attn_trigger"] < 0.05
+    assert baseline["layers"]["value_norm_ratio"][0] < 0.5  # the sink key's value is small: attending there adds little
     assert baseline["prev_attn_trigger"] > 0.8 and g1["prev_attn_trigger"] > 0.8
-    assert g1["first_token_attn"] < 0.15 and g1["sink_heads"] == 0.0 < SINK_HEAD_THRESHOLD
+    # G1's attention elsewhere is free to wander while its gate is closed (0.02-0.18 over the study's seeds): no sink
+    # head, and far less on the first token than the baseline
+    assert g1["sink_heads"] == 0.0 and g1["first_token_attn"] < SINK_HEAD_THRESHOLD < baseline["first_token_attn"] / 2
     assert g1["gate_mean_other"] < 0.1 and g1["gate_mean_trigger"] > g1["gate_mean_other"] + 0.3
     assert abs(baseline["val_loss"] - g1["val_loss"]) < 0.02 and baseline["val_loss"] < 2.2
 
@@ -159,17 +164,40 @@ def test_train_prints_the_mechanism_of_the_lab(lab):
     assert {m.key for m in MECHANISM} <= set(g1) and g1["gate_mean_trigger"] is not None
 
 
+def copy_accuracy(run_dir, data_dir, windows=64):
+    """How often the model's greedy next token after a trigger is the copy the task asks for, over the trigger
+    positions of `windows` validation windows as train.py builds them (BOS, then 63 symbols of the text)."""
+    import torch
+
+    from common import load_checkpoint
+    from probe import trigger_positions
+
+    model, _ = load_checkpoint(os.path.join(run_dir, "ckpt.pt"))
+    meta = read_meta(data_dir)
+    text = np.asarray(read_shard(os.path.join(data_dir, meta["val_shards"][0]))[:windows * 63], dtype=np.int64)
+    idx = torch.cat([torch.full((windows, 1), meta["eot_token"]), torch.from_numpy(text.reshape(windows, 63))], 1)
+    with torch.no_grad():
+        logits, _ = model(idx)
+    where = trigger_positions(idx, meta["triggers"])[:, :-1]  # the last position has no next token to check
+    predicted, wanted = logits[:, :-1].argmax(-1), idx[:, :-2]  # at position t the copy is x[t-1]
+    return (predicted[:, 1:][where[:, 1:]] == wanted[where[:, 1:]]).float().mean().item(), int(where.sum())
+
+
 def test_the_trained_models_copy_after_a_trigger(lab):
-    """sample.py reads the task's symbols: after "s<a> <trigger>", both models write s<a> again (the greedy token),
-    for every trigger. What the baseline's head does at the triggers, the gated one does too."""
+    """Both models learned the copy: after a trigger, their greedy next token is the symbol before the trigger at
+    nearly every trigger position of the validation text (several hundred of them, so one borderline prompt cannot
+    decide it, on any CPU). What the baseline's head does at the triggers, the gated one does too. sample.py reads
+    the task's symbols and writes one of them after a prompt."""
     root = lab[3]
-    triggers = read_meta(str(root / "data"))["triggers"]
-    before = next(t for t in range(64) if t not in triggers)
+    data_dir = str(root / "data")
     for run in ("baseline", "g1"):
-        for trigger in triggers:
-            prompt = f"s{before} s{trigger}"
-            result = subprocess.run([sys.executable, "sample.py", f"--out_dir={root / run}", f"--start={prompt}",
-                                     "--num_samples=1", "--max_new_tokens=1", "--top_k=1"], cwd=REPO,
-                                    capture_output=True, text=True, timeout=120)
-            assert result.returncode == 0, result.stderr
-            assert result.stdout.splitlines()[0] == f"{prompt} s{before}", (run, result.stdout)
+        accuracy, positions = copy_accuracy(str(root / run), data_dir)
+        assert positions > 300 and accuracy > 0.9, (run, accuracy, positions)
+    trigger = read_meta(data_dir)["triggers"][0]
+    result = subprocess.run([sys.executable, "sample.py", f"--out_dir={root / 'g1'}", f"--start=s1 s{trigger}",
+                             "--num_samples=1", "--max_new_tokens=3", "--top_k=1"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    words = result.stdout.splitlines()[0].split()
+    assert words[:2] == ["s1", f"s{trigger}"] and len(words) == 5
+    assert all(w.startswith("s") and 0 <= int(w[1:]) < 64 for w in words[2:])
