@@ -188,6 +188,9 @@ LAB_CLAIMS = [
      "first_token_attn", +1),
     ("GA: a G2 (value) gate keeps more of the sink than G1", "g1_elementwise", "g2_elementwise", "first_token_attn",
      +1),
+    ("GA: G1 reduces the massive activations", "baseline", "g1_elementwise", "max_act", -1),
+    ("GA: a G2 (value) gate reduces the massive activations (while it keeps the sink)", "baseline", "g2_elementwise",
+     "max_act", -1),
     ("GA: G1 lowers the loss", "baseline", "g1_elementwise", "val_loss", -1),
 ]
 # The sink lab's claims on a yes/no outcome of each run, whether it grew a sink head (some head's F-Attn above
