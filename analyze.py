@@ -31,7 +31,7 @@ layer, F-Attn, M-Act and the sink's value norm ratio over the training steps, on
 log.jsonl); --plot_labels picks the runs they show.
 The sink's mechanism per layer, in summary.json and summary.md: the value norm ratio (the value vector's norm at
 position 0 over the mean elsewhere: a sink parks attention on a small value) and the channels that carry the massive
-activation (probe.massive_channels); mechanism_rows gives them as a table's rows, for reports.
+activation (probe.massive_channels); report.mechanism_rows gives them as a table's rows.
 Beside each run's checkpoint it keeps what it measured there, measured.json and measured.npz: a run whose checkpoint
 is gone (left on a borrowed GPU machine) is read from them instead, if they were taken on the same windows.
 
@@ -60,6 +60,7 @@ from common import (CHECKPOINT, LOG, MEASURED, autocast_for, configure, dataset_
 from data.shards import atomic_write, bos_token, read_meta, val_batches
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD, TRIGGER_KEYS, Probe,
                    attention_maps, describe, layer_mean, massive_channels, summarize, trigger_positions)
+from report import MECHANISM_ROWS_NOTE, mechanism_rows
 from variants import VARIANTS
 
 
@@ -538,76 +539,6 @@ def stored_measurement(run_dir, checkpoint):
 def cell(measure, value):
     """A table's cell for one measure: its value in the measure's format, None (written –) where it has none."""
     return None if value is None else measure.format(value)
-
-
-def _fmt(value, spec):
-    return None if value is None or isinstance(value, float) and not math.isfinite(value) else format(value, spec)
-
-
-def _layer_value(record, key, layer):
-    values = (record.get("layers") or {}).get(key)
-    return values[layer] if values and layer < len(values) else None
-
-
-def _top_layer(record, key, n):
-    """The layer (of n) with the largest finite value of record's per-layer `key` (the first on a tie), or None."""
-    values = [(v, -i) for i in range(n) for v in [_layer_value(record, key, i)] if v is not None and math.isfinite(v)]
-    return -max(values)[1] if values else None
-
-
-def _channel_cells(c):
-    """A layer's massive_channels dict as cells: the position of the max |h| (how often), the top channels with their
-    mean h, the share of ||h||^2 they hold, the channel of the max (how often); None where it was not measured."""
-    if not c:
-        return [None] * 4
-    return [f"{c['pos']} ({_fmt(c['pos_share'], '.0%')})",
-            ", ".join(f"{ch}: {_fmt(v, '.1f')}" for ch, v in zip(c["channels"], c["values"])),
-            _fmt(c["share"], ".0%"), f"{c['top_channel']} ({_fmt(c['top_channel_share'], '.0%')})"]
-
-
-MECHANISM_ROWS_NOTE = ("Value norm ratio: the norm of the value vector at position 0 over the mean value norm at the "
-                       "other positions (a sink head parks attention on a key whose value is small: the ratio falls "
-                       "far below 1). Peak position: where each window's largest |h| of the layer's output sits, the "
-                       "most often (share of windows). Top channels: the hidden state's channels with the largest mean "
-                       "|h| there, with their mean h; their norm² share: how much of that position's squared norm "
-                       "they hold; peak channel: the channel of the largest |h|, the most often (share of windows).")
-
-
-def mechanism_rows(records, per_layer=False):
-    """The sink's mechanism per run, as a table: (header, rows), header a list of column names, rows a list of rows,
-    each a list of cells (str, or None where a run lacks the measurement: written – by common.markdown_table), so
-
-        lines = markdown_table(*mechanism_rows(summary["runs"]))
-
-    renders it (MECHANISM_ROWS_NOTE says what the columns mean). records: analyze.py's run records (summary.json's
-    "runs", or "models" of --pretrained), each with "label" (or "run", "name"), "layers" and "channels".
-
-    per_layer=False: one row per run, 10 cells: run, sink layer (the layer of the highest F-Attn), F-Attn and value
-    norm ratio at that layer, M-Act layer (the layer of the highest M-Act), M-Act there, and at that layer: peak
-    position ("0 (100%)": the position of the max |h|, share of windows), top channels ("447: -3000.1, 138: 12.0,
-    ..."), their norm² share ("95%"), peak channel ("447 (100%)": the channel of the max |h|, share of windows).
-    per_layer=True: one row per run and layer, 9 cells: run, layer, F-Attn, value norm ratio, M-Act, peak position,
-    top channels, their norm² share, peak channel. No header contains "|"."""
-    tail = ["peak position", "top channels (mean h)", "their norm² share", "peak channel"]
-    rows = []
-    for r in records:
-        label = r.get("label") or r.get("run") or r.get("name")
-        layers, channels = r.get("layers") or {}, r.get("channels") or []
-        n = len(layers.get("first_token_attn") or [])
-        channel = lambda i: channels[i] if i < len(channels) else None  # noqa: E731
-        if per_layer:
-            rows += [[label, str(i), _fmt(_layer_value(r, "first_token_attn", i), ".3f"),
-                      _fmt(_layer_value(r, "value_norm_ratio", i), ".3f"), _fmt(_layer_value(r, "max_act", i), ".1f")]
-                     + _channel_cells(channel(i)) for i in range(n)]
-            continue
-        sink, act = _top_layer(r, "first_token_attn", n), _top_layer(r, "max_act", n)
-        rows.append([label, None if sink is None else str(sink), _fmt(_layer_value(r, "first_token_attn", sink), ".3f"),
-                     _fmt(_layer_value(r, "value_norm_ratio", sink), ".3f"), None if act is None else str(act),
-                     _fmt(_layer_value(r, "max_act", act), ".1f")]
-                    + _channel_cells(None if act is None else channel(act)))
-    if per_layer:
-        return ["run", "layer", "F-Attn", "value norm ratio", "M-Act"] + tail, rows
-    return ["run", "sink layer", "F-Attn", "value norm ratio", "M-Act layer", "M-Act"] + tail, rows
 
 
 def summary_table(summary):

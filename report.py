@@ -20,7 +20,6 @@ import os
 
 import numpy as np
 
-from analyze import MECHANISM_ROWS_NOTE, mechanism_rows
 from common import EVALUATED, markdown_table, places_text, pyplot, save_figure
 from data.shards import get_tokenizer, read_meta
 from probe import MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD
@@ -312,8 +311,20 @@ def measured_section(by, variants):
             f"in the window's first three eighths receives from its second half (probe.sink_keys); sink heads: the share of heads whose F-Attn exceeds {SINK_HEAD_THRESHOLD} (Gu et al. 2025); "
             "M-Act: max |h| of each layer's output in a window; all averaged over layers (GA §4.3) and windows. Peak "
             "act: the largest |h| of any layer in a window (GN's residual-stream maximum). Gate: mean score and share "
-            "of scores below 0.1. Loss spikes: per run (train.py's count_spike).", ""] + \
+            "of scores below 0.1. Loss spikes: per run (train.py's count_spike)." + old_sink_share(by), ""] + \
         markdown_table(["variant", "seeds", "lr", "runs"] + [m.label for m in shown], rows) + ["", legend]
+
+
+def old_sink_share(by):
+    """A warning where some runs were measured by the probe before its sink share left a gap before the late
+    queries (2026-11-27; such a record has no value norm ratio, added the same day)."""
+    old = [f"{v}/seed{r.get('seed')}" for v, rs in by.items() for r in rs
+           if "value_norm_ratio" not in (r.get("layers") or {})]
+    if not old:
+        return ""
+    return (f" {len(old)} of the runs ({old[0]}{', ...' if len(old) > 1 else ''}) were measured before 2026-11-27, "
+            "when the sink share's candidate keys were the whole first half: its top key was then often T/2 - 1, "
+            "beside the first late query, so their sink share measures recency, not a sink.")
 
 
 def sweep_section(sweep):
@@ -383,6 +394,79 @@ def mechanism_section(records, variants, data_dir):
     return ["", "## The sink's mechanism", "", MECHANISM_NOTE + f" Per variant, {SEEDS_NOTE}; each run's value "
             "pools its windows, heads and positions of the kind." + ideal, ""] + \
         markdown_table(["variant", "seeds"] + [m.label for m in MECHANISM], rows)
+
+
+# -----------------------------------------------------------------------------
+# The sink's mechanism per run (analyze.py's summary.md and the study's report)
+
+def _fmt(value, spec):
+    return None if value is None or isinstance(value, float) and not math.isfinite(value) else format(value, spec)
+
+
+def _layer_value(record, key, layer):
+    values = (record.get("layers") or {}).get(key)
+    return values[layer] if values and layer < len(values) else None
+
+
+def _top_layer(record, key, n):
+    """The layer (of n) with the largest finite value of record's per-layer `key` (the first on a tie), or None."""
+    values = [(v, -i) for i in range(n) for v in [_layer_value(record, key, i)] if v is not None and math.isfinite(v)]
+    return -max(values)[1] if values else None
+
+
+def _channel_cells(c):
+    """A layer's massive_channels dict as cells: the position of the max |h| (how often), the top channels with their
+    mean h, the share of ||h||^2 they hold, the channel of the max (how often); None where it was not measured."""
+    if not c:
+        return [None] * 4
+    return [f"{c['pos']} ({_fmt(c['pos_share'], '.0%')})",
+            ", ".join(f"{ch}: {_fmt(v, '.1f')}" for ch, v in zip(c["channels"], c["values"])),
+            _fmt(c["share"], ".0%"), f"{c['top_channel']} ({_fmt(c['top_channel_share'], '.0%')})"]
+
+
+MECHANISM_ROWS_NOTE = ("Value norm ratio: the norm of the value vector at position 0 over the mean value norm at the "
+                       "other positions (a sink head parks attention on a key whose value is small: the ratio falls "
+                       "far below 1). Peak position: where each window's largest |h| of the layer's output sits, the "
+                       "most often (share of windows). Top channels: the hidden state's channels with the largest mean "
+                       "|h| there, with their mean h; their norm² share: how much of that position's squared norm "
+                       "they hold; peak channel: the channel of the largest |h|, the most often (share of windows).")
+
+
+def mechanism_rows(records, per_layer=False):
+    """The sink's mechanism per run, as a table: (header, rows), header a list of column names, rows a list of rows,
+    each a list of cells (str, or None where a run lacks the measurement: written – by common.markdown_table), so
+
+        lines = markdown_table(*mechanism_rows(summary["runs"]))
+
+    renders it (MECHANISM_ROWS_NOTE says what the columns mean). records: analyze.py's run records (summary.json's
+    "runs", or "models" of --pretrained), each with "label" (or "run", "name"), "layers" and "channels".
+
+    per_layer=False: one row per run, 10 cells: run, sink layer (the layer of the highest F-Attn), F-Attn and value
+    norm ratio at that layer, M-Act layer (the layer of the highest M-Act), M-Act there, and at that layer: peak
+    position ("0 (100%)": the position of the max |h|, share of windows), top channels ("447: -3000.1, 138: 12.0,
+    ..."), their norm² share ("95%"), peak channel ("447 (100%)": the channel of the max |h|, share of windows).
+    per_layer=True: one row per run and layer, 9 cells: run, layer, F-Attn, value norm ratio, M-Act, peak position,
+    top channels, their norm² share, peak channel. No header contains "|"."""
+    tail = ["peak position", "top channels (mean h)", "their norm² share", "peak channel"]
+    rows = []
+    for r in records:
+        label = r.get("label") or r.get("run") or r.get("name")
+        layers, channels = r.get("layers") or {}, r.get("channels") or []
+        n = len(layers.get("first_token_attn") or [])
+        channel = lambda i: channels[i] if i < len(channels) else None  # noqa: E731
+        if per_layer:
+            rows += [[label, str(i), _fmt(_layer_value(r, "first_token_attn", i), ".3f"),
+                      _fmt(_layer_value(r, "value_norm_ratio", i), ".3f"), _fmt(_layer_value(r, "max_act", i), ".1f")]
+                     + _channel_cells(channel(i)) for i in range(n)]
+            continue
+        sink, act = _top_layer(r, "first_token_attn", n), _top_layer(r, "max_act", n)
+        rows.append([label, None if sink is None else str(sink), _fmt(_layer_value(r, "first_token_attn", sink), ".3f"),
+                     _fmt(_layer_value(r, "value_norm_ratio", sink), ".3f"), None if act is None else str(act),
+                     _fmt(_layer_value(r, "max_act", act), ".1f")]
+                    + _channel_cells(None if act is None else channel(act)))
+    if per_layer:
+        return ["run", "layer", "F-Attn", "value norm ratio", "M-Act"] + tail, rows
+    return ["run", "sink layer", "F-Attn", "value norm ratio", "M-Act layer", "M-Act"] + tail, rows
 
 
 def sink_parts_section(records, analyzed):

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import analyze
+import report
 import train
 from common import load_checkpoint, save_checkpoint
 from data.shards import val_batches
@@ -443,7 +444,7 @@ def test_mechanism_rows_name_the_sink_layer_and_the_massive_channels():
     runs = [mechanism_record("base", [0.1, 0.8, 0.3], [5.0, 40.0, 300.0], [1.0, 0.02, 0.9], 447),
             mechanism_record("g1", [0.05, 0.04, float("nan")], [2.0, 9.0, 3.0], [1.1, 1.0, 0.9], 138),
             {"run": "old", "layers": {"first_token_attn": [0.5], "max_act": [3.0]}}]  # measured before the keys
-    header, rows = analyze.mechanism_rows(runs)
+    header, rows = report.mechanism_rows(runs)
     assert len(header) == 10 and len(rows) == 3 and all(len(row) == len(header) for row in rows)
     base = dict(zip(header, rows[0]))
     assert (base["sink layer"], base["F-Attn"], base["value norm ratio"]) == ("1", "0.800", "0.020")
@@ -454,7 +455,7 @@ def test_mechanism_rows_name_the_sink_layer_and_the_massive_channels():
     assert dict(zip(header, rows[1]))["sink layer"] == "0"  # NaN is no layer's F-Attn
     old = dict(zip(header, rows[2]))
     assert old["run"] == "old" and old["value norm ratio"] is None and old["top channels (mean h)"] is None
-    header, rows = analyze.mechanism_rows(runs, per_layer=True)
+    header, rows = report.mechanism_rows(runs, per_layer=True)
     assert len(header) == 9 and [row[:2] for row in rows] == [["base", "0"], ["base", "1"], ["base", "2"], ["g1", "0"],
                                                              ["g1", "1"], ["g1", "2"], ["old", "0"]]
     assert rows[5][2] is None and rows[1][3] == "0.020"

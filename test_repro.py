@@ -327,6 +327,16 @@ def test_sink_counts_lead_the_sink_lab_report():
     assert report.counts_section(None) == []
 
 
+def test_runs_measured_with_the_old_sink_share_are_named_as_such():
+    """A run measured before the sink share left its gap (its record has no value norm ratio) measures recency at
+    the half-window boundary: the report says so, and says nothing where every run has the new measure."""
+    new = {"variant": "g1", "seed": 1, "layers": {"value_norm_ratio": [0.5]}}
+    old = {"variant": "baseline", "seed": 1337, "layers": {"first_token_attn": [0.1]}}
+    assert report.old_sink_share({"g1": [new]}) == ""
+    said = report.old_sink_share({"baseline": [old, dict(old, seed=1338)], "g1": [new]})
+    assert said.startswith(" 2 of the runs (baseline/seed1337, ...)") and "recency, not a sink" in said
+
+
 def test_numbers_over_seeds_list_one_or_two_seeds_and_give_an_interval_from_three():
     assert report.fmt_ci(report.over_seeds([1.25]), ".2f") == "1.25 (1 seed)"
     assert report.fmt_ci(report.over_seeds([1.25, 1.5]), ".2f") == "1.25, 1.50"
@@ -830,6 +840,9 @@ def test_sink_lab_pipeline_tiny(tmp_path, small_task):
     sections = [line for line in text.splitlines() if line.startswith("## ")]
     assert sections[:2] == ["## Seeds that grew a sink head", "## The papers' claims, decided by rule"]
     assert text.startswith("# The sink lab") and "## The sink's mechanism" in text and "ideal loss" in text
+    # what the sink is made of: the value at position 0 over the seeds, the massive activation's channels, emergence
+    assert "## What the sink is made of" in text and "| baseline | 2 |" in text and "top channels" in text
+    assert "![emergence.png](emergence.png)" in text and "were measured before" not in text
     assert "## Stability" not in text and not os.path.exists(os.path.join(root, "report", "lr_sweep.png"))
     assert "`'<\\|endoftext\\|>'`" in text or "`'s" in text  # the sink's token, decoded by the task's tokenizer
     summary = open(os.path.join(root, "report", "summary.md")).read()
