@@ -368,8 +368,12 @@ def table4_section(by, variants):
         if not (row and row.f_attn is not None and ours):
             continue
         sinks = f"{sum((r['sink_heads'] or 0) > 0 for r in rs)} of {len(rs)}"
+        base = variants["baseline"][f_attn.key]
         if v == "baseline":
             side = "the reference"
+        elif None not in (ours["lo"], ours["hi"], base["lo"], base["hi"]) and \
+                ours["lo"] <= base["hi"] and base["lo"] <= ours["hi"]:
+            side = "as high as the baseline (the two intervals overlap)"  # a side would be noise
         else:
             same = (ours["mean"] < ours_base) == (row.f_attn < theirs_base)
             side = ("as in GA: " if same else "unlike GA: ") + ("below" if ours["mean"] < ours_base else "above") + \
@@ -378,7 +382,8 @@ def table4_section(by, variants):
     return ["", "## GA Table 4's sink column, beside ours", "",
             f"{f_attn.label} per variant ({SEEDS_NOTE}), the seeds that grew "
             f"a sink head ({f_attn.label} > {SINK_HEAD_THRESHOLD} in some head), GA's {f_attn.label} for the same row, "
-            "and whether the variant's mean sits on the same side of the baseline's as in GA. A comparison of means, "
+            "and whether the variant's mean sits on the same side of the baseline's as in GA (where their 95% intervals do not "
+            "overlap). A comparison of means, "
             "not a verdict: the claims above are decided by the rule.", ""] + \
         markdown_table(["variant", f"{f_attn.label} (ours)", "seeds with a sink head", f"GA {f_attn.label}",
                         "against the baseline"], rows)
