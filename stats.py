@@ -24,12 +24,9 @@ second run of the same variant differs from the first by much more than a second
                              SIZE_FACTOR of the paper's: descriptions of the point estimate that decide nothing
   clopper_pearson(k, n)      the exact 95% interval of a rate from k of n (seeds that grew a sink head)
   fisher_one_sided(...)      Fisher's exact test on two counts, one-sided; count_verdict: COUNT_RULE on it
-  paired_bootstrap(ref, var) a percentile bootstrap of the difference (or ratio of arithmetic means) over the
-                             validation windows, the same windows for both sides. Given the seeds it measures only
-                             window noise, which is far smaller than the seed-to-seed spread: it neither widens nor
-                             decides a verdict. Kept as a tool; the report does not use it
 
-Only numpy and the standard library.
+Only numpy and the standard library. (The paired bootstrap over windows the report once used is gone: given the
+seeds it measured window noise only, and decided nothing.)
 """
 
 import functools
@@ -210,14 +207,6 @@ def welch(ref, var, stat="diff", level=0.95):
     return {**out, "lo": float(lo), "hi": float(hi), "df": float(df)}
 
 
-def welch_interval(ref_means, var_means, stat="diff", level=0.95):
-    """(lo, hi) of welch: the interval alone, from two or more seeds a side."""
-    out = welch(ref_means, var_means, stat, level)
-    if out["lo"] is None:
-        raise ValueError("Welch's interval needs two or more seeds per side")
-    return out["lo"], out["hi"]
-
-
 def per_seed(values):
     """Per-seed values from a (seeds, windows) array (each run's mean over its windows), or a 1-D array as it is."""
     x = _finite(values, "values")
@@ -336,51 +325,3 @@ def count_verdict(k_ref, n_ref, k_var, n_var, direction, alpha=0.05):
     else:
         word = "inconclusive"
     return {"p": p, "p_opposite": q, "verdict": word}
-
-
-# -----------------------------------------------------------------------------
-# The paired bootstrap over windows: window noise only, given the seeds
-
-def _counts(rng, n_draws, n):
-    """How often each of n items is drawn in each of n_draws resamples of n with replacement: (n_draws, n)."""
-    # offset each draw's indices into its own block of n, so one bincount counts all draws at once
-    idx = rng.integers(0, n, size=(n_draws, n)) + n * np.arange(n_draws)[:, None]
-    return np.bincount(idx.ravel(), minlength=n_draws * n).reshape(n_draws, n).astype(float)
-
-
-def _resampled_means(x, window_counts, rng):
-    """The mean of x (seeds, windows) in each bootstrap draw: the window counts given, the seed rows drawn here."""
-    n_seeds, n_windows = x.shape
-    per_seed_sums = window_counts @ x.T  # (draws, seeds): each seed's sum over the drawn windows
-    # with one seed the only row is always drawn once: nothing is resampled, only window noise remains
-    seed_counts = _counts(rng, len(window_counts), n_seeds)
-    return (seed_counts * per_seed_sums).sum(axis=1) / (n_seeds * n_windows)
-
-
-def paired_bootstrap(ref, var, stat="diff", n_boot=2000, level=0.95, seed=0):
-    """mean(var) - mean(ref) (or mean(var) / mean(ref), stat="ratio": arithmetic means) over (seeds, windows)
-    arrays and a percentile bootstrap interval: each draw resamples the windows once, the same for both sides (the
-    pairing: a window's difficulty cancels), and each side's seed rows independently. With few seeds the resampled
-    rows vary far less than runs do, so this interval measures window noise given the seeds, not whether another
-    seed would come out the other way; RULE does not use it."""
-    ref, var = _finite(ref, "ref"), _finite(var, "var")
-    if ref.ndim != 2 or var.ndim != 2 or ref.shape[1] != var.shape[1]:
-        raise ValueError(f"ref and var must be (seeds, windows) with the same windows: shapes {ref.shape} and "
-                         f"{var.shape}")
-    if stat not in ("diff", "ratio"):
-        raise ValueError(f"stat must be 'diff' or 'ratio', not {stat!r}")
-    if not 0 < level < 1 or n_boot < 1:
-        raise ValueError(f"need 0 < level < 1 and n_boot >= 1, not level={level}, n_boot={n_boot}")
-    combine = np.subtract if stat == "diff" else np.divide
-    rng, n_windows = np.random.default_rng(seed), ref.shape[1]
-    draws = []
-    # draws in blocks, so that the (draws, windows) count matrix stays small however many windows there are
-    block = max(1, min(n_boot, 2**22 // n_windows))
-    for start in range(0, n_boot, block):
-        b = min(block, n_boot - start)
-        counts = _counts(rng, b, n_windows)  # one resample of the windows per draw, shared by ref and var
-        # seeds are resampled separately for each side: the two sides' runs are independent of each other
-        draws.append(combine(_resampled_means(var, counts, rng), _resampled_means(ref, counts, rng)))
-    lo, hi = np.percentile(np.concatenate(draws), [50 * (1 - level), 50 * (1 + level)])
-    return {"estimate": float(combine(var.mean(), ref.mean())), "lo": float(lo), "hi": float(hi),
-            "n_seeds_ref": ref.shape[0], "n_seeds_var": var.shape[0], "n_windows": n_windows}

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from stats import (COUNT_RULE, MIN_SEEDS, RULE, SIZE_FACTOR, beta_quantile, betainc, clopper_pearson, compare,
-                   count_verdict, decide, direction_word, effect, fisher_one_sided, mean_ci, paired_bootstrap,
-                   size_word, t_quantile, t_tail, verdict, welch, welch_interval)
+                   count_verdict, decide, direction_word, effect, fisher_one_sided, mean_ci,
+                   size_word, t_quantile, t_tail, verdict, welch)
 
 
 # ----------------------------------------------------------------------------
@@ -122,7 +122,6 @@ def test_welch_equal_sizes_and_spreads_is_the_pooled_interval():
     half = 2.776445 * math.sqrt(2 / 3)
     assert w["estimate"] == pytest.approx(1.0) and w["df"] == pytest.approx(4.0)
     assert (w["lo"], w["hi"]) == pytest.approx((1 - half, 1 + half), abs=1e-6)
-    assert welch_interval([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]) == (w["lo"], w["hi"])
 
 
 def test_welch_keeps_its_fractional_degrees_of_freedom():
@@ -153,8 +152,6 @@ def test_a_ratio_is_of_geometric_means_with_its_interval_on_the_log_scale():
 def test_welch_with_one_seed_or_a_fixed_value():
     one = welch([1.0], [2.0, 3.0])
     assert one["estimate"] == 1.5 and one["lo"] is one["hi"] is one["df"] is None  # one run: no spread known
-    with pytest.raises(ValueError, match="two or more seeds"):
-        welch_interval([1.0], [1.0, 2.0])
     fixed = welch(0.5, [0.2, 0.3, 0.4])  # one sample against a fixed value: mean_ci's interval, shifted
     mean, lo, hi = mean_ci([0.2, 0.3, 0.4])
     assert fixed["df"] == 2 and (fixed["estimate"], fixed["lo"], fixed["hi"]) == pytest.approx((mean - 0.5, lo - 0.5,
@@ -270,83 +267,3 @@ def test_count_verdict():
     assert count_verdict(3, 3, 0, 3, -1)["verdict"] == "inconclusive"  # p = 1/20: 3 a side can never reach p < 0.05
     assert count_verdict(2, 2, 0, 2, -1)["verdict"] == "too few seeds"
     assert count_verdict(0, 20, 19, 20, +1)["verdict"] == "reproduced"
-
-
-# ----------------------------------------------------------------------------
-# The paired bootstrap: window noise given the seeds (kept, used by no verdict)
-
-def test_constant_difference_one_seed_pairing_removes_window_noise():
-    rng = np.random.default_rng(0)
-    ref = rng.normal(3.0, 1.0, size=(1, 2048))  # very different windows
-    var = ref + 0.1
-    r = paired_bootstrap(ref, var)
-    assert r["estimate"] == pytest.approx(0.1, abs=1e-12)
-    assert r["lo"] == pytest.approx(0.1, abs=1e-12) and r["hi"] == pytest.approx(0.1, abs=1e-12)
-    assert (r["n_seeds_ref"], r["n_seeds_var"], r["n_windows"]) == (1, 1, 2048)
-    # the same numbers with var's windows shuffled: no longer paired, the window noise (sd 1) comes back
-    unpaired = paired_bootstrap(ref, var[:, rng.permutation(2048)])
-    assert unpaired["estimate"] == pytest.approx(0.1, abs=1e-12)
-    assert unpaired["hi"] - unpaired["lo"] > 0.05  # about 2 * 1.96 * sqrt(2) / sqrt(2048) = 0.12
-
-
-def test_one_seed_half_width_matches_the_normal_approximation():
-    rng = np.random.default_rng(1)
-    n = 4000
-    ref, var = rng.normal(0, 1, size=(1, n)), rng.normal(0.2, 1, size=(1, n))
-    r = paired_bootstrap(ref, var)
-    expected = 1.96 * np.std(var - ref, ddof=1) / math.sqrt(n)
-    assert (r["hi"] - r["lo"]) / 2 == pytest.approx(expected, rel=0.15)
-    assert r["lo"] < r["estimate"] < r["hi"]
-
-
-def test_seeds_are_resampled_per_variant():
-    rng = np.random.default_rng(2)
-    ref = rng.normal(3.0, 1.0, size=(1, 500))
-    var = ref + np.array([[0.1], [0.2], [0.3]])  # three runs of the variant, no window noise in the difference
-    r = paired_bootstrap(ref, var)
-    # every draw is the mean of three offsets drawn from {0.1, 0.2, 0.3}: the run-to-run spread is the interval
-    assert r["estimate"] == pytest.approx(0.2)
-    assert 0.1 - 1e-9 <= r["lo"] < 0.15 and 0.25 < r["hi"] <= 0.3 + 1e-9
-
-
-def test_the_bootstrap_measures_window_noise_and_welch_the_seeds():
-    """Two seeds a side, a seed effect of sd 0.03 and window noise: the bootstrap interval is many times narrower
-    than Welch's over the per-seed means, which is why the verdict does not use it."""
-    rng = np.random.default_rng(5)
-    difficulty = rng.normal(0, 1, 1000)
-    runs = [mu + difficulty + rng.normal(0, 0.03, size=(2, 1)) + rng.normal(0, 0.3, size=(2, 1000))
-            for mu in (3.0, 2.95)]
-    boot = paired_bootstrap(*runs)
-    c = compare(*runs)
-    assert (c["hi"] - c["lo"]) > 3 * (boot["hi"] - boot["lo"])
-
-
-def test_ratio_bootstrap_is_of_arithmetic_means():
-    rng = np.random.default_rng(3)
-    ref = rng.uniform(1, 5, size=(2, 300))
-    var = rng.uniform(1, 5, size=(3, 300))
-    r = paired_bootstrap(ref, var, stat="ratio")
-    assert r["estimate"] == pytest.approx(var.mean() / ref.mean(), rel=1e-12) and r["lo"] < r["estimate"] < r["hi"]
-    exact = paired_bootstrap(ref[:1], 0.9 * ref[:1], stat="ratio")  # one seed each, every window 10% lower
-    assert exact["estimate"] == pytest.approx(0.9) and exact["lo"] == pytest.approx(0.9)
-    assert exact["hi"] == pytest.approx(0.9)
-
-
-def test_bootstrap_errors():
-    with pytest.raises(ValueError, match=r"\(2, 10\).*\(2, 11\)"):
-        paired_bootstrap(np.ones((2, 10)), np.ones((2, 11)))
-    with pytest.raises(ValueError, match="shapes"):
-        paired_bootstrap(np.ones(10), np.ones(10))  # 1-D: which axis is seeds?
-    bad = np.ones((2, 10))
-    bad[1, 3] = np.nan
-    with pytest.raises(ValueError, match="non-finite"):
-        paired_bootstrap(np.ones((2, 10)), bad)
-    with pytest.raises(ValueError, match="stat"):
-        paired_bootstrap(np.ones((1, 5)), np.ones((1, 5)), stat="median")
-
-
-def test_same_seed_same_result():
-    rng = np.random.default_rng(4)
-    ref, var = rng.normal(size=(3, 100)), rng.normal(size=(2, 100))
-    assert paired_bootstrap(ref, var, seed=7) == paired_bootstrap(ref, var, seed=7)
-    assert paired_bootstrap(ref, var, seed=7)["lo"] != paired_bootstrap(ref, var, seed=8)["lo"]
