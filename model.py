@@ -575,7 +575,7 @@ class GPT(nn.Module):
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
         # The fused kernel updates every parameter in a few launches, and on CUDA and CPU it can skip a whole step on
-        # the device (common.optimizer_step tells it to when the loss or the gradients are not finite), so training
+        # the device (train.optimizer_step tells it to when the loss or the gradients are not finite), so training
         # never waits for the GPU to decide. MPS has a fused AdamW that ignores that flag: there, the plain loop.
         fused = all(p.device.type in ("cuda", "cpu") for p in params)
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)

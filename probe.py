@@ -454,3 +454,40 @@ def attention_maps(model, idx):
     with Probe(model, attention_maps=True) as probe:
         model(idx)
     return probe.attention_maps
+
+
+# -----------------------------------------------------------------------------
+# Speed: model FLOPs utilisation
+
+# Dense bf16 tensor-core peak FLOP/s by device name (no sparsity). Matched by substring, first hit wins.
+PEAK_FLOPS = [
+    ("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H800", 989e12), ("GH200", 989e12),
+    ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12),
+    ("A10G", 70e12), ("A10", 125e12), ("RTX 4090", 165e12), ("RTX 3090", 71e12), ("V100", 125e12), ("T4", 65e12),
+]
+
+
+def peak_flops(device=None):
+    """Peak bf16 FLOP/s of a CUDA device, or None if unknown (CPU, MPS, an unlisted GPU)."""
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((flops for key, flops in PEAK_FLOPS if key in name), None)
+
+
+def flops_per_token(model, seq_len=None):
+    """Training FLOPs per token (forward + backward = 3x forward): 6 per weight of the matmuls, plus
+    causal attention, which scores T/2 keys per query on average: 3 * 2 * 2 * L * H * D * T/2."""
+    cfg, T = model.config, seq_len or model.config.block_size
+    # num_params() counts the tied embedding once, which is the lm_head matmul's share
+    return 6 * model.num_params() + 6 * cfg.n_layer * cfg.n_head * cfg.head_dim * T
+
+
+def estimate_mfu(model, fwdbwd_per_iter, dt, seq_len=None, device=None, peak=None):
+    """Model FLOPs utilisation: achieved FLOP/s over the device's peak bf16 rate. fwdbwd_per_iter
+    sequences of seq_len tokens took dt seconds. Returns None when the peak is unknown (e.g. CPU)."""
+    peak = peak or peak_flops(device)
+    if peak is None:
+        return None
+    T = seq_len or model.config.block_size
+    return flops_per_token(model, T) * T * fwdbwd_per_iter / dt / peak

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 import pretrained
-from common import CHECKPOINT, autocast_for, configure, dataset_dir, fail, load_checkpoint, pick_device
+from cli import autocast_for, configure, dataset_dir, fail, pick_device
+from runfolder import CHECKPOINT, load_checkpoint
 from data.shards import get_tokenizer, read_meta
 
 

@@ -11,14 +11,14 @@ what it measured. The files in config/ give the GPU runs; several GPUs (or CPU p
 
 `python train.py --help` lists every key (TrainConfig below: the model's flags of model.GPTConfig and the run's)
 with its default and meaning. A config file (plain Python assignments) or --key=value sets it; values are checked
-against the field's type (common.configure).
+against the field's type (cli.configure).
 
 Writes out_dir/log.jsonl (one JSON record per eval), out_dir/ckpt.pt (the latest state) and out_dir/best.pt
 (the state with the lowest validation loss: a worse or diverged state never replaces it). `--init_from=resume`
 continues from ckpt.pt exactly where the run left off (same data, same random numbers, same settings unless a
 flag changes them). A new run never starts over an existing run's folder unless --overwrite=True, and nothing
 in out_dir changes until the first evaluation, so a command that fails early leaves the folder as it was.
-One train.py at a time writes a folder: it claims out_dir (common.claim_folder, out_dir/.lock) before reading it,
+One train.py at a time writes a folder: it claims out_dir (runfolder.claim_folder, out_dir/.lock) before reading it,
 and a second one stops naming the first. best.pt starts as the initial state (iter 0), so it is never worse
 than the start; a run whose validation loss passes DIVERGED_FACTOR x the initial one stops, naming the learning
 rate. Ctrl-C ends with one line: where the last checkpoint is and the command that continues it (exit status 130).
@@ -27,7 +27,7 @@ A first step that cannot fit in memory is refused before it is tried (step_memor
 Read top to bottom: the keys -> the schedule and loss spikes -> checking the keys -> the run folder -> the
 Trainer (build, train_step, check_health, evaluate, log_and_save, run) -> main. The training loop waits for the GPU
 only after the first step, at log steps and before evals: each step is queued, and check_health reads the queued
-steps' losses then. One optimizer step is common.optimizer_step, which bench.py --train times too.
+steps' losses then. One optimizer step is train.optimizer_step, which bench.py --train times too.
 """
 
 import dataclasses
@@ -48,12 +48,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (BEST, CHECKPOINT, COMPILE_MODES, LOG, REPO, SDPA_BACKENDS, autocast_for, claim_folder,
-                    code_version, configure, dataset_dir, estimate_mfu, fail, finite_or_none, free_memory,
-                    keep_freed_memory, model_from_checkpoint, optimizer_step, pick_device, read_checkpoint,
-                    read_jsonl, save_checkpoint, sdpa_preference)
+from cli import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, configure, dataset_dir, fail, free_memory,
+    keep_freed_memory, pick_device, sdpa_preference)
+from probe import estimate_mfu
+from runfolder import (BEST, CHECKPOINT, LOG, claim_folder, code_version, finite_or_none, model_from_checkpoint,
+    read_checkpoint, read_jsonl, save_checkpoint)
 from data import ON_FIRST_USE, prepare_on_first_use
-from data.shards import TrainLoader, atomic_write, bos_token, find_shards, max_token_id, read_meta, val_batches
+from data.shards import TrainLoader, bos_token, find_shards, max_token_id, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
 from probe import Probe, describe
 
@@ -90,7 +91,7 @@ class TrainConfig(GPTConfig):
     n_embd: int = 128  # the residual stream's width
     # model.chunked_loss makes the loss's gradient in the logits' own memory: a CPU step holds one copy of them,
     # not the plain path's several (logits, log-softmax, their gradients), and keeps its heap from fragmenting
-    # under common.keep_freed_memory. The GPU configs set 0, the loss over all logits at once
+    # under cli.keep_freed_memory. The GPU configs set 0, the loss over all logits at once
     loss_chunk: int = 4096  # the loss over this many rows of logits at a time (0: all at once)
     # AdamW with linear warmup and cosine decay to min_lr
     learning_rate: float = 2e-3  # the peak, after warmup
@@ -113,8 +114,8 @@ class TrainConfig(GPTConfig):
     device: str = "auto"  # 'cuda', 'cuda:1', 'mps', 'cpu'; auto: the first of cuda, mps, cpu that is available
     dtype: str = "auto"  # 'float32', 'bfloat16', 'float16'; auto: bf16 where the GPU or CPU computes it, else fp16/fp32
     compile: bool = False  # torch.compile the model (GPU runs: faster after a minute of compiling)
-    compile_mode: str = "default"  # with compile=True, torch.compile's mode: one of common.COMPILE_MODES
-    sdpa_backend: str = "default"  # the kernel PyTorch's attention tries first: one of common.SDPA_BACKENDS
+    compile_mode: str = "default"  # with compile=True, torch.compile's mode: one of cli.COMPILE_MODES
+    sdpa_backend: str = "default"  # the kernel PyTorch's attention tries first: one of cli.SDPA_BACKENDS
     seed: int = 1337  # the weights, the data order and dropout (each process adds its rank)
 
 
@@ -140,6 +141,31 @@ def lr_at(it, c):
         return c.min_lr
     progress = (it - c.warmup_iters) / max(1, c.lr_decay_iters - c.warmup_iters)
     return c.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (c.learning_rate - c.min_lr)
+
+
+def optimizer_step(optimizer, scaler, params, grad_clip, loss):
+    """Finish one optimizer step whose gradients are in place: unscale (fp16), clip, step, zero the gradients.
+    A step whose loss or gradient norm is not finite is skipped, and the skip is decided on the device: fused
+    AdamW (CUDA, CPU) takes a `found_inf` flag, the protocol torch's GradScaler uses, and leaves the weights, its
+    moments and its step count as they were. So this never waits for the GPU, and the host can queue the next
+    step while this one runs. Returns (loss, gradient norm, taken) as one float tensor on the device, for
+    train.py's check_health to read later. train.py trains with this step and bench.py --train times it."""
+    scaler.unscale_(optimizer)  # fp16 only: the gradients as they really are, before clipping
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf)
+    taken = torch.isfinite(loss) & torch.isfinite(grad_norm)
+    if all(group.get("fused") for group in optimizer.param_groups):
+        # read by AdamW.step as GradScaler sets it (torch/amp/grad_scaler.py, _maybe_opt_step): 1 = skip the step
+        optimizer.found_inf = (~taken).float()
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf
+    elif taken.item():  # the plain loop (MPS) can only be told from the host: one synchronisation a step
+        optimizer.step()
+    if scaler.is_enabled():
+        scaler.update()  # lowers the loss scale after an fp16 overflow (the check unscale_ made), raises it after a run
+    optimizer.zero_grad(set_to_none=True)
+    return torch.stack([loss.float(), grad_norm.float(), taken.float()])
 
 
 def count_spike(health, loss, threshold):
@@ -259,7 +285,7 @@ def processes():
 
 
 def claim_out_dir(out_dir):
-    """This process becomes out_dir's one writer until it exits (common.claim_folder); a second train.py on the
+    """This process becomes out_dir's one writer until it exits (runfolder.claim_folder); a second train.py on the
     same folder stops there, naming the first. Keep the returned file open for the whole run."""
     try:
         return claim_folder(out_dir)
@@ -918,7 +944,7 @@ def main(argv=None):
 
         device = pick_device(c.device, local_rank if ddp else None)
         device_type = device.split(":")[0]
-        keep_freed_memory(device_type)  # a CPU run reuses the memory each step frees (common.keep_freed_memory)
+        keep_freed_memory(device_type)  # a CPU run reuses the memory each step frees (cli.keep_freed_memory)
         if ddp:
             if device_type == "cuda":
                 torch.cuda.set_device(device)

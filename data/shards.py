@@ -29,6 +29,8 @@ import tempfile
 import numpy as np
 import torch
 
+from runfolder import atomic_write
+
 MAGIC = 20240520
 VERSION = 1
 HEADER_INTS = 256
@@ -44,40 +46,6 @@ DATA_ROOT = os.path.dirname(os.path.abspath(__file__))  # this repo's data/ fold
 
 # ----------------------------------------------------------------------------
 # Writing files
-
-def atomic_write(path, write):
-    """Call write(f) on a temporary file beside `path`, then rename it over `path`. A crash or a kill at
-    any moment leaves either the old file or the complete new one, never a half-written one: the rename
-    is atomic because the temporary file lives in the same folder (same filesystem)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes the file private; give it the usual permissions
-        os.replace(tmp, path)
-    except BaseException:  # Ctrl-C included: take the partial file away, keep the old one
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    try:  # make the rename itself durable; folders cannot be opened on Windows, where this is skipped
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
 
 def check_tokens(tokens):
     """Return tokens as a uint16 array, refusing ids that do not fit in the format."""

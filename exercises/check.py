@@ -458,7 +458,7 @@ def expect_trained_runs(number, where):
     """The two runs of exercise `number` exist, were trained on the sink lab's task to the same step, and differ only
     in the gate; NotImplementedError (not filled yet) while one is missing, with the command to train it (`where`:
     the README's place that gives the commands)."""
-    from common import CHECKPOINT, read_checkpoint
+    from runfolder import CHECKPOINT, read_checkpoint
     again = "\n".join(f"          {train_command(number, name)} --overwrite=True" for name in RUN_FLAGS)
     configs = {}
     for name in RUN_FLAGS:
@@ -496,7 +496,8 @@ def run_batches(run_dir, batches):
     """(model, data_dir, [(x, y) batches]) of a trained run: its model on the CPU, and the first
     `batches` batches of its validation windows, as the starters' validation_windows draws them (the run's data,
     block and batch size, BOS first when it trained so)."""
-    from common import CHECKPOINT, dataset_dir, load_checkpoint
+    from cli import dataset_dir
+    from runfolder import CHECKPOINT, load_checkpoint
     from data.shards import bos_token, val_batches
     model, checkpoint = load_checkpoint(os.path.join(run_dir, CHECKPOINT))
     cfg = checkpoint["config"]
@@ -549,7 +550,7 @@ def show_hint(exercise_dir, number=None, out=print, path=None):
     """Print hint `number` (default: the next one not yet seen; the last again once all are) and record it as seen.
     Returns the exit status."""
     import json
-    from data.shards import atomic_write  # the project's own (REPO is on sys.path)
+    from runfolder import atomic_write  # the project's own (REPO is on sys.path)
     hints, key = hints_of(exercise_dir), os.path.basename(exercise_dir)[:2]
     if not hints:
         out(f"exercise {key} has no hints (no {os.path.relpath(exercise_dir)}/hints.md)")
@@ -645,7 +646,7 @@ def grade_result(entries, date=None):
 def write_result(path, result):
     """Write the grading result to path as JSON, atomically: a kill leaves the previous file or the whole new one."""
     import json
-    from data.shards import atomic_write  # the project's own (REPO is on sys.path): a copy's, in a student copy
+    from runfolder import atomic_write  # the project's own (REPO is on sys.path): a copy's, in a student copy
     text = json.dumps(result, indent=2) + "\n"
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 

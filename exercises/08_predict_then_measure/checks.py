@@ -162,7 +162,7 @@ def _save_deeper_run(run_dir, folder, n_layer=3, seed=0):
     initialised GPT of n_layer layers: the sink lab's model has one layer, where the mean over the layers and the
     largest layer are the same number; here they differ."""
     import model
-    from common import CHECKPOINT, read_checkpoint
+    from runfolder import CHECKPOINT, read_checkpoint
     checkpoint = read_checkpoint(os.path.join(run_dir, CHECKPOINT))
     args = dict(checkpoint["model_args"], n_layer=n_layer)
     torch.manual_seed(seed)

@@ -19,7 +19,8 @@ import os
 
 import torch
 
-from common import dataset_dir, load_checkpoint
+from cli import dataset_dir
+from runfolder import load_checkpoint
 from data.shards import bos_token, val_batches
 
 # TODO(08-gap1): before you train, replace "" with one of "lower with G1", "about the same", "higher with G1":
@@ -58,6 +59,6 @@ def measure(run_dir):
     validation_windows(checkpoint), average each layer's value over the batches, then average over the layers.
     Returns one float."""
     # TODO(08-gap3): one float: the run's M-Act, from max_activation on every batch of validation_windows, each
-    #                layer averaged over the batches, then the layers averaged (common.load_checkpoint returns
+    #                layer averaged over the batches, then the layers averaged (runfolder.load_checkpoint returns
     #                (model, checkpoint), the model in eval mode on the CPU)
     raise NotImplementedError("08-gap3: write measure")

@@ -19,7 +19,8 @@ import os
 
 import torch
 
-from common import CHECKPOINT, dataset_dir, load_checkpoint
+from cli import dataset_dir
+from runfolder import CHECKPOINT, load_checkpoint
 from data.shards import bos_token, val_batches
 
 # The prediction, written before training (here: the papers' finding, for the checks; yours may differ).

@@ -26,7 +26,8 @@ import os
 
 import torch
 
-from common import CHECKPOINT, dataset_dir, load_checkpoint
+from cli import dataset_dir
+from runfolder import CHECKPOINT, load_checkpoint
 from data.shards import bos_token, read_meta, val_batches
 from probe import trigger_positions
 

@@ -89,19 +89,20 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from common import (CHECKPOINT, EVALUATED, LOG, MEASURED, claim_folder, config_path, configure, dataset_dir, fail,
-                    flops_per_token, peak_flops, read_jsonl, run_config_file, usage, write_json, write_text)
+from cli import config_path, configure, dataset_dir, fail, run_config_file, usage
+from probe import flops_per_token, peak_flops
+from runfolder import CHECKPOINT, EVALUATED, LOG, MEASURED, atomic_write, claim_folder, read_jsonl, write_json, write_text
 from data import ON_FIRST_USE, prepare_on_first_use
-from data.shards import atomic_write, find_shards
+from data.shards import find_shards
 from model import GPT, GPTConfig
 from probe import MEASURE, MEASURES, SINK_HEAD_THRESHOLD
-from report import (EVALUATE_DIR, evaluate_section, over_seeds, paper_effect, plot_headline, plot_sweep, plot_trends,
-                    render_report)
-from stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
-                   size_word)
-from variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
+from lab.report import (EVALUATE_DIR, evaluate_section, over_seeds, paper_effect, plot_headline, plot_sweep,
+    plot_trends, render_report)
+from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
+    size_word)
+from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above lab/
 STEPS = ("list", "prepare", "train", "restore", "evaluate", "report")
 
 
@@ -244,7 +245,10 @@ def run_dir(root, variant, seed):
 # The tools (train.py, analyze.py, evaluate.py, a dataset's prepare.py), run one way: each as its own process
 
 def tool_command(script, args):
-    """The argv that runs one of the project's scripts (a path from the repository's root) with this Python."""
+    """The argv that runs one of the project's scripts (a path from the repository's root) with this Python: a
+    top-level one by its path, a lab tool as a module (python -m lab.analyze), as a user runs it."""
+    if script.startswith("lab/"):
+        return [sys.executable, "-m", script.removesuffix(".py").replace("/", "."), *args]
     return [sys.executable, os.path.join(REPO, script), *args]
 
 
@@ -257,7 +261,10 @@ def start_tool(cmd, log=None, env=None):
         os.makedirs(os.path.dirname(log), exist_ok=True)
         out = open(log, "a")
         print(f"    its output: {log}", flush=True)
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None, env=env)
+    # the lab's tools run as modules of the repository, from whatever folder repro.py was started in
+    path = os.pathsep.join(filter(None, [REPO, (env or os.environ).get("PYTHONPATH")]))
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None,
+                            env=dict(env or os.environ, PYTHONPATH=path))
     if out:
         out.close()  # the child keeps its own copy of the file
     return proc
@@ -276,7 +283,7 @@ def run_tool(script, args):
 
 @contextlib.contextmanager
 def claimed(*folders):
-    """Make this process the one owner of each folder (common.claim_folder; a folder named twice, once) for the
+    """Make this process the one owner of each folder (runfolder.claim_folder; a folder named twice, once) for the
     with-block; a folder another process holds stops with one line naming that process."""
     locks = []
     try:
@@ -571,7 +578,7 @@ def evaluate_runs(root, report_dir, names, passed, study=STUDIES["repro"]):
         fail(f"no trained runs of {', '.join(variants)} under {root}/: run `python repro.py train ...` first")
     print(f"=== evaluate.py: {len(runs)} runs, into {os.path.join(report_dir, EVALUATE_DIR)}/", flush=True)
     with claimed(root, report_dir):  # no training, other evaluation or report while the runs are measured
-        run_tool("evaluate.py", [f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}",
+        run_tool("lab/evaluate.py", [f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}",
                                  f"--labels={','.join(f'{v}/seed{s}' for v, s in runs)}",
                                  f"--out_dir={os.path.join(report_dir, EVALUATE_DIR)}", *passed])
 
@@ -587,7 +594,7 @@ def analyze_runs(root, runs):
     print(f"=== analyze.py: the {len(runs)} runs on the same validation windows, into {folder}/", flush=True)
     labels = [f"{v}/seed{s}" for v, s in runs]
     first = [f"{v}/seed{s}" for v, s in runs if s == min(x for w, x in runs if w == v)]
-    run_tool("analyze.py", [f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}", f"--labels={','.join(labels)}",
+    run_tool("lab/analyze.py", [f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}", f"--labels={','.join(labels)}",
                             f"--out_dir={folder}", f"--plot_labels={','.join(first)}"])
     with open(os.path.join(folder, "summary.json")) as f:
         summary = json.load(f)
@@ -827,7 +834,7 @@ def main(argv):
     elif step == "evaluate":
         evaluate_runs(root, report_dir, names, passed, study)
     else:
-        report(root, report_dir, keys.tiny, shlex.join(tool_command("repro.py", argv)), study,
+        report(root, report_dir, keys.tiny, shlex.join(tool_command("lab/repro.py", argv)), study,
                list(study_settings(keys, [])))
 
 

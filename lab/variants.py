@@ -20,7 +20,7 @@ GA's perplexity, mean gate score, M-Act and F-Attn of a 15B MoE with
 
 from dataclasses import dataclass, field
 
-from data.shards import atomic_write
+from runfolder import atomic_write
 
 
 @dataclass
@@ -265,7 +265,7 @@ if __name__ == "__main__":
     if not args:
         print(flag_table(), end="")
     elif len(args) == 1 and args[0].split("=")[0] == "--write":
-        path = args[0].partition("=")[2] or os.path.join(os.path.dirname(os.path.abspath(__file__)), "docs", "flags.md")
+        path = args[0].partition("=")[2] or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "flags.md")
         with open(path, encoding="utf-8") as f:
             page = f.read()
         if page.count(BEGIN) != 1 or page.count(END) != 1 or page.index(BEGIN) > page.index(END):

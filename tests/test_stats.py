@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from stats import (COUNT_RULE, MIN_SEEDS, RULE, SIZE_FACTOR, beta_quantile, betainc, clopper_pearson, compare,
-                   count_verdict, decide, direction_word, effect, fisher_one_sided, mean_ci,
-                   size_word, t_quantile, t_tail, verdict, welch)
+from lab.stats import (COUNT_RULE, MIN_SEEDS, RULE, SIZE_FACTOR, beta_quantile, betainc, clopper_pearson, compare,
+    count_verdict, decide, direction_word, effect, fisher_one_sided, mean_ci, size_word, t_quantile, t_tail, verdict,
+    welch)
 
 
 # ----------------------------------------------------------------------------

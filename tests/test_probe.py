@@ -10,11 +10,11 @@ import pytest
 import numpy as np
 import torch
 
-from common import finite_or_none
+from runfolder import finite_or_none
 from model import GPT, GPTConfig
 import probe  # noqa: I001
-from probe import (GATE_KEYS, SINK_HEAD_THRESHOLD, STAT_KEYS, TRIGGER_KEYS, WINDOW_KEYS, Probe, massive_channels,
-                   previous_token_attention, received_attention, sink_keys, value_norm_ratio)
+from probe import (GATE_KEYS, Probe, SINK_HEAD_THRESHOLD, STAT_KEYS, TRIGGER_KEYS, WINDOW_KEYS, massive_channels,
+    previous_token_attention, received_attention, sink_keys, value_norm_ratio)
 
 C, H, HKV, D, VOCAB = 32, 4, 2, 8, 97
 BASE = dict(block_size=24, vocab_size=VOCAB, n_layer=2, n_head=H, n_kv_head=HKV, n_embd=C, attn_backend="torch")
@@ -518,8 +518,8 @@ def test_a_measure_added_to_the_registry_reaches_the_eval_line_the_analysis_tabl
     log record holds), in analyze.py's summary table and in the study report's table, with no other change."""
     import sys
 
-    import analyze
-    import report
+    import lab.analyze as analyze
+    import lab.report as report
     extra = probe.Measure("act_ratio", "M-Act / median", ".1f", "lower")
     measures = probe.MEASURES + (extra,)
     by_key = {m.key: m for m in measures}

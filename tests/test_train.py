@@ -16,12 +16,14 @@ import torch
 import model as model_py
 import sample
 import train
-import common
-from common import configure, load_checkpoint, model_from_checkpoint, save_checkpoint
+import cli
+import runfolder
+from cli import configure
+from runfolder import load_checkpoint, model_from_checkpoint, save_checkpoint
 from model import GPTConfig
 from train import TrainConfig
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4", "--eval_iters=2",
         "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3", "--device=cpu"]
 CKPT_KEYS = {"model", "optimizer", "scaler", "model_args", "iter_num", "val_loss", "best_val_loss", "best_iter",
@@ -48,7 +50,7 @@ def close(a, b, rel):
 
 def folder_state(path):
     """Every file under path with its bytes: a refused command must leave this exactly as it was. The claim's
-    .lock (common.claim_folder) is no run file: it names whichever train.py last held the folder."""
+    .lock (runfolder.claim_folder) is no run file: it names whichever train.py last held the folder."""
     path = pathlib.Path(path)
     return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*"))
             if p.is_file() and p.name != ".lock"}
@@ -212,14 +214,14 @@ def test_killed_while_saving_leaves_a_loadable_checkpoint(stdlib_data, tmp_path)
     before = path.read_bytes()
     # a process that is SIGKILLed halfway through writing a checkpoint
     killed = subprocess.run([sys.executable, "-c", f"""
-import os, signal, torch, common
-_, checkpoint = common.load_checkpoint({str(path)!r})
+import os, signal, torch, runfolder
+_, checkpoint = runfolder.load_checkpoint({str(path)!r})
 def dying_save(obj, f):
     f.write(b"the first half of a checkpoint")
     f.flush()
     os.kill(os.getpid(), signal.SIGKILL)
 torch.save = dying_save
-common.save_checkpoint(checkpoint, {str(path)!r})
+runfolder.save_checkpoint(checkpoint, {str(path)!r})
 """], cwd=REPO, capture_output=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL
     assert path.read_bytes() == before
@@ -403,7 +405,7 @@ def state_of(model, optimizer):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fused", [True, False])
 def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fused, device):
-    """common.optimizer_step (train.py's step): a finite step is exactly clip-then-AdamW; a step whose loss or gradients are not finite
+    """train.optimizer_step (train.py's step): a finite step is exactly clip-then-AdamW; a step whose loss or gradients are not finite
     changes nothing at all (weights, moments, step counts), decided on the device with fused AdamW and on the host
     with the plain one."""
     model, x, y = tiny_model_and_batch(device)
@@ -415,7 +417,7 @@ def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fu
     for _ in range(2):  # two finite steps, against the textbook loop
         loss = model(x, y)[1]
         loss.backward()
-        stats = common.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+        stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
         ref_loss = reference(x, y)[1]
         ref_loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
@@ -434,7 +436,7 @@ def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fu
             next(model.parameters()).grad[0, 0] = float("inf")
         else:
             loss = loss.detach() * float("nan")
-        stats = common.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+        stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
         assert stats[2] == 0 and not hasattr(optimizer, "found_inf")
         assert all(torch.equal(a, b) for a, b in zip(before, state_of(model, optimizer))), poison
 
@@ -452,7 +454,7 @@ def test_optimizer_step_with_fp16s_loss_scaler(device):
     scaler = torch.amp.GradScaler(device, init_scale=2.0**10, growth_interval=1000)
     loss = model(x, y)[1]
     scaler.scale(loss).backward()
-    stats = common.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+    stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
     reference(x, y)[1].backward()
     norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
     ref_optimizer.step()
@@ -462,7 +464,7 @@ def test_optimizer_step_with_fp16s_loss_scaler(device):
     before = state_of(model, optimizer)
     loss = model(x, y)[1]
     scaler.scale(loss * 1e36).backward()  # finite loss, overflowing scaled gradients
-    stats = common.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+    stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
     assert stats[2] == 0 and scaler.get_scale() == 2.0**9
     assert all(torch.equal(a, b) for a, b in zip(before, state_of(model, optimizer)))
 
@@ -917,7 +919,7 @@ def test_an_sdpa_preference_puts_one_kernel_first_and_keeps_the_rest(name):
     """sdpa_backend: SDPA tries that kernel first and every other after it, in PyTorch's own order and all enabled (inputs
     the first cannot take fall back as before); PyTorch's order comes back after. On a GPU the kernels it picks then
     compute the same attention."""
-    from common import sdpa_order, sdpa_preference
+    from cli import sdpa_order, sdpa_preference
     first = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION"}[name]
     before = sdpa_order()
     dev, dtype = ("cuda", torch.bfloat16) if torch.cuda.is_available() else ("cpu", torch.float32)
@@ -938,7 +940,7 @@ def test_an_sdpa_preference_puts_one_kernel_first_and_keeps_the_rest(name):
 def test_the_whole_run_trains_under_the_sdpa_preference(tmp_path, monkeypatch):
     """train.py --sdpa_backend=cudnn: the run (its compiling included) happens with cuDNN's attention first, and PyTorch's
     order is back afterwards. It is a per-command key: a resumed run takes it from its own command."""
-    from common import sdpa_order
+    from cli import sdpa_order
     seen = []
 
     class Trainer:
@@ -959,8 +961,8 @@ def test_the_whole_run_trains_under_the_sdpa_preference(tmp_path, monkeypatch):
 # one run per folder, crashes between writes, divergence, interruptions, memory
 
 HOLD = """
-import sys, time, common
-lock = common.claim_folder(sys.argv[1])
+import sys, time, runfolder
+lock = runfolder.claim_folder(sys.argv[1])
 print("held", flush=True)
 time.sleep(600)
 """
@@ -1204,15 +1206,15 @@ def test_a_config_file_that_exits_is_refused_by_name(tmp_path):
 def test_auto_dtype_is_bf16_on_a_cpu_only_where_it_computes_bf16(monkeypatch):
     """dtype=auto: bf16 autocast on a CPU with bf16 matmuls in hardware, fp32 on one without (and on MPS);
     a dtype named is taken as named."""
-    assert common.cpu_computes_bf16() in (True, False)
+    assert cli.cpu_computes_bf16() in (True, False)
     for hardware, expected in ((True, "bfloat16"), (False, "float32")):
         monkeypatch.setattr(common, "cpu_computes_bf16", lambda hardware=hardware: hardware)
-        ctx, dtype = common.autocast_for("cpu", "auto")
+        ctx, dtype = cli.autocast_for("cpu", "auto")
         assert dtype == expected
         with ctx:
             assert torch.is_autocast_enabled("cpu") == (expected == "bfloat16")
             assert torch.get_autocast_dtype("cpu") == torch.bfloat16 or expected == "float32"
-        assert common.autocast_for("cpu", "float32")[1] == "float32"  # named: as named, whatever the CPU
-        assert common.autocast_for("mps", "auto")[1] == "float32"
+        assert cli.autocast_for("cpu", "float32")[1] == "float32"  # named: as named, whatever the CPU
+        assert cli.autocast_for("mps", "auto")[1] == "float32"
     with pytest.raises(SystemExit, match="'float64' is not valid; choose one of 'auto', 'float32'"):
-        common.autocast_for("cpu", "float64")
+        cli.autocast_for("cpu", "float64")

@@ -18,7 +18,7 @@ from data.bigram_backcopy.prepare import copies_next, ideal_loss, make_chain, pr
 from data.shards import SymbolTokenizer, get_tokenizer, read_meta, read_shard
 from probe import MECHANISM, SINK_HEAD_THRESHOLD
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,7 @@ def copy_accuracy(run_dir, data_dir, windows=64):
     positions of `windows` validation windows as train.py builds them (BOS, then 63 symbols of the text)."""
     import torch
 
-    from common import load_checkpoint
+    from runfolder import load_checkpoint
     from probe import trigger_positions
 
     model, _ = load_checkpoint(os.path.join(run_dir, "ckpt.pt"))

@@ -36,7 +36,7 @@ quant.png, length.png and stream.png to --out_dir (default out-eval/). `repro.py
 checkpoints, and `repro.py report` includes the result.
 
 Each run's record (its entry in summary.json, with the settings it was measured under, the device, the date and the
-checkpoint's iteration) is kept beside its checkpoint as evaluated.json (common.EVALUATED). A run whose checkpoint is
+checkpoint's iteration) is kept beside its checkpoint as evaluated.json (runfolder.EVALUATED). A run whose checkpoint is
 gone (trained on a GPU machine that was given back with everything on it) is then taken from that record, if it was
 measured under the settings asked for now (summary.json marks it measured_earlier, and summary.md names it); a run
 that has its checkpoint is always measured afresh.
@@ -54,12 +54,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pretrained
-from common import (CHECKPOINT, EVALUATED, configure, dataset_dir, device_name, fail, free_memory, model_from_checkpoint,
-                    pick_device, pyplot, read_checkpoint, save_figure, writable_folder, write_json, write_text)
+from cli import configure, dataset_dir, device_name, fail, free_memory, pick_device
+from lab.report import pyplot, save_figure
+from runfolder import (CHECKPOINT, EVALUATED, model_from_checkpoint, read_checkpoint, writable_folder, write_json,
+    write_text)
 from data.shards import bos_token, find_shards, read_header, val_batches
 from model import GPT, VALID
-from report import PAPERS_SAY, fmt_interval, headline, table
-from stats import mean_ci
+from lab.report import PAPERS_SAY, fmt_interval, headline, table
+from lab.stats import mean_ci
 
 MODES = ("quant", "length", "stream")
 
@@ -238,7 +240,7 @@ def evaluate_stream(model, x, y, rows, windows, keeps):
 
 
 # ----------------------------------------------------------------------------
-# A run's record, kept beside its checkpoint (common.EVALUATED), for when the checkpoint is gone
+# A run's record, kept beside its checkpoint (runfolder.EVALUATED), for when the checkpoint is gone
 
 def written(value):
     """A key's value as it is written on the command line: a list as a,b,c."""

@@ -20,11 +20,56 @@ import os
 
 import numpy as np
 
-from common import EVALUATED, markdown_table, places_text, pyplot, save_figure
 from data.shards import get_tokenizer, read_meta
+from lab.stats import MIN_SEEDS, RULE, mean_ci
+from lab.variants import STABILITY_ROW, SWEEP, SWEPT, VARIANTS
 from probe import MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD
-from stats import MIN_SEEDS, RULE, mean_ci
-from variants import STABILITY_ROW, SWEEP, SWEPT, VARIANTS
+from runfolder import EVALUATED, atomic_write
+
+
+# -----------------------------------------------------------------------------
+# Tables, plots, and where results were measured (every lab script writes through these)
+
+def places_text(places):
+    """Where results were measured, {"<device>, <date>": number of runs}, in words: the one place, or each with its
+    runs (runs measured in an earlier session keep the place they were measured in)."""
+    if len(places) == 1:
+        return next(iter(places))
+    return "; ".join(f"{p} ({n} run{'s' * (n > 1)})" for p, n in places.items())
+
+
+def markdown_table(header, rows):
+    """A markdown table's lines: the header, the rule, one line a row (None written as –)."""
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"] + \
+        ["| " + " | ".join("–" if c is None else str(c) for c in row) + " |" for row in rows]
+
+
+def pyplot():
+    """matplotlib.pyplot drawing into files (the Agg backend), or None, after a note, where matplotlib is missing
+    (pip install -r requirements.txt brings it): the scripts then write their numbers and skip the plots."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: matplotlib is not installed, so no plots (pip install matplotlib); the numbers are written")
+        return None
+    return plt
+
+
+def save_figure(fig, path, dpi=120):
+    """Write a figure to path, atomically (runfolder.atomic_write), and free it; returns the file's name."""
+    import matplotlib.pyplot as plt
+    kind = os.path.splitext(path)[1][1:] or "png"  # a file object has no name to tell the format by
+    try:
+        atomic_write(path, lambda f: fig.savefig(f, dpi=dpi, format=kind))
+    finally:
+        plt.close(fig)
+    return os.path.basename(path)
+
+
+# -----------------------------------------------------------------------------
+# The report's words
 
 EVALUATE_DIR = "evaluate"  # evaluate.py's output for the report, under the report's folder (repro.py evaluate)
 
@@ -439,7 +484,7 @@ MECHANISM_ROWS_NOTE = ("Value norm ratio: the norm of the value vector at positi
 
 def mechanism_rows(records, per_layer=False):
     """The sink's mechanism per run, as a table: (header, rows), header a list of column names, rows a list of rows,
-    each a list of cells (str, or None where a run lacks the measurement: written – by common.markdown_table), so
+    each a list of cells (str, or None where a run lacks the measurement: written – by lab.report.markdown_table), so
 
         lines = markdown_table(*mechanism_rows(summary["runs"]))
 

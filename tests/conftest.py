@@ -12,9 +12,10 @@ if not torch.cuda.is_available():
 else:  # the GPU test tier: one config per kernel, no autotuning (test_kernels.py tests every config and the autotuner)
     os.environ.setdefault("GATED_ATTENTION_CONFIGS", "first")
 
-from data.shards import write_dataset  # noqa: E402  (after TRITON_INTERPRET: nothing here imports triton, but keep it so)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
+sys.path.insert(0, REPO)  # the tests import the project's modules (model, train, lab.repro) from the repository root
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+from data.shards import write_dataset  # noqa: E402  (after TRITON_INTERPRET: nothing here imports triton, but keep it so)
 
 
 def _interpreter_problem():

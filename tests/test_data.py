@@ -13,12 +13,11 @@ import torch
 
 import data.shards
 from data.shards import (DATA_ROOT, GPT2_ENCODER, HEADER_BYTES, MAGIC, ShardWriter, TokenWindows, TrainLoader,
-                         atomic_write, check_prepare_folder, find_shards, get_tokenizer, load_gpt2, max_token_id,
-                         read_header, read_meta, read_shard, repo_folder_files, val_batches, write_dataset,
-                         write_meta, write_shard)
+    atomic_write, check_prepare_folder, find_shards, get_tokenizer, load_gpt2, max_token_id, read_header, read_meta,
+    read_shard, repo_folder_files, val_batches, write_dataset, write_meta, write_shard)
 from data.textdir.prepare import path_hash, prepare as prepare_textdir
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 STDLIB = sysconfig.get_paths()["stdlib"]
 MIXED_TEXT = "naïve café — 日本語 🙂 \t tabs\r\n  and\x00 control\x7f bytes\u00ad\u00a0!\n\n\n   \n"
 

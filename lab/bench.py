@@ -16,7 +16,7 @@ Benchmarks for the gated attention kernels and for full training steps.
                                              # a plain timer: checks the code runs, says nothing about speed
 
 `python bench.py --help` lists the keys (Keys below), given as --key=value (a bool key as a bare --key, a list as
-a,b,c) or in a config file (common.configure). --kernels and --train measure GPU speed: without a CUDA GPU they run
+a,b,c) or in a config file (cli.configure). --kernels and --train measure GPU speed: without a CUDA GPU they run
 only with --tiny; --step measures a CPU's. Results go to {out_dir}/bench_kernels.{json,md},
 {out_dir}/bench_train.{json,md} and {out_dir}/bench_step.{json,md}, with the device, the date and the exact
 command; out_dir defaults to results/ (the committed measurements) and, for --tiny, to out-bench-tiny/
@@ -42,10 +42,13 @@ import torch
 cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
     os.environ.setdefault("TRITON_INTERPRET", "1")
-from common import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, config_path, configure,  # noqa: E402
-                    estimate_mfu, fail, keep_freed_memory, markdown_table, optimizer_step, run_config_file,
-                    sdpa_order, sdpa_preference, write_json, write_text)
-from variants import VARIANTS  # noqa: E402
+from cli import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, config_path, configure, fail, keep_freed_memory,
+    run_config_file, sdpa_order, sdpa_preference)  # noqa: E402
+from lab.report import markdown_table  # noqa: E402
+from probe import estimate_mfu  # noqa: E402
+from runfolder import write_json, write_text  # noqa: E402
+from train import optimizer_step  # noqa: E402
+from lab.variants import VARIANTS  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
 BACKENDS = ("triton", "torch")  # the fused kernel (G1 sigmoid gates and no gate), and SDPA with the gate apart
@@ -54,11 +57,11 @@ BACKENDS = ("triton", "torch")  # the fused kernel (G1 sigmoid gates and no gate
 STEP_MODES = {
     "plain": "a plain AdamW loop (nanoGPT's): loss.backward(), AdamW.step(), zero_grad(); the loss over all the logits "
              "at once; no allocator setting",
-    "real": "train.py's step: the loss in chunks (loss_chunk), common.optimizer_step (gradient clipping, the "
-            "non-finite step skipped, fused AdamW), under common.keep_freed_memory, in train.py's dtype (auto: bf16 "
+    "real": "train.py's step: the loss in chunks (loss_chunk), train.optimizer_step (gradient clipping, the "
+            "non-finite step skipped, fused AdamW), under cli.keep_freed_memory, in train.py's dtype (auto: bf16 "
             "autocast on a CPU that computes bf16 in hardware, else fp32)",
     "real_fp32": "train.py's step in fp32 (dtype=float32), as on a CPU without bf16 in hardware",
-    "real_no_setting": "train.py's step without common.keep_freed_memory",
+    "real_no_setting": "train.py's step without cli.keep_freed_memory",
     "real_plain_loss": "train.py's step with the loss over all the logits at once (loss_chunk=0)",
     "real_unfused": "train.py's step with the for-loop AdamW instead of the fused one",
     "real_no_clip": "train.py's step without clipping and the non-finite check: fused AdamW.step() alone",
@@ -80,8 +83,8 @@ class Keys:
     batch_size: int = 16  # --train: sequences per step (--tiny: divided by 8)
     block_size: int = 1024  # --train: T (--tiny: divided by 32)
     compile: str = "both"  # --train: torch.compile: both, true or false
-    compile_mode: str = "default"  # --train: torch.compile's mode, one of common.COMPILE_MODES (train.py's key too)
-    sdpa_backend: str = "default"  # the kernel SDPA tries first, one of common.SDPA_BACKENDS (train.py's key too)
+    compile_mode: str = "default"  # --train: torch.compile's mode, one of cli.COMPILE_MODES (train.py's key too)
+    sdpa_backend: str = "default"  # the kernel SDPA tries first, one of cli.SDPA_BACKENDS (train.py's key too)
     variants: tuple[str, ...] = TIMED  # --train: variants of variants.py (python repro.py list)
     backends: tuple[str, ...] = BACKENDS  # --train: attention backends, of triton and torch
     match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
@@ -405,14 +408,14 @@ if args.train:
                               dtype=str(dtype).replace("torch.", ""), records=records),
           [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
-           f"{warmup} warm-up then {steps} timed steps of train.py's own (common.optimizer_step: gradient clipping, "
+           f"{warmup} warm-up then {steps} timed steps of train.py's own (train.optimizer_step: gradient clipping, "
            f"a non-finite step skipped on the device, fused AdamW); compiled with mode={args.compile_mode!r}; "
            f"{SDPA_NOTE} (the torch backend); "
            f"the fused kernel's backward gets dQ by {kernels.BACKWARD!r} (kernels.choose_backward); the loss over "
            + (f"{args.loss_chunk} rows of logits at a time (loss_chunk)" if args.loss_chunk else
               "all the logits at once (loss_chunk=0)"),
            "variants (variants.py): " + "; ".join(f"{v} {VARIANTS[v].flags}" for v in variants),
-           "MFU: common.estimate_mfu against common.peak_flops (dense bf16 peak of the GPU)"],
+           "MFU: probe.estimate_mfu against probe.peak_flops (dense bf16 peak of the GPU)"],
           ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
           [[r["variant"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],
             r["params"]] for r in records])
@@ -473,11 +476,11 @@ def time_step(mode):
 
 def run_step_child(mode):
     """One mode in a fresh process: its record, or a failure naming the mode and the child's last words."""
-    cmd = [sys.executable, os.path.abspath(__file__), f"--step_child={mode}",
+    cmd = [sys.executable, "-m", "lab.bench", f"--step_child={mode}",
            "--step_shape=" + ",".join(map(str, args.step_shape)), f"--step_loss_chunk={args.step_loss_chunk}",
            f"--warmup={args.warmup}", f"--steps={args.steps}", f"--step_config={args.step_config}"] + \
         (["--tiny"] if args.tiny else [])
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     lines = [line for line in out.stdout.splitlines() if line.startswith("STEP_RECORD ")]
     if out.returncode or not lines:
         fail(f"--step: the {mode} step failed (exit code {out.returncode}): "

@@ -54,14 +54,14 @@ import torch
 import torch.nn.functional as F
 
 import pretrained
-from common import (CHECKPOINT, LOG, MEASURED, autocast_for, configure, dataset_dir, device_name, fail,
-                    load_checkpoint, markdown_table, pick_device, places_text, pyplot, read_jsonl, save_figure,
-                    writable_folder, write_json, write_text)
-from data.shards import atomic_write, bos_token, read_meta, val_batches
-from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD, TRIGGER_KEYS, Probe,
-                   attention_maps, describe, layer_mean, massive_channels, summarize, trigger_positions)
-from report import MECHANISM_ROWS_NOTE, mechanism_rows
-from variants import VARIANTS
+from cli import REPO, autocast_for, configure, dataset_dir, device_name, fail, pick_device
+from lab.report import markdown_table, places_text, pyplot, save_figure
+from runfolder import CHECKPOINT, LOG, MEASURED, atomic_write, load_checkpoint, read_jsonl, writable_folder, write_json, write_text
+from data.shards import bos_token, read_meta, val_batches
+from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, Probe, SINK_HEAD_THRESHOLD, TRIGGER_KEYS,
+    attention_maps, describe, layer_mean, massive_channels, summarize, trigger_positions)
+from lab.report import MECHANISM_ROWS_NOTE, mechanism_rows
+from lab.variants import VARIANTS
 
 
 @dataclass
@@ -85,7 +85,7 @@ class AnalyzeConfig:
 
 
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
-STORED_GATE_SAMPLE = 20_000  # of those, kept in the run's stored measurement (common.MEASURED): enough for 40 bins
+STORED_GATE_SAMPLE = 20_000  # of those, kept in the run's stored measurement (runfolder.MEASURED): enough for 40 bins
 # what analyze reads from a checkpoint's training config (train.py writes all of them)
 RUN_SETTINGS = ("dataset", "batch_size", "eval_iters", "gradient_accumulation_steps", "learning_rate", "max_iters")
 
@@ -488,7 +488,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     shown = [i for i, label in enumerate(labels) if plot_labels is None or label in plot_labels]
     summary["plots"] = plot([records[i] for i in shown], [scores[i] for i in shown], [maps[i] for i in shown],
                             [read_jsonl(os.path.join(run_dirs[i], LOG)) for i in shown], out_dir)
-    # each file atomically (common.write_text): a full disk leaves the previous results whole
+    # each file atomically (runfolder.write_text): a full disk leaves the previous results whole
     write_text(os.path.join(out_dir, "summary.md"), summary_table(summary))
     arrays = {f"{i}/{key}": values for i, r in enumerate(records) for key, values in r["per_window"].items()
               if values is not None}
@@ -500,7 +500,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
 
 
 def keep_measurement(run_dir, record, scores, maps):
-    """Keep what was measured on a run's checkpoint beside it (common.MEASURED): the record as JSON and its arrays
+    """Keep what was measured on a run's checkpoint beside it (runfolder.MEASURED): the record as JSON and its arrays
     (per-window values, a sample of the gate scores, the attention maps) as .npz, each written atomically, the
     JSON last: where it exists, the arrays do. A study whose checkpoints are gone still has its runs."""
     base = os.path.join(run_dir, MEASURED)
@@ -608,7 +608,7 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
         del model
     digest = hashlib.sha256(raw).hexdigest()
     summary = {"device": device_name(device), "date": time.strftime("%Y-%m-%d"),
-               "text": {"path": os.path.relpath(text_path, os.path.dirname(os.path.abspath(__file__))),
+               "text": {"path": os.path.relpath(text_path, REPO),
                         "sha256": digest, "window": window, "windows": n_windows},
                "models": records,
                "literature": {family: pretrained.LITERATURE[family] for family in dict.fromkeys(r["family"] for r in records)}}
@@ -684,7 +684,7 @@ def main(argv=None):
     for name in ("batches", "batch_size", "map_tokens"):
         if getattr(a, name) is not None and getattr(a, name) < 1:
             fail(f"--{name}={getattr(a, name)} must be at least 1")
-    for run in runs:  # a run's checkpoint, or the measurement kept of it (common.MEASURED)
+    for run in runs:  # a run's checkpoint, or the measurement kept of it (runfolder.MEASURED)
         if not os.path.isfile(os.path.join(run, a.checkpoint)) and not os.path.isfile(os.path.join(run, MEASURED + ".json")):
             have = sorted(f for f in os.listdir(run) if f.endswith(".pt")) if os.path.isdir(run) else []
             fail(f"no {a.checkpoint} in {run}: " +

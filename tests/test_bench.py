@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from common import sdpa_order
-from variants import VARIANTS
+from cli import sdpa_order
+from lab.variants import VARIANTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 BENCH = os.path.join(HERE, "bench.py")
 
 
@@ -109,7 +109,7 @@ def test_bench_without_gpu_refuses_at_once(tmp_path):
 
 
 def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, capsys):
-    """bench.py reads its keys as every script does (common.configure): --key=value, a bare --key for a bool, config
+    """bench.py reads its keys as every script does (cli.configure): --key=value, a bare --key for a bool, config
     files. A mistaken key or value stops with one line naming it, before anything is timed or written."""
     config = tmp_path / "bench_config.py"
     config.write_text("train = True\ntiny = True\ncompile = 'sometimes'\n")
@@ -136,7 +136,7 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
         (["--train", "--tiny", "--loss_chunk=-8"], "--loss_chunk=-8: give 0"),
         (["--kernels", "--tiny", "--sdpa_backend=fa3"], "--sdpa_backend=fa3: choose one of default, cudnn, flash"),
     ]
-    # in this process (a fresh python for each costs seconds): the checks raise common.fail's SystemExit before the
+    # in this process (a fresh python for each costs seconds): the checks raise cli.fail's SystemExit before the
     # script's first side effect; the first case also in a process of its own, as a user meets it
     monkeypatch.chdir(tmp_path)
     for flags, message in cases:
@@ -157,7 +157,7 @@ def test_bench_step_times_the_real_step_against_the_plain_loop_in_fresh_processe
     where the mode has them, and train.py's dtype=auto only in the real step; the summary's ratios are computed from
     the records, and the smoke test says so. (Three modes of STEP_MODES, which differ in all three; each process
     costs seconds.)"""
-    import common
+    import cli
     import train
     modes = ["plain", "real", "real_fp32"]
     out = run_bench(tmp_path, "--step", "--tiny", "--step_modes=" + ",".join(modes), f"--out_dir={tmp_path / 'res'}",
@@ -174,7 +174,7 @@ def test_bench_step_times_the_real_step_against_the_plain_loop_in_fresh_processe
         on_linux = sys.platform.startswith("linux")  # glibc's mallopt: elsewhere the setting is never made
         assert r["allocator_setting"] == (on_linux and r["mode"] not in ("plain", "real_no_setting")), r
         # bf16 autocast where this CPU computes bf16 (train.py's auto), else fp32; the plain loop is nanoGPT's fp32
-        assert r["dtype"] == ("float32" if r["mode"] in ("plain", "real_fp32") else common.autocast_for("cpu", "auto")[1])
+        assert r["dtype"] == ("float32" if r["mode"] in ("plain", "real_fp32") else cli.autocast_for("cpu", "auto")[1])
         assert r["loss_chunk"] == (0 if r["mode"] in ("plain", "real_plain_loss") else 4096), r
     plain = records[0]
     summary = {r["mode"]: r for r in data["summary"]}
@@ -193,7 +193,7 @@ def test_bench_step_takes_the_model_batch_dtype_and_loss_chunk_of_a_train_config
     import dataclasses
 
     import train
-    from common import configure
+    from cli import configure
     from model import GPT, GPTConfig
     # bench.py reads the file over train.py's defaults without importing train.py (a script): GPTConfig's, but for
     # the sizes, which it asks the file for, and loss_chunk, --step_loss_chunk's (4096, train.py's)
@@ -221,7 +221,7 @@ def test_bench_step_takes_the_model_batch_dtype_and_loss_chunk_of_a_train_config
 
 
 def test_keep_freed_memory_stops_the_page_faults_of_steps_that_free_large_blocks(tmp_path):
-    """common.keep_freed_memory, in a fresh process (it lasts the process): a step that makes three 64 MB tensors,
+    """cli.keep_freed_memory, in a fresh process (it lasts the process): a step that makes three 64 MB tensors,
     each from the last, and frees them page-faults all three in again at every step by default; with the setting,
     once the heap has settled, hardly ever. Settling takes a varying number of steps (the tensors' small bookkeeping
     allocations split the freed holes now and then, and the heap grows one block), so the test looks at the last 20
@@ -232,7 +232,7 @@ def test_keep_freed_memory_stops_the_page_faults_of_steps_that_free_large_blocks
     script.write_text(
         "import resource, sys, torch\n"
         f"sys.path.insert(0, {HERE!r})\n"
-        "from common import keep_freed_memory\n"
+        "from cli import keep_freed_memory\n"
         "print(keep_freed_memory() if sys.argv[1] == 'set' else False)\n"
         "def step():\n"
         "    a = torch.ones(16 << 20)  # 16M floats: 64 MB, above glibc's largest default heap block (32 MB)\n"

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 EXERCISES = os.path.join(REPO, "exercises")
 SOLUTIONS = os.path.join(EXERCISES, "solutions")
 sys.path.insert(0, EXERCISES)

@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-import analyze
-import report
+import lab.analyze as analyze
+import lab.report as report
 import train
-from common import load_checkpoint, save_checkpoint
+from runfolder import load_checkpoint, save_checkpoint
 from data.shards import val_batches
 from model import GPT, GPTConfig
 from probe import MEASURES
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 VOCAB = 50304
 
 
@@ -56,7 +56,7 @@ def make_run(run_dir, data_dir, uniform_attention=False, eval_iters=5, **kw):
 
 
 def keep_figures(monkeypatch, module):
-    """Every figure `module` writes with common.save_figure from now on, as (file name, figure), still written."""
+    """Every figure `module` writes with lab.report.save_figure from now on, as (file name, figure), still written."""
     figures, save = [], module.save_figure
 
     def keep(fig, path, **kw):
@@ -440,7 +440,7 @@ def mechanism_record(label, f_attn, max_act, ratio, top_channel):
 
 
 def test_mechanism_rows_name_the_sink_layer_and_the_massive_channels():
-    from common import markdown_table
+    from lab.report import markdown_table
     runs = [mechanism_record("base", [0.1, 0.8, 0.3], [5.0, 40.0, 300.0], [1.0, 0.02, 0.9], 447),
             mechanism_record("g1", [0.05, 0.04, float("nan")], [2.0, 9.0, 3.0], [1.1, 1.0, 0.9], 138),
             {"run": "old", "layers": {"first_token_attn": [0.5], "max_act": [3.0]}}]  # measured before the keys

@@ -28,7 +28,7 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 TUTORIAL = os.path.join(REPO, "TUTORIAL.md")
 NOTEBOOK = os.path.join(REPO, "tutorial.ipynb")
 RUN_LANGUAGES = ("python", "bash")  # every block in one of these runs (and is a notebook code cell); "text" blocks are output, shown only

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-import variants
+import lab.variants as variants
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 README = os.path.join(REPO, "README.md")
 FLAGS_PAGE = os.path.join(REPO, "docs", "flags.md")
 MY_PAGES = ("training", "kernels", "study", "evaluate", "flags")  # docs/<name>.md, each a script's manual

@@ -1,23 +1,14 @@
 """
-What the scripts (train.py, sample.py, analyze.py, evaluate.py, repro.py, bench.py) share, so that none imports
-another:
+The command line and the device, shared by every script (train.py, sample.py and the lab's): it imports no module
+of this project, so reading a command line never loads the model or Triton.
 
   fail, configure        the one command-line convention: config files and --key=value, checked against a
                          dataclass of keys (a bool key may be given as a bare --key, a list key as a,b,c);
                          --help lists the keys with their defaults, types and comments
-  pick_device, autocast  where and in which precision to run, device_name
-  the run folder         LOG, CHECKPOINT, BEST: the files train.py writes in out_dir, named once; claim_folder:
-                         one process at a time writes a folder; writable_folder: an out_dir checked before the work
-  results                write_text, write_json: a result file written atomically (the old one or the new one)
-  checkpoints            read_checkpoint, model_from_checkpoint, load_checkpoint, save_checkpoint
-  the training step      optimizer_step (train.py trains with it, bench.py --train times it); keep_freed_memory
-                         (the CPU allocator setting train.py runs under and bench.py --step measures)
-  runs and logs          dataset_dir, read_jsonl, code_version, finite_or_none, markdown_table
-  results                writable_folder (checked before the work), write_text and write_json (atomic: a kill or a
-                         full disk leaves the previous file); free_memory (what a run may use)
-  plots                  pyplot (matplotlib, or None with a note), save_figure (atomic too)
-  speed                  peak_flops, flops_per_token, estimate_mfu; COMPILE_MODES, SDPA_BACKENDS,
-                         sdpa_preference and sdpa_order (the choices train.py and bench.py share)
+  pick_device, autocast  where and in which precision to run; device_name, free_memory
+  speed settings         COMPILE_MODES, SDPA_BACKENDS, sdpa_preference and sdpa_order (train.py and the lab's bench
+                         share them), keep_freed_memory (the CPU allocator setting train.py runs under)
+  dataset_dir            where a dataset's shards are
 """
 
 import ast
@@ -26,84 +17,19 @@ import ctypes
 import dataclasses
 import difflib
 import inspect
-import json
-import math
 import os
-import pickle
 import platform
-import subprocess
 import sys
 import textwrap
 import tokenize
 import traceback
 import types
 import typing
-import warnings
 from contextlib import nullcontext
 
 import torch
 
-from data.shards import atomic_write
-from model import GPT, RUNTIME_FLAGS, GPTConfig
-
 REPO = os.path.dirname(os.path.abspath(__file__))
-# The files of a run's folder (train.py's out_dir)
-LOG = "log.jsonl"  # one JSON record per evaluation
-CHECKPOINT = "ckpt.pt"  # the latest state: what --init_from=resume continues
-BEST = "best.pt"  # the state with the lowest validation loss
-# What analyze.py and evaluate.py measured on a checkpoint, kept beside it, so that a run whose checkpoint is gone
-# (left on a GPU machine that was given back) can still take its place in a study: a run folder that holds these
-# and its log is a complete record of the run. Used only where the checkpoint itself is absent.
-MEASURED = "measured"  # analyze.py: measured.json (its record of the run) and measured.npz (the per-window arrays)
-EVALUATED = "evaluated.json"  # evaluate.py: its record of the run, with the settings it was measured under
-
-
-def claim_folder(folder):
-    """Make this process the one owner of `folder` (created if need be) until it exits: an exclusive lock on
-    folder/.lock, which the operating system releases when the process ends, however it ends, so a crash cannot
-    leave it held. If another process holds it, stop with one line naming that process. Keep the returned file
-    open for as long as the claim should last (on a system without fcntl, Windows, it claims nothing)."""
-    os.makedirs(folder, exist_ok=True)
-    lock = open(os.path.join(folder, ".lock"), "a+")
-    try:
-        import fcntl
-    except ImportError:
-        return lock
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        holder = lock.read().strip() or "a process that has not yet said which"
-        lock.close()
-        fail(f"{folder} is in use by another process ({holder}): wait for it to end, or choose another folder")
-    lock.seek(0)
-    lock.truncate()
-    lock.write(f"pid {os.getpid()}: {' '.join([os.path.basename(sys.executable)] + sys.argv)}\n")
-    lock.flush()
-    return lock
-
-
-def writable_folder(folder, key="--out_dir"):
-    """Make `folder` (and its parents) and check this process can write in it, before any work whose results go
-    there: a path that is a file, lies under a file or is not writable stops with one line, not after the work."""
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:  # FileExistsError (a file), NotADirectoryError (under a file), PermissionError
-        fail(f"{key}={folder} cannot be made: {e.strerror or e} (choose another folder)")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        fail(f"{key}={folder} is not writable by this user: choose another folder, or make it writable")
-
-
-def write_text(path, text):
-    """Write a result file atomically (data.shards.atomic_write): a full disk or a kill leaves the previous file
-    whole, never a part of the new one."""
-    data = text.encode("utf-8")
-    atomic_write(path, lambda f: f.write(data))
-
-
-def write_json(path, value):
-    """`value` as JSON (indented, for people to read), written atomically as write_text writes."""
-    write_text(path, json.dumps(value, indent=1))
 
 
 def fail(message):
@@ -359,14 +285,6 @@ def device_name(device):
         f"CPU ({platform.processor() or platform.machine()})"
 
 
-def places_text(places):
-    """Where results were measured, {"<device>, <date>": number of runs}, in words: the one place, or each with its
-    runs (runs measured in an earlier session keep the place they were measured in)."""
-    if len(places) == 1:
-        return next(iter(places))
-    return "; ".join(f"{p} ({n} run{'s' * (n > 1)})" for p, n in places.items())
-
-
 def cpu_computes_bf16():
     """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16, as on AMD Zen 4 and later, or Intel's
     AMX): there a bf16 matmul runs about twice as fast as an fp32 one; elsewhere bf16 is emulated, and slower."""
@@ -432,92 +350,6 @@ def sdpa_preference(name):
                            "set_priority; upgrade PyTorch or use sdpa_backend='default'") from None
 
 
-# -----------------------------------------------------------------------------
-# Checkpoints
-
-def save_checkpoint(checkpoint, path):
-    """Atomic: a crash or kill while saving leaves the previous file whole (data.shards.atomic_write)."""
-    atomic_write(path, lambda f: torch.save(checkpoint, f))
-
-
-def read_checkpoint(path):
-    """A checkpoint file as a dict. A missing file raises FileNotFoundError, an unreadable one ValueError,
-    each with a message for the user."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint at {path}: train one first (python train.py --out_dir=...)")
-    try:
-        with warnings.catch_warnings():  # torch's notes on a foreign pickle's protocol: the message below says it
-            warnings.simplefilter("ignore")
-            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a truncated zip, a file that is not a checkpoint, an unpicklable object, ...
-        with open(path, "rb") as f:
-            archive = f.read(4) == b"PK\x03\x04"  # torch.save writes a zip archive
-        if not archive or isinstance(e, pickle.UnpicklingError):
-            # never torch's advice to load it with weights_only=False: that runs whatever code the file holds
-            what = "holds Python objects other than tensors and plain values" if archive or \
-                isinstance(e, pickle.UnpicklingError) else "is not a file torch.save wrote"
-            raise ValueError(f"{path} is not a checkpoint of this project: it {what}. The scripts read the ckpt.pt "
-                             f"or {BEST} that train.py writes in a run's out_dir (python train.py --out_dir=...)") from None
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"{path} is not a readable checkpoint ({reason[:200]}): it is truncated, corrupt or not "
-                         f"from train.py. Its folder's {BEST} (the best earlier state) may still be whole.") from None
-    if not isinstance(checkpoint, dict) or not {"model", "model_args"} <= checkpoint.keys():
-        raise ValueError(f"{path} is not a train.py checkpoint (no model weights and model_args in it)")
-    return checkpoint
-
-
-def model_from_checkpoint(checkpoint, path, device="cpu", **runtime):
-    """The GPT a checkpoint holds, in eval mode on device; runtime: flags of model.RUNTIME_FLAGS to run it with
-    instead of its own (e.g. attn_backend='torch'). loss_chunk is 0 unless given, so that model(x, y) returns the
-    logits with the loss whatever the run trained with."""
-    unknown = set(runtime) - set(RUNTIME_FLAGS)
-    if unknown:
-        raise TypeError(f"model_from_checkpoint: {sorted(unknown)} are part of the model; runtime flags: {RUNTIME_FLAGS}")
-    args = dict(checkpoint["model_args"], **{"loss_chunk": 0, **runtime})
-    try:
-        model = GPT(GPTConfig(**args))
-        # a model saved from torch.compile's wrapper has its keys prefixed with _orig_mod.
-        model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in checkpoint["model"].items()})
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise ValueError(f"{path} does not match this model.py's GPT ({str(e).splitlines()[0]})") from None
-    return model.to(device).eval()
-
-
-def load_checkpoint(path, device="cpu"):
-    """The one place a checkpoint file becomes a model: returns (GPT in eval mode on device, checkpoint dict).
-    Raises FileNotFoundError or ValueError with a message for the user."""
-    checkpoint = read_checkpoint(path)
-    return model_from_checkpoint(checkpoint, path, device), checkpoint
-
-
-# -----------------------------------------------------------------------------
-# The training step
-
-def optimizer_step(optimizer, scaler, params, grad_clip, loss):
-    """Finish one optimizer step whose gradients are in place: unscale (fp16), clip, step, zero the gradients.
-    A step whose loss or gradient norm is not finite is skipped, and the skip is decided on the device: fused
-    AdamW (CUDA, CPU) takes a `found_inf` flag, the protocol torch's GradScaler uses, and leaves the weights, its
-    moments and its step count as they were. So this never waits for the GPU, and the host can queue the next
-    step while this one runs. Returns (loss, gradient norm, taken) as one float tensor on the device, for
-    train.py's check_health to read later. train.py trains with this step and bench.py --train times it."""
-    scaler.unscale_(optimizer)  # fp16 only: the gradients as they really are, before clipping
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf)
-    taken = torch.isfinite(loss) & torch.isfinite(grad_norm)
-    if all(group.get("fused") for group in optimizer.param_groups):
-        # read by AdamW.step as GradScaler sets it (torch/amp/grad_scaler.py, _maybe_opt_step): 1 = skip the step
-        optimizer.found_inf = (~taken).float()
-        try:
-            optimizer.step()
-        finally:
-            del optimizer.found_inf
-    elif taken.item():  # the plain loop (MPS) can only be told from the host: one synchronisation a step
-        optimizer.step()
-    if scaler.is_enabled():
-        scaler.update()  # lowers the loss scale after an fp16 overflow (the check unscale_ made), raises it after a run
-    optimizer.zero_grad(set_to_none=True)
-    return torch.stack([loss.float(), grad_norm.float(), taken.float()])
-
-
 def keep_freed_memory(device_type="cpu"):
     """On a CPU under Linux, make glibc's malloc keep the memory a training step frees, for the next step to reuse.
     By default every block above a few MB is a fresh mapping, handed back to the system when freed, and the freed
@@ -537,112 +369,7 @@ def keep_freed_memory(device_type="cpu"):
 
 
 # -----------------------------------------------------------------------------
-# Runs and logs
 
 def dataset_dir(dataset, data_dir=""):
     """Where a dataset's shards are: data_dir if given, else data/<dataset> in this repo."""
     return data_dir or os.path.join(REPO, "data", dataset)
-
-
-def read_jsonl(path):
-    """The records of a JSON-lines file such as log.jsonl ([] if there is none); a line that a crash cut short
-    is skipped with a note."""
-    if not os.path.isfile(path):
-        return []
-    records, bad = [], 0
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                bad += 1
-    if bad:
-        print(f"note: skipped {bad} unreadable line(s) of {path} (cut short by a crash?)")
-    return records
-
-
-def code_version():
-    """Which code made a result: the git commit and whether tracked files differed from it (None outside git)."""
-    def git(*args):
-        try:
-            out = subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
-
-
-def markdown_table(header, rows):
-    """A markdown table's lines: the header, the rule, one line a row (None written as –)."""
-    return ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"] + \
-        ["| " + " | ".join("–" if c is None else str(c) for c in row) + " |" for row in rows]
-
-
-def pyplot():
-    """matplotlib.pyplot drawing into files (the Agg backend), or None, after a note, where matplotlib is missing
-    (pip install -r requirements.txt brings it): the scripts then write their numbers and skip the plots."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("note: matplotlib is not installed, so no plots (pip install matplotlib); the numbers are written")
-        return None
-    return plt
-
-
-def save_figure(fig, path, dpi=120):
-    """Write a figure to path, atomically (data.shards.atomic_write), and free it; returns the file's name."""
-    import matplotlib.pyplot as plt
-    kind = os.path.splitext(path)[1][1:] or "png"  # a file object has no name to tell the format by
-    try:
-        atomic_write(path, lambda f: fig.savefig(f, dpi=dpi, format=kind))
-    finally:
-        plt.close(fig)
-    return os.path.basename(path)
-
-
-def finite_or_none(x):
-    """JSON has no NaN or infinity: write them as null."""
-    return x if x is None or math.isfinite(x) else None
-
-
-# -----------------------------------------------------------------------------
-# Speed: model FLOPs utilisation
-
-# Dense bf16 tensor-core peak FLOP/s by device name (no sparsity). Matched by substring, first hit wins.
-PEAK_FLOPS = [
-    ("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H800", 989e12), ("GH200", 989e12),
-    ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12),
-    ("A10G", 70e12), ("A10", 125e12), ("RTX 4090", 165e12), ("RTX 3090", 71e12), ("V100", 125e12), ("T4", 65e12),
-]
-
-
-def peak_flops(device=None):
-    """Peak bf16 FLOP/s of a CUDA device, or None if unknown (CPU, MPS, an unlisted GPU)."""
-    if not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((flops for key, flops in PEAK_FLOPS if key in name), None)
-
-
-def flops_per_token(model, seq_len=None):
-    """Training FLOPs per token (forward + backward = 3x forward): 6 per weight of the matmuls, plus
-    causal attention, which scores T/2 keys per query on average: 3 * 2 * 2 * L * H * D * T/2."""
-    cfg, T = model.config, seq_len or model.config.block_size
-    # num_params() counts the tied embedding once, which is the lm_head matmul's share
-    return 6 * model.num_params() + 6 * cfg.n_layer * cfg.n_head * cfg.head_dim * T
-
-
-def estimate_mfu(model, fwdbwd_per_iter, dt, seq_len=None, device=None, peak=None):
-    """Model FLOPs utilisation: achieved FLOP/s over the device's peak bf16 rate. fwdbwd_per_iter
-    sequences of seq_len tokens took dt seconds. Returns None when the peak is unknown (e.g. CPU)."""
-    peak = peak or peak_flops(device)
-    if peak is None:
-        return None
-    T = seq_len or model.config.block_size
-    return flops_per_token(model, T) * T * fwdbwd_per_iter / dt / peak

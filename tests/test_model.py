@@ -6,11 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import common
-from model import (GPT, DyT, GatedNorm, GPTConfig, PreAffine, RMSNorm, apply_rope, chunked_loss, gate_activation, make_norm,
-                   rope_tables, window_mask)
+import probe
+import train
+from model import (DyT, GPT, GPTConfig, GatedNorm, PreAffine, RMSNorm, apply_rope, chunked_loss, gate_activation,
+    make_norm, rope_tables, window_mask)
 from probe import Probe, attention_maps
-from variants import TEST_VARIANTS
+from lab.variants import TEST_VARIANTS
 
 # Small but not degenerate: 4 query heads sharing 2 KV heads (GQA), head_dim 8.
 C, H, HKV, D, VOCAB = 32, 4, 2, 8, 97
@@ -672,7 +673,7 @@ def test_configure_optimizers_decays_only_matrices():
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
     assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == model.num_params()
-    assert opt.defaults["fused"]  # CPU and CUDA have the fused kernel, which common.optimizer_step relies on
+    assert opt.defaults["fused"]  # CPU and CUDA have the fused kernel, which train.optimizer_step relies on
     # elsewhere (MPS, whose fused AdamW ignores found_inf; here the meta device stands in for it): the plain loop
     assert not GPT(GPTConfig(**BASE)).to("meta").configure_optimizers(0.1, 1e-3).defaults["fused"]
     ids = {id(p) for p in no_decay["params"]}
@@ -683,16 +684,16 @@ def test_configure_optimizers_decays_only_matrices():
 def test_flops_and_mfu(monkeypatch):
     model = GPT(GPTConfig(**BASE))
     N, T = model.num_params(), 24
-    assert common.flops_per_token(model, T) == 6 * N + 6 * 2 * H * D * T
+    assert probe.flops_per_token(model, T) == 6 * N + 6 * 2 * H * D * T
     # 10 sequences of T tokens in 0.5 s against a 1e9 FLOP/s peak
-    assert common.estimate_mfu(model, 10, 0.5, peak=1e9) == pytest.approx(common.flops_per_token(model, T) * T * 10 / 0.5 / 1e9)
+    assert probe.estimate_mfu(model, 10, 0.5, peak=1e9) == pytest.approx(probe.flops_per_token(model, T) * T * 10 / 0.5 / 1e9)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert common.estimate_mfu(model, 10, 0.5) is None  # unknown peak on CPU: no made-up number
+    assert probe.estimate_mfu(model, 10, 0.5) is None  # unknown peak on CPU: no made-up number
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for name, peak in [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
                        ("NVIDIA A100-SXM4-80GB", 312e12), ("Some Future GPU", None)]:
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, n=name: n)
-        assert common.peak_flops() == peak
+        assert probe.peak_flops() == peak
 
 
 # ----------------------------------------------------------------------------

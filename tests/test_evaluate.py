@@ -12,11 +12,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import evaluate
-import report
+import lab.evaluate as evaluate
+import lab.report as report
 from model import GPT
-from test_analyze import (assert_every_plot_is_labelled, disk_full, files_of, keep_figures, make_run,
-                          unwritable_out_dir)
+from test_analyze import assert_every_plot_is_labelled, disk_full, files_of, keep_figures, make_run, unwritable_out_dir
 
 VOCAB = 50304
 

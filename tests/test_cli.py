@@ -1,5 +1,5 @@
 """
-The command line every script shares (common.configure): --help lists every key with its default, type and meaning;
+The command line every script shares (cli.configure): --help lists every key with its default, type and meaning;
 list keys are written a,b,c; a bad key or value stops with one line that says what to do.
 """
 
@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from common import configure, usage
+from cli import configure, usage
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 # each script and the dataclass of its keys
 SCRIPTS = {"train.py": "TrainConfig", "sample.py": "SampleConfig", "analyze.py": "AnalyzeConfig",
            "evaluate.py": "EvaluateConfig", "repro.py": "Keys", "bench.py": "Keys"}

@@ -15,8 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import analyze
-import evaluate
+import lab.analyze as analyze
+import lab.evaluate as evaluate
 import pretrained
 import sample
 from data.shards import get_tokenizer
@@ -25,7 +25,7 @@ from probe import Probe
 transformers = pytest.importorskip("transformers")  # requirements-test.txt pins it; users need it for no script
 from safetensors.torch import save_file  # noqa: E402 (transformers brings safetensors)
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 VOCAB = 300  # tiny, but room for a byte-level BPE's 256 bytes and its merges (tiny_tokenizer)
 QWEN3 = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, rope_theta=1000.0, rms_norm_eps=1e-6, max_position_embeddings=64)
@@ -462,7 +462,7 @@ def test_analyze_and_sample_refuse_bad_requests_in_one_line(tmp_path, capsys):
                         ([f"--pretrained={tmp_path}", "--text=nope.txt"], "--text=nope.txt: no such file"),
                         ([f"--pretrained={tmp_path}", "--labels=a,b"], "2 names for 1"),
                         (["--pretrained=gtp2"], "unknown checkpoint 'gtp2'")]:
-        with pytest.raises(SystemExit) as e:  # common.fail: one line, no traceback
+        with pytest.raises(SystemExit) as e:  # cli.fail: one line, no traceback
             analyze.main(args)
         assert str(e.value).startswith("error: ") and words in str(e.value), (args, str(e.value))
     capsys.readouterr()

@@ -18,11 +18,11 @@ import time
 
 import pytest
 
-from common import sdpa_order
+from cli import sdpa_order
 from test_bench import check_bench_kernels_tiny, check_bench_train_tiny
 from test_train import folder_state
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 
 
 def script(name, *args, work, env=None, wait=True):

@@ -17,17 +17,17 @@ import time
 import numpy as np
 import pytest
 
-import report
-import repro
-import variants
-from common import load_checkpoint
+import lab.report as report
+import lab.repro as repro
+import lab.variants as variants
+from runfolder import load_checkpoint
 from model import VALID, GPTConfig
 from probe import MEASURE, MEASURES
-from stats import RULE
+from lab.stats import RULE
 from test_analyze import assert_every_plot_is_labelled, keep_figures
-from variants import MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
+from lab.variants import MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 
 
 def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
@@ -670,7 +670,7 @@ def test_repro_rejects_unknown_variant():
     assert result.stderr.strip().count("\n") == 0 and result.stdout == ""  # one line, before anything ran
 
 
-HOLD = "import sys, time; from common import claim_folder; lock = claim_folder(sys.argv[1]); print('held', flush=True); time.sleep(60)"
+HOLD = "import sys, time; from runfolder import claim_folder; lock = claim_folder(sys.argv[1]); print('held', flush=True); time.sleep(60)"
 
 
 @pytest.mark.parametrize("step", ["train", "evaluate", "report"])
