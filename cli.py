@@ -313,13 +313,13 @@ def autocast_for(device, dtype):
 
 # torch.compile's modes (its `mode=`): 'reduce-overhead' replays the compiled forward and backward as CUDA graphs,
 # so the CPU no longer launches each kernel; 'max-autotune' also benchmarks matmul and Triton configurations while
-# compiling, and '-no-cudagraphs' does that without the graphs. train.py and bench.py take one as compile_mode.
+# compiling, and '-no-cudagraphs' does that without the graphs. train.py and lab/bench.py take one as compile_mode.
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 # Which kernel F.scaled_dot_product_attention (the 'torch' attention path) tries first. PyTorch's own order puts
 # FlashAttention-2 first; on Hopper GPUs cuDNN's attention kernels are reported faster for training shapes. 'cudnn'
 # and 'flash' put that kernel first and keep every other behind it, so inputs it cannot take fall back as before.
-# It changes which kernel computes, not what. train.py and bench.py take one as sdpa_backend.
+# It changes which kernel computes, not what. train.py and lab/bench.py take one as sdpa_backend.
 SDPA_BACKENDS = ("default", "cudnn", "flash")
 
 
@@ -354,7 +354,7 @@ def keep_freed_memory(device_type="cpu"):
     """On a CPU under Linux, make glibc's malloc keep the memory a training step frees, for the next step to reuse.
     By default every block above a few MB is a fresh mapping, handed back to the system when freed, and the freed
     top of the heap is handed back too; a step that frees 1-3 GB then page-faults all of it in again on the next
-    step. On a 2-core machine that was 30-40% of a step's time, spent in the kernel (bench.py --step measures it).
+    step. On a 2-core machine that was 30-40% of a step's time, spent in the kernel (lab/bench.py --step measures it).
     Set once per process, before the first step: every block up to 1 GiB from the heap (M_MMAP_THRESHOLD), and the
     heap never trimmed (M_TRIM_THRESHOLD -1). Returns whether it was set: not off a CPU, off Linux, or where the C
     library is not glibc (musl has no mallopt)."""
@@ -373,3 +373,25 @@ def keep_freed_memory(device_type="cpu"):
 def dataset_dir(dataset, data_dir=""):
     """Where a dataset's shards are: data_dir if given, else data/<dataset> in this repo."""
     return data_dir or os.path.join(REPO, "data", dataset)
+
+
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what train.py reads of what torchrun sets
+
+
+def processes():
+    """(ddp, rank, local_rank, world_size): one process, or one per GPU under torchrun, which sets all of
+    TORCHRUN_VARS. Some of them without the others is a stray variable or a broken launcher, never a run that
+    could work: refuse it rather than guess whether the user meant one process or many."""
+    found = [k for k in TORCHRUN_VARS if k in os.environ]
+    if not found:
+        return False, 0, 0, 1
+    missing = [k for k in TORCHRUN_VARS if k not in os.environ]
+    if missing:
+        fail(f"the environment sets {', '.join(f'{k}={os.environ[k]}' for k in found)} but not {', '.join(missing)}: "
+             f"torchrun sets all of {', '.join(TORCHRUN_VARS)}. For one process unset {' '.join(found)} "
+             "(e.g. env -u RANK python train.py ...); for several, launch with torchrun")
+    try:
+        rank, local_rank, world_size = (int(os.environ[k]) for k in TORCHRUN_VARS)
+    except ValueError:
+        fail(f"{', '.join(f'{k}={os.environ[k]!r}' for k in TORCHRUN_VARS)} must be whole numbers (torchrun sets them)")
+    return True, rank, local_rank, world_size

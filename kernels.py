@@ -5,11 +5,12 @@ Attention with the GA paper's sigmoid output gate: y = sigmoid(gate) * softmax(q
   'torch'  -- PyTorch SDPA, then the gate as a separate elementwise op (runs anywhere)
   'triton' -- a fused flash-attention kernel with the gate in its epilogue (CUDA, or CPU with TRITON_INTERPRET=1)
   'auto'   -- torch, for now: Triton for CUDA tensors it supports once FUSED_BY_DEFAULT is True (see there)
+At the end, `chunked_loss`: model.py's training loss (GPTConfig.loss_chunk) a chunk of logits at a time.
 
 The Triton path is FlashAttention-2 laid out like Triton's tutorial "Fused Attention"
 (python/tutorials/06-fused-attention.py), plus the gate. The paper adds 42 lines to a flash-attention
 kernel (counting its launch code, buffers, input checks and the torch path): each ends in `# [gate]`, and
-deleting them all leaves a working ungated kernel (test_kernels.py checks the count and that). Not marked:
+deleting them all leaves a working ungated kernel (tests/test_kernels.py checks the count and that). Not marked:
 the `gate` argument that Python functions take and pass on (None for plain attention), its gradient's slot
 in the autograd Function, and comments or docstrings that mention the gate.
 
@@ -47,6 +48,7 @@ What it does that the tutorial does not, and why (the gate in the epilogue, a ba
 in place, two ways to get dQ, any strides and any T, custom ops for torch.compile): docs/kernels.md.
 """
 
+import math
 import os
 import time
 from typing import List, Optional, Tuple
@@ -64,9 +66,9 @@ except ImportError:  # the torch backend works without Triton; backend='triton' 
 
 BACKENDS = ("auto", "torch", "triton")
 # The one policy for the fused kernel, for training and published models alike: backend='auto' (every model's
-# default) runs it only if this is True. It is False until the kernel's GPU test tier (bash gpu/kernels.sh) passes on
-# an H100: so far it has not, and a result should not depend on a kernel whose tests fail. Until then the fused kernel
-# runs where it is asked for by name (attn_backend='triton'), and 'auto' means PyTorch's SDPA.
+# default) runs it only if this is True. It is False until the kernel's GPU test tier (bash lab/gpu/kernels.sh) passes
+# on an H100: so far it has not, and a result should not depend on a kernel whose tests fail. Until then the fused
+# kernel runs where it is asked for by name (attn_backend='triton'), and 'auto' means PyTorch's SDPA.
 FUSED_BY_DEFAULT = False
 BACKWARDS = ("recompute", "atomic")  # how the Triton backward gets dQ: see choose_backward
 LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E): the kernels work in base 2
@@ -214,7 +216,7 @@ if HAS_TRITON:
 
     # The launch configs, (BLOCK_M, BLOCK_N, num_warps, num_stages) rows: the rows each kernel autotunes over
     # on a GPU, and the one row the interpreter runs (its speed says nothing about a GPU's, so it does not
-    # tune). Untested guesses for H100/H200 (see bench.py --kernels); the first, small row of each list fits
+    # tune). Untested guesses for H100/H200 (see python -m lab.bench --kernels); the first, small row of each list fits
     # in shared memory even for fp32 at D=128 (the autotuner skips rows that do not fit). Forward and dQ need
     # BLOCK_N | BLOCK_M (the diagonal stage is whole key blocks), dK/dV needs BLOCK_M | BLOCK_N.
     _FWD_ROWS = [(64, 32, 4, 2), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)]
@@ -335,7 +337,7 @@ if HAS_TRITON:
         dO = dY * s, delta = rowsum(dO * O) = rowsum(dY * Y), dGate = dY * O * s(1 - s) = dY * Y * (1 - s).
         In fp16/bf16 the two sides of dP - delta carry different roundings (dO's here, Y's in the forward), so where
         they should cancel exactly (T = 1: P = 1, dQ = dK = 0) dS is rounding noise, |dS| <= eps * rowsum(|dY * Y|);
-        only O itself (more memory) would remove it. test_kernels.one_token_bounds holds the kernel to that."""
+        only O itself (more memory) would remove it. tests/test_kernels.one_token_bounds holds the kernel to that."""
         bh = tl.program_id(1)
         b, h = (bh // H).to(tl.int64), bh % H
         offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -527,7 +529,7 @@ def choose_backward(mode):
     """How the Triton backward gets dQ from now on (see the module docstring): 'recompute', a kernel of its own
     that recomputes P and dP (the default; dQ the same on every run), or 'atomic', added to an fp32 sum in the
     dK/dV pass (FlashAttention-2's way: 5 block matmuls instead of 7, dQ varies in its last bits on a GPU).
-    The environment variable GATED_ATTENTION_BACKWARD sets it at import; bench.py --kernels times both."""
+    The environment variable GATED_ATTENTION_BACKWARD sets it at import; python -m lab.bench --kernels times both."""
     global BACKWARD
     if mode not in BACKWARDS:
         raise ValueError(f"backward {mode!r} (kernels.choose_backward, or the environment variable "
@@ -641,3 +643,73 @@ class _FlashGatedAttention(torch.autograd.Function):
         q, k, v, gate, y, lse2 = ctx.saved_tensors
         grads = _backward_op(dy, q, k, v, gate, y, lse2, ctx.causal, ctx.scale)
         return *grads[:3], grads[3] if gate is not None else None, None, None
+
+
+# ----------------------------------------------------------------------------
+# The training loss a chunk of rows at a time (GPTConfig.loss_chunk). With GPT-2's vocabulary the logits are the
+# largest tensor of a training step: GPT-2 small at B=16, T=1024 has 16k rows of 50304, 1.6 GB in bf16, twice that
+# as the fp32 the loss is computed in, and their gradient on top. Chunks keep a chunk's worth or two.
+
+class ChunkedCrossEntropy(torch.autograd.Function):
+    """The mean cross-entropy of the logits x @ w^T (x: N rows of C, w: the V x C output matrix) against targets
+    (N token ids; -1: not counted, as F.cross_entropy's ignore_index=-1; no target counted: NaN, as there),
+    `chunk` rows at a time, for training. Training needs the loss's gradient, and a chunk's is known as soon as its
+    logits are: d loss / d logits = (softmax - one_hot) / n. So the forward pass computes dx and dw chunk by chunk
+    too, and the backward pass only scales them: the same three matmuls as the plain path, one chunk of logits held
+    at a time. The cost: the forward pass does the backward's matmuls even when nothing calls backward, so
+    chunked_loss uses this only where autograd will want them."""
+
+    @staticmethod
+    def forward(ctx, x, w, targets, chunk):
+        valid = targets != -1
+        n = valid.sum()  # a tensor: the mean's count costs no wait for the GPU
+        fp = torch.promote_types(x.dtype, torch.float32)  # the loss and the sums in fp32 (fp64 for fp64 inputs)
+        total = torch.zeros((), dtype=fp, device=x.device)
+        dx = torch.empty_like(x, dtype=fp)  # every row is written, chunk by chunk
+        dw = torch.zeros_like(w, dtype=fp)
+        # all three matmuls in autocast's dtype where it is on (bf16/fp16, as lm_head's forward and backward would
+        # run), else in the inputs'; w cast once, not once a chunk
+        mm_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        w_mm = w.to(mm_dtype)
+        for i in range(0, x.size(0), chunk):
+            xc, tc, vc = x[i:i + chunk], targets[i:i + chunk].clamp_min(0)[:, None], valid[i:i + chunk, None]
+            xc = xc.to(mm_dtype)  # for the logits' matmul and dw's
+            logits = F.linear(xc, w_mm).to(fp)
+            # Every pass over a chunk of logits below is in place, in their own memory: torch.logsumexp, or a
+            # separate gradient, would make more chunks of temporaries, and on a CPU making and freeing them cost
+            # more than the arithmetic. The log-sum-exp by hand: top + log(sum(exp(logit - top)))
+            top = logits.amax(dim=-1, keepdim=True)
+            picked = logits.gather(1, tc)
+            sums = logits.sub_(top).exp_().sum(dim=-1, keepdim=True)  # logits now hold exp(logit - top)
+            total = total + torch.where(vc, sums.log() + top - picked, 0).sum()  # where: an ignored row stays out
+            # softmax - one_hot: exp(logit - top) / sums, minus 1 at the target; an ignored row's sum is made
+            # infinite and its -1 a 0, so that its gradient is 0 without another pass over the chunk
+            g = logits.div_(sums.masked_fill(~vc, math.inf)).scatter_add_(1, tc, -vc.to(fp))
+            g = g.to(mm_dtype)  # divided by n only after the matmuls: fp16 would flush g / n to 0
+            if g.dtype == dx.dtype:  # fp32 (or fp64): the matmuls write straight into dx and add into dw
+                torch.mm(g, w_mm, out=dx[i:i + chunk])
+                dw.addmm_(g.t(), xc)
+            else:  # bf16/fp16 matmuls, their results kept in fp32
+                dx[i:i + chunk] = g @ w_mm
+                dw += g.t() @ xc
+            del logits, g, top, picked, sums  # before the next chunk's are made: two chunks never live at once
+        ctx.save_for_backward(dx.div_(n), dw.div_(n))
+        ctx.dtypes = x.dtype, w.dtype
+        return total / n
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable  # its backward scales stored gradients: no second derivative
+    def backward(ctx, dloss):  # dloss: the scale the caller put on the loss (gradient accumulation, fp16 scaling)
+        dx, dw = ctx.saved_tensors
+        return (dx * dloss).to(ctx.dtypes[0]), (dw * dloss).to(ctx.dtypes[1]), None, None
+
+
+def chunked_loss(x, w, targets, chunk):
+    """F.cross_entropy(x @ w^T, targets, ignore_index=-1), `chunk` rows of logits at a time: ChunkedCrossEntropy
+    where gradients will be wanted, else F.cross_entropy on each chunk's logits (one matmul a chunk)."""
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        return ChunkedCrossEntropy.apply(x, w, targets, chunk)
+    fp = torch.promote_types(x.dtype, torch.float32)
+    total = sum(F.cross_entropy(F.linear(x[i:i + chunk], w).to(fp), targets[i:i + chunk], ignore_index=-1,
+                                reduction="sum") for i in range(0, x.size(0), chunk))
+    return total / (targets != -1).sum()

@@ -1,13 +1,11 @@
 """
 A compact GPT with a flag for every gate variant and norm type of two Qwen papers:
+  GA: Gated Attention for Large Language Models: Non-linearity, Sparsity, and Attention-Sink-Free (arXiv 2505.06708)
+  GN: A Unified View of Attention and Residual Sinks: Outlier-Driven Rescaling is Essential for Transformer Training
+      (arXiv 2601.22966)
 
-  GA: Gated Attention for Large Language Models: Non-linearity, Sparsity, and
-      Attention-Sink-Free (arXiv 2505.06708)
-  GN: A Unified View of Attention and Residual Sinks: Outlier-Driven Rescaling is
-      Essential for Transformer Training (arXiv 2601.22966)
-
-Read top to bottom: config -> norms -> gate -> attention -> MLP -> block -> chunked loss -> GPT -> config checks.
-The paper's G1 gate, Y' = Y * sigmoid(X W_theta), in six stops:
+Read top to bottom: config -> gate -> norms -> RoPE -> attention -> MLP -> block -> GPT -> config checks (how the
+attention and the loss are computed fast is kernels.py's part). The paper's G1 gate, Y' = Y * sigmoid(X W_theta):
   1. the gate_* fields of GPTConfig say where and how (gate="g1": on each head's SDPA output);
   2. CausalSelfAttention.__init__: W_theta is no module of its own but the last rows of c_attn, the matmul that
      computes Q, K and V from X (the block's input after the pre-attention norm); qkvg_sizes says how many;
@@ -28,10 +26,8 @@ import torch.nn.functional as F
 import kernels
 
 # ----------------------------------------------------------------------------
-# Config. The valid values of each flag are in VALID (bottom of the file); variants.py says what each flag does,
-# in the papers' terms, and which paper row it reproduces (docs/flags.md shows that as a table).
-
-
+# Config. Each flag's valid values are in VALID (bottom of the file); lab/variants.py says what each flag does, in
+# the papers' terms, and which paper row it reproduces (docs/flags.md shows that as a table).
 @dataclass
 class GPTConfig:
     block_size: int = 1024  # the context length in tokens
@@ -66,13 +62,12 @@ class GPTConfig:
     attn_keep_first: int = 0  # with attn_window: the first positions every query sees too (StreamingLLM's sinks)
     tie_embeddings: bool = True  # lm_head shares wte's weight matrix (GPT-2, nanoGPT); False: each its own
     attn_backend: str = "auto"  # auto (PyTorch's attention; kernels.FUSED_BY_DEFAULT), torch, triton (the fused kernel)
-    loss_chunk: int = 0  # the training loss over this many rows of logits at a time (0: all at once); see chunked_loss
+    loss_chunk: int = 0  # the training loss this many rows of logits at a time (0: all at once); kernels.chunked_loss
 
     def __post_init__(self):
         if self.n_kv_head is None:
             self.n_kv_head = self.n_head
-        # the usual split of the width among the heads; when it does not divide evenly head_dim stays None and
-        # check_config says so
+        # the usual split of the width among the heads; left None, for check_config to say so, if it is not even
         if self.head_dim is None and all(isinstance(n, int) and n > 0 for n in (self.n_embd, self.n_head)) \
                 and self.n_embd % self.n_head == 0:
             self.head_dim = self.n_embd // self.n_head
@@ -81,27 +76,22 @@ class GPTConfig:
     def gate_shape(self):
         """Gate scores per token at this gate position: (groups, width), e.g. G1 elementwise -> (n_head, head_dim).
         A score broadcasts over a head's channels when width == 1 (headwise), over the heads when groups == 1."""
-        heads = {"g1": self.n_head, "g2": self.n_kv_head, "g3": self.n_kv_head, "g4": self.n_head}
         if self.gate == "none":
             return None
         if self.gate == "g5":
             return (1, self.n_embd)
-        groups = 1 if self.gate_shared else heads[self.gate]
-        width = 1 if self.gate_granularity == "headwise" else self.head_dim
-        return (groups, width)
+        heads = self.n_head if self.gate in ("g1", "g4") else self.n_kv_head  # G2, G3 gate values, keys: KV heads
+        return (1 if self.gate_shared else heads, 1 if self.gate_granularity == "headwise" else self.head_dim)
 
     def gate_logits_width(self):
         """How many of c_attn's outputs are gate logits: one per score when the gate reads its input, else 0."""
         if self.gate == "none" or self.gate_input == "none":
             return 0
-        groups, width = self.gate_shape()
-        return groups * width
+        return math.prod(self.gate_shape())
 
     def gate_params_per_layer(self):
-        if self.gate == "none":
-            return 0
-        if self.gate_input == "none":
-            return math.prod(self.gate_shape())
+        if self.gate != "none" and self.gate_input == "none":
+            return math.prod(self.gate_shape())  # the learned logits themselves
         return self.gate_logits_width() * (self.n_embd + self.bias)  # W_theta's rows of c_attn (and their biases)
 
     @property
@@ -111,8 +101,7 @@ class GPTConfig:
         glu = self.mlp in ("swiglu", "glu")
         hidden = self.mlp_hidden or (64 * math.ceil(8 * self.n_embd / 3 / 64) if glu else 4 * self.n_embd)
         if self.match_params and self.gate != "none":
-            # GA keeps total parameters equal by shrinking the FFN: each hidden unit costs
-            # (3 if GLU else 2) * n_embd weights (+2 or +1 biases)
+            # GA keeps the parameter count by shrinking the FFN: a hidden unit has (3 if GLU else 2) * n_embd weights
             per_unit = (3 if glu else 2) * self.n_embd + ((2 if glu else 1) if self.bias else 0)
             shrink = round(self.gate_params_per_layer() / per_unit)
             if shrink >= hidden:
@@ -124,8 +113,43 @@ class GPTConfig:
 
 
 # ----------------------------------------------------------------------------
-# Norms (GN §2 and GA §4.3). `make_norm` is the one place a norm type is chosen.
+# The gate (GA §2.2): Y' = Y * act(X W_theta), or Y + act(X W_theta) for gate_op='add'; s = X W_theta comes from
+# c_attn, with Q, K and V. Scores per token are (groups, width) = config.gate_shape(): one module for all of G1..G5.
+def gate_activation(name, s):
+    if name == "sigmoid":
+        return torch.sigmoid(s)
+    if name == "silu":
+        return F.silu(s)
+    if name == "ns_sigmoid":  # "non-sparse" sigmoid: range [0.5, 1], keeps the non-linearity, removes sparsity
+        return 0.5 + 0.5 * torch.sigmoid(s)
+    return s  # identity
 
+
+class Gate(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.act, self.op, self.shape = config.gate_act, config.gate_op, config.gate_shape()
+        self.input_independent = config.gate_input == "none"
+        if self.input_independent:  # one learned logit per score, zero-init -> sigmoid = 0.5 for every token
+            self.gate_param = nn.Parameter(torch.zeros(math.prod(self.shape)))
+
+    def logits(self, s):
+        """c_attn's gate outputs s = X W_theta (B, T, groups*width) -> (B, T, groups, width); an input-independent
+        gate ignores them (there are none) and returns its own learned logits, (1, 1, groups, width)."""
+        if self.input_independent:
+            return self.gate_param.view(1, 1, *self.shape)
+        return s.view(*s.shape[:2], *self.shape)
+
+    def score(self, s):
+        return gate_activation(self.act, s)
+
+    def forward(self, y, s):
+        """y (B, T, heads or 1, width): the tensor at the gate position; s: its logits from self.logits."""
+        return y * self.score(s) if self.op == "mul" else y + self.score(s)
+
+
+# ----------------------------------------------------------------------------
+# Norms (GN §2 and GA §4.3). `make_norm` is the one place a norm type is chosen.
 class RMSNorm(nn.Module):
     def __init__(self, dim, eps=1e-6):
         super().__init__()
@@ -139,7 +163,6 @@ class RMSNorm(nn.Module):
 class DyT(nn.Module):
     """Dynamic Tanh (Zhu et al. 2025): gamma * tanh(alpha * x) + beta. No statistics at all, so a
     massive activation cannot rescale the other features the way it does through RMSNorm."""
-
     def __init__(self, dim, alpha_init=0.5):
         super().__init__()
         self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
@@ -153,7 +176,6 @@ class DyT(nn.Module):
 class PreAffine(nn.Module):
     """RMSNorm(lambda * x): the learnable lambda (init 1) lets the model hold its rescaling 'outlier'
     in a weight instead of in a massive activation of the residual stream (GN)."""
-
     def __init__(self, dim, eps=1e-6):
         super().__init__()
         self.pre_scale = nn.Parameter(torch.ones(dim))
@@ -166,7 +188,6 @@ class PreAffine(nn.Module):
 class GatedNorm(nn.Module):
     """y = RMSNorm(x); y * sigmoid(W_up SiLU(W_down y)) with a rank-r bottleneck (GN): an explicit,
     input-dependent rescaling, so the network needs no outlier to shrink features."""
-
     def __init__(self, dim, rank, eps=1e-6):
         super().__init__()
         self.norm = RMSNorm(dim, eps)
@@ -196,61 +217,20 @@ def rms_eps(config):
 
 
 # ----------------------------------------------------------------------------
-# The gate (GA §2.2): Y' = Y * act(X W_theta), or Y + act(X W_theta) for gate_op='add'. The logits s = X W_theta
-# come from the attention's c_attn, computed with Q, K and V. Scores are laid out per token as
-# (groups, width) = config.gate_shape(), so one module serves every position G1..G5.
-
-def gate_activation(name, s):
-    if name == "sigmoid":
-        return torch.sigmoid(s)
-    if name == "silu":
-        return F.silu(s)
-    if name == "ns_sigmoid":  # "non-sparse" sigmoid: range [0.5, 1], keeps the non-linearity, removes sparsity
-        return 0.5 + 0.5 * torch.sigmoid(s)
-    return s  # identity
-
-
-class Gate(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.act, self.op, self.shape = config.gate_act, config.gate_op, config.gate_shape()
-        self.input_independent = config.gate_input == "none"
-        if self.input_independent:
-            # input-independent gate: one learned logit per score, zero-init -> sigmoid = 0.5 for every token
-            self.gate_param = nn.Parameter(torch.zeros(math.prod(self.shape)))
-
-    def logits(self, s):
-        """c_attn's gate outputs s = X W_theta (B, T, groups*width) -> (B, T, groups, width); an input-independent
-        gate ignores them (there are none) and returns its own learned logits, (1, 1, groups, width)."""
-        if self.input_independent:
-            return self.gate_param.view(1, 1, *self.shape)
-        return s.view(*s.shape[:2], *self.shape)
-
-    def score(self, s):
-        return gate_activation(self.act, s)
-
-    def forward(self, y, s):
-        """y (B, T, heads or 1, width): the tensor at the gate position; s: its logits from self.logits."""
-        return y * self.score(s) if self.op == "mul" else y + self.score(s)
-
-
-# ----------------------------------------------------------------------------
 # Rotary position embedding
-
 YARN_RAMP = (1, 32)  # YaRN's alpha, beta: pairs that turn fewer than 1 / more than 32 times in the trained length
 
 
 def rope_tables(head_dim, length, base, device=None, scaling="none", factor=1.0):
-    """cos and sin (length, head_dim/2) of the angle each channel pair turns by at each position.
-    To run a model trained on length / factor positions at `length` (GA Table 5 extends its context with YaRN):
+    """cos and sin (length, head_dim/2) of the angle each channel pair turns by at each position. To run a model
+    trained on length / factor positions at `length` (GA Table 5 extends its context with YaRN), `scaling`:
       'none'  the trained angles, continued: positions past the trained length give the model angles it never saw
       'ntk'   NTK-aware: a larger base, which slows the slowest pair by `factor` and leaves the fastest as it was
-      'yarn'  YaRN (Peng et al. 2023): pairs that turn more than 32 times within the trained length keep their speed,
-              pairs that turn less than once are slowed by `factor` (interpolated), the blend linear in the turns
-              between, as the paper writes it (transformers' and vLLM's code make it linear in the pair's index
-              instead, between the same two pairs rounded outwards); and every attention logit is multiplied by
-              (0.1 ln factor + 1)^2 (cos and sin scaled: q and k each take one)
-    factor 1 gives the plain tables with every scaling."""
+      'yarn'  YaRN (Peng et al. 2023): pairs that turn more than 32 times in the trained length keep their speed,
+              those that turn less than once are slowed by `factor` (interpolated), the blend linear in the turns
+              between, as the paper writes it (transformers' and vLLM's code: linear in the pair's index, between
+              the same two pairs rounded outwards); and every attention logit is multiplied by (0.1 ln factor + 1)^2
+              (cos and sin scaled: q and k each take one). factor 1 gives the plain tables with every scaling."""
     pair = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim
     if scaling == "ntk":
         base = base * factor ** (head_dim / (head_dim - 2))
@@ -289,7 +269,6 @@ def window_mask(n_queries, n_keys, window, keep_first=0, device=None):
 
 # ----------------------------------------------------------------------------
 # Attention with the gate at one of G1..G5
-
 class CausalSelfAttention(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -317,8 +296,7 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v, g = self.c_attn(x).split(self.qkvg_sizes, dim=-1)
         q, k, v = q.view(B, T, self.n_head, -1), k.view(B, T, self.n_kv_head, -1), v.view(B, T, self.n_kv_head, -1)
-        if self.gate is not None:
-            g = self.gate.logits(g)
+        g = self.gate.logits(g) if self.gate is not None else None
         if self.config.gate == "g2":
             v = self.gate(v, g)
         elif self.config.gate == "g3":
@@ -329,7 +307,7 @@ class CausalSelfAttention(nn.Module):
             q, k = self.q_norm(q).type_as(v), self.k_norm(k).type_as(v)  # autocast runs norms in fp32
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        return q, k, v, (g if self.gate is not None else None)
+        return q, k, v, g
 
     def forward(self, x, rope=None, cache=None):
         B, T, C = x.shape
@@ -346,14 +324,12 @@ class CausalSelfAttention(nn.Module):
         mask = None
         if self.config.attn_window is not None:  # a sliding window: an explicit mask, on PyTorch's path
             mask = window_mask(q.size(2), k.size(2), self.config.attn_window, self.config.attn_keep_first, q.device)
-
         if self.fusable and kernels.use_triton(backend, q, k, v):
             # fused: one Triton kernel computes softmax(q k^T / sqrt(D)) v and multiplies it by sigmoid(g) (G1)
             # before writing it out; the gate logits are read in place: (B, T, groups, width) -> (B, H, T, width)
             gate = None if g is None else g.transpose(1, 2).expand(B, self.n_head, T, -1)
             y = kernels.gated_attention(q, k, v, gate=gate, causal=causal, backend="triton").transpose(1, 2)
-        else:
-            # reference: attention, then the gate as a line of its own (this is what a CPU run executes)
+        else:  # reference: attention, then the gate as a line of its own (this is what a CPU run executes)
             y = kernels.gated_attention(q, k, v, causal=causal, mask=mask, backend=backend).transpose(1, 2)  # (B,T,H,D)
             if self.config.sdpa_nonlin == "rmsnorm":
                 y = self.sdpa_norm(y)
@@ -369,7 +345,6 @@ class CausalSelfAttention(nn.Module):
 
 # ----------------------------------------------------------------------------
 # MLP, block
-
 class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -398,8 +373,7 @@ class Block(nn.Module):
         self.ln_2 = make_norm(config, config.n_embd)
         self.mlp = MLP(config)
         if config.sandwich_norm:  # CogView: normalise each sub-layer's output before the residual add
-            self.ln_attn_out = make_norm(config, config.n_embd)
-            self.ln_mlp_out = make_norm(config, config.n_embd)
+            self.ln_attn_out, self.ln_mlp_out = make_norm(config, config.n_embd), make_norm(config, config.n_embd)
         self.sandwich = config.sandwich_norm
 
     def forward(self, x, rope=None, cache=None):
@@ -410,78 +384,7 @@ class Block(nn.Module):
 
 
 # ----------------------------------------------------------------------------
-# The training loss a chunk of rows at a time (GPTConfig.loss_chunk). With GPT-2's vocabulary the logits are the
-# largest tensor of a training step: GPT-2 small at B=16, T=1024 has 16k rows of 50304, 1.6 GB in bf16, twice that
-# as the fp32 the loss is computed in, and their gradient on top. Chunks keep a chunk's worth or two.
-
-class ChunkedCrossEntropy(torch.autograd.Function):
-    """The mean cross-entropy of the logits x @ w^T (x: N rows of C, w: the V x C output matrix) against targets
-    (N token ids; -1: not counted, as F.cross_entropy's ignore_index=-1; no target counted: NaN, as there),
-    `chunk` rows at a time, for training. Training needs the loss's gradient, and a chunk's is known as soon as its
-    logits are: d loss / d logits = (softmax - one_hot) / n. So the forward pass computes dx and dw chunk by chunk
-    too, and the backward pass only scales them: the same three matmuls as the plain path, one chunk of logits held
-    at a time. The cost: the forward pass does the backward's matmuls even when nothing calls backward, so
-    chunked_loss uses this only where autograd will want them."""
-
-    @staticmethod
-    def forward(ctx, x, w, targets, chunk):
-        valid = targets != -1
-        n = valid.sum()  # a tensor: the mean's count costs no wait for the GPU
-        fp = torch.promote_types(x.dtype, torch.float32)  # the loss and the sums in fp32 (fp64 for fp64 inputs)
-        total = torch.zeros((), dtype=fp, device=x.device)
-        dx = torch.empty_like(x, dtype=fp)  # every row is written, chunk by chunk
-        dw = torch.zeros_like(w, dtype=fp)
-        # all three matmuls in autocast's dtype where it is on (bf16/fp16, as lm_head's forward and backward would
-        # run), else in the inputs'; w cast once, not once a chunk
-        mm_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
-        w_mm = w.to(mm_dtype)
-        for i in range(0, x.size(0), chunk):
-            xc, tc, vc = x[i:i + chunk], targets[i:i + chunk].clamp_min(0)[:, None], valid[i:i + chunk, None]
-            xc = xc.to(mm_dtype)  # for the logits' matmul and dw's
-            logits = F.linear(xc, w_mm).to(fp)
-            # Every pass over a chunk of logits below is in place, in their own memory: torch.logsumexp, or a
-            # separate gradient, would make more chunks of temporaries, and on a CPU making and freeing them cost
-            # more than the arithmetic. The log-sum-exp by hand: top + log(sum(exp(logit - top)))
-            top = logits.amax(dim=-1, keepdim=True)
-            picked = logits.gather(1, tc)
-            sums = logits.sub_(top).exp_().sum(dim=-1, keepdim=True)  # logits now hold exp(logit - top)
-            total = total + torch.where(vc, sums.log() + top - picked, 0).sum()  # where: an ignored row stays out
-            # softmax - one_hot: exp(logit - top) / sums, minus 1 at the target; an ignored row's sum is made
-            # infinite and its -1 a 0, so that its gradient is 0 without another pass over the chunk
-            g = logits.div_(sums.masked_fill(~vc, math.inf)).scatter_add_(1, tc, -vc.to(fp))
-            g = g.to(mm_dtype)  # divided by n only after the matmuls: fp16 would flush g / n to 0
-            if g.dtype == dx.dtype:  # fp32 (or fp64): the matmuls write straight into dx and add into dw
-                torch.mm(g, w_mm, out=dx[i:i + chunk])
-                dw.addmm_(g.t(), xc)
-            else:  # bf16/fp16 matmuls, their results kept in fp32
-                dx[i:i + chunk] = g @ w_mm
-                dw += g.t() @ xc
-            del logits, g, top, picked, sums  # before the next chunk's are made: two chunks never live at once
-        ctx.save_for_backward(dx.div_(n), dw.div_(n))
-        ctx.dtypes = x.dtype, w.dtype
-        return total / n
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable  # its backward scales stored gradients: no second derivative
-    def backward(ctx, dloss):  # dloss: the scale the caller put on the loss (gradient accumulation, fp16 scaling)
-        dx, dw = ctx.saved_tensors
-        return (dx * dloss).to(ctx.dtypes[0]), (dw * dloss).to(ctx.dtypes[1]), None, None
-
-
-def chunked_loss(x, w, targets, chunk):
-    """F.cross_entropy(x @ w^T, targets, ignore_index=-1), `chunk` rows of logits at a time: ChunkedCrossEntropy
-    where gradients will be wanted, else F.cross_entropy on each chunk's logits (one matmul a chunk)."""
-    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
-        return ChunkedCrossEntropy.apply(x, w, targets, chunk)
-    fp = torch.promote_types(x.dtype, torch.float32)
-    total = sum(F.cross_entropy(F.linear(x[i:i + chunk], w).to(fp), targets[i:i + chunk], ignore_index=-1,
-                                reduction="sum") for i in range(0, x.size(0), chunk))
-    return total / (targets != -1).sum()
-
-
-# ----------------------------------------------------------------------------
 # GPT
-
 class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -541,21 +444,19 @@ class GPT(nn.Module):
         loss alone, computed in chunks, and None for the logits (never held whole). To measure attention sinks,
         massive activations and gate scores while it runs, attach a probe.Probe."""
         if targets is not None and self.config.loss_chunk:
-            x = self._forward(idx, logits=False)
-            return None, chunked_loss(x.flatten(0, 1), self.lm_head.weight, targets.flatten(), self.config.loss_chunk)
+            x = self._forward(idx, logits=False).flatten(0, 1)
+            return None, kernels.chunked_loss(x, self.lm_head.weight, targets.flatten(), self.config.loss_chunk)
         logits = self._forward(idx)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
-        return logits, loss
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
 
     def _forward(self, idx, start=0, cache=None, logits=True):
         """Logits (B, T, vocab); logits=False: the final norm's output, which lm_head reads."""
         B, T = idx.shape
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of length {start + T} is longer than block_size={self.config.block_size}")
-        x = self.transformer.wte(idx)
-        rope = None
+        x, rope = self.transformer.wte(idx), None
         if self.config.pos_emb == "learned":
             x = x + self.transformer.wpe(torch.arange(start, start + T, device=idx.device))
         else:
@@ -570,10 +471,8 @@ class GPT(nn.Module):
         """AdamW over the model's parameters, on whatever device they are already on."""
         # decay matrices and embeddings (>= 2-D), not gains, biases, DyT's alpha or the input-independent gate
         params = [p for p in self.parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-        ]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         # The fused kernel updates every parameter in a few launches, and on CUDA and CPU it can skip a whole step on
         # the device (train.optimizer_step tells it to when the loss or the gradients are not finite), so training
         # never waits for the GPU to decide. MPS has a fused AdamW that ignores that flag: there, the plain loop.
@@ -582,11 +481,10 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, keep_first=False):
-        """Sample max_new_tokens tokens after idx (B, T). A KV cache makes each step cost one token's
-        forward pass; once the sequence outgrows block_size the context is cropped and recomputed,
-        which is exactly what running the model on the last block_size tokens would give.
-        keep_first: idx[:, 0] is a BOS token that stays at position 0 when the context is cropped, as every
-        training window of a model trained with BOS windows (train.py's bos=True) had it."""
+        """Sample max_new_tokens tokens after idx (B, T). A KV cache makes each step cost one token's forward pass;
+        once the sequence outgrows block_size the context is cropped and recomputed, exactly what running the model
+        on the last block_size tokens would give. keep_first: idx[:, 0] is a BOS token that stays at position 0 when
+        the context is cropped, as every training window of a model trained with BOS windows (train.py's bos=True)."""
         cache = None
         for _ in range(max_new_tokens):
             if cache is None:
@@ -611,19 +509,13 @@ class GPT(nn.Module):
 
 # ----------------------------------------------------------------------------
 # Checking a config: a value or combination that would silently do nothing raises a ValueError naming the field
-
 VALID = {  # each flag's valid values, the default first
-    "pos_emb": ("rope", "learned"),
-    "mlp": ("swiglu", "glu", "gelu", "gelu_tanh"),
+    "pos_emb": ("rope", "learned"), "mlp": ("swiglu", "glu", "gelu", "gelu_tanh"),
     "norm": ("rmsnorm", "layernorm", "dyt", "preaffine", "gatednorm"),
-    "gate": ("g1", "none", "g2", "g3", "g4", "g5"),
-    "gate_granularity": ("elementwise", "headwise"),
-    "gate_op": ("mul", "add"),
-    "gate_act": ("sigmoid", "silu", "ns_sigmoid", "identity"),
-    "gate_input": ("hidden", "none"),
-    "sdpa_nonlin": ("none", "rmsnorm", "silu"),
-    "rope_scaling": ("none", "ntk", "yarn"),
-    "attn_backend": ("auto", "torch", "triton"),
+    "gate": ("g1", "none", "g2", "g3", "g4", "g5"), "gate_granularity": ("elementwise", "headwise"),
+    "gate_op": ("mul", "add"), "gate_act": ("sigmoid", "silu", "ns_sigmoid", "identity"),
+    "gate_input": ("hidden", "none"), "sdpa_nonlin": ("none", "rmsnorm", "silu"),
+    "rope_scaling": ("none", "ntk", "yarn"), "attn_backend": ("auto", "torch", "triton"),
 }
 # flags that say how the model computes, not what: a checkpoint runs, and a run resumes, with any value of them
 RUNTIME_FLAGS = ("attn_backend", "loss_chunk")
@@ -674,15 +566,15 @@ def check_config(c):
     if c.mlp_hidden is not None and (not isinstance(c.mlp_hidden, int) or c.mlp_hidden < 1):
         raise ValueError(f"GPTConfig.mlp_hidden={c.mlp_hidden!r} must be a positive integer or None")
     defaults = GPTConfig.__dataclass_fields__
-    if c.gate == "none":
-        # gate_* flags would silently do nothing: refuse them rather than mislead a sweep
+    if c.gate == "none":  # gate_* flags would silently do nothing: refuse them rather than mislead a sweep
         for name in ("gate_granularity", "gate_shared", "gate_op", "gate_act", "gate_input"):
             if getattr(c, name) != defaults[name].default:
                 raise ValueError(f"GPTConfig.{name}={getattr(c, name)!r} has no effect with gate='none'; "
                                  f"leave it at {defaults[name].default!r} or pick a gate from {list(VALID['gate'])}")
     if c.gate_granularity == "headwise" and c.gate not in ("g1", "g2"):
-        raise ValueError(f"GPTConfig.gate_granularity='headwise' is defined for gate in ['g1', 'g2'] only, got gate={c.gate!r}")
+        raise ValueError(f"GPTConfig.gate_granularity='headwise' is defined for gate in ['g1', 'g2'] only, "
+                         f"got gate={c.gate!r}")
     if c.gate_shared and not (c.gate in ("g1", "g2") and c.gate_granularity == "elementwise"):
-        raise ValueError("GPTConfig.gate_shared=True is defined for gate in ['g1', 'g2'] with "
-                         f"gate_granularity='elementwise' only, got gate={c.gate!r}, gate_granularity={c.gate_granularity!r}")
+        raise ValueError("GPTConfig.gate_shared=True is defined for gate in ['g1', 'g2'] with gate_granularity="
+                         f"'elementwise' only, got gate={c.gate!r}, gate_granularity={c.gate_granularity!r}")
     c.hidden_dim  # raises if match_params cannot be satisfied

@@ -350,7 +350,7 @@ def text_windows(enc, text, window, n, bos=None):
     return [(r[:, :-1], r[:, 1:]) for r in rows]
 
 
-# What the literature reports of these models, beside analyze.py's table (the GA numbers are variants.py's rows)
+# What the literature reports of these models, beside lab/analyze.py's table (the GA numbers are lab/variants.py's rows)
 LITERATURE = {
     "gpt2": "Sun et al. 2024 (Massive Activations in Large Language Models, arXiv 2402.17762) find GPT-2's massive "
             "activations on the starting token alone, in a few fixed channels; they call an activation massive when it "

@@ -92,18 +92,17 @@ TOP_CHANNELS = 3  # massive_channels: how many of the hidden state's channels it
 
 
 # -----------------------------------------------------------------------------
-# The measurements the project reports, named once. train.py's eval line and log records, analyze.py's summary table
-# and the study's report (repro.py) all read MEASURES, so a measurement added here (and computed by the Probe, or by
-# summarize) appears in all of them.
+# The measurements the project reports, named once. train.py's eval line and log records, the lab's summary table
+# (lab/analyze.py) and the study's report (lab/repro.py, lab/report.py) all read MEASURES, so a measurement added here
+# (and computed by the Probe, or by summarize) appears in all of them. What the papers report for a measure, and how
+# the study compares a variant with its reference on it, are the report's (lab/report.py: PAPERS, COMPARE).
 
 @dataclass(frozen=True)
 class Measure:
-    key: str  # its key in probe.stats, train.py's log records, analyze.py's summary.json and the study's records
+    key: str  # its key in probe.stats, train.py's log records, the lab's summary.json and the study's records
     label: str  # its name in the eval line and in the tables' headers
     spec: str  # how a value is written: a format spec
     better: str = None  # "lower" or "higher": the direction the papers count as an improvement; None: neither
-    papers: tuple = ()  # the papers' numbers for it: (paper, variants.Row field, column name, format) per paper
-    compare: str = "ratio"  # how the study compares a variant with its reference: "ratio", or "diff" (same units)
     mechanism: bool = False  # part of the sink's mechanism on the Bigram-Backcopy task: None on other data
 
     def format(self, value):
@@ -111,14 +110,13 @@ class Measure:
 
 
 MEASURES = (
-    Measure("val_loss", "val loss", ".4f", "lower", (("ga", "ppl", "GA PPL", ".3f"), ("gn", "loss", "GN loss", ".3f")),
-            compare="diff"),
-    Measure("first_token_attn", "F-Attn", ".3f", "lower", (("ga", "f_attn", "GA F-Attn", ".3f"),)),
+    Measure("val_loss", "val loss", ".4f", "lower"),
+    Measure("first_token_attn", "F-Attn", ".3f", "lower"),
     Measure("sink_share", "sink share", ".3f", "lower"),
     Measure("sink_heads", "sink heads", ".2f", "lower"),
-    Measure("max_act", "M-Act", ".1f", "lower", (("ga", "m_act", "GA M-Act", ".0f"),)),
-    Measure("peak_act", "peak act", ".1f", "lower", (("gn", "max_act", "GN max act", ".0f"),)),
-    Measure("gate_mean", "gate mean", ".3f", papers=(("ga", "gate_mean", "GA gate mean", ".3f"),), compare="diff"),
+    Measure("max_act", "M-Act", ".1f", "lower"),
+    Measure("peak_act", "peak act", ".1f", "lower"),
+    Measure("gate_mean", "gate mean", ".3f"),
     Measure("gate_below_0.1", "gate < 0.1", ".2f"),
     Measure("loss_spikes", "loss spikes", "g", "lower"),
     Measure("first_token_attn_trigger", "F-Attn at triggers", ".3f", mechanism=True),
@@ -165,10 +163,10 @@ def describe(record):
 
 def sink_keys(T):
     """How many candidate keys sink_share weighs in a window of T tokens: keys [0, T//2 - T//SINK_GAP), so that a gap
-    of T//8 positions (none below T = 8) separates the last of them from the first late query (T//2). Without the gap the last
-    candidate, T//2 - 1, sits right beside the first late query, and a head that attends to its recent tokens (as
-    gated heads do) gives it the top share at the half-window boundary: recency, not a sink. A fraction of T keeps
-    the measure comparable across window lengths (at T = 512: keys 0..191, queries 256..511)."""
+    of T//8 positions (none below T = 8) separates the last of them from the first late query (T//2). Without the
+    gap the last candidate, T//2 - 1, sits right beside the first late query, and a head that attends to its recent
+    tokens (as gated heads do) gives it the top share at the half-window boundary: recency, not a sink. A fraction
+    of T keeps the measure comparable across window lengths (at T = 512: keys 0..191, queries 256..511)."""
     return T // 2 - T // SINK_GAP
 
 
@@ -256,8 +254,9 @@ def value_norm_ratio(v):
 
 
 def massive_channels(pos, h, k=TOP_CHANNELS):
-    """The channels that carry the massive activation, from each window's hidden state h (N, C) at the position pos
-    (N,) where its max |h| sits (probe.massive holds them per layer; analyze.py pools them over batches): a dict
+    """The channels that carry the massive activation, from each window's hidden state h (N, C) at the position
+    pos (N,) where its max |h| sits (probe.massive holds them per layer; lab/analyze.py pools them over batches):
+    a dict
 
         channels           the k channels with the largest mean |h| over the windows, largest first (ints)
         values             their mean h over the windows, signed (a massive activation keeps its sign)
@@ -368,7 +367,8 @@ class Probe:
         by_position = x.detach().abs().amax(-1).to(a.dtype)  # (B, T): the largest |h| at each position
         self._window_stat("max_act_first", by_position[:, 0])
         rest = by_position[:, 1:]
-        self._window_stat("max_act_rest", rest.amax(1) if rest.size(1) else torch.full_like(by_position[:, 0], float("nan")))
+        self._window_stat("max_act_rest",
+                          rest.amax(1) if rest.size(1) else torch.full_like(by_position[:, 0], float("nan")))
 
     def _trigger_positions(self, B, T, device):
         """(B, T) bool: where the task's copy rule applies, or None without triggers or ids."""

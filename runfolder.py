@@ -7,30 +7,38 @@ nothing is lost. train.py meets it as one object, RunFolder.
                          claim_folder: one process at a time writes a folder; writable_folder: checked before work
   checkpoints            save_checkpoint, read_checkpoint, model_from_checkpoint, load_checkpoint
   records                read_jsonl, code_version (which commit made a result), finite_or_none
+  the run                RunFolder: claiming out_dir, starting a new run or resuming one (its settings, the best
+                         state so far), the log and the checkpoints, and the Ctrl-C line; saved_state, rng_state,
+                         step_memory and memory_advice (a step that cannot fit is refused before it is tried)
 """
 
+import dataclasses
+import glob
 import json
 import math
 import os
 import pickle
+import random
+import shutil
 import subprocess
 import sys
 import tempfile
 import warnings
 
+import numpy as np
 import torch
 
-from cli import REPO, fail
+from cli import REPO, configure, dataset_dir, fail
 
 # The files of a run's folder (train.py's out_dir)
 LOG = "log.jsonl"  # one JSON record per evaluation
 CHECKPOINT = "ckpt.pt"  # the latest state: what --init_from=resume continues
 BEST = "best.pt"  # the state with the lowest validation loss
-# What analyze.py and evaluate.py measured on a checkpoint, kept beside it, so that a run whose checkpoint is gone
-# (left on a GPU machine that was given back) can still take its place in a study: a run folder that holds these
+# What lab/analyze.py and lab/evaluate.py measured on a checkpoint, kept beside it, so that a run whose checkpoint is
+# gone (left on a GPU machine that was given back) can still take its place in a study: a run folder that holds these
 # and its log is a complete record of the run. Used only where the checkpoint itself is absent.
-MEASURED = "measured"  # analyze.py: measured.json (its record of the run) and measured.npz (the per-window arrays)
-EVALUATED = "evaluated.json"  # evaluate.py: its record of the run, with the settings it was measured under
+MEASURED = "measured"  # lab/analyze.py: measured.json (its record of the run) and measured.npz (the per-window arrays)
+EVALUATED = "evaluated.json"  # lab/evaluate.py: its record of the run, with the settings it was measured under
 
 
 def claim_folder(folder):
@@ -208,3 +216,349 @@ def code_version():
 def finite_or_none(x):
     """JSON has no NaN or infinity: write them as null."""
     return x if x is None or math.isfinite(x) else None
+
+
+def saved_state(path):
+    """(iter_num, val_loss) of the checkpoint at path, read from the file itself (memory-mapped: its tensors are
+    not read), or None if there is none; ValueError if it cannot be read. What a message says of a file
+    comes from here, never from what another file claims about it."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return int(checkpoint["iter_num"]), float(checkpoint["val_loss"])
+    except Exception as e:  # truncated, not a checkpoint, not train.py's
+        raise ValueError(f"{path} is not a readable train.py checkpoint ({type(e).__name__})") from None
+
+
+def rng_state():
+    """Every random generator's state, for a resumed run to draw exactly what the uninterrupted one would have."""
+    np_state = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            # plain lists and numbers, so torch.load(weights_only=True) can read them back
+            "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+            "python": random.getstate()}
+
+
+def restore_rng(state):
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    kind, key, *rest = state["numpy"]
+    np.random.set_state((kind, np.array(key, dtype=np.uint32), *rest))
+    random.setstate(state["python"])
+
+
+# -----------------------------------------------------------------------------
+# Memory: a step that cannot fit is refused before it is tried, with a batch_size that would fit
+
+def step_memory(batch_size, config, n_params):
+    """Rough bytes the first training step needs: the weights, gradients and AdamW's two moments (16 bytes a
+    parameter), the activations autograd keeps (about ACT_FLOATS floats per token, per layer, per unit of width:
+    the block's saved inputs, attention output, MLP hidden) and the logits with their softmax and gradient
+    (3 floats per token per vocabulary entry, for the rows computed at once). Deliberately a low estimate, so a
+    run it refuses surely does not fit."""
+    ACT_FLOATS = 16
+    tokens = batch_size * config.block_size
+    logit_rows = min(tokens, config.loss_chunk) if config.loss_chunk else tokens
+    activations = ACT_FLOATS * tokens * config.n_layer * config.n_embd
+    return 16 * n_params + 4 * (activations + 3 * logit_rows * config.vocab_size)
+
+
+def memory_advice(c, config, n_params, device, available):
+    """One line: the estimate, what is free, and a batch_size (or block_size) that would fit."""
+    need = step_memory(c.batch_size, config, n_params)
+    per_seq = step_memory(1, config, n_params) - step_memory(0, config, n_params)
+    fits = int((available - step_memory(0, config, n_params)) // per_seq) if available is not None else 0
+    free = f"{available / 2**30:.1f} GiB is free" if available is not None else "it does not fit"
+    if fits >= c.batch_size:  # the estimate said it fits, yet the allocator failed: the estimate is low here
+        fits = max(1, c.batch_size // 2)
+    if fits >= 1 and fits < c.batch_size:
+        how = (f"try --batch_size={fits} or less (with --gradient_accumulation_steps="
+               f"{c.gradient_accumulation_steps * math.ceil(c.batch_size / fits)} to keep about the tokens per step)")
+    else:
+        how = f"even --batch_size=1 does not fit: lower --block_size={config.block_size} or the model's size"
+    return (f"batch_size={c.batch_size} x block_size={config.block_size} needs about {need / 2**30:.1f} GiB for one "
+            f"training step on {device} (runfolder.step_memory's estimate); {free}: {how}")
+
+
+# -----------------------------------------------------------------------------
+# The run folder, as train.py meets it
+
+# keys that belong to one command, not to the run: a resumed run takes them from this command, never
+# from the checkpoint (a run trained on one machine may be resumed on another)
+PER_COMMAND = ("out_dir", "init_from", "eval_only", "overwrite", "device", "dtype", "compile", "compile_mode",
+               "sdpa_backend", "backend")
+DATA_KEYS = ("dataset", "data_dir")
+RESUME_KEYS = {"model", "optimizer", "scaler", "model_args", "iter_num", "val_loss", "best_val_loss", "config", "rng",
+               "loader", "health"}
+VAL_RISE_WARNING = 1.0  # nats: a validation loss this far above the best one gets a warning
+
+
+class RunFolder:
+    """Everything a run keeps in out_dir, and the guards that keep it: log.jsonl, ckpt.pt (the latest state) and
+    best.pt (the state with the lowest validation loss), claimed by one train.py at a time (out_dir/.lock).
+    Nothing in the folder changes before the first log record, so a command that fails while starting (bad data,
+    bad flags) leaves an earlier run's folder as it was. Used as `with RunFolder(...) as folder:`, which claims an
+    existing out_dir before anything in it is read and lets it go at the end."""
+
+    RUN_FILES = (LOG, CHECKPOINT, BEST)
+
+    def __init__(self, out_dir, writer=True):
+        self.out_dir, self.writer = out_dir, writer  # writer: this process writes the folder (rank 0, not eval_only)
+        self.log_path, self.ckpt_path, self.best_path = (os.path.join(out_dir, n) for n in self.RUN_FILES)
+        self.start_iter, self.started, self.lock = 0, False, None
+
+    def __enter__(self):
+        # a new folder is claimed when it is made (claim_new), so a command that fails before leaves none behind
+        if self.writer and os.path.isdir(self.out_dir):
+            self.claim()
+        return self
+
+    def __exit__(self, *exc):
+        if self.lock is not None:
+            self.lock.close()  # the OS would release it at exit; a test calling train.main() twice needs it now
+            self.lock = None
+
+    def claim(self):
+        """This process becomes out_dir's one writer (claim_folder); a second train.py stops, naming the first."""
+        try:
+            self.lock = claim_folder(self.out_dir)
+        except OSError as e:
+            fail(f"out_dir={self.out_dir!r} cannot be written: {e.strerror or e}; choose another --out_dir")
+
+    def claim_new(self, c):
+        """Claim the folder check_writable just made, and look again: another command may have put a run there."""
+        if self.writer and self.lock is None:
+            self.claim()
+            self.check_new_run(c)
+
+    def held(self):
+        return [n for n in self.RUN_FILES if os.path.exists(os.path.join(self.out_dir, n))]
+
+    # -- starting: a new run, or a resumed one -----------------------------------------------------------------
+
+    def check_new_run(self, c):
+        """A new run never replaces a run already in out_dir unless told to; the message says what the folder holds
+        and which commands fit it."""
+        held = self.held()
+        if c.init_from != "scratch" or not held or c.overwrite:
+            return
+        if CHECKPOINT in held:
+            fail(f"{self.out_dir} already holds a run ({', '.join(held)}). Continue it with --init_from=resume, "
+                 "choose another --out_dir, or replace it with --overwrite=True.")
+        fail(f"a new run would replace what is there. {self.describe()}")
+
+    def describe(self):
+        """What out_dir holds and the commands that fit it, for a folder that has no ckpt.pt to resume from."""
+        try:
+            best = saved_state(self.best_path)
+        except ValueError as e:
+            best, unreadable = None, str(e)
+        else:
+            unreadable = None
+        held = self.held()
+        if best is not None:
+            return (f"{self.out_dir} holds {', '.join(held)} but no {CHECKPOINT}; its {BEST} is the state of iter "
+                    f"{best[0]} (val loss {best[1]:.4f}). To continue from it: cp {self.best_path} {self.ckpt_path}, "
+                    "then --init_from=resume; or start a new run there with --overwrite=True, or choose another "
+                    "--out_dir")
+        what = f"{', '.join(held)} and no {CHECKPOINT}" if held else "no run files"
+        if unreadable:
+            what += f" ({unreadable})"
+        return (f"{self.out_dir} holds {what}: there is no state to resume (the run stopped before its first "
+                "checkpoint). Start a new run there with --overwrite=True, or choose another --out_dir")
+
+    def checkpoint_to_resume(self):
+        """ckpt.pt, read whole, for --init_from=resume; anything that cannot be resumed stops with one line."""
+        if not os.path.isfile(self.ckpt_path):
+            fail(f"init_from='resume' but there is no checkpoint at {self.ckpt_path}: "
+                 + (self.describe() if os.path.isdir(self.out_dir) else "the folder does not exist"))
+        try:
+            checkpoint = read_checkpoint(self.ckpt_path)
+        except ValueError as e:
+            fail(e)
+        missing = RESUME_KEYS - checkpoint.keys()
+        if missing:
+            fail(f"{self.ckpt_path} cannot be resumed: it lacks {sorted(missing)} (only train.py's own checkpoints "
+                 "can)")
+        return checkpoint
+
+    def resume_settings(self, keys, argv, checkpoint):
+        """A resumed run continues with its own settings: the checkpoint's, changed only by what this command sets
+        (keys: train.py's dataclass of keys). Model flags cannot change; other changes are announced, data changes
+        loudly. Returns (config, given, notes)."""
+        from model import RUNTIME_FLAGS  # these say how the model computes, not what: they may change
+        names = {f.name for f in dataclasses.fields(keys)}
+        saved = {k: v for k, v in checkpoint["config"].items() if k in names and k not in PER_COMMAND}
+        c, given = configure(keys, argv, defaults=saved)
+        notes = []
+        for key in sorted(given):
+            value = getattr(c, key)
+            if key in PER_COMMAND or key not in saved or value == saved[key]:
+                continue
+            if key in checkpoint["model_args"] and key not in RUNTIME_FLAGS:
+                fail(f"{key}={value!r} differs from the run in {self.ckpt_path} ({key}={saved[key]!r}): a resumed "
+                     "run keeps its model. Start a new run in another out_dir to change the model.")
+            if key == "bos":
+                fail(f"bos={value!r} differs from the run in {self.ckpt_path} (bos={saved[key]!r}): a resumed run "
+                     "keeps what its windows start with. Start a new run in another out_dir to change it.")
+            if key not in DATA_KEYS:
+                notes.append(f"note: resuming with {key}={value!r} (the run had {saved[key]!r})")
+        old = os.path.abspath(dataset_dir(saved.get("dataset", ""), saved.get("data_dir", "")))
+        new = os.path.abspath(dataset_dir(c.dataset, c.data_dir))
+        if old != new:
+            notes.append(f"WARNING: this run was trained on {old}; it now continues on {new}, because this command "
+                         "says so (--dataset/--data_dir). Leave both out to continue on the run's own data.")
+        return c, given, notes
+
+    def best_state(self, checkpoint, say=print):
+        """(iter, val loss) of the best state so far, read from best.pt itself (None where there is none): ckpt.pt's
+        own record of it is wrong after a crash between the two writes, or after the user moved the files."""
+        try:
+            best = saved_state(self.best_path)
+        except ValueError as e:
+            say(f"note: {e}; the next evaluation's state will replace it as {BEST}")
+            return None
+        if best is None:
+            say(f"note: there is no {self.best_path}; the next evaluation's state will be saved as {BEST}")
+            return None
+        if checkpoint["val_loss"] < best[1]:
+            it = checkpoint["iter_num"]
+            say(f"note: {self.ckpt_path} (iter {it}, val loss {checkpoint['val_loss']:.4f}) is better than "
+                f"{self.best_path} (iter {best[0]}, {best[1]:.4f}): a run stopped between saving the two, or the "
+                f"files were moved. To keep iter {it} as the best: Ctrl-C, cp {self.ckpt_path} {self.best_path}, "
+                "and resume again")
+        return best
+
+    def initial_val_loss(self):
+        """The validation loss the run started from (its iter-0 record), or None."""
+        start = [r for r in read_jsonl(self.log_path) if r.get("iter") == 0]
+        return start[0]["val_loss"] if start and isinstance(start[0].get("val_loss"), (int, float)) else None
+
+    # -- writing -------------------------------------------------------------------------------------------------
+
+    def check_writable(self):
+        """Make out_dir (an empty new folder changes no run) and make sure files can be written there."""
+        try:
+            os.makedirs(self.out_dir, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.out_dir):
+                pass
+        except OSError as e:
+            fail(f"out_dir={self.out_dir!r} cannot be written: {e.strerror or e}; choose another --out_dir")
+
+    def _start(self):
+        """The first write of this command: a new run replaces the old files (--overwrite=True was given,
+        or there were none); a resumed run drops the records after its checkpoint, so the log reads as one run."""
+        for stale in glob.glob(os.path.join(self.out_dir, ".*.tmp")):
+            os.remove(stale)  # the partial file of a run killed while saving (the named files are whole)
+        if self.start_iter == 0:
+            for path in (self.ckpt_path, self.best_path):
+                if os.path.exists(path):
+                    os.remove(path)
+            keep = []
+        else:
+            keep = [r for r in read_jsonl(self.log_path) if r.get("iter", math.inf) <= self.start_iter]
+        text = "".join(json.dumps(r) + "\n" for r in keep)
+        atomic_write(self.log_path, lambda f: f.write(text.encode()))
+        self.started = True
+
+    def log(self, record):
+        try:
+            if not self.started:
+                self._start()
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:
+            fail(f"could not write {self.log_path}: {e.strerror or e}. {self.ckpt_path} keeps the last saved state.")
+
+    def save(self, checkpoint, is_best, latest=True, initial_val_loss=None):
+        """ckpt.pt <- checkpoint (if latest); best.pt <- the same file too when it is the best so far (a hard link:
+        ckpt.pt is always replaced by a rename, so best.pt keeps its bytes when ckpt.pt moves on), or written on its
+        own when there is no latest to save (the initial state of a new run). Then one line says what was saved."""
+        try:
+            if latest:
+                save_checkpoint(checkpoint, self.ckpt_path)
+            if is_best and not latest:
+                save_checkpoint(checkpoint, self.best_path)
+            elif is_best:
+                tmp = os.path.join(self.out_dir, f".{BEST}.link.tmp")
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+                try:
+                    os.link(self.ckpt_path, tmp)
+                except OSError:  # a filesystem without hard links: copy
+                    shutil.copyfile(self.ckpt_path, tmp)
+                os.replace(tmp, self.best_path)
+        except (OSError, RuntimeError) as e:
+            # a full disk reaches torch.save's zip writer as RuntimeError ("[enforce fail at inline_container.cc]
+            # ... unexpected pos"), elsewhere as OSError; atomic_write has taken the partial file away
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip().splitlines()[0][:200]
+            full = "" if isinstance(e, OSError) else " (is the disk full?)"
+            fail(f"could not save a checkpoint in {self.out_dir}: {reason}{full}. {self.ckpt_path} and "
+                 f"{self.best_path} keep the states saved before.")
+        self.said_saved(checkpoint, is_best, latest, initial_val_loss)
+
+    def said_saved(self, checkpoint, is_best, latest, initial_val_loss):
+        if not latest:
+            print(f"saved {self.best_path} (the initial state: best.pt never holds a worse one)", flush=True)
+            return
+        if is_best:
+            print(f"saved {self.ckpt_path} and best.pt (the best validation loss so far)", flush=True)
+            return
+        best_iter, best = checkpoint["best_iter"], checkpoint["best_val_loss"]
+        if best_iter is None:
+            print(f"saved {self.ckpt_path} (the latest state); it is worse than the initial validation loss "
+                  f"{initial_val_loss:.4f}, so it is not saved as best.pt", flush=True)
+            return
+        worse = checkpoint["val_loss"] - best
+        print(f"saved {self.ckpt_path} (the latest state); its validation loss is {worse:.3f} worse than the best, "
+              f"{best:.4f} at iter {best_iter}, which best.pt keeps", flush=True)
+        if worse > VAL_RISE_WARNING:
+            print(f"WARNING: the validation loss rose by {worse:.2f} nats: the run may be diverging "
+                  "(a lower learning_rate, or resume from best.pt: copy it to ckpt.pt)", flush=True)
+
+    def what_is_kept(self, best_iter):
+        """What the folder keeps of a run that diverged, in words: said of ckpt.pt only after looking at it (a new
+        run may not have saved one yet)."""
+        best = f" and best.pt the best (iter {best_iter})" if best_iter is not None else ""
+        try:
+            saved = saved_state(self.ckpt_path)
+        except ValueError:
+            saved = None
+        return (f"{self.ckpt_path} holds the last finite state{best}" if saved else
+                f"no {CHECKPOINT} was saved" + (f"; best.pt holds iter {best_iter}" if best else ""))
+
+    # -- Ctrl-C ----------------------------------------------------------------------------------------------------
+
+    def interrupted(self, c, given, world_size, iter_num, rank):
+        """Ctrl-C: one line saying where the last checkpoint is (read from the file, which an interrupted save left
+        whole) and the command that continues from it; exit status 130, as a shell gives a command ended by
+        Ctrl-C."""
+        if rank == 0:
+            try:
+                saved = saved_state(self.ckpt_path)
+            except ValueError as e:
+                saved, why = None, f" ({e})"
+            else:
+                why = ""
+            at = "while starting" if iter_num is None else f"at iter {iter_num}"
+            if c.eval_only:
+                print(f"interrupted {at}; nothing was written", file=sys.stderr)
+            elif saved is None:
+                print(f"interrupted {at}, before any checkpoint was saved in {self.out_dir}{why}: run the "
+                      "command again (with --overwrite=True) to start over", file=sys.stderr)
+            else:
+                print(f"interrupted {at}: {self.ckpt_path} holds iter {saved[0]}. Continue with: "
+                      f"{resume_command(c, given, world_size)}", file=sys.stderr)
+        raise SystemExit(130)
+
+
+def resume_command(c, given, world_size):
+    """The command that continues this run: the checkpoint brings the run's settings; this command's per-machine
+    keys (device, dtype, ...) do not travel in it, so they are repeated."""
+    keep = [f"--{k}={getattr(c, k)}" for k in PER_COMMAND
+            if k in given and k not in ("out_dir", "init_from", "overwrite", "eval_only")]
+    launcher = f"torchrun --standalone --nproc_per_node={world_size} train.py" if world_size > 1 else "python train.py"
+    return " ".join([launcher, *keep, f"--out_dir={c.out_dir}", "--init_from=resume"])

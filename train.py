@@ -3,42 +3,28 @@ Train a gated-attention GPT:
 
     python train.py [config/file.py ...] [--key=value ...]
 
-With no arguments it trains a small G1-gated model (4 layers, 128 wide) on the Python standard library's
-own source for a few minutes on a laptop CPU, preparing data/pystdlib on first use, and ends by printing
-what it measured. The files in config/ give the GPU runs; several GPUs (or CPU processes) through torchrun:
+With no arguments it trains a small G1-gated model (4 layers, 128 wide) on the Python standard library's own source
+for a few minutes on a laptop CPU, preparing data/pystdlib on first use, and prints what it measured. The files in
+config/ give the GPU runs; several GPUs (or CPU processes) through torchrun:
 
     torchrun --standalone --nproc_per_node=8 train.py config/train_fineweb.py
 
-`python train.py --help` lists every key (TrainConfig below: the model's flags of model.GPTConfig and the run's)
-with its default and meaning. A config file (plain Python assignments) or --key=value sets it; values are checked
-against the field's type (cli.configure).
+`python train.py --help` lists every key (TrainConfig: the model's flags of model.GPTConfig and the run's) with its
+default and meaning. Writes out_dir/log.jsonl (a record per eval), ckpt.pt (the latest state) and best.pt (the
+lowest validation loss; a worse or diverged state never replaces it); --init_from=resume continues exactly where the
+run left off. Every guard on the folder (one train.py per folder, nothing changed before the first eval, a run
+never overwritten unless --overwrite=True, the Ctrl-C line, a step too big for memory refused) is runfolder.py's.
 
-Writes out_dir/log.jsonl (one JSON record per eval), out_dir/ckpt.pt (the latest state) and out_dir/best.pt
-(the state with the lowest validation loss: a worse or diverged state never replaces it). `--init_from=resume`
-continues from ckpt.pt exactly where the run left off (same data, same random numbers, same settings unless a
-flag changes them). A new run never starts over an existing run's folder unless --overwrite=True, and nothing
-in out_dir changes until the first evaluation, so a command that fails early leaves the folder as it was.
-One train.py at a time writes a folder: it claims out_dir (runfolder.claim_folder, out_dir/.lock) before reading it,
-and a second one stops naming the first. best.pt starts as the initial state (iter 0), so it is never worse
-than the start; a run whose validation loss passes DIVERGED_FACTOR x the initial one stops, naming the learning
-rate. Ctrl-C ends with one line: where the last checkpoint is and the command that continues it (exit status 130).
-A first step that cannot fit in memory is refused before it is tried (step_memory), with a batch_size that fits.
-
-Read top to bottom: the keys -> the schedule and loss spikes -> checking the keys -> the run folder -> the
-Trainer (build, train_step, check_health, evaluate, log_and_save, run) -> main. The training loop waits for the GPU
-only after the first step, at log steps and before evals: each step is queued, and check_health reads the queued
-steps' losses then. One optimizer step is train.optimizer_step, which bench.py --train times too.
+Read top to bottom: the keys -> main (config, data, model, optimizer, the loop) -> the Trainer: build, run (the
+loop), then its steps (train_step, check_health, evaluate, log_and_save, save) -> the schedule, the optimizer step
+and loss spikes -> the checks on the keys and the data. The loop waits for the GPU only after the first step, at
+log steps and before evals: each step is queued, and check_health reads the queued steps' losses then.
 """
 
 import dataclasses
-import glob
-import json
 import math
-import os
 import random
-import shutil
 import sys
-import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -48,15 +34,14 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from cli import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, configure, dataset_dir, fail, free_memory,
-    keep_freed_memory, pick_device, sdpa_preference)
-from probe import estimate_mfu
-from runfolder import (BEST, CHECKPOINT, LOG, claim_folder, code_version, finite_or_none, model_from_checkpoint,
-    read_checkpoint, read_jsonl, save_checkpoint)
-from data import ON_FIRST_USE, prepare_on_first_use
-from data.shards import TrainLoader, bos_token, find_shards, max_token_id, read_meta, val_batches
+from cli import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, configure, dataset_dir, fail, free_memory,
+                 keep_freed_memory, pick_device, processes, sdpa_preference)
+from data import check_training_data, prepare_if_missing
+from data.shards import TrainLoader, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
-from probe import Probe, describe
+from probe import Probe, describe, estimate_mfu
+from runfolder import (RunFolder, code_version, finite_or_none, memory_advice, model_from_checkpoint,
+                       restore_rng, rng_state, step_memory)
 
 
 @dataclass
@@ -89,7 +74,7 @@ class TrainConfig(GPTConfig):
     n_layer: int = 4  # transformer blocks
     n_head: int = 4  # query heads
     n_embd: int = 128  # the residual stream's width
-    # model.chunked_loss makes the loss's gradient in the logits' own memory: a CPU step holds one copy of them,
+    # kernels.chunked_loss makes the loss's gradient in the logits' own memory: a CPU step holds one copy of them,
     # not the plain path's several (logits, log-softmax, their gradients), and keeps its heap from fragmenting
     # under cli.keep_freed_memory. The GPU configs set 0, the loss over all logits at once
     loss_chunk: int = 4096  # the loss over this many rows of logits at a time (0: all at once)
@@ -123,413 +108,59 @@ MODEL_KEYS = [f.name for f in dataclasses.fields(GPTConfig)]  # the keys TrainCo
 SPIKE_EMA = 0.95  # decay of the running mean and variance that a loss spike is measured against (~20 steps)
 SPIKE_WARMUP = 20  # steps before spikes are counted: the running variance needs a few steps to mean anything
 SPIKE_MIN_NATS = 0.1  # a spike rises at least this far above the running mean, however quiet the loss was
-VAL_RISE_WARNING = 1.0  # nats: a validation loss this far above the best one gets a warning
 # A run has exploded when its validation loss is more than DIVERGED_FACTOR times the one it started from (iter 0):
 # a fresh model's loss is about ln(vocab_size), a uniform guess, and twice that is vastly worse than guessing,
 # which no run that is merely noisy reaches (a --learning_rate=100 run is at thousands of nats). It stops then.
 DIVERGED_FACTOR = 2.0
-TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what train.py reads of what torchrun sets
 
 
-def lr_at(it, c):
-    """Linear warmup to learning_rate, then cosine decay to min_lr at lr_decay_iters, then min_lr."""
-    if not c.decay_lr:
-        return c.learning_rate
-    if it < c.warmup_iters:
-        return c.learning_rate * (it + 1) / (c.warmup_iters + 1)
-    if it >= c.lr_decay_iters:
-        return c.min_lr
-    progress = (it - c.warmup_iters) / max(1, c.lr_decay_iters - c.warmup_iters)
-    return c.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (c.learning_rate - c.min_lr)
-
-
-def optimizer_step(optimizer, scaler, params, grad_clip, loss):
-    """Finish one optimizer step whose gradients are in place: unscale (fp16), clip, step, zero the gradients.
-    A step whose loss or gradient norm is not finite is skipped, and the skip is decided on the device: fused
-    AdamW (CUDA, CPU) takes a `found_inf` flag, the protocol torch's GradScaler uses, and leaves the weights, its
-    moments and its step count as they were. So this never waits for the GPU, and the host can queue the next
-    step while this one runs. Returns (loss, gradient norm, taken) as one float tensor on the device, for
-    train.py's check_health to read later. train.py trains with this step and bench.py --train times it."""
-    scaler.unscale_(optimizer)  # fp16 only: the gradients as they really are, before clipping
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf)
-    taken = torch.isfinite(loss) & torch.isfinite(grad_norm)
-    if all(group.get("fused") for group in optimizer.param_groups):
-        # read by AdamW.step as GradScaler sets it (torch/amp/grad_scaler.py, _maybe_opt_step): 1 = skip the step
-        optimizer.found_inf = (~taken).float()
+def main(argv=None):
+    # config: the command line; a resumed run's own settings, changed only by what this command sets
+    argv = sys.argv[1:] if argv is None else argv
+    c, given = configure(TrainConfig, argv)
+    ddp, rank, local_rank, world_size = processes()
+    with RunFolder(c.out_dir, writer=rank == 0 and not c.eval_only) as folder:  # claims an existing out_dir
+        checkpoint, notes = None, []
+        if c.init_from == "resume":
+            checkpoint = folder.checkpoint_to_resume()
+            c, given, notes = folder.resume_settings(TrainConfig, argv, checkpoint)
+        check_settings(c)
+        folder.check_new_run(c)
+        # the device, and one process per GPU under torchrun
+        device = pick_device(c.device, local_rank if ddp else None)
+        device_type = device.split(":")[0]
+        keep_freed_memory(device_type)  # a CPU run reuses the memory each step frees (cli.keep_freed_memory)
+        if ddp:
+            if device_type == "cuda":
+                torch.cuda.set_device(device)
+            dist.init_process_group(backend=c.backend if c.backend != "auto" else
+                                    "nccl" if device_type == "cuda" else "gloo")
         try:
-            optimizer.step()
-        finally:
-            del optimizer.found_inf
-    elif taken.item():  # the plain loop (MPS) can only be told from the host: one synchronisation a step
-        optimizer.step()
-    if scaler.is_enabled():
-        scaler.update()  # lowers the loss scale after an fp16 overflow (the check unscale_ made), raises it after a run
-    optimizer.zero_grad(set_to_none=True)
-    return torch.stack([loss.float(), grad_norm.float(), taken.float()])
-
-
-def count_spike(health, loss, threshold):
-    """Update the loss health with one finite step's loss; return True if the step is in a spike.
-    A spike is what a reader of the loss curve would call one: a sudden rise far outside the recent noise,
-    i.e. more than `threshold` standard deviations (and SPIKE_MIN_NATS) above the exponential moving
-    average of the earlier losses. A spike that lasts several steps counts once; a slow drift upwards moves
-    the average along with it and is no spike; a jump to a higher plateau is one spike."""
-    mean, var, steps = health["loss_ema"], health.get("loss_var", 0.0), health.get("steps", 0)
-    spiking = (mean is not None and steps >= SPIKE_WARMUP
-               and loss - mean > max(threshold * math.sqrt(var), SPIKE_MIN_NATS))
-    if spiking and not health.get("in_spike", False):
-        health["loss_spikes"] += 1
-    if mean is None:
-        mean = loss
-    else:  # exponentially weighted mean and variance, updated in place (Finch 2009)
-        delta = loss - mean
-        mean += (1 - SPIKE_EMA) * delta
-        var = SPIKE_EMA * (var + (1 - SPIKE_EMA) * delta * delta)
-    health.update(loss_ema=mean, loss_var=var, steps=steps + 1, in_spike=spiking)
-    return spiking
-
-
-# -----------------------------------------------------------------------------
-# Settings: checked before anything is read or written, so a mistake costs nothing
-
-POSITIVE_INTS = ("batch_size", "block_size", "eval_interval", "log_interval", "eval_iters",
-                 "gradient_accumulation_steps", "max_nonfinite", "max_iters")
-# keys that belong to one command, not to the run: a resumed run takes them from this command, never
-# from the checkpoint (a run trained on one machine may be resumed on another)
-PER_COMMAND = ("out_dir", "init_from", "eval_only", "overwrite", "device", "dtype", "compile", "compile_mode",
-               "sdpa_backend", "backend")
-DATA_KEYS = ("dataset", "data_dir")
-RESUME_KEYS = {"model", "optimizer", "scaler", "model_args", "iter_num", "val_loss", "best_val_loss", "config", "rng",
-               "loader", "health"}
-
-
-def check_settings(c):
-    """Refuse meaningless settings with one line naming the key and what is allowed."""
-    if c.init_from not in ("scratch", "resume"):
-        fail(f"init_from={c.init_from!r} is not valid; choose 'scratch' or 'resume'")
-    for key in POSITIVE_INTS:
-        if getattr(c, key) < 1:
-            fail(f"{key}={getattr(c, key)} must be at least 1")
-    if c.eval_only and c.init_from != "resume":
-        fail("eval_only=True evaluates a trained run: add --init_from=resume (a new model would be random)")
-    ranges = {  # key: (the test a value must pass, what is allowed); NaN and infinity never pass
-        "learning_rate": (lambda x: x > 0, "a positive number"),
-        "min_lr": (lambda x: 0 <= x <= c.learning_rate, f"between 0 and learning_rate={c.learning_rate}"),
-        "weight_decay": (lambda x: x >= 0, "0 or more"),
-        "grad_clip": (lambda x: x >= 0, "0 (no clipping) or more"),
-        "beta1": (lambda x: 0 <= x < 1, "in [0, 1)"),
-        "beta2": (lambda x: 0 <= x < 1, "in [0, 1)"),
-        "spike_threshold": (lambda x: x > 0, "a positive number of standard deviations"),
-    }
-    for key, (ok, allowed) in ranges.items():
-        value = getattr(c, key)
-        if not (math.isfinite(value) and ok(value)):
-            fail(f"{key}={value} is not valid; it must be {allowed}")
-    if c.compile_mode not in COMPILE_MODES:
-        fail(f"compile_mode={c.compile_mode!r} is not valid; choose one of {', '.join(COMPILE_MODES)}")
-    if c.sdpa_backend not in SDPA_BACKENDS:
-        fail(f"sdpa_backend={c.sdpa_backend!r} is not valid; choose one of {', '.join(SDPA_BACKENDS)}")
-    if c.warmup_iters < 0:
-        fail(f"warmup_iters={c.warmup_iters} must be 0 or more")
-    if c.decay_lr and c.lr_decay_iters < max(1, c.warmup_iters):
-        fail(f"lr_decay_iters={c.lr_decay_iters} must be at least 1 and at least warmup_iters={c.warmup_iters} "
-             "(the cosine decay follows the warmup; usually lr_decay_iters = max_iters)")
-    if not 0 <= c.seed < 2**31:
-        fail(f"seed={c.seed} must be in 0..{2**31 - 1}")
-
-
-def resume_settings(argv, checkpoint, ckpt_path):
-    """A resumed run continues with its own settings: the checkpoint's, changed only by what this command
-    sets. Model flags cannot change; other changes are announced, data changes loudly."""
-    keys = {f.name for f in dataclasses.fields(TrainConfig)}
-    saved = {k: v for k, v in checkpoint["config"].items() if k in keys and k not in PER_COMMAND}
-    c, given = configure(TrainConfig, argv, defaults=saved)
-    notes = []
-    for key in sorted(given):
-        value = getattr(c, key)
-        if key in PER_COMMAND or key not in saved or value == saved[key]:
-            continue
-        if key in checkpoint["model_args"] and key not in RUNTIME_FLAGS:  # these say how it computes, not what
-            fail(f"{key}={value!r} differs from the run in {ckpt_path} ({key}={saved[key]!r}): a resumed run "
-                 "keeps its model. Start a new run in another out_dir to change the model.")
-        if key == "bos":
-            fail(f"bos={value!r} differs from the run in {ckpt_path} (bos={saved[key]!r}): a resumed run keeps what "
-                 "its windows start with. Start a new run in another out_dir to change it.")
-        if key not in DATA_KEYS:
-            notes.append(f"note: resuming with {key}={value!r} (the run had {saved[key]!r})")
-    old = os.path.abspath(dataset_dir(saved.get("dataset", ""), saved.get("data_dir", "")))
-    new = os.path.abspath(dataset_dir(c.dataset, c.data_dir))
-    if old != new:
-        notes.append(f"WARNING: this run was trained on {old}; it now continues on {new}, because this command "
-                     "says so (--dataset/--data_dir). Leave both out to continue on the run's own data.")
-    return c, notes, given
-
-
-def processes():
-    """(ddp, rank, local_rank, world_size): one process, or one per GPU under torchrun, which sets all of
-    TORCHRUN_VARS. Some of them without the others is a stray variable or a broken launcher, never a run that
-    could work: refuse it rather than guess whether the user meant one process or many."""
-    found = [k for k in TORCHRUN_VARS if k in os.environ]
-    if not found:
-        return False, 0, 0, 1
-    missing = [k for k in TORCHRUN_VARS if k not in os.environ]
-    if missing:
-        fail(f"the environment sets {', '.join(f'{k}={os.environ[k]}' for k in found)} but not {', '.join(missing)}: "
-             f"torchrun sets all of {', '.join(TORCHRUN_VARS)}. For one process unset {' '.join(found)} "
-             "(e.g. env -u RANK python train.py ...); for several, launch with torchrun")
-    try:
-        rank, local_rank, world_size = (int(os.environ[k]) for k in TORCHRUN_VARS)
-    except ValueError:
-        fail(f"{', '.join(f'{k}={os.environ[k]!r}' for k in TORCHRUN_VARS)} must be whole numbers (torchrun sets them)")
-    return True, rank, local_rank, world_size
-
-
-def claim_out_dir(out_dir):
-    """This process becomes out_dir's one writer until it exits (runfolder.claim_folder); a second train.py on the
-    same folder stops there, naming the first. Keep the returned file open for the whole run."""
-    try:
-        return claim_folder(out_dir)
-    except OSError as e:
-        fail(f"out_dir={out_dir!r} cannot be written: {e.strerror or e}; choose another --out_dir")
-
-
-def saved_state(path):
-    """(iter_num, val_loss) of the checkpoint at path, read from the file itself (memory-mapped: its tensors are
-    not read), or None if there is none; ValueError if it cannot be read. What a message says of a file
-    comes from here, never from what another file claims about it."""
-    if not os.path.isfile(path):
-        return None
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        return int(checkpoint["iter_num"]), float(checkpoint["val_loss"])
-    except Exception as e:  # truncated, not a checkpoint, not train.py's
-        raise ValueError(f"{path} is not a readable train.py checkpoint ({type(e).__name__})") from None
-
-
-def describe_folder(out_dir):
-    """What out_dir holds and the commands that fit it, for a folder that has no ckpt.pt to resume from."""
-    best_path = os.path.join(out_dir, BEST)
-    try:
-        best = saved_state(best_path)
-    except ValueError as e:
-        best, unreadable = None, str(e)
-    else:
-        unreadable = None
-    held = RunFolder.holds_a_run(out_dir)
-    if best is not None:
-        return (f"{out_dir} holds {', '.join(held)} but no {CHECKPOINT}; its {BEST} is the state of iter {best[0]} "
-                f"(val loss {best[1]:.4f}). To continue from it: cp {best_path} {os.path.join(out_dir, CHECKPOINT)}, "
-                "then --init_from=resume; or start a new run there with --overwrite=True, or choose another --out_dir")
-    what = f"{', '.join(held)} and no {CHECKPOINT}" if held else "no run files"
-    if unreadable:
-        what += f" ({unreadable})"
-    return (f"{out_dir} holds {what}: there is no state to resume (the run stopped before its first checkpoint). "
-            "Start a new run there with --overwrite=True, or choose another --out_dir")
-
-
-def resume_command(c, given, world_size):
-    """The command that continues this run: the checkpoint brings the run's settings; this command's per-machine
-    keys (device, dtype, ...) do not travel in it, so they are repeated."""
-    keep = [f"--{k}={getattr(c, k)}" for k in PER_COMMAND
-            if k in given and k not in ("out_dir", "init_from", "overwrite", "eval_only")]
-    launcher = f"torchrun --standalone --nproc_per_node={world_size} train.py" if world_size > 1 else "python train.py"
-    return " ".join([launcher, *keep, f"--out_dir={c.out_dir}", "--init_from=resume"])
-
-
-# -----------------------------------------------------------------------------
-# Memory: refuse a step that cannot fit before trying it
-
-def step_memory(batch_size, config, n_params):
-    """Rough bytes the first training step needs: the weights, gradients and AdamW's two moments (16 bytes a
-    parameter), the activations autograd keeps (about ACT_FLOATS floats per token, per layer, per unit of width:
-    the block's saved inputs, attention output, MLP hidden) and the logits with their softmax and gradient
-    (3 floats per token per vocabulary entry, for the rows computed at once). Deliberately a low estimate, so a
-    run it refuses surely does not fit."""
-    ACT_FLOATS = 16
-    tokens = batch_size * config.block_size
-    logit_rows = min(tokens, config.loss_chunk) if config.loss_chunk else tokens
-    activations = ACT_FLOATS * tokens * config.n_layer * config.n_embd
-    return 16 * n_params + 4 * (activations + 3 * logit_rows * config.vocab_size)
-
-
-def memory_advice(c, config, n_params, device, available):
-    """One line: the estimate, what is free, and a batch_size (or block_size) that would fit."""
-    need = step_memory(c.batch_size, config, n_params)
-    per_seq = step_memory(1, config, n_params) - step_memory(0, config, n_params)
-    fits = int((available - step_memory(0, config, n_params)) // per_seq) if available is not None else 0
-    free = f"{available / 2**30:.1f} GiB is free" if available is not None else "it does not fit"
-    if fits >= c.batch_size:  # the estimate said it fits, yet the allocator failed: the estimate is low here
-        fits = max(1, c.batch_size // 2)
-    if fits >= 1 and fits < c.batch_size:
-        how = (f"try --batch_size={fits} or less (with --gradient_accumulation_steps="
-               f"{c.gradient_accumulation_steps * math.ceil(c.batch_size / fits)} to keep about the tokens per step)")
-    else:
-        how = f"even --batch_size=1 does not fit: lower --block_size={config.block_size} or the model's size"
-    return (f"batch_size={c.batch_size} x block_size={config.block_size} needs about {need / 2**30:.1f} GiB for one "
-            f"training step on {device} (train.step_memory's estimate); {free}: {how}")
-
-
-# -----------------------------------------------------------------------------
-# Checkpoints and the run folder
-
-def rng_state():
-    np_state = np.random.get_state()
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            # plain lists and numbers, so torch.load(weights_only=True) can read them back
-            "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
-            "python": random.getstate()}
-
-
-def restore_rng(state):
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    kind, key, *rest = state["numpy"]
-    np.random.set_state((kind, np.array(key, dtype=np.uint32), *rest))
-    random.setstate(state["python"])
-
-
-class RunFolder:
-    """Everything a run writes to out_dir: log.jsonl, ckpt.pt (the latest state) and best.pt (the state
-    with the lowest validation loss). Nothing in the folder changes before the first log record, so a
-    command that fails while starting (bad data, bad flags) leaves an earlier run's folder as it was."""
-
-    RUN_FILES = (LOG, CHECKPOINT, BEST)
-
-    def __init__(self, out_dir, start_iter):
-        self.out_dir, self.start_iter, self.started = out_dir, start_iter, False
-        self.log_path, self.ckpt_path, self.best_path = (os.path.join(out_dir, n) for n in self.RUN_FILES)
-
-    @staticmethod
-    def holds_a_run(out_dir):
-        return [n for n in RunFolder.RUN_FILES if os.path.exists(os.path.join(out_dir, n))]
-
-    def check_writable(self):
-        """Make out_dir (an empty new folder changes no run) and make sure files can be written there."""
-        try:
-            os.makedirs(self.out_dir, exist_ok=True)
-            with tempfile.TemporaryFile(dir=self.out_dir):
-                pass
-        except OSError as e:
-            fail(f"out_dir={self.out_dir!r} cannot be written: {e.strerror or e}; choose another --out_dir")
-
-    def _start(self):
-        """The first write of this command: a new run replaces the old files (--overwrite=True was given,
-        or there were none); a resumed run drops the records after its checkpoint, so the log reads as one run."""
-        for stale in glob.glob(os.path.join(self.out_dir, ".*.tmp")):
-            os.remove(stale)  # the partial file of a run killed while saving (the named files are whole)
-        if self.start_iter == 0:
-            for name in (CHECKPOINT, BEST):
-                if os.path.exists(os.path.join(self.out_dir, name)):
-                    os.remove(os.path.join(self.out_dir, name))
-            keep = []
-        else:
-            keep = [r for r in read_jsonl(self.log_path) if r.get("iter", math.inf) <= self.start_iter]
-        text = "".join(json.dumps(r) + "\n" for r in keep)
-        atomic_write(self.log_path, lambda f: f.write(text.encode()))
-        self.started = True
-
-    def log(self, record):
-        try:
-            if not self.started:
-                self._start()
-            with open(self.log_path, "a") as f:
-                f.write(json.dumps(record) + "\n")
-        except OSError as e:
-            fail(f"could not write {self.log_path}: {e.strerror or e}. {self.ckpt_path} keeps the last saved state.")
-
-    def save(self, checkpoint, is_best, latest=True):
-        """ckpt.pt <- checkpoint (if latest); best.pt <- the same file too when it is the best so far (a hard link:
-        ckpt.pt is always replaced by a rename, so best.pt keeps its bytes when ckpt.pt moves on), or written on its
-        own when there is no latest to save (the initial state of a new run)."""
-        try:
-            if latest:
-                save_checkpoint(checkpoint, self.ckpt_path)
-            if is_best and not latest:
-                save_checkpoint(checkpoint, self.best_path)
-            elif is_best:
-                tmp = os.path.join(self.out_dir, f".{BEST}.link.tmp")
-                if os.path.exists(tmp):
-                    os.remove(tmp)
+            for note in notes if rank == 0 else []:
+                print(note)
+            trainer = None
+            with sdpa_preference(c.sdpa_backend):  # around compiling too: the compiled graph keeps the kernel chosen
                 try:
-                    os.link(self.ckpt_path, tmp)
-                except OSError:  # a filesystem without hard links: copy
-                    shutil.copyfile(self.ckpt_path, tmp)
-                os.replace(tmp, self.best_path)
-        except (OSError, RuntimeError) as e:
-            # a full disk reaches torch.save's zip writer as RuntimeError ("[enforce fail at inline_container.cc]
-            # ... unexpected pos"), elsewhere as OSError; atomic_write has taken the partial file away
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip().splitlines()[0][:200]
-            full = "" if isinstance(e, OSError) else " (is the disk full?)"
-            fail(f"could not save a checkpoint in {self.out_dir}: {reason}{full}. {self.ckpt_path} and "
-                 f"{self.best_path} keep the states saved before.")
-
-
-def prepare_data(c, block, vocab_size, rank, world_size, ddp):
-    """The training loader and the fixed validation batches, a dataset of data.ON_FIRST_USE prepared on first use.
-    Every problem with the data stops here, before the run folder is touched."""
-    data_dir = dataset_dir(c.dataset, c.data_dir)
-    try:
-        if c.dataset in ON_FIRST_USE and rank == 0 and not find_shards(data_dir, "train"):
-            prepare_on_first_use(c.dataset, data_dir)
-    except (OSError, ValueError) as e:
-        fail(f"cannot prepare the dataset {c.dataset} in {data_dir}: {e}")
-    if ddp:
-        dist.barrier()  # the other ranks wait for rank 0's preparation
-    try:
-        if not find_shards(data_dir, "train") or not find_shards(data_dir, "val"):
-            script = os.path.join("data", c.dataset, "prepare.py")
-            how = (f"python {script}" if os.path.isfile(os.path.join(REPO, script))
-                   else f"python data/textdir/prepare.py --src DIR --name {c.dataset}")
-            fail(f"dataset {c.dataset!r} is not prepared: no {c.dataset}_train_*.bin and _val_*.bin shards in "
-                 f"{data_dir}. Prepare it first: {how}")
-        read_meta(data_dir)  # a malformed meta.json is reported here
-        largest = max_token_id(data_dir)
-        if largest >= vocab_size:
-            fail(f"the shards in {data_dir} hold token id {largest} but the model has vocab_size={vocab_size}: "
-                 f"the data was made with another tokenizer, or vocab_size must be at least {largest + 1}")
-        bos = bos_token(data_dir) if c.bos else None
-        if bos is not None and bos >= vocab_size:
-            fail(f"bos=True anchors windows with token {bos}, but the model has vocab_size={vocab_size}")
-        loader = TrainLoader(data_dir, block, c.batch_size, seed=c.seed, rank=rank, world_size=world_size, bos=bos)
-        val = val_batches(data_dir, block, c.batch_size, c.eval_iters, bos=bos)
-    except (OSError, ValueError) as e:
-        fail(e)
-    return data_dir, loader, val
+                    trainer = Trainer(c, rank, world_size, device, ddp, folder, checkpoint)  # data, model, optimizer
+                    folder.claim_new(c)  # a new out_dir, made by the Trainer (check_writable), is claimed now
+                    trainer.run()  # the loop
+                except KeyboardInterrupt:
+                    folder.interrupted(c, given, world_size, trainer and trainer.iter_num, rank)
+        finally:
+            if ddp:
+                dist.destroy_process_group()
 
 
 # -----------------------------------------------------------------------------
 # The run
 
-@dataclass
-class Span:
-    """Training since some point (the last log line, the last eval): the finite steps' losses, and the seconds and
-    number of the steps that were timed (evaluations and the first step, which compiles, are not)."""
-    losses: list = dataclasses.field(default_factory=list)
-    seconds: float = 0.0
-    steps: int = 0
-
-    def add(self, losses, seconds, steps, timed=True):
-        self.losses += losses
-        if timed:
-            self.seconds += seconds
-            self.steps += steps
-
-    def mean_loss(self):
-        return sum(self.losses) / len(self.losses) if self.losses else None
-
-    def step_time(self):
-        """Seconds a timed step, or None before any step was timed."""
-        return self.seconds / self.steps if self.steps else None
-
-
 class Trainer:
-    """One training run as named steps: build (in __init__) -> train_step -> check_health, and every
-    eval_interval iterations evaluate -> log_and_save. run() is the loop that calls them."""
+    """One training run as named steps: build (data, model, optimizer) -> run, the loop, which calls train_step
+    and check_health, and every eval_interval iterations evaluate -> log_and_save -> save."""
 
-    def __init__(self, c, rank, world_size, device, ddp, checkpoint=None):
+    def __init__(self, c, rank, world_size, device, ddp, folder, checkpoint=None):
         self.c, self.rank, self.world_size, self.device, self.ddp = c, rank, world_size, device, ddp
+        self.folder, self.ckpt_path = folder, folder.ckpt_path
         self.master = rank == 0  # the one process that prints, logs and saves
         self.device_type = device.split(":")[0]
         if c.gradient_accumulation_steps % world_size:
@@ -542,18 +173,23 @@ class Trainer:
         random.seed(c.seed + rank)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-        self.ckpt_path = os.path.join(c.out_dir, CHECKPOINT)
+        # the model, first: a step that cannot fit in memory is refused before the data is read
         self.build_model(checkpoint)
-        self.check_memory()
+        n_params = sum(p.numel() for p in self.raw_model.parameters())
+        available = free_memory(device)
+        if available is not None and step_memory(c.batch_size, self.gptconf, n_params) > available:
+            fail(memory_advice(c, self.gptconf, n_params, device, available))
+        # the data: a sampler of training windows, and the same validation batches at every eval
         self.tokens_per_iter = c.gradient_accumulation_steps * c.batch_size * self.gptconf.block_size
         self.data_dir, self.loader, self.val = prepare_data(c, self.gptconf.block_size, self.gptconf.vocab_size,
                                                             rank, world_size, ddp)
         self.triggers = (read_meta(self.data_dir) or {}).get("triggers")  # a task with triggers: probe.py measures them
+        # the optimizer, and on resume every piece of state the run had
         self.build_optimizer(checkpoint)
-        self.folder = RunFolder(c.out_dir, self.iter_num)
+        folder.start_iter = self.iter_num
         self.use_wandb = self.master and c.wandb_log and not c.eval_only
         if self.master and not c.eval_only:  # eval_only reports and changes nothing in out_dir
-            self.folder.check_writable()
+            folder.check_writable()
             if self.use_wandb:
                 try:
                     import wandb
@@ -564,6 +200,84 @@ class Trainer:
     def say(self, *args, **kwargs):
         if self.master:
             print(*args, **kwargs)
+
+    def run(self):
+        """The loop: evaluate (and save) every eval_interval iterations and at the end, else one train_step."""
+        c = self.c
+        self.say(f"model: {self.raw_model.num_params() / 1e6:.2f}M parameters, gate={self.gptconf.gate}, "
+                 f"norm={self.gptconf.norm}; device {self.device}, {self.dtype}, {self.world_size} process(es)\n"
+                 f"data: {self.data_dir}, {len(self.loader.windows):,} training windows"
+                 f"{' (each starts with the BOS token <|endoftext|>)' if c.bos else ''}; "
+                 f"{self.tokens_per_iter:,} tokens per iteration")
+        self.start_iter, self.t_start, self.t_loop = self.iter_num, time.time(), time.perf_counter()
+        record, since_log, since_eval, since_start = None, Span(), Span(), Span()
+        eval_seconds = 0.0  # spent in evaluations and checkpoints
+        # when the host last waited for the device, and at which iteration: the steps since then are still queued
+        t_read, iter_read = time.perf_counter(), self.iter_num
+        if self.start_iter >= c.max_iters and not c.eval_only:
+            self.say(f"nothing to do: the checkpoint is at iter {self.start_iter} and max_iters={c.max_iters}")
+        try:  # an allocator failure becomes memory_advice's one line; the loop itself is unchanged
+            while True:
+                lr = lr_at(self.iter_num, c)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                resumed_here = self.iter_num == self.start_iter > 0 and not c.eval_only  # its eval is in the log
+                if self.eval_due() and not resumed_here:
+                    t_eval = time.perf_counter()
+                    record = self.log_and_save(lr, since_eval)
+                    since_eval = Span()
+                    t_read, iter_read = time.perf_counter(), self.iter_num  # evaluation time is not training time
+                    eval_seconds += t_read - t_eval
+                if c.eval_only or self.iter_num >= c.max_iters:
+                    break
+                self.train_step()
+                self.iter_num += 1
+                first_step = self.iter_num == self.start_iter + 1  # compiles and allocates: never timed
+                log_step = self.iter_num % c.log_interval == 0
+                if not (first_step or log_step or self.eval_due()):
+                    continue  # the host goes straight on to queue the next step while the device works
+                # Wait for the device to finish the queued steps, read their losses, and time them: measured this way,
+                # a step's wall time is what lab/bench.py --train measures for the same step, plus loading the batch.
+                losses = self.check_health()
+                t_now = time.perf_counter()
+                seconds, steps = t_now - t_read, self.iter_num - iter_read
+                t_read, iter_read = t_now, self.iter_num
+                for span in (since_log, since_eval, since_start):
+                    span.add(losses, seconds, steps, timed=not first_step)
+                if log_step:
+                    self.say_progress(lr, since_log.step_time() or seconds, since_log.mean_loss(), first_step)
+                    since_log = Span()
+        except RuntimeError as e:  # torch.OutOfMemoryError is one; so is the CPU allocator's failure
+            if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e) or "can't allocate memory" in str(e):
+                self.out_of_memory(e)
+            raise
+        if record is not None and not c.eval_only:
+            self.say_done(record, since_start.step_time(), eval_seconds)
+        if self.use_wandb:
+            import wandb
+            wandb.finish()
+
+    def say_progress(self, lr, dt, loss, first_step):
+        """The log line: the loss of the steps since the last one, and a step's time (dt: the first step alone when
+        log_interval=1)."""
+        mfu = estimate_mfu(self.raw_model, self.c.batch_size * self.accum, dt, device=self.device)
+        self.say(f"iter {self.iter_num}: loss {'non-finite' if loss is None else f'{loss:.4f}'}, lr {lr:.2e}, "
+                 f"{dt * 1000:.0f} ms, {self.tokens_per_iter / dt:,.0f} tokens/s"
+                 + (f", MFU {mfu * 100:.1f}%" if mfu else "")
+                 + (" (the first step: compiling, allocating)" if first_step else ""), flush=True)
+
+    def say_done(self, record, dt, eval_seconds):
+        c, wall, wall_speed = self.c, time.perf_counter() - self.t_loop, self.wall_tokens_per_s()
+        speed = (f", {wall_speed:,.0f} tokens/s end to end (a training step alone: "
+                 f"{self.tokens_per_iter / dt:,.0f} tokens/s; evaluations and checkpoints took {eval_seconds:.0f} s,"
+                 f" {eval_seconds / wall:.0%} of the time)" if wall_speed and dt else "")
+        self.say(f"done: {self.iter_num} iterations in {wall:.0f} s{speed}. {describe(record)}. "
+                 f"The val loss is over {c.eval_iters} validation batches, the rest are layer averages on the "
+                 f"first ({c.batch_size} windows; python -m lab.analyze measures all {c.eval_iters}). Log in "
+                 f"{self.folder.log_path}")
+
+    def eval_due(self):
+        return self.iter_num % self.c.eval_interval == 0 or self.iter_num >= self.c.max_iters or self.c.eval_only
 
     def build_model(self, checkpoint):
         """The model from the flags, or from the checkpoint on resume (its flags, this command's RUNTIME_FLAGS)."""
@@ -585,20 +299,6 @@ class Trainer:
         if self.ddp:
             ids = [torch.cuda.current_device()] if self.device_type == "cuda" else None
             self.train_model = DDP(self.model, device_ids=ids)
-
-    def check_memory(self):
-        """Refuse a first step that cannot fit in the device's free memory (step_memory's estimate), before
-        anything is written, with a batch_size that would fit."""
-        self.available = free_memory(self.device)
-        n_params = sum(p.numel() for p in self.raw_model.parameters())
-        if self.available is not None and step_memory(self.c.batch_size, self.gptconf, n_params) > self.available:
-            fail(memory_advice(self.c, self.gptconf, n_params, self.device, self.available))
-
-    def out_of_memory(self, e):
-        """The same one line for an allocator failure the estimate did not foresee."""
-        n_params = sum(p.numel() for p in self.raw_model.parameters())
-        fail(f"out of memory at iter {self.iter_num} ({str(e).strip().splitlines()[0][:120]}). "
-             + memory_advice(self.c, self.gptconf, n_params, self.device, free_memory(self.device)))
 
     def build_optimizer(self, checkpoint):
         """AdamW, the fp16 gradient scaler, and on resume every piece of state the run had."""
@@ -627,29 +327,16 @@ class Trainer:
         restore_rng(checkpoint["rng"])
         self.iter_num, self.health = checkpoint["iter_num"], checkpoint["health"]
         self.say(f"resuming from {self.ckpt_path} at iter {self.iter_num}")
-        self.read_best(checkpoint)
-        start = [r for r in read_jsonl(os.path.join(c.out_dir, LOG)) if r.get("iter") == 0]
-        if start and isinstance(start[0].get("val_loss"), (int, float)):
-            self.initial_val_loss = start[0]["val_loss"]
+        best = self.folder.best_state(checkpoint, say=self.say)
+        if best is not None:
+            self.best_iter, self.best_val_loss = best
+        self.initial_val_loss = self.folder.initial_val_loss()
 
-    def read_best(self, checkpoint):
-        """The best so far is what best.pt holds, read from best.pt itself: ckpt.pt's own record of it is wrong
-        after a crash between the two writes, or after the user moved the files (mv best.pt ckpt.pt)."""
-        best_path = os.path.join(self.c.out_dir, BEST)
-        try:
-            best = saved_state(best_path)
-        except ValueError as e:
-            self.say(f"note: {e}; the next evaluation's state will replace it as {BEST}")
-            return
-        if best is None:
-            self.say(f"note: there is no {best_path}; the next evaluation's state will be saved as {BEST}")
-            return
-        self.best_iter, self.best_val_loss = best
-        if checkpoint["val_loss"] < self.best_val_loss:
-            self.say(f"note: {self.ckpt_path} (iter {self.iter_num}, val loss {checkpoint['val_loss']:.4f}) is better "
-                     f"than {best_path} (iter {self.best_iter}, {self.best_val_loss:.4f}): a run stopped between "
-                     f"saving the two, or the files were moved. To keep iter {self.iter_num} as the best: Ctrl-C, "
-                     f"cp {self.ckpt_path} {best_path}, and resume again")
+    def out_of_memory(self, e):
+        """The same one line for an allocator failure the estimate did not foresee."""
+        n_params = sum(p.numel() for p in self.raw_model.parameters())
+        fail(f"out of memory at iter {self.iter_num} ({str(e).strip().splitlines()[0][:120]}). "
+             + memory_advice(self.c, self.gptconf, n_params, self.device, free_memory(self.device)))
 
     def train_step(self):
         """One optimizer step: accum micro-batches on each rank, gradients averaged over all of them. It never
@@ -698,15 +385,8 @@ class Trainer:
             self.say(f"iter {it}: non-finite loss {loss} or gradient norm {grad_norm}: step skipped "
                      f"({self.nonfinite_in_a_row} in a row, {self.health['nonfinite_steps']} in all)")
             if self.nonfinite_in_a_row >= self.c.max_nonfinite:
-                best = f" and best.pt the best (iter {self.best_iter})" if self.best_iter is not None else ""
-                try:  # say what ckpt.pt holds only after looking: a new run may not have saved one yet
-                    saved = saved_state(self.ckpt_path)
-                except ValueError:
-                    saved = None
-                kept = (f"{self.ckpt_path} holds the last finite state{best}" if saved else
-                        f"no {CHECKPOINT} was saved" + (f"; best.pt holds iter {self.best_iter}" if best else ""))
                 fail(f"{self.nonfinite_in_a_row} non-finite steps in a row (max_nonfinite={self.c.max_nonfinite}): "
-                     f"the run has diverged. {kept}; try a lower learning_rate "
+                     f"the run has diverged. {self.folder.what_is_kept(self.best_iter)}; try a lower learning_rate "
                      f"(learning_rate={self.c.learning_rate:g}) or more warmup_iters.")
         return losses
 
@@ -714,8 +394,8 @@ class Trainer:
     def evaluate(self):
         """Mean loss over the fixed validation batches (shared out among the ranks), and the probe's
         attention/activation/gate measurements on the first one (batch_size windows: the probe costs more than a
-        forward; analyze.py measures them over all eval_iters batches). That batch runs once, with the probe on the
-        uncompiled model (its hooks need the modules), and gives its loss too."""
+        forward; lab/analyze.py measures them over all eval_iters batches). That batch runs once, with the probe on
+        the uncompiled model (its hooks need the modules), and gives its loss too."""
         self.model.eval()
         total = torch.zeros(2, device=self.device)  # summed loss, batches
         probe = Probe(self.raw_model, triggers=self.triggers)  # only rank 0's is reported: its first batch is val[0]
@@ -821,190 +501,149 @@ class Trainer:
             "rng": rng_state(),
             "loader": self.loader.state_dict(),
             "health": self.health,
-        }, is_best, latest)
-        if not latest:
-            print(f"saved {self.folder.best_path} (the initial state: best.pt never holds a worse one)", flush=True)
-            return
-        if is_best:
-            print(f"saved {self.ckpt_path} and best.pt (the best validation loss so far)", flush=True)
-            return
-        if self.best_iter is None:
-            print(f"saved {self.ckpt_path} (the latest state); it is worse than the initial validation loss "
-                  f"{self.initial_val_loss:.4f}, so it is not saved as best.pt", flush=True)
-            return
-        worse = val_loss - self.best_val_loss
-        print(f"saved {self.ckpt_path} (the latest state); its validation loss is {worse:.3f} worse than the best, "
-              f"{self.best_val_loss:.4f} at iter {self.best_iter}, which best.pt keeps", flush=True)
-        if worse > VAL_RISE_WARNING:
-            print(f"WARNING: the validation loss rose by {worse:.2f} nats: the run may be diverging "
-                  "(a lower learning_rate, or resume from best.pt: copy it to ckpt.pt)", flush=True)
-
-    def eval_due(self):
-        return self.iter_num % self.c.eval_interval == 0 or self.iter_num >= self.c.max_iters or self.c.eval_only
-
-    def run(self):
-        """The loop: evaluate (and save) every eval_interval iterations and at the end, else one train_step."""
-        c = self.c
-        self.say(f"model: {self.raw_model.num_params() / 1e6:.2f}M parameters, gate={self.gptconf.gate}, "
-                 f"norm={self.gptconf.norm}; device {self.device}, {self.dtype}, {self.world_size} process(es)")
-        anchor = " (each starts with the BOS token <|endoftext|>)" if c.bos else ""
-        self.say(f"data: {self.data_dir}, {len(self.loader.windows):,} training windows{anchor}; "
-                 f"{self.tokens_per_iter:,} tokens per iteration")
-        self.start_iter, self.t_start, self.t_loop = self.iter_num, time.time(), time.perf_counter()
-        record, since_log, since_eval, since_start = None, Span(), Span(), Span()
-        eval_seconds = 0.0  # spent in evaluations and checkpoints
-        # when the host last waited for the device, and at which iteration: the steps since then are still queued
-        t_read, iter_read = time.perf_counter(), self.iter_num
-        if self.start_iter >= c.max_iters and not c.eval_only:
-            self.say(f"nothing to do: the checkpoint is at iter {self.start_iter} and max_iters={c.max_iters}")
-        try:  # an allocator failure becomes memory_advice's one line; the loop itself is unchanged
-            while True:
-                lr = lr_at(self.iter_num, c)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = lr
-                resumed_here = self.iter_num == self.start_iter > 0 and not c.eval_only  # its eval is in the log
-                if self.eval_due() and not resumed_here:
-                    t_eval = time.perf_counter()
-                    record = self.log_and_save(lr, since_eval)
-                    since_eval = Span()
-                    t_read, iter_read = time.perf_counter(), self.iter_num  # evaluation time is not training time
-                    eval_seconds += t_read - t_eval
-                if c.eval_only or self.iter_num >= c.max_iters:
-                    break
-                self.train_step()
-                self.iter_num += 1
-                first_step = self.iter_num == self.start_iter + 1  # compiles and allocates: never timed
-                log_step = self.iter_num % c.log_interval == 0
-                if not (first_step or log_step or self.eval_due()):
-                    continue  # the host goes straight on to queue the next step while the device works
-                # Wait for the device to finish the queued steps, read their losses, and time them: measured this way,
-                # a step's wall time is what bench.py --train measures for the same step, plus loading the batch.
-                losses = self.check_health()
-                t_now = time.perf_counter()
-                seconds, steps = t_now - t_read, self.iter_num - iter_read
-                t_read, iter_read = t_now, self.iter_num
-                for span in (since_log, since_eval, since_start):
-                    span.add(losses, seconds, steps, timed=not first_step)
-                if log_step:
-                    dt = since_log.step_time() or seconds  # the first step alone (log_interval=1): its own time
-                    mfu = estimate_mfu(self.raw_model, c.batch_size * self.accum, dt, device=self.device)
-                    loss = since_log.mean_loss()
-                    shown = "non-finite" if loss is None else f"{loss:.4f}"
-                    self.say(f"iter {self.iter_num}: loss {shown}, lr {lr:.2e}, "
-                             f"{dt * 1000:.0f} ms, {self.tokens_per_iter / dt:,.0f} tokens/s"
-                             + (f", MFU {mfu * 100:.1f}%" if mfu else "")
-                             + (" (the first step: compiling, allocating)" if first_step else ""), flush=True)
-                    since_log = Span()
-        except RuntimeError as e:  # torch.OutOfMemoryError is one; so is the CPU allocator's failure
-            if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e) or "can't allocate memory" in str(e):
-                self.out_of_memory(e)
-            raise
-        if record is not None and not c.eval_only:
-            wall, wall_speed, dt = time.perf_counter() - self.t_loop, self.wall_tokens_per_s(), since_start.step_time()
-            speed = (f", {wall_speed:,.0f} tokens/s end to end (a training step alone: "
-                     f"{self.tokens_per_iter / dt:,.0f} tokens/s; evaluations and checkpoints took {eval_seconds:.0f} s,"
-                     f" {eval_seconds / wall:.0%} of the time)" if wall_speed and dt else "")
-            self.say(f"done: {self.iter_num} iterations in {wall:.0f} s{speed}. {describe(record)}. "
-                     f"The val loss is over {c.eval_iters} validation batches, the rest are layer averages on the "
-                     f"first ({c.batch_size} windows; analyze.py measures all {c.eval_iters}). Log in "
-                     f"{self.folder.log_path}")
-        if self.use_wandb:
-            import wandb
-            wandb.finish()
+        }, is_best, latest, self.initial_val_loss)
 
 
 # -----------------------------------------------------------------------------
+# The schedule, the optimizer step, loss spikes
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    c, given = configure(TrainConfig, argv)
-    ddp, rank, local_rank, world_size = processes()
-    ckpt_path = os.path.join(c.out_dir, CHECKPOINT)
-    checkpoint, notes, claim = None, [], None
-    writes = rank == 0 and not c.eval_only  # the one process that writes out_dir (eval_only writes nothing)
-    try:
-        # claim an existing out_dir before reading anything in it: no other train.py may be changing it meanwhile
-        # (a new folder is claimed when it is made, below, so a command that fails before leaves none behind)
-        if writes and os.path.isdir(c.out_dir):
-            claim = claim_out_dir(c.out_dir)
-        if c.init_from == "resume":
-            if not os.path.isfile(ckpt_path):
-                fail(f"init_from='resume' but there is no checkpoint at {ckpt_path}: "
-                     + (describe_folder(c.out_dir) if os.path.isdir(c.out_dir) else "the folder does not exist"))
-            try:
-                checkpoint = read_checkpoint(ckpt_path)
-            except ValueError as e:
-                fail(e)
-            missing = RESUME_KEYS - checkpoint.keys()
-            if missing:
-                fail(f"{ckpt_path} cannot be resumed: it lacks {sorted(missing)} (only train.py's own checkpoints can)")
-            c, notes, given = resume_settings(argv, checkpoint, ckpt_path)
-        check_settings(c)
-        check_new_run(c)
+def lr_at(it, c):
+    """Linear warmup to learning_rate, then cosine decay to min_lr at lr_decay_iters, then min_lr."""
+    if not c.decay_lr:
+        return c.learning_rate
+    if it < c.warmup_iters:
+        return c.learning_rate * (it + 1) / (c.warmup_iters + 1)
+    if it >= c.lr_decay_iters:
+        return c.min_lr
+    progress = (it - c.warmup_iters) / max(1, c.lr_decay_iters - c.warmup_iters)
+    return c.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (c.learning_rate - c.min_lr)
 
-        device = pick_device(c.device, local_rank if ddp else None)
-        device_type = device.split(":")[0]
-        keep_freed_memory(device_type)  # a CPU run reuses the memory each step frees (cli.keep_freed_memory)
-        if ddp:
-            if device_type == "cuda":
-                torch.cuda.set_device(device)
-            backend = c.backend if c.backend != "auto" else "nccl" if device_type == "cuda" else "gloo"
-            dist.init_process_group(backend=backend)
+
+def optimizer_step(optimizer, scaler, params, grad_clip, loss):
+    """Finish one optimizer step whose gradients are in place: unscale (fp16), clip, step, zero the gradients.
+    A step whose loss or gradient norm is not finite is skipped, and the skip is decided on the device: fused
+    AdamW (CUDA, CPU) takes a `found_inf` flag, the protocol torch's GradScaler uses, and leaves the weights, its
+    moments and its step count as they were. So this never waits for the GPU, and the host can queue the next
+    step while this one runs. Returns (loss, gradient norm, taken) as one float tensor on the device, for
+    train.py's check_health to read later. train.py trains with this step and lab/bench.py --train times it."""
+    scaler.unscale_(optimizer)  # fp16 only: the gradients as they really are, before clipping
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf)
+    taken = torch.isfinite(loss) & torch.isfinite(grad_norm)
+    if all(group.get("fused") for group in optimizer.param_groups):
+        # read by AdamW.step as GradScaler sets it (torch/amp/grad_scaler.py, _maybe_opt_step): 1 = skip the step
+        optimizer.found_inf = (~taken).float()
         try:
-            if rank == 0:
-                for note in notes:
-                    print(note)
-            trainer = None
-            with sdpa_preference(c.sdpa_backend):  # around compiling too: the compiled graph keeps the kernel chosen
-                try:
-                    trainer = Trainer(c, rank, world_size, device, ddp, checkpoint)
-                    if writes and claim is None:  # Trainer made the new folder (check_writable): claim it now
-                        claim = claim_out_dir(c.out_dir)
-                        check_new_run(c)  # another command may have put a run there since the check above
-                    trainer.run()
-                except KeyboardInterrupt:
-                    interrupted(c, given, world_size, trainer and trainer.iter_num, rank)
+            optimizer.step()
         finally:
-            if ddp:
-                dist.destroy_process_group()
-    finally:
-        if claim is not None:
-            claim.close()  # the OS would release it at exit; a test calling main() twice needs it now
+            del optimizer.found_inf
+    elif taken.item():  # the plain loop (MPS) can only be told from the host: one synchronisation a step
+        optimizer.step()
+    if scaler.is_enabled():
+        scaler.update()  # lowers the loss scale after an fp16 overflow (the check unscale_ made), raises it after a run
+    optimizer.zero_grad(set_to_none=True)
+    return torch.stack([loss.float(), grad_norm.float(), taken.float()])
 
 
-def check_new_run(c):
-    """A new run never replaces a run already in out_dir unless told to; the message says what the folder holds
-    and which commands fit it."""
-    held = RunFolder.holds_a_run(c.out_dir)
-    if c.init_from != "scratch" or not held or c.overwrite:
-        return
-    if CHECKPOINT in held:
-        fail(f"{c.out_dir} already holds a run ({', '.join(held)}). Continue it with --init_from=resume, choose "
-             "another --out_dir, or replace it with --overwrite=True.")
-    fail(f"a new run would replace what is there. {describe_folder(c.out_dir)}")
+def count_spike(health, loss, threshold):
+    """Update the loss health with one finite step's loss; return True if the step is in a spike.
+    A spike is what a reader of the loss curve would call one: a sudden rise far outside the recent noise,
+    i.e. more than `threshold` standard deviations (and SPIKE_MIN_NATS) above the exponential moving
+    average of the earlier losses. A spike that lasts several steps counts once; a slow drift upwards moves
+    the average along with it and is no spike; a jump to a higher plateau is one spike."""
+    mean, var, steps = health["loss_ema"], health.get("loss_var", 0.0), health.get("steps", 0)
+    spiking = (mean is not None and steps >= SPIKE_WARMUP
+               and loss - mean > max(threshold * math.sqrt(var), SPIKE_MIN_NATS))
+    if spiking and not health.get("in_spike", False):
+        health["loss_spikes"] += 1
+    if mean is None:
+        mean = loss
+    else:  # exponentially weighted mean and variance, updated in place (Finch 2009)
+        delta = loss - mean
+        mean += (1 - SPIKE_EMA) * delta
+        var = SPIKE_EMA * (var + (1 - SPIKE_EMA) * delta * delta)
+    health.update(loss_ema=mean, loss_var=var, steps=steps + 1, in_spike=spiking)
+    return spiking
 
 
-def interrupted(c, given, world_size, iter_num, rank):
-    """Ctrl-C: one line saying where the last checkpoint is (read from the file, which an interrupted save left
-    whole) and the command that continues from it; exit status 130, as a shell gives a command ended by Ctrl-C."""
+# -----------------------------------------------------------------------------
+# Settings and data: checked before anything is written, so a mistake costs nothing
+
+POSITIVE_INTS = ("batch_size", "block_size", "eval_interval", "log_interval", "eval_iters",
+                 "gradient_accumulation_steps", "max_nonfinite", "max_iters")
+
+
+def check_settings(c):
+    """Refuse meaningless settings with one line naming the key and what is allowed."""
+    if c.init_from not in ("scratch", "resume"):
+        fail(f"init_from={c.init_from!r} is not valid; choose 'scratch' or 'resume'")
+    for key in POSITIVE_INTS:
+        if getattr(c, key) < 1:
+            fail(f"{key}={getattr(c, key)} must be at least 1")
+    if c.eval_only and c.init_from != "resume":
+        fail("eval_only=True evaluates a trained run: add --init_from=resume (a new model would be random)")
+    ranges = {  # key: (the test a value must pass, what is allowed); NaN and infinity never pass
+        "learning_rate": (lambda x: x > 0, "a positive number"),
+        "min_lr": (lambda x: 0 <= x <= c.learning_rate, f"between 0 and learning_rate={c.learning_rate}"),
+        "weight_decay": (lambda x: x >= 0, "0 or more"),
+        "grad_clip": (lambda x: x >= 0, "0 (no clipping) or more"),
+        "beta1": (lambda x: 0 <= x < 1, "in [0, 1)"),
+        "beta2": (lambda x: 0 <= x < 1, "in [0, 1)"),
+        "spike_threshold": (lambda x: x > 0, "a positive number of standard deviations"),
+    }
+    for key, (ok, allowed) in ranges.items():
+        value = getattr(c, key)
+        if not (math.isfinite(value) and ok(value)):
+            fail(f"{key}={value} is not valid; it must be {allowed}")
+    if c.compile_mode not in COMPILE_MODES:
+        fail(f"compile_mode={c.compile_mode!r} is not valid; choose one of {', '.join(COMPILE_MODES)}")
+    if c.sdpa_backend not in SDPA_BACKENDS:
+        fail(f"sdpa_backend={c.sdpa_backend!r} is not valid; choose one of {', '.join(SDPA_BACKENDS)}")
+    if c.warmup_iters < 0:
+        fail(f"warmup_iters={c.warmup_iters} must be 0 or more")
+    if c.decay_lr and c.lr_decay_iters < max(1, c.warmup_iters):
+        fail(f"lr_decay_iters={c.lr_decay_iters} must be at least 1 and at least warmup_iters={c.warmup_iters} "
+             "(the cosine decay follows the warmup; usually lr_decay_iters = max_iters)")
+    if not 0 <= c.seed < 2**31:
+        fail(f"seed={c.seed} must be in 0..{2**31 - 1}")
+
+
+def prepare_data(c, block, vocab_size, rank, world_size, ddp):
+    """The training loader and the fixed validation batches, a dataset of data.ON_FIRST_USE prepared on first use.
+    Every problem with the data stops here, before the run folder is touched."""
+    data_dir = dataset_dir(c.dataset, c.data_dir)
     if rank == 0:
-        path = os.path.join(c.out_dir, CHECKPOINT)
-        try:
-            saved = saved_state(path)
-        except ValueError as e:
-            saved, why = None, f" ({e})"
-        else:
-            why = ""
-        at = "while starting" if iter_num is None else f"at iter {iter_num}"
-        if c.eval_only:
-            print(f"interrupted {at}; nothing was written", file=sys.stderr)
-        elif saved is None:
-            print(f"interrupted {at}, before any checkpoint was saved in {c.out_dir}{why}: run the "
-                  "command again (with --overwrite=True) to start over", file=sys.stderr)
-        else:
-            print(f"interrupted {at}: {path} holds iter {saved[0]}. Continue with: "
-                  f"{resume_command(c, given, world_size)}", file=sys.stderr)
-    raise SystemExit(130)
+        prepare_if_missing(c.dataset, data_dir)
+    if ddp:
+        dist.barrier()  # the other ranks wait for rank 0's preparation
+    try:
+        bos = check_training_data(c.dataset, data_dir, vocab_size, c.bos)
+        loader = TrainLoader(data_dir, block, c.batch_size, seed=c.seed, rank=rank, world_size=world_size, bos=bos)
+        val = val_batches(data_dir, block, c.batch_size, c.eval_iters, bos=bos)
+    except (OSError, ValueError) as e:
+        fail(e)
+    return data_dir, loader, val
+
+
+@dataclass
+class Span:
+    """Training since some point (the last log line, the last eval): the finite steps' losses, and the seconds and
+    number of the steps that were timed (evaluations and the first step, which compiles, are not)."""
+    losses: list = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+    steps: int = 0
+
+    def add(self, losses, seconds, steps, timed=True):
+        self.losses += losses
+        if timed:
+            self.seconds += seconds
+            self.steps += steps
+
+    def mean_loss(self):
+        return sum(self.losses) / len(self.losses) if self.losses else None
+
+    def step_time(self):
+        """Seconds a timed step, or None before any step was timed."""
+        return self.seconds / self.steps if self.steps else None
 
 
 if __name__ == "__main__":

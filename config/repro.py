@@ -1,12 +1,12 @@
-# The shared settings of the reproduction study (repro.py): every variant trains this model on the same
-# data for the same tokens, with the same learning-rate schedule; only the flags that variants.py names for
-# each variant differ, and the seed (repro.py --seeds=N: 1337, 1338, ...), which changes the initialisation
-# and the data order.
+# The shared settings of the reproduction study (python -m lab.repro): every variant trains this model on the
+# same data for the same tokens, with the same learning-rate schedule; only the flags that lab/variants.py names
+# for each variant differ, and the seed (python -m lab.repro train ... --seeds=N: 1337, 1338, ...), which changes
+# the initialisation and the data order.
 # 8 layers, 512 wide, 8 heads (~25M non-embedding parameters), T=512, 128 x 512 = 65,536 tokens per step,
 # 1,600 steps = 105M tokens: ~290 s a run on one H100 with two runs side by side (measured 2026-11-22).
 # As the papers' models (Qwen3's architecture): QK-norm, and a beginning-of-sequence token at position 0 of
 # every window (bos, train.py's default), on which the attention sink forms.
-dataset = "pysrc"  # python repro.py prepare: the .py files of the installed Python packages
+dataset = "pysrc"  # python -m lab.repro prepare: the .py files of the installed Python packages
 n_layer = 8
 n_head = 8
 n_embd = 512

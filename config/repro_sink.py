@@ -1,4 +1,4 @@
-# The study with the known levers of the attention sink pulled (python repro.py train all
+# The study with the known levers of the attention sink pulled (python -m lab.repro train all
 # --config=config/repro_sink.py), applied after config/repro.py. Gu et al. (ICLR 2025, "When Attention Sink
 # Emerges in Language Models") found the share of sink heads (F-Attn > 0.3) grows with training tokens
 # (60M model: under 1% at 50M tokens, ~4% at 500M, 18% at 5B), with the learning rate, and most steeply with

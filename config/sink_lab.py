@@ -35,6 +35,6 @@ eval_interval = 100  # 21 evaluations: the sink forming, step by step, in log.js
 eval_iters = 16  # 512 validation windows, the same every time
 log_interval = 100
 import os
-if os.environ.get("TUTORIAL_TOY"):  # test_tutorial.py runs TUTORIAL.md's commands at toy size: numbers mean nothing
+if os.environ.get("TUTORIAL_TOY"):  # tests/test_tutorial.py runs TUTORIAL.md's blocks at toy size: numbers mean nothing
     max_iters = lr_decay_iters = 40
     warmup_iters, eval_interval, eval_iters, log_interval = 5, 20, 2, 20

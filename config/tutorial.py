@@ -1,8 +1,8 @@
 # The runs of TUTORIAL.md: train.py's laptop-CPU default (4 layers x 128 wide, 300 steps of 8 windows of 128
 # tokens on Python's stdlib source), evaluated on more windows so that two runs' numbers can be compared.
 #   python train.py config/tutorial.py --gate=none --out_dir=out/tutorial/baseline
-# TUTORIAL_TOY=1 shrinks every run to seconds: test_tutorial.py runs each command of the tutorial that way in CI,
-# so the tutorial cannot fall out of step with the code. Numbers measured at toy size mean nothing.
+# TUTORIAL_TOY=1 shrinks every run to seconds: tests/test_tutorial.py runs each command of the tutorial that way
+# in CI, so the tutorial cannot fall out of step with the code. Numbers measured at toy size mean nothing.
 import os
 
 eval_interval = 50

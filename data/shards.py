@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shlex
-import tempfile
 
 import numpy as np
 import torch

@@ -51,7 +51,7 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, REPO)  # the exercises use the project's modules (model.py, probe.py, kernels.py) as references
+sys.path.insert(0, REPO)  # the exercises use the core's modules (model.py, probe.py, kernels.py...) as references
 if __name__ != "__main__":  # where checks run (the child process, or an import of this file); the command line
     import torch            # only watches them, and importing torch there too would cost every check a second or two
     if not torch.cuda.is_available():  # no GPU: Triton kernels run in Triton's interpreter (set before triton's import)
@@ -115,7 +115,8 @@ def expect_close(what, got, want, atol=1e-5, rtol=1e-4, hint=""):
     got = got.detach().double().cpu()
     want = want.detach().double().cpu()
     if not torch.isfinite(got).all():
-        raise Wrong(f"{what} has NaN or inf values ({int((~torch.isfinite(got)).sum())} of {got.numel()}). {hint}".strip())
+        raise Wrong(f"{what} has NaN or inf values ({int((~torch.isfinite(got)).sum())} of {got.numel()}). "
+                    f"{hint}".strip())
     err = (got - want).abs()
     bad = err > atol + rtol * want.abs()
     if bad.any():
@@ -188,7 +189,8 @@ class _Alarm:
 
 def _student_frame(exc, path):
     """The innermost frame of the student's file in exc's traceback, or None."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == os.path.abspath(path)]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if os.path.abspath(f.filename) == os.path.abspath(path)]
     return frames[-1] if frames else None
 
 
@@ -216,7 +218,8 @@ def _exited(exc, path, importing=False):
 
 def _where(exc, path, code=True):
     """Where in the student's file the exception came from: ' (file line N: code)', or '' if not from there."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == os.path.abspath(path)]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if os.path.abspath(f.filename) == os.path.abspath(path)]
     if not frames:
         return ""
     return f" ({os.path.basename(path)} line {frames[-1].lineno}" + (f": {frames[-1].line})" if code else ")")
@@ -483,7 +486,8 @@ def expect_trained_runs(number, where):
     if base["iter_num"] != g1["iter_num"]:
         short = "baseline" if (base["iter_num"] or 0) < (g1["iter_num"] or 0) else "g1"
         raise Wrong(f"the runs stopped at different steps (baseline {base['iter_num']}, g1 {g1['iter_num']}): was the "
-                    f"{short} run interrupted? Train it again:\n          {train_command(number, short)} --overwrite=True")
+                    f"{short} run interrupted? Train it again:\n          {train_command(number, short)} "
+                    f"--overwrite=True")
     differ = sorted(k for k in set(base) | set(g1) if k not in NOT_COMPARED and base.get(k) != g1.get(k))
     if differ:
         listed = ", ".join(f"{k} (baseline {base.get(k)!r}, g1 {g1.get(k)!r})" for k in differ[:4])

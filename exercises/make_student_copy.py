@@ -4,9 +4,11 @@ project files the tutorial and the checks use. For teachers; it is not part of t
 
     python exercises/make_student_copy.py DEST      # DEST must not exist, or be an empty folder
 
-What is copied is a fixed list (TOP_FILES, TOP_DIRS, and the project's scripts: every top-level *.py but the tests),
-less what git ignores (prepared token shards, outputs, caches), the exercises' solutions folder and this script.
-The copy's checker runs from the copy's own files (exercises/check.py finds the project beside itself), so nothing
+What is copied is a fixed list (TOP_FILES, TOP_DIRS: the lab/ package, config/, data/, ...) and the core: every
+top-level *.py (model.py, cli.py, runfolder.py, ...), less what git ignores (prepared token shards, outputs, caches),
+the exercises' solutions folder and this script. What a student does not get is listed too (NOT_COPIED: the test
+suites, tests/), so that tests/test_exercises.py finds any top-level file or folder that is in neither list. The
+copy's checker runs from the copy's own files (exercises/check.py finds the project beside itself), so nothing
 in it leads back here. Before it reports success, the copy is searched for every reference solution's distinctive
 lines (those found in no starter, checks.py, statement nor project file); a copy that holds one is deleted.
 """
@@ -20,10 +22,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 ANSWERS = os.path.join(HERE, "solutions")
 
-TOP_FILES = ["README.md", "TUTORIAL.md", "PAPERS.md", "LICENSE", "requirements.txt", "requirements-extra.txt",
-             ".gitignore"]
-TOP_DIRS = ["config", "data", "docs", "exercises", "gpu", "results"]
-NOT_SCRIPTS = ["test_*.py", "conftest.py"]  # the test suites: they test the checks against the solutions
+TOP_FILES = ["README.md", "TUTORIAL.md", "tutorial.ipynb", "PAPERS.md", "LICENSE", "requirements.txt",
+             "requirements-extra.txt", ".gitignore"]
+TOP_DIRS = ["config", "data", "docs", "exercises", "lab", "results"]  # lab/: the study's tools and lab/gpu/ scripts
+NOT_SCRIPTS = ["test_*.py", "conftest.py"]  # test suites (in tests/, never copied): none is a script of the core
+# the top-level files and folders a student does not get (besides what git ignores): the test suites, which test the
+# checks against the solutions, and what they need
+NOT_COPIED = ["tests", "requirements-test.txt"]
 # what git ignores (.gitignore), relative to the repository, and what is never copied
 SKIP = ["*/__pycache__", "*.pyc", "*/.pytest_cache", "out*", "data/*/*.bin", "data/*/meta.json", "data/*/.cache",
         "*/.lock", ".lock", "exercises/solutions", "exercises/make_student_copy.py", "*/.*"]

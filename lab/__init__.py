@@ -7,7 +7,7 @@ as a module, e.g. python -m lab.repro --help:
   report    the report's tables, plots and words; stats its statistics (decisions over seeds)
   variants  the named variants of the two papers and the flags that make each
   bench     speed: the kernels, a training step, a whole model
-  gpu/      the shell scripts that run the study and benchmarks on a rented GPU
+  gpu/      the shell scripts that run the study and the benchmarks on one GPU: bash lab/gpu/study.sh --help
 
 Nothing in the core imports this package.
 """

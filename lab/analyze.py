@@ -1,8 +1,8 @@
 """
 Measure trained checkpoints the way GA §4.3 / Table 4 does, every run on the same validation windows:
 
-    python analyze.py --runs=out-baseline,out-g1[,more out_dirs] [--labels=base,g1] [--out_dir=out-analysis]
-    python analyze.py --pretrained=gpt2[,gated-1b-baseline,...] [--out_dir=...]     # published checkpoints
+    python -m lab.analyze --runs=out-baseline,out-g1[,more out_dirs] [--labels=base,g1] [--out_dir=out-analysis]
+    python -m lab.analyze --pretrained=gpt2[,gated-1b-baseline,...] [--out_dir=...]     # published checkpoints
 
 For each run (an out_dir holding ckpt.pt, or the file --checkpoint names, e.g. best.pt): validation loss, and
 per layer and averaged over layers (probe.py defines each)
@@ -23,7 +23,7 @@ batch_size), so a single run's val loss is the one its training log shows for th
   summary.md       a table of the runs (probe.MEASURES' columns), as TUTORIAL.md shows it
   per_window.npz   each window's value of the per-window measures (val_loss, first_token_attn, max_act, peak_act,
                    ...), as arrays named "<i>/<key>" for run i of summary.json's runs: for confidence intervals over
-                   windows (repro.py report reads them)
+                   windows (python -m lab.repro report reads them)
 and, when matplotlib is installed, layers.png (per-layer F-Attn, sink share and M-Act of every run), gate_hist.png
 (gate-score histograms), attn_maps.png (a head-averaged attention map per run, as in GA Fig. 2), curves.png
 (validation loss and F-Attn during training, from each run's log.jsonl) and emergence.png (the sink forming: per
@@ -31,7 +31,7 @@ layer, F-Attn, M-Act and the sink's value norm ratio over the training steps, on
 log.jsonl); --plot_labels picks the runs they show.
 The sink's mechanism per layer, in summary.json and summary.md: the value norm ratio (the value vector's norm at
 position 0 over the mean elsewhere: a sink parks attention on a small value) and the channels that carry the massive
-activation (probe.massive_channels); report.mechanism_rows gives them as a table's rows.
+activation (probe.massive_channels); lab.report.mechanism_rows gives them as a table's rows.
 Beside each run's checkpoint it keeps what it measured there, measured.json and measured.npz: a run whose checkpoint
 is gone (left on a borrowed GPU machine) is read from them instead, if they were taken on the same windows.
 
@@ -56,7 +56,8 @@ import torch.nn.functional as F
 import pretrained
 from cli import REPO, autocast_for, configure, dataset_dir, device_name, fail, pick_device
 from lab.report import markdown_table, places_text, pyplot, save_figure
-from runfolder import CHECKPOINT, LOG, MEASURED, atomic_write, load_checkpoint, read_jsonl, writable_folder, write_json, write_text
+from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, load_checkpoint, read_jsonl, writable_folder,
+    write_json, write_text)
 from data.shards import bos_token, read_meta, val_batches
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, Probe, SINK_HEAD_THRESHOLD, TRIGGER_KEYS,
     attention_maps, describe, layer_mean, massive_channels, summarize, trigger_positions)
@@ -66,7 +67,7 @@ from lab.variants import VARIANTS
 
 @dataclass
 class AnalyzeConfig:
-    """Every key of analyze.py."""
+    """Every key of python -m lab.analyze."""
     runs: tuple[str, ...] = ()  # the runs' out_dirs
     labels: tuple[str, ...] = ()  # names for the runs in the same order (default: the folders' names)
     checkpoint: str = CHECKPOINT  # which file of each run: ckpt.pt (the latest state) or best.pt (the lowest val loss)
@@ -93,8 +94,9 @@ RUN_SETTINGS = ("dataset", "batch_size", "eval_iters", "gradient_accumulation_st
 def eval_windows(checkpoint):
     """The validation windows train.py evaluated this run on (data.shards.val_batches' arguments)."""
     cfg = checkpoint["config"]
-    return dict(data_dir=dataset_dir(cfg["dataset"], cfg.get("data_dir")), block_size=checkpoint["model_args"]["block_size"],
-                batch_size=cfg["batch_size"], batches=cfg["eval_iters"], bos=cfg.get("bos", False))
+    return dict(data_dir=dataset_dir(cfg["dataset"], cfg.get("data_dir")),
+                block_size=checkpoint["model_args"]["block_size"], batch_size=cfg["batch_size"],
+                batches=cfg["eval_iters"], bos=cfg.get("bos", False))
 
 
 def load_windows(windows):
@@ -134,7 +136,8 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
         "model": {k: v for k, v in checkpoint["model_args"].items()},
         "params": model.num_params(),
         "iter": checkpoint["iter_num"],
-        "tokens": checkpoint["iter_num"] * train_cfg["gradient_accumulation_steps"] * train_cfg["batch_size"] * cfg.block_size,
+        "tokens": (checkpoint["iter_num"] * train_cfg["gradient_accumulation_steps"] * train_cfg["batch_size"]
+                   * cfg.block_size),
         "lr": train_cfg["learning_rate"],
         "max_iters": train_cfg["max_iters"],
         "seed": train_cfg.get("seed"),
@@ -174,13 +177,28 @@ def measure(model, batches, device, ctx, map_tokens, triggers=None, shown=0):
     the task's trigger positions and at positions 1..T-1 elsewhere) or None, maps: a head-averaged attention map
     per layer of window `shown` of the first batch, channels: per layer, probe.massive_channels over every window).
     triggers: the Bigram-Backcopy task's trigger tokens, for probe.py's mechanism statistics."""
-    cfg, n_batches = model.config, len(batches)
     # gate scores for the histogram: a random sample of each layer's, from every batch
+    keep_scores, samples = gate_sampler(GATE_SAMPLE // (len(batches) * model.config.n_layer) + 1)
+    probed = [probe_batch(model, x.to(device), y.to(device), ctx, keep_scores, triggers) for x, y in batches]
+    per_batch, per_head, massive, per_window = zip(*probed)
+    layers, heads, channels = pool_layers(model.config, per_batch, per_head, massive, batches[0][0].size(0))
+    windows_all = {key: (None if per_window[0][key] is None else np.concatenate([w[key] for w in per_window]))
+                   for key in per_window[0]}
+    with ctx:
+        maps = attention_maps(model, batches[0][0][shown:shown + 1, :map_tokens].to(device))  # per layer (1, H, t, t)
+    scores = {kind: np.concatenate(parts) for kind, parts in samples.items()} or None
+    return layers, heads, windows_all, scores, [m[0].mean(0).float().cpu().numpy() for m in maps], channels
+
+
+def gate_sampler(per_layer):
+    """A probe.Probe gate_scores callback that keeps a random sample of at most per_layer scores each time a layer
+    reports them, and the dict of samples it fills: {"all": [arrays]}, and given the task's trigger positions
+    {"trigger": [...], "other": [...]} too."""
     rng = np.random.default_rng(0)
     samples = {}
 
     def sample(kind, s):
-        take = min(s.numel(), GATE_SAMPLE // (n_batches * cfg.n_layer) + 1)
+        take = min(s.numel(), per_layer)
         if take:
             picked = s[torch.from_numpy(rng.choice(s.numel(), take, replace=False)).to(s.device)]
             samples.setdefault(kind, []).append(picked.cpu().numpy())
@@ -192,25 +210,26 @@ def measure(model, batches, device, ctx, map_tokens, triggers=None, shown=0):
             other[:, 0] = False
             for kind, where in (("trigger", trig), ("other", other)):
                 sample(kind, s[where.view(*where.shape, *[1] * (s.dim() - 2)).expand_as(s)])
+    return keep_scores, samples
 
-    per_batch, per_head, per_window, massive = [], [], [], []
-    for x, y in batches:
-        x, y = x.to(device), y.to(device)
-        with ctx, Probe(model, gate_scores=keep_scores, triggers=triggers) as probe:
-            logits, _ = model(x)  # no targets: the loss is computed here, per window
-        # each window's own loss (the mean of the batch's is the loss train.py logs), for paired comparisons
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none").view(y.shape).mean(1)
-        del logits
-        per_batch.append(probe.stats)
-        per_head.append(probe.heads)
-        massive.append(probe.massive)
-        # per window: its loss and the layer means of its F-Attn, sink share, M-Act and gate mean
-        window = {"val_loss": loss.cpu().numpy(),
-                  **{key: (None if values is None else torch.stack(values).mean(0).numpy())
-                     for key, values in probe.windows.items()}}
-        window["peak_act"] = torch.stack(probe.windows["max_act"]).amax(0).numpy()  # the window's largest |h| anywhere
-        per_window.append(window)
 
+def probe_batch(model, x, y, ctx, keep_scores, triggers):
+    """One batch through the model under a probe.Probe: its per-layer statistics, per-head ones, massive
+    activations, and per window its loss and the layer means of its F-Attn, sink share, M-Act and gate mean."""
+    with ctx, Probe(model, gate_scores=keep_scores, triggers=triggers) as probe:
+        logits, _ = model(x)  # no targets: the loss is computed here, per window
+    # each window's own loss (the mean of the batch's is the loss train.py logs), for paired comparisons
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none").view(y.shape).mean(1)
+    del logits
+    window = {"val_loss": loss.cpu().numpy(),
+              **{key: (None if values is None else torch.stack(values).mean(0).numpy())
+                 for key, values in probe.windows.items()}}
+    window["peak_act"] = torch.stack(probe.windows["max_act"]).amax(0).numpy()  # the window's largest |h| anywhere
+    return probe.stats, probe.heads, probe.massive, window
+
+
+def pool_layers(cfg, per_batch, per_head, massive, batch_size):
+    """probe_batch's statistics of every batch (of batch_size windows each) pooled: (layers, heads, channels)."""
     def over_batches(key):  # every batch has the same number of windows: the mean of batch means
         if per_batch[0][key] is None:
             return None
@@ -225,13 +244,8 @@ def measure(model, batches, device, ctx, map_tokens, triggers=None, shown=0):
                                  torch.cat([m[layer]["h"] for m in massive])) for layer in range(cfg.n_layer)]
     # sink heads over the whole validation set: a head's F-Attn averaged over every window, then thresholded
     layers["sink_heads"] = [float(np.mean(np.array(h) > SINK_HEAD_THRESHOLD)) for h in heads["first_token_attn"]]
-    layers.update(pool_sink_location(per_batch, batches[0][0].size(0) * model.config.n_head))
-    windows_all = {key: (None if per_window[0][key] is None else np.concatenate([w[key] for w in per_window]))
-                   for key in per_window[0]}
-    with ctx:
-        maps = attention_maps(model, batches[0][0][shown:shown + 1, :map_tokens].to(device))  # per layer (1, H, t, t)
-    scores = {kind: np.concatenate(parts) for kind, parts in samples.items()} or None
-    return layers, heads, windows_all, scores, [m[0].mean(0).float().cpu().numpy() for m in maps], channels
+    layers.update(pool_sink_location(per_batch, batch_size * cfg.n_head))
+    return layers, heads, channels
 
 
 def pool_sink_location(per_batch, pairs):
@@ -266,8 +280,20 @@ def plot(records, scores, maps, logs, out_dir):
     if plt is None:
         return []
     names = [r["label"] for r in records]
-    written = []
+    written = [plot_layers(plt, records, out_dir)]
+    gated = [(n, s) for n, s in zip(names, scores) if s is not None]
+    if gated:
+        written.append(plot_gate_hist(plt, gated, out_dir))
+    written.append(plot_attention_maps(plt, records, maps, out_dir))
+    if any(logs):
+        written.append(plot_curves(plt, names, logs, out_dir))
+    if any(emergence_series(log) for log in logs):
+        written.append(plot_emergence(plt, names, logs, out_dir))
+    return written
 
+
+def plot_layers(plt, records, out_dir):
+    """layers.png: F-Attn, sink share and M-Act per layer, a line per run."""
     fig, (ax1, ax3, ax2) = plt.subplots(1, 3, figsize=(16, 4.5))
     for r in records:
         layer_ids = range(len(r["layers"]["first_token_attn"]))
@@ -281,25 +307,30 @@ def plot(records, scores, maps, logs, out_dir):
         ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax1.legend(fontsize=8)
     fig.tight_layout()
-    written.append(save_figure(fig, os.path.join(out_dir, "layers.png")))
+    return save_figure(fig, os.path.join(out_dir, "layers.png"))
 
-    gated = [(n, s) for n, s in zip(names, scores) if s is not None]
-    if gated:  # the share of scores in each bin: on the task with triggers, at trigger positions and elsewhere
-        fig, axes = grid(plt, len(gated), 3.4, 3.2)
-        bins = np.linspace(0, 1, 41)
-        for ax, (n, s) in zip(axes, gated):
-            kinds = [("trigger", "trigger positions", "tab:red"), ("other", "other positions", "tab:blue")] \
-                if "trigger" in s else [("all", "all positions", "tab:orange")]
-            for kind, label, color in kinds:
-                values = np.clip(s[kind], 0, 1)  # additive and SiLU gates can leave [0, 1]: their tails pile up at the ends
-                ax.hist(values, bins=bins, weights=np.full(len(values), 1 / max(len(values), 1)), color=color,
-                        alpha=0.6, label=f"{label} (mean {s[kind].mean():.2f})")
-            ax.set(title=n, xlabel="gate score", ylabel=f"share of scores (bins of {bins[1]:.3g})")
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        written.append(save_figure(fig, os.path.join(out_dir, "gate_hist.png")))
 
-    # one layer for every run: the layer where the first run (usually the baseline) sinks the most
+def plot_gate_hist(plt, gated, out_dir):
+    """gate_hist.png: a panel per gated run ((label, gate-score sample) in gated), the share of scores in each bin;
+    on the task with triggers, at trigger positions and elsewhere."""
+    fig, axes = grid(plt, len(gated), 3.4, 3.2)
+    bins = np.linspace(0, 1, 41)
+    for ax, (n, s) in zip(axes, gated):
+        kinds = [("trigger", "trigger positions", "tab:red"), ("other", "other positions", "tab:blue")] \
+            if "trigger" in s else [("all", "all positions", "tab:orange")]
+        for kind, label, color in kinds:
+            values = np.clip(s[kind], 0, 1)  # additive and SiLU gates can leave [0, 1]: their tails pile up at the ends
+            ax.hist(values, bins=bins, weights=np.full(len(values), 1 / max(len(values), 1)), color=color,
+                    alpha=0.6, label=f"{label} (mean {s[kind].mean():.2f})")
+        ax.set(title=n, xlabel="gate score", ylabel=f"share of scores (bins of {bins[1]:.3g})")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return save_figure(fig, os.path.join(out_dir, "gate_hist.png"))
+
+
+def plot_attention_maps(plt, records, maps, out_dir):
+    """attn_maps.png: a head-averaged attention map per run, all of one layer: the layer where the first run
+    (usually the baseline) sinks the most."""
     layer = int(np.argmax(records[0]["layers"]["first_token_attn"]))
     fig, axes = grid(plt, len(records), 3.6, 3.6, layout="constrained")  # room for the labels and the colour scale
     for ax, r, m in zip(axes, records, maps):
@@ -314,23 +345,23 @@ def plot(records, scores, maps, logs, out_dir):
             if ax is axes[0]:
                 ax.legend(fontsize=7, loc="upper right")
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention probability (head average)")
-    written.append(save_figure(fig, os.path.join(out_dir, "attn_maps.png")))
+    return save_figure(fig, os.path.join(out_dir, "attn_maps.png"))
 
-    if any(logs):  # the validation loss and the sink (F-Attn, averaged over layers) during training
-        fig, (loss_ax, sink_ax) = plt.subplots(1, 2, figsize=(11, 4))
-        for n, log in zip(names, logs):
-            for ax, key in ((loss_ax, "val_loss"), (sink_ax, "first_token_attn")):
-                pts = [(rec["tokens"] / 1e6, rec[key]) for rec in log if rec.get(key) is not None]
-                if pts:
-                    ax.plot(*zip(*pts), label=n)
-        loss_ax.set(xlabel="tokens (M)", ylabel="validation loss", title="validation loss during training")
-        sink_ax.set(xlabel="tokens (M)", ylabel="attention on the first token", title="F-Attn during training")
-        loss_ax.legend(fontsize=8)
-        fig.tight_layout()
-        written.append(save_figure(fig, os.path.join(out_dir, "curves.png")))
-    if any(emergence_series(log) for log in logs):
-        written.append(plot_emergence(plt, names, logs, out_dir))
-    return written
+
+def plot_curves(plt, names, logs, out_dir):
+    """curves.png: the validation loss and the sink (F-Attn, averaged over layers) during training, from each run's
+    log.jsonl."""
+    fig, (loss_ax, sink_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for n, log in zip(names, logs):
+        for ax, key in ((loss_ax, "val_loss"), (sink_ax, "first_token_attn")):
+            pts = [(rec["tokens"] / 1e6, rec[key]) for rec in log if rec.get(key) is not None]
+            if pts:
+                ax.plot(*zip(*pts), label=n)
+    loss_ax.set(xlabel="tokens (M)", ylabel="validation loss", title="validation loss during training")
+    sink_ax.set(xlabel="tokens (M)", ylabel="attention on the first token", title="F-Attn during training")
+    loss_ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, os.path.join(out_dir, "curves.png"))
 
 
 EMERGENCE_ROWS = (  # the per-layer values of train.py's log records the emergence plot draws, one row of panels each
@@ -417,23 +448,9 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     records, scores, maps = [], [], []
     fingerprints = {}  # the windows (eval_windows' dict, as JSON) -> windows_id of their tokens
     for i, (run_dir, label) in enumerate(zip(run_dirs, labels)):
-        path = os.path.join(run_dir, checkpoint)
-        stored = None if os.path.isfile(path) else stored_measurement(run_dir, checkpoint)
-        if stored is None:
-            model, ckpt = load_checkpoint(path, device)
-            if "iter_num" not in ckpt or not set(RUN_SETTINGS) <= ckpt.get("config", {}).keys():
-                raise ValueError(f"{path} lacks train.py's run settings {RUN_SETTINGS}: analyze.py reads train.py's "
-                                 "checkpoints")
-            trained = ckpt
-        else:  # what eval_windows reads of a checkpoint, as the measurement kept it
-            trained = {"config": stored[0]["train_config"], "model_args": stored[0]["model"]}
+        model, ckpt, stored, trained = open_run(run_dir, checkpoint, device)
         if i == 0:  # how many windows: the first run's, so one run's val loss matches its own log
-            first = eval_windows(trained)
-            given = batches is not None or batch_size is not None
-            batches, batch_size = batches or first["batches"], batch_size or first["batch_size"]
-            source = "set by --batches/--batch_size" if given else f"the eval windows run {label!r} was trained with"
-            print(f"validation: {describe_windows({**first, 'batches': batches, 'batch_size': batch_size})} "
-                  f"per run ({source})")
+            batches, batch_size, source = validation_windows(trained, label, batches, batch_size)
             os.makedirs(out_dir, exist_ok=True)
         # each run's own data and block_size (a model cannot read longer windows than it was built for)
         windows = {**eval_windows(trained), "batches": batches, "batch_size": batch_size}
@@ -445,36 +462,18 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
                           measured_on=f"{device_name(device)}, {time.strftime('%Y-%m-%d')}")
             keep_measurement(run_dir, record, s, m)
             fingerprints.setdefault(key, record["windows_id"])  # a kept run on these windows is checked against it
-            where = "" if record["val_loss_logged"] is None else f" (val loss in its log: {record['val_loss_logged']:.4f})"
+            logged = record["val_loss_logged"]
+            where = "" if logged is None else f" (val loss in its log: {logged:.4f})"
         else:
             record, s, m = stored
-            # a kept measurement counts only if it was taken on these windows: checked on the data where it is here,
-            # else against the other runs kept on the same windows (so a report can be drawn again without the data)
-            if key not in fingerprints:
-                try:
-                    fingerprints[key] = windows_id(load_windows(windows))
-                except FileNotFoundError:
-                    print(f"note: {windows['data_dir']} is not here: the measurements kept of the runs are compared "
-                          "with each other, by a fingerprint of the windows each was taken on")
-                    fingerprints[key] = record["windows_id"]
-            if record["windows_id"] != fingerprints[key]:
-                raise ValueError(f"{run_dir}: its {checkpoint} is gone, and the measurement kept of it was taken on "
-                                 f"other windows than {describe_windows(windows)} (other data, or cut otherwise): "
-                                 "train the run again here to compare it with these runs")
+            check_kept_windows(record, run_dir, checkpoint, windows, fingerprints)
             record.update(label=label, out_dir=run_dir, eval_windows=windows)
             where = f" (measured earlier, on {record['measured_on']}: its {checkpoint} is gone)"
         records.append(record)
         scores.append(s)
         maps.append(m)
         print(f"{label:>24}: {describe(record)}{where}")
-    if len({r["eval_windows_trained"]["batch_size"] * r["eval_windows_trained"]["batches"] for r in records}) > 1:
-        print("note: the runs were trained with different eval windows (batch_size x eval_iters: " +
-              ", ".join(f"{r['label']} {r['eval_windows_trained']['batch_size']}x{r['eval_windows_trained']['batches']}"
-                        for r in records) + f"); all are measured here on the same {batches}x{batch_size}, "
-              "so a run's val loss can differ from its log")
-    if len({(r["eval_windows"]["block_size"], r["eval_windows"]["data_dir"], r["eval_windows"]["bos"])
-            for r in records}) > 1:
-        print("note: the runs differ in block_size, dataset or bos, so they were measured on different windows")
+    note_window_differences(records, batches, batch_size)
     # where each run was measured: here and now, or in an earlier session (its checkpoint gone)
     places = dict(collections.Counter(r["measured_on"] for r in records))
     summary = {
@@ -486,6 +485,70 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         "runs": records,
     }
     shown = [i for i, label in enumerate(labels) if plot_labels is None or label in plot_labels]
+    write_summary(summary, scores, maps, run_dirs, shown, out_dir)
+    return summary
+
+
+def open_run(run_dir, checkpoint, device):
+    """(model, checkpoint, None, checkpoint) for a run whose `checkpoint` file is here; (None, None, the measurement
+    kept of it, what eval_windows reads of a checkpoint as the measurement kept it) for one whose file is gone."""
+    path = os.path.join(run_dir, checkpoint)
+    if not os.path.isfile(path):
+        stored = stored_measurement(run_dir, checkpoint)
+        return None, None, stored, {"config": stored[0]["train_config"], "model_args": stored[0]["model"]}
+    model, ckpt = load_checkpoint(path, device)
+    if "iter_num" not in ckpt or not set(RUN_SETTINGS) <= ckpt.get("config", {}).keys():
+        raise ValueError(f"{path} lacks train.py's run settings {RUN_SETTINGS}: python -m lab.analyze reads "
+                         "train.py's checkpoints")
+    return model, ckpt, None, ckpt
+
+
+def validation_windows(trained, label, batches, batch_size):
+    """(batches, batch_size, where they come from) of the windows every run is measured on: those given, else the
+    eval windows of the first run (its checkpoint `trained`, labelled `label`); printed."""
+    first = eval_windows(trained)
+    given = batches is not None or batch_size is not None
+    batches, batch_size = batches or first["batches"], batch_size or first["batch_size"]
+    source = "set by --batches/--batch_size" if given else f"the eval windows run {label!r} was trained with"
+    print(f"validation: {describe_windows({**first, 'batches': batches, 'batch_size': batch_size})} "
+          f"per run ({source})")
+    return batches, batch_size, source
+
+
+def check_kept_windows(record, run_dir, checkpoint, windows, fingerprints):
+    """A kept measurement counts only if it was taken on these windows: checked on the data where it is here, else
+    against the other runs kept on the same windows (so a report can be drawn again without the data).
+    fingerprints: the windows (as JSON) -> windows_id, filled in as runs are checked."""
+    key = json.dumps(windows, sort_keys=True)
+    if key not in fingerprints:
+        try:
+            fingerprints[key] = windows_id(load_windows(windows))
+        except FileNotFoundError:
+            print(f"note: {windows['data_dir']} is not here: the measurements kept of the runs are compared "
+                  "with each other, by a fingerprint of the windows each was taken on")
+            fingerprints[key] = record["windows_id"]
+    if record["windows_id"] != fingerprints[key]:
+        raise ValueError(f"{run_dir}: its {checkpoint} is gone, and the measurement kept of it was taken on "
+                         f"other windows than {describe_windows(windows)} (other data, or cut otherwise): "
+                         "train the run again here to compare it with these runs")
+
+
+def note_window_differences(records, batches, batch_size):
+    """Say so where the runs were trained with other eval windows than they are measured on here, or on other data."""
+    if len({r["eval_windows_trained"]["batch_size"] * r["eval_windows_trained"]["batches"] for r in records}) > 1:
+        print("note: the runs were trained with different eval windows (batch_size x eval_iters: " +
+              ", ".join(f"{r['label']} {r['eval_windows_trained']['batch_size']}x{r['eval_windows_trained']['batches']}"
+                        for r in records) + f"); all are measured here on the same {batches}x{batch_size}, "
+              "so a run's val loss can differ from its log")
+    if len({(r["eval_windows"]["block_size"], r["eval_windows"]["data_dir"], r["eval_windows"]["bos"])
+            for r in records}) > 1:
+        print("note: the runs differ in block_size, dataset or bos, so they were measured on different windows")
+
+
+def write_summary(summary, scores, maps, run_dirs, shown, out_dir):
+    """Into out_dir: the plots of the runs `shown` (indices into summary["runs"], run_dirs and the runs' gate-score
+    samples and attention maps), then summary.md, per_window.npz and summary.json."""
+    records = summary["runs"]
     summary["plots"] = plot([records[i] for i in shown], [scores[i] for i in shown], [maps[i] for i in shown],
                             [read_jsonl(os.path.join(run_dirs[i], LOG)) for i in shown], out_dir)
     # each file atomically (runfolder.write_text): a full disk leaves the previous results whole
@@ -496,7 +559,6 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     # the per-window arrays are in per_window.npz
     write_json(os.path.join(out_dir, "summary.json"),
                {**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"} for r in records]})
-    return summary
 
 
 def keep_measurement(run_dir, record, scores, maps):
@@ -611,7 +673,8 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
                "text": {"path": os.path.relpath(text_path, REPO),
                         "sha256": digest, "window": window, "windows": n_windows},
                "models": records,
-               "literature": {family: pretrained.LITERATURE[family] for family in dict.fromkeys(r["family"] for r in records)}}
+               "literature": {family: pretrained.LITERATURE[family]
+                              for family in dict.fromkeys(r["family"] for r in records)}}
     os.makedirs(out_dir, exist_ok=True)
     summary["plots"] = plot(records, scores, maps, [[] for _ in records], out_dir)
     write_json(os.path.join(out_dir, "summary.json"), summary)
@@ -619,7 +682,7 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
     return summary
 
 
-# GA Table 4's rows for the released models' variants: (label, variants.py name)
+# GA Table 4's rows for the released models' variants: (label, lab/variants.py name)
 GA_REFERENCE = (("baseline", "baseline"), ("G1 elementwise", "g1_elementwise"), ("G1 headwise", "g1_headwise"))
 
 
@@ -670,7 +733,8 @@ def main(argv=None):
                                          a.map_tokens)
         except (ValueError, FileNotFoundError, RuntimeError, ImportError, UnicodeDecodeError) as e:
             fail(e)
-        print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md" + "".join(f", {p}" for p in summary["plots"]))
+        print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md"
+              + "".join(f", {p}" for p in summary["plots"]))
         return
     if not runs:
         fail("name the runs to analyze: --runs=out-baseline,out-g1 (their out_dirs), or published "
@@ -685,7 +749,8 @@ def main(argv=None):
         if getattr(a, name) is not None and getattr(a, name) < 1:
             fail(f"--{name}={getattr(a, name)} must be at least 1")
     for run in runs:  # a run's checkpoint, or the measurement kept of it (runfolder.MEASURED)
-        if not os.path.isfile(os.path.join(run, a.checkpoint)) and not os.path.isfile(os.path.join(run, MEASURED + ".json")):
+        kept = os.path.isfile(os.path.join(run, MEASURED + ".json"))
+        if not (os.path.isfile(os.path.join(run, a.checkpoint)) or kept):
             have = sorted(f for f in os.listdir(run) if f.endswith(".pt")) if os.path.isdir(run) else []
             fail(f"no {a.checkpoint} in {run}: " +
                  (f"it has {', '.join(have)}; choose one with --checkpoint=NAME" if have

@@ -1,22 +1,21 @@
 """
-Benchmarks for the gated attention kernels and for full training steps.
+Benchmarks for the gated attention kernels and for full training steps, run from the repository's root:
 
-  python bench.py --kernels            # attention alone: SDPA, SDPA + gate, fused Triton with each way of getting
+  python -m lab.bench --kernels        # attention alone: SDPA, SDPA + gate, fused Triton with each way of getting
                                        # dQ in its backward (kernels.choose_backward); bf16, GPU
-  python bench.py --train              # GPT-2 small optimizer steps of three variants of variants.py (TIMED,
-                                       # or --variants=...),
-                                       # each with the fused Triton and the PyTorch attention, with and
-                                       # without torch.compile
-  python bench.py --step               # CPU: train.py's training step against a plain AdamW loop on the same
+  python -m lab.bench --train          # GPT-2 small optimizer steps of three variants of lab/variants.py (TIMED,
+                                       # or --variants=...), each with the fused Triton and the PyTorch attention,
+                                       # with and without torch.compile
+  python -m lab.bench --step           # CPU: train.py's training step against a plain AdamW loop on the same
                                        # model, each in fresh processes, alternating rounds: time, page faults,
                                        # peak memory (--step_shape: the model; --step_modes=all: each part)
-  python bench.py --step --step_config=config/sink_lab.py   # the same, for the model and batch of a train.py
-                                                            # config file: here the sink lab's
-  python bench.py --kernels --train --tiny   # smoke test: tiny sizes, fp32; on CPU, Triton's interpreter and
-                                             # a plain timer: checks the code runs, says nothing about speed
+  python -m lab.bench --step --step_config=config/sink_lab.py   # the same, for the model and batch of a train.py
+                                                                # config file: here the sink lab's
+  python -m lab.bench --kernels --train --tiny   # smoke test: tiny sizes, fp32; on CPU, Triton's interpreter and
+                                                 # a plain timer: checks the code runs, says nothing about speed
 
-`python bench.py --help` lists the keys (Keys below), given as --key=value (a bool key as a bare --key, a list as
-a,b,c) or in a config file (cli.configure). --kernels and --train measure GPU speed: without a CUDA GPU they run
+`python -m lab.bench --help` lists the keys (Keys below), given as --key=value (a bool key as a bare --key, a list
+as a,b,c) or in a config file (cli.configure). --kernels and --train measure GPU speed: without a CUDA GPU they run
 only with --tiny; --step measures a CPU's. Results go to {out_dir}/bench_kernels.{json,md},
 {out_dir}/bench_train.{json,md} and {out_dir}/bench_step.{json,md}, with the device, the date and the exact
 command; out_dir defaults to results/ (the committed measurements) and, for --tiny, to out-bench-tiny/
@@ -40,15 +39,18 @@ from dataclasses import dataclass
 import torch
 
 cuda = torch.cuda.is_available()
-if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by common)
+if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by kernels)
     os.environ.setdefault("TRITON_INTERPRET", "1")
+import kernels  # noqa: E402
 from cli import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, config_path, configure, fail, keep_freed_memory,
     run_config_file, sdpa_order, sdpa_preference)  # noqa: E402
+from kernels import attention_torch, gated_attention  # noqa: E402
 from lab.report import markdown_table  # noqa: E402
+from lab.variants import VARIANTS  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
 from probe import estimate_mfu  # noqa: E402
 from runfolder import write_json, write_text  # noqa: E402
 from train import optimizer_step  # noqa: E402
-from lab.variants import VARIANTS  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
 BACKENDS = ("triton", "torch")  # the fused kernel (G1 sigmoid gates and no gate), and SDPA with the gate apart
@@ -85,7 +87,7 @@ class Keys:
     compile: str = "both"  # --train: torch.compile: both, true or false
     compile_mode: str = "default"  # --train: torch.compile's mode, one of cli.COMPILE_MODES (train.py's key too)
     sdpa_backend: str = "default"  # the kernel SDPA tries first, one of cli.SDPA_BACKENDS (train.py's key too)
-    variants: tuple[str, ...] = TIMED  # --train: variants of variants.py (python repro.py list)
+    variants: tuple[str, ...] = TIMED  # --train: variants of lab/variants.py (python -m lab.repro list)
     backends: tuple[str, ...] = BACKENDS  # --train: attention backends, of triton and torch
     match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
     loss_chunk: int = 0  # --train: the loss over this many rows of logits at a time (model.py; 0: all at once)
@@ -104,59 +106,62 @@ class Keys:
     step_child: str = ""  # internal: time this one mode in this process and print its record as JSON
 
 
-args, _ = configure(Keys, sys.argv[1:])
-if not (args.kernels or args.train or args.step or args.step_child):
-    fail("choose --kernels, --train and/or --step (python bench.py --help)")
-if args.compile.lower() not in ("both", "true", "false"):
-    fail(f"--compile={args.compile}: choose both, true or false")
-if args.compile_mode not in COMPILE_MODES:
-    fail(f"--compile_mode={args.compile_mode}: choose one of {', '.join(COMPILE_MODES)}")
-if args.sdpa_backend not in SDPA_BACKENDS:
-    fail(f"--sdpa_backend={args.sdpa_backend}: choose one of {', '.join(SDPA_BACKENDS)}")
-if args.loss_chunk < 0:
-    fail(f"--loss_chunk={args.loss_chunk}: give 0 (the loss over all the logits at once) or a number of rows")
-if args.gqa < 0:
-    fail(f"--gqa={args.gqa}: give 0 (no GQA rows) or the number of query heads per KV head")
-for key in ("seq_lens", "head_dims"):
-    if not getattr(args, key) or min(getattr(args, key)) < 1:
-        fail(f"--{key}={','.join(map(str, getattr(args, key)))}: give positive integers, e.g. --{key}=512,1024")
-seq_lens, head_dims = list(args.seq_lens), list(args.head_dims)
+# ----------------------------------------------------------------------------
+# The keys, each checked before anything is timed or written
 
-
-def chosen(key, valid):
-    names = list(dict.fromkeys(getattr(args, key)))  # in order, each once
+def chosen(args, key, valid):
+    """A list key's names in order, each once; one line naming those not in valid, or saying none was given."""
+    names = list(dict.fromkeys(getattr(args, key)))
     wrong = [n for n in names if n not in valid]
     if not names or wrong:
-        fail(f"--{key}={','.join(names)}: {'unknown ' + ', '.join(map(repr, wrong)) if wrong else 'give at least one'}; "
-             f"choose from {', '.join(valid)}")
-    return names
+        fail(f"--{key}={','.join(names)}: {'unknown ' + ', '.join(map(repr, wrong)) if wrong else 'give at least one'}"
+             f"; choose from {', '.join(valid)}")
+    return tuple(names)
 
 
-variants = chosen("variants", list(VARIANTS))
-backends = chosen("backends", list(BACKENDS))
-step_modes = list(STEP_MODES) if args.step_modes == ("all",) else chosen("step_modes", list(STEP_MODES))
-if args.step_child and args.step_child not in STEP_MODES:
-    fail(f"--step_child={args.step_child}: choose one of {', '.join(STEP_MODES)}")
-if len(args.step_shape) != 4 or min(args.step_shape) < 1:
-    fail(f"--step_shape={','.join(map(str, args.step_shape))}: give four positive integers, n_layer, n_embd, "
-         "block_size, batch_size (e.g. 4,128,128,8)")
-if args.step_config and not (args.step or args.step_child):
-    fail(f"--step_config={args.step_config} is a key of --step: add --step")
-if args.step_loss_chunk < 0 or args.rounds < 1 or args.steps < 1 or args.warmup < 0:
-    fail("--step_loss_chunk and --warmup must be at least 0, --rounds and --steps at least 1")
-if not cuda and not args.tiny and (args.kernels or args.train):  # GPT-2 small and the kernel sweep: hours on a CPU
-    fail("bench.py measures GPU speed and no CUDA GPU is visible here; "
-         "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
-import kernels  # noqa: E402
-from kernels import attention_torch, gated_attention  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
+def checked_keys(argv):
+    """The keys of a command line (cli.configure), each checked: a mistaken key or value stops with one line
+    (cli.fail). The list keys come back with each name once, in order; --step_modes=all as every mode."""
+    args, _ = configure(Keys, argv)
+    if not (args.kernels or args.train or args.step or args.step_child):
+        fail("choose --kernels, --train and/or --step (python -m lab.bench --help)")
+    if args.compile.lower() not in ("both", "true", "false"):
+        fail(f"--compile={args.compile}: choose both, true or false")
+    if args.compile_mode not in COMPILE_MODES:
+        fail(f"--compile_mode={args.compile_mode}: choose one of {', '.join(COMPILE_MODES)}")
+    if args.sdpa_backend not in SDPA_BACKENDS:
+        fail(f"--sdpa_backend={args.sdpa_backend}: choose one of {', '.join(SDPA_BACKENDS)}")
+    if args.loss_chunk < 0:
+        fail(f"--loss_chunk={args.loss_chunk}: give 0 (the loss over all the logits at once) or a number of rows")
+    if args.gqa < 0:
+        fail(f"--gqa={args.gqa}: give 0 (no GQA rows) or the number of query heads per KV head")
+    for key in ("seq_lens", "head_dims"):
+        if not getattr(args, key) or min(getattr(args, key)) < 1:
+            fail(f"--{key}={','.join(map(str, getattr(args, key)))}: give positive integers, e.g. --{key}=512,1024")
+    args.variants = chosen(args, "variants", list(VARIANTS))
+    args.backends = chosen(args, "backends", list(BACKENDS))
+    args.step_modes = tuple(STEP_MODES) if args.step_modes == ("all",) else \
+        chosen(args, "step_modes", list(STEP_MODES))
+    if args.step_child and args.step_child not in STEP_MODES:
+        fail(f"--step_child={args.step_child}: choose one of {', '.join(STEP_MODES)}")
+    if len(args.step_shape) != 4 or min(args.step_shape) < 1:
+        fail(f"--step_shape={','.join(map(str, args.step_shape))}: give four positive integers, n_layer, n_embd, "
+             "block_size, batch_size (e.g. 4,128,128,8)")
+    if args.step_config and not (args.step or args.step_child):
+        fail(f"--step_config={args.step_config} is a key of --step: add --step")
+    if args.step_loss_chunk < 0 or args.rounds < 1 or args.steps < 1 or args.warmup < 0:
+        fail("--step_loss_chunk and --warmup must be at least 0, --rounds and --steps at least 1")
+    if not cuda and not args.tiny and (args.kernels or args.train):  # GPT-2 small and the kernel sweep: hours on a CPU
+        fail("python -m lab.bench --kernels and --train measure GPU speed and no CUDA GPU is visible here; "
+             "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
+    return args
 
 
 # train.py's defaults differ from GPTConfig's in these (the default run's sizes): a --step_config file must set them
 STEP_CONFIG_SIZES = ("n_layer", "n_head", "n_embd", "block_size", "batch_size")
 
 
-def step_setup():
+def step_setup(args):
     """What --step trains: (the model's GPTConfig, batch_size, the real step's dtype and loss_chunk, whose they are).
     With --step_config, the file's keys over train.py's defaults, which are GPTConfig's but for the sizes (the file
     must set them) and loss_chunk (--step_loss_chunk's); else --step_shape (n_head 4), or a toy shape for --tiny."""
@@ -182,29 +187,47 @@ def step_setup():
             args.step_loss_chunk, "--step_shape")
 
 
-# --step's model, batch, dtype and loss_chunk: a bad --step_config stops here, before anything is written
-STEP_SETUP = step_setup() if args.step or args.step_child else None
-
+# ----------------------------------------------------------------------------
+# What the results of one call share: where and when they were measured, the command, how they are written
 
 device = "cuda" if cuda else "cpu"
-device_name = torch.cuda.get_device_name() if cuda else f"cpu ({platform.processor() or platform.machine()})"
-dtype = torch.float32 if args.tiny or not cuda else torch.bfloat16
-command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-date = datetime.datetime.now().isoformat(timespec="seconds")
-# results/ holds committed measurements only: a smoke test writes to a git-ignored folder (out*/)
-args.out_dir = args.out_dir or ("out-bench-tiny" if args.tiny else "results")
-os.makedirs(args.out_dir, exist_ok=True)
 SMOKE_NOTE = ("SMOKE TEST (--tiny): tiny sizes in fp32" +
               ("" if cuda else ", Triton's CPU interpreter and a plain timer") +
               ". It checks that the code runs; these timings mean nothing about speed.")
-if args.tiny:
-    print(SMOKE_NOTE, flush=True)
-# Every SDPA call of this process (the SDPA rows of --kernels, the torch attention of --train) under one preference.
-# The context is held in a global on purpose: a dropped one would be closed, and PyTorch's order back, at once.
-SDPA_PREFERENCE = sdpa_preference(args.sdpa_backend)
-SDPA_PREFERENCE.__enter__()
-SDPA_ORDER = sdpa_order()
-SDPA_NOTE = f"sdpa_backend={args.sdpa_backend!r}: SDPA tries its kernels in the order {', '.join(SDPA_ORDER)}"
+
+
+@dataclass
+class Session:
+    args: Keys  # the checked keys (checked_keys), out_dir set
+    command: str  # the command as a user runs it again: python -m lab.bench ...
+    date: str
+    device_name: str
+    dtype: torch.dtype  # of --kernels and --train: bf16 on a GPU; fp32 on a CPU and with --tiny
+    sdpa_order: tuple  # the order SDPA tries its kernels in, under --sdpa_backend (cli.sdpa_order)
+
+    @property
+    def sdpa_note(self):
+        return (f"sdpa_backend={self.args.sdpa_backend!r}: SDPA tries its kernels in the order "
+                f"{', '.join(self.sdpa_order)}")
+
+    def write(self, name, payload, notes, header, rows, summary=None):
+        """{out_dir}/{name}.json (payload) and .md: notes, then summary = (title, header, rows) if given, then the
+        table of every measurement."""
+        args = self.args
+        payload = dict(smoke_test=args.tiny, **payload)
+        write_json(os.path.join(args.out_dir, name + ".json"), payload)  # atomic, as every result file
+        smoke = [f"- **{SMOKE_NOTE}**"] if args.tiny else []  # the first thing a reader of the file sees
+        lines = [f"# {name}", "", *smoke, f"- device: {self.device_name}", f"- date: {self.date}",
+                 f"- command: `{self.command}`", *[f"- {n}" for n in notes], ""]
+        table = markdown_table(header, rows)
+        if summary:
+            title, summary_header, summary_rows = summary
+            table = [f"## {title}", "", *markdown_table(summary_header, summary_rows), "", "## Every measurement", "",
+                     *table]
+        write_text(os.path.join(args.out_dir, name + ".md"), "\n".join(lines + table) + "\n")
+        print("\n".join(table))
+        print(f"wrote {args.out_dir}/{name}.json and .md" +
+              (" (a smoke test: the timings mean nothing about speed)" if args.tiny else ""))
 
 
 def sync():
@@ -228,25 +251,6 @@ def time_ms(fn, grads=()):
 
 def sig(x, digits=4):
     return float(f"{x:.{digits}g}")
-
-
-def write(name, payload, notes, header, rows, summary=None):
-    """{out_dir}/{name}.json (payload) and .md: notes, then summary = (title, header, rows) if given, then the table
-    of every measurement."""
-    payload = dict(smoke_test=args.tiny, **payload)
-    write_json(os.path.join(args.out_dir, name + ".json"), payload)  # atomic, as every result file
-    smoke = [f"- **{SMOKE_NOTE}**"] if args.tiny else []  # the first thing a reader of the file sees
-    lines = [f"# {name}", "", *smoke, f"- device: {device_name}", f"- date: {date}", f"- command: `{command}`",
-             *[f"- {n}" for n in notes], ""]
-    table = markdown_table(header, rows)
-    if summary:
-        title, summary_header, summary_rows = summary
-        table = [f"## {title}", "", *markdown_table(summary_header, summary_rows), "", "## Every measurement", "",
-                 *table]
-    write_text(os.path.join(args.out_dir, name + ".md"), "\n".join(lines + table) + "\n")
-    print("\n".join(table))
-    print(f"wrote {args.out_dir}/{name}.json and .md" +
-          (" (a smoke test: the timings mean nothing about speed)" if args.tiny else ""))
 
 
 # ----------------------------------------------------------------------------
@@ -284,8 +288,10 @@ def kernel_summary(records):
     return rows
 
 
-if args.kernels:
-    seq_lens, head_dims = ([16, 40], [32]) if args.tiny else (seq_lens, head_dims)
+def bench_kernels(session):
+    """Time every provider of PROVIDERS, forward and forward+backward, at every shape: bench_kernels.{json,md}."""
+    args, dtype = session.args, session.dtype
+    seq_lens, head_dims = ([16, 40], [32]) if args.tiny else (list(args.seq_lens), list(args.head_dims))
     width, tokens = (64, 80) if args.tiny else (args.width, args.tokens)
     causal = not args.non_causal
     records = []
@@ -309,23 +315,25 @@ if args.kernels:
                         if mode not in modes:
                             continue
                         ms = time_ms(call, grads=(q, k, v, g))
-                        records.append(dict(device=device_name, B=B, H=H, Hkv=Hkv, T=T, D=D, causal=causal,
+                        records.append(dict(device=session.device_name, B=B, H=H, Hkv=Hkv, T=T, D=D, causal=causal,
                                             dtype=str(dtype).replace("torch.", ""), provider=provider, mode=mode,
                                             ms=sig(ms), tflops=sig(flops / ms / 1e9)))
                         print(f"D={D} H={H} Hkv={Hkv} T={T} B={B} {provider:21s} {mode:8s} {ms:9.3f} ms "
                               f"{records[-1]['tflops']:8.2f} TFLOP/s", flush=True)
     kernels.choose_backward(kernels.DEFAULT_BACKWARD)
     summary = kernel_summary(records)
-    write("bench_kernels", dict(date=date, device=device_name, command=command, sdpa_backend=args.sdpa_backend,
-                                sdpa_order=SDPA_ORDER, summary=summary, records=records),
+    session.write("bench_kernels", dict(date=session.date, device=session.device_name, command=session.command,
+                                        sdpa_backend=args.sdpa_backend, sdpa_order=session.sdpa_order,
+                                        summary=summary, records=records),
           [f"dtype {str(dtype).replace('torch.', '')}, causal={causal}, B*T = {tokens}, H*D = {width}, "
            "inputs require grad; median of triton.testing.do_bench (CPU: one call)",
-           SDPA_NOTE,
+           session.sdpa_note,
            "TFLOP/s: forward 4*B*H*T^2*D (halved when causal), forward+backward 3.5x that",
            "triton+gate: the fused kernel with dQ in a kernel of its own (recompute); triton+gate atomic-dq: dQ added "
            "atomically in the dK/dV pass (kernels.choose_backward)",
-           f"the summary's ratios take the faster dQ mode at each shape; training (train.py, bench.py --train) uses "
-           f"{kernels.DEFAULT_BACKWARD!r} here (kernels.DEFAULT_BACKWARD, set by GATED_ATTENTION_BACKWARD)"],
+           "the summary's ratios take the faster dQ mode at each shape; training (train.py, python -m lab.bench "
+           f"--train) uses {kernels.DEFAULT_BACKWARD!r} here (kernels.DEFAULT_BACKWARD, set by "
+           "GATED_ATTENTION_BACKWARD)"],
           ["D", "H", "Hkv", "T", "B", "provider", "mode", "ms", "TFLOP/s"],
           [[r["D"], r["H"], r["Hkv"], r["T"], r["B"], r["provider"], r["mode"], r["ms"], r["tflops"]] for r in records],
           summary=("Fused gated attention against SDPA, forward+backward",
@@ -336,10 +344,14 @@ if args.kernels:
                      r["triton+gate atomic-dq"], "atomic" if r["best"] == FUSED[1] else "recompute", r["vs_sdpa_gate"],
                      r["vs_sdpa"], r["fwd_vs_sdpa_gate"]] for r in summary]))
 
+
 # ----------------------------------------------------------------------------
 # --train: full optimizer steps of GPT-2 small (or a tiny model)
 
-if args.train:
+def bench_train(session):
+    """Time train.py's optimizer step of each variant with each attention backend, compiled and not:
+    bench_train.{json,md}."""
+    args, dtype = session.args, session.dtype
     if args.tiny:
         # a tiny model, with the batch scaled down from --batch_size and --block_size (16 x 1024 -> 2 x 32)
         base = dict(block_size=max(8, args.block_size // 32), vocab_size=128, n_layer=2, n_head=2, n_embd=64)
@@ -352,7 +364,7 @@ if args.train:
     autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
     records = []
     for use_compile in compiles:
-        for variant, backend in ((v, b) for v in variants for b in backends):
+        for variant, backend in ((v, b) for v in args.variants for b in args.backends):
             torch.manual_seed(0)
             config = GPTConfig(**base, **VARIANTS[variant].flags, attn_backend=backend, match_params=args.match_params,
                                loss_chunk=args.loss_chunk)
@@ -369,7 +381,7 @@ if args.train:
                 loss.backward()
                 optimizer_step(optimizer, no_scaler, model.parameters(), 1.0, loss.detach())
 
-            record = dict(device=device_name, config="tiny" if args.tiny else "gpt2-small", variant=variant,
+            record = dict(device=session.device_name, config="tiny" if args.tiny else "gpt2-small", variant=variant,
                           flags=VARIANTS[variant].flags, backend=backend, compile=use_compile,
                           params=model.num_params())
             try:
@@ -396,25 +408,26 @@ if args.train:
                 print(f"ERROR {variant} {backend} compile={use_compile}: {e!r}", file=sys.stderr, flush=True)
                 record |= dict(tokens_per_s=None, mfu=None, ms_per_step=None, peak_mem_gb=None, error=repr(e)[:500])
             records.append(record)
-            del model, step_model, optimizer, x, y
+            model = step_model = optimizer = x = y = None  # freed before the next model is built
             if use_compile:
                 torch._dynamo.reset()
             if cuda:
                 torch.cuda.empty_cache()
-    write("bench_train", dict(date=date, device=device_name, command=command, model=base, batch_size=batch_size,
-                              match_params=args.match_params, compile_mode=args.compile_mode,
-                              kernel_backward=kernels.BACKWARD, loss_chunk=args.loss_chunk,
-                              sdpa_backend=args.sdpa_backend, sdpa_order=SDPA_ORDER,
-                              dtype=str(dtype).replace("torch.", ""), records=records),
+    session.write("bench_train", dict(date=session.date, device=session.device_name, command=session.command,
+                                      model=base, batch_size=batch_size, match_params=args.match_params,
+                                      compile_mode=args.compile_mode, kernel_backward=kernels.BACKWARD,
+                                      loss_chunk=args.loss_chunk, sdpa_backend=args.sdpa_backend,
+                                      sdpa_order=session.sdpa_order, dtype=str(dtype).replace("torch.", ""),
+                                      records=records),
           [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
            f"{warmup} warm-up then {steps} timed steps of train.py's own (train.optimizer_step: gradient clipping, "
            f"a non-finite step skipped on the device, fused AdamW); compiled with mode={args.compile_mode!r}; "
-           f"{SDPA_NOTE} (the torch backend); "
+           f"{session.sdpa_note} (the torch backend); "
            f"the fused kernel's backward gets dQ by {kernels.BACKWARD!r} (kernels.choose_backward); the loss over "
            + (f"{args.loss_chunk} rows of logits at a time (loss_chunk)" if args.loss_chunk else
               "all the logits at once (loss_chunk=0)"),
-           "variants (variants.py): " + "; ".join(f"{v} {VARIANTS[v].flags}" for v in variants),
+           "variants (lab/variants.py): " + "; ".join(f"{v} {VARIANTS[v].flags}" for v in args.variants),
            "MFU: probe.estimate_mfu against probe.peak_flops (dense bf16 peak of the GPU)"],
           ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
           [[r["variant"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],
@@ -424,10 +437,11 @@ if args.train:
 # ----------------------------------------------------------------------------
 # --step: train.py's CPU training step against a plain AdamW loop on the same model
 
-def time_step(mode):
+def time_step(args, setup, mode):
     """Time one STEP_MODES mode in this process (which must be fresh: the allocator setting cannot be undone, and
-    the peak memory is the process's) and print its record as one line: STEP_RECORD {json}."""
-    config, batch_size, real_dtype, real_chunk, _ = STEP_SETUP
+    the peak memory is the process's) on step_setup's model and batch, and print its record as one line:
+    STEP_RECORD {json}."""
+    config, batch_size, real_dtype, real_chunk, _ = setup
     n_layer, n_embd, block_size = config.n_layer, config.n_embd, config.block_size
     setting = keep_freed_memory() if mode not in ("plain", "real_no_setting") else False
     torch.manual_seed(0)
@@ -471,14 +485,17 @@ def time_step(mode):
         params=model.num_params(), ms_per_step=sig(ms), tokens_per_s=sig(batch_size * block_size / ms * 1e3),
         page_faults_per_step=round((after.ru_minflt - before.ru_minflt) / steps),
         system_s_per_step=sig((after.ru_stime - before.ru_stime) / steps),
-        user_s_per_step=sig((after.ru_utime - before.ru_utime) / steps), peak_mem_gb=sig(peak / 1e9, 3))), flush=True)
+        user_s_per_step=sig((after.ru_utime - before.ru_utime) / steps), peak_mem_gb=sig(peak / 1e9, 3))),
+        flush=True)
 
 
-def run_step_child(mode):
+def run_step_child(args, mode):
     """One mode in a fresh process: its record, or a failure naming the mode and the child's last words."""
+    # the child runs from the repository (python -m lab.bench): a config file named from here goes by its full path
+    config = os.path.abspath(config_path(args.step_config)) if args.step_config else ""
     cmd = [sys.executable, "-m", "lab.bench", f"--step_child={mode}",
            "--step_shape=" + ",".join(map(str, args.step_shape)), f"--step_loss_chunk={args.step_loss_chunk}",
-           f"--warmup={args.warmup}", f"--steps={args.steps}", f"--step_config={args.step_config}"] + \
+           f"--warmup={args.warmup}", f"--steps={args.steps}", f"--step_config={config}"] + \
         (["--tiny"] if args.tiny else [])
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     lines = [line for line in out.stdout.splitlines() if line.startswith("STEP_RECORD ")]
@@ -488,7 +505,7 @@ def run_step_child(mode):
     return json.loads(lines[-1][len("STEP_RECORD "):])
 
 
-def step_summary(records):
+def step_summary(records, step_modes):
     """One row per mode over the rounds: the median ms/step and its range, the median page faults, the largest
     peak, and each against the plain loop's (the median of the rounds' ratios, each round's pair run back to back)."""
     rows = []
@@ -506,10 +523,10 @@ def step_summary(records):
     return rows
 
 
-if args.step_child:
-    time_step(args.step_child)
-elif args.step:
-    config, batch_size, real_dtype, real_chunk, source = STEP_SETUP
+def bench_step(session, setup):
+    """Each mode of --step_modes in a fresh process, --rounds times, alternating: bench_step.{json,md}."""
+    args = session.args
+    step_modes, (config, batch_size, real_dtype, real_chunk, source) = args.step_modes, setup
     shape = (config.n_layer, config.n_embd, config.block_size, batch_size)
     model_line = (f"{source}'s model: n_layer {config.n_layer}, n_head {config.n_head}, n_embd {config.n_embd}, "
                   f"block_size {config.block_size}, vocab {config.vocab_size}, mlp {config.mlp}, gate {config.gate}; "
@@ -520,16 +537,16 @@ elif args.step:
     records = []
     for r in range(1, rounds + 1):
         for mode in step_modes:
-            record = dict(round=r, **run_step_child(mode))
+            record = dict(round=r, **run_step_child(args, mode))
             records.append(record)
             print(f"round {r} {mode:16s} {record['ms_per_step']:9.1f} ms/step {record['page_faults_per_step']:8d} "
                   f"page faults/step  peak {record['peak_mem_gb']} GB", flush=True)
-    summary = step_summary(records)
-    write("bench_step", dict(date=date, device=device_name, command=command, shape=list(shape), rounds=rounds,
-                             step_config=args.step_config or None, model=dataclasses.asdict(config),
-                             modes={m: STEP_MODES[m] for m in step_modes}, cpu_count=os.cpu_count(),
-                             torch_threads=torch.get_num_threads(), loss_chunk=real_chunk,
-                             summary=summary, records=records),
+    summary = step_summary(records, step_modes)
+    session.write("bench_step", dict(date=session.date, device=session.device_name, command=session.command,
+                                     shape=list(shape), rounds=rounds, step_config=args.step_config or None,
+                                     model=dataclasses.asdict(config), modes={m: STEP_MODES[m] for m in step_modes},
+                                     cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
+                                     loss_chunk=real_chunk, summary=summary, records=records),
           [f"{model_line} (eager); {1 if args.tiny else args.warmup} warm-up then {2 if args.tiny else args.steps} "
            f"timed steps a process; {rounds} round(s), each running every mode once in a fresh process, in the "
            f"order below; {os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads",
@@ -546,3 +563,34 @@ elif args.step:
                    [[r["mode"], r["rounds"], r["ms_per_step"], f"{r['ms_min']}–{r['ms_max']}",
                      r["page_faults_per_step"], r["peak_mem_gb"], r["time_vs_plain"], r["peak_vs_plain"]]
                     for r in summary]))
+
+
+# ----------------------------------------------------------------------------
+
+def main(argv):
+    args = checked_keys(argv)
+    setup = step_setup(args) if args.step or args.step_child else None  # a bad --step_config stops here too
+    if args.step_child:  # a child of --step: one mode, timed in this fresh process, its record printed
+        time_step(args, setup, args.step_child)
+        return
+    # results/ holds committed measurements only: a smoke test writes to a git-ignored folder (out*/)
+    args.out_dir = args.out_dir or ("out-bench-tiny" if args.tiny else "results")
+    os.makedirs(args.out_dir, exist_ok=True)
+    date = datetime.datetime.now().isoformat(timespec="seconds")
+    if args.tiny:
+        print(SMOKE_NOTE, flush=True)
+    name = torch.cuda.get_device_name() if cuda else f"cpu ({platform.processor() or platform.machine()})"
+    # every SDPA call of this process (the SDPA rows of --kernels, the torch attention of --train) under one preference
+    with sdpa_preference(args.sdpa_backend):
+        session = Session(args, shlex.join(["python", "-m", "lab.bench", *argv]), date, name,
+                          torch.float32 if args.tiny or not cuda else torch.bfloat16, tuple(sdpa_order()))
+        if args.kernels:
+            bench_kernels(session)
+        if args.train:
+            bench_train(session)
+        if args.step:
+            bench_step(session, setup)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -5,8 +5,8 @@ model copes beyond its training length (GA Table 5), and a model leaning on its 
 from a sliding window (StreamingLLM). Three modes, each a validation loss under a change the model was not trained
 for:
 
-    python evaluate.py --runs=out-baseline,out-g1 [--labels=base,g1] [--modes=quant,length,stream]
-    python evaluate.py --pretrained=gpt2 --modes=quant,stream      # published checkpoints (pretrained.py)
+    python -m lab.evaluate --runs=out-baseline,out-g1 [--labels=base,g1] [--modes=quant,length,stream]
+    python -m lab.evaluate --pretrained=gpt2 --modes=quant,stream    # published checkpoints (pretrained.py)
 
 quant   weights and activations rounded to N bits (--quant=w8a8,w4a16,w8a4,w4a4: W bits of weights, A of
         activations; 16 means left in full precision). Fake quantization, round-to-nearest to a symmetric grid of
@@ -19,9 +19,9 @@ quant   weights and activations rounded to N bits (--quant=w8a8,w4a16,w8a4,w4a4:
 length  the loss at each position of windows 1x, 2x, 4x, 8x the training length T (--lengths), reported per
         bucket of positions [0, T), [T, 2T), [2T, 4T), [4T, 8T), with RoPE as trained ('none', whose angles run
         past anything seen in training), NTK-aware scaling ('ntk') or YaRN ('yarn', the method GA Table 5 uses, with
-        the paper's ramp: model.rope_tables), the factor being the window over T (--rope=none,ntk,yarn). Every length reads the first positions of the
-        same long windows; the lengths are powers of two, so that each ends a bucket. Needs rotary position
-        embeddings.
+        the paper's ramp: model.rope_tables), the factor being the window over T (--rope=none,ntk,yarn). Every
+        length reads the first positions of the same long windows; the lengths are powers of two, so that each ends
+        a bucket. Needs rotary position embeddings.
 stream  sliding-window attention (model.window_mask): each query sees its last w keys (--stream_windows, default
         T/8 and T/4) and the first k positions of the window (--keep_first=0,1,4: StreamingLLM keeps 4 "attention
         sinks"; with train.py's bos, position 0 is <|endoftext|>). The loss is taken on positions w..T-1, where the
@@ -32,14 +32,14 @@ The windows: for a run, --windows validation windows of its own data (data.shard
 <|endoftext|> as it was trained); for a published checkpoint, windows of --window tokens cut from --text. Every
 model runs in float32 on PyTorch's attention. Each difference comes with a 95% t-interval over the windows (the
 same windows with and without the change: paired). Writes summary.json, summary.md and, with matplotlib,
-quant.png, length.png and stream.png to --out_dir (default out-eval/). `repro.py evaluate` runs this on the study's
-checkpoints, and `repro.py report` includes the result.
+quant.png, length.png and stream.png to --out_dir (default out-eval/). `python -m lab.repro evaluate` runs this on
+the study's checkpoints, and `python -m lab.repro report` includes the result.
 
 Each run's record (its entry in summary.json, with the settings it was measured under, the device, the date and the
-checkpoint's iteration) is kept beside its checkpoint as evaluated.json (runfolder.EVALUATED). A run whose checkpoint is
-gone (trained on a GPU machine that was given back with everything on it) is then taken from that record, if it was
-measured under the settings asked for now (summary.json marks it measured_earlier, and summary.md names it); a run
-that has its checkpoint is always measured afresh.
+checkpoint's iteration) is kept beside its checkpoint as evaluated.json (runfolder.EVALUATED). A run whose checkpoint
+is gone (trained on a GPU machine that was given back with everything on it) is then taken from that record, if it
+was measured under the settings asked for now (summary.json marks it measured_earlier, and summary.md names it); a
+run that has its checkpoint is always measured afresh.
 """
 
 import dataclasses
@@ -68,7 +68,7 @@ MODES = ("quant", "length", "stream")
 
 @dataclass
 class EvaluateConfig:
-    """Every key of evaluate.py."""
+    """Every key of lab/evaluate.py."""
     runs: tuple[str, ...] = ()  # train.py out_dirs
     labels: tuple[str, ...] = ()  # names for the models in the same order (default: the folders' names)
     checkpoint: str = CHECKPOINT  # which file of each run: ckpt.pt or best.pt
@@ -248,9 +248,9 @@ def written(value):
 
 
 def run_settings(T, checkpoint, modes, n, batch_size, quant, multiples, scalings, stream_windows, keeps):
-    """What a run's numbers depend on besides its weights, under evaluate.py's key names (so that a message can say
-    how to ask for them again); the stream windows resolved for the run's training length T (default T/8 and T/4),
-    so that asking for the default or for the same windows by name is the same. The device is not among them: it
+    """What a run's numbers depend on besides its weights, under lab/evaluate.py's key names (so that a message can
+    say how to ask for them again); the stream windows resolved for the run's training length T (default T/8 and
+    T/4), so that asking for the default or for the same windows by name is the same. The device is not among them: it
     changes the numbers only by rounding, and each record says which it was."""
     return {"checkpoint": checkpoint, "modes": [m for m in MODES if m in modes], "windows": n,
             "batch_size": batch_size, "quant": list(quant), "lengths": list(multiples), "rope": list(scalings),
@@ -274,7 +274,7 @@ def stored_record(run, checkpoint, settings_for):
         with open(path) as f:
             record = json.load(f)
         kept, asked = record["settings"], settings_for(record["T"])
-    except (OSError, ValueError, KeyError, TypeError) as e:  # cut short, or not evaluate.py's
+    except (OSError, ValueError, KeyError, TypeError) as e:  # cut short, or not lab/evaluate.py's
         raise ValueError(f"no {checkpoint} in {run}, and its {EVALUATED} cannot be read ({type(e).__name__}: {e}): "
                          f"train the run again (python train.py --out_dir={run} ...)") from None
     differ = [key for key in asked if kept.get(key) != asked[key]]
@@ -321,7 +321,8 @@ def load_models(runs, checkpoint_name, names, text_path, window, n, device, sett
             continue
         ckpt = read_checkpoint(path)
         if "dataset" not in ckpt.get("config", {}):
-            raise ValueError(f"{path} lacks train.py's settings (its dataset): evaluate.py reads train.py's checkpoints")
+            raise ValueError(f"{path} lacks train.py's settings (its dataset): lab/evaluate.py reads train.py's "
+                             "checkpoints")
         model = model_from_checkpoint(ckpt, path, device, attn_backend="torch")
         yield model, model.config.block_size, {"run": run, "checkpoint": checkpoint_name,
                                                "iter_num": ckpt.get("iter_num")}, \
@@ -401,11 +402,11 @@ def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODE
 
 
 # ----------------------------------------------------------------------------
-# Tables (their pieces are report.py's: the study's report shows the same numbers) and plots
+# Tables (their pieces are lab/report.py's: the study's report shows the same numbers) and plots
 
 def markdown(summary):
     records = summary["models"]
-    lines = [f"Measured by evaluate.py on {summary['device']}, {summary['date']}. Loss in nats per token, the mean "
+    lines = [f"Measured by lab/evaluate.py on {summary['device']}, {summary['date']}. Loss in nats per token, the mean "
              "over windows ± the half-width of its 95% t-interval; Δ: the increase over the same windows unchanged.",
              "", PAPERS_SAY, ""]
     earlier = [r for r in records if r.get("measured_earlier")]
@@ -425,8 +426,8 @@ def markdown(summary):
         T = r["T"]
         widest = buckets(T, max(v[-1]["length"] for v in r["length"].values()))
         lines += [f"## Past the training length: {r['label']} (T = {T}, {r['length_windows']} windows)", "",
-                  "Loss per bucket of positions; a length of m x T reads the first m x T positions of the same windows.",
-                  ""]
+                  "Loss per bucket of positions; a length of m x T reads the first m x T positions of the same "
+                  "windows.", ""]
         lines += table(["RoPE", "length"] + [f"[{a}, {b})" for a, b in widest],
                        [[scaling, f"{v['multiple']}x = {v['length']}"] + [fmt_interval(b) for b in v["buckets"]] +
                         ["–"] * (len(widest) - len(v["buckets"]))
@@ -563,7 +564,8 @@ def main(argv=None):
             fail(e)
         if args.get("rope_scaling", "none") != "none" or args.get("attn_window") is not None:
             fail(f"{run} was trained with rope_scaling={args.get('rope_scaling')!r}, attn_window="
-                 f"{args.get('attn_window')!r}: evaluate.py measures models trained with plain RoPE and full attention")
+                 f"{args.get('attn_window')!r}: lab/evaluate.py measures models trained with plain RoPE and full "
+                 "attention")
         if "length" in modes and args.get("pos_emb") != "rope":
             fail(f"{run} has learned position embeddings, which end at its {args['block_size']} positions: the length "
                  "mode needs RoPE (leave it out with --modes=quant,stream)")

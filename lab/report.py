@@ -1,17 +1,20 @@
 """
-The reproduction study's report, REPORT.md and its figures (what `repro.py report` writes), and the tables of
-evaluate.py's measurements that evaluate.py's summary.md and the report share. A library: no command line.
+The reproduction study's report, REPORT.md and its figures (what `python -m lab.repro report` writes), and the
+tables of lab/evaluate.py's measurements that its summary.md and the report share. A library: no command line.
 
-  evaluations    PAPERS_SAY, headline, fmt_interval, table: evaluate.py's numbers, in its summary.md and here
+  the papers     PAPERS, the papers' numbers for each measure, and COMPARE, how a claim compares a variant with its
+                 reference on it (paper_numbers, comparison)
+  evaluations    PAPERS_SAY, headline, fmt_interval, table: lab/evaluate.py's numbers, in its summary.md and here
   numbers        over_seeds, fmt, fmt_ci, fmt_seeds, fmt_tokens, fmt_difference, status: how the report writes a
                  number (over seeds: one or two seeds' values as they are, a mean ± half-width from three on)
   REPORT.md      render_report, then one function per section (counts_section, claims_section ... paper_table),
-                 and evaluate_section, the section on evaluate.py's measurements; paper_effect: a claim's effect in
-                 the paper, for stats.size_word
+                 and evaluate_section, the section on lab/evaluate.py's measurements; paper_effect: a claim's effect
+                 in the paper, for stats.size_word
   figures        plot_headline, plot_trends, plot_sweep and what the report says of each figure (PLOT_TEXT); the
-                 figures of single runs are analyze.py's
+                 figures of single runs are lab/analyze.py's
 
-The measurements, their names, formats, directions and the papers' numbers for them are probe.MEASURES'.
+The measurements, their names, formats and directions are probe.MEASURES'; what the papers report for them is
+PAPERS, here.
 """
 
 import json
@@ -71,11 +74,34 @@ def save_figure(fig, path, dpi=120):
 # -----------------------------------------------------------------------------
 # The report's words
 
-EVALUATE_DIR = "evaluate"  # evaluate.py's output for the report, under the report's folder (repro.py evaluate)
+EVALUATE_DIR = "evaluate"  # lab/evaluate.py's output for the report, under the report's folder (lab.repro evaluate)
+
+# What the papers report for a measure of probe.MEASURES, by its key: (paper, variants.Row field, column name,
+# format) per paper that gives it, in the order paper_pair tries them; a measure not here has no paper's number
+PAPERS = {
+    "val_loss": (("ga", "ppl", "GA PPL", ".3f"), ("gn", "loss", "GN loss", ".3f")),
+    "first_token_attn": (("ga", "f_attn", "GA F-Attn", ".3f"),),
+    "max_act": (("ga", "m_act", "GA M-Act", ".0f"),),
+    "peak_act": (("gn", "max_act", "GN max act", ".0f"),),
+    "gate_mean": (("ga", "gate_mean", "GA gate mean", ".3f"),),
+}
+# How a claim compares a variant with its reference on a measure, by its key: "diff", a difference in the measure's
+# units (a loss in nats; a gate score, a share in [0, 1]); any other measure by "ratio" (a scale: activations, F-Attn)
+COMPARE = {"val_loss": "diff", "gate_mean": "diff"}
+
+
+def paper_numbers(key):
+    """The papers' numbers for the measure of this key (PAPERS), none where no paper gives one."""
+    return PAPERS.get(key, ())
+
+
+def comparison(key):
+    """How a claim compares a variant with its reference on the measure of this key: "ratio" or "diff" (COMPARE)."""
+    return COMPARE.get(key, "ratio")
 
 
 # -----------------------------------------------------------------------------
-# evaluate.py's numbers, in its summary.md and in the report
+# lab/evaluate.py's numbers, in its summary.md and in the report
 
 PAPERS_SAY = (
     "What the papers report, at scales far beyond this one. Quantization: GN §5.2 rounds its 2B models to W4A4; the "
@@ -85,7 +111,8 @@ PAPERS_SAY = (
     "58.8 against the baseline's 37.5 and 31.7, at 64k and 128k); GA's explanation: the baseline's sink, tuned to "
     "the trained RoPE, does not adapt to the rescaled one. Streaming: StreamingLLM (Xiao et al. 2024) finds that a "
     "sliding window fails once the first tokens leave it and works again when 4 are kept; neither paper measures "
-    "whether a sink-free gated model needs no such tokens: the streaming rows here are this project's measurement of it.")
+    "whether a sink-free gated model needs no such tokens: the streaming rows here are this project's measurement "
+    "of it.")
 
 
 def headline(r):
@@ -165,7 +192,7 @@ def fmt_tokens(n):
 
 def fmt_difference(c, stat):
     """A claim's estimate with Welch's interval and its degrees of freedom: a ratio (×) or a difference (signed), as
-    Measure.compare says; without an interval (one seed on a side), the estimate alone."""
+    comparison says; without an interval (one seed on a side), the estimate alone."""
     spec = ".2f" if stat == "ratio" else "+.4f"
     estimate = f"×{c['estimate']:{spec}}" if stat == "ratio" else f"{c['estimate']:{spec}}"
     if c["lo"] is None:
@@ -189,9 +216,9 @@ def status(rs):
 # REPORT.md
 
 def render_report(result, root, tiny, commands, report_command, plots, analyzed, title, every_command=()):
-    """REPORT.md, but for the section on evaluate.py (evaluate_section): result is the study's summary.json
-    (repro.py report), commands the last command recorded for each (variant, seed), every_command all of
-    commands.jsonl (a resumed run's earlier parts too), plots the figures' file names, analyzed analyze.py's
+    """REPORT.md, but for the section on lab/evaluate.py (evaluate_section): result is the study's summary.json
+    (`python -m lab.repro report`), commands the last command recorded for each (variant, seed), every_command all of
+    commands.jsonl (a resumed run's earlier parts too), plots the figures' file names, analyzed lab/analyze.py's
     records of the runs (their eval windows and per-layer numbers)."""
     records, variants = result["runs"], result["variants"]
     first, val = records[0], result["validation"]
@@ -199,15 +226,15 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
     seeds = sorted({len(v["seeds"]) for v in variants.values()})
     lines = [f"# {title}" + (": TINY CPU SMOKE TEST" if tiny else ""), ""]
     if tiny:
-        lines += ["**This is a smoke test of the pipeline (`repro.py --tiny`: a tiny model trained for a few dozen "
-                  "steps on a CPU). It concludes nothing about the papers' claims; the tables below are here only so "
-                  "that the pipeline can be checked.**", ""]
+        lines += ["**This is a smoke test of the pipeline (`python -m lab.repro --tiny`: a tiny model trained for a "
+                  "few dozen steps on a CPU). It concludes nothing about the papers' claims; the tables below are here "
+                  "only so that the pipeline can be checked.**", ""]
     lines += [
         f"{measured_on(result)} Runs: `{root}/<variant>/seed<N>/`, "
         f"{'–'.join(map(str, seeds))} seed(s) per variant, each {m['n_layer']} layers, {m['n_embd']} wide, "
         f"{m['n_head']} heads, T={m['block_size']}, qk_norm={m.get('qk_norm')}, "
         f"{fmt_tokens(first['tokens'])} training tokens. Every measurement below comes from the runs' `ckpt.pt` (or, "
-        f"where a run's checkpoint is gone, from what analyze.py measured on it then, kept beside its log), on "
+        f"where a run's checkpoint is gone, from what lab/analyze.py measured on it then, kept beside its log), on "
         f"the same {val['batches'] * val['batch_size']:,} validation windows ({val['batches']} x {val['batch_size']}, "
         f"{fmt_tokens(val['batches'] * val['batch_size'] * windows['block_size'])} tokens"
         f"{', each starting with <|endoftext|>' if windows['bos'] else ''}; {val['source']})."]
@@ -225,7 +252,8 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
     if not tiny:
         lines += paper_table(by)
     lines += ["", "## Commands run", "",
-              f"The last command recorded for each run in `{root}/commands.jsonl` (written by `repro.py train`):", ""]
+              f"The last command recorded for each run in `{root}/commands.jsonl` (written by "
+              "`python -m lab.repro train`):", ""]
     for r in records:
         c = commands.get((r["variant"], r["seed"]))
         lines.append(f"- {r['variant']} seed {r['seed']}: " +
@@ -247,9 +275,10 @@ def training_time(records, every_command):
         return []
     seconds = sum(c["seconds"] / c.get("parallel", 1) for c in ran)
     shared = any(c.get("parallel", 1) > 1 for c in ran)
+    share = ", runs side by side counted at their share" if shared else ""
     return ["", f"Training time: {seconds / 60:.1f} minutes of the device in all ({seconds:,.0f} s over "
-                f"{len(ran)} command{'s' * (len(ran) > 1)}{', runs side by side counted at their share' if shared else ''}"
-                f"), not counting data preparation, `repro.py evaluate` or this report."]
+                f"{len(ran)} command{'s' * (len(ran) > 1)}{share}), not counting data preparation, "
+                "`python -m lab.repro evaluate` or this report."]
 
 
 def measured_on(result):
@@ -292,7 +321,8 @@ def claims_section(claims):
              "The paper's direction is the one it reports. Ours: each side's per-seed values where it has fewer than "
              f"{MIN_SEEDS} seeds, else its mean over seeds (geometric for a ratio, the mean the ratio compares); "
              "seeds: the reference's / the variant's. A claim that no paper makes, on a measure of this project's "
-             "own, says so. The verdicts are computed by `repro.py report` (stats.py), never written by hand.", "",
+             "own, says so. The verdicts are computed by `python -m lab.repro report` (lab/stats.py), never written "
+             "by hand.", "",
              "| claim | measure | ours: reference → variant | estimate [95% CI] | seeds | verdict | direction | "
              "size against the paper's | paper | paper source |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -308,9 +338,11 @@ def claims_section(claims):
                  fmt_side(c["var_seeds"], c["var_mean"], measure.spec)]
         ours = f"{ref} → {c['variant']}: {sides[0]} → {sides[1]}"
         seeds = f"{c['n_seeds_var']}" if fixed else f"{c['n_seeds_ref']} / {c['n_seeds_var']}"
-        theirs, source = ("–", "–") if fixed else paper_text(c["reference"], c["variant"], measure.papers)
-        lines.append(f"| {c['claim']} | {measure.label} | {ours} | {fmt_difference(c, measure.compare)} | {seeds} | "
-                     f"**{c['verdict']}** | {c['pointing']} | {c['size'] or '–'} | {theirs} | {source} |")
+        theirs, source = ("–", "–") if fixed else paper_text(c["reference"], c["variant"],
+                                                             paper_numbers(c["measure"]))
+        estimate = fmt_difference(c, comparison(c["measure"]))
+        lines.append(f"| {c['claim']} | {measure.label} | {ours} | {estimate} | {seeds} | **{c['verdict']}** | "
+                     f"{c['pointing']} | {c['size'] or '–'} | {theirs} | {source} |")
     return lines
 
 
@@ -353,7 +385,8 @@ def measured_section(by, variants):
     return ["", "## Measured", "",
             f"Per variant, {SEEDS_NOTE}. Val loss in nats. F-Attn: attention on the "
             "first token; sink share (this project's measure, not a paper's): the largest share of attention one key "
-            f"in the window's first three eighths receives from its second half (probe.sink_keys); sink heads: the share of heads whose F-Attn exceeds {SINK_HEAD_THRESHOLD} (Gu et al. 2025); "
+            "in the window's first three eighths receives from its second half (probe.sink_keys); sink heads: the "
+            f"share of heads whose F-Attn exceeds {SINK_HEAD_THRESHOLD} (Gu et al. 2025); "
             "M-Act: max |h| of each layer's output in a window; all averaged over layers (GA §4.3) and windows. Peak "
             "act: the largest |h| of any layer in a window (GN's residual-stream maximum). Gate: mean score and share "
             "of scores below 0.1. Loss spikes: per run (train.py's count_spike)." + old_sink_share(by), ""] + \
@@ -388,7 +421,8 @@ def sweep_section(sweep):
         x, y, d = r[a], r[b], r.get("difference")
         lines.append(f"| {r['lr']:g} | {fmt_ci(x and x['val_loss'], loss.spec)} | "
                      f"{fmt_ci(y and y['val_loss'], loss.spec)} | "
-                     f"{fmt_difference(d, loss.compare) if d else '–'} | {d['verdict'] if d else 'not measured'} | "
+                     f"{fmt_difference(d, comparison(loss.key)) if d else '–'} | "
+                     f"{d['verdict'] if d else 'not measured'} | "
                      f"{fmt_ci(x and x['max_act'], act.spec)} | {fmt_ci(y and y['max_act'], act.spec)} | "
                      f"{spikes(x)} | {spikes(y)} | "
                      f"{'/'.join(('yes' if s['finished'] else 'no') if s else '–' for s in (x, y))} |")
@@ -427,9 +461,9 @@ def table4_section(by, variants):
     return ["", "## GA Table 4's sink column, beside ours", "",
             f"{f_attn.label} per variant ({SEEDS_NOTE}), the seeds that grew "
             f"a sink head ({f_attn.label} > {SINK_HEAD_THRESHOLD} in some head), GA's {f_attn.label} for the same row, "
-            "and whether the variant's mean sits on the same side of the baseline's as in GA (where their 95% intervals do not "
-            "overlap). A comparison of means, "
-            "not a verdict: the claims above are decided by the rule.", ""] + \
+            "and whether the variant's mean sits on the same side of the baseline's as in GA (where their 95% "
+            "intervals do not overlap). A comparison of means, not a verdict: the claims above are decided by the "
+            "rule.", ""] + \
         markdown_table(["variant", f"{f_attn.label} (ours)", "seeds with a sink head", f"GA {f_attn.label}",
                         "against the baseline"], rows)
 
@@ -447,7 +481,7 @@ def mechanism_section(records, variants, data_dir):
 
 
 # -----------------------------------------------------------------------------
-# The sink's mechanism per run (analyze.py's summary.md and the study's report)
+# The sink's mechanism per run (lab/analyze.py's summary.md and the study's report)
 
 def _fmt(value, spec):
     return None if value is None or isinstance(value, float) and not math.isfinite(value) else format(value, spec)
@@ -488,7 +522,7 @@ def mechanism_rows(records, per_layer=False):
 
         lines = markdown_table(*mechanism_rows(summary["runs"]))
 
-    renders it (MECHANISM_ROWS_NOTE says what the columns mean). records: analyze.py's run records (summary.json's
+    renders it (MECHANISM_ROWS_NOTE says what the columns mean). records: lab/analyze.py's run records (summary.json's
     "runs", or "models" of --pretrained), each with "label" (or "run", "name"), "layers" and "channels".
 
     per_layer=False: one row per run, 10 cells: run, sink layer (the layer of the highest F-Attn), F-Attn and value
@@ -590,7 +624,7 @@ def token_decoder(data_dir):
 
 def paper_text(ref, variant, numbers):
     """The papers' reference → variant and source for a claim, from the first paper that gives both numbers
-    (numbers: a Measure's papers)."""
+    (numbers: a measure's paper_numbers)."""
     pair = paper_pair(ref, variant, numbers)
     if not pair:
         return "–", "–"
@@ -614,16 +648,16 @@ def paper_effect(ref, variant, measure):
     """The paper's effect for a claim's quantity on the scale stats.size_word compares (the first paper that gives
     both rows a number for the measure): the log of the ratio for a ratio measure, and for the loss against GA's
     perplexities the log of the perplexity ratio (a loss difference in nats); else the difference. None without."""
-    pair = paper_pair(ref, variant, measure.papers)
+    pair = paper_pair(ref, variant, paper_numbers(measure.key))
     if not pair:
         return None
     x, y, key = pair[:3]
-    return math.log(y / x) if measure.compare == "ratio" or key == "ppl" else y - x
+    return math.log(y / x) if comparison(measure.key) == "ratio" or key == "ppl" else y - x
 
 
 def paper_table(by):
     """The papers' numbers for the variants trained: every number a measure of MEASURES has in a paper."""
-    numbers = [number for m in MEASURES for number in m.papers]  # (paper, Row field, column, format)
+    numbers = [number for m in MEASURES for number in paper_numbers(m.key)]  # (paper, Row field, column, format)
     rows = []
     for name in by:
         v = VARIANTS[name]
@@ -639,9 +673,9 @@ def paper_table(by):
 
 
 def evaluate_section(report_dir, root, trained):
-    """REPORT.md's section on evaluate.py's measurements (`repro.py evaluate`, in report_dir/EVALUATE_DIR), when
-    there are any: each headline number averaged over a variant's seeds. trained: the (variant, seed) of every
-    trained run, to name those not evaluated."""
+    """REPORT.md's section on lab/evaluate.py's measurements (`python -m lab.repro evaluate`, in
+    report_dir/EVALUATE_DIR), when there are any: each headline number averaged over a variant's seeds. trained:
+    the (variant, seed) of every trained run, to name those not evaluated."""
     folder = os.path.join(report_dir, EVALUATE_DIR)
     if not os.path.isfile(os.path.join(folder, "summary.json")):
         return ""
@@ -653,29 +687,31 @@ def evaluate_section(report_dir, root, trained):
         ckpt = os.path.join(r.get("run", ""), r.get("checkpoint", ""))
         if os.path.isfile(ckpt):  # trained again since?
             changed = os.path.getmtime(ckpt) > os.path.getmtime(os.path.join(folder, "summary.json"))
-        else:  # gone: evaluate.py read the run from what it kept of the checkpoint, if it kept anything
+        else:  # gone: lab/evaluate.py read the run from what it kept of the checkpoint, if it kept anything
             changed = not os.path.isfile(os.path.join(r.get("run", ""), EVALUATED))
         if changed:
             stale.append(r["label"])
     columns = list(dict.fromkeys(k for rows in by.values() for row in rows for k in row))
-    lines = ["", "## Downstream consequences (evaluate.py)", "",
-             f"Measured by `repro.py evaluate` on {evaluations['device']}, {evaluations['date']}; the details, each "
-             f"checkpoint with its intervals over windows, in [{EVALUATE_DIR}/summary.md]({EVALUATE_DIR}/summary.md). "
-             f"Here, {SEEDS_NOTE}. Δ: the loss increase (nats) with W-bit "
-             "weights and A-bit activations, or a sliding window of w keys that keeps the first k positions, over the "
-             "same windows unchanged; a RoPE column: the loss of the last positions of the longest windows.", ""]
-    earlier = [f"{r['label']} on {r['device']}, {r['date']}" for r in evaluations["models"] if r.get("measured_earlier")]
+    lines = ["", "## Downstream consequences (lab/evaluate.py)", "",
+             f"Measured by `python -m lab.repro evaluate` on {evaluations['device']}, {evaluations['date']}; the "
+             f"details, each checkpoint with its intervals over windows, in "
+             f"[{EVALUATE_DIR}/summary.md]({EVALUATE_DIR}/summary.md). Here, {SEEDS_NOTE}. Δ: the loss increase "
+             "(nats) with W-bit weights and A-bit activations, or a sliding window of w keys that keeps the first k "
+             "positions, over the same windows unchanged; a RoPE column: the loss of the last positions of the longest "
+             "windows.", ""]
+    earlier = [f"{r['label']} on {r['device']}, {r['date']}" for r in evaluations["models"]
+               if r.get("measured_earlier")]
     if earlier:
         lines += ["Measured in an earlier session, from the record kept of each run whose checkpoint is gone: " +
                   "; ".join(earlier) + ".", ""]
     if stale:
         lines += [f"**Out of date: the checkpoints of {', '.join(stale)} changed (or are gone from {root}/) since they "
-                  "were evaluated; run `python repro.py evaluate` again.**", ""]
+                  "were evaluated; run `python -m lab.repro evaluate` again.**", ""]
     evaluated = {r["label"] for r in evaluations["models"]}
     missing = [f"{v}/seed{s}" for v, s in trained if f"{v}/seed{s}" not in evaluated]
     if missing:
-        lines += [f"Not evaluated: {', '.join(missing)} (each `repro.py evaluate` replaces the evaluations before it: "
-                  "name every variant wanted in one call).", ""]
+        lines += [f"Not evaluated: {', '.join(missing)} (each `python -m lab.repro evaluate` replaces the "
+                  "evaluations before it: name every variant wanted in one call).", ""]
     lines += [PAPERS_SAY, ""] + table(["variant", "seeds"] + columns, [
         [v, len(rows)] + [fmt_ci(over_seeds([row.get(c) for row in rows]), ".4f") for c in columns]
         for v, rows in by.items()])
@@ -690,15 +726,16 @@ PLOT_TEXT = {
     "headline.png": "F-Attn during training, baseline against G1 (each seed thin, their mean thick), and each "
                     "variant's final F-Attn (the bar: the mean over seeds; a dot: each seed; the 95% t-interval "
                     f"where there are {MIN_SEEDS} seeds or more) beside GA Table 4's.",
-    "layers.png": "F-Attn, sink share and M-Act per layer, every run (analyze.py).",
+    "layers.png": "F-Attn, sink share and M-Act per layer, every run (lab/analyze.py).",
     "gate_hist.png": "The distribution of gate scores of each gated run (sparse: piled up near 0).",
     "attn_maps.png": "One head-averaged attention map per run, at the layer where the first run sinks the most.",
     "curves.png": "Validation loss during training.",
     "trends.png": "F-Attn, sink heads, M-Act and gate mean against tokens seen (mean over seeds): whether the sink "
                   "is still growing when the runs end.",
     "emergence.png": "The sink forming during training, each variant's first seed: F-Attn, M-Act and the value norm "
-                     "ratio per layer against the training step (analyze.py, from train.py's log).",
-    "lr_sweep.png": "The stability sweep: final loss, M-Act and loss spikes against the learning rate, baseline and G1.",
+                     "ratio per layer against the training step (lab/analyze.py, from train.py's log).",
+    "lr_sweep.png": "The stability sweep: final loss, M-Act and loss spikes against the learning rate, baseline and "
+                    "G1.",
 }
 
 
@@ -798,7 +835,8 @@ def plot_sweep(sweep, out_dir):
             ax.plot([lr for lr, m in zip(lrs, stats) for _ in m["values"]], [x for m in stats for x in m["values"]],
                     ".", color=line[0].get_color(), alpha=0.5)
         axes[2].plot(lrs, [np.mean([x or 0 for x in r[family]["loss_spikes"]]) for r in rows], marker="o", label=family)
-    axes[0].set(xscale="log", xlabel="learning rate", ylabel="final val loss (nats)", title="loss against learning rate")
+    axes[0].set(xscale="log", xlabel="learning rate", ylabel="final val loss (nats)",
+                title="loss against learning rate")
     axes[1].set(xscale="log", yscale="log", xlabel="learning rate", ylabel="M-Act", title="massive activations")
     axes[2].set(xscale="log", xlabel="learning rate", ylabel="loss spikes per run", title="loss spikes")
     lrs = sorted({r["lr"] for r in sweep})

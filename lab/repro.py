@@ -1,18 +1,19 @@
 """
 Reproduce the gated-attention papers' trends on one GPU: the same small model, data order, token budget
-and learning-rate schedule (config/repro.py) for each variant of variants.py, several seeds each, then one
-analysis of all of them with confidence intervals and a verdict for each of the papers' claims, by rule.
+and learning-rate schedule (config/repro.py) for each variant of lab/variants.py, several seeds each, then one
+analysis of all of them with confidence intervals and a verdict for each of the papers' claims, by rule. From the
+repository's root:
 
-    python repro.py list                       # every variant, its flags and the paper rows it is compared with
-    python repro.py prepare                    # the corpus: .py files of this Python's installed packages
-    python repro.py train all --seeds=3 --parallel=3   # the study (variants.STUDY), three seeds, 3 runs at once
-    python repro.py train baseline g1_elementwise --max_iters=400
-    python repro.py train baseline:2 g1_elementwise:2 g1_headwise --parallel=2 --budget_min=18   # what fits
-    python repro.py evaluate                   # evaluate.py on the models' checkpoints: results/repro/evaluate/
-    python repro.py report                     # results/repro/{summary.json, REPORT.md, *.png}
-    python repro.py restore --config=config/repro_sink.py && python repro.py report   # redraw it: no GPU, no data
-    python repro.py train all --study=sink_lab --seeds=3 --parallel=2   # the sink lab on a laptop CPU
-    python repro.py report --study=sink_lab    # results/sink_lab/
+    python -m lab.repro list                  # every variant, its flags and the paper rows it is compared with
+    python -m lab.repro prepare               # the corpus: .py files of this Python's installed packages
+    python -m lab.repro train all --seeds=3 --parallel=3   # the study (variants.STUDY), three seeds, 3 runs at once
+    python -m lab.repro train baseline g1_elementwise --max_iters=400
+    python -m lab.repro train baseline:2 g1_elementwise:2 g1_headwise --parallel=2 --budget_min=18   # what fits
+    python -m lab.repro evaluate              # lab/evaluate.py on the models' checkpoints: results/repro/evaluate/
+    python -m lab.repro report                # results/repro/{summary.json, REPORT.md, *.png}
+    python -m lab.repro restore --config=config/repro_sink.py && python -m lab.repro report   # redraw: no GPU, no data
+    python -m lab.repro train all --study=sink_lab --seeds=3 --parallel=2   # the sink lab on a laptop CPU
+    python -m lab.repro report --study=sink_lab   # results/sink_lab/
 
 Two studies share this runner (--study): `repro`, the GPU study of the papers' trends on real text
 (config/repro.py, variants.STUDY), and `sink_lab`, the attention sink on the Bigram-Backcopy task on a CPU
@@ -34,19 +35,20 @@ study's config, e.g. config/repro_sink.py (the known levers of the attention sin
 to measure). --tiny is a CPU-sized smoke test of the whole pipeline on the default dataset: it concludes nothing.
 
 Every other --key=value after `train` is a train.py key and goes to every run, after the variant's own
-flags, so it wins; train.py checks it (python train.py --help lists them). After `evaluate` it is an evaluate.py
-key (--modes=quant, --windows=128, ...): `evaluate` runs evaluate.py on every trained seed of the variants named
+flags, so it wins; train.py checks it (python train.py --help lists them). After `evaluate` it is a key of
+lab/evaluate.py (--modes=quant, --windows=128, ...): `evaluate` runs it on every trained seed of the variants named
 (default: `models`) and writes to <report_dir>/evaluate/; `report` then adds a section of their numbers, averaged
 over seeds.
 
-repro.py runs the project's tools one way, each as its own process (start_tool): train.py for `train`, evaluate.py
-for `evaluate`, analyze.py for `report`, each command printed before it starts so that it can be rerun by hand. What
-it reads back is what they write: a run's log.jsonl and checkpoint; analyze.py's summary.json, summary.md,
-per_window.npz and figures (in <root>/analysis/: `report` measures every trained run there, on the same validation
-windows, then copies its table and figures to the report); evaluate.py's summary.json.
+The runner starts the project's tools one way, each as its own process (start_tool): train.py for `train`,
+`python -m lab.evaluate` for `evaluate`, `python -m lab.analyze` for `report`, each command printed before it starts
+so that it can be rerun by hand (from the repository's root). What it reads back is what they write: a run's
+log.jsonl and checkpoint; lab/analyze.py's summary.json, summary.md, per_window.npz and figures (in
+<root>/analysis/: `report` measures every trained run there, on the same validation windows, then copies its table
+and figures to the report); lab/evaluate.py's summary.json.
 
 When a new run stops before its first evaluation (a mistaken key, missing data), the others would stop the same
-way, so repro.py starts no more. --out_dir, --init_from and --seed are repro.py's to set.
+way, so the runner starts no more. --out_dir, --init_from and --seed are the runner's to set.
 
 Each run goes to <root>/<variant>/seed<N>/ and is nothing more than `python train.py <the study's config>
 --out_dir=<root>/<variant>/seed<N> --seed=<N> <the variant's flags> <your keys>`, printed before it starts so
@@ -58,18 +60,19 @@ this --parallel, or from the model's FLOPs on a GPU it knows); --budget_min uses
 end.
 
 A study can grow over several sessions on a borrowed GPU, whose checkpoints go back with the machine. `report` keeps
-what it needs of each run in <report_dir>/runs/<variant>/seed<N>/: its log.jsonl, what analyze.py and evaluate.py
-measured on its checkpoint (measured.json, measured.npz, evaluated.json) and its command, small files to commit with
-the report. `train` puts each kept run that <root> lacks back there, if it was trained with the same settings (it is
-then finished, and skipped), and analyze.py and evaluate.py read a run whose checkpoint is gone from what they kept
-of it. So the next session trains only the runs still missing, and its report covers them all; it refuses runs that
-were not trained alike, or measured on other validation windows. `restore` (with the keys the study was trained
-with, e.g. --config=config/repro_sink.py) puts the kept runs back and trains nothing: `report` then draws the
-committed study again on any machine, without a GPU or its data (the kept runs compared by the fingerprint of the
-windows each was measured on).
+what it needs of each run in <report_dir>/runs/<variant>/seed<N>/: its log.jsonl, what lab/analyze.py and
+lab/evaluate.py measured on its checkpoint (measured.json, measured.npz, evaluated.json) and its command, small files
+to commit with the report. `train` puts each kept run that <root> lacks back there, if it was trained with the same
+settings (it is then finished, and skipped), and lab/analyze.py and lab/evaluate.py read a run whose checkpoint is
+gone from what they kept of it. So the next session trains only the runs still missing, and its report covers them
+all; it refuses runs that were not trained alike, or measured on other validation windows. `restore` (with the keys
+the study was trained with, e.g. --config=config/repro_sink.py) puts the kept runs back and trains nothing: `report`
+then draws the committed study again on any machine, without a GPU or its data (the kept runs compared by the
+fingerprint of the windows each was measured on).
 
 This file is the scheduler: its keys, the studies and their claims, the steps (list, prepare, train, restore,
-evaluate, report) and main. report.py renders REPORT.md and the study's figures; stats.py decides the claims.
+evaluate, report) and main. lab/report.py renders REPORT.md and the study's figures; lab/stats.py decides the
+claims.
 """
 
 import ast
@@ -90,17 +93,17 @@ import numpy as np
 import torch
 
 from cli import config_path, configure, dataset_dir, fail, run_config_file, usage
-from probe import flops_per_token, peak_flops
-from runfolder import CHECKPOINT, EVALUATED, LOG, MEASURED, atomic_write, claim_folder, read_jsonl, write_json, write_text
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import find_shards
-from model import GPT, GPTConfig
-from probe import MEASURE, MEASURES, SINK_HEAD_THRESHOLD
-from lab.report import (EVALUATE_DIR, evaluate_section, over_seeds, paper_effect, plot_headline, plot_sweep,
-    plot_trends, render_report)
+from lab.report import (EVALUATE_DIR, comparison, evaluate_section, over_seeds, paper_effect, plot_headline,
+    plot_sweep, plot_trends, render_report)
 from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
     size_word)
 from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
+from model import GPT, GPTConfig
+from probe import MEASURE, MEASURES, SINK_HEAD_THRESHOLD, flops_per_token, peak_flops
+from runfolder import (CHECKPOINT, EVALUATED, LOG, MEASURED, atomic_write, claim_folder, read_jsonl, write_json,
+    write_text)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above lab/
 STEPS = ("list", "prepare", "train", "restore", "evaluate", "report")
@@ -119,10 +122,10 @@ class Keys:
 
 
 KEYS = {f.name for f in fields(Keys)}
-SET_BY_REPRO = ("out_dir", "init_from", "seed")  # train.py keys that repro.py decides for every run
-SET_FOR_EVALUATE = ("runs", "labels", "out_dir", "pretrained")  # evaluate.py keys that repro.py decides
+SET_BY_REPRO = ("out_dir", "init_from", "seed")  # train.py keys that the runner decides for every run
+SET_FOR_EVALUATE = ("runs", "labels", "out_dir", "pretrained")  # lab/evaluate.py keys that the runner decides
 COMMANDS = "commands.jsonl"  # under the root: every train.py command run, with its exit code and time
-ANALYSIS_DIR = "analysis"  # under the root: analyze.py's measurements of every run, for the report
+ANALYSIS_DIR = "analysis"  # under the root: lab/analyze.py's measurements of every run, for the report
 RUNS_DIR = "runs"  # under the report: what it keeps of each run (KEPT and COMMAND), without the checkpoints
 KEPT = (LOG, MEASURED + ".json", MEASURED + ".npz", EVALUATED)  # a run's log and the measurements of its checkpoint
 COMMAND = "command.json"  # kept beside them: the run's record in commands.jsonl
@@ -224,8 +227,8 @@ class Study:
 
 
 STUDIES = {
-    "repro": Study("repro", os.path.join("config", "repro.py"), STUDY, CLAIMS, "out-repro", os.path.join("results", "repro"),
-                   TINY, "Reproducing the gated-attention trends at small scale"),
+    "repro": Study("repro", os.path.join("config", "repro.py"), STUDY, CLAIMS, "out-repro",
+                   os.path.join("results", "repro"), TINY, "Reproducing the gated-attention trends at small scale"),
     "sink_lab": Study("sink_lab", os.path.join("config", "sink_lab.py"), LAB, LAB_CLAIMS, "out-sink-lab",
                       os.path.join("results", "sink_lab"), LAB_TINY,
                       "The sink lab: the attention sink on the Bigram-Backcopy task", LAB_COUNTS),
@@ -242,7 +245,7 @@ def run_dir(root, variant, seed):
 
 
 # -----------------------------------------------------------------------------
-# The tools (train.py, analyze.py, evaluate.py, a dataset's prepare.py), run one way: each as its own process
+# The tools (train.py, lab/analyze.py, lab/evaluate.py, a dataset's prepare.py), run one way: each in its own process
 
 def tool_command(script, args):
     """The argv that runs one of the project's scripts (a path from the repository's root) with this Python: a
@@ -261,7 +264,7 @@ def start_tool(cmd, log=None, env=None):
         os.makedirs(os.path.dirname(log), exist_ok=True)
         out = open(log, "a")
         print(f"    its output: {log}", flush=True)
-    # the lab's tools run as modules of the repository, from whatever folder repro.py was started in
+    # the lab's tools run as modules of the repository, from whatever folder the runner was started in
     path = os.pathsep.join(filter(None, [REPO, (env or os.environ).get("PYTHONPATH")]))
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None,
                             env=dict(env or os.environ, PYTHONPATH=path))
@@ -271,8 +274,8 @@ def start_tool(cmd, log=None, env=None):
 
 
 def run_tool(script, args):
-    """Run a tool to its end (start_tool, output on the terminal); a tool that fails stops repro.py with one line,
-    after the tool's own message."""
+    """Run a tool to its end (start_tool, output on the terminal); a tool that fails stops the runner with one
+    line, after the tool's own message."""
     proc = start_tool(tool_command(script, args))
     if proc.wait():
         fail(f"{script} stopped with exit code {proc.returncode} (its message is above); nothing was written after it")
@@ -302,10 +305,10 @@ def list_variants(study=STUDIES["repro"]):
         print(f"{'*' if name in study.variants else ' '} {name:<23} {flags:<52} {rows}")
     if study.name == "repro":
         print(f"* the study ({len(STUDY)} variants: {len(MODELS)} models, {len(SWEEP)} in the learning-rate sweep): "
-              "python repro.py train all")
+              "python -m lab.repro train all")
     else:
         print(f"* the {study.name} study ({len(study.variants)} variants, {study.config}): "
-              f"python repro.py train all --study={study.name}")
+              f"python -m lab.repro train all --study={study.name}")
 
 
 def prepare(name="pysrc"):
@@ -475,11 +478,11 @@ def wait_for_one(running):
 
 
 # -----------------------------------------------------------------------------
-# Evaluate: evaluate.py on the checkpoints trained so far
+# Evaluate: lab/evaluate.py on the checkpoints trained so far
 
 def trained_runs(root, order=STUDY):
-    """(variant, seed) of every run under root with a checkpoint, or with the measurements analyze.py kept of its
-    checkpoint when that is gone: in the study's order (its variants), then the other variants."""
+    """(variant, seed) of every run under root with a checkpoint, or with the measurements lab/analyze.py kept of
+    its checkpoint when that is gone: in the study's order (its variants), then the other variants."""
     runs = []
     for v in list(order) + [v for v in VARIANTS if v not in order]:
         folder = os.path.join(root, v)
@@ -492,12 +495,12 @@ def trained_runs(root, order=STUDY):
 
 # -----------------------------------------------------------------------------
 # A study over several sessions: a borrowed GPU machine goes back with the checkpoints on it, so the report keeps
-# what it needs of each run (its log, analyze.py's and evaluate.py's measurements of its checkpoint, its command) in
-# <report_dir>/runs/, small files committed with the report; `train` puts them back on the next machine.
+# what it needs of each run (its log, lab/analyze.py's and lab/evaluate.py's measurements of its checkpoint, its
+# command) in <report_dir>/runs/, small files committed with the report; `train` puts them back on the next machine.
 
 def differences(settings, config, variant):
     """The study's settings in which a run's training config differs, as 'key=theirs (here: ours)' words, leaving
-    out what the variant sets itself and what repro.py sets for each run."""
+    out what the variant sets itself and what the runner sets for each run."""
     own = set(VARIANTS[variant].all_flags) | set(SET_BY_REPRO)
     same = lambda a, b: json.dumps(a) == json.dumps(b)  # noqa: E731 (as JSON keeps them: a tuple is a list)
     return [f"{k}={config.get(k)!r} (here: {v!r})" for k, v in settings.items() if k not in own
@@ -566,36 +569,37 @@ def unalike(records, names):
 
 
 def evaluate_runs(root, report_dir, names, passed, study=STUDIES["repro"]):
-    """evaluate.py on every trained seed of the named variants (default: the study's models; the GPU study's
+    """lab/evaluate.py on every trained seed of the named variants (default: the study's models; the GPU study's
     learning-rate sweep is left out), into <report_dir>/evaluate/."""
     for w in passed:
         if w[2:].partition("=")[0] in SET_FOR_EVALUATE:
-            fail(f"{w}: repro.py evaluate sets --runs, --labels and --out_dir ({report_dir}/{EVALUATE_DIR}) itself; "
-                 "name variants to choose the runs")
+            fail(f"{w}: `python -m lab.repro evaluate` sets --runs, --labels and --out_dir "
+                 f"({report_dir}/{EVALUATE_DIR}) itself; name variants to choose the runs")
     variants = chosen_variants(names or ["models" if study.name == "repro" else "all"], study)
     runs = [(v, s) for v, s in trained_runs(root, study.variants) if v in variants]
     if not runs:
-        fail(f"no trained runs of {', '.join(variants)} under {root}/: run `python repro.py train ...` first")
-    print(f"=== evaluate.py: {len(runs)} runs, into {os.path.join(report_dir, EVALUATE_DIR)}/", flush=True)
+        fail(f"no trained runs of {', '.join(variants)} under {root}/: run `python -m lab.repro train ...` first")
+    print(f"=== lab.evaluate: {len(runs)} runs, into {os.path.join(report_dir, EVALUATE_DIR)}/", flush=True)
     with claimed(root, report_dir):  # no training, other evaluation or report while the runs are measured
         run_tool("lab/evaluate.py", [f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}",
-                                 f"--labels={','.join(f'{v}/seed{s}' for v, s in runs)}",
-                                 f"--out_dir={os.path.join(report_dir, EVALUATE_DIR)}", *passed])
+                                     f"--labels={','.join(f'{v}/seed{s}' for v, s in runs)}",
+                                     f"--out_dir={os.path.join(report_dir, EVALUATE_DIR)}", *passed])
 
 
 # -----------------------------------------------------------------------------
-# The report: every run measured by analyze.py on the same validation windows, each claim decided by stats.RULE
+# The report: every run measured by lab/analyze.py on the same validation windows, each claim decided by stats.RULE
 
 def analyze_runs(root, runs):
-    """analyze.py on the runs, into <root>/analysis/: every run on the first run's eval windows (config/repro.py:
+    """lab/analyze.py on the runs, into <root>/analysis/: every run on the first run's eval windows (config/repro.py:
     2,048 windows, ~1M tokens); the figures of single runs (attention maps, gate scores) show each variant's first
     seed. Returns (its summary.json, each run's per-window values {measure key: array} from its per_window.npz)."""
     folder = os.path.join(root, ANALYSIS_DIR)
-    print(f"=== analyze.py: the {len(runs)} runs on the same validation windows, into {folder}/", flush=True)
+    print(f"=== lab.analyze: the {len(runs)} runs on the same validation windows, into {folder}/", flush=True)
     labels = [f"{v}/seed{s}" for v, s in runs]
     first = [f"{v}/seed{s}" for v, s in runs if s == min(x for w, x in runs if w == v)]
-    run_tool("lab/analyze.py", [f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}", f"--labels={','.join(labels)}",
-                            f"--out_dir={folder}", f"--plot_labels={','.join(first)}"])
+    run_tool("lab/analyze.py", [f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}",
+                                f"--labels={','.join(labels)}", f"--out_dir={folder}",
+                                f"--plot_labels={','.join(first)}"])
     with open(os.path.join(folder, "summary.json")) as f:
         summary = json.load(f)
     with np.load(os.path.join(folder, "per_window.npz")) as arrays:
@@ -611,15 +615,15 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings
     which its runs must not differ beyond what their variants set."""
     runs = trained_runs(root, study.variants)
     if not runs:
-        fail(f"no trained runs under {root}/: run `python repro.py train all --study={study.name}"
+        fail(f"no trained runs under {root}/: run `python -m lab.repro train all --study={study.name}"
              f"{' --tiny' if tiny else ''}` first")
     with claimed(root, out_dir):  # no training, evaluation or other report while this one reads and writes
         write_report(root, out_dir, tiny, report_command, study, settings, runs)
 
 
 def write_report(root, out_dir, tiny, report_command, study, settings, runs):
-    """report's work on the runs, with root and out_dir held: analyze.py's measurement, the claims, REPORT.md and
-    the figures, each file written atomically."""
+    """report's work on the runs, with root and out_dir held: lab/analyze.py's measurement, the claims, REPORT.md
+    and the figures, each file written atomically."""
     summary, per_window = analyze_runs(root, runs)
     off = unalike([{**r, "variant": v, "seed": s} for (v, s), r in zip(runs, summary["runs"])], settings)
     if off:
@@ -652,7 +656,7 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
     if study.counts:  # a yes/no outcome per run, counted over seeds: the report leads with it
         result["sink_counts"] = sink_counts(by, study.counts)
     write_json(os.path.join(out_dir, "summary.json"), result)  # each file atomically: the old one or the new one
-    for name in ["summary.md"] + summary["plots"]:  # analyze.py's table and figures, beside the report
+    for name in ["summary.md"] + summary["plots"]:  # lab/analyze.py's table and figures, beside the report
         with open(os.path.join(root, ANALYSIS_DIR, name), "rb") as f:
             data = f.read()
         atomic_write(os.path.join(out_dir, name), lambda f, data=data: f.write(data))
@@ -690,7 +694,7 @@ def center(values, stat):
 def claim_result(claim, ref, variant, measure, direction, windows):
     """One claim decided: the variant against its reference (a variant, or a number: a fixed value) on the
     per-seed values of the measure (each run's mean over the validation windows), compared as the measure says
-    (MEASURE[measure].compare). ref_mean and var_mean are the means the estimate compares: geometric for a ratio."""
+    (report.comparison). ref_mean and var_mean are the means the estimate compares: geometric for a ratio."""
     m = MEASURE[measure]
     fixed = not isinstance(ref, str)
     var = stacked(windows, variant, m.key)
@@ -700,9 +704,10 @@ def claim_result(claim, ref, variant, measure, direction, windows):
         missing = [x for x in (ref, variant) if isinstance(x, str) and x not in windows]
         why = f"{' and '.join(missing)} not trained" if missing else f"no {m.label} in the runs"
         return {**out, "verdict": f"not measured ({why})"}
-    c = decided(base, var, m.compare, direction, None if fixed else paper_effect(ref, variant, m))
-    return {**out, **c, "ref_mean": base if fixed else center(c["ref_seeds"], m.compare),
-            "var_mean": center(c["var_seeds"], m.compare)}
+    stat = comparison(m.key)
+    c = decided(base, var, stat, direction, None if fixed else paper_effect(ref, variant, m))
+    return {**out, **c, "ref_mean": base if fixed else center(c["ref_seeds"], stat),
+            "var_mean": center(c["var_seeds"], stat)}
 
 
 def sink_counts(by, counts):
@@ -748,7 +753,7 @@ def sweep_rows(by, windows):
                 "finished": all(r["iter"] >= r["max_iters"] for r in rs)}
         if all(row[f] for f in SWEPT):
             a, b = (stacked(windows, names[f], "val_loss") for f in SWEPT)
-            row["difference"] = decided(a, b, MEASURE["val_loss"].compare, -1)
+            row["difference"] = decided(a, b, comparison("val_loss"), -1)
         rows.append(row)
     return rows
 
@@ -760,8 +765,8 @@ def chosen_variants(names, study=STUDIES["repro"]):
     """Variant names and groups (all: the study's, models, sweep) as the variants, in order, each once."""
     counted = [n for n in names if ":" in n]
     if counted:
-        fail(f"{counted[0]}: a number of seeds (NAME:N) is for `repro.py train`; the other steps take every "
-             "trained seed of the variants named")
+        fail(f"{counted[0]}: a number of seeds (NAME:N) is for `python -m lab.repro train`; the other steps take "
+             "every trained seed of the variants named")
     variants = list(dict.fromkeys(v for n in names for v in groups(study).get(n, [n])))
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
@@ -785,21 +790,21 @@ def chosen_runs(names, seeds, base_seed, study=STUDIES["repro"]):
 
 
 def main(argv):
-    if "--help" in argv or "-h" in argv:  # before a step or after it: what repro.py does, and its keys
+    if "--help" in argv or "-h" in argv:  # before a step or after it: what the runner does, and its keys
         configure(Keys, ["--help"])
     if not argv:
         sys.exit(usage(Keys))
     step, words = argv[0], argv[1:]
     if step not in STEPS:
-        fail(f"{step!r} is not a step; start with one of {', '.join(STEPS)} (python repro.py --help)")
+        fail(f"{step!r} is not a step; start with one of {', '.join(STEPS)} (python -m lab.repro --help)")
     names = [w for w in words if not w.startswith("--")]
     own = [w for w in words if w.startswith("--") and w[2:].partition("=")[0] in KEYS]
     passed = [w for w in words if w.startswith("--") and w not in own]  # train.py's keys
-    # train.py's keys (evaluate.py's for `evaluate`; for `restore`, the settings its runs were trained with) go on;
-    # for the other steps, configure names any unknown key
+    # train.py's keys (lab/evaluate.py's for `evaluate`; for `restore`, the settings its runs were trained with) go
+    # on; for the other steps, configure names any unknown key
     keys, _ = configure(Keys, own if step in ("train", "restore", "evaluate") else own + passed)
     if names and step not in ("train", "evaluate"):
-        fail(f"`repro.py {step}` takes no variant names, got {' '.join(names)}")
+        fail(f"`python -m lab.repro {step}` takes no variant names, got {' '.join(names)}")
     for key in ("seeds", "parallel"):
         if getattr(keys, key) < 1:
             fail(f"--{key}={getattr(keys, key)} must be at least 1")
@@ -818,8 +823,8 @@ def main(argv):
     elif step == "train":
         for w in passed:
             if w[2:].partition("=")[0] in SET_BY_REPRO:
-                fail(f"{w}: repro.py sets --out_dir (<root>/<variant>/seed<N>, see --root), --seed (see --seeds) "
-                     "and --init_from (resume when the folder holds a checkpoint) for every run")
+                fail(f"{w}: the runner (lab.repro) sets --out_dir (<root>/<variant>/seed<N>, see --root), --seed "
+                     "(see --seeds) and --init_from (resume when the folder holds a checkpoint) for every run")
         settings = study_settings(keys, passed)
         runs = chosen_runs(names, keys.seeds, settings.get("seed", 1337), study)
         with claimed(root):  # a second `train` on this root would start the same runs beside these

@@ -1,5 +1,5 @@
 """
-The statistics of the reproduction study (repro.py): one estimand per claim, its interval over seeds, and a verdict
+The statistics of the reproduction study (lab/repro.py): one estimand per claim, its interval over seeds, and a verdict
 by a fixed rule (RULE) that says no more than the seeds can.
 
 Seeds are the unit of replication. Each run gives one value per measure (its mean over the validation windows);

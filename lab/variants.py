@@ -3,16 +3,16 @@ What this project reproduces, in one place: the study's variants and the model's
 row it is compared with.
 
   VARIANTS       name -> Variant: the flags that make it, the GA and GN rows it reproduces, their numbers
-  STUDY          the variants `python repro.py train all` trains, in the report's order: MODELS (one model
+  STUDY          the variants `python -m lab.repro train all` trains, in the report's order: MODELS (one model
                  each, at the study's learning rate) then SWEEP (baseline and G1 at the higher LR_SWEEP rates)
-  LAB            the sink lab's variants (`python repro.py train all --study=sink_lab`)
+  LAB            the sink lab's variants (`python -m lab.repro train all --study=sink_lab`)
   TEST_VARIANTS  name -> model flags: every variant that is a model (not a training setting), plus a few
                  configurations no paper row names, so that together they set every value of every flag
   FLAGS          every GPTConfig flag: what it does, with the papers' definitions, and its paper rows
-  flag_table()   FLAGS as the markdown table of docs/flags.md (`python variants.py --write` writes it there)
+  flag_table()   FLAGS as the markdown table of docs/flags.md (`python -m lab.variants --write` writes it there)
 
-repro.py trains and reports VARIANTS, bench.py times three of them, the tests take their ids from here, and
-test_docs.py checks that docs/flags.md holds flag_table() verbatim. The papers' numbers are their own (PAPERS.md):
+lab/repro.py trains and reports VARIANTS, lab/bench.py times three of them, the tests take their ids from here, and
+tests/test_docs.py checks that docs/flags.md holds flag_table() verbatim. The papers' numbers are their own (PAPERS.md):
 GA's perplexity, mean gate score, M-Act and F-Attn of a 15B MoE with
 2B active parameters trained on 400B tokens (Tables 1, 3, 4), GN's loss and max activation of a 2B dense model
 (Table 1).
@@ -69,7 +69,7 @@ def sweep_name(variant, lr):
     return f"{variant}_lr{lr:g}"  # baseline_lr0.006
 
 VARIANTS = {
-    # --- the study: `python repro.py train all` ---
+    # --- the study: `python -m lab.repro train all` ---
     "baseline": Variant(dict(gate="none"),
                         ga=Row("GA", "Table 4", "Baseline", ppl=6.026, m_act=1053, f_attn=0.467),
                         gn=Row("GN", "Table 1", "Baseline", loss=1.964, max_act=6000)),
@@ -103,7 +103,7 @@ VARIANTS = {
     "dyt": Variant(dict(gate="none", norm="dyt"), gn=Row("GN", "Table 1", "DyT", loss=2.216, max_act=73)),
     # --- the stability sweep, added below: baseline_lr0.006 ... g1_elementwise_lr0.02 ---
 
-    # --- paper rows outside the study: `python repro.py train g3` trains one beside it ---
+    # --- paper rows outside the study: `python -m lab.repro train g3` trains one beside it ---
     "g3": Variant(dict(gate="g3"), ga=Row("GA", "Table 1", "G3", ppl=6.016)),
     "g4": Variant(dict(gate="g4"), ga=Row("GA", "Table 1", "G4", ppl=5.981)),
     "g1_elementwise_silu": Variant(dict(gate="g1", gate_act="silu"),
@@ -123,10 +123,11 @@ SWEEP = tuple(sweep_name(v, lr) for v in SWEPT for lr in LR_SWEEP)
 
 MODELS = ("baseline", "g1_elementwise", "g1_headwise", "g1_head_shared", "g2_elementwise", "g5", "g1_ns_sigmoid",
           "g1_input_independent", "g1_additive_silu", "sdpa_rmsnorm", "g1_gatednorm", "g1_preaffine", "dyt")
-STUDY = MODELS + SWEEP  # `repro.py train all`; `train models` and `train sweep` train either part
-# The sink lab (`repro.py train all --study=sink_lab`, config/sink_lab.py): GA Table 4's sink column in its order, the
-# other gate positions and forms, and the baseline without a BOS token as the control. Not G1 head-shared: the lab's
-# model has one head, and one head's shared gate is its own (g1_head_shared would train g1_elementwise again).
+STUDY = MODELS + SWEEP  # `python -m lab.repro train all`; `train models` and `train sweep` train either part
+# The sink lab (`python -m lab.repro train all --study=sink_lab`, config/sink_lab.py): GA Table 4's sink column in its
+# order, the other gate positions and forms, and the baseline without a BOS token as the control. Not G1 head-shared:
+# the lab's model has one head, and one head's shared gate is its own (g1_head_shared would train g1_elementwise
+# again).
 CONTROLS = ("baseline_no_bos",)  # variants that reproduce no paper row: they test the setting the others rely on
 LAB = ("baseline", "g1_elementwise", "g1_headwise", "g1_ns_sigmoid", "g1_input_independent", "g1_additive_silu",
        "g2_elementwise", "g3", "g4", "g5", "baseline_no_bos")
@@ -145,7 +146,7 @@ MODEL_ONLY = {
     "gpt2_like": dict(gate="none", mlp="gelu_tanh", pos_emb="learned", norm="layernorm", bias=True, norm_eps=1e-5,
                       tie_embeddings=False),  # GPT-2's MLP, untied embeddings as Qwen3's larger models
     "wide_heads": dict(head_dim=16, qk_norm=True),  # Qwen3's head_dim: n_head * head_dim != n_embd
-    "ntk_2x": dict(rope_scaling="ntk", rope_factor=2.0),  # evaluate.py's length mode
+    "ntk_2x": dict(rope_scaling="ntk", rope_factor=2.0),  # lab/evaluate.py's length mode
     "yarn_window": dict(rope_scaling="yarn", rope_factor=4.0, attn_window=8, attn_keep_first=1),  # length, stream
 }
 TEST_VARIANTS = {**{name: v.flags for name, v in VARIANTS.items() if not v.train}, **MODEL_ONLY}
@@ -210,19 +211,19 @@ FLAGS = [
     Flag("rope_scaling", "how RoPE runs past the trained length. `'none'`: its angles continued as trained; with "
          "`'ntk'` or `'yarn'`, `block_size` is `rope_factor` times the trained length and the angles are rescaled: "
          "NTK-aware, a larger base; YaRN, slow channel pairs interpolated, fast ones kept, logits sharpened "
-         "(`evaluate.py length`)", 'GA Table 5 (context extended with YaRN)'),
+         "(`python -m lab.evaluate --modes=length`)", 'GA Table 5 (context extended with YaRN)'),
     Flag("rope_factor", "`rope_scaling`'s factor s (≥ 1)"),
     Flag("attn_window", "sliding-window attention: each query sees its last `attn_window` keys, itself included; "
-         "`None`: every earlier key (`evaluate.py stream`)", values="`None`"),
+         "`None`: every earlier key (`python -m lab.evaluate --modes=stream`)", values="`None`"),
     Flag("attn_keep_first", "with `attn_window`: the first positions every query sees as well, StreamingLLM's "
-         "\"attention sinks\" (`evaluate.py stream`)"),
+         "\"attention sinks\" (`python -m lab.evaluate --modes=stream`)"),
     Flag("tie_embeddings", "`True`: the output layer `lm_head` reads logits with the token embedding's matrix "
          "(GPT-2, nanoGPT, small Qwen3s); `False`: a matrix of its own (larger Qwen3s)"),
     Flag("attn_backend", "which `kernels.gated_attention` path computes attention with a G1 sigmoid gate or none: "
          "`'auto'` is PyTorch's SDPA until the fused kernel's GPU tests pass (`kernels.FUSED_BY_DEFAULT`), "
          "`'triton'` the fused kernel (CUDA, or a CPU under `TRITON_INTERPRET=1`), `'torch'` SDPA"),
     Flag("loss_chunk", "the training loss over this many rows of logits at a time, their gradients computed with them "
-         "(`model.ChunkedCrossEntropy`): the same loss, and one chunk of logits in memory instead of all (`0`: all at "
+         "(`kernels.ChunkedCrossEntropy`): the same loss, and one chunk of logits in memory instead of all (`0`: all at "
          "once, and the logits returned)"),
     Flag("block_size, vocab_size, n_layer, n_head, n_embd, dropout, bias",
          "as in nanoGPT; `bias=False`; dropout on the embeddings and the residual branches", values="as nanoGPT"),
@@ -244,8 +245,8 @@ def values(flag, config_class, valid):
 
 
 def flag_table():
-    """FLAGS as the markdown table that docs/flags.md holds (`python variants.py --write` puts it there)."""
-    # imported here, not at the top: model imports triton, and bench.py must set TRITON_INTERPRET before that
+    """FLAGS as the markdown table that docs/flags.md holds (`python -m lab.variants --write` puts it there)."""
+    # imported here, not at the top: model imports triton, and lab/bench.py must set TRITON_INTERPRET before that
     from model import VALID, GPTConfig
 
     lines = ["| flag | values (default first) | what it does | paper row |", "| --- | --- | --- | --- |"]
@@ -255,17 +256,19 @@ def flag_table():
 
 
 if __name__ == "__main__":
-    # `python variants.py` prints the flag table; `python variants.py --write[=PATH]` puts it into docs/flags.md (or
-    # PATH) in place, between the page's two marker lines. test_docs.py checks the page holds it verbatim.
+    # `python -m lab.variants` prints the flag table; `python -m lab.variants --write[=PATH]` puts it into
+    # docs/flags.md (or PATH) in place, between the page's two marker lines. tests/test_docs.py checks the page holds
+    # it verbatim.
     import os
     import sys
 
-    BEGIN, END = "<!-- BEGIN python variants.py -->\n", "<!-- END python variants.py -->\n"
+    BEGIN, END = "<!-- BEGIN python -m lab.variants -->\n", "<!-- END python -m lab.variants -->\n"
     args = sys.argv[1:]
     if not args:
         print(flag_table(), end="")
     elif len(args) == 1 and args[0].split("=")[0] == "--write":
-        path = args[0].partition("=")[2] or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "flags.md")
+        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above lab/
+        path = args[0].partition("=")[2] or os.path.join(repo, "docs", "flags.md")
         with open(path, encoding="utf-8") as f:
             page = f.read()
         if page.count(BEGIN) != 1 or page.count(END) != 1 or page.index(BEGIN) > page.index(END):
@@ -275,7 +278,7 @@ if __name__ == "__main__":
         atomic_write(path, lambda f: f.write(new.encode("utf-8")))  # a kill leaves the old page, not half a new one
         print(f"{path}: the flag table {'is up to date' if new == page else 'rewritten'}")
     else:
-        usage = "usage: python variants.py [--write[=PATH]]: print the flag table, or write it into docs/flags.md"
+        usage = "usage: python -m lab.variants [--write[=PATH]]: print the flag table, or write it into docs/flags.md"
         if args not in (["--help"], ["-h"]):
             sys.exit(usage)
         print(usage)

@@ -1,4 +1,4 @@
-"""analyze.py on checkpoints with known answers and on a real (tiny) train.py run (CPU)."""
+"""lab/analyze.py on checkpoints with known answers and on a real (tiny) train.py run (CPU)."""
 
 import builtins
 import dataclasses
@@ -173,7 +173,7 @@ def test_analyze_known_answers(tmp_path, dataset):
         c = g["channels"][layer]
         assert c["top_channel_share"] == pytest.approx((top == c["top_channel"]).float().mean().item())
         assert len(c["channels"]) == len(c["values"]) == 3 and 0 < c["share"] <= 1
-    # the per-window values repro.py's confidence intervals use: each window's loss, M-Act and peak
+    # the per-window values lab/repro.py's confidence intervals use: each window's loss, M-Act and peak
     w = g["per_window"]
     assert w["val_loss"] == pytest.approx(losses.numpy(), rel=1e-5)
     assert w["max_act"] == pytest.approx(((per_layer[0] + per_layer[1]) / 2).numpy(), rel=1e-5)
@@ -260,7 +260,7 @@ def test_analyze_uses_the_runs_own_eval_windows(trained_run, dataset, tmp_path, 
 
 
 def test_a_run_whose_checkpoint_is_gone_is_read_from_what_was_measured_on_it(trained_run, tmp_path, capsys):
-    """analyze.py keeps what it measured beside the checkpoint (measured.json, measured.npz). With the checkpoint
+    """lab/analyze.py keeps what it measured beside the checkpoint (measured.json, measured.npz). With the checkpoint
     gone (a GPU machine given back), the run is read from them: the same numbers, per-window values, gate scores and
     maps, said to be measured earlier; on other windows, or for another checkpoint, it is refused with what to do."""
     kept = tmp_path / "kept"
@@ -333,7 +333,7 @@ def test_kept_measurements_are_drawn_again_without_the_data(trained_run, tmp_pat
 
 def test_analyze_cli_errors(tmp_path, trained_run):
     # as a user sees it: one line, no traceback
-    result = subprocess.run([sys.executable, os.path.join(REPO, "analyze.py"), f"--runs={tmp_path / 'nothing'}"],
+    result = subprocess.run([sys.executable, "-m", "lab.analyze", f"--runs={tmp_path / 'nothing'}"], cwd=REPO,
                             capture_output=True, text=True)
     assert result.returncode != 0 and "no ckpt.pt" in result.stderr and "train.py" in result.stderr
     assert result.stderr.strip().count("\n") == 0, result.stderr

@@ -1,28 +1,31 @@
-"""bench.py: without --tiny and without a GPU --kernels and --train refuse at once (--step times a CPU); its keys are checked before anything runs. Its
-tiny modes on CPU (Triton interpreter, fp32), which write complete records marked as smoke tests, are run by the
-GPU scripts' toy runs (test_gpu_scripts.py, with gpu/kernels.sh and gpu/throughput.sh at toy size) and checked
-there with check_bench_kernels_tiny and check_bench_train_tiny below: one smoke run of each mode in the suite."""
+"""lab/bench.py (python -m lab.bench): without --tiny and without a GPU --kernels and --train refuse at once (--step
+times a CPU); its keys are checked before anything runs; importing it runs nothing. Its tiny modes on CPU (Triton
+interpreter, fp32), which write complete records marked as smoke tests, are run by the GPU scripts' toy runs
+(test_gpu_scripts.py, with lab/gpu/kernels.sh and lab/gpu/throughput.sh at toy size) and checked there with
+check_bench_kernels_tiny and check_bench_train_tiny below: one smoke run of each mode in the suite."""
 
 import json
 import os
-import runpy
 import subprocess
 import sys
 import time
 
 import pytest
 
+import lab.bench as bench
 from cli import sdpa_order
 from lab.variants import VARIANTS
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
-BENCH = os.path.join(HERE, "bench.py")
 
 
 def run_bench(cwd, *flags, env=None, timeout=300):
-    out = subprocess.run([sys.executable, BENCH, *flags], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                         env=env)
-    return out
+    """python -m lab.bench with these flags in the folder cwd, the repository on PYTHONPATH (as lab.repro starts the
+    lab's tools), so that it runs from any folder."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "lab.bench", *flags], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
 
 
 def check_smoke_test(stdout, data, md):
@@ -34,11 +37,11 @@ def check_smoke_test(stdout, data, md):
 
 
 def check_bench_kernels_tiny(stdout, out_dir):
-    """bench.py --kernels --gqa=2 --tiny --out_dir=out_dir: every provider, mode, T and head layout timed once."""
+    """lab.bench --kernels --gqa=2 --tiny --out_dir=out_dir: every provider, mode, T and head layout timed once."""
     data = json.load(open(os.path.join(out_dir, "bench_kernels.json")))
     md = open(os.path.join(out_dir, "bench_kernels.md")).read()
     check_smoke_test(stdout, data, md)
-    assert data["date"] and data["device"] and "--kernels" in data["command"]
+    assert data["date"] and data["device"] and data["command"].startswith("python -m lab.bench --kernels")
     keys = {"device", "B", "H", "Hkv", "T", "D", "causal", "dtype", "provider", "mode", "ms", "tflops"}
     records = data["records"]
     for r in records:
@@ -50,7 +53,7 @@ def check_bench_kernels_tiny(stdout, out_dir):
             for t in (16, 40) for hkv in (2, 1)}
     want |= {("triton+gate atomic-dq", "fwd+bwd", t, hkv) for t in (16, 40) for hkv in (2, 1)}  # fwd: the same kernel
     assert combos == want and len(records) == len(want)
-    assert "bench.py --kernels" in md and md.count("| triton+gate |") == 8
+    assert "`python -m lab.bench --kernels" in md and md.count("| triton+gate |") == 8
     # the summary: one row per shape, its ratios computed from the records (above 1: the fused kernel is faster)
     ms = {(r["provider"], r["mode"], r["T"], r["Hkv"]): r["ms"] for r in records}
     summary = data["summary"]
@@ -64,13 +67,13 @@ def check_bench_kernels_tiny(stdout, out_dir):
         assert r["fwd_vs_sdpa_gate"] == pytest.approx(get("sdpa+gate", "fwd") / get("triton+gate", "fwd"), rel=1e-2)
     head = md.split("## Every measurement")[0]
     assert "## Fused gated attention against SDPA" in head and head.count("\n| 32 | 2 |") == 4
-    assert "training (train.py, bench.py --train) uses 'recompute'" in head
+    assert "training (train.py, python -m lab.bench --train) uses 'recompute'" in head
     assert data["sdpa_backend"] == "default" and data["sdpa_order"] == sdpa_order()  # PyTorch's own order
     assert f"SDPA tries its kernels in the order {', '.join(sdpa_order())}" in head
 
 
 def check_bench_train_tiny(stdout, out_dir):
-    """bench.py --train --match_params --tiny --out_dir=out_dir: the three variants on both backends."""
+    """lab.bench --train --match_params --tiny --out_dir=out_dir: the three variants on both backends."""
     data = json.load(open(os.path.join(out_dir, "bench_train.json")))
     md = open(os.path.join(out_dir, "bench_train.md")).read()
     check_smoke_test(stdout, data, md)
@@ -81,7 +84,7 @@ def check_bench_train_tiny(stdout, out_dir):
     keys = {"device", "config", "variant", "flags", "backend", "compile", "tokens_per_s", "mfu", "ms_per_step",
             "peak_mem_gb"}
     records = data["records"]
-    # registry variants, each timed with the fused kernel and with torch, built from variants.py's own flags
+    # registry variants, each timed with the fused kernel and with torch, built from lab/variants.py's own flags
     runs = [(r["variant"], r["backend"]) for r in records]
     assert runs == [(v, b) for v in ("baseline", "g1_elementwise", "g1_headwise") for b in ("triton", "torch")]
     for r in records:
@@ -93,7 +96,8 @@ def check_bench_train_tiny(stdout, out_dir):
     params = {r["variant"]: r["params"] for r in records}
     for gated in ("g1_elementwise", "g1_headwise"):
         assert abs(params[gated] - params["baseline"]) < 0.01 * params["baseline"]  # param-matched
-    assert "bench.py --train" in md and md.count("| g1_headwise |") == 2
+    assert data["command"].startswith("python -m lab.bench --train")
+    assert "`python -m lab.bench --train" in md and md.count("| g1_headwise |") == 2
 
 
 def test_bench_without_gpu_refuses_at_once(tmp_path):
@@ -108,8 +112,18 @@ def test_bench_without_gpu_refuses_at_once(tmp_path):
     assert not (tmp_path / "res").exists()  # nothing written
 
 
+def test_importing_bench_runs_nothing(tmp_path):
+    """lab.bench is a module: importing it reads no command line, prints nothing and writes nothing (python -m
+    lab.bench runs its main)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", "import lab.bench", "--kernels", "--tiny"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and (out.stdout, out.stderr) == ("", ""), out.stderr
+    assert os.listdir(tmp_path) == [] and callable(bench.main)
+
+
 def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, capsys):
-    """bench.py reads its keys as every script does (cli.configure): --key=value, a bare --key for a bool, config
+    """lab.bench reads its keys as every script does (cli.configure): --key=value, a bare --key for a bool, config
     files. A mistaken key or value stops with one line naming it, before anything is timed or written."""
     config = tmp_path / "bench_config.py"
     config.write_text("train = True\ntiny = True\ncompile = 'sometimes'\n")
@@ -117,10 +131,12 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
     partial.write_text("n_layer = 1\nn_embd = 64\nblock_size = 64\n")
     cases = [
         (["--kernels", "--tiny", "--seq_len=16"], "unknown key 'seq_len' (did you mean 'seq_lens'?)"),
-        (["--kernels", "--tiny", "--head_dims=64,x"], "--head_dims=64,x: head_dims must be a list of int, written a,b,c"),
+        (["--kernels", "--tiny", "--head_dims=64,x"],
+         "--head_dims=64,x: head_dims must be a list of int, written a,b,c"),
         (["--kernels", "--tiny", "--head_dims=64,0"], "--head_dims=64,0: give positive integers"),
         (["--tiny"], "choose --kernels, --train and/or --step"),
-        (["--step", "--tiny", "--step_modes=plain,fast"], "--step_modes=plain,fast: unknown 'fast'; choose from plain,"),
+        (["--step", "--tiny", "--step_modes=plain,fast"],
+         "--step_modes=plain,fast: unknown 'fast'; choose from plain,"),
         (["--step", "--tiny", "--step_shape=4,128,128"], "--step_shape=4,128,128: give four positive integers"),
         (["--step", "--rounds=0"], "--rounds and --steps at least 1"),
         (["--kernels", "--tiny", "--step_config=config/sink_lab.py"],
@@ -136,31 +152,31 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
         (["--train", "--tiny", "--loss_chunk=-8"], "--loss_chunk=-8: give 0"),
         (["--kernels", "--tiny", "--sdpa_backend=fa3"], "--sdpa_backend=fa3: choose one of default, cudnn, flash"),
     ]
-    # in this process (a fresh python for each costs seconds): the checks raise cli.fail's SystemExit before the
-    # script's first side effect; the first case also in a process of its own, as a user meets it
+    # in this process (a fresh python for each costs seconds), through the module's main: the checks raise
+    # cli.fail's SystemExit before its first side effect; the first case also in a process of its own, as a user
+    # meets it
     monkeypatch.chdir(tmp_path)
     for flags, message in cases:
-        monkeypatch.setattr(sys, "argv", [BENCH, *flags, f"--out_dir={tmp_path / 'res'}"])
         with pytest.raises(SystemExit) as stop:
-            runpy.run_path(BENCH, run_name="__main__")
+            bench.main([*flags, f"--out_dir={tmp_path / 'res'}"])
         said = str(stop.value.code)
         assert said.startswith("error: ") and message in said and "\n" not in said, (flags, said)
         assert capsys.readouterr() == ("", ""), flags
-    out = run_bench(tmp_path, *cases[0][0], f"--out_dir={tmp_path / 'res'}", timeout=120)
+    out = run_bench(HERE, *cases[0][0], f"--out_dir={tmp_path / 'res'}", timeout=120)
     assert out.returncode != 0 and out.stderr.startswith("error: ") and cases[0][1] in out.stderr, out.stderr
     assert out.stderr.count("\n") == 1 and out.stdout == "", out.stderr
     assert not (tmp_path / "res").exists()
 
 
 def test_bench_step_times_the_real_step_against_the_plain_loop_in_fresh_processes(tmp_path):
-    """bench.py --step --tiny: each mode in its own process, with the allocator setting and the chunked loss only
+    """lab.bench --step --tiny: each mode in its own process, with the allocator setting and the chunked loss only
     where the mode has them, and train.py's dtype=auto only in the real step; the summary's ratios are computed from
     the records, and the smoke test says so. (Three modes of STEP_MODES, which differ in all three; each process
     costs seconds.)"""
     import cli
     import train
     modes = ["plain", "real", "real_fp32"]
-    out = run_bench(tmp_path, "--step", "--tiny", "--step_modes=" + ",".join(modes), f"--out_dir={tmp_path / 'res'}",
+    out = run_bench(HERE, "--step", "--tiny", "--step_modes=" + ",".join(modes), f"--out_dir={tmp_path / 'res'}",
                     timeout=600)
     assert out.returncode == 0, out.stderr
     data = json.load(open(tmp_path / "res" / "bench_step.json"))
@@ -187,7 +203,7 @@ def test_bench_step_times_the_real_step_against_the_plain_loop_in_fresh_processe
 
 
 def test_bench_step_takes_the_model_batch_dtype_and_loss_chunk_of_a_train_config(tmp_path):
-    """bench.py --step --step_config=config/sink_lab.py times the sink lab's own step: its model as train.py builds it
+    """lab.bench --step --step_config=config/sink_lab.py times the sink lab's own step: its model as train.py builds it
     from the file, its batch, and the real step in the file's dtype (fp32, pinned there, where auto would take bf16
     on a CPU that computes it) with its loss_chunk (0), not --step_shape's and --step_loss_chunk's."""
     import dataclasses
@@ -195,13 +211,13 @@ def test_bench_step_takes_the_model_batch_dtype_and_loss_chunk_of_a_train_config
     import train
     from cli import configure
     from model import GPT, GPTConfig
-    # bench.py reads the file over train.py's defaults without importing train.py (a script): GPTConfig's, but for
-    # the sizes, which it asks the file for, and loss_chunk, --step_loss_chunk's (4096, train.py's)
+    # lab.bench reads the file over train.py's defaults without train.TrainConfig: GPTConfig's, but for the sizes,
+    # which it asks the file for, and loss_chunk, --step_loss_chunk's (4096, train.py's)
     model_defaults = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
     differ = {f.name for f in dataclasses.fields(train.TrainConfig)
               if f.name in model_defaults and f.default != model_defaults[f.name]}
     assert differ == {"n_layer", "n_head", "n_embd", "block_size", "loss_chunk"}
-    assert train.TrainConfig().loss_chunk == 4096 and train.TrainConfig().dtype == "auto"  # bench.py's copies
+    assert train.TrainConfig().loss_chunk == 4096 and train.TrainConfig().dtype == "auto"  # lab.bench's copies
     lab, _ = configure(train.TrainConfig, [os.path.join(HERE, "config", "sink_lab.py")])
     params = GPT(GPTConfig(**{key: getattr(lab, key) for key in train.MODEL_KEYS})).num_params()
     out = run_bench(tmp_path, "--step", "--tiny", "--step_config=config/sink_lab.py", "--step_modes=real",

@@ -14,16 +14,19 @@ import pytest
 from cli import configure, usage
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
-# each script and the dataclass of its keys
-SCRIPTS = {"train.py": "TrainConfig", "sample.py": "SampleConfig", "analyze.py": "AnalyzeConfig",
-           "evaluate.py": "EvaluateConfig", "repro.py": "Keys", "bench.py": "Keys"}
+# each script as a user runs it from the repository's root (python <command>): the top-level scripts by their path,
+# the lab's tools as modules; with its source file and the dataclass of its keys
+SCRIPTS = {"train.py": ("train.py", "TrainConfig"), "sample.py": ("sample.py", "SampleConfig"),
+           "-m lab.analyze": ("lab/analyze.py", "AnalyzeConfig"),
+           "-m lab.evaluate": ("lab/evaluate.py", "EvaluateConfig"),
+           "-m lab.repro": ("lab/repro.py", "Keys"), "-m lab.bench": ("lab/bench.py", "Keys")}
 PREPARE = ["data/pystdlib/prepare.py", "data/textdir/prepare.py", "data/bigram_backcopy/prepare.py",
            "data/openwebtext/prepare.py", "data/fineweb/prepare.py"]
 
 
 def declared_keys(path, class_name):
-    """The keys a script's dataclass declares, read from its source (importing bench.py would run it), with those of
-    the dataclass it extends (TrainConfig extends model.GPTConfig)."""
+    """The keys a script's dataclass declares, read from its source (the file path, from the repository's root;
+    nothing is imported), with those of the dataclass it extends (TrainConfig extends model.GPTConfig)."""
     tree = ast.parse(open(os.path.join(REPO, path), encoding="utf-8").read())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
     keys = [s.target.id for s in cls.body if isinstance(s, ast.AnnAssign)]
@@ -33,23 +36,27 @@ def declared_keys(path, class_name):
     return set(keys)
 
 
-def help_of(path):
-    out = subprocess.run([sys.executable, path, "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, f"{path} --help: exit {out.returncode}\n{out.stderr[-2000:]}"
+def help_of(command):
+    """What `python <command> --help` prints, run from the repository's root (a path, or -m and a module)."""
+    out = subprocess.run([sys.executable, *command.split(), "--help"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, f"python {command} --help: exit {out.returncode}\n{out.stderr[-2000:]}"
     return out.stdout
 
 
-@pytest.mark.parametrize("path", list(SCRIPTS))
-def test_every_script_lists_every_key_with_its_meaning_on_help(path):
-    text = help_of(path)
+@pytest.mark.parametrize("command", list(SCRIPTS))
+def test_every_script_lists_every_key_with_its_meaning_on_help(command):
+    path, class_name = SCRIPTS[command]
+    text = help_of(command)
     doc = ast.get_docstring(ast.parse(open(os.path.join(REPO, path), encoding="utf-8").read()))
     assert text.startswith(doc.splitlines()[0]), "--help starts with the script's own description"
+    assert f"python {command}" in text, "its usage says how to run it: from the repository's root, as the test does"
     lines = {}
     for line in text.splitlines():
         if line.startswith("  --"):
             key = line[4:].split("=", 1)[0]
             lines[key] = line
-    assert set(lines) == declared_keys(path, SCRIPTS[path])
+    assert set(lines) == declared_keys(path, class_name)
     for key, line in lines.items():
         _, _, after_type = line.partition(")")  # "  --key=default  (type)  meaning"
         assert after_type.strip(), f"{path}: --{key} has no comment saying what it does"

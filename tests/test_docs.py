@@ -1,10 +1,12 @@
 """
-The documentation stays true to the code: the README is a short front door whose set-up commands come first and
-whose test command is CI's; docs/flags.md holds the flag table variants.py generates; every relative link and
-anchor in the Markdown resolves; the published-checkpoint API named is the one that exists; and no tracked file
-points outside the project.
+The documentation stays true to the code: the README is a short front door whose set-up commands come first, whose
+test command is CI's and whose layout tree names every top-level file; docs/flags.md holds the flag table
+lab/variants.py generates; every relative link and anchor in the Markdown resolves; every command a page gives
+names a script or module that exists, in the layout it has now; the published-checkpoint API named is the one that
+exists; and no tracked file points outside the project.
 """
 
+import ast
 import glob
 import os
 import re
@@ -18,13 +20,34 @@ import lab.variants as variants
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 README = os.path.join(REPO, "README.md")
 FLAGS_PAGE = os.path.join(REPO, "docs", "flags.md")
-MY_PAGES = ("training", "kernels", "study", "evaluate", "flags")  # docs/<name>.md, each a script's manual
-BEGIN, END = "<!-- BEGIN python variants.py -->\n", "<!-- END python variants.py -->\n"  # variants.py's markers
+MY_PAGES = ("training", "kernels", "study", "evaluate", "flags", "timings")  # docs/<name>.md: a manual, or the timings
+LAB = os.path.join(REPO, "lab")
+
+
+def variants_markers():
+    """The two marker lines between which `python -m lab.variants --write` puts the flag table: the strings
+    lab/variants.py defines (as module attributes, or assigned in its source), so the page and the tool agree."""
+    if isinstance(getattr(variants, "BEGIN", None), str) and isinstance(getattr(variants, "END", None), str):
+        return variants.BEGIN, variants.END
+    found = {}
+    for node in ast.walk(ast.parse(read(os.path.join(LAB, "variants.py")))):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                names = [target] if isinstance(target, ast.Name) else list(getattr(target, "elts", []))
+                values = [node.value] if isinstance(target, ast.Name) else list(getattr(node.value, "elts", []))
+                for name, value in zip(names, values):
+                    if isinstance(name, ast.Name) and name.id in ("BEGIN", "END") and isinstance(value, ast.Constant):
+                        found[name.id] = value.value
+    assert set(found) == {"BEGIN", "END"}, "lab/variants.py defines no BEGIN and END marker lines"
+    return found["BEGIN"], found["END"]
 
 
 def read(path):
     with open(path, encoding="utf-8") as f:
         return f.read()
+
+
+BEGIN, END = variants_markers()  # e.g. "<!-- BEGIN python variants.py -->\n": docs/flags.md's marker lines
 
 
 def markdown_files():
@@ -89,6 +112,77 @@ def test_readme_is_a_short_front_door_with_set_up_on_its_first_screen():
     assert "python train.py --help" in read(README)  # the keys are found by --help, not by reading the script
 
 
+def test_readme_sets_up_before_any_command_needs_it():
+    """The first command the README gives is the set-up (a virtual environment, torch from PyTorch's CPU index, the
+    requirements); every python or pytest command comes after it."""
+    lines = read(README).split("\n")
+    commands = [(i, line.split("#")[0].strip()) for i, line in enumerate(lines)
+                if re.match(r"^\s*(python3?|pip|torchrun|bash)\b", line)]
+    assert commands and "python3 -m venv" in commands[0][1], f"README.md's first command is {commands[:1]}, not the set-up"
+    set_up = max(i for i, command in commands if re.search(r"pip install (torch|-r requirements\.txt)", command))
+    first_use = min(i for i, command in commands if not command.startswith(("python3 -m venv", "pip install")))
+    assert set_up < first_use, "README.md gives a command before the set-up that it needs (venv, torch, requirements)"
+
+
+def test_readme_keeps_its_volatile_figures_on_the_timings_page():
+    """Times, speeds and test counts change with every machine and commit: they live in docs/timings.md, with their
+    device and date, and the README links there instead of quoting them."""
+    readme = read(README)
+    timings = os.path.join(REPO, "docs", "timings.md")
+    assert os.path.isfile(timings) and "](docs/timings.md" in readme, "the README does not link docs/timings.md"
+    prose = "\n".join(without_code(readme))
+    for pattern, what in ((r"\b\d+ (passed|skipped|failed)\b", "a test count"),
+                          (r"\b\d[\d.,]*(?:-\d[\d.,]*)? ?(?:s|ms|min|minutes?|seconds?|tokens/s)\b", "a timing")):
+        found = re.findall(rf".{{0,30}}{pattern}.{{0,10}}", prose)
+        assert not found, f"README.md quotes {what} ({found[0]!r}): it belongs in docs/timings.md"
+    page = read(timings)
+    assert "](../README.md)" in "\n".join(page.split("\n")[:6]) and re.search(r"\b20\d\d-\d\d-\d\d\b", page)
+
+
+def layout_tree(text):
+    """The README's picture of the layout: the ```text block under its "Layout" heading, as (depth, name) pairs, a
+    folder's name ending in '/', depth from the indentation (two spaces a level)."""
+    section = re.split(r"^## ", text, flags=re.MULTILINE)
+    body = next((part for part in section if part.lower().startswith("layout")), None)
+    assert body is not None, "README.md has no '## Layout' section"
+    block = re.search(r"^```text\n(.*?)^```", body, re.MULTILINE | re.DOTALL)
+    assert block, "README.md's Layout section has no ```text block: the tree"
+    entries = []
+    for line in block.group(1).split("\n"):
+        if line.strip():
+            indent = len(line) - len(line.lstrip(" "))
+            entries.append((indent // 2, line.split()[0]))
+    return entries
+
+
+def test_readme_pictures_the_layout_with_every_top_level_file():
+    """The README's tree names every top-level tracked file and folder (hidden ones aside), one a line, and every
+    name in it exists where the tree puts it, so a newcomer's map matches the room."""
+    entries = layout_tree(read(README))
+    paths, parents = [], []
+    for depth, name in entries:
+        parents = parents[:depth]
+        assert len(parents) == depth, f"README.md's tree: {name!r} is indented under nothing"
+        path = "".join(parents) + name
+        paths.append(path)
+        if name.endswith("/"):
+            parents.append(name)
+        assert os.path.exists(os.path.join(REPO, path)), f"README.md's tree names {path}, which does not exist"
+        assert name.endswith("/") == os.path.isdir(os.path.join(REPO, path)), f"README.md's tree: {path} (a folder ends in /)"
+    assert len(paths) == len(set(paths)), "README.md's tree names a file twice"
+    try:
+        tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode()
+        tracked = [name for name in tracked.split("\0") if name and os.path.exists(os.path.join(REPO, name))]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: what is on disk
+        tracked = [name + ("/x" if os.path.isdir(os.path.join(REPO, name)) else "") for name in os.listdir(REPO)]
+    top = {name.split("/")[0] + ("/" if "/" in name else "") for name in tracked if not name.startswith(".")}
+    assert top, "no tracked files"
+    missing = sorted(top - {path for depth, path in zip([d for d, _ in entries], paths) if depth == 0})
+    assert not missing, f"README.md's layout tree lacks the top-level {missing}"
+    for tool in ("lab/" + name for name in os.listdir(LAB) if name.endswith(".py") and name != "__init__.py"):
+        assert tool in paths, f"README.md's tree does not show {tool} under lab/"
+
+
 def test_readme_runs_the_tests_as_ci_does():
     with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
         ci = [line.strip() for line in f if "pytest" in line and not line.lstrip().startswith("#")]
@@ -119,26 +213,30 @@ def test_flags_page_holds_the_flag_table_verbatim():
     """docs/flags.md's flag table is variants.flag_table(), between its markers, with a blank line either side."""
     table = generated_table(read(FLAGS_PAGE))
     assert table == "\n" + variants.flag_table() + "\n", \
-        "docs/flags.md's flag table is out of date: run `python variants.py --write`"
+        "docs/flags.md's flag table is out of date: run `python -m lab.variants --write`"
     assert variants.flag_table().count("\n") == len(variants.FLAGS) + 2
 
 
 def test_python_variants_prints_the_table_and_writes_it_into_the_page(tmp_path):
-    script = os.path.join(REPO, "variants.py")
-    out = subprocess.run([sys.executable, script], capture_output=True, text=True)
+    tool = [sys.executable, "-m", "lab.variants"]  # run from the repository's root, as the page says
+
+    def run(*args):
+        return subprocess.run(tool + list(args), cwd=REPO, capture_output=True, text=True)
+
+    out = run()
     assert out.returncode == 0 and out.stdout == variants.flag_table(), out.stderr
     stale = tmp_path / "flags.md"
     page = read(FLAGS_PAGE)
     stale.write_text(page.replace(generated_table(page), "\n| an old table |\n\n"), encoding="utf-8")
-    out = subprocess.run([sys.executable, script, f"--write={stale}"], capture_output=True, text=True)
+    out = run(f"--write={stale}")
     assert out.returncode == 0 and "rewritten" in out.stdout, out.stdout + out.stderr
     assert stale.read_text(encoding="utf-8") == page  # the page as committed: the rest of it untouched
-    out = subprocess.run([sys.executable, script, f"--write={stale}"], capture_output=True, text=True)
+    out = run(f"--write={stale}")
     assert out.returncode == 0 and "up to date" in out.stdout
     (tmp_path / "bare.md").write_text("# no markers\n", encoding="utf-8")
-    out = subprocess.run([sys.executable, script, f"--write={tmp_path / 'bare.md'}"], capture_output=True, text=True)
-    assert out.returncode != 0 and "BEGIN python variants.py" in out.stderr  # says what the page lacks
-    out = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
+    out = run(f"--write={tmp_path / 'bare.md'}")
+    assert out.returncode != 0 and BEGIN.strip() in out.stderr  # says what the page lacks
+    out = run("--help")
     assert out.returncode == 0 and "usage" in out.stdout
 
 
@@ -184,31 +282,122 @@ def test_the_docs_name_the_published_checkpoint_api_that_exists():
     assert callable(pretrained.locate) and callable(pretrained.load_model)
     for path in markdown_files():
         text = read(path)
-        if path == FLAGS_PAGE:  # its table is variants.FLAGS' text (variants.py), not this page's
+        if path == FLAGS_PAGE:  # its table is variants.FLAGS' text (lab/variants.py), not this page's
             text = text.replace(generated_table(text), "")
         assert "from_pretrained" not in text, \
             f"{os.path.relpath(path, REPO)} names GPT.from_pretrained: use pretrained.load_model(pretrained.locate(...))"
     assert 'pretrained.load_model(pretrained.locate("gpt2"))' in read(README)
 
 
+LAB_TOOLS = sorted(name[:-3] for name in os.listdir(LAB) if name.endswith(".py") and name != "__init__.py")
+MODULE = re.compile(r"\bpython3? -m ([A-Za-z_][\w.]*)")
+
+
+def project_module(name):
+    """Whether `python -m NAME` would run the project's code (a module under the root, or a lab tool's bare name,
+    which is where it used to be), not an installed one such as pytest or venv."""
+    first = name.split(".")[0]
+    return (first in LAB_TOOLS or os.path.isfile(os.path.join(REPO, first + ".py"))
+            or os.path.isfile(os.path.join(REPO, first, "__init__.py")))
+
+
+def module_file(name):
+    """The file `python -m NAME` runs from the repository's root, or None."""
+    base = os.path.join(REPO, *name.split("."))
+    for path in (base + ".py", os.path.join(base, "__main__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 def test_the_scripts_configs_and_tests_the_docs_name_exist():
-    """Every `python X.py`, `bash X.sh` and config/X.py a page gives (run from the repository's root) is a file, and
-    every `test_...` name it cites is a test of the suite: a renamed file or test shows up here."""
+    """Every `python X.py`, `python -m lab.X`, `bash X.sh` and config/X.py a page gives (run from the repository's
+    root) is a file (a module run with -m has its `__main__` block), and every `test_...` name it cites is a test of
+    the suite: a renamed or moved file or test shows up here."""
     placeholders = {"script.py", "my_script.py", "config/file.py"}
     command = re.compile(r"(?:\bpython3?|\bbash|\btorchrun(?: --[\w=-]+)*)\s+((?:[\w.-]+/)*[\w.-]+\.(?:py|sh))\b")
-    tests = "".join(read(path) for path in glob.glob(os.path.join(REPO, "test_*.py")))
-    missing, named = [], 0
+    tests = "".join(read(path) for path in glob.glob(os.path.join(REPO, "tests", "test_*.py")))
+    assert tests, "no tests/test_*.py"
+    missing, named, modules = [], 0, set()
     for path in markdown_files():
         text = read(path)
         for name in set(command.findall(text) + re.findall(r"\b(config/[\w-]+\.py)\b", text)) - placeholders:
             named += 1
             if not os.path.isfile(os.path.join(REPO, name)):
                 missing.append(f"{os.path.relpath(path, REPO)}: {name}")
+        for name in set(MODULE.findall(text)):
+            if name.endswith("."):  # a placeholder, `python -m lab.<tool>`: the package at least must be there
+                name = name.rstrip(".")
+                if project_module(name) and not os.path.isfile(os.path.join(REPO, *name.split("."), "__init__.py")):
+                    missing.append(f"{os.path.relpath(path, REPO)}: python -m {name}.<...> (no such package)")
+                continue
+            if not project_module(name):
+                continue
+            named += 1
+            modules.add(name)
+            file = module_file(name)
+            if file is None:
+                missing.append(f"{os.path.relpath(path, REPO)}: python -m {name} (no such module)")
+            elif file.endswith(".py") and "__main__" not in read(file):
+                missing.append(f"{os.path.relpath(path, REPO)}: python -m {name} (the module has no __main__ block)")
         for name in set(re.findall(r"`(test_\w+)`", text)):
             if not re.search(rf"^def {name}\(", tests, re.MULTILINE):
                 missing.append(f"{os.path.relpath(path, REPO)}: the test {name}")
-    assert named >= 30
+    assert named >= 30 and {"lab.repro", "lab.analyze"} <= modules
     assert not missing, "named in the docs but not in the project:\n" + "\n".join(missing)
+
+
+def test_a_command_for_a_module_that_is_not_there_is_found():
+    assert project_module("lab.repro") and project_module("repro") and project_module("lab.nothing_here")
+    assert not project_module("pytest") and not project_module("venv")
+    assert module_file("lab.repro") and module_file("lab.nothing_here") is None and module_file("repro") is None
+    assert MODULE.findall("run `python -m lab.repro report`, then python3 -m pytest -q") == ["lab.repro", "pytest"]
+
+
+# Where a file used to be, before the lab's tools moved into lab/, the tests into tests/ and common.py split into
+# cli.py and runfolder.py: a page that names one of these sends its reader to a file that is not there.
+STALE = [
+    (re.compile(rf"(?<![\w/.-])({'|'.join(LAB_TOOLS)})\.(py\b|(?!(?:md|txt|json)\b)[A-Za-z_])"), "a lab tool outside lab/ (lab/X.py, "
+     "python -m lab.X, lab.X.name)"),
+    (re.compile(rf"^\s*(?:from|import)\s+({'|'.join(LAB_TOOLS)})\b", re.MULTILINE), "a lab tool imported bare (from lab.X)"),
+    (re.compile(r"(?<![\w/.-])gpu/"), "gpu/ (now lab/gpu/)"),
+    (re.compile(r"(?<![\w/])(test_\w+\.py|conftest\.py)\b"), "a test file outside tests/"),
+    (re.compile(r"\bcommon\.(py\b|[a-z_])|^\s*(?:from|import)\s+common\b", re.MULTILINE),
+     "common.py (now cli.py and runfolder.py)"),
+]
+
+
+def stale_names(text):
+    return [(what, text[max(0, m.start() - 30):m.end() + 10].replace("\n", " "))
+            for pattern, what in STALE for m in pattern.finditer(text)]
+
+
+def test_no_page_names_a_file_where_it_used_to_be():
+    found = []
+    for path in [README, os.path.join(REPO, "TUTORIAL.md"), os.path.join(REPO, "PAPERS.md")] + \
+            sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))):
+        text = read(path)
+        if path == FLAGS_PAGE:  # its table is lab/variants.py's text, checked against it above
+            text = text.replace(generated_table(text), "")
+        if path.endswith("TUTORIAL.md"):  # a line quoted from a committed result is a record, kept as it was written
+            quoted = {line for result in glob.glob(os.path.join(REPO, "results", "**", "summary.md"), recursive=True)
+                      for line in read(result).split("\n") if line.strip()}
+            text = "\n".join(line for line in text.split("\n") if line not in quoted)
+        if path == README:  # the layout tree names each file in its folder: checked where it puts them, above
+            text = re.sub(r"^```text\n.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+        found += [f"{os.path.relpath(path, REPO)}: {what}: ...{where}..." for what, where in stale_names(text)]
+    assert not found, "pages that name a file where it used to be:\n" + "\n".join(found)
+
+
+def test_the_stale_name_check_catches_what_it_looks_for():
+    for line in ("python repro.py report", "see `analyze.py`", "variants.FLAGS", "bash gpu/study.sh", "test_docs.py",
+                 "from common import read_jsonl", "`common.optimizer_step`", "import variants", "conftest.py sets"):
+        assert stale_names(line), line
+    for line in ("python -m lab.repro report", "lab/analyze.py", "lab.variants.FLAGS", "bash lab/gpu/study.sh",
+                 "tests/test_docs.py", "from runfolder import read_jsonl", "out-gpu/kernels.tar.gz",
+                 "a common factor", "from lab.variants import VARIANTS", "tests/conftest.py sets", "docs/evaluate.md",
+                 "[evaluate.md](evaluate.md)", "`bench.txt`", "report.json"):
+        assert not stale_names(line), line
 
 
 # ----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""evaluate.py: the quantizer against its definition, each mode against what it must reproduce when nothing is
-changed (16 bits, a factor of 1, a window that cuts nothing), and the script end to end on train.py-format runs."""
+"""lab/evaluate.py (python -m lab.evaluate): the quantizer against its definition, each mode against what it must
+reproduce when nothing is changed (16 bits, a factor of 1, a window that cuts nothing), and the tool end to end (its
+main) on train.py-format runs."""
 
 import dataclasses
 import errno
@@ -62,7 +63,8 @@ def test_a_quantized_model_rounds_every_block_linear_weight_and_input_and_nothin
     torch.testing.assert_close(same(x)[0], model(x)[0], rtol=0, atol=0)
     q = evaluate.quantized(model, 4, 8)
     linears = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)}
-    assert {"transformer.h.0.attn.c_attn", "transformer.h.1.mlp.c_proj", "transformer.h.0.ln_1.down", "lm_head"} <= linears
+    assert {"transformer.h.0.attn.c_attn", "transformer.h.1.mlp.c_proj", "transformer.h.0.ln_1.down",
+            "lm_head"} <= linears
     for name, p in q.named_parameters():
         original = model.get_parameter(name)
         if name.removesuffix(".weight") in linears and name.startswith("transformer.h."):
@@ -111,7 +113,8 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
                    "--batch_size=4", "--quant=w8a8,w4a4", "--lengths=1,2", "--rope=none,ntk,yarn",
                    "--stream_windows=4,8", "--keep_first=0,1,32", f"--out_dir={out}"])
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["modes"] == ["quant", "length", "stream"] and [r["label"] for r in summary["models"]] == ["base", "g1"]
+    assert summary["modes"] == ["quant", "length", "stream"]
+    assert [r["label"] for r in summary["models"]] == ["base", "g1"]
     for r in summary["models"]:
         ckpt = evaluate.read_checkpoint(os.path.join(r["run"], "ckpt.pt"))
         model = evaluate.model_from_checkpoint(ckpt, r["run"])
@@ -158,7 +161,8 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
     row = next(line for line in table.splitlines() if line.startswith("| base | 6 x 32 |")).strip("| ").split(" | ")
     assert row[3:] == [report.fmt_interval(s["increase"], ".4f", sign=True) for s in base["quant"]["settings"]]
     assert [k for k in report.headline(base)] == ["W8A8 Δ", "W4A4 Δ", "none 2x [32, 64)", "ntk 2x [32, 64)",
-                                                  "yarn 2x [32, 64)", "w=8 keep 0 Δ", "w=8 keep 1 Δ", "w=8 keep 32 Δ"]
+                                                  "yarn 2x [32, 64)", "w=8 keep 0 Δ", "w=8 keep 1 Δ",
+                                                  "w=8 keep 32 Δ"]
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -298,7 +302,7 @@ def test_a_kept_record_is_checked_like_a_checkpoint(evaluated, tmp_path):
     record = kept(tmp_path / "base")
     record["model"]["attn_window"] = 8
     (tmp_path / "base" / evaluate.EVALUATED).write_text(json.dumps(record))
-    with pytest.raises(SystemExit, match="attn_window=8: evaluate.py measures models trained with plain RoPE"):
+    with pytest.raises(SystemExit, match="attn_window=8: lab/evaluate.py measures models trained with plain RoPE"):
         evaluate.main([f"--runs={tmp_path}/base", *SMALL, f"--out_dir={tmp_path}/out"])
     (tmp_path / "base" / evaluate.EVALUATED).write_text('{"label": "base", "T"')  # cut short
     with pytest.raises(SystemExit, match="its evaluated.json cannot be read .*: train the run again"):
@@ -372,7 +376,8 @@ def test_a_length_that_does_not_fit_in_memory_is_refused_with_one_that_does(two_
     need = evaluate.window_bytes(2, VOCAB, 1024 * 32)
     assert need > 2**31 >= evaluate.window_bytes(2, VOCAB, 64 * 32) / 0.8
     assert message.startswith("error: --lengths=1,2,64,1024: one window of 1024 x T = 32768 tokens of ") and \
-        f"needs about {need / 2**30:.1f} GiB" in message and "2.0 GiB free: ask for --lengths=1,2,64" in message, message
+        f"needs about {need / 2**30:.1f} GiB" in message and "2.0 GiB free: ask for --lengths=1,2,64" in message, \
+        message
 
 
 def test_long_lengths_run_in_pieces_that_fit(two_runs, monkeypatch):
@@ -384,7 +389,8 @@ def test_long_lengths_run_in_pieces_that_fit(two_runs, monkeypatch):
     y = torch.randint(0, VOCAB, (4, 64))
     passes = []
     token_losses = evaluate.token_losses
-    monkeypatch.setattr(evaluate, "token_losses", lambda m, x, y, rows: passes.append(rows) or token_losses(m, x, y, rows))
+    monkeypatch.setattr(evaluate, "token_losses",
+                        lambda m, x, y, rows: passes.append(rows) or token_losses(m, x, y, rows))
     whole = evaluate.evaluate_length(model, x, y, 8, [1, 2], ["none"])
     assert passes == [8, 4]  # 8 windows of T, 4 of 2T: as many tokens per pass
     monkeypatch.setattr(evaluate, "free_memory", lambda device: evaluate.window_bytes(2, VOCAB, 64) * 1.3)

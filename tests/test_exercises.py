@@ -17,6 +17,7 @@ EXERCISES = os.path.join(REPO, "exercises")
 SOLUTIONS = os.path.join(EXERCISES, "solutions")
 sys.path.insert(0, EXERCISES)
 import check  # noqa: E402  (exercises/check.py)
+import make_student_copy  # noqa: E402  (exercises/make_student_copy.py, the teacher's)
 
 NAMES = [os.path.basename(d) for d in check.exercise_dirs()]
 TRAINED_RUNS = ("08", "11")  # the exercises whose checks read trained runs ($EXERCISE_RUNS)
@@ -231,7 +232,8 @@ def test_a_file_that_prints_a_pass_and_exits_on_import_fails(tmp_path):
     path = starter_with(tmp_path, end=['print("8/8 checks passed -- well done.")', "exit()"])
     code, out = check_cli(path)
     assert code == 1, out
-    assert "your file ended the program while it was imported (exit()" in out and "0/8 checks passed.\nStuck?" in out, out  # the checker's own last lines
+    assert "your file ended the program while it was imported (exit()" in out, out
+    assert "0/8 checks passed.\nStuck?" in out, out  # the checker's own last lines
 
 
 def test_an_endless_loop_is_stopped_and_named(tmp_path):
@@ -323,8 +325,12 @@ def test_grading_passes_with_the_solutions_and_mixes(tmp_path):
 
 def test_the_student_copy_holds_no_solution_and_checks_on_its_own(tmp_path):
     copy = make_copy(tmp_path)
-    assert not (copy / "exercises" / "solutions").exists() and not (copy / "exercises" / "make_student_copy.py").exists()
-    assert not list(copy.glob("test_*.py")) and (copy / "TUTORIAL.md").is_file() and (copy / "model.py").is_file()
+    assert not (copy / "exercises" / "solutions").exists()
+    assert not (copy / "exercises" / "make_student_copy.py").exists()
+    assert not list(copy.glob("test_*.py")) and not (copy / "tests").exists() and (copy / "TUTORIAL.md").is_file()
+    for core in ("model.py", "cli.py", "runfolder.py", "probe.py", "kernels.py", "train.py", "lab/__init__.py",
+                 "lab/analyze.py", "data/shards.py", "config/sink_lab.py"):
+        assert (copy / core).is_file(), core
     assert not list(copy.glob("data/*/*.bin")) and not list(copy.rglob("__pycache__"))
     # a second copy into the same (now not empty) folder is refused, in one line
     again = subprocess.run([sys.executable, os.path.join(EXERCISES, "make_student_copy.py"), str(copy)],
@@ -386,6 +392,62 @@ def test_the_student_copy_holds_no_solution_and_checks_on_its_own(tmp_path):
         with_solution(copy, NAMES[0])
     code, out = grade_cli(NAMES[0][:2], cwd=copy)
     assert code == 1 and "the copy's model.py" in out, out
+
+
+def test_the_student_copy_holds_every_file_of_the_project_but_the_tests(tmp_path):
+    """Each top-level file and folder of the repository is in the copy's lists, or left out on purpose (tests/): a new
+    one cannot go missing unnoticed. The copy's modules, the core's and the lab's, import in a fresh process there
+    (PYTHONPATH unset), each from the copy's own files."""
+    msc = make_student_copy
+    listed = set(msc.TOP_FILES) | set(msc.TOP_DIRS) | set(msc.NOT_COPIED)
+    lacking = [name for name in msc.TOP_DIRS + msc.NOT_COPIED if not os.path.exists(os.path.join(REPO, name))]
+    assert not lacking, f"make_student_copy.py lists what the repository lacks: {lacking}"
+    unlisted = [name for name in sorted(os.listdir(REPO)) if not name.startswith(".") and not msc.skipped(name)
+                and name not in listed and not name.endswith(".py")]
+    assert not unlisted, f"make_student_copy.py neither copies nor leaves out {unlisted}: add each to a list"
+    copy = os.path.realpath(make_copy(tmp_path))
+    core = sorted(f[:-3] for f in os.listdir(REPO) if f.endswith(".py") and f not in ("conftest.py",)
+                  and not f.startswith("test_"))
+    lab = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, "lab")) if f.endswith(".py") and f != "__init__.py")
+    assert {"model", "cli", "runfolder", "probe", "kernels", "train"} <= set(core) and "analyze" in lab, (core, lab)
+    assert all(os.path.isfile(os.path.join(copy, f"{m}.py")) for m in core), core
+    assert all(os.path.isfile(os.path.join(copy, "lab", f"{m}.py")) for m in lab), lab
+    gpu = sorted(f for f in os.listdir(os.path.join(REPO, "lab", "gpu")) if not msc.skipped(f"lab/gpu/{f}"))
+    assert gpu and sorted(os.listdir(os.path.join(copy, "lab", "gpu"))) == gpu, gpu
+    scripts = {"bench"}  # a script that runs on import: --help, below
+    modules = core + ["lab"] + [f"lab.{m}" for m in lab if m not in scripts]
+    code = "\n".join([  # prints the file of every module it loaded from the copy or from this repository
+        "import importlib, os, sys",
+        f"for m in {modules!r}:",
+        "    importlib.import_module(m)",
+        f"roots = ({copy!r}, {REPO!r})",
+        "files = [getattr(m, '__file__', None) or '' for m in list(sys.modules.values())]",
+        "print('\\n'.join(sorted(f for f in files if os.path.isabs(f) and os.path.realpath(f).startswith(roots))))"])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=copy, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    loaded = result.stdout.split()
+    assert len(loaded) >= len(modules) and all(os.path.realpath(f).startswith(copy + os.sep) for f in loaded), loaded
+    for script in sorted(scripts):
+        result = subprocess.run([sys.executable, "-m", f"lab.{script}", "--help"], cwd=copy, env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stdout + result.stderr
+
+
+@needs_solutions
+def test_every_solved_exercise_passes_in_the_student_copy(tmp_path, monkeypatch, sink_lab_runs):
+    """With every reference solution in place of its starter, the copy grades each exercise as the repository does:
+    passed, each check from the copy's own files (the core, data/, config/)."""
+    monkeypatch.setenv("EXERCISE_RUNS", sink_lab_runs)  # exercises 08 and 11 read two trained runs
+    copy = make_copy(tmp_path)
+    for name in NAMES:
+        with_solution(copy, name)
+    code, out = grade_cli("all", f"--result={tmp_path / 'solved.json'}", cwd=copy, timeout=900)
+    result = read_json(tmp_path / "solved.json")
+    assert code == 0 and result["all_passed"] is True, out
+    assert [(e["name"], e["status"]) for e in result["exercises"]] == [(name, "passed") for name in NAMES], out
+    assert f"{len(NAMES)}/{len(NAMES)} exercises passed" in out and "Traceback" not in out, out
 
 
 def test_the_whole_exercise_has_a_time_limit_too(tmp_path):

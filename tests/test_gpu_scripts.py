@@ -1,10 +1,11 @@
 """
-gpu/*.sh, the one-command GPU steps, at toy size on a CPU (TOY=1): each runs its parts, records every part's exit
-code, time and time limit, and ends with one tarball of what it wrote; a failing part does not stop the rest, and
-the script's exit code says it failed. Run again, a command skips the parts that succeeded. The deadline (BUDGET_S)
-is off unless set. The toy runs are also the suite's runs of bench.py --tiny, checked with test_bench.py's checks.
+lab/gpu/*.sh, the one-command GPU steps, at toy size on a CPU (TOY=1): each runs its parts, records every part's
+exit code, time and time limit, and ends with one tarball of what it wrote; a failing part does not stop the rest,
+and the script's exit code says it failed. Run again, a command skips the parts that succeeded. The deadline
+(BUDGET_S) is off unless set. The toy runs are also the suite's runs of python -m lab.bench --tiny, checked with
+test_bench.py's checks.
 
-    python -m pytest -q test_gpu_scripts.py
+    python -m pytest -q tests/test_gpu_scripts.py
 """
 
 import csv
@@ -26,14 +27,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 
 
 def script(name, *args, work, env=None, wait=True):
-    """Run gpu/<name>.sh with TOY=1, its logs in work/ and its tarball in work/out/: no deadline and no time limit
-    unless env sets them."""
+    """Run lab/gpu/<name>.sh with TOY=1, its logs in work/ and its tarball in work/out/: no deadline and no time
+    limit unless env sets them. Started from work/, not the repository: each script finds the repository's root
+    itself."""
     inherited = {k: v for k, v in os.environ.items() if k not in ("BUDGET_S", "STEP_LIMIT", "SHARE", "FRESH")}
     env = {**inherited, "TOY": "1", "WORK": str(work), "OUT": str(work / "out"), **(env or {})}
-    cmd = ["bash", os.path.join(REPO, "gpu", f"{name}.sh"), *args]
+    cmd = ["bash", os.path.join(REPO, "lab", "gpu", f"{name}.sh"), *args]
+    os.makedirs(work, exist_ok=True)
     if not wait:
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.Popen(cmd, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, timeout=300)
 
 
 def packed(work, name):
@@ -58,7 +61,7 @@ def fake_python(path, body):
 
 
 def bench_output(files, name):
-    """What bench.py printed in the script's bench step (after the step's own first line, its command)."""
+    """What lab.bench printed in the script's bench step (after the step's own first line, its command)."""
     return files[f"{name}/bench.txt"].decode().split("\n", 1)[1]
 
 
@@ -110,22 +113,28 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     assert '"tokens_per_s"' in log and not any(p.endswith(".pt") for p in throughput)
 
     files = packed(study, "study")
-    assert {"repro-tiny/report/REPORT.md", "repro-tiny/report/summary.json", "repro-tiny/report/evaluate/summary.json",
-            "repro-tiny/commands.jsonl", "repro-tiny/baseline/seed1337/log.jsonl", "study/study-job/output.txt"} <= set(files)
+    assert {"repro-tiny/report/REPORT.md", "repro-tiny/report/summary.json",
+            "repro-tiny/report/evaluate/summary.json", "repro-tiny/commands.jsonl",
+            "repro-tiny/baseline/seed1337/log.jsonl", "study/study-job/output.txt"} <= set(files)
     assert files["study/study-job/exit"].strip() == b"0"
     # toy runs write only under WORK: results/, which holds committed measurements only, is as it was
     assert folder_state(os.path.join(REPO, "results")) == results
-    assert b"repro.py evaluate --windows=4" in files["study/study-job/command"]
+    command = files["study/study-job/command"]  # each stage as a user runs it: the lab's tools as modules
+    assert b"-m lab.repro train baseline" in command and b"-m lab.repro evaluate --windows=4" in command
+    assert b"-m lab.repro report" in command and b"repro.py" not in command
+    # the tools the study started ran as modules too, and printed so: python -m lab.evaluate, python -m lab.analyze
+    assert b" -m lab.evaluate --runs=" in files["study/study-job/output.txt"]
+    assert b" -m lab.analyze --runs=" in files["study/study-job/output.txt"]
     assert b"leaves 1 run untrained: g1_elementwise seed 1337" in files["study/study-job/output.txt"]
     assert "repro-tiny/g1_elementwise/seed1337/log.jsonl" not in files  # and the report followed, on baseline alone
 
 
 def test_throughput_modes_and_batch_sizes_at_toy_size(tmp_path):
-    """gpu/throughput.sh modes: one bench.py --train per torch.compile mode, then one with the atomic dQ backward, one
-    with the loss in chunks and one with cuDNN's SDPA first, each into its own folder. gpu/throughput.sh batch,
-    side by side with it (they are independent): G1 elementwise on the fused kernel at three (B, T), each into its
-    own folder; at toy size bench.py --tiny scales each down (B/8, T/32), so the records say which shape each step
-    ran."""
+    """lab/gpu/throughput.sh modes: one lab.bench --train per torch.compile mode, then one with the atomic dQ
+    backward, one with the loss in chunks and one with cuDNN's SDPA first, each into its own folder.
+    lab/gpu/throughput.sh batch, side by side with it (they are independent): G1 elementwise on the fused kernel at
+    three (B, T), each into its own folder; at toy size lab.bench --tiny scales each down (B/8, T/32), so the records
+    say which shape each step ran."""
     batch = script("throughput", "batch", work=tmp_path / "batch", wait=False)
     out = script("throughput", "modes", work=tmp_path / "modes")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -149,7 +158,7 @@ def test_throughput_modes_and_batch_sizes_at_toy_size(tmp_path):
     assert record["sdpa_order"][0] == "CUDNN_ATTENTION" and sorted(record["sdpa_order"]) == sorted(sdpa_order())
     assert [r["variant"] for r in record["records"]] == ["baseline", "g1_elementwise", "g1_headwise"]
     usage = script("throughput", "fast", work=tmp_path / "usage")
-    assert usage.returncode == 2 and "gpu/throughput.sh [batch|modes]" in usage.stdout
+    assert usage.returncode == 2 and "usage: bash lab/gpu/throughput.sh [batch|modes]" in usage.stdout
 
     printed, _ = batch.communicate(timeout=300)
     assert batch.returncode == 0, printed
@@ -175,7 +184,7 @@ def test_a_failing_step_is_recorded_and_the_rest_still_runs(tmp_path):
 
 
 def test_kernel_configs_at_toy_size(tmp_path):
-    """gpu/kernels.sh configs: the configs' own tests, then the sweep with the autotuner on, each test named on its
+    """lab/gpu/kernels.sh configs: the configs' own tests, then the sweep with the autotuner on, each test named on its
     own line as it ends."""
     out = script("kernels", "configs", work=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -184,7 +193,7 @@ def test_kernel_configs_at_toy_size(tmp_path):
     assert b"GATED_ATTENTION_CONFIGS=autotune" in files["kernels-configs/autotune.txt"]
     assert b"::test_choose_configs" in files["kernels-configs/configs.txt"]
     usage = script("kernels", "all", work=tmp_path)
-    assert usage.returncode == 2 and "gpu/kernels.sh [configs]" in usage.stdout
+    assert usage.returncode == 2 and "usage: bash lab/gpu/kernels.sh [configs]" in usage.stdout
 
 
 def test_the_deadline_stops_a_step_and_still_packs(tmp_path):
@@ -252,12 +261,12 @@ def test_a_command_run_again_picks_up_where_it_left_off(tmp_path):
 
 
 def test_a_study_that_fails_says_so(tmp_path):
-    """A job that stops (here repro.py refuses an unknown variant) ends `wait` with exit 1 and its output."""
+    """A job that stops (here lab.repro refuses an unknown variant) ends `wait` with exit 1 and its output."""
     assert script("study", "start", "no_such_variant", work=tmp_path).returncode == 0  # the job starts, then fails
     waited = script("study", "wait", "60", work=tmp_path)
     assert waited.returncode == 1 and "no_such_variant" in waited.stdout and "exit 1" in waited.stdout
     usage = script("study", work=tmp_path)
-    assert usage.returncode == 2 and "gpu/study.sh start" in usage.stdout
+    assert usage.returncode == 2 and "usage: bash lab/gpu/study.sh start" in usage.stdout
 
 
 @pytest.mark.parametrize("name", ["kernels", "throughput", "study"])
@@ -265,18 +274,19 @@ def test_help_prints_the_usage(tmp_path, name):
     """--help (and -h) prints the script's header, which starts with its usage line, runs nothing and exits 0."""
     for flag in ("--help", "-h"):
         out = script(name, flag, work=tmp_path)
-        assert out.returncode == 0 and f"usage: bash gpu/{name}.sh" in out.stdout, out.stdout + out.stderr
+        assert out.returncode == 0 and f"usage: bash lab/gpu/{name}.sh" in out.stdout, out.stdout + out.stderr
         assert "TOY=1" in out.stdout and not out.stdout.startswith("#")
     assert not (tmp_path / "out").exists()  # nothing ran
 
 
 def test_the_gpu_scripts_and_their_page_are_written_for_a_gpu_of_ones_own():
-    """gpu/* and docs/gpu.md describe the steps for a user with a GPU of their own: no remote runner, no lent,
+    """lab/gpu/* and docs/gpu.md describe the steps for a user with a GPU of their own: no remote runner, no lent,
     borrowed or rented machine, no fixed limit on a command, no device time, no story of a particular day."""
     forbidden = re.compile(r"runner|\blent\b|borrow|\brent(ed|al)?\b|\b(10|30|nine|ten|thirty)[- ]minutes?\b"
                            r"|\b9 minutes\b|device time|go(es)? back when idle|re-?sync|fresh working tree"
                            r"|fresh (GPU )?machine|remote|lost (a|the|whole)|kills? a command", re.IGNORECASE)
-    paths = [os.path.join("gpu", f) for f in sorted(os.listdir(os.path.join(REPO, "gpu")))] + ["docs/gpu.md"]
+    gpu = os.path.join("lab", "gpu")
+    paths = [os.path.join(gpu, f) for f in sorted(os.listdir(os.path.join(REPO, gpu)))] + ["docs/gpu.md"]
     found = []
     for path in paths:
         with open(os.path.join(REPO, path)) as f:

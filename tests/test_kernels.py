@@ -2,7 +2,7 @@
 Tests for kernels.py: the fused Triton gated attention against a float64 reference, and the model on both
 backends. Without a GPU the kernels run in Triton's interpreter (conftest.py sets TRITON_INTERPRET=1).
 
-    python -m pytest -q test_kernels.py
+    python -m pytest -q tests/test_kernels.py
 """
 
 import importlib.util
@@ -458,8 +458,8 @@ def test_import_without_triton():
             "assert torch.equal(kernels.gated_attention(q, q, q, backend='auto'), kernels.attention_torch(q, q, q))\n"
             "try:\n    kernels.gated_attention(q, q, q, backend='triton')\n"
             "except RuntimeError as e:\n    assert 'triton' in str(e); print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.abspath(__file__)),
-                         capture_output=True, text=True, timeout=120)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where kernels.py is, above tests/
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
 
 

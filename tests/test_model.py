@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 import probe
-import train
-from model import (DyT, GPT, GPTConfig, GatedNorm, PreAffine, RMSNorm, apply_rope, chunked_loss, gate_activation,
-    make_norm, rope_tables, window_mask)
+from kernels import chunked_loss
+from model import (DyT, GPT, GPTConfig, GatedNorm, PreAffine, RMSNorm, apply_rope, gate_activation, make_norm,
+    rope_tables, window_mask)
 from probe import Probe, attention_maps
 from lab.variants import TEST_VARIANTS
 
@@ -17,7 +17,7 @@ from lab.variants import TEST_VARIANTS
 C, H, HKV, D, VOCAB = 32, 4, 2, 8, 97
 BASE = dict(block_size=24, vocab_size=VOCAB, n_layer=2, n_head=H, n_kv_head=HKV, n_embd=C)
 
-# Every variant of the registry (variants.py), as test ids: the study's, the papers' other rows, and a few more
+# Every variant of the registry (lab/variants.py), as test ids: the study's, the papers' other rows, and a few more
 # configurations, which together set every value of every flag.
 VARIANTS = list(TEST_VARIANTS.items())
 # exact gate parameters per layer (PAPERS.md: d_model x scores per token; an input-independent gate: the scores)
@@ -519,7 +519,7 @@ def test_attention_maps_are_causal_distributions_consistent_with_stats():
 
 
 # ----------------------------------------------------------------------------
-# The loss in chunks (loss_chunk)
+# The loss in chunks (loss_chunk: kernels.chunked_loss)
 
 def loss_and_grads(model, idx, targets, scale=1.0, loss=None):
     """The loss (the model's own, or loss(logits)) and the parameters' gradients of scale * loss (train.py scales

@@ -87,7 +87,8 @@ def test_qwen3_gives_transformers_logits(tmp_path, kv, tie):
     ref = tiny_qwen3(tmp_path, num_key_value_heads=kv, tie_word_embeddings=tie)
     model = pretrained.load_model(pretrained.locate(str(tmp_path)))
     c = model.config
-    assert (c.n_kv_head, c.head_dim, c.qk_norm, c.rope_base, c.gate, c.tie_embeddings) == (kv, 16, True, 1000.0, "none", tie)
+    assert (c.n_kv_head, c.head_dim, c.qk_norm, c.rope_base, c.gate, c.tie_embeddings) == \
+        (kv, 16, True, 1000.0, "none", tie)
     idx = tokens(40)
     with torch.no_grad():
         want, got = ref(idx).logits, model(idx)[0]
@@ -106,7 +107,8 @@ def test_the_formats_of_real_hub_files(tmp_path):
     torch.save(w, tmp_path / "gpt2" / "pytorch_model.bin", _use_new_zipfile_serialization=False)
     idx = tokens(48)
     with torch.no_grad():
-        torch.testing.assert_close(pretrained.load_model(pretrained.locate(str(tmp_path / "gpt2")))(idx)[0], ref(idx).logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(pretrained.load_model(pretrained.locate(str(tmp_path / "gpt2")))(idx)[0],
+                                   ref(idx).logits, rtol=1e-5, atol=1e-5)
 
     ref = tiny_qwen3(tmp_path / "qwen3", rope_theta=5e5)
     cfg = written_config(tmp_path / "qwen3")
@@ -327,7 +329,7 @@ def test_a_hub_name_fetches_its_description_first_and_its_weights_when_loaded(tm
 
 def test_no_network_and_no_local_copy_is_one_line_naming_both(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    out = subprocess.run([sys.executable, "analyze.py", "--pretrained=gated-1b-headwise"], cwd=REPO, env=env,
+    out = subprocess.run([sys.executable, "-m", "lab.analyze", "--pretrained=gated-1b-headwise"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "cannot get 'gated-1b-headwise'" in out.stderr and "QwQZh/gated_attention" in out.stderr
@@ -376,24 +378,25 @@ def test_text_windows_are_consecutive_and_shifted_by_one():
     with open(pretrained.SAMPLE_TEXT, encoding="utf-8") as f:
         text = f.read()
     ids = enc.encode(text)
-    assert len(ids) >= 8 * 1025, "the sample must hold analyze.py's 8 windows of 1024 tokens"
+    assert len(ids) >= 8 * 1025, "the sample must hold lab/analyze.py's 8 windows of 1024 tokens"
     plain = pretrained.text_windows(enc, text, 16, 3)
     assert len(plain) == 3 and all(x.shape == y.shape == (1, 16) for x, y in plain)
     for i, (x, y) in enumerate(plain):
         assert x[0].tolist() == ids[17 * i:17 * i + 16] and y[0].tolist() == ids[17 * i + 1:17 * i + 17]
     anchored = pretrained.text_windows(enc, text, 16, 2, bos=50256)
     for i, (x, y) in enumerate(anchored):
-        assert x[0, 0] == 50256 and x[0, 1:].tolist() == ids[16 * i:16 * i + 15] and y[0].tolist() == ids[16 * i:16 * i + 16]
+        assert x[0, 0] == 50256 and x[0, 1:].tolist() == ids[16 * i:16 * i + 15]
+        assert y[0].tolist() == ids[16 * i:16 * i + 16]
     assert len(pretrained.text_windows(enc, "a short text " * 10, 8, 100)) == 31 // 9
     with pytest.raises(ValueError, match="fewer than one window"):
         pretrained.text_windows(enc, "too short", 64, 1)
 
 
 # ----------------------------------------------------------------------------
-# analyze.py and sample.py on published checkpoints
+# lab.analyze, lab.evaluate and sample.py on published checkpoints
 
 def test_analyze_pretrained_measures_what_transformers_attention_shows(tmp_path):
-    """analyze.py --pretrained on a GPT-2 and a gated Qwen3 (each with its own tokenizer): its F-Attn per layer is the
+    """lab.analyze --pretrained on a GPT-2 and a gated Qwen3 (each with its own tokenizer): its F-Attn per layer is the
     first-token column of transformers' own attention probabilities on the same windows, and summary.md puts the
     measured models beside GA Table 4's published values."""
     ref = tiny_gpt2(tmp_path / "gpt2", n_positions=64, vocab_size=50257)  # GPT-2's BPE ids
@@ -433,7 +436,7 @@ def test_analyze_pretrained_measures_what_transformers_attention_shows(tmp_path)
 
 
 def test_evaluate_pretrained_quantizes_and_slides_a_window_over_transformers_losses(tmp_path):
-    """evaluate.py --pretrained on a GPT-2 (learned positions): its full-precision loss is transformers' on the same
+    """lab.evaluate --pretrained on a GPT-2 (learned positions): its full-precision loss is transformers' on the same
     windows, a window that keeps every position in view changes nothing, and the length mode is refused."""
     ref = tiny_gpt2(tmp_path / "gpt2", n_positions=64, vocab_size=50257)
     evaluate.main([f"--pretrained={tmp_path / 'gpt2'}", "--modes=quant,stream", "--window=32", "--windows=3",
@@ -447,7 +450,8 @@ def test_evaluate_pretrained_quantizes_and_slides_a_window_over_transformers_los
         logits = ref(torch.cat([w[0] for w in windows])).logits
     loss = F.cross_entropy(logits.flatten(0, 1), torch.cat([w[1] for w in windows]).flatten()).item()
     assert (r["T"], r["windows"], r["pretrained"]) == (32, 3, str(tmp_path / "gpt2"))
-    assert r["quant"]["full"]["mean"] == pytest.approx(loss, abs=1e-4) and r["quant"]["settings"][0]["increase"]["mean"] != 0
+    assert r["quant"]["full"]["mean"] == pytest.approx(loss, abs=1e-4)
+    assert r["quant"]["settings"][0]["increase"]["mean"] != 0
     keep = {k["k"]: k["increase"]["mean"] for k in r["stream"][0]["keep"]}
     assert keep[32] == pytest.approx(0, abs=1e-6) and keep[0] != pytest.approx(0, abs=1e-6)
     with pytest.raises(SystemExit, match="published checkpoint.*--modes=quant,stream"):

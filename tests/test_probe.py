@@ -515,7 +515,8 @@ def test_mechanism_statistics_need_triggers_and_ids():
 def test_a_measure_added_to_the_registry_reaches_the_eval_line_the_analysis_table_and_the_study_report(monkeypatch):
     """probe.MEASURES is the one list of what the project reports: one more entry (here the M-Act over the median, a
     statistic the probe takes per layer) shows in train.py's eval line (probe.describe of probe.summary, which its
-    log record holds), in analyze.py's summary table and in the study report's table, with no other change."""
+    log record holds), in lab/analyze.py's summary table and in the study report's table, with no other change: the
+    report gives it no paper's number and would compare it as a ratio until lab/report.py says otherwise."""
     import sys
 
     import lab.analyze as analyze
@@ -544,10 +545,11 @@ def test_a_measure_added_to_the_registry_reaches_the_eval_line_the_analysis_tabl
                "validation": {"batches": 1, "batch_size": 2, "source": "test"}}
     header = next(line for line in analyze.summary_table(summary).splitlines() if line.startswith("| run |"))
     assert header.endswith("| M-Act / median |")
-    runs = [{"lr": 1e-3, "iter": 1, "max_iters": 1, "exit_code": 0, "nonfinite_steps": 0, **record}] * 3  # 3 seeds: mean ± half-width
-    table = "\n".join(report.measured_section({"run": runs}, {"run": {m.key: report.over_seeds([r.get(m.key) for r in runs])
-                                                                      for m in measures}}))
+    runs = [{"lr": 1e-3, "iter": 1, "max_iters": 1, "exit_code": 0, "nonfinite_steps": 0, **record}] * 3  # 3 seeds
+    over = {m.key: report.over_seeds([r.get(m.key) for r in runs]) for m in measures}  # mean ± half-width
+    table = "\n".join(report.measured_section({"run": runs}, {"run": over}))
     assert "M-Act / median |" in table and f"{record['act_ratio']:.1f} ± 0.0" in table
+    assert report.paper_numbers(extra.key) == () and report.comparison(extra.key) == "ratio"
 
 
 # ----------------------------------------------------------------------------

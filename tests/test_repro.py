@@ -1,5 +1,6 @@
-"""The study runner repro.py: its commands end to end at toy size, its report (report.py), its variants, and the
-shape of the project's imports (no script imports another; no cycle)."""
+"""The study runner lab/repro.py (python -m lab.repro): its commands end to end at toy size, its report
+(lab/report.py), its variants, and the shape of the project's imports (no script imports another, bar the one step
+lab.bench times; no cycle)."""
 
 import ast
 import dataclasses
@@ -20,12 +21,13 @@ import pytest
 import lab.report as report
 import lab.repro as repro
 import lab.variants as variants
-from runfolder import load_checkpoint
+import probe
+from lab.stats import RULE
+from lab.variants import MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
 from model import VALID, GPTConfig
 from probe import MEASURE, MEASURES
-from lab.stats import RULE
+from runfolder import load_checkpoint
 from test_analyze import assert_every_plot_is_labelled, keep_figures
-from lab.variants import MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 
@@ -34,10 +36,10 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     """The study's commands end to end at toy size: two variants x two seeds, two runs side by side; the same
     command again (everything finished: skipped); an interrupted run resumed; the report with its verdicts."""
     root, env = str(tmp_path / "runs"), {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, os.path.join(REPO, "repro.py")]
+    cmd = [sys.executable, "-m", "lab.repro"]  # from the repository's root, as a user runs it
     extra = ["--dataset=toy", f"--data_dir={dataset}", "--max_iters=6", "--eval_interval=3", "--block_size=32"]
     study = ["train", "baseline", "g1_elementwise", "--tiny", "--seeds=2", f"--root={root}", *extra]
-    first = subprocess.run(cmd + study + ["--parallel=2"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    first = subprocess.run(cmd + study + ["--parallel=2"], capture_output=True, text=True, env=env, cwd=REPO)
     assert first.stdout.count("exit code 0") == 4 and first.stdout.count("starting a new run") == 4, \
         first.stdout + first.stderr
     assert "4 runs to do, 2 at a time" in first.stdout  # the estimate line comes first
@@ -45,13 +47,13 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     for v, s in runs:  # each run's output in its own file, and the run in its own folder
         assert "done: 6 iterations" in open(os.path.join(root, "logs", f"{v}-seed{s}.txt")).read()
         assert load_checkpoint(os.path.join(root, v, f"seed{s}", "ckpt.pt"))[1]["config"]["seed"] == s
-    again = subprocess.run(cmd + study, capture_output=True, text=True, env=env, cwd=tmp_path)
+    again = subprocess.run(cmd + study, capture_output=True, text=True, env=env, cwd=REPO)
     assert again.stdout.count("skipped") == 4 and "nothing to train" in again.stdout and "starting" not in again.stdout
     # an interrupted run (its log short of max_iters, a checkpoint there) is resumed by the same command
     log = os.path.join(root, "baseline", "seed1337", "log.jsonl")
     lines = open(log).readlines()
     open(log, "w").writelines(lines[:-1])
-    third = subprocess.run(cmd + study, capture_output=True, text=True, env=env, cwd=tmp_path)
+    third = subprocess.run(cmd + study, capture_output=True, text=True, env=env, cwd=REPO)
     assert third.stdout.count("skipped") == 3 and "resuming the run" in third.stdout and "nothing to do" in third.stdout
     open(log, "w").writelines(lines)  # (the checkpoint was at its last step: nothing was logged again)
 
@@ -69,26 +71,26 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
         assert c["seconds"] > 0 and c["date"] and c["parallel"] in (1, 2)
     assert "--init_from=resume" in commands[4]["command"] and "--init_from" not in commands[0]["command"]
 
-    # evaluate.py on every trained seed of the study's models, then the report with them: each tool run as its own
-    # process, its command printed first
+    # lab/evaluate.py on every trained seed of the study's models, then the report with them: each tool run as its
+    # own process, as a module of the repository (python -m lab.evaluate), its command printed first
     evaluated = subprocess.run(cmd + ["evaluate", "--tiny", f"--root={root}", "--windows=4", "--quant=w4a4",
                                       "--lengths=1,2", "--keep_first=0,1"], capture_output=True, text=True, env=env,
-                               cwd=tmp_path)
+                               cwd=REPO)
     assert evaluated.returncode == 0, evaluated.stdout + evaluated.stderr
     printed = [shlex.split(line) for line in evaluated.stdout.splitlines() if line.startswith(sys.executable)]
-    assert [argv[1] for argv in printed] == [os.path.join(REPO, "evaluate.py")]
+    assert [argv[1:3] for argv in printed] == [["-m", "lab.evaluate"]]
     assert f"--out_dir={os.path.join(root, 'report', 'evaluate')}" in printed[0] and "--quant=w4a4" in printed[0]
     assert [r["label"] for r in json.load(open(os.path.join(root, "report", "evaluate", "summary.json")))["models"]] \
         == [f"{v}/seed{s}" for v, s in runs]
     reported = subprocess.run(cmd + ["report", "--tiny", f"--root={root}"], capture_output=True, text=True, env=env,
-                              cwd=tmp_path)
+                              cwd=REPO)
     assert reported.returncode == 0, reported.stderr
     printed = [shlex.split(line) for line in reported.stdout.splitlines() if line.startswith(sys.executable)]
-    assert [argv[1] for argv in printed] == [os.path.join(REPO, "analyze.py")]
+    assert [argv[1:3] for argv in printed] == [["-m", "lab.analyze"]]
     assert f"--out_dir={os.path.join(root, 'analysis')}" in printed[0]
     assert f"--labels={','.join(f'{v}/seed{s}' for v, s in runs)}" in printed[0]
     assert "--plot_labels=baseline/seed1337,g1_elementwise/seed1337" in printed[0]  # the single-run plots: first seeds
-    # what repro.py read back: analyze.py's files; its table and figures copied beside the report
+    # what the runner read back: lab/analyze.py's files; its table and figures copied beside the report
     analysis = json.load(open(os.path.join(root, "analysis", "summary.json")))
     assert [r["label"] for r in analysis["runs"]] == [f"{v}/seed{s}" for v, s in runs]
     assert open(os.path.join(root, "analysis", "summary.md")).read() == \
@@ -127,12 +129,15 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     assert "| baseline | 2 | 0.003 | 2/2 finished |" in text
     assert "## Where the sink is" in text and "baseline (seed 1337):" in text
     assert f"`{commands[4]['command']}`" in text  # the last command of each run
+    made = shlex.join([sys.executable, "-m", "lab.repro", "report", "--tiny", f"--root={root}"])
+    assert f"This report: `{made}`" in text  # how it was made, as a user makes it again
     minutes = sum(c["seconds"] / c["parallel"] for c in commands) / 60  # every command, side by side at its share
     assert f"Training time: {minutes:.1f} minutes of the device in all" in text
     for plot in ("trends.png", "lr_sweep.png", "layers.png"):
         assert os.path.isfile(os.path.join(root, "report", plot)) and f"]({plot})" in text
     section = text[text.index("## Downstream consequences"):]
-    assert "| variant | seeds | W4A4 Δ | none 2x [32, 64) | yarn 2x [32, 64) | w=8 keep 0 Δ | w=8 keep 1 Δ |" in section
+    assert "| variant | seeds | W4A4 Δ | none 2x [32, 64) | yarn 2x [32, 64) | w=8 keep 0 Δ | w=8 keep 1 Δ |" \
+        in section
     assert "| baseline | 2 | " in section and "| g1_elementwise | 2 | " in section and "Out of date" not in section
     assert "](evaluate/summary.md)" in section and "GA Table 5" in section
 
@@ -145,19 +150,20 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
             ["command.json", "evaluated.json", "log.jsonl", "measured.json", "measured.npz"]
     elsewhere, report2 = str(tmp_path / "elsewhere"), str(tmp_path / "report2")
     train_elsewhere = [*study[:-len(extra) - 1], f"--root={elsewhere}", f"--report_dir={os.path.join(root, 'report')}"]
-    restored = subprocess.run(cmd + train_elsewhere + extra, capture_output=True, text=True, env=env, cwd=tmp_path)
+    restored = subprocess.run(cmd + train_elsewhere + extra, capture_output=True, text=True, env=env, cwd=REPO)
     assert "restored from" in restored.stdout and "baseline seed 1337, baseline seed 1338" in restored.stdout
     assert restored.stdout.count("skipped") == 4 and "nothing to train" in restored.stdout, restored.stdout
     assert not glob.glob(os.path.join(elsewhere, "*", "*", "*.pt"))
     assert sorted((c["variant"], c["seed"]) for c in read_commands(elsewhere)) == runs
     for step in (["evaluate", "--windows=4", "--quant=w4a4", "--lengths=1,2", "--keep_first=0,1"], ["report"]):
         done = subprocess.run(cmd + step + ["--tiny", f"--root={elsewhere}", f"--report_dir={report2}"],
-                              capture_output=True, text=True, env=env, cwd=tmp_path)
+                              capture_output=True, text=True, env=env, cwd=REPO)
         assert done.returncode == 0 and "measured earlier" in done.stdout, done.stdout + done.stderr
     again = json.load(open(os.path.join(report2, "summary.json")))
     assert again["claims"] == result["claims"] and again["variants"] == result["variants"]
-    assert [json.load(open(os.path.join(report2, "evaluate", "summary.json")))["models"][i]["quant"] for i in (0, 3)] \
-        == [json.load(open(os.path.join(root, "report", "evaluate", "summary.json")))["models"][i]["quant"] for i in (0, 3)]
+    quant = [[json.load(open(os.path.join(folder, "evaluate", "summary.json")))["models"][i]["quant"] for i in (0, 3)]
+             for folder in (report2, os.path.join(root, "report"))]
+    assert quant[0] == quant[1]
     text2 = open(os.path.join(report2, "REPORT.md")).read()
     assert "Out of date" not in text2 and "Not evaluated" not in text2 and f"`{commands[4]['command']}`" in text2
     assert "Measured in an earlier session, from the record kept of each run whose checkpoint is gone: " \
@@ -166,7 +172,8 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     # ends short of max_iters (it cannot resume without its checkpoint, so it trains again)
     settings = repro.study_settings(repro.Keys(tiny=True), extra)
     repro.restore_runs(str(tmp_path / "third"), os.path.join(root, "report"), {**settings, "weight_decay": 0.5})
-    assert not os.path.exists(tmp_path / "third") and "trained with weight_decay=0.1 (here: 0.5)" in capsys.readouterr().out
+    assert not os.path.exists(tmp_path / "third")
+    assert "trained with weight_decay=0.1 (here: 0.5)" in capsys.readouterr().out
     short = os.path.join(tmp_path, "short", "runs", "baseline", "seed1337")
     shutil.copytree(os.path.join(kept, "baseline", "seed1337"), short)
     open(os.path.join(short, "log.jsonl"), "w").writelines(lines[:-1])
@@ -187,7 +194,7 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     os.utime(ckpt, (time.time() + 60, time.time() + 60))
     assert "Out of date: the checkpoints of baseline/seed1338 changed" in report.evaluate_section(
         os.path.join(root, "report"), root, runs)
-    evaluated = os.path.join(root, "report", "evaluate", "summary.json")  # as after `repro.py evaluate baseline`
+    evaluated = os.path.join(root, "report", "evaluate", "summary.json")  # as after `lab.repro evaluate baseline`
     summary = json.load(open(evaluated))
     json.dump({**summary, "models": summary["models"][:2]}, open(evaluated, "w"))
     assert "Not evaluated: g1_elementwise/seed1337, g1_elementwise/seed1338" in report.evaluate_section(
@@ -208,7 +215,8 @@ def test_a_report_refuses_runs_not_trained_alike():
     alike = [run("baseline", 1337), run("baseline", 1338), run("baseline_lr0.01", 1337, learning_rate=1e-2)]
     assert repro.unalike(alike, names) == []
     assert repro.unalike(alike + [run("g1_elementwise", 1337, weight_decay=0.5)], names) == \
-        ["weight_decay: 0.1 (baseline seed 1337, baseline seed 1338, baseline_lr0.01 seed 1337); 0.5 (g1_elementwise seed 1337)"]
+        ["weight_decay: 0.1 (baseline seed 1337, baseline seed 1338, baseline_lr0.01 seed 1337); "
+         "0.5 (g1_elementwise seed 1337)"]
     assert repro.differences({"weight_decay": 0.1, "seed": 1}, {"weight_decay": 0.5, "seed": 2}, "baseline") == \
         ["weight_decay=0.5 (here: 0.1)"]
 
@@ -255,7 +263,8 @@ def test_claims_are_decided_by_rule_on_known_differences():
     assert g1["ref_mean"] == pytest.approx(np.mean(g1["ref_seeds"])) and len(g1["ref_seeds"]) == 3
     assert result["GA: a headwise G1 gate lowers the loss too"]["verdict"] == "inconclusive"
     g2 = result["GA: gating the values (G2) lowers the loss"]
-    assert g2["verdict"] == "not reproduced" and g2["pointing"] == "opposite" and g2["size"] == "opposite to the paper's"
+    assert g2["verdict"] == "not reproduced" and g2["pointing"] == "opposite"
+    assert g2["size"] == "opposite to the paper's"
     assert result["GA: G2 helps less than G1"]["verdict"] == "reproduced"  # +0.10 above G1, the paper's direction
     # the gate's sparsity is comparative: G1's scores (0.05 lower here) against G2's and the head-shared gate's
     sparser = result["GA: G1's gate scores are sparser than G2's (value gate)"]
@@ -308,7 +317,8 @@ def test_sink_counts_lead_the_sink_lab_report():
     def runs(v, *sink_heads):
         return [{"variant": v, "seed": 1337 + i, "sink_heads": x} for i, x in enumerate(sink_heads)]
     by = {"baseline": runs("baseline", 1.0, 1.0, 0.0, 1.0, 1.0), "g1_elementwise": runs("g1_elementwise", *[0.0] * 5),
-          "g1_headwise": runs("g1_headwise", 0.0, 0.0), "g2_elementwise": runs("g2_elementwise", 0.0, 1.0, 0.0, 0.0, 0.0)}
+          "g1_headwise": runs("g1_headwise", 0.0, 0.0),
+          "g2_elementwise": runs("g2_elementwise", 0.0, 1.0, 0.0, 0.0, 0.0)}
     counts = repro.sink_counts(by, repro.LAB_COUNTS)
     assert counts["variants"]["baseline"] == {"k": 4, "n": 5, "lo": pytest.approx(0.2836, abs=1e-4),
                                               "hi": pytest.approx(0.9949, abs=1e-4)}
@@ -386,10 +396,10 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
               "validation": dict(batches=32, batch_size=64, source="the eval windows run 'baseline' was trained with"),
               "claims": [repro.claim_result(*c, win) for c in repro.CLAIMS],
               "sweep": repro.sweep_rows(by, win), "variants": variants_, "runs": records}
-    commands = {(r["variant"], r["seed"]): dict(command=f"python train.py --out_dir=out-repro/{r['variant']}", exit_code=0,
-                                                seconds=240.0, date="2026-11-23 10:00:00")
+    commands = {(r["variant"], r["seed"]): dict(command=f"python train.py --out_dir=out-repro/{r['variant']}",
+                                                exit_code=0, seconds=240.0, date="2026-11-23 10:00:00")
                 for r in records if r["variant"] != "dyt"}
-    text = report.render_report(result, "out-repro", False, commands, "python repro.py report", ["trends.png"],
+    text = report.render_report(result, "out-repro", False, commands, "python -m lab.repro report", ["trends.png"],
                                 analyzed, repro.STUDIES["repro"].title)
     assert "SMOKE" not in text and "To be written" not in text and "TODO" not in text
     assert RULE in text and "never written by hand" in text
@@ -402,13 +412,15 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
     assert "## Seeds that grew a sink head" not in text  # the GPU study counts none
     assert "| GA PPL 6.026 → 5.761 (×0.956) | GA Table 4 |" in text
     assert "GN loss 1.964 → 2.216 (+0.252 nats)" in text  # DyT costs loss in GN
-    assert "| dyt | 3 | 0.003 | 3/3 finished |" in text and "2,048 validation windows" in text and "1.05M tokens" in text
+    assert "| dyt | 3 | 0.003 | 3/3 finished |" in text and "2,048 validation windows" in text
+    assert "1.05M tokens" in text and "This report: `python -m lab.repro report`" in text
     assert "each starting with <|endoftext|>" in text and "qk_norm=True" in text and "105M training tokens" in text
     assert "g1_elementwise → g5 | – | – | not measured (g5 not trained) | – |" in text
     assert "- dyt seed 1337: not recorded" in text and "`python train.py --out_dir=out-repro/baseline`" in text
-    # the papers' numbers, one column per number a measure of probe.MEASURES has in a paper, in its order
+    # the papers' numbers, one column per number report.PAPERS gives a measure of probe.MEASURES, in MEASURES' order
     assert "| variant | GA PPL | GN loss | GA F-Attn | GA M-Act | GN max act | GA gate mean | source |" in text
-    assert '| g1_elementwise | 5.761 | 1.957 | 0.048 | 94 | 2800 | 0.116 | GA Table 4 "G1 elementwise"; GN Table 1 "+GA" |' in text
+    assert '| g1_elementwise | 5.761 | 1.957 | 0.048 | 94 | 2800 | 0.116 | GA Table 4 "G1 elementwise"; ' \
+        'GN Table 1 "+GA" |' in text
     assert '| g3 | 6.016 | – | – | – | – | – | GA Table 1 "G3" |' in text
     assert "PPL 9.195" in text and "## Stability: the learning-rate sweep" in text
     assert "| 0 | 0.300 | 0.300 | 0.25 | 0 (90%) | 50256 `'<\\|endoftext\\|>'` (90%) |" in text  # decoded, | escaped
@@ -494,7 +506,7 @@ def test_token_counts_read_well_at_every_scale():
 
 
 # ----------------------------------------------------------------------------
-# The registry (variants.py): every variant, flag and paper number in one place
+# The registry (lab/variants.py): every variant, flag and paper number in one place
 
 @pytest.mark.parametrize("name", VARIANTS, ids=list(VARIANTS))
 def test_variant_is_what_its_name_and_paper_rows_say(name):
@@ -508,16 +520,18 @@ def test_variant_is_what_its_name_and_paper_rows_say(name):
     assert v.ga or v.gn or name in variants.CONTROLS, "every variant but the controls reproduces a paper row"
     assert (v.ga is None or v.ga.paper == "GA") and (v.gn is None or v.gn.paper == "GN")
     for row in (v.ga, v.gn):
-        numbers = row and [x for x in (row.ppl, row.gate_mean, row.m_act, row.f_attn, row.loss, row.max_act) if x is not None]
+        numbers = row and [x for x in (row.ppl, row.gate_mean, row.m_act, row.f_attn, row.loss, row.max_act)
+                           if x is not None]
         assert row is None or numbers or row.note, f"{row} gives neither a number nor a note"
     if v.ga and v.ga.table == "Table 4":  # GA Table 4 gives all four numbers (no gate score without a gate)
-        assert None not in (v.ga.ppl, v.ga.m_act, v.ga.f_attn) and (v.ga.gate_mean is None) == (v.flags["gate"] == "none")
+        assert None not in (v.ga.ppl, v.ga.m_act, v.ga.f_attn)
+        assert (v.ga.gate_mean is None) == (v.flags["gate"] == "none")
     if v.gn:  # GN Table 1 gives loss and max activation
         assert v.gn.loss is not None and v.gn.max_act is not None
 
 
 def test_the_registry_holds_the_papers_numbers_as_papers_md_states_them():
-    """Every number in variants.py is the one PAPERS.md quotes, under the same row name."""
+    """Every number in lab/variants.py is the one PAPERS.md quotes, under the same row name."""
     text = open(os.path.join(REPO, "PAPERS.md")).read()
     for name, v in VARIANTS.items():
         ga, gn = v.ga, v.gn
@@ -537,16 +551,30 @@ def test_study_and_claims_use_registry_names():
     assert len(STUDY) == len(set(STUDY)) == 19 and set(STUDY) <= set(VARIANTS) and STUDY == MODELS + SWEEP
     assert list(MODELS) == [v for v in VARIANTS if v in MODELS]  # the report's order is the registry's
     for _, ref, variant, measure, direction in repro.CLAIMS:
-        assert measure in MEASURE and MEASURE[measure].compare in ("ratio", "diff")
+        assert measure in MEASURE and report.comparison(measure) in ("ratio", "diff")
         assert variant in MODELS and ref in MODELS and direction in (-1, 1)
         if measure != "sink_share":  # at least one paper gives both rows the number the claim compares
-            assert report.paper_pair(ref, variant, MEASURE[measure].papers), (ref, variant, measure)
+            assert report.paper_pair(ref, variant, report.paper_numbers(measure)), (ref, variant, measure)
     # the sweep: the baseline and G1 at each higher learning rate, min_lr a tenth of it, nothing else changed
     assert SWEEP == tuple(f"{v}_lr{lr:g}" for v in variants.SWEPT for lr in variants.LR_SWEEP)
     for name in SWEEP:
         family, _, lr = name.rpartition("_lr")
         assert VARIANTS[name].flags == VARIANTS[family].flags and VARIANTS[name].ga == variants.STABILITY_ROW
         assert VARIANTS[name].train == dict(learning_rate=float(lr), min_lr=float(lr) / 10)
+
+
+def test_the_papers_numbers_are_the_reports_keyed_by_the_cores_measures():
+    """What the papers give for a measure (report.PAPERS) and how a claim compares it (report.COMPARE) are the
+    report's, keyed by probe.MEASURES' keys and naming fields of variants.Row: the core says only what is measured."""
+    assert set(report.PAPERS) | set(report.COMPARE) <= set(MEASURE)
+    assert set(report.COMPARE.values()) <= {"ratio", "diff"} and report.comparison("sink_share") == "ratio"
+    fields = {f.name for f in dataclasses.fields(variants.Row)}
+    for key, numbers in report.PAPERS.items():
+        assert report.paper_numbers(key) == numbers and numbers
+        for paper, field, column, spec in numbers:
+            assert paper in ("ga", "gn") and field in fields and column and format(1.0, spec), (key, field)
+    assert report.paper_numbers("sink_share") == ()  # this project's own measure: no paper gives it
+    assert {f.name for f in dataclasses.fields(probe.Measure)} == {"key", "label", "spec", "better", "mechanism"}
 
 
 def test_test_variants_set_every_value_of_every_flag():
@@ -567,7 +595,7 @@ def test_test_variants_set_every_value_of_every_flag():
 
 
 # ----------------------------------------------------------------------------
-# The command line: a step word, variant names, repro.py's keys, and train.py's keys passed on
+# The command line: a step word, variant names, the runner's keys, and train.py's keys passed on
 
 def test_train_names_and_keys(monkeypatch):
     calls, restored = [], []
@@ -590,7 +618,8 @@ def test_train_names_and_keys(monkeypatch):
     assert restored == [calls[0][1], "/tmp/r", "out-repro"]  # each `train` restores the kept runs into its root first
     cmd = repro.train_command("baseline_lr0.02", 1338, "/tmp/r", tiny=True, extra=["--max_iters=5"],
                               config="config/repro_sink.py")
-    assert cmd[1:4] == [os.path.join(REPO, "train.py"), os.path.join(REPO, "config", "repro.py"), "config/repro_sink.py"]
+    assert cmd[1:4] == [os.path.join(REPO, "train.py"), os.path.join(REPO, "config", "repro.py"),
+                        "config/repro_sink.py"]
     assert cmd[4:] == ["--out_dir=/tmp/r/baseline_lr0.02/seed1338", "--seed=1338",
                        *[f"--{k}={v}" for k, v in repro.TINY.items()], "--gate=none", "--learning_rate=0.02",
                        "--min_lr=0.002", "--max_iters=5"]  # the user's keys last, so they win
@@ -621,25 +650,26 @@ def test_study_settings_are_what_train_py_will_read():
 
 @pytest.mark.parametrize("argv,words", [
     (["train"], ["name the variants", "'all'", "g1_elementwise"]),
-    (["train", "baseline", "--out_dir=x"], ["--out_dir=x", "repro.py sets --out_dir", "--root"]),
-    (["train", "baseline", "--init_from=resume"], ["--init_from=resume", "repro.py sets"]),
-    (["train", "baseline", "--seed=3"], ["--seed=3", "repro.py sets", "--seeds"]),
+    (["train", "baseline", "--out_dir=x"], ["--out_dir=x", "the runner (lab.repro) sets --out_dir", "--root"]),
+    (["train", "baseline", "--init_from=resume"], ["--init_from=resume", "the runner (lab.repro) sets"]),
+    (["train", "baseline", "--seed=3"], ["--seed=3", "the runner (lab.repro) sets", "--seeds"]),
     (["train", "baseline", "--seeds=0"], ["--seeds=0 must be at least 1"]),
     (["train", "baseline", "--config=nope.py"], ["--config=nope.py: no such config file"]),
     (["report", "--max_iters=3"], ["unknown key 'max_iters'"]),
     (["list", "--rot=x"], ["unknown key 'rot'", "did you mean 'root'"]),
     (["report", "baseline"], ["takes no variant names", "baseline"]),
     (["lst"], ["'lst' is not a step", "list, prepare, train, restore, evaluate, report"]),
-    (["evaluate", "--out_dir=x"], ["--out_dir=x", "repro.py evaluate sets --runs, --labels and --out_dir"]),
+    (["evaluate", "--out_dir=x"],
+     ["--out_dir=x", "`python -m lab.repro evaluate` sets --runs, --labels and --out_dir"]),
     (["evaluate", "g9"], ["unknown variant(s) g9", "'models'"]),
     (["evaluate", "baseline", "--root=/nonexistent"], ["no trained runs of baseline under /nonexistent/"]),
     (["train", "baseline:0"], ["baseline:0: after the ':' comes the number of seeds, at least 1", "baseline:2"]),
     (["train", "g1_headwise", "baseline:two"], ["baseline:two: after the ':' comes the number of seeds"]),
     (["train", "baseline:²"], ["baseline:²: after the ':' comes the number of seeds"]),
     (["train", "g9:2"], ["unknown variant(s) g9", "'models'"]),
-    (["evaluate", "baseline:2"], ["baseline:2: a number of seeds (NAME:N) is for `repro.py train`"]),
+    (["evaluate", "baseline:2"], ["baseline:2: a number of seeds (NAME:N) is for `python -m lab.repro train`"]),
     (["train", "baseline", "--budget_min=-5"], ["--budget_min=-5 must be at least 0"]),
-    (["restore", "baseline"], ["`repro.py restore` takes no variant names", "baseline"]),
+    (["restore", "baseline"], ["`python -m lab.repro restore` takes no variant names", "baseline"]),
     (["restore", "--config=nope.py"], ["--config=nope.py: no such config file"]),
 ], ids=["no-variant", "out_dir", "init_from", "seed", "seeds", "config", "report-key", "typo", "report-names", "step",
         "evaluate-out_dir", "evaluate-variant", "evaluate-no-runs", "seeds-zero", "seeds-word", "seeds-super",
@@ -665,17 +695,19 @@ def test_list_shows_every_variant_its_flags_and_paper_rows(capsys):
 
 
 def test_repro_rejects_unknown_variant():
-    result = subprocess.run([sys.executable, os.path.join(REPO, "repro.py"), "train", "g9"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "lab.repro", "train", "g9"], cwd=REPO, capture_output=True,
+                            text=True)
     assert result.returncode != 0 and "g9" in result.stderr and "g1_elementwise" in result.stderr
     assert result.stderr.strip().count("\n") == 0 and result.stdout == ""  # one line, before anything ran
 
 
-HOLD = "import sys, time; from runfolder import claim_folder; lock = claim_folder(sys.argv[1]); print('held', flush=True); time.sleep(60)"
+HOLD = ("import sys, time; from runfolder import claim_folder; lock = claim_folder(sys.argv[1]); "
+        "print('held', flush=True); time.sleep(60)")
 
 
 @pytest.mark.parametrize("step", ["train", "evaluate", "report"])
 def test_a_root_another_process_holds_is_refused_in_one_line(tmp_path, monkeypatch, step):
-    """Another repro.py (here: a process that claimed the root and sleeps) owns the runs' root: a second `train`,
+    """Another runner (here: a process that claimed the root and sleeps) owns the runs' root: a second `train`,
     or an evaluation or a report of those runs, stops with one line naming it, before any work."""
     root = tmp_path / "root"
     monkeypatch.setattr(repro, "train", lambda *args: pytest.fail("trained on a root another process holds"))
@@ -699,7 +731,8 @@ def test_a_report_folder_another_process_holds_is_refused(tmp_path, monkeypatch)
     report_dir = tmp_path / "report"
     monkeypatch.setattr(repro, "trained_runs", lambda *args: [("baseline", 1337)])
     monkeypatch.setattr(repro, "analyze_runs", lambda *args: pytest.fail("analyzed with the report folder held"))
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(report_dir)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(report_dir)], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(SystemExit, match=f"{report_dir} is in use by another process \\(pid {holder.pid}"):
@@ -714,11 +747,11 @@ def test_a_report_folder_another_process_holds_is_refused(tmp_path, monkeypatch)
 
 
 def test_a_first_run_that_cannot_start_stops_the_study(tmp_path):
-    """A mistaken train.py key fails the first run while it starts: repro.py stops there instead of failing every
+    """A mistaken train.py key fails the first run while it starts: the runner stops there instead of failing every
     variant the same way, and records the one command that ran."""
     root = tmp_path / "runs"
-    result = subprocess.run([sys.executable, os.path.join(REPO, "repro.py"), "train", "baseline", "g1_elementwise",
-                             "--tiny", f"--root={root}", "--max_iter=5"], capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run([sys.executable, "-m", "lab.repro", "train", "baseline", "g1_elementwise", "--tiny",
+                             f"--root={root}", "--max_iter=5"], capture_output=True, text=True, cwd=REPO)
     assert result.returncode != 0
     assert "unknown key 'max_iter'" in result.stderr  # train.py's own message, passed through
     assert "the run baseline seed 1337 stopped before its first evaluation" in result.stderr
@@ -813,16 +846,16 @@ def test_sink_lab_pipeline_tiny(tmp_path, small_task):
     """`--study=sink_lab`: config/sink_lab.py under every run, the lab's claims, no learning-rate sweep, and the
     sink's mechanism in the report."""
     root = str(tmp_path / "lab")
-    cmd = [sys.executable, os.path.join(REPO, "repro.py")]
+    cmd = [sys.executable, "-m", "lab.repro"]
     train = subprocess.run(cmd + ["train", "baseline", "g1_elementwise", "--study=sink_lab", "--tiny", "--seeds=2",
                                   "--parallel=2", f"--root={root}", f"--data_dir={small_task}"],
-                           capture_output=True, text=True, cwd=tmp_path)
+                           capture_output=True, text=True, cwd=REPO)
     assert train.stdout.count("exit code 0") == 4, train.stdout + train.stderr
     for c in map(json.loads, open(os.path.join(root, "commands.jsonl"))):
         argv = shlex.split(c["command"])
         assert argv[2] == os.path.join(REPO, "config", "sink_lab.py") and "--max_iters=40" in argv
     report = subprocess.run(cmd + ["report", "--study=sink_lab", "--tiny", f"--root={root}"], capture_output=True,
-                            text=True, cwd=tmp_path)
+                            text=True, cwd=REPO)
     assert report.returncode == 0, report.stderr
     result = json.load(open(os.path.join(root, "report", "summary.json")))
     assert [c["claim"] for c in result["claims"]] == [c[0] for c in repro.LAB_CLAIMS] and result["sweep"] == []
@@ -867,60 +900,73 @@ def test_the_sink_lab_study_is_its_config_and_variants():
 
 
 def test_help_lists_the_keys_before_or_after_the_step():
-    """`repro.py --help` and `repro.py train --help`: what repro.py does and its keys, exit 0; --help after a step is
-    not passed on to train.py."""
+    """`python -m lab.repro --help` and `python -m lab.repro train --help`: what the runner does and its keys,
+    exit 0; --help after a step is not passed on to train.py."""
     for argv in (["--help"], ["train", "--help"], ["report", "-h"]):
-        out = subprocess.run([sys.executable, os.path.join(REPO, "repro.py"), *argv], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-m", "lab.repro", *argv], cwd=REPO, capture_output=True, text=True,
                              timeout=120)
         assert out.returncode == 0 and out.stderr == "", (argv, out.stderr)
         assert out.stdout.startswith("Reproduce the gated-attention papers' trends") and "starting" not in out.stdout
+        assert "python -m lab.repro train all" in out.stdout and "repro.py train" not in out.stdout  # how it runs
         keys = [line.split("=")[0][4:] for line in out.stdout.splitlines() if line.startswith("  --")]
         assert keys == [f.name for f in dataclasses.fields(repro.Keys)], argv
 
 
 # ----------------------------------------------------------------------------
-# The project's imports: scripts run, libraries are imported; no script imports another, and nothing imports in a
-# circle
+# The project's imports: scripts run, libraries are imported; no script imports another (but the one step lab.bench
+# times); nothing imports in a circle. (That the core never imports the lab, and what the top level holds, is
+# test_layout.py's.)
 
-SCRIPTS = ("train", "sample", "analyze", "evaluate", "repro", "bench")  # run as `python NAME.py`
-LIBRARIES = ("common", "probe", "report", "model", "kernels", "pretrained", "variants", "stats")
+SCRIPTS = ("train", "sample",  # run as `python NAME.py`
+           "lab.analyze", "lab.evaluate", "lab.repro", "lab.bench")  # run as `python -m lab.NAME`
+LIBRARIES = ("cli", "runfolder", "probe", "model", "kernels", "pretrained",
+             "lab", "lab.report", "lab.variants", "lab.stats")
+# A script that another imports, and the names it imports, each with its reason: lab.bench times train.py's own
+# optimizer step, so that its timings are the training loop's (train.py runs only under its __main__)
+IMPORTED_SCRIPTS = {("lab.bench", "train"): {"optimizer_step"}}
 
 
 def project_modules():
-    """{import name: file} of the project's own modules: the top-level .py files but the tests, and the data package."""
-    modules = {os.path.basename(p)[:-3]: p for p in glob.glob(os.path.join(REPO, "*.py"))
-               if not os.path.basename(p).startswith("test_") and os.path.basename(p) != "conftest.py"}
-    for path in glob.glob(os.path.join(REPO, "data", "**", "*.py"), recursive=True):
-        modules[os.path.relpath(path, REPO)[:-3].replace(os.sep, ".").removesuffix(".__init__")] = path
+    """{import name: file} of the project's own modules: the top-level .py files, the lab package and the data
+    package (the tests, in tests/, are none of them)."""
+    modules = {os.path.basename(p)[:-3]: p for p in glob.glob(os.path.join(REPO, "*.py"))}
+    for package in ("lab", "data"):
+        for path in glob.glob(os.path.join(REPO, package, "**", "*.py"), recursive=True):
+            modules[os.path.relpath(path, REPO)[:-3].replace(os.sep, ".").removesuffix(".__init__")] = path
     return modules
 
 
-def imported(path, modules):
+def imported(path, modules, names_from=None):
     """The project modules a file imports anywhere (inside functions too): import X, from X import Y (Y a module or a
-    name of X)."""
-    found = set()
+    name of X). With names_from, the names the file imports from that module instead."""
+    found, names_of = set(), set()
     for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
             assert node.level == 0, f"{path}: a relative import"
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if node.module == names_from:
+                names_of |= {a.name for a in node.names}
         else:
             continue
         found |= {n for n in names if n in modules}
-    return found
+    return names_of if names_from else found
 
 
 def test_no_script_imports_another_and_no_library_imports_a_script():
     modules = project_modules()
-    top_level = {name for name in modules if not name.startswith("data")}
-    assert top_level == set(SCRIPTS) | set(LIBRARIES), "a new top-level module: say whether it is a script or a library"
+    own = {name for name in modules if not name.startswith("data")}
+    assert own == set(SCRIPTS) | set(LIBRARIES), "a new module: say whether it is a script or a library"
     graph = {name: imported(path, modules) for name, path in modules.items()}
     for name in SCRIPTS:
-        assert not graph[name] & set(SCRIPTS), f"{name}.py imports {graph[name] & set(SCRIPTS)}: run it instead"
+        others = {other for other in graph[name] & set(SCRIPTS) if (name, other) not in IMPORTED_SCRIPTS}
+        assert not others, f"{name} imports the script(s) {others}: run it instead"
+    for (name, script), allowed in IMPORTED_SCRIPTS.items():
+        assert imported(modules[name], modules, names_from=script) <= allowed, f"{name} imports more of {script}"
     for name in set(modules) - set(SCRIPTS):
         assert not graph[name] & set(SCRIPTS), f"the library {name} imports the script(s) {graph[name] & set(SCRIPTS)}"
-    assert "report" in graph["evaluate"] and "report" in graph["repro"]  # the tables both show, in a library
+    assert "lab.report" in graph["lab.evaluate"] and "lab.report" in graph["lab.repro"]  # tables both show
     assert "pretrained" not in graph["model"] and "model" in graph["pretrained"]
 
 
@@ -944,10 +990,11 @@ def test_the_import_graph_has_no_cycle():
     assert len(done) == len(modules)
 
 
-def test_repro_runs_every_tool_one_way():
-    """train.py, analyze.py, evaluate.py and the corpus's prepare.py are started by start_tool alone (the one place
-    that calls subprocess), each from tool_command (the one place that names this Python)."""
-    tree = ast.parse(open(os.path.join(REPO, "repro.py"), encoding="utf-8").read())
+def test_repro_runs_every_tool_one_way(tmp_path, monkeypatch):
+    """train.py, lab.analyze, lab.evaluate and the corpus's prepare.py are started by start_tool alone (the one place
+    that calls subprocess), each from tool_command (the one place that names this Python): a top-level script by its
+    path, a lab tool as a module, which start_tool finds from any folder (the repository on the child's PYTHONPATH)."""
+    tree = ast.parse(open(os.path.join(REPO, "lab", "repro.py"), encoding="utf-8").read())
     where = {}
     for function in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
         for node in ast.walk(function):
@@ -956,9 +1003,15 @@ def test_repro_runs_every_tool_one_way():
     assert {k: v for k, v in where.items() if k.startswith("subprocess.")} == \
         {"subprocess.Popen": {"start_tool"}, "subprocess.STDOUT": {"start_tool"}}
     assert where["sys.executable"] == {"tool_command"}
-    # the scripts named: train.py's runs, analyze.py for the report, evaluate.py, and repro.py's own command (the
-    # report's last line says how it was made)
+    # the scripts named: train.py's runs, lab/analyze.py for the report, lab/evaluate.py, and the runner's own command
+    # (the report's last line says how it was made)
     scripts = sorted(node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call) and
                      isinstance(node.func, ast.Name) and node.func.id in ("run_tool", "tool_command") and
                      isinstance(node.args[0], ast.Constant))
-    assert scripts == ["analyze.py", "evaluate.py", "repro.py", "train.py"]
+    assert scripts == ["lab/analyze.py", "lab/evaluate.py", "lab/repro.py", "train.py"]
+    assert repro.tool_command("lab/analyze.py", ["--runs=x"]) == [sys.executable, "-m", "lab.analyze", "--runs=x"]
+    assert repro.tool_command("train.py", ["c.py"]) == [sys.executable, os.path.join(REPO, "train.py"), "c.py"]
+    monkeypatch.chdir(tmp_path)  # elsewhere, with no PYTHONPATH: the child still imports the lab
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    child = repro.start_tool([sys.executable, "-c", "import lab.stats"], log=str(tmp_path / "out.txt"), env=env)
+    assert child.wait(timeout=120) == 0, open(tmp_path / "out.txt").read()

@@ -3,7 +3,7 @@ The sink lab: the Bigram-Backcopy task (data/bigram_backcopy/prepare.py), its sy
 the lab exists to show, trained for real: on this task a baseline grows an attention sink on the BOS token and G1
 does not. CPU only; the two trainings take about half a minute.
 
-    python -m pytest -q test_sink_lab.py
+    python -m pytest -q tests/test_sink_lab.py
 """
 
 import json

@@ -1,7 +1,7 @@
-"""stats.py: the incomplete beta function and the t and beta quantiles (fractional degrees of freedom), Welch's
+"""lab/stats.py: the incomplete beta function and the t and beta quantiles (fractional degrees of freedom), Welch's
 interval over seeds with one estimand (ratios of geometric means, on the log scale), the verdict with its minimum of
-seeds, direction and size against the paper, counts (Clopper-Pearson, Fisher's exact test), and the paired bootstrap
-(window noise only)."""
+seeds, direction and size against the paper, counts (Clopper-Pearson, Fisher's exact test), and that the rule names
+no paired bootstrap (window noise only; it is gone)."""
 
 import math
 
@@ -22,7 +22,7 @@ def t_density(t, df):
 
 
 def t_mass(q, df, n=20_000):
-    """P(0 < T < q) by Simpson's rule on the density: a reference that shares no code with stats.py."""
+    """P(0 < T < q) by Simpson's rule on the density: a reference that shares no code with lab/stats.py."""
     x = np.linspace(0.0, q, n + 1)
     y = np.array([t_density(t, df) for t in x])
     return (q / n) * (y[0] + y[-1] + 4 * y[1:-1:2].sum() + 2 * y[2:-1:2].sum()) / 3

@@ -954,7 +954,7 @@ def test_the_whole_run_trains_under_the_sdpa_preference(tmp_path, monkeypatch):
     before = sdpa_order()
     train.main([f"--out_dir={tmp_path}", "--sdpa_backend=cudnn", "--device=cpu"])
     assert seen == [("cudnn", "CUDNN_ATTENTION")] and sdpa_order() == before
-    assert "sdpa_backend" in train.PER_COMMAND
+    assert "sdpa_backend" in runfolder.PER_COMMAND
 
 
 # ----------------------------------------------------------------------------
@@ -995,7 +995,7 @@ def test_a_second_train_py_on_a_folder_in_use_stops_naming_the_holder(stdlib_dat
 def test_a_new_folder_is_claimed_when_it_is_made(stdlib_data, tmp_path, monkeypatch):
     """Two new runs into one folder that does not exist yet: the second to make it is refused by the claim."""
     out_dir = tmp_path / "new"
-    made = train.RunFolder.check_writable
+    made = runfolder.RunFolder.check_writable
 
     def someone_else_claims_first(self):
         made(self)
@@ -1004,7 +1004,7 @@ def test_a_new_folder_is_claimed_when_it_is_made(stdlib_data, tmp_path, monkeypa
         assert holder.stdout.readline().strip() == "held"
         holders.append(holder)
     holders = []
-    monkeypatch.setattr(train.RunFolder, "check_writable", someone_else_claims_first)
+    monkeypatch.setattr(runfolder.RunFolder, "check_writable", someone_else_claims_first)
     try:
         with pytest.raises(SystemExit, match=r"is in use by another process \(pid \d+"):
             train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=2"])
@@ -1142,7 +1142,7 @@ def test_a_step_too_big_for_memory_is_refused_with_a_batch_size_that_fits(stdlib
     fits = int(message.split("try --batch_size=")[1].split()[0])
     config = GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=32)
     n_params = sum(p.numel() for p in model_py.GPT(config).parameters())
-    assert train.step_memory(fits, config, n_params) <= 2**30 < train.step_memory(fits + 1, config, n_params)
+    assert runfolder.step_memory(fits, config, n_params) <= 2**30 < runfolder.step_memory(fits + 1, config, n_params)
     with pytest.raises(SystemExit, match=r"block_size=100000 needs about .* even --batch_size=1 does not fit: lower "
                                          r"--block_size=100000"):
         train.main(args + ["--block_size=100000"])
@@ -1208,7 +1208,7 @@ def test_auto_dtype_is_bf16_on_a_cpu_only_where_it_computes_bf16(monkeypatch):
     a dtype named is taken as named."""
     assert cli.cpu_computes_bf16() in (True, False)
     for hardware, expected in ((True, "bfloat16"), (False, "float32")):
-        monkeypatch.setattr(common, "cpu_computes_bf16", lambda hardware=hardware: hardware)
+        monkeypatch.setattr(cli, "cpu_computes_bf16", lambda hardware=hardware: hardware)
         ctx, dtype = cli.autocast_for("cpu", "auto")
         assert dtype == expected
         with ctx:

@@ -7,15 +7,15 @@ exist.
 
 tutorial.ipynb, the same tutorial as a Jupyter (or Colab) notebook, is generated from TUTORIAL.md by this file:
 
-    python test_tutorial.py            # (re)write tutorial.ipynb from TUTORIAL.md
-    python test_tutorial.py --check    # exit 1 if tutorial.ipynb is not what TUTORIAL.md gives
+    python tests/test_tutorial.py            # (re)write tutorial.ipynb from TUTORIAL.md
+    python tests/test_tutorial.py --check    # exit 1 if tutorial.ipynb is not what TUTORIAL.md gives
 
-TUTORIAL.md is the source: edit it, never the notebook, then regenerate. The prose between fenced blocks becomes
-markdown cells; a ```python block a code cell; a ```bash block a code cell that starts with %%bash (the cell magic
-of Jupyter and Colab that runs the cell in a shell); a ```text block (output, shown only) stays in the markdown. The
-notebook carries no outputs and fixed cell ids, so one TUTORIAL.md gives one file, which the tests below compare
-with the committed one, and run, cell by cell, as they run the Markdown. Standard library only: an .ipynb is JSON
-in nbformat 4.
+(from the repository's root). TUTORIAL.md is the source: edit it, never the notebook, then regenerate. The prose
+between fenced blocks becomes markdown cells; a ```python block a code cell; a ```bash block a code cell that starts
+with %%bash (the cell magic of Jupyter and Colab that runs the cell in a shell); a ```text block (output, shown only)
+stays in the markdown. The notebook carries no outputs and fixed cell ids, so one TUTORIAL.md gives one file, which
+the tests below compare with the committed one, and run, cell by cell, as they run the Markdown. Standard library
+only: an .ipynb is JSON in nbformat 4.
 """
 
 import glob
@@ -34,7 +34,7 @@ NOTEBOOK = os.path.join(REPO, "tutorial.ipynb")
 RUN_LANGUAGES = ("python", "bash")  # every block in one of these runs (and is a notebook code cell); "text" blocks are output, shown only
 LAB_RUNS = ("baseline", "g1", "g1_input_independent", "g1_ns_sigmoid")  # section 2's runs, under out/tutorial/lab/
 BASH_MAGIC = "%%bash\n"
-REGENERATE = "python test_tutorial.py"
+REGENERATE = "python tests/test_tutorial.py"
 HEADER = ("*This notebook is generated from [TUTORIAL.md](TUTORIAL.md): edit that file, not this one, then "
           f"regenerate it with `{REGENERATE}` in the repository's root. Start Jupyter in the repository's root (in "
           "Colab, clone the repository and `%cd` into it first): the tutorial's commands and paths are relative to "
@@ -220,7 +220,7 @@ def test_the_tutorial_and_its_notebook_run_top_to_bottom_and_every_block_runs_ag
     training command run again must not refuse the folder its first run wrote: each says --overwrite=True."""
     runnable = [(language, code) for language, _, code in blocks() if language in RUN_LANGUAGES]
     assert [(language, code) for _, language, code in code_cells()] == runnable, \
-        "tutorial.ipynb is not TUTORIAL.md's blocks: python test_tutorial.py"
+        f"tutorial.ipynb is not TUTORIAL.md's blocks: {REGENERATE}"
     for language, code in runnable:
         for command in re.findall(r"python3? train\.py[^\n]*", code) if language == "bash" else []:
             assert "--overwrite=True" in command, f"run twice, this stops with 'already holds a run': {command}"

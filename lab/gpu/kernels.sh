@@ -2,28 +2,30 @@
 # The fused Triton kernel on one GPU: its benchmark and its GPU test tier. The kernel is opt-in
 # (attn_backend="triton"; the default "auto" uses PyTorch's SDPA) until this tier passes on an H100.
 #
-# usage: bash gpu/kernels.sh [configs]        (--help: this text)
+# usage: bash lab/gpu/kernels.sh [configs]        (--help: this text)
 #
-#   bash gpu/kernels.sh           -> results/bench_kernels.{json,md}, $WORK/kernels/, $OUT/kernels.tar.gz
-#     bench       python bench.py --kernels --gqa=4 -> results/bench_kernels.{json,md}: SDPA, SDPA + gate and the
+#   bash lab/gpu/kernels.sh       -> results/bench_kernels.{json,md}, $WORK/kernels/, $OUT/kernels.tar.gz
+#     bench       python -m lab.bench --kernels --gqa=4 -> results/bench_kernels.{json,md}: SDPA, SDPA + gate and the
 #                 fused kernel with each dQ mode; its first table gives the speed ratios the kernel's targets are
 #                 stated in (first, so that the measurement is made whatever the tests do)
-#     tier        the GPU test tier: test_kernels.py and test_model.py with one config per kernel (conftest.py sets
-#                 GATED_ATTENTION_CONFIGS=first on a GPU), in parallel when pytest-xdist is installed; each test's
-#                 result on its own line, so a tier stopped early still names the failures it saw
+#     tier        the GPU test tier: tests/test_kernels.py and tests/test_model.py with one config per kernel
+#                 (tests/conftest.py sets GATED_ATTENTION_CONFIGS=first on a GPU), in parallel when pytest-xdist is
+#                 installed; each test's result on its own line, so a tier stopped early still names the failures
+#                 it saw
 #     bench-cudnn the same bench with cuDNN's SDPA kernels first (--sdpa_backend=cudnn), into $WORK/kernels/
 #                 bench-cudnn/: the fused kernel against the fastest SDPA on Hopper, if cuDNN is that
-#   bash gpu/kernels.sh configs   -> $WORK/kernels-configs/, $OUT/kernels-configs.tar.gz
+#   bash lab/gpu/kernels.sh configs -> $WORK/kernels-configs/, $OUT/kernels-configs.tar.gz
 #     configs     every row of the autotuner's lists alone, then the autotuner's own first call, against float64,
 #                 with each way the backward gets dQ (kernels.choose_backward: recompute, atomic)
 #     autotune    the kernel sweep again with the autotuner on, in parallel (the atomic dQ's sweep included): the
 #                 sweep in which an H100 showed first-call failures (2026-11-22)
 # Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
 # tarball holds that folder (and results/bench_kernels.*). Run again, the command skips the parts that succeeded
-# (FRESH=1 runs them all). With BUDGET_S set (gpu/lib.sh), the bench and the tier each stop after their share of it.
-# Measured on one H100 (2026-11-25): bench.py --kernels --gqa=4 takes about 140 s; the tier ran about 60% of its
+# (FRESH=1 runs them all). With BUDGET_S set (lab/gpu/lib.sh), the bench and the tier each stop after their share of it.
+# Measured on one H100 (2026-11-25): lab.bench --kernels --gqa=4 takes about 140 s; the tier ran about 60% of its
 # tests in 170 s with 8 workers.
-# TOY=1 bash gpu/kernels.sh [configs]: the same parts at toy size on a CPU (Triton's interpreter), to test this script.
+# TOY=1 bash lab/gpu/kernels.sh [configs]: the same parts at toy size on a CPU (Triton's interpreter), to test this
+# script.
 source "$(dirname "$0")/lib.sh"
 PYTEST=("$PYTHON" -m pytest -p no:cacheprovider -rfE)
 VERBOSE=(-v)  # one line per test as it ends (with xdist too)
@@ -31,7 +33,7 @@ PARALLEL=()
 "$PYTHON" -c "import xdist" 2>/dev/null && PARALLEL=(-n 8)
 CONFIGS=(-k "each_config or autotuned_first_call or choose_configs"); SELECT=(); BENCH=(--gqa=4)
 SWEEP=(-k matches_float64); CUDNN=(--gqa=4)
-if [ "$TOY" = 1 ]; then  # the interpreter: one quick test per pytest step, bench.py's smoke test
+if [ "$TOY" = 1 ]; then  # the interpreter: one quick test per pytest step, lab.bench's smoke test
     CONFIGS=(-k choose_configs); SELECT=(-k choose_configs); SWEEP=(-k choose_configs); PARALLEL=()
     CUDNN=(--tiny)
 fi
@@ -40,17 +42,17 @@ case "${1:-}" in
 "")
     start_log kernels
     [ "$TOY" = 1 ] && BENCH=(--gqa=2 --tiny --out_dir="$LOG/bench")
-    SHARE=41 step bench "$PYTHON" bench.py --kernels "${BENCH[@]}"
-    SHARE=44 step tier "${PYTEST[@]}" "${VERBOSE[@]}" "${PARALLEL[@]}" --durations=15 test_kernels.py \
-        test_model.py "${SELECT[@]}"
-    step bench-cudnn "$PYTHON" bench.py --kernels "${CUDNN[@]}" --sdpa_backend=cudnn --out_dir="$LOG/bench-cudnn"
+    SHARE=41 step bench "$PYTHON" -m lab.bench --kernels "${BENCH[@]}"
+    SHARE=44 step tier "${PYTEST[@]}" "${VERBOSE[@]}" "${PARALLEL[@]}" --durations=15 tests/test_kernels.py \
+        tests/test_model.py "${SELECT[@]}"
+    step bench-cudnn "$PYTHON" -m lab.bench --kernels "${CUDNN[@]}" --sdpa_backend=cudnn --out_dir="$LOG/bench-cudnn"
     pack kernels results/bench_kernels.json results/bench_kernels.md
     ;;
 configs)
     start_log kernels-configs
-    SHARE=50 step configs "${PYTEST[@]}" "${VERBOSE[@]}" test_kernels.py "${CONFIGS[@]}"
+    SHARE=50 step configs "${PYTEST[@]}" "${VERBOSE[@]}" tests/test_kernels.py "${CONFIGS[@]}"
     step autotune env GATED_ATTENTION_CONFIGS=autotune "${PYTEST[@]}" "${VERBOSE[@]}" "${PARALLEL[@]}" \
-        test_kernels.py "${SWEEP[@]}"
+        tests/test_kernels.py "${SWEEP[@]}"
     pack kernels-configs
     ;;
 *)

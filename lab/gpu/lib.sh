@@ -1,7 +1,8 @@
-# What gpu/*.sh share (sourced, not run). Each GPU step of the project is one command: it runs its parts one after
+# What lab/gpu/*.sh share (sourced, not run). Each GPU step of the project is one command: it runs its parts one after
 # another, keeps going when a part fails (the parts after it still say something), writes its results where the
 # project's scripts write them (results/..., out-repro/) and its logs under $WORK, and ends with one tarball of
-# everything the step wrote, to copy off the machine.
+# everything the step wrote, to copy off the machine. Every script runs from the repository's root, whatever the
+# folder it was started in: the lab's tools as modules (python -m lab.bench), train.py and the tests by path.
 #
 #   start_log NAME     $LOG is $WORK/NAME/: every part's output, steps.tsv, env.txt (the machine and software).
 #                      A command run again picks up where it left off: a part that succeeded in its last run, with
@@ -22,7 +23,7 @@
 set -uo pipefail
 SCRIPT=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 ARGS=("$@")  # the script's own arguments: part of what a rerun must match to pick up where it left off
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."  # the repository's root, two folders above lab/gpu/
 TOY=${TOY:-0}
 OUT=${OUT:-out-gpu}
 WORK=${WORK:-out-gpu}
@@ -47,7 +48,7 @@ start_log() {  # start_log NAME: $LOG is $WORK/NAME/, emptied unless its last ru
     } > "$env" 2>&1
     # what an earlier success depends on: the script and its arguments, the settings, the code, the software
     key=$(printf '%s\n' "$(basename "$SCRIPT") ${ARGS[*]}" "TOY=$TOY" "PYTHON=$PYTHON" "DATA_DIR=${DATA_DIR:-}"
-          cat ./*.py config/*.py gpu/*.sh 2>/dev/null | cksum
+          cat ./*.py lab/*.py config/*.py lab/gpu/*.sh 2>/dev/null | cksum
           grep -E '^(python|triton) ' "$env")
     if [ "$FRESH" != 1 ] && [ -f "$LOG/steps.tsv" ] && [ "$key" = "$(cat "$LOG/key" 2>/dev/null)" ]; then
         mv "$LOG/steps.tsv" "$LOG/steps.prev.tsv"

@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
-# The reproduction study on one GPU (repro.py: train, evaluate, report), as a job in the background, so that a
+# The reproduction study on one GPU (lab/repro.py: train, evaluate, report), as a job in the background, so that a
 # closed terminal or a dropped SSH session does not stop it.
 #
-# usage: bash gpu/study.sh start TRAIN... [-- EVALUATE...] | wait [SECONDS] | pack        (--help: this text)
+# usage: bash lab/gpu/study.sh start TRAIN... [-- EVALUATE...] | wait [SECONDS] | pack        (--help: this text)
 #
-#   bash gpu/study.sh start TRAIN... [-- EVALUATE...]
+#   bash lab/gpu/study.sh start TRAIN... [-- EVALUATE...]
 #        prepare the corpus if data/pysrc/ does not hold it yet, then in the background (setsid, so it outlives
-#        this command and the terminal): repro.py train TRAIN..., repro.py evaluate EVALUATE..., repro.py report,
-#        each only when the one before it succeeded. TRAIN as for repro.py train, e.g. `models --seeds=2
+#        this command and the terminal): python -m lab.repro train TRAIN..., then evaluate EVALUATE..., then
+#        report, each only when the one before it succeeded. TRAIN as for lab.repro train, e.g. `models --seeds=2
 #        --parallel=2`, `all --seeds=3 --parallel=3` or `baseline:2 g1_elementwise:2 g1_headwise --parallel=2
-#        --budget_min=60` (only the runs that end within 60 minutes, in the order named); EVALUATE: evaluate.py's
+#        --budget_min=60` (only the runs that end within 60 minutes, in the order named); EVALUATE: lab/evaluate.py's
 #        keys, e.g. `--windows=32`. The runs go to out-repro/, the report to results/repro/, the job's command,
 #        output and exit code to $WORK/study-job/; when the job ends it packs its results into $OUT/study.tar.gz.
-#        An interrupted study (a killed job, a reboot) is resumed by the same start command: repro.py skips the
+#        An interrupted study (a killed job, a reboot) is resumed by the same start command: lab.repro skips the
 #        runs that reached their last step and continues each other run from its checkpoint
-#   bash gpu/study.sh wait [SECONDS]
+#   bash lab/gpu/study.sh wait [SECONDS]
 #        a line of progress a minute until the job ends (or SECONDS pass, when given, or BUDGET_S when that is
-#        set: gpu/lib.sh); exit 0 when the job succeeded, 1 when it failed, 3 while it still runs. Stopping it
+#        set: lab/gpu/lib.sh); exit 0 when the job succeeded, 1 when it failed, 3 while it still runs. Stopping it
 #        (Ctrl-C) leaves the job running: call it again, or read $WORK/study-job/output.txt
-#   bash gpu/study.sh pack
+#   bash lab/gpu/study.sh pack
 #        -> $OUT/study.tar.gz: the report folder (REPORT.md, summary.json, plots, evaluate/), commands.jsonl,
 #        every run's log.jsonl and output, and the job's output (not the checkpoints): while the job runs, what
 #        there is so far; the job itself runs this when it ends
-# TOY=1: repro.py --tiny on a CPU, everything under $WORK; DATA_DIR=<folder of a prepared toy dataset> trains on it.
+# TOY=1: python -m lab.repro --tiny on a CPU, everything under $WORK; DATA_DIR=<folder of a prepared toy dataset>
+# trains on it.
 source "$(dirname "$0")/lib.sh"
 ROOT=out-repro; REPORT=results/repro; REPRO=()
 if [ "$TOY" = 1 ]; then
@@ -39,22 +40,22 @@ start)
     TRAIN=(); EVALUATE=()
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do TRAIN+=("$1"); shift; done
     [ $# -gt 0 ] && shift && EVALUATE=("$@")
-    if running; then echo "a study is already running (pid $(cat "$JOB/pid")): bash gpu/study.sh wait"; exit 1; fi
+    if running; then echo "a study is already running (pid $(cat "$JOB/pid")): bash lab/gpu/study.sh wait"; exit 1; fi
     start_log study
     rm -rf "$JOB" && mkdir -p "$JOB"
-    [ "$TOY" = 1 ] || compgen -G "data/pysrc/*_val_*.bin" > /dev/null || step prepare "$PYTHON" repro.py prepare
+    [ "$TOY" = 1 ] || compgen -G "data/pysrc/*_val_*.bin" > /dev/null || step prepare "$PYTHON" -m lab.repro prepare
     [ "$STATUS" -eq 0 ] || exit "$STATUS"
     # each stage only when the one before it succeeded; the job's exit code is the first failure's
-    { printf '%q ' "$PYTHON" repro.py train "${TRAIN[@]}" "${REPRO[@]}" "${DATA[@]}"; printf '&& '
-      printf '%q ' "$PYTHON" repro.py evaluate "${EVALUATE[@]}" "${REPRO[@]}"; printf '&& '
-      printf '%q ' "$PYTHON" repro.py report "${REPRO[@]}"; } > "$JOB/command"
+    { printf '%q ' "$PYTHON" -m lab.repro train "${TRAIN[@]}" "${REPRO[@]}" "${DATA[@]}"; printf '&& '
+      printf '%q ' "$PYTHON" -m lab.repro evaluate "${EVALUATE[@]}" "${REPRO[@]}"; printf '&& '
+      printf '%q ' "$PYTHON" -m lab.repro report "${REPRO[@]}"; } > "$JOB/command"
     echo "$OUT/study.tar.gz" > "$JOB/tarball"
     # then, success or not, the job packs what it made
     setsid bash -c "$(cat "$JOB/command"); echo \$? > $(printf '%q' "$JOB/exit"); OUT=$(printf '%q' "$OUT") bash $(
-        printf '%q' "$PWD/gpu/study.sh") pack" > "$JOB/output.txt" 2>&1 < /dev/null &
+        printf '%q' "$PWD/lab/gpu/study.sh") pack" > "$JOB/output.txt" 2>&1 < /dev/null &
     echo $! > "$JOB/pid"
     echo "started (pid $(cat "$JOB/pid")): $(cat "$JOB/command")"
-    echo "its output: $JOB/output.txt; bash gpu/study.sh wait: a line of progress a minute until it ends"
+    echo "its output: $JOB/output.txt; bash lab/gpu/study.sh wait: a line of progress a minute until it ends"
     sleep 3
     head -c 2000 "$JOB/output.txt"
     ;;
@@ -67,7 +68,7 @@ wait)
                  "$(tail -n 1 "$JOB/output.txt" 2>/dev/null | cut -c1-160)"
         fi
     done
-    if running; then echo "still running after $SECONDS s: bash gpu/study.sh wait"; exit 3; fi
+    if running; then echo "still running after $SECONDS s: bash lab/gpu/study.sh wait"; exit 3; fi
     tail -n 30 "$JOB/output.txt" 2>/dev/null
     code=$(cat "$JOB/exit" 2>/dev/null || echo "unknown (no job, or it was killed: start it again to resume)")
     echo "the study's job ended: exit $code"

@@ -2,25 +2,26 @@
 # Training throughput on one GPU: ms per step, tokens/s, MFU and peak memory, and the check that the training
 # step never makes the host wait for the GPU.
 #
-# usage: bash gpu/throughput.sh [batch|modes]        (--help: this text)
+# usage: bash lab/gpu/throughput.sh [batch|modes]        (--help: this text)
 #
-#   bash gpu/throughput.sh          -> results/bench_train.{json,md}, $WORK/throughput/, $OUT/throughput.tar.gz
-#     prepare the study corpus (repro.py prepare), when data/pysrc/ does not hold it yet
-#     sync    the training step never makes the host wait for the GPU: test_train.py's sync-debug-mode test
+#   bash lab/gpu/throughput.sh          -> results/bench_train.{json,md}, $WORK/throughput/, $OUT/throughput.tar.gz
+#     prepare the study corpus (python -m lab.repro prepare), when data/pysrc/ does not hold it yet
+#     sync    the training step never makes the host wait for the GPU: tests/test_train.py's sync-debug-mode test
 #             (bf16 and fp16) and the optimizer-step tests
-#     bench   python bench.py --train --compile=both -> results/bench_train.{json,md}: ms/step, tokens/s, MFU
+#     bench   python -m lab.bench --train --compile=both -> results/bench_train.{json,md}: ms/step, tokens/s, MFU
 #             and peak memory of GPT-2 small (B=16, T=1024, bf16, train.py's own optimizer step) with no gate,
 #             G1 elementwise and G1 headwise, on the fused kernel and on PyTorch attention
 #     train   train.py with the same model and batch on the study corpus, 120 steps, in $WORK/throughput-run/:
-#             the tokens/s and MFU its log reports, to hold beside bench.py's
-#   bash gpu/throughput.sh batch    -> $WORK/throughput-batch/, $OUT/throughput-batch.tar.gz
+#             the tokens/s and MFU its log reports, to hold beside lab.bench's
+#   bash lab/gpu/throughput.sh batch    -> $WORK/throughput-batch/, $OUT/throughput-batch.tar.gz
 #     G1 elementwise on the fused kernel, compiled, at other micro-batch sizes and lengths than B=16, T=1024:
 #     (B, T) = (8, 1024), (32, 1024), (8, 2048), each into $WORK/throughput-batch/<B>x<T>/
-#   bash gpu/throughput.sh modes    -> $WORK/throughput-modes/, $OUT/throughput-modes.tar.gz
-#     one compiled bench.py --train per torch.compile mode (reduce-overhead: CUDA graphs; max-autotune without
+#   bash lab/gpu/throughput.sh modes    -> $WORK/throughput-modes/, $OUT/throughput-modes.tar.gz
+#     one compiled lab.bench --train per torch.compile mode (reduce-overhead: CUDA graphs; max-autotune without
 #     them), each into its own folder, beside the default mode's results/bench_train.*; then the default mode
 #     again with the fused kernel's atomic dQ backward (GATED_ATTENTION_BACKWARD=atomic), into atomic-dq/, and
-#     G1 elementwise on the fused kernel with its loss in chunks of 4096 rows of logits (loss_chunk), into loss-chunk/;
+#     G1 elementwise on the fused kernel with its loss in chunks of 4096 rows of logits (loss_chunk), into
+#     loss-chunk/;
 #     then the three variants on PyTorch attention with cuDNN's SDPA kernels first (sdpa_backend=cudnn), into
 #     sdpa-cudnn/
 # Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
@@ -40,10 +41,10 @@ case "${1:-}" in
                    --n_layer=2 --n_head=2 --n_embd=64 --block_size=32 --batch_size=4 --max_iters=6 --eval_interval=5
                    --eval_iters=1 --log_interval=2 --compile=False --bos=False)
         else
-            compgen -G "data/pysrc/*_val_*.bin" > /dev/null || step prepare "$PYTHON" repro.py prepare
+            compgen -G "data/pysrc/*_val_*.bin" > /dev/null || step prepare "$PYTHON" -m lab.repro prepare
         fi
-        step sync "${PYTEST[@]}" test_train.py -k "on_a_gpu or optimizer_step"
-        step bench "$PYTHON" bench.py --train "${BENCH[@]}"
+        step sync "${PYTEST[@]}" tests/test_train.py -k "on_a_gpu or optimizer_step"
+        step bench "$PYTHON" -m lab.bench --train "${BENCH[@]}"
         RUN=$WORK/throughput-run  # apart from $LOG: its checkpoints are not packed, only its log
         done_before train || rm -rf "$RUN"  # train.py starts no run over an old one
         step train "$PYTHON" train.py config/train_owt_gpt2small.py --batch_size=16 --gradient_accumulation_steps=1 \
@@ -54,9 +55,9 @@ case "${1:-}" in
         start_log throughput-batch
         EXTRA=(--compile=true --variants=g1_elementwise --backends=triton)
         SHAPES="8x1024 32x1024 8x2048"
-        [ "$TOY" = 1 ] && EXTRA=(--tiny --variants=g1_elementwise --backends=triton)  # B/8, T/32 (bench.py --tiny)
+        [ "$TOY" = 1 ] && EXTRA=(--tiny --variants=g1_elementwise --backends=triton)  # B/8, T/32 (lab.bench --tiny)
         for shape in $SHAPES; do
-            step "bench-$shape" "$PYTHON" bench.py --train "${EXTRA[@]}" --batch_size="${shape%x*}" \
+            step "bench-$shape" "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --batch_size="${shape%x*}" \
                 --block_size="${shape#*x}" --out_dir="$LOG/$shape"
         done
         pack throughput-batch
@@ -66,13 +67,14 @@ case "${1:-}" in
         EXTRA=(--compile=true); CHUNK=4096  # 4 chunks of B*T = 16k rows
         [ "$TOY" = 1 ] && EXTRA=(--tiny) && CHUNK=16  # the smoke test never compiles: this checks the script and keys
         for mode in reduce-overhead max-autotune-no-cudagraphs; do
-            step "bench-$mode" "$PYTHON" bench.py --train "${EXTRA[@]}" --compile_mode="$mode" --out_dir="$LOG/$mode"
+            step "bench-$mode" "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --compile_mode="$mode" \
+                --out_dir="$LOG/$mode"
         done
-        step bench-atomic-dq env GATED_ATTENTION_BACKWARD=atomic "$PYTHON" bench.py --train "${EXTRA[@]}" \
+        step bench-atomic-dq env GATED_ATTENTION_BACKWARD=atomic "$PYTHON" -m lab.bench --train "${EXTRA[@]}" \
             --backends=triton --out_dir="$LOG/atomic-dq"  # the torch backend has no dQ mode
-        step bench-loss-chunk "$PYTHON" bench.py --train "${EXTRA[@]}" --variants=g1_elementwise --backends=triton \
+        step bench-loss-chunk "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --variants=g1_elementwise --backends=triton \
             --loss_chunk="$CHUNK" --out_dir="$LOG/loss-chunk"
-        step bench-sdpa-cudnn "$PYTHON" bench.py --train "${EXTRA[@]}" --backends=torch --sdpa_backend=cudnn \
+        step bench-sdpa-cudnn "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --backends=torch --sdpa_backend=cudnn \
             --out_dir="$LOG/sdpa-cudnn"  # the torch attention with cuDNN's SDPA kernels first
         pack throughput-modes
         ;;
