@@ -457,6 +457,35 @@ def attention_maps(model, idx):
 
 
 # -----------------------------------------------------------------------------
+# Loss spikes: the training loss's stability, counted as a reader of the curve would count them
+
+SPIKE_EMA = 0.95  # decay of the running mean and variance that a loss spike is measured against (~20 steps)
+SPIKE_WARMUP = 20  # steps before spikes are counted: the running variance needs a few steps to mean anything
+SPIKE_MIN_NATS = 0.1  # a spike rises at least this far above the running mean, however quiet the loss was
+
+
+def count_spike(health, loss, threshold):
+    """Update the loss health with one finite step's loss; return True if the step is in a spike.
+    A spike is what a reader of the loss curve would call one: a sudden rise far outside the recent noise,
+    i.e. more than `threshold` standard deviations (and SPIKE_MIN_NATS) above the exponential moving
+    average of the earlier losses. A spike that lasts several steps counts once; a slow drift upwards moves
+    the average along with it and is no spike; a jump to a higher plateau is one spike."""
+    mean, var, steps = health["loss_ema"], health.get("loss_var", 0.0), health.get("steps", 0)
+    spiking = (mean is not None and steps >= SPIKE_WARMUP
+               and loss - mean > max(threshold * math.sqrt(var), SPIKE_MIN_NATS))
+    if spiking and not health.get("in_spike", False):
+        health["loss_spikes"] += 1
+    if mean is None:
+        mean = loss
+    else:  # exponentially weighted mean and variance, updated in place (Finch 2009)
+        delta = loss - mean
+        mean += (1 - SPIKE_EMA) * delta
+        var = SPIKE_EMA * (var + (1 - SPIKE_EMA) * delta * delta)
+    health.update(loss_ema=mean, loss_var=var, steps=steps + 1, in_spike=spiking)
+    return spiking
+
+
+# -----------------------------------------------------------------------------
 # Speed: model FLOPs utilisation
 
 # Dense bf16 tensor-core peak FLOP/s by device name (no sparsity). Matched by substring, first hit wins.

@@ -2,23 +2,20 @@
 Train a gated-attention GPT:
 
     python train.py [config/file.py ...] [--key=value ...]
+    torchrun --standalone --nproc_per_node=8 train.py config/train_fineweb.py     # several GPUs
 
 With no arguments it trains a small G1-gated model (4 layers, 128 wide) on the Python standard library's own source
-for a few minutes on a laptop CPU, preparing data/pystdlib on first use, and prints what it measured. The files in
-config/ give the GPU runs; several GPUs (or CPU processes) through torchrun:
+for a few minutes on a laptop CPU, preparing data/pystdlib on first use, and prints what it measured; config/ holds
+the GPU runs. `python train.py --help` lists every key (TrainConfig: model.GPTConfig's flags and the run's). It writes
+out_dir/log.jsonl (a record per eval), ckpt.pt (the latest state) and best.pt (the lowest validation loss; a worse or
+diverged state never replaces it); --init_from=resume continues exactly where the run left off. Every guard on the
+folder (one train.py at a time, nothing changed before the first eval, no run overwritten without --overwrite=True,
+the Ctrl-C line, a step too big for memory refused) is runfolder.py's.
 
-    torchrun --standalone --nproc_per_node=8 train.py config/train_fineweb.py
-
-`python train.py --help` lists every key (TrainConfig: the model's flags of model.GPTConfig and the run's) with its
-default and meaning. Writes out_dir/log.jsonl (a record per eval), ckpt.pt (the latest state) and best.pt (the
-lowest validation loss; a worse or diverged state never replaces it); --init_from=resume continues exactly where the
-run left off. Every guard on the folder (one train.py per folder, nothing changed before the first eval, a run
-never overwritten unless --overwrite=True, the Ctrl-C line, a step too big for memory refused) is runfolder.py's.
-
-Read top to bottom: the keys -> main (config, data, model, optimizer, the loop) -> the Trainer: build, run (the
-loop), then its steps (train_step, check_health, evaluate, log_and_save, save) -> the schedule, the optimizer step
-and loss spikes -> the checks on the keys and the data. The loop waits for the GPU only after the first step, at
-log steps and before evals: each step is queued, and check_health reads the queued steps' losses then.
+Read top to bottom: the keys -> main (config, then the Trainer: model, data, optimizer, and run, the loop) -> the
+loop's steps (train_step, check_health, evaluate, log_and_save, save) -> the schedule and the optimizer step -> the
+checks on the keys and the data. The loop waits for the GPU only after the first step, at log steps and before
+evals: each step is queued, and check_health reads the queued steps' losses then.
 """
 
 import dataclasses
@@ -39,7 +36,7 @@ from cli import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, configure, dataset_
 from data import check_training_data, prepare_if_missing
 from data.shards import TrainLoader, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
-from probe import Probe, describe, estimate_mfu
+from probe import Probe, count_spike, describe, estimate_mfu
 from runfolder import (RunFolder, code_version, finite_or_none, memory_advice, model_from_checkpoint,
                        restore_rng, rng_state, step_memory)
 
@@ -92,7 +89,7 @@ class TrainConfig(GPTConfig):
     # loss health
     max_nonfinite: int = 10  # this many non-finite steps in a row stop the run (seen at the next log or eval step)
     # a loss spike: a step's loss more than spike_threshold standard deviations (of the recent steps' losses)
-    # above their running mean, and at least SPIKE_MIN_NATS above it; see count_spike
+    # above their running mean, and at least probe.SPIKE_MIN_NATS above it; see probe.count_spike
     spike_threshold: float = 6.0  # standard deviations above the running mean that make a loss spike (above)
     # system
     backend: str = "auto"  # DDP: 'nccl' on CUDA, 'gloo' otherwise
@@ -105,9 +102,6 @@ class TrainConfig(GPTConfig):
 
 
 MODEL_KEYS = [f.name for f in dataclasses.fields(GPTConfig)]  # the keys TrainConfig takes from GPTConfig
-SPIKE_EMA = 0.95  # decay of the running mean and variance that a loss spike is measured against (~20 steps)
-SPIKE_WARMUP = 20  # steps before spikes are counted: the running variance needs a few steps to mean anything
-SPIKE_MIN_NATS = 0.1  # a spike rises at least this far above the running mean, however quiet the loss was
 # A run has exploded when its validation loss is more than DIVERGED_FACTOR times the one it started from (iter 0):
 # a fresh model's loss is about ln(vocab_size), a uniform guess, and twice that is vastly worse than guessing,
 # which no run that is merely noisy reaches (a --learning_rate=100 run is at thousands of nats). It stops then.
@@ -141,7 +135,7 @@ def main(argv=None):
             trainer = None
             with sdpa_preference(c.sdpa_backend):  # around compiling too: the compiled graph keeps the kernel chosen
                 try:
-                    trainer = Trainer(c, rank, world_size, device, ddp, folder, checkpoint)  # data, model, optimizer
+                    trainer = Trainer(c, rank, world_size, device, ddp, folder, checkpoint)  # model, data, optimizer
                     folder.claim_new(c)  # a new out_dir, made by the Trainer (check_writable), is claimed now
                     trainer.run()  # the loop
                 except KeyboardInterrupt:
@@ -345,15 +339,12 @@ class Trainer:
         step_loss = torch.zeros((), device=self.device)
         for micro_step in range(self.accum):
             x, y = self.loader.next_batch()
-            if self.device_type == "cuda":
-                x, y = x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
-            else:
-                x, y = x.to(self.device), y.to(self.device)
+            pin = self.device_type == "cuda"  # from pinned memory, the copy to the GPU overlaps its work
+            x, y = ((t.pin_memory() if pin else t).to(self.device, non_blocking=pin) for t in (x, y))
             if self.ddp:  # synchronise gradients on the last micro-step only
                 self.train_model.require_backward_grad_sync = micro_step == self.accum - 1
             with self.ctx:
-                loss = self.train_model(x, y)[1]  # the logits let go at once: backward does not need them
-                loss = loss / self.accum
+                loss = self.train_model(x, y)[1] / self.accum  # the logits let go at once: backward needs none
             step_loss += loss.detach()
             self.scaler.scale(loss).backward()
         if self.ddp:  # every rank sees the same loss and gradients, so every rank skips the same steps
@@ -505,7 +496,7 @@ class Trainer:
 
 
 # -----------------------------------------------------------------------------
-# The schedule, the optimizer step, loss spikes
+# The schedule and the optimizer step
 
 def lr_at(it, c):
     """Linear warmup to learning_rate, then cosine decay to min_lr at lr_decay_iters, then min_lr."""
@@ -542,27 +533,6 @@ def optimizer_step(optimizer, scaler, params, grad_clip, loss):
         scaler.update()  # lowers the loss scale after an fp16 overflow (the check unscale_ made), raises it after a run
     optimizer.zero_grad(set_to_none=True)
     return torch.stack([loss.float(), grad_norm.float(), taken.float()])
-
-
-def count_spike(health, loss, threshold):
-    """Update the loss health with one finite step's loss; return True if the step is in a spike.
-    A spike is what a reader of the loss curve would call one: a sudden rise far outside the recent noise,
-    i.e. more than `threshold` standard deviations (and SPIKE_MIN_NATS) above the exponential moving
-    average of the earlier losses. A spike that lasts several steps counts once; a slow drift upwards moves
-    the average along with it and is no spike; a jump to a higher plateau is one spike."""
-    mean, var, steps = health["loss_ema"], health.get("loss_var", 0.0), health.get("steps", 0)
-    spiking = (mean is not None and steps >= SPIKE_WARMUP
-               and loss - mean > max(threshold * math.sqrt(var), SPIKE_MIN_NATS))
-    if spiking and not health.get("in_spike", False):
-        health["loss_spikes"] += 1
-    if mean is None:
-        mean = loss
-    else:  # exponentially weighted mean and variance, updated in place (Finch 2009)
-        delta = loss - mean
-        mean += (1 - SPIKE_EMA) * delta
-        var = SPIKE_EMA * (var + (1 - SPIKE_EMA) * delta * delta)
-    health.update(loss_ema=mean, loss_var=var, steps=steps + 1, in_spike=spiking)
-    return spiking
 
 
 # -----------------------------------------------------------------------------
@@ -626,8 +596,8 @@ def prepare_data(c, block, vocab_size, rank, world_size, ddp):
 
 @dataclass
 class Span:
-    """Training since some point (the last log line, the last eval): the finite steps' losses, and the seconds and
-    number of the steps that were timed (evaluations and the first step, which compiles, are not)."""
+    """Training since the last log line or eval: the finite steps' losses, and the time and number of the steps
+    timed (not evaluations, nor the first step, which compiles)."""
     losses: list = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     steps: int = 0

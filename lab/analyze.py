@@ -47,6 +47,9 @@ import math
 import os
 import sys
 import time
+if not __package__:  # run as python lab/analyze.py: find the project from its root, as python -m lab.analyze does
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 from dataclasses import asdict, dataclass
 
 import numpy as np

@@ -34,6 +34,9 @@ import statistics
 import subprocess
 import sys
 import time
+if not __package__:  # run as python lab/bench.py: find the project from its root, as python -m lab.bench does
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 from dataclasses import dataclass
 
 import torch

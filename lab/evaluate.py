@@ -47,6 +47,9 @@ import json
 import os
 import sys
 import time
+if not __package__:  # run as python lab/evaluate.py: find the project from its root, as python -m lab.evaluate does
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 from dataclasses import dataclass
 
 import torch

@@ -389,7 +389,7 @@ def measured_section(by, variants):
             f"share of heads whose F-Attn exceeds {SINK_HEAD_THRESHOLD} (Gu et al. 2025); "
             "M-Act: max |h| of each layer's output in a window; all averaged over layers (GA §4.3) and windows. Peak "
             "act: the largest |h| of any layer in a window (GN's residual-stream maximum). Gate: mean score and share "
-            "of scores below 0.1. Loss spikes: per run (train.py's count_spike)." + old_sink_share(by), ""] + \
+            "of scores below 0.1. Loss spikes: per run (probe.count_spike)." + old_sink_share(by), ""] + \
         markdown_table(["variant", "seeds", "lr", "runs"] + [m.label for m in shown], rows) + ["", legend]
 
 

@@ -87,6 +87,10 @@ import subprocess
 import sys
 import sysconfig
 import time
+import types
+if not __package__:  # run as python lab/repro.py: find the project from its root, as python -m lab.repro does
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -345,7 +349,9 @@ def study_settings(keys, extra):
             scope[key] = ast.literal_eval(text)
         except (ValueError, SyntaxError):
             scope[key] = text
-    return {k: v for k, v in scope.items() if not k.startswith("_")}
+    # a config file's imports and helpers are no settings (cli.configure skips them alike)
+    return {k: v for k, v in scope.items()
+            if not (k.startswith("_") or isinstance(v, types.ModuleType) or callable(v))}
 
 
 def finished(root, variant, seed, max_iters):

@@ -18,7 +18,12 @@ GA's perplexity, mean gate score, M-Act and F-Attn of a 15B MoE with
 (Table 1).
 """
 
+import os
+import sys
 from dataclasses import dataclass, field
+
+if not __package__:  # run as python lab/variants.py: find the project from its root, as python -m lab.variants does
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from runfolder import atomic_write
 
@@ -259,9 +264,6 @@ if __name__ == "__main__":
     # `python -m lab.variants` prints the flag table; `python -m lab.variants --write[=PATH]` puts it into
     # docs/flags.md (or PATH) in place, between the page's two marker lines. tests/test_docs.py checks the page holds
     # it verbatim.
-    import os
-    import sys
-
     BEGIN, END = "<!-- BEGIN python -m lab.variants -->\n", "<!-- END python -m lab.variants -->\n"
     args = sys.argv[1:]
     if not args:

@@ -16,6 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 CORE = ("model.py", "kernels.py", "probe.py", "train.py", "sample.py", "pretrained.py", "cli.py", "runfolder.py")
 LONGEST_FUNCTION = 60  # lines, def to last line, in the core
 MOST_LINES = {"train.py": 650, "model.py": 580}
+MOST_LINES_TOGETHER = 1200  # model.py and train.py: what a student reads to see the gate and the loop (nanoGPT: 666)
 
 
 def tracked_top_level():
@@ -67,6 +68,11 @@ def test_the_files_a_student_reads_first_stay_short(path):
     assert lines <= MOST_LINES[path], f"{path}: {lines} lines, more than {MOST_LINES[path]}"
 
 
+def test_the_model_and_the_loop_together_stay_within_a_sitting():
+    lines = sum(open(os.path.join(REPO, path), encoding="utf-8").read().count("\n") for path in MOST_LINES)
+    assert lines <= MOST_LINES_TOGETHER, f"model.py and train.py: {lines} lines, more than {MOST_LINES_TOGETHER}"
+
+
 def test_no_core_function_is_longer_than_a_screen_or_two():
     long = []
     for path in CORE:
@@ -90,3 +96,16 @@ def test_train_py_reads_top_to_bottom_with_the_loop_in_its_first_half():
     assert any(isinstance(node, ast.While) for node in ast.walk(run)), "Trainer.run holds the loop"
     assert "RunFolder" in {n.id for n in ast.walk(next(f for f in tree.body if getattr(f, "name", "") == "main"))
                            if isinstance(n, ast.Name)}
+
+
+@pytest.mark.parametrize("tool", ["repro", "analyze", "evaluate", "bench", "variants"])
+def test_a_lab_tool_runs_as_a_module_from_the_root_and_as_a_script_from_anywhere(tool, tmp_path):
+    """python -m lab.<tool> from the root is the way the docs give; python lab/<tool>.py, from any folder, is the
+    guess a newcomer makes, and it works too instead of failing on the project's imports."""
+    argv = [] if tool == "variants" else ["--help"]
+    runs = [([sys.executable, "-m", f"lab.{tool}", *argv], REPO),
+            ([sys.executable, os.path.join(REPO, "lab", f"{tool}.py"), *argv], str(tmp_path))]
+    for cmd, cwd in runs:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, (cmd, out.stderr[-2000:])
+        assert out.stdout.strip(), cmd

@@ -648,6 +648,15 @@ def test_study_settings_are_what_train_py_will_read():
     assert repro.study_settings(repro.Keys(tiny=True), [])["max_iters"] == repro.TINY["max_iters"]
 
 
+def test_a_config_files_imports_are_no_study_settings():
+    """config/sink_lab.py imports os (for TUTORIAL_TOY): the study's settings hold its keys and never a module or a
+    function, so that they can be compared, as JSON, with a kept run's (restore and train do, once runs are kept)."""
+    settings = repro.study_settings(repro.Keys(study="sink_lab"), [])
+    assert "os" not in settings and json.loads(json.dumps(settings)) == settings
+    assert settings["max_iters"] == 2000 and settings["pos_emb"] == "learned"
+
+
+
 @pytest.mark.parametrize("argv,words", [
     (["train"], ["name the variants", "'all'", "g1_elementwise"]),
     (["train", "baseline", "--out_dir=x"], ["--out_dir=x", "the runner (lab.repro) sets --out_dir", "--root"]),

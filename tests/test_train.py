@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import model as model_py
+import probe
 import sample
 import train
 import cli
@@ -889,7 +890,7 @@ def test_the_trajectory_does_not_depend_on_evaluation_or_checkpointing(stdlib_da
 
 def spikes_in(losses, threshold=6.0):
     health = {"loss_ema": None, "loss_spikes": 0}
-    flagged = [train.count_spike(health, x, threshold) for x in losses]
+    flagged = [probe.count_spike(health, x, threshold) for x in losses]
     return health["loss_spikes"], flagged
 
 
