@@ -5,7 +5,8 @@ of this project, so reading a command line never loads the model or Triton.
   fail, configure        the one command-line convention: config files and --key=value, checked against a
                          dataclass of keys (a bool key may be given as a bare --key, a list key as a,b,c);
                          --help lists the keys with their defaults, types and comments
-  pick_device, autocast  where and in which precision to run; device_name, free_memory
+  pick_device, autocast  where and in which precision to run; device_name, free_memory; processes (torchrun's
+                         rank and world size, or one process)
   speed settings         COMPILE_MODES, SDPA_BACKENDS, sdpa_preference and sdpa_order (train.py and the lab's bench
                          share them), keep_freed_memory (the CPU allocator setting train.py runs under)
   dataset_dir            where a dataset's shards are
@@ -256,6 +257,28 @@ def pick_device(name, local_rank=None):
     return name
 
 
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what train.py reads of what torchrun sets
+
+
+def processes():
+    """(ddp, rank, local_rank, world_size): one process, or one per GPU under torchrun, which sets all of
+    TORCHRUN_VARS. Some of them without the others is a stray variable or a broken launcher, never a run that
+    could work: refuse it rather than guess whether the user meant one process or many."""
+    found = [k for k in TORCHRUN_VARS if k in os.environ]
+    if not found:
+        return False, 0, 0, 1
+    missing = [k for k in TORCHRUN_VARS if k not in os.environ]
+    if missing:
+        fail(f"the environment sets {', '.join(f'{k}={os.environ[k]}' for k in found)} but not {', '.join(missing)}: "
+             f"torchrun sets all of {', '.join(TORCHRUN_VARS)}. For one process unset {' '.join(found)} "
+             "(e.g. env -u RANK python train.py ...); for several, launch with torchrun")
+    try:
+        rank, local_rank, world_size = (int(os.environ[k]) for k in TORCHRUN_VARS)
+    except ValueError:
+        fail(f"{', '.join(f'{k}={os.environ[k]!r}' for k in TORCHRUN_VARS)} must be whole numbers (torchrun sets them)")
+    return True, rank, local_rank, world_size
+
+
 def free_memory(device):
     """Bytes free for a run or a measurement on device now: a GPU's own; the machine's otherwise (MPS shares it),
     counting the caches the system would give up; None where the system cannot tell."""
@@ -373,25 +396,3 @@ def keep_freed_memory(device_type="cpu"):
 def dataset_dir(dataset, data_dir=""):
     """Where a dataset's shards are: data_dir if given, else data/<dataset> in this repo."""
     return data_dir or os.path.join(REPO, "data", dataset)
-
-
-TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what train.py reads of what torchrun sets
-
-
-def processes():
-    """(ddp, rank, local_rank, world_size): one process, or one per GPU under torchrun, which sets all of
-    TORCHRUN_VARS. Some of them without the others is a stray variable or a broken launcher, never a run that
-    could work: refuse it rather than guess whether the user meant one process or many."""
-    found = [k for k in TORCHRUN_VARS if k in os.environ]
-    if not found:
-        return False, 0, 0, 1
-    missing = [k for k in TORCHRUN_VARS if k not in os.environ]
-    if missing:
-        fail(f"the environment sets {', '.join(f'{k}={os.environ[k]}' for k in found)} but not {', '.join(missing)}: "
-             f"torchrun sets all of {', '.join(TORCHRUN_VARS)}. For one process unset {' '.join(found)} "
-             "(e.g. env -u RANK python train.py ...); for several, launch with torchrun")
-    try:
-        rank, local_rank, world_size = (int(os.environ[k]) for k in TORCHRUN_VARS)
-    except ValueError:
-        fail(f"{', '.join(f'{k}={os.environ[k]!r}' for k in TORCHRUN_VARS)} must be whole numbers (torchrun sets them)")
-    return True, rank, local_rank, world_size

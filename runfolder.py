@@ -68,13 +68,19 @@ def claim_folder(folder):
 
 def writable_folder(folder, key="--out_dir"):
     """Make `folder` (and its parents) and check this process can write in it, before any work whose results go
-    there: a path that is a file, lies under a file or is not writable stops with one line, not after the work."""
+    there: a path that is a file, lies under a file or is not writable stops with one line, not after the work. An
+    empty new folder changes no run. Writability is tried, not read from the permissions, which a read-only disk
+    or a network filesystem can belie."""
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:  # FileExistsError (a file), NotADirectoryError (under a file), PermissionError
         fail(f"{key}={folder} cannot be made: {e.strerror or e} (choose another folder)")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        fail(f"{key}={folder} is not writable by this user: choose another folder, or make it writable")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        fail(f"{key}={folder} is not writable by this user ({e.strerror or e}): choose another folder, or make it "
+             "writable")
 
 
 def write_text(path, text):
@@ -440,13 +446,7 @@ class RunFolder:
     # -- writing -------------------------------------------------------------------------------------------------
 
     def check_writable(self):
-        """Make out_dir (an empty new folder changes no run) and make sure files can be written there."""
-        try:
-            os.makedirs(self.out_dir, exist_ok=True)
-            with tempfile.TemporaryFile(dir=self.out_dir):
-                pass
-        except OSError as e:
-            fail(f"out_dir={self.out_dir!r} cannot be written: {e.strerror or e}; choose another --out_dir")
+        writable_folder(self.out_dir)
 
     def _start(self):
         """The first write of this command: a new run replaces the old files (--overwrite=True was given,
