@@ -6,7 +6,7 @@ of this project, so reading a command line never loads the model or Triton.
                          dataclass of keys (a bool key may be given as a bare --key, a list key as a,b,c);
                          --help lists the keys with their defaults, types and comments
   pick_device, autocast  where and in which precision to run; device_name, free_memory; processes (torchrun's
-                         rank and world size, or one process)
+                         rank and world size, or one process) and init_processes (joining them, in bounded time)
   speed settings         COMPILE_MODES, SDPA_BACKENDS, sdpa_preference and sdpa_order (train.py and the lab's bench
                          share them), keep_freed_memory (the CPU allocator setting train.py runs under)
   dataset_dir            where a dataset's shards are
@@ -18,10 +18,12 @@ import ctypes
 import dataclasses
 import difflib
 import inspect
+import math
 import os
 import platform
 import sys
 import textwrap
+import time
 import tokenize
 import traceback
 import types
@@ -42,19 +44,39 @@ def fail(message):
 # The command line: `python script.py [config/file.py ...] [--key=value ...]`, applied in the order given
 
 def config_path(name):
-    """Where the config file `name` is: as given (from the working directory), else inside the repository, so that
-    config/... works from any directory; None where it is neither."""
+    """Where the config file `name` is: as given (from the working directory, a leading ~ for the home folder), else
+    inside the repository, so that config/... works from any directory; None where it is neither."""
+    name = os.path.expanduser(name)
     return next((path for path in (name, os.path.join(REPO, name)) if os.path.isfile(path)), None)
+
+
+def _config_not_found(arg):
+    """Stop on an argument that is neither --key=value nor a config file, saying which mistake it looks like."""
+    if os.path.isdir(os.path.expanduser(arg)):
+        fail(f"{arg} is a folder, not a config file: name a .py file of key = value lines (e.g. config/sink_lab.py)")
+    if arg.startswith("-") and not arg.startswith("--"):
+        fail(f"{arg}: a key takes two dashes, --{arg.lstrip('-')} (--help lists the keys)")
+    fail(f"config file {arg} not found (arguments are config files or --key=value; --help lists the keys)")
+
+
+# Keys whose values are paths (besides every *_dir, *_path and *_file): a leading ~ in them is the home folder, as a
+# shell would make it, so that out_dir="~/runs" in a config file, or a quoted '--out_dir=~/runs', names no folder "~"
+PATH_KEYS = ("root", "config", "step_config", "text", "runs", "pretrained")
+
+
+def is_path_key(key):
+    return key.endswith(("_dir", "_path", "_file")) or key in PATH_KEYS
 
 
 def configure(keys, argv, defaults=None):
     """Fill the dataclass `keys` from config files (plain Python run with the current values as globals) and
     --key=value overrides. Values are read as Python literals (strings need no quotes) and must have the
     field's type; a bool key may be written --key for --key=True; a list key (a field typed tuple[int, ...],
-    tuple[str, ...]) is written a,b,c. An unknown key, a value of the wrong type or a mistake in a config file stops
-    with one line naming it (and the file and line). --help (or -h) prints the script's usage and every key, and
-    exits. `defaults` (a dict) replaces some of the dataclass's defaults, e.g. a resumed run's own settings.
-    Returns (config, given): given is the set of keys a file or a flag set."""
+    tuple[str, ...]) is written a,b,c; a leading ~ in a path key (is_path_key) is the home folder. An unknown key,
+    a value of the wrong type or a mistake in a config file stops with one line naming it (and the file and line).
+    --help (or -h) prints the script's usage and every key, and exits. `defaults` (a dict) replaces some of the
+    dataclass's defaults, e.g. a resumed run's own settings. Returns (config, given): given is the set of keys a file
+    or a flag set."""
     if "--help" in argv or "-h" in argv:
         print(usage(keys))
         raise SystemExit(0)
@@ -65,7 +87,7 @@ def configure(keys, argv, defaults=None):
         if not arg.startswith("--"):
             path = config_path(arg)
             if path is None:
-                fail(f"config file {arg} not found (arguments are config files or --key=value; --help lists the keys)")
+                _config_not_found(arg)
             scope = dict(values)
             run_config_file(arg, path, scope)
             for key, value in scope.items():
@@ -132,7 +154,7 @@ def _items(value, item):
     for v in value:
         if isinstance(v, str) and item is not str:
             v = ast.literal_eval(v)
-        number = item in (int, float) and type(v) in ((int,) if item is int else (int, float))
+        number = item in (int, float) and type(v) in ((int,) if item is int else (int, float)) and math.isfinite(v)
         if not (number or item is str and isinstance(v, str)):
             raise ValueError(f"{v!r} is no {item.__name__}")
         items.append(item(v))
@@ -145,16 +167,19 @@ def _typed(key, value, where, fields):
     item = _item_type(want)
     if item is not None:
         try:
-            return _items(value, item)
+            items = _items(value, item)
         except (ValueError, SyntaxError):
             fail(f"{where}: {key} must be a {_type_name(want)}, written a,b,c; got {value!r}")
+        return tuple(map(os.path.expanduser, items)) if item is str and is_path_key(key) else items
     if want is float and type(value) is int:
         value = float(value)
     if value is None and fields[key].default is None:  # n_kv_head=None, mlp_hidden=None: "the default rule"
         return value
     if type(value) is not want:
         fail(f"{where}: {key} must be {want.__name__}, got {value!r} ({type(value).__name__})")
-    return value
+    if want is float and not math.isfinite(value):  # 1e400 in a config file is inf; float("nan") passes type()
+        fail(f"{where}: {key} must be a finite number, got {value!r}")
+    return os.path.expanduser(value) if want is str and is_path_key(key) else value
 
 
 def _source_lines(cls):
@@ -219,13 +244,16 @@ def usage(keys):
 def run_config_file(arg, path, scope):
     """exec a config file into scope; a mistake in it becomes one line naming the file and the line."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, "rb") as f:  # bytes: compile reads a UTF-8 BOM and a coding line as Python itself does
             code = builtins.compile(f.read(), path, "exec")  # under its own name, so errors point into it
         exec(code, scope)
     except SyntaxError as e:
+        if "Non-UTF-8" in e.msg or "codec can't decode" in e.msg:
+            fail(f"{arg} line {e.lineno}: not UTF-8 text; save the config file as UTF-8 "
+                 "(or declare its encoding in its first line: # -*- coding: latin-1 -*-)")
         fail(f"{arg} line {e.lineno}: {e.msg} (a config file is Python: key = value lines)")
-    except (OSError, UnicodeDecodeError) as e:
-        fail(f"config file {arg} cannot be read: {e}")
+    except OSError as e:
+        fail(f"config file {arg} cannot be read: {e.strerror or e}")
     except (Exception, SystemExit) as e:  # NameError, ZeroDivisionError, sys.exit(), ... from the file's own code
         lines = [frame.lineno for frame in traceback.extract_tb(e.__traceback__) if frame.filename == path]
         where = f"{arg} line {lines[-1] if lines else '?'}"
@@ -252,31 +280,116 @@ def pick_device(name, local_rank=None):
         fail(f"device={name!r} is not valid; choose 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
     if kind == "cuda" and not torch.cuda.is_available():
         fail(f"device={name!r} but CUDA is not available here; use --device=cpu (or auto)")
+    if kind == "cuda" and (torch.device(name).index or 0) >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        fail(f"device={name!r} but this machine has {count} GPU{'s' * (count != 1)} (cuda:0 to cuda:{count - 1}); "
+             "use one of them, or --device=cuda")
     if kind == "mps" and not torch.backends.mps.is_available():
         fail(f"device={name!r} but MPS (Apple GPU) is not available here; use --device=cpu (or auto)")
     return name
 
 
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what train.py reads of what torchrun sets
+MASTER_VARS = ("MASTER_ADDR", "MASTER_PORT")  # where the processes meet, which torchrun sets too
+JOIN_TIMEOUT = 120  # seconds init_processes waits for the other processes; GATED_JOIN_TIMEOUT changes it
 
 
 def processes():
     """(ddp, rank, local_rank, world_size): one process, or one per GPU under torchrun, which sets all of
-    TORCHRUN_VARS. Some of them without the others is a stray variable or a broken launcher, never a run that
-    could work: refuse it rather than guess whether the user meant one process or many."""
+    TORCHRUN_VARS and MASTER_VARS. Some of them without the others is a stray variable or a broken launcher, never a
+    run that could work: refuse it rather than guess whether the user meant one process or many."""
     found = [k for k in TORCHRUN_VARS if k in os.environ]
     if not found:
         return False, 0, 0, 1
-    missing = [k for k in TORCHRUN_VARS if k not in os.environ]
+    missing = [k for k in TORCHRUN_VARS + MASTER_VARS if not os.environ.get(k)]
     if missing:
         fail(f"the environment sets {', '.join(f'{k}={os.environ[k]}' for k in found)} but not {', '.join(missing)}: "
-             f"torchrun sets all of {', '.join(TORCHRUN_VARS)}. For one process unset {' '.join(found)} "
+             f"torchrun sets all of {', '.join(TORCHRUN_VARS + MASTER_VARS)}. For one process unset {' '.join(found)} "
              "(e.g. env -u RANK python train.py ...); for several, launch with torchrun")
     try:
-        rank, local_rank, world_size = (int(os.environ[k]) for k in TORCHRUN_VARS)
+        rank, local_rank, world_size, port = (int(os.environ[k]) for k in TORCHRUN_VARS + ("MASTER_PORT",))
     except ValueError:
-        fail(f"{', '.join(f'{k}={os.environ[k]!r}' for k in TORCHRUN_VARS)} must be whole numbers (torchrun sets them)")
+        fail(f"{', '.join(f'{k}={os.environ[k]!r}' for k in TORCHRUN_VARS + ('MASTER_PORT',))} must be whole numbers "
+             "(torchrun sets them)")
+    if not (world_size >= 1 and 0 <= rank < world_size and local_rank >= 0 and 0 < port < 2**16):
+        fail(f"RANK={rank}, LOCAL_RANK={local_rank}, WORLD_SIZE={world_size}, MASTER_PORT={port} do not fit together: "
+             "WORLD_SIZE is at least 1, RANK one of 0..WORLD_SIZE-1, MASTER_PORT in 1..65535. Launch with torchrun, "
+             "which sets them, or unset them for one process")
     return True, rank, local_rank, world_size
+
+
+def join_timeout():
+    """The seconds init_processes waits for every process: GATED_JOIN_TIMEOUT where set, else JOIN_TIMEOUT."""
+    text = os.environ.get("GATED_JOIN_TIMEOUT", "")
+    try:
+        seconds = float(text) if text else JOIN_TIMEOUT
+    except ValueError:
+        seconds = -1
+    if not 0 < seconds < float("inf"):
+        fail(f"GATED_JOIN_TIMEOUT={text!r} must be a number of seconds above 0 (how long the processes wait for "
+             "each other to start)")
+    return seconds
+
+
+def init_processes(backend, rank, world_size):
+    """torch.distributed.init_process_group for torchrun's processes (see processes), waiting at most join_timeout()
+    seconds for all world_size of them to meet at MASTER_ADDR:MASTER_PORT, where init_process_group alone would wait
+    silently (for 30 minutes, or forever for a rank whose master never starts). Says that it waits; a process that
+    never came stops the others with one line that says how to launch them. Collectives keep PyTorch's timeout."""
+    import datetime
+    import torch.distributed as dist
+    seconds, where = join_timeout(), f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    print(f"rank {rank}: waiting up to {seconds:g} s for all {world_size} processes to meet at {where} "
+          "(GATED_JOIN_TIMEOUT sets how long)", flush=True)
+    deadline = time.monotonic() + seconds
+    late = (f"set WORLD_SIZE={world_size}, and the processes did not all start within {seconds:g} s at {where}: "
+            f"launch all of them with torchrun --nproc_per_node={world_size} train.py ... (or, on several machines, "
+            "torchrun on each with the same --master_addr and --master_port); for one process unset RANK, LOCAL_RANK "
+            "and WORLD_SIZE; if they are only slow to start, set GATED_JOIN_TIMEOUT to more seconds")
+    try:
+        if rank != 0 and not _reachable(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), deadline):
+            fail(f"rank {rank} found no process at {where} (rank 0 never started, or MASTER_ADDR and MASTER_PORT "
+                 f"name another place): you {late}")
+        remaining = datetime.timedelta(seconds=max(deadline - time.monotonic(), 1))
+        store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=remaining))
+        joined = _meet(store, world_size, deadline)
+        if joined < world_size:
+            fail(f"only {joined} of {world_size} processes joined: you {late}")
+        store.set_timeout(dist.default_pg_timeout)  # from here on PyTorch's own timeout, as without this function
+        dist.init_process_group(backend=backend, store=dist.PrefixStore("default_pg", store), rank=rank,
+                                world_size=world_size)
+    except dist.DistStoreError:  # rank 0's store, waiting for the other ranks to connect
+        fail(f"rank 0 waited at {where} and not all {world_size} processes joined: you {late}")
+    except (RuntimeError, ValueError) as e:  # the port taken by another program, a backend not built in, ...
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        hint = "; another program listens there: choose a free port (torchrun --master_port=N)" \
+            if "EADDRINUSE" in text else ""
+        fail(f"cannot start the processes at {where} with backend={backend!r}: {text}{hint}")
+
+
+def _reachable(host, port, deadline):
+    """Whether something listens at host:port before deadline (time.monotonic), tried quietly every half second:
+    torch's own client logs a C++ stack trace for every try."""
+    import socket
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+
+
+def _meet(store, world_size, deadline):
+    """Count this process in on the store and wait (until deadline) for all world_size: how many came. Under torchrun
+    the store is its agent's, up before any process, so connecting to it says nothing about the others."""
+    key = f"gated_attention/joined/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    joined = store.add(key, 1)
+    while joined < world_size and time.monotonic() < deadline:
+        time.sleep(0.1)
+        joined = store.add(key, 0)
+    return joined
 
 
 def free_memory(device):

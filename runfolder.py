@@ -3,15 +3,18 @@ A run's folder: what train.py writes in out_dir and every other script reads, an
 nothing is lost. train.py meets it as one object, RunFolder.
 
   the files              LOG, CHECKPOINT, BEST (train.py's), MEASURED and EVALUATED (the lab's), named once
-  writing                atomic_write, write_text, write_json: a kill or a full disk leaves the old file whole;
-                         claim_folder: one process at a time writes a folder; writable_folder: checked before work
+  writing                atomic_write, atomic_copy, write_text, write_json: a kill or a full disk leaves the old file
+                         whole, and no file is written through a symbolic link; claim_folder, claimed: one process at
+                         a time writes a folder; writable_folder: checked before work
   checkpoints            save_checkpoint, read_checkpoint, model_from_checkpoint, load_checkpoint
   records                read_jsonl, code_version (which commit made a result), finite_or_none
-  the run                RunFolder: claiming out_dir, starting a new run or resuming one (its settings, the best
-                         state so far), the log and the checkpoints, and the Ctrl-C line; saved_state, rng_state,
-                         step_memory and memory_advice (a step that cannot fit is refused before it is tried)
+  the run                RunFolder: claiming out_dir, starting a new run or resuming one (its settings, its id and
+                         data, the best state so far), the log and the checkpoints, and the Ctrl-C line;
+                         saved_state, rng_state, step_memory and memory_advice (a step that cannot fit is refused
+                         before it is tried)
 """
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -19,7 +22,9 @@ import math
 import os
 import pickle
 import random
+import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -39,15 +44,32 @@ BEST = "best.pt"  # the state with the lowest validation loss
 # and its log is a complete record of the run. Used only where the checkpoint itself is absent.
 MEASURED = "measured"  # lab/analyze.py: measured.json (its record of the run) and measured.npz (the per-window arrays)
 EVALUATED = "evaluated.json"  # lab/evaluate.py: its record of the run, with the settings it was measured under
+MEASUREMENTS = (MEASURED + ".json", MEASURED + ".npz", EVALUATED)  # a run's measured files, gone with the run
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # a run folder's files are never written through a symbolic link (not Windows)
 
 
 def claim_folder(folder):
     """Make this process the one owner of `folder` (created if need be) until it exits: an exclusive lock on
     folder/.lock, which the operating system releases when the process ends, however it ends, so a crash cannot
     leave it held. If another process holds it, stop with one line naming that process. Keep the returned file
-    open for as long as the claim should last (on a system without fcntl, Windows, it claims nothing)."""
+    open for as long as the claim should last (on a system without fcntl, Windows, it claims nothing). A .lock
+    that is a symbolic link, a folder or anything but a plain file is refused, never followed: writing the pid
+    through a link would truncate whatever file it points at."""
     os.makedirs(folder, exist_ok=True)
-    lock = open(os.path.join(folder, ".lock"), "a+")
+    path = os.path.join(folder, ".lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError:
+        if not (os.path.islink(path) or os.path.isdir(path)):
+            raise
+        fd = None
+    if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+        if fd is not None:
+            os.close(fd)
+        what = "a symbolic link" if os.path.islink(path) else "a folder" if os.path.isdir(path) else "not a plain file"
+        fail(f"{path} is {what}, not the lock file this project keeps there (it is never followed or written "
+             f"through): move it away (mv {path} {path}.old) and run again")
+    lock = os.fdopen(fd, "r+")
     try:
         import fcntl
     except ImportError:
@@ -64,6 +86,16 @@ def claim_folder(folder):
     lock.write(f"pid {os.getpid()}: {' '.join([os.path.basename(sys.executable)] + sys.argv)}\n")
     lock.flush()
     return lock
+
+
+@contextlib.contextmanager
+def claimed(folder):
+    """claim_folder for a with-block (a results folder's one writer while it writes): the claim ends with the block."""
+    lock = claim_folder(folder)
+    try:
+        yield
+    finally:
+        lock.close()
 
 
 def writable_folder(folder, key="--out_dir"):
@@ -189,21 +221,25 @@ def load_checkpoint(path, device="cpu"):
 
 
 def read_jsonl(path):
-    """The records of a JSON-lines file such as log.jsonl ([] if there is none); a line that a crash cut short
-    is skipped with a note."""
+    """The records (JSON objects) of a JSON-lines file such as log.jsonl ([] if there is none). A line that is not
+    one, cut short by a crash or holding bytes that are not UTF-8, is skipped, with one note for all of them."""
     if not os.path.isfile(path):
         return []
     records, bad = [], 0
-    with open(path) as f:
+    with open(path, "rb") as f:  # bytes: one undecodable byte spoils its line, never the file
         for line in f:
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
-            except ValueError:
+                record = json.loads(line)
+            except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+                record = None
+            if isinstance(record, dict):
+                records.append(record)
+            else:
                 bad += 1
     if bad:
-        print(f"note: skipped {bad} unreadable line(s) of {path} (cut short by a crash?)")
+        print(f"note: skipped {bad} unreadable line(s) of {path} (cut short by a crash, or not JSON records)")
     return records
 
 
@@ -224,17 +260,25 @@ def finite_or_none(x):
     return x if x is None or math.isfinite(x) else None
 
 
-def saved_state(path):
+def saved_state(path, whose=False):
     """(iter_num, val_loss) of the checkpoint at path, read from the file itself (memory-mapped: its tensors are
     not read), or None if there is none; ValueError if it cannot be read. What a message says of a file
-    comes from here, never from what another file claims about it."""
+    comes from here, never from what another file claims about it. whose: also (run_id, model_args), which say
+    whose state it is (run_id is None in a checkpoint older than run ids)."""
     if not os.path.isfile(path):
         return None
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        return int(checkpoint["iter_num"]), float(checkpoint["val_loss"])
+        state = int(checkpoint["iter_num"]), float(checkpoint["val_loss"])
+        return state + (checkpoint.get("run_id"), dict(checkpoint["model_args"])) if whose else state
     except Exception as e:  # truncated, not a checkpoint, not train.py's
         raise ValueError(f"{path} is not a readable train.py checkpoint ({type(e).__name__})") from None
+
+
+def atomic_copy(source, path):
+    """A copy of the file source as path, written as atomic_write writes: its own file, never a link to source."""
+    with open(source, "rb") as f:
+        atomic_write(path, lambda out: shutil.copyfileobj(f, out, 2**24))
 
 
 def rng_state():
@@ -315,6 +359,8 @@ class RunFolder:
         self.out_dir, self.writer = out_dir, writer  # writer: this process writes the folder (rank 0, not eval_only)
         self.log_path, self.ckpt_path, self.best_path = (os.path.join(out_dir, n) for n in self.RUN_FILES)
         self.start_iter, self.started, self.lock = 0, False, None
+        # what every checkpoint records of the run (check_data): its id, and the fingerprint of the data it trains on
+        self.run_id, self.fingerprint, self.data_named = None, None, False
 
     def __enter__(self):
         # a new folder is claimed when it is made (claim_new), so a command that fails before leaves none behind
@@ -328,11 +374,20 @@ class RunFolder:
             self.lock = None
 
     def claim(self):
-        """This process becomes out_dir's one writer (claim_folder); a second train.py stops, naming the first."""
+        """This process becomes out_dir's one writer (claim_folder); a second train.py stops, naming the first.
+        A run file that is a folder (or anything but a file) stops it too, now, not at the first write."""
         try:
             self.lock = claim_folder(self.out_dir)
         except OSError as e:
             fail(f"out_dir={self.out_dir!r} cannot be written: {e.strerror or e}; choose another --out_dir")
+        for name in self.RUN_FILES + MEASUREMENTS:
+            self.check_is_file(os.path.join(self.out_dir, name))
+
+    @staticmethod
+    def check_is_file(path):
+        if os.path.exists(path) and not os.path.isfile(path):
+            fail(f"{path} is a folder (or another thing that is not a file) where a run keeps a file: move it away "
+                 f"(mv {path} {path}.old) and run again, or choose another --out_dir")
 
     def claim_new(self, c):
         """Claim the folder check_writable just made, and look again: another command may have put a run there."""
@@ -341,13 +396,17 @@ class RunFolder:
             self.check_new_run(c)
 
     def held(self):
-        return [n for n in self.RUN_FILES if os.path.exists(os.path.join(self.out_dir, n))]
+        """The run files and measurements in out_dir: a new run replaces them only when told to (--overwrite=True)."""
+        return [n for n in self.RUN_FILES + MEASUREMENTS if os.path.exists(os.path.join(self.out_dir, n))]
 
     # -- starting: a new run, or a resumed one -----------------------------------------------------------------
 
     def check_new_run(self, c):
         """A new run never replaces a run already in out_dir unless told to; the message says what the folder holds
-        and which commands fit it."""
+        and which commands fit it. A command told both to continue the run and to replace it does neither."""
+        if c.init_from == "resume" and c.overwrite:
+            fail("init_from='resume' continues the run in out_dir and overwrite=True replaces it with a new one: give "
+                 "one of them (--init_from=resume to continue, --overwrite=True alone to start over)")
         held = self.held()
         if c.init_from != "scratch" or not held or c.overwrite:
             return
@@ -373,14 +432,18 @@ class RunFolder:
         what = f"{', '.join(held)} and no {CHECKPOINT}" if held else "no run files"
         if unreadable:
             what += f" ({unreadable})"
-        return (f"{self.out_dir} holds {what}: there is no state to resume (the run stopped before its first "
-                "checkpoint). Start a new run there with --overwrite=True, or choose another --out_dir")
+        why = ("the run stopped before its first checkpoint" if LOG in held or not set(held) & set(MEASUREMENTS) else
+               "the measurements of a run whose checkpoint is gone")
+        return (f"{self.out_dir} holds {what}: there is no state to resume ({why}). Start a new run there with "
+                "--overwrite=True, or choose another --out_dir")
 
     def checkpoint_to_resume(self):
         """ckpt.pt, read whole, for --init_from=resume; anything that cannot be resumed stops with one line."""
+        self.check_is_file(self.ckpt_path)
         if not os.path.isfile(self.ckpt_path):
-            fail(f"init_from='resume' but there is no checkpoint at {self.ckpt_path}: "
-                 + (self.describe() if os.path.isdir(self.out_dir) else "the folder does not exist"))
+            where = (self.describe() if os.path.isdir(self.out_dir) else f"{self.out_dir} is a file, not a folder"
+                     if os.path.exists(self.out_dir) else "the folder does not exist")
+            fail(f"init_from='resume' but there is no checkpoint at {self.ckpt_path}: {where}")
         try:
             checkpoint = read_checkpoint(self.ckpt_path)
         except ValueError as e:
@@ -414,34 +477,80 @@ class RunFolder:
                 notes.append(f"note: resuming with {key}={value!r} (the run had {saved[key]!r})")
         old = os.path.abspath(dataset_dir(saved.get("dataset", ""), saved.get("data_dir", "")))
         new = os.path.abspath(dataset_dir(c.dataset, c.data_dir))
-        if old != new:
+        self.data_named = old != new  # this command names other data: check_data lets it differ (naming the same
+        if old != new:                # folder again is no consent to its changed contents)
             notes.append(f"WARNING: this run was trained on {old}; it now continues on {new}, because this command "
                          "says so (--dataset/--data_dir). Leave both out to continue on the run's own data.")
         return c, given, notes
 
     def best_state(self, checkpoint, say=print):
-        """(iter, val loss) of the best state so far, read from best.pt itself (None where there is none): ckpt.pt's
-        own record of it is wrong after a crash between the two writes, or after the user moved the files."""
+        """(iter, val loss) of the best state so far, read from best.pt itself ((None, inf) where there is none):
+        ckpt.pt's own record of it is wrong after a crash between the two writes, or after the user moved the files.
+        A best.pt of another run (another run id, or another model) stops the command: it is no state of this run,
+        and the run would measure itself against it, or replace it."""
         try:
-            best = saved_state(self.best_path)
+            best = saved_state(self.best_path, whose=True)
         except ValueError as e:
             say(f"note: {e}; the next evaluation's state will replace it as {BEST}")
-            return None
+            return None, math.inf
         if best is None:
             say(f"note: there is no {self.best_path}; the next evaluation's state will be saved as {BEST}")
-            return None
+            return None, math.inf
+        self.check_same_run(best, checkpoint)
         if checkpoint["val_loss"] < best[1]:
             it = checkpoint["iter_num"]
             say(f"note: {self.ckpt_path} (iter {it}, val loss {checkpoint['val_loss']:.4f}) is better than "
                 f"{self.best_path} (iter {best[0]}, {best[1]:.4f}): a run stopped between saving the two, or the "
                 f"files were moved. To keep iter {it} as the best: Ctrl-C, cp {self.ckpt_path} {self.best_path}, "
                 "and resume again")
-        return best
+        return best[:2]
 
-    def initial_val_loss(self):
-        """The validation loss the run started from (its iter-0 record), or None."""
+    def check_same_run(self, best, checkpoint):
+        """Stop, with one line, where best.pt (saved_state(whose=True)) is not a state of ckpt.pt's run."""
+        from model import RUNTIME_FLAGS  # these may change within a run
+        run_id, model_args = best[2:]
+        other = [f"{k}={model_args[k]!r} (this run: {v!r})" for k, v in checkpoint["model_args"].items()
+                 if k in model_args and k not in RUNTIME_FLAGS and model_args[k] != v]  # older: fewer keys
+        if run_id and checkpoint.get("run_id") and run_id != checkpoint["run_id"]:
+            other.insert(0, f"run id {run_id} (this run: {checkpoint['run_id']})")
+        if other:
+            fail(f"{self.best_path} is not a state of the run in {self.ckpt_path}: it has {', '.join(other[:3])}. "
+                 f"Was it copied in from another run? Move it away (mv {self.best_path} {self.best_path}.other) and "
+                 f"resume again: the next evaluation's state becomes {BEST}")
+
+    def initial_val_loss(self, checkpoint):
+        """The validation loss the run started from: the checkpoint's record of it, or for a checkpoint older than
+        that record, the log's iter-0 record; None if neither has it."""
+        if isinstance(checkpoint.get("initial_val_loss"), (int, float)):
+            return checkpoint["initial_val_loss"]
         start = [r for r in read_jsonl(self.log_path) if r.get("iter") == 0]
         return start[0]["val_loss"] if start and isinstance(start[0].get("val_loss"), (int, float)) else None
+
+    def check_data(self, c, checkpoint, data_dir, fingerprint, say=print):
+        """What every checkpoint records of the run (save): its run_id, made when the run starts and kept on every
+        resume, and the fingerprint of the data it trains on; c.data_dir is made absolute, so that a resume from
+        another working folder finds the same data. A resumed run whose data is not what it trained on (the dataset
+        prepared again in place, say) stops with one line, unless this command names the data (--dataset/--data_dir).
+        fingerprint: data.shards.dataset_fingerprint of data_dir; an older checkpoint recorded none."""
+        c.data_dir = os.path.abspath(c.data_dir) if c.data_dir else c.data_dir
+        self.fingerprint = fingerprint
+        recorded = (checkpoint or {}).get("data_fingerprint")
+        self.run_id = (checkpoint or {}).get("run_id") or secrets.token_hex(8)
+        differ = [split for split in fingerprint
+                  if isinstance(recorded, dict) and recorded.get(split) != fingerprint[split]]
+        if not differ:
+            return
+        changed = " and ".join(differ) + " shards"
+        prints = (f"(recorded in {self.ckpt_path}: train {recorded.get('train')}, val {recorded.get('val')}; now: "
+                  f"train {self.fingerprint['train']}, val {self.fingerprint['val']})")
+        if self.data_named:
+            say(f"note: the {changed} in {data_dir} are not those the run trained on {prints}: it continues on them, "
+                "as this command names the data")
+            return
+        fail(f"the data in {data_dir} is not what this run trained on: its {changed} differ {prints}; was the dataset "
+             f"prepared again? Prepare the data the run trained on again in {data_dir}, or start a new run on this "
+             "data (--overwrite=True, or another --out_dir); to continue this run on other data, put that data in "
+             "a folder of its own and name it (--data_dir=...)")
 
     # -- writing -------------------------------------------------------------------------------------------------
 
@@ -449,17 +558,22 @@ class RunFolder:
         writable_folder(self.out_dir)
 
     def _start(self):
-        """The first write of this command: a new run replaces the old files (--overwrite=True was given,
-        or there were none); a resumed run drops the records after its checkpoint, so the log reads as one run."""
+        """The first write of this command: a new run replaces the old files, measurements included (--overwrite=True
+        was given, or there were none); a resumed run drops the records after its checkpoint, so the log reads as
+        one run."""
         for stale in glob.glob(os.path.join(self.out_dir, ".*.tmp")):
             os.remove(stale)  # the partial file of a run killed while saving (the named files are whole)
         if self.start_iter == 0:
-            for path in (self.ckpt_path, self.best_path):
-                if os.path.exists(path):
-                    os.remove(path)
+            for name in (CHECKPOINT, BEST) + MEASUREMENTS:
+                if os.path.lexists(os.path.join(self.out_dir, name)):
+                    os.remove(os.path.join(self.out_dir, name))
             keep = []
         else:
-            keep = [r for r in read_jsonl(self.log_path) if r.get("iter", math.inf) <= self.start_iter]
+            keep = [r for r in read_jsonl(self.log_path)
+                    if isinstance(r.get("iter"), (int, float)) and r["iter"] <= self.start_iter]
+            both = all(map(os.path.isfile, (self.ckpt_path, self.best_path)))
+            if both and os.path.samefile(self.ckpt_path, self.best_path):
+                atomic_copy(self.ckpt_path, self.best_path)  # an older version linked them: best.pt gets its own
         text = "".join(json.dumps(r) + "\n" for r in keep)
         atomic_write(self.log_path, lambda f: f.write(text.encode()))
         self.started = True
@@ -468,36 +582,36 @@ class RunFolder:
         try:
             if not self.started:
                 self._start()
-            with open(self.log_path, "a") as f:
+            # appended, never through a symbolic link (atomic_write above replaces a link, never follows it)
+            with os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW, 0o666), "a") as f:
                 f.write(json.dumps(record) + "\n")
         except OSError as e:
-            fail(f"could not write {self.log_path}: {e.strerror or e}. {self.ckpt_path} keeps the last saved state.")
+            why = "it is a symbolic link, never written through" if os.path.islink(self.log_path) else e.strerror or e
+            fail(f"could not write {self.log_path}: {why}. {self.ckpt_path} keeps the last saved state.")
 
     def save(self, checkpoint, is_best, latest=True, initial_val_loss=None):
-        """ckpt.pt <- checkpoint (if latest); best.pt <- the same file too when it is the best so far (a hard link:
-        ckpt.pt is always replaced by a rename, so best.pt keeps its bytes when ckpt.pt moves on), or written on its
-        own when there is no latest to save (the initial state of a new run). Then one line says what was saved."""
+        """ckpt.pt <- checkpoint (if latest); best.pt <- the same state too when it is the best so far, as its own
+        file (a copy of ckpt.pt, written atomically: a file copied over ckpt.pt can never change best.pt), or
+        written on its own when there is no latest to save (the initial state of a new run). Then one line says
+        what was saved."""
+        latest_saved = False
         try:
             if latest:
                 save_checkpoint(checkpoint, self.ckpt_path)
-            if is_best and not latest:
-                save_checkpoint(checkpoint, self.best_path)
+                latest_saved = True
+            if is_best and latest:
+                atomic_copy(self.ckpt_path, self.best_path)
             elif is_best:
-                tmp = os.path.join(self.out_dir, f".{BEST}.link.tmp")
-                if os.path.exists(tmp):
-                    os.remove(tmp)
-                try:
-                    os.link(self.ckpt_path, tmp)
-                except OSError:  # a filesystem without hard links: copy
-                    shutil.copyfile(self.ckpt_path, tmp)
-                os.replace(tmp, self.best_path)
+                save_checkpoint(checkpoint, self.best_path)
         except (OSError, RuntimeError) as e:
             # a full disk reaches torch.save's zip writer as RuntimeError ("[enforce fail at inline_container.cc]
             # ... unexpected pos"), elsewhere as OSError; atomic_write has taken the partial file away
             reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip().splitlines()[0][:200]
             full = "" if isinstance(e, OSError) else " (is the disk full?)"
-            fail(f"could not save a checkpoint in {self.out_dir}: {reason}{full}. {self.ckpt_path} and "
-                 f"{self.best_path} keep the states saved before.")
+            kept = (f"{self.best_path} keeps the state saved before; {self.ckpt_path} holds iter "
+                    f"{checkpoint['iter_num']}" if latest_saved else f"{self.ckpt_path} and {self.best_path} keep the "
+                    "states saved before")
+            fail(f"could not save a checkpoint in {self.out_dir}: {reason}{full}. {kept}.")
         self.said_saved(checkpoint, is_best, latest, initial_val_loss)
 
     def said_saved(self, checkpoint, is_best, latest, initial_val_loss):

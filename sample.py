@@ -6,10 +6,10 @@ Sample from a model trained by train.py, or from a published checkpoint:
     python sample.py --pretrained=gpt2 --start="The attention sink"     # a published checkpoint (pretrained.py)
 
 Its keys are the fields of SampleConfig below, set as in every script here (--key=value, or a config file).
-Generation uses the model's KV cache; the text is decoded with the tokenizer named in the dataset's meta.json
-(GPT-2's BPE when there is none). A model trained with BOS windows (train.py's bos=True, the default) gets
-<|endoftext|> before the prompt, as at every training window's position 0, and keeps it there when the
-text outgrows block_size.
+Generation uses the model's KV cache; the text is decoded with the tokenizer named in the meta.json of the run's
+dataset, which must be here (a run's ids mean nothing without it: the command that prepares it is named). A model
+trained with BOS windows (train.py's bos=True, the default) gets <|endoftext|> before the prompt, as at every
+training window's position 0, and keeps it there when the text outgrows block_size.
 """
 
 import math
@@ -22,7 +22,7 @@ import torch
 import pretrained
 from cli import autocast_for, configure, dataset_dir, fail, pick_device
 from runfolder import CHECKPOINT, load_checkpoint
-from data.shards import get_tokenizer, read_meta
+from data.shards import get_tokenizer, prepare_command, read_meta
 
 
 @dataclass
@@ -64,36 +64,73 @@ def read_prompt(start):
         fail(f"--start=FILE:{path}: cannot read the prompt file ({e.strerror if isinstance(e, OSError) else e})")
 
 
-def main(argv=None):
-    c, _ = configure(SampleConfig, sys.argv[1:] if argv is None else argv)
-    check_settings(c)
-    prompt = read_prompt(c.start)
-    dev = pick_device(c.device)
-    ctx, _ = autocast_for(dev, c.dtype)
+def load(c, dev):
+    """(model, tokenizer, the run's training keys) of a run's checkpoint or a published one; what cannot be sampled
+    from stops with one line: a missing or broken file, a missing dataset (its tokenizer), weights that are not
+    finite (every probability would be NaN)."""
     try:
         if c.pretrained:
             published = pretrained.locate(c.pretrained)
             model, enc = pretrained.load_model(published, dev), pretrained.load_tokenizer(published)
             run = {"bos": published.bos}
         else:
-            model, ckpt = load_checkpoint(os.path.join(c.out_dir, c.checkpoint), dev)
+            path = os.path.join(c.out_dir, c.checkpoint)
+            if os.path.isdir(path):
+                fail(f"{path} is a folder: --out_dir names the run's folder and --checkpoint a file in it "
+                     f"({CHECKPOINT} or best.pt)")
+            model, ckpt = load_checkpoint(path, dev)
             run = ckpt.get("config", {})  # the training run's keys: where its data, and so its tokenizer, is
-            meta = read_meta(dataset_dir(run.get("dataset", ""), run.get("data_dir", ""))) or {}
-            enc = get_tokenizer(meta.get("tokenizer", "gpt2"))
+            enc = get_tokenizer(run_tokenizer(run, path))
     except (FileNotFoundError, ValueError, RuntimeError, ImportError) as e:  # RuntimeError: no network to download
         fail(e)
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        fail(f"the model in {c.pretrained or path} is not finite (NaN or infinite weights in {len(bad)} tensor(s), "
+             f"e.g. {bad[0]}): it cannot be sampled from; the run diverged before this state was saved (its best.pt "
+             "may be finite: --checkpoint=best.pt)")
+    return model, enc, run
 
+
+def run_tokenizer(run, path):
+    """The tokenizer's name a run was trained with: its dataset's meta.json's. A dataset folder that is missing or
+    not prepared stops with one line naming it and the command that prepares it: another tokenizer's text would be
+    wrong, or its ids out of the model's range."""
+    name = run.get("dataset", "")
+    if not name:  # not train.py's checkpoint (no run settings): GPT-2's BPE, this project's default
+        print(f"note: {path} names no dataset, so no tokenizer: decoding with GPT-2's BPE", flush=True)
+        return "gpt2"
+    data_dir = dataset_dir(name, run.get("data_dir", ""))
+    meta = read_meta(data_dir)  # a malformed one raises ValueError, which says what to do
+    if meta is None:
+        what = "is missing" if not os.path.isdir(data_dir) else "holds no prepared dataset (no meta.json)"
+        fail(f"the dataset folder of {path}, {data_dir}, {what}: its meta.json names the tokenizer the model's ids "
+             f"are decoded with. Prepare it: {prepare_command(data_dir, name)}")
+    return meta.get("tokenizer", "gpt2")
+
+
+def prompt_ids(prompt, enc, bos):
+    """The prompt's token ids, with <|endoftext|> first for a model trained on BOS windows (it always saw one at
+    position 0): (ids, whether one was added)."""
     try:
         ids = enc.encode(prompt, allowed_special={"<|endoftext|>"})
     except ValueError as e:  # a synthetic task's tokenizer knows its symbols only
         fail(f"--start: {e}")
     if not ids:
         fail("the prompt is empty; give some text with --start=... (or --start='<|endoftext|>')")
+    added = bos and ids[0] != enc.eot_token
+    return ([enc.eot_token] + ids if added else ids), added
+
+
+def main(argv=None):
+    c, _ = configure(SampleConfig, sys.argv[1:] if argv is None else argv)
+    check_settings(c)
+    prompt = read_prompt(c.start)
+    dev = pick_device(c.device)
+    ctx, _ = autocast_for(dev, c.dtype)
+    model, enc, run = load(c, dev)
     # a model trained on BOS windows always saw <|endoftext|> at position 0: give it one, and keep it there
     bos = run.get("bos", False)
-    added = bos and ids[0] != enc.eot_token
-    if added:
-        ids = [enc.eot_token] + ids
+    ids, added = prompt_ids(prompt, enc, bos)
     x = torch.tensor([ids], dtype=torch.long, device=dev)
 
     torch.manual_seed(c.seed)  # the same seed gives the same samples

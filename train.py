@@ -32,9 +32,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from cli import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, configure, dataset_dir, fail, free_memory,
-                 keep_freed_memory, pick_device, processes, sdpa_preference)
+                 init_processes, keep_freed_memory, pick_device, processes, sdpa_preference)
 from data import check_training_data, prepare_if_missing
-from data.shards import TrainLoader, read_meta, val_batches
+from data.shards import TrainLoader, dataset_fingerprint, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
 from probe import Probe, count_spike, describe, estimate_mfu
 from runfolder import (RunFolder, code_version, finite_or_none, memory_advice, model_from_checkpoint,
@@ -114,35 +114,35 @@ def main(argv=None):
     c, given = configure(TrainConfig, argv)
     ddp, rank, local_rank, world_size = processes()
     with RunFolder(c.out_dir, writer=rank == 0 and not c.eval_only) as folder:  # claims an existing out_dir
-        checkpoint, notes = None, []
-        if c.init_from == "resume":
-            checkpoint = folder.checkpoint_to_resume()
-            c, given, notes = folder.resume_settings(TrainConfig, argv, checkpoint)
-        check_settings(c)
-        folder.check_new_run(c)
-        # the device, and one process per GPU under torchrun
-        device = pick_device(c.device, local_rank if ddp else None)
-        device_type = device.split(":")[0]
-        keep_freed_memory(device_type)  # a CPU run reuses the memory each step frees (cli.keep_freed_memory)
-        if ddp:
-            if device_type == "cuda":
-                torch.cuda.set_device(device)
-            dist.init_process_group(backend=c.backend if c.backend != "auto" else
-                                    "nccl" if device_type == "cuda" else "gloo")
-        try:
-            for note in notes if rank == 0 else []:
-                print(note)
-            trainer = None
-            with sdpa_preference(c.sdpa_backend):  # around compiling too: the compiled graph keeps the kernel chosen
-                try:
+        trainer = None
+        try:  # Ctrl-C at any moment, reading the checkpoint included, ends with runfolder's one line
+            checkpoint, notes = None, []
+            if c.init_from == "resume":
+                checkpoint = folder.checkpoint_to_resume()
+                c, given, notes = folder.resume_settings(TrainConfig, argv, checkpoint)
+            check_settings(c)
+            folder.check_new_run(c)
+            # the device, and one process per GPU under torchrun
+            device = pick_device(c.device, local_rank if ddp else None)
+            device_type = device.split(":")[0]
+            keep_freed_memory(device_type)  # a CPU run reuses the memory each step frees (cli.keep_freed_memory)
+            if ddp:
+                if device_type == "cuda":
+                    torch.cuda.set_device(device)
+                init_processes(c.backend if c.backend != "auto" else "nccl" if device_type == "cuda" else "gloo",
+                               rank, world_size)
+            try:
+                for note in notes if rank == 0 else []:
+                    print(note)
+                with sdpa_preference(c.sdpa_backend):  # around compiling too: the compiled graph keeps the kernel
                     trainer = Trainer(c, rank, world_size, device, ddp, folder, checkpoint)  # model, data, optimizer
                     folder.claim_new(c)  # a new out_dir, made by the Trainer (check_writable), is claimed now
                     trainer.run()  # the loop
-                except KeyboardInterrupt:
-                    folder.interrupted(c, given, world_size, trainer and trainer.iter_num, rank)
-        finally:
-            if ddp:
-                dist.destroy_process_group()
+            finally:
+                if ddp:
+                    dist.destroy_process_group()
+        except KeyboardInterrupt:
+            folder.interrupted(c, given, world_size, trainer and trainer.iter_num, rank)
 
 
 # -----------------------------------------------------------------------------
@@ -178,18 +178,20 @@ class Trainer:
         self.data_dir, self.loader, self.val = prepare_data(c, self.gptconf.block_size, self.gptconf.vocab_size,
                                                             rank, world_size, ddp)
         self.triggers = (read_meta(self.data_dir) or {}).get("triggers")  # a task with triggers: probe.py measures them
+        folder.check_data(c, checkpoint, self.data_dir, dataset_fingerprint(self.data_dir), self.say)  # id and data
         # the optimizer, and on resume every piece of state the run had
         self.build_optimizer(checkpoint)
         folder.start_iter = self.iter_num
-        self.use_wandb = self.master and c.wandb_log and not c.eval_only
+        self.wandb = None  # the wandb module, where this process logs to it
         if self.master and not c.eval_only:  # eval_only reports and changes nothing in out_dir
             folder.check_writable()
-            if self.use_wandb:
+            if c.wandb_log:
                 try:
                     import wandb
                 except ImportError:
                     fail("wandb_log=True needs wandb: pip install wandb")
                 wandb.init(project=c.wandb_project, name=c.wandb_run_name, config=dataclasses.asdict(c))
+                self.wandb = wandb
 
     def say(self, *args, **kwargs):
         if self.master:
@@ -247,9 +249,8 @@ class Trainer:
             raise
         if record is not None and not c.eval_only:
             self.say_done(record, since_start.step_time(), eval_seconds)
-        if self.use_wandb:
-            import wandb
-            wandb.finish()
+        if self.wandb:
+            self.wandb.finish()
 
     def say_progress(self, lr, dt, loss, first_step):
         """The log line: the loss of the steps since the last one, and a step's time (dt: the first step alone when
@@ -321,10 +322,8 @@ class Trainer:
         restore_rng(checkpoint["rng"])
         self.iter_num, self.health = checkpoint["iter_num"], checkpoint["health"]
         self.say(f"resuming from {self.ckpt_path} at iter {self.iter_num}")
-        best = self.folder.best_state(checkpoint, say=self.say)
-        if best is not None:
-            self.best_iter, self.best_val_loss = best
-        self.initial_val_loss = self.folder.initial_val_loss()
+        self.best_iter, self.best_val_loss = self.folder.best_state(checkpoint, say=self.say)
+        self.initial_val_loss = self.folder.initial_val_loss(checkpoint)
 
     def out_of_memory(self, e):
         """The same one line for an allocator failure the estimate did not foresee."""
@@ -425,14 +424,13 @@ class Trainer:
                                 for k, v in c.items()} for c in probe.channels],
         }
         if not self.folder.started:
-            record["code"] = code_version()  # the first record of each command: which code wrote this run
+            record.update(code=code_version(), run_id=self.folder.run_id)  # each command's first: which code, run
         self.say(f"eval iter {self.iter_num}: {describe(record)}", flush=True)
         if self.master and not self.c.eval_only:
             self.folder.log(record)
-            if self.use_wandb:
-                import wandb
-                wandb.log({k: v for k, v in record.items() if k not in ("layers", "channels", "code")},
-                          step=self.iter_num)
+            if self.wandb:
+                self.wandb.log({k: v for k, v in record.items() if k not in ("layers", "channels", "code")},
+                               step=self.iter_num)
         if self.iter_num == 0 and not self.c.eval_only:
             self.initial_val_loss = val_loss
         self.stop_if_exploded(val_loss)  # on every rank (each has the same val_loss), before the state is saved
@@ -468,9 +466,8 @@ class Trainer:
         better one. A non-finite state is never saved: it would be useless to resume from. latest=False: the
         initial state of a new run, to best.pt only (ckpt.pt at iter 0 would read as a new run)."""
         if not (math.isfinite(val_loss) and all(torch.isfinite(p).all() for p in self.raw_model.parameters())):
-            best = f", best.pt the best (iter {self.best_iter})" if self.best_iter is not None else ""
-            print(f"not saving: the validation loss or the weights are not finite; {self.ckpt_path} keeps the last "
-                  f"finite state{best}")
+            print(f"not saving: the validation loss or the weights are not finite; "
+                  f"{self.folder.what_is_kept(self.best_iter)}")
             return
         # never worse than the start either, also when a resumed run found no best.pt to compare with
         initial = math.inf if self.initial_val_loss is None else self.initial_val_loss
@@ -492,6 +489,8 @@ class Trainer:
             "rng": rng_state(),
             "loader": self.loader.state_dict(),
             "health": self.health,
+            "initial_val_loss": self.initial_val_loss,  # what a diverged run is measured against
+            "run_id": self.folder.run_id, "data_fingerprint": self.folder.fingerprint,  # whose run, on which data
         }, is_best, latest, self.initial_val_loss)
 
 
@@ -559,6 +558,7 @@ def check_settings(c):
         "beta1": (lambda x: 0 <= x < 1, "in [0, 1)"),
         "beta2": (lambda x: 0 <= x < 1, "in [0, 1)"),
         "spike_threshold": (lambda x: x > 0, "a positive number of standard deviations"),
+        "block_size": (lambda x: x > c.bos, "at least 2 with bos=True: a window is the BOS token, then text"),
     }
     for key, (ok, allowed) in ranges.items():
         value = getattr(c, key)

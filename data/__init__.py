@@ -3,6 +3,7 @@ makes the shards of one dataset in data/<name>/."""
 
 import importlib
 import os
+import sys
 
 from cli import REPO, fail
 from data.shards import bos_token, find_shards, max_token_id, read_meta
@@ -48,3 +49,73 @@ def check_training_data(name, data_dir, vocab_size, bos):
     if token is not None and token >= vocab_size:
         fail(f"bos=True anchors windows with token {token}, but the model has vocab_size={vocab_size}")
     return token
+
+
+# -----------------------------------------------------------------------------
+# What every data/<name>/prepare.py's command line shares
+
+def path_arg(text):
+    """argparse's type for a folder or file option: a leading ~ is the home folder, as the shell makes it where it
+    can (--out_dir ~/x), and does not in --out_dir=~/x or a quoted '~/x'."""
+    return os.path.expanduser(text)
+
+
+def check_count(name, value, least=1):
+    """Refuse a count option below `least` (None: not given). A negative --max_files would otherwise drop files from
+    the end ([:-1]) without a word."""
+    if value is not None and value < least:
+        raise ValueError(f"{name}={value}: must be at least {least}")
+
+
+def check_out_dir(out_dir):
+    """Refuse, before any work, a folder that cannot be made or written: a link to nothing, a path through a file, a
+    folder we may not write in. (Writing can still fail later, where permissions do not bind root: run_preparation
+    reports that too.)"""
+    if os.path.islink(out_dir) and not os.path.exists(out_dir):
+        raise ValueError(f"{out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist: make that "
+                         "folder, or choose another --out_dir")
+    path = os.path.abspath(out_dir)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise ValueError(f"cannot make the folder {out_dir}: {path} is a file. Choose another --out_dir")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write into {path}: permission denied. Choose a folder you may write to (--out_dir)")
+
+
+def run_preparation(work, out_dir):
+    """Run a prepare script's work (a function of no arguments) as its main does: a setting out of range, a folder
+    that cannot be read or written, and Ctrl-C each stop with one line, never a traceback. Returns what work does."""
+    try:
+        check_out_dir(out_dir)
+        return work()
+    except KeyboardInterrupt:
+        print(f"\nstopped (Ctrl-C): {_left_behind(out_dir)}", file=sys.stderr, flush=True)
+        raise SystemExit(130)
+    except OSError as e:
+        fail(_os_error(e, out_dir))
+    except (ValueError, MemoryError) as e:
+        fail(e)
+
+
+def _left_behind(out_dir):
+    """What an interrupted preparation left in out_dir, in words."""
+    try:
+        unfinished = (read_meta(out_dir) or {}).get("complete") is False
+    except (OSError, ValueError):
+        unfinished = True
+    if unfinished:
+        return (f"the dataset in {out_dir} is not finished, and training refuses the folder until the same command, "
+                "run again, prepares it")
+    return f"{out_dir} is as it was; run the same command again to prepare the dataset"
+
+
+def _os_error(e, out_dir):
+    """One line for an OSError of a preparation: writing into out_dir (or making it), or reading elsewhere."""
+    if not (e.filename and e.strerror):
+        return str(e)
+    path, out = os.path.abspath(e.filename), os.path.abspath(out_dir)
+    if path == out or path.startswith(out + os.sep) or out.startswith(path + os.sep):
+        return f"cannot write the dataset into {out_dir}: {e.strerror} ({e.filename}). Choose a folder you may write " \
+               "to (--out_dir)"
+    return f"cannot read {e.filename}: {e.strerror}"

@@ -552,6 +552,39 @@ def bos_token(data_dir):
     return int(meta.get("eot_token", GPT2_EOT_ID))
 
 
+FINGERPRINT_BYTES = 2**20  # a shard's fingerprint reads its first and last MiB, not the whole 200 MB file
+
+
+def dataset_fingerprint(data_dir):
+    """{"train": ..., "val": ...}: a short hash of each split's shards (their names, sizes, and the first and last
+    MiB of each), what a checkpoint records so that resuming or measuring it on other data is noticed. Re-preparing
+    a dataset in place with other text or settings changes it; preparing the same tokens again does not (meta.json,
+    which holds dates and commands, is left out). Reads at most 2 MiB a shard: a second or so for OpenWebText."""
+    paths = find_shards(data_dir, "train"), find_shards(data_dir, "val")
+    fingerprint = {}
+    for split, shards in zip(SPLITS, paths):
+        digest = hashlib.sha256()
+        for path in shards:
+            size = os.path.getsize(path)
+            digest.update(f"{os.path.basename(path)}:{size}:".encode())
+            with open(path, "rb") as f:
+                digest.update(f.read(FINGERPRINT_BYTES))
+                if size > FINGERPRINT_BYTES:
+                    f.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
+                    digest.update(f.read())
+        fingerprint[split] = digest.hexdigest()[:16]
+    return fingerprint
+
+
+def describe_fingerprint_change(recorded, current):
+    """'' when a checkpoint's recorded dataset fingerprint (None: an older checkpoint, which recorded none) matches
+    the data now on disk, else what changed ("the train and val shards")."""
+    if not isinstance(recorded, dict):
+        return ""
+    changed = [split for split in SPLITS if recorded.get(split) != current.get(split)]
+    return " and ".join(changed) + " shards" if changed else ""
+
+
 def val_batches(data_dir, block_size, batch_size, n_batches, bos=None):
     """The fixed validation set: a list of n_batches (x, y) int64 CPU tensors, each (batch_size, block_size).
     Its batch_size * n_batches windows of block_size + 1 tokens are spread evenly over all the val shards

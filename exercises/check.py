@@ -10,6 +10,7 @@ likely wrong.
     python exercises/check.py 01 --hint=2               # hint 2 again
     python exercises/check.py all                       # every exercise, a score table and check-result.json
     python exercises/check.py 01 03 05 --result=r.json  # some of them, the result file written to r.json
+    python exercises/check.py --verify=r.json           # is r.json as the checker wrote it?
 
 Each exercise folder holds README.md (the statement), starter.py (your file: fill the gaps marked TODO), hints.md
 (the hints, which --hint shows one at a time, each saying more than the one before, the last the answer) and
@@ -21,28 +22,37 @@ Grading (`all`, a list of exercises, or --result=PATH): the exercises run one af
 of its own, under the same limits per check and one for the whole exercise (EXERCISE_TIME_LIMIT); each prints its
 failures and summary (not its passing checks), then a score table, and a JSON result (default check-result.json in
 the current folder, written atomically) that a teacher can collect: one entry per exercise (id, title, passed,
-total, first_failing_check, seconds, status: passed / failed / not filled / timeout / error, hints_seen) with the
-date and the Python and torch versions. Exit status: 0 only when every exercise passes.
+total, first_failing_check, seconds, status: passed / failed / not filled / timeout / error, hints_seen, and the
+file_sha256 of the file graded) with the date and the Python and torch versions, sealed with a checksum of its
+content (an HMAC with $CHECK_SIGNING_KEY, when set) that --verify checks. Exit status: 0 only when every exercise
+passes.
 
-Your code runs in a child process, one check at a time under a time limit (TIME_LIMIT seconds, more for the slow
-exercises: TIME_LIMITS). This process only watches it: the verdict is what the child reports, check by check, over a
-pipe of its own, tagged with a token your code never sees -- never anything it prints or its exit status. So a
-function that loops forever is stopped and named, and one that calls sys.exit(), exit() or os._exit() fails the
-check it was in, as does one that crashes the interpreter.
+Your code runs in a child process, the only one that imports your file, one request at a time under the time limit
+of the check that asked (TIME_LIMIT seconds, more for the slow exercises: TIME_LIMITS). The checks run in this
+process: each asks the child to call one of your functions with inputs chosen here (drawn with a random RUN_SEED on
+the command line; CHECK_SEED=N repeats a run's, which the result file records as "seed"), gets the answer back as
+data (numbers, strings, tensors, arrays; never a pickle) and compares it with the project's reference code. So a
+function that loops forever is stopped and named; one that calls sys.exit(), exit() or os._exit() fails the check it
+was in, as does one that crashes the interpreter or takes more than CHECK_MEMORY_GB of memory; and nothing your code
+does can make a check pass but answering right. When the child ends, every process it started is ended too. What
+this protects and what it cannot: "What the grader guarantees" in the teachers' part of the project's
+exercises/README.md.
 
 A check is a function `check_<name>(student)` in checks.py, with a docstring that says what it checks; it
-receives your file as a module and raises Wrong("...") with the likely cause when the answer is wrong.
+receives your file as a Student (its attributes and calls are answered by the child, as data) and raises
+Wrong("...") with the likely cause when the answer is wrong.
 """
 
 import faulthandler
+import functools
 import glob
 import importlib.util
-import multiprocessing
-import multiprocessing.connection
+import math
 import os
+import queue
 import re
-import secrets
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -52,10 +62,10 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)  # the exercises use the core's modules (model.py, probe.py, kernels.py...) as references
-if __name__ != "__main__":  # where checks run (the child process, or an import of this file); the command line
-    import torch            # only watches them, and importing torch there too would cost every check a second or two
-    if not torch.cuda.is_available():  # no GPU: Triton kernels run in Triton's interpreter (set before triton's import)
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+import torch  # noqa: E402  (the checks run here; the student's code in a child process, which imports this file too)
+
+if not torch.cuda.is_available():  # no GPU: Triton kernels run in Triton's interpreter (set before triton's import)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # How long one check (or the import of your file) may run before it counts as stuck. Every reference solution
 # takes well under a second a check on a laptop CPU, so this leaves a slow two-core laptop, and a slow but correct
@@ -74,6 +84,21 @@ GRACE = 10  # seconds more before a check that ignores the time limit (stuck ins
 sys.modules.setdefault("check", sys.modules[__name__])  # checks.py files `from check import Wrong` (also as __main__)
 
 
+# Every check draws its inputs from seeded generators, and RUN_SEED shifts every seed: a graded run (the command line
+# draws it at random) asks what no file could have answered in advance, while the test suite's runs (0) repeat.
+RUN_SEED = 0
+
+
+def generator(seed):
+    """A torch.Generator for a check's inputs: seed, shifted by this run's RUN_SEED."""
+    return torch.Generator().manual_seed(seed + RUN_SEED)
+
+
+def seeded(seed):
+    """seed, shifted by this run's RUN_SEED (for torch.manual_seed and numpy's generators)."""
+    return seed + RUN_SEED
+
+
 class Wrong(AssertionError):
     """A check failed: the message says what was expected and the likely cause, never the expected values."""
 
@@ -87,7 +112,7 @@ def same(a, b, tol=1e-8):
 
 def random_qk(B=2, H=3, T=12, D=8, seed=0, dtype=None):
     """Seeded random queries and keys (B, H, T, D), float64 unless dtype says otherwise."""
-    g = torch.Generator().manual_seed(seed)
+    g = generator(seed)
     dtype = dtype or torch.float64
     return torch.randn(B, H, T, D, generator=g, dtype=dtype), torch.randn(B, H, T, D, generator=g, dtype=dtype)
 
@@ -154,7 +179,38 @@ def checks_of(exercise_dir):
 
 
 class TimeLimit(BaseException):
-    """A check ran past its time limit. A BaseException, so that an `except Exception` in your code lets it through."""
+    """A check ran past its time limit. A BaseException, so that an `except Exception` in your code lets it through.
+    function and place: where in the student's file it was stopped, when known."""
+
+    def __init__(self, function=None, place=""):
+        super().__init__()
+        self.function, self.place = function, place
+
+
+class StudentExited(BaseException):
+    """The student's code raised SystemExit (sys.exit(), exit()); the message says where. Not a SystemExit: the
+    process that runs the checks never ends because the student's code asked it to."""
+
+
+class StudentEnded(BaseException):
+    """The process running the student's code ended (os._exit, a crash, a signal) or was stopped (memory) without
+    answering: exitcode, and where in the student's file, when known."""
+
+    def __init__(self, exitcode, function=None, place="", message=None):
+        super().__init__(message)
+        self.exitcode, self.function, self.place, self.message = exitcode, function, place, message
+
+
+class StudentRaised(Exception):
+    """An exception of the student's code of a type the checker does not rebuild: its type's name and message."""
+
+    def __init__(self, type_name, message):
+        super().__init__(message)
+        self.type_name = type_name
+
+
+class ProtocolError(Exception):
+    """An answer from the student's process that is not one the checker sent for: it counts as an error."""
 
 
 def time_limit_of(exercise_dir):
@@ -179,7 +235,7 @@ class _Alarm:
     def __enter__(self):
         if self.seconds:
             self.previous = signal.signal(signal.SIGALRM, self._ring)
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            signal.setitimer(signal.ITIMER_REAL, max(self.seconds, 1e-3))
 
     def __exit__(self, *exc):
         if self.seconds:
@@ -217,7 +273,10 @@ def _exited(exc, path, importing=False):
 
 
 def _where(exc, path, code=True):
-    """Where in the student's file the exception came from: ' (file line N: code)', or '' if not from there."""
+    """Where in the student's file the exception came from: ' (file line N: code)', or '' if not from there (for an
+    exception rebuilt from the student's process: what that process found)."""
+    if hasattr(exc, "student_where"):
+        return exc.student_where[0 if code else 1]
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if os.path.abspath(f.filename) == os.path.abspath(path)]
     if not frames:
@@ -229,95 +288,670 @@ def summary(passed, total, status):
     return f"{passed}/{total} checks passed" + (" -- well done." if status == "ok" else ".")
 
 
+# ----------------------------------------------------------------------------
+# The student's file as the checks see it. A check never holds the student's module: it gets `student`, a Student,
+# whose attributes and calls are requests, answered by the process that imported the file, as data -- None, bools,
+# numbers, strings, tuples, lists, dicts, tensors and numpy arrays, always copies -- or, for anything else (a
+# function, a class), a StudentObject that stands for it. student.in_child(helper, *args) runs one of checks.py's
+# helpers beside the student's code (one that watches it: hooks left behind, inputs changed in place, probe.py
+# refused) and returns what it saw, as data. run_isolated answers from a child process, the only one that imports
+# the student's file, so the process that decides the verdict runs none of the student's code and reads nothing
+# from it but data (never a pickle); run answers in this process (the test suite's fast path). Both copy every
+# value the same way, so a check sees the same in both.
+
+TENSOR_DTYPES = {name: getattr(torch, name) for name in (
+    "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool", "complex64",
+    "complex128")}
+MAX_DEPTH = 64  # nesting of an answer
+MAX_ANSWER = 2**31  # bytes of one answer: far above any exercise's, far below what would exhaust the checker's memory
+
+
+def to_data(value, objects, blobs, depth=0):
+    """value as a JSON-able tree, its tensors' and arrays' bytes appended to blobs; anything that is not data is
+    kept in objects (its number goes in the tree)."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"the answer is nested more than {MAX_DEPTH} levels deep")
+    import numpy as np
+    if value is None:
+        return None
+    if isinstance(value, np.generic) and value.dtype.kind in "biufc":
+        blobs.append(np.asarray(value).tobytes())
+        return {"t": "np", "dtype": value.dtype.str, "b": len(blobs) - 1}
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    if isinstance(value, torch.Tensor) and value.layout == torch.strided and str(value.dtype)[6:] in TENSOR_DTYPES:
+        t = value.detach().cpu().contiguous()
+        blobs.append(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        return {"t": "tensor", "dtype": str(t.dtype)[6:], "shape": list(t.shape), "b": len(blobs) - 1}
+    if isinstance(value, torch.dtype) and str(value)[6:] in TENSOR_DTYPES:
+        return {"t": "dtype", "v": str(value)[6:]}
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
+        blobs.append(np.ascontiguousarray(value).tobytes())
+        return {"t": "ndarray", "dtype": value.dtype.str, "shape": list(value.shape), "b": len(blobs) - 1}
+    if isinstance(value, (tuple, list)):
+        items = [to_data(v, objects, blobs, depth + 1) for v in value]
+        return {"t": "tuple", "v": items} if isinstance(value, tuple) else items
+    if isinstance(value, dict):
+        keys = [to_data(k, objects, blobs, depth + 1) for k in value]
+        return {"t": "dict", "k": keys, "v": [to_data(v, objects, blobs, depth + 1) for v in value.values()]}
+    objects.append(value)
+    return {"t": "object", "id": len(objects) - 1, "type": type(value).__name__}
+
+
+def from_data(tree, blobs, link, depth=0):
+    """The value to_data described, rebuilt from plain JSON and bytes (never unpickled): what the checks get."""
+    import numpy as np
+    if depth > MAX_DEPTH + 1:
+        raise ProtocolError("an answer nested too deep")
+    if tree is None or isinstance(tree, (bool, int, float, str)):
+        return tree
+    if isinstance(tree, list):
+        return [from_data(v, blobs, link, depth + 1) for v in tree]
+    if not isinstance(tree, dict):
+        raise ProtocolError(f"an answer holds a {type(tree).__name__}")
+    kind = tree.get("t")
+    if kind == "tuple":
+        return tuple(from_data(v, blobs, link, depth + 1) for v in tree["v"])
+    if kind == "dict":
+        return dict(zip((from_data(k, blobs, link, depth + 1) for k in tree["k"]),
+                        (from_data(v, blobs, link, depth + 1) for v in tree["v"])))
+    if kind == "dtype" and tree["v"] in TENSOR_DTYPES:
+        return TENSOR_DTYPES[tree["v"]]
+    if kind == "object":
+        return object_class(str(tree["type"]))(link, int(tree["id"]), str(tree["type"]))
+    raw = blobs[tree["b"]]
+    if kind == "tensor" and tree["dtype"] in TENSOR_DTYPES:
+        dtype, shape = TENSOR_DTYPES[tree["dtype"]], [int(n) for n in tree["shape"]]
+        if len(raw) != math.prod(shape) * torch.empty((), dtype=dtype).element_size():
+            raise ProtocolError("a tensor's bytes do not match its shape")
+        if not raw:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+    if kind in ("ndarray", "np"):
+        dtype = np.dtype(str(tree["dtype"]))
+        if dtype.kind not in "biufc" or len(raw) % dtype.itemsize:
+            raise ProtocolError("an array of an unknown type")
+        array = np.frombuffer(raw, dtype=dtype).copy()
+        return array[0] if kind == "np" else array.reshape([int(n) for n in tree["shape"]])
+    raise ProtocolError(f"an answer of unknown kind {kind!r}")
+
+
+def encode_answer(header, value=None, objects=None):
+    """One answer as bytes: a JSON header (with the value's tree) and the value's raw bytes after it."""
+    import json
+    blobs = []
+    if objects is not None:
+        header["value"] = to_data(value, objects, blobs)
+    header["sizes"] = [len(b) for b in blobs]
+    text = json.dumps(header).encode("utf-8")
+    return b"".join([len(text).to_bytes(8, "little"), text] + blobs)
+
+
+def decode_answer(data, link):
+    """(header, value) of encode_answer's bytes; ProtocolError for anything else."""
+    import json
+    try:
+        size = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + size].decode("utf-8"))
+        blobs, at = [], 8 + size
+        for n in header["sizes"]:
+            if not (isinstance(n, int) and 0 <= n <= len(data) - at):
+                raise ProtocolError("sizes past the answer's end")
+            blobs.append(data[at:at + n])
+            at += n
+        value = from_data(header.get("value"), blobs, link) if header.get("ok") else None
+        return header, value
+    except ProtocolError:
+        raise
+    except Exception as e:  # malformed JSON, missing keys, wrong types: not an answer the checker sent for
+        raise ProtocolError(f"{type(e).__name__}: {e}") from None
+
+
+# The exceptions of the student's code that the checks see as themselves (a check may expect a ValueError); any
+# other type arrives as StudentRaised, with its name.
+REBUILT = {e.__name__: e for e in (ValueError, TypeError, IndexError, RuntimeError, AttributeError, AssertionError,
+                                   ZeroDivisionError, NotImplementedError, ArithmeticError, OverflowError, NameError,
+                                   RecursionError, MemoryError, ImportError, ModuleNotFoundError, OSError,
+                                   FileNotFoundError, UnboundLocalError, Wrong)}
+
+
+def describe_error(e, path, importing=False):
+    """An exception of the student's process (the student's, or a helper's Wrong) as data for the checks."""
+    try:
+        message = str(e)
+    except Exception:
+        message = f"(a {type(e).__name__} whose message cannot be printed)"
+    frame = _student_frame(e, path)
+    error = {"type": "Wrong" if isinstance(e, Wrong) else type(e).__name__, "message": message[:4000],
+             "where": [_where(e, path), _where(e, path, code=False)], "function": frame and frame.name}
+    if isinstance(e, SystemExit):
+        error["exit"] = _exited(e, path, importing)
+    return error
+
+
+def rebuild_error(error):
+    """The exception the checks see for describe_error's description."""
+    kind, message = str(error.get("type")), str(error.get("message"))
+    if kind == "TimeLimit":
+        return TimeLimit(error.get("function"), str((error.get("where") or [""])[0]))
+    if kind == "SystemExit":
+        return StudentExited(str(error.get("exit")))
+    e = REBUILT[kind](message) if kind in REBUILT else StudentRaised(kind, message)
+    where = error.get("where")
+    e.student_where = (str(where[0]), str(where[1])) if isinstance(where, list) and len(where) == 2 else ("", "")
+    return e
+
+
+class StudentObject:
+    """Stands for something of the student's file that is not data (a function, a class, an object): reading an
+    attribute or calling it is a request to the process that holds it."""
+
+    def __init__(self, link, number, type_name):
+        self._link, self._number, self._type = link, number, type_name
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._link.request(("get", self._number, name))
+
+    def __call__(self, *args, **kwargs):
+        return self._link.request(("call", self._number, args, kwargs))
+
+    def __reduce__(self):  # as an argument of a request: the holder finds its own object again
+        return ObjectNumber, (self._number,)
+
+    def __repr__(self):
+        return f"<the student's {self._type}>"
+
+
+@functools.lru_cache(maxsize=None)
+def object_class(type_name):
+    """A StudentObject class named as the student's object's type, so that a check's message "got set" names it."""
+    return type(type_name if type_name.isidentifier() else "object", (StudentObject,), {})
+
+
+class ObjectNumber(int):
+    """A StudentObject as it travels back to the process that holds the object."""
+
+
+class Student(StudentObject):
+    """The student's file, as the checks see it (object 0 of the process that imported it)."""
+
+    def __init__(self, link):
+        super().__init__(link, 0, "file")
+
+    def in_child(self, helper, *args):
+        """helper(module, *args) -- a function of checks.py, run where the student's module is -- as data."""
+        return self._link.request(("helper", helper.__name__, args, {}))
+
+    def source_of(self, name):
+        """The source code of the student's function `name`, as text (what a check reads when it cannot watch)."""
+        return self._link.request(("source", 0, name))
+
+
+ObjectNumber.__module__ = "check"  # a request names it so, in the child too (sys.modules["check"] is this file)
+
+
+class Answerer:
+    """The side that holds the student's module and answers requests: in the child process, or in this one."""
+
+    def __init__(self, module, exercise_dir, path, in_child=False):
+        self.objects, self.path, self.exercise_dir, self._checks = [module], path, exercise_dir, None
+        self.in_child = in_child  # there, a KeyboardInterrupt of the student's code is one more exception
+
+    def resolve(self, value):
+        if isinstance(value, ObjectNumber):
+            return self.objects[int(value)]
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.resolve(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self.resolve(v) for k, v in value.items()}
+        return value
+
+    def answer(self, request):
+        """The answer's bytes: the value the request asks for, or the exception it raised."""
+        op, number, *rest = request
+        try:
+            target = self.objects[number] if isinstance(number, int) else None
+            if op == "get":
+                value = getattr(target, rest[0])
+            elif op == "call":
+                value = target(*self.resolve(rest[0]), **self.resolve(rest[1]))
+            elif op == "helper":
+                value = getattr(self.checks(), number)(self.objects[0], *self.resolve(rest[0]))
+            elif op == "source":
+                import inspect
+                fn = getattr(target, rest[0])
+                value = inspect.getsource(getattr(fn, "fn", fn))  # a @triton.jit kernel keeps its function in .fn
+            else:
+                raise ProtocolError(f"unknown request {op!r}")
+            return encode_answer({"ok": True}, value, self.objects)
+        except BaseException as e:  # the student's exception (SystemExit and TimeLimit too): the checks judge it
+            if isinstance(e, KeyboardInterrupt) and not self.in_child:
+                raise
+            return encode_answer({"ok": False, "error": describe_error(e, self.path)})
+
+    def checks(self):
+        if self._checks is None:
+            self._checks = load_module(os.path.join(self.exercise_dir, "checks.py"),
+                                       f"checks_{os.path.basename(self.exercise_dir)}_child")
+        return self._checks
+
+
+class InProcess:
+    """Answers the checks' requests in this process, copying both ways as the child process does (run)."""
+
+    def __init__(self, answerer):
+        self.answerer = answerer
+
+    def request(self, request):
+        import pickle
+        header, value = decode_answer(self.answerer.answer(pickle.loads(pickle.dumps(request))), self)
+        if not header["ok"]:
+            raise rebuild_error(header["error"])
+        return value
+
+
+def import_student(path, number, seconds=0):
+    """The student's module, imported under a time limit (TimeLimit past it)."""
+    with _Alarm(seconds):
+        return load_module(path, f"student_{number}")
+
+
 def run(exercise_dir, path, out=print, time_limit=None):
-    """Run the checks of exercise_dir on the file at path, in this process; returns (passed, total, status, failed):
-    status is one of 'ok', 'not filled', 'wrong', 'error', 'timeout'; failed is the name of the check that stopped it
-    (None if none did). time_limit: seconds a check may run (default time_limit_of(exercise_dir); 0: no limit).
-    Student code can end this process (os._exit): the command line calls run_isolated, which cannot be fooled."""
-    result = _run_checks(exercise_dir, path, out, time_limit)
+    """Run the checks of exercise_dir on the file at path, importing it in this process; returns (passed, total,
+    status, failed): status is one of 'ok', 'not filled', 'wrong', 'error', 'timeout'; failed is the name of the
+    check that stopped it (None if none did). time_limit: seconds a check may run (default time_limit_of(exercise_dir);
+    0: no limit). The student's code runs in this process, so it could reach the verdict: the test suite's fast path
+    for trusted files (the reference answers and known mistakes). The command line calls run_isolated."""
+    time_limit = time_limit_of(exercise_dir) if time_limit is None else time_limit
+    number = os.path.basename(exercise_dir)[:2]
+
+    def connect():
+        try:
+            module = import_student(path, number, time_limit)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
+            raise rebuild_error(describe_error(e, path, importing=True)) from None
+        return Student(InProcess(Answerer(module, exercise_dir, path)))
+
+    result = _run_checks(exercise_dir, path, out, time_limit, connect, alarm=True)
     out(summary(*result[:3]))
     return result
 
 
-def _run_checks(exercise_dir, path, out, time_limit=None, step=lambda name, index, total: None):
-    """run() without the summary line; step(name, index, total) is called as each check (name None: the import of
-    the student's file) begins."""
-    time_limit = time_limit_of(exercise_dir) if time_limit is None else time_limit
-    checks = checks_of(exercise_dir)
+def _verdict(e, path, time_limit, label, importing=False):
+    """(status, line) of a check (or the import, label '') that raised e."""
+    where = _where(e, path)
+    if isinstance(e, TimeLimit):
+        function, place = (e.function, e.place) if e.function is not None or e.place else (None, "")
+        if function is None and not e.place:
+            frame = _student_frame(e, path)
+            function, place = (frame.name, _where(e, path)) if frame is not None else (None, "")
+        what = "importing your file" if importing else label
+        return "timeout", f"{what} {_stuck(time_limit, function, place)}"
+    if isinstance(e, StudentExited):
+        return "error", f"{label}{' ' if label else ''}{e}"
+    if isinstance(e, StudentEnded):
+        return "error", e.message and f"{label}{' ' if label else ''}{e.message}" or \
+            _ended(e.exitcode, label, importing, e.function, e.place)
+    if isinstance(e, NotImplementedError):
+        where = "" if importing else _where(e, path, False)
+        return "not filled", f"{label}{' ' if label else ''}not filled yet: {e}{where}"
+    if importing:
+        return "error", f"your file does not import: {getattr(e, 'type_name', type(e).__name__)}: {e}{where}"
+    if isinstance(e, ProtocolError):
+        return "error", f"{label} the answer of your code's process could not be read ({e}): did your code write to " \
+                        "the checker's pipe?"
+    return None
+
+
+def _run_checks(exercise_dir, path, out, time_limit, connect, alarm=False, step=lambda name, index, total: None,
+                over=lambda label: None, checks=None):
+    """Import the student's file (connect(): the Student) and run the checks in order until one fails; step(name,
+    index, total) is called as each begins (name None: the import). alarm: time each check here (run); otherwise the
+    Student's link times its requests (run_isolated). over(label): the line for a time limit that was the whole
+    exercise's, or None. checks: checks_of(exercise_dir), if loaded already. Returns (passed, total, status, failed)."""
+    checks = checks_of(exercise_dir) if checks is None else checks
     number = os.path.basename(exercise_dir)[:2]
     out(f"checking {os.path.relpath(path)} against exercise {os.path.basename(exercise_dir)}")
     step(None, 0, len(checks))
     try:
-        with _Alarm(time_limit):
-            student = load_module(path, f"student_{number}")
-    except NotImplementedError as e:
-        out(f"  not filled yet: {e}")
-        return 0, len(checks), "not filled", None
-    except TimeLimit as e:
-        frame = _student_frame(e, path)
-        out(f"  importing your file {_stuck(time_limit, frame and frame.name, _where(e, path))}")
-        return 0, len(checks), "timeout", None
-    except SystemExit as e:
-        out(f"  {_exited(e, path, importing=True)}")
-        return 0, len(checks), "error", None
-    except Exception as e:
-        out(f"  your file does not import: {type(e).__name__}: {e}{_where(e, path)}")
-        return 0, len(checks), "error", None
+        student = connect()
+    except (Exception, TimeLimit, StudentExited, StudentEnded) as e:
+        status, line = _verdict(e, path, time_limit, "", importing=True)
+        out(f"  {(isinstance(e, TimeLimit) and over('')) or line}")
+        return 0, len(checks), status, None
     status, failed = "ok", None
     for passed, (name, fn) in enumerate(checks):
         what = (fn.__doc__ or name).strip().splitlines()[0]
+        label = f"[{number}.{name}]"
         step(name, passed, len(checks))
         try:
-            with _Alarm(time_limit):
+            with _Alarm(time_limit if alarm else 0):
                 fn(student)
-        except TimeLimit as e:
-            frame = _student_frame(e, path)
-            out(f"  [{number}.{name}] {_stuck(time_limit, frame and frame.name, _where(e, path))}")
-            status = "timeout"
-        except SystemExit as e:
-            out(f"  [{number}.{name}] {_exited(e, path)}")
-            status = "error"
-        except NotImplementedError as e:
-            out(f"  [{number}.{name}] not filled yet: {e}{_where(e, path, code=False)}")
-            status = "not filled"
-        except AssertionError as e:  # Wrong, or a plain assert in checks.py
-            out(f"  [{number}.{name}] FAILED: {what}\n      {e}")
-            status = "wrong"
-        except Exception as e:
-            out(f"  [{number}.{name}] your code raised {type(e).__name__}: {e}{_where(e, path)}")
-            status = "error"
-        else:
-            out(f"  [{number}.{name}] ok: {what}")
-            continue
-        failed = name
-        break
+        except (Exception, TimeLimit, StudentExited, StudentEnded) as e:
+            verdict = _verdict(e, path, time_limit, label)
+            if isinstance(e, TimeLimit) and over(label):
+                status, line = "timeout", over(label)
+            elif verdict is not None:
+                status, line = verdict
+            elif isinstance(e, AssertionError):  # Wrong, or a plain assert in checks.py
+                status, line = "wrong", f"{label} FAILED: {what}\n      {e}"
+            else:
+                status, line = "error", f"{label} your code raised {getattr(e, 'type_name', type(e).__name__)}: " \
+                                        f"{e}{_where(e, path)}"
+            out(f"  {line}")
+            failed = name
+            break
+        out(f"  {label} ok: {what}")
     else:
         passed = len(checks)
     return passed, len(checks), status, failed
 
 
-def _child(connection, token, exercise_dir, path, time_limit, stack_file):
-    """The child process of run_isolated: runs the checks and reports each step on connection, tagged with token.
-    Should a check outlive its alarm (stuck inside C code, or the student's code caught TimeLimit), faulthandler
-    writes every thread's stack to stack_file just before the parent kills the process: the parent reads there
-    which of the student's functions did not return."""
-    def send(*message):
-        sys.stdout.flush()  # what the student's code printed appears before the checker's next line
-        sys.stderr.flush()
-        connection.send((token,) + message)
+# ----------------------------------------------------------------------------
+# The child process. run_isolated starts it in a session of its own, its stdin and stdout two pipes: requests in
+# (pickled by the checker: the child trusts the checker, never the other way round) and answers out (encode_answer's
+# bytes; what the student's code prints goes to stderr, so it never mixes with them). It
+# imports the student's file, says how that went, then answers one request at a time, each under the time left to
+# the check that asked; faulthandler writes every thread's stack to stack_file just before the checker would kill
+# a request that never returns, so that the checker can name the student's function that did not.
 
+CHILD_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); import check; check.serve(*sys.argv[2:])"
+
+
+def _private_pipes():
+    """(requests, answers): the child's stdin and stdout as file descriptors of its own; fd 0 then reads nothing
+    and fd 1 writes to stderr, so that the student's input() and print() never touch the checker's pipes."""
+    fd_in, fd_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    if os.name == "nt":
+        import msvcrt
+        for fd in (fd_in, fd_out):
+            msvcrt.setmode(fd, os.O_BINARY)
+    return fd_in, fd_out
+
+
+def _write_frame(fd, data):
+    data = len(data).to_bytes(8, "little") + data
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _read_exactly(fd, n):
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def serve(exercise_dir, path, stack_file):
+    """The child process's whole life: import the student's file, then answer requests until it is stopped."""
+    import pickle
+    _die_with_parent()
+    fd_in, fd_out = _private_pipes()
     stacks = open(stack_file, "w", encoding="utf-8")
     faulthandler.enable(file=stacks)  # a crash (segmentation fault...) writes the stack there too
+    number = os.path.basename(exercise_dir)[:2]
+    _write_frame(fd_out, encode_answer({"ok": True}))  # started: torch and this file are imported
+    while True:
+        op, *request = pickle.loads(_read_exactly(fd_in, int.from_bytes(_read_exactly(fd_in, 8), "little")))
+        seconds = request.pop()
+        if seconds:
+            faulthandler.dump_traceback_later(seconds + min(GRACE, seconds) / 2, file=stacks)
+        if op == "import":  # ("import", None, the file's own time limit): the time left includes starting up
+            try:
+                answerer = Answerer(import_student(path, number, request[1] or 0), exercise_dir, path, in_child=True)
+                answer = encode_answer({"ok": True})
+            except BaseException as e:
+                answer = encode_answer({"ok": False, "error": describe_error(e, path, importing=True)})
+        else:
+            with _Alarm(seconds):
+                answer = answerer.answer((op, *request))
+        faulthandler.cancel_dump_traceback_later()
+        sys.stdout.flush()  # what the student's code printed appears before the checker's next line
+        sys.stderr.flush()
+        _write_frame(fd_out, answer)
 
-    def step(name, index, total):
-        if time_limit:
-            faulthandler.dump_traceback_later(time_limit + min(GRACE, time_limit) / 2, file=stacks)
-        send("step", name, index, total)
 
-    result = _run_checks(exercise_dir, path, lambda line: send("line", line), time_limit, step)
-    faulthandler.cancel_dump_traceback_later()
-    send("result", *result)
-    connection.close()
+def _prctl(option, value):
+    """Linux's prctl(option, value); False where there is none."""
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 1, 4, 36, 37
+
+
+def _die_with_parent():
+    """The child is killed when the checker ends, however it ends (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the checker ended before the line above
+        os._exit(1)
+
+
+def memory_limit():
+    """Bytes of memory the student's process may hold: $CHECK_MEMORY_GB, else half the machine's, at most 8 GiB (every
+    exercise needs well under 1 GiB); None where the machine cannot tell."""
+    try:
+        return int(float(os.environ["CHECK_MEMORY_GB"]) * 2**30)
+    except (KeyError, ValueError):
+        pass
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return min(total // 2, 8 * 2**30)
+
+
+def _resident(pid):
+    """Bytes of memory process pid holds now (Linux), or 0."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _children(pid):
+    """The process ids whose parent is pid (Linux's /proc), or []."""
+    found = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(p) for p in f.read().split()]
+        return found
+    except (OSError, ValueError):
+        pass
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:  # kernels without .../children
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
+
+
+class ChildProcess:
+    """The link to the child process that imported the student's file (run_isolated): requests and their answers,
+    each within the time left (self.deadline, time.monotonic()); the child stopped, with everything it started,
+    when it is too late, when it takes too much memory, and at the end."""
+
+    def __init__(self, exercise_dir, path, stack_file, watchdog=None):
+        self.path, self.stack_file, self.deadline, self.proc, self.watchdog = path, stack_file, None, None, watchdog
+        self.grace = GRACE  # seconds past the deadline before a request that ignores it (stuck in C code) is killed
+        self.kept = set(_children(os.getpid()))  # this process's own children (a watchdog): never the student's
+        self.subreaper = _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of the student's processes become ours to end
+        self.memory = memory_limit()
+        env = {k: v for k, v in os.environ.items() if k != SIGNING_KEY_VAR}  # the key stays here
+        apart = {"start_new_session": True} if os.name == "posix" else \
+            {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, HERE, exercise_dir, path, stack_file],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, **apart)
+        # Blocking reads and writes run in threads of their own, so that this one can keep time, watch the memory,
+        # and stop the child whatever it does (stops reading, never answers, or floods its pipe).
+        self.answers = queue.Queue()
+        threading.Thread(target=self._read_answers, args=(self.proc.stdout, self.answers), daemon=True).start()
+
+    @staticmethod
+    def _read_answers(pipe, answers):
+        """Put each answer's bytes on answers as it arrives; EOFError at the end, ProtocolError for an oversized one."""
+        try:
+            while True:
+                head = pipe.read(8)
+                if len(head) < 8:
+                    raise EOFError
+                size = int.from_bytes(head, "little")
+                if size > MAX_ANSWER:
+                    raise ProtocolError(f"an answer of {size} bytes")
+                body = pipe.read(size)
+                if len(body) < size:
+                    raise EOFError
+                answers.put(body)
+        except (EOFError, ProtocolError, OSError, ValueError) as e:
+            answers.put(e if not isinstance(e, (OSError, ValueError)) else EOFError())
+
+    def request(self, request):
+        """The value the child answers to request, or the exception it raised (TimeLimit past the deadline,
+        StudentEnded if it ended)."""
+        import pickle
+        if self.proc is None or self.proc.poll() is not None:
+            raise StudentEnded(self.proc and self.proc.returncode, message="the process of your code has ended")
+        seconds = max(1e-3, self.deadline - time.monotonic()) if self.deadline is not None else 0
+        try:
+            self._send(pickle.dumps(request + (seconds,)))
+            header, value = decode_answer(self._receive(), self)
+        except TimeLimit:
+            self.stop()
+            function, place = _stuck_in(self.stack_file, self.path)
+            raise TimeLimit(function, place) from None
+        except EOFError:
+            self._ended()
+            raise StudentEnded(self.proc.returncode, *_stuck_in(self.stack_file, self.path)) from None
+        if not header["ok"]:
+            raise rebuild_error(header["error"])
+        return value
+
+    def start(self, seconds):
+        """Wait for the child to say it started (StudentEnded, with what went wrong, if it does not)."""
+        self.deadline, grace, self.grace = time.monotonic() + seconds, self.grace, 0
+        try:
+            self._receive()
+        except TimeLimit:
+            self.stop()
+            raise StudentEnded(None, message=f"the checks did not start within {seconds} s (importing torch and "
+                                             "check.py)") from None
+        except EOFError:
+            self._ended()
+            raise StudentEnded(None, message=f"the checks could not start (exit status {self.proc.returncode}): see "
+                                             "the error above.") from None
+        finally:
+            self.grace = grace
+
+    def _ended(self):
+        """The child closed its answers' pipe: wait for it to end (it should be ending), or end it."""
+        try:
+            self.proc.wait(timeout=GRACE)
+        except subprocess.TimeoutExpired:
+            self.stop()
+
+    def _late(self):
+        """The time to wait for the child now (None: no limit); TimeLimit once past the deadline and its grace."""
+        if self.deadline is None:
+            return 0.25
+        left = self.deadline + self.grace - time.monotonic()
+        if left <= 0:
+            raise TimeLimit()
+        return min(left, 0.25)
+
+    def _watch(self):
+        """Between waits: the child's memory, and a checker stopped by a signal (SIGSTOP) resumed by the watchdog."""
+        if self.watchdog is not None and self.watchdog.poll() is None:
+            os.kill(self.watchdog.pid, signal.SIGCONT)
+        if self.memory and _resident(self.proc.pid) > self.memory:
+            self.stop()
+            raise StudentEnded(None, message=f"your code used more than {self.memory / 2**30:.1f} GiB of memory and "
+                                             "was stopped: a tensor far bigger than the exercise needs?")
+
+    def _send(self, data):
+        """Write one request, in a thread: a child that stops reading cannot hold this process past the deadline."""
+        done = queue.Queue()
+
+        def write(pipe=self.proc.stdin):
+            try:
+                pipe.write(len(data).to_bytes(8, "little") + data)
+                pipe.flush()
+                done.put(None)
+            except (OSError, ValueError):
+                done.put(EOFError())
+
+        threading.Thread(target=write, daemon=True).start()
+        self._wait(done)
+
+    def _receive(self):
+        return self._wait(self.answers)
+
+    def _wait(self, box):
+        """What box receives (an exception put there is raised), within the deadline (TimeLimit past it)."""
+        while True:
+            wait = self._late()
+            self._watch()
+            try:
+                item = box.get(timeout=wait)
+            except queue.Empty:
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            return item
+
+    def stop(self):
+        """End the child and every process it started -- detached ones too, which became this process's children
+        (Linux) -- and wait until they have all ended."""
+        if self.proc is None:
+            return
+        for _ in range(100):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its group, started with it (POSIX)
+            except (AttributeError, ProcessLookupError, PermissionError):
+                pass
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            strays = [p for p in _children(os.getpid()) if p not in self.kept]
+            for pid in strays:
+                try:
+                    os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+                    os.waitpid(pid, 0)
+                except (ProcessLookupError, ChildProcessError, PermissionError):
+                    pass
+            if not strays:
+                break
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        if self.subreaper:
+            _prctl(PR_SET_CHILD_SUBREAPER, 0)
+            self.subreaper = False
+        self.proc = None
 
 
 def _stuck_in(stack_file, path):
@@ -332,98 +966,82 @@ def _stuck_in(stack_file, path):
             try:
                 with open(path, encoding="utf-8") as f:
                     code = f.read().splitlines()[int(line) - 1].strip()
-            except (OSError, IndexError):
+            except (OSError, IndexError, UnicodeDecodeError):
                 code = ""
             return function, f" ({os.path.basename(path)} line {line}" + (f": {code})" if code else ")")
     return None, ""
 
 
-STARTUP_LIMIT = 120  # seconds for the child to import torch and the checks, before the first check starts
+STARTUP_LIMIT = 120  # seconds for the child to import torch and the checks, before the student's file is imported
+
+# A watchdog beside the checker: a student's process that stops the checker (SIGSTOP) does not freeze the grading,
+# because this process, in a session of its own, sends it SIGCONT four times a second until the checker closes its
+# stdin; the checker sends it SIGCONT in turn while it waits.
+WATCHDOG = ("import os, select, signal, sys\nparent = int(sys.argv[1])\n"
+            "while not select.select([sys.stdin], [], [], 0.25)[0] and os.getppid() == parent:\n"
+            "    os.kill(parent, signal.SIGCONT)\n")
 
 
-def run_isolated(exercise_dir, path, out=print, time_limit=None, exercise_limit=None):
-    """run(), with the student's code in a child process that this one watches: a check past its time limit is
-    stopped, and nothing the code does -- sys.exit(), os._exit(), a crash, printing "8/8 checks passed" -- can make
-    the result a pass. The result is only what the child reported, check by check, on a pipe of its own, each
-    message tagged with a token made here for this run; the summary line is printed here.
-    exercise_limit: seconds for the whole run, the child's start included (default exercise_time_limit_of; none
-    when time_limit is 0)."""
+def _watchdog():
+    if os.name != "posix":
+        return None
+    try:
+        return subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid())], stdin=subprocess.PIPE,
+                                start_new_session=True)
+    except OSError:
+        return None
+
+
+def run_isolated(exercise_dir, path, out=print, time_limit=None, exercise_limit=None, checks=None):
+    """run(), with the student's file imported only by a child process: its answers are data that the checks here
+    judge, each request of a check within the check's time limit, the whole exercise within exercise_limit (seconds,
+    default exercise_time_limit_of; none when time_limit is 0). Nothing the code does -- sys.exit(), os._exit(), a
+    crash, printing "8/8 checks passed", reaching into this process's objects, which it cannot see -- makes a check
+    pass; when the run ends, the child and every process it started are ended before this returns. checks: the
+    exercise's checks, if already loaded (checks_of)."""
+    checks = checks_of(exercise_dir) if checks is None else checks  # before the student's code runs
+    load_references()
     time_limit = time_limit_of(exercise_dir) if time_limit is None else time_limit
     if exercise_limit is None:
         exercise_limit = exercise_time_limit_of(exercise_dir) if time_limit else 0
     end = time.monotonic() + exercise_limit if exercise_limit else None
-    number = os.path.basename(exercise_dir)[:2]
-    token = secrets.token_hex(16)
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter, on every platform
-    receive, send = context.Pipe(duplex=False)
+    watchdog = _watchdog()
     with tempfile.TemporaryDirectory() as tmp:
-        stack_file = os.path.join(tmp, "stacks.txt")
-        child = context.Process(target=_child, args=(send, token, exercise_dir, path, time_limit, stack_file),
-                                daemon=True)
-        child.start()
-        send.close()  # the child holds the only writing end: when it ends, receive reads end-of-file
-        name, passed, total, started, result = None, 0, 0, False, None
-        deadline = time.monotonic() + STARTUP_LIMIT
+        link = ChildProcess(exercise_dir, path, os.path.join(tmp, "stacks.txt"), watchdog)
+        link.grace = min(GRACE, time_limit) if time_limit else GRACE
+
+        def step(name, index, total):
+            limit = [time.monotonic() + time_limit] if time_limit else []
+            link.deadline = min(limit + ([end] if end is not None else []), default=None)
+
+        def connect():
+            link.start(STARTUP_LIMIT)
+            link.deadline = min([time.monotonic() + time_limit] + ([end] if end else [])) if time_limit else end
+            link.request(("import", None, time_limit))
+            return Student(link)
+
+        def over(label):
+            if end is None or time.monotonic() < end:
+                return None
+            what = f"at {label}" if label else "while your file was imported"
+            return (f"the exercise did not finish within {exercise_limit:g} s (stopped {what}): a function far slower "
+                    "than the exercise needs?")
+
         try:
-            while result is None:
-                limits = ([] if started and not time_limit else [deadline]) + ([end] if end is not None else [])
-                wait = max(0.0, min(limits) - time.monotonic()) if limits else None
-                if not multiprocessing.connection.wait([receive, child.sentinel], wait):
-                    child.kill()
-                    if end is not None and time.monotonic() >= end:
-                        child.join()
-                        what = f"at [{number}.{name}]" if name else ("while your file was imported" if started
-                                                                      else "before the checks started")
-                        out(f"  the exercise did not finish within {exercise_limit:g} s (stopped {what}): "
-                            f"a function far slower than the exercise needs?")
-                        result = (passed, total, "timeout", name)
-                        break
-                    if not started:
-                        out(f"  the checks did not start within {STARTUP_LIMIT} s (importing torch and checks.py)")
-                        result = (0, total, "error", None)
-                        break
-                    child.join()
-                    function, place = _stuck_in(stack_file, path)
-                    what = f"[{number}.{name}]" if name else "importing your file"
-                    out(f"  {what} {_stuck(time_limit, function, place)} It was stopped.")
-                    result = (passed, total, "timeout", name)
-                    break
-                try:
-                    message = receive.recv() if receive.poll() else None
-                except EOFError:
-                    message = None
-                if message is None:  # the child ended without a result
-                    child.join(GRACE)
-                    out("  " + _ended(child.exitcode, number, name, started, *_stuck_in(stack_file, path)))
-                    result = (passed, total, "error", name)
-                    break
-                if not (isinstance(message, tuple) and len(message) > 1 and message[0] == token):
-                    continue  # not from the checker
-                kind, *body = message[1:]
-                if kind == "line":
-                    out(*body)
-                elif kind == "step":
-                    name, passed, total = body
-                    started = True
-                    deadline = time.monotonic() + time_limit + min(GRACE, time_limit)
-                elif kind == "result":
-                    result = tuple(body)
+            result = _run_checks(exercise_dir, path, out, time_limit, connect, step=step, over=over, checks=checks)
         finally:
-            child.join(GRACE if result is not None else 0)
-            if child.is_alive():  # it hangs after reporting (a thread of the student's), or this one was interrupted
-                child.kill()
-                child.join()
-            receive.close()
+            link.stop()
+            if watchdog is not None:
+                watchdog.stdin.close()
+                watchdog.wait()
     out(summary(*result[:3]))
     return result
 
 
-def _ended(exitcode, number, name, started, function=None, place=""):
-    """The diagnosis of a child process that ended without reporting a result; function and place: where in the
-    student's file it crashed, if faulthandler saw it."""
-    if not started:
-        return f"the checks could not start (exit status {exitcode}): see the error above."
-    what = f"[{number}.{name}] your code" if name else "your file, while it was imported,"
+def _ended(exitcode, label, importing, function=None, place=""):
+    """The line for a child process that ended without answering; function and place: where in the student's file
+    it crashed, if faulthandler saw it."""
+    what = "your file, while it was imported," if importing else f"{label} your code"
     if exitcode is not None and exitcode < 0:
         try:
             how = f"signal {signal.Signals(-exitcode).name}"
@@ -607,15 +1225,26 @@ GRADE_STATUS = {"ok": "passed", "wrong": "failed", "not filled": "not filled", "
 RESULT_FILE = "check-result.json"
 
 
-def grade_entry(exercise_dir, result, seconds):
-    """One exercise's entry of the grading result, from run_isolated's (passed, total, status, failed)."""
+def file_digest(path):
+    """The SHA-256 of a file's bytes (None if it cannot be read): which file a verdict belongs to."""
+    import hashlib
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def grade_entry(exercise_dir, result, seconds, digest=None):
+    """One exercise's entry of the grading result, from run_isolated's (passed, total, status, failed); digest: the
+    SHA-256 of the file that was graded, as file_digest read it before its checks ran."""
     passed, total, status, failed = result
     ok = status == "ok" and passed == total
     name = os.path.basename(exercise_dir)
     return {"id": name[:2], "name": name, "title": title_of(exercise_dir), "passed": passed, "total": total,
             "first_failing_check": None if ok else (failed or "import"),
             "seconds": round(seconds, 1), "status": "passed" if ok else GRADE_STATUS.get(status, "error"),
-            "hints_seen": hints_seen(exercise_dir)}
+            "hints_seen": hints_seen(exercise_dir), "file_sha256": digest}
 
 
 def score_table(entries):
@@ -642,17 +1271,65 @@ def grade_result(entries, date=None):
     except Exception:  # no torch installed: every entry says so already
         torch_version = None
     date = date or time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    return {"date": date, "python": platform.python_version(), "torch": torch_version,
+    return {"date": date, "python": platform.python_version(), "torch": torch_version, "seed": RUN_SEED,
             "passed": sum(e["status"] == "passed" for e in entries), "total": len(entries),
             "all_passed": bool(entries) and all(e["status"] == "passed" for e in entries), "exercises": entries}
 
 
-def write_result(path, result):
-    """Write the grading result to path as JSON, atomically: a kill leaves the previous file or the whole new one."""
+# The result file carries a checksum of its content: a file changed after the checker wrote it (by hand, or by a
+# program that does not recompute it) is told apart by `check.py --verify=FILE`. With CHECK_SIGNING_KEY set in the
+# checker's environment (a teacher's secret; never passed to the student's process, and, on Linux, unreadable by
+# other processes while the checker runs), the checksum is an HMAC that only the key's holder can make.
+SIGNING_KEY_VAR = "CHECK_SIGNING_KEY"
+
+
+def seal(result, key=None):
+    """The result's checksum: SHA-256 (or HMAC-SHA-256 with key) of its JSON without the "seal" entry."""
+    import hashlib
+    import hmac
+    import json
+    text = json.dumps({k: v for k, v in result.items() if k != "seal"}, sort_keys=True).encode("utf-8")
+    if key:
+        return "hmac-sha256:" + hmac.new(key.encode("utf-8"), text, hashlib.sha256).hexdigest()
+    return "sha256:" + hashlib.sha256(text).hexdigest()
+
+
+def write_result(path, result, key=None):
+    """Write the grading result to path as JSON, sealed (see seal), atomically: a kill leaves the previous file or the
+    whole new one."""
     import json
     from runfolder import atomic_write  # the project's own (REPO is on sys.path): a copy's, in a student copy
+    result = dict(result, seal=seal(result, key))
     text = json.dumps(result, indent=2) + "\n"
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def verify_result(path, key=None):
+    """The problems with the result file at path, as lines ([]: it is as the checker wrote it, and every graded file
+    still has the recorded SHA-256). A sealed file needs the same key it was sealed with."""
+    import json
+    try:
+        with open(path, encoding="utf-8") as f:
+            result = json.load(f)
+    except (OSError, ValueError) as e:
+        return [f"{path} cannot be read as a result file: {e}"]
+    if not isinstance(result, dict) or not isinstance(result.get("seal"), str):
+        return [f"{path} has no seal: not a result file this checker wrote"]
+    problems = []
+    signed = result["seal"].startswith("hmac-")
+    if signed and not key:
+        problems.append(f"{path} is signed: set {SIGNING_KEY_VAR} to the key it was graded with to verify it")
+    elif key and not signed:  # with a key, only a signature counts: anyone can compute a plain checksum
+        problems.append(f"{path} is not signed with {SIGNING_KEY_VAR}: it was not graded with the key, or was "
+                        "changed after")
+    elif result["seal"] != seal(result, key):
+        problems.append(f"{path} was changed after the checker wrote it (its seal does not match its content)")
+    for entry in result.get("exercises") or []:
+        folder = os.path.join(HERE, str(entry.get("name")))
+        recorded, now = entry.get("file_sha256"), file_digest(os.path.join(folder, "starter.py"))
+        if recorded and now and recorded != now:
+            problems.append(f"exercise {entry.get('id')}: starter.py changed since it was graded")
+    return problems
 
 
 def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print):
@@ -660,33 +1337,82 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print):
     failures and summary, then a score table; write the JSON result to result_path. Returns the exit status: 0 only
     when every exercise passed."""
     result_path = os.path.abspath(result_path)  # where the command was given, whatever the checks do
+    key = os.environ.get(SIGNING_KEY_VAR) or None
+    if os.path.exists(result_path) and verify_result(result_path, key)[:1] and \
+            "changed after" in verify_result(result_path, key)[0]:
+        out(f"note: the previous {os.path.relpath(result_path)} was changed after the checker wrote it; it is "
+            "replaced now")
+    loaded = {d: checks_of(d) for d in exercise_dirs}  # before any student code runs, which could edit them
     entries = []
     for exercise_dir in exercise_dirs:
         name = os.path.basename(exercise_dir)
         out(f"== {name}: {title_of(exercise_dir)}")
         started = time.monotonic()
+        starter = os.path.join(exercise_dir, "starter.py")
+        digest, before = file_digest(starter), checker_digests()
 
         def compact(line, prefix=f"  [{name[:2]}."):
             if not (line.startswith(prefix) and "] ok: " in line) and not line.startswith("checking "):
                 out(line)
         try:
-            result = run_isolated(exercise_dir, os.path.join(exercise_dir, "starter.py"), out=compact,
-                                  time_limit=time_limit)
+            result = run_isolated(exercise_dir, starter, out=compact, time_limit=time_limit,
+                                  checks=loaded[exercise_dir])
         except Exception as e:  # the checker's own trouble (cannot start a process...): this exercise only
             out(f"  the checker failed: {type(e).__name__}: {e}")
             result = (0, 0, "error", None)
-        entries.append(grade_entry(exercise_dir, result, time.monotonic() - started))
+        changed = [p for p, d in checker_digests().items() if before.get(p) != d]
+        if changed:  # the verdict came from what was loaded before; the next exercise's would not
+            out(f"  your code changed the checker's or the project's files ({', '.join(changed[:3])}): this "
+                "exercise counts as failed, and grading stops. Restore them (git checkout, or a fresh copy).")
+            result = (0, result[1], "error", "changed the checker's files")
+        entries.append(grade_entry(exercise_dir, result, time.monotonic() - started, digest))
+        if changed:
+            break
     out("")
     for line in score_table(entries):
         out(line)
     result = grade_result(entries)
     try:
-        write_result(result_path, result)
+        write_result(result_path, result, key)
     except Exception as e:
         out(f"error: could not write the result to {result_path}: {type(e).__name__}: {e}")
         return 1
-    out(f"result written to {os.path.relpath(result_path)}")
+    problems = verify_result(result_path, key)  # no process of the student's is left to change it, but say if one did
+    if problems:
+        out(f"error: {problems[0]}")
+        return 1
+    out(f"result written to {os.path.relpath(result_path)}" + (" (signed)" if key else ""))
     return 0 if result["all_passed"] else 1
+
+
+def checker_digests():
+    """{path: SHA-256} of the files whose code decides a verdict: this file, every checks.py, the core's modules."""
+    paths = [os.path.join(HERE, "check.py")] + [os.path.join(d, "checks.py") for d in exercise_dirs()]
+    paths += sorted(glob.glob(os.path.join(REPO, "*.py")) + glob.glob(os.path.join(REPO, "data", "*.py")))
+    return {os.path.relpath(p, REPO): file_digest(p) for p in paths}
+
+
+REFERENCES = ("numpy", "model", "kernels", "probe", "runfolder", "cli", "data.shards", "triton")
+
+
+def load_references():
+    """Import the modules the checks compare with, before any student code runs (which could edit them on disk)."""
+    for name in REFERENCES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # not installed (Triton) or not in this copy: the check that needs it says so
+            pass
+
+
+def draw_run_seed():
+    """RUN_SEED for a command-line run: $CHECK_SEED (to repeat a run's inputs: the result file records the seed),
+    else a random one."""
+    import secrets
+    global RUN_SEED
+    try:
+        RUN_SEED = int(os.environ["CHECK_SEED"])
+    except (KeyError, ValueError):
+        RUN_SEED = secrets.randbelow(10**6) * 1000
 
 
 def main(argv=None):
@@ -694,6 +1420,16 @@ def main(argv=None):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0
+    if argv[0].startswith("--verify="):
+        if argv[0] == "--verify=" or len(argv) > 1:
+            raise SystemExit("error: --verify=RESULT checks one result file, e.g. "
+                             "`check.py --verify=check-result.json`")
+        problems = verify_result(argv[0][len("--verify="):], os.environ.get(SIGNING_KEY_VAR) or None)
+        for line in problems:
+            print(f"error: {line}")
+        if not problems:
+            print(f"{argv[0][len('--verify='):]} is as the checker wrote it, and every graded starter.py is unchanged")
+        return 1 if problems else 0
     if argv[0] == "--list":
         for d in exercise_dirs():
             with open(os.path.join(d, "README.md"), encoding="utf-8") as f:
@@ -719,8 +1455,8 @@ def main(argv=None):
             if hint is not True and not hint.isdigit():
                 raise SystemExit(f"error: {arg!r}: --hint shows the next hint, --hint=K hint K (a number)")
         elif arg.startswith("-"):
-            raise SystemExit(f"error: unknown argument {arg!r}; use --file=PATH, --timeout=SECONDS, --result=PATH "
-                             f"or --hint")
+            raise SystemExit(f"error: unknown argument {arg!r}; use --file=PATH, --timeout=SECONDS, --result=PATH, "
+                             f"--hint or --verify=RESULT")
         else:
             names.append(arg)
     if not names:
@@ -747,5 +1483,25 @@ def main(argv=None):
     return 0 if ok else 1
 
 
+def _terminated(signum, frame):
+    raise KeyboardInterrupt  # unwinds through run_isolated, which ends the student's processes on its way out
+
+
+def protect_checker():
+    """The command line's process, which decides: on Linux no other process of the user may read its memory or
+    environment (the signing key) or attach a debugger to it; SIGTERM and SIGHUP end the student's processes
+    before this one ends."""
+    _prctl(PR_SET_DUMPABLE, 0)
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, _terminated)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    protect_checker()
+    draw_run_seed()
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("stopped: no result was written", file=sys.stderr)
+        sys.exit(130)

@@ -32,8 +32,14 @@ log.jsonl); --plot_labels picks the runs they show.
 The sink's mechanism per layer, in summary.json and summary.md: the value norm ratio (the value vector's norm at
 position 0 over the mean elsewhere: a sink parks attention on a small value) and the channels that carry the massive
 activation (probe.massive_channels); lab.report.mechanism_rows gives them as a table's rows.
-Beside each run's checkpoint it keeps what it measured there, measured.json and measured.npz: a run whose checkpoint
-is gone (left on a borrowed GPU machine) is read from them instead, if they were taken on the same windows.
+Beside each run's checkpoint it keeps what it measured there, measured.json and measured.npz, with the checkpoint's
+iteration and run id (a folder that cannot be written costs a note, not the summary): a run whose checkpoint is gone
+(left on a borrowed GPU machine) is read from them instead, if they were taken on the same windows and are of the run
+the folder's log.jsonl records (not an earlier run's, left in a reused folder).
+A checkpoint whose data is not on disk, or has changed since it was trained (the dataset fingerprint train.py records:
+a dataset prepared again in place), is refused before any run is measured. A model whose weights are not finite is
+measured, its numbers written as null (JSON has no NaN), and the command ends with an error naming it. out_dir is held
+for the while (runfolder.claim_folder): a second command writing there stops with one line naming the first.
 
 --pretrained measures published checkpoints instead (pretrained.py: GPT-2, the gated-attention paper's released
 models, a folder or a hub id), each with its own tokenizer, on --windows windows of --window tokens cut one after
@@ -47,6 +53,7 @@ import math
 import os
 import sys
 import time
+import zipfile
 if not __package__:  # run as python lab/analyze.py: find the project from its root, as python -m lab.analyze does
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -58,10 +65,11 @@ import torch.nn.functional as F
 
 import pretrained
 from cli import REPO, autocast_for, configure, dataset_dir, device_name, fail, pick_device
-from lab.report import markdown_table, places_text, pyplot, save_figure
-from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, load_checkpoint, read_jsonl, writable_folder,
-    write_json, write_text)
-from data.shards import bos_token, read_meta, val_batches
+from lab.report import (data_problem, finite_json, kept_of_other_run, log_start, markdown_table, places_text,
+    pyplot, save_figure)
+from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_checkpoint, read_jsonl,
+    writable_folder, write_json, write_text)
+from data.shards import bos_token, dataset_fingerprint, read_meta, val_batches
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, Probe, SINK_HEAD_THRESHOLD, TRIGGER_KEYS,
     attention_maps, describe, layer_mean, massive_channels, summarize, trigger_positions)
 from lab.report import MECHANISM_ROWS_NOTE, mechanism_rows
@@ -148,6 +156,9 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
         "nonfinite_steps": checkpoint.get("health", {}).get("nonfinite_steps"),
         "val_loss": float(np.mean(windows_all["val_loss"])),
         "val_loss_logged": checkpoint.get("val_loss"),  # what train.py measured on its own eval windows
+        "run_id": checkpoint.get("run_id"),  # which run (None for a checkpoint older than run ids)
+        "log_start": log_start(run_dir),  # and how its log began: a new run in the folder begins another
+        "data_fingerprint": dataset_fingerprint(windows["data_dir"]),  # which data, as measured here
         "eval_windows_trained": eval_windows(checkpoint),
         "train_config": dict(train_cfg),  # how it was trained: a study compares only runs trained alike
         "windows_id": windows_id(batches),
@@ -459,11 +470,15 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         windows = {**eval_windows(trained), "batches": batches, "batch_size": batch_size}
         key = json.dumps(windows, sort_keys=True)
         if stored is None:
+            problem = not_finite(model, os.path.join(run_dir, checkpoint))
             record, s, m = analyze_run(run_dir, model, ckpt, device, windows, map_tokens)
             del model, ckpt
             record.update(label=label, checkpoint=checkpoint, eval_windows=windows,
                           measured_on=f"{device_name(device)}, {time.strftime('%Y-%m-%d')}")
-            keep_measurement(run_dir, record, s, m)
+            if problem:  # its numbers are NaN, written as null; nothing to keep for a study
+                record["problem"] = problem
+            else:  # at once: a later run's failure loses none of this one
+                keep_measurement(run_dir, record, s, m)
             fingerprints.setdefault(key, record["windows_id"])  # a kept run on these windows is checked against it
             logged = record["val_loss_logged"]
             where = "" if logged is None else f" (val loss in its log: {logged:.4f})"
@@ -486,6 +501,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         "checkpoint": checkpoint,
         "validation": {"batches": batches, "batch_size": batch_size, "source": source},
         "runs": records,
+        "problems": [f"{r['label']}: {r['problem']}" for r in records if r.get("problem")],
     }
     shown = [i for i, label in enumerate(labels) if plot_labels is None or label in plot_labels]
     write_summary(summary, scores, maps, run_dirs, shown, out_dir)
@@ -494,8 +510,12 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
 
 def open_run(run_dir, checkpoint, device):
     """(model, checkpoint, None, checkpoint) for a run whose `checkpoint` file is here; (None, None, the measurement
-    kept of it, what eval_windows reads of a checkpoint as the measurement kept it) for one whose file is gone."""
+    kept of it, what eval_windows reads of a checkpoint as the measurement kept it) for one whose file is gone.
+    A checkpoint whose data is not here, or has changed since it was trained, is refused (lab.report.data_problem)."""
     path = os.path.join(run_dir, checkpoint)
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder, not a checkpoint: --checkpoint names a file in each run's folder "
+                         f"({CHECKPOINT} or best.pt), and --runs the folders")
     if not os.path.isfile(path):
         stored = stored_measurement(run_dir, checkpoint)
         return None, None, stored, {"config": stored[0]["train_config"], "model_args": stored[0]["model"]}
@@ -503,7 +523,38 @@ def open_run(run_dir, checkpoint, device):
     if "iter_num" not in ckpt or not set(RUN_SETTINGS) <= ckpt.get("config", {}).keys():
         raise ValueError(f"{path} lacks train.py's run settings {RUN_SETTINGS}: python -m lab.analyze reads "
                          "train.py's checkpoints")
+    problem = data_problem(ckpt, eval_windows(ckpt)["data_dir"], path)
+    if problem:
+        raise ValueError(problem)
     return model, ckpt, None, ckpt
+
+
+def check_data(path):
+    """Before any run is measured: stop with one line if the checkpoint at path (where there is one) was trained on
+    data that is not here or has changed since (lab.report.data_problem). Its settings only: the tensors are
+    memory-mapped, not read; a file that cannot be read is left for open_run to name."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        data_dir = eval_windows(ckpt)["data_dir"]
+    except Exception:  # no file (a kept measurement stands for it), or not train.py's: open_run says which
+        return
+    try:
+        problem = data_problem(ckpt, data_dir, path)
+    except ValueError as e:  # a dataset whose preparation did not finish
+        problem = str(e)
+    if problem:
+        fail(problem)
+
+
+def not_finite(model, path):
+    """'' for a model whose weights are all finite, else what is wrong, in words: a NaN or an infinity in a weight
+    makes every measurement NaN."""
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if not bad:
+        return ""
+    return (f"the model in {path} is not finite (NaN or infinite weights in {len(bad)} tensor(s), e.g. {bad[0]}): "
+            "its measurements are written as null; the run diverged before this state was saved (its best.pt may "
+            "be finite)")
 
 
 def validation_windows(trained, label, batches, batch_size):
@@ -559,16 +610,28 @@ def write_summary(summary, scores, maps, run_dirs, shown, out_dir):
     arrays = {f"{i}/{key}": values for i, r in enumerate(records) for key, values in r["per_window"].items()
               if values is not None}
     atomic_write(os.path.join(out_dir, "per_window.npz"), lambda f: np.savez(f, **arrays))
-    # the per-window arrays are in per_window.npz
-    write_json(os.path.join(out_dir, "summary.json"),
-               {**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"} for r in records]})
+    # the per-window arrays are in per_window.npz; JSON has no NaN: a non-finite number is written as null
+    clean, replaced = finite_json({**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"}
+                                                       for r in records]})
+    write_json(os.path.join(out_dir, "summary.json"), clean)
+    if replaced:
+        print(f"note: {replaced} non-finite value(s) written as null in {os.path.join(out_dir, 'summary.json')}")
 
 
 def keep_measurement(run_dir, record, scores, maps):
     """Keep what was measured on a run's checkpoint beside it (runfolder.MEASURED): the record as JSON and its arrays
     (per-window values, a sample of the gate scores, the attention maps) as .npz, each written atomically, the
-    JSON last: where it exists, the arrays do. A study whose checkpoints are gone still has its runs."""
-    base = os.path.join(run_dir, MEASURED)
+    JSON last: where it exists, the arrays do. A study whose checkpoints are gone still has its runs. A folder that
+    cannot be written (read-only, full) costs one note, never the measurement: the summary holds it."""
+    try:
+        write_measurement(os.path.join(run_dir, MEASURED), record, scores, maps)
+    except OSError as e:
+        print(f"note: could not keep the measurement beside {os.path.join(run_dir, record['checkpoint'])} "
+              f"({MEASURED}.json, .npz: {e.strerror or e}); the summary holds it, but a study cannot stand in "
+              "for this run once its checkpoint is gone")
+
+
+def write_measurement(base, record, scores, maps):
     arrays = {f"window/{key}": values for key, values in record["per_window"].items() if values is not None}
     # every k-th score of the sample, which runs batch after batch: from every part of the validation windows
     arrays.update({f"scores/{kind}": values[::max(1, -(-len(values) // STORED_GATE_SAMPLE))].astype(np.float16)
@@ -576,34 +639,49 @@ def keep_measurement(run_dir, record, scores, maps):
     arrays["maps"] = np.stack(maps).astype(np.float16)  # (layers, t, t) probabilities
     atomic_write(base + ".npz", lambda f: np.savez_compressed(f, **arrays))
     kept = {key: value for key, value in record.items() if key != "per_window"}
-    write_json(base + ".json", kept)
+    write_json(base + ".json", finite_json(kept)[0])
 
 
 def stored_measurement(run_dir, checkpoint):
     """(record, gate-score sample, attention maps) as keep_measurement kept them for run_dir's `checkpoint`; a
     ValueError that says what to do where there is none."""
     base = os.path.join(run_dir, MEASURED)
+    train = f"train it first (python train.py --out_dir={run_dir} ...)"
     if not os.path.isfile(base + ".json"):
-        raise ValueError(f"no {checkpoint} in {run_dir}, and no measurement kept of it ({MEASURED}.json): train it "
-                         f"first (python train.py --out_dir={run_dir} ...)")
-    with open(base + ".json") as f:
-        record = json.load(f)
-    if record["checkpoint"] != checkpoint:
-        raise ValueError(f"no {checkpoint} in {run_dir}; the measurement kept there is of its {record['checkpoint']}: "
-                         f"ask for that one with --checkpoint={record['checkpoint']}")
-    with np.load(base + ".npz") as arrays:
-        parts = {}
-        for name in arrays.files:  # "window/<key>", "scores/<kind>", "maps"
-            group, _, key = name.partition("/")
-            parts.setdefault(group, {})[key] = arrays[name]
-    record["per_window"] = parts["window"]
+        raise ValueError(f"no {checkpoint} in {run_dir}, and no measurement kept of it ({MEASURED}.json): {train}")
+    try:
+        with open(base + ".json") as f:
+            record = json.load(f)
+        kept_of = record["checkpoint"]
+    except (OSError, ValueError, KeyError, TypeError) as e:  # empty, cut short, or not lab/analyze.py's
+        raise ValueError(f"no {checkpoint} in {run_dir}, and the measurement kept of it cannot be read ({MEASURED}"
+                         f".json: {type(e).__name__}): it counts as absent; {train}") from None
+    if kept_of != checkpoint:
+        raise ValueError(f"no {checkpoint} in {run_dir}; the measurement kept there is of its {kept_of}: "
+                         f"ask for that one with --checkpoint={kept_of}")
+    other = kept_of_other_run(run_dir, record, f"{MEASURED}.json")
+    if other:
+        raise ValueError(f"no {checkpoint} in {run_dir}, and {other}: measure the new run once it has saved its "
+                         f"{checkpoint}")
+    try:
+        with np.load(base + ".npz") as arrays:
+            parts = {}
+            for name in arrays.files:  # "window/<key>", "scores/<kind>", "maps"
+                group, _, key = name.partition("/")
+                parts.setdefault(group, {})[key] = arrays[name]
+        windows, maps = parts["window"], parts["maps"][""]
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:  # gone, truncated, not ours
+        raise ValueError(f"no {checkpoint} in {run_dir}, and the arrays of the measurement kept of it cannot be read "
+                         f"({MEASURED}.npz: {type(e).__name__}): it counts as absent; {train}") from None
+    record["per_window"] = windows
     scores = {kind: values.astype(np.float32) for kind, values in parts.get("scores", {}).items()} or None
-    return record, scores, list(parts["maps"][""].astype(np.float32))
+    return record, scores, list(maps.astype(np.float32))
 
 
 def cell(measure, value):
-    """A table's cell for one measure: its value in the measure's format, None (written –) where it has none."""
-    return None if value is None else measure.format(value)
+    """A table's cell for one measure: its value in the measure's format, None (written –) where it has none or it
+    is not finite (a diverged model's)."""
+    return None if value is None or not math.isfinite(value) else measure.format(value)
 
 
 def summary_table(summary):
@@ -680,7 +758,7 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
                               for family in dict.fromkeys(r["family"] for r in records)}}
     os.makedirs(out_dir, exist_ok=True)
     summary["plots"] = plot(records, scores, maps, [[] for _ in records], out_dir)
-    write_json(os.path.join(out_dir, "summary.json"), summary)
+    write_json(os.path.join(out_dir, "summary.json"), finite_json(summary)[0])  # JSON has no NaN: null
     write_text(os.path.join(out_dir, "summary.md"), pretrained_table(summary))
     return summary
 
@@ -731,11 +809,12 @@ def main(argv=None):
         if a.text and not os.path.isfile(a.text):
             fail(f"--text={a.text}: no such file")
         writable_folder(a.out_dir)  # before the measurement, not after it
-        try:
-            summary = analyze_pretrained(names, labels, a.out_dir, a.device, a.text, a.window, a.windows, a.bos,
-                                         a.map_tokens)
-        except (ValueError, FileNotFoundError, RuntimeError, ImportError, UnicodeDecodeError) as e:
-            fail(e)
+        with claimed(a.out_dir):
+            try:
+                summary = analyze_pretrained(names, labels, a.out_dir, a.device, a.text, a.window, a.windows, a.bos,
+                                             a.map_tokens)
+            except (ValueError, FileNotFoundError, RuntimeError, ImportError, UnicodeDecodeError) as e:
+                fail(e)
         print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md"
               + "".join(f", {p}" for p in summary["plots"]))
         return
@@ -751,20 +830,31 @@ def main(argv=None):
     for name in ("batches", "batch_size", "map_tokens"):
         if getattr(a, name) is not None and getattr(a, name) < 1:
             fail(f"--{name}={getattr(a, name)} must be at least 1")
+    if os.path.basename(a.checkpoint) != a.checkpoint or a.checkpoint in ("", ".", ".."):
+        # a path would measure another run's file under this run's name, and keep it in this run's folder
+        fail(f"--checkpoint={a.checkpoint}: the name of a file in each run's folder ({CHECKPOINT} or best.pt), not a "
+             "path; to measure another run's checkpoint, name its folder in --runs")
     for run in runs:  # a run's checkpoint, or the measurement kept of it (runfolder.MEASURED)
         kept = os.path.isfile(os.path.join(run, MEASURED + ".json"))
+        if os.path.isdir(os.path.join(run, a.checkpoint)) or os.path.isfile(run):
+            fail(f"--runs names folders (train.py's out_dirs) and --checkpoint a file in each ({CHECKPOINT} or "
+                 f"best.pt): {os.path.join(run, a.checkpoint)} is no checkpoint file")
         if not (os.path.isfile(os.path.join(run, a.checkpoint)) or kept):
             have = sorted(f for f in os.listdir(run) if f.endswith(".pt")) if os.path.isdir(run) else []
             fail(f"no {a.checkpoint} in {run}: " +
                  (f"it has {', '.join(have)}; choose one with --checkpoint=NAME" if have
                   else f"train it first (python train.py --out_dir={run} ...)"))
+        check_data(os.path.join(run, a.checkpoint))
     writable_folder(a.out_dir)  # before the measurement, not after it
-    try:
-        summary = analyze(runs, labels, a.out_dir, a.device, a.batches, a.batch_size, a.map_tokens, a.checkpoint,
-                          a.plot_labels or None)
-    except (ValueError, FileNotFoundError) as e:  # a corrupt checkpoint, too little validation data: one line
-        fail(e)
+    with claimed(a.out_dir):
+        try:
+            summary = analyze(runs, labels, a.out_dir, a.device, a.batches, a.batch_size, a.map_tokens, a.checkpoint,
+                              a.plot_labels or None)
+        except (ValueError, FileNotFoundError) as e:  # a corrupt checkpoint, too little validation data: one line
+            fail(e)
     print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md" + "".join(f", {p}" for p in summary["plots"]))
+    if summary["problems"]:  # written, and said: a NaN model's summary is no result to build on
+        fail("; ".join(summary["problems"]))
 
 
 if __name__ == "__main__":

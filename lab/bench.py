@@ -18,8 +18,10 @@ Benchmarks for the gated attention kernels and for full training steps, run from
 as a,b,c) or in a config file (cli.configure). --kernels and --train measure GPU speed: without a CUDA GPU they run
 only with --tiny; --step measures a CPU's. Results go to {out_dir}/bench_kernels.{json,md},
 {out_dir}/bench_train.{json,md} and {out_dir}/bench_step.{json,md}, with the device, the date and the exact
-command; out_dir defaults to results/ (the committed measurements) and, for --tiny, to out-bench-tiny/
-(git-ignored). FLOPs are counted the FlashAttention way: causal forward 2*B*H*T^2*D (half of
+command; out_dir defaults to out-bench/ for --step (a CPU's timings, git-ignored: a look, not a committed
+result), to out-bench-tiny/ for --tiny, and to results/ (the committed measurements, which lab/gpu/kernels.sh and
+throughput.sh write) for --kernels and --train on a GPU; --out_dir=results puts --step's there, and every write into
+results/ is said. FLOPs are counted the FlashAttention way: causal forward 2*B*H*T^2*D (half of
 the 4*B*H*T^2*D of full attention), backward 2.5x forward, so forward+backward is 3.5x forward.
 """
 
@@ -52,7 +54,7 @@ from lab.report import markdown_table  # noqa: E402
 from lab.variants import VARIANTS  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from probe import estimate_mfu  # noqa: E402
-from runfolder import write_json, write_text  # noqa: E402
+from runfolder import writable_folder, write_json, write_text  # noqa: E402
 from train import optimizer_step  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
@@ -78,7 +80,7 @@ class Keys:
     kernels: bool = False  # time the attention providers
     train: bool = False  # time full training steps of GPT-2 small
     tiny: bool = False  # smoke test: tiny sizes, fp32, no compile; runs on CPU, its timings mean nothing
-    out_dir: str = ""  # "": results (GPU runs), out-bench-tiny (--tiny)
+    out_dir: str = ""  # "": out-bench (--step), out-bench-tiny (--tiny), results (--kernels, --train on a GPU)
     tokens: int = 16384  # --kernels: B*T per call
     seq_lens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)  # --kernels: the sequence lengths T
     head_dims: tuple[int, ...] = (64, 128)  # --kernels: the head dims D (H = width / D)
@@ -201,7 +203,7 @@ SMOKE_NOTE = ("SMOKE TEST (--tiny): tiny sizes in fp32" +
 
 @dataclass
 class Session:
-    args: Keys  # the checked keys (checked_keys), out_dir set
+    args: Keys  # the checked keys (checked_keys); out_folder says where each result goes
     command: str  # the command as a user runs it again: python -m lab.bench ...
     date: str
     device_name: str
@@ -217,8 +219,14 @@ class Session:
         """{out_dir}/{name}.json (payload) and .md: notes, then summary = (title, header, rows) if given, then the
         table of every measurement."""
         args = self.args
+        folder = out_folder(args, name)
+        if os.path.commonpath([os.path.realpath(folder), os.path.join(os.path.realpath(REPO), "results")]) == \
+                os.path.join(os.path.realpath(REPO), "results"):
+            print(f"note: writing {name}.json and .md into {folder}/, the committed measurements: the files there "
+                  "are replaced", flush=True)
+        os.makedirs(folder, exist_ok=True)
         payload = dict(smoke_test=args.tiny, **payload)
-        write_json(os.path.join(args.out_dir, name + ".json"), payload)  # atomic, as every result file
+        write_json(os.path.join(folder, name + ".json"), payload)  # atomic, as every result file
         smoke = [f"- **{SMOKE_NOTE}**"] if args.tiny else []  # the first thing a reader of the file sees
         lines = [f"# {name}", "", *smoke, f"- device: {self.device_name}", f"- date: {self.date}",
                  f"- command: `{self.command}`", *[f"- {n}" for n in notes], ""]
@@ -227,10 +235,21 @@ class Session:
             title, summary_header, summary_rows = summary
             table = [f"## {title}", "", *markdown_table(summary_header, summary_rows), "", "## Every measurement", "",
                      *table]
-        write_text(os.path.join(args.out_dir, name + ".md"), "\n".join(lines + table) + "\n")
+        write_text(os.path.join(folder, name + ".md"), "\n".join(lines + table) + "\n")
         print("\n".join(table))
-        print(f"wrote {args.out_dir}/{name}.json and .md" +
+        print(f"wrote {folder}/{name}.json and .md" +
               (" (a smoke test: the timings mean nothing about speed)" if args.tiny else ""))
+
+
+def out_folder(args, name):
+    """Where the results `name` go: --out_dir; else a smoke test's and a CPU step's to git-ignored folders (a look,
+    not a committed result), the GPU's --kernels and --train to results/, as lab/gpu/kernels.sh and throughput.sh
+    expect."""
+    if args.out_dir:
+        return args.out_dir
+    if args.tiny:
+        return "out-bench-tiny"
+    return "out-bench" if name == "bench_step" else "results"
 
 
 def sync():
@@ -576,9 +595,9 @@ def main(argv):
     if args.step_child:  # a child of --step: one mode, timed in this fresh process, its record printed
         time_step(args, setup, args.step_child)
         return
-    # results/ holds committed measurements only: a smoke test writes to a git-ignored folder (out*/)
-    args.out_dir = args.out_dir or ("out-bench-tiny" if args.tiny else "results")
-    os.makedirs(args.out_dir, exist_ok=True)
+    for name, asked in (("bench_kernels", args.kernels), ("bench_train", args.train), ("bench_step", args.step)):
+        if asked:  # before anything is timed: a folder that cannot be written stops here, not after the work
+            writable_folder(out_folder(args, name))
     date = datetime.datetime.now().isoformat(timespec="seconds")
     if args.tiny:
         print(SMOKE_NOTE, flush=True)

@@ -29,7 +29,8 @@ stream  sliding-window attention (model.window_mask): each query sees its last w
         only what a query can see changes, not how far it must extrapolate.
 
 The windows: for a run, --windows validation windows of its own data (data.shards.val_batches, anchored on
-<|endoftext|> as it was trained); for a published checkpoint, windows of --window tokens cut from --text. Every
+<|endoftext|> as it was trained; as many as the validation set holds without overlap, with a note, where that is
+fewer); for a published checkpoint, windows of --window tokens cut from --text. Every
 model runs in float32 on PyTorch's attention. Each difference comes with a 95% t-interval over the windows (the
 same windows with and without the change: paired). Writes summary.json, summary.md and, with matplotlib,
 quant.png, length.png and stream.png to --out_dir (default out-eval/). `python -m lab.repro evaluate` runs this on
@@ -58,10 +59,10 @@ import torch.nn.functional as F
 
 import pretrained
 from cli import configure, dataset_dir, device_name, fail, free_memory, pick_device
-from lab.report import pyplot, save_figure
-from runfolder import (CHECKPOINT, EVALUATED, model_from_checkpoint, read_checkpoint, writable_folder, write_json,
-    write_text)
-from data.shards import bos_token, find_shards, read_header, val_batches
+from lab.report import data_problem, finite_json, kept_of_other_run, log_start, pyplot, save_figure
+from runfolder import (CHECKPOINT, EVALUATED, claimed, model_from_checkpoint, read_checkpoint, writable_folder,
+    write_json, write_text)
+from data.shards import TokenWindows, bos_token, dataset_fingerprint, val_batches
 from model import GPT, VALID
 from lab.report import PAPERS_SAY, fmt_interval, headline, table
 from lab.stats import mean_ci
@@ -262,8 +263,14 @@ def run_settings(T, checkpoint, modes, n, batch_size, quant, multiples, scalings
 
 def keep_record(run, record):
     """Write a run's record (with its "settings") beside its checkpoint, atomically: a kill while writing leaves the
-    previous record whole, never half of one."""
-    write_json(os.path.join(run, EVALUATED), record)
+    previous record whole, never half of one. A folder that cannot be written (read-only, full) costs one note, never
+    the measurement: the summary holds it."""
+    try:
+        write_json(os.path.join(run, EVALUATED), finite_json(record)[0])
+    except OSError as e:
+        print(f"note: could not keep the record beside {os.path.join(run, record['checkpoint'])} ({EVALUATED}: "
+              f"{e.strerror or e}); the summary holds it, but it cannot stand in for the run once its checkpoint is "
+              "gone", flush=True)
 
 
 def stored_record(run, checkpoint, settings_for):
@@ -272,7 +279,10 @@ def stored_record(run, checkpoint, settings_for):
     none is kept, ValueError where it cannot be read or differs, each one line saying what to do."""
     path = os.path.join(run, EVALUATED)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"no {checkpoint} in {run}: train it first (python train.py --out_dir={run} ...)")
+        have = sorted(f for f in os.listdir(run) if f.endswith(".pt")) if os.path.isdir(run) else []
+        raise FileNotFoundError(f"no {checkpoint} in {run}: " + (
+            f"it has {', '.join(have)}; choose one with --checkpoint=NAME" if have
+            else f"train it first (python train.py --out_dir={run} ...)"))
     try:
         with open(path) as f:
             record = json.load(f)
@@ -280,6 +290,10 @@ def stored_record(run, checkpoint, settings_for):
     except (OSError, ValueError, KeyError, TypeError) as e:  # cut short, or not lab/evaluate.py's
         raise ValueError(f"no {checkpoint} in {run}, and its {EVALUATED} cannot be read ({type(e).__name__}: {e}): "
                          f"train the run again (python train.py --out_dir={run} ...)") from None
+    other = kept_of_other_run(run, record, EVALUATED)
+    if other:
+        raise ValueError(f"no {checkpoint} in {run}, and {other}: evaluate the new run once it has saved its "
+                         f"{checkpoint}")
     differ = [key for key in asked if kept.get(key) != asked[key]]
     if differ:
         raise ValueError(
@@ -294,20 +308,46 @@ def stored_record(run, checkpoint, settings_for):
 # ----------------------------------------------------------------------------
 # Models and their windows
 
-def run_windows(checkpoint, n, length):
-    """n validation windows of `length` tokens of a run's data, anchored on <|endoftext|> if it was trained so:
-    ((x, y), each (n, length); the data's folder)."""
+def run_data_dir(checkpoint):
     cfg = checkpoint["config"]
-    data_dir = dataset_dir(cfg["dataset"], cfg.get("data_dir"))
-    bos = bos_token(data_dir) if cfg.get("bos", False) else None
+    return dataset_dir(cfg["dataset"], cfg.get("data_dir"))
+
+
+def checked_checkpoint(path):
+    """A run's checkpoint (runfolder.read_checkpoint), refused with one line (ValueError) where it cannot be
+    measured here: not train.py's, trained on data that is not here or has changed since (lab.report.data_problem),
+    or with weights that are not finite (every loss would be NaN)."""
+    ckpt = read_checkpoint(path)
+    if "dataset" not in ckpt.get("config", {}):
+        raise ValueError(f"{path} lacks train.py's settings (its dataset): lab/evaluate.py reads train.py's "
+                         "checkpoints")
+    problem = data_problem(ckpt, run_data_dir(ckpt), path)
+    if problem:
+        raise ValueError(problem)
+    bad = [k for k, v in ckpt["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise ValueError(f"the model in {path} is not finite (NaN or infinite weights in {len(bad)} tensor(s), e.g. "
+                         f"{bad[0]}): there is nothing to measure; the run diverged before this state was saved (its "
+                         "best.pt may be finite)")
+    return ckpt
+
+
+def run_windows(checkpoint, n, length):
+    """n validation windows of `length` tokens of a run's data, anchored on <|endoftext|> if it was trained so,
+    or as many as the validation set holds without overlap where that is fewer (the intervals treat the windows as
+    independent: overlapping ones would make them too narrow), with a note: ((x, y), each (windows, length); the
+    data's folder)."""
+    data_dir = run_data_dir(checkpoint)
+    bos = bos_token(data_dir) if checkpoint["config"].get("bos", False) else None
     try:
-        windows = val_batches(data_dir, length, n, 1, bos=bos)[0]
+        room = TokenWindows(data_dir, "val", length + 1, bos)
+        most = len(room) // room.text_length  # val_batches spaces them evenly: this many never overlap
+        windows = val_batches(data_dir, length, min(n, max(most, 1)), 1, bos=bos)[0]
     except ValueError as e:
         raise ValueError(f"{e} (here: windows of {length} tokens; ask for shorter ones with --lengths)") from None
-    tokens = sum(read_header(path) for path in find_shards(data_dir, "val"))
-    if n * length > tokens:
-        print(f"note: {n} windows of {length} tokens overlap in the {tokens:,} validation tokens of {data_dir}; "
-              "the intervals over windows are then too narrow (ask for fewer with --windows)", flush=True)
+    if n > most:
+        print(f"note: {data_dir}'s validation set holds {most} windows of {length} tokens without overlap: {most} "
+              f"measured, not the {n} asked (overlapping windows would make the intervals too narrow)", flush=True)
     return windows, data_dir
 
 
@@ -322,13 +362,13 @@ def load_models(runs, checkpoint_name, names, text_path, window, n, device, sett
             record = stored_record(run, checkpoint_name, settings_for)
             yield None, record["T"], dict(record, run=run), None  # the folder where it is now
             continue
-        ckpt = read_checkpoint(path)
-        if "dataset" not in ckpt.get("config", {}):
-            raise ValueError(f"{path} lacks train.py's settings (its dataset): lab/evaluate.py reads train.py's "
-                             "checkpoints")
+        ckpt = checked_checkpoint(path)
         model = model_from_checkpoint(ckpt, path, device, attn_backend="torch")
+        # which run and which data: a record kept beside the checkpoint stands for this run only
         yield model, model.config.block_size, {"run": run, "checkpoint": checkpoint_name,
-                                               "iter_num": ckpt.get("iter_num")}, \
+                                               "iter_num": ckpt.get("iter_num"), "run_id": ckpt.get("run_id"),
+                                               "val_loss_logged": ckpt.get("val_loss"), "log_start": log_start(run),
+                                               "data_fingerprint": dataset_fingerprint(run_data_dir(ckpt))}, \
             lambda length, c=ckpt: run_windows(c, n, length)
     text_path = text_path or pretrained.SAMPLE_TEXT
     for name in names:
@@ -345,12 +385,16 @@ def load_models(runs, checkpoint_name, names, text_path, window, n, device, sett
         yield pretrained.load_model(ckpt, device), window, {"pretrained": name, "about": ckpt.about}, windows
 
 
-def measure(model, T, windows, modes, rows, settings, multiples, scalings, stream_windows, keeps):
-    """Each mode asked for on one model: its part of the model's record."""
-    out = {}
+def measure(model, T, windows, modes, rows, settings, multiples, scalings, stream_windows, keeps, n):
+    """Each mode asked for on one model: its part of the model's record; "notes" where fewer than the n windows
+    asked were measured (the data or the text holds no more)."""
+    out = {"notes": []}
     if "quant" in modes or "stream" in modes:
         (x, y), out["data"] = windows(T)
         out["windows"] = x.size(0)
+        if x.size(0) < n:
+            out["notes"].append(f"{x.size(0)} windows of {T} tokens, not the {n} asked: {out['data']} holds no more "
+                                "without overlap")
         if "quant" in modes:
             out["quant"] = evaluate_quant(model, x, y, rows, settings)
         if "stream" in modes:  # main() checked the windows against every model's T
@@ -359,6 +403,9 @@ def measure(model, T, windows, modes, rows, settings, multiples, scalings, strea
         (x, y), out["data"] = windows(max(multiples) * T)
         out["length"] = evaluate_length(model, x, y, rows, multiples, scalings)
         out["length_windows"] = x.size(0)
+        if x.size(0) < n:
+            out["notes"].append(f"{x.size(0)} windows of {max(multiples) * T} tokens for the length mode, not the {n} "
+                                f"asked: {out['data']} holds no more without overlap")
     return out
 
 
@@ -388,7 +435,7 @@ def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODE
             if "run" in source:
                 record["settings"] = settings_for(T)
             record.update(measure(model, T, windows, modes, batch_size, settings, multiples, scalings,
-                                  stream_windows, keeps))
+                                  stream_windows, keeps, n))
             record["seconds"] = round(time.time() - start, 1)
             if "run" in source:  # at once, so that a later failure loses no run's numbers
                 keep_record(source["run"], record)
@@ -398,7 +445,8 @@ def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODE
         print(f"{label:>24}: " + ", ".join(f"{k} {v:.3f}" for k, v in headline(record).items()) +
               f" [{record['seconds']:.0f} s]{where}", flush=True)
     summary = {"device": here, "date": time.strftime("%Y-%m-%d"), "modes": list(modes), "models": records}
-    write_json(os.path.join(out_dir, "summary.json"), summary)  # atomically: a full disk keeps the previous one
+    # atomically: a full disk keeps the previous one; JSON has no NaN: a non-finite number is written as null
+    write_json(os.path.join(out_dir, "summary.json"), finite_json(summary)[0])
     write_text(os.path.join(out_dir, "summary.md"), markdown(summary))
     summary["plots"] = plot(records, out_dir)
     return summary
@@ -416,6 +464,9 @@ def markdown(summary):
     if earlier:
         lines[1:1] = ["", "Measured earlier, from the record kept of a run whose checkpoint is gone: " +
                       "; ".join(f"{r['label']} on {r['device']}, {r['date']}" for r in earlier) + "."]
+    notes = [f"{r['label']}: {note}" for r in records for note in r.get("notes", [])]
+    if notes:  # fewer windows than asked: the reader must know the intervals rest on fewer
+        lines[1:1] = ["", "Note: " + "; ".join(notes) + "."]
     quant = [r for r in records if "quant" in r]
     if quant:
         settings = [s["setting"].upper() for s in quant[0]["quant"]["settings"]]
@@ -529,6 +580,9 @@ def main(argv=None):
             parse_setting(s)
         except ValueError as e:
             fail(e)
+    if "quant" in modes and not a.quant:
+        fail("--quant=: the quant mode needs at least one setting, e.g. --quant=w8a8,w4a4 (or leave it out with "
+             "--modes=length,stream)")
     multiples, scalings, keeps = sorted(set(a.lengths)), list(a.rope), list(a.keep_first)
     if not multiples or min(multiples) < 1:
         fail(f"--lengths={written(a.lengths)}: multiples of the training length, each at least 1, e.g. 1,2,4,8")
@@ -557,11 +611,18 @@ def main(argv=None):
     def settings_for(T):  # what a run of training length T is measured under (evaluate's run_settings)
         return run_settings(T, a.checkpoint, modes, a.windows, a.batch_size, a.quant, multiples, scalings,
                             stream_windows, keeps)
+    if os.path.basename(a.checkpoint) != a.checkpoint or a.checkpoint in ("", ".", ".."):
+        # a path would measure another run's file under this run's name, and keep its record in this run's folder
+        fail(f"--checkpoint={a.checkpoint}: the name of a file in each run's folder ({CHECKPOINT} or best.pt), not a "
+             "path; to measure another run's checkpoint, name its folder in --runs")
     lengths_T = {}  # each model's training length T, for the stream windows' check
     for run in runs:  # every run's settings before anything is computed, so that a mistake costs no work
         path = os.path.join(run, a.checkpoint)
+        if os.path.isdir(path) or os.path.isfile(run):
+            fail(f"--runs names folders (train.py's out_dirs) and --checkpoint a file in each ({CHECKPOINT} or "
+                 f"best.pt): {path} is no checkpoint file")
         try:  # from its checkpoint, or where that is gone from the record kept of it (its model's config)
-            args = read_checkpoint(path)["model_args"] if os.path.isfile(path) else \
+            args = checked_checkpoint(path)["model_args"] if os.path.isfile(path) else \
                 stored_record(run, a.checkpoint, settings_for)["model"]
         except (ValueError, FileNotFoundError) as e:
             fail(e)
@@ -580,12 +641,16 @@ def main(argv=None):
         if "stream" in modes and not 1 <= min(stream_windows or [T // 8]) <= max(stream_windows or [T // 4]) < T:
             fail(f"--stream_windows={written(a.stream_windows) or '(T/8, T/4)'}: sliding windows must be from 1 to "
                  f"T - 1 = {T - 1} tokens for {model} (T, its training length, is {T})")
+        if "stream" in modes and max(keeps) > T:  # a window holds T positions: more cannot be kept in view
+            fail(f"--keep_first={written(a.keep_first)}: at most T = {T} first positions for {model} (T, the window "
+                 f"measured, is its training length); keep_first={T} already keeps every position in view")
     writable_folder(a.out_dir)  # before the work, not after it
-    try:
-        summary = evaluate(runs, labels, a.out_dir, a.device, modes, a.windows, a.batch_size, a.quant, multiples,
-                           scalings, stream_windows, keeps, a.checkpoint, names, a.text, a.window)
-    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
-        fail(e)
+    with claimed(a.out_dir):
+        try:
+            summary = evaluate(runs, labels, a.out_dir, a.device, modes, a.windows, a.batch_size, a.quant, multiples,
+                               scalings, stream_windows, keeps, a.checkpoint, names, a.text, a.window)
+        except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
+            fail(e)
     print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md" + "".join(f", {p}" for p in summary["plots"]))
 
 

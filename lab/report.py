@@ -2,6 +2,8 @@
 The reproduction study's report, REPORT.md and its figures (what `python -m lab.repro report` writes), and the
 tables of lab/evaluate.py's measurements that its summary.md and the report share. A library: no command line.
 
+  provenance     finite_json (JSON without NaN), data_problem (the data a checkpoint was trained on: gone or changed),
+                 log_start and kept_of_other_run (a measurement kept in a run folder another run has since reused)
   the papers     PAPERS, the papers' numbers for each measure, and COMPARE, how a claim compares a variant with its
                  reference on it (paper_numbers, comparison)
   evaluations    PAPERS_SAY, headline, fmt_interval, table: lab/evaluate.py's numbers, in its summary.md and here
@@ -23,11 +25,12 @@ import os
 
 import numpy as np
 
-from data.shards import get_tokenizer, read_meta
+from data.shards import (dataset_fingerprint, describe_fingerprint_change, find_shards, get_tokenizer, prepare_command,
+    read_meta)
 from lab.stats import MIN_SEEDS, RULE, mean_ci
 from lab.variants import STABILITY_ROW, SWEEP, SWEPT, VARIANTS
 from probe import MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD
-from runfolder import EVALUATED, atomic_write
+from runfolder import EVALUATED, LOG, atomic_write, read_jsonl
 
 
 # -----------------------------------------------------------------------------
@@ -69,6 +72,83 @@ def save_figure(fig, path, dpi=120):
     finally:
         plt.close(fig)
     return os.path.basename(path)
+
+
+# -----------------------------------------------------------------------------
+# Where a result comes from: the run and the data it measures (lab/analyze.py and lab/evaluate.py check both)
+
+def finite_json(value):
+    """(value with every non-finite number replaced by None, how many were): JSON has no NaN or infinity, and a file
+    holding them is not valid JSON. NumPy numbers come back as Python's."""
+    replaced = 0
+
+    def clean(v):
+        nonlocal replaced
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        if isinstance(v, (float, np.floating)):
+            if math.isfinite(v):
+                return float(v)
+            replaced += 1
+            return None
+        return v.item() if isinstance(v, np.generic) else v
+    return clean(value), replaced
+
+
+def data_problem(checkpoint, data_dir, path):
+    """'' when data_dir holds the data the checkpoint at path was trained on, else one line saying what is wrong
+    (the data is not there, or has changed since) and what to do. train.py records data.shards.dataset_fingerprint
+    in checkpoint["data_fingerprint"]; an older checkpoint records none, and only the data's presence is checked."""
+    if not find_shards(data_dir, "val"):  # a ValueError for a dataset whose preparation did not finish
+        name = checkpoint.get("config", {}).get("dataset") or os.path.basename(os.path.normpath(data_dir))
+        return (f"{path} was trained on the data in {data_dir}, which holds no validation shards here: prepare it "
+                f"({prepare_command(data_dir, name)}), then measure again")
+    recorded = checkpoint.get("data_fingerprint")
+    if not isinstance(recorded, dict):
+        return ""
+    current = dataset_fingerprint(data_dir)
+    changed = describe_fingerprint_change(recorded, current)
+    if not changed:
+        return ""
+    return (f"{path} was trained on other data than {data_dir} holds now: its {changed} changed since (fingerprint "
+            f"recorded in the checkpoint: train {recorded.get('train')}, val {recorded.get('val')}; on disk: train "
+            f"{current['train']}, val {current['val']}), as when a dataset is prepared again in place. Measuring it "
+            "there would measure the model on another task: prepare the data it was trained on again (the same "
+            "source and settings give the same fingerprint), or train the run again on this data")
+
+
+def log_start(run_dir):
+    """The first record of a run's log.jsonl, its iter and validation loss (None without one): what a measurement
+    kept in the folder records of the run it measured. A resumed run keeps it; a new run in the folder starts
+    another."""
+    log = read_jsonl(os.path.join(run_dir, LOG))
+    return {"iter": log[0].get("iter"), "val_loss": log[0].get("val_loss")} if log else None
+
+
+def kept_of_other_run(run_dir, kept, name):
+    """Why the measurement `name` kept in run_dir (kept: its record, with the checkpoint's "iter" or "iter_num" and,
+    where recorded, its "run_id", logged validation loss "val_loss_logged" and the log's first record "log_start") is
+    not of the run whose log.jsonl is there now, or '' when nothing says so. A folder reused for a new run
+    (--overwrite=True) keeps the old run's measurements until the new run is measured: they must never stand for it."""
+    log_path = os.path.join(run_dir, LOG)
+    if not os.path.isfile(log_path):
+        return ""  # the measurement is all the folder holds of a run
+    log = read_jsonl(log_path)
+    it = kept.get("iter", kept.get("iter_num"))
+    ids = {r["run_id"] for r in log if r.get("run_id")}
+    if kept.get("run_id") and ids:
+        same = kept["run_id"] in ids
+    else:  # the measured state in the log, or else the log starts as the measured run's did (cut short since)
+        loss = kept.get("val_loss_logged")
+        same = any(r.get("iter") == it and (loss is None or r.get("val_loss") == loss) for r in log) or \
+            bool(kept.get("log_start")) and kept["log_start"] == log_start(run_dir)
+    if same:
+        return ""
+    return (f"the measurement kept in {run_dir} ({name}, of the state at iter {it}"
+            f"{', run ' + kept['run_id'] if kept.get('run_id') else ''}) is not of the run its {LOG} records: it is "
+            "an earlier run's, left there when the folder was reused")
 
 
 # -----------------------------------------------------------------------------
@@ -679,11 +759,18 @@ def evaluate_section(report_dir, root, trained):
     folder = os.path.join(report_dir, EVALUATE_DIR)
     if not os.path.isfile(os.path.join(folder, "summary.json")):
         return ""
-    with open(os.path.join(folder, "summary.json")) as f:
-        evaluations = json.load(f)
+    try:
+        with open(os.path.join(folder, "summary.json")) as f:
+            evaluations = json.load(f)
+        headlines = [headline(r) for r in evaluations["models"]]  # each record's numbers, read here once
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # cut short, or not lab/evaluate.py's
+        why = (f"{EVALUATE_DIR}/summary.json cannot be read ({type(e).__name__}): run `python -m lab.repro evaluate` "
+               "again")
+        print(f"note: the report has no section on lab/evaluate.py's measurements: {why}", flush=True)
+        return "\n".join(["", "## Downstream consequences (lab/evaluate.py)", "", f"**Not shown: {why}.**", ""])
     by, stale = {}, []
-    for r in evaluations["models"]:
-        by.setdefault(r["label"].rsplit("/seed", 1)[0], []).append(headline(r))
+    for r, numbers in zip(evaluations["models"], headlines):
+        by.setdefault(r["label"].rsplit("/seed", 1)[0], []).append(numbers)
         ckpt = os.path.join(r.get("run", ""), r.get("checkpoint", ""))
         if os.path.isfile(ckpt):  # trained again since?
             changed = os.path.getmtime(ckpt) > os.path.getmtime(os.path.join(folder, "summary.json"))
@@ -846,3 +933,9 @@ def plot_sweep(sweep, out_dir):
     axes[0].legend()
     fig.tight_layout()
     return [save_figure(fig, os.path.join(out_dir, "lr_sweep.png"))]
+
+
+if __name__ == "__main__":  # run by mistake: say what writes a report, rather than exit 0 having done nothing
+    from cli import fail
+    fail("lab/report.py is a library with no command line: `python -m lab.repro report` writes a study's report "
+         "(python -m lab.analyze and python -m lab.evaluate measure runs)")

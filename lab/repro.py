@@ -9,16 +9,19 @@ repository's root:
     python -m lab.repro train all --seeds=3 --parallel=3   # the study (variants.STUDY), three seeds, 3 runs at once
     python -m lab.repro train baseline g1_elementwise --max_iters=400
     python -m lab.repro train baseline:2 g1_elementwise:2 g1_headwise --parallel=2 --budget_min=18   # what fits
-    python -m lab.repro evaluate              # lab/evaluate.py on the models' checkpoints: results/repro/evaluate/
-    python -m lab.repro report                # results/repro/{summary.json, REPORT.md, *.png}
+    python -m lab.repro evaluate              # lab/evaluate.py on the models' checkpoints: out-repro/report/evaluate/
+    python -m lab.repro report                # out-repro/report/{summary.json, REPORT.md, *.png}
+    python -m lab.repro report --report_dir=results/repro   # the same, replacing the committed report
     python -m lab.repro restore --config=config/repro_sink.py && python -m lab.repro report   # redraw: no GPU, no data
     python -m lab.repro train all --study=sink_lab --seeds=3 --parallel=2   # the sink lab on a laptop CPU
-    python -m lab.repro report --study=sink_lab   # results/sink_lab/
+    python -m lab.repro report --study=sink_lab   # out-sink-lab/report/
 
 Two studies share this runner (--study): `repro`, the GPU study of the papers' trends on real text
 (config/repro.py, variants.STUDY), and `sink_lab`, the attention sink on the Bigram-Backcopy task on a CPU
 (config/sink_lab.py, variants.LAB: GA Table 4's sink column, the other gate positions and the baseline without a
-BOS token), each with its own claims, runs (out-repro/, out-sink-lab/) and report (results/repro/, results/sink_lab/).
+BOS token), each with its own claims, runs (out-repro/, out-sink-lab/) and committed report (results/repro/,
+results/sink_lab/). A report is written to <root>/report/ (git-ignored) unless --report_dir names another folder:
+the committed one is replaced only when named so, and the runner says so.
 
 The first word is the step. `train` and `evaluate` take variant names: `all` is the study, `models` its
 one-model-each part, `sweep` its learning-rate sweep, and any other name of variants.VARIANTS (g3, glu, ...)
@@ -62,7 +65,8 @@ end.
 A study can grow over several sessions on a borrowed GPU, whose checkpoints go back with the machine. `report` keeps
 what it needs of each run in <report_dir>/runs/<variant>/seed<N>/: its log.jsonl, what lab/analyze.py and
 lab/evaluate.py measured on its checkpoint (measured.json, measured.npz, evaluated.json) and its command, small files
-to commit with the report. `train` puts each kept run that <root> lacks back there, if it was trained with the same
+to commit with the report. `train` puts each kept run that <root> lacks back there (from --report_dir, by default
+the committed report), if it was trained with the same
 settings (it is then finished, and skipped), and lab/analyze.py and lab/evaluate.py read a run whose checkpoint is
 gone from what they kept of it. So the next session trains only the runs still missing, and its report covers them
 all; it refuses runs that were not trained alike, or measured on other validation windows. `restore` (with the keys
@@ -88,6 +92,7 @@ import sys
 import sysconfig
 import time
 import types
+import zipfile
 if not __package__:  # run as python lab/repro.py: find the project from its root, as python -m lab.repro does
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -99,8 +104,8 @@ import torch
 from cli import config_path, configure, dataset_dir, fail, run_config_file, usage
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import find_shards
-from lab.report import (EVALUATE_DIR, comparison, evaluate_section, over_seeds, paper_effect, plot_headline,
-    plot_sweep, plot_trends, render_report)
+from lab.report import (EVALUATE_DIR, comparison, evaluate_section, kept_of_other_run, over_seeds, paper_effect,
+    plot_headline, plot_sweep, plot_trends, render_report)
 from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
     size_word)
 from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
@@ -117,7 +122,7 @@ STEPS = ("list", "prepare", "train", "restore", "evaluate", "report")
 class Keys:
     study: str = "repro"  # which study (STUDIES): repro, the GPU study on real text; sink_lab, the CPU lab
     root: str = ""  # where the runs are; "": the study's (out-repro; out-repro-tiny with --tiny)
-    report_dir: str = ""  # where the report goes; "": the study's (results/repro; <root>/report with --tiny)
+    report_dir: str = ""  # report/evaluate write here, train/restore find kept runs here; "": <root>/report
     tiny: bool = False  # a CPU smoke test of the pipeline: tiny model, few steps, concludes nothing
     seeds: int = 1  # seeds per variant: the config's seed, seed + 1, ...
     parallel: int = 1  # runs side by side on the one device
@@ -224,7 +229,7 @@ class Study:
     variants: tuple  # what `all` trains
     claims: list  # (claim, reference, variant, measure, direction), as CLAIMS
     root: str  # where its runs go by default
-    report_dir: str  # where its report goes by default
+    report_dir: str  # its committed report: where `train` and `restore` find kept runs unless --report_dir says
     tiny: dict  # the train.py settings --tiny adds
     title: str  # REPORT.md's title
     counts: list = ()  # (claim, reference, variant, direction), as LAB_COUNTS: decided on counts of seeds, first
@@ -295,11 +300,21 @@ def claimed(*folders):
     locks = []
     try:
         for folder in dict.fromkeys(os.path.realpath(f) for f in folders):
-            locks.append(claim_folder(folder))
+            try:
+                locks.append(claim_folder(folder))
+            except OSError as e:  # a file of that name, or a folder this user cannot write
+                fail(f"{folder} cannot be used as a folder ({e.strerror or e}): choose another --root or "
+                     "--report_dir")
         yield
     finally:
         for lock in locks:
             lock.close()  # releases the lock
+
+
+def committed(folder):
+    """Whether folder lies in this repository's results/, the committed measurements."""
+    results = os.path.join(os.path.realpath(REPO), "results")
+    return os.path.commonpath([os.path.realpath(folder), results]) == results
 
 
 def list_variants(study=STUDIES["repro"]):
@@ -488,15 +503,38 @@ def wait_for_one(running):
 
 def trained_runs(root, order=STUDY):
     """(variant, seed) of every run under root with a checkpoint, or with the measurements lab/analyze.py kept of
-    its checkpoint when that is gone: in the study's order (its variants), then the other variants."""
+    its checkpoint when that is gone: in the study's order (its variants), then the other variants. Kept
+    measurements that cannot be read, or that are an earlier run's (the folder reused), count as absent, with a
+    note."""
     runs = []
     for v in list(order) + [v for v in VARIANTS if v not in order]:
         folder = os.path.join(root, v)
         names = os.listdir(folder) if os.path.isdir(folder) else []
         seeds = sorted(int(n[4:]) for n in names if n.startswith("seed") and n[4:].isdigit() and any(
             os.path.isfile(os.path.join(folder, n, f)) for f in (CHECKPOINT, MEASURED + ".json")))
-        runs += [(v, seed) for seed in seeds]
+        for seed in seeds:
+            problem = kept_problem(run_dir(root, v, seed))
+            if problem:
+                print(f"note: {v} seed {seed} left out: its {CHECKPOINT} is not in {run_dir(root, v, seed)}, and "
+                      f"{problem}", flush=True)
+            else:
+                runs.append((v, seed))
     return runs
+
+
+def kept_problem(folder):
+    """Why the measurement kept in a run folder without its checkpoint cannot stand for the run, or ''."""
+    if os.path.isfile(os.path.join(folder, CHECKPOINT)):
+        return ""
+    try:
+        with open(os.path.join(folder, MEASURED + ".json")) as f:
+            record = json.load(f)
+        record["train_config"].items()
+        with np.load(os.path.join(folder, MEASURED + ".npz")) as arrays:
+            arrays.files
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile) as e:
+        return f"the measurement kept of it cannot be read ({MEASURED}.json, .npz: {type(e).__name__})"
+    return kept_of_other_run(folder, record, MEASURED + ".json")
 
 
 # -----------------------------------------------------------------------------
@@ -820,7 +858,13 @@ def main(argv):
         fail(f"--study={keys.study!r} is not a study; choose one of {', '.join(STUDIES)}")
     study = STUDIES[keys.study]
     root = keys.root or (study.root + "-tiny" if keys.tiny else study.root)
-    report_dir = keys.report_dir or (os.path.join(root, "report") if keys.tiny else study.report_dir)
+    # a command run to look never replaces the committed report: results/ is written only when --report_dir names it;
+    # the kept runs are read from there by default (train and restore only read them)
+    report_dir = keys.report_dir or os.path.join(root, "report")
+    kept_from = keys.report_dir or (report_dir if keys.tiny else os.path.join(REPO, study.report_dir))
+    if step in ("evaluate", "report") and committed(report_dir):
+        print(f"note: writing into {report_dir}/, committed results, as --report_dir={keys.report_dir} asks: what it "
+              "holds is replaced", flush=True)
 
     if step == "list":
         list_variants(study)
@@ -834,13 +878,13 @@ def main(argv):
         settings = study_settings(keys, passed)
         runs = chosen_runs(names, keys.seeds, settings.get("seed", 1337), study)
         with claimed(root):  # a second `train` on this root would start the same runs beside these
-            restore_runs(root, report_dir, settings)
+            restore_runs(root, kept_from, settings)
             train(runs, root, keys, passed, settings)
     elif step == "restore":  # the kept runs back under root, so that `report` draws them again: no GPU, no data
         settings = study_settings(keys, passed)  # a bad --config stops here, before root is made
         with claimed(root):
-            if not restore_runs(root, report_dir, settings):
-                print(f"nothing restored: {os.path.join(report_dir, RUNS_DIR)}/ keeps no run trained with these "
+            if not restore_runs(root, kept_from, settings):
+                print(f"nothing restored: {os.path.join(kept_from, RUNS_DIR)}/ keeps no run trained with these "
                       f"settings that {root}/ lacks")
     elif step == "evaluate":
         evaluate_runs(root, report_dir, names, passed, study)

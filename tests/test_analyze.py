@@ -500,3 +500,191 @@ def test_the_emergence_plot_draws_each_layer_of_each_run_side_by_side(tmp_path, 
     assert sink.get_ydata()[-1] == pytest.approx(0.85) and sink.get_label() == f"layer {n_layer // 2}"
     assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == n_layer
     assert analyze.emergence_series(logs[2]) == {}
+
+
+# ----------------------------------------------------------------------------
+# What a careless user meets: which run and which data a result comes from, folders shared with others, broken files
+
+HOLD = ("import sys, time; from runfolder import claim_folder; lock = claim_folder(sys.argv[1]); "
+        "print('held', flush=True); time.sleep(60)")
+
+
+def copy_run(source, target):
+    """A copy of a run folder without what lab/analyze.py and lab/evaluate.py kept in it."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("measured.*", "evaluated.json"))
+    return str(target)
+
+
+def set_provenance(run_dir, data_dir=None, name="ckpt.pt"):
+    """Give a run's checkpoint what train.py records in it now, where it lacks them (an older train.py's): a run id
+    and the fingerprint of its data (the data in data_dir, made its data_dir, when given). Returns the run id."""
+    from data.shards import dataset_fingerprint
+    path = os.path.join(run_dir, name)
+    checkpoint = torch.load(path, weights_only=True)
+    if data_dir is not None:
+        checkpoint["config"]["data_dir"] = str(data_dir)
+    checkpoint.setdefault("run_id", "0123456789abcdef")
+    checkpoint["data_fingerprint"] = dataset_fingerprint(checkpoint["config"]["data_dir"])
+    save_checkpoint(checkpoint, path)
+    return checkpoint["run_id"]
+
+
+def prepare_again(data_dir, seed=5):
+    """The toy dataset prepared again in place from other tokens, as `prepare.py` run again on another source does."""
+    from data.shards import write_dataset
+    for name in os.listdir(data_dir):
+        os.remove(os.path.join(data_dir, name))
+    rng = np.random.default_rng(seed)
+    docs = {split: [rng.integers(0, 50000, n, dtype=np.uint16) for n in (3000, 2000)] for split in ("train", "val")}
+    write_dataset(str(data_dir), "toy", docs, source="other random tokens")
+
+
+def error_of(main, argv):
+    """The one line a script stops with (cli.fail's SystemExit)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    return message
+
+
+def test_a_checkpoint_whose_data_was_prepared_again_is_refused(trained_run, dataset, tmp_path):
+    """A dataset prepared again in place is another task: the run is measured only on the data it was trained on
+    (the fingerprint its checkpoint records), and refused, before any work, on other data or none."""
+    data = tmp_path / "data"
+    shutil.copytree(dataset, data)
+    run = copy_run(trained_run, tmp_path / "run")
+    run_id = set_provenance(run, data)
+    analyze.main([f"--runs={run}", "--device=cpu", f"--out_dir={tmp_path / 'same'}"])  # the same data: measured
+    recorded = torch.load(os.path.join(run, "ckpt.pt"), weights_only=True)["data_fingerprint"]
+    kept = json.load(open(os.path.join(run, "measured.json")))
+    assert kept["data_fingerprint"] == recorded and kept["run_id"] == run_id  # which run, which data
+    prepare_again(data)
+    from data.shards import dataset_fingerprint
+    now = dataset_fingerprint(str(data))
+    out = tmp_path / "out"
+    message = error_of(analyze.main, [f"--runs={run}", "--device=cpu", f"--out_dir={out}"])
+    assert f"{run}/ckpt.pt was trained on other data than {data} holds now" in message
+    assert recorded["val"] in message and now["val"] in message and "train and val shards" in message
+    assert "prepare the data it was trained on again" in message and not out.exists()
+    shutil.rmtree(data)  # gone: named, with the command that prepares it
+    message = error_of(analyze.main, [f"--runs={run}", "--device=cpu", f"--out_dir={out}"])
+    assert f"{data}, which holds no validation shards here" in message and "prepare.py" in message
+    assert not out.exists()
+
+
+def test_a_kept_measurement_of_an_earlier_run_never_stands_for_the_new_one(trained_run, tmp_path, capsys):
+    """A folder reused for a new run (--overwrite=True) keeps the old run's measured.json until the new run is
+    measured: with the checkpoint gone, it stands for the run only if the folder's log.jsonl records its state."""
+    run = copy_run(trained_run, tmp_path / "run")
+    run_id = set_provenance(run)
+    analyze.analyze([run], out_dir=str(tmp_path / "first"), device="cpu")
+    kept = json.load(open(os.path.join(run, "measured.json")))
+    assert (kept["run_id"], kept["iter"]) == (run_id, 4)
+    for name in ("ckpt.pt", "best.pt"):
+        os.remove(os.path.join(run, name))
+    again = analyze.analyze([run], out_dir=str(tmp_path / "kept"), device="cpu")  # its own log: it stands
+    assert again["runs"][0]["val_loss"] == kept["val_loss"]
+    # the new run in the folder: its log starts again, another state, another loss
+    with open(os.path.join(run, "log.jsonl"), "w") as f:
+        f.write(json.dumps({"iter": 0, "tokens": 0, "val_loss": 9.5}) + "\n")
+    message = error_of(analyze.main, [f"--runs={run}", "--device=cpu", f"--out_dir={tmp_path / 'out'}"])
+    assert f"the measurement kept in {run} (measured.json, of the state at iter 4, run {run_id}) is not of the run " \
+           "its log.jsonl records" in message and "earlier run's" in message
+    # a log that records run ids: the run id decides
+    with open(os.path.join(run, "log.jsonl"), "w") as f:
+        f.write(json.dumps({"iter": 4, "tokens": 512, "val_loss": kept["val_loss_logged"], "run_id": "ffff"}) + "\n")
+    assert "earlier run's" in error_of(analyze.main, [f"--runs={run}", "--device=cpu",
+                                                      f"--out_dir={tmp_path / 'out'}"])
+
+
+def read_only(monkeypatch, folder):
+    """From now on no file can be made in folder, as in a read-only folder (the tests may run as root, whom
+    permissions do not stop): atomic_write's temporary file there is refused."""
+    import tempfile
+    real = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kw):
+        if dir is not None and os.path.realpath(dir) == os.path.realpath(folder):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(dir))
+        return real(*args, dir=dir, **kw)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
+
+def test_a_read_only_run_folder_costs_a_note_not_the_summary(trained_run, tmp_path, monkeypatch, capsys):
+    run = copy_run(trained_run, tmp_path / "run")
+    before = files_of(tmp_path / "run")
+    read_only(monkeypatch, run)
+    analyze.main([f"--runs={run}", "--device=cpu", f"--out_dir={tmp_path / 'out'}"])
+    out = capsys.readouterr().out
+    assert f"note: could not keep the measurement beside {run}/ckpt.pt" in out and "Permission denied" in out
+    summary = json.load(open(tmp_path / "out" / "summary.json"))
+    assert summary["runs"][0]["val_loss"] == pytest.approx(summary["runs"][0]["val_loss_logged"], rel=1e-5)
+    assert files_of(tmp_path / "run") == before  # the run folder as it was
+
+
+@pytest.mark.parametrize("kind", ["npz-cut", "json-empty", "json-not-a-record"])
+def test_a_kept_measurement_cut_short_counts_as_absent_in_one_line(trained_run, tmp_path, kind):
+    run = copy_run(trained_run, tmp_path / "run")
+    analyze.analyze([run], out_dir=str(tmp_path / "first"), device="cpu")
+    for name in ("ckpt.pt", "best.pt"):
+        os.remove(os.path.join(run, name))
+    name = "measured.npz" if kind == "npz-cut" else "measured.json"
+    data = open(os.path.join(run, name), "rb").read()
+    open(os.path.join(run, name), "wb").write({"npz-cut": data[:len(data) // 2], "json-empty": b"",
+                                               "json-not-a-record": b"[1, 2]"}[kind])
+    message = error_of(analyze.main, [f"--runs={run}", "--device=cpu", f"--out_dir={tmp_path / 'out'}"])
+    assert f"no ckpt.pt in {run}, and the" in message and f"{name}: " in message and "counts as absent" in message
+    assert "train it first" in message
+
+
+def test_a_model_that_is_not_finite_is_named_and_its_summary_stays_valid_json(trained_run, tmp_path):
+    """A NaN weight makes every measurement NaN: summary.json stays valid JSON (null where a number would be NaN),
+    the run's record names the problem, nothing is kept for a study, and the command fails with one line."""
+    run = copy_run(trained_run, tmp_path / "run")
+    checkpoint = torch.load(os.path.join(run, "ckpt.pt"), weights_only=True)
+    weight = next(k for k in checkpoint["model"] if k.endswith("c_attn.weight"))
+    checkpoint["model"][weight][0, 0] = float("nan")
+    save_checkpoint(checkpoint, os.path.join(run, "ckpt.pt"))
+    out = tmp_path / "out"
+    message = error_of(analyze.main, [f"--runs={run}", "--device=cpu", f"--out_dir={out}"])
+    assert f"the model in {run}/ckpt.pt is not finite" in message and weight in message
+
+    def no_constant(name):  # Python's json reads NaN and Infinity; JSON itself has neither
+        pytest.fail(f"summary.json holds {name}")
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=no_constant)
+    record = summary["runs"][0]
+    assert record["val_loss"] is None and record["first_token_attn"] is None and "not finite" in record["problem"]
+    assert summary["problems"] == [f"run: {record['problem']}"]
+    assert "| run | 0.003 | –" in (out / "summary.md").read_text()  # no nan in the table
+    assert not os.path.exists(os.path.join(run, "measured.json"))
+
+
+def test_a_results_folder_another_process_holds_is_refused(trained_run, tmp_path, monkeypatch):
+    """Two commands writing one results folder would mix their files: the second stops with one line naming the
+    first, the lock lab/repro.py takes on its report folders."""
+    out = tmp_path / "out"
+    monkeypatch.setattr(analyze, "analyze", lambda *a, **k: pytest.fail("measured into a folder another holds"))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        message = error_of(analyze.main, [f"--runs={trained_run}", "--device=cpu", f"--out_dir={out}"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert message.startswith(f"error: {out} is in use by another process (pid {holder.pid}: "), message
+
+
+@pytest.mark.parametrize("checkpoint", ["../other/best.pt", "."])
+def test_the_checkpoint_is_a_file_name_in_each_run_folder(trained_run, tmp_path, checkpoint):
+    """--checkpoint=../other/best.pt would measure another run's file under this run's name and keep it in this run's
+    folder; a folder is no checkpoint."""
+    run = copy_run(trained_run, tmp_path / "run")
+    copy_run(trained_run, tmp_path / "other")
+    message = error_of(analyze.main, [f"--runs={run}", f"--checkpoint={checkpoint}", "--device=cpu",
+                                      f"--out_dir={tmp_path / 'out'}"])
+    assert f"--checkpoint={checkpoint}: the name of a file in each run's folder" in message
+    assert not os.path.exists(os.path.join(run, "measured.json"))
+    os.makedirs(os.path.join(run, "latest.pt"))
+    message = error_of(analyze.main, [f"--runs={run}", "--checkpoint=latest.pt", f"--out_dir={tmp_path / 'out'}"])
+    assert f"{run}/latest.pt is no checkpoint file" in message

@@ -269,3 +269,21 @@ def test_keep_freed_memory_stops_the_page_faults_of_steps_that_free_large_blocks
             assert sum(last) < 0.1 * 20 * pages, faults
         else:
             assert min(last) > 0.9 * pages, faults
+
+
+def test_a_cpu_step_goes_to_a_git_ignored_folder_unless_results_is_named(tmp_path, monkeypatch, capsys):
+    """python -m lab.bench --step is run to look: its results go to out-bench/ (git-ignored), never over the
+    committed ones in results/, which it writes only when --out_dir names it, saying so."""
+    def fake_step(session, setup):  # the timing itself is another test's: here, where its results go
+        session.write("bench_step", {"records": []}, ["a note"], ["mode"], [["plain"]])
+    monkeypatch.setattr(bench, "bench_step", fake_step)
+    monkeypatch.chdir(tmp_path)
+    bench.main(["--step"])
+    assert os.listdir(tmp_path) == ["out-bench"] and json.load(open(tmp_path / "out-bench" / "bench_step.json"))
+    assert "note: writing" not in capsys.readouterr().out
+    committed = os.path.join(HERE, "results")
+    monkeypatch.setattr(bench, "write_json", lambda path, value: None)  # the committed files stay as they are
+    monkeypatch.setattr(bench, "write_text", lambda path, text: None)
+    bench.main(["--step", f"--out_dir={committed}"])
+    assert f"note: writing bench_step.json and .md into {committed}/, the committed measurements" in \
+        capsys.readouterr().out

@@ -6,11 +6,15 @@ list keys are written a,b,c; a bad key or value stops with one line that says wh
 import ast
 import dataclasses
 import os
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
+import torch
 
+import cli
 from cli import configure, usage
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
@@ -136,3 +140,160 @@ def test_a_list_key_takes_only_its_own_items(tmp_path, text):
 
 def test_a_float_list_takes_whole_numbers_too():
     assert configure(Numbers, ["--floats=1,2.5"])[0].floats == (1.0, 2.5)
+
+
+
+# -----------------------------------------------------------------------------
+# torchrun's variables, and joining the other processes in bounded time
+
+TORCHRUN = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+def set_env(monkeypatch, env):
+    for key in TORCHRUN:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.mark.parametrize("drop", ["MASTER_ADDR", "MASTER_PORT"])
+def test_torchrun_variables_without_the_master_address_are_refused(monkeypatch, drop):
+    """RANK, LOCAL_RANK and WORLD_SIZE without MASTER_ADDR/MASTER_PORT: torch.distributed stopped with a traceback."""
+    set_env(monkeypatch, {k: v for k, v in TORCHRUN.items() if k != drop})
+    with pytest.raises(SystemExit, match=f"^error: .*but not {drop}: torchrun sets all of .*MASTER_ADDR, MASTER_PORT"):
+        cli.processes()
+    set_env(monkeypatch, TORCHRUN)
+    assert cli.processes() == (True, 0, 0, 1)
+
+
+@pytest.mark.parametrize("change", [{"WORLD_SIZE": "0"}, {"RANK": "2", "WORLD_SIZE": "2"}, {"RANK": "-1"},
+                                    {"MASTER_PORT": "70000"}])
+def test_torchrun_variables_that_cannot_fit_together_are_refused(monkeypatch, change):
+    set_env(monkeypatch, TORCHRUN | change)
+    with pytest.raises(SystemExit, match="^error: RANK=.* do not fit together"):
+        cli.processes()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+JOIN = ("import cli, torch, torch.distributed as dist; _, rank, _, n = cli.processes(); "
+        "cli.init_processes('gloo', rank, n)")
+
+
+def start_rank(rank, port, world_size=2, timeout="3", extra=""):
+    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), GATED_JOIN_TIMEOUT=timeout)
+    return subprocess.Popen([sys.executable, "-c", JOIN + extra], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_process_whose_partners_never_start_stops_with_one_line(rank):
+    """WORLD_SIZE=2 and one process: init_process_group alone waits silently (for ever on rank 1)."""
+    began = time.monotonic()
+    proc = start_rank(rank, free_port())
+    try:
+        out, err = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("init_processes still waits after 90 s with GATED_JOIN_TIMEOUT=3")
+    assert time.monotonic() - began < 60
+    assert f"rank {rank}: waiting up to 3 s for all 2 processes to meet at 127.0.0.1:" in out
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("error: ") and "torchrun --nproc_per_node=2" in lines[0]
+
+
+def test_a_master_port_another_program_holds_stops_with_one_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = start_rank(0, taken.getsockname()[1])
+        _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "choose a free port (torchrun --master_port=N)" in err
+
+
+def test_processes_that_all_start_join_and_compute_together():
+    port = free_port()
+    total = "; x = torch.tensor([rank + 1.0]); dist.all_reduce(x); print('sum', x.item())"
+    procs = [start_rank(rank, port, timeout="60", extra=total) for rank in (1, 0)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and "sum 3.0" in out, err
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf"])
+def test_a_join_timeout_that_is_no_number_of_seconds_is_refused(monkeypatch, value):
+    monkeypatch.setenv("GATED_JOIN_TIMEOUT", value)
+    with pytest.raises(SystemExit, match="^error: GATED_JOIN_TIMEOUT=.* must be a number of seconds above 0"):
+        cli.join_timeout()
+
+
+# -----------------------------------------------------------------------------
+# paths, config files and values a careless user writes
+
+@dataclasses.dataclass
+class Paths:
+    out_dir: str = "out"  # a folder
+    data_dir: str = ""  # another
+    runs: tuple[str, ...] = ()  # folders
+    start: str = "hello"  # text, not a path
+    rate: float = 0.1  # a number
+    rates: tuple[float, ...] = (0.1,)  # numbers
+
+
+def test_a_leading_tilde_in_a_path_key_is_the_home_folder(tmp_path, monkeypatch):
+    """out_dir='~/x' in a config file (or a quoted --out_dir=~/x, which no shell expands) made a folder named ~."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "c.py").write_text("out_dir = '~/runs/a'\nruns = ['~/r1', '/abs/r2']\nstart = '~/not a path'\n")
+    c, given = configure(Paths, ["~/c.py", "--data_dir=~"])  # the config file itself is found under ~ too
+    assert (c.out_dir, c.data_dir, c.runs) == (str(tmp_path / "runs" / "a"), str(tmp_path), (str(tmp_path / "r1"),
+                                                                                          "/abs/r2"))
+    assert c.start == "~/not a path" and given == {"out_dir", "data_dir", "runs", "start"}
+    assert configure(Paths, ["--out_dir=~/y", "--runs=~/p,q"])[0].out_dir == str(tmp_path / "y")
+    assert configure(Paths, ["--runs=~/p,q"])[0].runs == (str(tmp_path / "p"), "q")
+
+
+def test_a_folder_given_as_config_file_is_named_as_a_folder(tmp_path):
+    with pytest.raises(SystemExit, match="is a folder, not a config file"):
+        configure(Paths, [str(tmp_path)])
+
+
+def test_a_key_with_one_dash_is_told_it_takes_two():
+    with pytest.raises(SystemExit, match="^error: -out_dir=x: a key takes two dashes, --out_dir=x"):
+        configure(Paths, ["-out_dir=x"])
+
+
+def test_a_config_file_saved_with_a_bom_or_a_coding_line_is_read_as_python_reads_it(tmp_path):
+    """Windows' Notepad saves UTF-8 with a byte-order mark; a coding line declares another encoding: Python runs
+    both, so a config file may be either."""
+    bom = tmp_path / "bom.py"
+    bom.write_bytes("\ufeffout_dir = 'café'\n".encode("utf-8"))
+    assert configure(Paths, [str(bom)])[0].out_dir == "café"
+    latin = tmp_path / "latin.py"
+    latin.write_bytes("# -*- coding: latin-1 -*-\nout_dir = 'café'\n".encode("latin-1"))
+    assert configure(Paths, [str(latin)])[0].out_dir == "café"
+    latin.write_bytes("rate = 0.5\nout_dir = 'café'\n".encode("latin-1"))
+    with pytest.raises(SystemExit, match=f"^error: {latin} line 2: not UTF-8 text; save the config file as UTF-8"):
+        configure(Paths, [str(latin)])
+
+
+@pytest.mark.parametrize("text", ["rate = 1e400", "rate = float('nan')", "rates = [0.5, float('inf')]"])
+def test_a_number_that_is_not_finite_is_refused(tmp_path, text):
+    config = tmp_path / "c.py"
+    config.write_text(text + "\n")
+    with pytest.raises(SystemExit, match="must be a (finite number|list of float)"):
+        configure(Paths, [str(config)])
+
+
+def test_a_gpu_this_machine_does_not_have_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert cli.pick_device("cuda:0") == "cuda:0"
+    with pytest.raises(SystemExit, match=r"^error: device='cuda:7' but this machine has 1 GPU \(cuda:0 to cuda:0\)"):
+        cli.pick_device("cuda:7")

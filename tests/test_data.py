@@ -624,8 +624,9 @@ def test_an_interrupted_download_and_tokenize_is_refused(tmp_path, monkeypatch):
         hand_written_shard(os.path.join(out_dir, names[0]), np.arange(100))
         raise KeyboardInterrupt
     monkeypatch.setattr(fineweb, "download", download_then_a_kill)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit) as stop:  # Ctrl-C: the one line that says the folder is unfinished, exit 130
         fineweb.main(["--shards", "2", "--out_dir", str(tmp_path / "fw")])
+    assert stop.value.code == 130
     with pytest.raises(ValueError, match=r"did not finish.*python data/fineweb/prepare.py --shards 2 --out_dir"):
         find_shards(tmp_path / "fw", "val")
 
@@ -753,3 +754,161 @@ def test_a_killed_preparation_leaves_no_worker_behind_and_no_traceback(tmp_path)
         proc.kill()
         pytest.fail("the pool's workers outlived the killed preparation by 15 s")
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+# ----------------------------------------------------------------------------
+# the prepare scripts' command lines, as a careless user runs them: one line, never a traceback
+
+def run_prepare(name, *args, env=None):
+    """python data/<name>/prepare.py args, from the repository's root: (exit status, stdout, stderr)."""
+    out = subprocess.run([sys.executable, os.path.join(DATA_ROOT, name, "prepare.py"), *args], cwd=REPO,
+                         capture_output=True, text=True, timeout=300, env=env)
+    return out.returncode, out.stdout, out.stderr
+
+
+def assert_one_line(code, err, *words):
+    lines = err.strip().splitlines()
+    assert code == 1 and len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+def unwritable_folder(tmp_path):
+    """A folder no file can be made in: read-only for a user, /sys's for root (whom permissions do not stop)."""
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    os.chmod(folder, 0o555)
+    for candidate in (folder, "/sys"):
+        try:
+            os.mkdir(os.path.join(candidate, "probe"))
+            os.rmdir(os.path.join(candidate, "probe"))
+        except OSError:
+            return str(candidate)
+    pytest.skip("no folder here refuses writing")
+
+
+@pytest.mark.parametrize("name", ["textdir", "bigram_backcopy", "fineweb"])
+@pytest.mark.parametrize("where", ["read_only", "under_a_file", "dangling_link"])
+def test_a_folder_that_cannot_be_written_stops_with_one_line(tmp_path, name, where):
+    make_text_folder(tmp_path / "src")
+    (tmp_path / "a_file").write_text("mine")
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    out_dir = {"read_only": lambda: os.path.join(unwritable_folder(tmp_path), "sub"),
+               "under_a_file": lambda: str(tmp_path / "a_file" / "sub"),
+               "dangling_link": lambda: str(tmp_path / "dangling")}[where]()
+    args = {"textdir": ["--src", str(tmp_path / "src"), "--workers", "1"], "fineweb": ["--shards", "1"],
+            "bigram_backcopy": ["--train_tokens", "100", "--val_tokens", "100"]}[name]
+    try:
+        code, _, err = run_prepare(name, *args, f"--out_dir={out_dir}")
+    finally:
+        if (tmp_path / "read_only").exists():
+            os.chmod(tmp_path / "read_only", 0o755)
+    assert_one_line(code, err, "--out_dir")
+    assert (tmp_path / "a_file").read_text() == "mine" and not os.path.lexists(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("name, option", [("textdir", "--max_files"), ("textdir", "--workers"),
+                                          ("pystdlib", "--max_files"), ("pystdlib", "--workers")])
+@pytest.mark.parametrize("value", ["-1", "0"])
+def test_a_count_below_one_is_refused(tmp_path, name, option, value):
+    """--max_files=-1 was Python's files[:-1]: every file but the last, without a word."""
+    make_text_folder(tmp_path / "src")
+    args = ["--src", str(tmp_path / "src")] if name == "textdir" else []
+    code, _, err = run_prepare(name, *args, "--out_dir", str(tmp_path / "out"), f"{option}={value}")
+    assert_one_line(code, err, f"{option[2:]}={value}: must be at least 1")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_leading_tilde_in_a_prepare_scripts_paths_is_the_home_folder(tmp_path):
+    """--src=~/x and --out_dir=~/x: no shell expands the ~ after '=', and the script made a folder named ~."""
+    make_text_folder(tmp_path / "src")
+    (tmp_path / "cwd").mkdir()
+    out = subprocess.run([sys.executable, os.path.join(DATA_ROOT, "textdir", "prepare.py"), "--src=~/src",
+                          "--out_dir=~/out", "--workers=1"], cwd=tmp_path / "cwd", capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, HOME=str(tmp_path)))
+    assert out.returncode == 0, out.stderr
+    assert find_shards(tmp_path / "out", "train") and os.listdir(tmp_path / "cwd") == []
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", "/abs"])
+def test_a_dataset_name_with_a_slash_is_refused(tmp_path, name):
+    """--name=a/b wrote its shards into a sub-folder a/ that the dataset never reads: 0 tokens, and exit status 0."""
+    make_text_folder(tmp_path / "src")
+    code, _, err = run_prepare("textdir", "--src", str(tmp_path / "src"), f"--name={name}", "--workers=1",
+                               "--out_dir", str(tmp_path / "out"))
+    assert_one_line(code, err, "must be a plain name")
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_file_ending_to_read_is_refused(tmp_path):
+    make_text_folder(tmp_path / "src")
+    code, _, err = run_prepare("textdir", "--src", str(tmp_path / "src"), "--exts=,", "--out_dir", str(tmp_path / "o"))
+    assert_one_line(code, err, "exts names no file ending")
+
+
+@pytest.mark.parametrize("option, words", [("--seed=-1", "seed=-1 must be 0 or more"),
+                                           ("--alpha=inf", "alpha=inf must be a positive number"),
+                                           ("--vocab=70000", "at most 65535")])
+def test_bigram_backcopy_settings_out_of_range_stop_with_one_line(tmp_path, option, words):
+    code, _, err = run_prepare("bigram_backcopy", option, "--train_tokens=100", "--val_tokens=100",
+                               "--out_dir", str(tmp_path / "out"))
+    assert_one_line(code, err, words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_bigram_backcopy_out_of_memory_stops_with_one_line(tmp_path, monkeypatch, capsys):
+    script = load_script("bigram_backcopy")
+
+    def no_memory(*args):
+        raise MemoryError()
+    monkeypatch.setattr(script, "make_chain", no_memory)
+    with pytest.raises(SystemExit, match=r"^error: out of memory: vocab=64 .* GiB at once; use a smaller --vocab"):
+        script.main(["--out_dir", str(tmp_path / "out"), "--train_tokens=100", "--val_tokens=100"])
+
+
+def test_openwebtext_checks_num_proc_before_the_download(tmp_path, monkeypatch):
+    owt = load_script("openwebtext")
+    monkeypatch.setattr(owt, "load_splits", lambda *args: pytest.fail("downloaded despite a bad setting"))
+    with pytest.raises(SystemExit, match="^error: num_proc=0: must be at least 1"):
+        owt.main(["--out_dir", str(tmp_path), "--num_proc", "0"])
+
+
+def test_ctrl_c_during_a_preparation_says_what_it_left_and_a_rerun_finishes_it(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the shards are written: one line (not a traceback) that says the folder is unfinished; the same
+    command again prepares it. Ctrl-C before anything is written leaves the folder as it was."""
+    script = load_script("textdir")
+    make_text_folder(tmp_path / "src")
+    argv = ["--src", str(tmp_path / "src"), "--out_dir", str(tmp_path / "out"), "--workers=1", "--shard_tokens=4"]
+    script.main(argv)
+    before = folder_state(tmp_path / "out")
+    add = data.shards.ShardWriter.add
+    calls = []
+
+    def interrupted(self, tokens):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        add(self, tokens)
+    def stopped():
+        """main's exit status, where Ctrl-C (a KeyboardInterrupt) must end it with SystemExit."""
+        try:
+            script.main(argv)
+        except SystemExit as e:
+            return e.code
+        except KeyboardInterrupt:
+            pytest.fail("Ctrl-C ends the preparation with a traceback")
+        pytest.fail("the preparation went on after Ctrl-C")
+    monkeypatch.setattr(script, "list_files", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert stopped() == 130 and folder_state(tmp_path / "out") == before
+    assert capsys.readouterr().err.strip() == f"stopped (Ctrl-C): {tmp_path / 'out'} is as it was; run the same " \
+                                              "command again to prepare the dataset"
+    monkeypatch.undo()
+    monkeypatch.setattr(data.shards.ShardWriter, "add", interrupted)
+    assert stopped() == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("stopped (Ctrl-C): the dataset in") and "\n" not in err
+    with pytest.raises(ValueError, match="did not finish"):
+        find_shards(tmp_path / "out", "train")
+    monkeypatch.undo()
+    script.main(argv)
+    assert folder_state(tmp_path / "out") == before

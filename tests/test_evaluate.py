@@ -7,7 +7,10 @@ import errno
 import json
 import os
 import shutil
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -16,7 +19,8 @@ import torch.nn.functional as F
 import lab.evaluate as evaluate
 import lab.report as report
 from model import GPT
-from test_analyze import assert_every_plot_is_labelled, disk_full, files_of, keep_figures, make_run, unwritable_out_dir
+from test_analyze import (HOLD, REPO, assert_every_plot_is_labelled, copy_run, disk_full, error_of, files_of,
+    keep_figures, make_run, prepare_again, read_only, set_provenance, unwritable_out_dir)
 
 VOCAB = 50304
 
@@ -187,6 +191,8 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
     (["--windows=0"], "--windows=0 must be at least 1"),
     (["--lengths=1,x"], "--lengths=1,x: lengths must be a list of int, written a,b,c"),
     (["--modes="], "--modes=: choose from quant, length, stream"),
+    (["--keep_first=0,33"], "--keep_first=0,33: at most T = 32 first positions for"),
+    (["--quant=", "--modes=quant"], "--quant=: the quant mode needs at least one setting"),
 ])
 def test_mistakes_are_one_line(two_runs, tmp_path, argv, words):
     with pytest.raises(SystemExit) as e:
@@ -335,7 +341,7 @@ def test_a_record_is_written_whole_or_not_at_all(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["summary.json", "summary.md", "quant.png", "evaluated.json"])
-def test_a_full_disk_leaves_the_previous_results_whole(two_runs, tmp_path, monkeypatch, name):
+def test_a_full_disk_leaves_the_previous_results_whole(two_runs, tmp_path, monkeypatch, capsys, name):
     """A write that fails part-way (the disk full) leaves the previous file as it was, and no temporary file."""
     if name.endswith(".png"):
         pytest.importorskip("matplotlib")
@@ -345,10 +351,15 @@ def test_a_full_disk_leaves_the_previous_results_whole(two_runs, tmp_path, monke
     evaluate.main(argv)
     before, kept_before = files_of(out), files_of(run)  # the files written before the one that fails are new ones
     disk_full(monkeypatch, name)
-    with pytest.raises(OSError) as e:
+    if name == evaluate.EVALUATED:  # a side file: one note, and the summary is written all the same
         evaluate.main(argv)
+        assert "note: could not keep the record beside" in capsys.readouterr().out
+        assert json.loads((out / "summary.json").read_text())["models"][0]["quant"]
+    else:
+        with pytest.raises(OSError) as e:
+            evaluate.main(argv)
+        assert e.value.errno == errno.ENOSPC
     monkeypatch.undo()
-    assert e.value.errno == errno.ENOSPC
     folder, old = (run, kept_before) if name == evaluate.EVALUATED else (out, before)
     now = files_of(folder)
     assert now[name] == old[name] and set(now) == set(old)  # the file as it was, and no .tmp left beside it
@@ -399,3 +410,101 @@ def test_long_lengths_run_in_pieces_that_fit(two_runs, monkeypatch):
     assert passes[-1] == 1  # one window of 2T at a time
     means = [[b["mean"] for length in out["none"] for b in length["buckets"]] for out in (whole, pieces)]
     assert means[1] == pytest.approx(means[0])
+
+
+# ----------------------------------------------------------------------------
+# What a careless user meets: which run and which data, folders shared with others, what cannot be measured
+
+QUICK = ["--device=cpu", "--windows=2", "--modes=quant", "--quant=w4a4"]
+
+
+def test_a_checkpoint_whose_data_was_prepared_again_is_refused_before_any_work(two_runs, dataset, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(dataset, data)
+    run = copy_run(os.path.join(two_runs, "g1"), tmp_path / "g1")
+    run_id = set_provenance(run, data)
+    evaluate.main([f"--runs={run}", *QUICK, f"--out_dir={tmp_path / 'same'}"])  # the data it was trained on
+    record = kept(tmp_path / "g1")
+    assert record["run_id"] == run_id and record["data_fingerprint"]["val"]  # which run, which data
+    prepare_again(data)
+    out = tmp_path / "out"
+    message = error_of(evaluate.main, [f"--runs={os.path.join(two_runs, 'base')},{run}", *QUICK, f"--out_dir={out}"])
+    assert f"{run}/ckpt.pt was trained on other data than {data} holds now" in message
+    assert record["data_fingerprint"]["val"] in message and not out.exists()
+    shutil.rmtree(data)  # the data gone: refused before the first run is measured, with the command that prepares it
+    message = error_of(evaluate.main, [f"--runs={os.path.join(two_runs, 'base')},{run}", *QUICK, f"--out_dir={out}"])
+    assert "which holds no validation shards here: prepare it (python data/textdir/prepare.py" in message
+    assert not out.exists()
+
+
+def test_a_kept_record_of_an_earlier_run_never_stands_for_the_new_one(two_runs, tmp_path):
+    run = copy_run(os.path.join(two_runs, "g1"), tmp_path / "g1")
+    set_provenance(run)
+    evaluate.main([f"--runs={run}", *QUICK, f"--out_dir={tmp_path / 'first'}"])
+    assert kept(tmp_path / "g1")["run_id"] == "0123456789abcdef"
+    os.remove(os.path.join(run, "ckpt.pt"))
+    with open(os.path.join(run, "log.jsonl"), "w") as f:  # a new run in the folder, before its first checkpoint
+        f.write(json.dumps({"iter": 0, "tokens": 0, "val_loss": 9.5}) + "\n")
+    message = error_of(evaluate.main, [f"--runs={run}", *QUICK, f"--out_dir={tmp_path / 'out'}"])
+    assert f"the measurement kept in {run} (evaluated.json, of the state at iter 10, run 0123456789abcdef) is not " \
+           "of the run its log.jsonl records" in message
+
+
+def test_windows_beyond_the_validation_set_are_cut_to_those_it_holds_with_a_note(two_runs, dataset, tmp_path, capsys):
+    """Windows asked for beyond what the validation split holds would overlap, and the intervals, which take them as
+    independent, would be too narrow: as many as it holds are measured, said in the output and in summary.md."""
+    from data.shards import TokenWindows
+    out = tmp_path / "out"
+    evaluate.main([f"--runs={two_runs}/base", "--device=cpu", "--windows=1000", "--modes=quant", "--quant=w8a8",
+                   f"--out_dir={out}"])
+    windows = TokenWindows(dataset, "val", 33)  # T = 32, and the target's token
+    most = len(windows) // windows.text_length
+    record = json.loads((out / "summary.json").read_text())["models"][0]
+    assert record["windows"] == most < 1000 and record["settings"]["windows"] == 1000
+    starts = np.arange(most) * len(windows) // most  # data.shards.val_batches' windows: none overlaps the next
+    assert np.diff(starts).min() >= windows.text_length
+    assert f"{most} measured, not the 1000 asked" in capsys.readouterr().out
+    assert f"Note: base: {most} windows of 32 tokens, not the 1000 asked" in (out / "summary.md").read_text()
+
+
+def test_a_read_only_run_folder_costs_a_note_not_the_summary(two_runs, tmp_path, monkeypatch, capsys):
+    run = copy_run(os.path.join(two_runs, "g1"), tmp_path / "g1")
+    read_only(monkeypatch, run)
+    evaluate.main([f"--runs={run}", *QUICK, f"--out_dir={tmp_path / 'out'}"])
+    assert f"note: could not keep the record beside {run}/ckpt.pt (evaluated.json: Permission denied)" in \
+        capsys.readouterr().out
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["models"][0]["quant"]["settings"]
+    assert not os.path.exists(os.path.join(run, evaluate.EVALUATED))
+
+
+def test_a_results_folder_another_process_holds_is_refused(two_runs, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **k: pytest.fail("measured into a folder another holds"))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        message = error_of(evaluate.main, [f"--runs={two_runs}/g1", *QUICK, f"--out_dir={out}"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert message.startswith(f"error: {out} is in use by another process (pid {holder.pid}: "), message
+
+
+def test_a_model_that_is_not_finite_is_refused_before_any_work(two_runs, tmp_path, monkeypatch):
+    run = copy_run(os.path.join(two_runs, "g1"), tmp_path / "g1")
+    checkpoint = torch.load(os.path.join(run, "ckpt.pt"), weights_only=True)
+    checkpoint["model"]["transformer.wte.weight"][3, 0] = float("inf")
+    torch.save(checkpoint, os.path.join(run, "ckpt.pt"))
+    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **k: pytest.fail("measured a model that is not finite"))
+    message = error_of(evaluate.main, [f"--runs={two_runs}/base,{run}", *QUICK, f"--out_dir={tmp_path / 'out'}"])
+    assert f"the model in {run}/ckpt.pt is not finite" in message and "transformer.wte.weight" in message
+
+
+def test_the_checkpoint_is_a_file_name_in_each_run_folder(two_runs, tmp_path):
+    run = copy_run(os.path.join(two_runs, "g1"), tmp_path / "g1")
+    message = error_of(evaluate.main, [f"--runs={run}", f"--checkpoint={two_runs}/base/ckpt.pt", *QUICK,
+                                       f"--out_dir={tmp_path / 'out'}"])
+    assert "the name of a file in each run's folder" in message and not os.path.exists(run + "/evaluated.json")
+    message = error_of(evaluate.main, [f"--runs={run}", "--checkpoint=best.pt", *QUICK,
+                                       f"--out_dir={tmp_path / 'out'}"])
+    assert message == f"error: no best.pt in {run}: it has ckpt.pt; choose one with --checkpoint=NAME"

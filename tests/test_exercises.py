@@ -460,3 +460,143 @@ def test_the_whole_exercise_has_a_time_limit_too(tmp_path):
     out = "\n".join(lines)
     assert (passed, status, failed) == (0, "timeout", "g1_gate_shapes"), out
     assert "the exercise did not finish within 4 s (stopped at [01.g1_gate_shapes])" in out, out
+
+
+# A student file that tries to forge its grade, outlive the checker, or freeze it (issue: a grade no student file can
+# forge). The verdict is decided in a process that never imports the file: whatever the file does, it gets at best
+# a failed or timed-out check.
+FORGE_TOKEN = [  # the old checker's child held a token and a pipe to the verdict: find them on the stack, report a pass
+    "import os, sys",
+    "f = sys._getframe(1)",
+    "while f is not None:",
+    "    v = f.f_locals",
+    "    if 'token' in v and 'connection' in v:",
+    "        v['connection'].send((v['token'], 'result', 8, 8, 'ok', None))",
+    "        os._exit(0)",
+    "    f = f.f_back",
+    "return y",
+]
+FORGE_CODE = [  # make every check a function that returns None, wherever checks.py was loaded
+    "import sys",
+    "for m in list(sys.modules.values()):",
+    "    for k, fn in list(getattr(m, '__dict__', {}).items()):",
+    "        if k.startswith('check_') and hasattr(fn, '__code__'):",
+    "            fn.__code__ = (lambda student: None).__code__",
+    "return y",
+]
+
+
+@pytest.mark.parametrize("attack", [FORGE_TOKEN, FORGE_CODE], ids=["token-on-the-stack", "checks-code-replaced"])
+def test_a_file_that_reaches_for_the_verdict_fails(attack, tmp_path):
+    code, out = check_cli(starter_with(tmp_path, gap1=attack))
+    assert code == 1, out
+    assert "8/8 checks passed" not in out and "[01.gate_scores_in_0_1] FAILED" in out, out
+
+
+def test_a_file_that_writes_to_the_answer_pipe_gets_an_error(tmp_path):
+    path = starter_with(tmp_path, gap1=["import os", "for fd in range(3, 64):", "    try:",
+                                        "        os.write(fd, (2**40).to_bytes(8, 'little'))",
+                                        "    except OSError:", "        pass", "return y"])
+    code, out = check_cli(path)
+    assert code == 1 and "could not be read" in out and "0/8 checks passed" in out, out
+
+
+def test_a_process_left_behind_cannot_rewrite_the_result(tmp_path):
+    """A detached process (double fork, a session of its own) that rewrites the result file after the checker ended
+    is ended with the child, before the result is written."""
+    result = tmp_path / "r.json"
+    path = starter_with(tmp_path, gap1=[
+        "import json, os, time",
+        "if os.fork() == 0:",
+        "    os.setsid()",
+        "    if os.fork() == 0:",
+        "        time.sleep(3)",
+        f"        open({str(result)!r}, 'w').write(json.dumps({{'all_passed': True, 'passed': 11}}))",
+        "    os._exit(0)",
+        "return y"])
+    copy = make_copy(tmp_path)
+    (copy / "exercises" / NAMES[0] / "starter.py").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    code, out = grade_cli(NAMES[0][:2], f"--result={result}", cwd=copy)
+    assert code == 1, out
+    import time
+    time.sleep(5)
+    assert read_json(result)["all_passed"] is False, out
+    code, out = grade_cli(f"--verify={result}", cwd=copy)
+    assert code == 0 and "is as the checker wrote it" in out, out
+
+
+def test_a_file_that_edits_the_next_exercises_checks_stops_the_grading(tmp_path):
+    copy = make_copy(tmp_path)
+    target = copy / "exercises" / NAMES[1] / "checks.py"
+    path = starter_with(tmp_path, gap1=[f"open({str(target)!r}, 'w').write('def check_ok(student):\\n    pass\\n')",
+                                        "return y"])
+    (copy / "exercises" / NAMES[0] / "starter.py").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    code, out = grade_cli(NAMES[0][:2], NAMES[1][:2], f"--result={tmp_path / 'r.json'}", cwd=copy)
+    entries = read_json(tmp_path / "r.json")["exercises"]
+    assert code == 1 and "changed the checker's or the project's files" in out, out
+    assert [e["status"] for e in entries] == ["error"], entries  # exercise 02 is not graded by the edited checks
+
+
+def test_the_result_file_is_sealed_and_signed(tmp_path, monkeypatch):
+    import json
+    dirs = [os.path.join(EXERCISES, n) for n in NAMES[:2]]
+    entries = [check.grade_entry(d, (0, 8, "not filled", None), 1.0, check.file_digest(os.path.join(d, "starter.py")))
+               for d in dirs]
+    path = tmp_path / "r.json"
+    check.write_result(str(path), check.grade_result(entries))
+    assert check.verify_result(str(path)) == []
+    forged = read_json(path)
+    forged["all_passed"], forged["exercises"][0]["status"] = True, "passed"
+    path.write_text(json.dumps(forged), encoding="utf-8")
+    assert "changed after the checker wrote it" in check.verify_result(str(path))[0]
+    check.write_result(str(path), check.grade_result(entries), key="teacher's secret")
+    assert read_json(path)["seal"].startswith("hmac-sha256:")
+    assert check.verify_result(str(path), key="teacher's secret") == []
+    assert "set CHECK_SIGNING_KEY" in check.verify_result(str(path))[0]
+    forged = read_json(path)
+    forged["passed"] = 2
+    forged["seal"] = check.seal(forged)  # a forger without the key can only make a plain checksum
+    path.write_text(json.dumps(forged), encoding="utf-8")
+    assert "not signed" in check.verify_result(str(path), key="teacher's secret")[0]
+    forged["seal"] = check.seal(forged, key="a guess")
+    path.write_text(json.dumps(forged), encoding="utf-8")
+    assert "changed after" in check.verify_result(str(path), key="teacher's secret")[0]
+    assert "no seal" in check.verify_result(str(tmp_path / "nothing.json"))[0] or \
+        "cannot be read" in check.verify_result(str(tmp_path / "nothing.json"))[0]
+
+
+def test_sigterm_to_the_checker_ends_the_students_process(tmp_path):
+    """The student's loop swallows every exception; the checker, told to stop, ends it before it ends itself."""
+    import signal
+    import time
+    pid_file = tmp_path / "pid"
+    path = starter_with(tmp_path, gap1=["import os, time", f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))",
+                                        "while True:", "    try:", "        time.sleep(0.05)",
+                                        "    except BaseException:", "        pass"])
+    proc = subprocess.Popen([sys.executable, "exercises/check.py", "01", f"--file={path}"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=30)[0]
+    assert proc.returncode != 0, out
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+
+
+def test_a_file_that_stops_the_checker_does_not_freeze_it(tmp_path):
+    path = starter_with(tmp_path, gap1=["import os, signal", "os.kill(os.getppid(), signal.SIGSTOP)", "return y"])
+    code, out = check_cli(path, timeout=90)
+    assert code == 1 and "[01.gate_scores_in_0_1] FAILED" in out, out
+
+
+def test_a_file_that_takes_too_much_memory_is_stopped(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHECK_MEMORY_GB", "0.75")
+    path = starter_with(tmp_path, gap1=["import time, torch", "big = torch.ones(2**28, dtype=torch.float32)",
+                                        "time.sleep(30)", "return y"])
+    code, out = check_cli(path, timeout=90)
+    assert code == 1 and "used more than 0.8 GiB of memory and was stopped" in out, out
+    assert "0/8 checks passed" in out, out

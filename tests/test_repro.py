@@ -1024,3 +1024,88 @@ def test_repro_runs_every_tool_one_way(tmp_path, monkeypatch):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     child = repro.start_tool([sys.executable, "-c", "import lab.stats"], log=str(tmp_path / "out.txt"), env=env)
     assert child.wait(timeout=120) == 0, open(tmp_path / "out.txt").read()
+
+
+# ----------------------------------------------------------------------------
+# What a careless user meets: the committed results, kept runs that cannot stand for theirs, folders that are files
+
+def test_a_report_goes_under_the_root_unless_the_committed_folder_is_named(tmp_path, monkeypatch, capsys):
+    """A command run to look never replaces the committed report: `report` and `evaluate` write to <root>/report/
+    (git-ignored) unless --report_dir names another folder, and say so when that folder is in results/; `train` and
+    `restore` read the kept runs from the committed report, never write it."""
+    written, read = [], []
+    monkeypatch.setattr(repro, "report", lambda root, report_dir, *args: written.append(report_dir))
+    monkeypatch.setattr(repro, "evaluate_runs", lambda root, report_dir, *args: written.append(report_dir))
+    monkeypatch.setattr(repro, "restore_runs", lambda root, kept, settings: read.append(kept) or [])
+    root = str(tmp_path / "root")
+    for step in ("report", "evaluate"):
+        repro.main([step, "--study=sink_lab", f"--root={root}"])
+        assert written[-1] == os.path.join(root, "report")
+    assert "note: writing into" not in capsys.readouterr().out
+    repro.main(["restore", "--study=sink_lab", f"--root={root}"])
+    assert read == [os.path.join(REPO, "results", "sink_lab")]  # from any folder the runner is started in
+    committed = os.path.join(REPO, "results", "sink_lab")
+    repro.main(["report", "--study=sink_lab", f"--root={root}", f"--report_dir={committed}"])
+    assert written[-1] == committed
+    assert f"note: writing into {committed}/, committed results, as --report_dir={committed} asks" in \
+        capsys.readouterr().out
+
+
+def kept_run(source, target, change=None):
+    """A copy of a run the sink lab's committed report keeps (results/sink_lab/runs/...), changed by change(folder)."""
+    shutil.copytree(os.path.join(REPO, "results", "sink_lab", "runs", source), target)
+    if change:
+        change(str(target))
+
+
+def test_kept_runs_that_cannot_be_read_or_are_an_earlier_runs_are_left_out_with_a_note(tmp_path, capsys):
+    """A kept measurement cut short, or one an earlier run left in a reused folder, counts as absent: left out of
+    what is restored or reported, with one note each, never a traceback."""
+    kept = tmp_path / "kept" / "runs" / "baseline"
+
+    def cut(folder):
+        with open(os.path.join(folder, "measured.json"), "r+") as f:
+            f.truncate(100)
+
+    def new_run(folder):
+        with open(os.path.join(folder, "log.jsonl"), "w") as f:
+            f.write(json.dumps({"iter": 0, "tokens": 0, "val_loss": 4.2}) + "\n")
+    kept_run("baseline/seed1337", kept / "seed1337")
+    kept_run("baseline/seed1338", kept / "seed1338", cut)
+    kept_run("baseline/seed1339", kept / "seed1339", new_run)
+    capsys.readouterr()
+    assert repro.trained_runs(str(tmp_path / "kept" / "runs"), variants.LAB) == [("baseline", 1337)]
+    out = capsys.readouterr().out
+    assert "note: baseline seed 1338 left out: its ckpt.pt is not in" in out and "cannot be read" in out
+    assert "note: baseline seed 1339 left out" in out and "earlier run's" in out
+    settings = repro.study_settings(repro.Keys(study="sink_lab"), [])
+    restored = repro.restore_runs(str(tmp_path / "root"), str(tmp_path / "kept"), settings)
+    assert restored == ["baseline seed 1337"] and sorted(os.listdir(tmp_path / "root" / "baseline")) == ["seed1337"]
+
+
+def test_a_report_folder_that_is_a_file_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(repro, "trained_runs", lambda *args: [("baseline", 1337)])
+    monkeypatch.setattr(repro, "write_report", lambda *args: pytest.fail("reported into a file"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit) as e:
+        repro.main(["report", f"--root={tmp_path / 'root'}", f"--report_dir={tmp_path / 'file'}"])
+    assert str(e.value.code) == (f"error: {tmp_path / 'file'} cannot be used as a folder (File exists): choose another "
+                                 "--root or --report_dir")
+
+
+def test_evaluations_that_cannot_be_read_are_named_in_the_report_not_a_traceback(tmp_path, capsys):
+    """evaluate/summary.json cut short (a copy interrupted): the report is written all the same, and says why its
+    section on lab/evaluate.py's numbers is missing."""
+    os.makedirs(tmp_path / "evaluate")
+    (tmp_path / "evaluate" / "summary.json").write_text('{"models": [')
+    section = report.evaluate_section(str(tmp_path), str(tmp_path / "root"), [("baseline", 1337)])
+    assert "**Not shown: evaluate/summary.json cannot be read (JSONDecodeError): run `python -m lab.repro evaluate` " \
+           "again.**" in section
+    assert "note: the report has no section on lab/evaluate.py's measurements" in capsys.readouterr().out
+
+
+def test_the_report_library_run_as_a_command_says_which_command_reports():
+    result = subprocess.run([sys.executable, "-m", "lab.report"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr.startswith("error: lab/report.py is a library") and "python -m lab.repro report" in \
+        result.stderr and result.stderr.count("\n") == 1, result.stderr

@@ -24,3 +24,58 @@ def test_a_file_that_is_not_a_checkpoint_is_named_so_without_unsafe_advice(tmp_p
     message = str(e.value.code)
     assert message.startswith(f"error: {path} is not a checkpoint of this project") and "\n" not in message, message
     assert "weights_only" not in message and "train.py" in message and "ckpt.pt" in message
+
+
+def small_run(run_dir, data_dir, vocab_size=65):
+    """A train.py-format checkpoint of a tiny model over vocab_size ids (the sink lab's 65 by default), its data
+    named by data_dir."""
+    import dataclasses
+    import os
+    from model import GPT, GPTConfig
+    from runfolder import save_checkpoint
+    torch.manual_seed(0)
+    cfg = GPTConfig(block_size=16, vocab_size=vocab_size, n_layer=1, n_head=1, n_embd=16)
+    os.makedirs(run_dir, exist_ok=True)
+    checkpoint = {"model": GPT(cfg).state_dict(), "model_args": dataclasses.asdict(cfg), "iter_num": 1,
+                  "config": {"dataset": "bigram_backcopy", "data_dir": str(data_dir), "bos": True}}
+    save_checkpoint(checkpoint, os.path.join(run_dir, "ckpt.pt"))
+    return checkpoint
+
+
+def error_of(argv):
+    with pytest.raises(SystemExit) as e:
+        sample.main(argv)
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    return message
+
+
+def test_a_missing_dataset_folder_is_named_with_the_command_that_prepares_it(tmp_path):
+    """The run's ids are decoded with its dataset's tokenizer: without the folder, no guess at GPT-2's (whose ids the
+    model's 65-entry vocabulary does not hold), but one line naming the folder and the command that prepares it."""
+    small_run(tmp_path / "run", tmp_path / "gone")
+    message = error_of([f"--out_dir={tmp_path / 'run'}", "--device=cpu", "--max_new_tokens=2", "--num_samples=1"])
+    assert f"the dataset folder of {tmp_path / 'run' / 'ckpt.pt'}, {tmp_path / 'gone'}, is missing" in message
+    assert f"python data/bigram_backcopy/prepare.py --out_dir {tmp_path / 'gone'}" in message
+
+
+def test_a_model_that_is_not_finite_is_named_as_such(tmp_path, capsys):
+    from data.bigram_backcopy.prepare import prepare
+    prepare(out_dir=str(tmp_path / "data"), train_tokens=2_000, val_tokens=1_000)
+    checkpoint = small_run(tmp_path / "run", tmp_path / "data")
+    argv = [f"--out_dir={tmp_path / 'run'}", "--device=cpu", "--dtype=float32", "--max_new_tokens=3", "--num_samples=1"]
+    capsys.readouterr()
+    sample.main(argv)  # finite: it samples the task's symbols
+    assert capsys.readouterr().out.startswith("<|endoftext|> s")
+    checkpoint["model"]["transformer.wte.weight"][:] = float("nan")
+    torch.save(checkpoint, tmp_path / "run" / "ckpt.pt")
+    message = error_of(argv)
+    assert f"the model in {tmp_path / 'run' / 'ckpt.pt'} is not finite" in message
+    assert "transformer.wte.weight" in message and "--checkpoint=best.pt" in message
+
+
+def test_a_checkpoint_that_is_a_folder_is_named_so(tmp_path):
+    (tmp_path / "ckpt.pt").mkdir()
+    message = error_of([f"--out_dir={tmp_path}", "--device=cpu"])
+    assert message == (f"error: {tmp_path / 'ckpt.pt'} is a folder: --out_dir names the run's folder and "
+                       "--checkpoint a file in it (ckpt.pt or best.pt)")

@@ -34,7 +34,8 @@ import numpy as np
 
 # Runnable as `python data/bigram_backcopy/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from data.shards import SymbolTokenizer, repo_folder_files, write_dataset  # noqa: E402
+from data import path_arg, run_preparation  # noqa: E402
+from data.shards import MAX_TOKEN, SymbolTokenizer, repo_folder_files, write_dataset  # noqa: E402
 
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 NAME = "bigram_backcopy"
@@ -86,15 +87,28 @@ def ideal_loss(P, is_trigger, x):
 
 
 def prepare(out_dir=DATA_DIR, vocab=64, triggers=3, alpha=0.1, seed=0, train_tokens=2_000_000, val_tokens=131_072):
-    if vocab < 2:
-        raise ValueError(f"vocab={vocab}: the chain needs at least 2 symbols")
+    if not 2 <= vocab <= MAX_TOKEN:  # the BOS token, id vocab, is stored as a uint16 too
+        raise ValueError(f"vocab={vocab}: the chain needs at least 2 symbols and at most {MAX_TOKEN}")
     if not 1 <= triggers < vocab:
         raise ValueError(f"triggers={triggers} must be at least 1 and fewer than vocab={vocab}")
-    if not alpha > 0:  # NaN fails too
-        raise ValueError(f"alpha={alpha} must be positive (Dirichlet concentration; 0.1: a few likely successors)")
+    if not 0 < alpha < float("inf"):  # NaN fails too
+        raise ValueError(f"alpha={alpha} must be a positive number (Dirichlet concentration; 0.1: a few likely "
+                         "successors)")
+    if seed < 0:
+        raise ValueError(f"seed={seed} must be 0 or more")
     for name, n in (("train_tokens", train_tokens), ("val_tokens", val_tokens)):
         if n < 2:
             raise ValueError(f"{name}={n} must be at least 2")
+    try:
+        return _prepare(out_dir, vocab, triggers, alpha, seed, train_tokens, val_tokens)
+    except MemoryError:
+        walks = -(-max(train_tokens, val_tokens) // CHAIN_LENGTH) * CHAIN_LENGTH
+        need = max(8 * vocab * vocab, 8 * walks) / 2**30  # the float64 matrix, or the int64 walks
+        raise MemoryError(f"out of memory: vocab={vocab} and {max(train_tokens, val_tokens):,} tokens need about "
+                          f"{need:.1f} GiB at once; use a smaller --vocab or fewer tokens") from None
+
+
+def _prepare(out_dir, vocab, triggers, alpha, seed, train_tokens, val_tokens):
     P, trigger_ids = make_chain(vocab, triggers, alpha, seed)
     is_trigger = np.zeros(vocab, dtype=bool)
     is_trigger[trigger_ids] = True
@@ -117,7 +131,8 @@ def prepare(out_dir=DATA_DIR, vocab=64, triggers=3, alpha=0.1, seed=0, train_tok
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Generate the Bigram-Backcopy task as train/val shards.")
-    parser.add_argument("--out_dir", default=DATA_DIR, help="where to write (default: data/bigram_backcopy)")
+    parser.add_argument("--out_dir", default=DATA_DIR, type=path_arg,
+                        help="where to write (default: data/bigram_backcopy)")
     parser.add_argument("--vocab", type=int, default=64, help="symbols of the chain (the BOS token comes after them)")
     parser.add_argument("--triggers", type=int, default=3, help="how many of the most frequent symbols are triggers")
     parser.add_argument("--alpha", type=float, default=0.1, help="Dirichlet concentration of the chain's rows")
@@ -125,10 +140,8 @@ def main(argv=None):
     parser.add_argument("--train_tokens", type=int, default=2_000_000)
     parser.add_argument("--val_tokens", type=int, default=131_072)
     args = parser.parse_args(argv)
-    try:
-        prepare(args.out_dir, args.vocab, args.triggers, args.alpha, args.seed, args.train_tokens, args.val_tokens)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
+    run_preparation(lambda: prepare(args.out_dir, args.vocab, args.triggers, args.alpha, args.seed,
+                                    args.train_tokens, args.val_tokens), args.out_dir)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import sys
 
 # Runnable as `python data/fineweb/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from data import path_arg, run_preparation  # noqa: E402
 from data.shards import (check_prepare_folder, prepare_command, read_header, repo_folder_files,  # noqa: E402
                          start_preparation, write_meta)
 
@@ -59,29 +60,25 @@ def download(names, out_dir):
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Download the GPT-2-tokenized FineWeb-10B shards.")
     parser.add_argument("--shards", type=int, default=8, help=f"train shards to fetch, 1..{TRAIN_SHARDS} (100M tokens each)")
-    parser.add_argument("--out_dir", default=DATA_DIR, help="where to write (default: data/fineweb)")
+    parser.add_argument("--out_dir", default=DATA_DIR, type=path_arg, help="where to write (default: data/fineweb)")
     args = parser.parse_args(argv)
     if not 1 <= args.shards <= TRAIN_SHARDS:
         sys.exit(f"error: --shards must be between 1 and {TRAIN_SHARDS}, got {args.shards}")
+    run_preparation(lambda: prepare(args.out_dir, args.shards), args.out_dir)
 
+
+def prepare(out_dir, shards):
     # huggingface_hub keeps its bookkeeping in out_dir/.cache; data/fineweb/ also keeps this script
-    allow = (".cache",) + repo_folder_files(args.out_dir)
-    try:
-        check_prepare_folder(args.out_dir, "fineweb", allow)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
-    names = shard_names(args.shards)
+    check_prepare_folder(out_dir, "fineweb", (".cache",) + repo_folder_files(out_dir))
+    names = shard_names(shards)
     # until meta.json is written again the folder is refused for training, with this command to finish it
-    start_preparation(args.out_dir, "fineweb", prepare_command(args.out_dir, "fineweb", options=f" --shards {args.shards}"),
+    start_preparation(out_dir, "fineweb", prepare_command(out_dir, "fineweb", options=f" --shards {shards}"),
                       keep_shards=True)
-    download(names, args.out_dir)
+    download(names, out_dir)
     for name in names:
-        try:
-            read_header(os.path.join(args.out_dir, name))
-        except (OSError, ValueError) as e:
-            sys.exit(f"error: {e}")
-    meta = write_meta(args.out_dir, "fineweb", source=f"huggingface.co/datasets/{REPO_ID}")
-    print(f"{meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens in {args.out_dir}")
+        read_header(os.path.join(out_dir, name))  # a ValueError (or OSError) is run_preparation's one line
+    meta = write_meta(out_dir, "fineweb", source=f"huggingface.co/datasets/{REPO_ID}")
+    print(f"{meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens in {out_dir}")
 
 
 if __name__ == "__main__":

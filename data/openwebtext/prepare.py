@@ -17,6 +17,7 @@ import sys
 
 # Runnable as `python data/openwebtext/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from data import check_count, path_arg, run_preparation  # noqa: E402
 from data.shards import (check_prepare_folder, check_shard_tokens, check_val_fraction, encode_document,  # noqa: E402
                          get_tokenizer, repo_folder_files, write_dataset)
 
@@ -63,7 +64,7 @@ def tokenized_documents(ds, num_proc):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Download and tokenize OpenWebText into train/val shards.")
-    parser.add_argument("--out_dir", default=DATA_DIR, help="where to write (default: data/openwebtext)")
+    parser.add_argument("--out_dir", default=DATA_DIR, type=path_arg, help="where to write (default: data/openwebtext)")
     parser.add_argument("--num_proc", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                         help="processes for the download and tokenizer (default: half the cores)")
     parser.add_argument("--val_fraction", type=float, default=0.0005, help="share of documents held out (about 4000)")
@@ -71,14 +72,16 @@ def main(argv=None):
     parser.add_argument("--hf_name", default="Skylion007/openwebtext", help="dataset name on the Hugging Face hub")
     parser.add_argument("--hf_revision", default=None, help="hub revision, e.g. refs/convert/parquet")
     args = parser.parse_args(argv)
+    run_preparation(lambda: prepare(args), args.out_dir)
+
+
+def prepare(args):
     # the settings and the folder are checked before the hours of download and tokenizing, not after
     allow = repo_folder_files(args.out_dir)  # data/openwebtext/ keeps this script beside the shards
-    try:
-        check_val_fraction(args.val_fraction)
-        check_shard_tokens(args.shard_tokens)
-        check_prepare_folder(args.out_dir, NAME, allow)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
+    check_count("num_proc", args.num_proc)
+    check_val_fraction(args.val_fraction)
+    check_shard_tokens(args.shard_tokens)
+    check_prepare_folder(args.out_dir, NAME, allow)
 
     splits = load_splits(args.hf_name, args.hf_revision, args.val_fraction, args.num_proc)
     documents = {split: tokenized_documents(ds, args.num_proc) for split, ds in splits.items()}

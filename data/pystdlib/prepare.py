@@ -16,6 +16,7 @@ import sysconfig
 
 # Runnable as `python data/pystdlib/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from data import path_arg, run_preparation  # noqa: E402
 from data.textdir.prepare import prepare as prepare_textdir  # noqa: E402
 
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -33,15 +34,12 @@ def prepare(out_dir=DATA_DIR, max_files=None, exclude_tests=False, workers=None)
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Tokenize this Python's standard library into train/val shards.")
-    parser.add_argument("--out_dir", default=DATA_DIR, help="where to write (default: data/pystdlib)")
+    parser.add_argument("--out_dir", default=DATA_DIR, type=path_arg, help="where to write (default: data/pystdlib)")
     parser.add_argument("--max_files", type=int, help="read only the first N files (sorted), e.g. for a quick test")
     parser.add_argument("--exclude_tests", action="store_true", help="leave out the test suites (about two thirds of the tokens)")
     parser.add_argument("--workers", type=int, help="tokenizer processes (default: all cores)")
     args = parser.parse_args(argv)
-    try:
-        prepare(args.out_dir, args.max_files, args.exclude_tests, args.workers)
-    except (FileNotFoundError, ValueError) as e:
-        sys.exit(f"error: {e}")
+    run_preparation(lambda: prepare(args.out_dir, args.max_files, args.exclude_tests, args.workers), args.out_dir)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from multiprocessing import Pool
 
 # Runnable as `python data/textdir/prepare.py` from anywhere: put the repo root on the path for `data.shards`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from data import check_count, path_arg, run_preparation  # noqa: E402
 from data.shards import (SPLITS, ShardWriter, check_prepare_folder, check_shard_tokens,  # noqa: E402
                          check_val_fraction, encode_document, get_tokenizer, prepare_command, repo_folder_files,
                          start_preparation, write_meta)
@@ -118,6 +119,13 @@ def quiet_worker(parent):
     threading.Thread(target=watch, daemon=True).start()
 
 
+def check_name(name):
+    """A dataset's name is a plain file name: its shards are <name>_train_000000.bin, in one folder."""
+    if name in ("", ".", "..") or "/" in name or (os.altsep or "/") in name or os.sep in name:
+        raise ValueError(f"dataset name {name!r} must be a plain name, without '/' (it names the shard files and "
+                         "data/NAME/): give one with --name")
+
+
 def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, val_fraction=0.02,
             shard_tokens=100_000_000, workers=None, source=None):
     """Tokenize the files under src into shards and a meta.json in out_dir; returns the meta dict.
@@ -125,6 +133,11 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
     one of this repo's data/<x>/ folders its prepare.py and __pycache__ may stay beside the shards."""
     if not os.path.isdir(src):
         raise FileNotFoundError(f"{src} is not a folder")
+    check_name(name)
+    if not exts:
+        raise ValueError("exts names no file ending: give some, e.g. --exts .txt,.md")
+    check_count("max_files", max_files)
+    check_count("workers", workers)
     check_val_fraction(val_fraction)
     check_shard_tokens(shard_tokens)
     check_prepare_folder(out_dir, name, allow=repo_folder_files(out_dir))
@@ -175,10 +188,10 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Tokenize a folder of text files into train/val shards.")
-    parser.add_argument("--src", required=True, help="folder to read (recursively)")
+    parser.add_argument("--src", required=True, type=path_arg, help="folder to read (recursively)")
     parser.add_argument("--name", help="dataset name (default: the folder's name); shards go to data/NAME/")
     parser.add_argument("--exts", default=".txt,.md,.py", help="comma-separated file endings to read")
-    parser.add_argument("--out_dir", help="where to write (default: data/NAME)")
+    parser.add_argument("--out_dir", type=path_arg, help="where to write (default: data/NAME)")
     parser.add_argument("--max_files", type=int, help="read only the first N files (sorted)")
     parser.add_argument("--val_fraction", type=float, default=0.02, help="share of files held out for validation")
     parser.add_argument("--shard_tokens", type=int, default=100_000_000, help="tokens per shard file")
@@ -186,11 +199,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     name = args.name or os.path.basename(os.path.normpath(os.path.abspath(args.src)))
     exts = tuple(e.strip() for e in args.exts.split(",") if e.strip())
-    try:
-        prepare(args.src, args.out_dir or os.path.join(DATA_ROOT, name), name, exts, max_files=args.max_files,
-                val_fraction=args.val_fraction, shard_tokens=args.shard_tokens, workers=args.workers)
-    except (FileNotFoundError, ValueError) as e:
-        sys.exit(f"error: {e}")
+    out_dir = args.out_dir or os.path.join(DATA_ROOT, name)
+    run_preparation(lambda: prepare(args.src, out_dir, name, exts, max_files=args.max_files,
+                                    val_fraction=args.val_fraction, shard_tokens=args.shard_tokens,
+                                    workers=args.workers), out_dir)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,13 @@ import math
 import torch
 import torch.nn.functional as F
 
+import check
 from check import Wrong, expect_close, expect_shape, same
 
 
 def _gate_inputs(B, T, H, D, granularity, seed, dtype=torch.float64):
     """y (B, T, H, D), x (B, T, C), w_gate (H*D or H, C), fixed seed."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = check.generator(seed)
     C = H * D
     y = torch.randn(B, T, H, D, generator=gen, dtype=dtype)
     x = torch.randn(B, T, C, generator=gen, dtype=dtype)
@@ -22,7 +23,7 @@ def _gate_inputs(B, T, H, D, granularity, seed, dtype=torch.float64):
 
 def _block_inputs(B, T, H, D, granularity, seed):
     """x, w_qkv, w_gate, w_o in float64, fixed seed."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = check.generator(seed)
     C = H * D
     x = torch.randn(B, T, C, generator=gen, dtype=torch.float64)
     w_qkv = torch.randn(3 * C, C, generator=gen, dtype=torch.float64) / math.sqrt(C)
@@ -142,7 +143,7 @@ def check_attention_block_causal(student):
     out = student.attention_block(x, w_qkv, w_gate, w_o, H, "elementwise")
     expect_shape("attention_block(x, ...)", out, (B, T, H * D))
     x2 = x.clone()
-    x2[:, 3:] = torch.randn(B, T - 3, H * D, generator=torch.Generator().manual_seed(6), dtype=x.dtype)
+    x2[:, 3:] = torch.randn(B, T - 3, H * D, generator=check.generator(6), dtype=x.dtype)
     out2 = student.attention_block(x2, w_qkv, w_gate, w_o, H, "elementwise")
     if not same(out[:, :3], out2[:, :3]):
         raise Wrong("Changing tokens 3.. changed the outputs at positions 0..2: the block sees the future. "

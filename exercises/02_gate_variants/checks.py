@@ -3,6 +3,7 @@ values (with the known mistakes), the ValueError, numbers against model.gate_act
 
 import torch
 
+import check
 from check import Wrong, expect_close, expect_shape, same
 
 NAMES = ("sigmoid", "silu", "ns_sigmoid", "identity")
@@ -10,7 +11,7 @@ NAMES = ("sigmoid", "silu", "ns_sigmoid", "identity")
 
 def _logits(seed=0, shape=(2, 5, 3, 4), scale=4.0):
     """Random logits in float64 spanning both signs and both tails of the sigmoid."""
-    return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return scale * torch.randn(*shape, generator=check.generator(seed), dtype=torch.float64)
 
 
 def _grid():

@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+import check
 from check import Wrong, expect_close, expect_shape, random_qk, same
 
 
@@ -137,7 +138,7 @@ def check_f_attn_matches_probe(student):
     from model import GPT, GPTConfig
     from probe import Probe
     with torch.random.fork_rng():
-        torch.manual_seed(0)
+        torch.manual_seed(check.seeded(0))
         model = GPT(GPTConfig(block_size=24, vocab_size=97, n_layer=2, n_head=4, n_embd=32,
                               attn_backend="torch")).eval()
         idx = torch.randint(0, 97, (3, 24))

@@ -1,15 +1,17 @@
 """Checks of exercise 05 (the gate's backward by hand), in order: the forward, the gradients' shapes, three traps
 (dy as if there were no gate, dg that stops at the score or takes a wrong sigmoid derivative), the gradients
-against torch autograd, then torch.autograd.gradcheck of the SigmoidGate Function."""
+against torch autograd, then the SigmoidGate Function: its output, and the gradients autograd gets from its backward,
+against autograd of y * sigmoid(g) (what torch.autograd.gradcheck compares with finite differences)."""
 
 import torch
 
+import check
 from check import Wrong, expect_close, expect_shape, same
 
 
 def _inputs(granularity, seed, shape=(2, 3, 5, 4)):
     """y, g, dout in float64: y and dout (B, H, T, D), g (B, H, T, D) or (B, H, T, 1)."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = check.generator(seed)
     y = torch.randn(*shape, generator=gen, dtype=torch.float64)
     g_shape = shape if granularity == "elementwise" else (*shape[:3], 1)
     g = 2.0 * torch.randn(*g_shape, generator=gen, dtype=torch.float64)  # scores across (0, 1), not all near 0.5
@@ -25,7 +27,7 @@ def _autograd(y, g, dout):
 
 
 def _backward(student, dout, y, g):
-    result = student.gate_backward(dout, y, g)
+    result = student.gate_backward(dout, y, g)  # answered by the student's process: tensors, copied back
     if not isinstance(result, tuple) or len(result) != 2:
         raise Wrong(f"gate_backward should return a tuple (dy, dg), got {type(result).__name__}.")
     return result
@@ -109,29 +111,48 @@ def check_backward_vs_autograd(student):
                      hint=("Elementwise passed, so look at how the gradients of a head's D channels reach its "
                            "one logit. " if granularity == "headwise" else
                            "Re-derive d out / d g, through the sigmoid. ") + compare)
-        if not (y.grad is None and g.grad is None and dout.grad is None):
+        touched = student.in_child(_grads_touched, dout, y, g)
+        if touched:
             raise Wrong("gate_backward changed its inputs' .grad: compute the gradients as plain tensors.")
 
 
+def _grads_touched(student, dout, y, g):
+    """In the student's process: whether gate_backward set .grad on inputs that require gradients."""
+    y, g = y.clone().requires_grad_(), g.clone().requires_grad_()
+    student.gate_backward(dout, y, g)
+    return y.grad is not None or g.grad is not None
+
+
+def _through_sigmoid_gate(student, y, g, dout):
+    """In the student's process: SigmoidGate.apply(y, g), the name of its output's grad_fn, and the gradients that
+    autograd gets for y and g from the Function's backward, given dout."""
+    y, g = y.clone().requires_grad_(), g.clone().requires_grad_()
+    out = student.SigmoidGate.apply(y, g)
+    grad_fn = type(out.grad_fn).__name__ if getattr(out, "grad_fn", None) is not None else None
+    if grad_fn is None or "SigmoidGate" not in grad_fn:
+        return out, grad_fn, None, None
+    try:
+        dy, dg = torch.autograd.grad(out, (y, g), dout)
+    except RuntimeError as e:  # e.g. backward returned tensors of the wrong shape, or too few
+        raise Wrong(f"autograd could not run SigmoidGate's backward: {e}. backward must return (dy, dg), one "
+                    "gradient per input of forward, each with its input's shape.") from None
+    return out, grad_fn, dy, dg
+
+
 def check_sigmoid_gate_gradcheck(student):
-    """SigmoidGate.apply computes y * sigmoid(g) and passes torch.autograd.gradcheck (float64), both granularities"""
+    """SigmoidGate.apply computes y * sigmoid(g), and autograd through it gives the gradients of y * sigmoid(g)
+    (float64), both granularities"""
     for granularity in ("elementwise", "headwise"):
-        y, g, _ = _inputs(granularity, seed=6, shape=(1, 2, 3, 4))
-        y.requires_grad_()
-        g.requires_grad_()
-        out = student.SigmoidGate.apply(y, g)
+        y, g, dout = _inputs(granularity, seed=6, shape=(1, 2, 3, 4))
+        out, grad_fn, dy, dg = student.in_child(_through_sigmoid_gate, y, g, dout)
         expect_close(f"SigmoidGate.apply(y, g) ({granularity})", out, y * torch.sigmoid(g), atol=1e-12, rtol=1e-12,
                      hint="forward returns gate_forward's out.")
-        if out.grad_fn is None or "SigmoidGate" not in type(out.grad_fn).__name__:
+        if dy is None:
             raise Wrong("SigmoidGate.apply's output does not come from SigmoidGate's backward (its grad_fn is "
-                        f"{type(out.grad_fn).__name__}): return gate_forward's out from forward, unchanged.")
-        try:
-            ok = torch.autograd.gradcheck(student.SigmoidGate.apply, (y, g), eps=1e-6, atol=1e-8, rtol=1e-6,
-                                          raise_exception=False)
-        except RuntimeError as e:  # e.g. backward returned tensors of the wrong shape
-            raise Wrong(f"gradcheck could not run SigmoidGate's backward ({granularity}): {e}. backward must return "
-                        "(dy, dg), one gradient per input of forward, each with its input's shape.")
-        if not ok:
-            raise Wrong(f"gradcheck ({granularity}): SigmoidGate's backward does not match finite differences of its "
-                        "forward. Does backward read ctx.saved_tensors in the order forward saved them and return "
-                        "gate_backward's (dy, dg) in the order of forward's inputs (y, g)?")
+                        f"{grad_fn}): return gate_forward's out from forward, unchanged.")
+        want_dy, want_dg = _autograd(y, g, dout)
+        if not (same(dy, want_dy, 1e-10) and same(dg, want_dg, 1e-10)):
+            raise Wrong(f"({granularity}) the gradients autograd gets from SigmoidGate's backward are not those of "
+                        "y * sigmoid(g) (torch.autograd.gradcheck would fail too: it compares them with finite "
+                        "differences of the forward). Does backward read ctx.saved_tensors in the order forward "
+                        "saved them and return gate_backward's (dy, dg) in the order of forward's inputs (y, g)?")

@@ -6,16 +6,17 @@ checked just before the model comparison so that it gets its own message), numbe
 import torch
 import torch.nn.functional as F
 
+import check
 from check import Wrong, expect_close, expect_shape, same
 
 
 def _randn(*shape, seed, scale=1.0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale
+    return torch.randn(*shape, generator=check.generator(seed), dtype=torch.float64) * scale
 
 
 def _gain(C, seed):
     """A positive gain that is not all ones (a missing or misplaced weight must show)."""
-    return 0.5 + torch.rand(C, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return 0.5 + torch.rand(C, generator=check.generator(seed), dtype=torch.float64)
 
 
 def _model_rms_norm(x, weight, eps=1e-6):
@@ -51,7 +52,7 @@ def _rms(x):
 def check_rms_norm_shape(student):
     """rms_norm returns x's shape and dtype (3-D and 2-D inputs)"""
     for shape in ((2, 3, 8), (5, 8)):
-        x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+        x = torch.randn(*shape, generator=check.generator(0))
         out = student.rms_norm(x, torch.ones(8))
         expect_shape(f"rms_norm(x of shape {shape}, weight)", out, shape,
                      "The norm rescales each token's vector: the output has x's shape, and one token's RMS "
@@ -69,15 +70,18 @@ def check_rms_norm_scale_invariance(student):
         expect_shape(f"rms_norm({c:g} * x, weight)", out, x.shape)
         if not torch.allclose(out, base, atol=1e-6, rtol=1e-3):
             ratio = (out.norm() / base.norm()).item()
-            raise Wrong(f"rms_norm({c:g} * x) is not rms_norm(x) (it is {ratio:.3g} times as large): the output should "
-                        "not depend on the input's scale. If it shrinks as 1/c, what you divide by grows like c**2 "
-                        "(the mean square), not like c (its root).")
+            how = (f"it is {ratio:.3g} times as large" if abs(ratio - 1) > 0.01 else
+                   f"it differs at {int((~torch.isclose(out, base, atol=1e-6, rtol=1e-3)).sum())} of {out.numel()} "
+                   "entries")
+            raise Wrong(f"rms_norm({c:g} * x) is not rms_norm(x) ({how}): the output should not depend on the "
+                        "input's scale. If it shrinks as 1/c, what you divide by grows like c**2 (the mean square), "
+                        "not like c (its root); if only some entries differ, is the mean over each token's channels?")
 
 
 def check_rms_norm_unit_rms(student):
     """with weight = 1, every token's output vector has RMS 1 (over its C channels), whatever the input's scale"""
     x = _randn(4, 6, 32, seed=3)
-    x = x * 10 ** (2 * torch.rand(4, 6, 1, generator=torch.Generator().manual_seed(4), dtype=torch.float64) - 1)
+    x = x * 10 ** (2 * torch.rand(4, 6, 1, generator=check.generator(4), dtype=torch.float64) - 1)
     out = student.rms_norm(x, torch.ones(32, dtype=torch.float64))
     expect_shape("rms_norm(x, ones)", out, x.shape)
     rms = _rms(out).squeeze(-1)  # (4, 6): one RMS per token

@@ -4,6 +4,7 @@ fraction against probe.SINK_HEAD_THRESHOLD, then strictly above a threshold (a h
 
 import torch
 
+import check
 from check import Wrong, causal_probs, expect_close, expect_shape, random_qk
 
 
@@ -11,7 +12,7 @@ def _planted(sink_at=5, B=2, H=3, T=16, D=8, seed=1):
     """q, k where key `sink_at` attracts every query that sees it: k_sink = 6u and every q has +3u, u a unit vector
     per head, so the score on it is about 6 / sqrt(D) * 3 above the rest."""
     q, k = random_qk(B, H, T, D, seed)
-    u = torch.randn(1, H, 1, D, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    u = torch.randn(1, H, 1, D, generator=check.generator(seed + 1), dtype=torch.float64)
     u = u / u.norm(dim=-1, keepdim=True)
     q = q + 3 * u
     k[:, :, sink_at] = 6 * u[:, :, 0]

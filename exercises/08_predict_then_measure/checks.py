@@ -26,14 +26,14 @@ def runs_dir():
 
 def _small_gpt(seed=0, gate="g1"):
     import model
-    torch.manual_seed(seed)
+    torch.manual_seed(check.seeded(seed))
     config = model.GPTConfig(block_size=32, vocab_size=96, n_layer=3, n_head=2, n_embd=32, gate=gate,
                              attn_backend="torch")
     return model.GPT(config).eval()
 
 
 def _windows(seed, B=4, T=24):
-    return torch.randint(0, 96, (B, T), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(0, 96, (B, T), generator=check.generator(seed))
 
 
 class _Stop(Exception):
@@ -82,6 +82,13 @@ def _hooks_left(model):
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
 
+def _call_counting_hooks(student, model, idx):
+    """In the student's process: max_activation(model, idx), and how many hooks it left on the model."""
+    hooks = _hooks_left(model)
+    value = student.max_activation(model, idx)
+    return value, _hooks_left(model) - hooks
+
+
 # ----------------------------------------------------------------------------------------------------------------
 
 def check_prediction(student):
@@ -102,9 +109,9 @@ def check_prediction(student):
 def check_max_activation_shape(student):
     """max_activation returns one float per layer, the same on a second call, and leaves no hook on the model"""
     model, idx = _small_gpt(), _windows(1)
-    hooks_before = _hooks_left(model)
-    first = _as_floats("max_activation(model, idx)", student.max_activation(model, idx), model.config.n_layer)
-    if _hooks_left(model) != hooks_before:
+    first, hooks_left = student.in_child(_call_counting_hooks, model, idx)
+    first = _as_floats("max_activation(model, idx)", first, model.config.n_layer)
+    if hooks_left:
         raise Wrong("max_activation left hooks on the model: every later forward of this model would keep running "
                     "them. Remove each hook you registered before returning, even when the forward raises.")
     second = _as_floats("max_activation (called again)", student.max_activation(model, idx), model.config.n_layer)
@@ -165,7 +172,7 @@ def _save_deeper_run(run_dir, folder, n_layer=3, seed=0):
     from runfolder import CHECKPOINT, read_checkpoint
     checkpoint = read_checkpoint(os.path.join(run_dir, CHECKPOINT))
     args = dict(checkpoint["model_args"], n_layer=n_layer)
-    torch.manual_seed(seed)
+    torch.manual_seed(check.seeded(seed))
     state = model.GPT(model.GPTConfig(**args)).state_dict()
     torch.save({"model": state, "model_args": args, "config": checkpoint["config"]}, os.path.join(folder, CHECKPOINT))
 

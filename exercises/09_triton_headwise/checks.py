@@ -15,6 +15,7 @@ import re
 
 import torch
 
+import check
 from check import Wrong, expect_close, expect_shape, same
 
 PAD = 1024  # extra elements after every gate buffer (see above)
@@ -27,7 +28,7 @@ def _device():
 
 
 def _qkv(T, D, seed, B=1, H=2):
-    gen = torch.Generator().manual_seed(seed)
+    gen = check.generator(seed)
     return [torch.randn(B, H, T, D, generator=gen).to(_device()) for _ in range(3)]
 
 
@@ -36,7 +37,7 @@ def _headwise_gate(B, H, T, seed, layout="contiguous", fill=None):
     'transposed' (a (B, T, H, 1) tensor seen as (B, H, T, 1), as model.py's g.transpose(1, 2)); 'expanded' (one
     logit per token, shared by the heads: head stride 0)."""
     n = B * T if layout == "expanded" else B * H * T
-    gen = torch.Generator().manual_seed(seed)
+    gen = check.generator(seed)
     buf = torch.full((n + PAD,), float(fill)) if fill is not None else 2 * torch.randn(n + PAD, generator=gen)
     buf = buf.to(_device())
     if layout == "contiguous":
@@ -81,7 +82,7 @@ def check_headwise_shape(student):
 def check_elementwise_still_matches(student):
     """the elementwise gate (B, H, T, D) and no gate still match kernels.attention_torch (nothing broken)"""
     q, k, v = _qkv(64, 16, seed=2)
-    gen = torch.Generator().manual_seed(3)
+    gen = check.generator(3)
     gate = torch.randn(1, 2, 64, 16, generator=gen).to(_device())
     expect_close("attention(q, k, v, elementwise gate)", _attention(student, q, k, v, gate), _oracle(q, k, v, gate),
                  **TOL, hint="The elementwise path worked in the starter: did an edit change its branch in the "
@@ -158,8 +159,10 @@ def check_headwise_strided_gate(student):
 
 
 def _gate_loads(student, T=40):
-    """Run the kernel on a transposed headwise gate (a view that is not contiguous) at a ragged T, recording the
-    address of every element the kernel loads (mask on) -- through Triton's interpreter, or None on a GPU."""
+    """In the student's process: run the kernel on a transposed headwise gate (a view that is not contiguous) at a
+    ragged T, recording the address of every element the kernel loads (mask on) -- through Triton's interpreter, or
+    None on a GPU. Returns the gate's shape and strides, the loaded addresses inside the gate's buffer, and the
+    addresses of the gate's elements (sorted)."""
     if _device() != "cpu":
         return None
     import numpy as np
@@ -185,44 +188,40 @@ def _gate_loads(student, T=40):
     in_buffer = addresses[(addresses >= start) & (addresses < start + gate.untyped_storage().nbytes())]
     b, h, t = torch.meshgrid(*(torch.arange(n) for n in gate.shape[:3]), indexing="ij")
     offsets = gate.storage_offset() + b * gate.stride(0) + h * gate.stride(1) + t * gate.stride(2)
-    valid = set((start + gate.element_size() * offsets.reshape(-1)).tolist())
-    return gate, in_buffer, valid
-
-
-def _source(fn):
-    import inspect
-    return inspect.getsource(getattr(fn, "fn", fn))
+    valid = sorted(set((start + gate.element_size() * offsets.reshape(-1)).tolist()))
+    return tuple(gate.shape), tuple(gate.stride()), in_buffer, valid
 
 
 def check_headwise_gate_not_copied(student):
     """a transposed headwise gate view is read in place: the kernel loads the caller's gate, not a copy"""
-    run = _gate_loads(student)
+    run = student.in_child(_gate_loads)
     if run is None:  # on a GPU, without the interpreter's hook: the launcher's source, as a last resort
-        if re.search(r"gate\s*\.\s*(contiguous|clone)\s*\(", _source(student.attention)):
+        if re.search(r"gate\s*\.\s*(contiguous|clone)\s*\(", student.source_of("attention")):
             raise Wrong("the launcher copies the gate (gate.contiguous() or .clone()): the statement asks for no "
                         "copy. The kernel can read the view itself, through its strides.")
         return
-    gate, in_buffer, valid = run
+    _, stride, in_buffer, _ = run
     if len(in_buffer) == 0:
         raise Wrong(f"the kernel never loaded from the headwise gate passed in (a transposed view, strides "
-                    f"{tuple(gate.stride())}): the launcher hands it a copy, e.g. gate.contiguous(). The statement "
+                    f"{stride}): the launcher hands it a copy, e.g. gate.contiguous(). The statement "
                     "asks for no copy (it costs a pass over the logits): the kernel can read the view itself, "
                     "through its strides.")
 
 
 def check_headwise_load_masked(student):
     """at a ragged T, the headwise load reads no logit past the gate's rows (the load is masked)"""
-    run = _gate_loads(student)
+    run = student.in_child(_gate_loads)
     if run is None:  # on a GPU, without the interpreter's hook: the GATE == 2 branch's source, as a last resort
-        branch = _source(student.flash_attention_fwd).split("GATE == 2", 1)[-1].split("tl.store", 1)[0]
+        branch = student.source_of("flash_attention_fwd").split("GATE == 2", 1)[-1].split("tl.store", 1)[0]
         if any("mask" not in call for call in re.findall(r"tl\.load\([^\n]*", branch)):
             raise Wrong("the headwise tl.load has no mask: at a ragged T the last block's rows past T read past "
                         "the gate's end. Guard it as the kernel's other loads are guarded.")
         return
-    gate, in_buffer, valid = run
+    shape, _, in_buffer, valid = run
+    valid = set(valid)
     outside = [a for a in in_buffer.tolist() if a not in valid]
     if outside:
-        raise Wrong(f"at T={gate.size(2)} (not a multiple of BLOCK_M) the kernel loaded {len(outside)} gate "
+        raise Wrong(f"at T={shape[2]} (not a multiple of BLOCK_M) the kernel loaded {len(outside)} gate "
                     "element(s) past the gate's rows: the headwise tl.load is not masked. The numbers still come "
                     "out right (those rows are never stored), but on a GPU it reads past the tensor's end, which "
                     "can fault. Guard it as the kernel's other loads are guarded (the elementwise branch's too).")

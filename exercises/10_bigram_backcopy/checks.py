@@ -17,6 +17,7 @@ import tempfile
 import numpy as np
 import torch
 
+import check
 from check import Wrong
 
 # A small chain with zeros, so that a symbol the rule does not allow shows as a transition of probability 0.
@@ -45,7 +46,7 @@ def _copies_next(x, is_trigger=IS_TRIGGER):
 
 
 def _text(student, n, seed):
-    x = student.make_text(P.copy(), list(TRIGGERS), n, np.random.default_rng(seed))
+    x = student.make_text(P.copy(), list(TRIGGERS), n, np.random.default_rng(check.seeded(seed)))
     if isinstance(x, torch.Tensor) or not isinstance(x, np.ndarray):
         raise Wrong(f"make_text should return a numpy array, got {type(x).__name__}.")
     if x.shape != (n,):
@@ -92,7 +93,7 @@ def check_text_reproducible(student):
     for other in range(6):  # the same rng seed each time, the global generators seeded differently
         random.seed(other)
         np.random.seed(other)
-        torch.manual_seed(other)
+        torch.manual_seed(check.seeded(other))
         texts.append(_text(student, 300, 5))
     a = texts[0]
     if not all(np.array_equal(a, b) for b in texts):
@@ -199,7 +200,7 @@ def _mask(student, idx, triggers):
 
 def _random_windows(seed, B=6, T=40, V_=8):
     """Windows of uniform random symbols 0..V_-1 after the BOS id V_: every pattern of triggers, often."""
-    g = torch.Generator().manual_seed(seed)
+    g = check.generator(seed)
     idx = torch.randint(0, V_, (B, T), generator=g)
     idx[:, 0] = V_
     return idx

@@ -41,7 +41,7 @@ def runs_dir():
 
 def _small_gpt(seed, gate="g1", n_layer=2, n_head=2, **settings):
     import model
-    torch.manual_seed(seed)
+    torch.manual_seed(check.seeded(seed))
     config = model.GPTConfig(block_size=32, vocab_size=BOS + 1, n_layer=n_layer, n_head=n_head, n_embd=32, gate=gate,
                              attn_backend="torch", **settings)
     gpt = model.GPT(config).eval()
@@ -54,7 +54,7 @@ def _small_gpt(seed, gate="g1", n_layer=2, n_head=2, **settings):
 def _windows(seed, B=6, T=24):
     """B windows of T token ids: BOS first, then symbols, each window with its own share of triggers (so that a mean
     per window and a mean over all positions differ)."""
-    g = torch.Generator().manual_seed(seed)
+    g = check.generator(seed)
     idx = torch.randint(0, BOS, (B, T), generator=g)
     triggers = torch.tensor(TRIGGERS)[torch.randint(0, len(TRIGGERS), (B, T), generator=g)]
     share = torch.linspace(0.05, 0.5, B)[torch.randperm(B, generator=g)].unsqueeze(1)
@@ -104,10 +104,25 @@ def _own_work(student, what):
             setattr(holder, name, value)
 
 
+def _own_call(student, function, model, idx):
+    """In the student's process: function(model, idx) under _own_work, and how many hooks it left on the model."""
+    hooks = _hooks_on(model)
+    with _own_work(student, function):
+        value = getattr(student, function)(model, idx)
+    return value, _hooks_on(model) - hooks
+
+
+def _leaves_inputs(student, function, *inputs):
+    """In the student's process: function(*inputs), and whether it left its inputs as they were."""
+    kept = [x.clone() for x in inputs]
+    value = getattr(student, function)(*inputs)
+    return value, all(torch.equal(a, b) for a, b in zip(inputs, kept))
+
+
 def _same_on_second_call(student, function, model, idx, first, kind):
     """The student's function (attention_probs or gate_scores) gives `first` again on the same model and windows."""
-    with _own_work(student, function):
-        second = _as_list(f"{function} (called again)", getattr(student, function)(model, idx), len(first), kind)
+    second = _as_list(f"{function} (called again)", student.in_child(_own_call, function, model, idx)[0], len(first),
+                      kind)
     if not all(isinstance(b, torch.Tensor) and b.shape == a.shape and torch.allclose(a, b) for a, b in
                zip(first, second)):
         raise Wrong(f"{function} gave something else on a second call with the same model and windows: does it "
@@ -167,10 +182,9 @@ def check_probs_shape(student):
     model, idx = _small_gpt(1), _windows(2)
     B, T = idx.shape
     H, n = model.config.n_head, model.config.n_layer
-    hooks = _hooks_on(model)
-    with _own_work(student, "attention_probs"):
-        first = _as_list("attention_probs(model, idx)", student.attention_probs(model, idx), n, "maps")
-    if _hooks_on(model) != hooks:
+    first, hooks_left = student.in_child(_own_call, "attention_probs", model, idx)
+    first = _as_list("attention_probs(model, idx)", first, n, "maps")
+    if hooks_left:
         raise Wrong("attention_probs left hooks on the model: remove each one (the handle that register_forward_hook "
                     "returned) after the forward, in a finally: block, or every later forward keeps running them.")
     for layer, p in enumerate(first):
@@ -213,9 +227,8 @@ def check_probs_vs_probe(student):
     (one with G1 and RoPE, one without a gate and with QK-norm)"""
     for seed, gate, settings in ((3, "g1", {}), (4, "none", {"qk_norm": True})):
         model, idx = _small_gpt(seed, gate, **settings), _windows(seed + 10)
-        with _own_work(student, "attention_probs"):
-            got = _as_list("attention_probs(model, idx)", student.attention_probs(model, idx), model.config.n_layer,
-                           "maps")
+        got = _as_list("attention_probs(model, idx)", student.in_child(_own_call, "attention_probs", model, idx)[0],
+                       model.config.n_layer, "maps")
         want, _, _ = _probe(model, idx, maps=True)
         for layer, (g, w) in enumerate(zip(got, want)):
             if isinstance(g, torch.Tensor) and g.shape == w.shape and torch.allclose(g.double(), w.double(), atol=2e-5,
@@ -250,9 +263,9 @@ def check_split_returns_floats(student):
     model, idx = _small_gpt(5, n_layer=1), _windows(6)
     maps, _, _ = _probe(model, idx, maps=True)
     probs, trig = maps[0], _trig(idx)
-    probs_in, trig_in = probs.clone(), trig.clone()
-    got = _floats("attention_split(probs, trig)", student.attention_split(probs_in, trig_in), 3)
-    if not (torch.equal(probs_in, probs) and torch.equal(trig_in, trig)):
+    got, kept = student.in_child(_leaves_inputs, "attention_split", probs, trig)
+    got = _floats("attention_split(probs, trig)", got, 3)
+    if not kept:
         raise Wrong("attention_split changed its inputs (probs or trig) in place: work on a copy (an in-place "
                     "assignment or a method ending in _ changes the caller's tensor).")
     for value, name in zip(got, SPLIT_NAMES):
@@ -328,10 +341,9 @@ def check_gate_scores_shape(student):
     for seed, settings in ((9, {}), (10, {"gate_granularity": "headwise"})):
         model, idx = _small_gpt(seed, **settings), _windows(seed)
         n, shape = model.config.n_layer, (*idx.shape, *model.config.gate_shape())
-        hooks = _hooks_on(model)
-        with _own_work(student, "gate_scores"):
-            first = _as_list("gate_scores(model, idx)", student.gate_scores(model, idx), n, "tensors")
-        if _hooks_on(model) != hooks:
+        first, hooks_left = student.in_child(_own_call, "gate_scores", model, idx)
+        first = _as_list("gate_scores(model, idx)", first, n, "tensors")
+        if hooks_left:
             raise Wrong("gate_scores left hooks on the model: remove each one after the forward, in a finally: block.")
         for layer, s in enumerate(first):
             expect_shape(f"gate_scores(...)[{layer}] of a {settings.get('gate_granularity', 'elementwise')} gate", s,
@@ -347,8 +359,8 @@ def check_gate_scores_vs_probe(student):
     """gate_scores matches the scores probe.Probe sees, layer by layer (G1 elementwise and headwise GPTs)"""
     for seed, settings in ((11, {}), (12, {"gate_granularity": "headwise"})):
         model, idx = _small_gpt(seed, **settings), _windows(seed)
-        with _own_work(student, "gate_scores"):
-            got = _as_list("gate_scores(model, idx)", student.gate_scores(model, idx), model.config.n_layer, "tensors")
+        got = _as_list("gate_scores(model, idx)", student.in_child(_own_call, "gate_scores", model, idx)[0],
+                       model.config.n_layer, "tensors")
         _, _, want = _probe(model, idx)
         what = settings.get("gate_granularity", "elementwise")
         for layer, (g, w) in enumerate(zip(got, want)):
@@ -369,9 +381,9 @@ def check_gate_split_vs_probe(student):
         _, stats, scores = _probe(model, idx)
         trig = _trig(idx)
         for layer, s in enumerate(scores):
-            s_in, trig_in = s.clone(), trig.clone()
-            got = _floats("gate_split(scores, trig)", student.gate_split(s_in, trig_in), 2)
-            if not (torch.equal(s_in, s) and torch.equal(trig_in, trig)):
+            got, kept = student.in_child(_leaves_inputs, "gate_split", s, trig)
+            got = _floats("gate_split(scores, trig)", got, 2)
+            if not kept:
                 raise Wrong("gate_split changed its inputs (scores or trig) in place: work on a copy.")
             want = [stats["gate_mean_trigger"][layer], stats["gate_mean_other"][layer]]
             if all(_close(g, w) for g, w in zip(got, want)):

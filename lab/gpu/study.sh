@@ -47,8 +47,8 @@ start)
     [ "$STATUS" -eq 0 ] || exit "$STATUS"
     # each stage only when the one before it succeeded; the job's exit code is the first failure's
     { printf '%q ' "$PYTHON" -m lab.repro train "${TRAIN[@]}" "${REPRO[@]}" "${DATA[@]}"; printf '&& '
-      printf '%q ' "$PYTHON" -m lab.repro evaluate "${EVALUATE[@]}" "${REPRO[@]}"; printf '&& '
-      printf '%q ' "$PYTHON" -m lab.repro report "${REPRO[@]}"; } > "$JOB/command"
+      printf '%q ' "$PYTHON" -m lab.repro evaluate "${EVALUATE[@]}" "${REPRO[@]}" --report_dir="$REPORT"; printf '&& '
+      printf '%q ' "$PYTHON" -m lab.repro report "${REPRO[@]}" --report_dir="$REPORT"; } > "$JOB/command"
     echo "$OUT/study.tar.gz" > "$JOB/tarball"
     # then, success or not, the job packs what it made
     setsid bash -c "$(cat "$JOB/command"); echo \$? > $(printf '%q' "$JOB/exit"); OUT=$(printf '%q' "$OUT") bash $(
