@@ -46,6 +46,7 @@ Wrong("...") with the likely cause when the answer is wrong.
 import faulthandler
 import functools
 import glob
+import importlib.machinery
 import importlib.util
 import math
 import os
@@ -303,7 +304,7 @@ TENSOR_DTYPES = {name: getattr(torch, name) for name in (
     "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool", "complex64",
     "complex128")}
 MAX_DEPTH = 64  # nesting of an answer
-MAX_ANSWER = 2**31  # bytes of one answer: far above any exercise's, far below what would exhaust the checker's memory
+MAX_ANSWER = 2**28  # bytes of one answer: far above any exercise's, far below what would exhaust the checker's memory
 
 
 def to_data(value, objects, blobs, depth=0):
@@ -405,7 +406,7 @@ def decode_answer(data, link):
     except ProtocolError:
         raise
     except Exception as e:  # malformed JSON, missing keys, wrong types: not an answer the checker sent for
-        raise ProtocolError(f"{type(e).__name__}: {e}") from None
+        raise ProtocolError(f"{type(e).__name__}: {e}; did your code write to the checker's pipe?") from None
 
 
 # The exceptions of the student's code that the checks see as themselves (a check may expect a ValueError); any
@@ -586,10 +587,10 @@ def _verdict(e, path, time_limit, label, importing=False):
     """(status, line) of a check (or the import, label '') that raised e."""
     where = _where(e, path)
     if isinstance(e, TimeLimit):
-        function, place = (e.function, e.place) if e.function is not None or e.place else (None, "")
-        if function is None and not e.place:
+        function, place = e.function, e.place
+        if function is None and not place:  # raised in this process (run's alarm): its own traceback says where
             frame = _student_frame(e, path)
-            function, place = (frame.name, _where(e, path)) if frame is not None else (None, "")
+            function, place = (frame.name, where) if frame is not None else (None, "")
         what = "importing your file" if importing else label
         return "timeout", f"{what} {_stuck(time_limit, function, place)}"
     if isinstance(e, StudentExited):
@@ -603,8 +604,7 @@ def _verdict(e, path, time_limit, label, importing=False):
     if importing:
         return "error", f"your file does not import: {getattr(e, 'type_name', type(e).__name__)}: {e}{where}"
     if isinstance(e, ProtocolError):
-        return "error", f"{label} the answer of your code's process could not be read ({e}): did your code write to " \
-                        "the checker's pipe?"
+        return "error", f"{label} your code's answer could not be read: {e}"
     return None
 
 
@@ -749,10 +749,8 @@ def _die_with_parent():
 def memory_limit():
     """Bytes of memory the student's process may hold: $CHECK_MEMORY_GB, else half the machine's, at most 8 GiB (every
     exercise needs well under 1 GiB); None where the machine cannot tell."""
-    try:
-        return int(float(os.environ["CHECK_MEMORY_GB"]) * 2**30)
-    except (KeyError, ValueError):
-        pass
+    if os.environ.get("CHECK_MEMORY_GB"):
+        return int(float(os.environ["CHECK_MEMORY_GB"]) * 2**30)  # checked by check_settings
     try:
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
@@ -767,6 +765,16 @@ def _resident(pid):
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def _descendants(pids):
+    """pids and every process below them (Linux's /proc), found by walking down from each."""
+    found, todo = [], list(pids)
+    while todo and len(found) < 100_000:
+        pid = todo.pop()
+        found.append(pid)
+        todo += _children(pid)
+    return found
 
 
 def _children(pid):
@@ -820,7 +828,8 @@ class ChildProcess:
                     raise EOFError
                 size = int.from_bytes(head, "little")
                 if size > MAX_ANSWER:
-                    raise ProtocolError(f"an answer of {size} bytes")
+                    raise ProtocolError(f"an answer of {size:,} bytes, more than the checker takes "
+                                        f"({MAX_ANSWER:,}): a result far bigger than the exercise needs?")
                 body = pipe.read(size)
                 if len(body) < size:
                     raise EOFError
@@ -926,28 +935,32 @@ class ChildProcess:
         (Linux) -- and wait until they have all ended."""
         if self.proc is None:
             return
-        for _ in range(100):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # its group, started with it (POSIX)
-            except (AttributeError, ProcessLookupError, PermissionError):
-                pass
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its group, started with it (POSIX)
+        except (AttributeError, ProcessLookupError, PermissionError):
+            pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        give_up = time.monotonic() + 60  # a process that cannot be killed (another user's) must not hang the checker
+        while time.monotonic() < give_up:  # what it started, and what that started...: ours as each parent ends
             strays = [p for p in _children(os.getpid()) if p not in self.kept]
-            for pid in strays:
-                try:
-                    os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
-                    os.waitpid(pid, 0)
-                except (ProcessLookupError, ChildProcessError, PermissionError):
-                    pass
             if not strays:
                 break
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            try:
-                pipe.close()
-            except OSError:
-                pass
+            tree = _descendants(strays)
+            for sig in ("SIGSTOP", "SIGKILL"):  # all frozen first, so none can start another while we kill
+                for pid in tree:
+                    try:
+                        os.kill(pid, getattr(signal, sig, signal.SIGTERM))
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            for pid in strays:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
+        # The pipes are left to their reading and writing threads: closing one that a thread is blocked on would
+        # wait for that thread; with every process that held them gone, those threads end.
         if self.subreaper:
             _prctl(PR_SET_CHILD_SUBREAPER, 0)
             self.subreaper = False
@@ -1313,8 +1326,9 @@ def verify_result(path, key=None):
             result = json.load(f)
     except (OSError, ValueError) as e:
         return [f"{path} cannot be read as a result file: {e}"]
-    if not isinstance(result, dict) or not isinstance(result.get("seal"), str):
-        return [f"{path} has no seal: not a result file this checker wrote"]
+    if not (isinstance(result, dict) and isinstance(result.get("seal"), str) and isinstance(result.get("exercises"), list)
+            and all(isinstance(e, dict) for e in result["exercises"])):
+        return [f"{path} has no seal, or is not laid out as a result file: not one this checker wrote"]
     problems = []
     signed = result["seal"].startswith("hmac-")
     if signed and not key:
@@ -1323,8 +1337,9 @@ def verify_result(path, key=None):
         problems.append(f"{path} is not signed with {SIGNING_KEY_VAR}: it was not graded with the key, or was "
                         "changed after")
     elif result["seal"] != seal(result, key):
-        problems.append(f"{path} was changed after the checker wrote it (its seal does not match its content)")
-    for entry in result.get("exercises") or []:
+        problems.append(f"{path} was changed after the checker wrote it (its seal does not match its content)" +
+                        (", or it was signed with another key" if signed else ""))
+    for entry in result["exercises"]:
         folder = os.path.join(HERE, str(entry.get("name")))
         recorded, now = entry.get("file_sha256"), file_digest(os.path.join(folder, "starter.py"))
         if recorded and now and recorded != now:
@@ -1338,18 +1353,21 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print):
     when every exercise passed."""
     result_path = os.path.abspath(result_path)  # where the command was given, whatever the checks do
     key = os.environ.get(SIGNING_KEY_VAR) or None
-    if os.path.exists(result_path) and verify_result(result_path, key)[:1] and \
-            "changed after" in verify_result(result_path, key)[0]:
+    previous = verify_result(result_path, key)[:1] if os.path.exists(result_path) else []
+    if previous and "changed after" in previous[0] and "another key" not in previous[0]:
         out(f"note: the previous {os.path.relpath(result_path)} was changed after the checker wrote it; it is "
             "replaced now")
-    loaded = {d: checks_of(d) for d in exercise_dirs}  # before any student code runs, which could edit them
+    # Before any student code runs, which could edit them: every exercise's checks loaded, and the digests of the
+    # files that decide a verdict or are graded (a file graded later, changed by an earlier one, is no student's).
+    loaded = {d: checks_of(d) for d in exercise_dirs}
+    before = checker_digests()
     entries = []
     for exercise_dir in exercise_dirs:
         name = os.path.basename(exercise_dir)
         out(f"== {name}: {title_of(exercise_dir)}")
         started = time.monotonic()
         starter = os.path.join(exercise_dir, "starter.py")
-        digest, before = file_digest(starter), checker_digests()
+        digest = before.get(os.path.relpath(starter, REPO))
 
         def compact(line, prefix=f"  [{name[:2]}."):
             if not (line.startswith(prefix) and "] ok: " in line) and not line.startswith("checking "):
@@ -1360,10 +1378,11 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print):
         except Exception as e:  # the checker's own trouble (cannot start a process...): this exercise only
             out(f"  the checker failed: {type(e).__name__}: {e}")
             result = (0, 0, "error", None)
-        changed = [p for p, d in checker_digests().items() if before.get(p) != d]
-        if changed:  # the verdict came from what was loaded before; the next exercise's would not
-            out(f"  your code changed the checker's or the project's files ({', '.join(changed[:3])}): this "
-                "exercise counts as failed, and grading stops. Restore them (git checkout, or a fresh copy).")
+        after = checker_digests()
+        changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+        if changed:  # this verdict came from what was loaded before; the next exercise's might not
+            out(f"  your code changed the checker's, the project's or the exercises' files ({', '.join(changed[:3])}"
+                "): this exercise counts as failed, and grading stops. Restore them (git checkout, or a fresh copy).")
             result = (0, result[1], "error", "changed the checker's files")
         entries.append(grade_entry(exercise_dir, result, time.monotonic() - started, digest))
         if changed:
@@ -1386,10 +1405,12 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print):
 
 
 def checker_digests():
-    """{path: SHA-256} of the files whose code decides a verdict: this file, every checks.py, the core's modules."""
-    paths = [os.path.join(HERE, "check.py")] + [os.path.join(d, "checks.py") for d in exercise_dirs()]
-    paths += sorted(glob.glob(os.path.join(REPO, "*.py")) + glob.glob(os.path.join(REPO, "data", "*.py")))
-    return {os.path.relpath(p, REPO): file_digest(p) for p in paths}
+    """{path: SHA-256} of the Python files that decide a verdict or are graded: this file, every checks.py and
+    starter.py (and any other file of exercises/), the core's modules, data/ and lab/ (new ones included)."""
+    paths = []
+    for pattern in ("*.py", "exercises/**/*.py", "data/**/*.py", "lab/**/*.py"):
+        paths += glob.glob(os.path.join(REPO, pattern), recursive=True)
+    return {os.path.relpath(p, REPO): file_digest(p) for p in sorted(set(paths))}
 
 
 REFERENCES = ("numpy", "model", "kernels", "probe", "runfolder", "cli", "data.shards", "triton")
@@ -1404,15 +1425,30 @@ def load_references():
             pass
 
 
+MAX_SEED = 10**9
+
+
 def draw_run_seed():
     """RUN_SEED for a command-line run: $CHECK_SEED (to repeat a run's inputs: the result file records the seed),
     else a random one."""
     import secrets
     global RUN_SEED
+    RUN_SEED = int(os.environ["CHECK_SEED"]) if os.environ.get("CHECK_SEED") else secrets.randbelow(10**6) * 1000
+
+
+def check_settings():
+    """The environment's settings of the checker, each refused in one line when it cannot be meant."""
+    memory, seed = os.environ.get("CHECK_MEMORY_GB"), os.environ.get("CHECK_SEED")
     try:
-        RUN_SEED = int(os.environ["CHECK_SEED"])
-    except (KeyError, ValueError):
-        RUN_SEED = secrets.randbelow(10**6) * 1000
+        ok = not memory or 0.05 <= float(memory) <= 2**20
+    except ValueError:
+        ok = False
+    if not ok:
+        raise SystemExit(f"error: CHECK_MEMORY_GB={memory!r}: the student's process's memory limit in GiB, a number "
+                         "from 0.05 up (leave it unset for half the machine's memory, at most 8 GiB)")
+    if seed and not (seed.isdigit() and int(seed) < MAX_SEED):
+        raise SystemExit(f"error: CHECK_SEED={seed!r}: the seed of the checks' inputs, a whole number from 0 to "
+                         f"{MAX_SEED - 1} (a result file records the one it was graded with)")
 
 
 def main(argv=None):
@@ -1444,8 +1480,8 @@ def main(argv=None):
                 time_limit = float(arg[len("--timeout="):])
             except ValueError:
                 time_limit = -1
-            if not time_limit >= 0:
-                raise SystemExit(f"error: {arg!r}: the time limit is a number of seconds (0: none)")
+            if not 0 <= time_limit <= 86400:
+                raise SystemExit(f"error: {arg!r}: the time limit is a number of seconds, at most a day (0: none)")
         elif arg.startswith("--result="):
             result_path = arg[len("--result="):]
             if not result_path:
@@ -1483,15 +1519,53 @@ def main(argv=None):
     return 0 if ok else 1
 
 
+class ImportGuard:
+    """Once student code may have run (the command line installs it first thing), this process imports no file that
+    was created or changed since it started: a student's process could have written one where an import would find
+    it (a module named as an optional dependency of torch's, in a folder on sys.path, or an edited project file). A
+    new or changed source is refused (ImportError, which a check reports as a failure, never a pass); a bytecode
+    cache written since is not trusted, and the unchanged source is compiled instead. A file's change time (ctime)
+    cannot be set back by its owner."""
+
+    def __init__(self):
+        self.since = time.time()
+
+    def newer(self, path):
+        try:
+            return os.stat(path).st_ctime >= self.since
+        except OSError:
+            return False
+
+    def find_spec(self, name, path=None, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        origin = spec and spec.origin
+        if not origin or not os.path.isfile(origin):
+            return None  # built in, frozen, a namespace package: no file of anyone's
+        if self.newer(origin):
+            raise ImportError(f"the checker does not import {origin}: it was created or changed after the checker "
+                              "started (by the code being checked?)")
+        if spec.cached and isinstance(spec.loader, importlib.machinery.SourceFileLoader) and self.newer(spec.cached):
+            spec.loader = SourceOnly(spec.loader.name, spec.loader.path)
+        return spec
+
+
+class SourceOnly(importlib.machinery.SourceFileLoader):
+    """Loads a module from its source, never from a bytecode cache (ImportGuard: one written after it started)."""
+
+    def get_code(self, fullname):
+        return compile(self.get_data(self.path), self.path, "exec", dont_inherit=True)
+
+
 def _terminated(signum, frame):
     raise KeyboardInterrupt  # unwinds through run_isolated, which ends the student's processes on its way out
 
 
 def protect_checker():
-    """The command line's process, which decides: on Linux no other process of the user may read its memory or
-    environment (the signing key) or attach a debugger to it; SIGTERM and SIGHUP end the student's processes
-    before this one ends."""
+    """The command line's process, which decides: on Linux no other process of the user (root aside) may read its
+    memory or environment (the signing key) or attach a debugger to it; it imports no file changed since it started
+    (ImportGuard); SIGTERM and SIGHUP end the student's processes before this one ends."""
     _prctl(PR_SET_DUMPABLE, 0)
+    sys.meta_path.insert(0, ImportGuard())
     for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
         if sig is not None:
             signal.signal(sig, _terminated)
@@ -1499,6 +1573,7 @@ def protect_checker():
 
 if __name__ == "__main__":
     protect_checker()
+    check_settings()
     draw_run_seed()
     try:
         sys.exit(main())

@@ -525,15 +525,17 @@ def test_a_process_left_behind_cannot_rewrite_the_result(tmp_path):
     assert code == 0 and "is as the checker wrote it" in out, out
 
 
-def test_a_file_that_edits_the_next_exercises_checks_stops_the_grading(tmp_path):
+@pytest.mark.parametrize("edited", ["checks.py", "starter.py"])
+def test_a_file_that_edits_the_next_exercises_checks_stops_the_grading(edited, tmp_path):
+    """The next exercise's checks, or its starter (a solution copied in its place, say): either is no student's."""
     copy = make_copy(tmp_path)
-    target = copy / "exercises" / NAMES[1] / "checks.py"
+    target = copy / "exercises" / NAMES[1] / edited
     path = starter_with(tmp_path, gap1=[f"open({str(target)!r}, 'w').write('def check_ok(student):\\n    pass\\n')",
                                         "return y"])
     (copy / "exercises" / NAMES[0] / "starter.py").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
     code, out = grade_cli(NAMES[0][:2], NAMES[1][:2], f"--result={tmp_path / 'r.json'}", cwd=copy)
     entries = read_json(tmp_path / "r.json")["exercises"]
-    assert code == 1 and "changed the checker's or the project's files" in out, out
+    assert code == 1 and "changed the checker's, the project's or the exercises' files" in out, out
     assert [e["status"] for e in entries] == ["error"], entries  # exercise 02 is not graded by the edited checks
 
 
@@ -600,3 +602,86 @@ def test_a_file_that_takes_too_much_memory_is_stopped(tmp_path, monkeypatch):
     code, out = check_cli(path, timeout=90)
     assert code == 1 and "used more than 0.8 GiB of memory and was stopped" in out, out
     assert "0/8 checks passed" in out, out
+
+
+@needs_solutions
+def test_the_checker_imports_no_file_changed_after_it_started(tmp_path):
+    """A student's process edits a module the checker imports only later (exercise 10's checks read the sink lab's
+    task from data/bigram_backcopy/prepare.py) so that, imported there, it makes every check pass: the checker
+    refuses to import it, and the check fails."""
+    copy = make_copy(tmp_path)
+    target = copy / "data" / "bigram_backcopy" / "prepare.py"
+    payload = ("\nimport sys\nfor m in list(sys.modules.values()):\n"
+               "    for k, v in list(getattr(m, '__dict__', {}).items()):\n"
+               "        if k.startswith('check_'):\n"
+               "            v.__code__ = (lambda student: None).__code__\n")
+    with open(os.path.join(SOLUTIONS, "10_bigram_backcopy.py"), encoding="utf-8") as f:
+        solution = f.read()  # make_text right, so that the checks reach the import; the other two wrong
+    path = tmp_path / "evil10.py"
+    path.write_text(solution + f"\n\nwith open({str(target)!r}, 'a') as f:\n    f.write({payload!r})\n\n"
+                    "def copy_positions(idx, triggers):\n    return idx < 0\n\n"
+                    "def task_numbers(P, triggers, text):\n    return 0.5, 1.0\n", encoding="utf-8")
+    result = subprocess.run([sys.executable, "exercises/check.py", "10", f"--file={path}"], cwd=copy,
+                            capture_output=True, text=True, timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1 and "passed -- well done" not in out, out
+    assert "created or changed after the checker started" in out, out
+
+
+def test_a_chain_of_detached_processes_is_ended_whole(tmp_path):
+    """150 processes, each in a session of its own, each the parent of the next: none outlives the check."""
+    marker = f"sleep {os.getpid()}.{len(str(tmp_path))}"
+    path = starter_with(tmp_path, end=[
+        "import os",
+        "def _chain():",
+        "    r, w = os.pipe()",
+        "    for level in range(150):",
+        "        if os.fork():",
+        "            if level == 0:",
+        "                os.close(w)",
+        "                os.read(r, 1)",
+        "                return",
+        f"            os.execv('/bin/sleep', ['sleep', '{marker.split()[1]}'])",
+        "        os.setsid()",
+        "    os.write(w, b'x')",
+        "    import time",
+        "    time.sleep(10**6)",
+        "_chain()"])
+    code, out = check_cli(path, timeout=120)
+    assert code == 1 and "not filled yet" in out, out
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().replace(b"\0", b" ").decode(errors="replace").strip() == marker:
+                    left.append(pid)
+        except OSError:
+            pass
+    assert not left, f"{len(left)} processes outlived the check"
+
+
+def test_a_nan_where_a_number_belongs_fails(tmp_path):
+    solution = open(os.path.join(SOLUTIONS, "03_f_attn.py"), encoding="utf-8").read() if os.path.isdir(SOLUTIONS) \
+        else None
+    if solution is None:
+        pytest.skip("needs the reference solutions")
+    path = tmp_path / "nan03.py"
+    path.write_text(solution + "\n\ndef f_attn(probs):\n    return float('nan')\n", encoding="utf-8")
+    result = subprocess.run([sys.executable, "exercises/check.py", "03", f"--file={path}"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "off by nan" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("setting", ["CHECK_SEED=99999999999999999999", "CHECK_SEED=abc", "CHECK_MEMORY_GB=inf",
+                                     "CHECK_MEMORY_GB=0", "--timeout=inf"])
+def test_the_checkers_own_settings_are_one_line(setting):
+    env = dict(os.environ)
+    args = ["exercises/check.py", "01"]
+    if setting.startswith("--"):
+        args.append(setting)
+    else:
+        env[setting.split("=")[0]] = setting.split("=", 1)[1]
+    result = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1 and out.startswith("error: ") and out.count("\n") == 1, out
+    assert "Traceback" not in out and setting.split("=")[0].lstrip("-") in out, out

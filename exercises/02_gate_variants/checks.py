@@ -32,7 +32,7 @@ def check_sigmoid(student):
     if not torch.isfinite(out).all() or out.min() < 0 or out.max() > 1:
         raise Wrong("sigmoid scores must lie in (0, 1), and yours leave it (or are not finite): re-check the "
                     "sigmoid's definition in README.md.")
-    if abs(out[300].item() - 0.5) > 1e-12:  # s = 0
+    if not abs(out[300].item() - 0.5) <= 1e-12:  # s = 0
         raise Wrong("sigmoid(0) should be 0.5, and yours is not: re-check the sigmoid's definition in README.md.")
     if not (out[1:] >= out[:-1]).all() or out[-1] - out[0] < 0.99:
         raise Wrong("sigmoid should rise from ~0 (s = -30) to ~1 (s = 30), and yours does not.")
@@ -49,7 +49,7 @@ def check_ns_sigmoid_range(student):
     if same(out, torch.sigmoid(s)):
         raise Wrong("Your ns_sigmoid is the plain sigmoid, range (0, 1): it can still shut a channel. The non-sparse "
                     "sigmoid is the same curve mapped onto (0.5, 1).")
-    if abs(out[300].item() - 0.75) > 1e-12:  # s = 0
+    if not abs(out[300].item() - 0.75) <= 1e-12:  # s = 0
         raise Wrong("ns_sigmoid(0) should be 0.75, the middle of (0.5, 1) (as sigmoid(0) = 0.5 is the middle of "
                     "(0, 1)), and yours is not.")
     if out.min() < 0.5 - 1e-12 or out.max() > 1 + 1e-12:
@@ -67,12 +67,12 @@ def check_silu(student):
     if same(out, torch.sigmoid(s)):
         raise Wrong("Your silu is the sigmoid. SiLU (swish) is 0 at s = 0, slightly negative for s < 0 and about s "
                     "for large s: see its definition in README.md.")
-    if abs(out[300].item()) > 1e-12:  # s = 0
+    if not abs(out[300].item()) <= 1e-12:  # s = 0
         raise Wrong("silu(0) should be 0, and yours is not: re-check SiLU's definition in README.md.")
     if out.min() > -0.27 or out.min() < -0.28:
         raise Wrong("silu should dip below 0 for s < 0, to a lowest value of about -0.278 (at s = -1.28); yours does "
                     "not. Re-check SiLU's definition in README.md.")
-    if abs(out[-1].item() - 30.0) > 1e-9:
+    if not abs(out[-1].item() - 30.0) <= 1e-9:
         raise Wrong("silu(30) should be 30 (to 1e-9): SiLU grows like s for large s, it is not bounded by 1.")
 
 

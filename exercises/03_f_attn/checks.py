@@ -128,7 +128,7 @@ def check_f_attn_is_the_mean_over_windows_and_heads(student):
     q, k = random_qk(3, 4, 10, 8, seed=4)
     got = _as_float("f_attn(probs)", student.f_attn(_reference_probs(q, k)))
     want = per_query(q, k, backend="torch")[..., 1:].mean().item()
-    if abs(got - want) > 1e-5:
+    if not abs(got - want) <= 1e-5:
         raise Wrong(f"f_attn is off by {abs(got - want):.3g}: it is the mean of first_token_attention(probs) over "
                     "windows and heads (a plain mean: every (window, head) has the same T-1 queries).")
 
@@ -147,7 +147,7 @@ def check_f_attn_matches_probe(student):
     got = [_as_float(f"f_attn(layer {i}'s attention map)", student.f_attn(maps))
            for i, maps in enumerate(probe.attention_maps)]
     for layer, (g, want) in enumerate(zip(got, probe.stats["first_token_attn"])):
-        if abs(g - want) > 1e-5:
+        if not abs(g - want) <= 1e-5:
             raise Wrong(f"layer {layer}: your F-Attn is off by {abs(g - want):.3g} from the probe's on the same "
                         "model and tokens. The maps are (B, n_head, T, T) float32 causal softmaxes; f_attn should "
                         "average key 0's probability over queries 1..T-1, heads and windows.")

@@ -122,11 +122,11 @@ def check_sink_heads_fraction(student):
     got = _as_float("sink_heads(f)", student.sink_heads(f))
     if got == sum(above):
         raise Wrong("sink_heads returned the number of sink heads: return the fraction (count / number of heads).")
-    if abs(got - want) > 1e-6:
+    if not abs(got - want) <= 1e-6:
         raise Wrong(f"sink_heads(f) for 8 heads, 4 of them above {SINK_HEAD_THRESHOLD}, gave {got:g}: the fraction "
                     "of all the given entries (any shape) whose F-Attn is above the threshold.")
     got = _as_float("sink_heads(f[0])", student.sink_heads(f[0]))
-    if abs(got - sum(above[:4]) / 4) > 1e-6:
+    if not abs(got - sum(above[:4]) / 4) <= 1e-6:
         raise Wrong("sink_heads of a 1-D tensor (one layer's heads) is wrong: the fraction of its entries above "
                     "the threshold.")
 
@@ -138,5 +138,5 @@ def check_sink_heads_strictly_above(student):
     if abs(got - 4 / 6) < 1e-6:
         raise Wrong("sink_heads counts the heads exactly at the threshold: Gu et al.'s sink head has F-Attn that "
                     "exceeds epsilon: strictly above it. A head exactly at the threshold is no sink head.")
-    if abs(got - 2 / 6) > 1e-6:
+    if not abs(got - 2 / 6) <= 1e-6:
         raise Wrong(f"sink_heads(f, threshold=0.5) gave {got:g}: is the threshold argument used (not a fixed 0.3)?")

@@ -331,7 +331,7 @@ def check_numbers_rules(student):
         n = len(text)
         share, loss = _numbers(student, P, TRIGGERS, text)
         copies = int(_copies_next(text)[:-1].sum())
-        if abs(share - copies / (n - 1)) > 1e-7:
+        if not abs(share - copies / (n - 1)) <= 1e-7:
             if abs(share - copies / n) < 1e-7:
                 raise Wrong("copy_share is divided by the text's length: the last symbol predicts nothing, so the "
                             "share is over the n - 1 positions that predict a next symbol.")
@@ -369,9 +369,9 @@ def check_numbers_match_meta(student):
     meta, _, text = _dataset()
     P_, triggers = make_chain(meta["symbols"], len(meta["triggers"]), meta["alpha"], meta["seed"])
     share, loss = _numbers(student, P_, triggers, text)
-    if abs(share - meta["copy_share"]) > 1e-7:  # one position of the 8191 is 1.2e-4
+    if not abs(share - meta["copy_share"]) <= 1e-7:  # one position of the 8191 is 1.2e-4
         raise Wrong("copy_share of the dataset's val text differs from its meta.json's: re-check the rule on a long "
                     "text of the real chain (64 symbols, 3 triggers).")
-    if abs(loss - meta["ideal_loss"]) > 1e-6 * meta["ideal_loss"]:
+    if not abs(loss - meta["ideal_loss"]) <= 1e-6 * meta["ideal_loss"]:
         raise Wrong("ideal_loss of the dataset's val text differs from its meta.json's, though the hand-made texts "
                     "passed: does anything assume the small chain (8 symbols, no entry near 0)?")
