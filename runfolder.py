@@ -275,6 +275,15 @@ def saved_state(path, whose=False):
         raise ValueError(f"{path} is not a readable train.py checkpoint ({type(e).__name__})") from None
 
 
+def describe_fingerprint_change(recorded, current):
+    """'' when the dataset fingerprint a checkpoint recorded (data.shards.dataset_fingerprint; None in a checkpoint
+    older than fingerprints) matches the data's now, else what changed ("train and val shards")."""
+    if not isinstance(recorded, dict):
+        return ""
+    changed = [split for split in current if recorded.get(split) != current[split]]
+    return " and ".join(changed) + " shards" if changed else ""
+
+
 def atomic_copy(source, path):
     """A copy of the file source as path, written as atomic_write writes: its own file, never a link to source."""
     with open(source, "rb") as f:
@@ -536,11 +545,9 @@ class RunFolder:
         self.fingerprint = fingerprint
         recorded = (checkpoint or {}).get("data_fingerprint")
         self.run_id = (checkpoint or {}).get("run_id") or secrets.token_hex(8)
-        differ = [split for split in fingerprint
-                  if isinstance(recorded, dict) and recorded.get(split) != fingerprint[split]]
-        if not differ:
+        changed = describe_fingerprint_change(recorded, fingerprint)
+        if not changed:
             return
-        changed = " and ".join(differ) + " shards"
         prints = (f"(recorded in {self.ckpt_path}: train {recorded.get('train')}, val {recorded.get('val')}; now: "
                   f"train {self.fingerprint['train']}, val {self.fingerprint['val']})")
         if self.data_named:

@@ -576,15 +576,6 @@ def dataset_fingerprint(data_dir):
     return fingerprint
 
 
-def describe_fingerprint_change(recorded, current):
-    """'' when a checkpoint's recorded dataset fingerprint (None: an older checkpoint, which recorded none) matches
-    the data now on disk, else what changed ("the train and val shards")."""
-    if not isinstance(recorded, dict):
-        return ""
-    changed = [split for split in SPLITS if recorded.get(split) != current.get(split)]
-    return " and ".join(changed) + " shards" if changed else ""
-
-
 def val_batches(data_dir, block_size, batch_size, n_batches, bos=None):
     """The fixed validation set: a list of n_batches (x, y) int64 CPU tensors, each (batch_size, block_size).
     Its batch_size * n_batches windows of block_size + 1 tokens are spread evenly over all the val shards

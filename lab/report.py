@@ -25,12 +25,11 @@ import os
 
 import numpy as np
 
-from data.shards import (dataset_fingerprint, describe_fingerprint_change, find_shards, get_tokenizer, prepare_command,
-    read_meta)
+from data.shards import dataset_fingerprint, find_shards, get_tokenizer, prepare_command, read_meta
 from lab.stats import MIN_SEEDS, RULE, mean_ci
 from lab.variants import STABILITY_ROW, SWEEP, SWEPT, VARIANTS
 from probe import MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD
-from runfolder import EVALUATED, LOG, atomic_write, read_jsonl
+from runfolder import EVALUATED, LOG, atomic_write, describe_fingerprint_change, read_jsonl
 
 
 # -----------------------------------------------------------------------------
