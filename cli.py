@@ -335,7 +335,9 @@ def init_processes(backend, rank, world_size):
     """torch.distributed.init_process_group for torchrun's processes (see processes), waiting at most join_timeout()
     seconds for all world_size of them to meet at MASTER_ADDR:MASTER_PORT, where init_process_group alone would wait
     silently (for 30 minutes, or forever for a rank whose master never starts). Says that it waits; a process that
-    never came stops the others with one line that says how to launch them. Collectives keep PyTorch's timeout."""
+    never came stops the others with one line that says how to launch them. Collectives keep PyTorch's timeout.
+    End with dist.destroy_process_group(), as train.py does: a gloo group left to the interpreter's exit now and then
+    aborts the process ("terminate called without an active exception")."""
     import datetime
     import torch.distributed as dist
     seconds, where = join_timeout(), f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
