@@ -40,6 +40,12 @@ def fail(message):
     raise SystemExit(f"error: {message}")
 
 
+def check_choice(key, value, choices):
+    """Stop with one line unless value is one of choices (key is the name the user wrote, e.g. --compile_mode)."""
+    if value not in choices:
+        fail(f"{key}={value!r} is not valid; choose one of {', '.join(choices)}")
+
+
 # -----------------------------------------------------------------------------
 # The command line: `python script.py [config/file.py ...] [--key=value ...]`, applied in the order given
 

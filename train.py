@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from cli import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, configure, dataset_dir, fail, free_memory,
+from cli import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, check_choice, configure, dataset_dir, fail, free_memory,
                  init_processes, keep_freed_memory, pick_device, processes, sdpa_preference)
 from data import check_training_data, prepare_if_missing
 from data.shards import TrainLoader, dataset_fingerprint, read_meta, val_batches
@@ -564,10 +564,8 @@ def check_settings(c):
         value = getattr(c, key)
         if not (math.isfinite(value) and ok(value)):
             fail(f"{key}={value} is not valid; it must be {allowed}")
-    if c.compile_mode not in COMPILE_MODES:
-        fail(f"compile_mode={c.compile_mode!r} is not valid; choose one of {', '.join(COMPILE_MODES)}")
-    if c.sdpa_backend not in SDPA_BACKENDS:
-        fail(f"sdpa_backend={c.sdpa_backend!r} is not valid; choose one of {', '.join(SDPA_BACKENDS)}")
+    check_choice("compile_mode", c.compile_mode, COMPILE_MODES)
+    check_choice("sdpa_backend", c.sdpa_backend, SDPA_BACKENDS)
     if c.warmup_iters < 0:
         fail(f"warmup_iters={c.warmup_iters} must be 0 or more")
     if c.decay_lr and c.lr_decay_iters < max(1, c.warmup_iters):

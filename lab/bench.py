@@ -47,8 +47,8 @@ cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by kernels)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import kernels  # noqa: E402
-from cli import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, config_path, configure, fail, keep_freed_memory,
-    run_config_file, sdpa_order, sdpa_preference)  # noqa: E402
+from cli import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, check_choice, config_path, configure,  # noqa: E402
+                 fail, keep_freed_memory, run_config_file, sdpa_order, sdpa_preference)
 from kernels import attention_torch, gated_attention  # noqa: E402
 from lab.report import markdown_table  # noqa: E402
 from lab.variants import VARIANTS  # noqa: E402
@@ -132,10 +132,8 @@ def checked_keys(argv):
         fail("choose --kernels, --train and/or --step (python -m lab.bench --help)")
     if args.compile.lower() not in ("both", "true", "false"):
         fail(f"--compile={args.compile}: choose both, true or false")
-    if args.compile_mode not in COMPILE_MODES:
-        fail(f"--compile_mode={args.compile_mode}: choose one of {', '.join(COMPILE_MODES)}")
-    if args.sdpa_backend not in SDPA_BACKENDS:
-        fail(f"--sdpa_backend={args.sdpa_backend}: choose one of {', '.join(SDPA_BACKENDS)}")
+    check_choice("--compile_mode", args.compile_mode, COMPILE_MODES)
+    check_choice("--sdpa_backend", args.sdpa_backend, SDPA_BACKENDS)
     if args.loss_chunk < 0:
         fail(f"--loss_chunk={args.loss_chunk}: give 0 (the loss over all the logits at once) or a number of rows")
     if args.gqa < 0:
@@ -147,8 +145,8 @@ def checked_keys(argv):
     args.backends = chosen(args, "backends", list(BACKENDS))
     args.step_modes = tuple(STEP_MODES) if args.step_modes == ("all",) else \
         chosen(args, "step_modes", list(STEP_MODES))
-    if args.step_child and args.step_child not in STEP_MODES:
-        fail(f"--step_child={args.step_child}: choose one of {', '.join(STEP_MODES)}")
+    if args.step_child:
+        check_choice("--step_child", args.step_child, STEP_MODES)
     if len(args.step_shape) != 4 or min(args.step_shape) < 1:
         fail(f"--step_shape={','.join(map(str, args.step_shape))}: give four positive integers, n_layer, n_embd, "
              "block_size, batch_size (e.g. 4,128,128,8)")

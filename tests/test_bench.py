@@ -144,13 +144,15 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
         (["--step", "--tiny", "--step_config=config/sink_lap.py"], "--step_config=config/sink_lap.py: no such file"),
         (["--step", f"--step_config={partial}"], f"--step_config={partial} sets no n_head, batch_size: give a file"),
         ([str(config)], "--compile=sometimes: choose both, true or false"),  # the file set train, tiny and compile
-        (["--train", "--tiny", "--compile_mode=fast"], "--compile_mode=fast: choose one of default, reduce-overhead"),
+        (["--train", "--tiny", "--compile_mode=fast"],
+         "--compile_mode='fast' is not valid; choose one of default, reduce-overhead"),
         (["--train", "--tiny", "--variants=baseline,g9"],
          "--variants=baseline,g9: unknown 'g9'; choose from baseline,"),
         (["--train", "--tiny", "--backends=cuda"], "--backends=cuda: unknown 'cuda'; choose from triton, torch"),
         (["--train", "--tiny", "--backends=,"], "--backends=: give at least one; choose from triton, torch"),
         (["--train", "--tiny", "--loss_chunk=-8"], "--loss_chunk=-8: give 0"),
-        (["--kernels", "--tiny", "--sdpa_backend=fa3"], "--sdpa_backend=fa3: choose one of default, cudnn, flash"),
+        (["--kernels", "--tiny", "--sdpa_backend=fa3"],
+         "--sdpa_backend='fa3' is not valid; choose one of default, cudnn, flash"),
     ]
     # in this process (a fresh python for each costs seconds), through the module's main: the checks raise
     # cli.fail's SystemExit before its first side effect; the first case also in a process of its own, as a user
