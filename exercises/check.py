@@ -9,6 +9,7 @@ likely wrong.
     python exercises/check.py 01 --hint                 # the next hint (one more each time; the last: the answer)
     python exercises/check.py 01 --hint=2               # hint 2 again
     python exercises/check.py all                       # every exercise, a score table and check-result.json
+    python exercises/check.py all --student=ID --result=ID.json   # the same, for a teacher: who, and where
     python exercises/check.py 01 03 05 --result=r.json  # some of them, the result file written to r.json
     python exercises/check.py --verify=r.json           # is r.json as the checker wrote it?
 
@@ -21,11 +22,12 @@ as "not filled yet", not as a crash. Exit status: 0 when every check passes, 1 o
 Grading (`all`, a list of exercises, or --result=PATH): the exercises run one after another, each in a child process
 of its own, under the same limits per check and one for the whole exercise (EXERCISE_TIME_LIMIT); each prints its
 failures and summary (not its passing checks), then a score table, and a JSON result (default check-result.json in
-the current folder, written atomically) that a teacher can collect: one entry per exercise (id, title, passed,
-total, first_failing_check, seconds, status: passed / failed / not filled / timeout / error, hints_seen, and the
-file_sha256 of the file graded) with the date and the Python and torch versions, sealed with a checksum of its
-content (an HMAC with $CHECK_SIGNING_KEY, when set) that --verify checks. Exit status: 0 only when every exercise
-passes.
+the current folder, written atomically) that a teacher can collect: the student (--student=NAME_OR_ID; null
+without it), one entry per exercise (id, title, passed, total, first_failing_check, checker_seconds: how long the
+checker took, status: passed / failed / not filled / timeout / error, hints_seen, and the file_sha256 of the file
+graded) with the date and the Python and torch versions, sealed with a checksum of its content (an HMAC with
+$CHECK_SIGNING_KEY, when set) that --verify checks. exercises/gradebook.py makes one table of a class's files.
+Exit status: 0 only when every exercise passes.
 
 Your code runs in a child process, the only one that imports your file, one request at a time under the time limit
 of the check that asked (TIME_LIMIT seconds, more for the slow exercises: TIME_LIMITS). The checks run in this
@@ -1249,22 +1251,23 @@ def file_digest(path):
 
 
 def grade_entry(exercise_dir, result, seconds, digest=None):
-    """One exercise's entry of the grading result, from run_isolated's (passed, total, status, failed); digest: the
-    SHA-256 of the file that was graded, as file_digest read it before its checks ran."""
+    """One exercise's entry of the grading result, from run_isolated's (passed, total, status, failed); seconds: how
+    long the checker took (named checker_seconds: no one's time on the exercise); digest: the SHA-256 of the file that
+    was graded, as file_digest read it before its checks ran."""
     passed, total, status, failed = result
     ok = status == "ok" and passed == total
     name = os.path.basename(exercise_dir)
     return {"id": name[:2], "name": name, "title": title_of(exercise_dir), "passed": passed, "total": total,
             "first_failing_check": None if ok else (failed or "import"),
-            "seconds": round(seconds, 1), "status": "passed" if ok else GRADE_STATUS.get(status, "error"),
+            "checker_seconds": round(seconds, 1), "status": "passed" if ok else GRADE_STATUS.get(status, "error"),
             "hints_seen": hints_seen(exercise_dir), "file_sha256": digest}
 
 
 def score_table(entries):
     """The score table of grade_entry's entries, as lines."""
-    rows = [("exercise", "checks", "first failing check", "status", "seconds")]
+    rows = [("exercise", "checks", "first failing check", "status", "checker s")]
     rows += [(e["name"], f"{e['passed']}/{e['total']}", e["first_failing_check"] or "-", e["status"],
-              f"{e['seconds']:.1f}") for e in entries]
+              f"{e['checker_seconds']:.1f}") for e in entries]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.rjust(w) if i in (1, 4) else cell.ljust(w) for i, (cell, w) in
                        enumerate(zip(row, widths))).rstrip() for row in rows]
@@ -1275,8 +1278,9 @@ def score_table(entries):
     return lines
 
 
-def grade_result(entries, date=None):
-    """The grading result (a dict, as written to the JSON file) of grade_entry's entries."""
+def grade_result(entries, date=None, student=None):
+    """The grading result (a dict, as written to the JSON file) of grade_entry's entries; student: whose (None when
+    not given)."""
     import platform
     from importlib import metadata
     try:
@@ -1284,8 +1288,8 @@ def grade_result(entries, date=None):
     except Exception:  # no torch installed: every entry says so already
         torch_version = None
     date = date or time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    return {"date": date, "python": platform.python_version(), "torch": torch_version, "seed": RUN_SEED,
-            "passed": sum(e["status"] == "passed" for e in entries), "total": len(entries),
+    return {"student": student, "date": date, "python": platform.python_version(), "torch": torch_version,
+            "seed": RUN_SEED, "passed": sum(e["status"] == "passed" for e in entries), "total": len(entries),
             "all_passed": bool(entries) and all(e["status"] == "passed" for e in entries), "exercises": entries}
 
 
@@ -1317,18 +1321,19 @@ def write_result(path, result, key=None):
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
-def verify_result(path, key=None):
-    """The problems with the result file at path, as lines ([]: it is as the checker wrote it, and every graded file
-    still has the recorded SHA-256). A sealed file needs the same key it was sealed with."""
+def read_sealed(path, key=None):
+    """(result, problems): the result file at path (None if it cannot be read as one) and the problems with its seal,
+    as lines ([]: it is as the checker wrote it). A sealed file needs the same key it was sealed with. Files written
+    before the "student" and "checker_seconds" fields verify as well: the seal covers whatever the file holds."""
     import json
     try:
         with open(path, encoding="utf-8") as f:
             result = json.load(f)
     except (OSError, ValueError) as e:
-        return [f"{path} cannot be read as a result file: {e}"]
+        return None, [f"{path} cannot be read as a result file: {e}"]
     if not (isinstance(result, dict) and isinstance(result.get("seal"), str) and isinstance(result.get("exercises"), list)
             and all(isinstance(e, dict) for e in result["exercises"])):
-        return [f"{path} has no seal, or is not laid out as a result file: not one this checker wrote"]
+        return None, [f"{path} has no seal, or is not laid out as a result file: not one this checker wrote"]
     problems = []
     signed = result["seal"].startswith("hmac-")
     if signed and not key:
@@ -1339,18 +1344,32 @@ def verify_result(path, key=None):
     elif result["seal"] != seal(result, key):
         problems.append(f"{path} was changed after the checker wrote it (its seal does not match its content)" +
                         (", or it was signed with another key" if signed else ""))
+    return result, problems
+
+
+def changed_starters(result, exercises=HERE):
+    """The problems with the graded files: each exercise's starter.py under `exercises` whose SHA-256 is not the one
+    recorded (a missing starter.py is not checked)."""
+    problems = []
     for entry in result["exercises"]:
-        folder = os.path.join(HERE, str(entry.get("name")))
+        folder = os.path.join(exercises, os.path.basename(str(entry.get("name"))))
         recorded, now = entry.get("file_sha256"), file_digest(os.path.join(folder, "starter.py"))
         if recorded and now and recorded != now:
             problems.append(f"exercise {entry.get('id')}: starter.py changed since it was graded")
     return problems
 
 
-def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print):
+def verify_result(path, key=None):
+    """The problems with the result file at path, as lines ([]: it is as the checker wrote it, and every graded file
+    still has the recorded SHA-256). A sealed file needs the same key it was sealed with."""
+    result, problems = read_sealed(path, key)
+    return problems + (changed_starters(result) if result is not None else [])
+
+
+def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, student=None):
     """Run every exercise in exercise_dirs on its starter.py, one child process each (run_isolated), print each one's
-    failures and summary, then a score table; write the JSON result to result_path. Returns the exit status: 0 only
-    when every exercise passed."""
+    failures and summary, then a score table; write the JSON result, for `student` (None: not given), to
+    result_path. Returns the exit status: 0 only when every exercise passed."""
     result_path = os.path.abspath(result_path)  # where the command was given, whatever the checks do
     key = os.environ.get(SIGNING_KEY_VAR) or None
     previous = verify_result(result_path, key)[:1] if os.path.exists(result_path) else []
@@ -1390,7 +1409,7 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print):
     out("")
     for line in score_table(entries):
         out(line)
-    result = grade_result(entries)
+    result = grade_result(entries, student=student)
     try:
         write_result(result_path, result, key)
     except Exception as e:
@@ -1400,7 +1419,11 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print):
     if problems:
         out(f"error: {problems[0]}")
         return 1
-    out(f"result written to {os.path.relpath(result_path)}" + (" (signed)" if key else ""))
+    out(f"result written to {os.path.relpath(result_path)}" + (" (signed)" if key else "") +
+        (f" for {student}" if student else ""))
+    if not student:
+        out("note: no --student=NAME_OR_ID given, so the file names no one: your teacher will need it "
+            "(run it again with --student=...)")
     return 0 if result["all_passed"] else 1
 
 
@@ -1471,7 +1494,7 @@ def main(argv=None):
             with open(os.path.join(d, "README.md"), encoding="utf-8") as f:
                 print(f"{os.path.basename(d):28s} {f.readline().lstrip('# ').strip()}")
         return 0
-    names, path, time_limit, result_path, hint = [], None, None, None, False
+    names, path, time_limit, result_path, hint, student = [], None, None, None, False, None
     for arg in argv:
         if arg.startswith("--file="):
             path = arg[len("--file="):]
@@ -1486,26 +1509,36 @@ def main(argv=None):
             result_path = arg[len("--result="):]
             if not result_path:
                 raise SystemExit("error: --result= needs a file name")
+        elif arg.startswith("--student="):
+            student = arg[len("--student="):].strip()
+            if not student or len(student) > 100 or not student.isprintable():
+                raise SystemExit(f"error: {arg!r}: --student= takes your name or student ID as your teacher asked "
+                                 "for it: one line of at most 100 characters")
         elif arg == "--hint" or arg.startswith("--hint="):
             hint = True if arg == "--hint" else arg[len("--hint="):]
             if hint is not True and not hint.isdigit():
                 raise SystemExit(f"error: {arg!r}: --hint shows the next hint, --hint=K hint K (a number)")
         elif arg.startswith("-"):
             raise SystemExit(f"error: unknown argument {arg!r}; use --file=PATH, --timeout=SECONDS, --result=PATH, "
-                             f"--hint or --verify=RESULT")
+                             f"--student=NAME_OR_ID, --hint or --verify=RESULT")
         else:
             names.append(arg)
     if not names:
         raise SystemExit("error: which exercise? e.g. `check.py 01`, `check.py 01 03` or `check.py all`")
     dirs = exercise_dirs() if names == ["all"] else [find_exercise(n) for n in names]
+    grading = len(dirs) > 1 or names == ["all"] or result_path is not None
+    if student is not None and (hint or not grading):
+        raise SystemExit("error: --student= names whose result file it is: use it when grading, e.g. "
+                         "`check.py all --student=ID --result=ID.json`")
     if hint:
         if len(dirs) != 1 or names == ["all"]:
             raise SystemExit("error: --hint is for one exercise, e.g. `check.py 05 --hint`")
         return show_hint(dirs[0], None if hint is True else int(hint))
-    if len(dirs) > 1 or names == ["all"] or result_path is not None:  # grading
+    if grading:
         if path is not None:
             raise SystemExit("error: --file= checks one exercise; grading runs each exercise's starter.py")
-        return grade(dirs, result_path or RESULT_FILE, time_limit, out=lambda line: print(line, flush=True))
+        return grade(dirs, result_path or RESULT_FILE, time_limit, out=lambda line: print(line, flush=True),
+                     student=student)
     exercise_dir = dirs[0]
     path = path or os.path.join(exercise_dir, "starter.py")
     if not os.path.isfile(path):

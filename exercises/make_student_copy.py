@@ -4,34 +4,40 @@ project files the tutorial and the checks use. For teachers; it is not part of t
 
     python exercises/make_student_copy.py DEST      # DEST must not exist, or be an empty folder
 
-What is copied is a fixed list (TOP_FILES, TOP_DIRS: the lab/ package, config/, data/, ...) and the core: every
-top-level *.py (model.py, cli.py, runfolder.py, ...), less what git ignores (prepared token shards, outputs, caches),
-the exercises' solutions folder and this script. What a student does not get is listed too (NOT_COPIED: the test
-suites, tests/), so that tests/test_exercises.py finds any top-level file or folder that is in neither list. The
-copy's checker runs from the copy's own files (exercises/check.py finds the project beside itself), so nothing
-in it leads back here. Before it reports success, the copy is searched for every reference solution's distinctive
-lines (those found in no starter, checks.py, statement nor project file); a copy that holds one is deleted.
+What is copied is a fixed list (TOP_FILES: the README's files, requirements-test.txt and .ci/run among them;
+TOP_DIRS: the lab/ package, config/, data/, tests/, ...) and the core: every top-level *.py (model.py, cli.py,
+runfolder.py, ...), less what git ignores (prepared token shards, outputs, caches), the exercises' solutions folder,
+exercises/TEACHERS.md (the lesson plans and the discussion questions' answers) and this script. What a student does
+not get on purpose is listed too (NOT_COPIED), so that tests/test_exercises.py finds any top-level file or folder
+that is in no list. The copy's tests run there: those that need the solutions or this script skip, saying so. The
+copy's checker runs from the copy's own files (exercises/check.py finds the project beside itself), so nothing in it
+leads back here. Before it reports success, the copy is searched for every reference solution's distinctive lines
+(those found in no starter, checks.py, statement nor project file; the tests do not count, since they are copied
+too), and every relative link of its Markdown files must lead to a file or folder of the copy; a copy that holds a
+solution's line or a broken link is deleted.
 """
 
 import fnmatch
 import os
+import re
 import shutil
 import sys
+from urllib.parse import unquote
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 ANSWERS = os.path.join(HERE, "solutions")
 
 TOP_FILES = ["README.md", "TUTORIAL.md", "tutorial.ipynb", "PAPERS.md", "LICENSE", "requirements.txt",
-             "requirements-extra.txt", ".gitignore"]
-TOP_DIRS = ["config", "data", "docs", "exercises", "lab", "results"]  # lab/: the study's tools and lab/gpu/ scripts
-NOT_SCRIPTS = ["test_*.py", "conftest.py"]  # test suites (in tests/, never copied): none is a script of the core
-# the top-level files and folders a student does not get (besides what git ignores): the test suites, which test the
-# checks against the solutions, and what they need
-NOT_COPIED = ["tests", "requirements-test.txt"]
-# what git ignores (.gitignore), relative to the repository, and what is never copied
+             "requirements-test.txt", "requirements-extra.txt", ".gitignore", ".ci/run"]  # .ci/run: the tests, as CI
+TOP_DIRS = ["config", "data", "docs", "exercises", "lab", "results", "tests"]  # lab/: the study's tools, lab/gpu/
+NOT_SCRIPTS = ["test_*.py", "conftest.py"]  # test suites (in tests/): none is a script of the core
+# the top-level files and folders a student does not get on purpose (besides what git ignores and SKIP): none now
+NOT_COPIED = []
+# what git ignores (.gitignore), relative to the repository, and what is never copied: the answers and the teacher's
+# tools that know of them
 SKIP = ["*/__pycache__", "*.pyc", "*/.pytest_cache", "out*", "data/*/*.bin", "data/*/meta.json", "data/*/.cache",
-        "*/.lock", ".lock", "exercises/solutions", "exercises/make_student_copy.py", "*/.*"]
+        "*/.lock", ".lock", "exercises/solutions", "exercises/TEACHERS.md", "exercises/make_student_copy.py", "*/.*"]
 
 
 def skipped(rel):
@@ -63,15 +69,13 @@ def _lines(path):
 
 
 def _known_lines(source):
-    """Every line (stripped) of the project's .py and .md files but the solutions: starters, checks.py, the
-    statements, scripts, tests."""
+    """Every line (stripped) of the .py and .md files the copy gets but the tests: starters, checks.py, the
+    statements, the project's code and pages. (A test, copied too, must hold no line of a solution that these do
+    not; nor may a file the copy lacks, such as TEACHERS.md, make one known.)"""
     known = set()
-    for root, dirs, names in os.walk(source):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and not d.startswith("out") and d != "__pycache__"
-                   and os.path.realpath(os.path.join(root, d)) != os.path.realpath(ANSWERS)]
-        for n in names:
-            if n.endswith((".py", ".md")):
-                known |= _lines(os.path.join(root, n))
+    for rel in files_to_copy(source):
+        if rel.endswith((".py", ".md")) and not rel.replace(os.sep, "/").startswith("tests/"):
+            known |= _lines(os.path.join(source, rel))
     return known
 
 
@@ -110,6 +114,34 @@ def _strip_teachers_section(path):
             f.write(text.rstrip("\n") + "\n")
 
 
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^)]*)?\)")  # [text](path "title"), ![](path)
+CODE = re.compile(r"^(```|~~~).*?^\1[^\n]*$|`[^`\n]*`", re.M | re.S)  # code blocks and spans hold no links
+
+
+def broken_links(dest):
+    """(Markdown file, link) for every relative link of the Markdown files in dest that leads to no file or folder of
+    dest (web and mail addresses, and links to an anchor of the same page, are not checked; #anchors are dropped)."""
+    root = os.path.realpath(dest)
+    broken = []
+    for folder, dirs, names in os.walk(dest):
+        dirs.sort()
+        for n in sorted(names):
+            if not n.endswith(".md"):
+                continue
+            path = os.path.join(folder, n)
+            with open(path, encoding="utf-8") as f:
+                text = CODE.sub("", f.read())
+            for link in LINK.findall(text):
+                target = unquote(link.split("#", 1)[0])
+                if not target or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", link):  # #anchor, https:, mailto:, ...
+                    continue
+                base = root if target.startswith("/") else os.path.dirname(os.path.realpath(path))
+                resolved = os.path.realpath(os.path.join(base, target.lstrip("/")))
+                if not (resolved + os.sep).startswith(root + os.sep) or not os.path.exists(resolved):
+                    broken.append((os.path.relpath(path, dest), link))
+    return broken
+
+
 def make_copy(dest, source=REPO):
     """Copy the student's files into dest (absent or empty); returns the number of files copied."""
     if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
@@ -125,6 +157,11 @@ def make_copy(dest, source=REPO):
         shutil.rmtree(dest)
         raise SystemExit("error: the copy held solution code, so it was deleted: " +
                          ", ".join(f"{f} (from {a})" for f, a in found))
+    broken = broken_links(dest)
+    if broken:
+        shutil.rmtree(dest)
+        raise SystemExit("error: links in the copy lead to nothing in it, so it was deleted (copy what they name, or "
+                         "mend them): " + ", ".join(f"{f}: {link}" for f, link in broken))
     return len(files)
 
 
@@ -135,7 +172,8 @@ def main(argv=None):
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     n = make_copy(argv[0])
     print(f"wrote {n} files to {argv[0]}: hand it out; students check their work with "
-          f"`python exercises/check.py 01` there, and `python exercises/check.py all --result=FILE` for a grade")
+          f"`python exercises/check.py 01` there, and `python exercises/check.py all --student=ID --result=ID.json` "
+          "for a grade (collect those files; `python exercises/gradebook.py FOLDER` makes them one table)")
     return 0
 
 

@@ -17,12 +17,17 @@ EXERCISES = os.path.join(REPO, "exercises")
 SOLUTIONS = os.path.join(EXERCISES, "solutions")
 sys.path.insert(0, EXERCISES)
 import check  # noqa: E402  (exercises/check.py)
-import make_student_copy  # noqa: E402  (exercises/make_student_copy.py, the teacher's)
+try:
+    import make_student_copy  # noqa: E402  (exercises/make_student_copy.py, the teacher's: not in a student copy)
+except ImportError:
+    make_student_copy = None
 
 NAMES = [os.path.basename(d) for d in check.exercise_dirs()]
 TRAINED_RUNS = ("08", "11")  # the exercises whose checks read trained runs ($EXERCISE_RUNS)
 needs_solutions = pytest.mark.skipif(not os.path.isdir(SOLUTIONS), reason="the reference solutions were removed "
                                      "(exercises/solutions/): nothing to check the checks against")
+needs_copier = pytest.mark.skipif(make_student_copy is None, reason="exercises/make_student_copy.py is not here (a "
+                                  "student copy): the tests that make a copy run in the teacher's checkout")
 
 
 def giveaways(name):
@@ -275,15 +280,17 @@ def test_the_score_table_and_the_result_file(tmp_path):
     entries = [check.grade_entry(d, r, 1.234) for d, r in zip(dirs, results)]
     assert [e["status"] for e in entries] == ["passed", "failed", "not filled", "timeout", "error"]
     assert [e["first_failing_check"] for e in entries] == [None, "trap", "import", "slow", "import"]
-    assert entries[0]["seconds"] == 1.2 and entries[0]["title"] and entries[0]["id"] == NAMES[0][:2]
+    assert entries[0]["checker_seconds"] == 1.2 and entries[0]["title"] and entries[0]["id"] == NAMES[0][:2]
+    assert "seconds" not in entries[0]  # the checker's time, under a name no one reads as the student's
     lines = check.score_table(entries)
-    assert lines[0].split() == ["exercise", "checks", "first", "failing", "check", "status", "seconds"], lines
+    assert lines[0].split() == ["exercise", "checks", "first", "failing", "check", "status", "checker", "s"], lines
     assert lines[2].split() == [NAMES[0], "8/8", "-", "passed", "1.2"] and "trap" in lines[3], lines
     assert lines[-1] == "1/5 exercises passed, 13/39 checks.", lines
     path = tmp_path / "sub" / "r.json"
-    check.write_result(str(path), check.grade_result(entries, date="2026-01-01T00:00:00+0000"))
+    check.write_result(str(path), check.grade_result(entries, date="2026-01-01T00:00:00+0000", student="Ann 7"))
     result = read_json(path)
     assert result["exercises"] == entries and result["passed"] == 1 and result["all_passed"] is False, result
+    assert result["student"] == "Ann 7" and check.grade_result(entries)["student"] is None, result
     assert result["date"] == "2026-01-01T00:00:00+0000" and result["python"] and "torch" in result
     assert os.listdir(path.parent) == ["r.json"]  # atomic_write's temporary file is gone
     assert check.grade_result([check.grade_entry(dirs[0], results[0], 1)])["all_passed"] is True
@@ -291,6 +298,8 @@ def test_the_score_table_and_the_result_file(tmp_path):
 
 # The student copy (exercises/make_student_copy.py): what a student gets, with no way back to the solutions.
 def make_copy(tmp_path):
+    if make_student_copy is None:
+        pytest.skip(needs_copier.kwargs["reason"])
     dest = tmp_path / "student"
     result = subprocess.run([sys.executable, os.path.join(EXERCISES, "make_student_copy.py"), str(dest)],
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
@@ -327,7 +336,20 @@ def test_the_student_copy_holds_no_solution_and_checks_on_its_own(tmp_path):
     copy = make_copy(tmp_path)
     assert not (copy / "exercises" / "solutions").exists()
     assert not (copy / "exercises" / "make_student_copy.py").exists()
-    assert not list(copy.glob("test_*.py")) and not (copy / "tests").exists() and (copy / "TUTORIAL.md").is_file()
+    assert not (copy / "exercises" / "TEACHERS.md").exists()  # the lesson plans and the discussions' answers
+    assert (copy / "exercises" / "README.md").read_text(encoding="utf-8").count("TEACHERS.md") == 0
+    # everything the copy's README names: the tests a student may run, with what they need, and the licence
+    for name in ("TUTORIAL.md", "tutorial.ipynb", "LICENSE", "requirements-test.txt", ".ci/run", "tests/conftest.py",
+                 "tests/test_model.py", "tests/test_exercises.py"):
+        assert (copy / name).is_file(), name
+    readme = (copy / "README.md").read_text(encoding="utf-8")
+    assert all(name in readme for name in ("requirements-test.txt", "python3 -m pytest -q", "tutorial.ipynb",
+                                           "LICENSE", ".ci/run", "tests/"))
+    assert os.access(copy / ".ci" / "run", os.X_OK) == os.access(os.path.join(REPO, ".ci", "run"), os.X_OK)
+    assert not list(copy.glob("test_*.py"))
+    # every relative link of every Markdown page leads to a file or folder of the copy
+    pages = sorted(copy.rglob("*.md"))
+    assert len(pages) > 20 and make_student_copy.broken_links(copy) == [], make_student_copy.broken_links(copy)
     for core in ("model.py", "cli.py", "runfolder.py", "probe.py", "kernels.py", "train.py", "lab/__init__.py",
                  "lab/analyze.py", "data/shards.py", "config/sink_lab.py"):
         assert (copy / core).is_file(), core
@@ -346,13 +368,14 @@ def test_the_student_copy_holds_no_solution_and_checks_on_its_own(tmp_path):
     for path, text in texts.items():
         if path.suffix == ".py":  # (results/ logs name the folder they were measured in: data, not code)
             assert REPO not in text, f"{path} names the original checkout"
-        assert "MUTANTS" not in text, f"{path} holds a solution's mutants"
+        assert not re.search(r"^MUTANTS\s*=", text, re.M), f"{path} holds a solution's mutants"  # (tests read them)
     if os.path.isdir(SOLUTIONS):  # no file of the copy holds a solution's distinctive line
         known = set()  # every line a student may see anyway: the starters, checks, statements, the project's code
-        for root, dirs, files in os.walk(REPO):
-            dirs[:] = [d for d in dirs if not d.startswith((".", "out")) and os.path.join(root, d) != SOLUTIONS]
+        for root, dirs, files in os.walk(REPO):  # (not the tests, which the copy holds too, nor the teachers' page)
+            dirs[:] = [d for d in dirs if not d.startswith((".", "out")) and os.path.join(root, d) != SOLUTIONS
+                       and os.path.join(root, d) != os.path.join(REPO, "tests")]
             for file in files:
-                if file.endswith((".py", ".md")):
+                if file.endswith((".py", ".md")) and file != "TEACHERS.md":
                     with open(os.path.join(root, file), encoding="utf-8") as f:
                         known |= {line.strip() for line in f}
         copy_lines = set().union(*({line.strip() for line in text.splitlines()} for text in texts.values()))
@@ -380,7 +403,7 @@ def test_the_student_copy_holds_no_solution_and_checks_on_its_own(tmp_path):
     assert [e["name"] for e in result["exercises"]] == NAMES and result["total"] == len(NAMES), result
     for e in result["exercises"]:
         assert e["status"] == "not filled" and e["passed"] == 0 and e["total"] >= 3, e
-        assert e["first_failing_check"] and e["title"] and e["id"] == e["name"][:2] and e["seconds"] >= 0, e
+        assert e["first_failing_check"] and e["title"] and e["id"] == e["name"][:2] and e["checker_seconds"] >= 0, e
         assert f"{e['name']:23s}" in out and f"0/{e['total']}" in out, out  # its row of the table
     assert result["passed"] == 0 and result["all_passed"] is False and result["python"] and result["torch"], result
     assert result["date"][:2] == "20", result
@@ -394,10 +417,38 @@ def test_the_student_copy_holds_no_solution_and_checks_on_its_own(tmp_path):
     assert code == 1 and "the copy's model.py" in out, out
 
 
-def test_the_student_copy_holds_every_file_of_the_project_but_the_tests(tmp_path):
-    """Each top-level file and folder of the repository is in the copy's lists, or left out on purpose (tests/): a new
-    one cannot go missing unnoticed. The copy's modules, the core's and the lab's, import in a fresh process there
-    (PYTHONPATH unset), each from the copy's own files."""
+@needs_copier
+def test_a_broken_link_in_the_copy_deletes_it(tmp_path):
+    """A page of the copy that links to what the copy lacks (here the teachers' page, which is never copied): the copy
+    is deleted, and one line names each broken link; web addresses, anchors and code are no links to check."""
+    source = tmp_path / "project"
+    (source / "exercises").mkdir(parents=True)
+    (source / "docs").mkdir()
+    (source / "README.md").write_text("# P\n\n[Docs](docs/a.md#top), [web](https://example.org), [up](#p)\n"
+                                      "`[code](nowhere.md)`, [teachers](exercises/TEACHERS.md)\n", encoding="utf-8")
+    (source / "docs" / "a.md").write_text("[back](../README.md) ![plot](../results/p.png)\n", encoding="utf-8")
+    (source / "exercises" / "README.md").write_text("# E\n\n## For teachers\n\n[answers](TEACHERS.md)\n",
+                                                    encoding="utf-8")
+    (source / "exercises" / "TEACHERS.md").write_text("# For teachers\n", encoding="utf-8")
+    dest = tmp_path / "copy"
+    with pytest.raises(SystemExit) as stop:
+        make_student_copy.make_copy(str(dest), source=str(source))
+    message = str(stop.value)
+    assert not dest.exists() and message.startswith("error: ") and "\n" not in message, message
+    assert message.endswith(": README.md: exercises/TEACHERS.md, docs/a.md: ../results/p.png"), message
+    (source / "README.md").write_text("# P\n\n[Docs](docs/a.md#top)\n", encoding="utf-8")
+    (source / "results").mkdir()
+    (source / "results" / "p.png").write_bytes(b"")
+    assert make_student_copy.make_copy(str(dest), source=str(source)) == 4  # the teachers' page, not copied
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == \
+        ["README.md", "docs/a.md", "exercises/README.md", "results/p.png"]
+
+
+@needs_copier
+def test_the_student_copy_holds_every_file_of_the_project(tmp_path):
+    """Each top-level file and folder of the repository is in the copy's lists, or left out on purpose (NOT_COPIED):
+    a new one cannot go missing unnoticed. The copy's modules, the core's and the lab's, import in a fresh process
+    there (PYTHONPATH unset), each from the copy's own files."""
     msc = make_student_copy
     listed = set(msc.TOP_FILES) | set(msc.TOP_DIRS) | set(msc.NOT_COPIED)
     lacking = [name for name in msc.TOP_DIRS + msc.NOT_COPIED if not os.path.exists(os.path.join(REPO, name))]
@@ -537,6 +588,24 @@ def test_a_file_that_edits_the_next_exercises_checks_stops_the_grading(edited, t
     entries = read_json(tmp_path / "r.json")["exercises"]
     assert code == 1 and "changed the checker's, the project's or the exercises' files" in out, out
     assert [e["status"] for e in entries] == ["error"], entries  # exercise 02 is not graded by the edited checks
+
+
+def test_the_result_file_names_the_student(tmp_path):
+    """`--student=ID` goes into the result file, under its seal; without it the file records none, and says so."""
+    import json
+    code, out = grade_cli(NAMES[0][:2], "--student=Ann Lee 7", f"--result={tmp_path / 'ann.json'}")
+    assert code == 1 and "for Ann Lee 7" in out and "--student" not in out, out
+    result = read_json(tmp_path / "ann.json")
+    assert result["student"] == "Ann Lee 7" and check.verify_result(str(tmp_path / "ann.json")) == [], result
+    result["student"] = "Bo"  # another's name on Ann's file: the seal no longer matches
+    (tmp_path / "ann.json").write_text(json.dumps(result), encoding="utf-8")
+    assert "changed after the checker wrote it" in check.verify_result(str(tmp_path / "ann.json"))[0]
+    code, out = grade_cli(NAMES[0][:2], f"--result={tmp_path / 'r.json'}")
+    assert code == 1 and read_json(tmp_path / "r.json")["student"] is None, out
+    assert [line for line in out.splitlines() if "--student=" in line and "teacher will need it" in line], out
+    for args in (["--student="], ["--student=a\tb"], ["--student=Ann"], ["--hint", "--student=Ann"]):
+        code, out = grade_cli(NAMES[0][:2], *args)
+        assert code == 1 and out.startswith("error: ") and out.count("\n") == 1 and "--student" in out, (args, out)
 
 
 def test_the_result_file_is_sealed_and_signed(tmp_path, monkeypatch):

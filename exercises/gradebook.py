@@ -1,0 +1,153 @@
+"""
+The teacher's gradebook: one table of a class's result files.
+
+    python exercises/gradebook.py FOLDER                 # writes FOLDER/gradebook.csv and FOLDER/gradebook.md
+    python exercises/gradebook.py FOLDER --out=PREFIX    # writes PREFIX.csv and PREFIX.md
+
+FOLDER holds the files the students wrote with `python exercises/check.py all --student=ID --result=ID.json`. Each
+*.json file in it becomes one row: the student, the file, whether its seal verifies and if not why, the exercises
+passed, each exercise's status and hints_seen, the seed and the date. Each seal is checked as `check.py --verify`
+checks it, by check.py's own code, with $CHECK_SIGNING_KEY when it is set (set it to the key the files were signed
+with). The graded starter.py files are not checked: they are the students', not here; `check.py --verify=FILE` in a
+student's copy checks them. A row is flagged when its file cannot be read or does not verify, names no student, or
+names a student another file names too: no file is left out of the table. Exit status: 0 when no row is flagged,
+1 when some are, 2 for bad input (no such folder, no result files in it).
+"""
+
+import csv
+import io
+import os
+import sys
+
+import check  # exercises/check.py, beside this file: the seal and its verification
+from runfolder import atomic_write  # the project's own (check.py puts the repository on sys.path)
+
+
+def usage_error(line):
+    """Bad input: one line (what was wrong, what to do), exit status 2."""
+    print(f"error: {line}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def read_row(path, key):
+    """One row of the gradebook for the result file at path: its fields, the exercises as {id: entry}, and flags."""
+    result, problems = check.read_sealed(path, key)
+    row = {"file": os.path.basename(path), "verified": "no" if problems else "yes",
+           "why not": "; ".join(p.replace(path, os.path.basename(path)) for p in problems), "flags": []}
+    if result is None:
+        row.update(student="", exercises={}, passed="", seed="", date="")
+        row["flags"].append("cannot be read")
+        return row
+    if problems:
+        row["flags"].append("not verified")
+    student = result.get("student")
+    row["student"] = " ".join(str(student).split()) if student is not None else ""  # one line, whatever it holds
+    if not row["student"]:
+        row["flags"].append("no student")
+    entries = [e for e in result["exercises"] if e.get("id") is not None]
+    row["exercises"] = {str(e["id"]): e for e in entries}
+    row["passed"] = f"{sum(e.get('status') == 'passed' for e in entries)}/{len(entries)}"
+    row["seed"], row["date"] = result.get("seed", ""), result.get("date", "")
+    return row
+
+
+def flag_same_students(rows):
+    """Flag every row whose student another row names too (case and spacing ignored)."""
+    files = {}
+    for row in rows:
+        if row["student"]:
+            files.setdefault(row["student"].casefold(), []).append(row["file"])
+    for row in rows:
+        others = [f for f in files.get(row["student"].casefold(), []) if f != row["file"]]
+        if others:
+            row["flags"].append("same student as " + ", ".join(others))
+
+
+def table(rows):
+    """The gradebook as a header and lines of cells (strings), one line per row."""
+    ids = sorted({i for row in rows for i in row["exercises"]})
+    header = ["student", "file", "verified", "why not", "exercises passed"]
+    for i in ids:
+        header += [f"{i} status", f"{i} hints_seen"]
+    header += ["seed", "date", "flags"]
+    lines = []
+    for row in rows:
+        cells = [row["student"], row["file"], row["verified"], row["why not"], row["passed"]]
+        for i in ids:
+            entry = row["exercises"].get(i)
+            cells += [str(entry.get("status", "")), str(entry.get("hints_seen", ""))] if entry else ["-", "-"]
+        cells += [str(row["seed"]), str(row["date"]), "; ".join(row["flags"])]
+        lines.append(cells)
+    return header, lines
+
+
+def as_csv(header, lines):
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(lines)
+    return out.getvalue()
+
+
+def as_markdown(header, lines, folder, key, flagged):
+    def cell(text):  # a | or a line break would end the cell
+        return text.replace("|", "\\|").replace("\n", " ") or " "
+    how = "with CHECK_SIGNING_KEY" if key else "as plain checksums (CHECK_SIGNING_KEY was not set)"
+    text = [f"# Gradebook: {folder}", "",
+            f"{len(lines)} files, {flagged} flagged. Seals checked {how}; the graded starter.py files were not "
+            "checked (they are the students'; `check.py --verify=FILE` in a student's copy checks them).", "",
+            "| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    text += ["| " + " | ".join(cell(c) for c in cells) + " |" for cells in lines]
+    return "\n".join(text) + "\n"
+
+
+def gradebook(folder, prefix, key=None, out=print):
+    """Read every *.json result file in folder, write the gradebook to prefix.csv and prefix.md (atomically).
+    Returns the number of flagged rows."""
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and os.path.isfile(os.path.join(folder, n)))
+    if not names:
+        usage_error(f"{folder} holds no *.json result files: collect there the files the students wrote with "
+                    "`check.py all --student=ID --result=ID.json`")
+    rows = [read_row(os.path.join(folder, n), key) for n in names]
+    flag_same_students(rows)
+    rows.sort(key=lambda row: (row["student"].casefold() or "\uffff", row["file"]))  # no student: last
+    header, lines = table(rows)
+    flagged = sum(bool(row["flags"]) for row in rows)
+    written = []
+    for suffix, text in ((".csv", as_csv(header, lines)), (".md", as_markdown(header, lines, folder, key, flagged))):
+        atomic_write(prefix + suffix, lambda f, text=text: f.write(text.encode("utf-8")))
+        written.append(prefix + suffix)
+    out(f"{len(rows)} files, {flagged} flagged" + "".join(f"\n  {r['file']}: {'; '.join(r['flags'])}"
+                                                            for r in rows if r["flags"]))
+    out("seals checked " + ("with CHECK_SIGNING_KEY" if key else "as plain checksums (CHECK_SIGNING_KEY not set)") +
+        "; starter files not checked (`check.py --verify=FILE` in a student's copy checks them)")
+    out(f"gradebook written to {written[0]} and {written[1]}")
+    return flagged
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    folder, prefix = None, None
+    for arg in argv:
+        if arg.startswith("--out="):
+            prefix = arg[len("--out="):]
+            if not prefix:
+                usage_error("--out= needs a prefix, e.g. --out=grades/week3 (writes grades/week3.csv and .md)")
+        elif arg.startswith("-") or folder is not None:
+            usage_error(f"unexpected argument {arg!r}: give one FOLDER of result files, and optionally --out=PREFIX")
+        else:
+            folder = arg
+    if folder is None:
+        usage_error("which folder? e.g. `gradebook.py results/` (the folder of the students' result files)")
+    if not os.path.isdir(folder):
+        usage_error(f"no folder {folder}: give the folder that holds the students' result files")
+    key = os.environ.get(check.SIGNING_KEY_VAR) or None
+    flagged = gradebook(folder, prefix or os.path.join(folder, "gradebook"), key)
+    return 1 if flagged else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

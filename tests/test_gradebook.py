@@ -1,0 +1,114 @@
+"""
+The teacher's gradebook (exercises/gradebook.py): one table of a class's result files, in which every file has its
+row and every file that cannot be trusted as it stands (unreadable, not verified, no student, a student named twice)
+is flagged.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
+EXERCISES = os.path.join(REPO, "exercises")
+sys.path.insert(0, EXERCISES)
+import check  # noqa: E402  (exercises/check.py)
+import gradebook  # noqa: E402  (exercises/gradebook.py)
+
+DIRS = check.exercise_dirs()[:3]
+
+
+def result(student, statuses=("ok", "wrong", "not filled"), key=None, path=None):
+    """A result file as `check.py all --student=student` writes it, for the first three exercises."""
+    entries = [check.grade_entry(d, (8 if s == "ok" else 1, 8, s, None if s == "ok" else "trap"), 2.0)
+               for d, s in zip(DIRS, statuses)]
+    check.write_result(str(path), check.grade_result(entries, date="2026-01-02T03:04:05+0000", student=student), key)
+    return path
+
+
+def gradebook_cli(*args, env=None):
+    env = {k: v for k, v in (env or os.environ).items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "exercises/gradebook.py", *args], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120)
+    return out.returncode, out.stdout, out.stderr
+
+
+def read_csv(path):
+    with open(path, encoding="utf-8", newline="") as f:
+        return {row["file"]: row for row in csv.DictReader(f)}
+
+
+def test_every_file_has_a_row_and_every_doubtful_one_is_flagged(tmp_path):
+    folder = tmp_path / "class"
+    folder.mkdir()
+    result("Ann", ("ok", "ok", "ok"), path=folder / "ann.json")
+    result("Bo", path=folder / "bo.json")
+    result("bo ", ("ok", "ok", "not filled"), path=folder / "bo-again.json")  # the same student, spelled otherwise
+    result(None, path=folder / "nobody.json")
+    forged = json.loads(result("Cy", path=folder / "cy.json").read_text(encoding="utf-8"))
+    forged["exercises"][1]["status"] = "passed"  # changed by hand after the checker wrote it
+    (folder / "cy.json").write_text(json.dumps(forged), encoding="utf-8")
+    (folder / "broken.json").write_text("{\"student\": ", encoding="utf-8")
+    old = json.loads(result(None, path=folder / "old.json").read_text(encoding="utf-8"))
+    old.pop("student")  # as the checker wrote files before there was a student field, and "seconds" for its time
+    for e in old["exercises"]:
+        e["seconds"] = e.pop("checker_seconds")
+    old["seal"] = check.seal(old)
+    (folder / "old.json").write_text(json.dumps(old), encoding="utf-8")
+    (folder / "notes.txt").write_text("not a result file", encoding="utf-8")
+    assert check.verify_result(str(folder / "old.json")) == []  # an older file still verifies
+
+    lines = []
+    flagged = gradebook.gradebook(str(folder), str(tmp_path / "out" / "book"), out=lines.append)
+    rows = read_csv(tmp_path / "out" / "book.csv")
+    assert sorted(rows) == ["ann.json", "bo-again.json", "bo.json", "broken.json", "cy.json", "nobody.json",
+                            "old.json"], rows
+    assert rows["ann.json"]["verified"] == "yes" and rows["ann.json"]["flags"] == "", rows["ann.json"]
+    assert rows["ann.json"]["exercises passed"] == "3/3" and rows["bo.json"]["exercises passed"] == "1/3"
+    first, second = (os.path.basename(d)[:2] for d in DIRS[:2])
+    assert rows["bo.json"][f"{first} status"] == "passed" and rows["bo.json"][f"{second} status"] == "failed"
+    assert rows["bo.json"][f"{first} hints_seen"].isdigit() and rows["bo.json"]["seed"] == str(check.RUN_SEED)
+    assert rows["bo.json"]["date"] == "2026-01-02T03:04:05+0000"
+    assert rows["bo.json"]["flags"] == "same student as bo-again.json", rows["bo.json"]
+    assert rows["bo-again.json"]["flags"] == "same student as bo.json", rows["bo-again.json"]
+    assert rows["cy.json"]["verified"] == "no" and "changed after the checker wrote it" in rows["cy.json"]["why not"]
+    assert rows["cy.json"]["flags"] == "not verified"
+    assert rows["broken.json"]["verified"] == "no" and rows["broken.json"]["flags"] == "cannot be read"
+    assert rows["broken.json"][f"{first} status"] == "-"
+    assert rows["nobody.json"]["flags"] == "no student" and rows["nobody.json"]["verified"] == "yes"
+    assert rows["old.json"]["flags"] == "no student" and rows["old.json"]["verified"] == "yes"
+    assert str(tmp_path) not in rows["cy.json"]["why not"]  # the file's name, not where the teacher keeps it
+    assert flagged == 6 and lines[0].startswith("7 files, 6 flagged"), lines
+    assert "starter files not checked" in "\n".join(lines)
+    markdown = (tmp_path / "out" / "book.md").read_text(encoding="utf-8")
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert len(table) == 2 + len(rows) and all(f"| {name} |" in markdown for name in rows), markdown
+    assert len({line.count(" | ") for line in table}) == 1, "every row of the Markdown table has the header's cells"
+    assert "starter.py files were not checked" in markdown
+    assert sorted(os.listdir(tmp_path / "out")) == ["book.csv", "book.md"]  # no temporary file left
+
+
+def test_the_command_verifies_with_the_signing_key_and_says_where_it_wrote(tmp_path):
+    result("Ann", key="the teacher's key", path=tmp_path / "ann.json")
+    env = {k: v for k, v in os.environ.items() if k != check.SIGNING_KEY_VAR}
+    code, out, err = gradebook_cli(str(tmp_path), env=env)  # signed, but no key to verify it with
+    assert code == 1 and "1 files, 1 flagged" in out and not err, out + err
+    assert "set CHECK_SIGNING_KEY" in read_csv(tmp_path / "gradebook.csv")["ann.json"]["why not"]
+    code, out, err = gradebook_cli(str(tmp_path), f"--out={tmp_path / 'book'}",
+                                   env=dict(env, **{check.SIGNING_KEY_VAR: "the teacher's key"}))
+    assert code == 0 and "1 files, 0 flagged" in out and not err, out + err
+    assert f"{tmp_path / 'book'}.csv" in out and f"{tmp_path / 'book'}.md" in out, out
+    assert read_csv(tmp_path / "book.csv")["ann.json"]["verified"] == "yes"
+
+
+def test_bad_input_gets_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for args, says in [([str(tmp_path / "nowhere")], "no folder"), ([str(tmp_path / "empty")], "no *.json"),
+                       ([str(tmp_path), "--colour"], "unexpected argument"), ([str(tmp_path), "--out="], "--out="),
+                       ([], "")]:
+        code, out, err = gradebook_cli(*args)
+        assert code == 2 and "Traceback" not in out + err, (args, out, err)
+        if args:
+            assert not out and err.startswith("error: ") and says in err and err.count("\n") == 1, (args, err)
+    assert os.listdir(tmp_path) == ["empty"] and not os.listdir(tmp_path / "empty")  # nothing written
