@@ -307,19 +307,30 @@ def plot(records, scores, maps, logs, out_dir):
 
 
 def plot_layers(plt, records, out_dir):
-    """layers.png: F-Attn, sink share and M-Act per layer, a line per run."""
-    fig, (ax1, ax3, ax2) = plt.subplots(1, 3, figsize=(16, 4.5))
-    for r in records:
-        layer_ids = range(len(r["layers"]["first_token_attn"]))
-        ax1.plot(layer_ids, r["layers"]["first_token_attn"], marker="o", label=r["label"])
-        ax3.plot(layer_ids, r["layers"]["sink_share"], marker="o", label=r["label"])
-        ax2.plot(layer_ids, r["layers"]["max_act"], marker="o", label=r["label"])
-    ax1.set(xlabel="layer", ylabel="attention on the first token", title="F-Attn per layer (attention sink)")
-    ax3.set(xlabel="layer", ylabel="largest share one key receives", title="sink share per layer (a sink anywhere)")
-    ax2.set(xlabel="layer", ylabel="max |h| per window", yscale="log", title="M-Act per layer (massive activations)")
-    for ax in (ax1, ax3, ax2):
-        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-    ax1.legend(fontsize=8)
+    """layers.png: F-Attn, sink share and M-Act per layer, a line per run; where every run has one layer (the sink
+    lab), a bar per run, labelled with its value: a line through one point has no axis worth reading."""
+    panels = [("first_token_attn", "attention on the first token", "F-Attn (attention sink)", "linear"),
+              ("sink_share", "largest share one key receives", "sink share (a sink anywhere)", "linear"),
+              ("max_act", "max |h| per window", "M-Act (massive activations)", "log")]
+    one_layer = all(len(r["layers"]["first_token_attn"]) == 1 for r in records)
+    height = max(3.0, 1.2 + 0.32 * len(records)) if one_layer else 4.5
+    fig, axes = plt.subplots(1, 3, figsize=(16, height), sharey=one_layer)
+    for ax, (key, label, title, scale) in zip(axes, panels):
+        if one_layer:  # linear, from 0: a bar's length is its value; the first run on top
+            rows = range(len(records))[::-1]
+            bars = ax.barh(rows, [r["layers"][key][0] for r in records],
+                           color=[f"C{i % 10}" for i in range(len(records))])
+            ax.bar_label(bars, fmt="%.3g", fontsize=8, padding=2)
+            ax.set_yticks(rows, [r["label"] for r in records], fontsize=8)
+            ax.set(xlabel=label, title=f"{title}, the one layer")
+            ax.margins(x=0.15)
+        else:
+            for r in records:
+                ax.plot(range(len(r["layers"][key])), r["layers"][key], marker="o", label=r["label"])
+            ax.set(xlabel="layer", ylabel=label, yscale=scale, title=f"{title} per layer")
+            ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    if not one_layer:
+        axes[0].legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, os.path.join(out_dir, "layers.png"))
 
