@@ -1,0 +1,83 @@
+"""
+The set-up check (lab/setup_check.py): on this machine it passes and says ready, its smoke run leaves nothing behind,
+a missing package is one FAIL line with the pip command, and a check that raises is one line, never a traceback.
+
+    python -m pytest -q tests/test_setup_check.py
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lab import setup_check
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
+NAMES = ("python", "torch", "packages", "triton", "tokenizer", "compute", "sink lab", "timings")
+
+
+def run_check(args, tmp_path, **env):
+    """python -m lab.setup_check as a student runs it, its temporary folders in tmp_path/tmp: (exit status, output).
+    One thread: its toy steps gain nothing from a second, and on a busy CPU two threads took 5 times as long."""
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), OMP_NUM_THREADS="1", **env)
+    done = subprocess.run([sys.executable, "-m", "lab.setup_check", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=env)
+    return done.returncode, done.stdout + done.stderr
+
+
+def repo_state():
+    """git status with the ignored files (prepared data, out folders), but for Python's byte-code caches."""
+    lines = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=REPO, capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    return sorted(line for line in lines if "__pycache__" not in line)
+
+
+def test_ready_here_and_the_smoke_run_leaves_nothing_behind(tmp_path):
+    before = repo_state()
+    code, out = run_check(["--smoke_iters=20"], tmp_path)
+    assert code == 0, out
+    assert "\nready: " in out and "python train.py" in out and "Traceback" not in out
+    for name in NAMES:
+        assert any(line.split()[1:2] == name.split()[:1] for line in out.splitlines()[1:]), (name, out)
+    assert "FAIL" not in out and "skip" not in out
+    assert repo_state() == before  # nothing in the repository: no run folder, no data prepared in data/
+    left = [name for name in os.listdir(tmp_path / "tmp") if not name.startswith("torchinductor_")]
+    assert left == []  # and its temporary folder deleted (torch's own cache folder, which any train.py run makes, stays)
+
+
+def test_a_missing_package_is_one_fail_line_with_the_pip_command(tmp_path):
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "matplotlib.py").write_text("raise ImportError('No module named matplotlib (simulated)')\n")
+    code, out = run_check(["--skip_train=True"], tmp_path, PYTHONPATH=str(fake))
+    assert code == 1, out
+    assert "Traceback" not in out and "\nready: " not in out
+    packages = next(line for line in out.splitlines() if line.split()[1:2] == ["packages"])
+    assert packages.split()[0] == "FAIL" and "matplotlib" in packages and "numpy" not in packages
+    assert "not ready" in out and "1. packages" in out and "fix: pip install -r requirements.txt" in out
+    assert "skip  torch" not in out and "skip  sink lab" in out  # the others still checked; the smoke run skipped
+
+
+def test_a_check_that_raises_is_one_line_and_what_needs_it_is_skipped(monkeypatch, capsys):
+    def broken(found, keys):
+        raise RuntimeError("something deep inside\nsecond line")
+
+    def never(found, keys):
+        raise AssertionError("a check whose dependency failed must not run")
+
+    monkeypatch.setattr(setup_check, "CHECKS", [("first", broken, (), "the fix"), ("second", never, ("first",), None)])
+    fixes, _ = setup_check.run(setup_check.Keys())
+    out = capsys.readouterr().out
+    assert "FAIL  first      RuntimeError: something deep inside\n" in out and "second line" not in out
+    assert "skip  second     needs first, which did not pass" in out and "Traceback" not in out
+    assert fixes == [("first: RuntimeError: something deep inside", "the fix")]
+
+
+def test_help_lists_the_keys(capsys):
+    with pytest.raises(SystemExit) as stop:
+        setup_check.main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert "python -m lab.setup_check" in out and "--smoke_iters=100" in out and "--skip_train=False" in out
