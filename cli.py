@@ -431,8 +431,12 @@ def device_name(device):
 
 def cpu_computes_bf16():
     """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16, as on AMD Zen 4 and later, or Intel's
-    AMX): there a bf16 matmul runs about twice as fast as an fp32 one; elsewhere bf16 is emulated, and slower."""
+    AMX): there a bf16 matmul runs about twice as fast as an fp32 one; elsewhere bf16 is emulated, and slower.
+    ATEN_CPU_CAPABILITY=avx2 (PyTorch's switch to use AVX2 at most) makes it False: with ONEDNN_MAX_CPU_ISA=AVX2
+    too, a CPU that has bf16 runs as one without it would, in fp32."""
     try:
+        if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AMX"):
+            return False  # PyTorch was told (or found) to use AVX2 or less
         return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
     except AttributeError:  # a PyTorch without these checks: assume not
         return False
