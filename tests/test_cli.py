@@ -195,14 +195,14 @@ def start_rank(rank, port, world_size=2, timeout="3", extra=""):
 def test_a_process_whose_partners_never_start_stops_with_one_line(rank):
     """WORLD_SIZE=2 and one process: init_process_group alone waits silently (for ever on rank 1)."""
     began = time.monotonic()
-    proc = start_rank(rank, free_port())
+    proc = start_rank(rank, free_port(), timeout="1")  # nobody comes: any wait shows it (timed after the imports)
     try:
         out, err = proc.communicate(timeout=90)
     except subprocess.TimeoutExpired:
         proc.kill()
-        pytest.fail("init_processes still waits after 90 s with GATED_JOIN_TIMEOUT=3")
+        pytest.fail("init_processes still waits after 90 s with GATED_JOIN_TIMEOUT=1")
     assert time.monotonic() - began < 60
-    assert f"rank {rank}: waiting up to 3 s for all 2 processes to meet at 127.0.0.1:" in out
+    assert f"rank {rank}: waiting up to 1 s for all 2 processes to meet at 127.0.0.1:" in out
     lines = err.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith("error: ") and "torchrun --nproc_per_node=2" in lines[0]

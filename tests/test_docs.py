@@ -220,23 +220,30 @@ def test_flags_page_holds_the_flag_table_verbatim():
 def test_python_variants_prints_the_table_and_writes_it_into_the_page(tmp_path):
     tool = [sys.executable, "-m", "lab.variants"]  # run from the repository's root, as the page says
 
-    def run(*args):
-        return subprocess.run(tool + list(args), cwd=REPO, capture_output=True, text=True)
+    def start(*args):
+        return subprocess.Popen(tool + list(args), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    out = run()
-    assert out.returncode == 0 and out.stdout == variants.flag_table(), out.stderr
+    def result(proc):
+        stdout, stderr = proc.communicate(timeout=120)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
     stale = tmp_path / "flags.md"
     page = read(FLAGS_PAGE)
     stale.write_text(page.replace(generated_table(page), "\n| an old table |\n\n"), encoding="utf-8")
-    out = run(f"--write={stale}")
+    (tmp_path / "bare.md").write_text("# no markers\n", encoding="utf-8")
+    # the runs that do not depend on one another side by side (each is mostly Python's imports); then the page again
+    plain, write, bare, helped = (start(), start(f"--write={stale}"), start(f"--write={tmp_path / 'bare.md'}"),
+                                  start("--help"))
+    out = result(plain)
+    assert out.returncode == 0 and out.stdout == variants.flag_table(), out.stderr
+    out = result(write)
     assert out.returncode == 0 and "rewritten" in out.stdout, out.stdout + out.stderr
     assert stale.read_text(encoding="utf-8") == page  # the page as committed: the rest of it untouched
-    out = run(f"--write={stale}")
+    out = result(start(f"--write={stale}"))
     assert out.returncode == 0 and "up to date" in out.stdout
-    (tmp_path / "bare.md").write_text("# no markers\n", encoding="utf-8")
-    out = run(f"--write={tmp_path / 'bare.md'}")
+    out = result(bare)
     assert out.returncode != 0 and BEGIN.strip() in out.stderr  # says what the page lacks
-    out = run("--help")
+    out = result(helped)
     assert out.returncode == 0 and "usage" in out.stdout
 
 

@@ -911,13 +911,15 @@ def test_the_sink_lab_study_is_its_config_and_variants():
 def test_help_lists_the_keys_before_or_after_the_step():
     """`python -m lab.repro --help` and `python -m lab.repro train --help`: what the runner does and its keys,
     exit 0; --help after a step is not passed on to train.py."""
-    for argv in (["--help"], ["train", "--help"], ["report", "-h"]):
-        out = subprocess.run([sys.executable, "-m", "lab.repro", *argv], cwd=REPO, capture_output=True, text=True,
-                             timeout=120)
-        assert out.returncode == 0 and out.stderr == "", (argv, out.stderr)
-        assert out.stdout.startswith("Reproduce the gated-attention papers' trends") and "starting" not in out.stdout
-        assert "python -m lab.repro train all" in out.stdout and "repro.py train" not in out.stdout  # how it runs
-        keys = [line.split("=")[0][4:] for line in out.stdout.splitlines() if line.startswith("  --")]
+    argvs = (["--help"], ["train", "--help"], ["report", "-h"])
+    procs = [subprocess.Popen([sys.executable, "-m", "lab.repro", *argv], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for argv in argvs]  # side by side: mostly imports
+    for argv, proc in zip(argvs, procs):
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and stderr == "", (argv, stderr)
+        assert stdout.startswith("Reproduce the gated-attention papers' trends") and "starting" not in stdout
+        assert "python -m lab.repro train all" in stdout and "repro.py train" not in stdout  # how it runs
+        keys = [line.split("=")[0][4:] for line in stdout.splitlines() if line.startswith("  --")]
         assert keys == [f.name for f in dataclasses.fields(repro.Keys)], argv
 
 
@@ -927,12 +929,14 @@ def test_help_lists_the_keys_before_or_after_the_step():
 # test_layout.py's.)
 
 SCRIPTS = ("train", "sample",  # run as `python NAME.py`
-           "lab.analyze", "lab.evaluate", "lab.repro", "lab.bench")  # run as `python -m lab.NAME`
+           "lab.analyze", "lab.evaluate", "lab.repro", "lab.bench", "lab.setup_check")  # run as `python -m lab.NAME`
 LIBRARIES = ("cli", "runfolder", "probe", "model", "kernels", "pretrained",
              "lab", "lab.report", "lab.variants", "lab.stats")
 # A script that another imports, and the names it imports, each with its reason: lab.bench times train.py's own
-# optimizer step, so that its timings are the training loop's (train.py runs only under its __main__)
-IMPORTED_SCRIPTS = {("lab.bench", "train"): {"optimizer_step"}}
+# optimizer step, so that its timings are the training loop's (train.py runs only under its __main__); lab.setup_check
+# times two steps of the main job's own model and optimizer step, to say how long the main job takes here
+IMPORTED_SCRIPTS = {("lab.bench", "train"): {"optimizer_step"},
+                    ("lab.setup_check", "train"): {"MODEL_KEYS", "TrainConfig", "optimizer_step"}}
 
 
 def project_modules():

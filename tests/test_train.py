@@ -573,7 +573,8 @@ def test_ddp_on_cpu_with_gloo_matches_one_process(stdlib_data, tmp_path):
     """2 processes x 2 sequences must train exactly like 1 process x 4: every rank takes its half of the same
     global batch, gradients are averaged, validation batches are shared out and the losses summed."""
     common = TINY + [f"--data_dir={stdlib_data}", "--max_iters=6", "--eval_interval=3"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    (tmp_path / "tmp").mkdir()  # torchrun leaves a folder of its own in the temp folder: here, removed with tmp_path
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path / "tmp"))
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                              "train.py", *common, f"--out_dir={tmp_path / 'ddp'}", "--backend=gloo",
                              "--batch_size=2", "--gradient_accumulation_steps=2", "--eval_iters=4"],
@@ -1222,6 +1223,18 @@ def test_auto_dtype_is_bf16_on_a_cpu_only_where_it_computes_bf16(monkeypatch):
         assert cli.autocast_for("mps", "auto")[1] == "float32"
     with pytest.raises(SystemExit, match="'float64' is not valid; choose one of 'auto', 'float32'"):
         cli.autocast_for("cpu", "float64")
+
+
+def test_a_cpu_told_to_use_avx2_at_most_trains_in_fp32():
+    """ATEN_CPU_CAPABILITY=avx2 makes any CPU one without bf16 for dtype=auto (how the docs' no-bf16 timings are
+    taken on a CPU that has it); without it, auto follows the hardware."""
+    ask = ("import cli, torch; print(torch.backends.cpu.get_cpu_capability(), cli.cpu_computes_bf16(), "
+           "cli.autocast_for('cpu', 'auto')[1])")
+    said = subprocess.run([sys.executable, "-c", ask], cwd=REPO, capture_output=True, text=True, check=True,
+                          env=dict(os.environ, ATEN_CPU_CAPABILITY="avx2")).stdout.split()
+    if said[0] != "AVX2":
+        pytest.skip(f"this CPU runs PyTorch's {said[0]} kernels, not AVX2")
+    assert said[1:] == ["False", "float32"]
 
 
 # ----------------------------------------------------------------------------
