@@ -322,7 +322,7 @@ def plot_layers(plt, records, out_dir):
                            color=[f"C{i % 10}" for i in range(len(records))])
             ax.bar_label(bars, fmt="%.3g", fontsize=8, padding=2)
             ax.set_yticks(rows, [r["label"] for r in records], fontsize=8)
-            ax.set(xlabel=label, title=f"{title}, the one layer")
+            ax.set(xlabel=label, ylabel="run", title=f"{title}, the one layer")
             ax.margins(x=0.15)
         else:
             for r in records:

@@ -377,8 +377,32 @@ def test_the_runs_and_labels_are_list_keys(trained_run, tmp_path, capsys, monkey
     out = capsys.readouterr().out
     assert "first: val loss" in out and "F-Attn" in out and "(val loss in its log:" in out  # probe.describe's line
     assert analyze.AnalyzeConfig.__dataclass_fields__["runs"].type == tuple[str, ...]
-    layers = dict(figures)["layers.png"]
-    assert [[line.get_label() for line in ax.lines] for ax in layers.axes] == [["second"]] * 3
+    layers = dict(figures)["layers.png"]  # one layer: a bar per run shown, named on the shared run axis
+    assert [len(ax.patches) for ax in layers.axes] == [1] * 3
+    assert [t.get_text() for t in layers.axes[0].get_yticklabels()] == ["second"]
+
+
+def test_layers_png_draws_a_line_per_run_over_layers_and_a_bar_per_run_for_one_layer(monkeypatch, tmp_path):
+    """Several layers: a line per run against the layer; one layer (the sink lab): a labelled bar per run whose
+    length is the run's value, on a linear axis from 0, never one point on a layer axis."""
+    plt = analyze.pyplot()
+    if plt is None:
+        pytest.skip("needs matplotlib")
+    figures = keep_figures(monkeypatch, analyze)
+    def record(label, layers):
+        return {"label": label, "layers": {"first_token_attn": [0.1 * (i + 1) for i in range(layers)],
+                                           "sink_share": [0.05] * layers, "max_act": [200.0 + i for i in range(layers)]}}
+    analyze.plot_layers(plt, [record("base", 3), record("g1", 3)], str(tmp_path))
+    analyze.plot_layers(plt, [record("base", 1), record("g1", 1), record("ns", 1)], str(tmp_path))
+    lines, bars = (fig for _, fig in figures)
+    assert [[line.get_label() for line in ax.lines] for ax in lines.axes] == [["base", "g1"]] * 3
+    assert list(lines.axes[0].lines[0].get_xdata()) == [0, 1, 2]
+    for ax, key in zip(bars.axes, ("first_token_attn", "sink_share", "max_act")):
+        widths = [patch.get_width() for patch in ax.patches]
+        assert widths == [record(n, 1)["layers"][key][0] for n in ("base", "g1", "ns")]  # the values, in order
+        assert ax.get_xscale() == "linear" and ax.get_xlim()[0] == 0 and not ax.lines
+    where = {t.get_text(): t.get_position()[1] for t in bars.axes[0].get_yticklabels()}
+    assert where["base"] > where["g1"] > where["ns"]  # the first run on top, as in the tables
 
 
 @pytest.mark.parametrize("name", ["summary.json", "summary.md", "per_window.npz", "layers.png"])
