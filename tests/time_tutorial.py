@@ -10,8 +10,9 @@ reader's are). The times TUTORIAL.md and the lesson plans state come from this s
 
 --no_bf16 runs every block with ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=AVX2: PyTorch's own kernels and
 oneDNN's matmuls then use AVX2 at most, and train.py's dtype=auto trains in fp32, as on a CPU with AVX2 and no bf16
-(a 2-core AMD EPYC emulated this way gave the main job's numbers of such a CPU to the last digit). It writes a
-Markdown table (section, what ran, seconds) to stdout, with the machine and the date, and the copy is deleted after.
+(a 2-core AMD EPYC emulated this way gave the main job's numbers of such a CPU to the last digit). It writes
+Markdown tables (seconds per section, then per block) to stdout, with the machine and the date; the copy is
+deleted after.
 """
 
 import json
@@ -96,6 +97,10 @@ def main(argv):
         print(f"| {section} | {kinds}; line {slowest[1]} ({slowest[0]}): {slowest[2]:.0f} s | "
               f"{sum(r[2] for r in rows):.0f} |")
     print(f"| all | {len(sum(times.values(), []))} blocks | {total:.0f} |")
+    print("\n| TUTORIAL.md line | section | block | seconds |\n| --- | --- | --- | --- |")
+    for section, rows in times.items():
+        for language, line, seconds in rows:
+            print(f"| {line} | {section.split('.')[0]} | {language} | {seconds:.1f} |")
 
 
 if __name__ == "__main__":
