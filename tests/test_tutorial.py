@@ -18,6 +18,7 @@ the tests below compare with the committed one, and run, cell by cell, as they r
 only: an .ipynb is JSON in nbformat 4.
 """
 
+import code
 import glob
 import json
 import os
@@ -169,6 +170,65 @@ def test_every_block_is_python_bash_or_output():
     languages = [language for language, _, _ in blocks()]
     assert set(languages) <= set(RUN_LANGUAGES) | {"text"}, languages
     assert languages.count("bash") >= 3 and languages.count("python") >= 10
+
+
+class _Paste(code.InteractiveConsole):
+    """Python's interactive prompt, compiling what is pasted into it line by line, running nothing: the syntax
+    errors a reader who pastes a block into `python` sees (after an indented block, the prompt needs a blank line
+    before the next statement)."""
+    def __init__(self):
+        super().__init__()
+        self.errors = []
+
+    def runcode(self, compiled):
+        pass
+
+    def showsyntaxerror(self, filename=None, **kwargs):
+        self.errors.append(sys.exc_info()[1])
+
+
+def test_every_python_block_can_be_pasted_into_the_python_prompt():
+    wrong = []
+    for language, line, code_ in blocks():
+        if language == "python":
+            prompt = _Paste()
+            for k, text in enumerate(code_.split("\n") + [""]):
+                before = len(prompt.errors)
+                prompt.push(text)
+                if len(prompt.errors) > before:
+                    wrong.append(f"TUTORIAL.md line {line + k}: {text.strip()[:60]}")
+    assert not wrong, "pasted into python, these lines are syntax errors (add a blank line before each):\n" + \
+        "\n".join(wrong)
+
+
+def names_needed(source):
+    """The global names a piece of module code reads (in functions too) but neither binds, imports nor has as a
+    builtin."""
+    import builtins
+    import symtable
+    top = symtable.symtable(source, "block", "exec")
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    needed, tables = set(), [top]
+    while tables:
+        table = tables.pop()
+        tables += table.get_children()
+        needed |= {s.get_name() for s in table.get_symbols() if s.is_referenced() and (table is top or s.is_global())}
+    return needed - bound - set(dir(builtins))
+
+
+def test_each_section_runs_in_a_fresh_python_session():
+    """A reader may start at any section (homework after a class, a session restarted): each section's python
+    blocks, run from its first, need no name that an earlier section defined."""
+    text = open(TUTORIAL, encoding="utf-8").read().split("\n")
+    sections = {}
+    for language, line, code_ in blocks():
+        if language == "python":
+            heading = next((text[i] for i in range(line - 2, -1, -1) if text[i].startswith("## ")), "(start)")
+            sections.setdefault(heading, []).append(code_)
+    assert names_needed("import os\ndef f(x):\n    return os, x, torch, [y for y in x]\nz = len(f(1))\n") == {"torch"}
+    for heading, codes in sections.items():
+        missing = names_needed("\n".join(codes))
+        assert not missing, f"{heading}: its blocks use {sorted(missing)} from an earlier section: import them there"
 
 
 def test_the_program_keeps_the_markdown_line_numbers():
