@@ -37,8 +37,8 @@ data (numbers, strings, tensors, arrays; never a pickle) and compares it with th
 function that loops forever is stopped and named; one that calls sys.exit(), exit() or os._exit() fails the check it
 was in, as does one that crashes the interpreter or takes more than CHECK_MEMORY_GB of memory; and nothing your code
 does can make a check pass but answering right. When the child ends, every process it started is ended too. What
-this protects and what it cannot: "What the grader guarantees" in the teachers' part of the project's
-exercises/README.md.
+this protects and what it cannot: "What the grader guarantees" in the teachers' part of exercises/README.md (in
+the project's own checkout; a student copy leaves that part out).
 
 A check is a function `check_<name>(student)` in checks.py, with a docstring that says what it checks; it
 receives your file as a Student (its attributes and calls are answered by the child, as data) and raises
