@@ -9,9 +9,12 @@ FOLDER holds the files the students wrote with `python exercises/check.py all --
 passed, each exercise's status and hints_seen, the seed and the date. Each seal is checked as `check.py --verify`
 checks it, by check.py's own code, with $CHECK_SIGNING_KEY when it is set (set it to the key the files were signed
 with). The graded starter.py files are not checked: they are the students', not here; `check.py --verify=FILE` in a
-student's copy checks them. A row is flagged when its file cannot be read or does not verify, names no student, or
-names a student another file names too: no file is left out of the table. Exit status: 0 when no row is flagged,
-1 when some are, 2 for bad input (no such folder, no result files in it).
+student's copy checks them. A row is flagged when its file cannot be read, is not a result file or does not verify,
+names no student, names a student another file names too, comes from the same checker run as another file (same
+date and seed: a copy under another name), or lacks an exercise another file has (a partial hand-in; "exercises
+passed" counts against every exercise in the folder): no file is left out of the table. The console summary lists
+each flagged file with its flags, and why it does not verify. Exit status: 0 when no row is flagged, 1 when some
+are, 2 for bad input (no such folder, no result files in it).
 """
 
 import csv
@@ -35,8 +38,10 @@ def read_row(path, key):
     row = {"file": os.path.basename(path), "verified": "no" if problems else "yes",
            "why not": "; ".join(p.replace(path, os.path.basename(path)) for p in problems), "flags": []}
     if result is None:
-        row.update(student="", exercises={}, passed="", seed="", date="")
-        row["flags"].append("cannot be read")
+        row.update(student="", exercises={}, passed=None, seed="", date="")
+        # read_sealed's line for a file it could not open or parse as JSON; otherwise the JSON is not a result file
+        unreadable = problems[0].startswith(f"{path} cannot be read")
+        row["flags"].append("cannot be read" if unreadable else "not a result file")
         return row
     if problems:
         row["flags"].append("not verified")
@@ -44,9 +49,9 @@ def read_row(path, key):
     row["student"] = " ".join(str(student).split()) if student is not None else ""  # one line, whatever it holds
     if not row["student"]:
         row["flags"].append("no student")
-    entries = [e for e in result["exercises"] if e.get("id") is not None]
-    row["exercises"] = {str(e["id"]): e for e in entries}
-    row["passed"] = f"{sum(e.get('status') == 'passed' for e in entries)}/{len(entries)}"
+    row["exercises"] = {str(e["id"]): e for e in result["exercises"] if e.get("id") is not None}
+    # counted per id (an id twice is one exercise), against the folder's exercises in table()
+    row["passed"] = sum(e.get("status") == "passed" for e in row["exercises"].values())
     row["seed"], row["date"] = result.get("seed", ""), result.get("date", "")
     return row
 
@@ -63,16 +68,47 @@ def flag_same_students(rows):
             row["flags"].append("same student as " + ", ".join(others))
 
 
+def flag_same_runs(rows):
+    """Flag every row whose date and seed another row has too. The date is the checker's, to the second, and the seed
+    is drawn afresh for each graded run: two such files come from one run, one of them copied under another name. (Not
+    the starters' SHA-256: two students who left a starter untouched share it.)"""
+    files = {}
+    for row in rows:
+        if row["date"] != "" and row["seed"] != "":  # seed 0 is a seed
+            files.setdefault((str(row["date"]), str(row["seed"])), []).append(row["file"])
+    for row in rows:
+        others = [f for f in files.get((str(row["date"]), str(row["seed"])), []) if f != row["file"]]
+        if others:
+            row["flags"].append("same checker run as " + ", ".join(others))
+
+
+def exercise_ids(rows):
+    """The exercise ids any file in the folder has, sorted."""
+    return sorted({i for row in rows for i in row["exercises"]})
+
+
+def flag_missing_exercises(rows):
+    """Flag every row that lacks an exercise another file has: `check.py 01 --result=...` grades one exercise, and
+    its "1/1" would read as a complete hand-in."""
+    ids = exercise_ids(rows)
+    for row in rows:
+        missing = [i for i in ids if i not in row["exercises"]]
+        if missing and row["passed"] is not None:  # a file not read is flagged already, and has no exercises
+            row["flags"].append(f"graded {len(ids) - len(missing)} of {len(ids)} exercises "
+                                f"(missing: {', '.join(missing)})")
+
+
 def table(rows):
     """The gradebook as a header and lines of cells (strings), one line per row."""
-    ids = sorted({i for row in rows for i in row["exercises"]})
+    ids = exercise_ids(rows)
     header = ["student", "file", "verified", "why not", "exercises passed"]
     for i in ids:
         header += [f"{i} status", f"{i} hints_seen"]
     header += ["seed", "date", "flags"]
     lines = []
     for row in rows:
-        cells = [row["student"], row["file"], row["verified"], row["why not"], row["passed"]]
+        passed = f"{row['passed']}/{len(ids)}" if row["passed"] is not None else ""  # of every exercise here
+        cells = [row["student"], row["file"], row["verified"], row["why not"], passed]
         for i in ids:
             entry = row["exercises"].get(i)
             cells += [str(entry.get("status", "")), str(entry.get("hints_seen", ""))] if entry else ["-", "-"]
@@ -110,6 +146,8 @@ def gradebook(folder, prefix, key=None, out=print):
                     "`check.py all --student=ID --result=ID.json`")
     rows = [read_row(os.path.join(folder, n), key) for n in names]
     flag_same_students(rows)
+    flag_same_runs(rows)
+    flag_missing_exercises(rows)
     rows.sort(key=lambda row: (row["student"].casefold() or "\uffff", row["file"]))  # no student: last
     header, lines = table(rows)
     flagged = sum(bool(row["flags"]) for row in rows)
@@ -117,8 +155,9 @@ def gradebook(folder, prefix, key=None, out=print):
     for suffix, text in ((".csv", as_csv(header, lines)), (".md", as_markdown(header, lines, folder, key, flagged))):
         atomic_write(prefix + suffix, lambda f, text=text: f.write(text.encode("utf-8")))
         written.append(prefix + suffix)
-    out(f"{len(rows)} files, {flagged} flagged" + "".join(f"\n  {r['file']}: {'; '.join(r['flags'])}"
-                                                            for r in rows if r["flags"]))
+    out(f"{len(rows)} files, {flagged} flagged" +
+        "".join(f"\n  {r['file']}: {'; '.join(r['flags'])}" + (f"\n    why not: {r['why not']}" if r["why not"] else "")
+                for r in rows if r["flags"]))
     out("seals checked " + ("with CHECK_SIGNING_KEY" if key else "as plain checksums (CHECK_SIGNING_KEY not set)") +
         "; starter files not checked (`check.py --verify=FILE` in a student's copy checks them)")
     out(f"gradebook written to {written[0]} and {written[1]}")

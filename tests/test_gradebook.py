@@ -1,14 +1,16 @@
 """
 The teacher's gradebook (exercises/gradebook.py): one table of a class's result files, in which every file has its
-row and every file that cannot be trusted as it stands (unreadable, not verified, no student, a student named twice)
-is flagged.
+row and every file that cannot be trusted as it stands (unreadable, not a result file, not verified, no student, a
+student named twice, a copy of another file's run, a partial hand-in) is flagged.
 """
 
 import csv
+import itertools
 import json
 import os
 import subprocess
 import sys
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 EXERCISES = os.path.join(REPO, "exercises")
@@ -17,13 +19,17 @@ import check  # noqa: E402  (exercises/check.py)
 import gradebook  # noqa: E402  (exercises/gradebook.py)
 
 DIRS = check.exercise_dirs()[:3]
+RUNS = itertools.count()  # each file a run of its own, a second after the last: files of one run are flagged
 
 
-def result(student, statuses=("ok", "wrong", "not filled"), key=None, path=None):
-    """A result file as `check.py all --student=student` writes it, for the first three exercises."""
+def result(student, statuses=("ok", "wrong", "not filled"), key=None, path=None, date=None, seed=None):
+    """A result file as `check.py all --student=student` writes it, for the first three exercises (fewer statuses:
+    as `check.py 01 --student=...` writes it, for the first ones)."""
     entries = [check.grade_entry(d, (8 if s == "ok" else 1, 8, s, None if s == "ok" else "trap"), 2.0)
                for d, s in zip(DIRS, statuses)]
-    check.write_result(str(path), check.grade_result(entries, date="2026-01-02T03:04:05+0000", student=student), key)
+    date = date or time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(1767254400 + next(RUNS)))
+    graded = check.grade_result(entries, date=date, student=student)
+    check.write_result(str(path), graded if seed is None else dict(graded, seed=seed), key)
     return path
 
 
@@ -43,7 +49,7 @@ def test_every_file_has_a_row_and_every_doubtful_one_is_flagged(tmp_path):
     folder = tmp_path / "class"
     folder.mkdir()
     result("Ann", ("ok", "ok", "ok"), path=folder / "ann.json")
-    result("Bo", path=folder / "bo.json")
+    result("Bo", path=folder / "bo.json", date="2026-01-02T03:04:05+0000")
     result("bo ", ("ok", "ok", "not filled"), path=folder / "bo-again.json")  # the same student, spelled otherwise
     result(None, path=folder / "nobody.json")
     forged = json.loads(result("Cy", path=folder / "cy.json").read_text(encoding="utf-8"))
@@ -57,16 +63,23 @@ def test_every_file_has_a_row_and_every_doubtful_one_is_flagged(tmp_path):
     old["seal"] = check.seal(old)
     (folder / "old.json").write_text(json.dumps(old), encoding="utf-8")
     (folder / "notes.txt").write_text("not a result file", encoding="utf-8")
+    (folder / "empty.json").write_text("{}", encoding="utf-8")  # JSON, read, but no result file
+    copied = json.loads(result("Dee", path=folder / "dee.json", date="2026-01-02T09:00:00+0000").read_text("utf-8"))
+    copied["student"] = "Ed"  # Dee's file under Ed's name, resealed: it verifies, and only its run gives it away
+    copied["seal"] = check.seal(copied)
+    (folder / "ed.json").write_text(json.dumps(copied), encoding="utf-8")
+    result("Eve", path=folder / "eve.json", date="2026-01-02T09:00:00+0000", seed=check.RUN_SEED + 1)  # Dee's second
+    result("Fay", ("ok",), path=folder / "fay.json")  # `check.py 01 --student=Fay`: one exercise of three
     assert check.verify_result(str(folder / "old.json")) == []  # an older file still verifies
 
     lines = []
     flagged = gradebook.gradebook(str(folder), str(tmp_path / "out" / "book"), out=lines.append)
     rows = read_csv(tmp_path / "out" / "book.csv")
-    assert sorted(rows) == ["ann.json", "bo-again.json", "bo.json", "broken.json", "cy.json", "nobody.json",
-                            "old.json"], rows
+    assert sorted(rows) == ["ann.json", "bo-again.json", "bo.json", "broken.json", "cy.json", "dee.json", "ed.json",
+                            "empty.json", "eve.json", "fay.json", "nobody.json", "old.json"], rows
     assert rows["ann.json"]["verified"] == "yes" and rows["ann.json"]["flags"] == "", rows["ann.json"]
     assert rows["ann.json"]["exercises passed"] == "3/3" and rows["bo.json"]["exercises passed"] == "1/3"
-    first, second = (os.path.basename(d)[:2] for d in DIRS[:2])
+    first, second, third = (os.path.basename(d)[:2] for d in DIRS)
     assert rows["bo.json"][f"{first} status"] == "passed" and rows["bo.json"][f"{second} status"] == "failed"
     assert rows["bo.json"][f"{first} hints_seen"].isdigit() and rows["bo.json"]["seed"] == str(check.RUN_SEED)
     assert rows["bo.json"]["date"] == "2026-01-02T03:04:05+0000"
@@ -75,11 +88,19 @@ def test_every_file_has_a_row_and_every_doubtful_one_is_flagged(tmp_path):
     assert rows["cy.json"]["verified"] == "no" and "changed after the checker wrote it" in rows["cy.json"]["why not"]
     assert rows["cy.json"]["flags"] == "not verified"
     assert rows["broken.json"]["verified"] == "no" and rows["broken.json"]["flags"] == "cannot be read"
-    assert rows["broken.json"][f"{first} status"] == "-"
+    assert rows["broken.json"][f"{first} status"] == "-" and rows["broken.json"]["exercises passed"] == ""
+    assert rows["empty.json"]["verified"] == "no" and rows["empty.json"]["flags"] == "not a result file"
+    assert rows["dee.json"]["flags"] == "same checker run as ed.json", rows["dee.json"]
+    assert rows["ed.json"]["flags"] == "same checker run as dee.json" and rows["ed.json"]["verified"] == "yes"
+    assert rows["eve.json"]["flags"] == "", rows["eve.json"]  # the same second, another run: another seed
+    assert rows["fay.json"]["flags"] == f"graded 1 of 3 exercises (missing: {second}, {third})", rows["fay.json"]
+    assert rows["fay.json"]["exercises passed"] == "1/3" and rows["fay.json"][f"{second} status"] == "-"
     assert rows["nobody.json"]["flags"] == "no student" and rows["nobody.json"]["verified"] == "yes"
     assert rows["old.json"]["flags"] == "no student" and rows["old.json"]["verified"] == "yes"
     assert str(tmp_path) not in rows["cy.json"]["why not"]  # the file's name, not where the teacher keeps it
-    assert flagged == 6 and lines[0].startswith("7 files, 6 flagged"), lines
+    assert flagged == 10 and lines[0].startswith("12 files, 10 flagged"), lines
+    assert f"\n  cy.json: not verified\n    why not: {rows['cy.json']['why not']}\n" in lines[0], lines[0]
+    assert "\n  ann.json" not in lines[0] and "\n  broken.json: cannot be read\n    why not: " in lines[0]
     assert "starter files not checked" in "\n".join(lines)
     markdown = (tmp_path / "out" / "book.md").read_text(encoding="utf-8")
     table = [line for line in markdown.splitlines() if line.startswith("| ")]
