@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 ANSWERS = os.path.join(HERE, "solutions")
 
-TOP_FILES = ["README.md", "TUTORIAL.md", "tutorial.ipynb", "PAPERS.md", "LICENSE", "requirements.txt", "pytest.ini",
+TOP_FILES = ["README.md", "TUTORIAL.md", "tutorial.ipynb", "PAPERS.md", "LICENSE", "requirements.txt",
              "requirements-test.txt", "requirements-extra.txt", ".gitignore", ".ci/run"]  # .ci/run: the tests, as CI
 TOP_DIRS = ["config", "data", "docs", "exercises", "lab", "results", "tests"]  # lab/: the study's tools, lab/gpu/
 NOT_SCRIPTS = ["test_*.py", "conftest.py"]  # test suites (in tests/): none is a script of the core

@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 
@@ -39,6 +40,24 @@ def pytest_configure(config):
     problem = _interpreter_problem()
     if problem:
         pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+# The suite trains toy runs and copies the repository (the tutorial's test alone writes ~350 MB), and pytest keeps
+# the temporary folders of the last three sessions: a session that passes removes its own, so a passing run leaves
+# nothing behind. A failing session keeps its folder to look into (pytest removes it three sessions later).
+_session_folder = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_the_session_folder_if_it_passes(tmp_path_factory, request):
+    if request.config.option.basetemp is None:  # a --basetemp of the user's own is theirs to keep
+        _session_folder.append(tmp_path_factory.getbasetemp())
+    yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if exitstatus == pytest.ExitCode.OK and _session_folder:
+        shutil.rmtree(_session_folder[0], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
