@@ -18,7 +18,6 @@ the tests below compare with the committed one, and run, cell by cell, as they r
 only: an .ipynb is JSON in nbformat 4.
 """
 
-import code
 import glob
 import json
 import os
@@ -26,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+from code import InteractiveConsole
 
 import pytest
 
@@ -172,7 +172,7 @@ def test_every_block_is_python_bash_or_output():
     assert languages.count("bash") >= 3 and languages.count("python") >= 10
 
 
-class _Paste(code.InteractiveConsole):
+class _Paste(InteractiveConsole):
     """Python's interactive prompt, compiling what is pasted into it line by line, running nothing: the syntax
     errors a reader who pastes a block into `python` sees (after an indented block, the prompt needs a blank line
     before the next statement)."""
@@ -189,10 +189,10 @@ class _Paste(code.InteractiveConsole):
 
 def test_every_python_block_can_be_pasted_into_the_python_prompt():
     wrong = []
-    for language, line, code_ in blocks():
+    for language, line, source in blocks():
         if language == "python":
             prompt = _Paste()
-            for k, text in enumerate(code_.split("\n") + [""]):
+            for k, text in enumerate(source.split("\n") + [""]):
                 before = len(prompt.errors)
                 prompt.push(text)
                 if len(prompt.errors) > before:
@@ -221,10 +221,10 @@ def test_each_section_runs_in_a_fresh_python_session():
     blocks, run from its first, need no name that an earlier section defined."""
     text = open(TUTORIAL, encoding="utf-8").read().split("\n")
     sections = {}
-    for language, line, code_ in blocks():
+    for language, line, source in blocks():
         if language == "python":
             heading = next((text[i] for i in range(line - 2, -1, -1) if text[i].startswith("## ")), "(start)")
-            sections.setdefault(heading, []).append(code_)
+            sections.setdefault(heading, []).append(source)
     assert names_needed("import os\ndef f(x):\n    return os, x, torch, [y for y in x]\nz = len(f(1))\n") == {"torch"}
     for heading, codes in sections.items():
         missing = names_needed("\n".join(codes))
@@ -241,12 +241,15 @@ def test_the_program_keeps_the_markdown_line_numbers():
     compile("\n".join(program), "TUTORIAL.md", "exec")  # valid Python as a whole
 
 
+# what a copy of the repository leaves out: git's files, runs, caches and prepared data (a reader's copy has none)
+NOT_COPIED = shutil.ignore_patterns(".git", "out*", "__pycache__", ".pytest_cache", ".benchmarks", "*.bin",
+                                    "meta.json", ".whl")
+
+
 def copy_of_repo(dest, stdlib_data):
     """A copy of the repository, without runs or prepared data but for a small prepared stdlib (the reader's takes
     ~10 s more)."""
-    ignore = shutil.ignore_patterns(".git", "out*", "__pycache__", ".pytest_cache", ".benchmarks", "*.bin",
-                                    "meta.json", ".whl")
-    shutil.copytree(REPO, dest, ignore=ignore)
+    shutil.copytree(REPO, dest, ignore=NOT_COPIED)
     for file in glob.glob(os.path.join(stdlib_data, "*")):
         shutil.copy(file, dest / "data" / "pystdlib")
     return dest

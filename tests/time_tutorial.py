@@ -26,7 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_tutorial import REPO, blocks  # noqa: E402  (the same reading of TUTORIAL.md as the test's)
+from test_tutorial import NOT_COPIED, REPO, blocks  # noqa: E402  (TUTORIAL.md read, and copied, as the test does)
 
 # Runs the blocks (label, kind, code) of _blocks.json in order in one namespace, as one Python session and a
 # shell; prints a line of seconds per block (@@time, then JSON).
@@ -69,8 +69,7 @@ def main(argv):
         env.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
     with tempfile.TemporaryDirectory() as tmp:
         repo = os.path.join(tmp, "repo")
-        shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".git", "out*", "__pycache__", ".pytest_cache",
-                                                                 "*.bin", "meta.json", ".whl"))
+        shutil.copytree(REPO, repo, ignore=NOT_COPIED)
         with open(os.path.join(repo, "_blocks.json"), "w", encoding="utf-8") as f:
             json.dump(sectioned_blocks(), f)
         start = time.perf_counter()
