@@ -80,6 +80,14 @@ def blocks(path=TUTORIAL):
     return found
 
 
+def sectioned_blocks(path=TUTORIAL):
+    """The runnable blocks of a tutorial with the section each is in: (its ## heading, language, line, code)."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    return [(next((lines[i][3:] for i in range(line - 2, -1, -1) if lines[i].startswith("## ")), "(start)"),
+             language, line, code) for language, line, code in blocks(path) if language in RUN_LANGUAGES]
+
+
 def as_program(path=TUTORIAL, languages=RUN_LANGUAGES):
     """One Python program that runs the file's blocks of these languages in order: each python block at its own line
     numbers, each bash block as a call of _sh on its opening fence's line."""
@@ -154,7 +162,7 @@ def write_notebook(check=False):
 # Running the tutorial: RUNNER runs programs (label, filename, source) in order, in one namespace, in a copy of the repository
 
 RUNNER = """
-import json, subprocess, sys
+import json, subprocess, sys, time
 def _sh(commands, where):
     print(f"$ {commands}", flush=True)
     if subprocess.run(["bash", "-euo", "pipefail", "-c", commands]).returncode:
@@ -162,7 +170,9 @@ def _sh(commands, where):
 namespace = {"__name__": "__main__", "_sh": _sh}
 for label, filename, source in json.load(open("_tutorial_programs.json", encoding="utf-8")):
     print(f"=== {label}", flush=True)
+    start = time.perf_counter()
     exec(compile(source, filename, "exec"), namespace)
+    print(f"=== {label}: {time.perf_counter() - start:.1f} s", flush=True)
 """
 
 
@@ -219,11 +229,9 @@ def names_needed(source):
 def test_each_section_runs_in_a_fresh_python_session():
     """A reader may start at any section (homework after a class, a session restarted): each section's python
     blocks, run from its first, need no name that an earlier section defined."""
-    text = open(TUTORIAL, encoding="utf-8").read().split("\n")
     sections = {}
-    for language, line, source in blocks():
+    for heading, language, _, source in sectioned_blocks():
         if language == "python":
-            heading = next((text[i] for i in range(line - 2, -1, -1) if text[i].startswith("## ")), "(start)")
             sections.setdefault(heading, []).append(source)
     assert names_needed("import os\ndef f(x):\n    return os, x, torch, [y for y in x]\nz = len(f(1))\n") == {"torch"}
     for heading, codes in sections.items():
@@ -246,22 +254,24 @@ NOT_COPIED = shutil.ignore_patterns(".git", "out*", "__pycache__", ".pytest_cach
                                     "meta.json", ".whl")
 
 
-def copy_of_repo(dest, stdlib_data):
-    """A copy of the repository, without runs or prepared data but for a small prepared stdlib (the reader's takes
-    ~10 s more)."""
+def copy_of_repo(dest, stdlib_data=None):
+    """A copy of the repository, without runs or prepared data but for a small prepared stdlib if given (the
+    reader's takes ~10 s more)."""
     shutil.copytree(REPO, dest, ignore=NOT_COPIED)
-    for file in glob.glob(os.path.join(stdlib_data, "*")):
-        shutil.copy(file, dest / "data" / "pystdlib")
+    for file in glob.glob(os.path.join(stdlib_data, "*")) if stdlib_data else []:
+        shutil.copy(file, os.path.join(dest, "data", "pystdlib"))
     return dest
 
 
-def run_programs(repo, programs):
-    """Run RUNNER in repo at toy size on programs, a list of (label, filename, source): its stdout, or a failure with
-    the end of its output."""
-    (repo / "_tutorial_programs.json").write_text(json.dumps(programs), encoding="utf-8")
-    env = dict(os.environ, TUTORIAL_TOY="1", PYTHONPATH=str(repo))
+def run_programs(repo, programs, toy=True, env=None, timeout=900):
+    """Run RUNNER in repo (at toy size unless toy is False; env: more environment) on programs, a list of (label,
+    filename, source): its stdout, or a failure with the end of its output."""
+    with open(os.path.join(repo, "_tutorial_programs.json"), "w", encoding="utf-8") as f:
+        json.dump(programs, f)
+    env = {key: value for key, value in os.environ.items() if key != "TUTORIAL_TOY"} | (env or {})
+    env.update(PYTHONPATH=str(repo), **({"TUTORIAL_TOY": "1"} if toy else {}))
     result = subprocess.run([sys.executable, "-c", RUNNER], cwd=repo, env=env, capture_output=True, text=True,
-                            timeout=900)
+                            timeout=timeout)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     return result.stdout
 

@@ -15,9 +15,9 @@ Markdown tables (seconds per section, then per block) to stdout, with the machin
 deleted after.
 """
 
-import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -26,34 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_tutorial import NOT_COPIED, REPO, blocks  # noqa: E402  (TUTORIAL.md read, and copied, as the test does)
-
-# Runs the blocks (label, kind, code) of _blocks.json in order in one namespace, as one Python session and a
-# shell; prints a line of seconds per block (@@time, then JSON).
-TIMER = """
-import json, subprocess, sys, time
-namespace = {"__name__": "__main__"}
-for section, language, line, code in json.load(open("_blocks.json", encoding="utf-8")):
-    start = time.perf_counter()
-    if language == "bash":
-        if subprocess.run(["bash", "-euo", "pipefail", "-c", code], stdout=subprocess.DEVNULL).returncode:
-            sys.exit(f"TUTORIAL.md line {line}: the bash block failed")
-    else:
-        exec(compile("\\n" * (line - 1) + code, "TUTORIAL.md", "exec"), namespace)
-    print("@@time", json.dumps([section, language, line, round(time.perf_counter() - start, 1)]), flush=True)
-"""
-
-
-def sectioned_blocks(path=os.path.join(REPO, "TUTORIAL.md")):
-    """The runnable blocks of the tutorial with the section (## heading) each is in."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    out = []
-    for language, line, code in blocks(path):
-        if language in ("python", "bash"):
-            heading = next((lines[i] for i in range(line - 2, -1, -1) if lines[i].startswith("## ")), "## (start)")
-            out.append((heading[3:], language, line, code))
-    return out
+from test_tutorial import copy_of_repo, run_programs, sectioned_blocks  # noqa: E402  (as the tutorial's test runs it)
 
 
 def main(argv):
@@ -61,29 +34,25 @@ def main(argv):
     keep = next((a[len("--keep="):] for a in argv if a.startswith("--keep=")), None)
     if keep and os.path.exists(keep):
         sys.exit(f"error: {keep} exists: give --keep a new folder")
-    env = dict(os.environ, PYTHONPATH="")
-    env.pop("TUTORIAL_TOY", None)
-    if toy:
-        env["TUTORIAL_TOY"] = "1"
-    if no_bf16:
-        env.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
+    env = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"} if no_bf16 else {}
+    # one program a block, in one namespace: a python block at its own lines of TUTORIAL.md, a bash block in a shell
+    programs = [(f"{line} {language} {section}", "TUTORIAL.md",
+                 "\n" * (line - 1) + code if language == "python" else f"_sh({code!r}, 'TUTORIAL.md line {line}')")
+                for section, language, line, code in sectioned_blocks()]
     with tempfile.TemporaryDirectory() as tmp:
-        repo = os.path.join(tmp, "repo")
-        shutil.copytree(REPO, repo, ignore=NOT_COPIED)
-        with open(os.path.join(repo, "_blocks.json"), "w", encoding="utf-8") as f:
-            json.dump(sectioned_blocks(), f)
+        repo = copy_of_repo(os.path.join(tmp, "repo"))
         start = time.perf_counter()
-        result = subprocess.run([sys.executable, "-c", TIMER], cwd=repo, env=env, capture_output=True, text=True)
+        try:
+            stdout = run_programs(repo, programs, toy=toy, env=env, timeout=None)
+        except AssertionError as e:  # a block failed: the end of what the tutorial printed
+            sys.exit(str(e))
         total = time.perf_counter() - start
-        if result.returncode:
-            sys.exit((result.stdout + result.stderr)[-4000:])
         if keep:
             shutil.copytree(os.path.join(repo, "out", "tutorial"), keep)
     times = {}
-    for row in result.stdout.splitlines():
-        if row.startswith("@@time "):
-            section, language, line, seconds = json.loads(row[len("@@time "):])
-            times.setdefault(section, []).append((language, line, seconds))
+    for label, seconds in re.findall(r"^=== (\d+ \w+ .*): ([\d.]+) s$", stdout, re.M):
+        line, language, section = label.split(" ", 2)
+        times.setdefault(section, []).append((language, int(line), float(seconds)))
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
                          text=True).stdout.strip() or platform.processor()
     print(f"TUTORIAL.md, every block in order{' at toy size' if toy else ''}, in a fresh copy: {os.cpu_count()} cores, "
