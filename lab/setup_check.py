@@ -149,7 +149,8 @@ def compute(found, keys):
                       f"{cosine:.4f})", "train with --dtype=float32, and pip install --upgrade torch")
     found["device"] = device
     if device == "cpu":
-        why = "CPU with bf16 in hardware" if cpu_computes_bf16() else "CPU without bf16 in hardware (there bf16 is emulated, and slower)"
+        why = ("CPU with bf16 in hardware" if cpu_computes_bf16() else
+               "CPU without bf16 in hardware (there bf16 is emulated, and slower)")
     else:
         why = device
     agree = "" if dtype == "float32" else f" (fp32 {ref_loss:.4f})"
