@@ -43,9 +43,27 @@ def pytest_configure(config):
 
 
 # The suite trains toy runs and copies the repository (the tutorial's test alone writes ~350 MB), and pytest keeps
-# the temporary folders of the last three sessions: a session that passes removes its own, so a passing run leaves
-# nothing behind. A failing session keeps its folder to look into (pytest removes it three sessions later).
+# every test's temporary folder, for the last three sessions: here a passing test's tmp_path is removed when it ends
+# (before most of it is ever written out to disk), and a passing session removes its whole folder (the session
+# fixtures' too), so a passing run leaves nothing behind. A failing test keeps its folder to look into.
 _session_folder = []
+_failed = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        item.stash[_failed] = True
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _remove_tmp_path_if_the_test_passes(request):
+    yield
+    folder = request.node.funcargs.get("tmp_path") if hasattr(request.node, "funcargs") else None
+    if folder is not None and not request.node.stash.get(_failed, False):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
