@@ -706,6 +706,9 @@ def paper_text(ref, variant, numbers):
     (numbers: a measure's paper_numbers)."""
     pair = paper_pair(ref, variant, numbers)
     if not pair:
+        row = VARIANTS[variant].ga or VARIANTS[variant].gn
+        if row and row.note:  # the paper says what it found in words, with no number to compare
+            return row.note, f"{row.paper} {row.table}"
         return "–", "–"
     x, y, key, name, spec, source = pair
     change = f"×{y / x:.3f}" if key == "ppl" else f"{y - x:+.3f} nats" if key == "loss" else f"×{y / x:.2f}"

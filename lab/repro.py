@@ -146,6 +146,8 @@ COMMAND = "command.json"  # kept beside them: the run's record in commands.jsonl
 CLAIMS = [
     ("GA: a sigmoid gate on each head's SDPA output (G1 elementwise) lowers the loss",
      "baseline", "g1_elementwise", "val_loss", -1),
+    ("GA: G1 lowers the loss at the baseline's parameter count too (the MLP narrowed to pay for the gate, as in GA's "
+     "dense models)", "baseline", "g1_elementwise_matched", "val_loss", -1),
     ("GA: G1's gate scores are sparser than G2's (value gate)", "g2_elementwise", "g1_elementwise", "gate_mean", -1),
     ("GA: G1's gate scores are sparser than a head-shared gate's", "g1_head_shared", "g1_elementwise", "gate_mean",
      -1),

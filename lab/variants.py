@@ -6,8 +6,9 @@ row it is compared with.
   STUDY          the variants `python -m lab.repro train all` trains, in the report's order: MODELS (one model
                  each, at the study's learning rate) then SWEEP (baseline and G1 at the higher LR_SWEEP rates)
   LAB            the sink lab's variants (`python -m lab.repro train all --study=sink_lab`)
-  TEST_VARIANTS  name -> model flags: every variant that is a model (not a training setting), plus a few
-                 configurations no paper row names, so that together they set every value of every flag
+  TEST_VARIANTS  name -> model flags: every variant that is a model (not a training setting, and not
+                 match_params, which the tests set themselves), plus a few configurations no paper row names, so
+                 that together they set every value of every flag
   FLAGS          every GPTConfig flag: what it does, with the papers' definitions, and its paper rows
   flag_table()   FLAGS as the markdown table of docs/flags.md (`python -m lab.variants --write` writes it there)
 
@@ -63,7 +64,7 @@ class Variant:
 # The stability sweep (GA §3.2, Table 2: pushed from lr 4e-3 to 8e-3, a dense baseline nearly diverged or diverged
 # while the gated model trained stably): the baseline and G1 at these learning rates, beside the study's own runs of
 # both at config/repro.py's 3e-3. The report plots final loss, M-Act and loss spikes against the learning rate.
-LR_SWEEP = (6e-3, 1e-2, 2e-2)
+LR_SWEEP = (6e-3, 1.2e-2, 2.4e-2)  # 2x, 4x and 8x config/repro.py's 3e-3
 SWEPT = ("baseline", "g1_elementwise")
 STABILITY_ROW = Row("GA", "§3.2, Table 2", "baseline vs gated at lr 8e-3",
                     note="dense 1.7B, 48 layers: at lr 8e-3 the baseline nearly diverged (PPL 9.195) or diverged; "
@@ -82,6 +83,12 @@ VARIANTS = {
                               ga=Row("GA", "Table 4", "G1 elementwise", ppl=5.761, gate_mean=0.116, m_act=94,
                                      f_attn=0.048),
                               gn=Row("GN", "Table 1", "+GA", loss=1.957, max_act=2800)),
+    # G1 at the baseline's parameter count: the MLP gives up what the gate's W_theta adds, as GA's dense models do,
+    # so that a loss gain cannot come from the extra parameters alone
+    "g1_elementwise_matched": Variant(dict(gate="g1", match_params=True),
+                                      ga=Row("GA", "§3.2, Table 2", "dense 1.7B with the SDPA output gate",
+                                             note="the FFN narrowed to keep the parameters equal; the gate lowered "
+                                                  "the loss in every setting tried")),
     "g1_headwise": Variant(dict(gate="g1", gate_granularity="headwise"),
                            ga=Row("GA", "Table 4", "G1 headwise", ppl=5.792, gate_mean=0.172, m_act=98, f_attn=0.073)),
     "g1_head_shared": Variant(dict(gate="g1", gate_shared=True),
@@ -106,7 +113,7 @@ VARIANTS = {
     "g1_preaffine": Variant(dict(gate="g1", norm="preaffine"),
                             gn=Row("GN", "Table 1", "GA+PreAffine", loss=1.954, max_act=640)),
     "dyt": Variant(dict(gate="none", norm="dyt"), gn=Row("GN", "Table 1", "DyT", loss=2.216, max_act=73)),
-    # --- the stability sweep, added below: baseline_lr0.006 ... g1_elementwise_lr0.02 ---
+    # --- the stability sweep, added below: baseline_lr0.006 ... g1_elementwise_lr0.024 ---
 
     # --- paper rows outside the study: `python -m lab.repro train g3` trains one beside it ---
     "g3": Variant(dict(gate="g3"), ga=Row("GA", "Table 1", "G3", ppl=6.016)),
@@ -121,13 +128,13 @@ VARIANTS = {
     "baseline_no_bos": Variant(dict(gate="none"), train=dict(bos=False)),
 }
 
-VARIANTS.update({sweep_name(v, lr): Variant(VARIANTS[v].flags, ga=STABILITY_ROW,
-                                            train=dict(learning_rate=lr, min_lr=lr / 10))
+VARIANTS.update({sweep_name(v, lr): Variant(VARIANTS[v].flags, ga=STABILITY_ROW,  # min_lr 0.0024, not 0.00240...02
+                                            train=dict(learning_rate=lr, min_lr=float(f"{lr / 10:.6g}")))
                  for v in SWEPT for lr in LR_SWEEP})
 SWEEP = tuple(sweep_name(v, lr) for v in SWEPT for lr in LR_SWEEP)
 
-MODELS = ("baseline", "g1_elementwise", "g1_headwise", "g1_head_shared", "g2_elementwise", "g5", "g1_ns_sigmoid",
-          "g1_input_independent", "g1_additive_silu", "sdpa_rmsnorm", "g1_gatednorm", "g1_preaffine", "dyt")
+MODELS = ("baseline", "g1_elementwise", "g1_elementwise_matched", "g1_headwise", "g1_head_shared", "g2_elementwise",
+          "g5", "g1_ns_sigmoid", "g1_input_independent", "g1_additive_silu", "sdpa_rmsnorm", "g1_gatednorm", "g1_preaffine", "dyt")
 STUDY = MODELS + SWEEP  # `python -m lab.repro train all`; `train models` and `train sweep` train either part
 # The sink lab (`python -m lab.repro train all --study=sink_lab`, config/sink_lab.py): GA Table 4's sink column in its
 # order, the other gate positions and forms, and the baseline without a BOS token as the control. Not G1 head-shared:
@@ -154,7 +161,8 @@ MODEL_ONLY = {
     "ntk_2x": dict(rope_scaling="ntk", rope_factor=2.0),  # lab/evaluate.py's length mode
     "yarn_window": dict(rope_scaling="yarn", rope_factor=4.0, attn_window=8, attn_keep_first=1),  # length, stream
 }
-TEST_VARIANTS = {**{name: v.flags for name, v in VARIANTS.items() if not v.train}, **MODEL_ONLY}
+TEST_VARIANTS = {**{name: v.flags for name, v in VARIANTS.items() if not v.train and "match_params" not in v.flags},
+                 **MODEL_ONLY}
 
 
 # ----------------------------------------------------------------------------
