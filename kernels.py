@@ -8,7 +8,7 @@ Attention with the GA paper's sigmoid output gate: y = sigmoid(gate) * softmax(q
 At the end, `chunked_loss`: model.py's training loss (GPTConfig.loss_chunk) a chunk of logits at a time.
 
 The Triton path is FlashAttention-2 laid out like Triton's tutorial "Fused Attention"
-(python/tutorials/06-fused-attention.py), plus the gate. The paper adds 42 lines to a flash-attention
+(python/tutorials/06-fused-attention.py), plus the gate. The gate adds 42 lines to a flash-attention
 kernel (counting its launch code, buffers, input checks and the torch path): each ends in `# [gate]`, and
 deleting them all leaves a working ungated kernel (tests/test_kernels.py checks the count and that). Not marked:
 the `gate` argument that Python functions take and pass on (None for plain attention), its gradient's slot

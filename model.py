@@ -304,7 +304,7 @@ class CausalSelfAttention(nn.Module):
         elif self.config.gate == "g4":
             q = self.gate(q, g)
         if self.config.qk_norm:
-            q, k = self.q_norm(q).type_as(v), self.k_norm(k).type_as(v)  # autocast runs norms in fp32
+            q, k = self.q_norm(q).type_as(v), self.k_norm(k).type_as(v)  # one dtype for SDPA (CUDA's autocast: fp32)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         return q, k, v, g
@@ -408,7 +408,8 @@ class GPT(nn.Module):
 
     def _init_weights(self, module):
         # GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer) so the residual
-        # stream's variance does not grow with depth. Norm/gate parameters keep their own inits.
+        # stream's variance does not grow with depth. Every nn.Linear gets it, GatedNorm's down/up included (its
+        # gate starts near sigmoid(0) = 0.5, as G1's does); norm scales and the input-independent gate keep theirs.
         if isinstance(module, nn.Linear):
             std = 0.02 / math.sqrt(2 * self.config.n_layer) if getattr(module, "RESIDUAL_PROJ", False) else 0.02
             torch.nn.init.normal_(module.weight, mean=0.0, std=std)

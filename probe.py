@@ -508,8 +508,10 @@ def flops_per_token(model, seq_len=None):
     """Training FLOPs per token (forward + backward = 3x forward): 6 per weight of the matmuls, plus
     causal attention, which scores T/2 keys per query on average: 3 * 2 * 2 * L * H * D * T/2."""
     cfg, T = model.config, seq_len or model.config.block_size
-    # num_params() counts the tied embedding once, which is the lm_head matmul's share
-    return 6 * model.num_params() + 6 * cfg.n_layer * cfg.n_head * cfg.head_dim * T
+    # num_params() counts the token embedding once: tied, that is the lm_head matmul's share; untied, the embedding's
+    # own copy is a lookup, not a matmul, and costs no FLOPs
+    weights = model.num_params() - (0 if cfg.tie_embeddings else model.transformer.wte.weight.numel())
+    return 6 * weights + 6 * cfg.n_layer * cfg.n_head * cfg.head_dim * T
 
 
 def estimate_mfu(model, fwdbwd_per_iter, dt, seq_len=None, device=None, peak=None):

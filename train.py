@@ -7,14 +7,15 @@ Train a gated-attention GPT:
 With no arguments it trains a small G1-gated model (4 layers, 128 wide) on the Python standard library's own source
 for a few minutes on a laptop CPU, preparing data/pystdlib on first use, and prints what it measured; config/ holds
 the GPU runs. `python train.py --help` lists every key (TrainConfig: model.GPTConfig's flags and the run's). It writes
-out_dir/log.jsonl (a record per eval), ckpt.pt (the latest state) and best.pt (the lowest validation loss; a worse or
-diverged state never replaces it); --init_from=resume continues exactly where the run left off. Every guard on the
+out_dir/log.jsonl (a record per eval), ckpt.pt (the state at the last eval; with always_save_checkpoint=False, the
+best one) and best.pt (the lowest validation loss; a worse or diverged state never replaces it); --init_from=resume
+continues from ckpt.pt, drawing the batches the uninterrupted run would have drawn. Every guard on the
 folder (one train.py at a time, nothing changed before the first eval, no run overwritten without --overwrite=True,
 the Ctrl-C line, a step too big for memory refused) is runfolder.py's.
 
-Read top to bottom: the keys -> main (config, then the Trainer: model, data, optimizer, and run, the loop) -> the
-loop's steps (train_step, check_health, evaluate, log_and_save, save) -> the schedule and the optimizer step -> the
-checks on the keys and the data. The loop waits for the GPU only after the first step, at log steps and before
+Read top to bottom: the keys -> main (config, then the Trainer: its __init__ builds the model, data and optimizer;
+run is the loop) -> build_model, build_optimizer -> the loop's steps (train_step, check_health, evaluate,
+log_and_save, save) -> the schedule and the optimizer step -> the checks on the keys and the data. The loop waits for the GPU only after the first step, at log steps and before
 evals: each step is queued, and check_health reads the queued steps' losses then.
 """
 
@@ -162,6 +163,9 @@ class Trainer:
                  f"{world_size} processes (it counts micro-steps summed over all of them)")
         self.accum = c.gradient_accumulation_steps // world_size
         self.ctx, self.dtype = autocast_for(device, c.dtype)
+        if self.dtype == "float16" and self.device_type != "cuda":  # its loss scaling (GradScaler) is CUDA's here
+            fail(f"dtype=float16 trains on a CUDA GPU only (one without bf16, with loss scaling); on "
+                 f"{self.device_type} use --dtype=bfloat16 or --dtype=float32 (auto picks)")
         torch.manual_seed(c.seed + rank)  # ranks differ in dropout; the weights are rank 0's (DDP copies them)
         np.random.seed(c.seed + rank)
         random.seed(c.seed + rank)
@@ -319,7 +323,8 @@ class Trainer:
         if checkpoint["scaler"] is not None:
             self.scaler.load_state_dict(checkpoint["scaler"])
         self.loader.load_state_dict(checkpoint["loader"])
-        restore_rng(checkpoint["rng"])
+        if self.master:  # rank 0's generators, as saved; other ranks keep their own seeds, so their dropout still
+            restore_rng(checkpoint["rng"])  # differs from rank 0's (not as it would have uninterrupted)
         self.iter_num, self.health = checkpoint["iter_num"], checkpoint["health"]
         self.say(f"resuming from {self.ckpt_path} at iter {self.iter_num}")
         self.best_iter, self.best_val_loss = self.folder.best_state(checkpoint, say=self.say)
@@ -343,7 +348,7 @@ class Trainer:
             if self.ddp:  # synchronise gradients on the last micro-step only
                 self.train_model.require_backward_grad_sync = micro_step == self.accum - 1
             with self.ctx:
-                loss = self.train_model(x, y)[1] / self.accum  # the logits let go at once: backward needs none
+                loss = self.train_model(x, y)[1] / self.accum  # with loss_chunk, the logits let go at once
             step_loss += loss.detach()
             self.scaler.scale(loss).backward()
         if self.ddp:  # every rank sees the same loss and gradients, so every rank skips the same steps
@@ -550,6 +555,10 @@ def check_settings(c):
             fail(f"{key}={getattr(c, key)} must be at least 1")
     if c.eval_only and c.init_from != "resume":
         fail("eval_only=True evaluates a trained run: add --init_from=resume (a new model would be random)")
+    if c.attn_window is not None:  # every evaluation measures the sink over the whole window (probe.Probe)
+        fail(f"attn_window={c.attn_window} is a setting for a trained model, not for training: train.py measures "
+             "attention over every earlier key; measure a trained run under a sliding window with "
+             "python -m lab.evaluate --runs=OUT_DIR --modes=stream")
     ranges = {  # key: (the test a value must pass, what is allowed); NaN and infinity never pass
         "learning_rate": (lambda x: x > 0, "a positive number"),
         "min_lr": (lambda x: 0 <= x <= c.learning_rate, f"between 0 and learning_rate={c.learning_rate}"),

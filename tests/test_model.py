@@ -685,6 +685,10 @@ def test_flops_and_mfu(monkeypatch):
     model = GPT(GPTConfig(**BASE))
     N, T = model.num_params(), 24
     assert probe.flops_per_token(model, T) == 6 * N + 6 * 2 * H * D * T
+    # untied, the token embedding is a second matrix but a lookup: the FLOPs are the tied model's
+    untied = GPT(GPTConfig(**BASE, tie_embeddings=False))
+    assert untied.num_params() == N + untied.transformer.wte.weight.numel()
+    assert probe.flops_per_token(untied, T) == probe.flops_per_token(model, T)
     # 10 sequences of T tokens in 0.5 s against a 1e9 FLOP/s peak
     assert probe.estimate_mfu(model, 10, 0.5, peak=1e9) == pytest.approx(probe.flops_per_token(model, T) * T * 10 / 0.5 / 1e9)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -699,6 +699,8 @@ def test_a_new_run_never_starts_over_an_existing_run(stdlib_data, tmp_path):
     (["--device=gpu"], "device='gpu' is not valid"),
     (["--vocab_size=1000"], "hold token id"),  # GPT-2 ids in the data, a model with 1000 tokens
     (["--block_size=1"], "block_size=1 is not valid; it must be at least 2 with bos=True"),  # windows of BOS alone
+    (["--attn_window=8"], "attn_window=8 is a setting for a trained model, not for training"),  # the probe's
+    (["--dtype=float16"], "dtype=float16 trains on a CUDA GPU only"),  # its loss scaling: CUDA's GradScaler
 ])
 def test_mistaken_keys_and_meaningless_settings_are_refused_before_anything_is_written(stdlib_data, tmp_path, args, message):
     with pytest.raises(SystemExit) as exit_info:
