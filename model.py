@@ -407,9 +407,8 @@ class GPT(nn.Module):
         self.apply(self._init_weights)
 
     def _init_weights(self, module):
-        # GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer) so the residual
-        # stream's variance does not grow with depth. Every nn.Linear gets it, GatedNorm's down/up included (its
-        # gate starts near sigmoid(0) = 0.5, as G1's does); norm scales and the input-independent gate keep theirs.
+        # GPT-2 init: N(0, 0.02) for every nn.Linear (GatedNorm's too: its gate starts near 0.5, as G1's), residual
+        # projections scaled by 1/sqrt(2 * n_layer) so the stream's variance does not grow with depth. Norms keep own.
         if isinstance(module, nn.Linear):
             std = 0.02 / math.sqrt(2 * self.config.n_layer) if getattr(module, "RESIDUAL_PROJ", False) else 0.02
             torch.nn.init.normal_(module.weight, mean=0.0, std=std)

@@ -6,7 +6,8 @@ nothing is lost. train.py meets it as one object, RunFolder.
   writing                atomic_write, atomic_copy, write_text, write_json: a kill or a full disk leaves the old file
                          whole, and no file is written through a symbolic link; claim_folder, claimed: one process at
                          a time writes a folder; writable_folder: checked before work
-  checkpoints            save_checkpoint, read_checkpoint, model_from_checkpoint, load_checkpoint
+  checkpoints            save_checkpoint, read_checkpoint, model_from_checkpoint, load_checkpoint; no_checkpoint:
+                         what to say of a folder without the one asked for
   records                read_jsonl, code_version (which commit made a result), finite_or_none
   the run                RunFolder: claiming out_dir, starting a new run or resuming one (its settings, its id and
                          data, the best state so far), the log and the checkpoints, and the Ctrl-C line;
@@ -16,6 +17,7 @@ nothing is lost. train.py meets it as one object, RunFolder.
 
 import contextlib
 import dataclasses
+import difflib
 import glob
 import json
 import math
@@ -169,11 +171,33 @@ def save_checkpoint(checkpoint, path):
     atomic_write(path, lambda f: torch.save(checkpoint, f))
 
 
+def no_checkpoint(folder, name):
+    """One line for a run folder that holds no checkpoint `name`: the checkpoints it has, the runs it holds (a folder
+    of runs), a folder of a similar name beside it (a typo), or else that it needs training."""
+    if os.path.isdir(folder):
+        have = sorted(f for f in os.listdir(folder) if f.endswith(".pt"))
+        if have:
+            return f"no {name} in {folder}: it has {', '.join(have)}; choose one with --checkpoint=NAME"
+        runs = sorted(d for d in os.listdir(folder) if glob.glob(os.path.join(glob.escape(folder), d, "*.pt")))
+        if runs:
+            listed = ", ".join(runs[:6]) + (", ..." if len(runs) > 6 else "")
+            return (f"no {name} in {folder}: it is a folder of runs ({listed}); name a run's own folder, e.g. "
+                    f"{os.path.join(folder, runs[0])}")
+    elif not os.path.exists(folder):
+        parent = os.path.dirname(folder.rstrip(os.sep)) or "."
+        beside = sorted(d for d in os.listdir(parent) if os.path.isdir(os.path.join(parent, d))) \
+            if os.path.isdir(parent) else []
+        near = difflib.get_close_matches(os.path.basename(folder.rstrip(os.sep)), beside, n=1)
+        if near:
+            return f"no {name} in {folder}: there is no such folder; did you mean {os.path.join(parent, near[0])}?"
+    return f"no {name} in {folder}: train it first (python train.py --out_dir={folder} ...)"
+
+
 def read_checkpoint(path):
     """A checkpoint file as a dict. A missing file raises FileNotFoundError, an unreadable one ValueError,
     each with a message for the user."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint at {path}: train one first (python train.py --out_dir=...)")
+        raise FileNotFoundError(no_checkpoint(os.path.dirname(path) or ".", os.path.basename(path)))
     try:
         with warnings.catch_warnings():  # torch's notes on a foreign pickle's protocol: the message below says it
             warnings.simplefilter("ignore")
@@ -300,7 +324,11 @@ def rng_state():
             "python": random.getstate()}
 
 
-def restore_rng(state):
+def restore_rng(state, rank=0):
+    """rng_state's generators back, on rank 0: the state saved is rank 0's. Another rank keeps its own seed, so its
+    dropout still differs from rank 0's, though not as it would have uninterrupted."""
+    if rank:
+        return
     torch.set_rng_state(state["torch"])
     if state["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

@@ -46,7 +46,8 @@ def check_settings(c):
         if getattr(c, key) < 1:
             fail(f"{key}={getattr(c, key)} must be at least 1")
     if not 0 < c.temperature < math.inf:  # NaN fails this too
-        fail(f"temperature={c.temperature} must be a positive number (1 = the model's own distribution)")
+        fail(f"temperature={c.temperature} must be a positive number (1 = the model's own distribution); for "
+             "greedy decoding, always the likeliest token, use --top_k=1")
     if c.top_k < 0:
         fail(f"top_k={c.top_k} must be 0 (all tokens) or a positive number of tokens")
     if not 0 <= c.seed < 2**63:

@@ -5,18 +5,17 @@ Train a gated-attention GPT:
     torchrun --standalone --nproc_per_node=8 train.py config/train_fineweb.py     # several GPUs
 
 With no arguments it trains a small G1-gated model (4 layers, 128 wide) on the Python standard library's own source
-for a few minutes on a laptop CPU, preparing data/pystdlib on first use, and prints what it measured; config/ holds
+for a minute or two on a laptop CPU, preparing data/pystdlib on first use, and prints what it measured; config/ holds
 the GPU runs. `python train.py --help` lists every key (TrainConfig: model.GPTConfig's flags and the run's). It writes
-out_dir/log.jsonl (a record per eval), ckpt.pt (the state at the last eval; with always_save_checkpoint=False, the
-best one) and best.pt (the lowest validation loss; a worse or diverged state never replaces it); --init_from=resume
-continues from ckpt.pt, drawing the batches the uninterrupted run would have drawn. Every guard on the
-folder (one train.py at a time, nothing changed before the first eval, no run overwritten without --overwrite=True,
-the Ctrl-C line, a step too big for memory refused) is runfolder.py's.
+out_dir/log.jsonl (a record per eval), ckpt.pt (the state at the last eval) and best.pt (the lowest validation loss;
+a worse or diverged state never replaces it); --init_from=resume continues from ckpt.pt as the run would have. Every
+guard on the folder (one train.py at a time, nothing changed before the first eval, no run overwritten without
+--overwrite=True, the Ctrl-C line, a step too big for memory refused) is runfolder.py's.
 
-Read top to bottom: the keys -> main (config, then the Trainer: its __init__ builds the model, data and optimizer;
-run is the loop) -> build_model, build_optimizer -> the loop's steps (train_step, check_health, evaluate,
-log_and_save, save) -> the schedule and the optimizer step -> the checks on the keys and the data. The loop waits for the GPU only after the first step, at log steps and before
-evals: each step is queued, and check_health reads the queued steps' losses then.
+Read top to bottom: the keys -> main (config, then the Trainer: __init__ builds the model, data and optimizer, run is
+the loop) -> build_model, build_optimizer -> the loop's steps (train_step, check_health, evaluate, log_and_save,
+save) -> the schedule and the optimizer step -> the checks on the keys and the data. The loop waits for the GPU only
+after the first step, at log steps and before evals: each step is queued; check_health reads their losses then.
 """
 
 import dataclasses
@@ -163,14 +162,12 @@ class Trainer:
                  f"{world_size} processes (it counts micro-steps summed over all of them)")
         self.accum = c.gradient_accumulation_steps // world_size
         self.ctx, self.dtype = autocast_for(device, c.dtype)
-        if self.dtype == "float16" and self.device_type != "cuda":  # its loss scaling (GradScaler) is CUDA's here
-            fail(f"dtype=float16 trains on a CUDA GPU only (one without bf16, with loss scaling); on "
-                 f"{self.device_type} use --dtype=bfloat16 or --dtype=float32 (auto picks)")
+        if self.dtype == "float16" and self.device_type != "cuda":  # fp16's loss scaling runs on CUDA only here
+            fail(f"dtype=float16 trains on a CUDA GPU only; on {self.device_type} use --dtype=bfloat16 or float32")
         torch.manual_seed(c.seed + rank)  # ranks differ in dropout; the weights are rank 0's (DDP copies them)
         np.random.seed(c.seed + rank)
         random.seed(c.seed + rank)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         # the model, first: a step that cannot fit in memory is refused before the data is read
         self.build_model(checkpoint)
         n_params = sum(p.numel() for p in self.raw_model.parameters())
@@ -303,8 +300,7 @@ class Trainer:
         """AdamW, the fp16 gradient scaler, and on resume every piece of state the run had."""
         c = self.c
         self.optimizer = self.raw_model.configure_optimizers(c.weight_decay, c.learning_rate, (c.beta1, c.beta2))
-        fp16 = self.dtype == "float16" and self.device_type == "cuda"
-        self.scaler = torch.amp.GradScaler("cuda" if self.device_type == "cuda" else "cpu", enabled=fp16)
+        self.scaler = torch.amp.GradScaler(self.device_type, enabled=self.dtype == "float16")  # (CUDA only: __init__)
         self.iter_num, self.best_val_loss, self.best_iter = 0, float("inf"), None
         self.initial_val_loss = None  # the iter-0 evaluation's: no best state is worse, and far above it is divergence
         self.health = {"loss_ema": None, "loss_var": 0.0, "steps": 0, "in_spike": False, "loss_spikes": 0,
@@ -323,8 +319,7 @@ class Trainer:
         if checkpoint["scaler"] is not None:
             self.scaler.load_state_dict(checkpoint["scaler"])
         self.loader.load_state_dict(checkpoint["loader"])
-        if self.master:  # rank 0's generators, as saved; other ranks keep their own seeds, so their dropout still
-            restore_rng(checkpoint["rng"])  # differs from rank 0's (not as it would have uninterrupted)
+        restore_rng(checkpoint["rng"], self.rank)
         self.iter_num, self.health = checkpoint["iter_num"], checkpoint["health"]
         self.say(f"resuming from {self.ckpt_path} at iter {self.iter_num}")
         self.best_iter, self.best_val_loss = self.folder.best_state(checkpoint, say=self.say)
@@ -332,9 +327,8 @@ class Trainer:
 
     def out_of_memory(self, e):
         """The same one line for an allocator failure the estimate did not foresee."""
-        n_params = sum(p.numel() for p in self.raw_model.parameters())
-        fail(f"out of memory at iter {self.iter_num} ({str(e).strip().splitlines()[0][:120]}). "
-             + memory_advice(self.c, self.gptconf, n_params, self.device, free_memory(self.device)))
+        fail(f"out of memory at iter {self.iter_num} ({str(e).strip().splitlines()[0][:120]}). " + memory_advice(
+            self.c, self.gptconf, self.raw_model.num_params(False), self.device, free_memory(self.device)))
 
     def train_step(self):
         """One optimizer step: accum micro-batches on each rank, gradients averaged over all of them. It never
@@ -555,10 +549,9 @@ def check_settings(c):
             fail(f"{key}={getattr(c, key)} must be at least 1")
     if c.eval_only and c.init_from != "resume":
         fail("eval_only=True evaluates a trained run: add --init_from=resume (a new model would be random)")
-    if c.attn_window is not None:  # every evaluation measures the sink over the whole window (probe.Probe)
-        fail(f"attn_window={c.attn_window} is a setting for a trained model, not for training: train.py measures "
-             "attention over every earlier key; measure a trained run under a sliding window with "
-             "python -m lab.evaluate --runs=OUT_DIR --modes=stream")
+    if c.attn_window is not None:  # the evaluations measure attention over every earlier key (probe.Probe)
+        fail(f"attn_window={c.attn_window} is a setting for a trained model, not for training: measure a trained run "
+             "under a sliding window with python -m lab.evaluate --runs=OUT_DIR --modes=stream")
     ranges = {  # key: (the test a value must pass, what is allowed); NaN and infinity never pass
         "learning_rate": (lambda x: x > 0, "a positive number"),
         "min_lr": (lambda x: 0 <= x <= c.learning_rate, f"between 0 and learning_rate={c.learning_rate}"),

@@ -67,7 +67,7 @@ import pretrained
 from cli import REPO, autocast_for, configure, dataset_dir, device_name, fail, pick_device
 from lab.report import (data_problem, finite_json, kept_of_other_run, log_start, markdown_table, places_text,
     pyplot, save_figure)
-from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_checkpoint, read_jsonl,
+from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_checkpoint, no_checkpoint, read_jsonl,
     writable_folder, write_json, write_text)
 from data.shards import bos_token, dataset_fingerprint, read_meta, val_batches
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, Probe, SINK_HEAD_THRESHOLD, TRIGGER_KEYS,
@@ -851,10 +851,7 @@ def main(argv=None):
             fail(f"--runs names folders (train.py's out_dirs) and --checkpoint a file in each ({CHECKPOINT} or "
                  f"best.pt): {os.path.join(run, a.checkpoint)} is no checkpoint file")
         if not (os.path.isfile(os.path.join(run, a.checkpoint)) or kept):
-            have = sorted(f for f in os.listdir(run) if f.endswith(".pt")) if os.path.isdir(run) else []
-            fail(f"no {a.checkpoint} in {run}: " +
-                 (f"it has {', '.join(have)}; choose one with --checkpoint=NAME" if have
-                  else f"train it first (python train.py --out_dir={run} ...)"))
+            fail(no_checkpoint(run, a.checkpoint))
         check_data(os.path.join(run, a.checkpoint))
     writable_folder(a.out_dir)  # before the measurement, not after it
     with claimed(a.out_dir):

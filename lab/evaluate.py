@@ -60,8 +60,8 @@ import torch.nn.functional as F
 import pretrained
 from cli import configure, dataset_dir, device_name, fail, free_memory, pick_device
 from lab.report import data_problem, finite_json, kept_of_other_run, log_start, pyplot, save_figure
-from runfolder import (CHECKPOINT, EVALUATED, claimed, model_from_checkpoint, read_checkpoint, writable_folder,
-    write_json, write_text)
+from runfolder import (CHECKPOINT, EVALUATED, claimed, model_from_checkpoint, no_checkpoint, read_checkpoint,
+    writable_folder, write_json, write_text)
 from data.shards import TokenWindows, bos_token, dataset_fingerprint, val_batches
 from model import GPT, VALID
 from lab.report import PAPERS_SAY, fmt_interval, headline, table
@@ -279,10 +279,7 @@ def stored_record(run, checkpoint, settings_for):
     none is kept, ValueError where it cannot be read or differs, each one line saying what to do."""
     path = os.path.join(run, EVALUATED)
     if not os.path.isfile(path):
-        have = sorted(f for f in os.listdir(run) if f.endswith(".pt")) if os.path.isdir(run) else []
-        raise FileNotFoundError(f"no {checkpoint} in {run}: " + (
-            f"it has {', '.join(have)}; choose one with --checkpoint=NAME" if have
-            else f"train it first (python train.py --out_dir={run} ...)"))
+        raise FileNotFoundError(no_checkpoint(run, checkpoint))
     try:
         with open(path) as f:
             record = json.load(f)

@@ -134,7 +134,8 @@ VARIANTS.update({sweep_name(v, lr): Variant(VARIANTS[v].flags, ga=STABILITY_ROW,
 SWEEP = tuple(sweep_name(v, lr) for v in SWEPT for lr in LR_SWEEP)
 
 MODELS = ("baseline", "g1_elementwise", "g1_elementwise_matched", "g1_headwise", "g1_head_shared", "g2_elementwise",
-          "g5", "g1_ns_sigmoid", "g1_input_independent", "g1_additive_silu", "sdpa_rmsnorm", "g1_gatednorm", "g1_preaffine", "dyt")
+          "g5", "g1_ns_sigmoid", "g1_input_independent", "g1_additive_silu", "sdpa_rmsnorm", "g1_gatednorm",
+          "g1_preaffine", "dyt")
 STUDY = MODELS + SWEEP  # `python -m lab.repro train all`; `train models` and `train sweep` train either part
 # The sink lab (`python -m lab.repro train all --study=sink_lab`, config/sink_lab.py): GA Table 4's sink column in its
 # order, the other gate positions and forms, and the baseline without a BOS token as the control. Not G1 head-shared:

@@ -21,7 +21,7 @@ import train
 import cli
 import runfolder
 from cli import configure
-from runfolder import load_checkpoint, model_from_checkpoint, save_checkpoint
+from runfolder import BEST, CHECKPOINT, load_checkpoint, model_from_checkpoint, no_checkpoint, save_checkpoint
 from model import GPTConfig
 from train import TrainConfig
 
@@ -612,8 +612,28 @@ def test_sample_is_deterministic_with_a_seed(tiny_run, tmp_path, capsys):
 
 
 def test_sample_without_a_checkpoint(tmp_path):
-    with pytest.raises(SystemExit, match="no checkpoint at"):
+    with pytest.raises(SystemExit, match=f"no ckpt.pt in {tmp_path}: train it first"):
         sample.main([f"--out_dir={tmp_path}"])
+
+
+def test_a_missing_checkpoint_says_what_the_folder_holds(tmp_path):
+    """The line for a run folder without the checkpoint asked for names what is there: the checkpoints (a name
+    typed without .pt), the runs of a folder of runs, a folder of a similar name (a typo), else that it needs
+    training."""
+    for run, name in (("baseline", CHECKPOINT), ("g1", BEST)):
+        (tmp_path / "lab" / run).mkdir(parents=True)
+        (tmp_path / "lab" / run / name).write_bytes(b"")
+    lab = tmp_path / "lab"
+    assert no_checkpoint(str(lab / "g1"), "best") == \
+        f"no best in {lab / 'g1'}: it has best.pt; choose one with --checkpoint=NAME"
+    assert no_checkpoint(str(lab), CHECKPOINT) == (f"no ckpt.pt in {lab}: it is a folder of runs (baseline, g1); "
+                                                   f"name a run's own folder, e.g. {lab / 'baseline'}")
+    assert no_checkpoint(str(lab / "baselin"), CHECKPOINT) == \
+        f"no ckpt.pt in {lab / 'baselin'}: there is no such folder; did you mean {lab / 'baseline'}?"
+    assert no_checkpoint(str(tmp_path / "elsewhere"), CHECKPOINT).endswith(
+        f"train it first (python train.py --out_dir={tmp_path / 'elsewhere'} ...)")
+    with pytest.raises(SystemExit, match="did you mean"):  # as sample.py says it
+        sample.main([f"--out_dir={lab / 'baselin'}", "--device=cpu"])
 
 
 # ----------------------------------------------------------------------------
@@ -683,7 +703,8 @@ def test_a_new_run_never_starts_over_an_existing_run(stdlib_data, tmp_path):
     (["--compile_mode=fast"], "compile_mode='fast' is not valid; choose one of default, reduce-overhead"),
     (["--sdpa_backend=fa3"], "sdpa_backend='fa3' is not valid; choose one of default, cudnn, flash"),
     (["--n_layer"], "--n_layer: write --n_layer=value"),
-    (["no/such/config.py"], "config file no/such/config.py not found"),
+    (["no/such/config.py"], "config file no/such/config.py not found (arguments are config files"),
+    (["config/sinklab.py"], "config file config/sinklab.py not found; did you mean config/sink_lab.py? (arguments"),
     (["--gate=g7"], "GPTConfig.gate='g7' is not valid"),
     (["--gate=none", "--gate_act=silu"], "gate_act='silu' has no effect with gate='none'"),
     (["--init_from=gpt2"], "init_from='gpt2' is not valid"),
@@ -810,9 +831,11 @@ def test_a_full_disk_stops_the_run_and_keeps_the_saved_state(stdlib_data, tmp_pa
 @pytest.mark.parametrize("args, message", [
     (["--start=FILE:/no/such/prompt.txt"], "cannot read the prompt file"),
     (["--top_k=-5"], "top_k=-5 must be 0"),
-    (["--temperature=0.0"], "temperature=0.0 must be a positive number"),
+    (["--temperature=0.0"], "temperature=0.0 must be a positive number (1 = the model's own distribution); for "
+                            "greedy decoding, always the likeliest token, use --top_k=1"),
     (["--num_samples=0"], "num_samples=0 must be at least 1"),
-    (["--checkpoint=nothing.pt"], "no checkpoint at"),
+    (["--checkpoint=nothing.pt"], "no nothing.pt in"),
+    (["--checkpoint=best"], "it has best.pt, ckpt.pt; choose one with --checkpoint=NAME"),
 ])
 def test_sample_mistakes(tiny_run, args, message):
     with pytest.raises(SystemExit) as exit_info:

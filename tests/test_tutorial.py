@@ -211,6 +211,25 @@ def test_every_python_block_can_be_pasted_into_the_python_prompt():
         "\n".join(wrong)
 
 
+# calls whose value is None, which the python prompt does not print
+RETURN_NONE = ("print", "hook.remove")
+
+
+def test_no_python_block_prints_a_value_its_reader_did_not_ask_for():
+    """Pasted into python, every expression statement of a block prints its value unless it is None, inside a with
+    or for block too (the notebook echoes only a cell's last line): base(x) would print pages of tensors. So a block's
+    bare expressions are calls that return None, and what a reader should not see is assigned, as to _."""
+    import ast
+    echoed = []
+    for language, line, source in blocks():
+        if language == "python":
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant) and not (
+                        isinstance(node.value, ast.Call) and ast.unparse(node.value.func) in RETURN_NONE):
+                    echoed.append(f"TUTORIAL.md line {line + node.lineno}: {ast.unparse(node)[:60]}")
+    assert not echoed, "pasted into python, these print their value (assign it: _ = ...):\n" + "\n".join(echoed)
+
+
 def names_needed(source):
     """The global names a piece of module code reads (in functions too) but neither binds, imports nor has as a
     builtin."""
