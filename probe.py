@@ -170,6 +170,20 @@ def sink_keys(T):
     return T // 2 - T // SINK_GAP
 
 
+def causal_rows(q, k, i0, i1, scale):
+    """The attention rows of queries [i0, i1) over keys [0, i1), (B, H, i1 - i0, i1) in float32:
+    softmax_j<=i(q_i . k_j * scale), zero where j > i. q: (B, H, T, D); k: (B, Hkv, T, D), H a multiple of Hkv (GQA:
+    query head h reads KV head h // (H // Hkv), grouped as kernels.first_token_attention does, no repeated copy of k).
+    Float32 even where the model runs under autocast. The probe's every explicit softmax is this one."""
+    B, H, _, D = q.shape
+    Hkv, c = k.size(1), i1 - i0
+    with torch.autocast(q.device.type, enabled=False):
+        qg = q[:, :, i0:i1].float().reshape(B, Hkv, H // Hkv * c, D)  # (B, Hkv, G * c, D): heads grouped by KV head
+        s = (qg @ k[:, :, :i1].float().transpose(-2, -1)).view(B, H, c, i1) * scale
+        after = torch.arange(i1, device=q.device) > torch.arange(i0, i1, device=q.device)[:, None]  # key j > query i
+        return s.masked_fill(after, float("-inf")).softmax(-1)
+
+
 @torch.no_grad()
 def received_attention(q, k, chunk=128, scale=None, keys=None):
     """The attention each early key receives from the late queries, r (B, H, keys) in float32:
@@ -178,9 +192,8 @@ def received_attention(q, k, chunk=128, scale=None, keys=None):
 
     keys: how many (T//2 by default, every key before the late half; at most T//2; the probe's sink_share takes
     sink_keys(T)). Under the causal mask every late query sees every one of these keys, so r[..., j] is key j's
-    share of the late half's attention. q: (B, H, T, D); k: (B, Hkv, T, D) with H a multiple of Hkv (GQA: query
-    head h reads KV head h // (H // Hkv), grouped as kernels.first_token_attention does, no repeated copy of k).
-    scale: D ** -0.5 by default, the model's. Computed in float32, `chunk` late queries at a time: memory
+    share of the late half's attention. q: (B, H, T, D); k: (B, Hkv, T, D) with H a multiple of Hkv (GQA, as
+    causal_rows). scale: D ** -0.5 by default, the model's. `chunk` late queries at a time: memory
     O(B * H * chunk * T), never T x T. T < 2 gives r with no keys, (B, H, 0)."""
     if q.dim() != 4 or k.dim() != 4 or k.size(0) != q.size(0) or k.shape[2:] != q.shape[2:] or q.size(1) % k.size(1):
         raise ValueError(f"q must be (B, H, T, D) and k (B, Hkv, T, D) with H % Hkv == 0; got q {tuple(q.shape)}, "
@@ -190,24 +203,14 @@ def received_attention(q, k, chunk=128, scale=None, keys=None):
     B, H, T, D = q.shape
     if keys is not None and not 0 <= keys <= T // 2:
         raise ValueError(f"keys={keys}: the candidate keys are the first 0..{T // 2} of a window of {T}")
-    Hkv = k.size(1)
-    G, n = H // Hkv, T // 2  # query heads per KV head; late queries [n, T)
+    n = T // 2  # late queries [n, T)
     m = n if keys is None else keys  # candidate keys [0, m)
     scale = D ** -0.5 if scale is None else float(scale)
-    r = torch.zeros(B, Hkv, G, m, dtype=torch.float32, device=q.device)
-    if n == 0 or m == 0:
-        return r.view(B, H, m)
-    qg = q.unflatten(1, (Hkv, G))  # (B, Hkv, G, T, D): query heads grouped by their KV head
-    kt = k.float().transpose(-2, -1)  # (B, Hkv, D, T)
-    with torch.autocast(q.device.type, enabled=False):  # float32 even where the model runs under autocast
+    r = torch.zeros(B, H, m, dtype=torch.float32, device=q.device)
+    if m:
         for i0 in range(n, T, chunk):
-            i1 = min(i0 + chunk, T)  # queries [i0, i1) see keys [0, i1) at most
-            c = i1 - i0
-            s = (qg[:, :, :, i0:i1].float().reshape(B, Hkv, G * c, D) @ kt[..., :i1]).view(B, Hkv, G, c, i1) * scale
-            after = torch.arange(i1, device=q.device) > torch.arange(i0, i1, device=q.device)[:, None]  # j > i
-            p = s.masked_fill(after, float("-inf")).softmax(-1)
-            r += p[..., :m].sum(-2)
-    return (r / (T - n)).view(B, H, m)
+            r += causal_rows(q, k, i0, min(i0 + chunk, T), scale)[..., :m].sum(-2)
+    return r / (T - n)
 
 
 @torch.no_grad()
@@ -217,16 +220,11 @@ def previous_token_attention(q, k, chunk=128, scale=None):
     (GQA). `chunk` queries at a time: memory O(B * H * chunk * T), never T x T."""
     B, H, T, D = q.shape
     scale = D ** -0.5 if scale is None else float(scale)
-    kk = k.float().repeat_interleave(H // k.size(1), dim=1).transpose(-2, -1)  # (B, H, D, T)
     p = torch.full((B, H, T), float("nan"), dtype=torch.float32, device=q.device)
-    with torch.autocast(q.device.type, enabled=False):
-        for i0 in range(1, T, chunk):
-            i1 = min(i0 + chunk, T)
-            s = (q[:, :, i0:i1].float() @ kk[..., :i1]) * scale  # (B, H, c, i1)
-            after = torch.arange(i1, device=q.device) > torch.arange(i0, i1, device=q.device)[:, None]
-            rows = s.masked_fill(after, float("-inf")).softmax(-1)
-            before = (torch.arange(i0, i1, device=q.device) - 1).view(1, 1, -1, 1).expand(B, H, -1, 1)
-            p[:, :, i0:i1] = rows.gather(-1, before).squeeze(-1)
+    for i0 in range(1, T, chunk):
+        i1 = min(i0 + chunk, T)
+        rows = causal_rows(q, k, i0, i1, scale)  # (B, H, c, i1)
+        p[:, :, i0:i1] = rows.diagonal(offset=i0 - 1, dim1=-2, dim2=-1)  # row i's entry i - 1
     return p
 
 
@@ -411,11 +409,7 @@ class Probe:
             if self.gate_scores is not None:
                 self.gate_scores(s, trig)
         if self.keep_maps:  # explicit softmax, T x T, in float32
-            kk = k.repeat_interleave(attn.n_head // attn.n_kv_head, dim=1)
-            with torch.autocast(q.device.type, enabled=False):
-                att = (q.float() @ kk.float().transpose(-2, -1)) * attn.head_dim ** -0.5
-            mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-            self.attention_maps.append(att.masked_fill(~mask, float("-inf")).softmax(-1))
+            self.attention_maps.append(causal_rows(q, k, 0, T, attn.head_dim ** -0.5))
 
     def _sinks(self, attn, q, k, trig):
         """F-Attn and the sink-anywhere statistics of one layer, T > 1; with trig (the trigger positions, (B, T)),
