@@ -48,7 +48,7 @@ start_log() {  # start_log NAME: $LOG is $WORK/NAME/, emptied unless its last ru
     } > "$env" 2>&1
     # what an earlier success depends on: the script and its arguments, the settings, the code, the software
     key=$(printf '%s\n' "$(basename "$SCRIPT") ${ARGS[*]}" "TOY=$TOY" "PYTHON=$PYTHON" "DATA_DIR=${DATA_DIR:-}"
-          cat ./*.py lab/*.py config/*.py lab/gpu/*.sh 2>/dev/null | cksum
+          cat ./*.py lab/*.py config/*.py data/*.py data/*/*.py tests/*.py lab/gpu/*.sh 2>/dev/null | cksum
           grep -E '^(python|triton) ' "$env")
     if [ "$FRESH" != 1 ] && [ -f "$LOG/steps.tsv" ] && [ "$key" = "$(cat "$LOG/key" 2>/dev/null)" ]; then
         mv "$LOG/steps.tsv" "$LOG/steps.prev.tsv"
