@@ -178,7 +178,8 @@ def no_checkpoint(folder, name):
         have = sorted(f for f in os.listdir(folder) if f.endswith(".pt"))
         if have:
             return f"no {name} in {folder}: it has {', '.join(have)}; choose one with --checkpoint=NAME"
-        runs = sorted(d for d in os.listdir(folder) if glob.glob(os.path.join(glob.escape(folder), d, "*.pt")))
+        runs = sorted(d for d in os.listdir(folder)
+                      if glob.glob(os.path.join(glob.escape(os.path.join(folder, d)), "*.pt")))
         if runs:
             listed = ", ".join(runs[:6]) + (", ..." if len(runs) > 6 else "")
             return (f"no {name} in {folder}: it is a folder of runs ({listed}); name a run's own folder, e.g. "
