@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -40,18 +41,29 @@ def declared_keys(path, class_name):
     return set(keys)
 
 
-def help_of(command):
-    """What `python <command> --help` prints, run from the repository's root (a path, or -m and a module)."""
-    out = subprocess.run([sys.executable, *command.split(), "--help"], cwd=REPO, capture_output=True, text=True,
-                         timeout=120)
+@pytest.fixture(scope="module")
+def helps():
+    """`python <command> --help` of every script, run from the repository's root (a path, or -m and a module), a
+    few at a time (each is mostly Python and torch starting, which leaves a core idle): command -> its result."""
+    def run(command):
+        return subprocess.run([sys.executable, *command.split(), "--help"], cwd=REPO, capture_output=True,
+                              text=True, timeout=300)
+    commands = [*SCRIPTS, *PREPARE]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(commands, pool.map(run, commands)))
+
+
+def help_of(helps, command):
+    """What `python <command> --help` printed; it must have ended well."""
+    out = helps[command]
     assert out.returncode == 0, f"python {command} --help: exit {out.returncode}\n{out.stderr[-2000:]}"
     return out.stdout
 
 
 @pytest.mark.parametrize("command", list(SCRIPTS))
-def test_every_script_lists_every_key_with_its_meaning_on_help(command):
+def test_every_script_lists_every_key_with_its_meaning_on_help(helps, command):
     path, class_name = SCRIPTS[command]
-    text = help_of(command)
+    text = help_of(helps, command)
     doc = ast.get_docstring(ast.parse(open(os.path.join(REPO, path), encoding="utf-8").read()))
     assert text.startswith(doc.splitlines()[0]), "--help starts with the script's own description"
     assert f"python {command}" in text, "its usage says how to run it: from the repository's root, as the test does"
@@ -67,8 +79,8 @@ def test_every_script_lists_every_key_with_its_meaning_on_help(command):
 
 
 @pytest.mark.parametrize("path", PREPARE)
-def test_every_prepare_script_answers_help(path):
-    assert "usage:" in help_of(path)
+def test_every_prepare_script_answers_help(helps, path):
+    assert "usage:" in help_of(helps, path)
 
 
 @dataclasses.dataclass
