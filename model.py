@@ -408,7 +408,7 @@ class GPT(nn.Module):
 
     def _init_weights(self, module):
         # GPT-2 init: N(0, 0.02) for every nn.Linear (GatedNorm's too: its gate starts near 0.5, as G1's), residual
-        # projections scaled by 1/sqrt(2 * n_layer) so the stream's variance does not grow with depth. Norms keep own.
+        # projections scaled by 1/sqrt(2 * n_layer) so the stream's variance does not grow with depth; norms keep theirs
         if isinstance(module, nn.Linear):
             std = 0.02 / math.sqrt(2 * self.config.n_layer) if getattr(module, "RESIDUAL_PROJ", False) else 0.02
             torch.nn.init.normal_(module.weight, mean=0.0, std=std)

@@ -170,10 +170,10 @@ class Trainer:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         # the model, first: a step that cannot fit in memory is refused before the data is read
         self.build_model(checkpoint)
-        n_params = sum(p.numel() for p in self.raw_model.parameters())
+        self.n_params = sum(p.numel() for p in self.raw_model.parameters())  # for the memory estimate, here and below
         available = free_memory(device)
-        if available is not None and step_memory(c.batch_size, self.gptconf, n_params) > available:
-            fail(memory_advice(c, self.gptconf, n_params, device, available))
+        if available is not None and step_memory(c.batch_size, self.gptconf, self.n_params) > available:
+            fail(memory_advice(c, self.gptconf, self.n_params, device, available))
         # the data: a sampler of training windows, and the same validation batches at every eval
         self.tokens_per_iter = c.gradient_accumulation_steps * c.batch_size * self.gptconf.block_size
         self.data_dir, self.loader, self.val = prepare_data(c, self.gptconf.block_size, self.gptconf.vocab_size,
@@ -300,7 +300,7 @@ class Trainer:
         """AdamW, the fp16 gradient scaler, and on resume every piece of state the run had."""
         c = self.c
         self.optimizer = self.raw_model.configure_optimizers(c.weight_decay, c.learning_rate, (c.beta1, c.beta2))
-        self.scaler = torch.amp.GradScaler(self.device_type, enabled=self.dtype == "float16")  # (CUDA only: __init__)
+        self.scaler = torch.amp.GradScaler(self.device_type, enabled=self.dtype == "float16")  # fp16: CUDA only
         self.iter_num, self.best_val_loss, self.best_iter = 0, float("inf"), None
         self.initial_val_loss = None  # the iter-0 evaluation's: no best state is worse, and far above it is divergence
         self.health = {"loss_ema": None, "loss_var": 0.0, "steps": 0, "in_spike": False, "loss_spikes": 0,
@@ -328,7 +328,7 @@ class Trainer:
     def out_of_memory(self, e):
         """The same one line for an allocator failure the estimate did not foresee."""
         fail(f"out of memory at iter {self.iter_num} ({str(e).strip().splitlines()[0][:120]}). " + memory_advice(
-            self.c, self.gptconf, self.raw_model.num_params(False), self.device, free_memory(self.device)))
+            self.c, self.gptconf, self.n_params, self.device, free_memory(self.device)))
 
     def train_step(self):
         """One optimizer step: accum micro-batches on each rank, gradients averaged over all of them. It never
