@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import CORES
 from data.bigram_backcopy.prepare import copies_next, ideal_loss, make_chain, prepare
 from data.shards import SymbolTokenizer, get_tokenizer, read_meta, read_shard
 from probe import MECHANISM, SINK_HEAD_THRESHOLD
@@ -133,7 +134,7 @@ def lab(tmp_path_factory, task):
     # The two trainings are independent, so they run side by side, each on its share of the cores (on 2 cores: 29 s,
     # where one after the other on both took 35 s). G1 trains on the task fixture's copy of the same task (the same
     # defaults, so the same shards), not on the folder the baseline is still writing.
-    threads = max(1, (os.cpu_count() or 1) // 2)
+    threads = max(1, CORES // 2)  # CORES: this process's share (conftest.py; a pytest-xdist worker's)
     baseline = start_training(data_dir, str(root / "baseline"), "--gate=none", threads=threads)
     g1 = start_training(task[0], str(root / "g1"), threads=threads)  # G1 elementwise, the model's default gate
     baseline, said = finished(baseline, str(root / "baseline"))
