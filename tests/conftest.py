@@ -15,7 +15,7 @@ else:  # the GPU test tier: one config per kernel, no autotuning (test_kernels.p
 
 # Under pytest-xdist (the README's `-n auto`: a worker per core) each worker gets its share of the cores, for torch
 # here and for every process a test starts (OMP_NUM_THREADS): workers that each ran a thread per core would slow each
-# other down. On 2 cores: 10.4 min one test at a time, 7.5 min with two workers of two threads, 6.3 min of one.
+# other down (docs/timings.md: the suite's time each way).
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 CORES = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) // WORKERS)
 if WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
