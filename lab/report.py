@@ -26,7 +26,7 @@ import os
 import numpy as np
 
 from data.shards import dataset_fingerprint, find_shards, get_tokenizer, prepare_command, read_meta
-from lab.stats import MIN_SEEDS, RULE, mean_ci
+from lab.stats import MIN_SEEDS, RULE, compare, mean_ci
 from lab.variants import STABILITY_ROW, SWEEP, SWEPT, VARIANTS
 from probe import MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD
 from runfolder import EVALUATED, LOG, atomic_write, describe_fingerprint_change, read_jsonl
@@ -433,9 +433,11 @@ def fmt_side(values, mean, spec):
 
 
 def best_variants(variants, measure):
-    """The variants whose mean is the best of the column by measure.better (several on a tie); none when the
-    measure has no better direction or every variant has the same mean."""
-    means = {v: x[measure.key]["mean"] for v, x in variants.items() if x[measure.key] is not None}
+    """The variants whose mean is the best of the column by measure.better (several on a tie), among those with
+    MIN_SEEDS seeds or more (a mean of fewer ranks nothing); none when the measure has no better direction or every
+    such variant has the same mean."""
+    means = {v: x[measure.key]["mean"] for v, x in variants.items()
+             if x[measure.key] is not None and x[measure.key]["n"] >= MIN_SEEDS}
     if measure.better is None or len(set(means.values())) < 2:
         return set()
     best = (min if measure.better == "lower" else max)(means.values())
@@ -457,7 +459,8 @@ def measured_section(by, variants):
     directions = {}  # better -> the labels of the measures with that direction
     for m in shown:
         directions.setdefault(m.better, []).append(m.label)
-    legend = "In bold: the best variant of each column. " + "; ".join(
+    legend = f"In bold: the best mean of each column among the variants with {MIN_SEEDS} seeds or more (a mean, " \
+        "not a test: the claims are decided by the rule). " + "; ".join(
         f"{better.capitalize()} is better for {words(labels)}" for better, labels in directions.items() if better) + \
         " (the direction the papers count as an improvement)" + \
         (f"; {words(directions[None])}: neither" if None in directions else "") + "."
@@ -492,10 +495,10 @@ def sweep_section(sweep):
     loss, act = MEASURE["val_loss"], MEASURE["max_act"]
     lines = ["", "## Stability: the learning-rate sweep", "",
              f"{row} ({row.note}). Here: {a} and {b} at each learning rate (min_lr = lr/10), the difference of their "
-             f"final val losses ({b} − {a}, nats, paired on the validation windows) decided by the same rule: the "
+             f"final val losses ({b} − {a}, nats) decided by the same rule: the "
              "paper's direction is negative (the gate does better), and it matters most at the highest rate.", "",
              f"| lr | {a} {loss.label} | {b} {loss.label} | {b} − {a} [95% CI] | verdict | {a} {act.label} | "
-             f"{b} {act.label} | {a} spikes | {b} spikes | finished |", "| --- " * 10 + "|"]
+             f"{b} {act.label} | {a} spikes | {b} spikes | seeds finished ({a} / {b}) |", "| --- " * 10 + "|"]
     for r in sweep:
         x, y, d = r[a], r[b], r.get("difference")
         lines.append(f"| {r['lr']:g} | {fmt_ci(x and x['val_loss'], loss.spec)} | "
@@ -503,9 +506,13 @@ def sweep_section(sweep):
                      f"{fmt_difference(d, comparison(loss.key)) if d else '–'} | "
                      f"{d['verdict'] if d else 'not measured'} | "
                      f"{fmt_ci(x and x['max_act'], act.spec)} | {fmt_ci(y and y['max_act'], act.spec)} | "
-                     f"{spikes(x)} | {spikes(y)} | "
-                     f"{'/'.join(('yes' if s['finished'] else 'no') if s else '–' for s in (x, y))} |")
+                     f"{spikes(x)} | {spikes(y)} | {' / '.join(finished(s) for s in (x, y))} |")
     return lines
+
+
+def finished(row):
+    """How many of a sweep row's seeds ran to max_iters (a run that diverged stops early): 'k/n', '–'."""
+    return f"{sum(row['finished'])}/{len(row['finished'])}" if row else "–"
 
 
 def spikes(row):
@@ -519,30 +526,34 @@ def table4_section(by, variants):
     f_attn = MEASURE["first_token_attn"]
     if "baseline" not in by or variants["baseline"][f_attn.key] is None:
         return []
-    ours_base, theirs_base = variants["baseline"][f_attn.key]["mean"], VARIANTS["baseline"].ga.f_attn
+    theirs_base = VARIANTS["baseline"].ga.f_attn
     rows = []
     for v, rs in by.items():
         row, ours = VARIANTS[v].ga, variants[v][f_attn.key]
         if not (row and row.f_attn is not None and ours):
             continue
-        sinks = f"{sum((r['sink_heads'] or 0) > 0 for r in rs)} of {len(rs)}"
+        grew = [r["sink_heads"] > 0 for r in rs if r.get("sink_heads") is not None]  # a run not measured: not a no
+        sinks = f"{sum(grew)} of {len(grew)}"
         base = variants["baseline"][f_attn.key]
+        c = compare(base["values"], ours["values"], comparison(f_attn.key))  # the rule's interval, over seeds
         if v == "baseline":
             side = "the reference"
-        elif None not in (ours["lo"], ours["hi"], base["lo"], base["hi"]) and \
-                ours["lo"] <= base["hi"] and base["lo"] <= ours["hi"]:
-            side = "as high as the baseline (the two intervals overlap)"  # a side would be noise
+        elif c["seeds"] < MIN_SEEDS:
+            side = f"too few seeds ({len(base['values'])} / {len(ours['values'])})"
+        elif c["lo"] <= c["null"] <= c["hi"]:
+            side = "not separated from the baseline"  # which is not the same as "as high"
         else:
-            same = (ours["mean"] < ours_base) == (row.f_attn < theirs_base)
-            side = ("as in GA: " if same else "unlike GA: ") + ("below" if ours["mean"] < ours_base else "above") + \
-                " the baseline"
+            below = c["estimate"] < c["null"]
+            side = ("as in GA: " if below == (row.f_attn < theirs_base) else "unlike GA: ") + \
+                ("below" if below else "above") + " the baseline"
         rows.append([v, fmt_ci(ours, f_attn.spec), sinks, format(row.f_attn, f_attn.spec), side])
     return ["", "## GA Table 4's sink column, beside ours", "",
             f"{f_attn.label} per variant ({SEEDS_NOTE}), the seeds that grew "
             f"a sink head ({f_attn.label} > {SINK_HEAD_THRESHOLD} in some head), GA's {f_attn.label} for the same row, "
-            "and whether the variant's mean sits on the same side of the baseline's as in GA (where their 95% "
-            "intervals do not overlap). A comparison of means, not a verdict: the claims above are decided by the "
-            "rule.", ""] + \
+            f"and, with {MIN_SEEDS} seeds or more on each side, whether the variant sits below or above the baseline "
+            "(the 95% interval of the ratio of their F-Attn over seeds, as the rule computes it, leaves out 1) on "
+            "GA's side of it or not; where the interval holds 1, the two are not separated. A comparison, not a "
+            "verdict: the claims above are decided by the rule.", ""] + \
         markdown_table(["variant", f"{f_attn.label} (ours)", "seeds with a sink head", f"GA {f_attn.label}",
                         "against the baseline"], rows)
 
@@ -916,14 +927,19 @@ def plot_sweep(sweep, out_dir):
         rows = [r for r in sweep if r[family]]
         lrs = [r["lr"] for r in rows]
         for ax, key in zip(axes[:2], ("val_loss", "max_act")):
-            stats = [r[family][key] for r in rows]
+            kept = [(lr, r[family][key]) for lr, r in zip(lrs, rows) if r[family][key]]  # None: a run without it
+            if not kept:
+                continue
+            xs, stats = zip(*kept)
             means = [m["mean"] for m in stats]
             err = [[m["mean"] - m["lo"] if m["n"] >= MIN_SEEDS else 0 for m in stats],
                    [m["hi"] - m["mean"] if m["n"] >= MIN_SEEDS else 0 for m in stats]]
-            line = ax.errorbar(lrs, means, yerr=err, marker="o", capsize=3, label=family)
-            ax.plot([lr for lr, m in zip(lrs, stats) for _ in m["values"]], [x for m in stats for x in m["values"]],
+            line = ax.errorbar(xs, means, yerr=err, marker="o", capsize=3, label=family)
+            ax.plot([lr for lr, m in zip(xs, stats) for _ in m["values"]], [x for m in stats for x in m["values"]],
                     ".", color=line[0].get_color(), alpha=0.5)
-        axes[2].plot(lrs, [np.mean([x or 0 for x in r[family]["loss_spikes"]]) for r in rows], marker="o", label=family)
+        counted = [(lr, [x for x in r[family]["loss_spikes"] if x is not None]) for lr, r in zip(lrs, rows)]
+        counted = [(lr, xs) for lr, xs in counted if xs]  # a run without the count is left out, not counted as 0
+        axes[2].plot([lr for lr, _ in counted], [np.mean(xs) for _, xs in counted], marker="o", label=family)
     axes[0].set(xscale="log", xlabel="learning rate", ylabel="final val loss (nats)",
                 title="loss against learning rate")
     axes[1].set(xscale="log", yscale="log", xlabel="learning rate", ylabel="M-Act", title="massive activations")

@@ -796,9 +796,9 @@ def sweep_rows(by, windows):
                 "variant": names[family], "val_loss": over_seeds([r["val_loss"] for r in rs]),
                 "max_act": over_seeds([r["max_act"] for r in rs]), "loss_spikes": [r["loss_spikes"] for r in rs],
                 "nonfinite_steps": [r["nonfinite_steps"] for r in rs],
-                "finished": all(r["iter"] >= r["max_iters"] for r in rs)}
-        if all(row[f] for f in SWEPT):
-            a, b = (stacked(windows, names[f], "val_loss") for f in SWEPT)
+                "finished": [r["iter"] >= r["max_iters"] for r in rs]}  # per seed: a diverged run stops early
+        a, b = (stacked(windows, names[f], "val_loss") if row[f] else None for f in SWEPT)
+        if a is not None and b is not None:
             row["difference"] = decided(a, b, comparison("val_loss"), -1)
         rows.append(row)
     return rows

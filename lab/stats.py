@@ -8,7 +8,7 @@ second run of the same variant differs from the first by much more than a second
 
   betainc(a, b, x)           the regularized incomplete beta function I_x(a, b), by its continued fraction
   t_quantile(df, level)      the two-sided Student-t critical value for any df > 0, fractional too (12.706 for 1,
-                             4.303 for 2, 5.64 for 1.5; the normal's 1.960 for df = inf)
+                             4.303 for 2, 6.017 for 1.5; the normal's 1.960 for df = inf)
   beta_quantile(p, a, b)     the p-quantile of the Beta(a, b) distribution
   mean_ci(values)            a mean and its t-interval (mean ± t·sd/√n, df = n - 1)
   welch(ref, var, stat)      the claim's estimate and Welch's interval over the per-seed values, with the
@@ -23,7 +23,10 @@ second run of the same variant differs from the first by much more than a second
   direction_word, size_word  whether an estimate points the paper's way, and whether its size is within
                              SIZE_FACTOR of the paper's: descriptions of the point estimate that decide nothing
   clopper_pearson(k, n)      the exact 95% interval of a rate from k of n (seeds that grew a sink head)
+  smallest_fisher_p(n, m)    the smallest p Fisher's test can give with n seeds against m
   fisher_one_sided(...)      Fisher's exact test on two counts, one-sided; count_verdict: COUNT_RULE on it
+
+Both rules decide each direction at ALPHA = 2.5% (one side of a two-sided 95% interval), each claim on its own.
 
 Only numpy and the standard library. (The paired bootstrap over windows the report once used is gone: given the
 seeds it measured window noise only, and decided nothing.)
@@ -36,6 +39,7 @@ from statistics import NormalDist
 import numpy as np
 
 MIN_SEEDS = 3  # seeds a side (of the variant, against a fixed value) that a verdict needs
+ALPHA = 0.025  # each direction's level: a 95% interval lies on one side of no change with probability 2.5% by chance
 SIZE_FACTOR = 2.0  # our effect is "the same size" as the paper's when between 1/SIZE_FACTOR and SIZE_FACTOR times it
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "too few seeds")
 
@@ -45,7 +49,11 @@ RULE = (f"Seeds are the unit of replication: each run gives one value per measur
         f"the log scale, then exponentiated), with the Welch-Satterthwaite degrees of freedom as they are, not "
         f"rounded. A claim is reproduced when the interval lies entirely on the paper's side of no change (0 for a "
         f"difference, 1 for a ratio), not reproduced when it lies entirely on the other side, and inconclusive when "
-        f"it contains no change. A verdict needs at least {MIN_SEEDS} seeds on each side ({MIN_SEEDS} of the variant "
+        f"it contains no change. Each direction is decided at {ALPHA:.1%} (one side of the 95% interval): where a "
+        f"variant truly changes nothing, its claim still reads \"reproduced\" with probability {ALPHA:.1%}, and as "
+        f"often \"not reproduced\". Each claim is decided on its own, with no correction for the number of claims, "
+        f"several of which share runs: among many verdicts, one may be chance. A verdict needs at least {MIN_SEEDS} "
+        f"seeds on each side ({MIN_SEEDS} of the variant "
         f"against a fixed value); with fewer it is \"too few seeds\", whatever the interval. Beside the verdict, "
         f"\"direction\" says whether our estimate points the paper's way (same direction or opposite), and \"size\", "
         f"where the paper gives a number for the same quantity, whether our effect lies between half and twice the "
@@ -55,9 +63,12 @@ RULE = (f"Seeds are the unit of replication: each run gives one value per measur
 
 COUNT_RULE = (f"A yes/no outcome of a run (did it grow a sink head?) is counted over seeds: k of n, with its exact "
               f"(Clopper-Pearson) 95% interval for the rate. A claim on such counts is decided by a one-sided Fisher's "
-              f"exact test of the variant's count against the reference's: reproduced when the test in the paper's "
-              f"direction gives p < 0.05, not reproduced when the test in the opposite direction does, inconclusive "
-              f"otherwise, and \"too few seeds\" with fewer than {MIN_SEEDS} seeds on either side.")
+              f"exact test of the variant's count against the reference's, at the level of the rule for means: "
+              f"reproduced when the test in the paper's direction gives p < {ALPHA:g}, not reproduced when the test in "
+              f"the opposite direction does, inconclusive otherwise. It is \"too few seeds\" with fewer than "
+              f"{MIN_SEEDS} seeds on either side, and also where even the most extreme counts (every seed of one "
+              f"side, none of the other's) could not give p < {ALPHA:g}: 3 seeds against 3 cannot (their best p is "
+              f"1/20), 4 against 4 can (1/70).")
 
 
 # -----------------------------------------------------------------------------
@@ -182,10 +193,15 @@ def welch(ref, var, stat="diff", level=0.95):
     stat "diff": mean(var) - mean(ref); "ratio": geometric mean(var) / geometric mean(ref), the interval computed
     on the log scale and exponentiated. ref may be a number (a fixed value): the one-sample t-interval of var against
     it (df = n - 1). The degrees of freedom are Welch-Satterthwaite's, fractional as they come. lo, hi and df are None
-    when a side has one seed (nothing says how much runs differ)."""
-    b = _log_if(_finite(var, "var").ravel(), stat, "var")
+    when a side has one seed (nothing says how much runs differ). Per-seed values only: compare averages a
+    (seeds, windows) array first; here its windows would count as seeds."""
     fixed = np.ndim(ref) == 0 and ref is not None
-    a = _log_if(_finite([ref] if fixed else ref, "ref").ravel(), stat, "ref")
+    for name, x in (("var", var), ("ref", None if fixed else ref)):
+        if x is not None and np.ndim(x) != 1:
+            raise ValueError(f"welch takes one value per seed: {name} has shape {np.shape(x)} (stats.compare "
+                             "averages a (seeds, windows) array over its windows first)")
+    b = _log_if(_finite(var, "var"), stat, "var")
+    a = _log_if(_finite([ref] if fixed else ref, "ref"), stat, "ref")
     d = float(b.mean() - a.mean())
     estimate = math.exp(d) if stat == "ratio" else d
     out = {"estimate": estimate, "lo": None, "hi": None, "df": None}
@@ -308,15 +324,22 @@ def fisher_one_sided(k_ref, n_ref, k_var, n_var, alternative):
     return min(1.0, float(p))
 
 
-def count_verdict(k_ref, n_ref, k_var, n_var, direction, alpha=0.05):
+def smallest_fisher_p(n_ref, n_var):
+    """The smallest one-sided p Fisher's test can give with these seeds: every seed of one side against none of the
+    other's, 1 / C(n_ref + n_var, n_ref). Below ALPHA only from 4 seeds against 4 (or 3 against 5) on."""
+    return 1 / math.comb(n_ref + n_var, n_ref)
+
+
+def count_verdict(k_ref, n_ref, k_var, n_var, direction, alpha=ALPHA):
     """COUNT_RULE on two counts: {"p": the one-sided Fisher p in the paper's direction (-1: the variant's rate is
-    lower), "p_opposite", "verdict"}."""
+    lower), "p_opposite", "p_smallest": the smallest p these seeds could give (smallest_fisher_p), "verdict"}."""
     if direction not in (-1, 1):
         raise ValueError(f"direction must be -1 (paper: the variant's rate is lower) or +1 (higher), not {direction}")
     paper, opposite = ("less", "greater") if direction < 0 else ("greater", "less")
     p = fisher_one_sided(k_ref, n_ref, k_var, n_var, paper)
     q = fisher_one_sided(k_ref, n_ref, k_var, n_var, opposite)
-    if min(n_ref, n_var) < MIN_SEEDS:
+    smallest = smallest_fisher_p(n_ref, n_var)
+    if min(n_ref, n_var) < MIN_SEEDS or smallest >= alpha:  # no count these seeds could show would decide
         word = "too few seeds"
     elif p < alpha:
         word = "reproduced"
@@ -324,4 +347,4 @@ def count_verdict(k_ref, n_ref, k_var, n_var, direction, alpha=0.05):
         word = "not reproduced"
     else:
         word = "inconclusive"
-    return {"p": p, "p_opposite": q, "verdict": word}
+    return {"p": p, "p_opposite": q, "p_smallest": smallest, "verdict": word}

@@ -361,6 +361,7 @@ def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
     shift = {"baseline": 0.0, "g1_elementwise": -0.01, "baseline_lr0.024": 0.5, "g1_elementwise_lr0.024": 0.1,
              "baseline_lr0.006": 0.05}
     by, win, _ = fake_study(**shift)
+    by["baseline_lr0.024"][1]["iter"] = 400  # a seed that diverged, stopped at iter 400 of 1600
     rows = repro.sweep_rows(by, win)
     assert [r["lr"] for r in rows] == [3e-3, 6e-3, 2.4e-2]
     assert rows[2]["difference"]["verdict"] == "reproduced" and rows[2]["difference"]["estimate"] == \
@@ -369,7 +370,23 @@ def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
     assert rows[2]["baseline"]["loss_spikes"] == [0, 1, 2]
     table = [line for line in report.sweep_section(rows) if line.startswith("| 0.")]
     assert len(table) == 3 and table[1].startswith("| 0.006 | ") and "| – | not measured |" in table[1]
-    assert table[1].endswith("| – | yes/– |")  # g1's val loss, M-Act and spikes: '–' (a report, not a crash)
+    assert table[1].endswith("| – | 3/3 / – |")  # g1's val loss, M-Act and spikes: '–' (a report, not a crash)
+    # finishing is a yes/no per seed: counted, baseline's then G1's, never one word for all seeds
+    assert rows[2]["baseline"]["finished"] == [True, False, True] and table[2].endswith("| 2/3 / 3/3 |")
+    assert "paired" not in "\n".join(report.sweep_section(rows))  # an unpaired test over seeds: it says no more
+
+
+def test_the_sweep_plot_leaves_out_what_a_run_did_not_measure(tmp_path):
+    """A sweep row whose runs lack a measure (None) or a spike count is drawn without it: not a crash, and a missing
+    count is no zero."""
+    pytest.importorskip("matplotlib")
+    by, win, _ = fake_study(**{"baseline": 0.0, "g1_elementwise": -0.01, "baseline_lr0.024": 0.5,
+                               "g1_elementwise_lr0.024": 0.1})
+    rows = repro.sweep_rows(by, win)
+    rows[1]["baseline"]["max_act"] = None
+    rows[1]["baseline"]["loss_spikes"] = [None, None, None]
+    assert report.plot_sweep(rows, str(tmp_path)) == ["lr_sweep.png"]
+    assert (tmp_path / "lr_sweep.png").stat().st_size > 0
 
 
 def test_the_report_adds_up_the_training_time_resumed_parts_and_side_by_side_runs_included():
@@ -446,9 +463,40 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
         else:
             assert bold == {(min if m.better == "lower" else max)(means, key=means.get)}, m.key
     assert rows["g1_elementwise"][header.index("val loss")].startswith("**")  # made 0.05 nats better than the rest
-    assert ("In bold: the best variant of each column. Lower is better for val loss, F-Attn, sink share, sink heads, "
+    assert ("In bold: the best mean of each column among the variants with 3 seeds or more (a mean, not a test: the "
+            "claims are decided by the rule). Lower is better for val loss, F-Attn, sink share, sink heads, "
             "M-Act, peak act and loss spikes (the direction the papers count as an improvement); gate mean and "
             "gate < 0.1: neither.") in measured
+
+
+def test_a_variant_with_too_few_seeds_is_never_the_best_of_a_column():
+    """The best mean in bold is a ranking: a variant of one or two seeds, however low its mean, takes no part."""
+    _, _, variants_ = fake_study(baseline=0.0, g1_elementwise=-0.05)
+    _, _, two = fake_study(seeds=2, g2_elementwise=-0.5)
+    loss = MEASURE["val_loss"]
+    assert report.best_variants({**variants_, **two}, loss) == {"g1_elementwise"}
+    assert report.best_variants(two, loss) == set()
+
+
+def test_table4_says_a_side_of_the_baseline_only_where_the_seeds_separate_them():
+    """GA Table 4's column beside ours: "as in GA: below the baseline" where the rule's 95% interval of the F-Attn
+    ratio over seeds leaves out 1, "not separated" where it holds 1 (never "as high as"), "too few seeds" below three
+    seeds a side; the seeds with a sink head are counted among the runs that measured it."""
+    by, _, variants_ = fake_study(baseline=0.0, g1_elementwise=0.0, g1_headwise=0.0, g2_elementwise=0.0)
+    for v, scale in (("g1_elementwise", 0.2), ("g2_elementwise", 1.0)):
+        for i, r in enumerate(by[v]):
+            r["first_token_attn"] = by["baseline"][i]["first_token_attn"] * scale + 0.001 * i
+        variants_[v]["first_token_attn"] = report.over_seeds([r["first_token_attn"] for r in by[v]])
+    by["g1_headwise"] = by["g1_headwise"][:2]
+    variants_["g1_headwise"]["first_token_attn"] = report.over_seeds([r["first_token_attn"] for r in by["g1_headwise"]])
+    by["g2_elementwise"][0]["sink_heads"] = None  # a run whose sink heads were not measured
+    rows = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in report.table4_section(by, variants_)
+            if line.startswith("| ") and not line.startswith(("| variant", "| ---"))}
+    assert rows["baseline"][-1] == "the reference"
+    assert rows["g1_elementwise"][-1] == "as in GA: below the baseline"
+    assert rows["g1_headwise"][-1] == "too few seeds (3 / 2)"
+    assert rows["g2_elementwise"][-1] == "not separated from the baseline"
+    assert rows["g2_elementwise"][2] == "2 of 2" and rows["baseline"][2] == "3 of 3"
 
 
 def test_the_study_figures_label_their_axes(tmp_path, monkeypatch):

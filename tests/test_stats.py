@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from lab.stats import (COUNT_RULE, MIN_SEEDS, RULE, SIZE_FACTOR, beta_quantile, betainc, clopper_pearson, compare,
-    count_verdict, decide, direction_word, effect, fisher_one_sided, mean_ci, size_word, t_quantile, t_tail, verdict,
-    welch)
+from lab.stats import (ALPHA, COUNT_RULE, MIN_SEEDS, RULE, SIZE_FACTOR, beta_quantile, betainc, clopper_pearson,
+    compare, count_verdict, decide, direction_word, effect, fisher_one_sided, mean_ci, size_word, smallest_fisher_p,
+    t_quantile, t_tail, verdict, welch)
 
 
 # ----------------------------------------------------------------------------
@@ -149,6 +149,17 @@ def test_a_ratio_is_of_geometric_means_with_its_interval_on_the_log_scale():
         welch([1.0, -1.0], [1.0, 2.0], stat="ratio")
 
 
+def test_welch_takes_one_value_per_seed():
+    """A (seeds, windows) array would make each window a seed (df in the hundreds): welch refuses it, and compare
+    averages the windows first."""
+    windows = np.arange(12.0).reshape(3, 4)
+    with pytest.raises(ValueError, match="one value per seed"):
+        welch(windows, windows + 1)
+    with pytest.raises(ValueError, match="one value per seed"):
+        welch([1.0, 2.0, 3.0], windows)
+    assert compare(windows, windows + 1)["df"] == pytest.approx(4.0)
+
+
 def test_welch_with_one_seed_or_a_fixed_value():
     one = welch([1.0], [2.0, 3.0])
     assert one["estimate"] == 1.5 and one["lo"] is one["hi"] is one["df"] is None  # one run: no spread known
@@ -211,8 +222,13 @@ def test_verdict_rejects_a_direction_and_the_rules_say_what_they_decide():
                   f"at least {MIN_SEEDS} seeds", f"factor of {SIZE_FACTOR:g}", "decide nothing"):
         assert words in RULE, words
     assert "bootstrap" not in RULE  # it decides nothing, so the rule does not name it
-    for words in ("Clopper-Pearson", "Fisher", "p < 0.05", "too few seeds"):
+    for words in ("Clopper-Pearson", "Fisher", f"p < {ALPHA:g}", "too few seeds", "the most extreme counts"):
         assert words in COUNT_RULE, words
+    # both rules decide a direction at the same level: one side of the 95% interval, and Fisher's p below ALPHA
+    assert ALPHA == pytest.approx((1 - 0.95) / 2) and f"{ALPHA:.1%}" in RULE and "no correction" in RULE
+    # the counts COUNT_RULE gives as examples are what smallest_fisher_p says
+    assert smallest_fisher_p(3, 3) == pytest.approx(1 / 20) and "their best p is 1/20" in COUNT_RULE
+    assert smallest_fisher_p(4, 4) == pytest.approx(1 / 70) and "4 against 4 can (1/70)" in COUNT_RULE
 
 
 def test_direction_and_size_against_the_paper():
@@ -261,9 +277,20 @@ def test_fisher_one_sided_known_values_and_exactness():
 
 
 def test_count_verdict():
-    assert count_verdict(4, 5, 0, 5, -1) == {"p": pytest.approx(5 / 210), "p_opposite": 1.0, "verdict": "reproduced"}
+    assert count_verdict(4, 5, 0, 5, -1) == {"p": pytest.approx(5 / 210), "p_opposite": 1.0,
+                                             "p_smallest": pytest.approx(1 / 252), "verdict": "reproduced"}
     assert count_verdict(4, 5, 0, 5, +1)["verdict"] == "not reproduced"
     assert count_verdict(2, 5, 1, 5, -1)["verdict"] == "inconclusive"
-    assert count_verdict(3, 3, 0, 3, -1)["verdict"] == "inconclusive"  # p = 1/20: 3 a side can never reach p < 0.05
     assert count_verdict(2, 2, 0, 2, -1)["verdict"] == "too few seeds"
     assert count_verdict(0, 20, 19, 20, +1)["verdict"] == "reproduced"
+    # 3 seeds a side: even 3 of 3 against 0 of 3 gives p = 1/20, so no count could decide: too few seeds, not
+    # "inconclusive" (which would say that the seeds could have decided and did not); 4 a side can, 3 against 4 not
+    assert count_verdict(3, 3, 0, 3, -1)["verdict"] == "too few seeds"
+    assert count_verdict(3, 3, 0, 4, -1) == {"p": pytest.approx(1 / 35), "p_opposite": 1.0,
+                                             "p_smallest": pytest.approx(1 / 35), "verdict": "too few seeds"}
+    assert count_verdict(4, 4, 0, 4, -1)["verdict"] == "reproduced"
+    assert count_verdict(4, 4, 1, 4, -1)["verdict"] == "inconclusive"  # p = 17/70
+    # each direction at ALPHA = 0.025: 4 of 5 against 0 of 5 (p = 5/210 = 0.024) decides, 5 of 6 against 1 of 6
+    # (p = 37/924 = 0.040) does not
+    assert count_verdict(5, 6, 1, 6, -1)["p"] == pytest.approx(37 / 924)
+    assert count_verdict(5, 6, 1, 6, -1)["verdict"] == "inconclusive"
