@@ -679,7 +679,7 @@ def sink_section(records, analyzed):
     lines = ["", "## Where the sink is", "",
              "Per layer, first seed: F-Attn, the sink share, the share of sink heads, and the key position and token "
              "that most often receive a (window, head)'s largest share (with how often).", ""]
-    decode = token_decoder(analyzed[0]["eval_windows"]["data_dir"])
+    decode = token_decoder(analyzed[0]["eval_windows"]["data_dir"], (analyzed[0].get("model") or {}).get("vocab_size"))
     per_layer = [MEASURE[key] for key in ("first_token_attn", "sink_share", "sink_heads")]
     shown = 0
     for r, a in zip(records, analyzed):
@@ -696,10 +696,17 @@ def sink_section(records, analyzed):
     return lines if shown else []
 
 
-def token_decoder(data_dir):
-    """token id -> `id 'text'` with the dataset's tokenizer, or the bare id when it cannot be loaded."""
+GPT2_VOCAB_SIZES = (50257, 50304)  # GPT-2's vocabulary, and the same padded to a multiple of 64
+
+
+def token_decoder(data_dir, vocab_size=None):
+    """token id -> `id 'text'` with the dataset's tokenizer (its meta.json's), or the bare id when it cannot be
+    loaded. Without the dataset (a report drawn again from kept runs), GPT-2's tokenizer only for a model whose
+    vocabulary is GPT-2's: a guess that decoded a synthetic task's ids as GPT-2 text would name the wrong tokens."""
     try:
-        enc = get_tokenizer((read_meta(data_dir) or {}).get("tokenizer", "gpt2"))
+        meta = read_meta(data_dir)
+        name = meta.get("tokenizer", "gpt2") if meta else "gpt2" if vocab_size in GPT2_VOCAB_SIZES else None
+        enc = get_tokenizer(name) if name else None
     except Exception:  # no tokenizer here: the ids still say which token it is
         enc = None
 

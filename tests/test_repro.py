@@ -409,8 +409,8 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
                for rs in by.values() for r in rs]
     layers = {"first_token_attn": [0.3, 0.1], "sink_share": [0.3, 0.2], "sink_heads": [0.25, 0.0], "sink_pos": [0, 0],
               "sink_pos_share": [0.9, 0.5], "sink_token": [50256, 198], "sink_token_share": [0.9, 0.3]}
-    analyzed = [{"eval_windows": {"block_size": 512, "bos": True, "data_dir": "/nonexistent"}, "layers": layers}
-                for _ in records]
+    analyzed = [{"eval_windows": {"block_size": 512, "bos": True, "data_dir": "/nonexistent"}, "layers": layers,
+                 "model": {"vocab_size": 50304}} for _ in records]  # no dataset here: GPT-2's ids, by the vocabulary
     result = {"device": "NVIDIA H100", "date": "2026-11-23", "rule": RULE,
               "validation": dict(batches=32, batch_size=64, source="the eval windows run 'baseline' was trained with"),
               "claims": [repro.claim_result(*c, win) for c in repro.CLAIMS],
@@ -467,6 +467,21 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
             "claims are decided by the rule). Lower is better for val loss, F-Attn, sink share, sink heads, "
             "M-Act, peak act and loss spikes (the direction the papers count as an improvement); gate mean and "
             "gate < 0.1: neither.") in measured
+
+
+def test_token_ids_are_decoded_by_the_datasets_tokenizer_and_never_guessed(tmp_path):
+    """The sink table's top tokens: with the dataset's meta.json, its tokenizer (the sink lab's symbols); drawn again
+    without the dataset, GPT-2's only for a GPT-2-sized vocabulary, else the bare id: token 64 of the sink lab is its
+    <|endoftext|>, which GPT-2's tokenizer would call 'a'."""
+    from data.shards import write_dataset
+    tokens = {"train": [np.arange(64, dtype=np.uint16)], "val": [np.arange(8, dtype=np.uint16)]}
+    write_dataset(str(tmp_path), "task", tokens, source="symbols", tokenizer="symbols-64")
+    assert report.token_decoder(str(tmp_path))(64) == "64 `'<\\|endoftext\\|>'`"
+    assert report.token_decoder(str(tmp_path))(3) == "3 `'s3'`"
+    missing = str(tmp_path / "gone")
+    assert report.token_decoder(missing, vocab_size=65)(64) == "64"
+    assert report.token_decoder(missing, vocab_size=50304)(64) == "64 `'a'`"
+    assert report.token_decoder(missing)(None) == "–"
 
 
 def test_a_variant_with_too_few_seeds_is_never_the_best_of_a_column():
