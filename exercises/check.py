@@ -36,7 +36,9 @@ the command line; CHECK_SEED=N repeats a run's, which the result file records as
 data (numbers, strings, tensors, arrays; never a pickle) and compares it with the project's reference code. So a
 function that loops forever is stopped and named; one that calls sys.exit(), exit() or os._exit() fails the check it
 was in, as does one that crashes the interpreter or takes more than CHECK_MEMORY_GB of memory; and nothing your code
-does can make a check pass but answering right. When the child ends, every process it started is ended too. What
+does while it is checked can make a check pass but answering right. (The checks are files of your copy, and whoever
+edits them on their own machine makes them say what they like: a grade that counts comes from a teacher's run of the
+starter.py files they collect, in a copy of their own.) When the child ends, every process it started is ended too. What
 this protects and what it cannot: "What the grader guarantees" in the teachers' part of exercises/README.md (in
 the project's own checkout; a student copy leaves that part out).
 
@@ -1376,6 +1378,10 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
     if previous and "changed after" in previous[0] and "another key" not in previous[0]:
         out(f"note: the previous {os.path.relpath(result_path)} was changed after the checker wrote it; it is "
             "replaced now")
+    hooks = startup_files(user_only=True)
+    if hooks:  # rarely the user's own: say so before a grade depends on them
+        out(f"note: Python runs start-up files from this account's own site-packages: {', '.join(hooks)}. If you "
+            "did not put them there, code graded earlier in this account may have: delete them and grade again.")
     # Before any student code runs, which could edit them: every exercise's checks loaded, and the digests of the
     # files that decide a verdict or are graded (a file graded later, changed by an earlier one, is no student's).
     loaded = {d: checks_of(d) for d in exercise_dirs}
@@ -1402,6 +1408,9 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
         if changed:  # this verdict came from what was loaded before; the next exercise's might not
             out(f"  your code changed the checker's, the project's or the exercises' files ({', '.join(changed[:3])}"
                 "): this exercise counts as failed, and grading stops. Restore them (git checkout, or a fresh copy).")
+            for path in (p for p in changed if os.path.isabs(p) and os.path.exists(p)):  # a start-up file
+                out(f"  {path} runs in every Python of this account from now on: delete it before anything else "
+                    "runs, and grade no one else in this account before you have")
             result = (0, result[1], "error", "changed the checker's files")
         entries.append(grade_entry(exercise_dir, result, time.monotonic() - started, digest))
         if changed:
@@ -1429,11 +1438,28 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
 
 def checker_digests():
     """{path: SHA-256} of the Python files that decide a verdict or are graded: this file, every checks.py and
-    starter.py (and any other file of exercises/), the core's modules, data/ and lab/ (new ones included)."""
+    starter.py (and any other file of exercises/), the core's modules, data/ and lab/ (new ones included); and of
+    Python's start-up files (startup_files), by their full paths."""
     paths = []
     for pattern in ("*.py", "exercises/**/*.py", "data/**/*.py", "lab/**/*.py"):
         paths += glob.glob(os.path.join(REPO, pattern), recursive=True)
-    return {os.path.relpath(p, REPO): file_digest(p) for p in sorted(set(paths))}
+    return {**{os.path.relpath(p, REPO): file_digest(p) for p in sorted(set(paths))},
+            **{p: file_digest(p) for p in startup_files()}}
+
+
+def startup_files(user_only=False):
+    """The files Python runs whenever it starts (site's *.pth, sitecustomize.py, usercustomize.py) in the folders it
+    looks in: every folder on sys.path, the site-packages folders and the user's own (PYTHONUSERBASE's), which need
+    not exist yet. A student's code that wrote one would run in every later Python of the account, the next
+    checker's included, before anything here could refuse it. user_only: the user's site-packages alone."""
+    import site
+    user = site.getusersitepackages()
+    folders = {user} if user_only else {user, *site.getsitepackages(), *(p for p in sys.path if p)}
+    paths = set()
+    for folder in folders:
+        for name in ("*.pth", "sitecustomize.py", "usercustomize.py"):
+            paths.update(glob.glob(os.path.join(glob.escape(folder), name)))
+    return sorted(paths)
 
 
 REFERENCES = ("numpy", "model", "kernels", "probe", "runfolder", "cli", "data.shards", "triton")

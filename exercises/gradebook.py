@@ -11,8 +11,9 @@ checks it, by check.py's own code, with $CHECK_SIGNING_KEY when it is set (set i
 with). The graded starter.py files are not checked: they are the students', not here; `check.py --verify=FILE` in a
 student's copy checks them. A row is flagged when its file cannot be read, is not a result file or does not verify,
 names no student, names a student another file names too, comes from the same checker run as another file (same
-date and seed: a copy under another name), or lacks an exercise another file has (a partial hand-in; "exercises
-passed" counts against every exercise in the folder): no file is left out of the table. The console summary lists
+date and seed: a copy under another name), lacks an exercise another file has (a partial hand-in; "exercises
+passed" counts against every exercise in the folder), or says that an untouched starter.py passed (its checks or
+its result were edited): no file is left out of the table. The console summary lists
 each flagged file with its flags, and why it does not verify. Exit status: 0 when no row is flagged, 1 when some
 are, 2 for bad input (no such folder, no result files in it).
 """
@@ -82,6 +83,19 @@ def flag_same_runs(rows):
             row["flags"].append("same checker run as " + ", ".join(others))
 
 
+def flag_untouched_starters(rows):
+    """Flag an exercise that "passed" with the untouched starter.py (its SHA-256 is this checkout's starter's): that
+    file fails every check, so the checks or the result were edited. The SHA-256 in a result file is the student's to
+    write, so a row without this flag proves nothing: it catches the plain edits, not a careful forger."""
+    untouched = {os.path.basename(d)[:2]: check.file_digest(os.path.join(d, "starter.py"))
+                 for d in check.exercise_dirs()}
+    for row in rows:
+        ids = [i for i, e in row["exercises"].items() if e.get("status") == "passed" and e.get("file_sha256")
+               and e.get("file_sha256") == untouched.get(i)]
+        if ids:
+            row["flags"].append(f"passed with the untouched starter: {', '.join(ids)} (checks or result edited)")
+
+
 def exercise_ids(rows):
     """The exercise ids any file in the folder has, sorted."""
     return sorted({i for row in rows for i in row["exercises"]})
@@ -148,6 +162,7 @@ def gradebook(folder, prefix, key=None, out=print):
     flag_same_students(rows)
     flag_same_runs(rows)
     flag_missing_exercises(rows)
+    flag_untouched_starters(rows)
     rows.sort(key=lambda row: (row["student"].casefold() or "\uffff", row["file"]))  # no student: last
     header, lines = table(rows)
     flagged = sum(bool(row["flags"]) for row in rows)

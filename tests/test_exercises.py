@@ -590,6 +590,32 @@ def test_a_file_that_edits_the_next_exercises_checks_stops_the_grading(edited, t
     assert [e["status"] for e in entries] == ["error"], entries  # exercise 02 is not graded by the edited checks
 
 
+def test_a_file_that_plants_a_start_up_file_stops_the_grading_and_names_it(tmp_path):
+    """A usercustomize.py in the account's own site-packages would run in every later Python of the account, the
+    next student's grading included: the grading stops and names it, and the next grading in the account notes it
+    before any verdict. (PYTHONUSERBASE points the account's site-packages into tmp_path.)"""
+    copy = make_copy(tmp_path)
+    plant = ["import site", "os.makedirs(site.getusersitepackages(), exist_ok=True)",
+             "open(os.path.join(site.getusersitepackages(), 'usercustomize.py'), 'w').write('x = 1\\n')", "return y"]
+    path = starter_with(tmp_path, gap1=["import os"] + plant)
+    (copy / "exercises" / NAMES[0] / "starter.py").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    env = dict(os.environ, PYTHONUSERBASE=str(tmp_path / "userbase"))
+    env.pop("PYTHONPATH", None)
+    run = subprocess.run([sys.executable, "exercises/check.py", NAMES[0][:2], NAMES[1][:2],
+                          f"--result={tmp_path / 'r.json'}"], cwd=copy, env=env, capture_output=True, text=True,
+                         timeout=120)
+    out = run.stdout + run.stderr
+    planted = next((tmp_path / "userbase").rglob("usercustomize.py"))
+    assert run.returncode == 1 and f"{planted} runs in every Python of this account from now on" in out, out
+    assert [e["status"] for e in read_json(tmp_path / "r.json")["exercises"]] == ["error"]
+    with open(os.path.join(EXERCISES, NAMES[0], "starter.py"), encoding="utf-8") as f:  # the planting starter gone
+        (copy / "exercises" / NAMES[0] / "starter.py").write_text(f.read(), encoding="utf-8")
+    run = subprocess.run([sys.executable, "exercises/check.py", NAMES[0][:2], f"--result={tmp_path / 'r2.json'}"],
+                         cwd=copy, env=env, capture_output=True, text=True, timeout=120)
+    assert f"note: Python runs start-up files from this account's own site-packages: {planted}." in run.stdout, \
+        run.stdout + run.stderr
+
+
 def test_the_result_file_names_the_student(tmp_path):
     """`--student=ID` goes into the result file, under its seal; without it the file records none, and says so."""
     import json

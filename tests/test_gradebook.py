@@ -1,7 +1,8 @@
 """
 The teacher's gradebook (exercises/gradebook.py): one table of a class's result files, in which every file has its
 row and every file that cannot be trusted as it stands (unreadable, not a result file, not verified, no student, a
-student named twice, a copy of another file's run, a partial hand-in) is flagged.
+student named twice, a copy of another file's run, a partial hand-in, an untouched starter that "passed") is
+flagged.
 """
 
 import csv
@@ -133,3 +134,27 @@ def test_bad_input_gets_one_line(tmp_path):
         if args:
             assert not out and err.startswith("error: ") and says in err and err.count("\n") == 1, (args, err)
     assert os.listdir(tmp_path) == ["empty"] and not os.listdir(tmp_path / "empty")  # nothing written
+
+
+def test_an_untouched_starter_that_passed_is_flagged(tmp_path):
+    """Each result entry names the SHA-256 of the file it graded. An untouched starter fails every check, so one that
+    "passed" had its checks or its result edited (checks.py edited in the student's own copy, say): flagged. An
+    untouched starter that failed, or a file of the student's own that passed, is not."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    starter = check.file_digest(os.path.join(DIRS[0], "starter.py"))
+
+    def write(student, status, digest):
+        entry = check.grade_entry(DIRS[0], (8, 8, status, None) if status == "ok" else (0, 8, status, "import"), 2.0,
+                                  digest)
+        date = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(1767254400 + next(RUNS)))
+        check.write_result(str(folder / f"{student}.json"), check.grade_result([entry], date=date, student=student))
+
+    write("carol", "ok", starter)        # her checks edited: the untouched starter "passed"
+    write("dan", "not filled", starter)  # untouched, and failed: as it should
+    write("bea", "ok", "0" * 64)         # her own file
+    gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
+    rows = read_csv(tmp_path / "book.csv")
+    first = os.path.basename(DIRS[0])[:2]
+    assert rows["carol.json"]["flags"] == f"passed with the untouched starter: {first} (checks or result edited)"
+    assert rows["dan.json"]["flags"] == "" and rows["bea.json"]["flags"] == "", rows
