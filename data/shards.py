@@ -36,7 +36,7 @@ HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
 MAX_TOKEN = 2**16 - 1  # tokens are stored as uint16
 SPLITS = ("train", "val")
-SHARD_NAME = re.compile(r"(.*)_(?:train|val)_\d+\.bin")  # <name>_<split>_000000.bin -> name
+SHARD_NAME = re.compile(r"(.*)_(train|val)_\d+\.bin")  # <name>_<split>_000000.bin -> name, split
 # atomic_write's temporary files for a shard or meta.json: .<file>.<random>.tmp
 TEMP_NAME = re.compile(r"\.((.*)_(?:train|val)_\d+\.bin|meta\.json)\.[^.]+\.tmp")
 SCAN_TOKENS = 16 * 2**20  # max_token_id reads a shard in slices of this many tokens, never a whole 200 MB memmap
@@ -104,12 +104,13 @@ class ShardWriter:
         self.filled = 0
 
 
-def write_dataset(out_dir, name, documents, source, shard_tokens=100_000_000, allow=(), **extra):
+def write_dataset(out_dir, name, documents, source, shard_tokens=100_000_000, allow=(), command=None, **extra):
     """documents: {split: iterable of token arrays, one a document} -> shards and meta.json in out_dir.
-    allow: other names out_dir may hold (see check_prepare_folder). Returns the meta dict."""
+    allow: other names out_dir may hold (see check_prepare_folder); command: the command that prepares it again, with
+    the options given (default: prepare_command's, with none). Returns the meta dict."""
     check_shard_tokens(shard_tokens)
     check_prepare_folder(out_dir, name, allow)
-    start_preparation(out_dir, name, prepare_command(out_dir, name))
+    start_preparation(out_dir, name, command or prepare_command(out_dir, name))
     for split, docs in documents.items():
         writer = ShardWriter(out_dir, name, split, shard_tokens)
         for tokens in docs:
@@ -191,6 +192,20 @@ def remove_dataset(out_dir, name, keep_shards=False):
         own_temp = bool(temp) and (temp.group(1) == "meta.json" or temp.group(2) == name)
         if own_temp or (not keep_shards and is_own_shard(entry, name)):
             os.remove(os.path.join(out_dir, entry))
+
+
+def given_options(parser, args, leave_out=("out_dir",)):
+    """The options of a prepare script's command line (its argparse parser and parsed args) that differ from their
+    defaults, as prepare_command's `options`: a killed preparation is finished by a command that makes the same
+    dataset, not the default one. leave_out: options prepare_command writes itself, or that change no token."""
+    text = ""
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if not action.option_strings or action.dest in leave_out + ("help",) or value == action.default:
+            continue
+        flag = action.option_strings[0]
+        text += f" {flag}" if action.nargs == 0 else f" {flag} {shlex.quote(str(value))}"
+    return text
 
 
 def prepare_command(out_dir, name, src=None, options=""):
@@ -324,7 +339,9 @@ def write_meta(out_dir, name, source, tokenizer="gpt2", **extra):
     for split in SPLITS:
         meta[f"{split}_tokens"] = sum(read_header(p) for p in paths[split])
         meta[f"{split}_shards"] = [os.path.basename(p) for p in paths[split]]
-    meta["max_token"] = scan_max_token(paths["train"] + paths["val"])  # read once here, so training need not
+    # for the reader: training scans the shards again (max_token_id; about 10 s a process for OpenWebText's 18 GB),
+    # since a shard edited after its preparation keeps its length, and this number with it
+    meta["max_token"] = scan_max_token(paths["train"] + paths["val"])
     meta.update(extra)
     text = json.dumps(meta, indent=2) + "\n"
     atomic_write(os.path.join(out_dir, "meta.json"), lambda f: f.write(text.encode()))
@@ -421,7 +438,11 @@ def find_shards(data_dir, split):
 def list_shards(data_dir):
     """{split: sorted shard paths} in data_dir, complete or not. Refuses a folder holding the shards of more
     than one dataset, which would otherwise be read as one."""
-    paths = {s: sorted(glob.glob(os.path.join(glob.escape(str(data_dir)), f"*_{s}_*.bin"))) for s in SPLITS}
+    # each file's split is the last _<split>_ of its name: a dataset named wiki_train_small has its validation shards
+    # in wiki_train_small_val_000000.bin, which a pattern such as *_train_*.bin would count as training data
+    bins = glob.glob(os.path.join(glob.escape(str(data_dir)), "*.bin"))
+    found = [(p, SHARD_NAME.fullmatch(os.path.basename(p))) for p in bins]
+    paths = {s: sorted(p for p, m in found if m and m.group(2) == s) for s in SPLITS}
     names = {dataset_name(p) for p in paths["train"] + paths["val"]}
     if len(names) > 1:
         raise ValueError(f"{data_dir} holds the shards of {len(names)} datasets ({', '.join(sorted(names))}): keep one "

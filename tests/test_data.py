@@ -114,6 +114,20 @@ def test_shard_writer_splits_and_numbers(tmp_path):
     assert np.concatenate([read_shard(p) for p in paths]).tolist() == np.concatenate(docs).tolist()
 
 
+@pytest.mark.parametrize("name", ["wiki_train_small", "notes_val_", "a_val_1_train"])
+def test_a_shards_split_is_the_last_in_its_name(tmp_path, name):
+    """A dataset whose name holds _train_ or _val_ keeps its splits apart: wiki_train_small_val_000000.bin is
+    validation data, though it matches *_train_*.bin (which once counted it as training data too)."""
+    write_dataset(str(tmp_path), name, {"train": [np.arange(30)], "val": [np.arange(100, 110)]}, source="test",
+                  shard_tokens=20)
+    paths = find_shards(str(tmp_path), "train"), find_shards(str(tmp_path), "val")
+    assert [[os.path.basename(p) for p in split] for split in paths] == \
+        [[f"{name}_train_000000.bin", f"{name}_train_000001.bin"], [f"{name}_val_000000.bin"]]
+    meta = read_meta(str(tmp_path))
+    assert (meta["train_tokens"], meta["val_tokens"]) == (30, 10)
+    assert np.concatenate([read_shard(p) for p in paths[1]]).tolist() == list(range(100, 110))
+
+
 # ----------------------------------------------------------------------------
 # the loaders
 
@@ -296,6 +310,11 @@ def test_fineweb_prepare_without_the_network(tmp_path, monkeypatch):
 
     with pytest.raises(SystemExit, match="between 1 and 103"):
         fineweb.main(["--shards", "0", "--out_dir", str(tmp_path)])
+    # fewer shards than the folder holds: the others would be read too, so the command refuses and deletes nothing
+    before = sorted(os.listdir(tmp_path)), (tmp_path / "meta.json").read_bytes()
+    with pytest.raises(SystemExit):
+        fineweb.main(["--shards", "1", "--out_dir", str(tmp_path)])
+    assert (sorted(os.listdir(tmp_path)), (tmp_path / "meta.json").read_bytes()) == before
 
 
 @pytest.mark.parametrize("name, package", [("fineweb", "huggingface_hub"), ("openwebtext", "datasets")])
@@ -396,6 +415,24 @@ def test_val_fraction_must_lie_between_0_and_1(tmp_path, val_fraction):
         load_script("textdir").main(["--src", str(tmp_path / "src"), "--out_dir", str(tmp_path / "out"),
                                      "--val_fraction", str(val_fraction)])
     assert not (tmp_path / "out").exists()
+
+
+def test_openwebtext_records_what_it_downloaded_and_warns_of_a_partial_corpus(tmp_path, monkeypatch):
+    """meta.json says which hub dataset and revision the shards came from and how many documents it gave; a default
+    dataset with fewer documents than OpenWebText's (the hub's partial Parquet copy of a large dataset) is said."""
+    owt = load_script("openwebtext")
+    docs = {"train": ["one page", "two pages", "three"], "val": ["held out"]}
+    monkeypatch.setattr(owt, "load_splits", lambda *args: docs)
+    monkeypatch.setattr(owt, "tokenized_documents", lambda ds, num_proc: owt.tokenize_batch({"text": ds})["ids"])
+    owt.main(["--out_dir", str(tmp_path / "out"), "--hf_revision", "refs/convert/parquet", "--num_proc", "1"])
+    meta = read_meta(str(tmp_path / "out"))
+    assert (meta["hf_name"], meta["hf_revision"], meta["hf_documents"]) == \
+        ("Skylion007/openwebtext", "refs/convert/parquet", 4)
+    assert owt.check_documents("Skylion007/openwebtext", owt.DOCUMENTS) is None
+    assert owt.check_documents("someone/else", 12) is None  # another dataset: its own count
+    said = owt.check_documents("Skylion007/openwebtext", 1_234_567)
+    assert said.startswith("warning: Skylion007/openwebtext gave 1,234,567 documents, not its 8,013,769: this is "
+                           "part of the corpus"), said
 
 
 def test_openwebtext_checks_its_settings_before_the_download(tmp_path, monkeypatch):
@@ -671,6 +708,64 @@ def test_a_killed_preparation_is_refused_then_cleaned_up(tmp_path):
     write_dataset(out, "demo", {"train": [np.arange(40)], "val": [np.arange(6)]}, "test", shard_tokens=8)
     assert sorted(n for n in os.listdir(out) if n.startswith(".")) == [".other_train_000000.bin.abc.tmp"]
     assert len(find_shards(out, "train")) == 5 and read_meta(out)["train_tokens"] == 40
+
+
+def test_textdir_warns_when_the_validation_share_of_tokens_is_far_from_asked(tmp_path, capsys):
+    """val_fraction splits whole files: when the one validation file is the large one, validation holds most tokens,
+    and the preparation says so (it still writes the dataset: the split is fixed by the paths)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    big, small = sorted(["a.txt", "b.txt"], key=path_hash)  # the lowest hash is the validation file
+    (src / big).write_text("many words here\n" * 400, encoding="utf-8")
+    (src / small).write_text("few words\n", encoding="utf-8")
+    meta = prepare_textdir(str(src), str(tmp_path / "out"), "demo", val_fraction=0.02, workers=1)
+    said = capsys.readouterr().out
+    assert meta["val_tokens"] > meta["train_tokens"] and "warning: validation holds 99" in said, said
+    assert "not the 2.0% asked for" in said and "1 of 2 here" in said, said
+    make_text_folder(tmp_path / "even")
+    prepare_textdir(str(tmp_path / "even"), str(tmp_path / "out2"), "demo", exts=(".txt", ".md"), val_fraction=0.3,
+                    workers=1)
+    assert "warning" not in capsys.readouterr().out
+
+
+class Stopped(Exception):
+    pass
+
+
+def command_to_finish(monkeypatch, script, argv):
+    """The command a preparation started with these options records, to finish it if it is killed."""
+    module = load_script(script)
+    said = []
+
+    def stop(out_dir, name, prepare, keep_shards=False):
+        said.append(prepare)
+        raise Stopped
+    monkeypatch.setattr(data.shards, "start_preparation", stop)
+    if hasattr(module, "start_preparation"):
+        monkeypatch.setattr(module, "start_preparation", stop)
+    monkeypatch.setattr(load_script("textdir"), "start_preparation", stop)  # pystdlib prepares through textdir
+    with pytest.raises(Stopped):
+        module.main(argv)
+    return said[0]
+
+
+def test_the_command_that_finishes_a_preparation_keeps_the_options_given(tmp_path, monkeypatch):
+    """A killed preparation is refused until a command finishes it: that command makes the same dataset, with the
+    options the user gave (not the defaults), and leaves out only those that change no token (workers)."""
+    make_text_folder(tmp_path / "src")
+    out = str(tmp_path / "out")
+    said = command_to_finish(monkeypatch, "textdir", ["--src", str(tmp_path / "src"), "--exts", ".py,.txt",
+                                                      "--shard_tokens", "1000", "--val_fraction", "0.3",
+                                                      "--workers", "1", "--out_dir", out])
+    assert said.startswith("python data/textdir/prepare.py --src ") and "--name src" in said, said
+    assert "--exts .py,.txt --val_fraction 0.3 --shard_tokens 1000" in said and "--workers" not in said, said
+    said = command_to_finish(monkeypatch, "textdir", ["--src", str(tmp_path / "src"), "--out_dir", out])
+    assert "--exts" not in said and "--shard_tokens" not in said, said  # the defaults: nothing to repeat
+    said = command_to_finish(monkeypatch, "pystdlib", ["--max_files", "5", "--exclude_tests", "--workers", "1",
+                                                       "--out_dir", out])
+    assert said == f"python data/pystdlib/prepare.py --max_files 5 --exclude_tests --out_dir {out}", said
+    said = command_to_finish(monkeypatch, "bigram_backcopy", ["--vocab", "16", "--seed", "3", "--out_dir", out])
+    assert said == f"python data/bigram_backcopy/prepare.py --vocab 16 --seed 3 --out_dir {out}", said
 
 
 def test_textdir_removes_its_stale_temporary_files(tmp_path):

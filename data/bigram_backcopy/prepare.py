@@ -35,7 +35,8 @@ import numpy as np
 # Runnable as `python data/bigram_backcopy/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from data import path_arg, run_preparation  # noqa: E402
-from data.shards import MAX_TOKEN, SymbolTokenizer, repo_folder_files, write_dataset  # noqa: E402
+from data.shards import (MAX_TOKEN, SymbolTokenizer, given_options, prepare_command, repo_folder_files,  # noqa: E402
+                         write_dataset)
 
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 NAME = "bigram_backcopy"
@@ -86,7 +87,8 @@ def ideal_loss(P, is_trigger, x):
     return float(np.where(copies_next(x, is_trigger)[:, :-1], 0.0, row_entropy[predicting]).mean())
 
 
-def prepare(out_dir=DATA_DIR, vocab=64, triggers=3, alpha=0.1, seed=0, train_tokens=2_000_000, val_tokens=131_072):
+def prepare(out_dir=DATA_DIR, vocab=64, triggers=3, alpha=0.1, seed=0, train_tokens=2_000_000, val_tokens=131_072,
+            command=None):
     if not 2 <= vocab <= MAX_TOKEN:  # the BOS token, id vocab, is stored as a uint16 too
         raise ValueError(f"vocab={vocab}: the chain needs at least 2 symbols and at most {MAX_TOKEN}")
     if not 1 <= triggers < vocab:
@@ -100,7 +102,7 @@ def prepare(out_dir=DATA_DIR, vocab=64, triggers=3, alpha=0.1, seed=0, train_tok
         if n < 2:
             raise ValueError(f"{name}={n} must be at least 2")
     try:
-        return _prepare(out_dir, vocab, triggers, alpha, seed, train_tokens, val_tokens)
+        return _prepare(out_dir, vocab, triggers, alpha, seed, train_tokens, val_tokens, command)
     except MemoryError:
         walks = -(-max(train_tokens, val_tokens) // CHAIN_LENGTH) * CHAIN_LENGTH
         need = max(8 * vocab * vocab, 8 * walks) / 2**30  # the float64 matrix, or the int64 walks
@@ -108,7 +110,7 @@ def prepare(out_dir=DATA_DIR, vocab=64, triggers=3, alpha=0.1, seed=0, train_tok
                           f"{need:.1f} GiB at once; use a smaller --vocab or fewer tokens") from None
 
 
-def _prepare(out_dir, vocab, triggers, alpha, seed, train_tokens, val_tokens):
+def _prepare(out_dir, vocab, triggers, alpha, seed, train_tokens, val_tokens, command=None):
     P, trigger_ids = make_chain(vocab, triggers, alpha, seed)
     is_trigger = np.zeros(vocab, dtype=bool)
     is_trigger[trigger_ids] = True
@@ -117,7 +119,7 @@ def _prepare(out_dir, vocab, triggers, alpha, seed, train_tokens, val_tokens):
         documents[split], walks[split] = walk(P, is_trigger, n, np.random.default_rng([seed, stream]))
     val = walks["val"]
     source = f"Bigram-Backcopy: {vocab} symbols, rows ~ Dirichlet({alpha:g}), {triggers} triggers, chain seed {seed}"
-    meta = write_dataset(out_dir, NAME, documents, source, allow=repo_folder_files(out_dir),
+    meta = write_dataset(out_dir, NAME, documents, source, allow=repo_folder_files(out_dir), command=command,
                          tokenizer=f"{SymbolTokenizer.PREFIX}{vocab}", task="bigram_backcopy", symbols=vocab,
                          alpha=alpha, seed=seed, triggers=trigger_ids,
                          trigger_share=float(is_trigger[val].mean()),
@@ -140,8 +142,9 @@ def main(argv=None):
     parser.add_argument("--train_tokens", type=int, default=2_000_000)
     parser.add_argument("--val_tokens", type=int, default=131_072)
     args = parser.parse_args(argv)
+    again = prepare_command(args.out_dir, NAME, options=given_options(parser, args))
     run_preparation(lambda: prepare(args.out_dir, args.vocab, args.triggers, args.alpha, args.seed,
-                                    args.train_tokens, args.val_tokens), args.out_dir)
+                                    args.train_tokens, args.val_tokens, again), args.out_dir)
 
 
 if __name__ == "__main__":

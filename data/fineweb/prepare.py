@@ -20,8 +20,8 @@ import sys
 # Runnable as `python data/fineweb/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from data import path_arg, run_preparation  # noqa: E402
-from data.shards import (check_prepare_folder, prepare_command, read_header, repo_folder_files,  # noqa: E402
-                         start_preparation, write_meta)
+from data.shards import (SHARD_NAME, check_prepare_folder, prepare_command, read_header,  # noqa: E402
+                         repo_folder_files, start_preparation, write_meta)
 
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ID = "kjj0/fineweb10B-gpt2"
@@ -71,6 +71,14 @@ def prepare(out_dir, shards):
     # huggingface_hub keeps its bookkeeping in out_dir/.cache; data/fineweb/ also keeps this script
     check_prepare_folder(out_dir, "fineweb", (".cache",) + repo_folder_files(out_dir))
     names = shard_names(shards)
+    # shards of an earlier, larger --shards would be read too (training reads every shard in the folder): say so, and
+    # delete nothing (each is 100M tokens to download again)
+    present = os.listdir(out_dir) if os.path.isdir(out_dir) else []
+    extra = sorted(set(n for n in present if SHARD_NAME.fullmatch(n)) - set(names))
+    if extra:
+        raise ValueError(f"{out_dir} holds {len(extra)} shard(s) beyond the {shards} train shard(s) asked for "
+                         f"({extra[0]}{' ...' if len(extra) > 1 else ''}), which training would read too: delete them, "
+                         f"or give this --shards a folder of its own (--out_dir)")
     # until meta.json is written again the folder is refused for training, with this command to finish it
     start_preparation(out_dir, "fineweb", prepare_command(out_dir, "fineweb", options=f" --shards {shards}"),
                       keep_shards=True)

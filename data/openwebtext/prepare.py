@@ -6,7 +6,8 @@ a token) plus meta.json:
     pip install datasets
     python data/openwebtext/prepare.py [--num_proc 8]
 
-Hugging Face keeps its own copy of the download in its cache (~/.cache/huggingface). Not run in this
+Hugging Face keeps its own copy of the download in its cache (~/.cache/huggingface; nanoGPT's README puts it at
+about 54 GB for this dataset), so a first run needs that much free besides the shards. Not run in this
 repo's CI (it needs the network): everything after the download -- tokenizing a document, writing the
 shards and meta.json -- is the shared code in data/shards.py that the tests exercise.
 """
@@ -19,11 +20,23 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from data import check_count, path_arg, run_preparation  # noqa: E402
 from data.shards import (check_prepare_folder, check_shard_tokens, check_val_fraction, encode_document,  # noqa: E402
-                         get_tokenizer, repo_folder_files, write_dataset)
+                         get_tokenizer, given_options, prepare_command, repo_folder_files, write_dataset)
 
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 NAME = "openwebtext"
 SPLIT_SEED = 1234  # the validation documents are a fixed random sample of the one split the hub provides
+DOCUMENTS = 8_013_769  # Skylion007/openwebtext's documents: fewer means part of the corpus (a partial Parquet copy)
+
+
+def check_documents(hf_name, documents):
+    """A warning (a line, or None) when the default dataset came with another number of documents than it has: the
+    hub's automatic Parquet copy of a large dataset can hold only its first part, and that would be a smaller corpus
+    and another validation split, with nothing else to tell."""
+    if hf_name == "Skylion007/openwebtext" and documents != DOCUMENTS:
+        return (f"warning: {hf_name} gave {documents:,} documents, not its {DOCUMENTS:,}: this is "
+                f"{'part of ' if documents < DOCUMENTS else 'not '}the corpus (a partial Parquet copy?); meta.json "
+                "records the number, and results on it are not OpenWebText's")
+    return None
 
 
 def load_splits(hf_name, hf_revision, val_fraction, num_proc):
@@ -38,7 +51,11 @@ def load_splits(hf_name, hf_revision, val_fraction, num_proc):
         if "scripts are no longer supported" not in str(e):
             raise
         sys.exit(f"error: {e}\ndatasets >= 4 cannot run the hub's loading script; use the hub's Parquet copy with "
-                 "--hf_revision=refs/convert/parquet, or pip install 'datasets<4'")
+                 "--hf_revision=refs/convert/parquet (which may hold only part of a large dataset: the count of documents is "
+                 "checked), or pip install 'datasets<4'")
+    warning = check_documents(hf_name, len(ds))
+    if warning:
+        print(warning, flush=True)
     parts = ds.train_test_split(test_size=val_fraction, seed=SPLIT_SEED, shuffle=True)
     return {"train": parts["train"], "val": parts["test"]}
 
@@ -72,10 +89,11 @@ def main(argv=None):
     parser.add_argument("--hf_name", default="Skylion007/openwebtext", help="dataset name on the Hugging Face hub")
     parser.add_argument("--hf_revision", default=None, help="hub revision, e.g. refs/convert/parquet")
     args = parser.parse_args(argv)
-    run_preparation(lambda: prepare(args), args.out_dir)
+    again = prepare_command(args.out_dir, NAME, options=given_options(parser, args, ("out_dir", "num_proc")))
+    run_preparation(lambda: prepare(args, again), args.out_dir)
 
 
-def prepare(args):
+def prepare(args, command=None):
     # the settings and the folder are checked before the hours of download and tokenizing, not after
     allow = repo_folder_files(args.out_dir)  # data/openwebtext/ keeps this script beside the shards
     check_count("num_proc", args.num_proc)
@@ -87,7 +105,8 @@ def prepare(args):
     documents = {split: tokenized_documents(ds, args.num_proc) for split, ds in splits.items()}
     meta = write_dataset(args.out_dir, NAME, documents, source=f"huggingface.co/datasets/{args.hf_name}",
                          shard_tokens=args.shard_tokens, allow=allow, val_fraction=args.val_fraction,
-                         split_seed=SPLIT_SEED)
+                         split_seed=SPLIT_SEED, hf_name=args.hf_name, hf_revision=args.hf_revision,
+                         hf_documents=sum(len(ds) for ds in splits.values()), command=command)
     print(f"wrote {meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens to {args.out_dir}")
 
 

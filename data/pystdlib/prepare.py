@@ -17,6 +17,7 @@ import sysconfig
 # Runnable as `python data/pystdlib/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from data import path_arg, run_preparation  # noqa: E402
+from data.shards import given_options, prepare_command  # noqa: E402
 from data.textdir.prepare import prepare as prepare_textdir  # noqa: E402
 
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -24,12 +25,12 @@ NOT_STDLIB = ("site-packages", "dist-packages")  # installed packages live insid
 TEST_DIRS = ("test", "tests", "idle_test")
 
 
-def prepare(out_dir=DATA_DIR, max_files=None, exclude_tests=False, workers=None):
+def prepare(out_dir=DATA_DIR, max_files=None, exclude_tests=False, workers=None, command=None):
     src = sysconfig.get_paths()["stdlib"]
     skip = NOT_STDLIB + (TEST_DIRS if exclude_tests else ())
     source = f"Python {platform.python_version()} standard library, {src}" + (" (without tests)" if exclude_tests else "")
     return prepare_textdir(src, out_dir, "pystdlib", exts=(".py",), skip_dirs=skip, max_files=max_files,
-                           workers=workers, source=source)
+                           workers=workers, source=source, command=command)
 
 
 def main(argv=None):
@@ -39,7 +40,9 @@ def main(argv=None):
     parser.add_argument("--exclude_tests", action="store_true", help="leave out the test suites (about two thirds of the tokens)")
     parser.add_argument("--workers", type=int, help="tokenizer processes (default: all cores)")
     args = parser.parse_args(argv)
-    run_preparation(lambda: prepare(args.out_dir, args.max_files, args.exclude_tests, args.workers), args.out_dir)
+    again = prepare_command(args.out_dir, "pystdlib", options=given_options(parser, args, ("out_dir", "workers")))
+    run_preparation(lambda: prepare(args.out_dir, args.max_files, args.exclude_tests, args.workers, again),
+                    args.out_dir)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ from multiprocessing import Pool
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from data import check_count, path_arg, run_preparation  # noqa: E402
 from data.shards import (SPLITS, ShardWriter, check_prepare_folder, check_shard_tokens,  # noqa: E402
-                         check_val_fraction, encode_document, get_tokenizer, prepare_command, repo_folder_files,
-                         start_preparation, write_meta)
+                         check_val_fraction, encode_document, get_tokenizer, given_options, prepare_command,
+                         repo_folder_files, start_preparation, write_meta)
 
 DATA_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -127,7 +127,7 @@ def check_name(name):
 
 
 def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, val_fraction=0.02,
-            shard_tokens=100_000_000, workers=None, source=None):
+            shard_tokens=100_000_000, workers=None, source=None, command=None):
     """Tokenize the files under src into shards and a meta.json in out_dir; returns the meta dict.
     out_dir must be empty or hold only an earlier preparation of `name` (see check_prepare_folder); in
     one of this repo's data/<x>/ folders its prepare.py and __pycache__ may stay beside the shards."""
@@ -165,7 +165,8 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
         split = split_files(kept, val_fraction)
 
         # pass 2: tokenize, in sorted order (imap keeps it), into each split's shards
-        start_preparation(out_dir, name, prepare_command(out_dir, name, src))  # the old dataset is gone from here on
+        # the old dataset is gone from here on; command: the one that prepares it again (given_options), if given
+        start_preparation(out_dir, name, command or prepare_command(out_dir, name, src))
         writers = {s: ShardWriter(out_dir, name, s, shard_tokens) for s in SPLITS}
         for rel, tokens in zip(kept, pool.imap(_encode_file, [os.path.join(src, f) for f in kept], chunksize=16)):
             writers[split[rel]].add(tokens)
@@ -183,6 +184,11 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
     print(f"wrote {meta['train_tokens']:,} train tokens ({counts['train_files']} files) and {meta['val_tokens']:,} "
           f"val tokens ({counts['val_files']} files) to {out_dir}; skipped {counts['duplicates_skipped']} "
           f"duplicate and {counts['not_utf8_skipped']} non-UTF-8 files{not_read}", flush=True)
+    share = meta["val_tokens"] / max(1, meta["train_tokens"] + meta["val_tokens"])
+    if not val_fraction / 3 <= share <= 3 * val_fraction:  # whole files are split, and a few large ones sway it
+        print(f"warning: validation holds {share:.1%} of the tokens, not the {val_fraction:.1%} asked for "
+              f"(val_fraction is a share of files, {counts['val_files']} of {len(kept)} here): with a few large files, "
+              "split them into smaller ones, or choose val_fraction knowing this", flush=True)
     return meta
 
 
@@ -200,9 +206,10 @@ def main(argv=None):
     name = args.name or os.path.basename(os.path.normpath(os.path.abspath(args.src)))
     exts = tuple(e.strip() for e in args.exts.split(",") if e.strip())
     out_dir = args.out_dir or os.path.join(DATA_ROOT, name)
+    again = prepare_command(out_dir, name, args.src, given_options(parser, args, ("src", "name", "out_dir", "workers")))
     run_preparation(lambda: prepare(args.src, out_dir, name, exts, max_files=args.max_files,
                                     val_fraction=args.val_fraction, shard_tokens=args.shard_tokens,
-                                    workers=args.workers), out_dir)
+                                    workers=args.workers, command=again), out_dir)
 
 
 if __name__ == "__main__":
