@@ -45,7 +45,7 @@ class GPTConfig:
     rope_factor: float = 1.0  # rope_scaling's s: block_size is s times the length the model was trained on
     mlp: str = "swiglu"  # glu, gelu, gelu_tanh (GPT-2's tanh approximation of GELU)
     mlp_hidden: int = None  # None -> 4*n_embd for gelu, ~8/3*n_embd (multiple of 64) for GLUs; see hidden_dim
-    norm: str = "rmsnorm"  # layernorm, dyt, preaffine, gatednorm: every norm of the model
+    norm: str = "rmsnorm"  # layernorm, dyt, preaffine, gatednorm: the residual stream's norms
     norm_eps: float = None  # None -> 1e-6 for RMSNorm and the norms built on it, 1e-5 for LayerNorm (PyTorch's)
     gatednorm_rank: int = 16  # with norm="gatednorm": the rank of its gate's bottleneck
     sandwich_norm: bool = False  # a norm on each sub-layer's output too, before the residual add

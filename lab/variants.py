@@ -179,8 +179,9 @@ class Flag:
 
 FLAGS = [
     Flag("gate", "where the gate acts. G1: each head's SDPA output, gated before the heads are concatenated and "
-         "`W_O`; G2: the value projection's output; G3: the key projection's; G4: the query projection's; "
-         "G5: the output of `W_O`; `'none'`: no gate",
+         "`W_O`; G2: the value projection's output; G3: the key projection's; G4: the query projection's (G3 and "
+         "G4 before QK-norm and RoPE, as on the projection's output: with `qk_norm` the norm divides out a gate's "
+         "overall scale, so it can only reweight channels); G5: the output of `W_O`; `'none'`: no gate",
          'GA Table 1 rows "SDPA / Value / Key / Query / Dense output"; `\'none\'` = the baseline'),
     Flag("gate_granularity", "elementwise: one score per channel of `Y`; headwise: one score per head, shared by "
          "its channels (G1, G2)", 'GA Table 1 "elementwise" vs "headwise"; Table 4 "G1 headwise"'),
@@ -198,9 +199,11 @@ FLAGS = [
          "zero-initialised, the same for every token", 'GA Table 4 "input-independent"'),
     Flag("sdpa_nonlin", "a non-linearity that is not a gate, on each head's SDPA output (G1's position): RMSNorm of "
          "each head on its own, or SiLU", "GA Table 3 \"G1 RMSNorm\", \"G1 SiLU-only\" (with `gate='none'`)"),
-    Flag("match_params", "shrink the MLP's hidden width so the model has `gate='none'`'s parameters, within 1%",
+    Flag("match_params", "shrink the MLP's hidden width so the model has `gate='none'`'s parameters, within 1%: "
+         "the gate's parameters only, not a GatedNorm's (GN narrows the FFN for those too)",
          "GA's dense models, which keep parameters equal this way"),
-    Flag("norm", "every norm in the model. DyT `γ ⊙ tanh(α·x) + β` (α one learned scalar, initialised at 0.5): "
+    Flag("norm", "every norm of the residual stream (the pre-norms, a sandwich norm's, the final one; QK-norm and "
+         "`sdpa_nonlin`'s stay RMSNorm). DyT `γ ⊙ tanh(α·x) + β` (α one learned scalar, initialised at 0.5): "
          "element by element, nothing normalised across channels; PreAffine `RMSNorm(λ ⊙ x)` (λ a learned vector, "
          "initialised at 1), so an outlier can live in a weight instead of the activations; GatedNorm "
          "`y ⊙ sigmoid(W_up SiLU(W_down y))` with `y = RMSNorm(x)`",
