@@ -13,18 +13,20 @@ quant   weights and activations rounded to N bits (--quant=w8a8,w4a16,w8a4,w4a4:
         2^(N-1) - 1 steps either side of 0: weights with one scale per output channel, activations with one scale
         per token, computed on the fly. Quantized: the weight and the input of every linear layer of the blocks
         (c_attn, whose outputs include the gate's logits; the attention's c_proj, W_O; the MLP's c_fc and c_proj;
-        GatedNorm's W_down and W_up). Full precision: the token embedding and lm_head, the norms, the attention
-        scores and softmax, the gate's product. A massive activation sets its token's scale, so the token's other
+        the blocks' GatedNorm W_down and W_up). Full precision: the token embedding and lm_head, the norms (the final
+        one's GatedNorm too), the attention scores and softmax, the gate's product. A massive activation sets its token's scale, so the token's other
         features round to 0: the loss increase is what the outliers cost.
 length  the loss at each position of windows 1x, 2x, 4x, 8x the training length T (--lengths), reported per
         bucket of positions [0, T), [T, 2T), [2T, 4T), [4T, 8T), with RoPE as trained ('none', whose angles run
         past anything seen in training), NTK-aware scaling ('ntk') or YaRN ('yarn', the method GA Table 5 uses, with
-        the paper's ramp: model.rope_tables), the factor being the window over T (--rope=none,ntk,yarn). Every
-        length reads the first positions of the same long windows; the lengths are powers of two, so that each ends
-        a bucket. Needs rotary position embeddings.
+        the paper's ramp: model.rope_tables), the factor being the window over T (--rope=none,ntk,yarn): under
+        ntk and yarn each length is another scaling, so a bucket compares across lengths only under none (GA scales
+        once, for the longest). Every length reads the first positions of the same long windows; the lengths are
+        powers of two, so that each ends a bucket. Levels, not paired differences: each bucket's interval is mostly
+        the spread between windows. Needs rotary position embeddings.
 stream  sliding-window attention (model.window_mask): each query sees its last w keys (--stream_windows, default
         T/8 and T/4) and the first k positions of the window (--keep_first=0,1,4: StreamingLLM keeps 4 "attention
-        sinks"; with train.py's bos, position 0 is <|endoftext|>). The loss is taken on positions w..T-1, where the
+        sinks"; with train.py's bos, position 0 is <|endoftext|>), k keys on top of the w, not out of them. The loss is taken on positions w..T-1, where the
         window cuts, and compared with full attention on the same positions. Positions stay those of training, so
         only what a query can see changes, not how far it must extrapolate.
 
@@ -455,7 +457,10 @@ def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODE
 def markdown(summary):
     records = summary["models"]
     lines = [f"Measured by lab/evaluate.py on {summary['device']}, {summary['date']}. Loss in nats per token, the mean "
-             "over windows ± the half-width of its 95% t-interval; Δ: the increase over the same windows unchanged.",
+             "over windows ± the half-width of its 95% t-interval; Δ: the increase over the same windows unchanged. "
+             "An interval is one checkpoint's, over windows: it says nothing about how runs or seeds differ (the "
+             "study's report compares those). The length mode's windows are longer than the other modes', so its "
+             "[0, T) is not the full-precision loss of quant.",
              "", PAPERS_SAY, ""]
     earlier = [r for r in records if r.get("measured_earlier")]
     if earlier:
