@@ -14,8 +14,8 @@ quant   weights and activations rounded to N bits (--quant=w8a8,w4a16,w8a4,w4a4:
         per token, computed on the fly. Quantized: the weight and the input of every linear layer of the blocks
         (c_attn, whose outputs include the gate's logits; the attention's c_proj, W_O; the MLP's c_fc and c_proj;
         the blocks' GatedNorm W_down and W_up). Full precision: the token embedding and lm_head, the norms (the final
-        one's GatedNorm too), the attention scores and softmax, the gate's product. A massive activation sets its token's scale, so the token's other
-        features round to 0: the loss increase is what the outliers cost.
+        one's GatedNorm too), the attention scores and softmax, the gate's product. A massive activation sets its
+        token's scale, so the token's other features round to 0: the loss increase is what the outliers cost.
 length  the loss at each position of windows 1x, 2x, 4x, 8x the training length T (--lengths), reported per
         bucket of positions [0, T), [T, 2T), [2T, 4T), [4T, 8T), with RoPE as trained ('none', whose angles run
         past anything seen in training), NTK-aware scaling ('ntk') or YaRN ('yarn', the method GA Table 5 uses, with
@@ -26,9 +26,10 @@ length  the loss at each position of windows 1x, 2x, 4x, 8x the training length 
         the spread between windows. Needs rotary position embeddings.
 stream  sliding-window attention (model.window_mask): each query sees its last w keys (--stream_windows, default
         T/8 and T/4) and the first k positions of the window (--keep_first=0,1,4: StreamingLLM keeps 4 "attention
-        sinks"; with train.py's bos, position 0 is <|endoftext|>), k keys on top of the w, not out of them. The loss is taken on positions w..T-1, where the
-        window cuts, and compared with full attention on the same positions. Positions stay those of training, so
-        only what a query can see changes, not how far it must extrapolate.
+        sinks"; with train.py's bos, position 0 is <|endoftext|>), k keys on top of the w, not out of them. The
+        loss is taken on positions w..T-1, where the window cuts, and compared with full attention on the same
+        positions. Positions stay those of training, so only what a query can see changes, not how far it must
+        extrapolate.
 
 The windows: for a run, --windows validation windows of its own data (data.shards.val_batches, anchored on
 <|endoftext|> as it was trained; as many as the validation set holds without overlap, with a note, where that is
