@@ -51,8 +51,8 @@ def load_splits(hf_name, hf_revision, val_fraction, num_proc):
         if "scripts are no longer supported" not in str(e):
             raise
         sys.exit(f"error: {e}\ndatasets >= 4 cannot run the hub's loading script; use the hub's Parquet copy with "
-                 "--hf_revision=refs/convert/parquet (which may hold only part of a large dataset: the count of documents is "
-                 "checked), or pip install 'datasets<4'")
+                 "--hf_revision=refs/convert/parquet (which may hold only part of a large dataset: the count of "
+                 "documents is checked), or pip install 'datasets<4'")
     warning = check_documents(hf_name, len(ds))
     if warning:
         print(warning, flush=True)
