@@ -25,9 +25,10 @@ import os
 
 import numpy as np
 
-from data.shards import dataset_fingerprint, find_shards, get_tokenizer, prepare_command, read_meta
+from data.shards import GPT2_EOT_ID, dataset_fingerprint, find_shards, get_tokenizer, prepare_command, read_meta
 from lab.stats import MIN_SEEDS, RULE, compare, mean_ci
 from lab.variants import STABILITY_ROW, SWEEP, SWEPT, VARIANTS
+from model import GPTConfig
 from probe import MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD
 from runfolder import EVALUATED, LOG, atomic_write, describe_fingerprint_change, read_jsonl
 
@@ -520,6 +521,12 @@ def spikes(row):
     return ", ".join(fmt(n, "d") for n in row["loss_spikes"]) if row else "–"
 
 
+def grew_sink_head(runs):
+    """Whether each run grew a sink head (a head's F-Attn above probe.SINK_HEAD_THRESHOLD): a yes/no per run, to be
+    counted over seeds. A run whose sink heads were not measured is left out, not counted as a no."""
+    return [r["sink_heads"] > 0 for r in runs if r.get("sink_heads") is not None]
+
+
 def table4_section(by, variants):
     """GA Table 4's sink column beside ours: each variant's F-Attn (mean over seeds, 95% CI), how many of its seeds
     grew a sink head, and whether it sits on the same side of the baseline as in the paper."""
@@ -532,7 +539,7 @@ def table4_section(by, variants):
         row, ours = VARIANTS[v].ga, variants[v][f_attn.key]
         if not (row and row.f_attn is not None and ours):
             continue
-        grew = [r["sink_heads"] > 0 for r in rs if r.get("sink_heads") is not None]  # a run not measured: not a no
+        grew = grew_sink_head(rs)
         sinks = f"{sum(grew)} of {len(grew)}"
         base = variants["baseline"][f_attn.key]
         c = compare(base["values"], ours["values"], comparison(f_attn.key))  # the rule's interval, over seeds
@@ -696,7 +703,7 @@ def sink_section(records, analyzed):
     return lines if shown else []
 
 
-GPT2_VOCAB_SIZES = (50257, 50304)  # GPT-2's vocabulary, and the same padded to a multiple of 64
+GPT2_VOCAB_SIZES = (GPT2_EOT_ID + 1, GPTConfig.vocab_size)  # GPT-2's vocabulary, and model.py's padded one
 
 
 def token_decoder(data_dir, vocab_size=None):

@@ -104,8 +104,8 @@ import torch
 from cli import config_path, configure, dataset_dir, fail, run_config_file, usage
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import find_shards
-from lab.report import (EVALUATE_DIR, comparison, evaluate_section, kept_of_other_run, over_seeds, paper_effect,
-    plot_headline, plot_sweep, plot_trends, render_report)
+from lab.report import (EVALUATE_DIR, comparison, evaluate_section, grew_sink_head, kept_of_other_run, over_seeds,
+    paper_effect, plot_headline, plot_sweep, plot_trends, render_report)
 from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
     size_word)
 from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
@@ -762,7 +762,7 @@ def sink_counts(by, counts):
     reference, variant, direction) decided by stats.COUNT_RULE."""
     rates = {}
     for v, rs in by.items():
-        grew = [r["sink_heads"] > 0 for r in rs if r.get("sink_heads") is not None]
+        grew = grew_sink_head(rs)
         if grew:
             lo, hi = clopper_pearson(sum(grew), len(grew))
             rates[v] = {"k": sum(grew), "n": len(grew), "lo": lo, "hi": hi}
