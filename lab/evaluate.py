@@ -22,8 +22,9 @@ length  the loss at each position of windows 1x, 2x, 4x, 8x the training length 
         the paper's ramp: model.rope_tables), the factor being the window over T (--rope=none,ntk,yarn): under
         ntk and yarn each length is another scaling, so a bucket compares across lengths only under none (GA scales
         once, for the longest). Every length reads the first positions of the same long windows; the lengths are
-        powers of two, so that each ends a bucket. Levels, not paired differences: each bucket's interval is mostly
-        the spread between windows. Needs rotary position embeddings.
+        powers of two, so that each ends a bucket. Each bucket's level has an interval made mostly of the spread
+        between windows; each bucket past T also has its increase over [0, T) of the same windows at the same length
+        (Δ, paired), whose interval is the one that tests the extrapolation. Needs rotary position embeddings.
 stream  sliding-window attention (model.window_mask): each query sees its last w keys (--stream_windows, default
         T/8 and T/4) and the first k positions of the window (--keep_first=0,1,4: StreamingLLM keeps 4 "attention
         sinks"; with train.py's bos, position 0 is <|endoftext|>), k keys on top of the w, not out of them. The
@@ -204,9 +205,10 @@ def length_rows(n_head, vocab_size, L, rows, free):
 
 
 def evaluate_length(model, x, y, rows, multiples, scalings):
-    """Per scaling, per length: the loss per position bucket, with its interval over windows. x, y hold windows of
-    max(multiples) * T tokens; each length reads their first positions. A factor of 1 is RoPE as trained whatever
-    the scaling: measured once."""
+    """Per scaling, per length: the loss per position bucket, with its interval over windows, and for each bucket
+    past T its increase over [0, T) of the same windows at the same length (paired: a window's own difficulty cancels,
+    which the levels' intervals are mostly made of). x, y hold windows of max(multiples) * T tokens; each length reads
+    their first positions. A factor of 1 is RoPE as trained whatever the scaling: measured once."""
     T = model.config.block_size
     out, as_trained = {}, None
     for scaling in scalings:
@@ -221,8 +223,10 @@ def evaluate_length(model, x, y, rows, multiples, scalings):
             per_pass = length_rows(model.config.n_head, model.config.vocab_size, L, max(1, rows // m),  # as many
                                    free_memory(str(model.lm_head.weight.device)))  # tokens per pass, if they fit
             losses = token_losses(longer, x[:, :L], y[:, :L], per_pass)
+            inside = losses[:, :T].mean(1)  # each window's loss within the training length, at this length
             out[scaling].append({"multiple": m, "length": L, "buckets": [
-                {"from": a, "to": b, **interval(losses[:, a:b].mean(1))} for a, b in buckets(T, L)]})
+                {"from": a, "to": b, **interval(losses[:, a:b].mean(1))} |
+                ({"increase": interval(losses[:, a:b].mean(1) - inside)} if a else {}) for a, b in buckets(T, L)]})
             if m == 1:
                 as_trained = out[scaling][-1]
     return out
@@ -489,6 +493,16 @@ def markdown(summary):
                        [[scaling, f"{v['multiple']}x = {v['length']}"] + [fmt_interval(b) for b in v["buckets"]] +
                         ["–"] * (len(widest) - len(v["buckets"]))
                         for scaling, lengths in r["length"].items() for v in lengths])
+        paired = [(scaling, v) for scaling, lengths in r["length"].items() for v in lengths
+                  if any("increase" in b for b in v["buckets"])]  # a record kept before Δ was measured has none
+        if paired:
+            lines += ["Δ: each bucket's increase over [0, T) of the same windows at the same length (paired, so its "
+                      "interval leaves out how hard each window is). Compare it between models: the lower Δ copes "
+                      "better past T.", ""]
+            lines += table(["RoPE", "length"] + [f"[{a}, {b}) Δ" for a, b in widest[1:]],
+                           [[scaling, f"{v['multiple']}x = {v['length']}"] +
+                            [fmt_interval(b["increase"], ".4f", sign=True) for b in v["buckets"][1:]] +
+                            ["–"] * (len(widest) - len(v["buckets"])) for scaling, v in paired])
     stream = [r for r in records if "stream" in r]
     if stream:
         lines += ["## Sliding-window attention, with and without the first positions", "",

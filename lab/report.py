@@ -197,14 +197,17 @@ PAPERS_SAY = (
 
 def headline(r):
     """One record's numbers that a row of a summary table shows, {column: value}: each quantization setting's loss
-    increase; per RoPE scaling, the loss of the last position bucket at the longest length; the loss increase of
-    the largest sliding window with each number of first positions kept."""
+    increase; per RoPE scaling, the loss of the last position bucket at the longest length, and its increase over
+    [0, T) of the same windows where the record has it; the loss increase of the largest sliding window with each
+    number of first positions kept."""
     out = {}
     for s in r.get("quant", {}).get("settings", []):
         out[f"{s['setting'].upper()} Δ"] = s["increase"]["mean"]
     for scaling, lengths in r.get("length", {}).items():
         last = lengths[-1]["buckets"][-1]
         out[f"{scaling} {lengths[-1]['multiple']}x [{last['from']}, {last['to']})"] = last["mean"]
+        if "increase" in last:  # records kept before the paired increase was measured have only the level
+            out[f"{scaling} {lengths[-1]['multiple']}x [{last['from']}, {last['to']}) Δ"] = last["increase"]["mean"]
     if r.get("stream"):
         row = r["stream"][-1]
         for keep in row["keep"]:
@@ -812,7 +815,7 @@ def evaluate_section(report_dir, root, trained):
              f"[{EVALUATE_DIR}/summary.md]({EVALUATE_DIR}/summary.md). Here, {SEEDS_NOTE}. Δ: the loss increase "
              "(nats) with W-bit weights and A-bit activations, or a sliding window of w keys that keeps the first k "
              "positions, over the same windows unchanged; a RoPE column: the loss of the last positions of the longest "
-             "windows.", ""]
+             "windows (with Δ: its increase over the first T positions of the same windows).", ""]
     earlier = [f"{r['label']} on {r['device']}, {r['date']}" for r in evaluations["models"]
                if r.get("measured_earlier")]
     if earlier:

@@ -147,9 +147,17 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
         windowed = GPT.with_weights(dataclasses.replace(model.config, attn_window=4),
                                              model.state_dict())
         with torch.no_grad():
-            past = F.cross_entropy(yarn(xl)[0][:, 32:].flatten(0, 1), yl[:, 32:].flatten()).item()
+            per_token = F.cross_entropy(yarn(xl)[0].flatten(0, 1), yl.flatten(), reduction="none").view(yl.shape)
+            past = per_token[:, 32:].mean().item()
+            # the paired increase: each window's [T, 2T) against its own [0, T), at the same length and scaling
+            rise = (per_token[:, 32:].mean(1) - per_token[:, :32].mean(1)).double()
             cut = F.cross_entropy(windowed(x)[0][:, 4:].flatten(0, 1), y[:, 4:].flatten()).item()
         assert r["length"]["yarn"][1]["buckets"][1]["mean"] == pytest.approx(past, abs=1e-5)
+        paired = r["length"]["yarn"][1]["buckets"][1]["increase"]
+        assert paired["mean"] == pytest.approx(rise.mean().item(), abs=1e-5)
+        half = 2.5706 * rise.std().item() / 6 ** 0.5  # t(0.975, 5 degrees of freedom): the interval over 6 windows
+        assert (paired["hi"] - paired["lo"]) / 2 == pytest.approx(half, rel=1e-3)
+        assert all("increase" not in v["buckets"][0] for lengths in r["length"].values() for v in lengths)
         assert r["stream"][0]["keep"][0]["loss"]["mean"] == pytest.approx(cut, abs=1e-5)
         assert [row["window"] for row in r["stream"]] == [4, 8]
         for row in r["stream"]:
@@ -164,9 +172,19 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
     base = summary["models"][0]
     row = next(line for line in table.splitlines() if line.startswith("| base | 6 x 32 |")).strip("| ").split(" | ")
     assert row[3:] == [report.fmt_interval(s["increase"], ".4f", sign=True) for s in base["quant"]["settings"]]
-    assert [k for k in report.headline(base)] == ["W8A8 Δ", "W4A4 Δ", "none 2x [32, 64)", "ntk 2x [32, 64)",
-                                                  "yarn 2x [32, 64)", "w=8 keep 0 Δ", "w=8 keep 1 Δ",
+    assert [k for k in report.headline(base)] == ["W8A8 Δ", "W4A4 Δ", "none 2x [32, 64)", "none 2x [32, 64) Δ",
+                                                  "ntk 2x [32, 64)", "ntk 2x [32, 64) Δ", "yarn 2x [32, 64)",
+                                                  "yarn 2x [32, 64) Δ", "w=8 keep 0 Δ", "w=8 keep 1 Δ",
                                                   "w=8 keep 32 Δ"]
+    rise = base["length"]["yarn"][1]["buckets"][1]["increase"]
+    assert f"| yarn | 2x = 64 | {report.fmt_interval(rise, '.4f', sign=True)} |" in table  # the Δ table's row
+    old = json.loads(json.dumps(base))  # a record kept before Δ was measured: levels only, and still a report row
+    for lengths in old["length"].values():
+        for v in lengths:
+            for b in v["buckets"]:
+                b.pop("increase", None)
+    assert not any(k.startswith(("none", "yarn")) and k.endswith("Δ") for k in report.headline(old))
+    assert "[32, 64) Δ |" not in evaluate.markdown({**summary, "models": [old]})
     try:
         import matplotlib  # noqa: F401
     except ImportError:

@@ -138,8 +138,8 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     for plot in ("trends.png", "lr_sweep.png", "layers.png"):
         assert os.path.isfile(os.path.join(root, "report", plot)) and f"]({plot})" in text
     section = text[text.index("## Downstream consequences"):]
-    assert "| variant | seeds | W4A4 Δ | none 2x [32, 64) | yarn 2x [32, 64) | w=8 keep 0 Δ | w=8 keep 1 Δ |" \
-        in section
+    assert ("| variant | seeds | W4A4 Δ | none 2x [32, 64) | none 2x [32, 64) Δ | yarn 2x [32, 64) | "
+            "yarn 2x [32, 64) Δ | w=8 keep 0 Δ | w=8 keep 1 Δ |") in section
     assert "| baseline | 2 | " in section and "| g1_elementwise | 2 | " in section and "Out of date" not in section
     assert "](evaluate/summary.md)" in section and "GA Table 5" in section
 
