@@ -421,6 +421,9 @@ def claims_section(claims):
                  fmt_side(c["var_seeds"], c["var_mean"], measure.spec)]
         ours = f"{ref} → {c['variant']}: {sides[0]} → {sides[1]}"
         seeds = f"{c['n_seeds_var']}" if fixed else f"{c['n_seeds_ref']} / {c['n_seeds_var']}"
+        if c.get("left_out"):  # seeds without this measure, whose other seeds have it (report.old_sink_share)
+            seeds += " (left out, measured by an older probe: " + \
+                ", ".join(f"{n} of {x}" for x, n in c["left_out"].items() if n) + ")"
         theirs, source = ("–", "–") if fixed else paper_text(c["reference"], c["variant"],
                                                              paper_numbers(c["measure"]))
         estimate = fmt_difference(c, comparison(c["measure"]))

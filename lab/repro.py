@@ -667,6 +667,18 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings
         write_report(root, out_dir, tiny, report_command, study, settings, runs)
 
 
+OLDER = "measured by the older probe: "  # comparable's mark, in a run's values, of a measure it left out
+
+
+def comparable(run, values):
+    """A run's per-window values that compare with every other run's: without the sink share where the probe
+    measured it by its older definition (report.old_sink_share; such a run's layers have no value norm ratio), so
+    that no claim pools two definitions of one measure."""
+    if "value_norm_ratio" in (run.get("layers") or {}) or "sink_share" not in values:
+        return values
+    return {key: a for key, a in values.items() if key != "sink_share"} | {OLDER + "sink_share": True}
+
+
 def write_report(root, out_dir, tiny, report_command, study, settings, runs):
     """report's work on the runs, with root and out_dir held: lab/analyze.py's measurement, the claims, REPORT.md
     and the figures, each file written atomically."""
@@ -688,7 +700,7 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
                         "command": cmd and cmd["command"], "exit_code": cmd and cmd["exit_code"],
                         "measured_on": r.get("measured_on"), "tiny": tiny,
                         **{m.key: r.get(m.key) for m in MEASURES if m.mechanism}})
-        windows.setdefault(v, []).append(w)
+        windows.setdefault(v, []).append(comparable(r, w))
     by = {}
     for r in records:
         by.setdefault(r["variant"], []).append(r)
@@ -727,9 +739,15 @@ def decided(ref, var, stat, direction, paper=None):
 
 
 def stacked(windows, variant, key):
-    """A variant's per-window values of one measure as (seeds, windows), or None (not trained, or no gate)."""
-    rows = [w.get(key) for w in windows.get(variant, [])]
-    return np.stack(rows) if rows and all(x is not None for x in rows) else None
+    """A variant's per-window values of one measure as (seeds, windows), from the seeds that have it (report leaves
+    out of the sink share the runs measured by the probe's older definition), or None (not trained, or no gate)."""
+    rows = [x for x in (w.get(key) for w in windows.get(variant, [])) if x is not None]
+    return np.stack(rows) if rows else None
+
+
+def left_out(windows, variant, key):
+    """How many of a variant's seeds comparable() left out of a measure."""
+    return sum(OLDER + key in w for w in windows.get(variant, []))
 
 
 def center(values, stat):
@@ -748,12 +766,15 @@ def claim_result(claim, ref, variant, measure, direction, windows):
     out = {"claim": claim, "reference": ref, "variant": variant, "measure": measure, "direction": direction}
     if var is None or base is None:
         missing = [x for x in (ref, variant) if isinstance(x, str) and x not in windows]
-        why = f"{' and '.join(missing)} not trained" if missing else f"no {m.label} in the runs"
+        older = any(OLDER + m.key in w for x in (ref, variant) if isinstance(x, str) for w in windows.get(x, []))
+        why = f"{' and '.join(missing)} not trained" if missing else \
+            f"every run of a side was measured by the probe's older {m.label}" if older else f"no {m.label} in the runs"
         return {**out, "verdict": f"not measured ({why})"}
     stat = comparison(m.key)
     c = decided(base, var, stat, direction, None if fixed else paper_effect(ref, variant, m))
+    dropped = {x: left_out(windows, x, m.key) for x in (ref, variant) if isinstance(x, str)}
     return {**out, **c, "ref_mean": base if fixed else center(c["ref_seeds"], stat),
-            "var_mean": center(c["var_seeds"], stat)}
+            "var_mean": center(c["var_seeds"], stat), **({"left_out": dropped} if any(dropped.values()) else {})}
 
 
 def sink_counts(by, counts):

@@ -349,6 +349,28 @@ def test_runs_measured_with_the_old_sink_share_are_named_as_such():
     assert said.startswith(" 2 of the runs (baseline/seed1337, ...)") and "recency, not a sink" in said
 
 
+def test_a_claim_never_pools_the_old_and_the_new_sink_share():
+    """Runs measured by the probe's older sink share are left out of the sink-share claim (the others decide it,
+    here one seed a side: too few), the claims table says how many, and every other measure keeps them."""
+    by, win, _ = fake_study(baseline=0.0, g1_elementwise=-0.05)
+    old = {"layers": {"first_token_attn": [0.1]}}  # a record from before the value norm ratio
+    new = {"layers": {"first_token_attn": [0.1], "value_norm_ratio": [0.5]}}
+    for v in ("baseline", "g1_elementwise"):
+        win[v] = [repro.comparable(old, w) for w in win[v][:2]] + [repro.comparable(new, win[v][2])]
+    assert all("sink_share" in w for w in win["baseline"][2:]) and "sink_share" not in win["baseline"][0]
+    claims = {c[3]: repro.claim_result(*c, win) for c in repro.CLAIMS[:9] if c[1:3] == ("baseline", "g1_elementwise")}
+    share = claims["sink_share"]
+    assert (share["n_seeds_ref"], share["n_seeds_var"], share["verdict"]) == (1, 1, "too few seeds")
+    assert share["left_out"] == {"baseline": 2, "g1_elementwise": 2}
+    assert claims["first_token_attn"]["n_seeds_ref"] == 3 and "left_out" not in claims["first_token_attn"]
+    row = next(line for line in report.claims_section([share]) if line.startswith(f"| {share['claim']} |"))
+    assert "| 1 / 1 (left out, measured by an older probe: 2 of baseline, 2 of g1_elementwise) |" in row
+    for v in ("baseline", "g1_elementwise"):  # every run measured by the older probe: no verdict, and why
+        win[v][2] = repro.comparable(old, win[v][2])
+    assert repro.claim_result(*next(c for c in repro.CLAIMS if c[3] == "sink_share"), win)["verdict"] == \
+        "not measured (every run of a side was measured by the probe's older sink share)"
+
+
 def test_numbers_over_seeds_list_one_or_two_seeds_and_give_an_interval_from_three():
     assert report.fmt_ci(report.over_seeds([1.25]), ".2f") == "1.25 (1 seed)"
     assert report.fmt_ci(report.over_seeds([1.25, 1.5]), ".2f") == "1.25, 1.50"
