@@ -36,9 +36,26 @@ import torch
 REPO = os.path.dirname(os.path.abspath(__file__))
 
 
-def fail(message):
-    """Stop with a message and a non-zero exit status (no traceback: it is the user's input)."""
-    raise SystemExit(f"error: {message}")
+def fail(message, diverged=False):
+    """Stop with a message and a non-zero exit status (no traceback: it is the user's input). diverged: a training
+    run that stopped because it diverged, which run_main gives its own exit status."""
+    raise (Diverged if diverged else SystemExit)(f"error: {message}")
+
+
+DIVERGED_EXIT = 3  # train.py's exit status when the run diverged: for a study, a result, not a failure to retry
+
+
+class Diverged(SystemExit):
+    """fail(..., diverged=True): the message, and DIVERGED_EXIT as the exit status under run_main."""
+
+
+def run_main(main):
+    """A script's main() from the command line, with a diverged run's own exit status."""
+    try:
+        main()
+    except Diverged as e:
+        print(e, file=sys.stderr)
+        sys.exit(DIVERGED_EXIT)
 
 
 def check_choice(key, value, choices):

@@ -399,6 +399,7 @@ class RunFolder:
         self.start_iter, self.started, self.lock = 0, False, None
         # what every checkpoint records of the run (check_data): its id, and the fingerprint of the data it trains on
         self.run_id, self.fingerprint, self.data_named = None, None, False
+        self.best_in_ckpt = False  # best_state: ckpt.pt holds the best state, and becomes best.pt before it is replaced
 
     def __enter__(self):
         # a new folder is claimed when it is made (claim_new), so a command that fails before leaves none behind
@@ -522,26 +523,28 @@ class RunFolder:
         return c, given, notes
 
     def best_state(self, checkpoint, say=print):
-        """(iter, val loss) of the best state so far, read from best.pt itself ((None, inf) where there is none):
-        ckpt.pt's own record of it is wrong after a crash between the two writes, or after the user moved the files.
-        A best.pt of another run (another run id, or another model) stops the command: it is no state of this run,
-        and the run would measure itself against it, or replace it."""
+        """(iter, val loss) of the best state so far, read from best.pt itself: ckpt.pt's own record of it is wrong
+        after a crash between the two writes, or after the user moved the files. Where best.pt is missing, unreadable
+        or worse than ckpt.pt, ckpt.pt's state is the best, and save() makes it best.pt before anything replaces it
+        (nothing in the folder changes before the first evaluation). A best.pt of another run (another run id, or
+        another model) stops the command: it is no state of this run, and the run would measure itself against it,
+        or replace it."""
+        it, loss = checkpoint["iter_num"], checkpoint["val_loss"]
         try:
             best = saved_state(self.best_path, whose=True)
+            why = None if best else f"there is no {self.best_path}"
         except ValueError as e:
-            say(f"note: {e}; the next evaluation's state will replace it as {BEST}")
-            return None, math.inf
-        if best is None:
-            say(f"note: there is no {self.best_path}; the next evaluation's state will be saved as {BEST}")
-            return None, math.inf
-        self.check_same_run(best, checkpoint)
-        if checkpoint["val_loss"] < best[1]:
-            it = checkpoint["iter_num"]
-            say(f"note: {self.ckpt_path} (iter {it}, val loss {checkpoint['val_loss']:.4f}) is better than "
-                f"{self.best_path} (iter {best[0]}, {best[1]:.4f}): a run stopped between saving the two, or the "
-                f"files were moved. To keep iter {it} as the best: Ctrl-C, cp {self.ckpt_path} {self.best_path}, "
-                "and resume again")
-        return best[:2]
+            best, why = None, str(e)
+        if best is not None:
+            self.check_same_run(best, checkpoint)
+            if not loss < best[1]:
+                return best[:2]
+            why = (f"{self.best_path} holds iter {best[0]} (val loss {best[1]:.4f}): a run stopped between saving the "
+                   "two, or the files were moved")
+        self.best_in_ckpt = True
+        say(f"note: {why}; the best state is {self.ckpt_path}'s (iter {it}, val loss {loss:.4f}), which becomes "
+            f"{BEST} before anything replaces it")
+        return it, loss
 
     def check_same_run(self, best, checkpoint):
         """Stop, with one line, where best.pt (saved_state(whose=True)) is not a state of ckpt.pt's run."""
@@ -632,6 +635,9 @@ class RunFolder:
         what was saved."""
         latest_saved = False
         try:
+            if latest and self.best_in_ckpt and not is_best:  # ckpt.pt holds the best (best_state): keep it first
+                atomic_copy(self.ckpt_path, self.best_path)
+            self.best_in_ckpt = self.best_in_ckpt and not latest
             if latest:
                 save_checkpoint(checkpoint, self.ckpt_path)
                 latest_saved = True
@@ -673,6 +679,8 @@ class RunFolder:
         """What the folder keeps of a run that diverged, in words: said of ckpt.pt only after looking at it (a new
         run may not have saved one yet)."""
         best = f" and best.pt the best (iter {best_iter})" if best_iter is not None else ""
+        if self.best_in_ckpt:  # not saved over since best_state found the best in ckpt.pt
+            best = f", the best (iter {best_iter})"
         try:
             saved = saved_state(self.ckpt_path)
         except ValueError:

@@ -8,9 +8,10 @@ With no arguments it trains a small G1-gated model (4 layers, 128 wide) on the P
 for a minute or two on a laptop CPU, preparing data/pystdlib on first use, and prints what it measured; config/ holds
 the GPU runs. `python train.py --help` lists every key (TrainConfig: model.GPTConfig's flags and the run's). It writes
 out_dir/log.jsonl (a record per eval), ckpt.pt (the state at the last eval) and best.pt (the lowest validation loss;
-a worse or diverged state never replaces it); --init_from=resume continues from ckpt.pt as the run would have. Every
-guard on the folder (one train.py at a time, nothing changed before the first eval, no run overwritten without
---overwrite=True, the Ctrl-C line, a step too big for memory refused) is runfolder.py's.
+a worse or diverged state never replaces it; a diverged run exits with status 3, cli.DIVERGED_EXIT); --init_from=resume
+continues from ckpt.pt as the run would have. Every guard on the folder (one train.py at a time, nothing changed
+before the first eval, no run overwritten without --overwrite=True, the Ctrl-C line, a step too big for memory
+refused) is runfolder.py's.
 
 Read top to bottom: the keys -> main (config, then the Trainer: __init__ builds the model, data and optimizer, run is
 the loop) -> build_model, build_optimizer -> the loop's steps (train_step, check_health, evaluate, log_and_save,
@@ -32,7 +33,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from cli import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, check_choice, configure, dataset_dir, fail, free_memory,
-                 init_processes, keep_freed_memory, pick_device, processes, sdpa_preference)
+                 init_processes, keep_freed_memory, pick_device, processes, run_main, sdpa_preference)
 from data import check_training_data, prepare_if_missing
 from data.shards import TrainLoader, dataset_fingerprint, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
@@ -309,9 +310,8 @@ class Trainer:
         self.pending = []  # each step's (loss, gradient norm, taken) on the device, until check_health reads them
         if checkpoint is None:
             return
-        # Which AdamW runs (fused or not) belongs to this machine, not to the run: a checkpoint saved by the plain
-        # loop (an older version, or a Mac) resumes fused here, its step counts moved to the parameters' device
-        # (foreach=None: a group cannot be both fused and foreach).
+        # Fused AdamW or not is this machine's choice, not the run's: a checkpoint of the plain loop (an older
+        # version, a Mac) resumes fused here, step counts on the parameters' device (foreach=None: never both).
         saved = checkpoint["optimizer"]
         saved["param_groups"] = [{**group, "fused": self.optimizer.defaults["fused"], "foreach": None}
                                  for group in saved["param_groups"]]
@@ -361,8 +361,8 @@ class Trainer:
         steps, self.pending = torch.stack(self.pending).tolist(), []
         losses = []
         for it, (loss, grad_norm, taken) in enumerate(steps, start=self.iter_num - len(steps)):
-            # fp16's gradients overflowing the loss scale are routine (the step is skipped and the scaler lowers
-            # the scale); any other skipped step is a sign of divergence
+            # fp16's gradients overflowing the loss scale are routine (skipped, the scaler lowers the scale); any
+            # other skipped step is a sign of divergence
             fp16_overflow = self.scaler.is_enabled() and math.isfinite(loss)
             if taken or fp16_overflow:
                 self.nonfinite_in_a_row = 0
@@ -376,7 +376,7 @@ class Trainer:
             if self.nonfinite_in_a_row >= self.c.max_nonfinite:
                 fail(f"{self.nonfinite_in_a_row} non-finite steps in a row (max_nonfinite={self.c.max_nonfinite}): "
                      f"the run has diverged. {self.folder.what_is_kept(self.best_iter)}; try a lower learning_rate "
-                     f"(learning_rate={self.c.learning_rate:g}) or more warmup_iters.")
+                     f"(learning_rate={self.c.learning_rate:g}) or more warmup_iters.", diverged=True)
         return losses
 
     @torch.no_grad()
@@ -458,7 +458,7 @@ class Trainer:
         fail(f"the run has diverged: validation loss {val_loss:.4g} at iter {self.iter_num}, more than "
              f"{DIVERGED_FACTOR:g}x the {initial:.4f} it started from. learning_rate={self.c.learning_rate:g} is too "
              f"high for this model: try {self.c.learning_rate / 10:g}, or more warmup_iters "
-             f"(now {self.c.warmup_iters}). This state was not saved; {kept}.")
+             f"(now {self.c.warmup_iters}). This state was not saved; {kept}.", diverged=True)
 
     def save(self, val_loss, latest=True):
         """ckpt.pt takes the latest state (always_save_checkpoint) or only a better one; best.pt only a
@@ -617,4 +617,4 @@ class Span:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # (cli.run_main: a diverged run exits with cli.DIVERGED_EXIT)

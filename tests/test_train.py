@@ -275,7 +275,7 @@ def test_nonfinite_steps_are_skipped_and_counted(stdlib_data, tmp_path, monkeypa
 def test_a_diverged_run_stops_and_keeps_the_last_good_checkpoint(stdlib_data, tmp_path, monkeypatch, capsys):
     poison_forward(monkeypatch, bad_calls=set(range(7, 100)), break_weights_at=7)  # from step 6 on
     out_dir = tmp_path / "run"
-    with pytest.raises(SystemExit, match=r"5 non-finite steps in a row \(max_nonfinite=5\).*last finite state and best.pt the best \(iter 6\)"):
+    with pytest.raises(cli.Diverged, match=r"5 non-finite steps in a row \(max_nonfinite=5\).*last finite state and best.pt the best \(iter 6\)"):
         train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=30",
                            "--eval_interval=3", "--max_nonfinite=5"])
     assert "not saving" in capsys.readouterr().out  # the eval at iter 9 saw NaN weights
@@ -292,7 +292,7 @@ def test_a_diverged_run_is_stopped_at_the_next_log_step(stdlib_data, tmp_path, m
     iteration 4 with max_nonfinite=3 stops when the log step at iteration 8 reads steps 4..7, not later."""
     poison_forward(monkeypatch, bad_calls=set(range(5, 100)))  # iterations 4, 5, ...
     out_dir = tmp_path / "run"
-    with pytest.raises(SystemExit, match=r"3 non-finite steps in a row \(max_nonfinite=3\)"):
+    with pytest.raises(cli.Diverged, match=r"3 non-finite steps in a row \(max_nonfinite=3\)"):
         train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=30",
                            "--eval_interval=20", "--log_interval=4", "--max_nonfinite=3"])
     out = capsys.readouterr().out
@@ -1047,13 +1047,16 @@ def test_a_new_folder_is_claimed_when_it_is_made(stdlib_data, tmp_path, monkeypa
 
 def test_resume_trusts_what_best_pt_holds_not_what_ckpt_pt_says(stdlib_data, tmp_path, capsys, monkeypatch):
     """Killed between ckpt.pt's rename and best.pt's link: ckpt.pt is newer and better than best.pt, and its own
-    record of the best (best_val_loss, best_iter) names a state best.pt does not hold."""
+    record of the best (best_val_loss, best_iter) names a state best.pt does not hold. ckpt.pt's state is then the
+    best, and it becomes best.pt before a worse state replaces it; so too where best.pt is gone. Nothing in the
+    folder changes before the first evaluation."""
     monkeypatch.setattr(train, "DIVERGED_FACTOR", math.inf)  # a worse state below, saved as the latest only
     out_dir = tmp_path / "run"
     args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=3"]
     train.main(args + ["--max_iters=3"])
     iter3 = (out_dir / "ckpt.pt").read_bytes()
     train.main(args + ["--max_iters=6", "--init_from=resume"])
+    iter6 = (out_dir / "ckpt.pt").read_bytes()
     _, ckpt = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert ckpt["iter_num"] == 6 and ckpt["best_iter"] == 6
     (out_dir / "best.pt").unlink()
@@ -1061,25 +1064,40 @@ def test_resume_trusts_what_best_pt_holds_not_what_ckpt_pt_says(stdlib_data, tmp
     _, best = load_checkpoint(str(out_dir / "best.pt"))
     assert best["iter_num"] == 3 and best["val_loss"] > ckpt["val_loss"]
     capsys.readouterr()
-    train.main(args + ["--max_iters=9", "--init_from=resume", "--learning_rate=30.0", "--min_lr=30.0"])
+    worse = ["--init_from=resume", "--learning_rate=30.0", "--min_lr=30.0"]
+    train.main(args + ["--max_iters=9"] + worse)
     printed = capsys.readouterr().out
-    assert (f"is better than {out_dir / 'best.pt'} (iter 3, {best['val_loss']:.4f})" in printed
-            and f"cp {out_dir / 'ckpt.pt'} {out_dir / 'best.pt'}" in printed), printed
-    assert f"{best['val_loss']:.4f} at iter 3, which best.pt keeps" in printed, printed
-    assert (out_dir / "best.pt").read_bytes() == iter3
-    assert load_checkpoint(str(out_dir / "ckpt.pt"))[1]["best_iter"] == 3
+    assert (f"{out_dir / 'best.pt'} holds iter 3 (val loss {best['val_loss']:.4f})" in printed and
+            f"the best state is {out_dir / 'ckpt.pt'}'s (iter 6, val loss {ckpt['val_loss']:.4f})" in printed), printed
+    assert f"{ckpt['val_loss']:.4f} at iter 6, which best.pt keeps" in printed, printed
+    assert (out_dir / "best.pt").read_bytes() == iter6  # kept before iter 9, worse, replaced ckpt.pt
+    assert load_checkpoint(str(out_dir / "ckpt.pt"))[1]["best_iter"] == 6
 
-    # the user's mv best.pt ckpt.pt: no best.pt, and none is claimed; the next evaluation's state becomes it
+    # the user's mv best.pt ckpt.pt: no best.pt; ckpt.pt's state is the best, and becomes best.pt before it goes
     os.replace(out_dir / "best.pt", out_dir / "ckpt.pt")
-    train.main(args + ["--max_iters=6", "--init_from=resume"])
+    train.main(args + ["--max_iters=9"] + worse)
     printed = capsys.readouterr().out
-    assert f"note: there is no {out_dir / 'best.pt'}" in printed and "which best.pt keeps" not in printed
-    assert load_checkpoint(str(out_dir / "best.pt"))[1]["iter_num"] == 6
+    assert f"note: there is no {out_dir / 'best.pt'}; the best state is" in printed, printed
+    assert (out_dir / "best.pt").read_bytes() == iter6
+    assert load_checkpoint(str(out_dir / "ckpt.pt"))[1]["iter_num"] == 9
+
+
+def test_a_diverged_run_exits_with_its_own_status_from_the_command_line(stdlib_data, tmp_path):
+    """python train.py stops a run that diverged with the message and cli.DIVERGED_EXIT (3), so that a study can tell
+    that result from a crash (1); any other refusal is still one line and status 1."""
+    run = [sys.executable, os.path.join(REPO, "train.py"), *TINY, f"--data_dir={stdlib_data}", "--eval_interval=3"]
+    exploded = subprocess.run(run + [f"--out_dir={tmp_path / 'run'}", "--learning_rate=100", "--max_iters=30"],
+                              capture_output=True, text=True)
+    assert exploded.returncode == cli.DIVERGED_EXIT == 3, exploded.stderr
+    assert exploded.stderr.strip().splitlines()[-1].startswith("error: the run has diverged: validation loss")
+    refused = subprocess.run(run + [f"--out_dir={tmp_path / 'other'}", "--max_iters=-1"], capture_output=True,
+                             text=True)
+    assert refused.returncode == 1 and refused.stderr.startswith("error: ") and "Traceback" not in refused.stderr
 
 
 def test_an_exploding_run_stops_and_best_pt_is_never_worse_than_the_start(stdlib_data, tmp_path):
     out_dir = tmp_path / "run"
-    with pytest.raises(SystemExit, match=r"the run has diverged: validation loss \S+ at iter 3, more than 2x the "
+    with pytest.raises(cli.Diverged, match=r"the run has diverged: validation loss \S+ at iter 3, more than 2x the "
                                          r"\S+ it started from\. learning_rate=100 is too high for this model: try 10,"
                                          r".*This state was not saved; best.pt keeps iter 0 \(val loss"):
         train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=3",
@@ -1417,7 +1435,7 @@ def test_the_divergence_stop_needs_no_log(stdlib_data, tmp_path):
     train.main(args + ["--max_iters=3"])
     initial = read_log(out_dir)[0]["val_loss"]
     (out_dir / "log.jsonl").unlink()
-    with pytest.raises(SystemExit, match=rf"the run has diverged: .* more than 2x the {initial:.4f} it started from"):
+    with pytest.raises(cli.Diverged, match=rf"the run has diverged: .* more than 2x the {initial:.4f} it started from"):
         train.main(args + ["--max_iters=30", "--init_from=resume", "--learning_rate=100"])
     _, checkpoint = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert checkpoint["iter_num"] == 3 and checkpoint["initial_val_loss"] == pytest.approx(initial)  # not replaced
