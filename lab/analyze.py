@@ -65,11 +65,11 @@ import torch.nn.functional as F
 
 import pretrained
 from cli import REPO, autocast_for, configure, dataset_dir, device_name, fail, pick_device
-from lab.report import (data_problem, finite_json, kept_of_other_run, log_start, markdown_table, places_text,
-    pyplot, save_figure)
+from lab.report import (data_problem, finite_json, kept_of_other_run, load_windows, log_start, markdown_table,
+    places_text, pyplot, save_figure, windows_id)
 from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_checkpoint, no_checkpoint, read_jsonl,
     writable_folder, write_json, write_text)
-from data.shards import bos_token, dataset_fingerprint, read_meta, val_batches
+from data.shards import dataset_fingerprint, read_meta
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, Probe, SINK_HEAD_THRESHOLD, TRIGGER_KEYS,
     attention_maps, describe, layer_mean, massive_channels, summarize, trigger_positions)
 from lab.report import MECHANISM_ROWS_NOTE, mechanism_rows
@@ -108,21 +108,6 @@ def eval_windows(checkpoint):
     return dict(data_dir=dataset_dir(cfg["dataset"], cfg.get("data_dir")),
                 block_size=checkpoint["model_args"]["block_size"], batch_size=cfg["batch_size"],
                 batches=cfg["eval_iters"], bos=cfg.get("bos", False))
-
-
-def load_windows(windows):
-    """The validation batches [(x, y), ...] that `windows` (eval_windows' dict) describes."""
-    bos = bos_token(windows["data_dir"]) if windows["bos"] else None
-    return val_batches(windows["data_dir"], windows["block_size"], windows["batch_size"], windows["batches"], bos=bos)
-
-
-def windows_id(batches):
-    """A fingerprint of the windows' tokens: two measurements compare only when they were taken on the same windows
-    (the same data, cut the same way), whatever machine or folder the data sat in."""
-    digest = hashlib.sha1()
-    for x, _ in batches:
-        digest.update(x.to(torch.int64).numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 def describe_windows(w):

@@ -3,7 +3,8 @@ The reproduction study's report, REPORT.md and its figures (what `python -m lab.
 tables of lab/evaluate.py's measurements that its summary.md and the report share. A library: no command line.
 
   provenance     finite_json (JSON without NaN), data_problem (the data a checkpoint was trained on: gone or changed),
-                 log_start and kept_of_other_run (a measurement kept in a run folder another run has since reused)
+                 log_start and kept_of_other_run (a measurement kept in a run folder another run has since reused),
+                 load_windows and windows_id (the validation windows a run is measured on, and their fingerprint)
   the papers     PAPERS, the papers' numbers for each measure, and COMPARE, how a claim compares a variant with its
                  reference on it (paper_numbers, comparison)
   evaluations    PAPERS_SAY, headline, fmt_interval, table: lab/evaluate.py's numbers, in its summary.md and here
@@ -19,13 +20,15 @@ The measurements, their names, formats and directions are probe.MEASURES'; what 
 PAPERS, here.
 """
 
+import hashlib
 import json
 import math
 import os
 
 import numpy as np
 
-from data.shards import GPT2_EOT_ID, dataset_fingerprint, find_shards, get_tokenizer, prepare_command, read_meta
+from data.shards import (GPT2_EOT_ID, bos_token, dataset_fingerprint, find_shards, get_tokenizer, prepare_command,
+                         read_meta, val_batches)
 from lab.stats import MIN_SEEDS, RULE, compare, mean_ci
 from lab.variants import STABILITY_ROW, SWEEP, SWEPT, VARIANTS
 from model import GPTConfig
@@ -95,6 +98,21 @@ def finite_json(value):
             return None
         return v.item() if isinstance(v, np.generic) else v
     return clean(value), replaced
+
+
+def load_windows(windows):
+    """The validation batches [(x, y), ...] that `windows` (eval_windows' dict) describes."""
+    bos = bos_token(windows["data_dir"]) if windows["bos"] else None
+    return val_batches(windows["data_dir"], windows["block_size"], windows["batch_size"], windows["batches"], bos=bos)
+
+
+def windows_id(batches):
+    """A fingerprint of the windows' tokens: two measurements compare only when they were taken on the same windows
+    (the same data, cut the same way), whatever machine or folder the data sat in."""
+    digest = hashlib.sha1()
+    for x, _ in batches:
+        digest.update(x.long().numpy().tobytes())  # int64, as it always was
+    return digest.hexdigest()[:16]
 
 
 def data_problem(checkpoint, data_dir, path):

@@ -101,11 +101,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from cli import config_path, configure, dataset_dir, fail, run_config_file, usage
+from cli import DIVERGED_EXIT, config_path, configure, dataset_dir, device_name, fail, run_config_file, usage
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import find_shards
-from lab.report import (EVALUATE_DIR, comparison, evaluate_section, grew_sink_head, kept_of_other_run, over_seeds,
-    paper_effect, plot_headline, plot_sweep, plot_trends, render_report)
+from lab.report import (EVALUATE_DIR, comparison, evaluate_section, grew_sink_head, kept_of_other_run, load_windows,
+    over_seeds, paper_effect, plot_headline, plot_sweep, plot_trends, render_report, windows_id)
 from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
     size_word)
 from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
@@ -372,8 +372,13 @@ def study_settings(keys, extra):
 
 
 def finished(root, variant, seed, max_iters):
+    """Whether a run is done: its log reaches max_iters, or its last command stopped it as diverged (train.py's exit
+    status cli.DIVERGED_EXIT: the stability sweep's result, which training it again would only repeat)."""
     log = read_jsonl(os.path.join(run_dir(root, variant, seed), LOG))
-    return bool(log) and log[-1].get("iter", 0) >= max_iters
+    if not log:
+        return False
+    last = [c for c in read_jsonl(os.path.join(root, COMMANDS)) if (c.get("variant"), c.get("seed")) == (variant, seed)]
+    return log[-1].get("iter", 0) >= max_iters or bool(last) and last[-1].get("exit_code") == DIVERGED_EXIT
 
 
 # The share of a GPU's peak bf16 FLOP/s one config/repro.py run reached with two side by side on an H100: a median
@@ -392,17 +397,24 @@ def run_flops(settings):
     return flops_per_token(model) * tokens
 
 
+def this_device():
+    """The device lab.repro's runs train on (train.py's device='auto' picks CUDA when there is one), in words."""
+    return device_name("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def seconds_per_run(root, keys, flops):
     """(seconds, where the number comes from) for one run: the median speed (seconds per FLOP) of the earlier complete
-    runs timed at this --parallel, times this run's FLOPs, so runs of another length or size count too; or else the
-    FLOPs at RUN_PEAK_SHARE of a known GPU's peak (measured with two runs side by side, taken for any K until runs at
-    this K have been timed); (None, why not) when neither is known. flops: run_flops of the run. A run to resume is
-    counted whole."""
+    runs timed on this device at this --parallel, times this run's FLOPs, so runs of another length or size count
+    too; or else the FLOPs at RUN_PEAK_SHARE of a known GPU's peak (measured with two runs side by side, taken for any
+    K until runs at this K have been timed); (None, why not) when neither is known. flops: run_flops of the run. A
+    run to resume is counted whole. Another GPU's times never count: a budget filled by an H200's times would overrun
+    on an H100."""
+    here = this_device()
     past = [c["seconds"] / c["flops"] for c in read_jsonl(os.path.join(root, COMMANDS))
             if c.get("flops") and c.get("exit_code") == 0 and not c.get("resumed", True)
-            and c.get("parallel", 1) == keys.parallel]
+            and c.get("parallel", 1) == keys.parallel and c.get("device") == here]
     if past:
-        return float(np.median(past)) * flops, f"the median speed of {len(past)} earlier runs"
+        return float(np.median(past)) * flops, f"the median speed of {len(past)} earlier runs on {here}"
     peak = peak_flops()  # None off CUDA or on a GPU it does not know
     if peak is None:
         return None, "no earlier run timed here, and no GPU whose peak FLOP/s is known"
@@ -433,7 +445,8 @@ def train(runs, root, keys, extra, settings):
     todo = []
     for v, seed in runs:
         if finished(root, v, seed, settings["max_iters"]):
-            print(f"=== {v} seed {seed}: finished (its log reaches max_iters={settings['max_iters']}), skipped")
+            print(f"=== {v} seed {seed}: finished (its log reaches max_iters={settings['max_iters']}, or it diverged), "
+                  "skipped")
         else:
             todo.append((v, seed))
     start, flops = time.time(), run_flops(settings)  # every run of the study has the same settings
@@ -456,7 +469,8 @@ def train(runs, root, keys, extra, settings):
         with open(os.path.join(root, COMMANDS), "a") as f:
             f.write(json.dumps({"variant": v, "seed": seed, "command": shlex.join(cmd), "exit_code": proc.returncode,
                                 "seconds": round(seconds, 1), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                "resumed": resumed, "parallel": keys.parallel, "flops": flops}) + "\n")
+                                "resumed": resumed, "parallel": keys.parallel, "flops": flops,
+                                "device": this_device()}) + "\n")
         print(f"=== {v} seed {seed}: exit code {proc.returncode} after {seconds:.0f} s", flush=True)
         # A new run logs its first evaluation before any step, so one that failed without a log.jsonl never
         # started: the keys, the data or the device, and every other run would fail alike.
@@ -582,7 +596,9 @@ def restore_runs(root, report_dir, settings):
             off = differences(settings, json.load(f)["train_config"], v)
         log = read_jsonl(os.path.join(source, LOG))
         reached, wanted = (log[-1].get("iter", 0) if log else 0), settings.get("max_iters", 0)
-        if off or reached < wanted:  # an unfinished run cannot resume without its checkpoint: it trains again
+        command = read_jsonl(os.path.join(source, COMMAND))  # [] where none was kept
+        diverged = bool(command) and command[-1].get("exit_code") == DIVERGED_EXIT  # stopped early: its result
+        if off or (reached < wanted and not diverged):  # an unfinished run cannot resume without its checkpoint
             why = f"it was trained with {', '.join(off)}" if off else f"its log ends at iter {reached} of {wanted}"
             print(f"=== {v} seed {seed}, kept in {kept}/, not restored: {why}")
             continue
@@ -598,6 +614,34 @@ def restore_runs(root, report_dir, settings):
         print(f"=== measured in an earlier session, restored from {kept}/ (their checkpoints are not here): "
               f"{', '.join(restored)}", flush=True)
     return restored
+
+
+def check_kept_data(root, settings):
+    """Before any training: the runs kept from an earlier session (their checkpoints gone) were measured on
+    validation windows whose fingerprint their record keeps. Where this machine's data gives other windows (the
+    corpus built from other installed packages, say), a run trained now would not compare with them, and the report
+    would refuse them only after the training time was spent: refuse now. Nothing to check before the data is
+    prepared (train.py prepares it, and the report checks then)."""
+    data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
+    if not find_shards(data_dir, "val"):
+        return
+    seen = {}  # the windows (as JSON) -> their fingerprint here
+    for v, seed in trained_runs(root):
+        folder = run_dir(root, v, seed)
+        if os.path.isfile(os.path.join(folder, CHECKPOINT)):
+            continue
+        with open(os.path.join(folder, MEASURED + ".json")) as f:
+            record = json.load(f)
+        windows = {**record["eval_windows"], "data_dir": data_dir}
+        key = json.dumps(windows, sort_keys=True)
+        if key not in seen:
+            seen[key] = windows_id(load_windows(windows))
+        if seen[key] != record["windows_id"]:
+            fail(f"{data_dir}/ is not the data that {v} seed {seed} (kept from {record.get('measured_on')}) was "
+                 f"measured on: its validation windows give the fingerprint {seen[key]} here, "
+                 f"{record['windows_id']} there, so runs trained now would not compare with the kept ones. Prepare "
+                 "the data as it was (`python -m lab.repro prepare` builds the corpus from the installed Python "
+                 "packages: the same packages give the same corpus), or train every run again under another --root")
 
 
 def unalike(records, names):
@@ -902,6 +946,7 @@ def main(argv):
         runs = chosen_runs(names, keys.seeds, settings.get("seed", 1337), study)
         with claimed(root):  # a second `train` on this root would start the same runs beside these
             restore_runs(root, kept_from, settings)
+            check_kept_data(root, settings)
             train(runs, root, keys, passed, settings)
     elif step == "restore":  # the kept runs back under root, so that `report` draws them again: no GPU, no data
         settings = study_settings(keys, passed)  # a bad --config stops here, before root is made

@@ -83,9 +83,14 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     # the job packed its results when it ended, and `wait` says where
     assert f"packed when it ended: {study / 'out' / 'study.tar.gz'}" in waited.stdout
     assert (study / "out" / "study.tar.gz").is_file()
-    # `pack` makes the tarball again from what is there (the report, the runs' logs, the job's output)
+    # `pack` makes the tarball again from what is there (the report, the runs' logs, the job's output), and `wait`
+    # does when the job has ended and the tarball is not in its $OUT (a machine that empties $OUT between commands)
     (study / "out" / "study.tar.gz").unlink()
     assert script("study", "pack", work=study).returncode == 0
+    (study / "out" / "study.tar.gz").unlink()
+    rewaited = script("study", "wait", "10", work=study)
+    assert rewaited.returncode == 0 and "holds no study.tar.gz" in rewaited.stdout and "packing again" in \
+        rewaited.stdout and (study / "out" / "study.tar.gz").is_file(), rewaited.stdout
     for name, job in jobs.items():
         out, _ = job.communicate(timeout=300)
         assert job.returncode == 0, out
@@ -127,6 +132,14 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     assert b" -m lab.analyze --runs=" in files["study/study-job/output.txt"]
     assert b"leaves 1 run untrained: g1_elementwise seed 1337" in files["study/study-job/output.txt"]
     assert "repro-tiny/g1_elementwise/seed1337/log.jsonl" not in files  # and the report followed, on baseline alone
+    # an evaluation that fails (here a key it refuses) still leaves the report drawn, and the job's exit code says
+    # it failed
+    report = tmp_path / "study" / "repro-tiny" / "report" / "REPORT.md"
+    report.unlink()
+    assert script("study", "start", "baseline", "--max_iters=6", "--eval_interval=3", "--", "--quant=w99",
+                  work=study, env=data).returncode == 0
+    failed = script("study", "wait", "200", work=study)
+    assert failed.returncode == 1 and "exit 1" in failed.stdout and report.is_file(), failed.stdout
 
 
 def test_throughput_modes_and_batch_sizes_at_toy_size(tmp_path):

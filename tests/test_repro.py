@@ -28,6 +28,7 @@ from lab.stats import RULE
 from lab.variants import MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
 from model import GPT, VALID, GPTConfig
 from probe import MEASURE, MEASURES
+from data.shards import write_dataset
 from runfolder import load_checkpoint
 from test_analyze import assert_every_plot_is_labelled, keep_figures
 
@@ -157,6 +158,18 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     assert restored.stdout.count("skipped") == 4 and "nothing to train" in restored.stdout, restored.stdout
     assert not glob.glob(os.path.join(elsewhere, "*", "*", "*.pt"))
     assert sorted((c["variant"], c["seed"]) for c in read_commands(elsewhere)) == runs
+    # data that is not what the kept runs were measured on (a corpus built elsewhere): refused before any training
+    other = str(tmp_path / "other-data")
+    rng = np.random.default_rng(1)
+    write_dataset(other, "toy", {split: [rng.integers(0, 50000, n, dtype=np.uint16) for n in (3000, 2000)]
+                                 for split in ("train", "val")}, source="other random tokens")
+    moved = [w if not w.startswith("--data_dir=") else f"--data_dir={other}" for w in extra]
+    refused = subprocess.run(cmd + train_elsewhere + moved + ["g1_headwise"], capture_output=True, text=True, env=env,
+                             cwd=REPO)
+    assert refused.returncode == 1 and refused.stderr.startswith(f"error: {other}/ is not the data that baseline "
+                                                                 "seed 1337 (kept from CPU"), refused.stderr
+    assert "so runs trained now would not compare with the kept ones" in refused.stderr
+    assert "starting" not in refused.stdout and not os.path.exists(os.path.join(elsewhere, "g1_headwise"))
     for step in (["evaluate", "--windows=4", "--quant=w4a4", "--lengths=1,2", "--keep_first=0,1"], ["report"]):
         done = subprocess.run(cmd + step + ["--tiny", f"--root={elsewhere}", f"--report_dir={report2}"],
                               capture_output=True, text=True, env=env, cwd=REPO)
@@ -711,6 +724,7 @@ def test_train_names_and_keys(monkeypatch):
     # no folders made here: not the root's lock, nor the kept runs restored into it (the root is under the checkout)
     monkeypatch.setattr(repro, "claim_folder", lambda folder: open(os.devnull))
     monkeypatch.setattr(repro, "restore_runs", lambda root, report_dir, settings: restored.append(root))
+    monkeypatch.setattr(repro, "check_kept_data", lambda root, settings: None)
     repro.main(["train", "g1_elementwise", "all", "g3", "--tiny", "--max_iters=5", "--compile"])
     runs, root, keys, passed, settings = calls[-1]
     # `all` is the study, in order; a name given twice trains once; any registry name may be added; one seed: 1337
@@ -740,6 +754,7 @@ def test_seeds_per_name_in_the_order_named(monkeypatch):
     monkeypatch.setattr(repro, "train", lambda *args: calls.append(args))
     monkeypatch.setattr(repro, "claim_folder", lambda folder: open(os.devnull))  # no folders made here
     monkeypatch.setattr(repro, "restore_runs", lambda *args: None)
+    monkeypatch.setattr(repro, "check_kept_data", lambda root, settings: None)
     repro.main(["train", "baseline:2", "g1_elementwise:2", "g1_headwise", "baseline", "g2_elementwise:1", "--seeds=3"])
     assert calls[-1][0] == [("baseline", 1337), ("baseline", 1338), ("g1_elementwise", 1337), ("g1_elementwise", 1338),
                             ("g1_headwise", 1337), ("g1_headwise", 1338), ("g1_headwise", 1339), ("baseline", 1339),
@@ -880,29 +895,71 @@ def test_a_first_run_that_cannot_start_stops_the_study(tmp_path):
 
 
 def test_the_time_estimate(tmp_path, monkeypatch):
-    """From the runs already timed at this --parallel (complete ones, not resumed), else from FLOPs on a known GPU."""
+    """From the runs already timed on this device at this --parallel (complete ones, not resumed), else from FLOPs on
+    a known GPU."""
     keys = repro.Keys(parallel=2)
     settings = repro.study_settings(keys, [])
     todo = [("baseline", 1337)] * 5  # three rounds of two
     flops = repro.run_flops(settings)
     with open(tmp_path / "commands.jsonl", "w") as f:
         # a run of half the FLOPs in 160 s is as fast as a whole one in 320 s; a record without FLOPs (an older
-        # commands.jsonl) and runs resumed or timed at another --parallel do not count
-        for seconds, resumed, parallel, share in ((300, False, 2, 1), (330, False, 2, 1), (160, False, 2, 0.5),
-                                                  (9, True, 2, 1), (100, False, 1, 1), (50, False, 2, None)):
+        # commands.jsonl), runs resumed or timed at another --parallel, and runs on another device do not count
+        here = repro.this_device()
+        for seconds, resumed, parallel, share, device in (
+                (300, False, 2, 1, here), (330, False, 2, 1, here), (160, False, 2, 0.5, here), (9, True, 2, 1, here),
+                (100, False, 1, 1, here), (50, False, 2, None, here), (30, False, 2, 1, "NVIDIA H200"),
+                (40, False, 2, 1, None)):
             f.write(json.dumps({"seconds": seconds, "exit_code": 0, "resumed": resumed, "parallel": parallel,
-                                "flops": share and share * flops}) + "\n")
+                                "flops": share and share * flops, "device": device}) + "\n")
     assert repro.estimate(todo, str(tmp_path), keys, flops) == \
-        "5 runs to do, 2 at a time: about 16 min (3 rounds of ~5.3 min, from the median speed of 3 earlier runs)"
+        "5 runs to do, 2 at a time: about 16 min (3 rounds of ~5.3 min, from the median speed of 3 earlier runs on " \
+        f"{here})"
     os.remove(tmp_path / "commands.jsonl")
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     assert "no time estimate yet" in repro.estimate(todo, str(tmp_path), keys, flops)
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr(repro, "this_device", lambda: "NVIDIA H100 80GB HBM3")
     monkeypatch.setattr(repro, "peak_flops", lambda device=None: 989e12)
     line = repro.estimate(todo, str(tmp_path), keys, flops)
     # config/repro.py: 105M tokens of a ~45M-parameter model (embedding included) at 11% of 989 TFLOP/s: ~320 s
     minutes = float(re.search(r"rounds of ~([\d.]+) min", line).group(1))
     assert "FLOPs at 11% of the GPU's peak" in line and 5.0 < minutes < 5.7
+    # an H200's times say nothing of an H100's: on the H100 the estimate stays the FLOPs one
+    with open(tmp_path / "commands.jsonl", "w") as f:
+        f.write(json.dumps({"seconds": 200, "exit_code": 0, "resumed": False, "parallel": 2, "flops": flops,
+                            "device": "NVIDIA H200"}) + "\n")
+    assert "FLOPs at 11% of the GPU's peak" in repro.estimate(todo, str(tmp_path), keys, flops)
+    monkeypatch.setattr(repro, "this_device", lambda: "NVIDIA H200")
+    assert "rounds of ~3.3 min, from the median speed of 1 earlier runs on NVIDIA H200" in \
+        repro.estimate(todo, str(tmp_path), keys, flops)
+
+
+def test_a_diverged_run_is_a_result_never_trained_again(tmp_path, capsys):
+    """A run that train.py stopped as diverged (cli.DIVERGED_EXIT) counts as done, here and restored from the kept
+    report on another machine (the sweep's result, which training again would only repeat); a run that stopped
+    otherwise (a crash: exit 1) is trained again, resuming or from the start."""
+    root, kept = tmp_path / "root", tmp_path / "report" / "runs"
+    log = [{"iter": 0, "val_loss": 10.0}, {"iter": 400, "val_loss": 25.0}]
+    for folder in (root / "baseline" / "seed1337", kept / "baseline" / "seed1337", kept / "baseline" / "seed1338"):
+        folder.mkdir(parents=True)
+        (folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    command = {"variant": "baseline", "seed": 1337, "exit_code": 3}
+    (root / "commands.jsonl").write_text(json.dumps(dict(command, exit_code=1)) + "\n")
+    assert not repro.finished(str(root), "baseline", 1337, 1600)  # a crash: trained again
+    with open(root / "commands.jsonl", "a") as f:
+        f.write(json.dumps(command) + "\n")  # the same run resumed, then diverged
+    assert repro.finished(str(root), "baseline", 1337, 1600)
+    assert not repro.finished(str(root), "baseline", 1338, 1600)  # no log: never trained
+    settings = repro.study_settings(repro.Keys(), [])
+    for seed, code in ((1337, 3), (1338, 1)):
+        folder = kept / "baseline" / f"seed{seed}"
+        (folder / "measured.json").write_text(json.dumps({"train_config": settings, "iter": 400}))  # its ckpt.pt's
+        np.savez(folder / "measured.npz", val_loss=np.ones(4))
+        (folder / "command.json").write_text(json.dumps(dict(command, seed=seed, exit_code=code)))
+    elsewhere = tmp_path / "elsewhere"
+    assert repro.restore_runs(str(elsewhere), str(tmp_path / "report"), settings) == ["baseline seed 1337"]
+    assert "baseline seed 1338, kept in" in capsys.readouterr().out and repro.finished(
+        str(elsewhere), "baseline", 1337, 1600)
 
 
 def test_a_budget_starts_only_the_runs_that_end_within_it(tmp_path, monkeypatch, capsys):
@@ -938,7 +995,8 @@ def test_a_budget_starts_only_the_runs_that_end_within_it(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert "the budget of 25 min leaves 2 runs untrained: baseline seed 1338, g1_elementwise seed 1338" in out
     assert "the same command trains them later" in out
-    assert [c["seconds"] for c in repro.read_jsonl(os.path.join(root, "commands.jsonl"))] == [600, 600]
+    assert [(c["seconds"], c["device"]) for c in repro.read_jsonl(os.path.join(root, "commands.jsonl"))] == \
+        [(600, repro.this_device())] * 2  # each run's time with the device it was timed on
     # the same command with less time left than a run takes, as timed: nothing starts, all is said
     launched.clear()
     repro.train(runs[2:], root, repro.Keys(budget_min=9), [], settings)

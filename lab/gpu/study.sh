@@ -6,8 +6,9 @@
 #
 #   bash lab/gpu/study.sh start TRAIN... [-- EVALUATE...]
 #        prepare the corpus if data/pysrc/ does not hold it yet, then in the background (setsid, so it outlives
-#        this command and the terminal): python -m lab.repro train TRAIN..., then evaluate EVALUATE..., then
-#        report, each only when the one before it succeeded. TRAIN as for lab.repro train, e.g. `models --seeds=2
+#        this command and the terminal): python -m lab.repro train TRAIN..., then, when training succeeded,
+#        evaluate EVALUATE... and report (the report even when the evaluation failed: it keeps the new runs, and
+#        says which were not evaluated; the job's exit code is then the evaluation's). TRAIN as for lab.repro train, e.g. `models --seeds=2
 #        --parallel=2`, `all --seeds=3 --parallel=3` or `baseline:2 g1_elementwise:2 g1_headwise --parallel=2
 #        --budget_min=60` (only the runs that end within 60 minutes, in the order named); EVALUATE: lab/evaluate.py's
 #        keys, e.g. `--windows=32`. The runs go to out-repro/, the report to results/repro/, the job's command,
@@ -17,7 +18,8 @@
 #   bash lab/gpu/study.sh wait [SECONDS]
 #        a line of progress a minute until the job ends (or SECONDS pass, when given, or BUDGET_S when that is
 #        set: lab/gpu/lib.sh); exit 0 when the job succeeded, 1 when it failed, 3 while it still runs. Stopping it
-#        (Ctrl-C) leaves the job running: call it again, or read $WORK/study-job/output.txt
+#        (Ctrl-C) leaves the job running: call it again, or read $WORK/study-job/output.txt. When the job has
+#        ended and $OUT holds no study.tar.gz (another $OUT, or one emptied since), it packs again into $OUT
 #   bash lab/gpu/study.sh pack
 #        -> $OUT/study.tar.gz: the report folder (REPORT.md, summary.json, plots, evaluate/), commands.jsonl,
 #        every run's log.jsonl and output, and the job's output (not the checkpoints): while the job runs, what
@@ -45,10 +47,13 @@ start)
     rm -rf "$JOB" && mkdir -p "$JOB"
     [ "$TOY" = 1 ] || compgen -G "data/pysrc/*_val_*.bin" > /dev/null || step prepare "$PYTHON" -m lab.repro prepare
     [ "$STATUS" -eq 0 ] || exit "$STATUS"
-    # each stage only when the one before it succeeded; the job's exit code is the first failure's
-    { printf '%q ' "$PYTHON" -m lab.repro train "${TRAIN[@]}" "${REPRO[@]}" "${DATA[@]}"; printf '&& '
-      printf '%q ' "$PYTHON" -m lab.repro evaluate "${EVALUATE[@]}" "${REPRO[@]}" --report_dir="$REPORT"; printf '&& '
-      printf '%q ' "$PYTHON" -m lab.repro report "${REPRO[@]}" --report_dir="$REPORT"; } > "$JOB/command"
+    # training first; the report even when the evaluation failed (it keeps the new runs); the exit code is the
+    # first failure's
+    { printf '%q ' "$PYTHON" -m lab.repro train "${TRAIN[@]}" "${REPRO[@]}" "${DATA[@]}"; printf '&& { '
+      printf '%q ' "$PYTHON" -m lab.repro evaluate "${EVALUATE[@]}" "${REPRO[@]}" --report_dir="$REPORT"
+      printf '; e=$?; '
+      printf '%q ' "$PYTHON" -m lab.repro report "${REPRO[@]}" --report_dir="$REPORT"; printf '&& (exit $e); }'
+    } > "$JOB/command"
     echo "$OUT/study.tar.gz" > "$JOB/tarball"
     # then, success or not, the job packs what it made
     setsid bash -c "$(cat "$JOB/command"); echo \$? > $(printf '%q' "$JOB/exit"); OUT=$(printf '%q' "$OUT") bash $(
@@ -64,7 +69,9 @@ wait)
     while running && { [ -z "$limit" ] || [ "$SECONDS" -lt "$limit" ]; }; do
         sleep 2
         if [ $((SECONDS % 60)) -lt 2 ]; then
-            echo "[$SECONDS s] $(grep -c . "$ROOT/commands.jsonl" 2>/dev/null || echo 0) runs ended;" \
+            # this job's runs (lab.repro's line as each ends), not the kept ones it restored into commands.jsonl
+            ended=$(grep -c '^=== .* seed [0-9]*: exit code' "$JOB/output.txt" 2>/dev/null)
+            echo "[$SECONDS s] ${ended:-0} runs ended;" \
                  "$(tail -n 1 "$JOB/output.txt" 2>/dev/null | cut -c1-160)"
         fi
     done
@@ -73,7 +80,12 @@ wait)
     code=$(cat "$JOB/exit" 2>/dev/null || echo "unknown (no job, or it was killed: start it again to resume)")
     echo "the study's job ended: exit $code"
     tarball=$(cat "$JOB/tarball" 2>/dev/null)
-    [ -n "$tarball" ] && [ -f "$tarball" ] && echo "== its results, packed when it ended: $tarball"
+    if [ -f "$OUT/study.tar.gz" ]; then
+        echo "== its results, packed when it ended: $OUT/study.tar.gz"
+    elif [ -f "$JOB/exit" ]; then  # packed into another $OUT, or this one was emptied since: pack again, here
+        echo "== $OUT holds no study.tar.gz (the job packed into ${tarball:-?}): packing again"
+        OUT="$OUT" bash "$SCRIPT" pack
+    fi
     [ "$code" = 0 ] || exit 1
     ;;
 pack)
