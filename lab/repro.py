@@ -582,6 +582,17 @@ def keep_runs(root, report_dir, runs, commands):
             atomic_write(os.path.join(kept, COMMAND), lambda f, text=text: f.write(text))
 
 
+def kept_records(report_dir):
+    """What <report_dir>/runs/ keeps of each run ({variant, seed, train_config}), for unalike: a report must not
+    replace one of runs trained otherwise."""
+    kept = os.path.join(report_dir, RUNS_DIR)
+    out = []
+    for v, seed in trained_runs(kept):
+        with open(os.path.join(run_dir(kept, v, seed), MEASURED + ".json")) as f:
+            out.append({"variant": v, "seed": f"{seed} (kept)", "train_config": json.load(f)["train_config"]})
+    return out
+
+
 def restore_runs(root, report_dir, settings):
     """Put back under root each run kept in <report_dir>/runs/ that root lacks, if it was trained with these
     settings: it then counts as trained (its measurements stand for its checkpoint) and finished (its log reaches
@@ -731,6 +742,12 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
     if off:
         fail(f"the runs under {root}/ were not trained alike, so the report cannot compare them: {' | '.join(off)}; "
              f"move the runs of one setting elsewhere (or report them with --root), and train the others again")
+    other = unalike([{**r, "variant": v, "seed": s} for (v, s), r in zip(runs, summary["runs"])] +
+                    kept_records(out_dir), settings)
+    if other:  # e.g. a study trained without the --config of the report it would replace
+        fail(f"{out_dir}/ is the report of runs trained otherwise than those under {root}/ ({' | '.join(other)}), "
+             f"and the report would replace it: give --report_dir another folder, or train with the settings of the "
+             f"runs it keeps (the --config they were trained with, in {os.path.join(out_dir, RUNS_DIR)}/)")
     every_command = read_jsonl(os.path.join(root, COMMANDS))
     commands = {(c["variant"], c.get("seed")): c for c in every_command}
     keep_runs(root, out_dir, runs, commands)

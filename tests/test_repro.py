@@ -31,6 +31,7 @@ from probe import MEASURE, MEASURES
 from data.shards import write_dataset
 from runfolder import load_checkpoint
 from test_analyze import assert_every_plot_is_labelled, keep_figures
+from test_train import folder_state
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 
@@ -1251,6 +1252,29 @@ def test_kept_runs_that_cannot_be_read_or_are_an_earlier_runs_are_left_out_with_
     settings = repro.study_settings(repro.Keys(study="sink_lab"), [])
     restored = repro.restore_runs(str(tmp_path / "root"), str(tmp_path / "kept"), settings)
     assert restored == ["baseline seed 1337"] and sorted(os.listdir(tmp_path / "root" / "baseline")) == ["seed1337"]
+
+
+def test_a_report_never_replaces_the_report_of_runs_trained_otherwise(tmp_path, monkeypatch):
+    """A study trained without the --config of the committed report (config/repro.py's runs, where results/repro keeps
+    config/repro_sink.py's): the report stops before it writes anything into that folder, naming the setting."""
+    out_dir = tmp_path / "report"
+    kept_run("baseline/seed1337", out_dir / "runs" / "baseline" / "seed1337")
+    train_config = json.loads((out_dir / "runs" / "baseline" / "seed1337" / "measured.json").read_text())["train_config"]
+    new = {"runs": [{"train_config": dict(train_config, weight_decay=0.5)}]}
+    monkeypatch.setattr(repro, "analyze_runs", lambda root, runs: (new, [{}]))
+    monkeypatch.setattr(repro, "keep_runs", lambda *args: pytest.fail("kept runs into the other report"))
+    before = folder_state(str(out_dir))
+    with pytest.raises(SystemExit, match=r"report/ is the report of runs trained otherwise than those under .*root/ "
+                                         r"\(weight_decay: 0\.5 \(g1_elementwise seed 1337\); 0\.1 \(baseline seed "
+                                         r"1337 \(kept\)\)\), and the report would replace it: give --report_dir"):
+        repro.write_report(str(tmp_path / "root"), str(out_dir), True, "report", repro.STUDIES["sink_lab"],
+                           ["weight_decay"], [("g1_elementwise", 1337)])
+    assert folder_state(str(out_dir)) == before
+    monkeypatch.setattr(repro, "analyze_runs", lambda root, runs: ({"runs": [{"train_config": train_config}]}, [{}]))
+    monkeypatch.setattr(repro, "keep_runs", lambda *args: pytest.fail("reached: the runs are alike"))
+    with pytest.raises(pytest.fail.Exception, match="reached: the runs are alike"):
+        repro.write_report(str(tmp_path / "root"), str(out_dir), True, "report", repro.STUDIES["sink_lab"],
+                           ["weight_decay"], [("g1_elementwise", 1337)])
 
 
 def test_a_report_folder_that_is_a_file_is_refused_in_one_line(tmp_path, monkeypatch):
