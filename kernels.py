@@ -216,7 +216,8 @@ if HAS_TRITON:
 
     # The launch configs, (BLOCK_M, BLOCK_N, num_warps, num_stages) rows: the rows each kernel autotunes over
     # on a GPU, and the one row the interpreter runs (its speed says nothing about a GPU's, so it does not
-    # tune). Untested guesses for H100/H200 (see python -m lab.bench --kernels); the first, small row of each list fits
+    # tune). Guesses for H100/H200, to be chosen from what python -m lab.bench --kernels records each kernel picked
+    # (its json's autotuned: no run has recorded it yet); the first, small row of each list fits
     # in shared memory even for fp32 at D=128 (the autotuner skips rows that do not fit). Forward and dQ need
     # BLOCK_N | BLOCK_M (the diagonal stage is whole key blocks), dK/dV needs BLOCK_M | BLOCK_N.
     _FWD_ROWS = [(64, 32, 4, 2), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)]
@@ -320,7 +321,7 @@ if HAS_TRITON:
                                    MASKED=True, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N, PREC=PREC)
         # Saved for the backward: lse2 (B*H*T floats) lets it recompute P = exp2(S - lse2) block by block
         # instead of storing T x T probabilities.
-        tl.store(LSE + bh * T + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < T)
+        tl.store(LSE + bh.to(tl.int64) * T + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < T)
         o = acc / l_i[:, None]
         g_ptrs = G + b * sgb + h * sgh + offs_m[:, None] * sgt  # [gate]
         if GATE == 1:  # [gate] elementwise
@@ -345,17 +346,17 @@ if HAS_TRITON:
         rows = offs_m[:, None] < T
         dy = tl.load(_tile(DY, b, h, sdyb, sdyh, sdyt, sdyd, offs_m, offs_d), mask=rows, other=0.0).to(tl.float32)
         y = tl.load(_tile(Y, b, h, syb, syh, syt, syd, offs_m, offs_d), mask=rows, other=0.0).to(tl.float32)
-        tl.store(DELTA + bh * T + offs_m, tl.sum(dy * y, 1), mask=offs_m < T)
+        tl.store(DELTA + bh.to(tl.int64) * T + offs_m, tl.sum(dy * y, 1), mask=offs_m < T)
         if GATE != 0:  # [gate]
             g_ptrs = G + b * sgb + h * sgh + offs_m[:, None] * sgt  # [gate]
             if GATE == 1:  # [gate]
                 s = tl.sigmoid(tl.load(g_ptrs + offs_d[None, :] * sgd, mask=rows, other=0.0).to(tl.float32))  # [gate]
-                tl.store(DG + bh * T * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],  # [gate]
+                tl.store(DG + bh.to(tl.int64) * T * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],  # [gate]
                          (dy * y * (1.0 - s)).to(DG.dtype.element_ty), mask=rows)  # [gate]
             else:  # [gate]
                 s = tl.sigmoid(tl.load(g_ptrs, mask=rows, other=0.0).to(tl.float32))  # [gate] (BLOCK_M, 1)
                 dg = tl.sum(dy * y * (1.0 - s), 1)  # [gate] headwise: summed over the head's D channels
-                tl.store(DG + bh * T + offs_m, dg.to(DG.dtype.element_ty), mask=offs_m < T)  # [gate]
+                tl.store(DG + bh.to(tl.int64) * T + offs_m, dg.to(DG.dtype.element_ty), mask=offs_m < T)  # [gate]
             tl.store(_tile(DO, b, h, sob, soh, sot, sod, offs_m, offs_d),  # [gate]
                      (dy * s).to(DO.dtype.element_ty), mask=rows)  # [gate]
 
@@ -474,8 +475,8 @@ if HAS_TRITON:
         rows = offs_m[:, None] < T
         q = tl.load(_tile(Q, b, h, sqb, sqh, sqt, sqd, offs_m, offs_d), mask=rows, other=0.0)
         do = tl.load(_tile(DO, b, h, sob, soh, sot, sod, offs_m, offs_d), mask=rows, other=0.0)
-        lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=0.0)
-        delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
+        lse = tl.load(LSE + bh.to(tl.int64) * T + offs_m, mask=offs_m < T, other=0.0)
+        delta = tl.load(DELTA + bh.to(tl.int64) * T + offs_m, mask=offs_m < T, other=0.0)
         kt_ptrs = _tile(K, b, hk, skb, skh, skd, skt, offs_d, offs_n)  # K^T and V^T tiles (D, BLOCK_N)
         vt_ptrs = _tile(V, b, hk, svb, svh, svd, svt, offs_d, offs_n)
         dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
@@ -495,6 +496,15 @@ def tuned_kernels():
     dK/dV pass (_bwd_dkdv_dq) takes the same rows as _bwd_dkdv."""
     return [(_attn_fwd, _FWD_ROWS, _FWD_INTERPRETER_ROW), (_bwd_dkdv, _DKDV_ROWS, _DKDV_INTERPRETER_ROW),
             (_bwd_dkdv_dq, _DKDV_ROWS, _DKDV_INTERPRETER_ROW), (_bwd_dq, _DQ_ROWS, _DQ_INTERPRETER_ROW)]
+
+
+def tuned_configs():
+    """{kernel: {autotune key: the config it chose}} of every tuned kernel, as text (what a benchmark records, so that
+    the rows worth keeping are chosen from measurements): empty where it did not benchmark (one config)."""
+    if not HAS_TRITON:
+        return {}
+    return {kernel.fn.__name__ + ("_dq" if kernel is _bwd_dkdv_dq else ""): {str(key): str(config)
+            for key, config in kernel.cache.items()} for kernel, _, _ in tuned_kernels()}
 
 
 def choose_configs(choice):

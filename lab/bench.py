@@ -321,7 +321,10 @@ def bench_kernels(session):
             for T in seq_lens:
                 B = max(1, tokens // T)
                 gen = torch.Generator(device=device).manual_seed(0)
-                q, k, v, g, dy = (torch.randn(B, h, T, d, device=device, dtype=dtype, generator=gen)
+                # laid out as model.py passes them: (B, T, heads, D) tensors seen as (B, heads, T, D), so that each
+                # provider's gradients land in the layout training has (a contiguous (B, heads, T, D) leaf would
+                # cost the fused kernel, whose gradients are (B, T, heads, D) underneath, a copy SDPA never makes)
+                q, k, v, g, dy = (torch.randn(B, T, h, d, device=device, dtype=dtype, generator=gen)
                                   for h, d in ((H, D), (Hkv, D), (Hkv, D), (H, D), (H, D)))
                 for t in (q, k, v, g):
                     t.requires_grad_()
@@ -329,9 +332,10 @@ def bench_kernels(session):
                 for provider, (fn, backward, modes) in PROVIDERS.items():
                     if backward:
                         kernels.choose_backward(backward)
-                    run = lambda: fn(q, k, v, g, causal)  # noqa: E731
+                    run = lambda: fn(*(t.transpose(1, 2) for t in (q, k, v, g)), causal)  # noqa: E731
                     for mode, flops, call in (("fwd", fwd_flops, run),
-                                              ("fwd+bwd", 3.5 * fwd_flops, lambda: run().backward(dy))):
+                                              ("fwd+bwd", 3.5 * fwd_flops,
+                                               lambda: run().backward(dy.transpose(1, 2)))):
                         if mode not in modes:
                             continue
                         ms = time_ms(call, grads=(q, k, v, g))
@@ -344,9 +348,11 @@ def bench_kernels(session):
     summary = kernel_summary(records)
     session.write("bench_kernels", dict(date=session.date, device=session.device_name, command=session.command,
                                         sdpa_backend=args.sdpa_backend, sdpa_order=session.sdpa_order,
-                                        summary=summary, records=records),
+                                        autotuned=kernels.tuned_configs(), summary=summary, records=records),
           [f"dtype {str(dtype).replace('torch.', '')}, causal={causal}, B*T = {tokens}, H*D = {width}, "
-           "inputs require grad; median of triton.testing.do_bench (CPU: one call)",
+           "inputs require grad, laid out as model.py passes them ((B, T, H, D), seen as (B, H, T, D)); median of "
+           "triton.testing.do_bench (CPU: one call)",
+           "the fused kernel's launch configs, chosen per autotune key: the json's autotuned",
            session.sdpa_note,
            "TFLOP/s: forward 4*B*H*T^2*D (halved when causal), forward+backward 3.5x that",
            "triton+gate: the fused kernel with dQ in a kernel of its own (recompute); triton+gate atomic-dq: dQ added "

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+import kernels
 import lab.bench as bench
 from cli import sdpa_order
 from lab.variants import VARIANTS
@@ -42,6 +43,10 @@ def check_bench_kernels_tiny(stdout, out_dir):
     md = open(os.path.join(out_dir, "bench_kernels.md")).read()
     check_smoke_test(stdout, data, md)
     assert data["date"] and data["device"] and data["command"].startswith("python -m lab.bench --kernels")
+    # the configs each tuned kernel chose, per key (none under the interpreter's one config): kernels.tuned_configs
+    assert set(data["autotuned"]) == ({"_attn_fwd", "_dkdv_kernel", "_dkdv_kernel_dq", "_bwd_dq"} if kernels.HAS_TRITON
+                                      else set())
+    assert "laid out as model.py passes them" in md
     keys = {"device", "B", "H", "Hkv", "T", "D", "causal", "dtype", "provider", "mode", "ms", "tflops"}
     records = data["records"]
     for r in records:

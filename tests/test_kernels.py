@@ -257,6 +257,14 @@ def test_autotuned_first_call_matches_reference(backward, choose_configs, choose
                                                              ("dkdv_dq", kernels._bwd_dkdv_dq), ("dq", kernels._bwd_dq))
                   if getattr(k, "best_config", None)}
         again = assert_close_to_reference(*inputs, causal=True)
+        # what a benchmark records of the choice (kernels.tuned_configs): the config each kernel chose for this key
+        tuned = kernels.tuned_configs()
+        used = ["_attn_fwd", "_dkdv_kernel_dq" if backward == "atomic" else "_dkdv_kernel"] + \
+            (["_bwd_dq"] if backward == "recompute" else [])
+        for name in used:
+            key = f"({kernels._t_key(T)}, {D}, True, 2,"  # how the autotune key starts: T_KEY, D, causal, GROUP
+            config = next(c for k, c in tuned[name].items() if k.startswith(key))
+            assert "BLOCK_M: " in config and "num_warps: " in config, (name, config)
         for name, a, b in zip(["y", "dq", "dk", "dv", "dgate"], first, again):
             if CUDA and backward == "atomic" and name == "dq":
                 assert rel_err(a, b) < TOL, f"T={T} D={D}: dq differs; configs {chosen}"
