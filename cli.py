@@ -50,12 +50,16 @@ class Diverged(SystemExit):
 
 
 def run_main(main):
-    """A script's main() from the command line, with a diverged run's own exit status."""
+    """A script's main() from the command line: a diverged run's own exit status, and Ctrl-C as one line with the
+    status a shell gives a command it interrupted (130), not a traceback."""
     try:
         main()
     except Diverged as e:
         print(e, file=sys.stderr)
         sys.exit(DIVERGED_EXIT)
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+        sys.exit(130)
 
 
 def check_choice(key, value, choices):

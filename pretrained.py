@@ -98,8 +98,14 @@ def locate(name_or_path):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{folder} has no config.json: it is not a published checkpoint's folder (for a "
                                 "download, the repository's layout may have changed: pass the folder that holds it)")
-    with open(path, encoding="utf-8") as f:
-        hub_config = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            hub_config = json.load(f)
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise ValueError(f"{path} cannot be read as JSON ({e}): the download was cut short or the file is not a "
+                         "config.json; download it again") from None
+    if not isinstance(hub_config, dict):
+        raise ValueError(f"{path} holds a JSON {type(hub_config).__name__}, not a config.json's object")
     try:
         family, config = map_config(hub_config, where=path)
     except KeyError as e:
@@ -201,16 +207,25 @@ def read_weights(folder):
         require("safetensors")
         from safetensors.torch import load_file
         for path in files:
-            weights.update(load_file(path))
+            try:
+                weights.update(load_file(path))
+            except Exception as e:  # safetensors' own error types: a header cut short, bytes that are not one
+                raise ValueError(f"{path} is not a readable safetensors file ({type(e).__name__}: "
+                                 f"{str(e).splitlines()[0] if str(e) else ''}): the download was cut short or the "
+                                 "file is corrupt; download it again") from None
         return weights
     files = sorted(glob.glob(os.path.join(folder, "pytorch_model*.bin")))
     if not files:
         raise FileNotFoundError(f"{folder} has no weights (*.safetensors or pytorch_model*.bin)")
     for path in files:
         try:
-            weights.update(torch.load(path, map_location="cpu", weights_only=True, mmap=True))
-        except RuntimeError:  # a file in the format before PyTorch 1.6 cannot be memory-mapped
-            weights.update(torch.load(path, map_location="cpu", weights_only=True))
+            try:
+                weights.update(torch.load(path, map_location="cpu", weights_only=True, mmap=True))
+            except RuntimeError:  # a file in the format before PyTorch 1.6 cannot be memory-mapped
+                weights.update(torch.load(path, map_location="cpu", weights_only=True))
+        except Exception:  # never torch's advice to load with weights_only=False: that runs the file's code
+            raise ValueError(f"{path} is not a readable PyTorch weights file (tensors only): the download was cut "
+                             "short, the file is corrupt, or it holds more than tensors; download it again") from None
     return weights
 
 

@@ -184,6 +184,10 @@ def no_checkpoint(folder, name):
             listed = ", ".join(runs[:6]) + (", ..." if len(runs) > 6 else "")
             return (f"no {name} in {folder}: it is a folder of runs ({listed}); name a run's own folder, e.g. "
                     f"{os.path.join(folder, runs[0])}")
+    elif os.path.isfile(folder):  # the checkpoint itself given as the folder
+        parent, base = os.path.dirname(folder.rstrip(os.sep)) or ".", os.path.basename(folder)
+        return (f"{folder} is a file, not a run's folder: --out_dir names the folder and --checkpoint the file in it "
+                f"(--out_dir={parent} --checkpoint={base})")
     elif not os.path.exists(folder):
         parent = os.path.dirname(folder.rstrip(os.sep)) or "."
         beside = sorted(d for d in os.listdir(parent) if os.path.isdir(os.path.join(parent, d))) \
@@ -205,11 +209,12 @@ def read_checkpoint(path):
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated zip, a file that is not a checkpoint, an unpicklable object, ...
         with open(path, "rb") as f:
-            archive = f.read(4) == b"PK\x03\x04"  # torch.save writes a zip archive
+            head = f.read(4)
+        archive = head == b"PK\x03\x04"  # torch.save writes a zip archive (an older torch.save, a bare pickle)
         if not archive or isinstance(e, pickle.UnpicklingError):
             # never torch's advice to load it with weights_only=False: that runs whatever code the file holds
-            what = "holds Python objects other than tensors and plain values" if archive or \
-                isinstance(e, pickle.UnpicklingError) else "is not a file torch.save wrote"
+            what = "holds Python objects other than tensors and plain values" if archive or head[:1] == b"\x80" \
+                else "is not a file torch.save wrote"
             raise ValueError(f"{path} is not a checkpoint of this project: it {what}. The scripts read the ckpt.pt "
                              f"or {BEST} that train.py writes in a run's out_dir (python train.py --out_dir=...)") from None
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

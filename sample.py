@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 import pretrained
-from cli import autocast_for, configure, dataset_dir, fail, pick_device
+from cli import autocast_for, configure, dataset_dir, fail, pick_device, run_main
 from runfolder import CHECKPOINT, load_checkpoint
 from data.shards import get_tokenizer, prepare_command, read_meta
 
@@ -82,6 +82,10 @@ def load(c, dev):
             model, ckpt = load_checkpoint(path, dev)
             run = ckpt.get("config", {})  # the training run's keys: where its data, and so its tokenizer, is
             enc = get_tokenizer(run_tokenizer(run, path))
+            if enc.n_vocab > model.config.vocab_size:  # the dataset prepared again, with another tokenizer
+                fail(f"{path} was trained with {model.config.vocab_size} token ids, but its dataset's tokenizer now "
+                     f"has {enc.n_vocab}: the dataset was prepared again with another tokenizer since. Prepare it "
+                     "as it was, or sample from a run trained on it as it is")
     except (FileNotFoundError, ValueError, RuntimeError, ImportError) as e:  # RuntimeError: no network to download
         fail(e)
     bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
@@ -144,4 +148,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # Ctrl-C: one line, exit status 130

@@ -474,3 +474,24 @@ def test_analyze_and_sample_refuse_bad_requests_in_one_line(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("The keeper")
     with pytest.raises(SystemExit, match="unknown checkpoint 'gtp2'"):
         sample.main(["--pretrained=gtp2"])
+
+
+@pytest.mark.parametrize("config,words", [("{nope", "cannot be read as JSON"), ("[1, 2]", "holds a JSON list")])
+def test_a_config_json_that_is_not_one_is_named(tmp_path, config, words):
+    """A cut-short or foreign config.json: one line naming the file, never a traceback (main() prints it)."""
+    (tmp_path / "config.json").write_text(config)
+    with pytest.raises(ValueError, match=words) as e:
+        pretrained.locate(str(tmp_path))
+    assert str(tmp_path / "config.json") in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "pytorch_model.bin"])
+def test_weights_that_cannot_be_read_are_named_without_unsafe_advice(tmp_path, name):
+    """Random bytes where the weights should be (a download cut short): one line naming the file; never torch's
+    advice to load with weights_only=False, which would run whatever code the file holds."""
+    if name.endswith(".safetensors"):
+        pytest.importorskip("safetensors")
+    (tmp_path / name).write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ValueError) as e:
+        pretrained.read_weights(str(tmp_path))
+    assert str(e.value).startswith(f"{tmp_path / name} is not a readable ") and "weights_only" not in str(e.value)

@@ -24,6 +24,8 @@ def test_a_file_that_is_not_a_checkpoint_is_named_so_without_unsafe_advice(tmp_p
     message = str(e.value.code)
     assert message.startswith(f"error: {path} is not a checkpoint of this project") and "\n" not in message, message
     assert "weights_only" not in message and "train.py" in message and "ckpt.pt" in message
+    assert ("it is not a file torch.save wrote" if content == "text" else "it holds Python objects other than tensors")\
+        in message
 
 
 def small_run(run_dir, data_dir, vocab_size=65):
@@ -79,3 +81,33 @@ def test_a_checkpoint_that_is_a_folder_is_named_so(tmp_path):
     message = error_of([f"--out_dir={tmp_path}", "--device=cpu"])
     assert message == (f"error: {tmp_path / 'ckpt.pt'} is a folder: --out_dir names the run's folder and "
                        "--checkpoint a file in it (ckpt.pt or best.pt)")
+
+
+def test_a_dataset_prepared_again_with_a_larger_tokenizer_is_named_not_a_traceback(tmp_path):
+    """The sink lab's dataset prepared again with more symbols (or as GPT-2 text): its tokenizer's ids run past the
+    model's vocabulary, which would index out of range mid-sample. One line instead, before any sampling."""
+    from data.bigram_backcopy.prepare import prepare
+    prepare(out_dir=str(tmp_path / "data"), train_tokens=2_000, val_tokens=1_000)
+    small_run(tmp_path / "run", tmp_path / "data", vocab_size=33)  # fewer ids than the task's tokenizer has
+    message = error_of([f"--out_dir={tmp_path / 'run'}", "--device=cpu", "--max_new_tokens=2", "--num_samples=1"])
+    assert message.startswith(f"error: {tmp_path / 'run' / 'ckpt.pt'} was trained with 33 token ids, but its "
+                              "dataset's tokenizer now has ") and "prepared again with another tokenizer" in message
+
+
+def test_ctrl_c_is_one_line_and_the_shells_status(monkeypatch, capsys):
+    """An interrupted sample.py (or any script run through cli.run_main) says so in one line, exit status 130."""
+    import cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+    with pytest.raises(SystemExit) as e:
+        cli.run_main(interrupted)
+    assert e.value.code == 130 and capsys.readouterr().err == "interrupted (Ctrl-C)\n"
+
+
+def test_a_checkpoint_given_as_the_folder_is_told_apart(tmp_path):
+    """--out_dir=run/ckpt.pt: one line saying which key names what, not the advice to train a run there."""
+    (tmp_path / "ckpt.pt").write_bytes(b"x")
+    message = error_of([f"--out_dir={tmp_path / 'ckpt.pt'}", "--device=cpu"])
+    assert message == (f"error: {tmp_path / 'ckpt.pt'} is a file, not a run's folder: --out_dir names the folder and "
+                       f"--checkpoint the file in it (--out_dir={tmp_path} --checkpoint=ckpt.pt)")
