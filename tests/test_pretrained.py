@@ -290,10 +290,10 @@ def test_names_dependencies_and_network_each_fail_with_what_to_do(tmp_path, monk
         pretrained.locate("gtp2")
     with pytest.raises(FileNotFoundError, match="no folder results/nope"):  # a path, not a hub id: results/ exists
         pretrained.locate("results/nope")
+    tiny_gpt2(tmp_path)  # first: transformers imports its GPT-2 (and huggingface_hub) on first use
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as if it were not installed
     with pytest.raises(ImportError, match="'huggingface_hub'.*pip install"):
         pretrained.locate("gpt2")
-    tiny_gpt2(tmp_path)
     monkeypatch.setitem(sys.modules, "safetensors", None)
     with pytest.raises(ImportError, match="'safetensors'.*pip install"):
         pretrained.load_model(pretrained.locate(str(tmp_path)))
