@@ -507,6 +507,10 @@ class RunFolder:
         saved = {k: v for k, v in checkpoint["config"].items() if k in names and k not in PER_COMMAND}
         c, given = configure(keys, argv, defaults=saved)
         notes = []
+        trained_in = checkpoint["config"].get("dtype")  # per command (another machine may lack it), but never silently
+        if "dtype" not in given and trained_in not in (None, c.dtype):
+            notes.append(f"note: this command computes in dtype={c.dtype} (its default); the run was trained with "
+                         f"dtype={trained_in}: give --dtype={trained_in} to continue as it was")
         for key in sorted(given):
             value = getattr(c, key)
             if key in PER_COMMAND or key not in saved or value == saved[key]:
@@ -613,8 +617,16 @@ class RunFolder:
                     os.remove(os.path.join(self.out_dir, name))
             keep = []
         else:
-            keep = [r for r in read_jsonl(self.log_path)
-                    if isinstance(r.get("iter"), (int, float)) and r["iter"] <= self.start_iter]
+            keep, run, others = [], None, set()  # run: the id of the run whose records these are (its first names it)
+            for r in read_jsonl(self.log_path):
+                run = r.get("run_id") or run
+                if run not in (None, self.run_id):  # a log copied in from another run: never read as this one's
+                    others.add(run)
+                elif isinstance(r.get("iter"), (int, float)) and r["iter"] <= self.start_iter:
+                    keep.append(r)
+            if others:
+                print(f"note: {self.log_path} held records of another run ({', '.join(sorted(others))}): dropped, so "
+                      f"that the log reads as this run's ({self.run_id})", flush=True)
             both = all(map(os.path.isfile, (self.ckpt_path, self.best_path)))
             if both and os.path.samefile(self.ckpt_path, self.best_path):
                 atomic_copy(self.ckpt_path, self.best_path)  # an older version linked them: best.pt gets its own

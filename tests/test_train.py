@@ -763,10 +763,16 @@ def test_resume_keeps_the_runs_own_data_and_settings(stdlib_data, tmp_path, caps
     shutil.copytree(stdlib_data, other)
     train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=6", f"--data_dir={other}", "--device=cpu"])
     assert "WARNING: this run was trained on" in capsys.readouterr().out
+    # the precision is this command's (another machine may lack the run's), but a change is never silent
+    train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=7", "--dtype=float32", "--device=cpu"])
+    assert "computes in dtype" not in capsys.readouterr().out  # named by the command: its own choice
+    train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=8", "--device=cpu"])
+    assert "note: this command computes in dtype=auto (its default); the run was trained with dtype=float32: give " \
+        "--dtype=float32 to continue as it was" in capsys.readouterr().out
     # the model cannot change under a resumed run
     before = folder_state(out_dir)
     with pytest.raises(SystemExit, match=r"n_layer=3 differs from the run .*\(n_layer=1\)"):
-        train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=8", "--n_layer=3"])
+        train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=9", "--n_layer=3"])
     assert folder_state(out_dir) == before
 
 
@@ -1439,6 +1445,22 @@ def test_the_divergence_stop_needs_no_log(stdlib_data, tmp_path):
         train.main(args + ["--max_iters=30", "--init_from=resume", "--learning_rate=100"])
     _, checkpoint = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert checkpoint["iter_num"] == 3 and checkpoint["initial_val_loss"] == pytest.approx(initial)  # not replaced
+
+
+def test_a_log_copied_in_from_another_run_is_never_read_as_this_ones(stdlib_data, tmp_path, capsys):
+    """Run A's ckpt.pt with run B's log.jsonl beside it: the resumed log keeps none of B's records (whose losses and
+    measurements are another run's), says so, and reads as A's alone."""
+    args = TINY + [f"--data_dir={stdlib_data}", "--eval_interval=2"]
+    for name, steps in (("a", 2), ("b", 4)):
+        train.main(args + [f"--out_dir={tmp_path / name}", f"--max_iters={steps}"])
+    run_a = load_checkpoint(str(tmp_path / "a" / "ckpt.pt"))[1]["run_id"]
+    run_b = read_log(tmp_path / "b")[0]["run_id"]
+    shutil.copy(tmp_path / "b" / "log.jsonl", tmp_path / "a" / "log.jsonl")
+    capsys.readouterr()
+    train.main(args + [f"--out_dir={tmp_path / 'a'}", "--max_iters=4", "--init_from=resume"])
+    assert f"held records of another run ({run_b}): dropped" in capsys.readouterr().out
+    log = read_log(tmp_path / "a")
+    assert [r["iter"] for r in log] == [4] and {r.get("run_id") for r in log} == {run_a}
 
 
 def test_a_log_with_undecodable_bytes_or_malformed_lines_still_resumes(stdlib_data, tmp_path, capsys):
