@@ -8,10 +8,11 @@
 #        prepare the corpus if data/pysrc/ does not hold it yet, then in the background (setsid, so it outlives
 #        this command and the terminal): python -m lab.repro train TRAIN..., then, when training succeeded,
 #        evaluate EVALUATE... and report (the report even when the evaluation failed: it keeps the new runs, and
-#        says which were not evaluated; the job's exit code is then the evaluation's). TRAIN as for lab.repro train, e.g. `models --seeds=2
-#        --parallel=2`, `all --seeds=3 --parallel=3` or `baseline:2 g1_elementwise:2 g1_headwise --parallel=2
-#        --budget_min=60` (only the runs that end within 60 minutes, in the order named); EVALUATE: lab/evaluate.py's
-#        keys, e.g. `--windows=32`. The runs go to out-repro/, the report to results/repro/, the job's command,
+#        says which were not evaluated; the job's exit code is then the evaluation's). TRAIN as for lab.repro
+#        train, e.g. `models --seeds=2 --parallel=2`, `all --seeds=3 --parallel=3` or `baseline:2 g1_elementwise:2
+#        g1_headwise --parallel=2 --budget_min=60` (only the runs that end within 60 minutes, in the order named);
+#        EVALUATE: lab/evaluate.py's keys, e.g. `--windows=32`. The runs go to out-repro/, the report to
+#        $WORK/report/ (a copy of results/repro/ made at start: copy it back to commit it), the job's command,
 #        output and exit code to $WORK/study-job/; when the job ends it packs its results into $OUT/study.tar.gz.
 #        An interrupted study (a killed job, a reboot) is resumed by the same start command: lab.repro skips the
 #        runs that reached their last step and continues each other run from its checkpoint
@@ -27,7 +28,10 @@
 # TOY=1: python -m lab.repro --tiny on a CPU, everything under $WORK; DATA_DIR=<folder of a prepared toy dataset>
 # trains on it.
 source "$(dirname "$0")/lib.sh"
-ROOT=out-repro; REPORT=results/repro; REPRO=()
+# The report is drawn into $WORK/report/, a copy of results/repro/ made at start: git-ignored, so that nothing that
+# changes the checkout's tracked files while the job runs (a git checkout, a git pull) can undo it before it is
+# packed. To commit it: rm -rf results/repro && cp -r out-gpu/report results/repro
+ROOT=out-repro; REPORT=$WORK/report; REPRO=()
 if [ "$TOY" = 1 ]; then
     ROOT=$WORK/repro-tiny; REPORT=$ROOT/report; REPRO=(--tiny --root="$ROOT")
 fi
@@ -45,6 +49,7 @@ start)
     if running; then echo "a study is already running (pid $(cat "$JOB/pid")): bash lab/gpu/study.sh wait"; exit 1; fi
     start_log study
     rm -rf "$JOB" && mkdir -p "$JOB"
+    [ "$TOY" = 1 ] || { rm -rf "$REPORT" && cp -r results/repro "$REPORT"; } || exit 1
     [ "$TOY" = 1 ] || compgen -G "data/pysrc/*_val_*.bin" > /dev/null || step prepare "$PYTHON" -m lab.repro prepare
     [ "$STATUS" -eq 0 ] || exit "$STATUS"
     # training first; the report even when the evaluation failed (it keeps the new runs); the exit code is the
