@@ -154,9 +154,11 @@ def summarize(stats, peak_per_window):
 
 def describe(record):
     """A record's measurements as one line of words, in MEASURES' order: those it has, and the sink's mechanism where
-    it was measured at trigger positions (the Bigram-Backcopy task)."""
-    words = lambda ms: ", ".join(f"{m.label} {m.format(record[m.key])}" for m in ms  # noqa: E731
-                                 if record.get(m.key) is not None)
+    it was measured at trigger positions (the Bigram-Backcopy task). A validation loss recorded as None was not
+    finite (runfolder.finite_or_none): said, never left out."""
+    def words(ms):
+        return ", ".join(f"{m.label} {m.format(record[m.key]) if record[m.key] is not None else 'not finite'}"
+                         for m in ms if record.get(m.key) is not None or (m.key == "val_loss" and m.key in record))
     on_task = any(record.get(key) is not None for key in TRIGGER_KEYS)
     return words(m for m in MEASURES if not m.mechanism) + (f"; the mechanism: {words(MECHANISM)}" if on_task else "")
 

@@ -540,6 +540,10 @@ def test_a_measure_added_to_the_registry_reaches_the_eval_line_the_analysis_tabl
     with Probe(model, triggers=[3, 5]) as p:
         model(torch.tensor([[0, 7, 3, 9, 5, 2, 3, 8] * 3] * 2))
     assert "; the mechanism: F-Attn at triggers" in probe.describe({**record, **p.summary()})
+    # a validation loss that was not finite (logged as None) is said, never dropped from the line; a gate's measure
+    # that a run has none of (None) is left out
+    line = probe.describe({**record, "val_loss": None, "gate_mean": None})
+    assert line.startswith("val loss not finite, F-Attn ") and "gate mean" not in line
     summary = {"device": "CPU", "date": "today", "measured_on": {"CPU, today": 1}, "checkpoint": "ckpt.pt",
                "runs": [{"label": "run", "lr": 1e-3, **record}],
                "validation": {"batches": 1, "batch_size": 2, "source": "test"}}
