@@ -42,7 +42,8 @@ def fail(message, diverged=False):
     raise (Diverged if diverged else SystemExit)(f"error: {message}")
 
 
-DIVERGED_EXIT = 3  # train.py's exit status when the run diverged: for a study, a result, not a failure to retry
+DIVERGED_EXIT = 3  # python train.py's exit status when the run diverged (torchrun's launcher exits with its own): for a
+#                   study, a result, not a failure to retry
 
 
 class Diverged(SystemExit):

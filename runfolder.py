@@ -35,7 +35,7 @@ import warnings
 import numpy as np
 import torch
 
-from cli import REPO, configure, dataset_dir, fail
+from cli import REPO, autocast_for, configure, dataset_dir, fail, pick_device
 
 # The files of a run's folder (train.py's out_dir)
 LOG = "log.jsonl"  # one JSON record per evaluation
@@ -404,7 +404,7 @@ class RunFolder:
         self.start_iter, self.started, self.lock = 0, False, None
         # what every checkpoint records of the run (check_data): its id, and the fingerprint of the data it trains on
         self.run_id, self.fingerprint, self.data_named = None, None, False
-        self.best_in_ckpt = False  # best_state: ckpt.pt holds the best state, and becomes best.pt before it is replaced
+        self.best_in_ckpt = False  # best_state: ckpt.pt holds the best state; _start makes it best.pt
 
     def __enter__(self):
         # a new folder is claimed when it is made (claim_new), so a command that fails before leaves none behind
@@ -509,8 +509,11 @@ class RunFolder:
         notes = []
         trained_in = checkpoint["config"].get("dtype")  # per command (another machine may lack it), but never silently
         if "dtype" not in given and trained_in not in (None, c.dtype):
-            notes.append(f"note: this command computes in dtype={c.dtype} (its default); the run was trained with "
-                         f"dtype={trained_in}: give --dtype={trained_in} to continue as it was")
+            device = pick_device(c.device)  # what each resolves to on this machine (auto: bf16 where it computes it)
+            now, then = autocast_for(device, c.dtype)[1], autocast_for(device, trained_in)[1]
+            if now != then:
+                notes.append(f"note: this command computes in {now} (dtype={c.dtype}, its default); the run was "
+                             f"trained with dtype={trained_in}: give --dtype={trained_in} to continue in {then}")
         for key in sorted(given):
             value = getattr(c, key)
             if key in PER_COMMAND or key not in saved or value == saved[key]:
@@ -550,9 +553,13 @@ class RunFolder:
                 return best[:2]
             why = (f"{self.best_path} holds iter {best[0]} (val loss {best[1]:.4f}): a run stopped between saving the "
                    "two, or the files were moved")
+        if not loss <= checkpoint.get("initial_val_loss", math.inf):  # best.pt never holds a worse state than the start
+            say(f"note: {why}; {self.ckpt_path} (iter {it}) is worse than the initial state, so the next evaluation's "
+                f"state becomes {BEST} if it is not")
+            return None, math.inf
         self.best_in_ckpt = True
         say(f"note: {why}; the best state is {self.ckpt_path}'s (iter {it}, val loss {loss:.4f}), which becomes "
-            f"{BEST} before anything replaces it")
+            f"{BEST} at the next evaluation, before anything replaces it")
         return it, loss
 
     def check_same_run(self, best, checkpoint):
@@ -607,8 +614,8 @@ class RunFolder:
 
     def _start(self):
         """The first write of this command: a new run replaces the old files, measurements included (--overwrite=True
-        was given, or there were none); a resumed run drops the records after its checkpoint, so the log reads as
-        one run."""
+        was given, or there were none); a resumed run drops the records after its checkpoint (and any of another
+        run), so the log reads as one run, and makes best.pt of ckpt.pt where that holds the best state (best_state)."""
         for stale in glob.glob(os.path.join(self.out_dir, ".*.tmp")):
             os.remove(stale)  # the partial file of a run killed while saving (the named files are whole)
         if self.start_iter == 0:
@@ -628,8 +635,10 @@ class RunFolder:
                 print(f"note: {self.log_path} held records of another run ({', '.join(sorted(others))}): dropped, so "
                       f"that the log reads as this run's ({self.run_id})", flush=True)
             both = all(map(os.path.isfile, (self.ckpt_path, self.best_path)))
-            if both and os.path.samefile(self.ckpt_path, self.best_path):
-                atomic_copy(self.ckpt_path, self.best_path)  # an older version linked them: best.pt gets its own
+            if self.best_in_ckpt or both and os.path.samefile(self.ckpt_path, self.best_path):
+                # ckpt.pt holds the best state (best_state), or an older version linked the two: best.pt its own copy
+                atomic_copy(self.ckpt_path, self.best_path)
+                self.best_in_ckpt = False
         text = "".join(json.dumps(r) + "\n" for r in keep)
         atomic_write(self.log_path, lambda f: f.write(text.encode()))
         self.started = True
@@ -652,9 +661,6 @@ class RunFolder:
         what was saved."""
         latest_saved = False
         try:
-            if latest and self.best_in_ckpt and not is_best:  # ckpt.pt holds the best (best_state): keep it first
-                atomic_copy(self.ckpt_path, self.best_path)
-            self.best_in_ckpt = self.best_in_ckpt and not latest
             if latest:
                 save_checkpoint(checkpoint, self.ckpt_path)
                 latest_saved = True
@@ -696,8 +702,6 @@ class RunFolder:
         """What the folder keeps of a run that diverged, in words: said of ckpt.pt only after looking at it (a new
         run may not have saved one yet)."""
         best = f" and best.pt the best (iter {best_iter})" if best_iter is not None else ""
-        if self.best_in_ckpt:  # not saved over since best_state found the best in ckpt.pt
-            best = f", the best (iter {best_iter})"
         try:
             saved = saved_state(self.ckpt_path)
         except ValueError:

@@ -23,8 +23,8 @@ length  the loss at each position of windows 1x, 2x, 4x, 8x the training length 
         ntk and yarn each length is another scaling, so a bucket compares across lengths only under none (GA scales
         once, for the longest). Every length reads the first positions of the same long windows; the lengths are
         powers of two, so that each ends a bucket. Each bucket's level has an interval made mostly of the spread
-        between windows; each bucket past T also has its increase over [0, T) of the same windows at the same length
-        (Δ, paired), whose interval is the one that tests the extrapolation. Needs rotary position embeddings.
+        between windows; each bucket past T also has its increase over the same windows' [0, T) as trained (Δ,
+        paired), whose interval is the one that tests the extrapolation. Needs rotary position embeddings.
 stream  sliding-window attention (model.window_mask): each query sees its last w keys (--stream_windows, default
         T/8 and T/4) and the first k positions of the window (--keep_first=0,1,4: StreamingLLM keeps 4 "attention
         sinks"; with train.py's bos, position 0 is <|endoftext|>), k keys on top of the w, not out of them. The
@@ -206,29 +206,29 @@ def length_rows(n_head, vocab_size, L, rows, free):
 
 def evaluate_length(model, x, y, rows, multiples, scalings):
     """Per scaling, per length: the loss per position bucket, with its interval over windows, and for each bucket
-    past T its increase over [0, T) of the same windows at the same length (paired: a window's own difficulty cancels,
-    which the levels' intervals are mostly made of). x, y hold windows of max(multiples) * T tokens; each length reads
-    their first positions. A factor of 1 is RoPE as trained whatever the scaling: measured once."""
+    past T its increase over the same windows' first T positions as trained (1x, RoPE unscaled: paired, so a window's
+    own difficulty cancels, which the levels' intervals are mostly made of; and a scaling's cost inside T counts
+    against it). x, y hold windows of max(multiples) * T tokens; each length reads their first positions. A factor
+    of 1 is RoPE as trained whatever the scaling: measured once, first."""
     T = model.config.block_size
-    out, as_trained = {}, None
+    first = token_losses(model, x[:, :T], y[:, :T], rows)  # 1x, as trained: every scaling's 1x row
+    inside = first.mean(1)  # each window's loss within T, as trained: what each Δ is paired with
+    out = {}
     for scaling in scalings:
         out[scaling] = []
         for m in multiples:
-            if m == 1 and as_trained is not None:
-                out[scaling].append(as_trained)
-                continue
             L = m * T
-            longer = rebuilt(model, block_size=L, rope_scaling=scaling if m > 1 else "none",
-                             rope_factor=float(m) if scaling != "none" and m > 1 else 1.0)
-            per_pass = length_rows(model.config.n_head, model.config.vocab_size, L, max(1, rows // m),  # as many
-                                   free_memory(str(model.lm_head.weight.device)))  # tokens per pass, if they fit
-            losses = token_losses(longer, x[:, :L], y[:, :L], per_pass)
-            inside = losses[:, :T].mean(1)  # each window's loss within the training length, at this length
+            if m == 1:
+                losses = first
+            else:
+                longer = rebuilt(model, block_size=L, rope_scaling=scaling, rope_factor=1.0 if scaling == "none"
+                                 else float(m))
+                per_pass = length_rows(model.config.n_head, model.config.vocab_size, L, max(1, rows // m),  # as
+                                       free_memory(str(model.lm_head.weight.device)))  # many tokens a pass, if they fit
+                losses = token_losses(longer, x[:, :L], y[:, :L], per_pass)
             out[scaling].append({"multiple": m, "length": L, "buckets": [
                 {"from": a, "to": b, **interval(losses[:, a:b].mean(1))} |
                 ({"increase": interval(losses[:, a:b].mean(1) - inside)} if a else {}) for a, b in buckets(T, L)]})
-            if m == 1:
-                as_trained = out[scaling][-1]
     return out
 
 
@@ -496,9 +496,9 @@ def markdown(summary):
         paired = [(scaling, v) for scaling, lengths in r["length"].items() for v in lengths
                   if any("increase" in b for b in v["buckets"])]  # a record kept before Δ was measured has none
         if paired:
-            lines += ["Δ: each bucket's increase over [0, T) of the same windows at the same length (paired, so its "
-                      "interval leaves out how hard each window is). Compare it between models: the lower Δ copes "
-                      "better past T.", ""]
+            lines += ["Δ: each bucket's increase over the same windows' [0, T) as trained (1x, RoPE unscaled: "
+                      "paired, so its interval leaves out how hard each window is, and a scaling's cost inside T "
+                      "counts against it). Compare it between models: the lower Δ copes better past T.", ""]
             lines += table(["RoPE", "length"] + [f"[{a}, {b}) Δ" for a, b in widest[1:]],
                            [[scaling, f"{v['multiple']}x = {v['length']}"] +
                             [fmt_interval(b["increase"], ".4f", sign=True) for b in v["buckets"][1:]] +

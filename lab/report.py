@@ -836,7 +836,7 @@ def evaluate_section(report_dir, root, trained):
              f"[{EVALUATE_DIR}/summary.md]({EVALUATE_DIR}/summary.md). Here, {SEEDS_NOTE}. Δ: the loss increase "
              "(nats) with W-bit weights and A-bit activations, or a sliding window of w keys that keeps the first k "
              "positions, over the same windows unchanged; a RoPE column: the loss of the last positions of the longest "
-             "windows (with Δ: its increase over the first T positions of the same windows).", ""]
+             "windows (with Δ: its increase over the first T positions of the same windows, as trained).", ""]
     earlier = [f"{r['label']} on {r['device']}, {r['date']}" for r in evaluations["models"]
                if r.get("measured_earlier")]
     if earlier:

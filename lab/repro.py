@@ -631,16 +631,18 @@ def check_kept_data(root, settings):
     """Before any training: the runs kept from an earlier session (their checkpoints gone) were measured on
     validation windows whose fingerprint their record keeps. Where this machine's data gives other windows (the
     corpus built from other installed packages, say), a run trained now would not compare with them, and the report
-    would refuse them only after the training time was spent: refuse now. Nothing to check before the data is
-    prepared (train.py prepares it, and the report checks then)."""
+    would refuse them only after the training time was spent: refuse now, preparing the data first where train.py
+    would prepare it on first use."""
+    kept = [(v, seed) for v, seed in trained_runs(root)
+            if not os.path.isfile(os.path.join(run_dir(root, v, seed), CHECKPOINT))]
     data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
-    if not find_shards(data_dir, "val"):
+    if kept and not find_shards(data_dir, "val") and settings.get("dataset") in ON_FIRST_USE:
+        prepare_on_first_use(settings["dataset"], data_dir)
+    if not kept or not find_shards(data_dir, "val"):  # no data and none to prepare: train.py says what to do
         return
     seen = {}  # the windows (as JSON) -> their fingerprint here
-    for v, seed in trained_runs(root):
+    for v, seed in kept:
         folder = run_dir(root, v, seed)
-        if os.path.isfile(os.path.join(folder, CHECKPOINT)):
-            continue
         with open(os.path.join(folder, MEASURED + ".json")) as f:
             record = json.load(f)
         windows = {**record["eval_windows"], "data_dir": data_dir}
@@ -802,8 +804,8 @@ def decided(ref, var, stat, direction, paper=None):
 def stacked(windows, variant, key):
     """A variant's per-window values of one measure as (seeds, windows), from the seeds that have it (report leaves
     out of the sink share the runs measured by the probe's older definition), or None (not trained, or no gate)."""
-    rows = [x for x in (w.get(key) for w in windows.get(variant, [])) if x is not None]
-    return np.stack(rows) if rows else None
+    rows = [w.get(key) for w in windows.get(variant, []) if OLDER + key not in w]
+    return np.stack(rows) if rows and all(x is not None for x in rows) else None
 
 
 def left_out(windows, variant, key):

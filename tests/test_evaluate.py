@@ -149,8 +149,9 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
         with torch.no_grad():
             per_token = F.cross_entropy(yarn(xl)[0].flatten(0, 1), yl.flatten(), reduction="none").view(yl.shape)
             past = per_token[:, 32:].mean().item()
-            # the paired increase: each window's [T, 2T) against its own [0, T), at the same length and scaling
-            rise = (per_token[:, 32:].mean(1) - per_token[:, :32].mean(1)).double()
+            # the paired increase: each window's [T, 2T) under YaRN against its own [0, T) as trained
+            trained = F.cross_entropy(model(xl[:, :32])[0].flatten(0, 1), yl[:, :32].flatten(), reduction="none")
+            rise = (per_token[:, 32:].mean(1) - trained.view(-1, 32).mean(1)).double()
             cut = F.cross_entropy(windowed(x)[0][:, 4:].flatten(0, 1), y[:, 4:].flatten()).item()
         assert r["length"]["yarn"][1]["buckets"][1]["mean"] == pytest.approx(past, abs=1e-5)
         paired = r["length"]["yarn"][1]["buckets"][1]["increase"]

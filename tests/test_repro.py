@@ -379,6 +379,9 @@ def test_a_claim_never_pools_the_old_and_the_new_sink_share():
     assert claims["first_token_attn"]["n_seeds_ref"] == 3 and "left_out" not in claims["first_token_attn"]
     row = next(line for line in report.claims_section([share]) if line.startswith(f"| {share['claim']} |"))
     assert "| 1 / 1 (left out, measured by an older probe: 2 of baseline, 2 of g1_elementwise) |" in row
+    lacking = {**win, "baseline": [dict(w, max_act=None) if i == 0 else w for i, w in enumerate(win["baseline"])]}
+    assert repro.claim_result(*next(c for c in repro.CLAIMS if c[3] == "max_act"), lacking)["verdict"].startswith(
+        "not measured")  # a seed that lacks a measure for any other reason is never silently left out
     for v in ("baseline", "g1_elementwise"):  # every run measured by the older probe: no verdict, and why
         win[v][2] = repro.comparable(old, win[v][2])
     assert repro.claim_result(*next(c for c in repro.CLAIMS if c[3] == "sink_share"), win)["verdict"] == \

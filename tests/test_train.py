@@ -767,8 +767,12 @@ def test_resume_keeps_the_runs_own_data_and_settings(stdlib_data, tmp_path, caps
     train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=7", "--dtype=float32", "--device=cpu"])
     assert "computes in dtype" not in capsys.readouterr().out  # named by the command: its own choice
     train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=8", "--device=cpu"])
-    assert "note: this command computes in dtype=auto (its default); the run was trained with dtype=float32: give " \
-        "--dtype=float32 to continue as it was" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    if cli.autocast_for("cpu", "auto")[1] == "float32":  # a CPU without bf16: the default computes as the run did
+        assert "computes in" not in printed
+    else:
+        assert "note: this command computes in bfloat16 (dtype=auto, its default); the run was trained with " \
+            "dtype=float32: give --dtype=float32 to continue in float32" in printed
     # the model cannot change under a resumed run
     before = folder_state(out_dir)
     with pytest.raises(SystemExit, match=r"n_layer=3 differs from the run .*\(n_layer=1\)"):
@@ -1054,8 +1058,9 @@ def test_a_new_folder_is_claimed_when_it_is_made(stdlib_data, tmp_path, monkeypa
 def test_resume_trusts_what_best_pt_holds_not_what_ckpt_pt_says(stdlib_data, tmp_path, capsys, monkeypatch):
     """Killed between ckpt.pt's rename and best.pt's link: ckpt.pt is newer and better than best.pt, and its own
     record of the best (best_val_loss, best_iter) names a state best.pt does not hold. ckpt.pt's state is then the
-    best, and it becomes best.pt before a worse state replaces it; so too where best.pt is gone. Nothing in the
-    folder changes before the first evaluation."""
+    best, and becomes best.pt at the first evaluation, before anything can replace it (whatever follows: a worse
+    state, a run that explodes, a run that saves only better states); so too where best.pt is gone. A ckpt.pt worse
+    than the initial state never becomes best.pt. Nothing in the folder changes before the first evaluation."""
     monkeypatch.setattr(train, "DIVERGED_FACTOR", math.inf)  # a worse state below, saved as the latest only
     out_dir = tmp_path / "run"
     args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=3"]
@@ -1065,8 +1070,12 @@ def test_resume_trusts_what_best_pt_holds_not_what_ckpt_pt_says(stdlib_data, tmp
     iter6 = (out_dir / "ckpt.pt").read_bytes()
     _, ckpt = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert ckpt["iter_num"] == 6 and ckpt["best_iter"] == 6
-    (out_dir / "best.pt").unlink()
-    (out_dir / "best.pt").write_bytes(iter3)  # the disagreeing pair
+
+    def disagreeing_pair():
+        (out_dir / "ckpt.pt").write_bytes(iter6)
+        (out_dir / "best.pt").unlink(missing_ok=True)
+        (out_dir / "best.pt").write_bytes(iter3)
+    disagreeing_pair()
     _, best = load_checkpoint(str(out_dir / "best.pt"))
     assert best["iter_num"] == 3 and best["val_loss"] > ckpt["val_loss"]
     capsys.readouterr()
@@ -1078,14 +1087,34 @@ def test_resume_trusts_what_best_pt_holds_not_what_ckpt_pt_says(stdlib_data, tmp
     assert f"{ckpt['val_loss']:.4f} at iter 6, which best.pt keeps" in printed, printed
     assert (out_dir / "best.pt").read_bytes() == iter6  # kept before iter 9, worse, replaced ckpt.pt
     assert load_checkpoint(str(out_dir / "ckpt.pt"))[1]["best_iter"] == 6
+    # a run that saves only better states, and one that explodes at once: best.pt is iter 6 all the same, and the
+    # explosion's message names it truly
+    for extra, explodes in ((["--always_save_checkpoint=False"], False), (["--learning_rate=1e4"], True)):
+        disagreeing_pair()
+        monkeypatch.setattr(train, "DIVERGED_FACTOR", 1.0 if explodes else math.inf)
+        if explodes:
+            with pytest.raises(cli.Diverged, match="best.pt keeps iter 6"):
+                train.main(args + ["--max_iters=9", "--init_from=resume"] + extra)
+        else:
+            train.main(args + ["--max_iters=9"] + worse + extra)
+        assert (out_dir / "best.pt").read_bytes() == iter6, extra
+    monkeypatch.setattr(train, "DIVERGED_FACTOR", math.inf)
 
-    # the user's mv best.pt ckpt.pt: no best.pt; ckpt.pt's state is the best, and becomes best.pt before it goes
-    os.replace(out_dir / "best.pt", out_dir / "ckpt.pt")
+    # the user's mv best.pt ckpt.pt: no best.pt; ckpt.pt's state is the best, and becomes best.pt
+    (out_dir / "ckpt.pt").write_bytes(iter6)
+    (out_dir / "best.pt").unlink()
+    capsys.readouterr()
     train.main(args + ["--max_iters=9"] + worse)
     printed = capsys.readouterr().out
     assert f"note: there is no {out_dir / 'best.pt'}; the best state is" in printed, printed
     assert (out_dir / "best.pt").read_bytes() == iter6
     assert load_checkpoint(str(out_dir / "ckpt.pt"))[1]["iter_num"] == 9
+    # ... unless it is worse than the initial state: then no state worse than that ever becomes best.pt
+    (out_dir / "best.pt").unlink()
+    train.main(args + ["--max_iters=12"] + worse)
+    printed = capsys.readouterr().out
+    assert "is worse than the initial state" in printed and "worse than the initial validation loss" in printed
+    assert not (out_dir / "best.pt").exists()
 
 
 def test_a_diverged_run_exits_with_its_own_status_from_the_command_line(stdlib_data, tmp_path):

@@ -20,7 +20,7 @@
 #        a line of progress a minute until the job ends (or SECONDS pass, when given, or BUDGET_S when that is
 #        set: lab/gpu/lib.sh); exit 0 when the job succeeded, 1 when it failed, 3 while it still runs. Stopping it
 #        (Ctrl-C) leaves the job running: call it again, or read $WORK/study-job/output.txt. When the job has
-#        ended and $OUT holds no study.tar.gz (another $OUT, or one emptied since), it packs again into $OUT
+#        ended and $OUT holds no study.tar.gz packed since (another $OUT, one emptied since), it packs again
 #   bash lab/gpu/study.sh pack
 #        -> $OUT/study.tar.gz: the report folder (REPORT.md, summary.json, plots, evaluate/), commands.jsonl,
 #        every run's log.jsonl and output, and the job's output (not the checkpoints): while the job runs, what
@@ -49,11 +49,15 @@ start)
     if running; then echo "a study is already running (pid $(cat "$JOB/pid")): bash lab/gpu/study.sh wait"; exit 1; fi
     start_log study
     rm -rf "$JOB" && mkdir -p "$JOB"
-    [ "$TOY" = 1 ] || { rm -rf "$REPORT" && cp -r results/repro "$REPORT"; } || exit 1
+    if [ "$TOY" != 1 ]; then  # a report an earlier job drew here is kept beside, not lost
+        [ -d "$REPORT" ] && rm -rf "$REPORT.before" && mv "$REPORT" "$REPORT.before" && \
+            echo "the report an earlier job drew is now in $REPORT.before"
+        cp -r results/repro "$REPORT" || exit 1
+    fi
     [ "$TOY" = 1 ] || compgen -G "data/pysrc/*_val_*.bin" > /dev/null || step prepare "$PYTHON" -m lab.repro prepare
     [ "$STATUS" -eq 0 ] || exit "$STATUS"
     # training first; the report even when the evaluation failed (it keeps the new runs); the exit code is the
-    # first failure's
+    # training's failure, else the report's, else the evaluation's
     { printf '%q ' "$PYTHON" -m lab.repro train "${TRAIN[@]}" "${REPRO[@]}" "${DATA[@]}"; printf '&& { '
       printf '%q ' "$PYTHON" -m lab.repro evaluate "${EVALUATE[@]}" "${REPRO[@]}" --report_dir="$REPORT"
       printf '; e=$?; '
@@ -85,10 +89,10 @@ wait)
     code=$(cat "$JOB/exit" 2>/dev/null || echo "unknown (no job, or it was killed: start it again to resume)")
     echo "the study's job ended: exit $code"
     tarball=$(cat "$JOB/tarball" 2>/dev/null)
-    if [ -f "$OUT/study.tar.gz" ]; then
+    if [ -f "$OUT/study.tar.gz" ] && ! [ "$JOB/exit" -nt "$OUT/study.tar.gz" ]; then
         echo "== its results, packed when it ended: $OUT/study.tar.gz"
     elif [ -f "$JOB/exit" ]; then  # packed into another $OUT, or this one was emptied since: pack again, here
-        echo "== $OUT holds no study.tar.gz (the job packed into ${tarball:-?}): packing again"
+        echo "== $OUT holds no study.tar.gz packed after the job ended (it packed into ${tarball:-?}): packing again"
         OUT="$OUT" bash "$SCRIPT" pack
     fi
     [ "$code" = 0 ] || exit 1
