@@ -588,9 +588,18 @@ def kept_records(report_dir):
     kept = os.path.join(report_dir, RUNS_DIR)
     out = []
     for v, seed in trained_runs(kept):
-        with open(os.path.join(run_dir(kept, v, seed), MEASURED + ".json")) as f:
-            out.append({"variant": v, "seed": f"{seed} (kept)", "train_config": json.load(f)["train_config"]})
+        path = os.path.join(run_dir(kept, v, seed), MEASURED + ".json")
+        if os.path.isfile(path):  # (a folder of runs with their checkpoints, named as a report: nothing kept)
+            with open(path) as f:
+                out.append({"variant": v, "seed": seed, "train_config": json.load(f)["train_config"]})
     return out
+
+
+def kept_trained_otherwise(report_dir, settings):
+    """'variant seed N: key=theirs (here: ours), ...' for each run <report_dir>/runs/ keeps that was trained with other
+    settings than these (differences)."""
+    return [f"{r['variant']} seed {r['seed']}: {', '.join(off)}" for r in kept_records(report_dir)
+            for off in [differences(settings, r["train_config"], r["variant"])] if off]
 
 
 def restore_runs(root, report_dir, settings):
@@ -745,7 +754,7 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
         fail(f"the runs under {root}/ were not trained alike, so the report cannot compare them: {' | '.join(off)}; "
              f"move the runs of one setting elsewhere (or report them with --root), and train the others again")
     other = unalike([{**r, "variant": v, "seed": s} for (v, s), r in zip(runs, summary["runs"])] +
-                    kept_records(out_dir), settings)
+                    [dict(r, seed=f"{r['seed']} (kept)") for r in kept_records(out_dir)], settings)
     if other:  # e.g. a study trained without the --config of the report it would replace
         fail(f"{out_dir}/ is the report of runs trained otherwise than those under {root}/ ({' | '.join(other)}), "
              f"and the report would replace it: give --report_dir another folder, or train with the settings of the "
@@ -963,6 +972,11 @@ def main(argv):
                      "(see --seeds) and --init_from (resume when the folder holds a checkpoint) for every run")
         settings = study_settings(keys, passed)
         runs = chosen_runs(names, keys.seeds, settings.get("seed", 1337), study)
+        other = kept_trained_otherwise(kept_from, settings) if keys.report_dir else []
+        if other:  # the report named would refuse to mix them (write_report): say so before any training
+            fail(f"{kept_from}/, the report named, keeps runs trained otherwise than these settings ({other[0]}"
+                 f"{'; ...' if len(other) > 1 else ''}): its report would refuse runs trained now beside them. Give "
+                 "the settings they were trained with (the --config in their command.json), or another --report_dir")
         with claimed(root):  # a second `train` on this root would start the same runs beside these
             restore_runs(root, kept_from, settings)
             check_kept_data(root, settings)

@@ -166,11 +166,14 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
                                  for split in ("train", "val")}, source="other random tokens")
     moved = [w if not w.startswith("--data_dir=") else f"--data_dir={other}" for w in extra]
     refused = subprocess.run(cmd + train_elsewhere + moved + ["g1_headwise"], capture_output=True, text=True, env=env,
-                             cwd=REPO)
-    assert refused.returncode == 1 and refused.stderr.startswith(f"error: {other}/ is not the data that baseline "
-                                                                 "seed 1337 (kept from CPU"), refused.stderr
-    assert "so runs trained now would not compare with the kept ones" in refused.stderr
+                             cwd=REPO)  # another data_dir: the kept runs were trained otherwise, and the report named
+    assert refused.returncode == 1 and "report/, the report named, keeps runs trained otherwise than these settings " \
+        f"(baseline seed 1337: data_dir='{dataset}' (here: '{other}')" in refused.stderr, refused.stderr
     assert "starting" not in refused.stdout and not os.path.exists(os.path.join(elsewhere, "g1_headwise"))
+    with pytest.raises(SystemExit) as e:  # the same folder, prepared again with other contents
+        repro.check_kept_data(elsewhere, {**repro.study_settings(repro.Keys(tiny=True), extra), "data_dir": other})
+    assert str(e.value.code).startswith(f"error: {other}/ is not the data that baseline seed 1337 (kept from CPU") \
+        and "so runs trained now would not compare with the kept ones" in str(e.value.code)
     for step in (["evaluate", "--windows=4", "--quant=w4a4", "--lengths=1,2", "--keep_first=0,1"], ["report"]):
         done = subprocess.run(cmd + step + ["--tiny", f"--root={elsewhere}", f"--report_dir={report2}"],
                               capture_output=True, text=True, env=env, cwd=REPO)
@@ -1278,6 +1281,24 @@ def test_a_report_never_replaces_the_report_of_runs_trained_otherwise(tmp_path, 
     with pytest.raises(pytest.fail.Exception, match="reached: the runs are alike"):
         repro.write_report(str(tmp_path / "root"), str(out_dir), True, "report", repro.STUDIES["sink_lab"],
                            ["weight_decay"], [("g1_elementwise", 1337)])
+
+
+def test_train_naming_a_report_of_runs_trained_otherwise_stops_before_training(tmp_path, monkeypatch):
+    """`train --report_dir=R` (as lab/gpu/study.sh runs it): where R keeps runs trained with other settings, the
+    report drawn there would refuse the new runs, so training would be wasted: it stops first. The same settings
+    train as ever."""
+    kept_run("baseline/seed1337", tmp_path / "report" / "runs" / "baseline" / "seed1337")
+    monkeypatch.setattr(repro, "train", lambda *args: trained.append(args))
+    monkeypatch.setattr(repro, "check_kept_data", lambda root, settings: None)  # no dataset prepared here
+    trained = []
+    command = ["train", "baseline:2", "--study=sink_lab", f"--root={tmp_path / 'root'}",
+               f"--report_dir={tmp_path / 'report'}"]
+    with pytest.raises(SystemExit, match=r"report/, the report named, keeps runs trained otherwise than these settings "
+                                         r"\(baseline seed 1337: weight_decay=.* \(here: 0\.5\)\)"):
+        repro.main(command + ["--weight_decay=0.5"])
+    assert trained == [] and not (tmp_path / "root").exists()
+    repro.main(command)
+    assert [r for r in trained[0][0]] == [("baseline", 1337), ("baseline", 1338)]
 
 
 def test_a_report_folder_that_is_a_file_is_refused_in_one_line(tmp_path, monkeypatch):

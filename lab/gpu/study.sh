@@ -58,7 +58,8 @@ start)
     [ "$STATUS" -eq 0 ] || exit "$STATUS"
     # training first; the report even when the evaluation failed (it keeps the new runs); the exit code is the
     # training's failure, else the report's, else the evaluation's
-    { printf '%q ' "$PYTHON" -m lab.repro train "${TRAIN[@]}" "${REPRO[@]}" "${DATA[@]}"; printf '&& { '
+    { printf '%q ' "$PYTHON" -m lab.repro train "${TRAIN[@]}" "${REPRO[@]}" "${DATA[@]}" --report_dir="$REPORT"
+      printf '&& { '
       printf '%q ' "$PYTHON" -m lab.repro evaluate "${EVALUATE[@]}" "${REPRO[@]}" --report_dir="$REPORT"
       printf '; e=$?; '
       printf '%q ' "$PYTHON" -m lab.repro report "${REPRO[@]}" --report_dir="$REPORT"; printf '&& (exit $e); }'
