@@ -85,6 +85,8 @@ def _config_not_found(arg):
         fail(f"{arg} is a folder, not a config file: name a .py file of key = value lines (e.g. config/sink_lab.py)")
     if arg.startswith("-") and not arg.startswith("--"):
         fail(f"{arg}: a key takes two dashes, --{arg.lstrip('-')} (--help lists the keys)")
+    if "=" in arg and not arg.endswith(".py") and arg.partition("=")[0].isidentifier():
+        fail(f"{arg}: a key takes two dashes, --{arg} (--help lists the keys)")
     configs = sorted(os.path.relpath(path, REPO) for path in glob.glob(os.path.join(REPO, "config", "*.py")))
     near = difflib.get_close_matches(arg if arg.startswith("config") else f"config/{arg}", configs, n=1, cutoff=0.8)
     fail(f"config file {arg} not found" + (f"; did you mean {near[0]}?" if near else "") +

@@ -57,7 +57,7 @@ def check_settings(c):
 def read_prompt(start):
     if not start.startswith("FILE:"):
         return start
-    path = start[len("FILE:"):]
+    path = os.path.expanduser(start[len("FILE:"):])  # FILE:~/prompt.txt, as a shell would read it
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()

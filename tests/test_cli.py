@@ -279,9 +279,10 @@ def test_a_folder_given_as_config_file_is_named_as_a_folder(tmp_path):
         configure(Paths, [str(tmp_path)])
 
 
-def test_a_key_with_one_dash_is_told_it_takes_two():
-    with pytest.raises(SystemExit, match="^error: -out_dir=x: a key takes two dashes, --out_dir=x"):
-        configure(Paths, ["-out_dir=x"])
+@pytest.mark.parametrize("arg", ["-out_dir=x", "out_dir=x"])
+def test_a_key_with_one_dash_or_none_is_told_it_takes_two(arg):
+    with pytest.raises(SystemExit, match=f"^error: {arg}: a key takes two dashes, --out_dir=x"):
+        configure(Paths, [arg])
 
 
 def test_a_config_file_saved_with_a_bom_or_a_coding_line_is_read_as_python_reads_it(tmp_path):

@@ -111,3 +111,10 @@ def test_a_checkpoint_given_as_the_folder_is_told_apart(tmp_path):
     message = error_of([f"--out_dir={tmp_path / 'ckpt.pt'}", "--device=cpu"])
     assert message == (f"error: {tmp_path / 'ckpt.pt'} is a file, not a run's folder: --out_dir names the folder and "
                        f"--checkpoint the file in it (--out_dir={tmp_path} --checkpoint=ckpt.pt)")
+
+
+def test_a_prompt_file_under_the_home_folder_is_read_as_a_shell_would(tmp_path, monkeypatch):
+    """--start=FILE:~/prompt.txt (quoted, or from a config file, no shell expands it): ~ is the home folder."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "prompt.txt").write_text("def f(")
+    assert sample.read_prompt("FILE:~/prompt.txt") == "def f("
