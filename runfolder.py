@@ -537,10 +537,10 @@ class RunFolder:
     def best_state(self, checkpoint, say=print):
         """(iter, val loss) of the best state so far, read from best.pt itself: ckpt.pt's own record of it is wrong
         after a crash between the two writes, or after the user moved the files. Where best.pt is missing, unreadable
-        or worse than ckpt.pt, ckpt.pt's state is the best, and save() makes it best.pt before anything replaces it
-        (nothing in the folder changes before the first evaluation). A best.pt of another run (another run id, or
-        another model) stops the command: it is no state of this run, and the run would measure itself against it,
-        or replace it."""
+        or worse than ckpt.pt, ckpt.pt's state is the best (unless it is worse than the initial state), and _start
+        makes it best.pt at the first evaluation, before anything can replace it. A best.pt of another run (another
+        run id, or another model) stops the command: it is no state of this run, and the run would measure itself
+        against it, or replace it."""
         it, loss = checkpoint["iter_num"], checkpoint["val_loss"]
         try:
             best = saved_state(self.best_path, whose=True)

@@ -216,8 +216,8 @@ PAPERS_SAY = (
 def headline(r):
     """One record's numbers that a row of a summary table shows, {column: value}: each quantization setting's loss
     increase; per RoPE scaling, the loss of the last position bucket at the longest length, and its increase over
-    [0, T) of the same windows where the record has it; the loss increase of the largest sliding window with each
-    number of first positions kept."""
+    the same windows' [0, T) as trained where the record has it; the loss increase of the largest sliding window
+    with each number of first positions kept."""
     out = {}
     for s in r.get("quant", {}).get("settings", []):
         out[f"{s['setting'].upper()} Δ"] = s["increase"]["mean"]

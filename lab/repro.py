@@ -583,8 +583,8 @@ def keep_runs(root, report_dir, runs, commands):
 
 
 def kept_records(report_dir):
-    """What <report_dir>/runs/ keeps of each run ({variant, seed, train_config}), for unalike: a report must not
-    replace one of runs trained otherwise."""
+    """What <report_dir>/runs/ keeps of each run ({variant, seed, train_config}): what restore_runs puts back, and
+    what a report must not replace with runs trained otherwise."""
     kept = os.path.join(report_dir, RUNS_DIR)
     out = []
     for v, seed in trained_runs(kept):
@@ -608,12 +608,12 @@ def restore_runs(root, report_dir, settings):
     max_iters), and its command joins commands.jsonl. A kept run trained otherwise is named and left out."""
     kept = os.path.join(report_dir, RUNS_DIR)
     restored = []
-    for v, seed in trained_runs(kept):
+    for r in kept_records(report_dir):
+        v, seed = r["variant"], r["seed"]
         source, target = run_dir(kept, v, seed), run_dir(root, v, seed)
         if os.path.exists(target):
             continue
-        with open(os.path.join(source, MEASURED + ".json")) as f:
-            off = differences(settings, json.load(f)["train_config"], v)
+        off = differences(settings, r["train_config"], v)
         log = read_jsonl(os.path.join(source, LOG))
         reached, wanted = (log[-1].get("iter", 0) if log else 0), settings.get("max_iters", 0)
         command = read_jsonl(os.path.join(source, COMMAND))  # [] where none was kept
@@ -625,9 +625,9 @@ def restore_runs(root, report_dir, settings):
         partial = target + ".restoring"  # copied whole, then renamed: a run is back entirely or not at all
         shutil.rmtree(partial, ignore_errors=True)
         shutil.copytree(source, partial)
-        if os.path.isfile(os.path.join(partial, COMMAND)):
-            with open(os.path.join(partial, COMMAND)) as f, open(os.path.join(root, COMMANDS), "a") as out:
-                out.write(json.dumps(json.load(f)) + "\n")
+        if command:
+            with open(os.path.join(root, COMMANDS), "a") as out:
+                out.write(json.dumps(command[-1]) + "\n")
         os.replace(partial, target)
         restored.append(f"{v} seed {seed}")
     if restored:
