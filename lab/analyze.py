@@ -72,7 +72,7 @@ from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_ch
 from data.shards import dataset_fingerprint, read_meta
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, Probe, SINK_HEAD_THRESHOLD, TRIGGER_KEYS,
     attention_maps, describe, layer_mean, massive_channels, summarize, trigger_positions)
-from lab.report import MECHANISM_ROWS_NOTE, mechanism_rows
+from lab.report import MECHANISM_ROWS_NOTE, mechanism_rows, older_sink_share
 from lab.variants import VARIANTS
 
 
@@ -310,9 +310,13 @@ def plot_layers(plt, records, out_dir):
             ax.set(xlabel=label, ylabel="run", title=f"{title}, the one layer")
             ax.margins(x=0.15)
         else:
-            for r in records:
-                ax.plot(range(len(r["layers"][key])), r["layers"][key], marker="o", label=r["label"])
+            for i, r in enumerate(records):  # the sink share of a run the older probe measured: dashed, and said
+                older = key == "sink_share" and older_sink_share(r)
+                ax.plot(range(len(r["layers"][key])), r["layers"][key], marker="o", color=f"C{i % 10}",
+                        linestyle="--" if older else "-", label=r["label"] + (" (older probe)" if older else ""))
             ax.set(xlabel="layer", ylabel=label, yscale=scale, title=f"{title} per layer")
+            if key == "sink_share" and any(older_sink_share(r) for r in records):
+                ax.legend(fontsize=8)
             ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     if not one_layer:
         axes[0].legend(fontsize=8)

@@ -276,6 +276,16 @@ def fmt_ci(m, spec):
     return f"{m['mean']:{spec}} ± {(m['hi'] - m['lo']) / 2:{spec}}"
 
 
+def some_seeds(values, spec):
+    """fmt_ci over the seeds that have a value (None: a record kept from before the measure), saying how many of
+    the variant's seeds those are when not all."""
+    have = [x for x in values if x is not None]
+    if len(have) == len(values) or not have:
+        return fmt_ci(over_seeds(values), spec)
+    shown = fmt_ci(over_seeds(have), spec) if len(have) >= MIN_SEEDS else ", ".join(format(x, spec) for x in have)
+    return f"{shown} ({len(have)} of {len(values)} seeds)"
+
+
 def fmt_seeds(values, spec):
     """Each seed's value: 'x (1 seed)', 'x, y'."""
     text = ", ".join(format(x, spec) for x in values)
@@ -439,7 +449,7 @@ def claims_section(claims):
                  fmt_side(c["var_seeds"], c["var_mean"], measure.spec)]
         ours = f"{ref} → {c['variant']}: {sides[0]} → {sides[1]}"
         seeds = f"{c['n_seeds_var']}" if fixed else f"{c['n_seeds_ref']} / {c['n_seeds_var']}"
-        if c.get("left_out"):  # seeds without this measure, whose other seeds have it (report.old_sink_share)
+        if c.get("left_out"):  # seeds without this measure, whose other seeds have it (older_sink_share)
             seeds += " (left out, measured by an older probe: " + \
                 ", ".join(f"{n} of {x}" for x, n in c["left_out"].items() if n) + ")"
         theirs, source = ("–", "–") if fixed else paper_text(c["reference"], c["variant"],
@@ -478,9 +488,14 @@ def measured_section(by, variants):
     """Every measure of every variant (mean over seeds with its interval), the best of each column in bold."""
     shown = [m for m in MEASURES if not m.mechanism]
     best = {m.key: best_variants(variants, m) for m in shown}
-    rows = [[v, len(rs), f"{rs[0]['lr']:g}", status(rs)] +
-            [f"**{fmt_ci(variants[v][m.key], m.spec)}**" if v in best[m.key] else fmt_ci(variants[v][m.key], m.spec)
-             for m in shown] for v, rs in by.items()]
+    def cell(v, m):
+        text = fmt_ci(variants[v][m.key], m.spec)
+        text = f"**{text}**" if v in best[m.key] else text
+        older = older_values(by[v], m.key)
+        if not older:
+            return text
+        return ("" if variants[v][m.key] is None else text + "; ") + "older probe: " + fmt_seeds(older, m.spec)
+    rows = [[v, len(rs), f"{rs[0]['lr']:g}", status(rs)] + [cell(v, m) for m in shown] for v, rs in by.items()]
     directions = {}  # better -> the labels of the measures with that direction
     for m in shown:
         directions.setdefault(m.better, []).append(m.label)
@@ -500,16 +515,34 @@ def measured_section(by, variants):
         markdown_table(["variant", "seeds", "lr", "runs"] + [m.label for m in shown], rows) + ["", legend]
 
 
+def older_sink_share(run):
+    """Whether the probe measured this run (a record with its per-layer values) before 2026-11-27, when the sink
+    share's candidate keys were the whole first half: its top key was then often T/2 - 1, beside the first late
+    query, so that sink share measures recency, not a sink. Such a record's layers have no value norm ratio, added
+    that day (a record without per-layer values says nothing of its probe)."""
+    return "layers" in run and "value_norm_ratio" not in (run["layers"] or {})
+
+
+def over_variant(runs, key):
+    """over_seeds of one measure over a variant's runs, never pooling two definitions: the sink share from the runs
+    the current probe measured only (older_sink_share's runs are shown apart, by older_values)."""
+    return over_seeds([r[key] for r in runs if not (key == "sink_share" and older_sink_share(r))])
+
+
+def older_values(runs, key):
+    """The sink shares of a variant's runs measured by the probe's older definition (none for any other measure)."""
+    return [r[key] for r in runs if key == "sink_share" and older_sink_share(r) and r.get(key) is not None]
+
+
 def old_sink_share(by):
-    """A warning where some runs were measured by the probe before its sink share left a gap before the late
-    queries (2026-11-27; such a record has no value norm ratio, added the same day)."""
-    old = [f"{v}/seed{r.get('seed')}" for v, rs in by.items() for r in rs
-           if "value_norm_ratio" not in (r.get("layers") or {})]
+    """A warning where some runs were measured by the probe's older sink share (older_sink_share)."""
+    old = [f"{v}/seed{r.get('seed')}" for v, rs in by.items() for r in rs if older_sink_share(r)]
     if not old:
         return ""
     return (f" {len(old)} of the runs ({old[0]}{', ...' if len(old) > 1 else ''}) were measured before 2026-11-27, "
             "when the sink share's candidate keys were the whole first half: its top key was then often T/2 - 1, "
-            "beside the first late query, so their sink share measures recency, not a sink.")
+            "beside the first late query, so their sink share measures recency, not a sink. Their sink share is "
+            "shown apart (\"older probe\"), never in one mean with the others, and no claim uses it.")
 
 
 def sweep_section(sweep):
@@ -692,8 +725,7 @@ def sink_parts_section(records, analyzed):
         ratio = over_seeds([x[2] for x in seeds])
         low = sum(x[2] < 0.5 for x in seeds)
         rows.append([v, len(seeds), fmt_ci(fa, ".3f"), fmt_ci(ratio, ".3f"), f"{low} of {len(seeds)}"])
-    first = [a for r, a in zip(records, analyzed)
-             if not any(x["variant"] == r["variant"] and x["seed"] < r["seed"] for x in records)]
+    first = [one_seed(records, analyzed, v)[1] for v in dict.fromkeys(r["variant"] for r in records)]
     return ["", "## What the sink is made of", "",
             f"At each run's sink layer (the layer of its highest F-Attn), {SEEDS_NOTE}: F-Attn, and the value norm "
             "ratio, the norm of the value vector at position 0 over the mean value norm at the other positions. A "
@@ -701,23 +733,34 @@ def sink_parts_section(records, analyzed):
             "nothing: its ratio falls far below 1. The last column counts the seeds whose ratio is below 0.5.", ""] + \
         markdown_table(["variant", "seeds", "F-Attn at the sink layer", "value norm ratio there",
                         "seeds with ratio < 0.5"], rows) + \
-        ["", "The first seed of each variant: where it sinks and which channels carry its massive activation. " +
+        ["", "One seed of each variant (the first the current probe measured, where there is one): where it sinks and "
+         "which channels carry its massive activation. " +
          MECHANISM_ROWS_NOTE, ""] + markdown_table(*mechanism_rows(first))
 
 
+def one_seed(records, analyzed, variant):
+    """The (record, lab/analyze.py record) of the run that stands for a variant in a per-layer table: its first seed
+    that the probe measured by its current definitions, else its first seed (older_sink_share)."""
+    return min(((r, a) for r, a in zip(records, analyzed) if r["variant"] == variant),
+               key=lambda pair: (older_sink_share(pair[0]), pair[0]["seed"]))
+
+
 def sink_section(records, analyzed):
-    """Per layer, for the first seed of the baseline and of G1: where attention piles up, and on which token."""
+    """Per layer, for one seed of the baseline and of G1 (the first the current probe measured, where there is one):
+    where attention piles up, and on which token."""
     lines = ["", "## Where the sink is", "",
-             "Per layer, first seed: F-Attn, the sink share, the share of sink heads, and the key position and token "
-             "that most often receive a (window, head)'s largest share (with how often).", ""]
+             "Per layer, one seed (the first that the probe measured by its current sink share, where there is one): "
+             "F-Attn, the sink share, the share of sink heads, and the key position and token that most often receive "
+             "a (window, head)'s largest share (with how often).", ""]
     decode = token_decoder(analyzed[0]["eval_windows"]["data_dir"], (analyzed[0].get("model") or {}).get("vocab_size"))
     per_layer = [MEASURE[key] for key in ("first_token_attn", "sink_share", "sink_heads")]
     shown = 0
-    for r, a in zip(records, analyzed):
-        if r["variant"] not in SWEPT or any(x["variant"] == r["variant"] and x["seed"] < r["seed"] for x in records):
-            continue
+    for v in dict.fromkeys(r["variant"] for r in records if r["variant"] in SWEPT):
+        r, a = one_seed(records, analyzed, v)
         L = a["layers"]
-        lines += [f"{r['variant']} (seed {r['seed']}):", ""] + markdown_table(
+        older = "; measured by the probe's older sink share: its sink share and top key look at the whole first " \
+            "half, where position T/2 - 1 is recency, not a sink" if older_sink_share(r) else ""
+        lines += [f"{r['variant']} (seed {r['seed']}{older}):", ""] + markdown_table(
             ["layer"] + [m.label for m in per_layer] + ["top key position", "top key token"],
             [[i] + [fmt(L[m.key][i], m.spec) for m in per_layer] +
              [f"{L['sink_pos'][i]} ({fmt(L['sink_pos_share'][i], '.0%')})",
@@ -850,9 +893,12 @@ def evaluate_section(report_dir, root, trained):
     if missing:
         lines += [f"Not evaluated: {', '.join(missing)} (each `python -m lab.repro evaluate` replaces the "
                   "evaluations before it: name every variant wanted in one call).", ""]
-    lines += [PAPERS_SAY, ""] + table(["variant", "seeds"] + columns, [
-        [v, len(rows)] + [fmt_ci(over_seeds([row.get(c) for row in rows]), ".4f") for c in columns]
-        for v, rows in by.items()])
+    cells = {v: [some_seeds([row.get(c) for row in rows], ".4f") for c in columns] for v, rows in by.items()}
+    if any("seeds)" in cell for row in cells.values() for cell in row):
+        lines += ["A cell marked (k of n seeds) holds only the seeds measured with that column: the others' records "
+                  "were kept from an earlier lab/evaluate.py, which did not compute it.", ""]
+    lines += [PAPERS_SAY, ""] + table(["variant", "seeds"] + columns,
+                                      [[v, len(rows)] + cells[v] for v, rows in by.items()])
     plots = [p for p in ("quant.png", "length.png", "stream.png") if os.path.isfile(os.path.join(folder, p))]
     return "\n".join(lines + [f"![{p}]({EVALUATE_DIR}/{p})\n" for p in plots])
 

@@ -105,7 +105,8 @@ from cli import DIVERGED_EXIT, config_path, configure, dataset_dir, device_name,
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import find_shards
 from lab.report import (EVALUATE_DIR, comparison, evaluate_section, grew_sink_head, kept_of_other_run, load_windows,
-    over_seeds, paper_effect, plot_headline, plot_sweep, plot_trends, render_report, windows_id)
+    older_sink_share, over_seeds, over_variant, paper_effect, plot_headline, plot_sweep, plot_trends, render_report,
+    windows_id)
 from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
     size_word)
 from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
@@ -738,9 +739,9 @@ OLDER = "measured by the older probe: "  # comparable's mark, in a run's values,
 
 def comparable(run, values):
     """A run's per-window values that compare with every other run's: without the sink share where the probe
-    measured it by its older definition (report.old_sink_share; such a run's layers have no value norm ratio), so
-    that no claim pools two definitions of one measure."""
-    if "value_norm_ratio" in (run.get("layers") or {}) or "sink_share" not in values:
+    measured it by its older definition (report.older_sink_share), so that no claim pools two definitions of one
+    measure."""
+    if not older_sink_share(run) or "sink_share" not in values:
         return values
     return {key: a for key, a in values.items() if key != "sink_share"} | {OLDER + "sink_share": True}
 
@@ -776,8 +777,8 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
     by = {}
     for r in records:
         by.setdefault(r["variant"], []).append(r)
-    variants = {v: {"seeds": [r["seed"] for r in rs], **{m.key: over_seeds([r[m.key] for r in rs]) for m in MEASURES}}
-                for v, rs in by.items()}
+    variants = {v: {"seeds": [r["seed"] for r in rs], **{m.key: over_variant(rs, m.key) for m in MEASURES}}
+                for v, rs in by.items()}  # (the sink share of runs measured by the older probe apart: over_variant)
     claims = [claim_result(*c, windows) for c in study.claims]
     sweep = sweep_rows(by, windows) if study.name == "repro" else []  # the learning-rate sweep is the GPU study's
     result = {"device": summary["device"], "date": summary["date"], "measured_on": summary["measured_on"],

@@ -389,14 +389,22 @@ def test_layers_png_draws_a_line_per_run_over_layers_and_a_bar_per_run_for_one_l
     if plt is None:
         pytest.skip("needs matplotlib")
     figures = keep_figures(monkeypatch, analyze)
-    def record(label, layers):
+    def record(label, layers, older=False):  # older: measured by the probe's older sink share (no value norm ratio)
         return {"label": label, "layers": {"first_token_attn": [0.1 * (i + 1) for i in range(layers)],
-                                           "sink_share": [0.05] * layers, "max_act": [200.0 + i for i in range(layers)]}}
+                                           "sink_share": [0.05] * layers, "max_act": [200.0 + i for i in range(layers)],
+                                           **({} if older else {"value_norm_ratio": [1.0] * layers})}}
     analyze.plot_layers(plt, [record("base", 3), record("g1", 3)], str(tmp_path))
     analyze.plot_layers(plt, [record("base", 1), record("g1", 1), record("ns", 1)], str(tmp_path))
-    lines, bars = (fig for _, fig in figures)
+    analyze.plot_layers(plt, [record("base", 3), record("g1", 3, older=True)], str(tmp_path))
+    lines, bars, mixed = (fig for _, fig in figures)
     assert [[line.get_label() for line in ax.lines] for ax in lines.axes] == [["base", "g1"]] * 3
     assert list(lines.axes[0].lines[0].get_xdata()) == [0, 1, 2]
+    # the older probe's sink share: dashed and named in its panel's legend; its other measures drawn as any run's
+    share = mixed.axes[1]
+    assert [(line.get_label(), line.get_linestyle()) for line in share.lines] == [("base", "-"),
+                                                                                 ("g1 (older probe)", "--")]
+    assert [t.get_text() for t in share.get_legend().get_texts()] == ["base", "g1 (older probe)"]
+    assert [line.get_linestyle() for ax in (mixed.axes[0], mixed.axes[2]) for line in ax.lines] == ["-"] * 4
     for ax, key in zip(bars.axes, ("first_token_attn", "sink_share", "max_act")):
         widths = [patch.get_width() for patch in ax.patches]
         assert widths == [record(n, 1)["layers"][key][0] for n in ("base", "g1", "ns")]  # the values, in order

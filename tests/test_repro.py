@@ -29,7 +29,7 @@ from lab.variants import MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
 from model import GPT, VALID, GPTConfig
 from probe import MEASURE, MEASURES
 from data.shards import write_dataset
-from runfolder import load_checkpoint
+from runfolder import EVALUATED, load_checkpoint
 from test_analyze import assert_every_plot_is_labelled, keep_figures
 from test_train import folder_state
 
@@ -389,6 +389,33 @@ def test_a_claim_never_pools_the_old_and_the_new_sink_share():
         win[v][2] = repro.comparable(old, win[v][2])
     assert repro.claim_result(*next(c for c in repro.CLAIMS if c[3] == "sink_share"), win)["verdict"] == \
         "not measured (every run of a side was measured by the probe's older sink share)"
+
+
+def test_the_tables_never_pool_the_old_and_the_new_sink_share():
+    """The Measured table's sink share is over the runs the current probe measured; those of the older probe are
+    shown apart, never in one mean; every other measure keeps every seed. The per-layer tables show a seed the
+    current probe measured where there is one, and say so where there is none."""
+    by, _, _ = fake_study(baseline=0.0, g1_elementwise=-0.05)
+    old, new = {"first_token_attn": [0.1, 0.2]}, {"first_token_attn": [0.1, 0.2], "value_norm_ratio": [0.5, 0.4]}
+    for v in by:  # the first two seeds of each measured by the older probe, the third by the current one
+        for i, r in enumerate(by[v]):
+            r["layers"] = new if i == 2 and v == "baseline" else old
+            r["sink_share"] = 0.5 if r["layers"] is old else 0.125
+    variants_ = {v: {m.key: repro.over_variant(rs, m.key) for m in MEASURES} for v, rs in by.items()}
+    assert variants_["baseline"]["sink_share"]["values"] == [0.125]  # the older probe's 0.5 pooled into none
+    assert variants_["baseline"]["val_loss"]["n"] == 3 and variants_["g1_elementwise"]["sink_share"] is None
+    table = "\n".join(report.measured_section(by, variants_))
+    cells = {line.split(" | ")[0][2:]: line.split(" | ")[[m.key for m in MEASURES if not m.mechanism].index(
+        "sink_share") + 4] for line in table.splitlines() if line.startswith(("| baseline |", "| g1_elementwise |"))}
+    assert cells == {"baseline": "0.125 (1 seed); older probe: 0.500, 0.500", "g1_elementwise": "older probe: "
+                     "0.500, 0.500, 0.500"}
+    assert "never in one mean with the others" in table
+    assert [r["seed"] for r in by["g1_elementwise"]] == [1337, 1338, 1339]
+    records = by["baseline"] + by["g1_elementwise"]
+    analyzed = [{"layers": r["layers"], "seed": r["seed"]} for r in records]
+    assert report.one_seed(records, analyzed, "baseline")[0]["seed"] == 1339  # the one the current probe measured
+    assert report.one_seed(records, analyzed, "g1_elementwise")[0]["seed"] == 1337  # none: the first
+    assert report.older_sink_share({"val_loss": 1.0}) is False  # a record with no per-layer values says nothing
 
 
 def test_numbers_over_seeds_list_one_or_two_seeds_and_give_an_interval_from_three():
@@ -1320,6 +1347,29 @@ def test_evaluations_that_cannot_be_read_are_named_in_the_report_not_a_traceback
     assert "**Not shown: evaluate/summary.json cannot be read (JSONDecodeError): run `python -m lab.repro evaluate` " \
            "again.**" in section
     assert "note: the report has no section on lab/evaluate.py's measurements" in capsys.readouterr().out
+
+
+def test_a_column_some_seeds_lack_shows_the_seeds_that_have_it_and_says_how_many(tmp_path):
+    """A variant whose kept seeds were evaluated before the length Δ existed, and whose new seed has it: the Δ cell
+    shows the new seed's value and says '1 of 3 seeds', never '–' (nothing shown) nor a mean over fewer seeds
+    presented as all of them; a column every seed has stays as it was."""
+    def record(seed, delta):
+        bucket = {"from": 64, "to": 128, "mean": 2.0 + (seed - 1337) / 1e4, **({"increase": {"mean": delta}} if delta else {})}
+        return {"label": f"baseline/seed{seed}", "run": str(tmp_path / f"seed{seed}"), "checkpoint": "ckpt.pt",
+                "length": {"none": [{"multiple": 2, "buckets": [bucket]}]}}
+    models = [record(1337, None), record(1338, None), record(1339, 0.25)]
+    os.makedirs(tmp_path / "evaluate")
+    for seed in (1337, 1338, 1339):  # each run's kept evaluation beside it: none is out of date
+        os.makedirs(tmp_path / f"seed{seed}")
+        (tmp_path / f"seed{seed}" / EVALUATED).write_text("{}")
+    (tmp_path / "evaluate" / "summary.json").write_text(json.dumps({"device": "GPU", "date": "today",
+                                                                     "models": models}))
+    section = report.evaluate_section(str(tmp_path), str(tmp_path / "root"), [("baseline", s) for s in
+                                                                               (1337, 1338, 1339)])
+    row = next(line for line in section.splitlines() if line.startswith("| baseline |")).strip("| ").split(" | ")
+    assert row[3] == "0.2500 (1 of 3 seeds)" and row[2].startswith("2.0001 ± ")
+    assert "A cell marked (k of n seeds)" in section
+    assert report.some_seeds([None, None], ".2f") == "–" and report.some_seeds([0.5, 0.25], ".2f") == "0.50, 0.25"
 
 
 def test_the_report_library_run_as_a_command_says_which_command_reports():
