@@ -401,7 +401,7 @@ class RunFolder:
     def __init__(self, out_dir, writer=True):
         self.out_dir, self.writer = out_dir, writer  # writer: this process writes the folder (rank 0, not eval_only)
         self.log_path, self.ckpt_path, self.best_path = (os.path.join(out_dir, n) for n in self.RUN_FILES)
-        self.start_iter, self.started, self.lock = 0, False, None
+        self.start_iter, self.started, self.lock, self.made_lock = 0, False, None, False
         # what every checkpoint records of the run (check_data): its id, and the fingerprint of the data it trains on
         self.run_id, self.fingerprint, self.data_named = None, None, False
         self.best_in_ckpt = False  # best_state: ckpt.pt holds the best state; _start makes it best.pt
@@ -414,12 +414,16 @@ class RunFolder:
 
     def __exit__(self, *exc):
         if self.lock is not None:
+            if self.made_lock and not self.held():  # a failed command leaves a folder that holds no run as it was
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.out_dir, ".lock"))
             self.lock.close()  # the OS would release it at exit; a test calling train.main() twice needs it now
             self.lock = None
 
     def claim(self):
         """This process becomes out_dir's one writer (claim_folder); a second train.py stops, naming the first.
         A run file that is a folder (or anything but a file) stops it too, now, not at the first write."""
+        self.made_lock = not os.path.lexists(os.path.join(self.out_dir, ".lock"))  # __exit__ takes away its own
         try:
             self.lock = claim_folder(self.out_dir)
         except OSError as e:

@@ -20,6 +20,7 @@ after the first step, at log steps and before evals: each step is queued; check_
 """
 
 import dataclasses
+import importlib.util
 import math
 import random
 import sys
@@ -188,10 +189,7 @@ class Trainer:
         if self.master and not c.eval_only:  # eval_only reports and changes nothing in out_dir
             folder.check_writable()
             if c.wandb_log:
-                try:
-                    import wandb
-                except ImportError:
-                    fail("wandb_log=True needs wandb: pip install wandb")
+                import wandb  # there: check_settings said so before any work
                 wandb.init(project=c.wandb_project, name=c.wandb_run_name, config=dataclasses.asdict(c))
                 self.wandb = wandb
 
@@ -549,6 +547,8 @@ def check_settings(c):
             fail(f"{key}={getattr(c, key)} must be at least 1")
     if c.eval_only and c.init_from != "resume":
         fail("eval_only=True evaluates a trained run: add --init_from=resume (a new model would be random)")
+    if c.wandb_log and not c.eval_only and importlib.util.find_spec("wandb") is None:  # before the model and data
+        fail("wandb_log=True needs wandb: pip install wandb")
     if c.attn_window is not None:  # the evaluations measure attention over every earlier key (probe.Probe)
         fail(f"attn_window={c.attn_window} is a setting for a trained model, not for training: measure a trained run "
              "under a sliding window with python -m lab.evaluate --runs=OUT_DIR --modes=stream")

@@ -1,6 +1,7 @@
 """Tests of train.py and sample.py on tiny models and a slice of real data (CPU, about a minute)."""
 
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -730,6 +731,18 @@ def test_mistaken_keys_and_meaningless_settings_are_refused_before_anything_is_w
     assert not (tmp_path / "run").exists()
 
 
+def test_wandb_missing_is_said_before_the_model_or_the_data(tmp_path, monkeypatch):
+    """--wandb_log=True without wandb installed: one line before any model is built or data prepared (the data of
+    a big run can take minutes), not after."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else find_spec(name, *a))
+    monkeypatch.setattr(train, "Trainer", lambda *a, **k: pytest.fail("built the run before saying wandb is missing"))
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(TINY + [f"--out_dir={tmp_path / 'run'}", "--wandb_log=True"])
+    assert str(exit_info.value.code) == "error: wandb_log=True needs wandb: pip install wandb"
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("text, message", [
     ("n_layer = 2\nlearning_rate = 1e-3 +\n", "line 2: invalid syntax"),
     ("n_layer = 2\n\nbatch_size = undefined_name\n", "line 3: NameError: name 'undefined_name' is not defined"),
@@ -1029,6 +1042,22 @@ def test_a_second_train_py_on_a_folder_in_use_stops_naming_the_holder(stdlib_dat
     train.main(args + ["--init_from=resume", "--max_iters=4"])
     assert [r["iter"] for r in read_log(out_dir)] == [0, 2, 4]
     assert f"pid {os.getpid()}:" in (out_dir / ".lock").read_text()  # this process claimed it last
+
+
+def test_a_failed_command_leaves_a_folder_that_holds_no_run_as_it_was(stdlib_data, tmp_path):
+    """--out_dir naming a folder of the user's own (no run in it) and a command that fails: no .lock is left behind
+    in it; a folder that holds a run keeps its .lock, and a .lock that was there before is never taken away."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's own notes")
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={mine}"]
+    with pytest.raises(SystemExit, match="max_iters=-1 must be at least 1"):
+        train.main(args + ["--max_iters=-1"])
+    assert os.listdir(mine) == ["notes.txt"]
+    (mine / ".lock").write_text("pid 1: an earlier command\n")
+    with pytest.raises(SystemExit, match="max_iters=-1 must be at least 1"):
+        train.main(args + ["--max_iters=-1"])
+    assert sorted(os.listdir(mine)) == [".lock", "notes.txt"]
 
 
 def test_a_new_folder_is_claimed_when_it_is_made(stdlib_data, tmp_path, monkeypatch):
