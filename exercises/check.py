@@ -24,8 +24,9 @@ of its own, under the same limits per check and one for the whole exercise (EXER
 failures and summary (not its passing checks), then a score table, and a JSON result (default check-result.json in
 the current folder, written atomically) that a teacher can collect: the student (--student=NAME_OR_ID; null
 without it), one entry per exercise (id, title, passed, total, first_failing_check, checker_seconds: how long the
-checker took, status: passed / failed / not filled / timeout / error, hints_seen, and the file_sha256 of the file
-graded) with the date and the Python and torch versions, sealed with a checksum of its content (an HMAC with
+checker took, status: passed / failed / not filled / timeout / error, hints_seen, the file_sha256 of the file
+graded and the checks_sha256 of its checks.py) with the date, the Python and torch versions and the checker_sha256
+of check.py, sealed with a checksum of its content (an HMAC with
 $CHECK_SIGNING_KEY, when set) that --verify checks. exercises/gradebook.py makes one table of a class's files.
 Exit status: 0 only when every exercise passes.
 
@@ -699,6 +700,32 @@ def _read_exactly(fd, n):
     return b"".join(chunks)
 
 
+REFERENCE_ANSWERS = os.path.join("exercises", "solutions")  # the teacher's, in the project's own checkout
+SPAWNS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn")  # audit events that run a command
+
+
+def _refuse_reference_answers(path):
+    """In the child, before the student's file (path) is imported: opening or listing anything in the reference
+    answers of any checkout the account can read (a path through the REFERENCE_ANSWERS folder), or a command that names
+    them, raises PermissionError; nothing is refused when path is itself a reference answer (the tests that check
+    the checks). A deterrent, not a wall (code that goes through ctypes, say, is not seen): a teacher grades where
+    no checkout with the answers can be read (exercises/TEACHERS.md)."""
+    mark = os.sep + REFERENCE_ANSWERS + os.sep
+    if mark in os.path.realpath(path):
+        return
+
+    def hook(event, args):
+        if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            named = [os.path.realpath(os.fsdecode(args[0])) + os.sep]
+        elif event in SPAWNS:
+            named = [str(args).replace("/", os.sep)]
+        else:
+            return
+        if any(mark in n for n in named):
+            raise PermissionError("reading the reference answers while your code is checked is refused")
+    sys.addaudithook(hook)
+
+
 def serve(exercise_dir, path, stack_file):
     """The child process's whole life: import the student's file, then answer requests until it is stopped."""
     import pickle
@@ -706,6 +733,7 @@ def serve(exercise_dir, path, stack_file):
     fd_in, fd_out = _private_pipes()
     stacks = open(stack_file, "w", encoding="utf-8")
     faulthandler.enable(file=stacks)  # a crash (segmentation fault...) writes the stack there too
+    _refuse_reference_answers(path)
     number = os.path.basename(exercise_dir)[:2]
     _write_frame(fd_out, encode_answer({"ok": True}))  # started: torch and this file are imported
     while True:
@@ -1252,17 +1280,20 @@ def file_digest(path):
         return None
 
 
-def grade_entry(exercise_dir, result, seconds, digest=None):
+def grade_entry(exercise_dir, result, seconds, digest=None, hints=None, checks_digest=None):
     """One exercise's entry of the grading result, from run_isolated's (passed, total, status, failed); seconds: how
     long the checker took (named checker_seconds: no one's time on the exercise); digest: the SHA-256 of the file that
-    was graded, as file_digest read it before its checks ran."""
+    was graded, as file_digest read it before its checks ran; hints: the record of hints seen, as read before any
+    student code ran (which could rewrite it; None: read it now); checks_digest: the SHA-256 of the checks.py that
+    graded it (the gradebook compares it with the teacher's)."""
     passed, total, status, failed = result
     ok = status == "ok" and passed == total
     name = os.path.basename(exercise_dir)
     return {"id": name[:2], "name": name, "title": title_of(exercise_dir), "passed": passed, "total": total,
             "first_failing_check": None if ok else (failed or "import"),
             "checker_seconds": round(seconds, 1), "status": "passed" if ok else GRADE_STATUS.get(status, "error"),
-            "hints_seen": hints_seen(exercise_dir), "file_sha256": digest}
+            "hints_seen": hints_seen(exercise_dir, record=hints), "file_sha256": digest,
+            "checks_sha256": checks_digest}
 
 
 def score_table(entries):
@@ -1280,9 +1311,9 @@ def score_table(entries):
     return lines
 
 
-def grade_result(entries, date=None, student=None):
+def grade_result(entries, date=None, student=None, checker_digest=None):
     """The grading result (a dict, as written to the JSON file) of grade_entry's entries; student: whose (None when
-    not given)."""
+    not given); checker_digest: the SHA-256 of the check.py that graded them."""
     import platform
     from importlib import metadata
     try:
@@ -1292,7 +1323,8 @@ def grade_result(entries, date=None, student=None):
     date = date or time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return {"student": student, "date": date, "python": platform.python_version(), "torch": torch_version,
             "seed": RUN_SEED, "passed": sum(e["status"] == "passed" for e in entries), "total": len(entries),
-            "all_passed": bool(entries) and all(e["status"] == "passed" for e in entries), "exercises": entries}
+            "all_passed": bool(entries) and all(e["status"] == "passed" for e in entries), "exercises": entries,
+            "checker_sha256": checker_digest}
 
 
 # The result file carries a checksum of its content: a file changed after the checker wrote it (by hand, or by a
@@ -1386,6 +1418,7 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
     # files that decide a verdict or are graded (a file graded later, changed by an earlier one, is no student's).
     loaded = {d: checks_of(d) for d in exercise_dirs}
     before = checker_digests()
+    hints = _hints_record()  # (not a .py file: the student's code could rewrite it, so it is read now)
     entries = []
     for exercise_dir in exercise_dirs:
         name = os.path.basename(exercise_dir)
@@ -1412,13 +1445,15 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
                 out(f"  {path} runs in every Python of this account from now on: delete it before anything else "
                     "runs, and grade no one else in this account before you have")
             result = (0, result[1], "error", "changed the checker's files")
-        entries.append(grade_entry(exercise_dir, result, time.monotonic() - started, digest))
+        entries.append(grade_entry(exercise_dir, result, time.monotonic() - started, digest, hints,
+                                   before.get(os.path.relpath(os.path.join(exercise_dir, "checks.py"), REPO))))
         if changed:
             break
     out("")
     for line in score_table(entries):
         out(line)
-    result = grade_result(entries, student=student)
+    result = grade_result(entries, student=student,
+                          checker_digest=before.get(os.path.relpath(os.path.join(HERE, "check.py"), REPO)))
     try:
         write_result(result_path, result, key)
     except Exception as e:

@@ -6,15 +6,17 @@ The teacher's gradebook: one table of a class's result files.
 
 FOLDER holds the files the students wrote with `python exercises/check.py all --student=ID --result=ID.json`. Each
 *.json file in it becomes one row: the student, the file, whether its seal verifies and if not why, the exercises
-passed, each exercise's status and hints_seen, the seed and the date. Each seal is checked as `check.py --verify`
+passed and the checks passed over all of them (partial credit), each exercise's status, checks passed and
+hints_seen, the seed and the date. Each seal is checked as `check.py --verify`
 checks it, by check.py's own code, with $CHECK_SIGNING_KEY when it is set (set it to the key the files were signed
 with). The graded starter.py files are not checked: they are the students', not here; `check.py --verify=FILE` in a
 student's copy checks them. A row is flagged when its file cannot be read, is not a result file or does not verify,
 names no student, names a student another file names too, comes from the same checker run as another file (same
 date and seed: a copy under another name), lacks an exercise another file has (a partial hand-in; "exercises
-passed" counts against every exercise in the folder), or says that an untouched starter.py passed (its checks or
-its result were edited): no file is left out of the table. The console summary lists
-each flagged file with its flags, and why it does not verify. Exit status: 0 when no row is flagged, 1 when some
+passed" counts against every exercise in the folder), says that an untouched starter.py passed (its checks or its
+result were edited), was graded by a check.py or checks.py other than this checkout's (the SHA-256 the file records
+of them), or says that the student's code changed the checker's files (grading stopped there): no file is left out
+of the table. The console summary lists each flagged file with its flags, and why it does not verify. Exit status: 0 when no row is flagged, 1 when some
 are, 2 for bad input (no such folder, no result files in it).
 """
 
@@ -54,6 +56,7 @@ def read_row(path, key):
     # counted per id (an id twice is one exercise), against the folder's exercises in table()
     row["passed"] = sum(e.get("status") == "passed" for e in row["exercises"].values())
     row["seed"], row["date"] = result.get("seed", ""), result.get("date", "")
+    row["checker_sha256"] = result.get("checker_sha256")
     return row
 
 
@@ -96,6 +99,31 @@ def flag_untouched_starters(rows):
             row["flags"].append(f"passed with the untouched starter: {', '.join(ids)} (checks or result edited)")
 
 
+def flag_changed_checker(rows):
+    """Flag a file whose grading stopped because the student's code changed the checker's or the project's files
+    (check.py's first_failing_check "changed the checker's files"): not a partial hand-in, an attack."""
+    for row in rows:
+        ids = [i for i, e in row["exercises"].items() if e.get("first_failing_check") == "changed the checker's files"]
+        if ids:
+            row["flags"].append(f"the student's code changed the checker's files at {', '.join(ids)} (grading "
+                                "stopped there)")
+
+
+def flag_other_checks(rows):
+    """Flag a file graded by a check.py or a checks.py other than this checkout's (the SHA-256 each file records of
+    them): edited in the student's copy, or another version of the exercises. Like flag_untouched_starters', these
+    digests are the student's to write: the flag catches the plain edit, not a careful forger."""
+    ours = {os.path.basename(d)[:2]: check.file_digest(os.path.join(d, "checks.py")) for d in check.exercise_dirs()}
+    checker = check.file_digest(os.path.join(check.HERE, "check.py"))
+    for row in rows:
+        ids = [i for i, e in row["exercises"].items() if e.get("checks_sha256") and e["checks_sha256"] != ours.get(i)]
+        if row.get("checker_sha256") and row["checker_sha256"] != checker:
+            ids.insert(0, "check.py")
+        if ids:
+            row["flags"].append(f"graded by checks other than this checkout's: {', '.join(ids)} (edited, or another "
+                                "version of the exercises)")
+
+
 def exercise_ids(rows):
     """The exercise ids any file in the folder has, sorted."""
     return sorted({i for row in rows for i in row["exercises"]})
@@ -115,17 +143,21 @@ def flag_missing_exercises(rows):
 def table(rows):
     """The gradebook as a header and lines of cells (strings), one line per row."""
     ids = exercise_ids(rows)
-    header = ["student", "file", "verified", "why not", "exercises passed"]
+    header = ["student", "file", "verified", "why not", "exercises passed", "checks passed"]
     for i in ids:
-        header += [f"{i} status", f"{i} hints_seen"]
+        header += [f"{i} status", f"{i} checks", f"{i} hints_seen"]
     header += ["seed", "date", "flags"]
     lines = []
     for row in rows:
         passed = f"{row['passed']}/{len(ids)}" if row["passed"] is not None else ""  # of every exercise here
-        cells = [row["student"], row["file"], row["verified"], row["why not"], passed]
+        counts = [(e.get("passed"), e.get("total")) for e in row["exercises"].values()]
+        counted = [(p, t) for p, t in counts if isinstance(p, int) and isinstance(t, int)]
+        checks = f"{sum(p for p, _ in counted)}/{sum(t for _, t in counted)}" if counted else ""  # partial credit
+        cells = [row["student"], row["file"], row["verified"], row["why not"], passed, checks]
         for i in ids:
             entry = row["exercises"].get(i)
-            cells += [str(entry.get("status", "")), str(entry.get("hints_seen", ""))] if entry else ["-", "-"]
+            cells += [str(entry.get("status", "")), f"{entry.get('passed', '')}/{entry.get('total', '')}",
+                      str(entry.get("hints_seen", ""))] if entry else ["-", "-", "-"]
         cells += [str(row["seed"]), str(row["date"]), "; ".join(row["flags"])]
         lines.append(cells)
     return header, lines
@@ -163,6 +195,8 @@ def gradebook(folder, prefix, key=None, out=print):
     flag_same_runs(rows)
     flag_missing_exercises(rows)
     flag_untouched_starters(rows)
+    flag_changed_checker(rows)
+    flag_other_checks(rows)
     rows.sort(key=lambda row: (row["student"].casefold() or "\uffff", row["file"]))  # no student: last
     header, lines = table(rows)
     flagged = sum(bool(row["flags"]) for row in rows)

@@ -91,7 +91,12 @@ def test_nothing_a_student_runs_reads_the_solutions():
         for file in files:
             if file.endswith(".py") and file != "make_student_copy.py":  # the teacher's: not in a student's copy
                 with open(os.path.join(root, file), encoding="utf-8") as f:
-                    assert "solutions" not in f.read(), os.path.join(root, file)
+                    text = f.read()
+                if file == "check.py":  # the folder's name, only to refuse a student's code that reads it
+                    assert text.count("solutions") == 1 and 'REFERENCE_ANSWERS = os.path.join("exercises", ' \
+                        '"solutions")' in text
+                    continue
+                assert "solutions" not in text, os.path.join(root, file)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -239,6 +244,28 @@ def test_a_file_that_prints_a_pass_and_exits_on_import_fails(tmp_path):
     assert code == 1, out
     assert "your file ended the program while it was imported (exit()" in out, out
     assert "0/8 checks passed.\nStuck?" in out, out  # the checker's own last lines
+
+
+@pytest.mark.parametrize("how", ["open", "glob", "command"])
+def test_a_file_that_reads_the_reference_answers_while_checked_is_refused(how, tmp_path):
+    """The grading account can read a checkout with the reference answers (the teacher's): the student's code that
+    opens one, finds one with glob or has a command print one, while it is checked, gets nothing from it."""
+    answers = tmp_path / "teacher" / "exercises" / "solutions"
+    answers.mkdir(parents=True)
+    (answers / "01_g1_gate.py").write_text("def g1_gate(*args):\n    return 'the answer'\n", encoding="utf-8")
+    target = str(answers / "01_g1_gate.py")
+    reach = {"open": [f"text = open({target!r}).read()"],
+             "glob": ["import glob", f"found = glob.glob({str(tmp_path)!r} + '/**/exercises/solutions/*.py', "
+                      "recursive=True)", "text = open(found[0]).read() if found else ''"],
+             "command": ["import subprocess", f"text = subprocess.run(['cat', {target!r}], capture_output=True, "
+                         "text=True).stdout"]}[how]
+    path = starter_with(tmp_path, end=reach + ["exec(text)"])
+    code, out = check_cli(path)
+    assert code == 1 and "0/8 checks passed." in out, out
+    if how != "glob":  # glob finds nothing, as if there were no answers: the unfilled gap fails as such
+        assert "reading the reference answers while your code is checked is refused" in out, out
+    else:
+        assert "not filled yet" in out, out
 
 
 def test_an_endless_loop_is_stopped_and_named(tmp_path):
@@ -614,6 +641,24 @@ def test_a_file_that_plants_a_start_up_file_stops_the_grading_and_names_it(tmp_p
                          cwd=copy, env=env, capture_output=True, text=True, timeout=120)
     assert f"note: Python runs start-up files from this account's own site-packages: {planted}." in run.stdout, \
         run.stdout + run.stderr
+
+
+def test_the_hint_counts_are_read_before_the_students_code_runs(tmp_path):
+    """The record of hints seen is no .py file, so no digest guards it: a starter that rewrites it while it is
+    graded does not change the counts in the result file (read before any student code ran)."""
+    import json
+    copy = make_copy(tmp_path)
+    record = copy / "exercises" / ".hints-seen.json"
+    record.write_text(json.dumps({NAMES[0][:2]: 3, NAMES[1][:2]: 2}), encoding="utf-8")
+    path = starter_with(tmp_path, end=[f"open({str(record)!r}, 'w').write('{{}}')"])
+    (copy / "exercises" / NAMES[0] / "starter.py").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    code, out = grade_cli(NAMES[0][:2], NAMES[1][:2], f"--result={tmp_path / 'r.json'}", cwd=copy)
+    assert record.read_text(encoding="utf-8") == "{}", out  # the starter did rewrite it
+    result = read_json(tmp_path / "r.json")
+    assert [e["hints_seen"] for e in result["exercises"]] == [3, 2], out
+    assert [e["checks_sha256"] for e in result["exercises"]] == [
+        check.file_digest(str(copy / "exercises" / n / "checks.py")) for n in NAMES[:2]]
+    assert result["checker_sha256"] == check.file_digest(str(copy / "exercises" / "check.py"))
 
 
 def test_the_result_file_names_the_student(tmp_path):

@@ -1,8 +1,8 @@
 """
 The teacher's gradebook (exercises/gradebook.py): one table of a class's result files, in which every file has its
 row and every file that cannot be trusted as it stands (unreadable, not a result file, not verified, no student, a
-student named twice, a copy of another file's run, a partial hand-in, an untouched starter that "passed") is
-flagged.
+student named twice, a copy of another file's run, a partial hand-in, an untouched starter that "passed", checks
+other than the teacher's, a grading stopped by the student's code) is flagged.
 """
 
 import csv
@@ -158,3 +158,37 @@ def test_an_untouched_starter_that_passed_is_flagged(tmp_path):
     first = os.path.basename(DIRS[0])[:2]
     assert rows["carol.json"]["flags"] == f"passed with the untouched starter: {first} (checks or result edited)"
     assert rows["dan.json"]["flags"] == "" and rows["bea.json"]["flags"] == "", rows
+
+
+def test_partial_credit_other_checks_and_a_stopped_grading_are_shown(tmp_path):
+    """Checks passed per exercise and over all (partial credit); a file graded by a checks.py or check.py other than
+    this checkout's (their SHA-256 in the file: edited in the student's copy) is flagged, one graded by this
+    checkout's or recorded before the field existed is not; a grading stopped because the student's code changed
+    the checker's files says so, not just 'a partial hand-in'."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    ours = [check.file_digest(os.path.join(d, "checks.py")) for d in DIRS]
+    checker = check.file_digest(os.path.join(EXERCISES, "check.py"))
+
+    def write(student, results, checks=ours, checker_digest=checker):
+        entries = [check.grade_entry(d, r, 2.0, checks_digest=c) for d, r, c in zip(DIRS, results, checks)]
+        date = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(1767254400 + next(RUNS)))
+        check.write_result(str(folder / f"{student}.json"), check.grade_result(entries, date=date, student=student,
+                                                                               checker_digest=checker_digest))
+
+    three = [(8, 8, "ok", None), (5, 8, "wrong", "trap"), (4, 9, "wrong", "scale")]
+    write("ann", three)
+    write("bo", three, checks=[ours[0], "0" * 64, ours[2]])  # exercise 2's checks.py edited
+    write("cy", three, checker_digest="1" * 64)  # check.py edited
+    write("dee", three, checks=[None] * 3, checker_digest=None)  # a file from before the digests were recorded
+    write("ed", [(8, 8, "ok", None), (0, 8, "error", "changed the checker's files")])
+    gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
+    rows = read_csv(tmp_path / "book.csv")
+    first, second, _ = (os.path.basename(d)[:2] for d in DIRS)
+    assert rows["ann.json"]["checks passed"] == "17/25" and rows["ann.json"][f"{second} checks"] == "5/8"
+    assert rows["ann.json"]["flags"] == "" and rows["dee.json"]["flags"] == "", rows
+    assert rows["bo.json"]["flags"] == f"graded by checks other than this checkout's: {second} (edited, or another " \
+        "version of the exercises)"
+    assert rows["cy.json"]["flags"].startswith("graded by checks other than this checkout's: check.py (")
+    assert f"the student's code changed the checker's files at {second} (grading stopped there)" in \
+        rows["ed.json"]["flags"] and rows["ed.json"]["checks passed"] == "8/16"

@@ -120,7 +120,8 @@ def check_headwise_one_score_per_head(student):
 
 
 def check_g1_gate_numbers(student):
-    """g1_gate matches model.Gate (float64, random weights), elementwise and headwise"""
+    """g1_gate matches model.Gate (float64, random weights), elementwise and headwise; any other granularity raises
+    ValueError"""
     for granularity, H, D in (("elementwise", 2, 8), ("headwise", 3, 4)):
         y, x, w = _gate_inputs(2, 5, H, D, granularity, seed=4)
         gate = _model_gate(H, D, granularity)
@@ -134,6 +135,18 @@ def check_g1_gate_numbers(student):
                      hint="Re-check the layout of the scores: elementwise, row h*D + d of w_gate scores head h's "
                           "channel d; headwise, row h scores head h. And w_gate is stored like an nn.Linear weight, "
                           "(out_features, in_features).")
+    y, x, w = _gate_inputs(2, 3, 2, 4, "elementwise", seed=10)
+    for granularity in ("channelwise", "Headwise", ""):
+        try:
+            student.g1_gate(y, x, w, granularity)
+        except ValueError:
+            continue
+        except Exception as e:
+            raise Wrong(f"g1_gate(..., {granularity!r}) raised {type(e).__name__}, not ValueError: check the "
+                        "granularity before you use it, and say which ones there are.") from None
+        raise Wrong(f"g1_gate(..., {granularity!r}) returned a value: any granularity but 'elementwise' and "
+                    "'headwise' should raise ValueError. A silent fallback hides a typo in a config and gates the "
+                    "wrong way.")
 
 
 def check_attention_block_causal(student):
@@ -148,7 +161,9 @@ def check_attention_block_causal(student):
     if not same(out[:, :3], out2[:, :3]):
         raise Wrong("Changing tokens 3.. changed the outputs at positions 0..2: the block sees the future. "
                     "causal_attention masks along its third axis, which must be the tokens: check the layout of "
-                    "q, k, v when you pass them (its docstring gives it). With the heads there, it masks heads.")
+                    "q, k, v when you pass them (its docstring gives it). With the heads there, it masks heads. If "
+                    "those are right, check the layout of the heads' output when you concatenate them: tokens must "
+                    "stay on the second axis, or the reshape to (B, T, C) mixes one token's heads with another's.")
     x3 = x.clone()
     x3[:, 0] = -x3[:, 0]
     out3 = student.attention_block(x3, w_qkv, w_gate, w_o, H, "elementwise")
@@ -197,5 +212,6 @@ def check_attention_block_vs_model(student):
                         "output, (B, T, H, D), before the heads are concatenated.")
         expect_close(f"attention_block(..., '{granularity}')", out, want, atol=1e-9, rtol=1e-9,
                      hint="g1_gate passed its checks, so look at the block: the order of q, k, v in w_qkv (q "
-                          "first), the head split (head h is the h-th block of D channels), and the layout of each "
-                          "head's output when it reaches g1_gate and when the heads are concatenated.")
+                          "first), the head split (head h is the h-th block of D channels), the layout of each "
+                          "head's output when it reaches g1_gate and when the heads are concatenated, and W_O, "
+                          "applied as an nn.Linear applies its weight (out_features, in_features).")

@@ -68,6 +68,7 @@ def attention_block(x, w_qkv, w_gate, w_o, n_head, granularity="elementwise"):
 MUTANTS = [
     ("gate_scores_in_0_1", "torch.sigmoid(" "x @ w_gate.T)", "(x @ w_gate.T)"),  # no sigmoid: an identity "gate"
     ("headwise_one_score_per_head", "scores.view(" "B, T, H, 1)", "scores.view(B, T, 1, H)"),  # over heads, not D
+    ("g1_gate_numbers", "raise " "ValueError(f\"granularity", "print(f\"granularity"),  # an unknown one let through
     ("trap_gate_after_wo",  # G5: each head's output mixed by W_O first, then gated
      "y = g1_gate(" "y, x, w_gate, granularity)  # G1: gate each head's output, with scores computed from x\n"
      "    return y.reshape(" "B, T, C) @ w_o.T",
