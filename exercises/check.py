@@ -683,6 +683,41 @@ def _private_pipes():
     return fd_in, fd_out
 
 
+# What the student's code prints reaches the checker through a pipe of its own (the child's stderr, where its stdout
+# goes too), forwarded line by line with a mark: it can never pass for the checker's own lines. Before each answer
+# the child writes OUTPUT_SYNC there, so that the checker prints what came before the answer before its verdict.
+OUTPUT_SYNC = b"\x00check: an answer follows\n"
+CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b.?|[\x00-\x08\x0b-\x1f\x7f]")  # colours, a cleared screen, \r
+
+
+def _sync_output():
+    """In the child: mark on its output that all printed so far is out (OUTPUT_SYNC), if its stderr is still open."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.write(2, OUTPUT_SYNC)
+    except OSError:  # the student's code closed it: its prints are lost anyway
+        pass
+
+
+def _forward_output(pipe, synced):
+    """In the checker: each line the child's pipe brings, to this process's stderr as '  | line', without control
+    characters (colours, a cleared screen, a carriage return); synced is set at each OUTPUT_SYNC and at the end."""
+    for line in iter(pipe.readline, b""):
+        mark = line.endswith(OUTPUT_SYNC)
+        line = line[:-len(OUTPUT_SYNC)] if mark else line
+        if line:
+            text = CONTROL.sub("", line.decode("utf-8", "replace").rstrip("\n"))
+            try:
+                sys.stderr.write(f"  | {text}\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):  # this process's stderr closed: the verdicts matter, not the prints
+                pass
+        if mark:
+            synced.set()
+    synced.set()
+
+
 def _write_frame(fd, data):
     data = len(data).to_bytes(8, "little") + data
     while data:
@@ -735,6 +770,7 @@ def serve(exercise_dir, path, stack_file):
     faulthandler.enable(file=stacks)  # a crash (segmentation fault...) writes the stack there too
     _refuse_reference_answers(path)
     number = os.path.basename(exercise_dir)[:2]
+    _sync_output()
     _write_frame(fd_out, encode_answer({"ok": True}))  # started: torch and this file are imported
     while True:
         op, *request = pickle.loads(_read_exactly(fd_in, int.from_bytes(_read_exactly(fd_in, 8), "little")))
@@ -751,8 +787,7 @@ def serve(exercise_dir, path, stack_file):
             with _Alarm(seconds):
                 answer = answerer.answer((op, *request))
         faulthandler.cancel_dump_traceback_later()
-        sys.stdout.flush()  # what the student's code printed appears before the checker's next line
-        sys.stderr.flush()
+        _sync_output()  # what the student's code printed appears before the checker's next line
         _write_frame(fd_out, answer)
 
 
@@ -844,7 +879,11 @@ class ChildProcess:
         apart = {"start_new_session": True} if os.name == "posix" else \
             {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
         self.proc = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, HERE, exercise_dir, path, stack_file],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, **apart)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                     **apart)
+        self.synced = threading.Event()
+        self.printed = threading.Thread(target=_forward_output, args=(self.proc.stderr, self.synced), daemon=True)
+        self.printed.start()
         # Blocking reads and writes run in threads of their own, so that this one can keep time, watch the memory,
         # and stop the child whatever it does (stops reading, never answers, or floods its pipe).
         self.answers = queue.Queue()
@@ -907,11 +946,13 @@ class ChildProcess:
             self.grace = grace
 
     def _ended(self):
-        """The child closed its answers' pipe: wait for it to end (it should be ending), or end it."""
+        """The child closed its answers' pipe: wait for it to end (it should be ending), or end it; then what it
+        printed last (an error on its way out) is printed before the verdict."""
         try:
             self.proc.wait(timeout=GRACE)
         except subprocess.TimeoutExpired:
             self.stop()
+        self.printed.join(timeout=1)
 
     def _late(self):
         """The time to wait for the child now (None: no limit); TimeLimit once past the deadline and its grace."""
@@ -947,7 +988,10 @@ class ChildProcess:
         self._wait(done)
 
     def _receive(self):
-        return self._wait(self.answers)
+        answer = self._wait(self.answers)
+        self.synced.wait(timeout=1)  # what the student's code printed before it answered, printed before the verdict
+        self.synced.clear()
+        return answer
 
     def _wait(self, box):
         """What box receives (an exception put there is raised), within the deadline (TimeLimit past it)."""
@@ -993,6 +1037,7 @@ class ChildProcess:
                     pass
         # The pipes are left to their reading and writing threads: closing one that a thread is blocked on would
         # wait for that thread; with every process that held them gone, those threads end.
+        self.printed.join(timeout=1)  # the last of what the student's code printed, before the checker's summary
         if self.subreaper:
             _prctl(PR_SET_CHILD_SUBREAPER, 0)
             self.subreaper = False

@@ -244,6 +244,20 @@ def test_a_file_that_prints_a_pass_and_exits_on_import_fails(tmp_path):
     assert code == 1, out
     assert "your file ended the program while it was imported (exit()" in out, out
     assert "0/8 checks passed.\nStuck?" in out, out  # the checker's own last lines
+    # what the student's code prints is marked as such, so it never passes for the checker's own lines
+    assert "  | 8/8 checks passed -- well done.\n" in out and "\n8/8 checks passed" not in out, out
+
+
+def test_what_the_students_code_prints_is_marked_cleaned_and_in_order(tmp_path):
+    """Each line the student's code prints (stdout or stderr) reaches the console as '  | line', without control
+    characters (a cleared screen, colours, a carriage return), before the verdict of the check it was printed in."""
+    path = starter_with(tmp_path, gap1=["import sys", "print('in gap 1')", "sys.stderr.write('\\x1b[2J\\x1b[31mred\\r"
+                                        "!\\n')", "raise NotImplementedError('01-gap1: still to do')"])
+    result = subprocess.run([sys.executable, "exercises/check.py", "01", f"--file={path}"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    out = result.stdout
+    assert "  | in gap 1\n  | red!\n  [01.g1_gate_shapes] not filled yet" in out, out
+    assert "\x1b" not in out and "\r" not in out, out
 
 
 @pytest.mark.parametrize("how", ["open", "glob", "command"])
