@@ -66,7 +66,8 @@ def run_main(main):
 def check_choice(key, value, choices):
     """Stop with one line unless value is one of choices (key is the name the user wrote, e.g. --compile_mode)."""
     if value not in choices:
-        fail(f"{key}={value!r} is not valid; choose one of {', '.join(choices)}")
+        near = f" (did you mean {value.lower()}?)" if isinstance(value, str) and value.lower() in choices else ""
+        fail(f"{key}={value!r} is not valid; choose one of {', '.join(choices)}{near}")
 
 
 # -----------------------------------------------------------------------------
@@ -79,10 +80,14 @@ def config_path(name):
     return next((path for path in (name, os.path.join(REPO, name)) if os.path.isfile(path)), None)
 
 
-def _config_not_found(arg):
-    """Stop on an argument that is neither --key=value nor a config file, saying which mistake it looks like."""
+def _config_not_found(arg, fields=()):
+    """Stop on an argument that is neither --key=value nor a config file, saying which mistake it looks like
+    (fields: the keys of the command, to name the one a folder belongs to)."""
     if os.path.isdir(os.path.expanduser(arg)):
-        fail(f"{arg} is a folder, not a config file: name a .py file of key = value lines (e.g. config/sink_lab.py)")
+        meant = "; several runs are one list, --runs=a,b (commas, no spaces)" if "runs" in fields else \
+            f"; a run's folder is --out_dir={arg}" if "out_dir" in fields else ""
+        fail(f"{arg} is a folder, not a config file: name a .py file of key = value lines (e.g. config/sink_lab.py)"
+             + meant)
     if arg.startswith("-") and not arg.startswith("--"):
         fail(f"{arg}: a key takes two dashes, --{arg.lstrip('-')} (--help lists the keys)")
     if "=" in arg and not arg.endswith(".py") and arg.partition("=")[0].isidentifier():
@@ -121,7 +126,7 @@ def configure(keys, argv, defaults=None):
         if not arg.startswith("--"):
             path = config_path(arg)
             if path is None:
-                _config_not_found(arg)
+                _config_not_found(arg, fields)
             scope = dict(values)
             run_config_file(arg, path, scope)
             for key, value in scope.items():
@@ -148,13 +153,21 @@ def configure(keys, argv, defaults=None):
                 value = text
             if want is str and not isinstance(value, str):
                 value = text  # strings need no quotes: --gate=g1 as well as --gate='g1'
-            elif want is not str and value is text:
-                fail(f"{arg}: {key} must be {_type_name(want)}, got {text!r}")
+            elif want is not str and value is text:  # written as Python writes it: True, None
+                spelled = " (True or False)" if want is bool else ""
+                fail(f"{arg}: {key} must be {_type_name(want)}{spelled}"
+                     f"{' or None' if fields[key].default is None else ''}, got {text!r}")
         values[key] = _typed(key, value, arg, fields)
         given.add(key)
     try:
         return keys(**values), given
     except ValueError as e:  # a check of the dataclass itself, e.g. GPTConfig's on the model's flags
+        for key in sorted(k for k in given if isinstance(values[k], str) and values[k] != values[k].lower()):
+            try:  # --gate=G1, as the papers write it: the names are lower case
+                keys(**(values | {key: values[key].lower()}))
+            except ValueError:
+                continue
+            fail(f"{e} (did you mean --{key}={values[key].lower()}?)")
         fail(e)
 
 

@@ -92,11 +92,19 @@ def claim_folder(folder):
 
 @contextlib.contextmanager
 def claimed(folder):
-    """claim_folder for a with-block (a results folder's one writer while it writes): the claim ends with the block."""
+    """claim_folder for a with-block (a results folder's one writer while it writes): the claim ends with the block.
+    A folder that holds nothing but the lock the claim made at the end (the command failed before it wrote) is left
+    as it was: the lock taken away, and the folder too if the claim made it."""
+    made, made_lock = not os.path.lexists(folder), not os.path.lexists(os.path.join(folder, ".lock"))
     lock = claim_folder(folder)
     try:
         yield
     finally:
+        with contextlib.suppress(OSError):
+            if made_lock and os.listdir(folder) == [".lock"]:
+                os.unlink(os.path.join(folder, ".lock"))
+                if made:
+                    os.rmdir(folder)
         lock.close()
 
 

@@ -262,14 +262,14 @@ class Trainer:
                  + (" (the first step: compiling, allocating)" if first_step else ""), flush=True)
 
     def say_done(self, record, dt, eval_seconds):
-        c, wall, wall_speed = self.c, time.perf_counter() - self.t_loop, self.wall_tokens_per_s()
-        speed = (f", {wall_speed:,.0f} tokens/s end to end (a training step alone: "
+        wall, speed, ran = time.perf_counter() - self.t_loop, self.wall_tokens_per_s(), self.iter_num - self.start_iter
+        speed = (f", {speed:,.0f} tokens/s end to end (a training step alone: "
                  f"{self.tokens_per_iter / dt:,.0f} tokens/s; evaluations and checkpoints took {eval_seconds:.0f} s,"
-                 f" {eval_seconds / wall:.0%} of the time)" if wall_speed and dt else "")
-        self.say(f"done: {self.iter_num} iterations in {wall:.0f} s{speed}. {describe(record)}. "
-                 f"The val loss is over {c.eval_iters} validation batches, the rest are layer averages on the "
-                 f"first ({c.batch_size} windows; python -m lab.analyze measures all {c.eval_iters}). Log in "
-                 f"{self.folder.log_path}")
+                 f" {eval_seconds / wall:.0%} of the time)" if speed and dt else "")
+        self.say(f"done: {self.iter_num} iterations{f' ({ran} by this command)' if ran < self.iter_num else ''} in "
+                 f"{wall:.0f} s{speed}. {describe(record)}. The val loss is over {self.c.eval_iters} validation "
+                 f"batches, the rest are layer averages on the first ({self.c.batch_size} windows; python -m "
+                 f"lab.analyze measures all {self.c.eval_iters}). Log in {self.folder.log_path}")
 
     def eval_due(self):
         return self.iter_num % self.c.eval_interval == 0 or self.iter_num >= self.c.max_iters or self.c.eval_only

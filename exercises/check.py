@@ -1715,7 +1715,12 @@ if __name__ == "__main__":
     check_settings()
     draw_run_seed()
     try:
-        sys.exit(main())
+        status = main()
+        sys.stdout.flush()  # here, where a closed pipe is caught below, not as Python exits
+        sys.exit(status)
     except KeyboardInterrupt:
         print("stopped: no result was written", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:  # `check.py --list | head`: the reader stopped reading; nothing more to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes into nothing
+        sys.exit(1)

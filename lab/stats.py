@@ -348,3 +348,9 @@ def count_verdict(k_ref, n_ref, k_var, n_var, direction, alpha=ALPHA):
     else:
         word = "inconclusive"
     return {"p": p, "p_opposite": q, "p_smallest": smallest, "verdict": word}
+
+
+if __name__ == "__main__":  # run by mistake: say what uses the rule, rather than exit 0 having done nothing
+    from cli import fail
+    fail("lab/stats.py is a library with no command line: `python -m lab.repro report` decides a study's claims by "
+         "its rule (RULE, COUNT_RULE in this file)")

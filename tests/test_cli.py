@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import cli
-from cli import configure, usage
+from cli import check_choice, configure, usage
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 # each script as a user runs it from the repository's root (python <command>): the top-level scripts by their path,
@@ -275,8 +275,38 @@ def test_a_leading_tilde_in_a_path_key_is_the_home_folder(tmp_path, monkeypatch)
 
 
 def test_a_folder_given_as_config_file_is_named_as_a_folder(tmp_path):
-    with pytest.raises(SystemExit, match="is a folder, not a config file"):
+    """...and told the key it likely belongs to: --runs=a,b where the command reads runs (a space instead of a comma
+    makes the second run a bare argument), else --out_dir."""
+    with pytest.raises(SystemExit, match="is a folder, not a config file.*several runs are one list, --runs=a,b"):
         configure(Paths, [str(tmp_path)])
+    with pytest.raises(SystemExit, match=f"is a folder, not a config file.*a run's folder is --out_dir={tmp_path}$"):
+        configure(Settings, [str(tmp_path)])
+
+
+@dataclasses.dataclass
+class Settings:
+    out_dir: str = "out"
+    overwrite: bool = False
+    hidden: int = None
+    mode: str = "fast"
+
+    def __post_init__(self):
+        if self.mode not in ("fast", "slow"):
+            raise ValueError(f"mode={self.mode!r} is not valid; choose fast or slow")
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("--overwrite=true", "--overwrite=true: overwrite must be bool (True or False), got 'true'"),
+    ("--hidden=none", "--hidden=none: hidden must be int or None, got 'none'"),
+    ("--mode=FAST", "mode='FAST' is not valid; choose fast or slow (did you mean --mode=fast?)"),
+    ("--mode=quick", "mode='quick' is not valid; choose fast or slow"),
+])
+def test_a_value_spelled_otherwise_is_told_how_to_spell_it(arg, message):
+    with pytest.raises(SystemExit) as e:
+        configure(Settings, [arg])
+    assert str(e.value.code) == f"error: {message}"
+    with pytest.raises(SystemExit, match=r"choose one of default, fast \(did you mean fast\?\)$"):
+        check_choice("mode", "Fast", ("default", "fast"))
 
 
 @pytest.mark.parametrize("arg", ["-out_dir=x", "out_dir=x"])

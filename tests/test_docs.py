@@ -447,3 +447,20 @@ def test_the_standalone_check_catches_what_it_looks_for():
         assert ISSUE.search(line), line
     for line in ("no " + "issues here", "t" + "issue" + " 3", "issues" + ": none"):  # split likewise
         assert not ISSUE.search(line), line
+
+
+PLACEHOLDER = re.compile(r"\b[A-Z]{3,}[0-9]+\b")  # SEEDS10: a token meant to be replaced by a measured figure
+NOT_PLACEHOLDERS = {"AVX2", "AVX512", "HBM3"}  # names of things, in capitals with digits
+
+
+def test_no_page_keeps_a_placeholder_for_a_figure():
+    """A figure written into a page later is never left as its token (the tutorial once said 'ten seeds ...,
+    SEEDS10'): every capitalised word ending in digits on a page or in the notebook is a name of something."""
+    found = []
+    for path in markdown_files() + glob.glob(os.path.join(REPO, "results", "**", "*.md"), recursive=True) + \
+            [os.path.join(REPO, "tutorial.ipynb")]:
+        for i, line in enumerate(read(path).split("\n"), 1):
+            found += [f"{os.path.relpath(path, REPO)}:{i}: {token}" for token in PLACEHOLDER.findall(line)
+                      if token not in NOT_PLACEHOLDERS]
+    assert not found, "placeholders left in the pages:\n" + "\n".join(found)
+    assert PLACEHOLDER.findall("ten seeds of your own, SEEDS10 |") == ["SEEDS10"]

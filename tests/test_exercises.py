@@ -6,6 +6,7 @@ catch it -- so no check is one that cannot fail.
 """
 
 import os
+import shlex
 import re
 import subprocess
 import sys
@@ -839,3 +840,13 @@ def test_the_checkers_own_settings_are_one_line(setting):
     out = result.stdout + result.stderr
     assert result.returncode == 1 and out.startswith("error: ") and out.count("\n") == 1, out
     assert "Traceback" not in out and setting.split("=")[0].lstrip("-") in out, out
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_a_listing_read_only_in_part_ends_quietly(unbuffered):
+    """`check.py --list | head -1`: the reader closes the pipe; no traceback, buffered output or not."""
+    env = dict(os.environ, PYTHONUNBUFFERED=unbuffered)
+    result = subprocess.run(f"{shlex.quote(sys.executable)} exercises/check.py --list | head -1", shell=True,
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.stdout.startswith(NAMES[0]) and result.stdout.count("\n") == 1, result.stdout
+    assert result.stderr == "", result.stderr

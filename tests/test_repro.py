@@ -1372,8 +1372,9 @@ def test_a_column_some_seeds_lack_shows_the_seeds_that_have_it_and_says_how_many
     assert report.some_seeds([None, None], ".2f") == "–" and report.some_seeds([0.5, 0.25], ".2f") == "0.50, 0.25"
 
 
-def test_the_report_library_run_as_a_command_says_which_command_reports():
-    result = subprocess.run([sys.executable, "-m", "lab.report"], cwd=REPO, capture_output=True, text=True)
+@pytest.mark.parametrize("library", ["report", "stats"])
+def test_the_report_library_run_as_a_command_says_which_command_reports(library):
+    result = subprocess.run([sys.executable, "-m", f"lab.{library}"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode != 0 and result.stdout == ""
-    assert result.stderr.startswith("error: lab/report.py is a library") and "python -m lab.repro report" in \
+    assert result.stderr.startswith(f"error: lab/{library}.py is a library") and "python -m lab.repro report" in \
         result.stderr and result.stderr.count("\n") == 1, result.stderr

@@ -766,6 +766,7 @@ def test_resume_keeps_the_runs_own_data_and_settings(stdlib_data, tmp_path, caps
     train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=4", "--device=cpu"])
     printed = capsys.readouterr().out
     assert f"data: {stdlib_data}" in printed and "WARNING" not in printed
+    assert "done: 4 iterations (2 by this command) in " in printed  # its time is this command's, not the run's
     assert [line for line in printed.splitlines() if line.startswith("note:")] == [
         "note: resuming with max_iters=4 (the run had 2)"]  # nothing spurious (n_kv_head, ...)
     _, checkpoint = load_checkpoint(str(out_dir / "ckpt.pt"))
@@ -1602,3 +1603,18 @@ def test_resume_and_overwrite_together_are_refused(tiny_run, tmp_path):
                                          r"one of them"):
         train.main([f"--out_dir={run}", "--init_from=resume", "--overwrite=True", "--max_iters=9", "--device=cpu"])
     assert folder_state(run) == before
+
+
+def test_a_results_folder_made_by_a_command_that_failed_is_taken_away(tmp_path):
+    """runfolder.claimed (lab.analyze's and lab.evaluate's out_dir): a folder it made that holds only its lock when
+    the command stops (offline, say, before anything was written) is gone; one that was there before is left as it
+    was; one that holds results keeps them and its lock."""
+    new, kept, old = tmp_path / "new", tmp_path / "kept", tmp_path / "old"
+    old.mkdir()
+    for folder, write in ((new, False), (kept, True), (old, False)):
+        with pytest.raises(RuntimeError):
+            with runfolder.claimed(str(folder)):
+                if write:
+                    (folder / "summary.json").write_text("{}")
+                raise RuntimeError("the download failed")
+    assert not new.exists() and sorted(os.listdir(kept)) == [".lock", "summary.json"] and os.listdir(old) == []
