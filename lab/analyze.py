@@ -479,7 +479,10 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
                 record["problem"] = problem
             else:  # at once: a later run's failure loses none of this one
                 keep_measurement(run_dir, record, s, m)
-            fingerprints.setdefault(key, record["windows_id"])  # a kept run on these windows is checked against it
+            if fingerprints.setdefault(key, record["windows_id"]) != record["windows_id"]:  # kept runs' windows
+                raise ValueError(f"{run_dir}: measured here on {describe_windows(windows)}, whose tokens are not "
+                                 "those the measurements kept of the runs before it were taken on (other data): "
+                                 "measure it with runs trained on the same data")
             logged = record["val_loss_logged"]
             where = "" if logged is None else f" (val loss in its log: {logged:.4f})"
         else:
@@ -574,13 +577,20 @@ def check_kept_windows(record, run_dir, checkpoint, windows, fingerprints):
     against the other runs kept on the same windows (so a report can be drawn again without the data).
     fingerprints: the windows (as JSON) -> windows_id, filled in as runs are checked."""
     key = json.dumps(windows, sort_keys=True)
-    if key not in fingerprints:
+    taken = {k: v for k, v in (record.get("eval_windows") or {}).items() if k != "data_dir"}
+    if taken and taken != {k: v for k, v in windows.items() if k != "data_dir"}:  # asked for other windows
+        fingerprints.setdefault(key, None)
+    elif key not in fingerprints:  # the first run on these windows: they are checked on the data where it is here
         try:
-            fingerprints[key] = windows_id(load_windows(windows))
+            here = windows_id(load_windows(windows))
         except FileNotFoundError:
             print(f"note: {windows['data_dir']} is not here: the measurements kept of the runs are compared "
                   "with each other, by a fingerprint of the windows each was taken on")
-            fingerprints[key] = record["windows_id"]
+            here = record["windows_id"]
+        if here != record["windows_id"]:  # other data here (a corpus of other packages): the kept runs agree or not
+            print(f"note: {windows['data_dir']} holds other data than the measurements kept of the runs were taken "
+                  "on: they are compared with each other, and a run measured here would not compare with them")
+        fingerprints[key] = record["windows_id"]
     if record["windows_id"] != fingerprints[key]:
         raise ValueError(f"{run_dir}: its {checkpoint} is gone, and the measurement kept of it was taken on "
                          f"other windows than {describe_windows(windows)} (other data, or cut otherwise): "

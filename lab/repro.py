@@ -382,10 +382,11 @@ def finished(root, variant, seed, max_iters):
     return log[-1].get("iter", 0) >= max_iters or bool(last) and last[-1].get("exit_code") == DIVERGED_EXIT
 
 
-# The share of a GPU's peak bf16 FLOP/s one config/repro.py run reached with two side by side on an H100: a median
-# of 326 s for 105M tokens at 0.33 GFLOP a token, evaluations and compilation included (six runs on 2026-11-25,
-# results/study-h100-2026-11-25/commands.jsonl; 290 s on 2026-11-22).
-RUN_PEAK_SHARE = 0.11
+# The share of a GPU's peak bf16 FLOP/s that config/repro.py's runs reached together, two side by side on an H100,
+# 0.11 each: a median of 326 s for 105M tokens at 0.33 GFLOP a token, evaluations and compilation included (six runs
+# on 2026-11-25, results/study-h100-2026-11-25/commands.jsonl; 290 s on 2026-11-22). K runs side by side are taken to
+# share it, 1/K each: one alone at 0.22 (one alone on an H200 reached 0.24-0.26, results/repro/commands.jsonl).
+GPU_PEAK_SHARE = 0.22
 
 
 def run_flops(settings):
@@ -406,8 +407,8 @@ def this_device():
 def seconds_per_run(root, keys, flops):
     """(seconds, where the number comes from) for one run: the median speed (seconds per FLOP) of the earlier complete
     runs timed on this device at this --parallel, times this run's FLOPs, so runs of another length or size count
-    too; or else the FLOPs at RUN_PEAK_SHARE of a known GPU's peak (measured with two runs side by side, taken for any
-    K until runs at this K have been timed); (None, why not) when neither is known. flops: run_flops of the run. A
+    too; or else the FLOPs at GPU_PEAK_SHARE / K of a known GPU's peak, K = --parallel (until runs at this K have
+    been timed); (None, why not) when neither is known. flops: run_flops of the run. A
     run to resume is counted whole. Another GPU's times never count: a budget filled by an H200's times would overrun
     on an H100."""
     here = this_device()
@@ -419,7 +420,8 @@ def seconds_per_run(root, keys, flops):
     peak = peak_flops()  # None off CUDA or on a GPU it does not know
     if peak is None:
         return None, "no earlier run timed here, and no GPU whose peak FLOP/s is known"
-    return flops / (RUN_PEAK_SHARE * peak), f"FLOPs at {RUN_PEAK_SHARE:.0%} of the GPU's peak"
+    share = GPU_PEAK_SHARE / keys.parallel
+    return flops / (share * peak), f"FLOPs at {share:.0%} of the GPU's peak, {keys.parallel} run(s) side by side"
 
 
 def estimate(todo, root, keys, flops):
@@ -664,7 +666,8 @@ def check_kept_data(root, settings):
                  f"measured on: its validation windows give the fingerprint {seen[key]} here, "
                  f"{record['windows_id']} there, so runs trained now would not compare with the kept ones. Prepare "
                  "the data as it was (`python -m lab.repro prepare` builds the corpus from the installed Python "
-                 "packages: the same packages give the same corpus), or train every run again under another --root")
+                 "packages: the same packages give the same corpus), or train a study of your own on this data, "
+                 "which restores none of the kept runs: --root and --report_dir of its own (an empty report folder)")
 
 
 def unalike(records, names):

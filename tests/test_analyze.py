@@ -331,6 +331,31 @@ def test_kept_measurements_are_drawn_again_without_the_data(trained_run, tmp_pat
         analyze.analyze(kept, out_dir=str(tmp_path / "refused"), device="cpu")
 
 
+def test_kept_measurements_are_drawn_again_beside_other_data(trained_run, tmp_path, capsys):
+    """A clone whose own data (a corpus of other installed packages) is not the kept runs': the report is drawn
+    again from them all the same, compared with each other, and said so; a run measured here on that other data is
+    refused beside them, whichever comes first."""
+    first = tmp_path / "first"
+    shutil.copytree(trained_run, first, ignore=shutil.ignore_patterns("measured.*"))
+    analyze.analyze([str(first)], out_dir=str(tmp_path / "fresh"), device="cpu")
+    kept = []
+    for name in ("a", "b"):
+        run = tmp_path / name  # kept runs measured on other tokens than this machine's data gives
+        shutil.copytree(first, run, ignore=shutil.ignore_patterns("*.pt"))
+        record = json.load(open(run / "measured.json"))
+        record["windows_id"] = "1" * 16
+        json.dump(record, open(run / "measured.json", "w"))
+        kept.append(str(run))
+    capsys.readouterr()
+    summary = analyze.analyze(kept, out_dir=str(tmp_path / "again"), device="cpu")
+    assert [r["windows_id"] for r in summary["runs"]] == ["1" * 16] * 2
+    assert "holds other data than the measurements kept of the runs were taken on" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="ckpt.pt is gone, and the measurement kept of it was taken on other windows"):
+        analyze.analyze([str(first)] + kept, out_dir=str(tmp_path / "mixed"), device="cpu")
+    with pytest.raises(ValueError, match="measured here on .* whose tokens are not those the measurements kept"):
+        analyze.analyze(kept + [str(first)], out_dir=str(tmp_path / "mixed2"), device="cpu")
+
+
 def test_analyze_cli_errors(tmp_path, trained_run):
     # as a user sees it: one line, no traceback
     result = subprocess.run([sys.executable, "-m", "lab.analyze", f"--runs={tmp_path / 'nothing'}"], cwd=REPO,

@@ -963,6 +963,15 @@ def test_the_time_estimate(tmp_path, monkeypatch):
         f.write(json.dumps({"seconds": 200, "exit_code": 0, "resumed": False, "parallel": 2, "flops": flops,
                             "device": "NVIDIA H200"}) + "\n")
     assert "FLOPs at 11% of the GPU's peak" in repro.estimate(todo, str(tmp_path), keys, flops)
+    # one run alone has the GPU to itself: twice the share, half the time (config/repro_sink.py's 210M tokens on an
+    # H100, about 5.4 min: one run fits a 10-minute budget, where 11% would have started none)
+    alone = dataclasses.replace(keys, parallel=1)
+    line = repro.estimate(todo, str(tmp_path), alone, flops)
+    assert "FLOPs at 22% of the GPU's peak, 1 run(s) side by side" in line
+    assert float(re.search(r"rounds of ~([\d.]+) min", line).group(1)) == pytest.approx(minutes / 2, abs=0.1)
+    sink = repro.run_flops(repro.study_settings(dataclasses.replace(keys, config="config/repro_sink.py"), []))
+    assert sink == pytest.approx(2 * flops)  # twice the tokens of the same model
+    assert repro.fits_budget(time.time(), str(tmp_path), dataclasses.replace(alone, budget_min=10), sink)
     monkeypatch.setattr(repro, "this_device", lambda: "NVIDIA H200")
     assert "rounds of ~3.3 min, from the median speed of 1 earlier runs on NVIDIA H200" in \
         repro.estimate(todo, str(tmp_path), keys, flops)
