@@ -56,7 +56,8 @@ def claim_folder(folder):
     leave it held. If another process holds it, stop with one line naming that process. Keep the returned file
     open for as long as the claim should last (on a system without fcntl, Windows, it claims nothing). A .lock
     that is a symbolic link, a folder or anything but a plain file is refused, never followed: writing the pid
-    through a link would truncate whatever file it points at."""
+    through a link would truncate whatever file it points at. A lock on a .lock that was taken away meanwhile (a
+    failed command's, RunFolder.__exit__, claimed) is no claim: the lock is taken again on the file now there."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, ".lock")
     try:
@@ -83,6 +84,14 @@ def claim_folder(folder):
         holder = lock.read().strip() or "a process that has not yet said which"
         lock.close()
         fail(f"{folder} is in use by another process ({holder}): wait for it to end, or choose another folder")
+    try:  # the lock file may have been taken away (a failed command's) between our open and our lock: try again
+        here = os.lstat(path)
+    except OSError:
+        here = None
+    mine = os.fstat(lock.fileno())
+    if here is None or (here.st_dev, here.st_ino) != (mine.st_dev, mine.st_ino):
+        lock.close()
+        return claim_folder(folder)
     lock.seek(0)
     lock.truncate()
     lock.write(f"pid {os.getpid()}: {' '.join([os.path.basename(sys.executable)] + sys.argv)}\n")
@@ -91,11 +100,13 @@ def claim_folder(folder):
 
 
 @contextlib.contextmanager
-def claimed(folder):
+def claimed(folder, made=None):
     """claim_folder for a with-block (a results folder's one writer while it writes): the claim ends with the block.
     A folder that holds nothing but the lock the claim made at the end (the command failed before it wrote) is left
-    as it was: the lock taken away, and the folder too if the claim made it."""
-    made, made_lock = not os.path.lexists(folder), not os.path.lexists(os.path.join(folder, ".lock"))
+    as it was: the lock taken away, and the folder too if this command made it (made: writable_folder's answer;
+    None: whether the claim makes it)."""
+    made = not os.path.lexists(folder) if made is None else made
+    made_lock = not os.path.lexists(os.path.join(folder, ".lock"))
     lock = claim_folder(folder)
     try:
         yield
@@ -112,7 +123,8 @@ def writable_folder(folder, key="--out_dir"):
     """Make `folder` (and its parents) and check this process can write in it, before any work whose results go
     there: a path that is a file, lies under a file or is not writable stops with one line, not after the work. An
     empty new folder changes no run. Writability is tried, not read from the permissions, which a read-only disk
-    or a network filesystem can belie."""
+    or a network filesystem can belie. Returns whether it made the folder (for claimed)."""
+    made = not os.path.isdir(folder)
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:  # FileExistsError (a file), NotADirectoryError (under a file), PermissionError
@@ -123,6 +135,7 @@ def writable_folder(folder, key="--out_dir"):
     except OSError as e:
         fail(f"{key}={folder} is not writable by this user ({e.strerror or e}): choose another folder, or make it "
              "writable")
+    return made
 
 
 def write_text(path, text):

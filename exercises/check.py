@@ -685,37 +685,72 @@ def _private_pipes():
 
 # What the student's code prints reaches the checker through a pipe of its own (the child's stderr, where its stdout
 # goes too), forwarded line by line with a mark: it can never pass for the checker's own lines. Before each answer
-# the child writes OUTPUT_SYNC there, so that the checker prints what came before the answer before its verdict.
+# the child writes OUTPUT_SYNC into that pipe through a descriptor of its own (the student's code may redirect fd 2),
+# so that the checker prints what came before the answer before its verdict.
 OUTPUT_SYNC = b"\x00check: an answer follows\n"
-CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b.?|[\x00-\x08\x0b-\x1f\x7f]")  # colours, a cleared screen, \r
+# colours, a cleared screen, a carriage return; C1 controls (\x9b is an escape too) and text-direction overrides
+CONTROL = re.compile("\x1b\\[[0-?]*[ -/]*[@-~]|\x1b.?|"
+                     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+LINE_SHOWN, OUTPUT_SHOWN = 2000, 1 << 20  # characters of one printed line, bytes of one child's output, shown
+_mark_fd = None  # the child's own descriptor of its output pipe (serve)
 
 
 def _sync_output():
-    """In the child: mark on its output that all printed so far is out (OUTPUT_SYNC), if its stderr is still open."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    """In the child: mark on its output that all printed so far is out (OUTPUT_SYNC). Whatever the student's code
+    did to its own output (closed it, replaced sys.stdout), this never fails."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # closed, None, or an object of the student's
+            pass
     try:
-        os.write(2, OUTPUT_SYNC)
-    except OSError:  # the student's code closed it: its prints are lost anyway
+        os.write(_mark_fd, OUTPUT_SYNC)
+    except (OSError, TypeError):  # closed by the student's code: the checker stops waiting for marks
         pass
 
 
-def _forward_output(pipe, synced):
-    """In the checker: each line the child's pipe brings, to this process's stderr as '  | line', without control
-    characters (colours, a cleared screen, a carriage return); synced is set at each OUTPUT_SYNC and at the end."""
-    for line in iter(pipe.readline, b""):
-        mark = line.endswith(OUTPUT_SYNC)
-        line = line[:-len(OUTPUT_SYNC)] if mark else line
-        if line:
-            text = CONTROL.sub("", line.decode("utf-8", "replace").rstrip("\n"))
-            try:
-                sys.stderr.write(f"  | {text}\n")
-                sys.stderr.flush()
-            except (OSError, ValueError):  # this process's stderr closed: the verdicts matter, not the prints
-                pass
-        if mark:
-            synced.set()
-    synced.set()
+def _forward_output(fd, synced):
+    """In the checker: each line the child's pipe (fd) brings, to this process's stderr as '  | line', without
+    control characters, each line cut at LINE_SHOWN characters and the whole at OUTPUT_SHOWN bytes (the rest read
+    and dropped: memory stays bounded whatever the child prints); synced is released at each OUTPUT_SYNC."""
+    buffer, shown, cut = b"", 0, False
+
+    def show(data):
+        nonlocal shown, cut
+        if not data or cut:
+            return
+        shown += len(data)
+        text = CONTROL.sub("", data.decode("utf-8", "replace").rstrip("\n"))
+        more = len(text) - LINE_SHOWN
+        text = text[:LINE_SHOWN] + (f" ... ({more:,} more characters)" if more > 0 else "")
+        if shown > OUTPUT_SHOWN:
+            cut, text = True, f"... (the rest of what your code printed, past {OUTPUT_SHOWN:,} bytes, is not shown)"
+        try:
+            sys.stderr.write(f"  | {text}\n")
+            sys.stderr.flush()
+        except Exception:  # this process's stderr closed or None: the verdicts matter, not the prints
+            pass
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            break
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            line += b"\n"
+            if line.endswith(OUTPUT_SYNC):
+                show(line[:-len(OUTPUT_SYNC)])
+                synced.release()
+            else:
+                show(line)
+        if len(buffer) > LINE_SHOWN * 4:  # a line with no end yet: shown in parts, a mark's start kept back
+            keep = len(OUTPUT_SYNC) - 1
+            show(buffer[:-keep])
+            buffer = buffer[-keep:]
+    show(buffer)
 
 
 def _write_frame(fd, data):
@@ -752,8 +787,11 @@ def _refuse_reference_answers(path):
     def hook(event, args):
         if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes, os.PathLike)):
             named = [os.path.realpath(os.fsdecode(args[0])) + os.sep]
-        elif event in SPAWNS:
-            named = [str(args).replace("/", os.sep)]
+        elif event in SPAWNS:  # a command that names them by a path, relative or not, or runs among them
+            cwd = args[2] if event == "subprocess.Popen" and len(args) > 2 and args[2] else os.getcwd()
+            named = [os.path.realpath(os.fsdecode(cwd)) + os.sep]
+            if REFERENCE_ANSWERS + os.sep in str(args).replace("/", os.sep):
+                named.append(mark)
         else:
             return
         if any(mark in n for n in named):
@@ -765,7 +803,9 @@ def serve(exercise_dir, path, stack_file):
     """The child process's whole life: import the student's file, then answer requests until it is stopped."""
     import pickle
     _die_with_parent()
+    global _mark_fd
     fd_in, fd_out = _private_pipes()
+    _mark_fd = os.dup(2)  # the output pipe, as the student's code cannot redirect it
     stacks = open(stack_file, "w", encoding="utf-8")
     faulthandler.enable(file=stacks)  # a crash (segmentation fault...) writes the stack there too
     _refuse_reference_answers(path)
@@ -881,8 +921,9 @@ class ChildProcess:
         self.proc = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, HERE, exercise_dir, path, stack_file],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                      **apart)
-        self.synced = threading.Event()
-        self.printed = threading.Thread(target=_forward_output, args=(self.proc.stderr, self.synced), daemon=True)
+        self.synced, self.marks_lost = threading.Semaphore(0), False  # a release per mark of the child's output
+        self.printed = threading.Thread(target=_forward_output, args=(self.proc.stderr.fileno(), self.synced),
+                                        daemon=True)
         self.printed.start()
         # Blocking reads and writes run in threads of their own, so that this one can keep time, watch the memory,
         # and stop the child whatever it does (stops reading, never answers, or floods its pipe).
@@ -989,8 +1030,10 @@ class ChildProcess:
 
     def _receive(self):
         answer = self._wait(self.answers)
-        self.synced.wait(timeout=1)  # what the student's code printed before it answered, printed before the verdict
-        self.synced.clear()
+        # what the student's code printed before it answered, printed before the verdict: the mark that follows it
+        # comes at once; one that does not come within a second never will (its descriptor closed), nor later ones
+        if not self.marks_lost and not self.synced.acquire(timeout=1):
+            self.marks_lost = True
         return answer
 
     def _wait(self, box):
@@ -1325,12 +1368,23 @@ def file_digest(path):
         return None
 
 
+def text_digest(path):
+    """file_digest of a text file with its line ends as LF: a copy checked out with CRLF (Git on Windows) has the
+    same text_digest (None if it cannot be read)."""
+    import hashlib
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read().replace(b"\r\n", b"\n")).hexdigest()
+    except OSError:
+        return None
+
+
 def grade_entry(exercise_dir, result, seconds, digest=None, hints=None, checks_digest=None):
     """One exercise's entry of the grading result, from run_isolated's (passed, total, status, failed); seconds: how
     long the checker took (named checker_seconds: no one's time on the exercise); digest: the SHA-256 of the file that
     was graded, as file_digest read it before its checks ran; hints: the record of hints seen, as read before any
-    student code ran (which could rewrite it; None: read it now); checks_digest: the SHA-256 of the checks.py that
-    graded it (the gradebook compares it with the teacher's)."""
+    student code ran (which could rewrite it; None: read it now); checks_digest: the text_digest of the checks.py
+    that graded it (the gradebook compares it with the teacher's)."""
     passed, total, status, failed = result
     ok = status == "ok" and passed == total
     name = os.path.basename(exercise_dir)
@@ -1358,7 +1412,7 @@ def score_table(entries):
 
 def grade_result(entries, date=None, student=None, checker_digest=None):
     """The grading result (a dict, as written to the JSON file) of grade_entry's entries; student: whose (None when
-    not given); checker_digest: the SHA-256 of the check.py that graded them."""
+    not given); checker_digest: the text_digest of the check.py that graded them."""
     import platform
     from importlib import metadata
     try:
@@ -1410,8 +1464,8 @@ def read_sealed(path, key=None):
             result = json.load(f)
     except (OSError, ValueError) as e:
         return None, [f"{path} cannot be read as a result file: {e}"]
-    if not (isinstance(result, dict) and isinstance(result.get("seal"), str) and isinstance(result.get("exercises"), list)
-            and all(isinstance(e, dict) for e in result["exercises"])):
+    if not (isinstance(result, dict) and isinstance(result.get("seal"), str)
+            and isinstance(result.get("exercises"), list) and all(isinstance(e, dict) for e in result["exercises"])):
         return None, [f"{path} has no seal, or is not laid out as a result file: not one this checker wrote"]
     problems = []
     signed = result["seal"].startswith("hmac-")
@@ -1464,6 +1518,8 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
     loaded = {d: checks_of(d) for d in exercise_dirs}
     before = checker_digests()
     hints = _hints_record()  # (not a .py file: the student's code could rewrite it, so it is read now)
+    checks = {d: text_digest(os.path.join(d, "checks.py")) for d in exercise_dirs}  # what grades, line ends aside
+    checker = text_digest(os.path.join(HERE, "check.py"))
     entries = []
     for exercise_dir in exercise_dirs:
         name = os.path.basename(exercise_dir)
@@ -1491,14 +1547,13 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
                     "runs, and grade no one else in this account before you have")
             result = (0, result[1], "error", "changed the checker's files")
         entries.append(grade_entry(exercise_dir, result, time.monotonic() - started, digest, hints,
-                                   before.get(os.path.relpath(os.path.join(exercise_dir, "checks.py"), REPO))))
+                                   checks[exercise_dir]))
         if changed:
             break
     out("")
     for line in score_table(entries):
         out(line)
-    result = grade_result(entries, student=student,
-                          checker_digest=before.get(os.path.relpath(os.path.join(HERE, "check.py"), REPO)))
+    result = grade_result(entries, student=student, checker_digest=checker)
     try:
         write_result(result_path, result, key)
     except Exception as e:

@@ -6,7 +6,8 @@ The teacher's gradebook: one table of a class's result files.
 
 FOLDER holds the files the students wrote with `python exercises/check.py all --student=ID --result=ID.json`. Each
 *.json file in it becomes one row: the student, the file, whether its seal verifies and if not why, the exercises
-passed and the checks passed over all of them (partial credit), each exercise's status, checks passed and
+passed and the checks passed over all of them (partial credit: each exercise's checks stop at the first that
+fails, so it counts the checks passed before that one), each exercise's status, checks passed and
 hints_seen, the seed and the date. Each seal is checked as `check.py --verify`
 checks it, by check.py's own code, with $CHECK_SIGNING_KEY when it is set (set it to the key the files were signed
 with). The graded starter.py files are not checked: they are the students', not here; `check.py --verify=FILE` in a
@@ -16,8 +17,8 @@ date and seed: a copy under another name), lacks an exercise another file has (a
 passed" counts against every exercise in the folder), says that an untouched starter.py passed (its checks or its
 result were edited), was graded by a check.py or checks.py other than this checkout's (the SHA-256 the file records
 of them), or says that the student's code changed the checker's files (grading stopped there): no file is left out
-of the table. The console summary lists each flagged file with its flags, and why it does not verify. Exit status: 0 when no row is flagged, 1 when some
-are, 2 for bad input (no such folder, no result files in it).
+of the table. The console summary lists each flagged file with its flags, and why it does not verify. Exit status:
+0 when no row is flagged, 1 when some are, 2 for bad input (no such folder, no result files in it).
 """
 
 import csv
@@ -113,8 +114,8 @@ def flag_other_checks(rows):
     """Flag a file graded by a check.py or a checks.py other than this checkout's (the SHA-256 each file records of
     them): edited in the student's copy, or another version of the exercises. Like flag_untouched_starters', these
     digests are the student's to write: the flag catches the plain edit, not a careful forger."""
-    ours = {os.path.basename(d)[:2]: check.file_digest(os.path.join(d, "checks.py")) for d in check.exercise_dirs()}
-    checker = check.file_digest(os.path.join(check.HERE, "check.py"))
+    ours = {os.path.basename(d)[:2]: check.text_digest(os.path.join(d, "checks.py")) for d in check.exercise_dirs()}
+    checker = check.text_digest(os.path.join(check.HERE, "check.py"))  # line ends aside: a CRLF checkout is no edit
     for row in rows:
         ids = [i for i, e in row["exercises"].items() if e.get("checks_sha256") and e["checks_sha256"] != ours.get(i)]
         if row.get("checker_sha256") and row["checker_sha256"] != checker:
@@ -152,7 +153,8 @@ def table(rows):
         passed = f"{row['passed']}/{len(ids)}" if row["passed"] is not None else ""  # of every exercise here
         counts = [(e.get("passed"), e.get("total")) for e in row["exercises"].values()]
         counted = [(p, t) for p, t in counts if isinstance(p, int) and isinstance(t, int)]
-        checks = f"{sum(p for p, _ in counted)}/{sum(t for _, t in counted)}" if counted else ""  # partial credit
+        # partial credit: the checks passed before each exercise's first failing one (the checks stop there)
+        checks = f"{sum(p for p, _ in counted)}/{sum(t for _, t in counted)}" if counted else ""
         cells = [row["student"], row["file"], row["verified"], row["why not"], passed, checks]
         for i in ids:
             entry = row["exercises"].get(i)

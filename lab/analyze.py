@@ -818,8 +818,8 @@ def main(argv=None):
                 fail(f"--{name}={getattr(a, name)} must be at least 1")
         if a.text and not os.path.isfile(a.text):
             fail(f"--text={a.text}: no such file")
-        writable_folder(a.out_dir)  # before the measurement, not after it
-        with claimed(a.out_dir):
+        made = writable_folder(a.out_dir)  # before the measurement, not after it
+        with claimed(a.out_dir, made):
             try:
                 summary = analyze_pretrained(names, labels, a.out_dir, a.device, a.text, a.window, a.windows, a.bos,
                                              a.map_tokens)
@@ -852,8 +852,8 @@ def main(argv=None):
         if not (os.path.isfile(os.path.join(run, a.checkpoint)) or kept):
             fail(no_checkpoint(run, a.checkpoint))
         check_data(os.path.join(run, a.checkpoint))
-    writable_folder(a.out_dir)  # before the measurement, not after it
-    with claimed(a.out_dir):
+    made = writable_folder(a.out_dir)  # before the measurement, not after it
+    with claimed(a.out_dir, made):
         try:
             summary = analyze(runs, labels, a.out_dir, a.device, a.batches, a.batch_size, a.map_tokens, a.checkpoint,
                               a.plot_labels or None)

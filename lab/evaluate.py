@@ -661,8 +661,8 @@ def main(argv=None):
         if "stream" in modes and max(keeps) > T:  # a window holds T positions: more cannot be kept in view
             fail(f"--keep_first={written(a.keep_first)}: at most T = {T} first positions for {model} (T, the window "
                  f"measured, is its training length); keep_first={T} already keeps every position in view")
-    writable_folder(a.out_dir)  # before the work, not after it
-    with claimed(a.out_dir):
+    made = writable_folder(a.out_dir)  # before the work, not after it
+    with claimed(a.out_dir, made):
         try:
             summary = evaluate(runs, labels, a.out_dir, a.device, modes, a.windows, a.batch_size, a.quant, multiples,
                                scalings, stream_windows, keeps, a.checkpoint, names, a.text, a.window)

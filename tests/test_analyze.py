@@ -354,6 +354,15 @@ def test_kept_measurements_are_drawn_again_beside_other_data(trained_run, tmp_pa
         analyze.analyze([str(first)] + kept, out_dir=str(tmp_path / "mixed"), device="cpu")
     with pytest.raises(ValueError, match="measured here on .* whose tokens are not those the measurements kept"):
         analyze.analyze(kept + [str(first)], out_dir=str(tmp_path / "mixed2"), device="cpu")
+    # as a command: one line, and the --out_dir it made for nothing is gone (one that was there is left as it was)
+    for out in (tmp_path / "new" / "analysis", tmp_path / "mine"):
+        with pytest.raises(SystemExit, match="whose tokens are not those the measurements kept"):
+            analyze.main([f"--runs={kept[0]},{first}", f"--out_dir={out}", "--device=cpu"])
+    assert not (tmp_path / "new" / "analysis").exists() and (tmp_path / "new").is_dir()
+    (tmp_path / "mine").mkdir(exist_ok=True)
+    with pytest.raises(SystemExit):
+        analyze.main([f"--runs={kept[0]},{first}", f"--out_dir={tmp_path / 'mine'}", "--device=cpu"])
+    assert os.listdir(tmp_path / "mine") == []
 
 
 def test_analyze_cli_errors(tmp_path, trained_run):

@@ -6,10 +6,11 @@ catch it -- so no check is one that cannot fail.
 """
 
 import os
-import shlex
 import re
+import shlex
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -261,7 +262,34 @@ def test_what_the_students_code_prints_is_marked_cleaned_and_in_order(tmp_path):
     assert "\x1b" not in out and "\r" not in out, out
 
 
-@pytest.mark.parametrize("how", ["open", "glob", "command"])
+def test_what_the_students_code_prints_is_bounded(tmp_path):
+    """Output with no end of line, megabytes of it, never piles up in the checker: a line is cut at LINE_SHOWN
+    characters and the whole at OUTPUT_SHOWN bytes, said each time; a C1 control (\\x9b, an escape) is dropped."""
+    path = starter_with(tmp_path, gap1=["import sys", "sys.stderr.write('\\x9b2J' + 'x' * 3_000_000)",
+                                        "raise NotImplementedError('01-gap1: still to do')"])
+    result = subprocess.run([sys.executable, "exercises/check.py", "01", f"--file={path}"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    out = result.stdout
+    assert "more characters)" in out and "past 1,048,576 bytes, is not shown)" in out, out[-2000:]
+    assert len(out) < 100_000 and "\x9b" not in out and "[01.g1_gate_shapes] not filled yet" in out, out[-2000:]
+
+
+@needs_solutions
+def test_a_correct_file_that_silences_its_output_is_not_slowed(tmp_path):
+    """The mark that orders the student's output before each verdict goes through the checker's own descriptor: a
+    file that sends its fd 2 to /dev/null (to silence C-level warnings, say) is checked as fast as any other, never
+    failed as too slow by waits for marks that cannot come."""
+    with open(os.path.join(SOLUTIONS, NAMES[0] + ".py"), encoding="utf-8") as f:
+        text = f.read()
+    path = tmp_path / "quiet.py"
+    path.write_text(text + "\nimport os\nos.dup2(os.open(os.devnull, os.O_WRONLY), 2)\n", encoding="utf-8")
+    start = time.monotonic()
+    code, out = check_cli(path)
+    assert code == 0 and "8/8 checks passed" in out, out
+    assert time.monotonic() - start < 30, out  # a second's wait for each of its requests would take far longer
+
+
+@pytest.mark.parametrize("how", ["open", "glob", "command", "relative command", "command run there"])
 def test_a_file_that_reads_the_reference_answers_while_checked_is_refused(how, tmp_path):
     """The grading account can read a checkout with the reference answers (the teacher's): the student's code that
     opens one, finds one with glob or has a command print one, while it is checked, gets nothing from it."""
@@ -273,7 +301,12 @@ def test_a_file_that_reads_the_reference_answers_while_checked_is_refused(how, t
              "glob": ["import glob", f"found = glob.glob({str(tmp_path)!r} + '/**/exercises/solutions/*.py', "
                       "recursive=True)", "text = open(found[0]).read() if found else ''"],
              "command": ["import subprocess", f"text = subprocess.run(['cat', {target!r}], capture_output=True, "
-                         "text=True).stdout"]}[how]
+                         "text=True).stdout"],
+             "relative command": ["import subprocess", f"text = subprocess.run(['cat', 'exercises/solutions/"
+                                  f"01_g1_gate.py'], cwd={str(tmp_path / 'teacher')!r}, capture_output=True, "
+                                  "text=True).stdout"],
+             "command run there": ["import subprocess", "text = subprocess.run(['cat', '01_g1_gate.py'], "
+                                   f"cwd={str(answers)!r}, capture_output=True, text=True).stdout"]}[how]
     path = starter_with(tmp_path, end=reach + ["exec(text)"])
     code, out = check_cli(path)
     assert code == 1 and "0/8 checks passed." in out, out
@@ -672,8 +705,8 @@ def test_the_hint_counts_are_read_before_the_students_code_runs(tmp_path):
     result = read_json(tmp_path / "r.json")
     assert [e["hints_seen"] for e in result["exercises"]] == [3, 2], out
     assert [e["checks_sha256"] for e in result["exercises"]] == [
-        check.file_digest(str(copy / "exercises" / n / "checks.py")) for n in NAMES[:2]]
-    assert result["checker_sha256"] == check.file_digest(str(copy / "exercises" / "check.py"))
+        check.text_digest(str(copy / "exercises" / n / "checks.py")) for n in NAMES[:2]]
+    assert result["checker_sha256"] == check.text_digest(str(copy / "exercises" / "check.py"))
 
 
 def test_the_result_file_names_the_student(tmp_path):
@@ -842,10 +875,9 @@ def test_the_checkers_own_settings_are_one_line(setting):
     assert "Traceback" not in out and setting.split("=")[0].lstrip("-") in out, out
 
 
-@pytest.mark.parametrize("unbuffered", ["1", ""])
-def test_a_listing_read_only_in_part_ends_quietly(unbuffered):
-    """`check.py --list | head -1`: the reader closes the pipe; no traceback, buffered output or not."""
-    env = dict(os.environ, PYTHONUNBUFFERED=unbuffered)
+def test_a_listing_read_only_in_part_ends_quietly():
+    """`check.py --list | head -1`: the reader closes the pipe; no traceback."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")  # each line written as it is printed, so the pipe breaks mid-list
     result = subprocess.run(f"{shlex.quote(sys.executable)} exercises/check.py --list | head -1", shell=True,
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert result.stdout.startswith(NAMES[0]) and result.stdout.count("\n") == 1, result.stdout

@@ -167,8 +167,8 @@ def test_partial_credit_other_checks_and_a_stopped_grading_are_shown(tmp_path):
     the checker's files says so, not just 'a partial hand-in'."""
     folder = tmp_path / "class"
     folder.mkdir()
-    ours = [check.file_digest(os.path.join(d, "checks.py")) for d in DIRS]
-    checker = check.file_digest(os.path.join(EXERCISES, "check.py"))
+    ours = [check.text_digest(os.path.join(d, "checks.py")) for d in DIRS]
+    checker = check.text_digest(os.path.join(EXERCISES, "check.py"))
 
     def write(student, results, checks=ours, checker_digest=checker):
         entries = [check.grade_entry(d, r, 2.0, checks_digest=c) for d, r, c in zip(DIRS, results, checks)]
@@ -182,11 +182,14 @@ def test_partial_credit_other_checks_and_a_stopped_grading_are_shown(tmp_path):
     write("cy", three, checker_digest="1" * 64)  # check.py edited
     write("dee", three, checks=[None] * 3, checker_digest=None)  # a file from before the digests were recorded
     write("ed", [(8, 8, "ok", None), (0, 8, "error", "changed the checker's files")])
+    crlf = tmp_path / "checks-crlf.py"  # a Windows checkout's copy (Git turns LF into CRLF): the same checks
+    crlf.write_bytes(open(os.path.join(DIRS[0], "checks.py"), "rb").read().replace(b"\n", b"\r\n"))
+    write("fay", three, checks=[check.text_digest(str(crlf))] + ours[1:])
     gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
     rows = read_csv(tmp_path / "book.csv")
     first, second, _ = (os.path.basename(d)[:2] for d in DIRS)
     assert rows["ann.json"]["checks passed"] == "17/25" and rows["ann.json"][f"{second} checks"] == "5/8"
-    assert rows["ann.json"]["flags"] == "" and rows["dee.json"]["flags"] == "", rows
+    assert rows["ann.json"]["flags"] == "" and rows["dee.json"]["flags"] == "" and rows["fay.json"]["flags"] == ""
     assert rows["bo.json"]["flags"] == f"graded by checks other than this checkout's: {second} (edited, or another " \
         "version of the exercises)"
     assert rows["cy.json"]["flags"].startswith("graded by checks other than this checkout's: check.py (")

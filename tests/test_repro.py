@@ -1363,7 +1363,8 @@ def test_a_column_some_seeds_lack_shows_the_seeds_that_have_it_and_says_how_many
     shows the new seed's value and says '1 of 3 seeds', never '–' (nothing shown) nor a mean over fewer seeds
     presented as all of them; a column every seed has stays as it was."""
     def record(seed, delta):
-        bucket = {"from": 64, "to": 128, "mean": 2.0 + (seed - 1337) / 1e4, **({"increase": {"mean": delta}} if delta else {})}
+        bucket = {"from": 64, "to": 128, "mean": 2.0 + (seed - 1337) / 1e4,
+                  **({"increase": {"mean": delta}} if delta else {})}
         return {"label": f"baseline/seed{seed}", "run": str(tmp_path / f"seed{seed}"), "checkpoint": "ckpt.pt",
                 "length": {"none": [{"multiple": 2, "buckets": [bucket]}]}}
     models = [record(1337, None), record(1338, None), record(1339, 0.25)]

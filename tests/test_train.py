@@ -1618,3 +1618,23 @@ def test_a_results_folder_made_by_a_command_that_failed_is_taken_away(tmp_path):
                     (folder / "summary.json").write_text("{}")
                 raise RuntimeError("the download failed")
     assert not new.exists() and sorted(os.listdir(kept)) == [".lock", "summary.json"] and os.listdir(old) == []
+
+
+def test_a_lock_file_taken_away_while_it_was_being_locked_is_locked_again(tmp_path, monkeypatch):
+    """A holds the folder and, failing, takes its .lock away; B had opened that .lock and gets its lock once A lets
+    go: B must then lock the .lock now in the folder (which C would), or B and C would both own the folder."""
+    import fcntl
+    folder = tmp_path / "out"
+    real, calls = fcntl.flock, []
+
+    def flock(f, op):  # B's first lock: A removes the file B opened, just before B gets it
+        if not calls:
+            os.unlink(folder / ".lock")
+            (folder / ".lock").write_text("")  # C's new lock file
+        calls.append(op)
+        return real(f, op)
+    monkeypatch.setattr(fcntl, "flock", flock)
+    lock = runfolder.claim_folder(str(folder))
+    mine, there = os.fstat(lock.fileno()), os.stat(folder / ".lock")
+    assert (mine.st_ino, mine.st_dev) == (there.st_ino, there.st_dev) and len(calls) == 2
+    lock.close()
