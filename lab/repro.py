@@ -6,7 +6,7 @@ repository's root:
 
     python -m lab.repro list                  # every variant, its flags and the paper rows it is compared with
     python -m lab.repro prepare               # the corpus: .py files of this Python's installed packages
-    python -m lab.repro train all --seeds=3 --parallel=3   # the study (variants.STUDY), three seeds, 3 runs at once
+    python -m lab.repro train all --seeds=3              # the study (variants.STUDY), three seeds, one run at a time
     python -m lab.repro train baseline g1_elementwise --max_iters=400
     python -m lab.repro train baseline:2 g1_elementwise:2 g1_headwise --parallel=2 --budget_min=18   # what fits
     python -m lab.repro evaluate              # lab/evaluate.py on the models' checkpoints: out-repro/report/evaluate/

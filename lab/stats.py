@@ -52,13 +52,16 @@ RULE = (f"Seeds are the unit of replication: each run gives one value per measur
         f"it contains no change. Each direction is decided at {ALPHA:.1%} (one side of the 95% interval): where a "
         f"variant truly changes nothing, its claim still reads \"reproduced\" with probability {ALPHA:.1%}, and as "
         f"often \"not reproduced\". Each claim is decided on its own, with no correction for the number of claims, "
-        f"several of which share runs: among many verdicts, one may be chance. A verdict needs at least {MIN_SEEDS} "
+        f"several of which share runs: where nothing truly changes, each verdict is wrong with probability "
+        f"{2 * ALPHA:.0%}, so among 20 such verdicts one is expected to be wrong, and the chance that some verdict is "
+        f"wrong is far higher than {2 * ALPHA:.0%} (64% for 20 independent ones). A verdict needs at least {MIN_SEEDS} "
         f"seeds on each side ({MIN_SEEDS} of the variant "
         f"against a fixed value); with fewer it is \"too few seeds\", whatever the interval. Beside the verdict, "
         f"\"direction\" says whether our estimate points the paper's way (same direction or opposite), and \"size\", "
         f"where the paper gives a number for the same quantity, whether our effect lies between half and twice the "
         f"paper's (within a factor of {SIZE_FACTOR:g}): same size, smaller or larger. The effect is the difference, "
-        f"or the log of the ratio; against GA's perplexities, the log of the perplexity ratio, which is a loss "
+        f"or the log of the ratio (a loose standard for a ratio: ×0.25 against the paper's ×0.09 is the same size, "
+        f"their logs -1.39 and -2.41); against GA's perplexities, the log of the perplexity ratio, which is a loss "
         f"difference in nats. Direction and size describe the point estimate; they decide nothing.")
 
 COUNT_RULE = (f"A yes/no outcome of a run (did it grow a sink head?) is counted over seeds: k of n, with its exact "
