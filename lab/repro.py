@@ -333,10 +333,42 @@ def list_variants(study=STUDIES["repro"]):
               f"python -m lab.repro train all --study={study.name}")
 
 
+CORPUS_PACKAGES = "packages.txt"  # beside the corpus: the distributions it was built from (prepare)
+REPORT_PACKAGES = "corpus-packages.txt"  # the same list, kept with a report of runs trained on that corpus
+
+
+def corpus_packages(purelib):
+    """'name==version' of each distribution installed in purelib, sorted: the packages whose .py files the corpus is
+    made of (another list, another corpus)."""
+    from importlib import metadata
+    return sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions(path=[purelib])
+                   if d.metadata["Name"]}, key=str.lower)
+
+
 def prepare(name="pysrc"):
-    """The study corpus: every .py file of the installed packages (de-duplicated, split by file)."""
-    run_tool(os.path.join("data", "textdir", "prepare.py"),
-             ["--src", sysconfig.get_paths()["purelib"], "--name", name, "--exts", ".py"])
+    """The study corpus: every .py file of the installed packages (de-duplicated, split by file), and beside it the
+    list of those packages (CORPUS_PACKAGES), which a report of runs trained on it keeps: the corpus is built again
+    from the same packages on the same Python."""
+    purelib = sysconfig.get_paths()["purelib"]
+    run_tool(os.path.join("data", "textdir", "prepare.py"), ["--src", purelib, "--name", name, "--exts", ".py"])
+    write_text(os.path.join(dataset_dir(name), CORPUS_PACKAGES),
+               f"# the distributions whose .py files made this corpus (Python {sys.version.split()[0]}, from "
+               f"{purelib}): installed in an environment of the same Python, they give the same corpus\n" +
+               "".join(f"{line}\n" for line in corpus_packages(purelib)))
+
+
+def keep_corpus_packages(root, out_dir, runs, records):
+    """Copy the corpus's list of packages (CORPUS_PACKAGES, where prepare wrote one) into the report as
+    REPORT_PACKAGES, from the data of the runs measured here (a report drawn from kept runs alone keeps its own)."""
+    for (v, seed), r in zip(runs, records):
+        if not os.path.isfile(os.path.join(run_dir(root, v, seed), CHECKPOINT)):
+            continue
+        config = r.get("train_config") or {}
+        path = os.path.join(dataset_dir(config.get("dataset", ""), config.get("data_dir", "")), CORPUS_PACKAGES)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                write_text(os.path.join(out_dir, REPORT_PACKAGES), f.read())
+        return
 
 
 # -----------------------------------------------------------------------------
@@ -766,6 +798,7 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
     every_command = read_jsonl(os.path.join(root, COMMANDS))
     commands = {(c["variant"], c.get("seed")): c for c in every_command}
     keep_runs(root, out_dir, runs, commands)
+    keep_corpus_packages(root, out_dir, runs, summary["runs"])
     records, windows = [], {}
     for (v, seed), r, w in zip(runs, summary["runs"], per_window):
         cmd = commands.get((v, seed))

@@ -1388,3 +1388,26 @@ def test_the_report_library_run_as_a_command_says_which_command_reports(library)
     assert result.returncode != 0 and result.stdout == ""
     assert result.stderr.startswith(f"error: lab/{library}.py is a library") and "python -m lab.repro report" in \
         result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_the_corpus_keeps_the_list_of_packages_it_was_built_from(tmp_path):
+    """The study's corpus is the .py files of the installed packages: prepare writes their list beside it, and a
+    report of runs trained here keeps it (corpus-packages.txt), so that the corpus can be built again elsewhere; a
+    report drawn from kept runs alone keeps the list it had."""
+    site = tmp_path / "site-packages"
+    for name, version in (("zeta", "1.0"), ("Alpha", "2.3")):  # two installed distributions
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    assert repro.corpus_packages(str(site)) == ["Alpha==2.3", "zeta==1.0"]
+    data, root, out = tmp_path / "data", tmp_path / "root", tmp_path / "report"
+    data.mkdir()
+    out.mkdir()
+    (data / repro.CORPUS_PACKAGES).write_text("# the list\nAlpha==2.3\n")
+    record = {"train_config": {"dataset": "toy", "data_dir": str(data)}}
+    (root / "baseline" / "seed1337").mkdir(parents=True)
+    repro.keep_corpus_packages(str(root), str(out), [("baseline", 1337)], [record])  # kept: no checkpoint here
+    assert not (out / repro.REPORT_PACKAGES).exists()
+    (root / "baseline" / "seed1337" / "ckpt.pt").write_bytes(b"")  # a run trained here, on that data
+    repro.keep_corpus_packages(str(root), str(out), [("baseline", 1337)], [record])
+    assert (out / repro.REPORT_PACKAGES).read_text() == "# the list\nAlpha==2.3\n"
