@@ -159,11 +159,18 @@ def configure(keys, argv, defaults=None):
                      f"{' or None' if fields[key].default is None else ''}, got {text!r}")
         values[key] = _typed(key, value, arg, fields)
         given.add(key)
+    return _build(keys, values, given), given
+
+
+def _build(keys, values, given):
+    """keys(**values), or one line for a check of the dataclass itself (GPTConfig's on the model's flags), naming
+    the lower-case value that would pass where a given value differs only in case (--gate=G1, as the papers write
+    it)."""
     try:
-        return keys(**values), given
-    except ValueError as e:  # a check of the dataclass itself, e.g. GPTConfig's on the model's flags
+        return keys(**values)
+    except ValueError as e:
         for key in sorted(k for k in given if isinstance(values[k], str) and values[k] != values[k].lower()):
-            try:  # --gate=G1, as the papers write it: the names are lower case
+            try:
                 keys(**(values | {key: values[key].lower()}))
             except ValueError:
                 continue
