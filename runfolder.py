@@ -50,7 +50,7 @@ MEASUREMENTS = (MEASURED + ".json", MEASURED + ".npz", EVALUATED)  # a run's mea
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # a run folder's files are never written through a symbolic link (not Windows)
 
 
-def claim_folder(folder):
+def claim_folder(folder, tries=10):
     """Make this process the one owner of `folder` (created if need be) until it exits: an exclusive lock on
     folder/.lock, which the operating system releases when the process ends, however it ends, so a crash cannot
     leave it held. If another process holds it, stop with one line naming that process. Keep the returned file
@@ -91,7 +91,9 @@ def claim_folder(folder):
     mine = os.fstat(lock.fileno())
     if here is None or (here.st_dev, here.st_ino) != (mine.st_dev, mine.st_ino):
         lock.close()
-        return claim_folder(folder)
+        if tries <= 1:  # a filesystem whose file identities do not hold still (some network ones)
+            fail(f"{path} changed each time it was locked: choose a folder on a local disk")
+        return claim_folder(folder, tries - 1)
     lock.seek(0)
     lock.truncate()
     lock.write(f"pid {os.getpid()}: {' '.join([os.path.basename(sys.executable)] + sys.argv)}\n")

@@ -709,8 +709,9 @@ def _sync_output():
         pass
 
 
-def _forward_output(fd, synced):
-    """In the checker: each line the child's pipe (fd) brings, to this process's stderr as '  | line', without
+def _forward_output(pipe, synced):
+    """In the checker: each line the child's pipe (a file object, held here so that its descriptor is never closed
+    and reused under this thread) brings, to this process's stderr as '  | line', without
     control characters, each line cut at LINE_SHOWN characters and the whole at OUTPUT_SHOWN bytes (the rest read
     and dropped: memory stays bounded whatever the child prints); synced is released at each OUTPUT_SYNC."""
     buffer, shown, cut = b"", 0, False
@@ -732,14 +733,13 @@ def _forward_output(fd, synced):
             pass
     while True:
         try:
-            chunk = os.read(fd, 1 << 16)
-        except OSError:
+            chunk = os.read(pipe.fileno(), 1 << 16)
+        except (OSError, ValueError):
             chunk = b""
         if not chunk:
             break
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
+        *lines, buffer = (buffer + chunk).split(b"\n")  # one split a chunk: linear in what is read
+        for line in lines:
             line += b"\n"
             if line.endswith(OUTPUT_SYNC):
                 show(line[:-len(OUTPUT_SYNC)])
@@ -922,8 +922,7 @@ class ChildProcess:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                      **apart)
         self.synced, self.marks_lost = threading.Semaphore(0), False  # a release per mark of the child's output
-        self.printed = threading.Thread(target=_forward_output, args=(self.proc.stderr.fileno(), self.synced),
-                                        daemon=True)
+        self.printed = threading.Thread(target=_forward_output, args=(self.proc.stderr, self.synced), daemon=True)
         self.printed.start()
         # Blocking reads and writes run in threads of their own, so that this one can keep time, watch the memory,
         # and stop the child whatever it does (stops reading, never answers, or floods its pipe).

@@ -350,6 +350,8 @@ def prepare(name="pysrc"):
     list of those packages (CORPUS_PACKAGES), which a report of runs trained on it keeps: the corpus is built again
     from the same packages on the same Python."""
     purelib = sysconfig.get_paths()["purelib"]
+    with contextlib.suppress(FileNotFoundError):  # an earlier list: no file of the dataset's (prepared again)
+        os.remove(os.path.join(dataset_dir(name), CORPUS_PACKAGES))
     run_tool(os.path.join("data", "textdir", "prepare.py"), ["--src", purelib, "--name", name, "--exts", ".py"])
     write_text(os.path.join(dataset_dir(name), CORPUS_PACKAGES),
                f"# the distributions whose .py files made this corpus (Python {sys.version.split()[0]}, from "
@@ -359,7 +361,8 @@ def prepare(name="pysrc"):
 
 def keep_corpus_packages(root, out_dir, runs, records):
     """Copy the corpus's list of packages (CORPUS_PACKAGES, where prepare wrote one) into the report as
-    REPORT_PACKAGES, from the data of the runs measured here (a report drawn from kept runs alone keeps its own)."""
+    REPORT_PACKAGES, from the data of the runs measured here (a report drawn from kept runs alone keeps its own);
+    where that data has none (prepared before the list was written), an earlier list in the report is taken away."""
     for (v, seed), r in zip(runs, records):
         if not os.path.isfile(os.path.join(run_dir(root, v, seed), CHECKPOINT)):
             continue
@@ -368,6 +371,9 @@ def keep_corpus_packages(root, out_dir, runs, records):
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as f:
                 write_text(os.path.join(out_dir, REPORT_PACKAGES), f.read())
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(out_dir, REPORT_PACKAGES))
         return
 
 

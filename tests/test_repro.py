@@ -1411,3 +1411,21 @@ def test_the_corpus_keeps_the_list_of_packages_it_was_built_from(tmp_path):
     (root / "baseline" / "seed1337" / "ckpt.pt").write_bytes(b"")  # a run trained here, on that data
     repro.keep_corpus_packages(str(root), str(out), [("baseline", 1337)], [record])
     assert (out / repro.REPORT_PACKAGES).read_text() == "# the list\nAlpha==2.3\n"
+    (data / repro.CORPUS_PACKAGES).unlink()  # a corpus prepared before the list was written: no stale list kept
+    repro.keep_corpus_packages(str(root), str(out), [("baseline", 1337)], [record])
+    assert not (out / repro.REPORT_PACKAGES).exists()
+
+
+def test_prepare_runs_again_over_its_own_list(tmp_path, monkeypatch):
+    """prepare can be run again (check_kept_data's advice): its list of packages, no file of the dataset's
+    preparation, is out of the folder while the corpus is built, and written again after."""
+    folder = tmp_path / "pysrc"
+    folder.mkdir()
+    (folder / repro.CORPUS_PACKAGES).write_text("old\n")
+    seen = []
+    monkeypatch.setattr(repro, "dataset_dir", lambda name, data_dir="": str(folder))
+    monkeypatch.setattr(repro, "run_tool", lambda tool, args: seen.append(sorted(os.listdir(folder))))
+    repro.prepare()
+    assert seen == [[]]
+    text = (folder / repro.CORPUS_PACKAGES).read_text()
+    assert text.startswith("# the distributions whose .py files made this corpus") and "==" in text.splitlines()[1]
