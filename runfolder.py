@@ -101,6 +101,18 @@ def claim_folder(folder, tries=10):
     return lock
 
 
+def release_folder(folder, lock, made_lock, untouched, made=False):
+    """End a claim_folder claim. Where the claim made the .lock and the command left the folder untouched (it
+    failed before it wrote), take the .lock away first, while it is still held (so no other process has locked that
+    file: claim_folder checks the file it locked is the one there), and the folder too if this command made it."""
+    with contextlib.suppress(OSError):
+        if made_lock and untouched():
+            os.unlink(os.path.join(folder, ".lock"))
+            if made:
+                os.rmdir(folder)
+    lock.close()
+
+
 @contextlib.contextmanager
 def claimed(folder, made=None):
     """claim_folder for a with-block (a results folder's one writer while it writes): the claim ends with the block.
@@ -113,12 +125,7 @@ def claimed(folder, made=None):
     try:
         yield
     finally:
-        with contextlib.suppress(OSError):
-            if made_lock and os.listdir(folder) == [".lock"]:
-                os.unlink(os.path.join(folder, ".lock"))
-                if made:
-                    os.rmdir(folder)
-        lock.close()
+        release_folder(folder, lock, made_lock, lambda: os.listdir(folder) == [".lock"], made)
 
 
 def writable_folder(folder, key="--out_dir"):
@@ -436,11 +443,8 @@ class RunFolder:
         return self
 
     def __exit__(self, *exc):
-        if self.lock is not None:
-            if self.made_lock and not self.held():  # a failed command leaves a folder that holds no run as it was
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(self.out_dir, ".lock"))
-            self.lock.close()  # the OS would release it at exit; a test calling train.main() twice needs it now
+        if self.lock is not None:  # the OS would release it at exit; a test calling train.main() twice needs it now
+            release_folder(self.out_dir, self.lock, self.made_lock, lambda: not self.held())  # no run: as it was
             self.lock = None
 
     def claim(self):

@@ -262,10 +262,10 @@ class Trainer:
                  + (" (the first step: compiling, allocating)" if first_step else ""), flush=True)
 
     def say_done(self, record, dt, eval_seconds):
-        wall, speed, ran = time.perf_counter() - self.t_loop, self.wall_tokens_per_s(), self.iter_num - self.start_iter
-        speed = (f", {speed:,.0f} tokens/s end to end (a training step alone: "
+        wall, rate, ran = time.perf_counter() - self.t_loop, self.wall_tokens_per_s(), self.iter_num - self.start_iter
+        speed = (f", {rate:,.0f} tokens/s end to end (a training step alone: "
                  f"{self.tokens_per_iter / dt:,.0f} tokens/s; evaluations and checkpoints took {eval_seconds:.0f} s,"
-                 f" {eval_seconds / wall:.0%} of the time)" if speed and dt else "")
+                 f" {eval_seconds / wall:.0%} of the time)" if rate and dt else "")
         self.say(f"done: {self.iter_num} iterations{f' ({ran} by this command)' if ran < self.iter_num else ''} in "
                  f"{wall:.0f} s{speed}. {describe(record)}. The val loss is over {self.c.eval_iters} validation "
                  f"batches, the rest are layer averages on the first ({self.c.batch_size} windows; python -m "

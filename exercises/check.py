@@ -1357,25 +1357,22 @@ GRADE_STATUS = {"ok": "passed", "wrong": "failed", "not filled": "not filled", "
 RESULT_FILE = "check-result.json"
 
 
-def file_digest(path):
-    """The SHA-256 of a file's bytes (None if it cannot be read): which file a verdict belongs to."""
+def file_digest(path, lf=False):
+    """The SHA-256 of a file's bytes (None if it cannot be read): which file a verdict belongs to; lf: of its text
+    with CRLF line ends read as LF."""
     import hashlib
     try:
         with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+            data = f.read()
+        return hashlib.sha256(data.replace(b"\r\n", b"\n") if lf else data).hexdigest()
     except OSError:
         return None
 
 
 def text_digest(path):
     """file_digest of a text file with its line ends as LF: a copy checked out with CRLF (Git on Windows) has the
-    same text_digest (None if it cannot be read)."""
-    import hashlib
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read().replace(b"\r\n", b"\n")).hexdigest()
-    except OSError:
-        return None
+    same text_digest."""
+    return file_digest(path, lf=True)
 
 
 def grade_entry(exercise_dir, result, seconds, digest=None, hints=None, checks_digest=None):

@@ -578,9 +578,8 @@ def check_kept_windows(record, run_dir, checkpoint, windows, fingerprints):
     fingerprints: the windows (as JSON) -> windows_id, filled in as runs are checked."""
     key = json.dumps(windows, sort_keys=True)
     taken = {k: v for k, v in (record.get("eval_windows") or {}).items() if k != "data_dir"}
-    if taken and taken != {k: v for k, v in windows.items() if k != "data_dir"}:  # asked for other windows
-        fingerprints.setdefault(key, None)
-    elif key not in fingerprints:  # the first run on these windows: they are checked on the data where it is here
+    other = bool(taken) and taken != {k: v for k, v in windows.items() if k != "data_dir"}  # other windows asked
+    if not other and key not in fingerprints:  # the first run on these windows: checked on the data, where it is here
         try:
             here = windows_id(load_windows(windows))
         except FileNotFoundError:
@@ -591,7 +590,7 @@ def check_kept_windows(record, run_dir, checkpoint, windows, fingerprints):
             print(f"note: {windows['data_dir']} holds other data than the measurements kept of the runs were taken "
                   "on: they are compared with each other, and a run measured here would not compare with them")
         fingerprints[key] = record["windows_id"]
-    if record["windows_id"] != fingerprints[key]:
+    if other or record["windows_id"] != fingerprints[key]:
         raise ValueError(f"{run_dir}: its {checkpoint} is gone, and the measurement kept of it was taken on "
                          f"other windows than {describe_windows(windows)} (other data, or cut otherwise): "
                          "train the run again here to compare it with these runs")

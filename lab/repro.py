@@ -355,7 +355,7 @@ def prepare(name="pysrc"):
     run_tool(os.path.join("data", "textdir", "prepare.py"), ["--src", purelib, "--name", name, "--exts", ".py"])
     write_text(os.path.join(dataset_dir(name), CORPUS_PACKAGES),
                f"# the distributions whose .py files made this corpus (Python {sys.version.split()[0]}, from "
-               f"{purelib}): installed in an environment of the same Python, they give the same corpus\n" +
+               f"{purelib}): installed in an environment of the same Python, they should give the same corpus\n" +
                "".join(f"{line}\n" for line in corpus_packages(purelib)))
 
 
@@ -363,18 +363,18 @@ def keep_corpus_packages(root, out_dir, runs, records):
     """Copy the corpus's list of packages (CORPUS_PACKAGES, where prepare wrote one) into the report as
     REPORT_PACKAGES, from the data of the runs measured here (a report drawn from kept runs alone keeps its own);
     where that data has none (prepared before the list was written), an earlier list in the report is taken away."""
-    for (v, seed), r in zip(runs, records):
-        if not os.path.isfile(os.path.join(run_dir(root, v, seed), CHECKPOINT)):
-            continue
-        config = r.get("train_config") or {}
-        path = os.path.join(dataset_dir(config.get("dataset", ""), config.get("data_dir", "")), CORPUS_PACKAGES)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                write_text(os.path.join(out_dir, REPORT_PACKAGES), f.read())
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(out_dir, REPORT_PACKAGES))
+    here = [r for (v, seed), r in zip(runs, records)
+            if os.path.isfile(os.path.join(run_dir(root, v, seed), CHECKPOINT))]
+    if not here:
         return
+    config = here[0].get("train_config") or {}  # (every run here is on one corpus: check_kept_data, write_report)
+    path = os.path.join(dataset_dir(config.get("dataset", ""), config.get("data_dir", "")), CORPUS_PACKAGES)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            write_text(os.path.join(out_dir, REPORT_PACKAGES), f.read())
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(out_dir, REPORT_PACKAGES))
 
 
 # -----------------------------------------------------------------------------
