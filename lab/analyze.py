@@ -461,6 +461,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     device = pick_device(device)
     records, scores, maps = [], [], []
     fingerprints = {}  # the windows (eval_windows' dict, as JSON) -> windows_id of their tokens
+    data_notes = []  # where kept runs could not be checked on the data here (check_kept_windows)
     for i, (run_dir, label) in enumerate(zip(run_dirs, labels)):
         model, ckpt, stored, trained = open_run(run_dir, checkpoint, device)
         if i == 0:  # how many windows: the first run's, so one run's val loss matches its own log
@@ -487,7 +488,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
             where = "" if logged is None else f" (val loss in its log: {logged:.4f})"
         else:
             record, s, m = stored
-            check_kept_windows(record, run_dir, checkpoint, windows, fingerprints)
+            data_notes += filter(None, [check_kept_windows(record, run_dir, checkpoint, windows, fingerprints)])
             record.update(label=label, out_dir=run_dir, eval_windows=windows)
             where = f" (measured earlier, on {record['measured_on']}: its {checkpoint} is gone)"
         records.append(record)
@@ -502,7 +503,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         "date": time.strftime("%Y-%m-%d"),
         "measured_on": places,
         "checkpoint": checkpoint,
-        "validation": {"batches": batches, "batch_size": batch_size, "source": source},
+        "validation": {"batches": batches, "batch_size": batch_size, "source": source, "data_notes": data_notes},
         "runs": records,
         "problems": [f"{r['label']}: {r['problem']}" for r in records if r.get("problem")],
     }
@@ -575,25 +576,30 @@ def validation_windows(trained, label, batches, batch_size):
 def check_kept_windows(record, run_dir, checkpoint, windows, fingerprints):
     """A kept measurement counts only if it was taken on these windows: checked on the data where it is here, else
     against the other runs kept on the same windows (so a report can be drawn again without the data).
-    fingerprints: the windows (as JSON) -> windows_id, filled in as runs are checked."""
+    fingerprints: the windows (as JSON) -> windows_id, filled in as runs are checked. Returns a note, said and kept
+    in the summary, where the first run on these windows could not be checked on the data here; else None."""
     key = json.dumps(windows, sort_keys=True)
     taken = {k: v for k, v in (record.get("eval_windows") or {}).items() if k != "data_dir"}
     other = bool(taken) and taken != {k: v for k, v in windows.items() if k != "data_dir"}  # other windows asked
+    note = None
     if not other and key not in fingerprints:  # the first run on these windows: checked on the data, where it is here
         try:
             here = windows_id(load_windows(windows))
         except FileNotFoundError:
-            print(f"note: {windows['data_dir']} is not here: the measurements kept of the runs are compared "
-                  "with each other, by a fingerprint of the windows each was taken on")
+            note = (f"{windows['data_dir']} is not here: the measurements kept of the runs are compared with each "
+                    "other, by a fingerprint of the windows each was taken on")
             here = record["windows_id"]
         if here != record["windows_id"]:  # other data here (a corpus of other packages): the kept runs agree or not
-            print(f"note: {windows['data_dir']} holds other data than the measurements kept of the runs were taken "
-                  "on: they are compared with each other, and a run measured here would not compare with them")
+            note = (f"{windows['data_dir']} holds other data than the measurements kept of the runs were taken on: "
+                    "they are compared with each other, and a run measured here would not compare with them")
         fingerprints[key] = record["windows_id"]
     if other or record["windows_id"] != fingerprints[key]:
         raise ValueError(f"{run_dir}: its {checkpoint} is gone, and the measurement kept of it was taken on "
                          f"other windows than {describe_windows(windows)} (other data, or cut otherwise): "
                          "train the run again here to compare it with these runs")
+    if note:
+        print(f"note: {note}")
+    return note
 
 
 def note_window_differences(records, batches, batch_size):
@@ -699,7 +705,8 @@ def summary_table(summary):
     v = summary["validation"]
     shown = [m for m in MEASURES if not m.mechanism]
     lines = [f"Measured by analyze.py on {places_text(summary['measured_on'])}: {summary['checkpoint']} of each "
-             f"run, {v['batches']} batches x {v['batch_size']} validation windows ({v['source']}). Layer means.", ""]
+             f"run, {v['batches']} batches x {v['batch_size']} validation windows ({v['source']}). Layer means."
+             + "".join(f" Note: {note}." for note in v.get("data_notes", ())), ""]
     lines += markdown_table(["run", "lr"] + [m.label for m in shown],
                             [[r["label"], f"{r['lr']:g}"] + [cell(m, r.get(m.key)) for m in shown]
                              for r in summary["runs"]])

@@ -348,7 +348,8 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
         f"where a run's checkpoint is gone, from what lab/analyze.py measured on it then, kept beside its log), on "
         f"the same {val['batches'] * val['batch_size']:,} validation windows ({val['batches']} x {val['batch_size']}, "
         f"{fmt_tokens(val['batches'] * val['batch_size'] * windows['block_size'])} tokens"
-        f"{', each starting with <|endoftext|>' if windows['bos'] else ''}; {val['source']})."]
+        f"{', each starting with <|endoftext|>' if windows['bos'] else ''}; {val['source']})."
+        + "".join(f" Note: {note}." for note in val.get("data_notes", ()))]
     by = {}
     for r in records:
         by.setdefault(r["variant"], []).append(r)

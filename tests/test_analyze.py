@@ -322,6 +322,11 @@ def test_kept_measurements_are_drawn_again_without_the_data(trained_run, tmp_pat
         "Measured by analyze.py on NVIDIA H200, 2026-11-26 (1 run); NVIDIA H100 80GB HBM3, 2026-11-22 (1 run): ")
     out = capsys.readouterr().out
     assert out.count("data-elsewhere is not here: the measurements kept of the runs are compared with each other") == 1
+    # and the summary says it too, not only the terminal: a result knows which data it was checked on
+    [note] = summary["validation"]["data_notes"]
+    assert note.endswith("data-elsewhere is not here: the measurements kept of the runs are compared with each "
+                         "other, by a fingerprint of the windows each was taken on")
+    assert f"Note: {note}." in open(tmp_path / "again" / "summary.md").readline()
 
     record = json.load(open(tmp_path / "b" / "measured.json"))
     record["windows_id"] = "0" * 16  # as if b had been measured on other tokens
@@ -350,6 +355,10 @@ def test_kept_measurements_are_drawn_again_beside_other_data(trained_run, tmp_pa
     summary = analyze.analyze(kept, out_dir=str(tmp_path / "again"), device="cpu")
     assert [r["windows_id"] for r in summary["runs"]] == ["1" * 16] * 2
     assert "holds other data than the measurements kept of the runs were taken on" in capsys.readouterr().out
+    [note] = summary["validation"]["data_notes"]
+    assert "holds other data than the measurements kept" in note
+    assert f"Note: {note}." in open(tmp_path / "again" / "summary.md").readline()
+    assert analyze.analyze([str(first)], out_dir=str(tmp_path / "here"), device="cpu")["validation"]["data_notes"] == []
     with pytest.raises(ValueError, match="ckpt.pt is gone, and the measurement kept of it was taken on other windows"):
         analyze.analyze([str(first)] + kept, out_dir=str(tmp_path / "mixed"), device="cpu")
     with pytest.raises(ValueError, match="measured here on .* whose tokens are not those the measurements kept"):
