@@ -267,9 +267,9 @@ class Trainer:
                  f"{self.tokens_per_iter / dt:,.0f} tokens/s; evaluations and checkpoints took {eval_seconds:.0f} s,"
                  f" {eval_seconds / wall:.0%} of the time)" if rate and dt else "")
         self.say(f"done: {self.iter_num} iterations{f' ({ran} by this command)' if ran < self.iter_num else ''} in "
-                 f"{wall:.0f} s{speed}. {describe(record)}. The val loss is over {self.c.eval_iters} validation "
-                 f"batches, the rest are layer averages on the first ({self.c.batch_size} windows; python -m "
-                 f"lab.analyze measures all {self.c.eval_iters}). Log in {self.folder.log_path}")
+                 f"{wall:.0f} s{speed}. {describe(record)}. The val loss is over {self.c.eval_iters} validation batch"
+                 f"{'es' * (self.c.eval_iters != 1)}, the rest are layer averages on the first ({self.c.batch_size}"
+                 f" windows; python -m lab.analyze measures them all). Log in {self.folder.log_path}")
 
     def eval_due(self):
         return self.iter_num % self.c.eval_interval == 0 or self.iter_num >= self.c.max_iters or self.c.eval_only

@@ -369,7 +369,7 @@ def test_log_lines_and_records_time_the_training_steps_only(stdlib_data, tmp_pat
     monkeypatch.setattr(train.Trainer, "train_step", train_step)
     monkeypatch.setattr(train.Trainer, "log_and_save", slow_log_and_save)
     train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--max_iters=12",
-                       "--eval_interval=6", "--log_interval=4"])
+                       "--eval_interval=6", "--log_interval=4", "--eval_iters=1"])
     said = capsys.readouterr().out.splitlines()
     lines = [line for line in said if line.startswith("iter ")]
     # the line at 4: steps 1-3, 1 s each; at 8: steps 4-7, 6 s in all; at 12: steps 8-11, 2 s each
@@ -389,6 +389,7 @@ def test_log_lines_and_records_time_the_training_steps_only(stdlib_data, tmp_pat
     assert len(done) == 1 and done[0].startswith(
         "done: 12 iterations in 368 s, 4 tokens/s end to end (a training step alone: 83 tokens/s; evaluations and "
         "checkpoints took 300 s, 82% of the time)."), done
+    assert "The val loss is over 1 validation batch, the rest" in done[0], done  # one batch, said as one
 
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])  # where fused AdamW skips a step on the device
