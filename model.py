@@ -397,10 +397,9 @@ class GPT(nn.Module):
         ))
         if config.pos_emb == "learned":
             self.transformer.wpe = nn.Embedding(config.block_size, config.n_embd)
-        else:
-            cos, sin = rope_for(config)
-            self.register_buffer("rope_cos", cos, persistent=False)
-            self.register_buffer("rope_sin", sin, persistent=False)
+        else:  # RoPE's tables: buffers, so that .to(device) moves them; not saved (rope_for makes them again)
+            for name, table in zip(("rope_cos", "rope_sin"), rope_for(config)):
+                self.register_buffer(name, table, persistent=False)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.transformer.wte.weight = self.lm_head.weight  # weight tying: one matrix reads and writes tokens
@@ -468,8 +467,7 @@ class GPT(nn.Module):
         return self.lm_head(x) if logits else x
 
     def configure_optimizers(self, weight_decay, learning_rate, betas=(0.9, 0.95)):
-        """AdamW over the model's parameters, on whatever device they are already on."""
-        # decay matrices and embeddings (>= 2-D), not gains, biases, DyT's alpha or the input-independent gate
+        """AdamW; weight decay on matrices and embeddings (>= 2-D), not on gains, biases, DyT's alpha, 1-D gates."""
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -566,11 +564,13 @@ def check_config(c):
     if c.mlp_hidden is not None and (not isinstance(c.mlp_hidden, int) or c.mlp_hidden < 1):
         raise ValueError(f"GPTConfig.mlp_hidden={c.mlp_hidden!r} must be a positive integer or None")
     defaults = GPTConfig.__dataclass_fields__
-    if c.gate == "none":  # gate_* flags would silently do nothing: refuse them rather than mislead a sweep
-        for name in ("gate_granularity", "gate_shared", "gate_op", "gate_act", "gate_input"):
-            if getattr(c, name) != defaults[name].default:
-                raise ValueError(f"GPTConfig.{name}={getattr(c, name)!r} has no effect with gate='none'; "
-                                 f"leave it at {defaults[name].default!r} or pick a gate from {list(VALID['gate'])}")
+    unused = ["gate_granularity", "gate_shared", "gate_op", "gate_act", "gate_input"] if c.gate == "none" else []
+    unused += ["gatednorm_rank"] if c.norm != "gatednorm" else []
+    for name in unused:  # a flag that would silently do nothing: refused rather than mislead a sweep
+        if getattr(c, name) != defaults[name].default:
+            why = "gate='none'" if name.startswith("gate_") else f"norm={c.norm!r}"
+            raise ValueError(f"GPTConfig.{name}={getattr(c, name)!r} has no effect with {why}; leave it at "
+                             f"{defaults[name].default!r}")
     if c.gate_granularity == "headwise" and c.gate not in ("g1", "g2"):
         raise ValueError(f"GPTConfig.gate_granularity='headwise' is defined for gate in ['g1', 'g2'] only, "
                          f"got gate={c.gate!r}")

@@ -108,6 +108,8 @@ VARIANTS = {
                                 ga=Row("GA", "Table 1", "G1 additive SiLU", ppl=5.821)),
     # GA Table 3's non-linearity without a gate, at G1's position
     "sdpa_rmsnorm": Variant(dict(gate="none", sdpa_nonlin="rmsnorm"), ga=Row("GA", "Table 3", "G1 RMSNorm", ppl=5.847)),
+    # GN narrowed the FFN for GatedNorm's parameters too; this model keeps them on top of g1_elementwise's (no
+    # match_params, which would absorb the gate's only): its loss is compared knowing it has a few more parameters
     "g1_gatednorm": Variant(dict(gate="g1", norm="gatednorm"),
                             gn=Row("GN", "Table 1", "GA+GatedNorm", loss=1.951, max_act=430)),
     "g1_preaffine": Variant(dict(gate="g1", norm="preaffine"),
@@ -189,8 +191,9 @@ FLAGS = [
          "of `head_dim` scores serves every head (G1, G2 elementwise)", 'GA Table 1, Table 4 "G1 head-shared"'),
     Flag("gate_op", "multiplicative `Y' = Y ⊙ act(X W_θ)` or additive `Y' = Y + act(X W_θ)`",
          'GA Table 1 "G1 additive SiLU"'),
-    Flag("gate_act", "`act`: sigmoid, in [0, 1] (the papers' gate: its scores can be sparse); SiLU, unbounded (with "
-         "the additive gate); NS-sigmoid `0.5 + 0.5·sigmoid`, in [0.5, 1]: non-linear but never sparse; "
+    Flag("gate_act", "`act`: sigmoid, in [0, 1] (the papers' gate: its scores can be sparse); SiLU, unbounded "
+         "(multiplicative in GA's \"G1 elementwise SiLU\", additive in \"G1 additive SiLU\"); NS-sigmoid "
+         "`0.5 + 0.5·sigmoid`, in [0.5, 1]: non-linear but never sparse; "
          "identity: `X W_θ` itself",
          'GA Table 1 "G1 elementwise SiLU"; Table 4 "NS-sigmoid"; Table 3 "additive identity" '
          "(`gate_op='add', gate_act='identity'`)"),
@@ -200,10 +203,12 @@ FLAGS = [
     Flag("sdpa_nonlin", "a non-linearity that is not a gate, on each head's SDPA output (G1's position): RMSNorm of "
          "each head on its own, or SiLU", "GA Table 3 \"G1 RMSNorm\", \"G1 SiLU-only\" (with `gate='none'`)"),
     Flag("match_params", "shrink the MLP's hidden width so the model has `gate='none'`'s parameters, within 1%: "
-         "the gate's parameters only, not a GatedNorm's (GN narrows the FFN for those too)",
+         "the gate's parameters only, not a GatedNorm's (GN narrows the FFN for those too); with `gate='none'` it "
+         "changes nothing (the baseline is its own match)",
          "GA's dense models, which keep parameters equal this way"),
     Flag("norm", "every norm of the residual stream (the pre-norms, a sandwich norm's, the final one; QK-norm and "
-         "`sdpa_nonlin`'s stay RMSNorm). DyT `γ ⊙ tanh(α·x) + β` (α one learned scalar, initialised at 0.5): "
+         "`sdpa_nonlin`'s stay RMSNorm). LayerNorm has its β only with `bias=True`, as in nanoGPT. DyT "
+         "`γ ⊙ tanh(α·x) + β` (α one learned scalar, initialised at 0.5): "
          "element by element, nothing normalised across channels; PreAffine `RMSNorm(λ ⊙ x)` (λ a learned vector, "
          "initialised at 1), so an outlier can live in a weight instead of the activations; GatedNorm "
          "`y ⊙ sigmoid(W_up SiLU(W_down y))` with `y = RMSNorm(x)`",
@@ -211,7 +216,8 @@ FLAGS = [
     Flag("norm_eps", "the epsilon of every norm that divides by a statistic; `None`: 1e-6 for RMSNorm (and "
          "PreAffine, GatedNorm, QK-norm), 1e-5 for LayerNorm, PyTorch's default; a published checkpoint sets its own",
          values="`None`"),
-    Flag("gatednorm_rank", "GatedNorm's bottleneck rank r: `W_down` maps d to r, `W_up` r to d", "GN (r = 16)"),
+    Flag("gatednorm_rank", "GatedNorm's bottleneck rank r: `W_down` maps d to r, `W_up` r to d (with "
+         "`norm='gatednorm'`; another norm refuses a rank it would not use)", "GN (r = 16)"),
     Flag("sandwich_norm", "one more norm on the attention and MLP outputs before each joins the residual stream, "
          "on top of the pre-norms", "GA §3.2's stability study (dense 1.7B at lr 8e-3)"),
     Flag("qk_norm", "per-head RMSNorm on the queries and keys"),

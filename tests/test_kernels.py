@@ -517,8 +517,8 @@ def test_without_the_gate_lines_it_is_plain_flash_attention(tmp_path):
 
 @needs_triton
 @pytest.mark.parametrize("gate", [dict(), dict(gate_granularity="headwise"), dict(gate_shared=True),
-                                  dict(gate="none", n_kv_head=2)],
-                         ids=["g1-elementwise", "g1-headwise", "g1-shared", "none-gqa"])
+                                  dict(gate_input="none"), dict(gate="none", n_kv_head=2)],
+                         ids=["g1-elementwise", "g1-headwise", "g1-shared", "g1-input-independent", "none-gqa"])
 def test_model_same_on_both_backends(gate):
     runs = []
     for backend in ("torch", "triton"):

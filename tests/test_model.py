@@ -131,8 +131,9 @@ def test_config_round_trips_through_asdict():
 # ----------------------------------------------------------------------------
 # The gate equations, against a direct float64 re-computation with explicit loops over heads
 
-def reference_attention(attn, x, cfg):
-    """Y' = Y (*|+) act(X W_theta) at G1..G5, written out head by head from the module's weights."""
+def reference_attention(attn, x, cfg, rope=None):
+    """Y' = Y (*|+) act(X W_theta) at G1..G5, written out head by head from the module's weights; rope: the model's
+    (cos, sin) tables, applied to q and k after the gates of G3/G4 and QK-norm."""
     B, T, _ = x.shape
     d, nh, nk = cfg.head_dim, cfg.n_head, cfg.n_kv_head
     Wq, Wk, Wv = attn.c_attn.weight[:(nh + 2 * nk) * d].split([nh * d, nk * d, nk * d])
@@ -168,6 +169,10 @@ def reference_attention(attn, x, cfg):
             v = combine(v, act(logits(gate_rows(j))))
         if cfg.qk_norm:
             q, k = rms(q, attn.q_norm.weight), rms(k, attn.k_norm.weight)
+        if rope is not None:  # channel i turns with channel i + d/2, by the position's angle
+            cos, sin = rope
+            q, k = (torch.cat([t[:, :, :d // 2] * cos - t[:, :, d // 2:] * sin,
+                               t[:, :, :d // 2] * sin + t[:, :, d // 2:] * cos], -1) for t in (q, k))
         scores = q @ k.transpose(-1, -2) / math.sqrt(d)
         scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
         y = scores.softmax(-1) @ v
@@ -188,6 +193,7 @@ ATTN_VARIANTS = [(n, kw) for n, kw, _ in GATES] + [
     ("sdpa_rmsnorm", TEST_VARIANTS["sdpa_rmsnorm"]),
     ("sdpa_silu", TEST_VARIANTS["sdpa_silu"]),
     ("sdpa_rmsnorm_plus_g1", dict(sdpa_nonlin="rmsnorm")),
+    ("qk_norm_g3", dict(gate="g3", qk_norm=True)),
     ("qk_norm_g4", dict(gate="g4", qk_norm=True)),
     ("mha_g1_headwise", dict(n_kv_head=H, gate_granularity="headwise")),
 ]
@@ -200,6 +206,18 @@ def test_gate_equations_against_reference(name, kw):
     x = torch.randn(2, 13, C, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(attn(x), reference_attention(attn, x, model.config), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("gate", ["g3", "g4"])
+def test_g3_and_g4_gate_before_qk_norm_and_rope(gate):
+    """GA's G3 and G4 gate the key and query projections' outputs: before QK-norm and RoPE, not after."""
+    model = make(gate=gate, qk_norm=True)  # RoPE: the default
+    attn, T = model.transformer.h[0].attn, 13
+    x = torch.randn(2, T, C, dtype=torch.float64)
+    rope = (model.rope_cos[:T], model.rope_sin[:T])
+    with torch.no_grad():  # (apply_rope computes in float32, whatever the model's dtype)
+        torch.testing.assert_close(attn(x, rope), reference_attention(attn, x, model.config, rope), rtol=1e-5,
+                                   atol=1e-6)
 
 
 def test_gate_activations():
@@ -666,6 +684,17 @@ def test_weight_tying_and_init():
         assert proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(2 * 6), rel=0.05)
 
 
+def test_the_papers_initial_values():
+    """What each paper starts from (make() perturbs these, so no other test sees them): PreAffine's lambda 1, DyT's
+    alpha 0.5 with gamma 1 and beta 0, the input-independent gate's logits 0 (every score 0.5), RMSNorm's gain 1."""
+    pre = GPT(GPTConfig(**BASE, norm="preaffine")).transformer.h[0].ln_1
+    assert torch.equal(pre.pre_scale, torch.ones(C)) and torch.equal(pre.norm.weight, torch.ones(C))
+    dyt = GPT(GPTConfig(**BASE, norm="dyt")).transformer.ln_f
+    assert dyt.alpha.item() == 0.5 and torch.equal(dyt.weight, torch.ones(C)) and torch.equal(dyt.bias, torch.zeros(C))
+    gate = GPT(GPTConfig(**BASE, gate_input="none")).transformer.h[0].attn.gate
+    assert torch.equal(gate.gate_param, torch.zeros(H * D))
+
+
 def test_configure_optimizers_decays_only_matrices():
     model = GPT(GPTConfig(**BASE, norm="dyt", gate_input="none"))
     opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95))
@@ -718,6 +747,8 @@ def test_flops_and_mfu(monkeypatch):
     (dict(gate="g5", gate_shared=True), ["gate_shared", "'g1'"]),
     (dict(gate_granularity="headwise", gate_shared=True), ["gate_shared", "elementwise"]),
     (dict(gate="none", gate_act="silu"), ["gate_act", "gate='none'"]),
+    (dict(gatednorm_rank=4), ["gatednorm_rank=4", "norm='rmsnorm'", "16"]),  # a rank for a GatedNorm not built
+    (dict(norm="layernorm", gatednorm_rank=4), ["gatednorm_rank", "norm='layernorm'"]),
     (dict(n_head=4, n_kv_head=3), ["n_head", "n_kv_head"]),
     (dict(n_embd=30), ["n_embd", "n_head"]),
     (dict(n_embd=12, n_head=4, n_kv_head=4), ["rope", "head_dim"]),
