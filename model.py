@@ -156,8 +156,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x):
-        return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
+    def forward(self, x):  # in the weight's precision: bf16 q, k (qk_norm) under a CPU's autocast, as on CUDA's
+        return F.rms_norm(x.to(self.weight.dtype), (x.size(-1),), self.weight, self.eps).type_as(x)
 
 
 class DyT(nn.Module):
@@ -494,8 +494,8 @@ class GPT(nn.Module):
                 logits = self._forward(ctx, start=0, cache=cache)
             else:
                 logits = self._forward(idx[:, -1:], start=idx.size(1) - 1, cache=cache)
-            logits = logits[:, -1, :] / max(temperature, 1e-8)
-            if top_k is not None:
+            logits = logits[:, -1, :].float() / max(temperature, 1e-8)  # fp32: in fp16 a low temperature overflows
+            if top_k:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float("inf")
             idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)

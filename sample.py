@@ -127,8 +127,11 @@ def prompt_ids(prompt, enc, bos):
 
 
 def main(argv=None):
-    c, _ = configure(SampleConfig, sys.argv[1:] if argv is None else argv)
+    c, given = configure(SampleConfig, sys.argv[1:] if argv is None else argv)
     check_settings(c)
+    if c.pretrained and given & {"out_dir", "checkpoint"}:
+        fail(f"--pretrained={c.pretrained} samples a published model; --out_dir and --checkpoint name a run's: give "
+             "one or the other")
     prompt = read_prompt(c.start)
     dev = pick_device(c.device)
     ctx, _ = autocast_for(dev, c.dtype)
@@ -136,6 +139,11 @@ def main(argv=None):
     # a model trained on BOS windows always saw <|endoftext|> at position 0: give it one, and keep it there
     bos = run.get("bos", False)
     ids, added = prompt_ids(prompt, enc, bos)
+    T = model.config.block_size
+    if len(ids) > T:
+        read = f"<|endoftext|> and the last {T - 1}" if bos else f"the last {T}"
+        print(f"note: the prompt is {len(ids)} tokens, more than the model's block_size, {T}: it reads {read}",
+              flush=True)
     x = torch.tensor([ids], dtype=torch.long, device=dev)
 
     torch.manual_seed(c.seed)  # the same seed gives the same samples

@@ -1,6 +1,7 @@
 """Properties of model.py, for every gate variant and norm type. CPU only, float64 where we compare numbers."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -466,6 +467,36 @@ def test_generate_samples_and_respects_top_k():
     torch.manual_seed(0)
     out = model.generate(tokens(B=3, T=4), 10, temperature=0.8, top_k=5)
     assert out.shape == (3, 14) and out.min() >= 0 and out.max() < VOCAB
+    torch.manual_seed(0)
+    no_top_k = model.generate(tokens(B=3, T=4), 10, top_k=0)  # 0: no top-k (sample.py's meaning), not an empty one
+    torch.manual_seed(0)
+    assert torch.equal(no_top_k, model.generate(tokens(B=3, T=4), 10))
+
+
+def test_a_low_temperature_in_half_precision_is_greedy_not_nan():
+    """Logits divided by a small temperature overflow fp16's 65504: generate divides in fp32, so a near-zero
+    temperature gives the likeliest token (fp16 autocast: a GPU without bf16)."""
+    model = make(dtype=torch.float16)
+    x = tokens(B=2, T=5)
+    with torch.no_grad():
+        greedy = model(x)[0][:, -1].float().argmax(-1)
+    torch.manual_seed(0)
+    assert torch.equal(model.generate(x, 1, temperature=1e-6)[:, -1], greedy)
+
+
+def test_rms_norm_of_a_lower_precision_input_is_computed_in_the_weights_and_keeps_the_inputs_dtype():
+    """q and k are bf16 under a CPU's autocast and the QK-norm's gain fp32: normalised in fp32 (as CUDA's autocast
+    does), returned in bf16, without PyTorch's warning that the fused kernel cannot take mixed dtypes."""
+    norm = RMSNorm(16)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(3, 16).to(torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = norm(x)
+    assert y.dtype == torch.bfloat16
+    want = x.float() / torch.sqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * norm.weight
+    torch.testing.assert_close(y, want.to(torch.bfloat16), rtol=8e-3, atol=1e-3)
 
 
 # ----------------------------------------------------------------------------

@@ -118,3 +118,10 @@ def test_a_prompt_file_under_the_home_folder_is_read_as_a_shell_would(tmp_path, 
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "prompt.txt").write_text("def f(")
     assert sample.read_prompt("FILE:~/prompt.txt") == "def f("
+
+
+@pytest.mark.parametrize("given", ["--out_dir=out/g1", "--checkpoint=best.pt"])
+def test_a_published_model_and_a_run_are_not_both_given(given):
+    """--pretrained samples a published model: a run's folder or checkpoint given too is one line, not ignored."""
+    with pytest.raises(SystemExit, match="give one or the other"):
+        sample.main(["--pretrained=gpt2", given])

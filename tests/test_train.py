@@ -6,6 +6,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -611,6 +612,11 @@ def test_sample_is_deterministic_with_a_seed(tiny_run, tmp_path, capsys):
     samples = same.split("-" * 40 + "\n")
     assert len(samples) == 3 and samples[2] == ""
     assert all(s.startswith("def main(") and len(s) > len("def main(\n") for s in samples[:2])
+    # a prompt longer than the model's context: said, and the model reads its end
+    sample.main([f"--out_dir={tiny_run}", "--num_samples=1", "--max_new_tokens=1", "--device=cpu",
+                 "--start=" + "x = 1\n" * 40])
+    assert re.search(r"^note: the prompt is 1\d\d tokens, more than the model's block_size, 32: it reads "
+                     r"<\|endoftext\|> and the last 31$", capsys.readouterr().out, re.M)  # (a BOS run: kept first)
 
 
 def test_sample_without_a_checkpoint(tmp_path):
