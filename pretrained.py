@@ -126,16 +126,24 @@ def download(name, repo, sub, files):
         try:
             return hub.snapshot_download(repo, allow_patterns=patterns)
         except Exception as e:  # no network, a hub that is down, a repository that moved: the cache may still have it
-            try:
-                return hub.snapshot_download(repo, allow_patterns=patterns, local_files_only=True)
+            try:  # (a cached snapshot of the repository may hold other files of it only: it counts if it has these)
+                cached = hub.snapshot_download(repo, allow_patterns=patterns, local_files_only=True)
             except Exception:
-                raise RuntimeError(f"cannot get {name!r}: downloading {repo} from the Hugging Face Hub failed "
-                                   f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}) and the local "
-                                   "cache has no copy. Run this once on a machine with network access (the files stay "
-                                   "in ~/.cache/huggingface), or download the folder yourself and pass its path") from e
+                cached = None
+            if cached and any(glob.glob(os.path.join(cached, p)) for p in patterns):
+                return cached
+            raise RuntimeError(f"cannot get {name!r}: downloading {repo} from the Hugging Face Hub failed "
+                               f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}) and the local "
+                               "cache has no copy. Run this once on a machine with network access (the files stay "
+                               "in ~/.cache/huggingface), or download the folder yourself and pass its path") from e
 
-    folder = os.path.join(snapshot(files), sub)
-    if files == WEIGHTS and not glob.glob(os.path.join(folder, "*.safetensors")):
+    try:
+        folder = os.path.join(snapshot(files), sub)
+    except RuntimeError:
+        if files != WEIGHTS:
+            raise
+        folder = None  # no safetensors to be had: older checkpoints' pickled weights, below
+    if files == WEIGHTS and (folder is None or not glob.glob(os.path.join(folder, "*.safetensors"))):
         folder = os.path.join(snapshot(PICKLED), sub)
     return folder.rstrip(os.sep)
 
@@ -326,13 +334,14 @@ class HubTokenizer:
 
 
 def load_tokenizer(ckpt):
-    """GPT-2's BPE (shipped with this repository) for a GPT-2 checkpoint with GPT-2's vocabulary, else the
-    checkpoint's tokenizer.json; a ValueError when the tokenizer has ids the model has no embedding for."""
-    if ckpt.family == "gpt2" and ckpt.config.vocab_size >= GPT2_VOCAB:
+    """GPT-2's BPE (shipped with this repository) for a GPT-2 checkpoint with GPT-2's vocabulary (its folder's
+    tokenizer.json, where it has one, holds GPT-2's tokens), else the checkpoint's tokenizer.json; a ValueError when
+    the tokenizer has ids the model has no embedding for."""
+    path = os.path.join(ckpt.folder, "tokenizer.json")
+    if ckpt.family == "gpt2" and ckpt.config.vocab_size >= GPT2_VOCAB and (not os.path.isfile(path) or gpt2s(path)):
         from data.shards import get_tokenizer
         enc = get_tokenizer("gpt2")
     else:
-        path = os.path.join(ckpt.folder, "tokenizer.json")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{ckpt.folder} has no tokenizer.json, which its tokenizer is read from (a "
                                     f"{ckpt.family} checkpoint with {ckpt.config.vocab_size} tokens)")
@@ -341,6 +350,16 @@ def load_tokenizer(ckpt):
         raise ValueError(f"{ckpt.folder}: its tokenizer has {enc.n_vocab} tokens, more than the model's vocab_size "
                          f"{ckpt.config.vocab_size}: they do not belong together")
     return enc
+
+
+def gpt2s(path):
+    """Whether a tokenizer.json holds GPT-2's tokens (a GPT-2-shaped model may have been trained on another BPE)."""
+    from data.shards import GPT2_ENCODER
+    try:
+        with open(path, encoding="utf-8") as f, open(GPT2_ENCODER, encoding="utf-8") as g:
+            return (json.load(f).get("model") or {}).get("vocab") == json.load(g)
+    except (OSError, ValueError, AttributeError):  # unreadable, or not a tokenizer.json: the tokenizers package says
+        return False
 
 
 # ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import lab.analyze as analyze
 import lab.evaluate as evaluate
 import pretrained
 import sample
-from data.shards import get_tokenizer
+from data.shards import GPT2_ENCODER, get_tokenizer
 from probe import Probe
 
 transformers = pytest.importorskip("transformers")  # requirements-test.txt pins it; users need it for no script
@@ -327,6 +327,28 @@ def test_a_hub_name_fetches_its_description_first_and_its_weights_when_loaded(tm
     assert pretrained.load_tokenizer(ckpt).eot_token is not None
 
 
+def test_a_cached_snapshot_without_the_files_asked_for_is_no_copy(tmp_path, monkeypatch):
+    """Offline, the cache's snapshot of a repository may hold some of its files only (its description, fetched by
+    an earlier locate, and no weights): the download's failure is said, not 'this folder has no weights'."""
+    import huggingface_hub
+    folder = tmp_path / "snapshot" / "1B_gate_headwise"
+    gated_checkpoint(folder, "headwise")
+    for weights in folder.glob("*.safetensors*"):
+        weights.unlink()
+
+    def snapshot_download(repo, allow_patterns, local_files_only=False):  # no network; the cache: config.json only
+        if not local_files_only:
+            raise OSError("no network")
+        return str(tmp_path / "snapshot")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    ckpt = pretrained.locate("gated-1b-headwise")  # config.json is cached (tokenizer.json is not: one is enough)
+    with pytest.raises(RuntimeError, match=r"cannot get 'gated-1b-headwise': downloading QwQZh/gated_attention from "
+                                           r"the Hugging Face Hub failed \(OSError: no network\) and the local cache "
+                                           "has no copy"):
+        pretrained.load_model(ckpt)
+
+
 def test_no_network_and_no_local_copy_is_one_line_naming_both(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     out = subprocess.run([sys.executable, "-m", "lab.analyze", "--pretrained=gated-1b-headwise"], cwd=REPO, env=env,
@@ -356,6 +378,12 @@ def test_tokenizers_gpt2_ships_and_tokenizer_json_round_trips(tmp_path):
     tiny_gpt2(tmp_path / "gpt2", vocab_size=50257)
     enc = pretrained.load_tokenizer(pretrained.locate(str(tmp_path / "gpt2")))
     assert enc.eot_token == 50256 and enc.encode("Hello world") == [15496, 995]  # GPT-2's BPE, from this repo
+    with open(GPT2_ENCODER, encoding="utf-8") as f:  # a tokenizer.json of GPT-2's tokens (as the Hub's gpt2 has)
+        json.dump({"model": {"type": "BPE", "vocab": json.load(f)}}, open(tmp_path / "gpt2" / "tokenizer.json", "w"))
+    assert pretrained.load_tokenizer(pretrained.locate(str(tmp_path / "gpt2"))).encode("Hello world") == [15496, 995]
+    tiny_tokenizer(tmp_path / "gpt2")  # a GPT-2-shaped model trained with a BPE of its own: that one, not GPT-2's
+    enc = pretrained.load_tokenizer(pretrained.locate(str(tmp_path / "gpt2")))
+    assert enc.n_vocab == 280 and enc.decode(enc.encode("The keeper")) == "The keeper"
     tiny_gpt2(tmp_path / "small", vocab_size=200)  # not GPT-2's vocabulary: its own tokenizer.json, which must fit
     with pytest.raises(FileNotFoundError, match="no tokenizer.json"):
         pretrained.load_tokenizer(pretrained.locate(str(tmp_path / "small")))
