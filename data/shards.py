@@ -120,8 +120,9 @@ def write_dataset(out_dir, name, documents, source, shard_tokens=100_000_000, al
 
 
 def check_shard_tokens(shard_tokens):
-    if shard_tokens < 1:
-        raise ValueError(f"shard_tokens must be at least 1 (the tokens in each shard file), got {shard_tokens}")
+    if not 1 <= shard_tokens < 2**31:  # a shard's header holds its token count as an int32
+        raise ValueError(f"shard_tokens must be at least 1 and below 2**31 (the tokens in each shard file, counted in "
+                         f"its header's int32), got {shard_tokens}")
 
 
 def check_val_fraction(val_fraction):
@@ -521,7 +522,7 @@ class TokenWindows:
         self.text_length = length - (bos is not None)  # tokens read from the shards per window
         self.shards = [read_shard(p) for p in self.paths]
         starts = [max(len(s) - self.text_length + 1, 0) for s in self.shards]  # window starts in each shard
-        self.ends = np.cumsum(starts)  # window i lies in the first shard with i < ends[shard]
+        self.ends = np.cumsum(starts, dtype=np.int64)  # window i lies in the first shard with i < ends[shard]
         if len(self) == 0:
             raise ValueError(f"the {split} shards in {data_dir} hold {sum(len(s) for s in self.shards)} tokens; none "
                              f"holds a window of {self.text_length} tokens (block_size + 1"

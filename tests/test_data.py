@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import types
 
 import numpy as np
 import pytest
@@ -397,6 +398,8 @@ def test_shard_tokens_must_be_positive(tmp_path):
         ShardWriter(tmp_path, "x", "train", shard_tokens=0)
     with pytest.raises(ValueError, match="shard_tokens must be at least 1.*got -5"):
         write_dataset(tmp_path / "out", "x", {"train": []}, source="test", shard_tokens=-5)
+    with pytest.raises(ValueError, match=r"below 2\*\*31 .*int32\), got 2147483648"):  # said before hours of work
+        write_dataset(tmp_path / "out", "x", {"train": []}, source="test", shard_tokens=2**31)
     assert not (tmp_path / "out").exists()
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "one.txt").write_text("one file: too few to prepare, but the setting is checked first")
@@ -433,6 +436,39 @@ def test_openwebtext_records_what_it_downloaded_and_warns_of_a_partial_corpus(tm
     said = owt.check_documents("Skylion007/openwebtext", 1_234_567)
     assert said.startswith("warning: Skylion007/openwebtext gave 1,234,567 documents, not its 8,013,769: this is "
                            "part of the corpus"), said
+
+
+def test_openwebtext_loading_script_and_a_dead_worker_are_one_line(tmp_path, monkeypatch):
+    """datasets 2.20-3.x runs the hub's loading script only when allowed (without a terminal to ask, it refuses with a
+    ValueError): --trust_remote_code passes the permission, and the refusal is one line naming it. A tokenizing
+    process killed (out of memory) is one line too."""
+    owt = load_script("openwebtext")
+    asked = []
+
+    def load_dataset(name, split, revision, num_proc, **kw):  # as datasets 3.x answers a script-based repository
+        asked.append(kw)
+        if not kw.get("trust_remote_code"):
+            raise ValueError("The repository for Skylion007/openwebtext contains custom code which must be executed "
+                             "to correctly load the dataset. Please pass the argument `trust_remote_code=True`")
+        raise ValueError("and then something else")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    with pytest.raises(SystemExit, match="^error: Skylion007/openwebtext is read by a loading script .* add "
+                                         "--trust_remote_code to run it"):
+        owt.main(["--out_dir", str(tmp_path / "out"), "--num_proc", "1"])
+    with pytest.raises(SystemExit, match="^error: and then something else$"):
+        owt.main(["--out_dir", str(tmp_path / "out"), "--num_proc", "1", "--trust_remote_code"])
+    assert asked == [{}, {"trust_remote_code": True}]
+
+    class Dying:  # a split whose map loses a worker
+        column_names = ["text"]
+
+        def map(self, *args, **kwargs):
+            raise RuntimeError("One of the subprocesses has abruptly died during map operation.To debug the error, "
+                               "disable multiprocessing.")
+    with pytest.raises(ValueError, match=r"a tokenizing process died \(One of the subprocesses has abruptly died.*"
+                                         r"smaller --num_proc"):
+        next(owt.tokenized_documents(Dying(), 2))
 
 
 def test_openwebtext_checks_its_settings_before_the_download(tmp_path, monkeypatch):
@@ -849,6 +885,34 @@ def test_a_killed_preparation_leaves_no_worker_behind_and_no_traceback(tmp_path)
         proc.kill()
         pytest.fail("the pool's workers outlived the killed preparation by 15 s")
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+WORKER_KILLED = """
+import multiprocessing, os, signal, sys
+sys.path.insert(0, sys.argv[1])
+multiprocessing.set_start_method("fork")  # the workers inherit the replaced reader below
+sys.argv = sys.argv[:1] + sys.argv[2:]
+import data.textdir.prepare as prepare
+read = prepare._encode_file
+def killed_on_one_file(path):  # the kernel's OOM killer, on a huge file
+    if path.endswith("c.txt"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return read(path)
+prepare._encode_file = killed_on_one_file
+prepare.main()
+"""
+
+
+def test_a_worker_killed_while_tokenizing_stops_the_preparation_in_one_line(tmp_path):
+    """A multiprocessing.Pool waits forever for the files a killed worker held: the preparation must stop, in one
+    line that says what to do, and leave a folder that training refuses until it is prepared again."""
+    make_text_folder(tmp_path / "src")
+    out = subprocess.run([sys.executable, "-c", WORKER_KILLED, REPO, "--src", str(tmp_path / "src"), "--out_dir",
+                          str(tmp_path / "out"), "--workers", "2", "--shard_tokens", "4"],
+                         capture_output=True, text=True, timeout=120)
+    assert_one_line(out.returncode, out.stderr, "a worker process died", "run the same command again")
+    with pytest.raises(ValueError, match="did not finish"):
+        find_shards(tmp_path / "out", "train")
 
 
 # ----------------------------------------------------------------------------

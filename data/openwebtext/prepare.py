@@ -7,7 +7,9 @@ a token) plus meta.json:
     python data/openwebtext/prepare.py [--num_proc 8]
 
 Hugging Face keeps its own copy of the download in its cache (~/.cache/huggingface; nanoGPT's README puts it at
-about 54 GB for this dataset), so a first run needs that much free besides the shards. Not run in this
+about 54 GB for this dataset) and of the tokens (about 2 bytes a token, as the shards), so a first run needs about
+90 GB free in all. With datasets 2.20-3.x add --trust_remote_code: the hub's repository reads the dataset with a
+loading script, which datasets runs only when allowed. Not run in this
 repo's CI (it needs the network): everything after the download -- tokenizing a document, writing the
 shards and meta.json -- is the shared code in data/shards.py that the tests exercise.
 """
@@ -39,20 +41,28 @@ def check_documents(hf_name, documents):
     return None
 
 
-def load_splits(hf_name, hf_revision, val_fraction, num_proc):
-    """The download: {'train': Dataset, 'val': Dataset} of documents with a 'text' column."""
+def load_splits(hf_name, hf_revision, val_fraction, num_proc, trust_remote_code=False):
+    """The download: {'train': Dataset, 'val': Dataset} of documents with a 'text' column. trust_remote_code: let
+    datasets < 4 run the loading script the hub's repository holds (it asks first, or refuses without a terminal)."""
     try:
         from datasets import load_dataset
     except ImportError:
         sys.exit("error: OpenWebText is read through Hugging Face datasets, which is not installed: pip install datasets")
+    trust = {"trust_remote_code": True} if trust_remote_code else {}
     try:
-        ds = load_dataset(hf_name, split="train", revision=hf_revision, num_proc=num_proc)
+        ds = load_dataset(hf_name, split="train", revision=hf_revision, num_proc=num_proc, **trust)
     except RuntimeError as e:
         if "scripts are no longer supported" not in str(e):
             raise
         sys.exit(f"error: {e}\ndatasets >= 4 cannot run the hub's loading script; use the hub's Parquet copy with "
                  "--hf_revision=refs/convert/parquet (which may hold only part of a large dataset: the count of "
-                 "documents is checked), or pip install 'datasets<4'")
+                 "documents is checked), or pip install 'datasets<4' and add --trust_remote_code")
+    except ValueError as e:
+        if "trust_remote_code" not in str(e):
+            raise
+        sys.exit(f"error: {hf_name} is read by a loading script the hub's repository holds, which datasets runs only "
+                 "when allowed: add --trust_remote_code to run it (code from the hub), or use the hub's Parquet copy "
+                 "with --hf_revision=refs/convert/parquet")
     warning = check_documents(hf_name, len(ds))
     if warning:
         print(warning, flush=True)
@@ -72,10 +82,18 @@ def tokenize_batch(batch):
 
 
 def tokenized_documents(ds, num_proc):
-    """Tokenize a split in num_proc processes, then hand out the documents' tokens in order."""
-    tokenized = ds.map(tokenize_batch, batched=True, remove_columns=ds.column_names, num_proc=num_proc,
-                       desc="tokenizing")
-    for batch in tokenized.iter(batch_size=1024):
+    """Tokenize a split in num_proc processes, then hand out the documents' tokens in order, as NumPy arrays (Python
+    lists of 9B ints would cost minutes)."""
+    try:
+        tokenized = ds.map(tokenize_batch, batched=True, remove_columns=ds.column_names, num_proc=num_proc,
+                           desc="tokenizing")
+    except RuntimeError as e:  # a killed worker (out of memory?) is one line, not datasets' traceback
+        if "abruptly died" not in str(e):
+            raise
+        raise ValueError(f"a tokenizing process died ({str(e).splitlines()[0]}): out of memory? Run the same "
+                         "command with a smaller --num_proc; what was tokenized is kept in the Hugging Face cache") \
+            from None
+    for batch in tokenized.with_format("numpy").iter(batch_size=1024):
         yield from batch["ids"]
 
 
@@ -88,6 +106,8 @@ def main(argv=None):
     parser.add_argument("--shard_tokens", type=int, default=100_000_000, help="tokens per shard file")
     parser.add_argument("--hf_name", default="Skylion007/openwebtext", help="dataset name on the Hugging Face hub")
     parser.add_argument("--hf_revision", default=None, help="hub revision, e.g. refs/convert/parquet")
+    parser.add_argument("--trust_remote_code", action="store_true",
+                        help="let datasets < 4 run the dataset's loading script from the hub without asking")
     args = parser.parse_args(argv)
     again = prepare_command(args.out_dir, NAME, options=given_options(parser, args, ("out_dir", "num_proc")))
     run_preparation(lambda: prepare(args, again), args.out_dir)
@@ -101,7 +121,7 @@ def prepare(args, command=None):
     check_shard_tokens(args.shard_tokens)
     check_prepare_folder(args.out_dir, NAME, allow)
 
-    splits = load_splits(args.hf_name, args.hf_revision, args.val_fraction, args.num_proc)
+    splits = load_splits(args.hf_name, args.hf_revision, args.val_fraction, args.num_proc, args.trust_remote_code)
     documents = {split: tokenized_documents(ds, args.num_proc) for split, ds in splits.items()}
     meta = write_dataset(args.out_dir, NAME, documents, source=f"huggingface.co/datasets/{args.hf_name}",
                          shard_tokens=args.shard_tokens, allow=allow, val_fraction=args.val_fraction,

@@ -22,7 +22,8 @@ import stat
 import sys
 import threading
 import time
-from multiprocessing import Pool
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 # Runnable as `python data/textdir/prepare.py` from anywhere: put the repo root on the path for `data.shards`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -103,11 +104,11 @@ def _encode_file(path):
 
 
 def quiet_worker(parent):
-    """Each worker of the pool: Ctrl-C is the preparation's to handle (the pool then ends its workers), and a worker
-    whose preparation is gone (killed) ends soon and in silence. An orphan would otherwise finish its batch and
-    print a BrokenPipeError traceback into the user's terminal when it could not hand it back: with SIGPIPE at the
-    system's default, writing to the dead preparation's pipe ends the worker quietly instead, and a thread ends an
-    orphan that is still working."""
+    """Each worker of the pool: Ctrl-C is the preparation's to handle (the pool then hands out no more files, and its
+    workers end after the batch they hold), and a worker whose preparation is gone (killed) ends soon and in
+    silence. An orphan would otherwise finish its batch and print a BrokenPipeError traceback into the user's
+    terminal when it could not hand it back: with SIGPIPE at the system's default, writing to the dead
+    preparation's pipe ends the worker quietly instead, and a thread ends an orphan that is still working."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "SIGPIPE"):  # not on Windows
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -144,11 +145,14 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
     files, unread = list_files(src, exts, skip_dirs)
     files = files[:max_files]
     print(f"reading {len(files)} files from {src} ...", flush=True)
-    with Pool(workers, initializer=quiet_worker, initargs=(os.getpid(),)) as pool:
+    # an executor, not a multiprocessing.Pool: a worker killed (out of memory on a huge file) breaks it, where a Pool
+    # would wait forever for the files that worker held
+    pool = ProcessPoolExecutor(workers, initializer=quiet_worker, initargs=(os.getpid(),))
+    try:
         # pass 1: drop duplicates and non-UTF-8 files, so that the split is made among the files kept
         counts = {"duplicates_skipped": 0, "not_utf8_skipped": 0, **unread}
         kept, seen = [], set()
-        for rel, found in zip(files, pool.map(_inspect_file, [os.path.join(src, f) for f in files], 64)):
+        for rel, found in zip(files, pool.map(_inspect_file, [os.path.join(src, f) for f in files], chunksize=64)):
             digest, utf8 = found or (None, None)
             if found is None:
                 counts["unreadable_skipped"] += 1
@@ -164,12 +168,18 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
                              "need at least 2 (one for training, one for validation)")
         split = split_files(kept, val_fraction)
 
-        # pass 2: tokenize, in sorted order (imap keeps it), into each split's shards
+        # pass 2: tokenize, in sorted order (map keeps it), into each split's shards
         # the old dataset is gone from here on; command: the one that prepares it again (given_options), if given
         start_preparation(out_dir, name, command or prepare_command(out_dir, name, src))
         writers = {s: ShardWriter(out_dir, name, s, shard_tokens) for s in SPLITS}
-        for rel, tokens in zip(kept, pool.imap(_encode_file, [os.path.join(src, f) for f in kept], chunksize=16)):
+        for rel, tokens in zip(kept, pool.map(_encode_file, [os.path.join(src, f) for f in kept], chunksize=16)):
             writers[split[rel]].add(tokens)
+    except BrokenProcessPool:
+        raise ValueError(f"a worker process died while reading the files under {src} (killed: out of memory on a "
+                         "very large file?); run the same command again, with fewer --workers if memory ran out") \
+            from None
+    finally:  # Ctrl-C or a failure: the files not yet handed out are dropped, not read
+        pool.shutdown(wait=False, cancel_futures=True)
     for writer in writers.values():
         writer.close()
     for s in SPLITS:
