@@ -175,12 +175,13 @@ def first_token_attention(q, k, causal=True, scale=None, chunk=256, backend="aut
         return torch.exp2(s0 * LOG2E - lse2)
     kf = k.float().unsqueeze(2)  # (B, Hkv, 1, Tk, D)
     out = []
-    for i0 in range(0, Tq, chunk):
-        s = (qg[:, :, :, i0:i0 + chunk] @ kf.transpose(-2, -1)) * scale  # (B, Hkv, G, c, Tk)
-        if causal:  # query i (aligned to the end of the keys) sees keys j <= i + Tk - Tq
-            i = torch.arange(i0, i0 + s.size(3), device=q.device)[:, None] + (Tk - Tq)
-            s = s.masked_fill(torch.arange(Tk, device=q.device)[None, :] > i, float("-inf"))
-        out.append(torch.exp(s[..., 0] - torch.logsumexp(s, dim=-1)))
+    with torch.autocast(q.device.type, enabled=False):  # in float32 under a model's autocast too, as the Triton path
+        for i0 in range(0, Tq, chunk):
+            s = (qg[:, :, :, i0:i0 + chunk] @ kf.transpose(-2, -1)) * scale  # (B, Hkv, G, c, Tk)
+            if causal:  # query i (aligned to the end of the keys) sees keys j <= i + Tk - Tq
+                i = torch.arange(i0, i0 + s.size(3), device=q.device)[:, None] + (Tk - Tq)
+                s = s.masked_fill(torch.arange(Tk, device=q.device)[None, :] > i, float("-inf"))
+            out.append(torch.exp(s[..., 0] - torch.logsumexp(s, dim=-1)))
     return torch.cat(out, dim=-1).view(B, H, Tq)
 
 

@@ -147,7 +147,8 @@ def test_analyze_known_answers(tmp_path, dataset):
     assert b["tokens"] == 10 * 2 * 4 * 32 and b["loss_spikes"] == 3 and b["lr"] == 1e-3
 
     # val loss and M-Act recomputed directly on the windows asked for (2 batches of 3, not the runs' 5 of 4)
-    assert summary["validation"] == {"batches": 2, "batch_size": 3, "source": "set by --batches/--batch_size"}
+    assert summary["validation"] == {"batches": 2, "batch_size": 3, "source": "set by --batches/--batch_size",
+                                     "data_notes": []}  # the data is here: every run checked on it
     losses, acts, values, outs = [], [], [], []
     for blk in gated.transformer.h:
         blk.register_forward_hook(lambda m, i, o: acts.append(o.abs().amax(dim=(1, 2))))  # each window's max

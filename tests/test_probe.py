@@ -71,6 +71,21 @@ def test_received_attention_is_float32_under_autocast():
     torch.testing.assert_close(r.double(), reference_received(q, k), rtol=1e-5, atol=1e-6)
 
 
+def test_first_token_attention_is_float32_under_autocast():
+    """F-Attn's own softmax (kernels.first_token_attention, PyTorch's path) runs inside the evaluation's autocast
+    too: in bfloat16 its per-query values were off by up to a fifth."""
+    import kernels
+    g = torch.Generator().manual_seed(0)
+    q, k = (4 * torch.randn(2, 4, 64, D, generator=g)).bfloat16(), (4 * torch.randn(2, 2, 64, D, generator=g))
+    k = k.bfloat16()  # the model's q and k under autocast
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        p0 = kernels.first_token_attention(q, k, backend="torch")
+    s = (q.double() @ k.double().repeat_interleave(2, 1).transpose(-2, -1)) * D ** -0.5  # query head h: KV head h // 2
+    s = s.masked_fill(torch.ones(64, 64, dtype=torch.bool).triu(1), float("-inf"))
+    assert p0.dtype == torch.float32
+    torch.testing.assert_close(p0.double(), s.softmax(-1)[..., 0], rtol=1e-5, atol=1e-6)
+
+
 def test_received_attention_reads_each_query_heads_own_kv_head():
     """GQA: query heads 2h and 2h+1 share KV head h (the model's grouping), not heads h and h + H/2."""
     q = torch.zeros(1, 4, 8, D)
