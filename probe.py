@@ -28,7 +28,9 @@ probe.stats: one value per layer, in layer order (a layer measured on a batch of
                     the first late query, topped gated models' windows at T = 512: recency, not a sink)
   sink_heads        the fraction of heads whose F-Attn (that head's, averaged over windows and queries 1..T-1)
                     exceeds SINK_HEAD_THRESHOLD = 0.3: Gu et al. call such a head a sink head and report this
-                    fraction, their epsilon = 0.3 (an average over heads hides a few strong sink heads)
+                    fraction, their epsilon = 0.3 (an average over heads hides a few strong sink heads). Gu et al.
+                    average over every query, query 0 (all on position 0) too: their 0.3 is (0.3 T - 1) / (T - 1)
+                    on this average, 0.289 at T = 64
   value_norm_ratio  ||v_0|| / mean_j>0 ||v_j||: the norm of the value vector at position 0 over the mean value norm
                     at positions 1..T-1 (the V that attention mixes, after a G2 gate where there is one), per
                     window and KV head, averaged over both. A sink head does nothing by attending to a key whose
@@ -486,14 +488,15 @@ def count_spike(health, loss, threshold):
 
 # Dense bf16 tensor-core peak FLOP/s by device name (no sparsity). Matched by substring, first hit wins.
 PEAK_FLOPS = [
-    ("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H800", 989e12), ("GH200", 989e12),
+    ("H200", 989e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("H800", 989e12), ("GH200", 989e12),
     ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12),
     ("A10G", 70e12), ("A10", 125e12), ("RTX 4090", 165e12), ("RTX 3090", 71e12), ("V100", 125e12), ("T4", 65e12),
 ]
 
 
 def peak_flops(device=None):
-    """Peak bf16 FLOP/s of a CUDA device, or None if unknown (CPU, MPS, an unlisted GPU)."""
+    """Peak bf16 FLOP/s of a CUDA device (dense, fp32 accumulation; fp16 for the V100 and T4, which have no bf16 and
+    train in fp16 here), or None if unknown (CPU, MPS, an unlisted GPU)."""
     if not torch.cuda.is_available():
         return None
     name = torch.cuda.get_device_name(device)
