@@ -1322,8 +1322,9 @@ def show_hint(exercise_dir, number=None, out=print, path=None):
         out("That was the last hint. If your answer still fails, the check's message names the likely mistake; "
             "the exercise's README.md lists the usual ones under \"Help! I get ...\".")
     else:
-        out(f"Try it, and check again. `python exercises/check.py {key} --hint` shows hint {number + 1}; "
-            f"hint {len(hints)}, the last, gives the answer.")
+        out(f"Try it, and check again. `python exercises/check.py {key} --hint` shows hint {number + 1}" +
+            (", the last: it gives the answer." if number + 1 == len(hints) else
+             f"; hint {len(hints)}, the last, gives the answer."))
     if number > seen:
         record[key] = number
         try:

@@ -162,8 +162,10 @@ def check_attention_block_causal(student):
         raise Wrong("Changing tokens 3.. changed the outputs at positions 0..2: the block sees the future. "
                     "causal_attention masks along its third axis, which must be the tokens: check the layout of "
                     "q, k, v when you pass them (its docstring gives it). With the heads there, it masks heads. If "
-                    "those are right, check the layout of the heads' output when you concatenate them: tokens must "
-                    "stay on the second axis, or the reshape to (B, T, C) mixes one token's heads with another's.")
+                    "those are right, check the layout of the heads' output when it reaches g1_gate and when you "
+                    "concatenate them: g1_gate takes (B, T, H, D), as the scores it computes from x are laid out, "
+                    "and the reshape to (B, T, C) needs the tokens on the second axis too, or it mixes one token's "
+                    "heads with another's.")
     x3 = x.clone()
     x3[:, 0] = -x3[:, 0]
     out3 = student.attention_block(x3, w_qkv, w_gate, w_o, H, "elementwise")
