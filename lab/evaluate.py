@@ -372,7 +372,8 @@ def load_models(runs, checkpoint_name, names, text_path, window, n, device, sett
         yield model, model.config.block_size, {"run": run, "checkpoint": checkpoint_name,
                                                "iter_num": ckpt.get("iter_num"), "run_id": ckpt.get("run_id"),
                                                "val_loss_logged": ckpt.get("val_loss"), "log_start": log_start(run),
-                                               "data_fingerprint": dataset_fingerprint(run_data_dir(ckpt))}, \
+                                               "data_fingerprint": dataset_fingerprint(run_data_dir(ckpt)),
+                                               "bos": bool(ckpt["config"].get("bos", False))}, \
             lambda length, c=ckpt: run_windows(c, n, length)
     text_path = text_path or pretrained.SAMPLE_TEXT
     for name in names:
@@ -471,6 +472,13 @@ def markdown(summary):
     if earlier:
         lines[1:1] = ["", "Measured earlier, from the record kept of a run whose checkpoint is gone: " +
                       "; ".join(f"{r['label']} on {r['device']}, {r['date']}" for r in earlier) + "."]
+    runs = [r for r in records if "run" in r]
+    with_bos = all("bos" in r for r in runs)  # (records kept before it was recorded have none)
+    if len({(json.dumps(r.get("data_fingerprint"), sort_keys=True), r["T"], with_bos and r["bos"])
+            for r in runs}) > 1:  # e.g. a run trained without BOS windows: its keep-1 keeps a text token
+        lines[1:1] = ["", "Note: these runs were measured on different windows (their data, T or BOS windows differ: "
+                      + ", ".join(f"{r['label']} T={r['T']}" + (f" bos={r['bos']}" if "bos" in r else "")
+                                  for r in runs) + "): compare each run's Δ, not one run's loss with another's."]
     notes = [f"{r['label']}: {note}" for r in records for note in r.get("notes", [])]
     if notes:  # fewer windows than asked: the reader must know the intervals rest on fewer
         lines[1:1] = ["", "Note: " + "; ".join(notes) + "."]
@@ -639,8 +647,8 @@ def main(argv=None):
             fail(f"--runs names folders (train.py's out_dirs) and --checkpoint a file in each ({CHECKPOINT} or "
                  f"best.pt): {path} is no checkpoint file")
         try:  # from its checkpoint, or where that is gone from the record kept of it (its model's config)
-            args = checked_checkpoint(path)["model_args"] if os.path.isfile(path) else \
-                stored_record(run, a.checkpoint, settings_for)["model"]
+            ckpt = checked_checkpoint(path) if os.path.isfile(path) else None
+            args = ckpt["model_args"] if ckpt else stored_record(run, a.checkpoint, settings_for)["model"]
         except (ValueError, FileNotFoundError) as e:
             fail(e)
         if args.get("rope_scaling", "none") != "none" or args.get("attn_window") is not None:
@@ -651,8 +659,9 @@ def main(argv=None):
             fail(f"{run} has learned position embeddings, which end at its {args['block_size']} positions: the length "
                  "mode needs RoPE (leave it out with --modes=quant,stream)")
         lengths_T[run] = args["block_size"]
-        if "length" in modes and os.path.isfile(path):  # a run to be measured, not read from its record
+        if "length" in modes and ckpt:  # a run to be measured, not read from its record
             check_length_memory(run, args, multiples, a.device)
+            check_length_data(run, ckpt, max(multiples) * args["block_size"])
     lengths_T.update({name: a.window for name in names})  # a published checkpoint's T is --window
     for model, T in lengths_T.items():
         if "stream" in modes and not 1 <= min(stream_windows or [T // 8]) <= max(stream_windows or [T // 4]) < T:
@@ -669,6 +678,21 @@ def main(argv=None):
         except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
             fail(e)
     print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md" + "".join(f", {p}" for p in summary["plots"]))
+
+
+def check_length_data(run, ckpt, length):
+    """Refuse, before any model is measured, a length the run's validation set holds no window of."""
+    data_dir = run_data_dir(ckpt)
+    try:
+        bos = bos_token(data_dir) if ckpt["config"].get("bos", False) else None
+        TokenWindows(data_dir, "val", 1, bos)  # the data is there and readable
+    except (ValueError, FileNotFoundError) as e:
+        fail(e)
+    try:
+        TokenWindows(data_dir, "val", length + 1, bos)
+    except ValueError:
+        fail(f"--lengths: the longest asks for windows of {length} tokens of {run}, and {data_dir}'s validation "
+             "set holds none that long; ask for shorter ones with --lengths")
 
 
 def check_length_memory(run, args, multiples, device):

@@ -119,6 +119,13 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["modes"] == ["quant", "length", "stream"]
     assert [r["label"] for r in summary["models"]] == ["base", "g1"]
+    # the same data, T and BOS windows: no note; a run trained without BOS windows beside them is said
+    assert [r["bos"] for r in summary["models"]] == [False, False]
+    assert "different windows" not in evaluate.markdown(summary)
+    summary["models"][1]["bos"] = True
+    assert "Note: these runs were measured on different windows (their data, T or BOS windows differ: base T=32 " \
+        "bos=False, g1 T=32 bos=True): compare each run's Δ" in evaluate.markdown(summary)
+    summary["models"][1]["bos"] = False
     for r in summary["models"]:
         ckpt = evaluate.read_checkpoint(os.path.join(r["run"], "ckpt.pt"))
         model = evaluate.model_from_checkpoint(ckpt, r["run"])
@@ -408,6 +415,18 @@ def test_a_length_that_does_not_fit_in_memory_is_refused_with_one_that_does(two_
     assert message.startswith("error: --lengths=1,2,64,1024: one window of 1024 x T = 32768 tokens of ") and \
         f"needs about {need / 2**30:.1f} GiB" in message and "2.0 GiB free: ask for --lengths=1,2,64" in message, \
         message
+
+
+def test_a_length_longer_than_the_validation_set_is_refused_before_any_model_is_measured(two_runs, tmp_path,
+                                                                                         monkeypatch):
+    """The first run's quantization measured, then the second's windows found too long: that was minutes lost on a
+    GPU. Every run's longest window is checked against its data first."""
+    monkeypatch.setattr(evaluate, "free_memory", lambda device: 2**50)
+    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **k: pytest.fail("measured before the data was checked"))
+    with pytest.raises(SystemExit, match=r"^error: --lengths: the longest asks for windows of 131072 tokens of .*base, "
+                                         r"and .* validation set holds none that long; ask for shorter ones"):
+        evaluate.main([f"--runs={two_runs}/base,{two_runs}/g1", "--device=cpu", "--modes=quant,length",
+                       "--lengths=1,4096", f"--out_dir={tmp_path}"])
 
 
 def test_long_lengths_run_in_pieces_that_fit(two_runs, monkeypatch):
