@@ -379,6 +379,20 @@ def test_first_token_attention(backend, causal, H, Hkv):
     assert rel_err(got, want) < TOL
 
 
+@needs_cuda
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_first_token_attention_in_bf16_under_autocast(backend):
+    """What the probe measures on a GPU: the model's bf16 q and k, under the evaluation's autocast, on either path,
+    against the float64 softmax of the same bf16 values (the interpreter cannot run bf16: the GPU tier checks it)."""
+    q, k, _, _, _ = make_inputs(2, 4, 2, 300, 64, None, dtype=torch.bfloat16, seed=9)
+    q, k = q.detach() * 2, k.detach() * 2
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got = first_token_attention(q, k, backend=backend)
+    s = q.double() @ k.double().repeat_interleave(2, 1).transpose(-2, -1) * 64 ** -0.5
+    s = s.masked_fill(torch.ones(300, 300, dtype=torch.bool, device=DEV).triu(1), float("-inf"))
+    assert got.dtype == torch.float32 and rel_err(got, s.softmax(-1)[..., 0]) < 1e-3
+
+
 def test_first_token_attention_decoding_step():
     """One query after cached keys (Tq=1 < Tk): the torch path aligns the query with the last key."""
     q, k, _, _, _ = make_inputs(1, 4, 2, 20, 32, None, seed=6)
