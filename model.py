@@ -153,11 +153,11 @@ class Gate(nn.Module):
 class RMSNorm(nn.Module):
     def __init__(self, dim, eps=1e-6):
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
 
-    def forward(self, x):  # in the weight's precision: bf16 q, k (qk_norm) under a CPU's autocast, as on CUDA's
-        return F.rms_norm(x.to(self.weight.dtype), (x.size(-1),), self.weight, self.eps).type_as(x)
+    def forward(self, x):  # in the wider dtype of the two, as CUDA's autocast does: bf16 q, k (qk_norm) in fp32
+        dtype = torch.promote_types(x.dtype, self.weight.dtype)
+        return F.rms_norm(x.to(dtype), (x.size(-1),), self.weight.to(dtype), self.eps)
 
 
 class DyT(nn.Module):

@@ -488,7 +488,8 @@ def count_spike(health, loss, threshold):
 
 # Dense bf16 tensor-core peak FLOP/s by device name (no sparsity). Matched by substring, first hit wins.
 PEAK_FLOPS = [
-    ("H200", 989e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12), ("H800", 989e12), ("GH200", 989e12),
+    ("H200 NVL", 835e12), ("H200", 989e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12),
+    ("H800", 989e12), ("GH200", 989e12),
     ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12),
     ("A10G", 70e12), ("A10", 125e12), ("RTX 4090", 165e12), ("RTX 3090", 71e12), ("V100", 125e12), ("T4", 65e12),
 ]

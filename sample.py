@@ -142,8 +142,8 @@ def main(argv=None):
     T = model.config.block_size
     if len(ids) > T:
         read = f"<|endoftext|> and the last {T - 1}" if bos else f"the last {T}"
-        print(f"note: the prompt is {len(ids)} tokens, more than the model's block_size, {T}: it reads {read}",
-              flush=True)
+        print(f"note: the prompt is {len(ids) - added} tokens{' after <|endoftext|>' if added else ''}, more than "
+              f"the model's block_size, {T}: it reads {read}", flush=True)
     x = torch.tensor([ids], dtype=torch.long, device=dev)
 
     torch.manual_seed(c.seed)  # the same seed gives the same samples

@@ -915,6 +915,57 @@ def test_a_worker_killed_while_tokenizing_stops_the_preparation_in_one_line(tmp_
         find_shards(tmp_path / "out", "train")
 
 
+SLOW_READER = """
+import multiprocessing, sys, time
+sys.path.insert(0, sys.argv[1])
+multiprocessing.set_start_method(sys.argv[2])
+sys.argv = sys.argv[:1] + sys.argv[3:]
+import data.textdir.prepare as prepare
+read = prepare._encode_file
+def slow(path):  # a large file: the worker is busy with it when Ctrl-C comes
+    time.sleep(3)
+    return read(path)
+prepare._encode_file = slow
+prepare.main()
+"""
+
+
+def test_ctrl_c_ends_a_preparation_at_once_even_while_its_workers_are_busy(tmp_path):
+    """A real SIGINT while each worker holds a slow file: the preparation ends in a second, with its one line, and
+    its workers with it (not after the files they hold, nor never: a second Ctrl-C once hung the pool's shutdown)."""
+    import signal
+    import time
+    make_text_folder(tmp_path / "src")
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_READER, REPO, "fork", "--src", str(tmp_path / "src"),
+                             "--out_dir", str(tmp_path / "out"), "--workers", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("reading")
+    time.sleep(1.0)  # the workers are in the middle of their first files
+    start = time.time()
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)  # impatient: a second Ctrl-C
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the preparation did not end within 20 s of Ctrl-C")
+    assert time.time() - start < 2.5 and proc.returncode in (130, -signal.SIGINT), (proc.returncode, err)
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_the_preparation_runs_under_every_start_method(tmp_path, method):
+    """Python 3.14 starts workers from a forkserver on Linux (macOS and Windows: spawn): a worker's parent is then
+    not the preparation, and a worker that took it for an orphan ended itself (the pool hung, or said one died)."""
+    make_text_folder(tmp_path / "src")
+    script = ("import multiprocessing, sys\nsys.path.insert(0, sys.argv[1])\nmultiprocessing.set_start_method(sys.argv[2])"
+              "\nsys.argv = sys.argv[:1] + sys.argv[3:]\nimport data.textdir.prepare as prepare\nprepare.main()\n")
+    out = subprocess.run([sys.executable, "-c", script, REPO, method, "--src", str(tmp_path / "src"), "--out_dir",
+                          str(tmp_path / "out"), "--workers", "2"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "wrote " in out.stdout, out.stderr
+    assert read_meta(str(tmp_path / "out"))["complete"] is not False
+
+
 # ----------------------------------------------------------------------------
 # the prepare scripts' command lines, as a careless user runs them: one line, never a traceback
 

@@ -484,9 +484,10 @@ def test_a_low_temperature_in_half_precision_is_greedy_not_nan():
     assert torch.equal(model.generate(x, 1, temperature=1e-6)[:, -1], greedy)
 
 
-def test_rms_norm_of_a_lower_precision_input_is_computed_in_the_weights_and_keeps_the_inputs_dtype():
-    """q and k are bf16 under a CPU's autocast and the QK-norm's gain fp32: normalised in fp32 (as CUDA's autocast
-    does), returned in bf16, without PyTorch's warning that the fused kernel cannot take mixed dtypes."""
+def test_rms_norm_computes_in_the_wider_dtype_of_input_and_gain():
+    """q and k are bf16 under a CPU's autocast and the QK-norm's gain fp32: normalised in fp32, as CUDA's autocast
+    does (its output fp32 too), without PyTorch's warning that the fused kernel cannot take mixed dtypes; and a
+    float64 input is not cut to the gain's float32."""
     norm = RMSNorm(16)
     with torch.no_grad():
         norm.weight.uniform_(0.5, 1.5)
@@ -494,9 +495,12 @@ def test_rms_norm_of_a_lower_precision_input_is_computed_in_the_weights_and_keep
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         y = norm(x)
-    assert y.dtype == torch.bfloat16
+    assert y.dtype == torch.float32
     want = x.float() / torch.sqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * norm.weight
-    torch.testing.assert_close(y, want.to(torch.bfloat16), rtol=8e-3, atol=1e-3)
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-6)
+    x64 = torch.randn(3, 16, dtype=torch.float64)
+    want = x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * norm.weight.double()
+    torch.testing.assert_close(norm(x64), want, rtol=1e-12, atol=1e-14)
 
 
 # ----------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def load_splits(hf_name, hf_revision, val_fraction, num_proc, trust_remote_code=
                  "--hf_revision=refs/convert/parquet (which may hold only part of a large dataset: the count of "
                  "documents is checked), or pip install 'datasets<4' and add --trust_remote_code")
     except ValueError as e:
-        if "trust_remote_code" not in str(e):
+        if "trust_remote_code" not in str(e) or trust_remote_code:  # (given, and still refused: datasets says why)
             raise
         sys.exit(f"error: {hf_name} is read by a loading script the hub's repository holds, which datasets runs only "
                  "when allowed: add --trust_remote_code to run it (code from the hub), or use the hub's Parquet copy "

@@ -103,7 +103,7 @@ def _encode_file(path):
         return encode_document(_enc, f.read())
 
 
-def quiet_worker(parent):
+def quiet_worker():
     """Each worker of the pool: Ctrl-C is the preparation's to handle (the pool then hands out no more files, and its
     workers end after the batch they hold), and a worker whose preparation is gone (killed) ends soon and in
     silence. An orphan would otherwise finish its batch and print a BrokenPipeError traceback into the user's
@@ -113,11 +113,22 @@ def quiet_worker(parent):
     if hasattr(signal, "SIGPIPE"):  # not on Windows
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
+    parent = os.getppid()  # the preparation (fork, spawn), or the forkserver, which ends with it (Python 3.14's default)
+
     def watch():
         while os.getppid() == parent:
             time.sleep(0.2)
         os._exit(0)
     threading.Thread(target=watch, daemon=True).start()
+
+
+def end_workers(pool):
+    """Terminate a ProcessPoolExecutor's workers (Python 3.14's pool.terminate_workers; before it, no public way)."""
+    if hasattr(pool, "terminate_workers"):
+        pool.terminate_workers()
+        return
+    for worker in list((getattr(pool, "_processes", None) or {}).values()):
+        worker.terminate()
 
 
 def check_name(name):
@@ -147,7 +158,7 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
     print(f"reading {len(files)} files from {src} ...", flush=True)
     # an executor, not a multiprocessing.Pool: a worker killed (out of memory on a huge file) breaks it, where a Pool
     # would wait forever for the files that worker held
-    pool = ProcessPoolExecutor(workers, initializer=quiet_worker, initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(workers, initializer=quiet_worker)
     try:
         # pass 1: drop duplicates and non-UTF-8 files, so that the split is made among the files kept
         counts = {"duplicates_skipped": 0, "not_utf8_skipped": 0, **unread}
@@ -178,8 +189,11 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
         raise ValueError(f"a worker process died while reading the files under {src} (killed: out of memory on a "
                          "very large file?); run the same command again, with fewer --workers if memory ran out") \
             from None
-    finally:  # Ctrl-C or a failure: the files not yet handed out are dropped, not read
-        pool.shutdown(wait=False, cancel_futures=True)
+    except BaseException:  # Ctrl-C or a failure: the workers end now, not after the files they hold
+        end_workers(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     for writer in writers.values():
         writer.close()
     for s in SPLITS:
