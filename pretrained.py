@@ -338,7 +338,8 @@ def load_tokenizer(ckpt):
     tokenizer.json, where it has one, holds GPT-2's tokens), else the checkpoint's tokenizer.json; a ValueError when
     the tokenizer has ids the model has no embedding for."""
     path = os.path.join(ckpt.folder, "tokenizer.json")
-    if ckpt.family == "gpt2" and ckpt.config.vocab_size >= GPT2_VOCAB and (not os.path.isfile(path) or gpt2s(path)):
+    if ckpt.family == "gpt2" and ckpt.config.vocab_size >= GPT2_VOCAB and \
+            (not os.path.isfile(path) or holds_gpt2_vocab(path)):
         from data.shards import get_tokenizer
         enc = get_tokenizer("gpt2")
     else:
@@ -352,7 +353,7 @@ def load_tokenizer(ckpt):
     return enc
 
 
-def gpt2s(path):
+def holds_gpt2_vocab(path):
     """Whether a tokenizer.json holds GPT-2's tokens (a GPT-2-shaped model may have been trained on another BPE)."""
     from data.shards import GPT2_ENCODER
     try:

@@ -488,7 +488,8 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
             where = "" if logged is None else f" (val loss in its log: {logged:.4f})"
         else:
             record, s, m = stored
-            data_notes += filter(None, [check_kept_windows(record, run_dir, checkpoint, windows, fingerprints)])
+            note = check_kept_windows(record, run_dir, checkpoint, windows, fingerprints)
+            data_notes += [note] if note else []
             record.update(label=label, out_dir=run_dir, eval_windows=windows)
             where = f" (measured earlier, on {record['measured_on']}: its {checkpoint} is gone)"
         records.append(record)

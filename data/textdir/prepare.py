@@ -104,16 +104,16 @@ def _encode_file(path):
 
 
 def quiet_worker():
-    """Each worker of the pool: Ctrl-C is the preparation's to handle (the pool then hands out no more files, and its
-    workers end after the batch they hold), and a worker whose preparation is gone (killed) ends soon and in
-    silence. An orphan would otherwise finish its batch and print a BrokenPipeError traceback into the user's
-    terminal when it could not hand it back: with SIGPIPE at the system's default, writing to the dead
-    preparation's pipe ends the worker quietly instead, and a thread ends an orphan that is still working."""
+    """Each worker of the pool: Ctrl-C is the preparation's to handle (it then ends the workers, end_workers), and a
+    worker whose preparation is gone (killed) ends soon and in silence. An orphan would otherwise finish its batch
+    and print a BrokenPipeError traceback into the user's terminal when it could not hand it back: with SIGPIPE at
+    the system's default, writing to the dead preparation's pipe ends the worker quietly instead, and a thread ends
+    an orphan that is still working."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "SIGPIPE"):  # not on Windows
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
-    parent = os.getppid()  # the preparation (fork, spawn), or the forkserver, which ends with it (Python 3.14's default)
+    parent = os.getppid()  # the preparation (fork, spawn), or the forkserver (Python 3.14), which ends with it
 
     def watch():
         while os.getppid() == parent:
