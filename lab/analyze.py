@@ -224,6 +224,9 @@ def probe_batch(model, x, y, ctx, keep_scores, triggers):
               **{key: (None if values is None else torch.stack(values).mean(0).numpy())
                  for key, values in probe.windows.items()}}
     window["peak_act"] = torch.stack(probe.windows["max_act"]).amax(0).numpy()  # the window's largest |h| anywhere
+    if triggers:  # how many query positions of each kind the batch's trigger statistics pooled: their weights
+        n = int(trigger_positions(x, triggers).sum())
+        probe.stats["positions"] = {"trigger": n, "other": x.size(0) * (x.size(1) - 1) - n}
     return probe.stats, probe.heads, probe.massive, window
 
 
@@ -232,7 +235,13 @@ def pool_layers(cfg, per_batch, per_head, massive, batch_size):
     def over_batches(key):  # every batch has the same number of windows: the mean of batch means
         if per_batch[0][key] is None:
             return None
-        return [float(v) for v in np.mean(np.array([s[key] for s in per_batch], dtype=float), axis=0)]
+        values = np.array([s[key] for s in per_batch], dtype=float)  # (batches, layers)
+        if key in TRIGGER_KEYS:  # pooled over positions of one kind, whose count differs from batch to batch
+            weight = np.array([s["positions"][key.rsplit("_", 1)[1]] for s in per_batch], dtype=float)[:, None]
+            weight = np.where(np.isnan(values), 0.0, weight)  # NaN: the batch had no position of the kind
+            with np.errstate(invalid="ignore"):  # no such position in any batch: NaN, as probe.py says
+                return [float(v) for v in (np.nan_to_num(values) * weight).sum(0) / weight.sum(0)]
+        return [float(v) for v in np.mean(values, axis=0)]
 
     layers = {key: over_batches(key) for key in ("first_token_attn", "sink_share", "max_act", "act_ratio") + GATE_KEYS +
               ("max_act_first", "max_act_rest", "value_norm_ratio") + TRIGGER_KEYS}

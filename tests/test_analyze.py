@@ -764,3 +764,27 @@ def test_the_checkpoint_is_a_file_name_in_each_run_folder(trained_run, tmp_path,
     os.makedirs(os.path.join(run, "latest.pt"))
     message = error_of(analyze.main, [f"--runs={run}", "--checkpoint=latest.pt", f"--out_dir={tmp_path / 'out'}"])
     assert f"{run}/latest.pt is no checkpoint file" in message
+
+
+def test_trigger_statistics_pool_every_position_of_their_kind_over_batches():
+    """measure's mechanism statistics over batches that hold different numbers of trigger positions are the pooled
+    means over every position of the kind, as one probe over all the windows at once gives (not a mean of batch
+    means, which would weigh a batch with few trigger positions like one with many)."""
+    import contextlib
+    from probe import Probe, TRIGGER_KEYS
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=24, vocab_size=8, n_layer=2, n_head=2, n_embd=32, attn_backend="torch")).eval()
+    triggers = [1, 5]
+    rich = torch.randint(0, 8, (4, 24))  # about a quarter of the positions are triggers
+    poor = torch.randint(2, 5, (4, 24))  # none, but three
+    poor[0, 5], poor[1, 9], poor[3, 20] = 1, 5, 1
+    batches = [(x, torch.roll(x, -1, 1)) for x in (rich, poor)]
+    layers = analyze.measure(model, batches, "cpu", contextlib.nullcontext(), map_tokens=8, triggers=triggers)[0]
+    with torch.no_grad(), Probe(model, triggers=triggers) as probe:
+        model(torch.cat([rich, poor]))
+    for key in TRIGGER_KEYS:
+        assert layers[key] == pytest.approx(probe.stats[key], abs=1e-6), key
+    # a kind that no batch holds stays NaN, as probe.py says
+    none = [(x, x) for x in (torch.randint(2, 5, (2, 24)),) * 2]
+    layers = analyze.measure(model, none, "cpu", contextlib.nullcontext(), map_tokens=8, triggers=triggers)[0]
+    assert np.isnan(layers["prev_attn_trigger"]).all() and not np.isnan(layers["gate_mean_other"]).any()
