@@ -3,7 +3,8 @@
 # for each variant differ, and the seed (python -m lab.repro train ... --seeds=N: 1337, 1338, ...), which changes
 # the initialisation and the data order.
 # 8 layers, 512 wide, 8 heads (~25M non-embedding parameters), T=512, 128 x 512 = 65,536 tokens per step,
-# 1,600 steps = 105M tokens: ~290 s a run on one H100 with two runs side by side (measured 2026-11-22).
+# 1,600 steps = 105M tokens: 301-332 s a run on one H100 with two runs side by side (2026-11-25,
+# results/study-h100-2026-11-25/commands.jsonl).
 # As the papers' models (Qwen3's architecture): QK-norm, and a beginning-of-sequence token at position 0 of
 # every window (bos, train.py's default), on which the attention sink forms.
 dataset = "pysrc"  # python -m lab.repro prepare: the .py files of the installed Python packages
