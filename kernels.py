@@ -151,26 +151,40 @@ def use_triton(backend, q, k, v, gate=None, scale=None, mask=None):
 def gated_attention(q, k, v, gate=None, causal=True, scale=None, backend="auto", mask=None):
     """q: (B, H, T, D); k, v: (B, Hkv, T, D), H % Hkv == 0; gate: None, (B, H, T, D) or (B, H, T, 1) logits.
     Inputs may have any strides (e.g. a gate expand()ed over heads); the gate's gradient has the gate's shape.
-    mask: None, or a boolean (Tq, Tk) of the keys each query sees, in place of `causal` (PyTorch's path only)."""
+    causal: query i sees keys 0..i (as many queries as keys); mask: None, or a boolean (Tq, Tk) of the keys each
+    query sees, in place of `causal` (PyTorch's path only)."""
     _check(q, k, v, gate)
+    if causal and mask is None and q.size(2) != k.size(2):  # SDPA would align the rows at the top left
+        raise ValueError(f"causal attention needs as many queries as keys (Tq={q.size(2)}, Tk={k.size(2)}): one "
+                         "new query after a KV cache sees every key, causal=False (as model.py decodes), or pass a mask")
     if not use_triton(backend, q, k, v, gate, scale, mask):
         return attention_torch(q, k, v, gate, causal, scale, mask)
     scale = q.size(3) ** -0.5 if scale is None else float(scale)
-    return _FlashGatedAttention.apply(q, k, v, gate, bool(causal), scale)
+    return _FlashGatedAttention.apply(*_interpretable(q, k, v, gate), bool(causal), scale).to(q.dtype)
+
+
+def _interpretable(*tensors):
+    """The tensors as the kernels may take them: on a CPU, bf16 as fp32 copies, since Triton's interpreter computes
+    tl.dot wrongly on bf16 tiles (Triton 3.9: off by orders of magnitude, silently). Autograd sees the casts, so the
+    gradients come back in bf16; the result is the more precise, not a GPU's bf16 rounding."""
+    if tensors[0].is_cuda or tensors[0].dtype != torch.bfloat16:
+        return tensors
+    return tuple(None if t is None else t.float() for t in tensors)
 
 
 @torch.no_grad()
 def first_token_attention(q, k, causal=True, scale=None, chunk=256, backend="auto"):
     """Attention probability that each query puts on key 0, (B, H, Tq), computed from the log-sum-exp of
-    each row, p0_i = exp(s_i0 - lse_i): on the Triton path the LSE comes from the flash forward (memory
-    O(T)); otherwise a chunk of queries at a time (memory O(chunk * T)). Never T x T."""
+    each row, p0_i = exp(s_i0 - lse_i): on the Triton path the LSE comes from the flash forward (a whole attention's
+    work, v = k, its output thrown away); otherwise a chunk of queries at a time (memory O(chunk * T)). Never
+    T x T. With fewer queries than keys (a KV cache's), query i is aligned with key i + Tk - Tq."""
     _check(q, k, k, None)
     B, H, Tq, D = q.shape
     Hkv, Tk = k.size(1), k.size(2)
     scale = scale if scale is not None else D ** -0.5
     qg = q.float().unflatten(1, (Hkv, H // Hkv))  # (B, Hkv, G, Tq, D): query heads grouped by their KV head
     if use_triton(backend, q, k, k, scale=scale):
-        _, lse2 = _flash_forward(q, k, k, None, causal, scale)  # v = k: only the LSE is used
+        _, lse2 = _flash_forward(*_interpretable(q, k, k), None, causal, scale)  # v = k: only the LSE is used
         s0 = (qg * k[:, :, None, :1].float()).sum(-1).flatten(1, 2) * scale  # (B, H, T) scores on key 0
         return torch.exp2(s0 * LOG2E - lse2)
     kf = k.float().unsqueeze(2)  # (B, Hkv, 1, Tk, D)

@@ -24,7 +24,7 @@ CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"
 needs_triton = pytest.mark.skipif(not (kernels.HAS_TRITON and (CUDA or os.environ.get("TRITON_INTERPRET") == "1")),
                                   reason="needs Triton with CUDA, or TRITON_INTERPRET=1")
-needs_cuda = pytest.mark.skipif(not CUDA, reason="bf16 and the fp16 sweep need a GPU (the interpreter cannot run bf16)")
+needs_cuda = pytest.mark.skipif(not CUDA, reason="the bf16 and fp16 sweep needs a GPU (a CPU computes bf16 in fp32 copies)")
 
 # fp32 kernel vs float64 reference. The interpreter's tl.dot is an fp32 numpy matmul and the GPU path uses
 # input_precision='ieee' for fp32, so the only error is fp32 rounding over sums of <= T*D terms: measured
@@ -113,6 +113,25 @@ def test_matches_float64_reference(T, H, Hkv, D, gate, causal):
 def test_head_dim_128_and_custom_scale():
     q, k, v, g, dy = make_inputs(1, 2, 1, 37, 128, "elementwise", seed=1)
     assert_close_to_reference(q, k, v, g, dy, causal=True, scale=0.3)
+
+
+@needs_triton
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_length_that_fills_whole_blocks(causal):
+    """T a multiple of every block (64 here: one query block of the interpreter's 64 x 32, two key blocks), as a
+    training window's 1024 is on a GPU: no ragged block, so every masked load and the diagonal meet no edge."""
+    assert_close_to_reference(*make_inputs(1, 2, 1, 64, 16, "elementwise", seed=2), causal=causal)
+
+
+@needs_triton
+def test_bf16_on_a_cpu_is_computed_in_fp32():
+    """Triton's interpreter computes tl.dot wrongly on bf16 tiles (off by orders of magnitude): on a CPU the kernels
+    take fp32 copies, and the result and gradients come back in bf16, within bf16's rounding of the float64 answer
+    on the same bf16 values. (On a GPU test_low_precision_cuda covers bf16.)"""
+    if CUDA:
+        pytest.skip("the interpreter's bf16: a CPU's")
+    q, k, v, g, dy = make_inputs(1, 4, 2, 20, 32, "elementwise", dtype=torch.bfloat16, seed=3)
+    assert_close_to_reference(q, k, v, g, dy, causal=True, tol=1e-2)  # bf16's unit roundoff: 2**-8 = 4e-3
 
 
 @pytest.fixture
@@ -338,7 +357,7 @@ def test_torch_and_triton_backends_agree(gate):
 
 def test_auto_backend_on_cpu_is_torch():
     if CUDA:
-        pytest.skip("on CUDA 'auto' picks Triton")
+        pytest.skip("a CPU's 'auto' (on CUDA it picks Triton once kernels.FUSED_BY_DEFAULT is True)")
     q, k, v, g, _ = make_inputs(1, 2, 2, 9, 16, "elementwise")
     assert torch.equal(gated_attention(q, k, v, g, backend="auto"), kernels.attention_torch(q, k, v, g))
 
@@ -366,30 +385,32 @@ def test_head_shared_gate_as_expanded_view():
 
 @pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("H,Hkv", [(4, 4), (4, 2)])
-def test_first_token_attention(backend, causal, H, Hkv):
+@pytest.mark.parametrize("H,Hkv,scale", [(4, 4, None), (4, 2, 0.3)])
+def test_first_token_attention(backend, causal, H, Hkv, scale):
     q, k, _, _, _ = make_inputs(2, H, Hkv, 50, 32, None, seed=5)
     q, k = q.detach() * 2, k.detach() * 2  # sharper softmax, so p0 varies a lot between rows
-    s = q.double() @ k.double().repeat_interleave(H // Hkv, 1).transpose(-2, -1) * 32 ** -0.5
+    s = q.double() @ k.double().repeat_interleave(H // Hkv, 1).transpose(-2, -1) * (scale or 32 ** -0.5)
     if causal:
         s = s.masked_fill(torch.ones(50, 50, dtype=torch.bool, device=DEV).triu(1), float("-inf"))
     want = s.softmax(-1)[..., 0]
-    got = first_token_attention(q, k, causal=causal, chunk=16, backend=backend)  # chunk: the torch path loops
+    # chunk: the torch path loops; a scale of its own: the LSE and the scores on key 0 must use the same one
+    got = first_token_attention(q, k, causal=causal, scale=scale, chunk=16, backend=backend)
     assert got.shape == (2, H, 50)
     assert rel_err(got, want) < TOL
 
 
-@needs_cuda
 @pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
 def test_first_token_attention_in_bf16_under_autocast(backend):
-    """What the probe measures on a GPU: the model's bf16 q and k, under the evaluation's autocast, on either path,
-    against the float64 softmax of the same bf16 values (the interpreter cannot run bf16: the GPU tier checks it)."""
-    q, k, _, _, _ = make_inputs(2, 4, 2, 300, 64, None, dtype=torch.bfloat16, seed=9)
+    """What the probe measures: the model's bf16 q and k, under the evaluation's autocast, on either path, against
+    the float64 softmax of the same bf16 values (on a CPU the Triton path computes bf16 in fp32: the interpreter's
+    bf16 dot is wrong)."""
+    T = 300 if CUDA else 70
+    q, k, _, _, _ = make_inputs(2, 4, 2, T, 64, None, dtype=torch.bfloat16, seed=9)
     q, k = q.detach() * 2, k.detach() * 2
-    with torch.autocast("cuda", dtype=torch.bfloat16):
+    with torch.autocast(DEV, dtype=torch.bfloat16):
         got = first_token_attention(q, k, backend=backend)
     s = q.double() @ k.double().repeat_interleave(2, 1).transpose(-2, -1) * 64 ** -0.5
-    s = s.masked_fill(torch.ones(300, 300, dtype=torch.bool, device=DEV).triu(1), float("-inf"))
+    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=DEV).triu(1), float("-inf"))
     assert got.dtype == torch.float32 and rel_err(got, s.softmax(-1)[..., 0]) < 1e-3
 
 
@@ -428,6 +449,12 @@ def test_bad_inputs_raise():
     for bad_gate in (torch.zeros(1, 4, 8, 2), torch.zeros(1, 2, 8, 32), torch.zeros(4, 8, 32)):
         with pytest.raises(ValueError, match="gate"):
             gated_attention(q, k, v, gate=bad_gate.to(DEV))
+    # causal with fewer queries than keys: SDPA would let the last query see the first key only, silently
+    for backend in ("torch", "triton"):
+        with pytest.raises(ValueError, match="causal=False"):
+            gated_attention(q[:, :, -1:], k, v, causal=True, backend=backend)
+    assert torch.allclose(gated_attention(q[:, :, -1:], k, v, causal=False), gated_attention(q, k, v)[:, :, -1:],
+                          atol=1e-6)
 
 
 @needs_triton
@@ -554,6 +581,20 @@ def test_model_same_on_both_backends(gate):
         assert rel_err(p.grad, grads[name].grad) < 1e-4, name  # a few layers of fp32 rounding on top of TOL
         checked += 1
     assert checked == len(grads)
+
+
+@needs_triton
+def test_model_under_bf16_autocast_same_on_both_backends():
+    """train.py's dtype=auto trains under bf16 autocast on a CPU that computes bf16, and on a GPU: the fused path's
+    logits stay within bf16's rounding of the PyTorch path's (on a CPU the interpreter's bf16 dot was wrong)."""
+    logits = []
+    for backend in ("torch", "triton"):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(block_size=32, vocab_size=96, n_layer=2, n_head=4, n_embd=64, attn_backend=backend))
+        idx = torch.randint(0, 96, (2, 24), generator=torch.Generator().manual_seed(1)).to(DEV)
+        with torch.no_grad(), torch.autocast(DEV, dtype=torch.bfloat16):
+            logits.append(model.to(DEV)(idx)[0].float())
+    assert rel_err(logits[1], logits[0]) < 3e-2  # the interpreter's bf16 dot gave 1.2
 
 
 @needs_triton
