@@ -301,7 +301,8 @@ if HAS_TRITON:
                 v = tl.load(v_ptrs + start_n * stride_vt, mask=n[:, None] < T, other=0.0)
             else:
                 v = tl.load(v_ptrs + start_n * stride_vt)
-            # bf16/fp16 operands, fp32 accumulator
+            # acc = alpha * acc + P V (FlashAttention-2's diag(alpha) O + P V: tl.dot adds into its third argument);
+            # P in v's dtype for the dot (bf16/fp16 operands, fp32 accumulator), while l_i summed it in fp32
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PREC)
             m_i = m_new
         return acc, l_i, m_i
