@@ -1,7 +1,8 @@
 """Checks of exercise 05 (the gate's backward by hand), in order: the forward, the gradients' shapes, three traps
 (dy as if there were no gate, dg that stops at the score or takes a wrong sigmoid derivative), the gradients
-against torch autograd, then the SigmoidGate Function: its output, and the gradients autograd gets from its backward,
-against autograd of y * sigmoid(g) (what torch.autograd.gradcheck compares with finite differences)."""
+against torch autograd (and no autograd inside), the gradients where the gate is shut or wide open (|g| up to 800),
+then the SigmoidGate Function: its output, and the gradients autograd gets from its backward, against autograd of
+y * sigmoid(g) (what torch.autograd.gradcheck compares with finite differences)."""
 
 import torch
 
@@ -105,6 +106,11 @@ def check_backward_vs_autograd(student):
         dy, dg = _backward(student, dout, y, g)
         compare = ("Compare with autograd yourself: y and g with requires_grad=True, "
                    "(y * torch.sigmoid(g)).backward(dout), then y.grad and g.grad.")
+        for name, got, want in (("dy", dy, want_dy), ("dg", dg, want_dg)):
+            if same(got, want, 1e-5) and not same(got, want, 1e-10):  # right, but rounded as float32 rounds
+                raise Wrong(f"{name} ({granularity}) is right to about 1e-7 but not to float64's precision: part of "
+                            "your arithmetic ran in float32 (a .float(), a float32 tensor you made). Keep the "
+                            "inputs' dtype: the maths is right.")
         expect_close(f"dy ({granularity})", dy, want_dy, atol=1e-12, rtol=1e-10,
                      hint="Re-derive d out / d y. " + compare)
         expect_close(f"dg ({granularity})", dg, want_dg, atol=1e-12, rtol=1e-10,
@@ -113,14 +119,51 @@ def check_backward_vs_autograd(student):
                            "Re-derive d out / d g, through the sigmoid. ") + compare)
         touched = student.in_child(_grads_touched, dout, y, g)
         if touched:
-            raise Wrong("gate_backward changed its inputs' .grad: compute the gradients as plain tensors.")
+            raise Wrong(f"gate_backward {touched}: compute the gradients by hand, as plain tensors (no autograd "
+                        "inside), and leave dout as it came (autograd may pass the same tensor elsewhere).")
+
+
+def check_backward_where_the_gate_is_shut_or_wide_open(student):
+    """dy and dg stay finite, and right, for logits far from 0 (|g| up to 800: a gate shut or wide open)"""
+    y, g, dout = _inputs("elementwise", seed=7)
+    g = g.clone()
+    g.view(-1)[:8] = torch.tensor([-800.0, -100.0, -50.0, -20.0, 20.0, 50.0, 100.0, 800.0], dtype=g.dtype)
+    dy, dg = _backward(student, dout, y, g)
+    want_dy, want_dg = _autograd(y, g, dout)
+    for name, got in (("dy", dy), ("dg", dg)):
+        if isinstance(got, torch.Tensor) and not torch.isfinite(got).all():
+            raise Wrong(f"{name} is NaN or inf where |g| is large (a shut or wide-open gate, which a trained G1 "
+                        "gate has plenty of): an exp of -g overflowed there (e^800 is inf, and inf / inf is NaN). "
+                        "Write the sigmoid's derivative with s = sigmoid(g) alone: it stays finite for any g.")
+    expect_close("dy (large |g|)", dy, want_dy, atol=1e-12, rtol=1e-10, hint="Re-derive d out / d y.")
+    expect_close("dg (large |g|)", dg, want_dg, atol=1e-12, rtol=1e-10,
+                 hint="Write the sigmoid's derivative with s = sigmoid(g) alone.")
 
 
 def _grads_touched(student, dout, y, g):
-    """In the student's process: whether gate_backward set .grad on inputs that require gradients."""
-    y, g = y.clone().requires_grad_(), g.clone().requires_grad_()
-    student.gate_backward(dout, y, g)
-    return y.grad is not None or g.grad is not None
+    """In the student's process: what gate_backward did that it must not (set .grad on its inputs, call autograd,
+    change dout in place), as words, or None."""
+    calls = []
+    patched = [(torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward")]
+    originals = [getattr(owner, name) for owner, name in patched]
+    for (owner, name), original in zip(patched, originals):
+        def spy(*args, _original=original, _name=name, **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+        setattr(owner, name, spy)
+    y, g, kept = y.clone().requires_grad_(), g.clone().requires_grad_(), dout.clone()
+    try:
+        student.gate_backward(dout, y, g)
+    finally:
+        for (owner, name), original in zip(patched, originals):
+            setattr(owner, name, original)
+    if calls:
+        return f"called autograd ({calls[0]})"
+    if y.grad is not None or g.grad is not None:
+        return "changed its inputs' .grad"
+    if not torch.equal(dout, kept):
+        return "changed dout in place"
+    return None
 
 
 def _through_sigmoid_gate(student, y, g, dout):

@@ -10,7 +10,7 @@ y; headwise logits are (B, H, T, 1), one per head and token, broadcast over the 
 
   gap 1: gate_forward(y, g)          -> (out, saved)
   gap 2: gate_backward(dout, y, g)   -> (dy, dg), each with its input's shape, derived by hand
-  gap 3: SigmoidGate, a torch.autograd.Function made of the two (checked with torch.autograd.gradcheck)
+  gap 3: SigmoidGate, a torch.autograd.Function made of the two (checked against autograd's own gradients)
 
 Check your file with:  python exercises/check.py 05
 """

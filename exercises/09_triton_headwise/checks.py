@@ -1,7 +1,9 @@
 """Checks of exercise 09 (a headwise gate in the Triton kernel), in order: a headwise gate is accepted and gives
 the right shape; the elementwise gate and no gate still match the oracle (nothing broken); very negative headwise
 logits zero whole rows and very positive ones leave the attention as it is (the sigmoid); headwise numbers against
-kernels.attention_torch at a T that is a multiple of the block and at a ragged T; headwise gates in other layouts
+kernels.attention_torch at a T that is a multiple of the block and at a ragged T; a headwise gate runs the
+kernel's GATE == 2 branch (by recording the launch's GATE), and a float16 one gets its sigmoid in fp32; headwise
+gates in other layouts
 (a transposed view, as model.py passes it, and one expanded over heads); the gate view read in place, not
 copied, and no logit loaded past its rows at a ragged T (under the interpreter, by recording the addresses the
 kernel loads; on a GPU, from the source as a last resort).
@@ -98,6 +100,12 @@ def check_headwise_zeroes_rows(student):
     expect_shape("attention(q, k, v, headwise gate)", y, q.shape)
     if not (y.abs() < 1e-6).all():
         scaled = same(y, -30 * _oracle(q, k, v), tol=1e-3)
+        if same(y, _oracle(q, k, v), 1e-4):
+            opened = _attention(student, q, k, v, _headwise_gate(1, 2, 32, seed=5, fill=30.0))
+            if isinstance(opened, torch.Tensor) and (opened.abs() < 1e-6).all():
+                raise Wrong("logits of -30 leave the attention as it is and logits of +30 zero it: your score is "
+                            "1 - sigmoid(logit), the gate the wrong way round. A large logit opens the gate: the "
+                            "score is sigmoid(logit) itself.")
         raise Wrong("with every headwise logit at -30 the output should be all zeros (sigmoid(-30) ~ 1e-13: every "
                     "head shut), and it is not" +
                     (": it is -30 times the attention, so the sigmoid is missing: each row is scaled by its raw "
@@ -142,6 +150,56 @@ def check_headwise_numbers(student):
                      hint="Re-check which logit each row of o is scaled with (g_rows points at each row's own) and "
                           "that the scale is its sigmoid." +
                           (" T=64 passes but the ragged T=80 does not: re-check the rows past T." if T == 80 else ""))
+
+
+def _launched_modes(student):
+    """In the student's process: the GATE of every launch of flash_attention_fwd while attention runs on a
+    headwise gate (None where the launcher passed it otherwise than as GATE=...)."""
+    kernel, modes = student.flash_attention_fwd, []
+
+    class Recorder:  # stands in for the kernel: kernel[grid](...) records GATE, then launches
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                modes.append(kwargs.get("GATE"))
+                return kernel[grid](*args, **kwargs)
+            return launch
+
+    student.flash_attention_fwd = Recorder()
+    try:
+        q, k, v = _qkv(48, 16, seed=40)
+        _attention(student, q, k, v, _headwise_gate(1, 2, 48, seed=41))
+    finally:
+        student.flash_attention_fwd = kernel
+    return modes
+
+
+def check_headwise_runs_its_own_branch(student):
+    """a headwise gate runs the kernel's GATE == 2 branch, not the elementwise one"""
+    modes = student.in_child(_launched_modes)
+    if modes and all(mode == 1 for mode in modes):
+        raise Wrong("a (B, H, T, 1) gate reaches the kernel as GATE=1, the elementwise branch (with a d stride of 0, "
+                    "every column reads the row's one logit). The numbers come out right, but the exercise is the "
+                    "GATE == 2 branch: the launcher passes GATE=2 for a headwise gate, and that branch loads one "
+                    "logit per row. (README.md's last paragraph asks what the stride-0 way costs, once it passes.)")
+    if modes != [2]:
+        raise Wrong(f"for a headwise gate attention launched the kernel with GATE={modes} (as keyword arguments "
+                    "of the launch, as the starter does): it should launch it once, with GATE=2.")
+
+
+def check_headwise_half_precision_gate(student):
+    """a float16 headwise gate (with float32 q, k, v): the sigmoid computed in fp32"""
+    q, k, v = _qkv(40, 16, seed=42)
+    gate = _headwise_gate(1, 2, 40, seed=43).half()
+    try:
+        y = _attention(student, q, k, v, gate)
+    except Exception as e:
+        if "Expected dtype" in str(e) and "fp32" in str(e):
+            raise Wrong("with a float16 headwise gate the kernel fails in tl.sigmoid, which takes fp32 (or fp64) "
+                        "only: cast the loaded logits to fp32 before the sigmoid, as the elementwise branch "
+                        "does.") from None
+        raise
+    expect_close("attention(q, k, v, float16 headwise gate)", y, _oracle(q, k, v, gate), **TOL,
+                 hint="The float32 gates pass: compute the score from the logits cast to fp32.")
 
 
 def check_headwise_strided_gate(student):

@@ -112,6 +112,26 @@ def _own_call(student, function, model, idx):
     return value, _hooks_on(model) - hooks
 
 
+def _hooks_left_by_a_failed_forward(student, function, model, idx):
+    """In the student's process: function(model, idx) on windows the model refuses (longer than its block_size),
+    and how many hooks the failed call left on the model."""
+    hooks = _hooks_on(model)
+    try:
+        with _own_work(student, function):
+            getattr(student, function)(model, idx)
+    except Exception:  # the forward's own error, as intended
+        pass
+    return _hooks_on(model) - hooks
+
+
+def _no_hooks_left_when_the_forward_fails(student, function, model):
+    too_long = _windows(99, B=2, T=model.config.block_size + 1)
+    if student.in_child(_hooks_left_by_a_failed_forward, function, model, too_long):
+        raise Wrong(f"{function} left hooks on the model when its forward failed (windows longer than block_size): "
+                    "remove them in a finally: block, so that a failed forward leaves the model as it was and its "
+                    "next forward runs no hook of yours.")
+
+
 def _leaves_inputs(student, function, *inputs):
     """In the student's process: function(*inputs), and whether it left its inputs as they were."""
     kept = [x.clone() for x in inputs]
@@ -178,7 +198,7 @@ def _per_window(values, mask):
 
 def check_probs_shape(student):
     """attention_probs: one (B, H, T, T) tensor per layer, each row a distribution over the past, no hook left
-    (and the same maps on a second call)"""
+    (also when the forward fails), and the same maps on a second call"""
     model, idx = _small_gpt(1), _windows(2)
     B, T = idx.shape
     H, n = model.config.n_head, model.config.n_layer
@@ -194,6 +214,11 @@ def check_probs_shape(student):
         if not torch.isfinite(p).all():
             raise Wrong(f"layer {layer}'s probabilities hold NaN or inf: did a row lose every key to the mask (the "
                         "mask the wrong way round, hiding the past instead of the future)?")
+        pt = p.transpose(-2, -1)
+        if (p.triu(1).abs() > 1e-6).any() and not (pt.triu(1).abs() > 1e-6).any() and \
+                torch.allclose(pt.sum(-1), torch.ones((), dtype=p.dtype), atol=1e-4):
+            raise Wrong(f"layer {layer}: your maps are the right ones transposed, [b, head, key, query]: the rows "
+                        "are keys. Index them [b, head, query, key]: row i is query i's distribution over keys 0..i.")
         if (p.triu(1).abs() > 1e-6).any():
             raise Wrong(f"layer {layer}: queries attend to keys after them. The model's attention is causal: query i "
                         "sees keys 0..i only. Hide the future before the softmax, not after.")
@@ -204,6 +229,7 @@ def check_probs_shape(student):
             raise Wrong(f"layer {layer}: the rows do not sum to 1. Each query's attention is a distribution over "
                         "keys 0..i: was the future zeroed after the softmax instead of hidden before it?")
     _same_on_second_call(student, "attention_probs", model, idx, first, "maps")
+    _no_hooks_left_when_the_forward_fails(student, "attention_probs", model)
 
 
 def _qk(model, idx, rope=True):
@@ -336,8 +362,8 @@ def check_split_vs_probe(student):
 
 
 def check_gate_scores_shape(student):
-    """gate_scores: one (B, T, groups, width) tensor of scores in [0, 1] per layer, no hook left
-    (elementwise and headwise G1; the same scores on a second call)"""
+    """gate_scores: one (B, T, groups, width) tensor of scores in [0, 1] per layer, no hook left (also when the
+    forward fails; elementwise and headwise G1; the same scores on a second call)"""
     for seed, settings in ((9, {}), (10, {"gate_granularity": "headwise"})):
         model, idx = _small_gpt(seed, **settings), _windows(seed)
         n, shape = model.config.n_layer, (*idx.shape, *model.config.gate_shape())
@@ -353,6 +379,7 @@ def check_gate_scores_shape(student):
                             "output, the factor the gate multiplies by: did you keep the logits (before the "
                             "sigmoid), or the gate's output (the head's output times the scores)?")
         _same_on_second_call(student, "gate_scores", model, idx, first, "tensors")
+    _no_hooks_left_when_the_forward_fails(student, "gate_scores", model)
 
 
 def check_gate_scores_vs_probe(student):

@@ -10,7 +10,7 @@ y; headwise logits are (B, H, T, 1), one per head and token, broadcast over the 
 
   gap 1: gate_forward(y, g)          -> (out, saved)
   gap 2: gate_backward(dout, y, g)   -> (dy, dg), each with its input's shape, derived by hand
-  gap 3: SigmoidGate, a torch.autograd.Function made of the two (checked with torch.autograd.gradcheck)
+  gap 3: SigmoidGate, a torch.autograd.Function made of the two (checked against autograd's own gradients)
 
 This is the reference solution:
     python exercises/check.py 05 --file=exercises/solutions/05_gate_backward.py
@@ -60,6 +60,14 @@ MUTANTS = [
     ("trap_dy_forgets_s", "dy = dout " "* s", "dy = dout"),  # as if the gate were not there
     ("trap_dg_missing_sigmoid_derivative", "dg = dout * y " "* s * (1 - s)", "dg = dout * y"),  # d out / d s only
     ("trap_dg_one_minus_s_only", "dg = dout * y " "* s * (1 - s)", "dg = dout * y * (1 - s)"),  # the kernel's, with y
+    # the derivative through exp(-g): right for moderate g, NaN where the gate is shut (e^800 = inf, inf / inf)
+    ("backward_where_the_gate_is_shut_or_wide_open", "dg = dout * y " "* s * (1 - s)",
+     "dg = dout * y * torch.exp(-g) / (1 + torch.exp(-g)) ** 2"),
+    ("backward_vs_autograd", "s = torch." "sigmoid(g)", "s = torch.sigmoid(g.float()).to(g.dtype)"),  # float32 inside
+    ("backward_vs_autograd", "dy = dout " "* s", "dy = dout.mul_(s)"),  # dout changed in place
+    ("backward_vs_autograd", "s = torch." "sigmoid(g)",  # autograd inside, not the chain rule by hand
+     "y, g = y.detach().requires_grad_(), g.detach().requires_grad_(); "
+     "return torch.autograd.grad(y * torch.sigmoid(g), (y, g), dout)"),
 ]
 
 # the answer's key fragments: they appear in hints.md (not in its first hint), never in the statement, the starter,

@@ -107,6 +107,7 @@ def attention(q, k, v, gate=None):
 # two literals so that it occurs once in this file: in the code above, not here.
 MUTANTS = [
     ("headwise_zeroes_rows", "o = o * tl.sigmoid(" "g)[:, None]", "o = o * g[:, None]"),  # the sigmoid forgotten
+    ("headwise_zeroes_rows", "o = o * tl.sigmoid(" "g)[:, None]", "o = o * (1 - tl.sigmoid(g))[:, None]"),  # inverted
     ("headwise_numbers",  # the elementwise branch copied: a (BLOCK_M, D) load with the d stride reads other rows
      "g = tl.load(g_rows, " "mask=row_ok, other=0.0).to(tl.float32)  # (BLOCK_M,): one load per row, not per element\n"
      "        o = o * tl.sigmoid(g)" "[:, None]",
@@ -117,6 +118,11 @@ MUTANTS = [
     ("headwise_gate_not_copied", "mode, g, g_strides = GATE_HEADWISE, " "gate, gate.stride()",
      "gate = gate.contiguous()\n        mode, g, g_strides = GATE_HEADWISE, " "gate, gate.stride()"),  # a copy
     ("headwise_load_masked", "tl.load(g_rows, " "mask=row_ok, other=0.0)", "tl.load(g_rows)"),  # reads past T
+    # README's alternative, instead of the exercise: a headwise gate down the elementwise path, d stride 0
+    ("headwise_runs_its_own_branch", "mode, g, g_strides = GATE_HEADWISE, " "gate, gate.stride()",
+     "mode, g, g_strides = GATE_ELEMENTWISE, gate, (*gate.stride()[:3], 0)"),
+    ("headwise_half_precision_gate", "g_rows, mask=row_ok, other=0.0).to(tl." "float32)",
+     "g_rows, mask=row_ok, other=0.0)"),  # no cast: tl.sigmoid of the gate's own dtype
 ]
 
 # the answer's key fragments: none may appear in the statement, the starter, the checks or the checker's messages,

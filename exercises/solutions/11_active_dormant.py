@@ -164,6 +164,12 @@ MUTANTS = [
      "at(other, first), at(trig[:, :-1], prev)"),  # the diagonal's entries misaligned with the positions by one
     ("split_vs_probe", "    other[:, 0] = " "False  # query 0", "    pass  # query 0"),
     ("gate_scores_shape", "scores.append(gate.score(" "logits).float())", "scores.append(logits.float())"),
+    ("probs_shape", "softmax(dim=-1))  # over the keys " "of each query",  # the maps transposed: rows are keys
+     "softmax(dim=-1).transpose(-2, -1))"),
+    ("probs_shape", "    try:\n        model(idx)\n    finally:  # a hook left " "behind",  # no finally: a failed
+     "    if True:\n        model(idx)\n    if True:  # a hook left behind"),  # forward leaves the hooks on
+    ("gate_scores_shape", "    try:\n        model(idx)\n    finally:\n        for hook in hooks:\n        " "    hook.remove()\n    return scores",
+     "    model(idx)\n    for hook in hooks:\n        hook.remove()\n    return scores"),
     ("gate_split_vs_probe", "return per_position[trig].mean().item(), " "per_position[elsewhere].mean().item()",
      "return (torch.stack([w[m].mean() for w, m in zip(per_position, trig)]).nanmean().item(), "
      "torch.stack([w[m].mean() for w, m in zip(per_position, elsewhere)]).nanmean().item())"),  # per window
