@@ -553,7 +553,13 @@ class InProcess:
 
     def request(self, request):
         import pickle
-        header, value = decode_answer(self.answerer.answer(pickle.loads(pickle.dumps(request))), self)
+        from torch.utils._python_dispatch import _disable_current_modes
+        # as in a child process, the student's code runs outside whatever the check has entered here (a dispatch
+        # mode that watches ops sees only what a helper run by in_child does): so the test suite's fast path
+        # fails a check that would watch the wrong process on the command line
+        with _disable_current_modes():
+            answer = self.answerer.answer(pickle.loads(pickle.dumps(request)))
+        header, value = decode_answer(answer, self)
         if not header["ok"]:
             raise rebuild_error(header["error"])
         return value

@@ -112,6 +112,33 @@ def check_numbers_vs_model(student):
             raise Wrong(f"gate_activation({name!r}, s) turned float32 logits into {out32.dtype}: keep s's dtype.")
 
 
+def _gradients(student, name, s):
+    """In the student's process: the gradient that autograd gets for s through gate_activation(name, s)."""
+    s = s.clone().requires_grad_()
+    out = student.gate_activation(name, s)
+    if not (isinstance(out, torch.Tensor) and out.requires_grad):
+        return None
+    out.sum().backward()
+    return s.grad
+
+
+def check_gradients_reach_the_logits(student):
+    """every activation passes gradients back to the logits, as autograd's own (the gate is trained through it)"""
+    import model
+    s = _logits(10)
+    for name in NAMES:
+        grad = student.in_child(_gradients, name, s)
+        if grad is None:
+            raise Wrong(f"gate_activation({name!r}, s) on logits that require gradients returned a tensor with none "
+                        "(torch.no_grad(), .detach(), or a tensor built anew): the gate is trained through this "
+                        "function, so its scores must stay connected to s.")
+        x = s.clone().requires_grad_()
+        model.gate_activation(name, x).sum().backward()
+        expect_close(f"the gradient of gate_activation({name!r}, s).sum() with respect to s", grad, x.grad,
+                     atol=1e-10, rtol=1e-10, hint="Part of the computation is cut off from s (a .detach() or a "
+                                                  ".item() inside?): the gate learns through every part of it.")
+
+
 def check_apply_gate_mul(student):
     """apply_gate with op 'mul' returns y * act(s), for every activation"""
     y, s = _logits(4, scale=1.0), _logits(5)
@@ -150,7 +177,21 @@ def check_apply_gate_vs_model(student):
                  hint="Let broadcasting spread a (B, T, H, 1) score over y's last axis.")
     try:
         student.apply_gate(y, s, "sigmoid", "div")
-    except ValueError:
-        pass
+    except ValueError as e:
+        if not all(op in str(e) for op in ("mul", "add")):
+            raise Wrong(f"apply_gate(y, s, 'sigmoid', 'div') raised ValueError, but its message does not list the "
+                        f"valid ops: {str(e)!r}. Name them ('mul', 'add'), so the user learns what to write.") from None
     else:
         raise Wrong("apply_gate(y, s, 'sigmoid', 'div') should raise ValueError: 'mul' and 'add' are the only ops.")
+    for op in ("mul", "add"):
+        y2, kept = student.in_child(_leaves_y, y, s, op)
+        if not kept:
+            raise Wrong(f"apply_gate(y, s, 'sigmoid', {op!r}) changed y in place: return a new tensor. The model's y "
+                        "is the attention's output, which autograd still needs for the backward.")
+
+
+def _leaves_y(student, y, s, op):
+    """In the student's process: apply_gate(y, s, 'sigmoid', op), and whether y is as it was."""
+    kept = y.clone()
+    out = student.apply_gate(y, s, "sigmoid", op)
+    return out, torch.equal(y, kept)

@@ -1,6 +1,7 @@
 """Checks of exercise 04 (F-Attn without the T x T matrix), in order: shapes, the log-sum-exp against
 torch.logsumexp of the explicit float64 score matrix (one chunk, then many), large logits, the probabilities on
-key 0 against kernels.first_token_attention, and the memory: no tensor of T x T / 2 elements or more."""
+key 0 against kernels.first_token_attention and at large logits, and the memory (watched in the student's
+process): no tensor of T x T / 2 elements or more, nor more than twice a chunk of scores."""
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -47,11 +48,18 @@ def check_lse_single_chunk(student):
     """with one chunk (chunk >= T), row_logsumexp equals torch.logsumexp of the causal scores (float64)"""
     q, k = random_qk(T=11, seed=1)
     for chunk in (11, 16):
+        got = student.row_logsumexp(q, k, chunk)
+        if same(got, _reference_lse(q, k), 1e-5) and not same(got, _reference_lse(q, k), 1e-9):
+            raise Wrong(f"row_logsumexp(q, k, chunk={chunk}) is right to about 1e-7 but not to float64's precision: "
+                        "part of your arithmetic ran in float32 (a .float(), a float32 tensor you made, such as the "
+                        "running max or sum). Keep q's dtype: the maths is right.")
         expect_close(f"row_logsumexp(q, k, chunk={chunk}) with T = 11 (one chunk)", student.row_logsumexp(q, k, chunk),
                      _reference_lse(q, k), atol=1e-9, rtol=1e-9,
                      hint="With a single chunk there is nothing to merge: m is the row's max and l its sum of "
                           "exp(s - m). Re-check how lse follows from m and l (write log of the sum of exp(s) with m "
-                          "taken out of it), and the axis you reduce over.")
+                          "taken out of it), and the axis you reduce over. NaN or inf here: the first chunk's "
+                          "rescale of l too (m starts at -inf, so the factor that brings l to the new max must be "
+                          "at most 1, and 0 on the first chunk).")
 
 
 def check_lse_chunked(student):
@@ -119,6 +127,19 @@ def check_probs_match_reference(student):
     expect_close("first_token_probs(q, k, chunk=5)", p, s.softmax(-1)[..., 0], atol=1e-5, rtol=1e-4)
 
 
+def check_probs_large_logits(student):
+    """first_token_probs stays finite and in [0, 1] for large logits (scores near +-1000, float32)"""
+    q, k = random_qk(1, 2, 32, 16, dtype=torch.float32, seed=7)
+    q = q * 1000.0
+    p = student.first_token_probs(q, k, chunk=8)
+    if isinstance(p, torch.Tensor) and not torch.isfinite(p).all():
+        raise Wrong("first_token_probs gives NaN or inf for large scores, though row_logsumexp passed on them: "
+                    "exp(s_i0) and exp(lse_i) each overflow (inf / inf is NaN). Take the exp of one difference, "
+                    "s_i0 - lse_i, a number <= 0.")
+    expect_close("first_token_probs(1000 * q, k, chunk=8) in float32", p, _scores(q, k).softmax(-1)[..., 0],
+                 atol=1e-3, rtol=0, hint="Take the exp of one difference, a number <= 0.")
+
+
 class _LargestTensor(TorchDispatchMode):
     """Records the largest tensor any op makes while it is active, and which op made it."""
 
@@ -138,16 +159,28 @@ class _LargestTensor(TorchDispatchMode):
         return out
 
 
-def check_memory(student):
-    """memory: at T = 1024, chunk = 64, no op makes a tensor of T * T / 2 elements or more"""
-    T, chunk = 1024, 64
-    q, k = random_qk(1, 1, T, 16, dtype=torch.float32, seed=6)
+def _largest_in_call(student, q, k, chunk):
+    """In the student's process: first_token_probs(q, k, chunk) watched by _LargestTensor: its result, and the
+    element count of the largest tensor an op made and that op."""
     with _LargestTensor() as mode:
         p = student.first_token_probs(q, k, chunk=chunk)
-    if mode.numel >= T * T // 2:
-        raise Wrong(f"first_token_probs(q, k, chunk={chunk}) with B = H = 1, T = {T} made a tensor of {mode.numel} "
-                    f"elements (op {mode.op}); T x T is {T * T}. Keep only one chunk of scores, (B, H, T, chunk), at a "
+    return p, mode.numel, mode.op
+
+
+def check_memory(student):
+    """memory: at T = 1024, chunk = 64, no op makes a tensor of T * T / 2 elements or more, nor more than twice a
+    chunk of scores"""
+    T, chunk = 1024, 64
+    q, k = random_qk(1, 1, T, 16, dtype=torch.float32, seed=6)
+    p, numel, op = student.in_child(_largest_in_call, q, k, chunk)
+    if numel >= T * T // 2:
+        raise Wrong(f"first_token_probs(q, k, chunk={chunk}) with B = H = 1, T = {T} made a tensor of {numel} "
+                    f"elements (op {op}); T x T is {T * T}. Keep only one chunk of scores, (B, H, T, chunk), at a "
                     "time: loop over the key chunks with the running max and sum, never the whole matrix, a "
                     "(T, T) mask or torch.logsumexp over all keys at once.")
+    if numel > 2 * T * chunk:
+        raise Wrong(f"first_token_probs(q, k, chunk={chunk}) with B = H = 1, T = {T} made a tensor of {numel} "
+                    f"elements (op {op}), more than twice a chunk of scores (T x chunk = {T * chunk}): does it use "
+                    "the chunk it is given, for every chunk of keys (and pass it on to row_logsumexp)?")
     expect_close(f"first_token_probs(q, k, chunk={chunk}) at T = {T}", p, _scores(q, k).softmax(-1)[..., 0],
                  atol=1e-5, rtol=1e-4)

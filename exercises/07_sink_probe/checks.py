@@ -1,6 +1,7 @@
 """Checks of exercise 07 (find the sink), in order: received_attention's shape, range and numbers against
-probe.received_attention; sink's shape, a planted sink at key 5, and random numbers against the probe; sink_heads'
-fraction against probe.SINK_HEAD_THRESHOLD, then strictly above a threshold (a head exactly at it is no sink)."""
+probe.received_attention (an even and an odd T); sink's shape, a planted sink at key 5, random numbers against the
+probe, and a tie (uniform attention: the first key); sink_heads' fraction against probe.SINK_HEAD_THRESHOLD (any
+shape), then strictly above a threshold (a head exactly at it is no sink; values just either side of 0.3)."""
 
 import torch
 
@@ -58,18 +59,21 @@ def check_received_in_range(student):
 def check_received_matches_probe(student):
     """received_attention matches probe.received_attention(q, k) on the same q, k"""
     from probe import received_attention
-    q, k = random_qk(2, 3, 14, 8, seed=3)
-    probs = causal_probs(q, k)
-    r = student.received_attention(probs)
-    n = probs.size(-1) // 2
-    every_query = probs[..., :n].mean(-2)
-    if r.shape == every_query.shape and torch.allclose(r, every_query.to(r.dtype), atol=1e-6):
-        raise Wrong("you averaged over every query, not just the late ones i >= T//2. An early query i sees only "
-                    "keys 0..i, so it gives the first keys a larger share just because it has fewer keys: that "
-                    "bias toward position 0 is what the late half avoids.")
-    expect_close("received_attention(probs)", r, received_attention(q, k), atol=1e-5, rtol=1e-4,
-                 hint="Re-check which block of probs you average: its rows are the queries (only the late ones, "
-                      "i >= T//2, count) and its columns the keys (only the early ones, j < T//2).")
+    for T in (14, 9):  # an odd T too: 4 early keys, 5 late queries
+        q, k = random_qk(2, 3, T, 8, seed=3)
+        probs = causal_probs(q, k)
+        r = student.received_attention(probs)
+        n = probs.size(-1) // 2
+        every_query = probs[..., :n].mean(-2)
+        if r.shape == every_query.shape and torch.allclose(r, every_query.to(r.dtype), atol=1e-6):
+            raise Wrong("you averaged over every query, not just the late ones i >= T//2. An early query i sees only "
+                        "keys 0..i, so it gives the first keys a larger share just because it has fewer keys: that "
+                        "bias toward position 0 is what the late half avoids.")
+        expect_close(f"received_attention(probs) at T = {T}", r, received_attention(q, k), atol=1e-5, rtol=1e-4,
+                     hint="Re-check which block of probs you average: its rows are the queries (only the late ones, "
+                          "i >= T//2, count) and its columns the keys (only the early ones, j < T//2)." +
+                          (" T = 14 passed: with an odd T the late queries (T - T//2 of them) outnumber the early "
+                           "keys (T//2): which do you start from, and which count divides?" if T % 2 else ""))
 
 
 def check_sink_shape(student):
@@ -104,27 +108,42 @@ def check_sink_finds_planted_sink(student):
 def check_sink_matches_probe(student):
     """share and pos match the largest share probe.received_attention gives each head, and its key, on random q, k"""
     from probe import received_attention
-    q, k = random_qk(3, 4, 20, 8, seed=5)
-    share, pos = student.sink(causal_probs(q, k))
-    top, where = received_attention(q, k).max(-1)
-    expect_close("share", share, top, atol=1e-5, rtol=1e-4, hint="share is the max over the keys of received_attention.")
-    if (pos.long() != where).any():
-        raise Wrong(f"pos differs from the probe's top key in {int((pos.long() != where).sum())} of {pos.numel()} "
-                    "(window, head) pairs: pos is the argmax over the keys of received_attention.")
+    for T in (20, 9):
+        q, k = random_qk(3, 4, T, 8, seed=5)
+        share, pos = student.sink(causal_probs(q, k))
+        top, where = received_attention(q, k).max(-1)
+        expect_close(f"share at T = {T}", share, top, atol=1e-5, rtol=1e-4,
+                     hint="share is the max over the keys of received_attention.")
+        if (pos.long() != where).any():
+            raise Wrong(f"T = {T}: pos differs from the probe's top key in {int((pos.long() != where).sum())} of "
+                        f"{pos.numel()} (window, head) pairs: pos is the argmax over the keys of received_attention.")
+    # uniform attention (every score equal): each early key receives the same share, and the first of them wins
+    q = torch.zeros(1, 2, 12, 8, dtype=torch.float64)
+    share, pos = student.sink(causal_probs(q, q))
+    if (pos.long() != 0).any():
+        raise Wrong("with uniform attention every early key receives the same share, a tie: pos should be the first "
+                    "(smallest) of the tied keys, 0, as probe.py's and torch's max(dim=-1) give it, not the last. "
+                    "(If received_attention computes in a lower precision than probs', rounding breaks the tie: "
+                    "keep probs' dtype.)")
 
 
 def check_sink_heads_fraction(student):
     """sink_heads gives the fraction of heads above probe.SINK_HEAD_THRESHOLD (Gu et al.'s 0.3), as a Python float"""
     from probe import SINK_HEAD_THRESHOLD
-    f = torch.tensor([[0.05, 0.45, 0.29, 0.9], [0.35, 0.1, 0.2, 0.6]])  # (n_layer, n_head), none near 0.3
-    above = [v > SINK_HEAD_THRESHOLD for row in f.tolist() for v in row]  # 4 of the 8 heads, 2 in each layer
+    f = torch.tensor([[0.05, 0.45, 0.29, 0.9], [0.35, 0.1, 0.2, 0.25]])  # (n_layer, n_head), none near 0.3
+    above = [v > SINK_HEAD_THRESHOLD for row in f.tolist() for v in row]  # 3 of the 8 heads: 2 and 1 by layer
     want = sum(above) / len(above)
     got = _as_float("sink_heads(f)", student.sink_heads(f))
     if got == sum(above):
         raise Wrong("sink_heads returned the number of sink heads: return the fraction (count / number of heads).")
     if not abs(got - want) <= 1e-6:
-        raise Wrong(f"sink_heads(f) for 8 heads, 4 of them above {SINK_HEAD_THRESHOLD}, gave {got:g}: the fraction "
-                    "of all the given entries (any shape) whose F-Attn is above the threshold.")
+        raise Wrong(f"sink_heads(f) for 8 heads in 2 layers, 3 of them above {SINK_HEAD_THRESHOLD}, gave {got:g}: "
+                    "the fraction of all the given entries (any shape) whose F-Attn is above the threshold.")
+    f3 = torch.stack([f, 1 - f])  # (2, 2, 4): any shape; 3 + 7 of its 16 entries above 0.3
+    got = _as_float("sink_heads(f3)", student.sink_heads(f3))
+    if not abs(got - 10 / 16) <= 1e-6:
+        raise Wrong("sink_heads of a 3-D tensor is wrong: the fraction of all its entries above the threshold, "
+                    "whatever the shape.")
     got = _as_float("sink_heads(f[0])", student.sink_heads(f[0]))
     if not abs(got - sum(above[:4]) / 4) <= 1e-6:
         raise Wrong("sink_heads of a 1-D tensor (one layer's heads) is wrong: the fraction of its entries above "
@@ -140,3 +159,9 @@ def check_sink_heads_strictly_above(student):
                     "exceeds epsilon: strictly above it. A head exactly at the threshold is no sink head.")
     if not abs(got - 2 / 6) <= 1e-6:
         raise Wrong(f"sink_heads(f, threshold=0.5) gave {got:g}: is the threshold argument used (not a fixed 0.3)?")
+    near = torch.tensor([0.3 + 1e-9, 0.3004, 0.2999, 0.3 - 1e-9], dtype=torch.float64)  # F-Attn just either side
+    got = _as_float("sink_heads(f near 0.3)", student.sink_heads(near, threshold=0.3))
+    if not abs(got - 2 / 4) <= 1e-6:
+        raise Wrong(f"for F-Attn values just above and below 0.3 (float64: 0.3 + 1e-9, 0.3004, 0.2999, 0.3 - 1e-9) "
+                    f"sink_heads gave {got:g}, not 2/4: compare the values as they are, with no rounding or cast to "
+                    "a lower precision first.")

@@ -58,6 +58,10 @@ MUTANTS = [
     ("silu", "return F.silu" "(s)", "return torch.sigmoid(s)"),  # SiLU is s * sigmoid(s), not sigmoid(s)
     ("unknown_name_raises", 'if name == "identity"' ":", "if True:"),  # anything unknown passes as identity
     ("trap_add_is_not_mul", "return y + " "gate_activation(act, s)", "return y * gate_activation(act, s)"),
+    # the scores cut off from the logits: right values, but the gate could not learn
+    ("gradients_reach_the_logits", "torch.sigmoid(s)  # a = b " "= 0.5", "torch.sigmoid(s).detach()  # a = b = 0.5"),
+    ("apply_gate_vs_model", "the valid ops are " "{list(OPS)}", "no such op"),  # the message names no valid op
+    ("apply_gate_vs_model", "return y * " "gate_activation(act, s)  #", "return y.mul_(gate_activation(act, s))  #"),
 ]
 
 # the answer's key fragments: they appear in hints.md (not in its first hint), never in the statement, the starter,

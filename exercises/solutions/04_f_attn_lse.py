@@ -63,6 +63,12 @@ MUTANTS = [
     ("probs_match_reference", "s0 = chunk_scores(" "q, k, 0, 1)[..., 0]", "s0 = (q * k).sum(-1) * q.size(-1) ** -0.5"),
     # the whole (T, T) score matrix at once: right numbers, T x T memory
     ("memory", "return m + " "torch.log(l)", "return chunk_scores(q, k, 0, T).logsumexp(-1)"),
+    # the chunk ignored: chunks of T / 3 keys, under T x T / 2 but more than twice a chunk of scores
+    ("memory", "return torch.exp(s0 - row_logsumexp(" "q, k, chunk))", "return torch.exp(s0 - row_logsumexp(q, k, "
+     "max(1, q.size(2) // 3)))"),
+    # p as a ratio of two exps: right for moderate scores, inf / inf = NaN once a score passes ~88 (float32)
+    ("probs_large_logits", "return torch.exp(s0 - row_logsumexp(" "q, k, chunk))",
+     "return torch.exp(s0) / torch.exp(row_logsumexp(q, k, chunk))"),
 ]
 
 # the answer's key fragments: they appear in hints.md (not in its first hint), never in the statement, the starter,
