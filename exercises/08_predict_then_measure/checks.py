@@ -5,6 +5,7 @@ report of what was predicted and what was measured, which never fails on the out
 
 The runs are read from $EXERCISE_RUNS if set (CI points it at toy-size runs), else from out/exercises/08/."""
 
+import json
 import math
 import os
 
@@ -82,6 +83,35 @@ def _hooks_left(model):
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
 
+def _hooks_left_by_a_failed_forward(student, model, idx):
+    """In the student's process: max_activation(model, idx) on windows the model refuses, and how many hooks the
+    failed call left on the model."""
+    hooks = _hooks_left(model)
+    try:
+        student.max_activation(model, idx)
+    except Exception:  # the forward's own error, as intended
+        pass
+    return _hooks_left(model) - hooks
+
+
+def _committed_outcomes():
+    """The sink lab study's seeds (results/sink_lab/summary.json), baseline and G1 elementwise paired by seed: how
+    many fall in each answer's band, and the number of seeds; None where the file is not there."""
+    path = os.path.join(check.REPO, "results", "sink_lab", "summary.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            runs = json.load(f)["runs"]
+    except (OSError, ValueError, KeyError):
+        return None
+    by_seed = {(r.get("variant"), r.get("seed")): r.get("max_act") for r in runs}
+    ratios = [g1 / base for (variant, seed), base in by_seed.items() if variant == "baseline"
+              for g1 in [by_seed.get(("g1_elementwise", seed))] if g1 and base]
+    counts = {c: 0 for c in CHOICES}
+    for ratio in ratios:
+        counts["about the same" if abs(ratio - 1) <= SAME else "lower with G1" if ratio < 1 else "higher with G1"] += 1
+    return (counts, len(ratios)) if ratios else None
+
+
 def _call_counting_hooks(student, model, idx):
     """In the student's process: max_activation(model, idx), and how many hooks it left on the model."""
     hooks = _hooks_left(model)
@@ -92,7 +122,7 @@ def _call_counting_hooks(student, model, idx):
 # ----------------------------------------------------------------------------------------------------------------
 
 def check_prediction(student):
-    """your prediction is written down (before training): PREDICTION_MAX_ACT is one of the three answers, REASON says why"""
+    """your prediction is written down: PREDICTION_MAX_ACT is one of the three answers, REASON says why"""
     prediction = str(getattr(student, "PREDICTION_MAX_ACT", "") or "").strip()
     reason = str(getattr(student, "REASON", "") or "").strip()
     if not prediction:
@@ -114,6 +144,11 @@ def check_max_activation_shape(student):
     if hooks_left:
         raise Wrong("max_activation left hooks on the model: every later forward of this model would keep running "
                     "them. Remove each hook you registered before returning, even when the forward raises.")
+    too_long = _windows(1, T=model.config.block_size + 1)
+    if student.in_child(_hooks_left_by_a_failed_forward, model, too_long):
+        raise Wrong("max_activation left hooks on the model when its forward failed (windows longer than "
+                    "block_size): remove them in a finally: block, so that a failed forward leaves the model as it "
+                    "was.")
     second = _as_floats("max_activation (called again)", student.max_activation(model, idx), model.config.n_layer)
     if not all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(first, second)):
         raise Wrong("max_activation gave different values on a second call with the same model and windows: does it "
@@ -203,9 +238,12 @@ def check_measure_vs_probe(student):
                 if math.isclose(got, other, rel_tol=1e-4):
                     raise Wrong(f"measure() of the {name} run returned the other run's M-Act: load the checkpoint of "
                                 "the run_dir you are given, os.path.join(run_dir, 'ckpt.pt').")
-            if math.isclose(got, max(per_layer), rel_tol=1e-4):
-                raise Wrong(f"{call} is the largest layer's value: M-Act (GA Table 4) is averaged over the layers "
-                            f"(this model has {len(per_layer)}; the sink lab's has one, where the two agree).")
+            if math.isclose(got, per_layer[-1], rel_tol=1e-4) or math.isclose(got, max(per_layer), rel_tol=1e-4):
+                which = ("the last layer's value" if not math.isclose(per_layer[-1], max(per_layer), rel_tol=1e-4)
+                         else "the largest layer's value" if not math.isclose(got, per_layer[-1], rel_tol=1e-4)
+                         else "the last layer's value (here also the largest)")
+                raise Wrong(f"{call} is {which}: M-Act (GA Table 4) is averaged over the layers (this model has "
+                            f"{len(per_layer)}; the sink lab's has one, where all three agree).")
             raise Wrong(f"{call} = {got:.5g} is not the probe's M-Act on the same windows. Re-check gap 3 "
                         "against the statement: this run_dir's ckpt.pt, every batch of "
                         "validation_windows(checkpoint) (the helper as given), each layer averaged over the batches, "
@@ -224,11 +262,14 @@ def check_report(student):
     lines = [f"you predicted: {predicted!r}, because: {str(student.REASON).strip()}",
              f"measured M-Act: baseline {base:.4g}, G1 {g1:.4g} (G1 / baseline = {ratio:.2f}): {outcome!r}"
              f" (\"about the same\" = within {SAME:.0%})"]
-    if predicted == outcome:
-        lines.append("the measurement agrees with your prediction. Does your reason explain the size of the effect "
-                     "too? Compare it with the paper's (README.md, 'What to make of it').")
-    else:
-        lines.append("the measurement does not agree with your prediction: that is a result, not a mistake. "
-                     "README.md ('What to make of it') asks what would explain it; write down your answer.")
+    lines.append(f"this seed's outcome is {'the one' if predicted == outcome else 'not the one'} you predicted. One "
+                 "seed is one draw: it decides nothing about G1, one way or the other.")
+    committed = _committed_outcomes()
+    if committed:
+        counts, n = committed
+        lines.append(f"the sink lab's study, {n} seeds of each (results/sink_lab/REPORT.md): " +
+                     ", ".join(f"{c!r} in {k} of {n}" for c, k in counts.items()) +
+                     ". Which answer is right for G1 is a count over seeds, and the report's rule decides it; "
+                     "README.md ('What to make of it') asks how you would find out yourself.")
     lines.append("science is not graded on the outcome: this check passes either way.")
     print("\n".join("      " + line for line in lines))

@@ -286,9 +286,11 @@ def check_mask_on_training_windows(student):
 # -- gap 3: task_numbers ---------------------------------------------------------------------------------------------
 
 # Hand-made texts of the small chain above. A: copies after position 1, 4 and 7, and a last symbol that is no
-# trigger. B: starts with two triggers (neither is followed by a copy), then one copy.
+# trigger. B: starts with two triggers (neither is followed by a copy), then one copy. C: one copy, and a last
+# symbol that is a trigger after a non-trigger (its copy would come after the text's end).
 TEXT_A = np.array([6, 2, 6, 1, 5, 1, 3, 2, 3, 4, 0])
 TEXT_B = np.array([2, 5, 7, 6, 2, 6, 1, 4, 0])
+TEXT_C = np.array([6, 2, 6, 1, 3, 2])
 
 
 def _numbers(student, P_, triggers, text):
@@ -327,7 +329,7 @@ def check_numbers_types(student):
 
 def check_numbers_rules(student):
     """hand-made texts against prepare.py's copies_next and ideal_loss: which positions copy, which count, in nats"""
-    for name, text in (("A", TEXT_A), ("B", TEXT_B)):
+    for name, text in (("A", TEXT_A), ("B", TEXT_B), ("C", TEXT_C)):
         n = len(text)
         share, loss = _numbers(student, P, TRIGGERS, text)
         copies = int(_copies_next(text)[:-1].sum())
@@ -343,6 +345,10 @@ def check_numbers_rules(student):
                 raise Wrong("text B starts with two triggers, and copy_share counts a copy there: the first starts "
                             "the text (nothing before it), the second follows a trigger; neither is followed by a "
                             "copy. (Wrapping around, as an index -1 does, puts the text's end before its start.)")
+            if name == "C" and share * (n - 1) > copies + 0.5:
+                raise Wrong("text C ends with a trigger after a non-trigger, and copy_share counts a copy there: its "
+                            "copy would come after the text's end. The share is over positions 0..n-2, the ones "
+                            "that predict a next symbol inside the text.")
             raise Wrong(f"copy_share is wrong for hand-made text {name}: re-check which positions t of the text are "
                         "followed by a copy (the trigger's position, not the copy's), and that the share is over the "
                         "positions that predict a next symbol.")

@@ -84,6 +84,10 @@ MUTANTS = [
      "block.attn.register_forward_hook(record) for block"),  # the attention's output, not the block's
     ("measure_vs_probe", "return sum(per_layer) / " "len(per_layer)  # M-Act",
      "return max(per_layer)  # M-Act"),  # the largest layer, not the mean over layers
+    ("measure_vs_probe", "return sum(per_layer) / " "len(per_layer)  # M-Act",
+     "return per_layer[-1]  # M-Act"),  # the last layer, not the mean over layers
+    ("max_activation_shape", "    try:\n        model(idx)\n    finally:  # a hook left " "behind",  # no finally:
+     "    if True:\n        model(idx)\n    if True:  # a hook left behind"),  # a failed forward leaves the hooks
 ]
 
 # the answer's key fragments: none may appear in the statement, the starter, the checks or the checker's messages,

@@ -123,4 +123,7 @@ MUTANTS = [
     ("mask_rules", "after_symbol[:, 2:] = " "~is_trigger[:, 1:-1]", "after_symbol[:, 1:] = ~is_trigger[:, :-1]"),
     # the chain's entropy everywhere, as if no copy were certain
     ("numbers_rules", "loss = np.where(copy, " "0.0, H[predicting])", "loss = H[predicting]"),
+    # the copies counted at positions 1..n-1, one too far: the last symbol, a trigger, counted; position 0 not
+    ("numbers_rules", "return float(copy." "mean()), float(loss.mean())",
+     "return float(np.mean(is_trigger[x[1:]] & ~is_trigger[x[:-1]])), float(loss.mean())"),
 ]
