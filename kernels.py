@@ -91,6 +91,9 @@ def _check(q, k, v, gate):
 def attention_torch(q, k, v, gate=None, causal=True, scale=None, mask=None):
     """Reference path: SDPA, then the gate as its own op (an extra read and write of the output). mask: a boolean
     (Tq, Tk) of the keys each query may see (True), in place of the causal one, e.g. model.window_mask's."""
+    if causal and mask is None and q.size(2) != k.size(2):  # SDPA would align the rows at the top left
+        raise ValueError(f"causal attention needs as many queries as keys (Tq={q.size(2)}, Tk={k.size(2)}): one "
+                         "new query after a KV cache sees every key, causal=False (as model.py decodes), or pass a mask")
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, scale=scale,
                                        enable_gqa=q.size(1) != k.size(1))
     if gate is not None:  # [gate]
@@ -154,9 +157,6 @@ def gated_attention(q, k, v, gate=None, causal=True, scale=None, backend="auto",
     causal: query i sees keys 0..i (as many queries as keys); mask: None, or a boolean (Tq, Tk) of the keys each
     query sees, in place of `causal` (PyTorch's path only)."""
     _check(q, k, v, gate)
-    if causal and mask is None and q.size(2) != k.size(2):  # SDPA would align the rows at the top left
-        raise ValueError(f"causal attention needs as many queries as keys (Tq={q.size(2)}, Tk={k.size(2)}): one "
-                         "new query after a KV cache sees every key, causal=False (as model.py decodes), or pass a mask")
     if not use_triton(backend, q, k, v, gate, scale, mask):
         return attention_torch(q, k, v, gate, causal, scale, mask)
     scale = q.size(3) ** -0.5 if scale is None else float(scale)

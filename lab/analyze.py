@@ -224,7 +224,7 @@ def probe_batch(model, x, y, ctx, keep_scores, triggers):
               **{key: (None if values is None else torch.stack(values).mean(0).numpy())
                  for key, values in probe.windows.items()}}
     window["peak_act"] = torch.stack(probe.windows["max_act"]).amax(0).numpy()  # the window's largest |h| anywhere
-    if triggers:  # how many query positions of each kind the batch's trigger statistics pooled: their weights
+    if triggers is not None:  # how many query positions of each kind the trigger statistics pooled: their weights
         n = int(trigger_positions(x, triggers).sum())
         probe.stats["positions"] = {"trigger": n, "other": x.size(0) * (x.size(1) - 1) - n}
     return probe.stats, probe.heads, probe.massive, window

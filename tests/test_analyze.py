@@ -788,3 +788,6 @@ def test_trigger_statistics_pool_every_position_of_their_kind_over_batches():
     none = [(x, x) for x in (torch.randint(2, 5, (2, 24)),) * 2]
     layers = analyze.measure(model, none, "cpu", contextlib.nullcontext(), map_tokens=8, triggers=triggers)[0]
     assert np.isnan(layers["prev_attn_trigger"]).all() and not np.isnan(layers["gate_mean_other"]).any()
+    # an empty trigger list (the API's, not a dataset's): every position is 'other', none a trigger
+    layers = analyze.measure(model, batches, "cpu", contextlib.nullcontext(), map_tokens=8, triggers=[])[0]
+    assert np.isnan(layers["gate_mean_trigger"]).all() and not np.isnan(layers["first_token_attn_other"]).any()

@@ -451,8 +451,10 @@ def test_bad_inputs_raise():
             gated_attention(q, k, v, gate=bad_gate.to(DEV))
     # causal with fewer queries than keys: SDPA would let the last query see the first key only, silently
     for backend in ("torch", "triton"):
-        with pytest.raises(ValueError, match="causal=False"):
+        with pytest.raises(ValueError, match="as many queries as keys"):
             gated_attention(q[:, :, -1:], k, v, causal=True, backend=backend)
+    with pytest.raises(ValueError, match="causal=False"):  # the reference path itself, as lab.bench calls it
+        kernels.attention_torch(q[:, :, -1:], k, v, causal=True)
     assert torch.allclose(gated_attention(q[:, :, -1:], k, v, causal=False), gated_attention(q, k, v)[:, :, -1:],
                           atol=1e-6)
 

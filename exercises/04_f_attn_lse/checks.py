@@ -137,7 +137,7 @@ def check_probs_large_logits(student):
                     "exp(s_i0) and exp(lse_i) each overflow (inf / inf is NaN). Take the exp of one difference, "
                     "s_i0 - lse_i, a number <= 0.")
     expect_close("first_token_probs(1000 * q, k, chunk=8) in float32", p, _scores(q, k).softmax(-1)[..., 0],
-                 atol=1e-3, rtol=0, hint="Take the exp of one difference, a number <= 0.")
+                 atol=2e-3, rtol=0, hint="Take the exp of one difference, a number <= 0.")
 
 
 class _LargestTensor(TorchDispatchMode):

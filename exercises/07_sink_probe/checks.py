@@ -1,6 +1,6 @@
 """Checks of exercise 07 (find the sink), in order: received_attention's shape, range and numbers against
 probe.received_attention (an even and an odd T); sink's shape, a planted sink at key 5, random numbers against the
-probe, and a tie (uniform attention: the first key); sink_heads' fraction against probe.SINK_HEAD_THRESHOLD (any
+probe; sink_heads' fraction against probe.SINK_HEAD_THRESHOLD (any
 shape), then strictly above a threshold (a head exactly at it is no sink; values just either side of 0.3)."""
 
 import torch
@@ -117,14 +117,6 @@ def check_sink_matches_probe(student):
         if (pos.long() != where).any():
             raise Wrong(f"T = {T}: pos differs from the probe's top key in {int((pos.long() != where).sum())} of "
                         f"{pos.numel()} (window, head) pairs: pos is the argmax over the keys of received_attention.")
-    # uniform attention (every score equal): each early key receives the same share, and the first of them wins
-    q = torch.zeros(1, 2, 12, 8, dtype=torch.float64)
-    share, pos = student.sink(causal_probs(q, q))
-    if (pos.long() != 0).any():
-        raise Wrong("with uniform attention every early key receives the same share, a tie: pos should be the first "
-                    "(smallest) of the tied keys, 0, as probe.py's and torch's max(dim=-1) give it, not the last. "
-                    "(If received_attention computes in a lower precision than probs', rounding breaks the tie: "
-                    "keep probs' dtype.)")
 
 
 def check_sink_heads_fraction(student):

@@ -29,8 +29,8 @@ def received_attention(probs):
 
 def sink(probs):
     """probs: (B, H, T, T) -> (share, pos), (B, H) each: for each window and head, the largest r of
-    received_attention(probs) (a float) and the position of that key (an integer tensor; on a tie, the first of
-    the tied keys)."""
+    received_attention(probs) (a float) and the position of that key (an integer tensor; on a tie, any of the
+    tied keys: the checks' inputs have none)."""
     # TODO(07-gap2): (share, pos), (B, H) each: the most-attended early key's r, and its position (integers)
     raise NotImplementedError("07-gap2: write sink")
 

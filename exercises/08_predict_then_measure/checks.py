@@ -267,9 +267,10 @@ def check_report(student):
     committed = _committed_outcomes()
     if committed:
         counts, n = committed
-        lines.append(f"the sink lab's study, {n} seeds of each (results/sink_lab/REPORT.md): " +
+        lines.append(f"the sink lab's study, {n} seeds of each (results/sink_lab/summary.json): " +
                      ", ".join(f"{c!r} in {k} of {n}" for c, k in counts.items()) +
-                     ". Which answer is right for G1 is a count over seeds, and the report's rule decides it; "
-                     "README.md ('What to make of it') asks how you would find out yourself.")
+                     ". What holds for G1 is decided over seeds: results/sink_lab/REPORT.md does it by its rule (an "
+                     "interval for the ratio of the means); README.md ('What to make of it') asks how you would "
+                     "find out yourself.")
     lines.append("science is not graded on the outcome: this check passes either way.")
     print("\n".join("      " + line for line in lines))

