@@ -93,7 +93,7 @@ def attention_torch(q, k, v, gate=None, causal=True, scale=None, mask=None):
     (Tq, Tk) of the keys each query may see (True), in place of the causal one, e.g. model.window_mask's."""
     if causal and mask is None and q.size(2) != k.size(2):  # SDPA would align the rows at the top left
         raise ValueError(f"causal attention needs as many queries as keys (Tq={q.size(2)}, Tk={k.size(2)}): one "
-                         "new query after a KV cache sees every key, causal=False (as model.py decodes), or pass a mask")
+                         "new query after a KV cache sees every key, causal=False (as model.py decodes); or a mask")
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, scale=scale,
                                        enable_gqa=q.size(1) != k.size(1))
     if gate is not None:  # [gate]

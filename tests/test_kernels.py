@@ -24,7 +24,7 @@ CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"
 needs_triton = pytest.mark.skipif(not (kernels.HAS_TRITON and (CUDA or os.environ.get("TRITON_INTERPRET") == "1")),
                                   reason="needs Triton with CUDA, or TRITON_INTERPRET=1")
-needs_cuda = pytest.mark.skipif(not CUDA, reason="the bf16 and fp16 sweep needs a GPU (a CPU computes bf16 in fp32 copies)")
+needs_cuda = pytest.mark.skipif(not CUDA, reason="the bf16 and fp16 sweep needs a GPU (a CPU runs bf16 as fp32 copies)")
 
 # fp32 kernel vs float64 reference. The interpreter's tl.dot is an fp32 numpy matmul and the GPU path uses
 # input_precision='ieee' for fp32, so the only error is fp32 rounding over sums of <= T*D terms: measured

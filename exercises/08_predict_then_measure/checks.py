@@ -108,8 +108,13 @@ def _committed_outcomes():
               for g1 in [by_seed.get(("g1_elementwise", seed))] if g1 and base]
     counts = {c: 0 for c in CHOICES}
     for ratio in ratios:
-        counts["about the same" if abs(ratio - 1) <= SAME else "lower with G1" if ratio < 1 else "higher with G1"] += 1
+        counts[_answer(ratio)] += 1
     return (counts, len(ratios)) if ratios else None
+
+
+def _answer(ratio):
+    """Which of the three answers a G1 / baseline ratio of M-Act is (README.md's table)."""
+    return "about the same" if abs(ratio - 1) <= SAME else "lower with G1" if ratio < 1 else "higher with G1"
 
 
 def _call_counting_hooks(student, model, idx):
@@ -238,12 +243,11 @@ def check_measure_vs_probe(student):
                 if math.isclose(got, other, rel_tol=1e-4):
                     raise Wrong(f"measure() of the {name} run returned the other run's M-Act: load the checkpoint of "
                                 "the run_dir you are given, os.path.join(run_dir, 'ckpt.pt').")
-            if math.isclose(got, per_layer[-1], rel_tol=1e-4) or math.isclose(got, max(per_layer), rel_tol=1e-4):
-                which = ("the last layer's value" if not math.isclose(per_layer[-1], max(per_layer), rel_tol=1e-4)
-                         else "the largest layer's value" if not math.isclose(got, per_layer[-1], rel_tol=1e-4)
-                         else "the last layer's value (here also the largest)")
-                raise Wrong(f"{call} is {which}: M-Act (GA Table 4) is averaged over the layers (this model has "
-                            f"{len(per_layer)}; the sink lab's has one, where all three agree).")
+            layers = (("the last layer's value", per_layer[-1]), ("the largest layer's value", max(per_layer)))
+            for which, value in layers:
+                if math.isclose(got, value, rel_tol=1e-4):
+                    raise Wrong(f"{call} is {which}: M-Act (GA Table 4) is averaged over the layers (this model has "
+                                f"{len(per_layer)}; the sink lab's has one, where all three agree).")
             raise Wrong(f"{call} = {got:.5g} is not the probe's M-Act on the same windows. Re-check gap 3 "
                         "against the statement: this run_dir's ckpt.pt, every batch of "
                         "validation_windows(checkpoint) (the helper as given), each layer averaged over the batches, "
@@ -257,7 +261,7 @@ def check_report(student):
             _measured[name] = float(student.measure(os.path.join(runs_dir(), name)))
     base, g1 = _measured["baseline"], _measured["g1"]
     ratio = g1 / base if base > 0 else float("nan")
-    outcome = ("about the same" if abs(ratio - 1) <= SAME else "lower with G1" if ratio < 1 else "higher with G1")
+    outcome = _answer(ratio)
     predicted = {c.lower(): c for c in CHOICES}[str(student.PREDICTION_MAX_ACT).strip().lower()]
     lines = [f"you predicted: {predicted!r}, because: {str(student.REASON).strip()}",
              f"measured M-Act: baseline {base:.4g}, G1 {g1:.4g} (G1 / baseline = {ratio:.2f}): {outcome!r}"

@@ -3,10 +3,9 @@ the right shape; the elementwise gate and no gate still match the oracle (nothin
 logits zero whole rows and very positive ones leave the attention as it is (the sigmoid); headwise numbers against
 kernels.attention_torch at a T that is a multiple of the block and at a ragged T; a headwise gate runs the
 kernel's GATE == 2 branch (by recording the launch's GATE), and a float16 one gets its sigmoid in fp32; headwise
-gates in other layouts
-(a transposed view, as model.py passes it, and one expanded over heads); the gate view read in place, not
-copied, and no logit loaded past its rows at a ragged T (under the interpreter, by recording the addresses the
-kernel loads; on a GPU, from the source as a last resort).
+gates in other layouts (a transposed view, as model.py passes it, and one expanded over heads); the gate view read
+in place, not copied, and no logit loaded past its rows at a ragged T (under the interpreter, by recording the
+addresses the kernel loads; on a GPU, from the source as a last resort).
 
 Without a GPU the kernel runs in Triton's interpreter (check.py sets TRITON_INTERPRET=1): small shapes only.
 Every headwise gate here is a view into a larger buffer, so that a read at the wrong place lands in memory the
