@@ -97,7 +97,7 @@ def attention_torch(q, k, v, gate=None, causal=True, scale=None, mask=None):
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, scale=scale,
                                        enable_gqa=q.size(1) != k.size(1))
     if gate is not None:  # [gate]
-        y = y * torch.sigmoid(gate)  # [gate]
+        y = (y * torch.sigmoid(gate)).to(y.dtype)  # [gate] in q's dtype whatever the gate's, as the kernel's Y
     return y
 
 
@@ -155,7 +155,7 @@ def gated_attention(q, k, v, gate=None, causal=True, scale=None, backend="auto",
     """q: (B, H, T, D); k, v: (B, Hkv, T, D), H % Hkv == 0; gate: None, (B, H, T, D) or (B, H, T, 1) logits.
     Inputs may have any strides (e.g. a gate expand()ed over heads); the gate's gradient has the gate's shape.
     causal: query i sees keys 0..i (as many queries as keys); mask: None, or a boolean (Tq, Tk) of the keys each
-    query sees, in place of `causal` (PyTorch's path only)."""
+    query sees, in place of `causal` (PyTorch's path only). y has q's dtype on both paths, whatever the gate's."""
     _check(q, k, v, gate)
     if not use_triton(backend, q, k, v, gate, scale, mask):
         return attention_torch(q, k, v, gate, causal, scale, mask)

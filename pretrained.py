@@ -121,9 +121,11 @@ def download(name, repo, sub, files):
     else downloaded into it (HF_HOME decides where it is). Weights (WEIGHTS) fall back to PICKLED ones."""
     hub = require("huggingface_hub")
 
-    def snapshot(files):
+    def snapshot(files, failed=None):  # failed: the download's error already met (a second try would wait as long)
         patterns = [f"{sub}/{p}" if sub else p for p in files]
         try:
+            if failed is not None:
+                raise failed
             return hub.snapshot_download(repo, allow_patterns=patterns)
         except Exception as e:  # no network, a hub that is down, a repository that moved: the cache may still have it
             try:  # (a cached snapshot of the repository may hold other files of it only: it counts if it has these)
@@ -137,14 +139,15 @@ def download(name, repo, sub, files):
                                "cache has no copy. Run this once on a machine with network access (the files stay "
                                "in ~/.cache/huggingface), or download the folder yourself and pass its path") from e
 
+    failed = None
     try:
         folder = os.path.join(snapshot(files), sub)
-    except RuntimeError:
+    except RuntimeError as e:
         if files != WEIGHTS:
             raise
-        folder = None  # no safetensors to be had: older checkpoints' pickled weights, below
+        folder, failed = None, e.__cause__  # the hub unreachable: older checkpoints' pickled weights, from the cache
     if files == WEIGHTS and (folder is None or not glob.glob(os.path.join(folder, "*.safetensors"))):
-        folder = os.path.join(snapshot(PICKLED), sub)
+        folder = os.path.join(snapshot(PICKLED, failed), sub)  # none to be had: older checkpoints' pickled weights
     return folder.rstrip(os.sep)
 
 
@@ -211,6 +214,8 @@ def read_weights(folder):
     pytorch_model*.bin files when it has none, read with torch.load(weights_only=True): tensors, never code."""
     weights = {}
     files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
+    for index in glob.glob(os.path.join(folder, "*.safetensors.index.json" if files else "pytorch_model*.index.json")):
+        _check_shards(folder, index)
     if files:
         require("safetensors")
         from safetensors.torch import load_file
@@ -235,6 +240,22 @@ def read_weights(folder):
             raise ValueError(f"{path} is not a readable PyTorch weights file (tensors only): the download was cut "
                              "short, the file is corrupt, or it holds more than tensors; download it again") from None
     return weights
+
+
+def _check_shards(folder, path):
+    """A sharded checkpoint's index (path) names its shard files: all of them must be here (a download cut short, or
+    a cache that holds some, would otherwise show up as weights its config implies but lacks)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            shards = set(json.load(f)["weight_map"].values())
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ValueError(f"{path} is not a shard index (JSON with a weight_map): the download was cut short or the "
+                         "file is corrupt; download it again") from None
+    missing = sorted(str(f) for f in shards if not os.path.isfile(os.path.join(folder, str(f))))
+    if missing:
+        raise FileNotFoundError(f"{folder} lacks {len(missing)} of the {len(shards)} weight shards "
+                                f"{os.path.basename(path)} names, e.g. {missing[0]}: the download was cut short; "
+                                "download it again (where the network is at hand) or pass a folder with every shard")
 
 
 def gpt2_state_dict(w, c):

@@ -228,6 +228,19 @@ def test_atomic_dq_in_half_precision_is_copied_back(choose_backward, monkeypatch
         assert rel_err(a, c) < max(2 * rel_err(b, c), 1e-2), name
 
 
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_a_gate_in_another_dtype_gives_qs_dtype(backend):
+    """fp16 q, k, v with an fp32 gate: y in q's dtype on both paths (the kernel stores Y in q's dtype; PyTorch would
+    promote y * sigmoid(gate) to fp32), the gate's gradient in the gate's dtype, both near float64's answer."""
+    q, k, v, g, dy = make_inputs(1, 4, 2, 20, 32, "headwise", dtype=torch.float16, seed=5)
+    g = g.detach().float().requires_grad_()
+    got = outputs_and_grads(lambda *a: gated_attention(*a, backend=backend), q, k, v, g, dy)
+    ref = outputs_and_grads(reference, q, k, v, g, dy)
+    assert [t.dtype for t in got] == [torch.float16] * 4 + [torch.float32]
+    for name, a, b in zip(["y", "dq", "dk", "dv", "dgate"], got, ref):
+        assert rel_err(a, b) < 1e-2, name
+
+
 def test_choose_backward_names_the_choices(choose_backward):
     with pytest.raises(ValueError, match="GATED_ATTENTION_BACKWARD.*recompute, atomic"):
         choose_backward("fused")

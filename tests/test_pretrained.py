@@ -336,17 +336,22 @@ def test_a_cached_snapshot_without_the_files_asked_for_is_no_copy(tmp_path, monk
     for weights in folder.glob("*.safetensors*"):
         weights.unlink()
 
+    tries = []
+
     def snapshot_download(repo, allow_patterns, local_files_only=False):  # no network; the cache: config.json only
         if not local_files_only:
+            tries.append(allow_patterns)
             raise OSError("no network")
         return str(tmp_path / "snapshot")
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
     ckpt = pretrained.locate("gated-1b-headwise")  # config.json is cached (tokenizer.json is not: one is enough)
+    tries.clear()
     with pytest.raises(RuntimeError, match=r"cannot get 'gated-1b-headwise': downloading QwQZh/gated_attention from "
                                            r"the Hugging Face Hub failed \(OSError: no network\) and the local cache "
                                            "has no copy"):
         pretrained.load_model(ckpt)
+    assert len(tries) == 1  # the pickled weights' fallback is looked for in the cache, not downloaded: one wait
 
 
 def test_no_network_and_no_local_copy_is_one_line_naming_both(tmp_path):
@@ -511,6 +516,34 @@ def test_a_config_json_that_is_not_one_is_named(tmp_path, config, words):
     with pytest.raises(ValueError, match=words) as e:
         pretrained.locate(str(tmp_path))
     assert str(tmp_path / "config.json") in str(e.value)
+
+
+@pytest.mark.parametrize("safe", [True, False])
+def test_a_sharded_checkpoint_missing_a_shard_is_named(tmp_path, safe):
+    """A download cut short between shards (or a cache holding some): the shard the index names and the folder lacks
+    is named, not a weight 'its config.json implies'; with every shard there the model loads."""
+    model = tiny_qwen3(tmp_path)
+    (tmp_path / "model.safetensors").unlink()  # the unsharded copy tiny_qwen3 wrote
+    quiet(model.save_pretrained, tmp_path, max_shard_size="20KB")
+    if not safe:  # older checkpoints' layout: the same shards pickled, and their index
+        from safetensors.torch import load_file
+        index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+        for f in tmp_path.glob("*.safetensors*"):
+            if f.name.endswith(".safetensors"):
+                torch.save(load_file(f), tmp_path / f.name.replace("model-", "pytorch_model-").replace(
+                    ".safetensors", ".bin"))
+            f.unlink()
+        index["weight_map"] = {k: v.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
+                               for k, v in index["weight_map"].items()}
+        (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+    shards = sorted(tmp_path.glob("*.safetensors" if safe else "pytorch_model-*.bin"))
+    assert len(shards) > 2
+    x = tokens(8)
+    assert torch.allclose(pretrained.load_model(pretrained.locate(str(tmp_path)))(x)[0],
+                          model(x).logits, atol=1e-4)
+    shards[1].unlink()
+    with pytest.raises(FileNotFoundError, match=f"lacks 1 of the {len(shards)} weight shards.*{shards[1].name}"):
+        pretrained.load_model(pretrained.locate(str(tmp_path)))
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "pytorch_model.bin"])

@@ -10,6 +10,9 @@ matrix is drawn from Dirichlet(alpha), so with a small alpha each symbol has a f
 `triggers` symbols the chain visits most often are the triggers: right after a trigger, the next symbol is a
 copy of the symbol before the trigger ("s7 s2 s7" when s2 is a trigger). Everywhere else the chain goes on.
 (A trigger that follows another trigger, or starts the text, is followed by the chain too, so copies never loop.)
+The text is written as walks of CHAIN_LENGTH symbols laid end to end, with no separator: at each seam (one position
+in 8192) the next walk starts from a uniform symbol, not the chain's row, and a trigger that ends a walk is followed
+by no copy. meta.json's numbers count within walks; a training window of 64 crosses a seam once in about 128.
 
 Why a sink forms on it: a one-layer model needs its attention head only at the trigger positions, to fetch the
 symbol before. Everywhere else the current symbol tells the model all the chain can, and the head should add
