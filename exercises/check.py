@@ -157,7 +157,22 @@ def expect_close(what, got, want, atol=1e-5, rtol=1e-4, hint=""):
 
 
 def exercise_dirs():
-    return sorted(d for d in glob.glob(os.path.join(HERE, "[0-9][0-9]_*")) if os.path.isdir(d))
+    """The exercises: the folders NN_name that hold a checks.py, sorted. Two for one number are refused in one line
+    (a backup copy beside an exercise would be graded too, and the gradebook would keep one of the two)."""
+    dirs = sorted(d for d in glob.glob(os.path.join(HERE, "[0-9][0-9]_*"))
+                  if os.path.isfile(os.path.join(d, "checks.py")))
+    for a, b in zip(dirs, dirs[1:]):
+        if os.path.basename(a)[:2] == os.path.basename(b)[:2]:
+            raise SystemExit(f"error: two folders for exercise {os.path.basename(a)[:2]}: {os.path.basename(a)!r} and "
+                             f"{os.path.basename(b)!r}; the checker grades one: move the other out of exercises/ (a "
+                             "backup copy elsewhere), or rename it so that it does not start with two digits")
+    return dirs
+
+
+def not_exercises():
+    """The folders NN_name without a checks.py (a student's own folder, an exercise emptied): no exercise, not graded."""
+    return sorted(d for d in glob.glob(os.path.join(HERE, "[0-9][0-9]_*"))
+                  if os.path.isdir(d) and not os.path.isfile(os.path.join(d, "checks.py")))
 
 
 def find_exercise(number):
@@ -520,6 +535,9 @@ class Answerer:
         op, number, *rest = request
         try:
             target = self.objects[number] if isinstance(number, int) else None
+            if op == "get" and number == 0 and not hasattr(target, rest[0]):  # the module: a name the starter had
+                raise AttributeError(f"your file defines no {rest[0]!r}, which the starter has (renamed? deleted? "
+                                     "indented into another function?)")
             if op == "get":
                 value = getattr(target, rest[0])
             elif op == "call":
@@ -780,6 +798,11 @@ REFERENCE_ANSWERS = os.path.join("exercises", "solutions")  # the teacher's, in 
 SPAWNS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn")  # audit events that run a command
 
 
+# the audit events whose first argument is a path the code reads: opened, listed, or given a second name outside the
+# answers (a hard link, a rename), under which an open would not see where the file came from
+LOOKS = ("open", "os.listdir", "os.scandir", "os.link", "os.rename")
+
+
 def _refuse_reference_answers(path):
     """In the child, before the student's file (path) is imported: opening or listing anything in the reference
     answers of any checkout the account can read (a path through the REFERENCE_ANSWERS folder), or a command that names
@@ -791,7 +814,7 @@ def _refuse_reference_answers(path):
         return
 
     def hook(event, args):
-        if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes, os.PathLike)):
+        if event in LOOKS and args and isinstance(args[0], (str, bytes, os.PathLike)):  # args[0]: the path read
             named = [os.path.realpath(os.fsdecode(args[0])) + os.sep]
         elif event in SPAWNS:  # a command that names them by a path, relative or not, or runs among them
             cwd = args[2] if event == "subprocess.Popen" and len(args) > 2 and args[2] else os.getcwd()
@@ -1009,11 +1032,17 @@ class ChildProcess:
             raise TimeLimit()
         return min(left, 0.25)
 
+    def _resident(self):
+        """Bytes held now by the child and every process it started (detached ones are this process's children)."""
+        roots = [self.proc.pid] + [p for p in _children(os.getpid()) if p not in self.kept and p != self.proc.pid]
+        return sum(_resident(p) for p in _descendants(roots))
+
     def _watch(self):
-        """Between waits: the child's memory, and a checker stopped by a signal (SIGSTOP) resumed by the watchdog."""
+        """Between waits: the memory of the child and what it started, and a checker stopped by a signal (SIGSTOP)
+        resumed by the watchdog."""
         if self.watchdog is not None and self.watchdog.poll() is None:
             os.kill(self.watchdog.pid, signal.SIGCONT)
-        if self.memory and _resident(self.proc.pid) > self.memory:
+        if self.memory and self._resident() > self.memory:
             self.stop()
             raise StudentEnded(None, message=f"your code used more than {self.memory / 2**30:.1f} GiB of memory and "
                                              "was stopped: a tensor far bigger than the exercise needs?")
@@ -1465,8 +1494,8 @@ def read_sealed(path, key=None):
     try:
         with open(path, encoding="utf-8") as f:
             result = json.load(f)
-    except (OSError, ValueError) as e:
-        return None, [f"{path} cannot be read as a result file: {e}"]
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: JSON nested deeper than Python parses
+        return None, [f"{path} cannot be read as a result file: {type(e).__name__}: {str(e)[:200]}"]
     if not (isinstance(result, dict) and isinstance(result.get("seal"), str)
             and isinstance(result.get("exercises"), list) and all(isinstance(e, dict) for e in result["exercises"])):
         return None, [f"{path} has no seal, or is not laid out as a result file: not one this checker wrote"]
@@ -1655,8 +1684,9 @@ def main(argv=None):
         return 1 if problems else 0
     if argv[0] == "--list":
         for d in exercise_dirs():
-            with open(os.path.join(d, "README.md"), encoding="utf-8") as f:
-                print(f"{os.path.basename(d):28s} {f.readline().lstrip('# ').strip()}")
+            print(f"{os.path.basename(d):28s} {title_of(d)}")
+        for d in not_exercises():
+            print(f"note: {os.path.relpath(d)} has no checks.py: it is no exercise, and is not graded")
         return 0
     names, path, time_limit, result_path, hint, student = [], None, None, None, False, None
     for arg in argv:
@@ -1691,6 +1721,10 @@ def main(argv=None):
         raise SystemExit("error: which exercise? e.g. `check.py 01`, `check.py 01 03` or `check.py all`")
     dirs = exercise_dirs() if names == ["all"] else [find_exercise(n) for n in names]
     grading = len(dirs) > 1 or names == ["all"] or result_path is not None
+    if names == ["all"]:
+        for d in not_exercises():
+            print(f"note: {os.path.relpath(d)} has no checks.py: it is no exercise, and is not graded (an exercise "
+                  "emptied? a fresh copy has it)")
     if student is not None and (hint or not grading):
         raise SystemExit("error: --student= names whose result file it is: use it when grading, e.g. "
                          "`check.py all --student=ID --result=ID.json`")
@@ -1777,7 +1811,7 @@ if __name__ == "__main__":
         sys.stdout.flush()  # here, where a closed pipe is caught below, not as Python exits
         sys.exit(status)
     except KeyboardInterrupt:
-        print("stopped: no result was written", file=sys.stderr)
+        print("stopped: this run wrote no result (a result file that is there now is not from it)", file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:  # `check.py --list | head`: the reader stopped reading; nothing more to say to it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes into nothing

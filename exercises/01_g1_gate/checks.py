@@ -88,7 +88,11 @@ def check_gate_scores_in_0_1(student):
             if same(out, want, 1e-6):
                 continue
             logits = F.linear(x, w_const).view(*y.shape[:3], -1)
-            if same(out, y * logits, 1e-6):
+            if weight == 0 and same(out, torch.zeros_like(y), 1e-6):  # a threshold, (scores > 0.5), shuts it at 0.5
+                raise Wrong(f"{granularity}: where every gate logit is 0 your output is 0, but a logit of 0 is a "
+                            "score of 0.5, which lets half of y through: the scores are used as they are, between 0 "
+                            "and 1, not rounded or compared with a threshold.")
+            if weight != 0 and same(out, y * logits, 1e-6):  # (at weight 0, y * logits is 0: the case above)
                 raise Wrong(f"{granularity}: your output is y times the raw logits: the sigmoid is missing, so the "
                             "'scores' are unbounded and of either sign, not gate scores in (0, 1).")
             raise Wrong(f"{granularity}: with every gate logit equal to {weight:g} * mean(x) the output should "

@@ -160,11 +160,18 @@ class _LargestTensor(TorchDispatchMode):
 
 
 def _largest_in_call(student, q, k, chunk):
-    """In the student's process: first_token_probs(q, k, chunk) watched by _LargestTensor: its result, and the
-    element count of the largest tensor an op made and that op."""
-    with _LargestTensor() as mode:
-        p = student.first_token_probs(q, k, chunk=chunk)
-    return p, mode.numel, mode.op
+    """In the student's process: first_token_probs(q, k, chunk) watched by _LargestTensor: its result, the element
+    count of the largest tensor an op made and that op, and the most bytes allocated outside torch at once (NumPy's
+    arrays and Python's objects, which tracemalloc traces; torch's tensors it does not)."""
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        with _LargestTensor() as mode:
+            p = student.first_token_probs(q, k, chunk=chunk)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return p, mode.numel, mode.op, peak
 
 
 def check_memory(student):
@@ -172,7 +179,12 @@ def check_memory(student):
     chunk of scores"""
     T, chunk = 1024, 64
     q, k = random_qk(1, 1, T, 16, dtype=torch.float32, seed=6)
-    p, numel, op = student.in_child(_largest_in_call, q, k, chunk)
+    p, numel, op, peak = student.in_child(_largest_in_call, q, k, chunk)
+    if peak >= T * T * 4:  # a T x T float32 matrix's bytes, in NumPy arrays (the watch above sees torch's ops only)
+        raise Wrong(f"first_token_probs(q, k, chunk={chunk}) with B = H = 1, T = {T} held {peak / 2**20:.1f} MiB "
+                    f"outside torch at once (NumPy arrays?); T x T float32 is {T * T * 4 / 2**20:.0f} MiB. Keep only "
+                    "one chunk of scores at a time, in torch or NumPy: loop over the key chunks with the running max "
+                    "and sum, never the whole matrix.")
     if numel >= T * T // 2:
         raise Wrong(f"first_token_probs(q, k, chunk={chunk}) with B = H = 1, T = {T} made a tensor of {numel} "
                     f"elements (op {op}); T x T is {T * T}. Keep only one chunk of scores, (B, H, T, chunk), at a "

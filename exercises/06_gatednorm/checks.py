@@ -1,5 +1,6 @@
 """Checks of exercise 06 (RMSNorm and GatedNorm), in order. rms_norm: shape and dtype, scale invariance, unit RMS
-per row, numbers against model.RMSNorm, then the epsilon trap at tiny inputs (the only place it shows).
+per row, numbers against model.RMSNorm (and no call of PyTorch's own), then the epsilon trap at tiny inputs (the
+only place it shows).
 gated_norm: shape, the gate's range (never larger than the RMSNorm output), the bottleneck's activation (a trap,
 checked just before the model comparison so that it gets its own message), numbers against model.GatedNorm."""
 
@@ -104,6 +105,27 @@ def check_rms_norm_vs_model(student):
     expect_close("rms_norm(x, weight)", out, _model_rms_norm(x, w), atol=1e-8, rtol=1e-5,
                  hint="Shape, scale and unit RMS are right, so re-check the gain: weight holds one factor per "
                       "channel, applied to the normalised vector.")
+    called = student.in_child(_norms_called, x, w)
+    if called:
+        raise Wrong(f"rms_norm calls {called}, the function the checks compare with: the exercise is to write it "
+                    "yourself, with tensor operations (see gap 1 of the statement).")
+
+
+def _norms_called(student, x, w):
+    """In the student's process: the name of PyTorch's own RMSNorm if rms_norm calls it (F.rms_norm, torch.rms_norm,
+    nn.RMSNorm: a torch function mode sees each, however the student's file named it), else None."""
+    from torch.overrides import TorchFunctionMode
+    seen = []
+
+    class Watch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in (F.rms_norm, torch.rms_norm):
+                seen.append(f"{'F' if func is F.rms_norm else 'torch'}.rms_norm")
+            return func(*args, **(kwargs or {}))
+
+    with Watch():
+        student.rms_norm(x, w)
+    return seen[0] if seen else None
 
 
 def check_rms_norm_tiny_inputs(student):

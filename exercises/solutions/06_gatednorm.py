@@ -50,6 +50,8 @@ MUTANTS = [
     ("rms_norm_unit_rms", "= x.pow(2)" ".mean(dim=-1, keepdim=True)", "= x.pow(2).sum(dim=-1, keepdim=True)"),  # a sum
     ("rms_norm_tiny_inputs", "x * torch.rsqrt(" "mean_square + eps) * weight",
      "x / (mean_square.sqrt() + eps) * weight"),  # eps outside the square root
+    ("rms_norm_vs_model", "return x * torch.rsqrt(" "mean_square + eps) * weight",  # PyTorch's own, forbidden
+     "return torch.nn.RMSNorm(x.size(-1), eps=eps, dtype=x.dtype)(x) * weight"),
     ("gated_norm_never_larger", "return y * " "scores", "return x * scores"),  # the gate on the input, not on y
     ("gated_norm_bottleneck_silu", "hidden = F.silu(" "y @ w_down.T)", "hidden = F.relu(y @ w_down.T)"),  # ReLU
 ]
