@@ -170,7 +170,7 @@ def exercise_dirs():
 
 
 def not_exercises():
-    """The folders NN_name without a checks.py (a student's own folder, an exercise emptied): no exercise, not graded."""
+    """The folders NN_name without a checks.py (a student's own folder, an exercise emptied): not graded."""
     return sorted(d for d in glob.glob(os.path.join(HERE, "[0-9][0-9]_*"))
                   if os.path.isdir(d) and not os.path.isfile(os.path.join(d, "checks.py")))
 
