@@ -51,16 +51,22 @@ class Diverged(SystemExit):
 
 
 def run_main(main):
-    """A script's main() from the command line: a diverged run's own exit status, and Ctrl-C as one line with the
-    status a shell gives a command it interrupted (130), not a traceback."""
+    """A script's main() from the command line: a diverged run's own exit status, Ctrl-C as one line with the
+    status a shell gives a command it interrupted (130), and output piped into a reader that stopped reading (`| head`)
+    as one line too, never a traceback. main's return value, if any, is the exit status."""
     try:
-        main()
+        sys.exit(main())
     except Diverged as e:
         print(e, file=sys.stderr)
         sys.exit(DIVERGED_EXIT)
     except KeyboardInterrupt:
         print("interrupted (Ctrl-C)", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes into nothing
+        print("stopped: the program reading this output closed it (what was saved before stays as it was)",
+              file=sys.stderr)
+        sys.exit(1)
 
 
 def check_choice(key, value, choices):

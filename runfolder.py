@@ -25,6 +25,7 @@ import os
 import pickle
 import random
 import secrets
+import shlex
 import shutil
 import stat
 import subprocess
@@ -247,7 +248,7 @@ def read_checkpoint(path):
                 else "is not a file torch.save wrote"
             raise ValueError(f"{path} is not a checkpoint of this project: it {what}. The scripts read the ckpt.pt "
                              f"or {BEST} that train.py writes in a run's out_dir (python train.py --out_dir=...)") from None
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = (str(e).strip() or type(e).__name__).splitlines()[0].split(". ")[0]  # torch's reason, not its advice
         raise ValueError(f"{path} is not a readable checkpoint ({reason[:200]}): it is truncated, corrupt or not "
                          f"from train.py. Its folder's {BEST} (the best earlier state) may still be whole.") from None
     if not isinstance(checkpoint, dict) or not {"model", "model_args"} <= checkpoint.keys():
@@ -269,7 +270,8 @@ def model_from_checkpoint(checkpoint, path, device="cpu", **runtime):
         # a model saved from torch.compile's wrapper has its keys prefixed with _orig_mod.
         model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in checkpoint["model"].items()})
     except (TypeError, ValueError, RuntimeError) as e:
-        raise ValueError(f"{path} does not match this model.py's GPT ({str(e).splitlines()[0]})") from None
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]  # load_state_dict's: a heading first
+        raise ValueError(f"{path} does not match this model.py's GPT ({' '.join(lines[:2])[:300]})") from None
     return model.to(device).eval()
 
 
@@ -501,7 +503,7 @@ class RunFolder:
         held = self.held()
         if best is not None:
             return (f"{self.out_dir} holds {', '.join(held)} but no {CHECKPOINT}; its {BEST} is the state of iter "
-                    f"{best[0]} (val loss {best[1]:.4f}). To continue from it: cp {self.best_path} {self.ckpt_path}, "
+                    f"{best[0]} (val loss {best[1]:.4f}). To continue from it: cp {shlex.quote(self.best_path)} {shlex.quote(self.ckpt_path)}, "
                     "then --init_from=resume; or start a new run there with --overwrite=True, or choose another "
                     "--out_dir")
         what = f"{', '.join(held)} and no {CHECKPOINT}" if held else "no run files"
@@ -771,4 +773,4 @@ def resume_command(c, given, world_size):
     keep = [f"--{k}={getattr(c, k)}" for k in PER_COMMAND
             if k in given and k not in ("out_dir", "init_from", "overwrite", "eval_only")]
     launcher = f"torchrun --standalone --nproc_per_node={world_size} train.py" if world_size > 1 else "python train.py"
-    return " ".join([launcher, *keep, f"--out_dir={c.out_dir}", "--init_from=resume"])
+    return f"{launcher} {shlex.join([*keep, f'--out_dir={c.out_dir}', '--init_from=resume'])}"  # pasteable as it is

@@ -5,8 +5,8 @@ import importlib
 import os
 import sys
 
-from cli import REPO, fail
-from data.shards import bos_token, find_shards, max_token_id, read_meta
+from cli import fail
+from data.shards import bos_token, find_shards, max_token_id, prepare_command, read_meta
 
 # The datasets that need no download, which train.py (and lab/repro.py) prepare themselves the first time a run asks
 # for one whose folder holds no shards: how each is made.
@@ -35,11 +35,8 @@ def check_training_data(name, data_dir, vocab_size, bos):
     """Stop with one line unless data_dir holds shards a model of vocab_size can train on: prepared, readable, its
     token ids (and with bos=True its BOS token, which it returns; else None) inside the vocabulary."""
     if not find_shards(data_dir, "train") or not find_shards(data_dir, "val"):
-        script = os.path.join("data", name, "prepare.py")
-        how = (f"python {script}" if os.path.isfile(os.path.join(REPO, script))
-               else f"python data/textdir/prepare.py --src DIR --name {name}")
         fail(f"dataset {name!r} is not prepared: no {name}_train_*.bin and _val_*.bin shards in "
-             f"{data_dir}. Prepare it first: {how}")
+             f"{data_dir}. Prepare it first: {prepare_command(data_dir, name)}")
     read_meta(data_dir)  # a malformed meta.json is reported here
     largest = max_token_id(data_dir)
     if largest >= vocab_size:

@@ -185,7 +185,8 @@ def find_exercise(number):
 
 
 def load_module(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
+    # the loader named: a file with no .py ending (--file=answer.txt) is Python source too
+    spec = importlib.util.spec_from_file_location(name, path, loader=importlib.machinery.SourceFileLoader(name, path))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look a module up by name
     spec.loader.exec_module(module)
@@ -1719,6 +1720,13 @@ def main(argv=None):
             names.append(arg)
     if not names:
         raise SystemExit("error: which exercise? e.g. `check.py 01`, `check.py 01 03` or `check.py all`")
+    if path is not None and path.endswith(".ipynb"):
+        raise SystemExit(f"error: --file={path} is a notebook: the checker reads Python source; save the code as a .py "
+                         "file (Jupyter: File > Save and Export Notebook As > Executable Script)")
+    if result_path is not None and (os.path.isdir(result_path) or not os.path.isdir(
+            os.path.dirname(os.path.abspath(result_path)))):  # said now, not after minutes of grading
+        raise SystemExit(f"error: --result={result_path} must name a file in a folder that exists, e.g. "
+                         "--result=ID.json")
     dirs = exercise_dirs() if names == ["all"] else [find_exercise(n) for n in names]
     grading = len(dirs) > 1 or names == ["all"] or result_path is not None
     if names == ["all"]:

@@ -2,7 +2,7 @@
 The teacher's gradebook: one table of a class's result files.
 
     python exercises/gradebook.py FOLDER                 # writes FOLDER/gradebook.csv and FOLDER/gradebook.md
-    python exercises/gradebook.py FOLDER --out=PREFIX    # writes PREFIX.csv and PREFIX.md
+    python exercises/gradebook.py FOLDER --out=PREFIX    # writes PREFIX.csv and PREFIX.md (PREFIX a folder: in it)
 
 FOLDER holds the files the students wrote with `python exercises/check.py all --student=ID --result=ID.json`. Each
 *.json file in it becomes one row: the student, the file, whether its seal verifies and if not why, the exercises
@@ -243,6 +243,8 @@ def main(argv=None):
         usage_error("which folder? e.g. `gradebook.py results/` (the folder of the students' result files)")
     if not os.path.isdir(folder):
         usage_error(f"no folder {folder}: give the folder that holds the students' result files")
+    if prefix and os.path.isdir(prefix):  # --out=grades/ names a folder: its gradebook.csv and .md
+        prefix = os.path.join(prefix, "gradebook")
     key = os.environ.get(check.SIGNING_KEY_VAR) or None
     flagged = gradebook(folder, prefix or os.path.join(folder, "gradebook"), key)
     return 1 if flagged else 0

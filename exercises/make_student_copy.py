@@ -147,11 +147,20 @@ def make_copy(dest, source=REPO):
     if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
         raise SystemExit(f"error: {dest} exists and is not empty: give a new folder")
     files = files_to_copy(source, dest)
-    os.makedirs(dest, exist_ok=True)
-    for rel in files:
-        os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
-        shutil.copy2(os.path.join(source, rel), os.path.join(dest, rel))
-    _strip_teachers_section(os.path.join(dest, "exercises", "README.md"))
+    existed = os.path.isdir(dest)
+    try:
+        os.makedirs(dest, exist_ok=True)
+        for rel in files:
+            os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
+            shutil.copy2(os.path.join(source, rel), os.path.join(dest, rel))
+        _strip_teachers_section(os.path.join(dest, "exercises", "README.md"))
+    except BaseException as e:  # Ctrl-C, a full disk: no half copy (without its checks for leaks) is left behind
+        shutil.rmtree(dest, ignore_errors=True)
+        if existed:
+            os.makedirs(dest, exist_ok=True)
+        if isinstance(e, OSError):
+            raise SystemExit(f"error: copying into {dest} failed ({e}), so what was copied was deleted") from None
+        raise
     found = leaks(dest, source)
     if found:
         shutil.rmtree(dest)
@@ -178,4 +187,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit("interrupted: nothing was copied (what was, was deleted)")

@@ -62,13 +62,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pretrained
-from cli import configure, dataset_dir, device_name, fail, free_memory, pick_device
+from cli import configure, dataset_dir, device_name, fail, free_memory, pick_device, run_main
 from lab.report import data_problem, finite_json, kept_of_other_run, log_start, pyplot, save_figure
 from runfolder import (CHECKPOINT, EVALUATED, claimed, model_from_checkpoint, no_checkpoint, read_checkpoint,
     writable_folder, write_json, write_text)
 from data.shards import TokenWindows, bos_token, dataset_fingerprint, val_batches
 from model import GPT, VALID
-from lab.report import PAPERS_SAY, fmt_interval, headline, table
+from lab.report import PAPERS_SAY, fmt_interval, headline, repeated_label, table
 from lab.stats import mean_ci
 
 MODES = ("quant", "length", "stream")
@@ -598,6 +598,9 @@ def main(argv=None):
         fail("name the models: --runs=out-baseline,out-g1 (train.py out_dirs) and/or --pretrained=gpt2")
     if labels and len(labels) != len(runs) + len(names):
         fail(f"--labels has {len(labels)} names for {len(runs) + len(names)} models; give one per model")
+    named = labels or [os.path.basename(os.path.normpath(r)) for r in runs] + names  # evaluate()'s default labels
+    if repeated_label(named, runs + names):
+        fail(repeated_label(named, runs + names))
     if not modes or set(modes) - set(MODES):
         fail(f"--modes={written(a.modes)}: choose from {', '.join(MODES)}")
     for s in a.quant:
@@ -711,4 +714,4 @@ def check_length_memory(run, args, multiples, device):
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # Ctrl-C or a closed pipe: one line

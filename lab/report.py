@@ -47,6 +47,18 @@ def places_text(places):
     return "; ".join(f"{p} ({n} run{'s' * (n > 1)})" for p, n in places.items())
 
 
+def repeated_label(labels, sources):
+    """A line naming the first label that two models share (their tables' rows and plots' legends would be told apart
+    by nothing), or None. sources: what each label names, in the same order."""
+    first = {}
+    for label, source in zip(labels, sources):
+        if label in first:
+            return (f"two models share the label {label!r} ({first[label]} and {source}): give --labels=..., one per "
+                    "model, or measure each once")
+        first[label] = source
+    return None
+
+
 def markdown_table(header, rows):
     """A markdown table's lines: the header, the rule, one line a row (None written as –)."""
     return ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"] + \

@@ -267,6 +267,8 @@ def main(argv):
         keys = Keys(skip_train="--skip_train=True" in argv or "--skip_train" in argv)
     if keys.smoke_iters < 20:
         raise SystemExit(f"error: --smoke_iters={keys.smoke_iters}: at least 20 steps, for the loss to fall")
+    if keys.smoke_timeout < 1:  # 0 would report a working machine as broken
+        raise SystemExit(f"error: --smoke_timeout={keys.smoke_timeout}: seconds the smoke run may take, at least 1")
     fixes, found = run(keys)
     if not fixes:
         time_it = f", ~{minutes(found['main_s'])} here" if "main_s" in found else ""

@@ -289,8 +289,12 @@ if __name__ == "__main__":
     elif len(args) == 1 and args[0].split("=")[0] == "--write":
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above lab/
         path = args[0].partition("=")[2] or os.path.join(repo, "docs", "flags.md")
-        with open(path, encoding="utf-8") as f:
-            page = f.read()
+        try:
+            with open(path, encoding="utf-8") as f:
+                page = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            sys.exit(f"error: {path} cannot be read ({e.strerror if isinstance(e, OSError) else e}): --write=PATH names "
+                     "a Markdown page that holds the table's marker lines (default docs/flags.md)")
         if page.count(BEGIN) != 1 or page.count(END) != 1 or page.index(BEGIN) > page.index(END):
             sys.exit(f"{path}: no table to replace: the page needs the lines {BEGIN.strip()} and {END.strip()}")
         head, rest = page.split(BEGIN)

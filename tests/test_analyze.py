@@ -403,7 +403,14 @@ def test_analyze_cli_errors(tmp_path, trained_run):
     save_checkpoint({"model": checkpoint["model"], "model_args": checkpoint["model_args"]}, str(tmp_path / "foreign" / "ckpt.pt"))
     assert "lacks train.py's run settings" in error(f"--runs={tmp_path / 'foreign'}")
     assert "--labels has 1 names for 2 runs" in error(f"--runs={trained_run},{trained_run}", "--labels=a")
+    os.makedirs(tmp_path / "other" / os.path.basename(trained_run))  # a second run of the same folder name
+    shutil.copy(os.path.join(trained_run, "ckpt.pt"), tmp_path / "other" / os.path.basename(trained_run))
+    message = error(f"--runs={trained_run},{tmp_path / 'other' / os.path.basename(trained_run)}")
+    assert message.startswith(f"error: two models share the label {os.path.basename(trained_run)!r} ({trained_run} "
+                              "and ") and "--labels=" in message
     assert "name the runs to analyze: --runs=" in error()
+    message = error(f"--runs={trained_run}", "--batches=100000")  # more than the val set holds apart: refused at once
+    assert "windows of" in message and "validation set holds" in message and "without overlap" in message, message
     assert "unknown key 'run'" in error(f"--run={trained_run}")
     message = error(f"--runs={trained_run}", "--plot_labels=run,other")
     assert "--plot_labels names other, not a run's label; the labels: run" in message

@@ -232,8 +232,8 @@ def test_python_variants_prints_the_table_and_writes_it_into_the_page(tmp_path):
     stale.write_text(page.replace(generated_table(page), "\n| an old table |\n\n"), encoding="utf-8")
     (tmp_path / "bare.md").write_text("# no markers\n", encoding="utf-8")
     # the runs that do not depend on one another side by side (each is mostly Python's imports); then the page again
-    plain, write, bare, helped = (start(), start(f"--write={stale}"), start(f"--write={tmp_path / 'bare.md'}"),
-                                  start("--help"))
+    plain, write, bare, helped, missing = (start(), start(f"--write={stale}"), start(f"--write={tmp_path / 'bare.md'}"),
+                                           start("--help"), start(f"--write={tmp_path / 'nowhere.md'}"))
     out = result(plain)
     assert out.returncode == 0 and out.stdout == variants.flag_table(), out.stderr
     out = result(write)
@@ -245,6 +245,9 @@ def test_python_variants_prints_the_table_and_writes_it_into_the_page(tmp_path):
     assert out.returncode != 0 and BEGIN.strip() in out.stderr  # says what the page lacks
     out = result(helped)
     assert out.returncode == 0 and "usage" in out.stdout
+    out = result(missing)  # a page that is not there: one line, no traceback
+    assert out.returncode != 0 and out.stderr.startswith(f"error: {tmp_path / 'nowhere.md'} cannot be read"), out
+    assert out.stderr.count("\n") == 1, out.stderr
 
 
 # ----------------------------------------------------------------------------

@@ -214,6 +214,7 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
     (["--lengths=1,3"], "powers of two"),
     (["--text=data/sample_text.txt"], "give --pretrained too"),
     (["--labels=a"], "1 names for 2 models"),
+    (["--labels=a,a"], "two models share the label 'a' ("),
     (["--windows=0"], "--windows=0 must be at least 1"),
     (["--lengths=1,x"], "--lengths=1,x: lengths must be a list of int, written a,b,c"),
     (["--modes="], "--modes=: choose from quant, length, stream"),

@@ -545,6 +545,36 @@ def test_a_broken_link_in_the_copy_deletes_it(tmp_path):
 
 
 @needs_copier
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, OSError])
+def test_a_copy_stopped_half_way_leaves_nothing(stop, tmp_path, monkeypatch):
+    """Ctrl-C or a full disk in the middle of the copy: what was copied is deleted (an empty folder given stays, empty),
+    so that the same command can run again; a half copy would also have skipped the check for solution code."""
+    source = tmp_path / "project"
+    (source / "exercises").mkdir(parents=True)
+    (source / "docs").mkdir()
+    for name in ("a.md", "b.md", "c.md"):
+        (source / "docs" / name).write_text("# page\n", encoding="utf-8")
+    (source / "exercises" / "README.md").write_text("# E\n", encoding="utf-8")
+    copied, copy2 = [], shutil.copy2
+
+    def copy_then_stop(src, dst):
+        if len(copied) == 2:
+            raise stop(28, "No space left on device") if stop is OSError else stop()
+        copied.append(dst)
+        return copy2(src, dst)
+    monkeypatch.setattr(shutil, "copy2", copy_then_stop)
+    for dest in (tmp_path / "new", tmp_path / "given"):
+        if dest.name == "given":
+            dest.mkdir()
+        copied.clear()
+        with pytest.raises(SystemExit if stop is OSError else KeyboardInterrupt) as e:
+            make_student_copy.make_copy(str(dest), source=str(source))
+        if stop is OSError:
+            assert str(e.value).startswith(f"error: copying into {dest} failed (") and "deleted" in str(e.value)
+        assert (dest.exists() and not os.listdir(dest)) if dest.name == "given" else not dest.exists()
+
+
+@needs_copier
 def test_the_student_copy_holds_every_file_of_the_project(tmp_path):
     """Each top-level file and folder of the repository is in the copy's lists, or left out on purpose (NOT_COPIED):
     a new one cannot go missing unnoticed. The copy's modules, the core's and the lab's, import in a fresh process
@@ -901,6 +931,23 @@ def test_the_checkers_own_settings_are_one_line(setting):
     out = result.stdout + result.stderr
     assert result.returncode == 1 and out.startswith("error: ") and out.count("\n") == 1, out
     assert "Traceback" not in out and setting.split("=")[0].lstrip("-") in out, out
+
+
+def test_a_file_by_another_name_is_read_and_bad_paths_are_said_before_grading(tmp_path):
+    """--file= with no .py ending is Python source all the same; a notebook, or a --result= that names a folder or a
+    folder that is not there, is one line before anything is checked (not after minutes of grading)."""
+    path = starter_with(tmp_path)
+    answer = tmp_path / "answer.txt"
+    answer.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    code, out = check_cli(answer)
+    assert code == 1 and "[01.g1_gate_shapes] not filled yet" in out and "does not import" not in out, out
+    for args, says in ([f"--file={tmp_path / 'answer.ipynb'}"], "is a notebook"),\
+                      ([f"--result={tmp_path}"], "must name a file in a folder that exists"),\
+                      ([f"--result={tmp_path / 'nowhere' / 'r.json'}"], "must name a file in a folder that exists"):
+        result = subprocess.run([sys.executable, "exercises/check.py", "01", *args], cwd=REPO, capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 1 and result.stderr.startswith("error: ") and says in result.stderr, result
+        assert result.stdout == "" and result.stderr.count("\n") == 1, result
 
 
 def test_a_listing_read_only_in_part_ends_quietly():

@@ -142,6 +142,9 @@ def test_the_command_verifies_with_the_signing_key_and_says_where_it_wrote(tmp_p
     assert code == 0 and "1 files, 0 flagged" in out and not err, out + err
     assert f"{tmp_path / 'book'}.csv" in out and f"{tmp_path / 'book'}.md" in out, out
     assert read_csv(tmp_path / "book.csv")["ann.json"]["verified"] == "yes"
+    (tmp_path / "grades").mkdir()
+    code, out, err = gradebook_cli(str(tmp_path), f"--out={tmp_path / 'grades'}")  # a folder: the files go in it
+    assert sorted(os.listdir(tmp_path / "grades")) == ["gradebook.csv", "gradebook.md"], out + err
 
 
 def test_bad_input_gets_one_line(tmp_path):

@@ -1,5 +1,10 @@
 """sample.py's answers to files it cannot sample from."""
 
+import os
+import shlex
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -103,6 +108,19 @@ def test_ctrl_c_is_one_line_and_the_shells_status(monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         cli.run_main(interrupted)
     assert e.value.code == 130 and capsys.readouterr().err == "interrupted (Ctrl-C)\n"
+
+
+def test_output_into_a_closed_pipe_is_one_line(tmp_path):
+    """`python sample.py ... | head -1` (or any script run through cli.run_main): the reader stops reading, and the
+    script says so in one line on stderr, never a BrokenPipeError traceback."""
+    script = tmp_path / "many.py"
+    script.write_text("import cli\n\ndef main():\n    for i in range(10**6):\n        print(i)\n\n"
+                      "cli.run_main(main)\n", encoding="utf-8")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} | head -1", shell=True, cwd=repo,
+                         env={"PYTHONPATH": repo, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+    assert out.stdout == "0\n" and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith("stopped: the program reading this output closed it") and out.stderr.count("\n") == 1
 
 
 def test_a_checkpoint_given_as_the_folder_is_told_apart(tmp_path):

@@ -81,3 +81,11 @@ def test_help_lists_the_keys(capsys):
     assert stop.value.code == 0
     out = capsys.readouterr().out
     assert "python -m lab.setup_check" in out and "--smoke_iters=100" in out and "--skip_train=False" in out
+
+
+@pytest.mark.parametrize("arg, says", [("--smoke_iters=5", "at least 20 steps"), ("--smoke_timeout=0", "at least 1")])
+def test_smoke_settings_that_cannot_be_meant_are_one_line(arg, says):
+    """Refused before any check runs: a timeout of 0 would report a working machine as broken."""
+    with pytest.raises(SystemExit) as stop:
+        setup_check.main([arg])
+    assert str(stop.value).startswith(f"error: {arg}") and says in str(stop.value)

@@ -190,6 +190,11 @@ def test_a_checkpoint_runs_with_other_runtime_flags_only(tiny_run):
     assert (model.config.attn_backend, model.config.loss_chunk, model.config.n_layer) == ("torch", 7, 1)
     with pytest.raises(TypeError, match=r"\['n_layer'\] are part of the model; runtime flags: \('attn_backend', 'loss_chunk'\)"):
         model_from_checkpoint(checkpoint, path, n_layer=2)
+    # weights under other names (a nanoGPT checkpoint's): the keys missing are named, not only torch's heading
+    renamed = dict(checkpoint, model={"x." + k: v for k, v in checkpoint["model"].items()})
+    with pytest.raises(ValueError, match=r"does not match this model.py's GPT \(Error\(s\) in loading state_dict for "
+                                         r"GPT: Missing key\(s\) in state_dict: \"transformer"):
+        model_from_checkpoint(renamed, path)
 
 
 # ----------------------------------------------------------------------------
@@ -556,9 +561,10 @@ def test_train_config_is_the_models_config_plus_the_runs_keys():
 
 def test_missing_dataset_names_the_prepare_command(tmp_path):
     out = f"--out_dir={tmp_path / 'run'}"  # not the default out/, which holds a run once the README's first command ran
-    with pytest.raises(SystemExit, match=r"not prepared.*Prepare it first: python data/openwebtext/prepare.py"):
+    with pytest.raises(SystemExit, match=r"not prepared.*Prepare it first: python data/openwebtext/prepare.py "
+                                         f"--out_dir {tmp_path}$"):  # into the folder given, not data/openwebtext
         train.main([f"--data_dir={tmp_path}", "--dataset=openwebtext", out])
-    with pytest.raises(SystemExit, match="python data/textdir/prepare.py --src DIR --name mycode"):
+    with pytest.raises(SystemExit, match=f"python data/textdir/prepare.py --src DIR --name mycode --out_dir {tmp_path}"):
         train.main([f"--data_dir={tmp_path}", "--dataset=mycode", out])
     assert not (tmp_path / "run").exists()
 
@@ -1213,6 +1219,16 @@ def test_a_full_disk_reported_by_torch_or_ctrl_c_while_saving_is_one_line(stdlib
     after = folder_state(out_dir)
     assert after["ckpt.pt"] == before["ckpt.pt"] and after["best.pt"] == before["best.pt"]
     assert not [name for name in after if name.endswith(".tmp")]
+
+
+def test_the_resume_command_pastes_into_a_shell_as_it_is():
+    """A folder with a space (or a quote) in its name: the command printed on Ctrl-C gives back the same arguments."""
+    import shlex
+    from runfolder import resume_command
+    c, given = configure(TrainConfig, ["--out_dir=runs/it's one", "--device=cpu"])
+    command = resume_command(c, given, world_size=1)
+    assert shlex.split(command) == ["python", "train.py", "--device=cpu", "--out_dir=runs/it's one",
+                                    "--init_from=resume"], command
 
 
 def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(stdlib_data, tmp_path):
