@@ -391,11 +391,22 @@ def step_memory(batch_size, config, n_params):
     return 16 * n_params + 4 * (activations + 3 * logit_rows * config.vocab_size)
 
 
+def batch_that_fits(config, n_params, available):
+    """The largest batch_size whose step (step_memory) fits in available bytes; 0 or less: not even one sequence."""
+    per_seq = step_memory(1, config, n_params) - step_memory(0, config, n_params)
+    return int((available - step_memory(0, config, n_params)) // per_seq)
+
+
+def memory_need(batch_size, config, n_params, device):
+    """The start of memory_advice's line, which lab/bench.py's --step says too: the estimate, in words."""
+    return (f"batch_size={batch_size} x block_size={config.block_size} needs about "
+            f"{step_memory(batch_size, config, n_params) / 2**30:.1f} GiB for one training step on {device} "
+            "(runfolder.step_memory's estimate)")
+
+
 def memory_advice(c, config, n_params, device, available):
     """One line: the estimate, what is free, and a batch_size (or block_size) that would fit."""
-    need = step_memory(c.batch_size, config, n_params)
-    per_seq = step_memory(1, config, n_params) - step_memory(0, config, n_params)
-    fits = int((available - step_memory(0, config, n_params)) // per_seq) if available is not None else 0
+    fits = batch_that_fits(config, n_params, available) if available is not None else 0
     free = f"{available / 2**30:.1f} GiB is free" if available is not None else "it does not fit"
     if fits >= c.batch_size:  # the estimate said it fits, yet the allocator failed: the estimate is low here
         fits = max(1, c.batch_size // 2)
@@ -404,8 +415,7 @@ def memory_advice(c, config, n_params, device, available):
                f"{c.gradient_accumulation_steps * math.ceil(c.batch_size / fits)} to keep about the tokens per step)")
     else:
         how = f"even --batch_size=1 does not fit: lower --block_size={config.block_size} or the model's size"
-    return (f"batch_size={c.batch_size} x block_size={config.block_size} needs about {need / 2**30:.1f} GiB for one "
-            f"training step on {device} (runfolder.step_memory's estimate); {free}: {how}")
+    return f"{memory_need(c.batch_size, config, n_params, device)}; {free}: {how}"
 
 
 # -----------------------------------------------------------------------------

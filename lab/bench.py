@@ -8,7 +8,8 @@ Benchmarks for the gated attention kernels and for full training steps, run from
                                        # with and without torch.compile
   python -m lab.bench --step           # CPU: train.py's training step against a plain AdamW loop on the same
                                        # model, each in fresh processes, alternating rounds: time, page faults,
-                                       # peak memory (--step_shape: the model; --step_modes=all: each part)
+                                       # peak memory (--step_shape: the model; --step_modes=all: each part); a
+                                       # step too big for the free memory is refused first, as train.py does
   python -m lab.bench --step --step_config=config/sink_lab.py   # the same, for the model and batch of a train.py
                                                                 # config file: here the sink lab's
   python -m lab.bench --kernels --train --tiny   # smoke test: tiny sizes, fp32; on CPU, Triton's interpreter and
@@ -28,10 +29,12 @@ the 4*B*H*T^2*D of full attention), backward 2.5x forward, so forward+backward i
 import dataclasses
 import datetime
 import json
+import math
 import os
 import platform
 import resource
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -48,13 +51,14 @@ if not cuda:  # Triton kernels need its interpreter on CPU; must be set before t
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import kernels  # noqa: E402
 from cli import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, check_choice, config_path, configure,  # noqa: E402
-                 fail, keep_freed_memory, run_config_file, sdpa_order, sdpa_preference)
+                 fail, free_memory, keep_freed_memory, run_config_file, sdpa_order, sdpa_preference)
 from kernels import attention_torch, gated_attention  # noqa: E402
 from lab.report import markdown_table  # noqa: E402
 from lab.variants import VARIANTS  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from probe import estimate_mfu  # noqa: E402
-from runfolder import writable_folder, write_json, write_text  # noqa: E402
+from runfolder import (batch_that_fits, memory_need, step_memory, writable_folder, write_json,  # noqa: E402
+                       write_text)
 from train import optimizer_step  # noqa: E402
 
 TIMED = ("baseline", "g1_elementwise", "g1_headwise")  # --train: the ungated model and GA's two best G1 gates
@@ -141,6 +145,8 @@ def checked_keys(argv):
     for key in ("seq_lens", "head_dims"):
         if not getattr(args, key) or min(getattr(args, key)) < 1:
             fail(f"--{key}={','.join(map(str, getattr(args, key)))}: give positive integers, e.g. --{key}=512,1024")
+    if args.kernels:
+        check_heads(args)
     args.variants = chosen(args, "variants", list(VARIANTS))
     args.backends = chosen(args, "backends", list(BACKENDS))
     args.step_modes = tuple(STEP_MODES) if args.step_modes == ("all",) else \
@@ -150,6 +156,12 @@ def checked_keys(argv):
     if len(args.step_shape) != 4 or min(args.step_shape) < 1:
         fail(f"--step_shape={','.join(map(str, args.step_shape))}: give four positive integers, n_layer, n_embd, "
              "block_size, batch_size (e.g. 4,128,128,8)")
+    try:  # model.py's own checks, here rather than as a traceback when the model is built
+        shape_config(args.step_shape)
+    except ValueError as e:
+        fail(f"--step_shape={','.join(map(str, args.step_shape))}: model.py refuses its model (n_head={STEP_HEADS}): "
+             f"{e}. Give an n_embd that is a multiple of {2 * STEP_HEADS} ({STEP_HEADS} heads of an even width, "
+             "for the rotary embeddings), e.g. 128")
     if args.step_config and not (args.step or args.step_child):
         fail(f"--step_config={args.step_config} is a key of --step: add --step")
     if args.step_loss_chunk < 0 or args.rounds < 1 or args.steps < 1 or args.warmup < 0:
@@ -158,6 +170,39 @@ def checked_keys(argv):
         fail("python -m lab.bench --kernels and --train measure GPU speed and no CUDA GPU is visible here; "
              "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
     return args
+
+
+def kernel_sizes(args):
+    """--kernels' sizes: (seq_lens, head_dims, width, tokens), the keys' or --tiny's own."""
+    if args.tiny:
+        return [16, 40], [32], 64, 80
+    return list(args.seq_lens), list(args.head_dims), args.width, args.tokens
+
+
+def check_heads(args):
+    """--kernels: every head dim must give at least one query head (H = width / D), and --gqa must split them into
+    whole groups (Hkv = H / gqa, which the kernels need to divide H): checked here, before the first row is timed."""
+    _, head_dims, width, _ = kernel_sizes(args)
+    sizes = f"--tiny's width {width} and head dim {head_dims[0]}" if args.tiny else \
+        f"--width={width} and --head_dims={','.join(map(str, head_dims))}"
+    heads = [width // D for D in head_dims]
+    if min(heads) < 1:
+        fail(f"--head_dims={max(head_dims)} is wider than --width={width}, which leaves no head (H = width / D): give "
+             f"head dims of at most {width}, or a larger --width")
+    if args.gqa and any(H % args.gqa for H in heads):
+        common = math.gcd(*heads)
+        fail(f"--gqa={args.gqa}: {sizes} give {', '.join(map(str, heads))} query heads (H = width / D), which "
+             f"do not split into groups of {args.gqa} (Hkv = H / gqa); give a divisor of {common} "
+             f"({', '.join(str(d) for d in range(1, common + 1) if common % d == 0)}), or 0 for no GQA rows")
+
+
+STEP_HEADS = 4  # --step_shape's model: n_head
+
+
+def shape_config(step_shape):
+    """The GPTConfig of a --step_shape (n_layer, n_embd, block_size, batch_size): n_head 4, train.py's defaults."""
+    n_layer, n_embd, block_size, _ = step_shape
+    return GPTConfig(n_layer=n_layer, n_head=STEP_HEADS, n_embd=n_embd, block_size=block_size)
 
 
 # train.py's defaults differ from GPTConfig's in these (the default run's sizes): a --step_config file must set them
@@ -185,9 +230,8 @@ def step_setup(args):
         except (TypeError, ValueError) as e:
             fail(f"--step_config={args.step_config}: {e}")
         return config, scope["batch_size"], scope.get("dtype", "auto"), config.loss_chunk, args.step_config
-    n_layer, n_embd, block_size, batch_size = (2, 64, 16, 2) if args.tiny else args.step_shape
-    return (GPTConfig(n_layer=n_layer, n_head=4, n_embd=n_embd, block_size=block_size), batch_size, "auto",
-            args.step_loss_chunk, "--step_shape")
+    shape = (2, 64, 16, 2) if args.tiny else args.step_shape
+    return shape_config(shape), shape[3], "auto", args.step_loss_chunk, "--step_shape"
 
 
 # ----------------------------------------------------------------------------
@@ -311,8 +355,7 @@ def kernel_summary(records):
 def bench_kernels(session):
     """Time every provider of PROVIDERS, forward and forward+backward, at every shape: bench_kernels.{json,md}."""
     args, dtype = session.args, session.dtype
-    seq_lens, head_dims = ([16, 40], [32]) if args.tiny else (list(args.seq_lens), list(args.head_dims))
-    width, tokens = (64, 80) if args.tiny else (args.width, args.tokens)
+    seq_lens, head_dims, width, tokens = kernel_sizes(args)  # the heads were checked (check_heads)
     causal = not args.non_causal
     records = []
     for D in head_dims:
@@ -463,6 +506,39 @@ def bench_train(session):
 # ----------------------------------------------------------------------------
 # --step: train.py's CPU training step against a plain AdamW loop on the same model
 
+def step_chunk(mode, real_chunk):
+    """The loss_chunk a STEP_MODES mode trains with: 0 (all the logits at once) for the plain loss, else the real's."""
+    return 0 if mode in ("plain", "real_plain_loss") else real_chunk
+
+
+def check_step_memory(args, setup):
+    """Refuse up front, as train.py does and with its estimate (runfolder.step_memory), a --step whose step cannot
+    fit in this machine's free memory: a child that outgrows it is killed by the system, maybe with others beside it.
+    The estimate is the hungriest mode's (the loss over all the logits at once, where a mode has it)."""
+    config, batch_size, _, real_chunk, source = setup
+    available = free_memory("cpu")
+    if available is None:  # the system cannot tell: as train.py, no refusal
+        return
+    with torch.device("meta"):  # the parameter count without allocating the weights (GPT-2 small's: 0.5 GB)
+        n_params = sum(p.numel() for p in GPT(config).parameters())
+    modes = (args.step_child,) if args.step_child else args.step_modes
+    configs = [dataclasses.replace(config, loss_chunk=step_chunk(mode, real_chunk)) for mode in modes]
+    mode, config = max(zip(modes, configs), key=lambda pair: step_memory(batch_size, pair[1], n_params))
+    if step_memory(batch_size, config, n_params) <= available:
+        return
+    fits = batch_that_fits(config, n_params, available)
+    if source == "--step_shape":
+        shape = ",".join(map(str, args.step_shape[:3]))
+        how = (f"try --step_shape={shape},{fits} or less" if fits >= 1 else
+               f"even batch_size 1 does not fit: lower the block_size (--step_shape's third number, "
+               f"{args.step_shape[2]}) or the model's size")
+    else:
+        how = (f"time a copy of {source} with batch_size = {fits} or less" if fits >= 1 else
+               f"even batch_size = 1 does not fit: time a copy of {source} with a smaller block_size or model")
+    fail(f"--step: the {mode} step of {source}'s model: {memory_need(batch_size, config, n_params, 'cpu')}; "
+         f"{available / 2**30:.1f} GiB is free: {how}")
+
+
 def time_step(args, setup, mode):
     """Time one STEP_MODES mode in this process (which must be fresh: the allocator setting cannot be undone, and
     the peak memory is the process's) on step_setup's model and batch, and print its record as one line:
@@ -471,7 +547,7 @@ def time_step(args, setup, mode):
     n_layer, n_embd, block_size = config.n_layer, config.n_embd, config.block_size
     setting = keep_freed_memory() if mode not in ("plain", "real_no_setting") else False
     torch.manual_seed(0)
-    chunk = 0 if mode in ("plain", "real_plain_loss") else real_chunk
+    chunk = step_chunk(mode, real_chunk)
     model = GPT(dataclasses.replace(config, loss_chunk=chunk))
     x = torch.randint(0, model.config.vocab_size, (batch_size, block_size + 1))
     x, y = x[:, :-1].contiguous(), x[:, 1:].contiguous()
@@ -526,8 +602,15 @@ def run_step_child(args, mode):
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     lines = [line for line in out.stdout.splitlines() if line.startswith("STEP_RECORD ")]
     if out.returncode or not lines:
-        fail(f"--step: the {mode} step failed (exit code {out.returncode}): "
-             f"{(out.stderr or out.stdout).strip()[-1500:]}")
+        last_words = (out.stderr or out.stdout).strip()[-1500:]
+        how = f"failed (exit code {out.returncode})"
+        if out.returncode < 0:  # killed by a signal, which leaves no words: the system's OOM killer sends SIGKILL
+            number = -out.returncode
+            name = {s.value: s.name for s in signal.Signals}.get(number, "unknown")
+            oom = ": out of memory? (a smaller --step_shape or batch_size needs less)" if number == signal.SIGKILL \
+                else ""
+            how = f"was killed by signal {number} ({name}){oom}"
+        fail(f"--step: the {mode} step {how}" + (f": {last_words}" if last_words else ""))
     return json.loads(lines[-1][len("STEP_RECORD "):])
 
 
@@ -596,6 +679,8 @@ def bench_step(session, setup):
 def main(argv):
     args = checked_keys(argv)
     setup = step_setup(args) if args.step or args.step_child else None  # a bad --step_config stops here too
+    if setup:  # before any child starts: a step too big for this machine's memory is refused, as train.py's
+        check_step_memory(args, setup)
     if args.step_child:  # a child of --step: one mode, timed in this fresh process, its record printed
         time_step(args, setup, args.step_child)
         return

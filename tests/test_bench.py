@@ -158,6 +158,18 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
         (["--train", "--tiny", "--loss_chunk=-8"], "--loss_chunk=-8: give 0"),
         (["--kernels", "--tiny", "--sdpa_backend=fa3"],
          "--sdpa_backend='fa3' is not valid; choose one of default, cudnn, flash"),
+        # heads that --gqa cannot group: --tiny's 2 (a modulo by zero), and a GPU's 32 and 16, where kernels.py
+        # refused the Hkv=10 of --gqa=3 only after the rows without GQA were timed, writing nothing
+        (["--kernels", "--tiny", "--gqa=3"], "--gqa=3: --tiny's width 64 and head dim 32 give 2 query heads (H = "
+                                             "width / D), which do not split into groups of 3 (Hkv = H / gqa); give a "
+                                             "divisor of 2 (1, 2), or 0 for no GQA rows"),
+        (["--kernels", "--gqa=3"], "--gqa=3: --width=2048 and --head_dims=64,128 give 32, 16 query heads"),
+        (["--kernels", "--head_dims=64,4096", "--gqa=2"], "--head_dims=4096 is wider than --width=2048"),
+        # a shape whose model model.py refuses: n_embd must split into 4 heads of an even width (was a traceback)
+        (["--step", "--step_shape=4,130,128,8"], "--step_shape=4,130,128,8: model.py refuses its model (n_head=4): "
+                                                 "GPTConfig.n_embd=130 must be divisible by n_head=4"),
+        (["--step", "--tiny", "--step_shape=4,132,128,8"], "rope' needs an even head_dim, got n_embd/n_head=33. Give "
+                                                           "an n_embd that is a multiple of 8"),
     ]
     # in this process (a fresh python for each costs seconds), through the module's main: the checks raise
     # cli.fail's SystemExit before its first side effect; the first case also in a process of its own, as a user
@@ -294,3 +306,59 @@ def test_a_cpu_step_goes_to_a_git_ignored_folder_unless_results_is_named(tmp_pat
     bench.main(["--step", f"--out_dir={committed}"])
     assert f"note: writing bench_step.json and .md into {committed}/, the committed measurements" in \
         capsys.readouterr().out
+
+
+def test_a_step_too_big_for_memory_is_refused_before_any_child_starts(tmp_path, monkeypatch, capsys):
+    """As train.py's guard, with its estimate (runfolder.step_memory): --step refuses up front a step that cannot fit
+    in the free memory, with a batch that fits, rather than start a child that the system kills part-way (--step_config
+    =config/train_fineweb.py was a 24 GB process OOM-killed on a 23 GB machine, and an empty message). The estimate
+    is the hungriest mode's: the loss over all the logits at once. No child starts: each would allocate gigabytes."""
+    import runfolder
+    from model import GPTConfig
+    monkeypatch.setattr(bench, "free_memory", lambda device: 2**30)  # 1 GiB free
+    monkeypatch.setattr(bench.subprocess, "run", lambda *args, **kwargs: pytest.fail("a --step child started"))
+    monkeypatch.setattr(bench, "time_step", lambda *args: pytest.fail("a step was timed"))
+    monkeypatch.chdir(tmp_path)
+    out_dir = f"--out_dir={tmp_path / 'res'}"
+
+    def refusal(*flags):
+        with pytest.raises(SystemExit) as stop:
+            bench.main([*flags, out_dir])
+        said = str(stop.value.code)
+        assert said.startswith("error: --step: the ") and "\n" not in said, said
+        assert capsys.readouterr() == ("", "")
+        return said
+
+    said = refusal("--step", "--step_shape=4,128,128,4096", "--step_modes=real,real_plain_loss")
+    assert said.startswith("error: --step: the real_plain_loss step of --step_shape's model: batch_size=4096 x "
+                           "block_size=128 needs about ") and "1.0 GiB is free: try --step_shape=4,128,128," in said
+    fits = int(said.split("try --step_shape=4,128,128,")[1].split()[0])
+    config = GPTConfig(n_layer=4, n_head=4, n_embd=128, block_size=128)  # real_plain_loss: loss_chunk 0, as here
+    n_params = sum(p.numel() for p in bench.GPT(config).parameters())
+    assert runfolder.step_memory(fits, config, n_params) <= 2**30 < runfolder.step_memory(fits + 1, config, n_params)
+    assert "even batch_size 1 does not fit: lower the block_size" in refusal("--step", "--step_shape=4,128,100000,1")
+    assert refusal("--step_child=plain", "--step_shape=4,128,128,4096").startswith("error: --step: the plain step")
+    # the finding's command, with the limit in the test's hands: GPT-2 small's batch of 16 x 1024
+    monkeypatch.setattr(bench, "free_memory", lambda device: 8 * 2**30)
+    said = refusal("--step", "--step_config=config/train_fineweb.py")
+    assert said.startswith("error: --step: the plain step of config/train_fineweb.py's model: batch_size=16 x "
+                           "block_size=1024 needs about 20.2 GiB for one training step on cpu (runfolder."
+                           "step_memory's estimate); 8.0 GiB is free: time a copy of config/train_fineweb.py with "
+                           "batch_size = "), said
+    assert not (tmp_path / "res").exists()
+
+
+def test_a_step_child_killed_by_a_signal_says_so(tmp_path, monkeypatch):
+    """A child the system kills (the OOM killer's SIGKILL) leaves no words: the line says what killed it, not
+    'failed (exit code -9): ' and nothing after."""
+    def child(returncode, stderr=""):
+        monkeypatch.setattr(bench.subprocess, "run",
+                            lambda cmd, **kwargs: subprocess.CompletedProcess(cmd, returncode, "", stderr))
+        with pytest.raises(SystemExit) as stop:
+            bench.main(["--step", "--tiny", "--step_modes=plain", f"--out_dir={tmp_path / 'res'}"])
+        return str(stop.value.code)
+    assert child(-9) == ("error: --step: the plain step was killed by signal 9 (SIGKILL): out of memory? (a smaller "
+                         "--step_shape or batch_size needs less)")
+    assert child(-15) == "error: --step: the plain step was killed by signal 15 (SIGTERM)"
+    assert child(1, "Traceback ...\nRuntimeError: boom\n") == \
+        "error: --step: the plain step failed (exit code 1): Traceback ...\nRuntimeError: boom"

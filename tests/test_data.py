@@ -295,14 +295,28 @@ def test_write_dataset_and_meta(tmp_path):
     assert meta["train_shards"][0] == "openwebtext_train_000000.bin" and len(meta["train_shards"]) > 1
 
 
+def fake_hub(fail_after=None):
+    """Stands in for data/fineweb/prepare.py's fetch from the hub: llm.c-format shards, as the real ones are (shard i
+    of shard_names holds 100 + i tokens), into the folder it is given; fail_after=n: the fetches after the first n
+    raise the OSError of a network that is gone."""
+    fetched = []
+
+    def fetch(name, folder):
+        if fail_after is not None and len(fetched) >= fail_after:
+            raise OSError("[Errno -3] Temporary failure in name resolution (huggingface.co)")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, name)
+        index = load_script("fineweb").shard_names(103).index(name)
+        hand_written_shard(path, np.arange(100 + index))
+        fetched.append(name)
+        return path
+    return fetch
+
+
 def test_fineweb_prepare_without_the_network(tmp_path, monkeypatch):
     fineweb = load_script("fineweb")
     assert fineweb.shard_names(2) == ["fineweb_val_000000.bin", "fineweb_train_000001.bin", "fineweb_train_000002.bin"]
-
-    def fake_download(names, out_dir):  # stands in for the hub: llm.c-format shards, as the real ones are
-        for i, name in enumerate(names):
-            hand_written_shard(os.path.join(out_dir, name), np.arange(100 + i))
-    monkeypatch.setattr(fineweb, "download", fake_download)
+    monkeypatch.setattr(fineweb, "fetch", fake_hub())
     fineweb.main(["--shards", "2", "--out_dir", str(tmp_path)])
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert (meta["train_tokens"], meta["val_tokens"]) == (101 + 102, 100)
@@ -316,6 +330,39 @@ def test_fineweb_prepare_without_the_network(tmp_path, monkeypatch):
     with pytest.raises(SystemExit):
         fineweb.main(["--shards", "1", "--out_dir", str(tmp_path)])
     assert (sorted(os.listdir(tmp_path)), (tmp_path / "meta.json").read_bytes()) == before
+
+
+def test_a_fineweb_download_that_fails_leaves_a_complete_dataset_usable(tmp_path, monkeypatch):
+    """--shards 2 over a complete 1-shard folder, without the network: the download fails before any shard arrived,
+    and the folder is as it was, still a dataset training reads (it was marked unfinished first, and refused with
+    advice that needs the network). Once a new shard has arrived, a failure leaves it marked unfinished."""
+    fineweb = load_script("fineweb")
+    monkeypatch.setattr(fineweb, "fetch", fake_hub())
+    fineweb.main(["--shards", "1", "--out_dir", str(tmp_path)])
+    files = {name: (tmp_path / name).read_bytes() for name in sorted(os.listdir(tmp_path)) if name != ".cache"}
+    assert set(files) == {"meta.json", "fineweb_val_000000.bin", "fineweb_train_000001.bin"}
+
+    monkeypatch.setattr(fineweb, "fetch", fake_hub(fail_after=0))  # no network
+    with pytest.raises(SystemExit, match=r"^error: .*Temporary failure in name resolution"):
+        fineweb.main(["--shards", "2", "--out_dir", str(tmp_path)])
+    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != ".cache"} == files
+    assert [os.path.basename(p) for p in find_shards(tmp_path, "train")] == ["fineweb_train_000001.bin"]
+    assert TrainLoader(tmp_path, block_size=50, batch_size=2, seed=0).next_batch()[0].shape == (2, 50)
+
+    monkeypatch.setattr(fineweb, "fetch", fake_hub(fail_after=1))  # train 2 arrives, then the network goes
+    with pytest.raises(SystemExit, match=r"^error: .*Temporary failure in name resolution"):
+        fineweb.main(["--shards", "3", "--out_dir", str(tmp_path)])
+    assert (tmp_path / "fineweb_train_000002.bin").exists() and not (tmp_path / "fineweb_train_000003.bin").exists()
+    with pytest.raises(ValueError, match=r"did not finish.*python data/fineweb/prepare.py --shards 3 --out_dir"):
+        find_shards(tmp_path, "train")
+    monkeypatch.setattr(fineweb, "fetch", fake_hub())  # the network is back: the same command finishes it
+    fineweb.main(["--shards", "3", "--out_dir", str(tmp_path)])
+    assert read_meta(tmp_path)["train_shards"] == [f"fineweb_train_00000{i}.bin" for i in (1, 2, 3)]
+    # nothing left to fetch, so no start_preparation: the temporary file of a killed meta.json write goes all the same
+    (tmp_path / ".meta.json.a1b2.tmp").write_text("{")
+    monkeypatch.setattr(fineweb, "fetch", fake_hub(fail_after=0))
+    fineweb.main(["--shards", "3", "--out_dir", str(tmp_path)])
+    assert not (tmp_path / ".meta.json.a1b2.tmp").exists() and read_meta(tmp_path)["complete"] is True
 
 
 @pytest.mark.parametrize("name, package", [("fineweb", "huggingface_hub"), ("openwebtext", "datasets")])
@@ -547,16 +594,13 @@ def test_prepare_accepts_its_own_folder(tmp_path):
 
 def test_fineweb_checks_the_folder_before_downloading(tmp_path, monkeypatch):
     fineweb = load_script("fineweb")
-    monkeypatch.setattr(fineweb, "download", lambda names, out_dir: pytest.fail("downloaded into a foreign folder"))
+    monkeypatch.setattr(fineweb, "fetch", lambda name, folder: pytest.fail("downloaded into a foreign folder"))
     (tmp_path / "model.pt").write_bytes(b"")
     with pytest.raises(SystemExit, match=r"^error: will not prepare dataset 'fineweb'.*\(model.pt\)"):
         fineweb.main(["--shards", "1", "--out_dir", str(tmp_path)])
     (tmp_path / "model.pt").unlink()
     (tmp_path / ".cache" / "huggingface").mkdir(parents=True)  # huggingface_hub's bookkeeping: allowed
-    def fake_download(names, out_dir):
-        for name in names:
-            hand_written_shard(os.path.join(out_dir, name), [1, 2])
-    monkeypatch.setattr(fineweb, "download", fake_download)
+    monkeypatch.setattr(fineweb, "fetch", fake_hub())
     fineweb.main(["--shards", "1", "--out_dir", str(tmp_path)])
     assert read_meta(tmp_path)["name"] == "fineweb"
 
@@ -693,10 +737,14 @@ def test_an_interrupted_download_and_tokenize_is_refused(tmp_path, monkeypatch):
         find_shards(out, "train")
 
     fineweb = load_script("fineweb")
-    def download_then_a_kill(names, out_dir):
-        hand_written_shard(os.path.join(out_dir, names[0]), np.arange(100))
-        raise KeyboardInterrupt
-    monkeypatch.setattr(fineweb, "download", download_then_a_kill)
+    fetch, fetched = fake_hub(), []
+
+    def download_then_a_kill(name, folder):  # one shard arrives (the folder is marked unfinished), then Ctrl-C
+        if fetched:
+            raise KeyboardInterrupt
+        fetched.append(name)
+        return fetch(name, folder)
+    monkeypatch.setattr(fineweb, "fetch", download_then_a_kill)
     with pytest.raises(SystemExit) as stop:  # Ctrl-C: the one line that says the folder is unfinished, exit 130
         fineweb.main(["--shards", "2", "--out_dir", str(tmp_path / "fw")])
     assert stop.value.code == 130

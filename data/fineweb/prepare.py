@@ -9,8 +9,9 @@ dataset kjj0/fineweb10B-gpt2 (fineweb_val_000000.bin, then fineweb_train_000001.
 They are already in the format data/shards.py reads, so nothing is converted: this downloads, checks every
 header and writes meta.json. Only the download needs the network; the rest is the tested shared code. A run
 that was stopped resumes: whole shards already there are kept, and meta.json is written at the end, so the
-folder is refused for training until then. Shards fetched by other means (modded-nanogpt's script) into
---out_dir are checked and kept the same way.
+folder is refused for training from the moment the first new shard moves in until then. A run that fails before
+any shard arrived (no network) leaves the folder as it was: a complete dataset in it stays usable. Shards fetched
+by other means (modded-nanogpt's script) into --out_dir are checked and kept the same way.
 """
 
 import argparse
@@ -21,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from data import path_arg, run_preparation  # noqa: E402
 from data.shards import (SHARD_NAME, check_prepare_folder, prepare_command, read_header,  # noqa: E402
-                         repo_folder_files, start_preparation, write_meta)
+                         remove_dataset, repo_folder_files, start_preparation, write_meta)
 
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ID = "kjj0/fineweb10B-gpt2"
@@ -40,21 +41,30 @@ def is_complete(path):
         return False
 
 
-def download(names, out_dir):
-    """Fetch the named shards from the hub into out_dir, skipping those already there and whole."""
-    missing = [name for name in names if not is_complete(os.path.join(out_dir, name))]
-    if not missing:
-        return
+def fetch(name, folder):
+    """Download one shard from the hub into folder (huggingface_hub keeps its partial file and bookkeeping in
+    folder/.cache until the shard is whole); returns its path."""
     try:
         from huggingface_hub import hf_hub_download
     except ImportError:
-        sys.exit("error: downloading FineWeb needs huggingface_hub, which is not installed: pip install huggingface_hub")
-    for name in missing:
-        path = os.path.join(out_dir, name)
-        if os.path.exists(path):
-            os.remove(path)  # a broken earlier download
+        sys.exit("error: downloading FineWeb needs huggingface_hub, which is not installed: "
+                 "pip install huggingface_hub")
+    return hf_hub_download(repo_id=REPO_ID, filename=name, repo_type="dataset", local_dir=folder)
+
+
+def download(names, out_dir, command):
+    """Fetch the named shards from the hub into out_dir, skipping those already there and whole. Each arrives whole
+    in out_dir/.cache/incoming first and then moves in; the preparation is marked started (start_preparation, with
+    the command that finishes it) just before the first one does, so that a download that fails before any shard
+    arrived (no network, no huggingface_hub) leaves a complete dataset in out_dir as it was, and usable."""
+    missing = [name for name in names if not is_complete(os.path.join(out_dir, name))]
+    incoming = os.path.join(out_dir, ".cache", "incoming")  # beside huggingface_hub's bookkeeping: allowed there
+    for i, name in enumerate(missing):
         print(f"downloading {name} ...", flush=True)
-        hf_hub_download(repo_id=REPO_ID, filename=name, repo_type="dataset", local_dir=out_dir)
+        path = fetch(name, incoming)
+        if i == 0:  # new data is here: from now until write_meta the folder is refused for training
+            start_preparation(out_dir, "fineweb", command, keep_shards=True)
+        os.replace(path, os.path.join(out_dir, name))  # in one step, over a broken earlier download if any
 
 
 def main(argv=None):
@@ -79,12 +89,10 @@ def prepare(out_dir, shards):
         raise ValueError(f"{out_dir} holds {len(extra)} shard(s) beyond the {shards} train shard(s) asked for "
                          f"({extra[0]}{' ...' if len(extra) > 1 else ''}), which training would read too: delete them, "
                          f"or give this --shards a folder of its own (--out_dir)")
-    # until meta.json is written again the folder is refused for training, with this command to finish it
-    start_preparation(out_dir, "fineweb", prepare_command(out_dir, "fineweb", options=f" --shards {shards}"),
-                      keep_shards=True)
-    download(names, out_dir)
+    download(names, out_dir, prepare_command(out_dir, "fineweb", options=f" --shards {shards}"))
     for name in names:
         read_header(os.path.join(out_dir, name))  # a ValueError (or OSError) is run_preparation's one line
+    remove_dataset(out_dir, "fineweb", keep_shards=True)  # a killed run's temporary files, where nothing was fetched
     meta = write_meta(out_dir, "fineweb", source=f"huggingface.co/datasets/{REPO_ID}")
     print(f"{meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens in {out_dir}")
 
