@@ -51,7 +51,7 @@ if not cuda:  # Triton kernels need its interpreter on CPU; must be set before t
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import kernels  # noqa: E402
 from cli import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, check_choice, config_path, configure,  # noqa: E402
-                 fail, free_memory, keep_freed_memory, run_config_file, sdpa_order, sdpa_preference)
+                 fail, free_memory, keep_freed_memory, run_config_file, run_main, sdpa_order, sdpa_preference)
 from kernels import attention_torch, gated_attention  # noqa: E402
 from lab.report import markdown_table  # noqa: E402
 from lab.variants import VARIANTS  # noqa: E402
@@ -704,4 +704,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_main(lambda: main(sys.argv[1:]))  # Ctrl-C or a closed pipe: one line
