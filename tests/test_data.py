@@ -264,6 +264,9 @@ def test_textdir_cli_errors(tmp_path):
     (tmp_path / "one.txt").write_text("only one file")
     with pytest.raises(SystemExit, match="need at least 2"):
         script.main(["--src", str(tmp_path), "--out_dir", str(tmp_path / "out")])
+    (tmp_path / "two.txt").write_text("a second file")
+    with pytest.raises(SystemExit, match=r"found 1 distinct .* among the first 1 \(--max_files\); need at least 2"):
+        script.main(["--src", str(tmp_path), "--out_dir", str(tmp_path / "out"), "--max_files", "1"])
     with pytest.raises(SystemExit, match="is not a folder"):
         script.main(["--src", str(tmp_path / "missing"), "--out_dir", str(tmp_path / "out")])
 

@@ -175,7 +175,8 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
                 seen.add(digest)
                 kept.append(rel)
         if len(kept) < 2:
-            raise ValueError(f"found {len(kept)} distinct UTF-8 file(s) ending in {' '.join(exts)} under {src}; "
+            among = f" among the first {max_files} (--max_files)" if max_files is not None else ""
+            raise ValueError(f"found {len(kept)} distinct UTF-8 file(s) ending in {' '.join(exts)} under {src}{among}; "
                              "need at least 2 (one for training, one for validation)")
         split = split_files(kept, val_fraction)
 
