@@ -38,7 +38,8 @@ study's config, e.g. config/repro_sink.py (the known levers of the attention sin
 to measure). --tiny is a CPU-sized smoke test of the whole pipeline on the default dataset: it concludes nothing.
 
 Every other --key=value after `train` is a train.py key and goes to every run, after the variant's own
-flags, so it wins; train.py checks it (python train.py --help lists them). After `evaluate` it is a key of
+flags, so it wins; it is checked as train.py checks it (python train.py --help lists them) before any run is restored
+or started, and a key train.py would refuse stops the runner with train.py's own line. After `evaluate` it is a key of
 lab/evaluate.py (--modes=quant, --windows=128, ...): `evaluate` runs it on every trained seed of the variants named
 (default: `models`) and writes to <report_dir>/evaluate/; `report` then adds a section of their numbers, averaged
 over seeds.
@@ -50,14 +51,20 @@ log.jsonl and checkpoint; lab/analyze.py's summary.json, summary.md, per_window.
 <root>/analysis/: `report` measures every trained run there, on the same validation windows, then copies its table
 and figures to the report); lab/evaluate.py's summary.json.
 
-When a new run stops before its first evaluation (a mistaken key, missing data), the others would stop the same
-way, so the runner starts no more. --out_dir, --init_from and --seed are the runner's to set.
+When a new run stops before its first evaluation (missing data, say), the others would stop the same way, so the
+runner starts no more, and exits with status 1. A run that fails otherwise is recorded and the others go on; `train`
+then exits with status 4 (RUNS_FAILED_EXIT), naming the failed runs last, so that the report of the others can
+follow. A diverged run (train.py's exit status 3) is a result, not a failure. --out_dir, --init_from and --seed are
+the runner's to set.
 
 Each run goes to <root>/<variant>/seed<N>/ and is nothing more than `python train.py <the study's config>
 --out_dir=<root>/<variant>/seed<N> --seed=<N> <the variant's flags> <your keys>`, printed before it starts so
 it can be rerun by hand, and recorded (command, exit code, seconds, date) in <root>/commands.jsonl, from which
 the report lists the commands actually run. An interrupted study is resumed by the same command: a run whose
-log reaches max_iters is skipped, a run with a checkpoint continues (--init_from=resume), the rest start.
+log reaches max_iters is skipped, a run with a checkpoint continues (--init_from=resume), a run stopped before its
+first checkpoint (a new run saves only its initial state, as best.pt) starts again (--overwrite=True: no training is
+lost), the rest start. Ctrl-C stops the runs as train.py stops on it, their files whole, and the runner with one line
+(exit status 130).
 Before it starts, `train` prints an estimate of the time it will take (from the speed of the runs it already timed at
 this --parallel, or from the model's FLOPs on a GPU it knows); --budget_min uses the same estimate, updated as runs
 end.
@@ -79,7 +86,6 @@ evaluate, report) and main. lab/report.py renders REPORT.md and the study's figu
 claims.
 """
 
-import ast
 import contextlib
 import json
 import math
@@ -87,6 +93,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -101,7 +108,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from cli import DIVERGED_EXIT, config_path, configure, dataset_dir, device_name, fail, run_config_file, usage
+from cli import (DIVERGED_EXIT, config_path, configure, dataset_dir, device_name, fail, run_config_file, run_main,
+                 usage)
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import find_shards
 from lab.report import (EVALUATE_DIR, comparison, evaluate_section, grew_sink_head, kept_of_other_run, load_windows,
@@ -112,8 +120,9 @@ from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict
 from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
 from model import GPT, GPTConfig
 from probe import MEASURE, MEASURES, SINK_HEAD_THRESHOLD, flops_per_token, peak_flops
-from runfolder import (CHECKPOINT, EVALUATED, LOG, MEASURED, atomic_write, claim_folder, read_jsonl, write_json,
-    write_text)
+from runfolder import (BEST, CHECKPOINT, EVALUATED, LOG, MEASURED, MEASUREMENTS, atomic_write, claim_folder,
+    read_jsonl, saved_state, write_json, write_text)
+from train import TrainConfig, check_settings  # train.py's keys and its checks on them, to refuse a key before any run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above lab/
 STEPS = ("list", "prepare", "train", "restore", "evaluate", "report")
@@ -135,6 +144,8 @@ KEYS = {f.name for f in fields(Keys)}
 SET_BY_REPRO = ("out_dir", "init_from", "seed")  # train.py keys that the runner decides for every run
 SET_FOR_EVALUATE = ("runs", "labels", "out_dir", "pretrained")  # lab/evaluate.py keys that the runner decides
 COMMANDS = "commands.jsonl"  # under the root: every train.py command run, with its exit code and time
+RUNS_FAILED_EXIT = 4  # `train`'s exit status when runs failed and the others ran: the report can follow (study.sh)
+STOP_GRACE, STOP_WAIT = 5, 60  # seconds, after Ctrl-C: for the tools to end on their own, then on the runner's word
 ANALYSIS_DIR = "analysis"  # under the root: lab/analyze.py's measurements of every run, for the report
 RUNS_DIR = "runs"  # under the report: what it keeps of each run (KEPT and COMMAND), without the checkpoints
 KEPT = (LOG, MEASURED + ".json", MEASURED + ".npz", EVALUATED)  # a run's log and the measurements of its checkpoint
@@ -285,11 +296,56 @@ def start_tool(cmd, log=None, env=None):
     return proc
 
 
+@contextlib.contextmanager
+def one_interrupt():
+    """Within the block Ctrl-C raises KeyboardInterrupt once and the ones after it are ignored, so that nothing cuts
+    short the tools' stop (stop_tools): `timeout -s INT` sends the runner two, and a second press would leave a tool
+    killed in its stride. Where Ctrl-C is not Python's own (ignored in a background job, or handled by a caller), it
+    is left as it is."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    seen = []
+
+    def handler(signum, frame):
+        if not seen:
+            seen.append(signum)
+            raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def stop_tools(procs):
+    """End the tools still running when the runner got Ctrl-C, each as Ctrl-C ends it (train.py: its files whole, a
+    line that says where it stopped). Ctrl-C at a terminal reaches them too: they have STOP_GRACE seconds to end on
+    it before the runner sends them one (it may have reached the runner alone: kill -INT), then STOP_WAIT seconds
+    before they are killed. (Windows sends a console's Ctrl-C to all its processes, and has no SIGINT to send.)"""
+    interrupt = (lambda p: p.send_signal(signal.SIGINT)) if os.name == "posix" else (lambda p: p.terminate())
+    for seconds, stop in ((STOP_GRACE, interrupt), (STOP_WAIT, lambda p: p.kill())):
+        deadline = time.monotonic() + seconds
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for p in procs:
+            if p.poll() is None:
+                stop(p)
+    for p in procs:
+        p.wait()
+
+
 def run_tool(script, args):
     """Run a tool to its end (start_tool, output on the terminal); a tool that fails stops the runner with one
     line, after the tool's own message."""
-    proc = start_tool(tool_command(script, args))
-    if proc.wait():
+    with one_interrupt():
+        proc = start_tool(tool_command(script, args))
+        try:
+            proc.wait()
+        except KeyboardInterrupt:  # the tool ends too (stop_tools), and run_main says it in one line
+            stop_tools([proc])
+            raise
+    if proc.returncode:
         fail(f"{script} stopped with exit code {proc.returncode} (its message is above); nothing was written after it")
 
 
@@ -380,34 +436,50 @@ def keep_corpus_packages(root, out_dir, runs, records):
 # -----------------------------------------------------------------------------
 # Training: the runs one after another, or K side by side
 
-def train_command(variant, seed, root, tiny=False, extra=(), resume=False, config="", study=STUDIES["repro"]):
-    """The exact train.py argv of one run. The user's extra flags come last, so they win."""
+def train_command(variant, seed, root, tiny=False, extra=(), resume=False, config="", study=STUDIES["repro"],
+                  restart=False):
+    """The exact train.py argv of one run. The user's extra flags come last, so they win. resume: continue the
+    run's checkpoint; restart: replace what a run that stopped before its first checkpoint left (restartable)."""
     flags = {**(study.tiny if tiny else {}), **VARIANTS[variant].all_flags}
     return tool_command("train.py", [os.path.join(REPO, study.config)] + ([config] if config else []) +
                         [f"--out_dir={run_dir(root, variant, seed)}", f"--seed={seed}"] +
-                        [f"--{k}={v}" for k, v in flags.items()] + (["--init_from=resume"] if resume else []) +
-                        list(extra))
+                        [f"--{k}={v}" for k, v in flags.items()] +
+                        (["--init_from=resume"] if resume else ["--overwrite=True"] if restart else []) + list(extra))
+
+
+def train_config(args):
+    """train.py's config for these arguments, read and checked as train.py reads and checks its own (cli.configure
+    on its TrainConfig, then its check_settings): a key it would refuse stops here with train.py's own line."""
+    c, _ = configure(TrainConfig, args)
+    check_settings(c)
+    return c
 
 
 def study_settings(keys, extra):
     """The train.py settings every run shares, as train.py will read them (the study's config, --config, --tiny,
-    then the user's keys): the seeds, the run length and the model size come from here."""
+    then the user's keys): the seeds, the run length and the model size come from here. A key train.py would refuse
+    stops here with its line (train_config), before anything is restored, counted or started."""
     scope, study = {}, STUDIES[keys.study]
     for path in [study.config] + ([keys.config] if keys.config else []):
         full = config_path(path)
         if full is None:
             fail(f"--config={path}: no such config file")
         run_config_file(path, full, scope)
-    scope.update(study.tiny if keys.tiny else {})
-    for word in extra:
-        key, _, text = word[2:].partition("=")
-        try:
-            scope[key] = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            scope[key] = text
+    tiny = study.tiny if keys.tiny else {}
     # a config file's imports and helpers are no settings (cli.configure skips them alike)
-    return {k: v for k, v in scope.items()
-            if not (k.startswith("_") or isinstance(v, types.ModuleType) or callable(v))}
+    names = [k for k, v in scope.items() if not (k.startswith("_") or isinstance(v, types.ModuleType) or callable(v))]
+    names += list(tiny) + [word[2:].partition("=")[0] for word in extra]
+    c = train_config([study.config] + ([keys.config] if keys.config else []) +
+                     [f"--{k}={v}" for k, v in tiny.items()] + list(extra))
+    return {k: getattr(c, k) for k in dict.fromkeys(names)}  # each as train.py types it (--compile: True)
+
+
+def check_run_keys(runs, root, keys, extra):
+    """Each run's train.py command (train_command: its variant's flags, then the user's keys) checked as train.py will
+    check it (train_config), so that a key that fits the study's settings but not a variant's stops before any run."""
+    for variant, seed in runs:
+        train_config(train_command(variant, seed, root, keys.tiny, extra, config=keys.config,
+                                   study=STUDIES[keys.study])[2:])
 
 
 def finished(root, variant, seed, max_iters):
@@ -482,6 +554,10 @@ def fits_budget(start, root, keys, flops):
 
 
 def train(runs, root, keys, extra, settings):
+    """Train the runs not finished, K at a time (keys.parallel), within the budget. Returns when every run it started
+    ended well or diverged (a result); stops (fail) when a new run failed before its first evaluation (every other
+    would fail alike: none is started), exits with RUNS_FAILED_EXIT when runs failed and the others ran, and with 130
+    on Ctrl-C, the runs stopped as train.py stops on Ctrl-C."""
     os.makedirs(root, exist_ok=True)
     todo = []
     for v, seed in runs:
@@ -495,49 +571,97 @@ def train(runs, root, keys, extra, settings):
     data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
     if todo and keys.parallel > 1 and settings.get("dataset") in ON_FIRST_USE and not find_shards(data_dir, "train"):
         prepare_on_first_use(settings["dataset"], data_dir)  # train.py would: once here, not by K runs side by side
-    running, broken = {}, None  # running: process -> (variant, seed, command, resumed, start time)
-    while todo or running:
-        while todo and len(running) < keys.parallel and broken is None and fits_budget(start, root, keys, flops):
-            v, seed = todo.pop(0)
-            proc, cmd, resumed = launch(v, seed, root, keys, extra)
-            running[proc] = (v, seed, cmd, resumed, time.time())
-        if not running:
-            break
-        proc = wait_for_one(running)
-        v, seed, cmd, resumed, t0 = running.pop(proc)
-        seconds = time.time() - t0
-        # a diverged run exits non-zero but is itself a result (the stability sweep): record it and go on
-        with open(os.path.join(root, COMMANDS), "a") as f:
-            f.write(json.dumps({"variant": v, "seed": seed, "command": shlex.join(cmd), "exit_code": proc.returncode,
-                                "seconds": round(seconds, 1), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                "resumed": resumed, "parallel": keys.parallel, "flops": flops,
-                                "device": this_device()}) + "\n")
-        print(f"=== {v} seed {seed}: exit code {proc.returncode} after {seconds:.0f} s", flush=True)
-        # A new run logs its first evaluation before any step, so one that failed without a log.jsonl never
-        # started: the keys, the data or the device, and every other run would fail alike.
-        started = os.path.isfile(os.path.join(run_dir(root, v, seed), LOG))
-        if proc.returncode and not resumed and not started and broken is None:
-            broken = (v, seed)
+    running, broken, failed = {}, None, []  # running: process -> (variant, seed, command, resumed, start time)
+    with one_interrupt():  # (a second Ctrl-C waits for the runs to stop)
+        try:
+            while todo or running:
+                while todo and len(running) < keys.parallel and broken is None and \
+                        fits_budget(start, root, keys, flops):
+                    v, seed = todo.pop(0)
+                    proc, cmd, resumed = launch(v, seed, root, keys, extra)
+                    running[proc] = (v, seed, cmd, resumed, time.time())
+                if not running:
+                    break
+                proc = wait_for_one(running)
+                v, seed, cmd, resumed, t0 = running.pop(proc)
+                seconds = record_run(root, keys, flops, proc, v, seed, cmd, resumed, t0)
+                print(f"=== {v} seed {seed}: exit code {proc.returncode} after {seconds:.0f} s", flush=True)
+                # a diverged run exits non-zero but is itself a result (the stability sweep): it is no failure
+                if proc.returncode not in (0, DIVERGED_EXIT):
+                    failed.append((v, seed, proc.returncode))
+                # A new run logs its first evaluation before any step, so one that failed without a log.jsonl never
+                # started: the keys, the data or the device, and every other run would fail alike.
+                started = os.path.isfile(os.path.join(run_dir(root, v, seed), LOG))
+                if proc.returncode and not resumed and not started and broken is None:
+                    broken = (v, seed)
+        except KeyboardInterrupt:  # Ctrl-C: the runs stop as train.py stops on it, their files whole, and are recorded
+            stop_tools(list(running))
+            for proc, (v, seed, cmd, resumed, t0) in running.items():
+                record_run(root, keys, flops, proc, v, seed, cmd, resumed, t0)
+            stopped = ", ".join(f"{v} seed {seed}" for v, seed, *_ in running.values())
+            print(f"interrupted (Ctrl-C){f'; stopped {stopped}' if stopped else ''}: the same command continues "
+                  "the study (the finished runs are skipped, a run with a checkpoint resumes, the others start again)",
+                  file=sys.stderr, flush=True)
+            raise SystemExit(130)
     if todo and broken is None:  # not a failure: what the budget holds is done, and the report can follow
         print(f"=== the budget of {keys.budget_min:g} min leaves {len(todo)} run{'s' * (len(todo) > 1)} untrained: "
               f"{', '.join(f'{v} seed {s}' for v, s in todo)}; the same command trains them later (the finished "
               "runs are skipped)", flush=True)
     if broken and todo:
         where = (f" (in {log_path(root, *broken)})" if keys.parallel > 1 else " (its error is above)")
+        others = ", ".join(f"{v} seed {s} (exit code {code})" for v, s, code in failed if (v, s) != broken)
         fail(f"the run {broken[0]} seed {broken[1]} stopped before its first evaluation{where}; the other "
-             f"{len(todo)} would stop the same way, so none of them was started")
+             f"{len(todo)} would stop the same way, so none of them was started" +
+             (f"; failed too: {others}" if others else ""))
+    if failed:  # the others ran: a failure all the same, said last, after whatever the budget left
+        where = f"in {root}/logs/" if keys.parallel > 1 else "above"
+        print(f"error: {len(failed)} of the runs failed: "
+              f"{', '.join(f'{v} seed {s} (exit code {code})' for v, s, code in failed)}; their errors are {where}. "
+              "The same command trains them again (the finished runs are skipped)", file=sys.stderr, flush=True)
+        raise SystemExit(RUNS_FAILED_EXIT)
+
+
+def record_run(root, keys, flops, proc, v, seed, cmd, resumed, t0):
+    """Append one ended train.py command (its exit code, its time) to <root>/commands.jsonl; returns its seconds."""
+    seconds = time.time() - t0
+    with open(os.path.join(root, COMMANDS), "a") as f:
+        f.write(json.dumps({"variant": v, "seed": seed, "command": shlex.join(cmd), "exit_code": proc.returncode,
+                            "seconds": round(seconds, 1), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                            "resumed": resumed, "parallel": keys.parallel, "flops": flops,
+                            "device": this_device()}) + "\n")
+    return seconds
 
 
 def log_path(root, variant, seed):
     return os.path.join(root, "logs", f"{variant}-seed{seed}.txt")
 
 
+def restartable(folder):
+    """Whether a run folder without a checkpoint holds only what a new run writes before its first ckpt.pt: its log
+    and best.pt with the initial state (iter 0; train.py saves no ckpt.pt then, which would read as a new run), no
+    measurements. Such a run was stopped (Ctrl-C, a kill) before its first checkpoint; started again from scratch
+    (--overwrite=True) it loses no training. Anything more (a later state in best.pt, a kept run's measurements) is
+    left to train.py, which refuses to replace it."""
+    held = [n for n in (LOG, BEST) + MEASUREMENTS if os.path.lexists(os.path.join(folder, n))]
+    if not held or set(held) - {LOG, BEST}:
+        return False
+    try:
+        best = saved_state(os.path.join(folder, BEST))
+    except ValueError:  # not a state train.py saved: not ours to replace
+        return False
+    return best is None or best[0] == 0
+
+
 def launch(v, seed, root, keys, extra):
-    # train.py will not start a new run over an old one: a folder with a checkpoint is resumed instead
-    resume = os.path.isfile(os.path.join(run_dir(root, v, seed), CHECKPOINT))
-    cmd = train_command(v, seed, root, keys.tiny, extra, resume, keys.config, STUDIES[keys.study])
-    print(f"\n=== {v} seed {seed}: " + (f"resuming the run in {run_dir(root, v, seed)}" if resume
-                                        else f"starting a new run in {run_dir(root, v, seed)}"), flush=True)
+    # train.py will not start a new run over an old one: a folder with a checkpoint is resumed instead, and the
+    # remains of a run stopped before its first checkpoint are replaced (restartable)
+    folder = run_dir(root, v, seed)
+    resume = os.path.isfile(os.path.join(folder, CHECKPOINT))
+    restart = not resume and restartable(folder)
+    cmd = train_command(v, seed, root, keys.tiny, extra, resume, keys.config, STUDIES[keys.study], restart)
+    print(f"\n=== {v} seed {seed}: " + (f"resuming the run in {folder}" if resume else
+                                        f"starting the run in {folder} again: it stopped before its first checkpoint"
+                                        if restart else f"starting a new run in {folder}"), flush=True)
     env = dict(os.environ)
     if keys.parallel > 1 and "OMP_NUM_THREADS" not in env:
         # K runs side by side share the cores: each takes its share. Otherwise each of them takes every core, and on
@@ -1013,8 +1137,9 @@ def main(argv):
             if w[2:].partition("=")[0] in SET_BY_REPRO:
                 fail(f"{w}: the runner (lab.repro) sets --out_dir (<root>/<variant>/seed<N>, see --root), --seed "
                      "(see --seeds) and --init_from (resume when the folder holds a checkpoint) for every run")
-        settings = study_settings(keys, passed)
+        settings = study_settings(keys, passed)  # (a key train.py refuses stops here, as in check_run_keys)
         runs = chosen_runs(names, keys.seeds, settings.get("seed", 1337), study)
+        check_run_keys(runs, root, keys, passed)
         other = kept_trained_otherwise(kept_from, settings) if keys.report_dir else []
         if other:  # the report named would refuse to mix them (write_report): say so before any training
             fail(f"{kept_from}/, the report named, keeps runs trained otherwise than these settings ({other[0]}"
@@ -1038,4 +1163,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_main(lambda: main(sys.argv[1:]))  # (cli.run_main: Ctrl-C is one line and exit status 130, no traceback)

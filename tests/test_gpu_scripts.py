@@ -18,6 +18,7 @@ import tarfile
 import time
 
 import pytest
+import torch
 
 from cli import sdpa_order
 from test_bench import check_bench_kernels_tiny, check_bench_train_tiny
@@ -140,6 +141,20 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
                   work=study, env=data).returncode == 0
     failed = script("study", "wait", "200", work=study)
     assert failed.returncode == 1 and "exit 1" in failed.stdout and report.is_file(), failed.stdout
+    # a run that fails beside others (here train.py refuses to replace its folder: a best.pt of a later state, its
+    # ckpt.pt gone) fails the training (lab.repro's exit status 4), and the report of the others still follows
+    refused = study / "repro-tiny" / "g1_elementwise" / "seed1337"
+    refused.mkdir(parents=True)
+    (refused / "log.jsonl").write_text('{"iter": 0, "val_loss": 10.8}\n{"iter": 3, "val_loss": 10.7}\n')
+    torch.save({"iter_num": 3, "val_loss": 10.7, "model_args": {}}, refused / "best.pt")
+    report.unlink()
+    assert script("study", "start", "baseline", "g1_elementwise", "--max_iters=6", "--eval_interval=3", "--",
+                  "--windows=4", "--quant=w4a4", "--lengths=1,2", "--keep_first=0,1", work=study,
+                  env=data).returncode == 0
+    failed = script("study", "wait", "200", work=study)
+    assert failed.returncode == 1 and "exit 4" in failed.stdout and report.is_file(), failed.stdout
+    assert "error: 1 of the runs failed: g1_elementwise seed 1337 (exit code 1)" in \
+        (study / "study-job" / "output.txt").read_text()
 
 
 def test_throughput_modes_and_batch_sizes_at_toy_size(tmp_path):

@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -921,19 +922,144 @@ def test_a_report_folder_another_process_holds_is_refused(tmp_path, monkeypatch)
 
 
 def test_a_first_run_that_cannot_start_stops_the_study(tmp_path):
-    """A mistaken train.py key fails the first run while it starts: the runner stops there instead of failing every
+    """Data that is not there fails the first run while it starts: the runner stops there instead of failing every
     variant the same way, and records the one command that ran."""
-    root = tmp_path / "runs"
+    root, empty = tmp_path / "runs", tmp_path / "empty"
+    empty.mkdir()
     result = subprocess.run([sys.executable, "-m", "lab.repro", "train", "baseline", "g1_elementwise", "--tiny",
-                             f"--root={root}", "--max_iter=5"], capture_output=True, text=True, cwd=REPO)
-    assert result.returncode != 0
-    assert "unknown key 'max_iter'" in result.stderr  # train.py's own message, passed through
+                             f"--root={root}", "--dataset=nodata", f"--data_dir={empty}"], capture_output=True,
+                            text=True, cwd=REPO)
+    assert result.returncode == 1
+    assert "dataset 'nodata' is not prepared" in result.stderr  # train.py's own message, passed through
     assert "the run baseline seed 1337 stopped before its first evaluation" in result.stderr
     assert "the other 1 would stop the same way" in result.stderr
     assert result.stdout.count("starting a new run") == 1 and "g1_elementwise seed" not in result.stdout
     commands = [json.loads(line) for line in open(root / "commands.jsonl")]
     assert [(c["variant"], c["exit_code"] != 0) for c in commands] == [("baseline", True)]
     assert not [p for p in (root / "baseline").rglob("*") if p.is_file()]  # train.py wrote nothing
+
+
+BAD_KEYS = ["--gate=G1", "--n_head=3", "--n_layer=0", "--n_layer=abc", "--block_size=abc", "--batch_size=abc",
+            "--foo=1", "--eval_interval=0"]
+
+
+@pytest.mark.parametrize("study", ["repro", "sink_lab"])
+@pytest.mark.parametrize("key", BAD_KEYS)
+def test_a_key_train_py_refuses_stops_train_in_its_words_before_anything(tmp_path, monkeypatch, capsys, study, key):
+    """A train.py key that train.py would refuse (a value of the wrong case or type, a model that cannot be built, an
+    unknown key, a meaningless setting) stops `train` with train.py's own line, before the kept runs of the committed
+    report are restored into the root (both studies keep some), the FLOPs are counted or a run starts: the root is
+    not even made."""
+    import train
+    root = tmp_path / "root"
+    for name in ("restore_runs", "run_flops", "train"):
+        monkeypatch.setattr(repro, name, lambda *args, name=name: pytest.fail(f"{name} ran"))
+    with pytest.raises(SystemExit) as e:
+        repro.main(["train", "all", f"--study={study}", f"--root={root}", key])
+    with pytest.raises(SystemExit) as alone:  # train.py itself, on the study's config
+        train.main([repro.STUDIES[study].config, f"--out_dir={tmp_path / 'run'}", key])
+    message = str(e.value.code)
+    assert message == str(alone.value.code) and message.startswith("error: ") and "\n" not in message
+    assert capsys.readouterr().out == "" and not root.exists() and not (tmp_path / "run").exists()
+
+
+def test_a_key_that_only_a_variants_flags_refuse_stops_train_before_any_run(tmp_path, monkeypatch):
+    """--learning_rate=0.001 fits the study's settings, but not the sweep's variant, whose --min_lr=0.0024 it would
+    leave above the learning rate: train.py would refuse that run when its turn came, after the others; the runner
+    refuses it before any."""
+    monkeypatch.setattr(repro, "train", lambda *args: pytest.fail("a run started"))
+    root = tmp_path / "root"
+    with pytest.raises(SystemExit) as e:
+        repro.main(["train", "baseline", "baseline_lr0.024", f"--root={root}", "--learning_rate=0.001"])
+    assert str(e.value.code) == "error: min_lr=0.0024 is not valid; it must be between 0 and learning_rate=0.001"
+    assert not root.exists()
+
+
+def test_runs_that_failed_make_train_exit_non_zero_and_are_named_last(tmp_path, monkeypatch, capsys):
+    """A run that fails after it started (its log written), and the last run to start failing as it starts, are
+    failures: the other runs go on, then `train` exits with RUNS_FAILED_EXIT (the report can follow: study.sh) and a
+    last line naming them. A diverged run (cli.DIVERGED_EXIT) is a result, not a failure: alone it leaves the exit
+    status 0."""
+    outcome = {}  # (variant, seed) -> (exit code, whether the run writes its log before it exits)
+
+    def launch(v, seed, root, keys, extra):
+        code, logs = outcome[(v, seed)]
+        if logs:
+            os.makedirs(repro.run_dir(root, v, seed))
+            open(os.path.join(repro.run_dir(root, v, seed), "log.jsonl"), "w").write('{"iter": 0}\n')
+        return subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"]), ["train.py", v], False
+
+    monkeypatch.setattr(repro, "launch", launch)
+    monkeypatch.setattr(repro, "peak_flops", lambda device=None: None)
+    runs = [("baseline", 1337), ("g1_elementwise", 1337), ("g1_headwise", 1337), ("g5", 1337)]
+    outcome.update(zip(runs, [(1, True), (repro.DIVERGED_EXIT, True), (0, True), (1, False)]))
+    settings, root = repro.study_settings(repro.Keys(), []), str(tmp_path / "runs")
+    with pytest.raises(SystemExit) as e:
+        repro.train(runs, root, repro.Keys(), [], settings)
+    out, err = capsys.readouterr()
+    assert e.value.code == repro.RUNS_FAILED_EXIT == 4 and out.count(": exit code") == 4  # every run ran
+    assert err.splitlines()[-1] == "error: 2 of the runs failed: baseline seed 1337 (exit code 1), g5 seed 1337 " \
+        "(exit code 1); their errors are above. The same command trains them again (the finished runs are skipped)"
+    outcome[("g2_elementwise", 1337)] = (repro.DIVERGED_EXIT, True)
+    repro.train([("g2_elementwise", 1337)], root, repro.Keys(), [], settings)  # returns: a result
+    assert "error" not in capsys.readouterr().err
+
+
+def test_a_run_train_py_refuses_to_replace_fails_the_command(tmp_path, small_task):
+    """End to end: a folder that holds more than a run stopped before its first checkpoint (here best.pt of a later
+    state, its ckpt.pt taken away) is never replaced: train.py refuses to start a new run there, and `train`, whose
+    only run that was, exits non-zero naming it, the folder as it was."""
+    folder = tmp_path / "lab" / "baseline" / "seed1337"
+    folder.mkdir(parents=True)
+    (folder / "log.jsonl").write_text('{"iter": 0, "val_loss": 4.2}\n{"iter": 20, "val_loss": 3.1}\n')
+    torch.save({"iter_num": 20, "val_loss": 3.1, "model_args": {}}, folder / "best.pt")
+    before = folder_state(folder)
+    result = subprocess.run([sys.executable, "-m", "lab.repro", "train", "baseline", "--study=sink_lab", "--tiny",
+                             f"--root={tmp_path / 'lab'}", f"--data_dir={small_task}"], capture_output=True, text=True,
+                            cwd=REPO)
+    assert result.returncode == repro.RUNS_FAILED_EXIT, result.stdout + result.stderr
+    assert "a new run would replace what is there" in result.stderr and "starting a new run" in result.stdout
+    assert result.stderr.splitlines()[-1].startswith("error: 1 of the runs failed: baseline seed 1337 (exit code 1)")
+    assert folder_state(folder) == before
+
+
+def test_only_a_run_stopped_before_its_first_checkpoint_is_started_again(tmp_path):
+    """restartable: a folder with no ckpt.pt whose best.pt holds the initial state (iter 0: a new run saves no ckpt.pt
+    there) and nothing else but its log is started again; a later state, a kept run's measurements, a best.pt that is
+    no train.py checkpoint or an empty folder are not."""
+    def folder(name, best=None, files=("log.jsonl",)):
+        path = tmp_path / name
+        path.mkdir()
+        for f in files:
+            (path / f).write_text('{"iter": 0}\n')
+        if best is not None:
+            torch.save({"iter_num": best, "val_loss": 4.0, "model_args": {}}, path / "best.pt")
+        return str(path)
+    assert repro.restartable(folder("initial", best=0))
+    assert repro.restartable(folder("log-only"))  # stopped between its log's first record and best.pt
+    assert not repro.restartable(folder("later", best=20))
+    assert not repro.restartable(folder("kept", best=0, files=("log.jsonl", "measured.json")))
+    assert not repro.restartable(folder("empty", files=()))
+    garbage = folder("garbage")
+    open(os.path.join(garbage, "best.pt"), "w").write("not a checkpoint")
+    assert not repro.restartable(garbage)
+
+
+def test_stop_tools_passes_ctrl_c_on_and_kills_a_tool_that_ignores_it(monkeypatch):
+    """Ctrl-C that reached the runner alone (kill -INT) reaches its tools too, after STOP_GRACE: a tool that stops on
+    it ends as it ends on Ctrl-C (status 130 here); one that ignores it is killed after STOP_WAIT more."""
+    monkeypatch.setattr(repro, "STOP_GRACE", 0.5)
+    monkeypatch.setattr(repro, "STOP_WAIT", 1)
+    polite = ("import sys, time\ntry:\n    print('up', flush=True); time.sleep(60)\nexcept KeyboardInterrupt:\n"
+              "    sys.exit(130)")
+    stubborn = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('up', flush=True); " \
+        "time.sleep(60)"
+    tools = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+             for code in (polite, stubborn)]
+    assert [t.stdout.readline() for t in tools] == ["up\n", "up\n"]  # both are waiting
+    started = time.monotonic()
+    repro.stop_tools(tools)
+    assert [t.returncode for t in tools] == [130, -signal.SIGKILL] and time.monotonic() - started < 10
 
 
 def test_the_time_estimate(tmp_path, monkeypatch):
@@ -1108,6 +1234,39 @@ def test_sink_lab_pipeline_tiny(tmp_path, small_task):
     assert "| run | F-Attn at triggers |" in summary
 
 
+def test_a_study_stopped_by_ctrl_c_is_continued_by_the_same_command(tmp_path, small_task):
+    """Ctrl-C (sent as `timeout -s INT` sends it: to the runner, then to its whole process group, the run included)
+    while a new run trains towards its first checkpoint, train.py having saved only its initial state (best.pt, no
+    ckpt.pt): the run stops as train.py stops on Ctrl-C, the runner with one line and exit status 130, no traceback.
+    The same command then starts that run again (--overwrite=True: it held no training) and finishes it; once more,
+    it skips it."""
+    root = tmp_path / "lab"
+    cmd = [sys.executable, "-m", "lab.repro", "train", "baseline", "--study=sink_lab", "--tiny", f"--root={root}",
+           f"--data_dir={small_task}", "--max_iters=200", "--eval_interval=200", "--lr_decay_iters=200"]
+    folder = root / "baseline" / "seed1337"
+    runner = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)  # its own process group, as a terminal's foreground job
+    deadline = time.monotonic() + 120
+    while not (folder / "best.pt").exists():  # the initial state saved: the run now trains towards iter 200
+        assert runner.poll() is None and time.monotonic() < deadline, runner.communicate()
+        time.sleep(0.02)
+    os.kill(runner.pid, signal.SIGINT)
+    os.killpg(runner.pid, signal.SIGINT)
+    out, err = runner.communicate(timeout=120)
+    assert runner.returncode == 130 and "Traceback" not in err, out + err
+    assert err.splitlines()[-1] == "interrupted (Ctrl-C); stopped baseline seed 1337: the same command continues " \
+        "the study (the finished runs are skipped, a run with a checkpoint resumes, the others start again)"
+    assert sorted(n for n in os.listdir(folder) if not n.startswith(".")) == ["best.pt", "log.jsonl"]
+    assert [c["exit_code"] for c in read_commands(root)] == [130]  # stopped by its Ctrl-C, not killed; recorded
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"starting the run in {folder} again: it stopped before its first checkpoint" in again.stdout
+    assert "--overwrite=True" in read_commands(root)[-1]["command"] and read_commands(root)[-1]["exit_code"] == 0
+    assert json.loads(open(folder / "log.jsonl").readlines()[-1])["iter"] == 200 and (folder / "ckpt.pt").is_file()
+    third = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert third.returncode == 0 and "skipped" in third.stdout and "nothing to train" in third.stdout
+
+
 def test_the_sink_lab_study_is_its_config_and_variants():
     settings = repro.study_settings(repro.Keys(study="sink_lab"), [])
     assert (settings["dataset"], settings["n_layer"], settings["n_head"], settings["mlp"]) == \
@@ -1153,7 +1312,8 @@ LIBRARIES = ("cli", "runfolder", "probe", "model", "kernels", "pretrained",
 # optimizer step, so that its timings are the training loop's (train.py runs only under its __main__); lab.setup_check
 # times two steps of the main job's own model and optimizer step, to say how long the main job takes here
 IMPORTED_SCRIPTS = {("lab.bench", "train"): {"optimizer_step"},
-                    ("lab.setup_check", "train"): {"MODEL_KEYS", "TrainConfig", "optimizer_step"}}
+                    ("lab.setup_check", "train"): {"MODEL_KEYS", "TrainConfig", "optimizer_step"},
+                    ("lab.repro", "train"): {"TrainConfig", "check_settings"}}  # its keys, checked before any run
 
 
 def project_modules():

@@ -6,9 +6,10 @@
 #
 #   bash lab/gpu/study.sh start TRAIN... [-- EVALUATE...]
 #        prepare the corpus if data/pysrc/ does not hold it yet, then in the background (setsid, so it outlives
-#        this command and the terminal): python -m lab.repro train TRAIN..., then, when training succeeded,
-#        evaluate EVALUATE... and report (the report even when the evaluation failed: it keeps the new runs, and
-#        says which were not evaluated; the job's exit code is then the evaluation's). TRAIN as for lab.repro
+#        this command and the terminal): python -m lab.repro train TRAIN..., then, when training succeeded or
+#        only some of its runs failed (lab.repro's exit status 4: the others trained), evaluate EVALUATE... and
+#        report (the report even when the evaluation failed: it keeps the new runs, and says which were not
+#        evaluated; the job's exit code is then the training's, else the evaluation's). TRAIN as for lab.repro
 #        train, e.g. `models --seeds=2 --parallel=2`, `all --seeds=3 --parallel=3` or `baseline:2 g1_elementwise:2
 #        g1_headwise --parallel=2 --budget_min=60` (only the runs that end within 60 minutes, in the order named);
 #        EVALUATE: lab/evaluate.py's keys, e.g. `--windows=32`. The runs go to out-repro/, the report to
@@ -56,13 +57,14 @@ start)
     fi
     [ "$TOY" = 1 ] || compgen -G "data/pysrc/*_val_*.bin" > /dev/null || step prepare "$PYTHON" -m lab.repro prepare
     [ "$STATUS" -eq 0 ] || exit "$STATUS"
-    # training first; the report even when the evaluation failed (it keeps the new runs); the exit code is the
-    # training's failure, else the report's, else the evaluation's
+    # training first; the report after runs that failed beside others (exit 4: it keeps the runs trained) and even
+    # when the evaluation failed; the exit code is the training's failure, else the report's, else the evaluation's
     { printf '%q ' "$PYTHON" -m lab.repro train "${TRAIN[@]}" "${REPRO[@]}" "${DATA[@]}" --report_dir="$REPORT"
-      printf '&& { '
+      printf '; t=$?; if [ $t = 0 ] || [ $t = 4 ]; then '
       printf '%q ' "$PYTHON" -m lab.repro evaluate "${EVALUATE[@]}" "${REPRO[@]}" --report_dir="$REPORT"
       printf '; e=$?; '
-      printf '%q ' "$PYTHON" -m lab.repro report "${REPRO[@]}" --report_dir="$REPORT"; printf '&& (exit $e); }'
+      printf '%q ' "$PYTHON" -m lab.repro report "${REPRO[@]}" --report_dir="$REPORT"
+      printf '&& (exit $e); r=$?; (exit $((t ? t : r))); else (exit $t); fi'
     } > "$JOB/command"
     echo "$OUT/study.tar.gz" > "$JOB/tarball"
     # then, success or not, the job packs what it made
