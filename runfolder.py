@@ -456,7 +456,8 @@ class RunFolder:
 
     def __exit__(self, *exc):
         if self.lock is not None:  # the OS would release it at exit; a test calling train.main() twice needs it now
-            release_folder(self.out_dir, self.lock, self.made_lock, lambda: not self.held())  # no run: as it was
+            # as it was: nothing written by this command (it failed before its first write), or no run files
+            release_folder(self.out_dir, self.lock, self.made_lock, lambda: not self.started or not self.held())
             self.lock = None
 
     def claim(self):
@@ -513,8 +514,8 @@ class RunFolder:
         held = self.held()
         if best is not None:
             return (f"{self.out_dir} holds {', '.join(held)} but no {CHECKPOINT}; its {BEST} is the state of iter "
-                    f"{best[0]} (val loss {best[1]:.4f}). To continue from it: cp {shlex.quote(self.best_path)} {shlex.quote(self.ckpt_path)}, "
-                    "then --init_from=resume; or start a new run there with --overwrite=True, or choose another "
+                    f"{best[0]} (val loss {best[1]:.4f}). To continue from it: cp {shlex.quote(self.best_path)} "
+                    f"{shlex.quote(self.ckpt_path)}, then --init_from=resume; or start a new run there with --overwrite=True, or choose another "
                     "--out_dir")
         what = f"{', '.join(held)} and no {CHECKPOINT}" if held else "no run files"
         if unreadable:

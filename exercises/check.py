@@ -180,6 +180,10 @@ def find_exercise(number):
     for d in exercise_dirs():
         if os.path.basename(d).startswith(number + "_") or os.path.basename(d) == number:
             return d
+    for d in not_exercises():
+        if os.path.basename(d).startswith(number + "_"):
+            raise SystemExit(f"error: {os.path.relpath(d)} has no checks.py, so it cannot be checked: restore the "
+                             "folder from a fresh copy of the exercises")
     names = ", ".join(os.path.basename(d) for d in exercise_dirs())
     raise SystemExit(f"error: no exercise {number!r}; the exercises are {names}")
 
@@ -573,9 +577,10 @@ class InProcess:
     def request(self, request):
         import pickle
         from torch.utils._python_dispatch import _disable_current_modes
-        # as in a child process, the student's code runs outside whatever the check has entered here (a dispatch
-        # mode that watches ops sees only what a helper run by in_child does): so the test suite's fast path
-        # fails a check that would watch the wrong process on the command line
+        # as in a child process, the student's code runs outside the dispatch modes the check has entered here (a
+        # mode that watches ops sees only what a helper run by in_child does): so the test suite's fast path fails
+        # a check that would watch the wrong process on the command line (torch function modes and grad mode are
+        # not switched off: no check enters one around a student's call)
         with _disable_current_modes():
             answer = self.answerer.answer(pickle.loads(pickle.dumps(request)))
         header, value = decode_answer(answer, self)
@@ -896,7 +901,16 @@ def memory_limit():
 
 
 def _resident(pid):
-    """Bytes of memory process pid holds now (Linux), or 0."""
+    """Bytes of memory process pid holds now (Linux), or 0: its proportional share (Pss), where the kernel gives it,
+    so that a forked process's pages shared with its parent count once over the two, not once in each; else all its
+    resident pages (RSS)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

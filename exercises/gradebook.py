@@ -177,7 +177,7 @@ def as_csv(header, lines):
         return "'" + cell if cell[:1] in ("=", "+", "-", "@", "\t", "\r") and cell != "-" else cell
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
+    writer.writerow([text(str(h)) for h in header])  # (its exercise ids come from the files too)
     writer.writerows([text(str(c)) for c in line] for line in lines)
     return out.getvalue()
 

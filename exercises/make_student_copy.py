@@ -154,23 +154,21 @@ def make_copy(dest, source=REPO):
             os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
             shutil.copy2(os.path.join(source, rel), os.path.join(dest, rel))
         _strip_teachers_section(os.path.join(dest, "exercises", "README.md"))
-    except BaseException as e:  # Ctrl-C, a full disk: no half copy (without its checks for leaks) is left behind
+        found = leaks(dest, source)
+        if found:
+            raise SystemExit("error: the copy held solution code, so it was deleted: " +
+                             ", ".join(f"{f} (from {a})" for f, a in found))
+        broken = broken_links(dest)
+        if broken:
+            raise SystemExit("error: links in the copy lead to nothing in it, so it was deleted (copy what they name, "
+                             "or mend them): " + ", ".join(f"{f}: {link}" for f, link in broken))
+    except BaseException as e:  # Ctrl-C, a full disk, a failed check: no copy that was not checked whole is left
         shutil.rmtree(dest, ignore_errors=True)
         if existed:
             os.makedirs(dest, exist_ok=True)
         if isinstance(e, OSError):
             raise SystemExit(f"error: copying into {dest} failed ({e}), so what was copied was deleted") from None
         raise
-    found = leaks(dest, source)
-    if found:
-        shutil.rmtree(dest)
-        raise SystemExit("error: the copy held solution code, so it was deleted: " +
-                         ", ".join(f"{f} (from {a})" for f, a in found))
-    broken = broken_links(dest)
-    if broken:
-        shutil.rmtree(dest)
-        raise SystemExit("error: links in the copy lead to nothing in it, so it was deleted (copy what they name, or "
-                         "mend them): " + ", ".join(f"{f}: {link}" for f, link in broken))
     return len(files)
 
 

@@ -589,9 +589,11 @@ def train(runs, root, keys, extra, settings):
                 # a diverged run exits non-zero but is itself a result (the stability sweep): it is no failure
                 if proc.returncode not in (0, DIVERGED_EXIT):
                     failed.append((v, seed, proc.returncode))
-                # A new run logs its first evaluation before any step, so one that failed without a log.jsonl never
-                # started: the keys, the data or the device, and every other run would fail alike.
-                started = os.path.isfile(os.path.join(run_dir(root, v, seed), LOG))
+                # A new run logs its first evaluation before any step, so one that failed without a log.jsonl of its
+                # own never started: the keys, the data or the device, and every other run would fail alike. (A run
+                # started again over one stopped early finds that one's log: only a log written since counts.)
+                log = os.path.join(run_dir(root, v, seed), LOG)
+                started = os.path.isfile(log) and os.path.getmtime(log) >= t0 - 1
                 if proc.returncode and not resumed and not started and broken is None:
                     broken = (v, seed)
         except KeyboardInterrupt:  # Ctrl-C: the runs stop as train.py stops on it, their files whole, and are recorded

@@ -293,8 +293,9 @@ if __name__ == "__main__":
             with open(path, encoding="utf-8") as f:
                 page = f.read()
         except (OSError, UnicodeDecodeError) as e:
-            sys.exit(f"error: {path} cannot be read ({e.strerror if isinstance(e, OSError) else e}): --write=PATH names "
-                     "a Markdown page that holds the table's marker lines (default docs/flags.md)")
+            why = e.strerror if isinstance(e, OSError) else e
+            sys.exit(f"error: {path} cannot be read ({why}): --write=PATH names a Markdown page that holds the table's "
+                     "marker lines (default docs/flags.md)")
         if page.count(BEGIN) != 1 or page.count(END) != 1 or page.index(BEGIN) > page.index(END):
             sys.exit(f"{path}: no table to replace: the page needs the lines {BEGIN.strip()} and {END.strip()}")
         head, rest = page.split(BEGIN)

@@ -118,6 +118,22 @@ def test_the_reference_solution_passes(name):
     assert status == "ok" and passed == total >= 3, text
 
 
+@needs_solutions
+def test_exercise_04s_memory_watch_leaves_tracing_already_on_as_it_was():
+    """PYTHONTRACEMALLOC=1 or a profiler traces before the check does: what was held before the call is not counted
+    against the answer (the reference passes), and tracing stays on for its owner."""
+    import tracemalloc
+    name = next(n for n in NAMES if n.startswith("04"))
+    tracemalloc.start()
+    held = [bytearray(8 * 2**20)]  # 8 MiB traced before the check: twice its limit
+    try:
+        (passed, total, status, _), text = run_quiet(name, os.path.join(SOLUTIONS, name + ".py"))
+        assert tracemalloc.is_tracing()
+    finally:
+        tracemalloc.stop()
+    assert status == "ok" and passed == total and held, text
+
+
 def mutants():
     if not os.path.isdir(SOLUTIONS):
         return []
@@ -429,6 +445,10 @@ def test_a_backup_folder_or_a_folder_of_ones_own_is_said_not_graded(tmp_path):
     code, out = grade_cli("--list", cwd=copy)
     assert code == 0 and "note: exercises/12_my_attempts has no checks.py" in out and "Traceback" not in out, out
     assert out.count("\n") == len(NAMES) + 1, out
+    (copy / "exercises" / first / "checks.py").unlink()  # an exercise emptied: named, with what to do
+    code, out = grade_cli(first[:2], cwd=copy)
+    assert code == 1 and out.strip() == (f"error: exercises/{first} has no checks.py, so it cannot be checked: "
+                                         "restore the folder from a fresh copy of the exercises"), out
     assert not (copy / "check-result.json").exists()
 
 

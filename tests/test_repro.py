@@ -921,11 +921,17 @@ def test_a_report_folder_another_process_holds_is_refused(tmp_path, monkeypatch)
         pass
 
 
-def test_a_first_run_that_cannot_start_stops_the_study(tmp_path):
+@pytest.mark.parametrize("before", ["nothing", "a run stopped before its first checkpoint"])
+def test_a_first_run_that_cannot_start_stops_the_study(tmp_path, before):
     """Data that is not there fails the first run while it starts: the runner stops there instead of failing every
-    variant the same way, and records the one command that ran."""
+    variant the same way, and records the one command that ran. So too when the first run is started again over one
+    stopped before its first checkpoint: that one's log is no sign that this one started."""
     root, empty = tmp_path / "runs", tmp_path / "empty"
     empty.mkdir()
+    if before != "nothing":
+        (root / "baseline" / "seed1337").mkdir(parents=True)
+        (root / "baseline" / "seed1337" / "log.jsonl").write_text('{"iter": 0}\n', encoding="utf-8")
+        os.utime(root / "baseline" / "seed1337" / "log.jsonl", (time.time() - 60, time.time() - 60))
     result = subprocess.run([sys.executable, "-m", "lab.repro", "train", "baseline", "g1_elementwise", "--tiny",
                              f"--root={root}", "--dataset=nodata", f"--data_dir={empty}"], capture_output=True,
                             text=True, cwd=REPO)
@@ -933,10 +939,12 @@ def test_a_first_run_that_cannot_start_stops_the_study(tmp_path):
     assert "dataset 'nodata' is not prepared" in result.stderr  # train.py's own message, passed through
     assert "the run baseline seed 1337 stopped before its first evaluation" in result.stderr
     assert "the other 1 would stop the same way" in result.stderr
-    assert result.stdout.count("starting a new run") == 1 and "g1_elementwise seed" not in result.stdout
+    started = "starting a new run" if before == "nothing" else "again: it stopped before its first checkpoint"
+    assert result.stdout.count(started) == 1 and "g1_elementwise seed" not in result.stdout, result.stdout
     commands = [json.loads(line) for line in open(root / "commands.jsonl")]
     assert [(c["variant"], c["exit_code"] != 0) for c in commands] == [("baseline", True)]
-    assert not [p for p in (root / "baseline").rglob("*") if p.is_file()]  # train.py wrote nothing
+    left = [p.name for p in (root / "baseline").rglob("*") if p.is_file()]
+    assert left == ([] if before == "nothing" else ["log.jsonl"])  # train.py wrote nothing, replaced nothing
 
 
 BAD_KEYS = ["--gate=G1", "--n_head=3", "--n_layer=0", "--n_layer=abc", "--block_size=abc", "--batch_size=abc",

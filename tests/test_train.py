@@ -564,7 +564,7 @@ def test_missing_dataset_names_the_prepare_command(tmp_path):
     with pytest.raises(SystemExit, match=r"not prepared.*Prepare it first: python data/openwebtext/prepare.py "
                                          f"--out_dir {tmp_path}$"):  # into the folder given, not data/openwebtext
         train.main([f"--data_dir={tmp_path}", "--dataset=openwebtext", out])
-    with pytest.raises(SystemExit, match=f"python data/textdir/prepare.py --src DIR --name mycode --out_dir {tmp_path}"):
+    with pytest.raises(SystemExit, match=f"data/textdir/prepare.py --src DIR --name mycode --out_dir {tmp_path}$"):
         train.main([f"--data_dir={tmp_path}", "--dataset=mycode", out])
     assert not (tmp_path / "run").exists()
 

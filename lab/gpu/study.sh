@@ -16,7 +16,8 @@
 #        $WORK/report/ (a copy of results/repro/ made at start: copy it back to commit it), the job's command,
 #        output and exit code to $WORK/study-job/; when the job ends it packs its results into $OUT/study.tar.gz.
 #        An interrupted study (a killed job, a reboot) is resumed by the same start command: lab.repro skips the
-#        runs that reached their last step and continues each other run from its checkpoint
+#        runs that reached their last step, continues each run that has a checkpoint, starts again each run stopped
+#        before its first checkpoint, and starts the rest
 #   bash lab/gpu/study.sh wait [SECONDS]
 #        a line of progress a minute until the job ends (or SECONDS pass, when given, or BUDGET_S when that is
 #        set: lab/gpu/lib.sh); exit 0 when the job succeeded, 1 when it failed, 3 while it still runs. Stopping it
