@@ -599,6 +599,13 @@ def dataset_fingerprint(data_dir):
     return fingerprint
 
 
+def val_windows_apart(data_dir, block_size, bos=None):
+    """How many validation windows of block_size (+ 1) tokens val_batches can spread without any two overlapping:
+    asked for more, it gives overlapping ones, which make intervals over windows too narrow."""
+    room = TokenWindows(data_dir, "val", block_size + 1, bos)
+    return len(room) // room.text_length
+
+
 def val_batches(data_dir, block_size, batch_size, n_batches, bos=None):
     """The fixed validation set: a list of n_batches (x, y) int64 CPU tensors, each (batch_size, block_size).
     Its batch_size * n_batches windows of block_size + 1 tokens are spread evenly over all the val shards

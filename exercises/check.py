@@ -900,17 +900,18 @@ def memory_limit():
     return min(total // 2, 8 * 2**30)
 
 
-def _resident(pid):
-    """Bytes of memory process pid holds now (Linux), or 0: its proportional share (Pss), where the kernel gives it,
-    so that a forked process's pages shared with its parent count once over the two, not once in each; else all its
-    resident pages (RSS)."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+def _resident(pid, shared_once=False):
+    """Bytes of memory process pid holds now (Linux), or 0: all its resident pages (RSS, cheap to read); shared_once:
+    its proportional share (Pss), where the kernel gives it, so that the pages a forked process shares with its parent
+    count once over the two, not once in each (slower to read: the kernel walks the process's memory)."""
+    if shared_once:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
     try:
         with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -1047,17 +1048,19 @@ class ChildProcess:
             raise TimeLimit()
         return min(left, 0.25)
 
-    def _resident(self):
-        """Bytes held now by the child and every process it started (detached ones are this process's children)."""
+    def _memory_held(self):
+        """Bytes held now by the child and every process it started (detached ones are this process's children):
+        the child's RSS when it is alone (read at every wait), their proportional shares when there are several."""
         roots = [self.proc.pid] + [p for p in _children(os.getpid()) if p not in self.kept and p != self.proc.pid]
-        return sum(_resident(p) for p in _descendants(roots))
+        procs = _descendants(roots)
+        return sum(_resident(p, shared_once=len(procs) > 1) for p in procs)
 
     def _watch(self):
         """Between waits: the memory of the child and what it started, and a checker stopped by a signal (SIGSTOP)
         resumed by the watchdog."""
         if self.watchdog is not None and self.watchdog.poll() is None:
             os.kill(self.watchdog.pid, signal.SIGCONT)
-        if self.memory and self._resident() > self.memory:
+        if self.memory and self._memory_held() > self.memory:
             self.stop()
             raise StudentEnded(None, message=f"your code used more than {self.memory / 2**30:.1f} GiB of memory and "
                                              "was stopped: a tensor far bigger than the exercise needs?")

@@ -69,7 +69,7 @@ from lab.report import (data_problem, finite_json, kept_of_other_run, load_windo
     places_text, pyplot, save_figure, windows_id)
 from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_checkpoint, no_checkpoint, read_jsonl,
     writable_folder, write_json, write_text)
-from data.shards import TokenWindows, bos_token, dataset_fingerprint, read_meta
+from data.shards import bos_token, dataset_fingerprint, read_meta, val_windows_apart
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, Probe, SINK_HEAD_THRESHOLD, TRIGGER_KEYS,
     attention_maps, describe, layer_mean, massive_channels, summarize, trigger_positions)
 from lab.report import MECHANISM_ROWS_NOTE, mechanism_rows, older_sink_share, repeated_label
@@ -579,9 +579,8 @@ def validation_windows(trained, label, batches, batch_size):
     batches, batch_size = batches or first["batches"], batch_size or first["batch_size"]
     source = "set by --batches/--batch_size" if given else f"the eval windows run {label!r} was trained with"
     if given:  # more than the validation set holds apart would overlap, and the per-window intervals be too narrow
-        bos = bos_token(first["data_dir"]) if first["bos"] else None
-        room = TokenWindows(first["data_dir"], "val", first["block_size"] + 1, bos)
-        most = len(room) // room.text_length  # val_batches spaces them evenly: this many never overlap
+        most = val_windows_apart(first["data_dir"], first["block_size"], bos_token(first["data_dir"]) if first["bos"]
+                                 else None)
         if batches * batch_size > most:
             fail(f"--batches={batches} x --batch_size={batch_size} asks for {batches * batch_size} windows of "
                  f"{first['block_size']} tokens, but {first['data_dir']}'s validation set holds {most} without "
@@ -837,8 +836,8 @@ def main(argv=None):
             fail("give --runs (checkpoints of train.py) or --pretrained (published ones), not both")
         if labels and len(labels) != len(names):
             fail(f"--labels has {len(labels)} names for {len(names)} checkpoints; give one per checkpoint")
-        if repeated_label(labels or names, names):
-            fail(repeated_label(labels or names, names))
+        if (twice := repeated_label(labels or names, names)):
+            fail(twice)
         for name in ("window", "windows", "map_tokens"):
             if getattr(a, name) < 1:
                 fail(f"--{name}={getattr(a, name)} must be at least 1")
@@ -860,8 +859,8 @@ def main(argv=None):
     if labels and len(labels) != len(runs):
         fail(f"--labels has {len(labels)} names for {len(runs)} runs; give one per run")
     known = labels or [os.path.basename(os.path.normpath(r)) for r in runs]
-    if repeated_label(known, runs):
-        fail(repeated_label(known, runs))
+    if (twice := repeated_label(known, runs)):
+        fail(twice)
     unknown = [p for p in a.plot_labels if p not in known]
     if unknown:
         fail(f"--plot_labels names {', '.join(unknown)}, not a run's label; the labels: {', '.join(known)}")

@@ -66,7 +66,7 @@ from cli import configure, dataset_dir, device_name, fail, free_memory, pick_dev
 from lab.report import data_problem, finite_json, kept_of_other_run, log_start, pyplot, save_figure
 from runfolder import (CHECKPOINT, EVALUATED, claimed, model_from_checkpoint, no_checkpoint, read_checkpoint,
     writable_folder, write_json, write_text)
-from data.shards import TokenWindows, bos_token, dataset_fingerprint, val_batches
+from data.shards import TokenWindows, bos_token, dataset_fingerprint, val_batches, val_windows_apart
 from model import GPT, VALID
 from lab.report import PAPERS_SAY, fmt_interval, headline, repeated_label, table
 from lab.stats import mean_ci
@@ -344,8 +344,7 @@ def run_windows(checkpoint, n, length):
     data_dir = run_data_dir(checkpoint)
     bos = bos_token(data_dir) if checkpoint["config"].get("bos", False) else None
     try:
-        room = TokenWindows(data_dir, "val", length + 1, bos)
-        most = len(room) // room.text_length  # val_batches spaces them evenly: this many never overlap
+        most = val_windows_apart(data_dir, length, bos)
         windows = val_batches(data_dir, length, min(n, max(most, 1)), 1, bos=bos)[0]
     except ValueError as e:
         raise ValueError(f"{e} (here: windows of {length} tokens; ask for shorter ones with --lengths)") from None
@@ -599,8 +598,8 @@ def main(argv=None):
     if labels and len(labels) != len(runs) + len(names):
         fail(f"--labels has {len(labels)} names for {len(runs) + len(names)} models; give one per model")
     named = labels or [os.path.basename(os.path.normpath(r)) for r in runs] + names  # evaluate()'s default labels
-    if repeated_label(named, runs + names):
-        fail(repeated_label(named, runs + names))
+    if (twice := repeated_label(named, runs + names)):
+        fail(twice)
     if not modes or set(modes) - set(MODES):
         fail(f"--modes={written(a.modes)}: choose from {', '.join(MODES)}")
     for s in a.quant:
