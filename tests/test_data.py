@@ -989,7 +989,10 @@ def test_ctrl_c_ends_a_preparation_at_once_even_while_its_workers_are_busy(tmp_p
     make_text_folder(tmp_path / "src")
     proc = subprocess.Popen([sys.executable, "-c", SLOW_READER, REPO, "fork", "--src", str(tmp_path / "src"),
                              "--out_dir", str(tmp_path / "out"), "--workers", "2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            # Ctrl-C as in a terminal: a suite started in the background (`cmd &` in a script) ignores
+                            # SIGINT and its children inherit that; the child takes the default back
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().startswith("reading")
     time.sleep(1.0)  # the workers are in the middle of their first files
     start = time.time()

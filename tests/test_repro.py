@@ -1062,7 +1062,8 @@ def test_stop_tools_passes_ctrl_c_on_and_kills_a_tool_that_ignores_it(monkeypatc
               "    sys.exit(130)")
     stubborn = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('up', flush=True); " \
         "time.sleep(60)"
-    tools = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    tools = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,  # (SIGINT's default
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # in a background suite)
              for code in (polite, stubborn)]
     assert [t.stdout.readline() for t in tools] == ["up\n", "up\n"]  # both are waiting
     started = time.monotonic()
@@ -1253,7 +1254,9 @@ def test_a_study_stopped_by_ctrl_c_is_continued_by_the_same_command(tmp_path, sm
            f"--data_dir={small_task}", "--max_iters=200", "--eval_interval=200", "--lr_decay_iters=200"]
     folder = root / "baseline" / "seed1337"
     runner = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)  # its own process group, as a terminal's foreground job
+                              start_new_session=True,  # its own process group, as a terminal's foreground job, and
+                              # SIGINT's default, which a suite started in the background (`cmd &`) would not pass on
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (folder / "best.pt").exists():  # the initial state saved: the run now trains towards iter 200
         assert runner.poll() is None and time.monotonic() < deadline, runner.communicate()
