@@ -4,8 +4,9 @@ nothing is lost. train.py meets it as one object, RunFolder.
 
   the files              LOG, CHECKPOINT, BEST (train.py's), MEASURED and EVALUATED (the lab's), named once
   writing                atomic_write, atomic_copy, write_text, write_json: a kill or a full disk leaves the old file
-                         whole, and no file is written through a symbolic link; claim_folder, claimed: one process at
-                         a time writes a folder; writable_folder: checked before work
+                         whole, and no file is written through a symbolic link; result_set: files that belong
+                         together replace the old set as one; claim_folder, claimed: one process at a time writes a
+                         folder; writable_folder: checked before work
   checkpoints            save_checkpoint, read_checkpoint, model_from_checkpoint, load_checkpoint; no_checkpoint:
                          what to say of a folder without the one asked for
   records                read_jsonl, code_version (which commit made a result), finite_or_none
@@ -178,7 +179,11 @@ def atomic_write(path, write):
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    try:  # make the rename itself durable; folders cannot be opened on Windows, where this is skipped
+    _sync_folder(folder)  # make the rename itself durable
+
+
+def _sync_folder(folder):
+    try:  # folders cannot be opened on Windows, where this is skipped
         dir_fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
@@ -186,6 +191,29 @@ def atomic_write(path, write):
             os.close(dir_fd)
     except OSError:
         pass
+
+
+@contextlib.contextmanager
+def result_set(folder, names, last=("summary.json",)):
+    """Write files that belong together (a summary.json, the table and the plots made from the same numbers) so
+    that the folder never shows one set's summary beside another's files. The block writes them into the staging
+    folder it is given, inside `folder`. Then the old `last` files go first, every other file of `names` (all a tool
+    ever writes there) that the new set lacks goes (a plot of an earlier analysis would describe other runs), the
+    new files are renamed into place and `last` last. An error or Ctrl-C in the block leaves the folder as it was;
+    one in the renames (milliseconds) leaves it without a `last` file, never with a mixed set."""
+    os.makedirs(folder, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=folder, prefix=".incoming-")
+    try:
+        yield staging
+        new = os.listdir(staging)
+        for name in list(last) + [n for n in names if n not in new]:
+            if os.path.lexists(os.path.join(folder, name)):
+                os.remove(os.path.join(folder, name))
+        for name in sorted(new, key=lambda n: (n in last, last.index(n) if n in last else 0, n)):
+            os.replace(os.path.join(staging, name), os.path.join(folder, name))
+        _sync_folder(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _umask():

@@ -28,7 +28,8 @@ and, when matplotlib is installed, layers.png (per-layer F-Attn, sink share and 
 (gate-score histograms), attn_maps.png (a head-averaged attention map per run, as in GA Fig. 2), curves.png
 (validation loss and F-Attn during training, from each run's log.jsonl) and emergence.png (the sink forming: per
 layer, F-Attn, M-Act and the sink's value norm ratio over the training steps, one column per run, from each run's
-log.jsonl); --plot_labels picks the runs they show.
+log.jsonl); --plot_labels picks the runs they show. These files are one set: a new analysis into the same out_dir
+replaces them together, and takes away a figure of the earlier one that it does not draw (runfolder.result_set).
 The sink's mechanism per layer, in summary.json and summary.md: the value norm ratio (the value vector's norm at
 position 0 over the mean elsewhere: a sink parks attention on a small value) and the channels that carry the massive
 activation (probe.massive_channels); lab.report.mechanism_rows gives them as a table's rows.
@@ -65,10 +66,10 @@ import torch.nn.functional as F
 
 import pretrained
 from cli import REPO, autocast_for, configure, dataset_dir, device_name, fail, pick_device, run_main
-from lab.report import (data_problem, finite_json, kept_of_other_run, load_windows, log_start, markdown_table,
-    places_text, pyplot, save_figure, windows_id)
+from lab.report import (ANALYSIS_FILES, data_problem, finite_json, kept_of_other_run, load_windows, log_start,
+    markdown_table, places_text, pyplot, save_figure, windows_id)
 from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_checkpoint, no_checkpoint, read_jsonl,
-    writable_folder, write_json, write_text)
+    result_set, writable_folder, write_json, write_text)
 from data.shards import bos_token, dataset_fingerprint, read_meta, val_windows_apart
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, Probe, SINK_HEAD_THRESHOLD, TRIGGER_KEYS,
     attention_maps, describe, layer_mean, massive_channels, summarize, trigger_positions)
@@ -632,20 +633,20 @@ def note_window_differences(records, batches, batch_size):
 
 
 def write_summary(summary, scores, maps, run_dirs, shown, out_dir):
-    """Into out_dir: the plots of the runs `shown` (indices into summary["runs"], run_dirs and the runs' gate-score
-    samples and attention maps), then summary.md, per_window.npz and summary.json."""
+    """Into out_dir, as one set (runfolder.result_set): the plots of the runs `shown` (indices into summary["runs"],
+    run_dirs and the runs' gate-score samples and attention maps), summary.md, per_window.npz and summary.json."""
     records = summary["runs"]
-    summary["plots"] = plot([records[i] for i in shown], [scores[i] for i in shown], [maps[i] for i in shown],
-                            [read_jsonl(os.path.join(run_dirs[i], LOG)) for i in shown], out_dir)
-    # each file atomically (runfolder.write_text): a full disk leaves the previous results whole
-    write_text(os.path.join(out_dir, "summary.md"), summary_table(summary))
-    arrays = {f"{i}/{key}": values for i, r in enumerate(records) for key, values in r["per_window"].items()
-              if values is not None}
-    atomic_write(os.path.join(out_dir, "per_window.npz"), lambda f: np.savez(f, **arrays))
-    # the per-window arrays are in per_window.npz; JSON has no NaN: a non-finite number is written as null
-    clean, replaced = finite_json({**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"}
-                                                       for r in records]})
-    write_json(os.path.join(out_dir, "summary.json"), clean)
+    with result_set(out_dir, ANALYSIS_FILES) as staging:  # each file atomically too: a full disk keeps the old set
+        summary["plots"] = plot([records[i] for i in shown], [scores[i] for i in shown], [maps[i] for i in shown],
+                                [read_jsonl(os.path.join(run_dirs[i], LOG)) for i in shown], staging)
+        write_text(os.path.join(staging, "summary.md"), summary_table(summary))
+        arrays = {f"{i}/{key}": values for i, r in enumerate(records) for key, values in r["per_window"].items()
+                  if values is not None}
+        atomic_write(os.path.join(staging, "per_window.npz"), lambda f: np.savez(f, **arrays))
+        # the per-window arrays are in per_window.npz; JSON has no NaN: a non-finite number is written as null
+        clean, replaced = finite_json({**summary, "runs": [{k: v for k, v in r.items() if k != "per_window"}
+                                                           for r in records]})
+        write_json(os.path.join(staging, "summary.json"), clean)
     if replaced:
         print(f"note: {replaced} non-finite value(s) written as null in {os.path.join(out_dir, 'summary.json')}")
 
@@ -789,10 +790,10 @@ def analyze_pretrained(names, labels=None, out_dir="out-analysis", device="auto"
                "models": records,
                "literature": {family: pretrained.LITERATURE[family]
                               for family in dict.fromkeys(r["family"] for r in records)}}
-    os.makedirs(out_dir, exist_ok=True)
-    summary["plots"] = plot(records, scores, maps, [[] for _ in records], out_dir)
-    write_json(os.path.join(out_dir, "summary.json"), finite_json(summary)[0])  # JSON has no NaN: null
-    write_text(os.path.join(out_dir, "summary.md"), pretrained_table(summary))
+    with result_set(out_dir, ANALYSIS_FILES) as staging:  # one set: no figure of an earlier analysis left beside it
+        summary["plots"] = plot(records, scores, maps, [[] for _ in records], staging)
+        write_text(os.path.join(staging, "summary.md"), pretrained_table(summary))
+        write_json(os.path.join(staging, "summary.json"), finite_json(summary)[0])  # JSON has no NaN: null
     return summary
 
 

@@ -37,7 +37,8 @@ The windows: for a run, --windows validation windows of its own data (data.shard
 fewer); for a published checkpoint, windows of --window tokens cut from --text. Every
 model runs in float32 on PyTorch's attention. Each difference comes with a 95% t-interval over the windows (the
 same windows with and without the change: paired). Writes summary.json, summary.md and, with matplotlib,
-quant.png, length.png and stream.png to --out_dir (default out-eval/). `python -m lab.repro evaluate` runs this on
+quant.png, length.png and stream.png to --out_dir (default out-eval/), as one set: a new evaluation there takes
+away the figures of modes it did not measure. `python -m lab.repro evaluate` runs this on
 the study's checkpoints, and `python -m lab.repro report` includes the result.
 
 Each run's record (its entry in summary.json, with the settings it was measured under, the device, the date and the
@@ -65,13 +66,14 @@ import pretrained
 from cli import configure, dataset_dir, device_name, fail, free_memory, pick_device, run_main
 from lab.report import data_problem, finite_json, kept_of_other_run, log_start, pyplot, save_figure
 from runfolder import (CHECKPOINT, EVALUATED, claimed, model_from_checkpoint, no_checkpoint, read_checkpoint,
-    writable_folder, write_json, write_text)
+    result_set, writable_folder, write_json, write_text)
 from data.shards import TokenWindows, bos_token, dataset_fingerprint, val_batches, val_windows_apart
 from model import GPT, VALID
 from lab.report import PAPERS_SAY, fmt_interval, headline, repeated_label, table
 from lab.stats import mean_ci
 
 MODES = ("quant", "length", "stream")
+FILES = ("summary.json", "summary.md", "quant.png", "length.png", "stream.png")  # all it writes in its out_dir
 
 
 @dataclass
@@ -449,10 +451,12 @@ def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODE
         print(f"{label:>24}: " + ", ".join(f"{k} {v:.3f}" for k, v in headline(record).items()) +
               f" [{record['seconds']:.0f} s]{where}", flush=True)
     summary = {"device": here, "date": time.strftime("%Y-%m-%d"), "modes": list(modes), "models": records}
-    # atomically: a full disk keeps the previous one; JSON has no NaN: a non-finite number is written as null
-    write_json(os.path.join(out_dir, "summary.json"), finite_json(summary)[0])
-    write_text(os.path.join(out_dir, "summary.md"), markdown(summary))
-    summary["plots"] = plot(records, out_dir)
+    # one set (runfolder.result_set: no plot of modes measured before is left beside it), each file atomically;
+    # JSON has no NaN: a non-finite number is written as null
+    with result_set(out_dir, FILES) as staging:
+        summary["plots"] = plot(records, staging)
+        write_text(os.path.join(staging, "summary.md"), markdown(summary))
+        write_json(os.path.join(staging, "summary.json"), finite_json(summary)[0])
     return summary
 
 

@@ -184,6 +184,9 @@ def kept_of_other_run(run_dir, kept, name):
 # -----------------------------------------------------------------------------
 # The report's words
 
+# every file lab/analyze.py writes in its out_dir, as one set (runfolder.result_set); a report copies its figures
+ANALYSIS_FILES = ("summary.json", "summary.md", "per_window.npz", "layers.png", "gate_hist.png", "attn_maps.png",
+                  "curves.png", "emergence.png")
 EVALUATE_DIR = "evaluate"  # lab/evaluate.py's output for the report, under the report's folder (lab.repro evaluate)
 
 # What the papers report for a measure of probe.MEASURES, by its key: (paper, variants.Row field, column name,

@@ -112,16 +112,16 @@ from cli import (DIVERGED_EXIT, config_path, configure, dataset_dir, device_name
                  usage)
 from data import ON_FIRST_USE, prepare_on_first_use
 from data.shards import find_shards
-from lab.report import (EVALUATE_DIR, comparison, evaluate_section, grew_sink_head, kept_of_other_run, load_windows,
-    older_sink_share, over_seeds, over_variant, paper_effect, plot_headline, plot_sweep, plot_trends, render_report,
-    windows_id)
+from lab.report import (ANALYSIS_FILES, EVALUATE_DIR, comparison, evaluate_section, grew_sink_head, kept_of_other_run,
+    load_windows, older_sink_share, over_seeds, over_variant, paper_effect, plot_headline, plot_sweep, plot_trends,
+    render_report, windows_id)
 from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
     size_word)
 from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
 from model import GPT, GPTConfig
 from probe import MEASURE, MEASURES, SINK_HEAD_THRESHOLD, flops_per_token, peak_flops
 from runfolder import (BEST, CHECKPOINT, EVALUATED, LOG, MEASURED, MEASUREMENTS, atomic_write, claim_folder,
-    read_jsonl, saved_state, write_json, write_text)
+    read_jsonl, result_set, saved_state, write_json, write_text)
 from train import TrainConfig, check_settings  # train.py's keys and its checks on them, to refuse a key before any run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above lab/
@@ -147,6 +147,9 @@ COMMANDS = "commands.jsonl"  # under the root: every train.py command run, with 
 RUNS_FAILED_EXIT = 4  # `train`'s exit status when runs failed and the others ran: the report can follow (study.sh)
 STOP_GRACE, STOP_WAIT = 5, 60  # seconds, after Ctrl-C: for the tools to end on their own, then on the runner's word
 ANALYSIS_DIR = "analysis"  # under the root: lab/analyze.py's measurements of every run, for the report
+# the files of a report drawn again as one set (the runs it keeps, its packages list and evaluations apart)
+REPORT_FILES = ("REPORT.md", "summary.json", "summary.md", "headline.png", "trends.png", "lr_sweep.png") + \
+    tuple(name for name in ANALYSIS_FILES if name.endswith(".png"))
 RUNS_DIR = "runs"  # under the report: what it keeps of each run (KEPT and COMMAND), without the checkpoints
 KEPT = (LOG, MEASURED + ".json", MEASURED + ".npz", EVALUATED)  # a run's log and the measurements of its checkpoint
 COMMAND = "command.json"  # kept beside them: the run's record in commands.jsonl
@@ -954,18 +957,20 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
               "rule": RULE, "claims": claims, "sweep": sweep, "variants": variants, "runs": records}
     if study.counts:  # a yes/no outcome per run, counted over seeds: the report leads with it
         result["sink_counts"] = sink_counts(by, study.counts)
-    write_json(os.path.join(out_dir, "summary.json"), result)  # each file atomically: the old one or the new one
-    for name in ["summary.md"] + summary["plots"]:  # lab/analyze.py's table and figures, beside the report
-        with open(os.path.join(root, ANALYSIS_DIR, name), "rb") as f:
-            data = f.read()
-        atomic_write(os.path.join(out_dir, name), lambda f, data=data: f.write(data))
     logs = {(v, s): read_jsonl(os.path.join(run_dir(root, v, s), LOG)) for v, s in runs}
-    plots = plot_headline(by, variants, logs, out_dir) + summary["plots"] + plot_trends(by, logs, out_dir) + \
-        plot_sweep(sweep, out_dir)
-    write_text(os.path.join(out_dir, "REPORT.md"),
-               render_report(result, root, tiny, commands, report_command, plots, summary["runs"], study.title,
-                             every_command) +
-               evaluate_section(out_dir, root, runs))
+    # one set, REPORT.md and summary.json last (runfolder.result_set): a report cut short leaves the old one whole
+    with result_set(out_dir, REPORT_FILES, last=("summary.json", "REPORT.md")) as staging:
+        write_json(os.path.join(staging, "summary.json"), result)
+        for name in ["summary.md"] + summary["plots"]:  # lab/analyze.py's table and figures, beside the report
+            with open(os.path.join(root, ANALYSIS_DIR, name), "rb") as f:
+                data = f.read()
+            atomic_write(os.path.join(staging, name), lambda f, data=data: f.write(data))
+        plots = plot_headline(by, variants, logs, staging) + summary["plots"] + plot_trends(by, logs, staging) + \
+            plot_sweep(sweep, staging)
+        write_text(os.path.join(staging, "REPORT.md"),
+                   render_report(result, root, tiny, commands, report_command, plots, summary["runs"], study.title,
+                                 every_command) +
+                   evaluate_section(out_dir, root, runs))
     print(f"wrote {out_dir}/summary.json and {out_dir}/REPORT.md")
 
 

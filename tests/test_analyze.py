@@ -17,7 +17,7 @@ import torch
 import lab.analyze as analyze
 import lab.report as report
 import train
-from runfolder import load_checkpoint, save_checkpoint
+from runfolder import load_checkpoint, result_set, save_checkpoint
 from data.shards import val_batches
 from model import GPT, GPTConfig
 from probe import MEASURES
@@ -481,6 +481,48 @@ def test_a_full_disk_leaves_the_previous_results_whole(trained_run, tmp_path, mo
     assert e.value.errno == errno.ENOSPC
     now = files_of(out)
     assert now[name] == before[name] and set(now) == set(before)  # the file as it was, and no .tmp left beside it
+
+
+def test_result_set_replaces_the_old_set_as_one(tmp_path, monkeypatch):
+    """runfolder.result_set: the new files replace the old, the old set's files the new lacks go, files of no set
+    stay, the summary is renamed last; an error in the block leaves the folder as it was, with no staging folder."""
+    for name, text in (("summary.json", "old"), ("a.png", "old"), ("b.png", "old"), ("notes.txt", "mine")):
+        (tmp_path / name).write_text(text)
+    with pytest.raises(RuntimeError, match="plotting failed"):
+        with result_set(str(tmp_path), ("summary.json", "a.png", "b.png")) as staging:
+            open(os.path.join(staging, "a.png"), "w").write("new")
+            raise RuntimeError("plotting failed")
+    assert files_of(tmp_path) == {"summary.json": b"old", "a.png": b"old", "b.png": b"old", "notes.txt": b"mine"}
+    moved, real_replace = [], os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (moved.append(os.path.basename(dst)), real_replace(src, dst)))
+    with result_set(str(tmp_path), ("summary.json", "a.png", "b.png")) as staging:
+        for name in ("summary.json", "a.png"):
+            open(os.path.join(staging, name), "w").write("new")
+    assert files_of(tmp_path) == {"summary.json": b"new", "a.png": b"new", "notes.txt": b"mine"}
+    assert moved[-2:] == ["a.png", "summary.json"]  # the summary last (os.replace is also atomic_write's)
+
+
+def test_an_analysis_leaves_no_plot_of_the_one_before(trained_run, dataset, tmp_path, monkeypatch):
+    """Analysed again into the same folder with an ungated run, the gated run's gate histogram goes (it would show
+    another run's gate); Ctrl-C while plotting leaves the earlier analysis whole."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    first = analyze.analyze([trained_run], out_dir=str(out), device="cpu")
+    assert "gate_hist.png" in first["plots"]
+    before = files_of(out)
+    make_run(str(tmp_path / "none"), dataset, gate="none")
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+    with monkeypatch.context() as m:
+        m.setattr(analyze, "plot_attention_maps", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            analyze.analyze([str(tmp_path / "none")], out_dir=str(out), device="cpu")
+    assert files_of(out) == before  # the earlier set whole, no staging folder left
+    second = analyze.analyze([str(tmp_path / "none")], out_dir=str(out), device="cpu")
+    assert "gate_hist.png" not in second["plots"]
+    assert sorted(os.listdir(out)) == sorted(second["plots"] + ["summary.json", "summary.md", "per_window.npz"])
+    assert set(second["plots"]) | {"summary.json", "summary.md", "per_window.npz"} <= set(report.ANALYSIS_FILES)
 
 
 def unwritable_out_dir(tmp_path, kind):

@@ -392,6 +392,19 @@ def test_a_full_disk_leaves_the_previous_results_whole(two_runs, tmp_path, monke
     assert now[name] == old[name] and set(now) == set(old)  # the file as it was, and no .tmp left beside it
 
 
+def test_a_new_evaluation_leaves_no_plot_of_modes_measured_before(two_runs, tmp_path):
+    """stream.png of an earlier evaluation would show numbers the new summary does not hold: it goes."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    argv = [f"--runs={two_runs}/g1", "--device=cpu", "--windows=2", "--quant=w4a4", f"--out_dir={out}"]
+    evaluate.main(argv + ["--modes=quant,stream", "--stream_windows=8", "--keep_first=0,1"])
+    assert {"quant.png", "stream.png"} <= set(os.listdir(out))
+    evaluate.main(argv + ["--modes=quant"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(os.listdir(out)) == sorted(summary["plots"] + [".lock", "summary.json", "summary.md"]) and \
+        summary["plots"] == ["quant.png"]
+
+
 @pytest.mark.parametrize("kind", ["a-file", "under-a-file", "not-writable"])
 def test_an_out_dir_that_cannot_be_written_is_refused_before_the_work(two_runs, tmp_path, monkeypatch, kind):
     out, words = unwritable_out_dir(tmp_path, kind)

@@ -1215,6 +1215,8 @@ def test_sink_lab_pipeline_tiny(tmp_path, small_task):
     for c in map(json.loads, open(os.path.join(root, "commands.jsonl"))):
         argv = shlex.split(c["command"])
         assert argv[2] == os.path.join(REPO, "config", "sink_lab.py") and "--max_iters=40" in argv
+    os.makedirs(os.path.join(root, "report"))  # an earlier report's figure of a sweep this study has not: it goes
+    open(os.path.join(root, "report", "lr_sweep.png"), "w").write("not this report's")
     report = subprocess.run(cmd + ["report", "--study=sink_lab", "--tiny", f"--root={root}"], capture_output=True,
                             text=True, cwd=REPO)
     assert report.returncode == 0, report.stderr
