@@ -146,10 +146,13 @@ def flag_missing_exercises(rows):
                                 f"(missing: {', '.join(missing)})")
 
 
+LEAD = ("student", "file", "verified", "why not", "exercises passed", "checks passed")  # before the exercises
+
+
 def table(rows):
     """The gradebook as a header and lines of cells (strings), one line per row."""
     ids = exercise_ids(rows)
-    header = ["student", "file", "verified", "why not", "exercises passed", "checks passed"]
+    header = list(LEAD)
     for i in ids:
         header += [f"{i} status", f"{i} checks", f"{i} hints_seen"]
     header += ["seed", "date", "flags"]
@@ -183,14 +186,28 @@ def as_csv(header, lines):
 
 
 def as_markdown(header, lines, folder, key, flagged):
+    """The table as Markdown, for reading: an exercise's status, checks passed and hints seen share one cell ("failed
+    2/4, 3 hints"), so that eleven exercises fit on a screen; the CSV keeps them apart, with the seed."""
     def cell(text):  # a | or a line break would end the cell
         return text.replace("|", "\\|").replace("\n", " ") or " "
+
+    def exercise(row, i):
+        status, hints = row[f"{i} status"], row[f"{i} hints_seen"]
+        if status == "-":  # not in this file
+            return "-"
+        return f"{status} {row[f'{i} checks']}" + (f", {hints} hint{'s' * (hints != '1')}" if hints not in ("", "0")
+                                                   else "")
+    ids = [h[:-len(" status")] for h in header if h.endswith(" status")]
+    columns = list(LEAD) + ids + ["date", "flags"]
+    rows = [dict(zip(header, cells)) for cells in lines]
     how = "with CHECK_SIGNING_KEY" if key else "as plain checksums (CHECK_SIGNING_KEY was not set)"
     text = [f"# Gradebook: {folder}", "",
             f"{len(lines)} files, {flagged} flagged. Seals checked {how}; the graded starter.py files were not "
-            "checked (they are the students'; `check.py --verify=FILE` in a student's copy checks them).", "",
-            "| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    text += ["| " + " | ".join(cell(c) for c in cells) + " |" for cells in lines]
+            "checked (they are the students'; `check.py --verify=FILE` in a student's copy checks them). An "
+            "exercise's cell: its status, the checks passed of its checks, and the hints seen (the CSV has them apart, "
+            "with the seed).", "",
+            "| " + " | ".join(cell(c) for c in columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    text += ["| " + " | ".join(cell(exercise(row, c) if c in ids else row[c]) for c in columns) + " |" for row in rows]
     return "\n".join(text) + "\n"
 
 

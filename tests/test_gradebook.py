@@ -107,6 +107,13 @@ def test_every_file_has_a_row_and_every_doubtful_one_is_flagged(tmp_path):
     table = [line for line in markdown.splitlines() if line.startswith("| ")]
     assert len(table) == 2 + len(rows) and all(f"| {name} |" in markdown for name in rows), markdown
     assert len({line.count(" | ") for line in table}) == 1, "every row of the Markdown table has the header's cells"
+    # one column per exercise (status, checks and hints in one cell), not three: the CSV keeps them apart
+    assert table[0] == "| " + " | ".join(list(gradebook.LEAD) + [first, second, third, "date", "flags"]) + " |"
+    bo = next(line for line in table if line.startswith("| Bo | bo.json |")).split(" | ")
+    hints = rows["bo.json"][f"{first} hints_seen"]
+    assert bo[6] == f"passed {rows['bo.json'][f'{first} checks']}" + (f", {hints} hint" if hints != "0" else "") + \
+        ("s" if hints not in ("0", "1") else "")
+    assert bo[7].startswith("failed ") and "| -" in next(line for line in table if "| fay.json |" in line)
     assert "starter.py files were not checked" in markdown
     assert sorted(os.listdir(tmp_path / "out")) == ["book.csv", "book.md"]  # no temporary file left
 
