@@ -324,6 +324,50 @@ def test_mlp_equations():
     mlp = make(mlp="gelu").transformer.h[0].mlp
     assert mlp.c_fc.out_features == 4 * C
     torch.testing.assert_close(mlp(x), F.gelu(x @ mlp.c_fc.weight.T) @ mlp.c_proj.weight.T)
+    mlp = make(mlp="gelu_tanh").transformer.h[0].mlp  # GPT-2's tanh form (apart from erf's by up to ~1e-3)
+    h = x @ mlp.c_fc.weight.T
+    tanh_gelu = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+    torch.testing.assert_close(mlp(x), tanh_gelu @ mlp.c_proj.weight.T)
+    # the GLUs' default width: 8/3 * n_embd rounded up to a multiple of 64 (533.3 -> 576 at n_embd 200)
+    assert GPTConfig(**{**BASE, "n_embd": 200}).hidden_dim == 576 and GPTConfig(**BASE, mlp_hidden=40).hidden_dim == 40
+
+
+def test_every_norm_takes_norm_eps_and_its_default():
+    """norm_eps reaches every norm that divides by a statistic (the residual stream's, QK-norm's, SDPA RMSNorm's);
+    None gives 1e-6 for the RMSNorms, 1e-5 for LayerNorm (PyTorch's), whose beta exists only with bias=True."""
+    def eps_of(norm):
+        return (norm.norm if isinstance(norm, (PreAffine, GatedNorm)) else norm).eps
+    for norm, default in [("rmsnorm", 1e-6), ("layernorm", 1e-5), ("preaffine", 1e-6), ("gatednorm", 1e-6)]:
+        for eps, want in [(None, default), (0.25, 0.25)]:
+            model = GPT(GPTConfig(**BASE, norm=norm, norm_eps=eps, qk_norm=True, sdpa_nonlin="rmsnorm",
+                                  sandwich_norm=True))
+            block, attn = model.transformer.h[0], model.transformer.h[0].attn
+            norms = [block.ln_1, block.ln_2, block.ln_attn_out, block.ln_mlp_out, model.transformer.ln_f]
+            assert all(eps_of(n) == want for n in norms), (norm, eps)
+            want_rms = 1e-6 if eps is None else eps  # QK-norm's and SDPA RMSNorm's: RMSNorm whatever the norm
+            assert attn.q_norm.eps == attn.k_norm.eps == attn.sdpa_norm.eps == want_rms, (norm, eps)
+    assert GPT(GPTConfig(**BASE, norm="layernorm")).transformer.ln_f.bias is None
+    assert GPT(GPTConfig(**BASE, norm="layernorm", bias=True)).transformer.ln_f.bias is not None
+
+
+@pytest.mark.parametrize("gate", ["g1", "g2", "g3", "g4", "g5"])
+def test_a_block_is_pre_norm_and_its_gate_reads_the_normed_input(gate):
+    """x + attn(ln_1(x)), then + mlp(ln_2(.)): each norm before its sub-layer, none after; and the gate's logits at
+    every position are X W_theta with X = ln_1(x), the tensor that feeds Q, K and V (not x, not the attention's
+    output)."""
+    model = make(gate=gate)
+    block = model.transformer.h[0]
+    x = torch.randn(2, 7, C, dtype=torch.float64)
+    logits = []
+    block.attn.gate.register_forward_hook(lambda m, args, out: logits.append(args[1]))
+    with torch.no_grad():
+        out = block(x)
+        X = block.ln_1(x)
+        h = x + block.attn(X)
+        torch.testing.assert_close(out, h + block.mlp(block.ln_2(h)), rtol=1e-12, atol=1e-12)
+        width = model.config.gate_logits_width()
+        want = (X @ block.attn.c_attn.weight[-width:].T).view(2, 7, *model.config.gate_shape())
+    torch.testing.assert_close(logits[0], want, rtol=1e-12, atol=1e-12)
 
 
 def test_rope_rotates_by_relative_position():
