@@ -249,7 +249,8 @@ FLAGS = [
          "(`kernels.ChunkedCrossEntropy`): the same loss, and one chunk of logits in memory instead of all (`0`: all at "
          "once, and the logits returned)"),
     Flag("block_size, vocab_size, n_layer, n_head, n_embd, dropout, bias",
-         "as in nanoGPT; `bias=False`; dropout on the embeddings and the residual branches", values="as nanoGPT"),
+         "as in nanoGPT; `bias=False`; dropout on the embeddings and the residual branches. `bias=True` gives every "
+         "linear a bias, `W_θ` too (its rows of `c_attn`), which the papers' gate has not", values="as nanoGPT"),
 ]
 
 
