@@ -467,3 +467,15 @@ def test_no_page_keeps_a_placeholder_for_a_figure():
                       if token not in NOT_PLACEHOLDERS]
     assert not found, "placeholders left in the pages:\n" + "\n".join(found)
     assert PLACEHOLDER.findall("ten seeds of your own, SEEDS10 |") == ["SEEDS10"]
+
+
+def test_the_unseen_seed_checks_numbers_are_what_its_script_prints():
+    """results/sink_lab/unseen-seeds/README.md shows a script and what it printed from the committed summaries:
+    run again, it prints the same (a summary drawn again, or a number edited by hand, would differ)."""
+    text = open(os.path.join(REPO, "results", "sink_lab", "unseen-seeds", "README.md"), encoding="utf-8").read()
+    script = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    printed = re.search(r"Printed \(\d{4}-\d\d-\d\d\):\n\n```text\n(.*?)```", text, re.S).group(1)
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, PYTHONPATH=REPO))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == printed
