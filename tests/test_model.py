@@ -1,6 +1,7 @@
 """Properties of model.py, for every gate variant and norm type. CPU only, float64 where we compare numbers."""
 
 import math
+import re
 import warnings
 
 import pytest
@@ -8,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 import probe
+from cli import _source_lines
 from kernels import chunked_loss
-from model import (DyT, GPT, GPTConfig, GatedNorm, PreAffine, RMSNorm, apply_rope, gate_activation, make_norm,
+from model import (VALID, DyT, GPT, GPTConfig, GatedNorm, PreAffine, RMSNorm, apply_rope, gate_activation, make_norm,
     rope_tables, window_mask)
 from probe import Probe, attention_maps
 from lab.variants import TEST_VARIANTS
@@ -219,6 +221,25 @@ def test_g3_and_g4_gate_before_qk_norm_and_rope(gate):
     with torch.no_grad():  # (apply_rope computes in float32, whatever the model's dtype)
         torch.testing.assert_close(attn(x, rope), reference_attention(attn, x, model.config, rope), rtol=1e-5,
                                    atol=1e-6)
+
+
+def test_the_gate_equations_are_held_at_every_gate_value():
+    """Every value of every gate flag in VALID reaches test_gate_equations_against_reference: a value added to VALID
+    that no variant of GATE_PARAMS (or ATTN_VARIANTS) sets would be held by no float64 equation, and
+    gate_activation falls back to the identity for a name it does not know, so a forgotten branch trains silently."""
+    for flag in ("gate", "gate_granularity", "gate_op", "gate_act", "gate_input", "sdpa_nonlin"):
+        default = GPTConfig.__dataclass_fields__[flag].default
+        seen = {default} | {kw[flag] for _, kw in ATTN_VARIANTS if flag in kw}
+        assert seen == set(VALID[flag]), f"{flag}: {sorted(set(VALID[flag]) - seen)} in no ATTN_VARIANTS entry"
+    assert any(kw.get("gate_shared") for _, kw in ATTN_VARIANTS)
+
+
+def test_help_names_every_valid_value_of_a_flag():
+    """`python train.py --help` shows each GPTConfig field's comment: a value added to VALID is named there too."""
+    comment = {entry[1]: entry[2] for entry in _source_lines(GPTConfig) if entry[0] == "key"}
+    for flag, valid in VALID.items():
+        missing = [v for v in valid[1:] if not re.search(rf"\b{v}\b", comment[flag])]
+        assert not missing, f"GPTConfig.{flag}'s comment (what --help shows) does not name {missing}"
 
 
 def test_gate_activations():
