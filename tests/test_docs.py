@@ -469,10 +469,11 @@ def test_no_page_keeps_a_placeholder_for_a_figure():
     assert PLACEHOLDER.findall("ten seeds of your own, SEEDS10 |") == ["SEEDS10"]
 
 
-def test_the_unseen_seed_checks_numbers_are_what_its_script_prints():
-    """results/sink_lab/unseen-seeds/README.md shows a script and what it printed from the committed summaries:
+@pytest.mark.parametrize("folder", ["sink_lab", "tutorial"])
+def test_the_unseen_seed_checks_numbers_are_what_their_script_prints(folder):
+    """results/<folder>/unseen-seeds/README.md shows a script and what it printed from the committed summaries:
     run again, it prints the same (a summary drawn again, or a number edited by hand, would differ)."""
-    text = open(os.path.join(REPO, "results", "sink_lab", "unseen-seeds", "README.md"), encoding="utf-8").read()
+    text = open(os.path.join(REPO, "results", folder, "unseen-seeds", "README.md"), encoding="utf-8").read()
     script = re.search(r"```python\n(.*?)```", text, re.S).group(1)
     printed = re.search(r"Printed \(\d{4}-\d\d-\d\d\):\n\n```text\n(.*?)```", text, re.S).group(1)
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
