@@ -934,8 +934,8 @@ PLOT_TEXT = {
                   "is still growing when the runs end.",
     "emergence.png": "The sink forming during training, each variant's first seed: F-Attn, M-Act and the value norm "
                      "ratio per layer against the training step (lab/analyze.py, from train.py's log).",
-    "lr_sweep.png": "The stability sweep: final loss, M-Act and loss spikes against the learning rate, baseline and "
-                    "G1.",
+    "lr_sweep.png": "The stability sweep: final loss, M-Act (its geometric mean over seeds, on a log axis) and loss "
+                    "spikes against the learning rate, baseline and G1.",
 }
 
 
@@ -1016,9 +1016,18 @@ def plot_headline(by, variants, logs, out_dir):
     return [save_figure(fig, os.path.join(out_dir, "headline.png"))]
 
 
+def on_log_scale(m):
+    """over_seeds' numbers for a log axis: the geometric mean, and the t-interval of the logs exponentiated, as the
+    rule decides a ratio (an arithmetic interval of values spread over decades reaches below 0, off a log axis)."""
+    mean, lo, hi = mean_ci(np.log(m["values"]))
+    return {**m, "mean": math.exp(mean), "lo": None if lo is None else math.exp(lo),
+            "hi": None if hi is None else math.exp(hi)}
+
+
 def plot_sweep(sweep, out_dir):
-    """Final val loss, M-Act and loss spikes against the learning rate, baseline and G1: the mean over seeds, each
-    seed's value as a dot, and the 95% CI over seeds where there are MIN_SEEDS or more."""
+    """Final val loss, M-Act and loss spikes against the learning rate, baseline and G1: the mean over seeds (M-Act,
+    on a log axis: the geometric mean, on_log_scale), each seed's value as a dot, and the 95% CI over seeds where
+    there are MIN_SEEDS or more."""
     plt = pyplot()
     if plt is None or not sweep:
         return []
@@ -1031,6 +1040,8 @@ def plot_sweep(sweep, out_dir):
             if not kept:
                 continue
             xs, stats = zip(*kept)
+            if key == "max_act" and all(min(m["values"]) > 0 for m in stats):
+                stats = [on_log_scale(m) for m in stats]
             means = [m["mean"] for m in stats]
             err = [[m["mean"] - m["lo"] if m["n"] >= MIN_SEEDS else 0 for m in stats],
                    [m["hi"] - m["mean"] if m["n"] >= MIN_SEEDS else 0 for m in stats]]
@@ -1044,6 +1055,8 @@ def plot_sweep(sweep, out_dir):
                 title="loss against learning rate")
     axes[1].set(xscale="log", yscale="log", xlabel="learning rate", ylabel="M-Act", title="massive activations")
     axes[2].set(xscale="log", xlabel="learning rate", ylabel="loss spikes per run", title="loss spikes")
+    top = max(1.0, axes[2].get_ylim()[1])  # a count: no spike at all sits at the bottom, not mid-axis
+    axes[2].set_ylim(-0.05 * top, top)
     lrs = sorted({r["lr"] for r in sweep})
     for ax in axes:  # the swept rates as the ticks, written as they are set
         ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs])

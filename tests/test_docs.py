@@ -469,14 +469,22 @@ def test_no_page_keeps_a_placeholder_for_a_figure():
     assert PLACEHOLDER.findall("ten seeds of your own, SEEDS10 |") == ["SEEDS10"]
 
 
-@pytest.mark.parametrize("folder", ["sink_lab", "tutorial"])
-def test_the_unseen_seed_checks_numbers_are_what_their_script_prints(folder):
-    """results/<folder>/unseen-seeds/README.md shows a script and what it printed from the committed summaries:
-    run again, it prints the same (a summary drawn again, or a number edited by hand, would differ)."""
-    text = open(os.path.join(REPO, "results", folder, "unseen-seeds", "README.md"), encoding="utf-8").read()
-    script = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+@pytest.mark.parametrize("folder", ["sink_lab/unseen-seeds", "tutorial/unseen-seeds", "tutorial/lr-sweep"])
+def test_the_seed_checks_numbers_are_what_their_script_prints(folder, tmp_path):
+    """results/<folder>/README.md shows a script and what it printed from the committed summaries: run again, it
+    prints the same (a summary drawn again, or a number edited by hand, would differ). A second python block, where
+    there is one, draws the page's figure from the same numbers: run after the first, into a temporary folder."""
+    text = open(os.path.join(REPO, "results", folder, "README.md"), encoding="utf-8").read()
+    script, *figure = re.findall(r"```python\n(.*?)```", text, re.S)
     printed = re.search(r"Printed \(\d{4}-\d\d-\d\d\):\n\n```text\n(.*?)```", text, re.S).group(1)
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
                             env=dict(os.environ, PYTHONPATH=REPO))
     assert result.returncode == 0, result.stderr
     assert result.stdout == printed
+    if figure:
+        drawn = figure[0].replace(f'"results/{folder}"', repr(str(tmp_path)))
+        assert drawn != figure[0], f"the figure block of results/{folder}/README.md draws into another folder"
+        result = subprocess.run([sys.executable, "-c", script + drawn], cwd=REPO, capture_output=True, text=True,
+                                timeout=120, env=dict(os.environ, PYTHONPATH=REPO, MPLBACKEND="Agg"))
+        assert result.returncode == 0, result.stderr
+        assert [name for name in os.listdir(tmp_path) if name.endswith(".png")], result.stdout

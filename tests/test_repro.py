@@ -467,6 +467,32 @@ def test_the_sweep_plot_leaves_out_what_a_run_did_not_measure(tmp_path):
     assert (tmp_path / "lr_sweep.png").stat().st_size > 0
 
 
+def test_the_sweep_plot_draws_m_act_on_its_log_axis_as_a_geometric_mean(tmp_path, monkeypatch):
+    """M-Act spread over decades between seeds (the tutorial's runs at 100x its rate: 3e5 to 1.5e6): its arithmetic
+    t-interval reaches below 0, off the log axis, so the plot draws the geometric mean and the interval of the logs,
+    as the rule decides a ratio. The loss panel keeps the arithmetic mean."""
+    pytest.importorskip("matplotlib")
+    acts, losses = [4.4e5, 3.2e5, 1.0e6, 1.5e6], [4.27, 4.34, 4.30, 4.29]
+    assert report.mean_ci(acts)[1] < 0
+
+    def row(scale):
+        return {"val_loss": report.over_seeds(losses), "max_act": report.over_seeds([a * scale for a in acts]),
+                "loss_spikes": [0] * 4}
+    sweep = [{"lr": lr, "baseline": row(scale), "g1_elementwise": row(scale / 2)} for lr, scale in ((2e-2, 1e-2),
+                                                                                                  (2e-1, 1.0))]
+    figures = keep_figures(monkeypatch, report)
+    assert report.plot_sweep(sweep, str(tmp_path)) == ["lr_sweep.png"]
+    loss_axis, act_axis = figures[0][1].axes[:2]
+    for bars in act_axis.containers:  # one errorbar per model: its line of means, then its vertical bars
+        means = bars.lines[0].get_ydata()
+        assert means[1] / means[0] == pytest.approx(100)  # a geometric mean scales with its values
+        lows = [segment[0][1] for segment in bars.lines[2][0].get_segments()]
+        assert all(low > 0 for low in lows)
+    geometric = math.exp(np.mean(np.log(acts)))
+    assert act_axis.containers[0].lines[0].get_ydata()[1] == pytest.approx(geometric)
+    assert loss_axis.containers[0].lines[0].get_ydata()[1] == pytest.approx(np.mean(losses))
+
+
 def test_the_report_adds_up_the_training_time_resumed_parts_and_side_by_side_runs_included():
     records = [{"variant": "baseline", "seed": 1337}, {"variant": "g1_elementwise", "seed": 1337}]
     every = [{"variant": "baseline", "seed": 1337, "seconds": 300.0, "parallel": 1},   # cut short, then resumed:
