@@ -1032,6 +1032,8 @@ def plot_sweep(sweep, out_dir):
     if plt is None or not sweep:
         return []
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    # both models' M-Act alike on the one axis: geometric where every value can be logged, else arithmetic
+    geometric = all(min(r[f]["max_act"]["values"]) > 0 for r in sweep for f in SWEPT if r[f] and r[f]["max_act"])
     for family in SWEPT:
         rows = [r for r in sweep if r[family]]
         lrs = [r["lr"] for r in rows]
@@ -1040,7 +1042,7 @@ def plot_sweep(sweep, out_dir):
             if not kept:
                 continue
             xs, stats = zip(*kept)
-            if key == "max_act" and all(min(m["values"]) > 0 for m in stats):
+            if key == "max_act" and geometric:
                 stats = [on_log_scale(m) for m in stats]
             means = [m["mean"] for m in stats]
             err = [[m["mean"] - m["lo"] if m["n"] >= MIN_SEEDS else 0 for m in stats],

@@ -484,13 +484,17 @@ def test_the_sweep_plot_draws_m_act_on_its_log_axis_as_a_geometric_mean(tmp_path
     assert report.plot_sweep(sweep, str(tmp_path)) == ["lr_sweep.png"]
     loss_axis, act_axis = figures[0][1].axes[:2]
     for bars in act_axis.containers:  # one errorbar per model: its line of means, then its vertical bars
-        means = bars.lines[0].get_ydata()
-        assert means[1] / means[0] == pytest.approx(100)  # a geometric mean scales with its values
         lows = [segment[0][1] for segment in bars.lines[2][0].get_segments()]
         assert all(low > 0 for low in lows)
     geometric = math.exp(np.mean(np.log(acts)))
     assert act_axis.containers[0].lines[0].get_ydata()[1] == pytest.approx(geometric)
     assert loss_axis.containers[0].lines[0].get_ydata()[1] == pytest.approx(np.mean(losses))
+    # a value that cannot be logged (0) in one model's runs: both models are drawn with the arithmetic mean, alike
+    sweep[0]["baseline"]["max_act"] = report.over_seeds([0.0, 1.0, 2.0, 3.0])
+    figures.clear()
+    report.plot_sweep(sweep, str(tmp_path))
+    act_axis = figures[0][1].axes[1]
+    assert act_axis.containers[1].lines[0].get_ydata()[1] == pytest.approx(np.mean(acts) / 2)
 
 
 def test_the_report_adds_up_the_training_time_resumed_parts_and_side_by_side_runs_included():
