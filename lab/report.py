@@ -1018,7 +1018,7 @@ def plot_headline(by, variants, logs, out_dir):
 
 def on_log_scale(m):
     """over_seeds' numbers for a log axis: the geometric mean, and the t-interval of the logs exponentiated, as the
-    rule decides a ratio (an arithmetic interval of values spread over decades reaches below 0, off a log axis)."""
+    rule decides a ratio (an arithmetic interval of values several times apart can reach below 0, off a log axis)."""
     mean, lo, hi = mean_ci(np.log(m["values"]))
     return {**m, "mean": math.exp(mean), "lo": None if lo is None else math.exp(lo),
             "hi": None if hi is None else math.exp(hi)}

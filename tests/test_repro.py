@@ -468,7 +468,7 @@ def test_the_sweep_plot_leaves_out_what_a_run_did_not_measure(tmp_path):
 
 
 def test_the_sweep_plot_draws_m_act_on_its_log_axis_as_a_geometric_mean(tmp_path, monkeypatch):
-    """M-Act spread over decades between seeds (the tutorial's runs at 100x its rate: 3e5 to 1.5e6): its arithmetic
+    """M-Act several times apart between seeds (the tutorial's runs at 100x its rate: 3.2e5 to 1.5e6): its arithmetic
     t-interval reaches below 0, off the log axis, so the plot draws the geometric mean and the interval of the logs,
     as the rule decides a ratio. The loss panel keeps the arithmetic mean."""
     pytest.importorskip("matplotlib")
