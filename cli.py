@@ -1,6 +1,7 @@
 """
 The command line and the device, shared by every script (train.py, sample.py and the lab's): it imports no module
-of this project, so reading a command line never loads the model or Triton.
+of this project, so reading a command line never loads the model or Triton, and it imports torch only inside the
+functions that use it, so the data preparation scripts, which read their command lines here, never load torch.
 
   fail, configure        the one command-line convention: config files and --key=value, checked against a
                          dataclass of keys (a bool key may be given as a bare --key, a list key as a,b,c);
@@ -30,8 +31,6 @@ import traceback
 import types
 import typing
 from contextlib import nullcontext
-
-import torch
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -328,6 +327,7 @@ def run_config_file(arg, path, scope):
 
 def pick_device(name, local_rank=None):
     """'auto' -> cuda, else mps, else cpu. Under torchrun each process takes the GPU of its local rank."""
+    import torch
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     if name == "cuda" and local_rank is not None:
@@ -457,6 +457,7 @@ def _meet(store, world_size, deadline):
 def free_memory(device):
     """Bytes free for a run or a measurement on device now: a GPU's own; the machine's otherwise (MPS shares it),
     counting the caches the system would give up; None where the system cannot tell."""
+    import torch
     if str(device).startswith("cuda"):
         return torch.cuda.mem_get_info(torch.device(device))[0]
     try:
@@ -479,6 +480,7 @@ def free_memory(device):
 
 def device_name(device):
     """What a result was measured on, in words: the GPU's name, or the CPU's."""
+    import torch
     return torch.cuda.get_device_name(device) if str(device).startswith("cuda") else \
         f"CPU ({platform.processor() or platform.machine()})"
 
@@ -488,6 +490,7 @@ def cpu_computes_bf16():
     AMX): there a bf16 matmul runs about twice as fast as an fp32 one; elsewhere bf16 is emulated, and slower.
     ATEN_CPU_CAPABILITY=avx2 (PyTorch's switch to use AVX2 at most) makes it False: with ONEDNN_MAX_CPU_ISA=AVX2
     too, a CPU that has bf16 runs as one without it would, in fp32."""
+    import torch
     try:
         if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AMX"):
             return False  # PyTorch was told (or found) to use AVX2 or less
@@ -500,6 +503,7 @@ def autocast_for(device, dtype):
     """(autocast context, resolved dtype name). auto: bf16 where the GPU has it, fp16 on older GPUs; on a CPU, bf16
     where it computes bf16 in hardware (the output layer's matmuls, most of a small model's step, take about half
     the time); fp32 elsewhere."""
+    import torch
     device_type = device.split(":")[0]
     if dtype == "auto":
         if device_type == "cuda":
@@ -527,6 +531,7 @@ SDPA_BACKENDS = ("default", "cudnn", "flash")
 
 def _sdpa_priority():
     """SDPA's kernels (SDPBackend) in the order it tries them now: PyTorch's own, or a preference's."""
+    import torch
     from torch.nn.attention import SDPBackend
     return [SDPBackend(i) for i in torch._C._get_sdp_priority_order()]  # what sdpa_kernel itself reads
 

@@ -14,6 +14,8 @@ nothing is lost. train.py meets it as one object, RunFolder.
                          data, the best state so far), the log and the checkpoints, and the Ctrl-C line;
                          saved_state, rng_state, step_memory and memory_advice (a step that cannot fit is refused
                          before it is tried)
+torch is imported inside the functions that use it: the data preparation scripts write their files with atomic_write
+and never load torch (a second to import, and some 200 MB in each worker where workers are spawned, as on macOS).
 """
 
 import contextlib
@@ -35,7 +37,6 @@ import tempfile
 import warnings
 
 import numpy as np
-import torch
 
 from cli import REPO, autocast_for, configure, dataset_dir, fail, pick_device
 
@@ -227,6 +228,7 @@ def _umask():
 
 def save_checkpoint(checkpoint, path):
     """Atomic: a crash or kill while saving leaves the previous file whole (atomic_write)."""
+    import torch
     atomic_write(path, lambda f: torch.save(checkpoint, f))
 
 
@@ -260,6 +262,7 @@ def no_checkpoint(folder, name):
 def read_checkpoint(path):
     """A checkpoint file as a dict. A missing file raises FileNotFoundError, an unreadable one ValueError,
     each with a message for the user."""
+    import torch
     if not os.path.isfile(path):
         raise FileNotFoundError(no_checkpoint(os.path.dirname(path) or ".", os.path.basename(path)))
     try:
@@ -355,6 +358,7 @@ def saved_state(path, whose=False):
     not read), or None if there is none; ValueError if it cannot be read. What a message says of a file
     comes from here, never from what another file claims about it. whose: also (run_id, model_args), which say
     whose state it is (run_id is None in a checkpoint older than run ids)."""
+    import torch
     if not os.path.isfile(path):
         return None
     try:
@@ -382,6 +386,7 @@ def atomic_copy(source, path):
 
 def rng_state():
     """Every random generator's state, for a resumed run to draw exactly what the uninterrupted one would have."""
+    import torch
     np_state = np.random.get_state()
     return {"torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -393,6 +398,7 @@ def rng_state():
 def restore_rng(state, rank=0):
     """rng_state's generators back, on rank 0: the state saved is rank 0's. Another rank keeps its own seed, so its
     dropout still differs from rank 0's, though not as it would have uninterrupted."""
+    import torch
     if rank:
         return
     torch.set_rng_state(state["torch"])

@@ -15,6 +15,8 @@ FineWeb) need a meta.json too: data/fineweb/prepare.py checks them and writes it
 windows of block_size + 1 tokens from a seeded generator whose state goes into the checkpoint; validation
 always uses the same windows (`val_batches`), so every eval, every run and any analysis script sees exactly
 the same text.
+
+The loaders import torch where they make tensors: preparing a dataset never loads it.
 """
 
 import functools
@@ -26,7 +28,6 @@ import re
 import shlex
 
 import numpy as np
-import torch
 
 from runfolder import atomic_write
 
@@ -533,6 +534,7 @@ class TokenWindows:
 
     def batch(self, indices):
         """Windows by number -> (x, y) int64 tensors of shape (len(indices), length - 1), y = x shifted by one."""
+        import torch
         rows = []
         for i in np.asarray(indices, dtype=np.int64):
             shard = int(np.searchsorted(self.ends, i, side="right"))
@@ -551,11 +553,13 @@ class TrainLoader:
     bos: see TokenWindows."""
 
     def __init__(self, data_dir, block_size, batch_size, seed, rank=0, world_size=1, bos=None):
+        import torch
         self.windows = TokenWindows(data_dir, "train", block_size + 1, bos)
         self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
         self.generator = torch.Generator().manual_seed(seed)
 
     def next_batch(self):
+        import torch
         picks = torch.randint(len(self.windows), (self.batch_size * self.world_size,), generator=self.generator)
         mine = picks[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
         return self.windows.batch(mine.numpy())

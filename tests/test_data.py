@@ -1022,6 +1022,30 @@ def test_the_preparation_runs_under_every_start_method(tmp_path, method):
     assert read_meta(str(tmp_path / "out"))["complete"] is not False
 
 
+def test_a_preparation_and_its_workers_never_import_torch(tmp_path):
+    """Preparing needs numpy and the tokenizer, not torch (a second to import, and some 200 MB in each worker a
+    spawning start method starts): with a `torch` that refuses to be imported first on the path, every local
+    preparation runs, workers started by spawn too, and a bad option is still one line."""
+    blocker = tmp_path / "no_torch" / "torch"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text('raise ImportError("the preparation imported torch")\n')
+    env = dict(os.environ, PYTHONPATH=str(blocker.parent))
+    make_text_folder(tmp_path / "src")
+    script = ("import multiprocessing, sys\nsys.path.insert(0, sys.argv[1])\nmultiprocessing.set_start_method('spawn')"
+              "\nsys.argv = sys.argv[:1] + sys.argv[2:]\nimport data.textdir.prepare as prepare\nprepare.main()\n")
+    out = subprocess.run([sys.executable, "-c", script, REPO, "--src", str(tmp_path / "src"), "--out_dir",
+                          str(tmp_path / "textdir"), "--workers", "2"], capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert out.returncode == 0 and "wrote " in out.stdout, out.stderr
+    for name, args in (("pystdlib", ["--max_files", "5", "--workers", "1"]),
+                       ("bigram_backcopy", ["--train_tokens", "2000", "--val_tokens", "1000"])):
+        code, said, err = run_prepare(name, *args, "--out_dir", str(tmp_path / name), env=env)
+        assert code == 0 and "wrote " in said, err
+    code, _, err = run_prepare("textdir", "--src", str(tmp_path / "src"), "--workers=0", env=env)
+    assert_one_line(code, err, "workers=0")
+    assert subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True).returncode != 0
+
+
 # ----------------------------------------------------------------------------
 # the prepare scripts' command lines, as a careless user runs them: one line, never a traceback
 
