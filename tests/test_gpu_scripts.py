@@ -18,7 +18,6 @@ import tarfile
 import time
 
 import pytest
-import torch
 
 from cli import sdpa_order
 from test_bench import check_bench_kernels_tiny, check_bench_train_tiny
@@ -133,28 +132,38 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     assert b" -m lab.analyze --runs=" in files["study/study-job/output.txt"]
     assert b"leaves 1 run untrained: g1_elementwise seed 1337" in files["study/study-job/output.txt"]
     assert "repro-tiny/g1_elementwise/seed1337/log.jsonl" not in files  # and the report followed, on baseline alone
-    # an evaluation that fails (here a key it refuses) still leaves the report drawn, and the job's exit code says
-    # it failed
-    report = tmp_path / "study" / "repro-tiny" / "report" / "REPORT.md"
-    report.unlink()
-    assert script("study", "start", "baseline", "--max_iters=6", "--eval_interval=3", "--", "--quant=w99",
-                  work=study, env=data).returncode == 0
-    failed = script("study", "wait", "200", work=study)
-    assert failed.returncode == 1 and "exit 1" in failed.stdout and report.is_file(), failed.stdout
-    # a run that fails beside others (here train.py refuses to replace its folder: a best.pt of a later state, its
-    # ckpt.pt gone) fails the training (lab.repro's exit status 4), and the report of the others still follows
-    refused = study / "repro-tiny" / "g1_elementwise" / "seed1337"
-    refused.mkdir(parents=True)
-    (refused / "log.jsonl").write_text('{"iter": 0, "val_loss": 10.8}\n{"iter": 3, "val_loss": 10.7}\n')
-    torch.save({"iter_num": 3, "val_loss": 10.7, "model_args": {}}, refused / "best.pt")
-    report.unlink()
-    assert script("study", "start", "baseline", "g1_elementwise", "--max_iters=6", "--eval_interval=3", "--",
-                  "--windows=4", "--quant=w4a4", "--lengths=1,2", "--keep_first=0,1", work=study,
-                  env=data).returncode == 0
-    failed = script("study", "wait", "200", work=study)
-    assert failed.returncode == 1 and "exit 4" in failed.stdout and report.is_file(), failed.stdout
-    assert "error: 1 of the runs failed: g1_elementwise seed 1337 (exit code 1)" in \
-        (study / "study-job" / "output.txt").read_text()
+
+
+# (training, evaluation, report) exit codes -> the job's: the report follows a training that succeeded or failed in
+# part (lab.repro's 4: the other runs trained), even when the evaluation failed; the code is the training's failure,
+# else the report's, else the evaluation's. A training that failed outright is reported by nothing after it.
+JOB_OUTCOMES = [((0, 0, 0), 0, "train evaluate report"), ((0, 1, 0), 1, "train evaluate report"),
+                ((4, 0, 0), 4, "train evaluate report"), ((4, 1, 0), 4, "train evaluate report"),
+                ((0, 1, 2), 2, "train evaluate report"), ((0, 0, 2), 2, "train evaluate report"),
+                ((1, 0, 0), 1, "train")]
+
+
+def test_the_job_reports_after_failed_runs_or_a_failed_evaluation_and_exits_with_what_failed(tmp_path):
+    """The job's command, with a stand-in for python whose lab.repro stages exit as told: which stages ran and the
+    job's exit code, for each outcome (the real stages at toy size: test_the_three_gpu_steps_at_toy_size)."""
+    jobs = []
+    for n, (codes, _, _) in enumerate(JOB_OUTCOMES):
+        work = tmp_path / str(n)
+        work.mkdir()
+        calls = work / "calls.txt"
+        cases = " ".join(f"{stage}) echo {stage} >> {calls}; exit {code};;"
+                         for stage, code in zip(("train", "evaluate", "report"), codes))
+        python = fake_python(work / "python", f'[ "$1 $2" = "-m lab.repro" ] && case "$3" in {cases} esac\nexit 9')
+        jobs.append((work, script("study", "start", "baseline", work=work, env={"PYTHON": python}, wait=False)))
+    for work, job in jobs:
+        job.communicate(timeout=60)
+        assert job.returncode == 0
+    for (work, _), (codes, code, stages) in zip(jobs, JOB_OUTCOMES):
+        waited = script("study", "wait", "60", work=work)
+        assert waited.returncode == (code != 0) and f"the study's job ended: exit {code}" in waited.stdout, \
+            (codes, waited.stdout)
+        assert (work / "calls.txt").read_text().split() == stages.split(), codes
+        assert (work / "out" / "study.tar.gz").is_file(), codes  # packed, failed or not
 
 
 def test_throughput_modes_and_batch_sizes_at_toy_size(tmp_path):
