@@ -581,6 +581,9 @@ def sweep_section(sweep):
                      f"{d['verdict'] if d else 'not measured'} | "
                      f"{fmt_ci(x and x['max_act'], act.spec)} | {fmt_ci(y and y['max_act'], act.spec)} | "
                      f"{spikes(x)} | {spikes(y)} | {' / '.join(finished(s) for s in (x, y))} |")
+    if len(sweep) == 1:
+        lines += ["", "Only this rate is trained so far, so no sweep is drawn: `python -m lab.repro train sweep`, with "
+                  "the keys the other runs were trained with, trains the rest."]
     return lines
 
 
@@ -1027,9 +1030,10 @@ def on_log_scale(m):
 def plot_sweep(sweep, out_dir):
     """Final val loss, M-Act and loss spikes against the learning rate, baseline and G1: the mean over seeds (M-Act,
     on a log axis: the geometric mean, on_log_scale), each seed's value as a dot, and the 95% CI over seeds where
-    there are MIN_SEEDS or more."""
+    there are MIN_SEEDS or more. Nothing until two rates are trained: one rate is no curve, and its numbers are the
+    sweep's table."""
     plt = pyplot()
-    if plt is None or not sweep:
+    if plt is None or len({r["lr"] for r in sweep}) < 2:
         return []
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     # both models' M-Act alike on the one axis: geometric where every value can be logged, else arithmetic

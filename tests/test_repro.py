@@ -138,8 +138,10 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     assert f"This report: `{made}`" in text  # how it was made, as a user makes it again
     minutes = sum(c["seconds"] / c["parallel"] for c in commands) / 60  # every command, side by side at its share
     assert f"Training time: {minutes:.1f} minutes of the device in all" in text
-    for plot in ("trends.png", "lr_sweep.png", "layers.png"):
+    for plot in ("trends.png", "layers.png"):
         assert os.path.isfile(os.path.join(root, "report", plot)) and f"]({plot})" in text
+    assert not os.path.exists(os.path.join(root, "report", "lr_sweep.png"))  # one rate: the sweep's row, no figure
+    assert "Only this rate is trained so far" in text
     section = text[text.index("## Downstream consequences"):]
     assert ("| variant | seeds | W4A4 Δ | none 2x [32, 64) | none 2x [32, 64) Δ | yarn 2x [32, 64) | "
             "yarn 2x [32, 64) Δ | w=8 keep 0 Δ | w=8 keep 1 Δ |") in section
@@ -452,6 +454,18 @@ def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
     # finishing is a yes/no per seed: counted, baseline's then G1's, never one word for all seeds
     assert rows[2]["baseline"]["finished"] == [True, False, True] and table[2].endswith("| 2/3 / 3/3 |")
     assert "paired" not in "\n".join(report.sweep_section(rows))  # an unpaired test over seeds: it says no more
+    assert "Only this rate is trained" not in "\n".join(report.sweep_section(rows))
+
+
+def test_one_learning_rate_is_a_table_row_not_a_sweep_figure(tmp_path):
+    """Before the sweep's runs are trained the study has one rate: its row, a line saying how to train the rest, and
+    no lr_sweep.png (one x value is no curve; matplotlib's layout of it divided by zero)."""
+    by, win, _ = fake_study(baseline=0.0, g1_elementwise=-0.01)
+    rows = repro.sweep_rows(by, win)
+    assert [r["lr"] for r in rows] == [3e-3]
+    section = "\n".join(report.sweep_section(rows))
+    assert section.count("\n| 0.003 | ") == 1 and "`python -m lab.repro train sweep`" in section
+    assert report.plot_sweep(rows, str(tmp_path)) == [] and not (tmp_path / "lr_sweep.png").exists()
 
 
 def test_the_sweep_plot_leaves_out_what_a_run_did_not_measure(tmp_path):
