@@ -154,6 +154,7 @@ def test_every_exercise_has_mutants():
 
 
 @needs_solutions
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # a wrong answer's arithmetic may overflow
 @pytest.mark.parametrize("name, check_name, old, new", mutants())
 def test_a_known_mistake_fails_the_check_meant_to_catch_it(name, check_name, old, new, tmp_path):
     with open(os.path.join(SOLUTIONS, name + ".py"), encoding="utf-8") as f:
