@@ -62,9 +62,8 @@ class TrainConfig(GPTConfig):
     # data
     dataset: str = "pystdlib"  # a folder under data/ with <name>_train_*.bin and <name>_val_*.bin shards
     data_dir: str = ""  # where its shards are, if not data/<dataset>
-    # BOS-anchored windows: position 0 of every training and validation window is the dataset's <|endoftext|>,
-    # then block_size - 1 tokens of text. The papers' models always see a beginning-of-sequence token at position
-    # 0, and the attention sink forms on it: without a fixed token there, a small model grows almost no sink.
+    # BOS-anchored windows: position 0 of every window is the dataset's <|endoftext|>, then block_size - 1 tokens of
+    # text. The papers' models always see a BOS token at 0, and the sink forms on it: without one, hardly any forms.
     bos: bool = True  # start every window with the dataset's <|endoftext|> (above); False: windows start anywhere
     gradient_accumulation_steps: int = 1  # summed over all processes, as in nanoGPT
     batch_size: int = 8  # sequences per micro-step per process
@@ -73,9 +72,8 @@ class TrainConfig(GPTConfig):
     n_layer: int = 4  # transformer blocks
     n_head: int = 4  # query heads
     n_embd: int = 128  # the residual stream's width
-    # kernels.chunked_loss makes the loss's gradient in the logits' own memory: a CPU step holds one copy of them,
-    # not the plain path's several (logits, log-softmax, their gradients), and keeps its heap from fragmenting
-    # under cli.keep_freed_memory. The GPU configs set 0, the loss over all logits at once
+    # kernels.chunked_loss makes the loss's gradient in the logits' own memory: one copy on a CPU, not the plain
+    # path's several, and a heap that does not fragment under cli.keep_freed_memory. The GPU configs set 0 (all at once)
     loss_chunk: int = 4096  # the loss over this many rows of logits at a time (0: all at once)
     # AdamW with linear warmup and cosine decay to min_lr
     learning_rate: float = 2e-3  # the peak, after warmup
@@ -104,9 +102,8 @@ class TrainConfig(GPTConfig):
 
 
 MODEL_KEYS = [f.name for f in dataclasses.fields(GPTConfig)]  # the keys TrainConfig takes from GPTConfig
-# A run has exploded when its validation loss is more than DIVERGED_FACTOR times the one it started from (iter 0):
-# a fresh model's loss is about ln(vocab_size), a uniform guess, and twice that is vastly worse than guessing,
-# which no run that is merely noisy reaches (a --learning_rate=100 run is at thousands of nats). It stops then.
+# A run has exploded (and stops) when its val loss exceeds DIVERGED_FACTOR times its first, about ln(vocab_size), a
+# uniform guess's: no merely noisy run gets that far (a --learning_rate=100 run is at thousands of nats).
 DIVERGED_FACTOR = 2.0
 
 
@@ -200,8 +197,11 @@ class Trainer:
     def run(self):
         """The loop: evaluate (and save) every eval_interval iterations and at the end, else one train_step."""
         c = self.c
-        self.say(f"model: {self.raw_model.num_params() / 1e6:.2f}M parameters, gate={self.gptconf.gate}, "
-                 f"norm={self.gptconf.norm}; device {self.device}, {self.dtype}, {self.world_size} process(es)\n"
+        g = self.gptconf  # the gate, the norm and each other gate flag not at its default (e.g. gate_act=silu)
+        flags = "".join(f", {k}={getattr(g, k)}" for k in MODEL_KEYS if k.startswith(("gate_", "sdpa_", "match_"))
+                        and getattr(g, k) != getattr(GPTConfig, k))
+        self.say(f"model: {self.raw_model.num_params() / 1e6:.2f}M parameters, gate={g.gate}, norm={g.norm}{flags}; "
+                 f"device {self.device}, {self.dtype}, {self.world_size} process(es)\n"
                  f"data: {self.data_dir}, {len(self.loader.windows):,} training windows"
                  f"{' (each starts with the BOS token <|endoftext|>)' if c.bos else ''}; "
                  f"{self.tokens_per_iter:,} tokens per iteration")

@@ -356,6 +356,17 @@ def test_the_training_loop_waits_for_the_device_only_at_log_and_eval_steps(stdli
     assert record["iter"] == 12 and record["train_loss"] is not None and record["tokens_per_s"] > 0
 
 
+def test_the_first_line_names_the_variant_each_gate_flag_set_otherwise_included(stdlib_data, tmp_path, capsys):
+    """A variant the parameter count cannot tell apart (--gate_act changes none) is named on the model line: the gate,
+    the norm, and each gate flag not at its default; a run at the defaults names no more."""
+    for flags, said in ((["--gate_act=ns_sigmoid", "--gate_input=none"], "gate=g1, norm=rmsnorm, "
+                         "gate_act=ns_sigmoid, gate_input=none; "), (["--gate=none"], "gate=none, norm=rmsnorm; ")):
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / flags[0][2:]}", "--max_iters=1",
+                           "--eval_interval=1", "--eval_iters=1", *flags])
+        line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("model: "))
+        assert f"M parameters, {said}device " in line, line
+
+
 def test_log_lines_and_records_time_the_training_steps_only(stdlib_data, tmp_path, monkeypatch, capsys):
     """On a fake clock the first step takes 51 s (as compiling would), the next five 1 s each, the rest 2 s, and
     each eval 100 s. The log lines and records time the steps alone: a line covers all the steps since the
