@@ -887,7 +887,8 @@ def main(argv=None):
                               a.plot_labels or None)
         except (ValueError, FileNotFoundError) as e:  # a corrupt checkpoint, too little validation data: one line
             fail(e)
-    print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md" + "".join(f", {p}" for p in summary["plots"]))
+    print(f"wrote {os.path.join(a.out_dir, 'summary.json')}, summary.md, per_window.npz"
+          + "".join(f", {p}" for p in summary["plots"]))
     if summary["problems"]:  # written, and said: a NaN model's summary is no result to build on
         fail("; ".join(summary["problems"]))
 

@@ -223,10 +223,14 @@ def test_analyze_known_answers(tmp_path, dataset):
     assert rows[3][3] == f"{g['layers']['value_norm_ratio'][1]:.3f}"
 
 
-def test_every_figure_labels_its_axes_and_shows_its_colour_scale(trained_run, tmp_path, monkeypatch):
+def test_every_figure_labels_its_axes_and_shows_its_colour_scale(trained_run, tmp_path, monkeypatch, capsys):
     pytest.importorskip("matplotlib")
     figures = keep_figures(monkeypatch, analyze)
     analyze.main([f"--runs={trained_run}", f"--out_dir={tmp_path}"])
+    wrote = capsys.readouterr().out.splitlines()[-1]  # every file it wrote, the per-window values too
+    files = ["summary.json", "summary.md", "per_window.npz"] + [name for name, _ in figures]
+    assert wrote == f"wrote {tmp_path / files[0]}, {', '.join(files[1:])}"
+    assert sorted(f for f in os.listdir(tmp_path) if not f.startswith(".")) == sorted(files)  # (.lock: claimed)
     assert [name for name, _ in figures] == ["layers.png", "gate_hist.png", "attn_maps.png", "curves.png",
                                              "emergence.png"]
     assert_every_plot_is_labelled(figures)
