@@ -32,13 +32,15 @@ def _as_float(what, got):
 
 
 def check_probs_shape(student):
-    """attention_probs returns (B, H, T, T) in q's dtype"""
-    q, k = random_qk(2, 3, 5, 4, dtype=torch.float32)
-    probs = student.attention_probs(q, k)
-    expect_shape("attention_probs(q, k) for q, k of shape (2, 3, 5, 4)", probs, (2, 3, 5, 5),
-                 "One row per query, one column per key: check which axes of q and k your product contracts.")
-    if probs.dtype != q.dtype:
-        raise Wrong(f"attention_probs should keep q's dtype ({q.dtype}), got {probs.dtype}.")
+    """attention_probs returns (B, H, T, T) in q's dtype, float32 or float64"""
+    for dtype in (torch.float32, torch.float64):  # a computation in float32 keeps float32 only: both are asked
+        q, k = random_qk(2, 3, 5, 4, dtype=dtype)
+        probs = student.attention_probs(q, k)
+        expect_shape("attention_probs(q, k) for q, k of shape (2, 3, 5, 4)", probs, (2, 3, 5, 5),
+                     "One row per query, one column per key: check which axes of q and k your product contracts.")
+        if probs.dtype != q.dtype:
+            raise Wrong(f"attention_probs should keep q's dtype ({q.dtype}), got {probs.dtype}: is a step converting "
+                        "to another dtype?")
 
 
 def check_probs_rows_sum_to_one(student):

@@ -51,15 +51,16 @@ def _rms(x):
 # rms_norm
 
 def check_rms_norm_shape(student):
-    """rms_norm returns x's shape and dtype (3-D and 2-D inputs)"""
-    for shape in ((2, 3, 8), (5, 8)):
-        x = torch.randn(*shape, generator=check.generator(0))
-        out = student.rms_norm(x, torch.ones(8))
+    """rms_norm returns x's shape and dtype (3-D and 2-D inputs; float32 and float64, weight in x's dtype)"""
+    for shape, dtype in (((2, 3, 8), torch.float32), ((5, 8), torch.float32), ((5, 8), torch.float64)):
+        x = torch.randn(*shape, generator=check.generator(0), dtype=dtype)
+        out = student.rms_norm(x, torch.ones(8, dtype=dtype))
         expect_shape(f"rms_norm(x of shape {shape}, weight)", out, shape,
                      "The norm rescales each token's vector: the output has x's shape, and one token's RMS "
                      "must line up with that token's C channels.")
         if out.dtype != x.dtype:
-            raise Wrong(f"rms_norm turned float32 inputs into {out.dtype}: keep x's dtype.")
+            raise Wrong(f"rms_norm turned {dtype} inputs into {out.dtype}: keep x's dtype (is a step converting "
+                        "to another?).")
 
 
 def check_rms_norm_scale_invariance(student):
@@ -75,8 +76,9 @@ def check_rms_norm_scale_invariance(student):
                    f"it differs at {int((~torch.isclose(out, base, atol=1e-6, rtol=1e-3)).sum())} of {out.numel()} "
                    "entries")
             raise Wrong(f"rms_norm({c:g} * x) is not rms_norm(x) ({how}): the output should not depend on the "
-                        "input's scale. If it shrinks as 1/c, what you divide by grows like c**2 (the mean square), "
-                        "not like c (its root); if only some entries differ, is the mean over each token's channels?")
+                        "input's scale. If it scales like 1/c (10 times as large for c = 0.1), what you divide by "
+                        "grows like c**2 (the mean square), not like c (its root); if only some entries differ, is "
+                        "the mean over each token's channels?")
 
 
 def check_rms_norm_unit_rms(student):
@@ -151,14 +153,16 @@ def check_rms_norm_tiny_inputs(student):
 # gated_norm
 
 def check_gated_norm_shape(student):
-    """gated_norm returns x's shape and dtype"""
-    x, w, w_down, w_up = (t.float() for t in _gated_inputs(seed=10))
-    out = student.gated_norm(x, w, w_down, w_up)
-    expect_shape("gated_norm(x, weight, w_down, w_up)", out, x.shape,
-                 "w_down is (r, C) and w_up (C, r), stored like nn.Linear weights (out x in): the bottleneck "
-                 "goes from C channels to r and back to C, one gate score per channel.")
-    if out.dtype != x.dtype:
-        raise Wrong(f"gated_norm turned float32 inputs into {out.dtype}: keep x's dtype.")
+    """gated_norm returns x's shape and dtype (float32 and float64)"""
+    for dtype in (torch.float32, torch.float64):
+        x, w, w_down, w_up = (t.to(dtype) for t in _gated_inputs(seed=10))
+        out = student.gated_norm(x, w, w_down, w_up)
+        expect_shape("gated_norm(x, weight, w_down, w_up)", out, x.shape,
+                     "w_down is (r, C) and w_up (C, r), stored like nn.Linear weights (out x in): the bottleneck "
+                     "goes from C channels to r and back to C, one gate score per channel.")
+        if out.dtype != x.dtype:
+            raise Wrong(f"gated_norm turned {dtype} inputs into {out.dtype}: keep x's dtype (is a step converting "
+                        "to another?).")
 
 
 def check_gated_norm_never_larger(student):

@@ -52,6 +52,8 @@ MUTANTS = [
      "x / (mean_square.sqrt() + eps) * weight"),  # eps outside the square root
     ("rms_norm_vs_model", "return x * torch.rsqrt(" "mean_square + eps) * weight",  # PyTorch's own, forbidden
      "return torch.nn.RMSNorm(x.size(-1), eps=eps, dtype=x.dtype)(x) * weight"),
+    ("rms_norm_shape", "return x * torch.rsqrt(" "mean_square + eps) * weight",
+     "return (x * torch.rsqrt(mean_square" " + eps) * weight).float()"),  # float32 always: float64 x comes back float32
     ("gated_norm_never_larger", "return y * " "scores", "return x * scores"),  # the gate on the input, not on y
     ("gated_norm_bottleneck_silu", "hidden = F.silu(" "y @ w_down.T)", "hidden = F.relu(y @ w_down.T)"),  # ReLU
 ]
