@@ -87,7 +87,7 @@ def check_probs_match_reference(student):
                     "last axis): the scores are scaled before the softmax.")
     if same(probs, _reference_probs(q, k, scale=1.0 / q.size(-1))):
         raise Wrong("your scores are divided by D, not by sqrt(D).")
-    expect_close("attention_probs(q, k) in float64", probs, _reference_probs(q, k), atol=1e-6, rtol=1e-5,
+    expect_close("attention_probs(q, k) in float64", probs, _reference_probs(q, k), atol=1e-10, rtol=1e-8,
                  hint="Likely causes: the scale, the product of q and k (every query against every key, summed "
                       "over D), or a computation in float32 (keep q's dtype).")
 

@@ -43,6 +43,8 @@ def f_attn(probs):
 # known mistakes, for CI: (the check that must catch it, text in this file, the mistaken text)
 MUTANTS = [
     ("probs_shape", "return scores.softmax(" "dim=-1)", "return scores.float().softmax(dim=-1)"),  # float32 always
+    ("probs_match_reference", "return scores.softmax(" "dim=-1)",
+     "return scores.float().softmax(dim=-1).to(q.dtype)"),  # float32's precision, returned in q's dtype
     ("probs_rows_sum_to_one", "scores.softmax(" "dim=-1)", "scores.softmax(dim=-2)"),  # softmax over the queries
     ("probs_causal", "masked_fill(future, " 'float("-inf"))', "masked_fill(future, 0.0)"),  # 0 is not "no weight"
     ("probs_match_reference", "(q @ k.transpose(-2, -1)) " "* D ** -0.5", "(q @ k.transpose(-2, -1))"),  # no 1/sqrt(D)
