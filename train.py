@@ -62,8 +62,8 @@ class TrainConfig(GPTConfig):
     # data
     dataset: str = "pystdlib"  # a folder under data/ with <name>_train_*.bin and <name>_val_*.bin shards
     data_dir: str = ""  # where its shards are, if not data/<dataset>
-    # BOS-anchored windows: position 0 of every window is the dataset's <|endoftext|>, then block_size - 1 tokens of
-    # text. The papers' models always see a BOS token at 0, and the sink forms on it: without one, hardly any forms.
+    # BOS-anchored windows: <|endoftext|> at position 0, then block_size - 1 tokens of text, as the papers' models
+    # always see a BOS token at 0. The sink forms on it: without a fixed token there, a small model grows almost none.
     bos: bool = True  # start every window with the dataset's <|endoftext|> (above); False: windows start anywhere
     gradient_accumulation_steps: int = 1  # summed over all processes, as in nanoGPT
     batch_size: int = 8  # sequences per micro-step per process
@@ -102,8 +102,8 @@ class TrainConfig(GPTConfig):
 
 
 MODEL_KEYS = [f.name for f in dataclasses.fields(GPTConfig)]  # the keys TrainConfig takes from GPTConfig
-# A run has exploded (and stops) when its val loss exceeds DIVERGED_FACTOR times its first, about ln(vocab_size), a
-# uniform guess's: no merely noisy run gets that far (a --learning_rate=100 run is at thousands of nats).
+# A run has exploded, and stops, when its val loss exceeds DIVERGED_FACTOR times its first (iter 0's: about
+# ln(vocab_size), a uniform guess), far worse than guessing: no merely noisy run gets there (lr=100 reaches thousands).
 DIVERGED_FACTOR = 2.0
 
 
@@ -197,7 +197,7 @@ class Trainer:
     def run(self):
         """The loop: evaluate (and save) every eval_interval iterations and at the end, else one train_step."""
         c = self.c
-        g = self.gptconf  # the gate, the norm and each other gate flag not at its default (e.g. gate_act=silu)
+        g = self.gptconf  # gate and norm, then each gate flag not at its default (gate_act=silu, match_params=True)
         flags = "".join(f", {k}={getattr(g, k)}" for k in MODEL_KEYS if k.startswith(("gate_", "sdpa_", "match_"))
                         and getattr(g, k) != getattr(GPTConfig, k))
         self.say(f"model: {self.raw_model.num_params() / 1e6:.2f}M parameters, gate={g.gate}, norm={g.norm}{flags}; "
