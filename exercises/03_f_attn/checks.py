@@ -116,6 +116,9 @@ def check_first_token_matches_reference(student):
         raise Wrong("every value of first_token_attention is 1/T: you averaged over the keys (the last axis, j), "
                     "and each query's row sums to 1, so that mean is 1/T whatever the attention does. Take each "
                     "query's probability on key 0 first, then average over the queries.")
+    if same(p0, probs[..., 0][..., 1:].sum(-1) / probs.size(-1)):  # key 0's column, queries 1..T-1, over T
+        raise Wrong("you divided the sum over the queries 1..T-1 by T: there are T-1 of them, so every value is "
+                    "(T-1)/T of their mean. Divide by the number of queries you summed (or take their mean).")
     if same(p0, probs[..., 0, 1:].mean(-1)):
         raise Wrong("you read row 0 (what query 0 gives each key) instead of column 0 (what each query gives key 0): "
                     "probs[b, h, i, j] is query i's weight on key j, so the key is the last index.")

@@ -1,6 +1,6 @@
 """Checks of exercise 06 (RMSNorm and GatedNorm), in order. rms_norm: shape and dtype, scale invariance, unit RMS
 per row, numbers against model.RMSNorm (and no call of PyTorch's own), then the epsilon trap at tiny inputs (the
-only place it shows).
+only place it shows), then float64's precision.
 gated_norm: shape, the gate's range (never larger than the RMSNorm output), the bottleneck's activation (a trap,
 checked just before the model comparison so that it gets its own message), numbers against model.GatedNorm."""
 
@@ -147,6 +147,19 @@ def check_rms_norm_tiny_inputs(student):
     expect_close("rms_norm(1e-4-scale x, weight)", out, want, atol=1e-8, rtol=1e-5,
                  hint="Normal inputs pass but tiny ones do not: re-check where eps enters (F.rms_norm's convention) "
                       "and that it is the eps argument (default 1e-6).")
+
+
+def check_rms_norm_float64_precision(student):
+    """rms_norm computes in x's precision: in float64 it matches F.rms_norm to ~1e-15, not float32's ~1e-7"""
+    x, w = _randn(3, 5, 16, seed=9), _gain(16, 10)
+    out = student.rms_norm(x, w)
+    want = _model_rms_norm(x, w)
+    # the earlier comparisons allow rtol 1e-5 (for the eps trap's sake); eps is right by now, so this can be tight
+    if not torch.allclose(out, want, atol=1e-12, rtol=1e-10):
+        worst = ((out - want).abs() / want.abs().clamp_min(1e-12)).max().item()
+        raise Wrong(f"in float64, rms_norm differs from F.rms_norm by up to {worst:.1g} (relative): float32's "
+                    "precision, not float64's. Does a step compute in float32 (x.float(), say), "
+                    "with the float64 gain bringing the result back to float64? Keep x's dtype throughout.")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -51,6 +51,8 @@ MUTANTS = [
     ("first_token_matches_reference", "probs[..., 1:, " "0]", "probs[..., :, 0]"),  # query 0 counted
     ("first_token_matches_reference", "return probs[..., 1:, " "0].mean(-1)",
      "return probs[..., 1:, :].mean(-1).mean(-1)"),  # averaged over the keys: 1/T, whatever the attention does
+    ("first_token_matches_reference", "return probs[..., 1:, " "0].mean(-1)",
+     "return probs[..., 1:, " "0].sum(-1) / probs.size(-1)"),  # the T-1 queries' sum divided by T
     ("f_attn_is_the_mean_over_windows_and_heads", "first_token_attention(probs).mean()" ".item()",
      "first_token_attention(probs).mean()"),  # a one-element tensor, not a Python float
 ]

@@ -54,6 +54,8 @@ MUTANTS = [
      "return torch.nn.RMSNorm(x.size(-1), eps=eps, dtype=x.dtype)(x) * weight"),
     ("rms_norm_shape", "return x * torch.rsqrt(" "mean_square + eps) * weight",
      "return (x * torch.rsqrt(mean_square" " + eps) * weight).float()"),  # float32 always: float64 x comes back float32
+    ("rms_norm_float64_precision", "return x * torch.rsqrt(" "mean_square + eps) * weight",
+     "return x.float() * torch.rsqrt(mean_square.float() + eps) * weight"),  # float32, back to float64 by weight
     ("gated_norm_never_larger", "return y * " "scores", "return x * scores"),  # the gate on the input, not on y
     ("gated_norm_bottleneck_silu", "hidden = F.silu(" "y @ w_down.T)", "hidden = F.relu(y @ w_down.T)"),  # ReLU
 ]
