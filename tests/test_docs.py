@@ -469,7 +469,8 @@ def test_no_page_keeps_a_placeholder_for_a_figure():
     assert PLACEHOLDER.findall("ten seeds of your own, SEEDS10 |") == ["SEEDS10"]
 
 
-@pytest.mark.parametrize("folder", ["sink_lab/unseen-seeds", "tutorial/unseen-seeds", "tutorial/lr-sweep"])
+@pytest.mark.parametrize("folder", ["sink_lab/unseen-seeds", "tutorial/unseen-seeds", "tutorial/lr-sweep",
+                                    "tutorial/lr-sweep-12-layers"])
 def test_the_seed_checks_numbers_are_what_their_script_prints(folder, tmp_path):
     """results/<folder>/README.md shows a script and what it printed from the committed summaries: run again, it
     prints the same (a summary drawn again, or a number edited by hand, would differ). A second python block, where
