@@ -476,8 +476,10 @@ def markdown(summary):
         lines[1:1] = ["", "Measured earlier, from the record kept of a run whose checkpoint is gone: " +
                       "; ".join(f"{r['label']} on {r['device']}, {r['date']}" for r in earlier) + "."]
     runs = [r for r in records if "run" in r]
-    with_bos = all("bos" in r for r in runs)  # (records kept before it was recorded have none)
-    if len({(json.dumps(r.get("data_fingerprint"), sort_keys=True), r["T"], with_bos and r["bos"])
+    # a field is compared only where every run recorded it (records kept before it was recorded have none: not
+    # knowing is not differing)
+    known = [k for k in ("data_fingerprint", "bos") if all(r.get(k) is not None for r in runs)]
+    if len({(r["T"],) + tuple(json.dumps(r[k], sort_keys=True) for k in known)
             for r in runs}) > 1:  # e.g. a run trained without BOS windows: its keep-1 keeps a text token
         lines[1:1] = ["", "Note: these runs were measured on different windows (their data, T or BOS windows differ: "
                       + ", ".join(f"{r['label']} T={r['T']}" + (f" bos={r['bos']}" if "bos" in r else "")

@@ -10,7 +10,7 @@ repository's root:
     python -m lab.repro train baseline g1_elementwise --max_iters=400
     python -m lab.repro train baseline:2 g1_elementwise:2 g1_headwise --parallel=2 --budget_min=18   # what fits
     python -m lab.repro evaluate              # lab/evaluate.py on the models' checkpoints: out-repro/report/evaluate/
-    python -m lab.repro report                # out-repro/report/{summary.json, REPORT.md, *.png}
+    python -m lab.repro report                # out-repro/report/{summary.json, REPORT.md, commands.jsonl, *.png}
     python -m lab.repro report --report_dir=results/repro   # the same, replacing the committed report
     python -m lab.repro restore --config=config/repro_sink.py && python -m lab.repro report   # redraw: no GPU, no data
     python -m lab.repro train all --study=sink_lab --seeds=3 --parallel=2   # the sink lab on a laptop CPU
@@ -148,7 +148,7 @@ RUNS_FAILED_EXIT = 4  # `train`'s exit status when runs failed and the others ra
 STOP_GRACE, STOP_WAIT = 5, 60  # seconds, after Ctrl-C: for the tools to end on their own, then on the runner's word
 ANALYSIS_DIR = "analysis"  # under the root: lab/analyze.py's measurements of every run, for the report
 # the files of a report drawn again as one set (the runs it keeps, its packages list and evaluations apart)
-REPORT_FILES = ("REPORT.md", "summary.json", "summary.md", "headline.png", "trends.png", "lr_sweep.png") + \
+REPORT_FILES = ("REPORT.md", "summary.json", "summary.md", COMMANDS, "headline.png", "trends.png", "lr_sweep.png") + \
     tuple(name for name in ANALYSIS_FILES if name.endswith(".png"))
 RUNS_DIR = "runs"  # under the report: what it keeps of each run (KEPT and COMMAND), without the checkpoints
 KEPT = (LOG, MEASURED + ".json", MEASURED + ".npz", EVALUATED)  # a run's log and the measurements of its checkpoint
@@ -961,6 +961,10 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
     # one set, REPORT.md and summary.json last (runfolder.result_set): a report cut short leaves the old one whole
     with result_set(out_dir, REPORT_FILES, last=("summary.json", "REPORT.md")) as staging:
         write_json(os.path.join(staging, "summary.json"), result)
+        # every train.py command of the runs reported (failed and resumed parts too), as the root recorded them: the
+        # report folder, copied off a borrowed machine, says how each run was made
+        write_text(os.path.join(staging, COMMANDS), "".join(json.dumps(c) + "\n" for c in every_command
+                                                            if (c.get("variant"), c.get("seed")) in set(runs)))
         for name in ["summary.md"] + summary["plots"]:  # lab/analyze.py's table and figures, beside the report
             with open(os.path.join(root, ANALYSIS_DIR, name), "rb") as f:
                 data = f.read()

@@ -126,6 +126,13 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
     assert "Note: these runs were measured on different windows (their data, T or BOS windows differ: base T=32 " \
         "bos=False, g1 T=32 bos=True): compare each run's Δ" in evaluate.markdown(summary)
     summary["models"][1]["bos"] = False
+    # a record kept before the data's fingerprint was recorded has none: unknown, not different; two known ones differ
+    fingerprint = summary["models"][1]["data_fingerprint"]
+    summary["models"][0]["data_fingerprint"] = None
+    assert "different windows" not in evaluate.markdown(summary)
+    summary["models"][0]["data_fingerprint"] = dict(fingerprint, val="0" * 16)
+    assert "different windows" in evaluate.markdown(summary)
+    summary["models"][0]["data_fingerprint"] = fingerprint
     for r in summary["models"]:
         ckpt = evaluate.read_checkpoint(os.path.join(r["run"], "ckpt.pt"))
         model = evaluate.model_from_checkpoint(ckpt, r["run"])

@@ -162,6 +162,8 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     assert restored.stdout.count("skipped") == 4 and "nothing to train" in restored.stdout, restored.stdout
     assert not glob.glob(os.path.join(elsewhere, "*", "*", "*.pt"))
     assert sorted((c["variant"], c["seed"]) for c in read_commands(elsewhere)) == runs
+    # the report folder holds the commands of the runs it reports, as the root recorded them
+    assert read_commands(os.path.join(root, "report")) == read_commands(root)
     # data that is not what the kept runs were measured on (a corpus built elsewhere): refused before any training
     other = str(tmp_path / "other-data")
     rng = np.random.default_rng(1)
