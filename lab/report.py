@@ -884,11 +884,13 @@ def evaluate_section(report_dir, root, trained):
     by, stale = {}, []
     for r, numbers in zip(evaluations["models"], headlines):
         by.setdefault(r["label"].rsplit("/seed", 1)[0], []).append(numbers)
-        ckpt = os.path.join(r.get("run", ""), r.get("checkpoint", ""))
+        run = os.path.join(root, r["label"])  # the run under this report's root (kept runs restored elsewhere)
+        run = run if os.path.isdir(run) else r.get("run", "")  # else where it was evaluated
+        ckpt = os.path.join(run, r.get("checkpoint", ""))
         if os.path.isfile(ckpt):  # trained again since?
             changed = os.path.getmtime(ckpt) > os.path.getmtime(os.path.join(folder, "summary.json"))
         else:  # gone: lab/evaluate.py read the run from what it kept of the checkpoint, if it kept anything
-            changed = not os.path.isfile(os.path.join(r.get("run", ""), EVALUATED))
+            changed = not os.path.isfile(os.path.join(run, EVALUATED))
         if changed:
             stale.append(r["label"])
     columns = list(dict.fromkeys(k for rows in by.values() for row in rows for k in row))

@@ -221,6 +221,16 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     repro.main([*restore[:2], f"--root={tmp_path / 'fifth'}", restore[3]])  # without the keys they were trained with
     assert capsys.readouterr().out.count("not restored: it was trained with") == 4
     assert repro.trained_runs(str(tmp_path / "fifth")) == []
+    # a report drawn where the runs were restored reads each under its own root, not at the path it was evaluated at
+    # (another machine's, say): there its checkpoint is gone and its evaluation kept, so it is not out of date
+    moved = str(tmp_path / "moved-report")
+    shutil.copytree(os.path.join(root, "report"), moved)
+    summary = json.load(open(os.path.join(moved, "evaluate", "summary.json")))
+    for r in summary["models"]:
+        r["run"] = os.path.join(str(tmp_path / "another-machine"), r["label"])
+    json.dump(summary, open(os.path.join(moved, "evaluate", "summary.json"), "w"))
+    section = report.evaluate_section(moved, str(tmp_path / "fourth"), runs)
+    assert "Downstream consequences" in section and "Out of date" not in section
 
     ckpt = os.path.join(root, "baseline", "seed1338", "ckpt.pt")  # trained again after its evaluation
     os.utime(ckpt, (time.time() + 60, time.time() + 60))
