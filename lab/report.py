@@ -884,7 +884,7 @@ def evaluate_section(report_dir, root, trained):
     by, stale = {}, []
     for r, numbers in zip(evaluations["models"], headlines):
         by.setdefault(r["label"].rsplit("/seed", 1)[0], []).append(numbers)
-        run = os.path.join(root, r["label"])  # the run under this report's root (kept runs restored elsewhere)
+        run = os.path.join(root, r["label"])  # its folder under this root (the runner labels it <variant>/seed<N>)
         run = run if os.path.isdir(run) else r.get("run", "")  # else where it was evaluated
         ckpt = os.path.join(run, r.get("checkpoint", ""))
         if os.path.isfile(ckpt):  # trained again since?

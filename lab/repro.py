@@ -962,9 +962,10 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
     with result_set(out_dir, REPORT_FILES, last=("summary.json", "REPORT.md")) as staging:
         write_json(os.path.join(staging, "summary.json"), result)
         # every train.py command of the runs reported (failed and resumed parts too), as the root recorded them: the
-        # report folder, copied off a borrowed machine, says how each run was made
+        # report folder, copied off the GPU machine, says how each run was made
+        reported = set(runs)
         write_text(os.path.join(staging, COMMANDS), "".join(json.dumps(c) + "\n" for c in every_command
-                                                            if (c.get("variant"), c.get("seed")) in set(runs)))
+                                                            if (c.get("variant"), c.get("seed")) in reported))
         for name in ["summary.md"] + summary["plots"]:  # lab/analyze.py's table and figures, beside the report
             with open(os.path.join(root, ANALYSIS_DIR, name), "rb") as f:
                 data = f.read()
