@@ -45,6 +45,7 @@ if not __package__:  # run as python lab/bench.py: find the project from its roo
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by kernels)
@@ -100,6 +101,9 @@ class Keys:
     backends: tuple[str, ...] = BACKENDS  # --train: attention backends, of triton and torch
     match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
     loss_chunk: int = 0  # --train: the loss over this many rows of logits at a time (model.py; 0: all at once)
+    # --train: compute c_attn (Q, K, V and the gate logits in one matmul) with its outputs padded to a multiple of
+    # this, so that every token's q, k and v start on an aligned address (pad_c_attn below); 0: as model.py does
+    pad_c_attn: int = 0
     warmup: int = 10  # --train, --step: untimed steps first (compile happens here)
     steps: int = 20  # --train, --step: timed steps
     step: bool = False  # time train.py's CPU training step against a plain AdamW loop (STEP_MODES)
@@ -140,6 +144,8 @@ def checked_keys(argv):
     check_choice("--sdpa_backend", args.sdpa_backend, SDPA_BACKENDS)
     if args.loss_chunk < 0:
         fail(f"--loss_chunk={args.loss_chunk}: give 0 (the loss over all the logits at once) or a number of rows")
+    if args.pad_c_attn < 0:
+        fail(f"--pad_c_attn={args.pad_c_attn}: give 0 (c_attn as model.py computes it) or a multiple, e.g. 64")
     if args.gqa < 0:
         fail(f"--gqa={args.gqa}: give 0 (no GQA rows) or the number of query heads per KV head")
     for key in ("seq_lens", "head_dims"):
@@ -257,27 +263,39 @@ class Session:
         return (f"sdpa_backend={self.args.sdpa_backend!r}: SDPA tries its kernels in the order "
                 f"{', '.join(self.sdpa_order)}")
 
-    def write(self, name, payload, notes, header, rows, summary=None):
+    def write(self, name, payload, notes, header, rows, summary=None, partial=None):
         """{out_dir}/{name}.json (payload) and .md: notes, then summary = (title, header, rows) if given, then the
-        table of every measurement."""
+        table of every measurement. partial = (done, planned) while measurements are still to come: the files so
+        far go to {name}.partial.{json,md} instead, so that a command stopped part-way leaves what it measured
+        without replacing an earlier complete set; the complete write removes them."""
         args = self.args
         folder = out_folder(args, name)
-        if os.path.commonpath([os.path.realpath(folder), os.path.join(os.path.realpath(REPO), "results")]) == \
-                os.path.join(os.path.realpath(REPO), "results"):
-            print(f"note: writing {name}.json and .md into {folder}/, the committed measurements: the files there "
+        results = os.path.join(os.path.realpath(REPO), "results")
+        if os.path.commonpath([os.path.realpath(folder), results]) == results and (not partial or partial[0] == 1):
+            print(f"note: writing {name}.partial.json and .md into {folder}/ as the measurements come; {name}.json "
+                  "and .md, the committed measurements, are replaced only once all are done" if partial else
+                  f"note: writing {name}.json and .md into {folder}/, the committed measurements: the files there "
                   "are replaced", flush=True)
         os.makedirs(folder, exist_ok=True)
-        payload = dict(smoke_test=args.tiny, **payload)
-        write_json(os.path.join(folder, name + ".json"), payload)  # atomic, as every result file
+        base = os.path.join(folder, name + (".partial" if partial else ""))
+        payload = dict(smoke_test=args.tiny, complete=not partial, **payload)
+        write_json(base + ".json", payload)  # atomic, as every result file
         smoke = [f"- **{SMOKE_NOTE}**"] if args.tiny else []  # the first thing a reader of the file sees
-        lines = [f"# {name}", "", *smoke, f"- device: {self.device_name}", f"- date: {self.date}",
+        cut = [f"- **incomplete: {partial[0]} of {partial[1]} measurements; the command stopped (or is still "
+               f"running) before the rest**"] if partial else []
+        lines = [f"# {name}", "", *smoke, *cut, f"- device: {self.device_name}", f"- date: {self.date}",
                  f"- command: `{self.command}`", *[f"- {n}" for n in notes], ""]
         table = markdown_table(header, rows)
         if summary:
             title, summary_header, summary_rows = summary
             table = [f"## {title}", "", *markdown_table(summary_header, summary_rows), "", "## Every measurement", "",
                      *table]
-        write_text(os.path.join(folder, name + ".md"), "\n".join(lines + table) + "\n")
+        write_text(base + ".md", "\n".join(lines + table) + "\n")
+        if partial:
+            return
+        for suffix in (".json", ".md"):  # the complete set replaces what a stopped command left
+            if os.path.exists(os.path.join(folder, name + ".partial" + suffix)):
+                os.remove(os.path.join(folder, name + ".partial" + suffix))
         print("\n".join(table))
         print(f"wrote {folder}/{name}.json and .md" +
               (" (a smoke test: the timings mean nothing about speed)" if args.tiny else ""))
@@ -358,6 +376,8 @@ def bench_kernels(session):
     seq_lens, head_dims, width, tokens = kernel_sizes(args)  # the heads were checked (check_heads)
     causal = not args.non_causal
     records = []
+    shapes = sum(1 + bool(args.gqa) for _ in head_dims) * len(seq_lens)
+    planned = shapes * sum(len(modes) for _, _, modes in PROVIDERS.values())
     for D in head_dims:
         H = width // D
         for Hkv in [H] + ([H // args.gqa] if args.gqa else []):
@@ -387,7 +407,17 @@ def bench_kernels(session):
                                             ms=sig(ms), tflops=sig(flops / ms / 1e9)))
                         print(f"D={D} H={H} Hkv={Hkv} T={T} B={B} {provider:21s} {mode:8s} {ms:9.3f} ms "
                               f"{records[-1]['tflops']:8.2f} TFLOP/s", flush=True)
+                if len(records) < planned:  # each shape whole: a command stopped later keeps it
+                    write_kernels(session, records, (len(records), planned))
     kernels.choose_backward(kernels.DEFAULT_BACKWARD)
+    write_kernels(session, records)
+
+
+def write_kernels(session, records, partial=None):
+    """bench_kernels.{json,md} of the records so far (Session.write; partial: (done, planned))."""
+    args, dtype = session.args, session.dtype
+    _, _, width, tokens = kernel_sizes(args)
+    causal = not args.non_causal
     summary = kernel_summary(records)
     session.write("bench_kernels", dict(date=session.date, device=session.device_name, command=session.command,
                                         sdpa_backend=args.sdpa_backend, sdpa_order=session.sdpa_order,
@@ -411,11 +441,37 @@ def bench_kernels(session):
                     "faster dQ", "SDPA+gate / fused", "SDPA / fused", "fwd: SDPA+gate / fused"],
                    [[r["D"], r["H"], r["Hkv"], r["T"], r["B"], r["sdpa"], r["sdpa_gate"], r["triton+gate"],
                      r["triton+gate atomic-dq"], "atomic" if r["best"] == FUSED[1] else "recompute", r["vs_sdpa_gate"],
-                     r["vs_sdpa"], r["fwd_vs_sdpa_gate"]] for r in summary]))
+                     r["vs_sdpa"], r["fwd_vs_sdpa_gate"]] for r in summary]), partial=partial)
 
 
 # ----------------------------------------------------------------------------
 # --train: full optimizer steps of GPT-2 small (or a tiny model)
+
+class PaddedLinear(torch.nn.Module):
+    """A Linear computed with its outputs padded to a multiple of `multiple` by zero weight rows, and cut back after:
+    the same parameters, results and gradients, but each output row now starts `multiple` elements after the last.
+    model.py's c_attn has 3 * n_embd + (gate logits) outputs, 2,316 for GPT-2 small with a headwise gate (12 heads),
+    so without padding every other token's q, k and v (in bf16) start 8 bytes off the 16-byte alignment that fast
+    matmul and attention kernels want, and the row stride is no multiple of 16, which Triton specialises its
+    kernels for; 2,304 (no gate) and 3,072 (elementwise) are aligned.
+    A lever measured here before model.py takes it."""
+
+    def __init__(self, linear, multiple):
+        super().__init__()
+        self.linear, self.pad = linear, -linear.out_features % multiple
+
+    def forward(self, x):
+        weight, bias = self.linear.weight, self.linear.bias
+        y = F.linear(x, F.pad(weight, (0, 0, 0, self.pad)), None if bias is None else F.pad(bias, (0, self.pad)))
+        return y[..., :self.linear.out_features]  # a view: rows keep the padded stride
+
+
+def pad_c_attn(model, multiple):
+    """--pad_c_attn: every attention layer's c_attn as a PaddedLinear (no change where none is needed, or for 0)."""
+    for block in model.transformer.h if multiple else ():
+        if block.attn.c_attn.out_features % multiple:
+            block.attn.c_attn = PaddedLinear(block.attn.c_attn, multiple)
+
 
 def bench_train(session):
     """Time train.py's optimizer step of each variant with each attention backend, compiled and not:
@@ -431,13 +487,15 @@ def bench_train(session):
         compiles = {"both": [False, True], "true": [True], "false": [False]}[args.compile.lower()]
     T = base["block_size"]
     autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
-    records = []
+    records, planned = [], len(compiles) * len(args.variants) * len(args.backends)
+    shape = (base, batch_size, warmup, steps)
     for use_compile in compiles:
         for variant, backend in ((v, b) for v in args.variants for b in args.backends):
             torch.manual_seed(0)
             config = GPTConfig(**base, **VARIANTS[variant].flags, attn_backend=backend, match_params=args.match_params,
                                loss_chunk=args.loss_chunk)
             model = GPT(config).to(device)
+            pad_c_attn(model, args.pad_c_attn)
             optimizer = model.configure_optimizers(0.1, 6e-4)
             no_scaler = torch.amp.GradScaler(device, enabled=False)  # bf16 and fp32 need no loss scaling
             step_model = torch.compile(model, mode=args.compile_mode) if use_compile else model
@@ -477,19 +535,32 @@ def bench_train(session):
                 print(f"ERROR {variant} {backend} compile={use_compile}: {e!r}", file=sys.stderr, flush=True)
                 record |= dict(tokens_per_s=None, mfu=None, ms_per_step=None, peak_mem_gb=None, error=repr(e)[:500])
             records.append(record)
+            if len(records) < planned:  # a command stopped later keeps what was measured
+                write_train(session, shape, records, (len(records), planned))
             model = step_model = optimizer = x = y = None  # freed before the next model is built
             if use_compile:
                 torch._dynamo.reset()
             if cuda:
                 torch.cuda.empty_cache()
+    write_train(session, shape, records)
+
+
+def write_train(session, shape, records, partial=None):
+    """bench_train.{json,md} of the records so far (Session.write; partial: (done, planned))."""
+    args, dtype = session.args, session.dtype
+    base, batch_size, warmup, steps = shape
+    T = base["block_size"]
     session.write("bench_train", dict(date=session.date, device=session.device_name, command=session.command,
                                       model=base, batch_size=batch_size, match_params=args.match_params,
+                                      pad_c_attn=args.pad_c_attn,
                                       compile_mode=args.compile_mode, kernel_backward=kernels.BACKWARD,
                                       loss_chunk=args.loss_chunk, sdpa_backend=args.sdpa_backend,
                                       sdpa_order=session.sdpa_order, dtype=str(dtype).replace("torch.", ""),
                                       records=records),
           [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
+           + (f"c_attn's outputs padded to a multiple of {args.pad_c_attn} (pad_c_attn: zero weight rows in the "
+              "matmul, cut off after it; the same parameters and results), " if args.pad_c_attn else "") +
            f"{warmup} warm-up then {steps} timed steps of train.py's own (train.optimizer_step: gradient clipping, "
            f"a non-finite step skipped on the device, fused AdamW); compiled with mode={args.compile_mode!r}; "
            f"{session.sdpa_note} (the torch backend); "
@@ -500,7 +571,7 @@ def bench_train(session):
            "MFU: probe.estimate_mfu against probe.peak_flops (dense bf16 peak of the GPU)"],
           ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
           [[r["variant"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],
-            r["params"]] for r in records])
+            r["params"]] for r in records], partial=partial)
 
 
 # ----------------------------------------------------------------------------

@@ -156,6 +156,7 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
         (["--train", "--tiny", "--backends=cuda"], "--backends=cuda: unknown 'cuda'; choose from triton, torch"),
         (["--train", "--tiny", "--backends=,"], "--backends=: give at least one; choose from triton, torch"),
         (["--train", "--tiny", "--loss_chunk=-8"], "--loss_chunk=-8: give 0"),
+        (["--train", "--tiny", "--pad_c_attn=-64"], "--pad_c_attn=-64: give 0"),
         (["--kernels", "--tiny", "--sdpa_backend=fa3"],
          "--sdpa_backend='fa3' is not valid; choose one of default, cudnn, flash"),
         # heads that --gqa cannot group: --tiny's 2 (a modulo by zero), and a GPU's 32 and 16, where kernels.py
@@ -185,6 +186,97 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
     assert out.returncode != 0 and out.stderr.startswith("error: ") and cases[0][1] in out.stderr, out.stderr
     assert out.stderr.count("\n") == 1 and out.stdout == "", out.stderr
     assert not (tmp_path / "res").exists()
+
+
+def stop_after(monkeypatch, name, calls):
+    """Make lab.bench's `name` raise KeyboardInterrupt at its call number `calls` + 1, as a command stopped there."""
+    real, count = getattr(bench, name), [0]
+
+    def stopping(*args, **kwargs):
+        count[0] += 1
+        if count[0] > calls:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+    monkeypatch.setattr(bench, name, stopping)
+
+
+def test_a_stopped_bench_keeps_what_it_measured_beside_the_last_complete_set(tmp_path, monkeypatch, capsys):
+    """A command stopped part-way (a time limit, Ctrl-C) leaves what it measured in {name}.partial.{json,md},
+    marked incomplete, and leaves the last complete {name}.json and .md as they were; a complete run replaces
+    those and removes the partial files."""
+    out = tmp_path / "res"
+    out.mkdir()
+    (out / "bench_train.json").write_text("the last complete set")
+    # --train: 3 optimizer steps per record (1 warm-up, 2 timed); stopped in the third of 4 records
+    stop_after(monkeypatch, "optimizer_step", 7)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--train", "--tiny", "--variants=baseline,g1_headwise", f"--out_dir={out}"])
+    data = json.loads((out / "bench_train.partial.json").read_text())
+    assert data["complete"] is False and data["smoke_test"] is True
+    assert [(r["variant"], r["backend"]) for r in data["records"]] == [("baseline", "triton"), ("baseline", "torch")]
+    md = (out / "bench_train.partial.md").read_text()
+    assert "- **incomplete: 2 of 4 measurements" in md and md.count("| baseline |") == 2
+    assert (out / "bench_train.json").read_text() == "the last complete set"
+    # --kernels: every shape's records at once (its summary needs them all); stopped in the second of 2 shapes
+    per_shape = sum(len(modes) for _, _, modes in bench.PROVIDERS.values())
+    monkeypatch.setattr(bench, "time_ms", lambda fn, grads=(): 1.0)  # no kernel runs: the writes are tested here
+    stop_after(monkeypatch, "time_ms", per_shape)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--kernels", "--tiny", f"--out_dir={out}"])
+    data = json.loads((out / "bench_kernels.partial.json").read_text())
+    assert data["complete"] is False and len(data["records"]) == per_shape and {r["T"] for r in data["records"]} == {16}
+    assert [row["T"] for row in data["summary"]] == [16]
+    assert f"- **incomplete: {per_shape} of {2 * per_shape} measurements" in \
+        (out / "bench_kernels.partial.md").read_text()
+    assert not (out / "bench_kernels.json").exists()
+    # run whole, each writes its complete set and removes what the stopped command left
+    monkeypatch.undo()
+    bench.main(["--train", "--tiny", "--variants=baseline", "--backends=torch", f"--out_dir={out}"])
+    assert json.loads((out / "bench_train.json").read_text())["complete"] is True
+    assert sorted(os.listdir(out)) == ["bench_kernels.partial.json", "bench_kernels.partial.md", "bench_train.json",
+                                       "bench_train.md"]
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=pytest.mark.skipif(
+    not kernels.HAS_TRITON, reason="needs triton"))])
+def test_padded_c_attn_computes_what_model_py_computes_with_aligned_rows(backend):
+    """lab.bench --train --pad_c_attn: c_attn computed with its outputs padded by zero weight rows and cut back
+    gives model.py's loss and gradients (with PyTorch's attention and with the fused kernel, which reads q, k, v and
+    the gate logits at the padded stride), with the same parameters, and each token's outputs start `multiple`
+    elements apart (the alignment the lever is for)."""
+    import copy
+
+    import torch
+    from model import GPT, GPTConfig
+    torch.manual_seed(0)
+    config = GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=3, n_embd=48, bias=True, attn_backend=backend,
+                       **VARIANTS["g1_headwise"].flags)
+    model = GPT(config)
+    padded = copy.deepcopy(model)
+    bench.pad_c_attn(padded, 64)
+    assert padded.num_params() == model.num_params() and config.n_embd * 3 + 3 == 147  # 147 outputs -> 192
+    attn = padded.transformer.h[0].attn
+    assert isinstance(attn.c_attn, bench.PaddedLinear) and attn.c_attn.pad == 192 - 147
+    x = torch.randn(2, 16, 48)
+    out = attn.c_attn(x)
+    assert out.shape == (2, 16, 147) and out.stride()[-2:] == (192, 1)
+    torch.testing.assert_close(out, attn.c_attn.linear(x), rtol=1e-6, atol=1e-6)
+    idx = torch.randint(0, 64, (2, 17))
+    losses = []
+    for m in (model, padded):
+        _, loss = m(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-6, atol=1e-6)
+    grads = {n.replace("c_attn.linear.", "c_attn."): p.grad for n, p in padded.named_parameters()}
+    assert grads.keys() == dict(model.named_parameters()).keys()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=1e-6, msg=name)
+    unchanged = copy.deepcopy(model)  # nothing to pad: 0, or outputs already a multiple
+    bench.pad_c_attn(unchanged, 0)
+    bench.pad_c_attn(unchanged, 49)  # 147 = 3 * 49
+    assert not any(isinstance(m, bench.PaddedLinear) for m in unchanged.modules())
 
 
 def test_bench_step_times_the_real_step_against_the_plain_loop_in_fresh_processes(tmp_path):

@@ -166,9 +166,10 @@ def test_the_job_reports_after_failed_runs_or_a_failed_evaluation_and_exits_with
         assert (work / "out" / "study.tar.gz").is_file(), codes  # packed, failed or not
 
 
-def test_throughput_modes_and_batch_sizes_at_toy_size(tmp_path):
+def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
     """lab/gpu/throughput.sh modes: one lab.bench --train per torch.compile mode, then one with the atomic dQ
-    backward, one with the loss in chunks and one with cuDNN's SDPA first, each into its own folder.
+    backward, one with the loss in chunks and one with cuDNN's SDPA first, each into its own folder; then align:
+    the baseline and G1 headwise, then G1 headwise with c_attn's outputs padded (lab.bench --pad_c_attn).
     lab/gpu/throughput.sh batch, side by side with it (they are independent): G1 elementwise on the fused kernel at
     three (B, T), each into its own folder; at toy size lab.bench --tiny scales each down (B/8, T/32), so the records
     say which shape each step ran."""
@@ -195,7 +196,21 @@ def test_throughput_modes_and_batch_sizes_at_toy_size(tmp_path):
     assert record["sdpa_order"][0] == "CUDNN_ATTENTION" and sorted(record["sdpa_order"]) == sorted(sdpa_order())
     assert [r["variant"] for r in record["records"]] == ["baseline", "g1_elementwise", "g1_headwise"]
     usage = script("throughput", "fast", work=tmp_path / "usage")
-    assert usage.returncode == 2 and "usage: bash lab/gpu/throughput.sh [batch|modes]" in usage.stdout
+    assert usage.returncode == 2 and "usage: bash lab/gpu/throughput.sh [batch|modes|align]" in usage.stdout
+    # align: the headwise gate as model.py computes it beside the baseline, then with c_attn's outputs padded
+    out = script("throughput", "align", work=tmp_path / "align")
+    assert out.returncode == 0, out.stdout + out.stderr
+    files = packed(tmp_path / "align", "throughput-align")
+    assert steps(files, "throughput-align") == [("bench-unpadded", "0"), ("bench-padded", "0")]
+    unpadded, padded = (json.loads(files[f"throughput-align/{part}/bench_train.json"]) for part in ("unpadded",
+                                                                                                     "padded"))
+    assert (unpadded["pad_c_attn"], padded["pad_c_attn"]) == (0, 64) and padded["complete"] is True
+    assert [(r["variant"], r["backend"]) for r in unpadded["records"]] == [
+        (v, b) for v in ("baseline", "g1_headwise") for b in ("triton", "torch")]
+    assert [(r["variant"], r["backend"]) for r in padded["records"]] == [("g1_headwise", "triton"),
+                                                                         ("g1_headwise", "torch")]
+    assert {r["params"] for r in padded["records"]} == {unpadded["records"][-1]["params"]}  # the same model
+    assert "c_attn's outputs padded to a multiple of 64" in files["throughput-align/padded/bench_train.md"].decode()
 
     printed, _ = batch.communicate(timeout=300)
     assert batch.returncode == 0, printed

@@ -21,7 +21,8 @@
 #                 sweep in which an H100 showed first-call failures (2026-11-22)
 # Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
 # tarball holds that folder (and results/bench_kernels.*). Run again, the command skips the parts that succeeded
-# (FRESH=1 runs them all). With BUDGET_S set (lab/gpu/lib.sh), the bench and the tier each stop after their share of it.
+# (FRESH=1 runs them all). With BUDGET_S set (lab/gpu/lib.sh), the bench and the tier each stop after their share of it;
+# a bench stopped part-way leaves the shapes it measured in results/bench_kernels.partial.{json,md}.
 # Measured on one H100 (2026-11-25): lab.bench --kernels --gqa=4 takes about 140 s; the tier ran about 60% of its
 # tests in 170 s with 8 workers.
 # TOY=1 bash lab/gpu/kernels.sh [configs]: the same parts at toy size on a CPU (Triton's interpreter), to test this
@@ -46,7 +47,7 @@ case "${1:-}" in
     SHARE=44 step tier "${PYTEST[@]}" "${VERBOSE[@]}" "${PARALLEL[@]}" --durations=15 tests/test_kernels.py \
         tests/test_model.py "${SELECT[@]}"
     step bench-cudnn "$PYTHON" -m lab.bench --kernels "${CUDNN[@]}" --sdpa_backend=cudnn --out_dir="$LOG/bench-cudnn"
-    pack kernels results/bench_kernels.json results/bench_kernels.md
+    pack kernels results/bench_kernels{,.partial}.{json,md}
     ;;
 configs)
     start_log kernels-configs

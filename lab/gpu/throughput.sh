@@ -2,7 +2,7 @@
 # Training throughput on one GPU: ms per step, tokens/s, MFU and peak memory, and the check that the training
 # step never makes the host wait for the GPU.
 #
-# usage: bash lab/gpu/throughput.sh [batch|modes]        (--help: this text)
+# usage: bash lab/gpu/throughput.sh [batch|modes|align]        (--help: this text)
 #
 #   bash lab/gpu/throughput.sh          -> results/bench_train.{json,md}, $WORK/throughput/, $OUT/throughput.tar.gz
 #     prepare the study corpus (python -m lab.repro prepare), when data/pysrc/ does not hold it yet
@@ -24,6 +24,13 @@
 #     loss-chunk/;
 #     then the three variants on PyTorch attention with cuDNN's SDPA kernels first (sdpa_backend=cudnn), into
 #     sdpa-cudnn/
+#   bash lab/gpu/throughput.sh align    -> $WORK/throughput-align/, $OUT/throughput-align.tar.gz
+#     whether the headwise gate costs more than its FLOPs because its logits misalign c_attn's output: GPT-2 small's
+#     12 heads make it 3 x 768 + 12 = 2,316 wide, so every other token's q, k and v start off 16-byte alignment.
+#     Compiled, the baseline and G1 headwise on both attention backends as model.py computes them, into unpadded/,
+#     then G1 headwise with c_attn's outputs padded to 2,368 (lab.bench --pad_c_attn=64: the same parameters and
+#     results), into padded/
+# A lab.bench step stopped part-way leaves what it measured in its bench_*.partial.{json,md} (marked incomplete).
 # Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
 # tarball holds that folder (and the run's log.jsonl, results/bench_train.*; not the run's checkpoints). Run
 # again, the command skips the parts that succeeded (FRESH=1 runs them all).
@@ -49,7 +56,7 @@ case "${1:-}" in
         done_before train || rm -rf "$RUN"  # train.py starts no run over an old one
         step train "$PYTHON" train.py config/train_owt_gpt2small.py --batch_size=16 --gradient_accumulation_steps=1 \
             --out_dir="$RUN" "${TRAIN[@]}"
-        pack throughput results/bench_train.json results/bench_train.md "$RUN/log.jsonl"
+        pack throughput results/bench_train{,.partial}.{json,md} "$RUN/log.jsonl"
         ;;
     batch)
         start_log throughput-batch
@@ -77,6 +84,16 @@ case "${1:-}" in
         step bench-sdpa-cudnn "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --backends=torch --sdpa_backend=cudnn \
             --out_dir="$LOG/sdpa-cudnn"  # the torch attention with cuDNN's SDPA kernels first
         pack throughput-modes
+        ;;
+    align)
+        start_log throughput-align
+        EXTRA=(--compile=true)
+        [ "$TOY" = 1 ] && EXTRA=(--tiny)  # 2 heads of 32: c_attn's 194 outputs padded to 256
+        step bench-unpadded "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --variants=baseline,g1_headwise \
+            --out_dir="$LOG/unpadded"
+        step bench-padded "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --variants=g1_headwise --pad_c_attn=64 \
+            --out_dir="$LOG/padded"
+        pack throughput-align
         ;;
     *)
         usage
