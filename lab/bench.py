@@ -101,9 +101,7 @@ class Keys:
     backends: tuple[str, ...] = BACKENDS  # --train: attention backends, of triton and torch
     match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
     loss_chunk: int = 0  # --train: the loss over this many rows of logits at a time (model.py; 0: all at once)
-    # --train: compute c_attn (Q, K, V and the gate logits in one matmul) with its outputs padded to a multiple of
-    # this, so that every token's q, k and v start on an aligned address (pad_c_attn below); 0: as model.py does
-    pad_c_attn: int = 0
+    pad_c_attn: int = 0  # --train: c_attn's outputs padded to a multiple of this: aligned q, k, v rows (0: none)
     warmup: int = 10  # --train, --step: untimed steps first (compile happens here)
     steps: int = 20  # --train, --step: timed steps
     step: bool = False  # time train.py's CPU training step against a plain AdamW loop (STEP_MODES)
