@@ -23,8 +23,8 @@
 # tarball holds that folder (and results/bench_kernels.*). Run again, the command skips the parts that succeeded
 # (FRESH=1 runs them all). With BUDGET_S set (lab/gpu/lib.sh), the bench and the tier each stop after their share of it;
 # a bench stopped part-way leaves the shapes it measured in results/bench_kernels.partial.{json,md}.
-# Measured on one H100 (2026-11-25): lab.bench --kernels --gqa=4 takes about 140 s; the tier ran about 60% of its
-# tests in 170 s with 8 workers.
+# Measured on one H200 (results/kernels-h200-2026-11-26/steps.tsv, tier.txt): lab.bench --kernels --gqa=4 took
+# 173 s; the tier, stopped at 220 s, ran 447 of its 458 tests with 8 workers.
 # TOY=1 bash lab/gpu/kernels.sh [configs]: the same parts at toy size on a CPU (Triton's interpreter), to test this
 # script.
 source "$(dirname "$0")/lib.sh"

@@ -10,8 +10,9 @@
 #        only some of its runs failed (lab.repro's exit status 4: the others trained), evaluate EVALUATE... and
 #        report (the report even when the evaluation failed: it keeps the new runs, and says which were not
 #        evaluated; the job's exit code is then the training's, else the evaluation's). TRAIN as for lab.repro
-#        train, e.g. `models --seeds=2 --parallel=2`, `all --seeds=3 --parallel=3` or `baseline:2 g1_elementwise:2
-#        g1_headwise --parallel=2 --budget_min=60` (only the runs that end within 60 minutes, in the order named);
+#        train, e.g. `models --seeds=2`, `all --seeds=3` or `baseline:2 g1_elementwise:2 g1_headwise
+#        --budget_min=60` (only the runs that end within 60 minutes, in the order named; one run at a time: two side
+#        by side on one GPU each took twice as long, docs/gpu.md);
 #        EVALUATE: lab/evaluate.py's keys, e.g. `--windows=32`. The runs go to out-repro/, the report to
 #        $WORK/report/ (a copy of results/repro/ made at start: copy it back to commit it), the job's command,
 #        output and exit code to $WORK/study-job/; when the job ends it packs its results into $OUT/study.tar.gz.
