@@ -102,6 +102,7 @@ class Keys:
     match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
     loss_chunk: int = 0  # --train: the loss over this many rows of logits at a time (model.py; 0: all at once)
     pad_c_attn: int = 0  # --train: c_attn's outputs padded to a multiple of this: aligned q, k, v rows (0: none)
+    profile: int = 0  # --train: profile this many more steps after timing: where each step's time goes (0: no)
     warmup: int = 10  # --train, --step: untimed steps first (compile happens here)
     steps: int = 20  # --train, --step: timed steps
     step: bool = False  # time train.py's CPU training step against a plain AdamW loop (STEP_MODES)
@@ -142,6 +143,8 @@ def checked_keys(argv):
     check_choice("--sdpa_backend", args.sdpa_backend, SDPA_BACKENDS)
     if args.loss_chunk < 0:
         fail(f"--loss_chunk={args.loss_chunk}: give 0 (the loss over all the logits at once) or a number of rows")
+    if args.profile < 0:
+        fail(f"--profile={args.profile}: give 0 (no profile) or a number of steps to profile, e.g. 5")
     if args.pad_c_attn < 0:
         fail(f"--pad_c_attn={args.pad_c_attn}: give 0 (c_attn as model.py computes it) or a multiple, e.g. 64")
     if args.gqa < 0:
@@ -471,6 +474,22 @@ def pad_c_attn(model, multiple):
             block.attn.c_attn = PaddedLinear(block.attn.c_attn, multiple)
 
 
+def profile_steps(step, steps, path):
+    """Profile `steps` more calls of step(): PyTorch's profiler table, ops by their own (self) time on the device (on
+    a CPU, the CPU's), written to `path`; returns the top 15 as [name, ms per step, calls per step]: where the time
+    of a step goes, e.g. whether a gate costs its matmul or copies and small launches around it."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    ops = sorted(prof.key_averages(), key=lambda op: getattr(op, key), reverse=True)
+    write_text(path, f"{steps} steps profiled, sorted by {key} (microseconds, over all {steps})\n" +
+               prof.key_averages().table(sort_by=key, row_limit=40) + "\n")
+    return [[op.key, sig(getattr(op, key) / 1e3 / steps), sig(op.count / steps)] for op in ops[:15]]
+
+
 def bench_train(session):
     """Time train.py's optimizer step of each variant with each attention backend, compiled and not:
     bench_train.{json,md}."""
@@ -528,6 +547,9 @@ def bench_train(session):
                 print(f"{variant:15s} {backend:7s} compile={use_compile!s:5s} {dt * 1e3:9.2f} ms/step "
                       f"{batch_size * T / dt:10.0f} tok/s mfu={record['mfu']} peak={record['peak_mem_gb']} GB",
                       flush=True)
+                if args.profile:
+                    record["top_ops"] = profile_steps(step, args.profile, os.path.join(
+                        out_folder(args, "bench_train"), "profile", f"{variant}-{backend}-compile{use_compile}.txt"))
             except Exception as e:  # e.g. a compile failure: keep the other runs, but say so loudly
                 if args.tiny:
                     raise
@@ -551,7 +573,7 @@ def write_train(session, shape, records, partial=None):
     T = base["block_size"]
     session.write("bench_train", dict(date=session.date, device=session.device_name, command=session.command,
                                       model=base, batch_size=batch_size, match_params=args.match_params,
-                                      pad_c_attn=args.pad_c_attn,
+                                      pad_c_attn=args.pad_c_attn, profile=args.profile,
                                       compile_mode=args.compile_mode, kernel_backward=kernels.BACKWARD,
                                       loss_chunk=args.loss_chunk, sdpa_backend=args.sdpa_backend,
                                       sdpa_order=session.sdpa_order, dtype=str(dtype).replace("torch.", ""),
@@ -567,7 +589,10 @@ def write_train(session, shape, records, partial=None):
            + (f"{args.loss_chunk} rows of logits at a time (loss_chunk)" if args.loss_chunk else
               "all the logits at once (loss_chunk=0)"),
            "variants (lab/variants.py): " + "; ".join(f"{v} {VARIANTS[v].flags}" for v in args.variants),
-           "MFU: probe.estimate_mfu against probe.peak_flops (dense bf16 peak of the GPU)"],
+           "MFU: probe.estimate_mfu against probe.peak_flops (dense bf16 peak of the GPU)"] +
+          ([f"--profile={args.profile}: {args.profile} more steps of each profiled after its timing: the top ops by "
+            "their own time in the json (top_ops: name, ms per step, calls per step), PyTorch's profiler table in "
+            "profile/"] if args.profile else []),
           ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
           [[r["variant"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],
             r["params"]] for r in records], partial=partial)

@@ -211,6 +211,14 @@ def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
                                                                          ("g1_headwise", "torch")]
     assert {r["params"] for r in padded["records"]} == {unpadded["records"][-1]["params"]}  # the same model
     assert "c_attn's outputs padded to a multiple of 64" in files["throughput-align/padded/bench_train.md"].decode()
+    # each measurement profiled after its timing: the top ops by their own time, each a share of the step
+    for part, data in (("unpadded", unpadded), ("padded", padded)):
+        for r in data["records"]:
+            ops = r["top_ops"]
+            assert len(ops) == 15 and ops == sorted(ops, key=lambda op: -op[1]) and ops[0][1] > 0
+            assert any(name == "aten::mm" for name, _, _ in ops), ops  # the model's matmuls are among them
+            table = files[f"throughput-align/{part}/profile/{r['variant']}-{r['backend']}-compileFalse.txt"].decode()
+            assert table.startswith("5 steps profiled, sorted by self_cpu_time_total") and "aten::mm" in table
 
     printed, _ = batch.communicate(timeout=300)
     assert batch.returncode == 0, printed
