@@ -82,6 +82,28 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(config._tmp_path_factory.getbasetemp(), ignore_errors=True)  # the attribute xdist reads too
 
 
+# TEST_DURATIONS=<file>: each test's seconds (setup, call and teardown) and outcome, a line appended as each test
+# ends, so that a run stopped at a time limit (lab/gpu/kernels.sh's GPU tier) still says which tests took its time;
+# pytest's own --durations prints only at the end. Written by the main process, which pytest-xdist sends every
+# worker's reports to.
+_durations = {}
+
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get("TEST_DURATIONS")
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    seconds, outcome = _durations.get(report.nodeid, (0.0, "passed"))
+    seconds += report.duration
+    if report.failed or (report.when == "call" and report.outcome != "passed") or report.skipped:
+        outcome = "failed" if report.failed else report.outcome
+    _durations[report.nodeid] = (seconds, outcome)
+    if report.when == "teardown":
+        with open(path, "a") as f:
+            f.write(f"{seconds:.2f}\t{outcome}\t{report.nodeid}\n")
+        del _durations[report.nodeid]
+
+
 @pytest.fixture(scope="session")
 def dataset(tmp_path_factory):
     """A small dataset of random GPT-2 token ids (dataset name 'toy'): analysis and the study need windows, not meaning."""

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tarfile
 import time
 
@@ -107,6 +108,9 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     assert f"in the order {', '.join(order)}" in kernels["kernels/bench-cudnn/bench_kernels.md"].decode()
     assert b"torch" in kernels["kernels/env.txt"] and b"1 passed" in kernels["kernels/tier.txt"]
     assert b"::test_choose_configs" in kernels["kernels/tier.txt"] and b"PASSED" in kernels["kernels/tier.txt"]
+    seconds, outcome, test = kernels["kernels/tier-durations.tsv"].decode().splitlines()[0].split("\t")
+    assert outcome == "passed" and test.startswith("tests/test_kernels.py::test_choose_configs") and float(seconds) >= 0
+    assert len(kernels["kernels/tier-durations.tsv"].splitlines()) == 1
     check_bench_kernels_tiny(bench_output(kernels, "kernels"), tmp_path / "kernels" / "kernels" / "bench")
 
     throughput = packed(tmp_path / "throughput", "throughput")
@@ -231,6 +235,27 @@ def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
         assert [(r["variant"], r["backend"]) for r in data["records"]] == [("g1_elementwise", "triton")]
         assert data["records"][0]["tokens_per_s"] * data["records"][0]["ms_per_step"] / 1e3 == \
             pytest.approx(B * T, rel=1e-2)
+
+
+def test_each_tests_seconds_are_written_as_it_ends_once_under_xdist(tmp_path):
+    """TEST_DURATIONS (tests/conftest.py, which lab/gpu/kernels.sh's tier sets): a line per test, its seconds
+    (setup, call and teardown) and outcome, appended as it ends, by the main process alone under pytest-xdist."""
+    (tmp_path / "test_three.py").write_text(
+        "import time, pytest\n"
+        "def test_slow():\n    time.sleep(0.3)\n"
+        "def test_fails():\n    assert False\n"
+        "def test_skips():\n    pytest.skip('no')\n")
+    env = dict(os.environ, TEST_DURATIONS=str(tmp_path / "durations.tsv"),
+               PYTHONPATH=os.pathsep.join([os.path.join(REPO, "tests"), REPO]))
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest", "-n", "2",
+                          "test_three.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "1 failed, 1 passed, 1 skipped" in out.stdout, out.stdout + out.stderr
+    lines = sorted((line.split("\t") for line in (tmp_path / "durations.tsv").read_text().splitlines()),
+                   key=lambda fields: fields[2])
+    assert [(outcome, test) for _, outcome, test in lines] == [
+        ("failed", "test_three.py::test_fails"), ("skipped", "test_three.py::test_skips"),
+        ("passed", "test_three.py::test_slow")]
+    assert float(dict((test, s) for s, _, test in lines)["test_three.py::test_slow"]) >= 0.3
 
 
 def test_a_failing_step_is_recorded_and_the_rest_still_runs(tmp_path):

@@ -22,7 +22,8 @@
 # Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
 # tarball holds that folder (and results/bench_kernels.*). Run again, the command skips the parts that succeeded
 # (FRESH=1 runs them all). With BUDGET_S set (lab/gpu/lib.sh), the bench and the tier each stop after their share of it;
-# a bench stopped part-way leaves the shapes it measured in results/bench_kernels.partial.{json,md}.
+# a bench stopped part-way leaves the shapes it measured in results/bench_kernels.partial.{json,md}, and a tier
+# stopped part-way each test it ran, with its seconds, in $WORK/kernels/tier-durations.tsv.
 # Measured on one H200 (results/kernels-h200-2026-11-26/steps.tsv, tier.txt): lab.bench --kernels --gqa=4 took
 # 173 s; the tier, stopped at 220 s, ran 447 of its 458 tests with 8 workers.
 # TOY=1 bash lab/gpu/kernels.sh [configs]: the same parts at toy size on a CPU (Triton's interpreter), to test this
@@ -44,8 +45,9 @@ case "${1:-}" in
     start_log kernels
     [ "$TOY" = 1 ] && BENCH=(--gqa=2 --tiny --out_dir="$LOG/bench")
     SHARE=41 step bench "$PYTHON" -m lab.bench --kernels "${BENCH[@]}"
-    SHARE=44 step tier "${PYTEST[@]}" "${VERBOSE[@]}" "${PARALLEL[@]}" --durations=15 tests/test_kernels.py \
-        tests/test_model.py "${SELECT[@]}"
+    done_before tier || rm -f "$LOG/tier-durations.tsv"  # each test's seconds as it ends (tests/conftest.py)
+    TEST_DURATIONS="$LOG/tier-durations.tsv" SHARE=44 step tier "${PYTEST[@]}" "${VERBOSE[@]}" "${PARALLEL[@]}" \
+        --durations=15 tests/test_kernels.py tests/test_model.py "${SELECT[@]}"
     step bench-cudnn "$PYTHON" -m lab.bench --kernels "${CUDNN[@]}" --sdpa_backend=cudnn --out_dir="$LOG/bench-cudnn"
     pack kernels results/bench_kernels{,.partial}.{json,md}
     ;;
