@@ -145,6 +145,9 @@ def checked_keys(argv):
         fail(f"--loss_chunk={args.loss_chunk}: give 0 (the loss over all the logits at once) or a number of rows")
     if args.profile < 0:
         fail(f"--profile={args.profile}: give 0 (no profile) or a number of steps to profile, e.g. 5")
+    for key in ("profile", "pad_c_attn"):
+        if getattr(args, key) and not args.train:
+            fail(f"--{key}={getattr(args, key)} is a key of --train: add --train")
     if args.pad_c_attn < 0:
         fail(f"--pad_c_attn={args.pad_c_attn}: give 0 (c_attn as model.py computes it) or a multiple, e.g. 64")
     if args.gqa < 0:
@@ -258,6 +261,7 @@ class Session:
     device_name: str
     dtype: torch.dtype  # of --kernels and --train: bf16 on a GPU; fp32 on a CPU and with --tiny
     sdpa_order: tuple  # the order SDPA tries its kernels in, under --sdpa_backend (cli.sdpa_order)
+    noted: set = dataclasses.field(default_factory=set)  # the results whose writes into results/ were said
 
     @property
     def sdpa_note(self):
@@ -272,7 +276,9 @@ class Session:
         args = self.args
         folder = out_folder(args, name)
         results = os.path.join(os.path.realpath(REPO), "results")
-        if os.path.commonpath([os.path.realpath(folder), results]) == results and (not partial or partial[0] == 1):
+        said = (name, bool(partial))  # each kind of write into results/ is said once
+        if os.path.commonpath([os.path.realpath(folder), results]) == results and said not in self.noted:
+            self.noted.add(said)
             print(f"note: writing {name}.partial.json and .md into {folder}/ as the measurements come; {name}.json "
                   "and .md, the committed measurements, are replaced only once all are done" if partial else
                   f"note: writing {name}.json and .md into {folder}/, the committed measurements: the files there "
@@ -547,14 +553,21 @@ def bench_train(session):
                 print(f"{variant:15s} {backend:7s} compile={use_compile!s:5s} {dt * 1e3:9.2f} ms/step "
                       f"{batch_size * T / dt:10.0f} tok/s mfu={record['mfu']} peak={record['peak_mem_gb']} GB",
                       flush=True)
-                if args.profile:
-                    record["top_ops"] = profile_steps(step, args.profile, os.path.join(
-                        out_folder(args, "bench_train"), "profile", f"{variant}-{backend}-compile{use_compile}.txt"))
             except Exception as e:  # e.g. a compile failure: keep the other runs, but say so loudly
                 if args.tiny:
                     raise
                 print(f"ERROR {variant} {backend} compile={use_compile}: {e!r}", file=sys.stderr, flush=True)
                 record |= dict(tokens_per_s=None, mfu=None, ms_per_step=None, peak_mem_gb=None, error=repr(e)[:500])
+            if args.profile and "error" not in record:
+                try:  # apart from the timing: a profiler that fails (no CUPTI, memory) keeps the timing
+                    record["top_ops"] = profile_steps(step, args.profile, os.path.join(
+                        out_folder(args, "bench_train"), "profile", f"{variant}-{backend}-compile{use_compile}.txt"))
+                except Exception as e:
+                    if args.tiny:
+                        raise
+                    print(f"ERROR profiling {variant} {backend} compile={use_compile}: {e!r}", file=sys.stderr,
+                          flush=True)
+                    record["profile_error"] = repr(e)[:500]
             records.append(record)
             if len(records) < planned:  # a command stopped later keeps what was measured
                 write_train(session, shape, records, (len(records), planned))

@@ -46,6 +46,8 @@ def _interpreter_problem():
 
 
 def pytest_configure(config):
+    global _WORKER
+    _WORKER = hasattr(config, "workerinput")  # an xdist worker (not the environment: a pytest a test starts inherits it)
     problem = _interpreter_problem()
     if problem:
         pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
@@ -85,23 +87,30 @@ def pytest_sessionfinish(session, exitstatus):
 # TEST_DURATIONS=<file>: each test's seconds (setup, call and teardown) and outcome, a line appended as each test
 # ends, so that a run stopped at a time limit (lab/gpu/kernels.sh's GPU tier) still says which tests took its time;
 # pytest's own --durations prints only at the end. Written by the main process, which pytest-xdist sends every
-# worker's reports to.
-_durations = {}
+# worker's reports to. Outcomes: passed, failed, error (in setup or teardown), skipped, xfailed, xpassed, crashed (a
+# worker that died in the test: its one report).
+_durations, _WORKER = {}, False
 
 
 def pytest_runtest_logreport(report):
     path = os.environ.get("TEST_DURATIONS")
-    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+    if not path or _WORKER:
         return
-    seconds, outcome = _durations.get(report.nodeid, (0.0, "passed"))
+    seconds, outcome = _durations.pop(report.nodeid, (0.0, "passed"))
     seconds += report.duration
-    if report.failed or (report.when == "call" and report.outcome != "passed") or report.skipped:
-        outcome = "failed" if report.failed else report.outcome
-    _durations[report.nodeid] = (seconds, outcome)
-    if report.when == "teardown":
-        with open(path, "a") as f:
-            f.write(f"{seconds:.2f}\t{outcome}\t{report.nodeid}\n")
-        del _durations[report.nodeid]
+    if report.when not in ("setup", "call", "teardown"):
+        outcome = "crashed"
+    elif report.failed and outcome == "passed":  # the first failure names the test's outcome
+        outcome = "failed" if report.when == "call" else "error"
+    elif hasattr(report, "wasxfail") and outcome == "passed":
+        outcome = "xfailed" if report.skipped else "xpassed"
+    elif report.skipped and outcome == "passed":
+        outcome = "skipped"
+    if report.when in ("setup", "call"):
+        _durations[report.nodeid] = (seconds, outcome)
+        return
+    with open(path, "a") as f:
+        f.write(f"{seconds:.2f}\t{outcome}\t{report.nodeid}\n")
 
 
 @pytest.fixture(scope="session")

@@ -158,6 +158,8 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
         (["--train", "--tiny", "--loss_chunk=-8"], "--loss_chunk=-8: give 0"),
         (["--train", "--tiny", "--pad_c_attn=-64"], "--pad_c_attn=-64: give 0"),
         (["--train", "--tiny", "--profile=-5"], "--profile=-5: give 0 (no profile)"),
+        (["--kernels", "--tiny", "--profile=5"], "--profile=5 is a key of --train: add --train"),
+        (["--step", "--tiny", "--pad_c_attn=64"], "--pad_c_attn=64 is a key of --train: add --train"),
         (["--kernels", "--tiny", "--sdpa_backend=fa3"],
          "--sdpa_backend='fa3' is not valid; choose one of default, cudnn, flash"),
         # heads that --gqa cannot group: --tiny's 2 (a modulo by zero), and a GPU's 32 and 16, where kernels.py

@@ -205,23 +205,26 @@ def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
     out = script("throughput", "align", work=tmp_path / "align")
     assert out.returncode == 0, out.stdout + out.stderr
     files = packed(tmp_path / "align", "throughput-align")
-    assert steps(files, "throughput-align") == [("bench-unpadded", "0"), ("bench-padded", "0")]
-    unpadded, padded = (json.loads(files[f"throughput-align/{part}/bench_train.json"]) for part in ("unpadded",
-                                                                                                     "padded"))
+    assert steps(files, "throughput-align") == [(f"{mode}-{part}", "0") for mode in ("compiled", "eager")
+                                                 for part in ("unpadded", "padded")]
+    unpadded, padded = (json.loads(files[f"throughput-align/eager/{part}/bench_train.json"]) for part in ("unpadded",
+                                                                                                           "padded"))
+    assert json.loads(files["throughput-align/compiled/padded/bench_train.json"])["pad_c_attn"] == 64
     assert (unpadded["pad_c_attn"], padded["pad_c_attn"]) == (0, 64) and padded["complete"] is True
     assert [(r["variant"], r["backend"]) for r in unpadded["records"]] == [
         (v, b) for v in ("baseline", "g1_headwise") for b in ("triton", "torch")]
     assert [(r["variant"], r["backend"]) for r in padded["records"]] == [("g1_headwise", "triton"),
                                                                          ("g1_headwise", "torch")]
     assert {r["params"] for r in padded["records"]} == {unpadded["records"][-1]["params"]}  # the same model
-    assert "c_attn's outputs padded to a multiple of 64" in files["throughput-align/padded/bench_train.md"].decode()
+    assert "padded to a multiple of 64" in files["throughput-align/eager/padded/bench_train.md"].decode()
     # each measurement profiled after its timing: the top ops by their own time, each a share of the step
     for part, data in (("unpadded", unpadded), ("padded", padded)):
         for r in data["records"]:
             ops = r["top_ops"]
             assert len(ops) == 15 and ops == sorted(ops, key=lambda op: -op[1]) and ops[0][1] > 0
             assert any(name == "aten::mm" for name, _, _ in ops), ops  # the model's matmuls are among them
-            table = files[f"throughput-align/{part}/profile/{r['variant']}-{r['backend']}-compileFalse.txt"].decode()
+            table = files[f"throughput-align/eager/{part}/profile/{r['variant']}-{r['backend']}-compileFalse.txt"]
+            table = table.decode()
             assert table.startswith("5 steps profiled, sorted by self_cpu_time_total") and "aten::mm" in table
 
     printed, _ = batch.communicate(timeout=300)
@@ -239,22 +242,28 @@ def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
 
 def test_each_tests_seconds_are_written_as_it_ends_once_under_xdist(tmp_path):
     """TEST_DURATIONS (tests/conftest.py, which lab/gpu/kernels.sh's tier sets): a line per test, its seconds
-    (setup, call and teardown) and outcome, appended as it ends, by the main process alone under pytest-xdist."""
+    (setup, call and teardown) and outcome, appended as it ends, by the main process alone under pytest-xdist, also
+    when this test itself runs in an xdist worker (whose environment the pytest it starts inherits)."""
     (tmp_path / "test_three.py").write_text(
         "import time, pytest\n"
         "def test_slow():\n    time.sleep(0.3)\n"
         "def test_fails():\n    assert False\n"
-        "def test_skips():\n    pytest.skip('no')\n")
+        "def test_skips():\n    pytest.skip('no')\n"
+        "@pytest.fixture\ndef broken():\n    yield\n    raise RuntimeError('teardown')\n"
+        "def test_errs(broken):\n    pass\n"
+        "@pytest.mark.xfail\ndef test_xfails():\n    assert False\n")
     env = dict(os.environ, TEST_DURATIONS=str(tmp_path / "durations.tsv"),
                PYTHONPATH=os.pathsep.join([os.path.join(REPO, "tests"), REPO]))
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest", "-n", "2",
                           "test_three.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 1 and "1 failed, 1 passed, 1 skipped" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 1 and "1 failed, 2 passed, 1 skipped, 1 xfailed, 1 error" in out.stdout, \
+        out.stdout + out.stderr
     lines = sorted((line.split("\t") for line in (tmp_path / "durations.tsv").read_text().splitlines()),
                    key=lambda fields: fields[2])
     assert [(outcome, test) for _, outcome, test in lines] == [
-        ("failed", "test_three.py::test_fails"), ("skipped", "test_three.py::test_skips"),
-        ("passed", "test_three.py::test_slow")]
+        ("error", "test_three.py::test_errs"), ("failed", "test_three.py::test_fails"),
+        ("skipped", "test_three.py::test_skips"), ("passed", "test_three.py::test_slow"),
+        ("xfailed", "test_three.py::test_xfails")]
     assert float(dict((test, s) for s, _, test in lines)["test_three.py::test_slow"]) >= 0.3
 
 

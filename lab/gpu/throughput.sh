@@ -27,10 +27,11 @@
 #   bash lab/gpu/throughput.sh align    -> $WORK/throughput-align/, $OUT/throughput-align.tar.gz
 #     whether the headwise gate costs more than its FLOPs because its logits misalign c_attn's output: GPT-2 small's
 #     12 heads make it 3 x 768 + 12 = 2,316 wide, so every other token's q, k and v start off 16-byte alignment.
-#     Compiled, the baseline and G1 headwise on both attention backends as model.py computes them, into unpadded/,
-#     then G1 headwise with c_attn's outputs padded to 2,368 (lab.bench --pad_c_attn=64: the same parameters and
-#     results), into padded/; each with 5 steps profiled after its timing (lab.bench --profile=5: where the time
-#     goes, op by op, in the json's top_ops and in profile/)
+#     Compiled, the baseline and G1 headwise on both attention backends as model.py computes them, into
+#     compiled/unpadded/, then G1 headwise with c_attn's outputs padded to 2,368 (lab.bench --pad_c_attn=64: the
+#     same parameters and results), into compiled/padded/; then the same two without torch.compile (whose Inductor
+#     may pad its own buffers), into eager/; each with 5 steps profiled after its timing (lab.bench --profile=5:
+#     where the time goes, op by op, in the json's top_ops and in profile/)
 # A lab.bench step stopped part-way leaves what it measured in its bench_*.partial.{json,md} (marked incomplete).
 # Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
 # tarball holds that folder (and the run's log.jsonl, results/bench_train.*; not the run's checkpoints). Run
@@ -88,12 +89,14 @@ case "${1:-}" in
         ;;
     align)
         start_log throughput-align
-        EXTRA=(--compile=true)
-        [ "$TOY" = 1 ] && EXTRA=(--tiny)  # 2 heads of 32: c_attn's 194 outputs padded to 256
-        step bench-unpadded "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --variants=baseline,g1_headwise --profile=5 \
-            --out_dir="$LOG/unpadded"
-        step bench-padded "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --variants=g1_headwise --pad_c_attn=64 \
-            --profile=5 --out_dir="$LOG/padded"
+        EXTRA=(); [ "$TOY" = 1 ] && EXTRA=(--tiny)  # 2 heads of 32: c_attn's 194 outputs padded to 256; no compile
+        for mode in compiled eager; do  # compiled first: what the goal is about, and kept if the command is stopped
+            COMPILE=true; [ "$mode" = eager ] && COMPILE=false
+            step "$mode-unpadded" "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --compile=$COMPILE --profile=5 \
+                --variants=baseline,g1_headwise --out_dir="$LOG/$mode/unpadded"
+            step "$mode-padded" "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --compile=$COMPILE --profile=5 \
+                --variants=g1_headwise --pad_c_attn=64 --out_dir="$LOG/$mode/padded"
+        done
         pack throughput-align
         ;;
     *)
