@@ -47,7 +47,8 @@ def _interpreter_problem():
 
 def pytest_configure(config):
     global _WORKER
-    _WORKER = hasattr(config, "workerinput")  # an xdist worker (not the environment: a pytest a test starts inherits it)
+    # an xdist worker, known by its config: a pytest that a test starts inherits the worker's environment
+    _WORKER = hasattr(config, "workerinput")
     problem = _interpreter_problem()
     if problem:
         pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
