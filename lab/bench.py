@@ -605,7 +605,8 @@ def write_train(session, shape, records, partial=None):
            "MFU: probe.estimate_mfu against probe.peak_flops (dense bf16 peak of the GPU)"] +
           ([f"--profile={args.profile}: {args.profile} more steps of each profiled after its timing: the top ops by "
             "their own time in the json (top_ops: name, ms per step, calls per step), PyTorch's profiler table in "
-            "profile/"] if args.profile else []),
+            "profile/ (on a GPU an op and the kernels it launches are listed each: their times overlap)"]
+           if args.profile else []),
           ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
           [[r["variant"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],
             r["params"]] for r in records], partial=partial)
