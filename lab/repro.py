@@ -8,7 +8,7 @@ repository's root:
     python -m lab.repro prepare               # the corpus: .py files of this Python's installed packages
     python -m lab.repro train all --seeds=3              # the study (variants.STUDY), three seeds, one run at a time
     python -m lab.repro train baseline g1_elementwise --max_iters=400
-    python -m lab.repro train baseline:2 g1_elementwise:2 g1_headwise --parallel=2 --budget_min=18   # what fits
+    python -m lab.repro train baseline:2 g1_elementwise:2 g1_headwise --budget_min=18   # what fits, in that order
     python -m lab.repro evaluate              # lab/evaluate.py on the models' checkpoints: out-repro/report/evaluate/
     python -m lab.repro report                # out-repro/report/{summary.json, REPORT.md, commands.jsonl, *.png}
     python -m lab.repro report --report_dir=results/repro   # the same, replacing the committed report
