@@ -491,7 +491,9 @@ def profile_steps(step, steps, path):
         sync()
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     ops = sorted(prof.key_averages(), key=lambda op: getattr(op, key), reverse=True)
-    write_text(path, f"{steps} steps profiled, sorted by {key} (microseconds, over all {steps})\n" +
+    what = f"{steps} steps profiled, sorted by {key} (microseconds, over all {steps})" if steps > 1 else \
+        f"1 step profiled, sorted by {key} (microseconds)"
+    write_text(path, what + "\n" +
                prof.key_averages().table(sort_by=key, row_limit=40) + "\n")
     return [[op.key, sig(getattr(op, key) / 1e3 / steps), sig(op.count / steps)] for op in ops[:15]]
 

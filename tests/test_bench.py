@@ -282,6 +282,28 @@ def test_padded_c_attn_computes_what_model_py_computes_with_aligned_rows(backend
     assert not any(isinstance(m, bench.PaddedLinear) for m in unchanged.modules())
 
 
+@pytest.mark.parametrize("steps", [1, 3])
+def test_profile_steps_reports_each_op_per_step(steps, tmp_path):
+    """lab.bench --profile's profile_steps: the top ops by their own time, each as ms and calls per step (over all
+    the steps profiled, divided by their number), and PyTorch's table in the file, saying how many steps it holds."""
+    import torch
+    a = torch.randn(64, 64, device="cuda" if bench.cuda else "cpu")
+    key = "self_device_time_total" if bench.cuda else "self_cpu_time_total"
+
+    def step():
+        return (a @ a).relu() @ a  # two aten::mm, one relu a step
+
+    ops = bench.profile_steps(step, steps, str(tmp_path / "profile.txt"))
+    calls = {name: per_step for name, _, per_step in ops}
+    assert calls["aten::mm"] == 2 and calls["aten::relu"] == 1, ops
+    assert len(ops) <= 15 and ops == sorted(ops, key=lambda op: -op[1]) and all(ms >= 0 for _, ms, _ in ops)
+    table = (tmp_path / "profile.txt").read_text()
+    first = table.splitlines()[0]
+    assert first == (f"1 step profiled, sorted by {key} (microseconds)" if steps == 1 else
+                     f"{steps} steps profiled, sorted by {key} (microseconds, over all {steps})")
+    assert "aten::mm" in table
+
+
 def test_bench_step_times_the_real_step_against_the_plain_loop_in_fresh_processes(tmp_path):
     """lab.bench --step --tiny: each mode in its own process, with the allocator setting and the chunked loss only
     where the mode has them, and train.py's dtype=auto only in the real step; the summary's ratios are computed from

@@ -173,7 +173,7 @@ def test_the_job_reports_after_failed_runs_or_a_failed_evaluation_and_exits_with
 def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
     """lab/gpu/throughput.sh modes: one lab.bench --train per torch.compile mode, then one with the atomic dQ
     backward, one with the loss in chunks and one with cuDNN's SDPA first, each into its own folder; then align:
-    the baseline and G1 headwise, then G1 headwise with c_attn's outputs padded (lab.bench --pad_c_attn).
+    G1 headwise with c_attn's outputs padded (lab.bench --pad_c_attn), then G1 headwise and the baseline.
     lab/gpu/throughput.sh batch, side by side with it (they are independent): G1 elementwise on the fused kernel at
     three (B, T), each into its own folder; at toy size lab.bench --tiny scales each down (B/8, T/32), so the records
     say which shape each step ran."""
@@ -201,23 +201,25 @@ def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
     assert [r["variant"] for r in record["records"]] == ["baseline", "g1_elementwise", "g1_headwise"]
     usage = script("throughput", "fast", work=tmp_path / "usage")
     assert usage.returncode == 2 and "usage: bash lab/gpu/throughput.sh [batch|modes|align]" in usage.stdout
-    # align: the headwise gate as model.py computes it beside the baseline, then with c_attn's outputs padded
+    # align: the headwise gate with c_attn's outputs padded first (no earlier run measured it), then as model.py
+    # computes it beside the baseline; PyTorch attention before the fused kernel
     out = script("throughput", "align", work=tmp_path / "align")
     assert out.returncode == 0, out.stdout + out.stderr
     files = packed(tmp_path / "align", "throughput-align")
     assert steps(files, "throughput-align") == [(f"{mode}-{part}", "0") for mode in ("compiled", "eager")
-                                                 for part in ("unpadded", "padded")]
+                                                 for part in ("padded", "unpadded")]
     unpadded, padded = (json.loads(files[f"throughput-align/eager/{part}/bench_train.json"]) for part in ("unpadded",
                                                                                                            "padded"))
     assert json.loads(files["throughput-align/compiled/padded/bench_train.json"])["pad_c_attn"] == 64
     assert (unpadded["pad_c_attn"], padded["pad_c_attn"]) == (0, 64) and padded["complete"] is True
+    assert [(r["variant"], r["backend"]) for r in padded["records"]] == [("g1_headwise", "torch"),
+                                                                         ("g1_headwise", "triton")]
     assert [(r["variant"], r["backend"]) for r in unpadded["records"]] == [
-        (v, b) for v in ("baseline", "g1_headwise") for b in ("triton", "torch")]
-    assert [(r["variant"], r["backend"]) for r in padded["records"]] == [("g1_headwise", "triton"),
-                                                                         ("g1_headwise", "torch")]
-    assert {r["params"] for r in padded["records"]} == {unpadded["records"][-1]["params"]}  # the same model
+        (v, b) for v in ("g1_headwise", "baseline") for b in ("torch", "triton")]
+    assert {r["params"] for r in padded["records"]} == {unpadded["records"][0]["params"]}  # the same model
     assert "padded to a multiple of 64" in files["throughput-align/eager/padded/bench_train.md"].decode()
-    # each measurement profiled after its timing: the top ops by their own time, each a share of the step
+    # each measurement profiled after its timing (2 steps at toy size): the top ops by their own time, each a share
+    # of the step
     for part, data in (("unpadded", unpadded), ("padded", padded)):
         for r in data["records"]:
             ops = r["top_ops"]
@@ -225,7 +227,7 @@ def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
             assert any(name == "aten::mm" for name, _, _ in ops), ops  # the model's matmuls are among them
             table = files[f"throughput-align/eager/{part}/profile/{r['variant']}-{r['backend']}-compileFalse.txt"]
             table = table.decode()
-            assert table.startswith("5 steps profiled, sorted by self_cpu_time_total") and "aten::mm" in table
+            assert table.startswith("2 steps profiled, sorted by self_cpu_time_total") and "aten::mm" in table
 
     printed, _ = batch.communicate(timeout=300)
     assert batch.returncode == 0, printed

@@ -27,11 +27,13 @@
 #   bash lab/gpu/throughput.sh align    -> $WORK/throughput-align/, $OUT/throughput-align.tar.gz
 #     whether the headwise gate costs more than its FLOPs because its logits misalign c_attn's output: GPT-2 small's
 #     12 heads make it 3 x 768 + 12 = 2,316 wide, so every other token's q, k and v start off 16-byte alignment.
-#     Compiled, the baseline and G1 headwise on both attention backends as model.py computes them, into
-#     compiled/unpadded/, then G1 headwise with c_attn's outputs padded to 2,368 (lab.bench --pad_c_attn=64: the
-#     same parameters and results), into compiled/padded/; then the same two without torch.compile (whose Inductor
-#     may pad its own buffers), into eager/; each with 5 steps profiled after its timing (lab.bench --profile=5:
-#     where the time goes, op by op, in the json's top_ops and in profile/)
+#     Compiled, G1 headwise with c_attn's outputs padded to 2,368 (lab.bench --pad_c_attn=64: the same parameters
+#     and results), into compiled/padded/, then G1 headwise and the baseline as model.py computes them, into
+#     compiled/unpadded/; each on PyTorch attention, then on the fused kernel; then the same two without
+#     torch.compile (whose Inductor may pad its own buffers), into eager/; each with 5 steps profiled after its
+#     timing (lab.bench --profile=5, 2 at toy size: where the time goes, op by op, in the json's top_ops and in
+#     profile/). The padded model comes first, PyTorch attention first: no earlier run measured it, so a command
+#     stopped early still holds it, to hold beside the unpadded steps measured before (results/throughput-h200-*/)
 # A lab.bench step stopped part-way leaves what it measured in its bench_*.partial.{json,md} (marked incomplete).
 # Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
 # tarball holds that folder (and the run's log.jsonl, results/bench_train.*; not the run's checkpoints). Run
@@ -89,13 +91,13 @@ case "${1:-}" in
         ;;
     align)
         start_log throughput-align
-        EXTRA=(); [ "$TOY" = 1 ] && EXTRA=(--tiny)  # 2 heads of 32: c_attn's 194 outputs padded to 256; no compile
+        PROFILE=5; EXTRA=(); [ "$TOY" = 1 ] && { PROFILE=2; EXTRA=(--tiny); }  # toy: 2 heads of 32, no compile
         for mode in compiled eager; do  # compiled first: what the goal is about, and kept if the command is stopped
             COMPILE=true; [ "$mode" = eager ] && COMPILE=false
-            step "$mode-unpadded" "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --compile=$COMPILE --profile=5 \
-                --variants=baseline,g1_headwise --out_dir="$LOG/$mode/unpadded"
-            step "$mode-padded" "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --compile=$COMPILE --profile=5 \
-                --variants=g1_headwise --pad_c_attn=64 --out_dir="$LOG/$mode/padded"
+            step "$mode-padded" "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --compile=$COMPILE --profile=$PROFILE \
+                --variants=g1_headwise --backends=torch,triton --pad_c_attn=64 --out_dir="$LOG/$mode/padded"
+            step "$mode-unpadded" "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --compile=$COMPILE --profile=$PROFILE \
+                --variants=g1_headwise,baseline --backends=torch,triton --out_dir="$LOG/$mode/unpadded"
         done
         pack throughput-align
         ;;
