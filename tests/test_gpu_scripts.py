@@ -329,6 +329,34 @@ def test_without_a_deadline_no_part_is_limited(tmp_path):
         assert {r["limit"] for r in rows(packed(tmp_path, name), name)} == {"none"}
 
 
+def test_a_measurement_beside_a_running_study_is_refused(tmp_path):
+    """kernels.sh and throughput.sh time things on the GPU: while the study's job runs under the same WORK they stop
+    at once with one line (exit 3) and leave their folders as they were; BESIDE_STUDY=1 runs them anyway, and a job
+    that has ended (its pid file left behind) blocks nothing."""
+    quick = fake_python(tmp_path / "python", "exit 0")
+    job = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / "study-job").mkdir()
+        (tmp_path / "study-job" / "pid").write_text(f"{job.pid}\n")
+        (tmp_path / "kernels").mkdir()
+        (tmp_path / "kernels" / "bench.txt").write_text("an earlier run's output\n")
+        for name, args in (("kernels", ()), ("throughput", ("align",))):
+            out = script(name, *args, work=tmp_path, env={"PYTHON": quick})
+            assert out.returncode == 3 and out.stdout.count("\n") == 1 and out.stderr == "", out.stdout + out.stderr
+            assert out.stdout.startswith(f"error: the study's job is running (pid {job.pid}") and \
+                "bash lab/gpu/study.sh wait" in out.stdout and "BESIDE_STUDY=1" in out.stdout, out.stdout
+        assert sorted(p.name for p in (tmp_path / "kernels").iterdir()) == ["bench.txt"]
+        assert not (tmp_path / "throughput-align").exists() and not (tmp_path / "out").exists()
+        beside = script("kernels", work=tmp_path, env={"PYTHON": quick, "BESIDE_STUDY": "1"})
+        assert beside.returncode == 0 and steps(packed(tmp_path, "kernels"), "kernels")[0] == ("bench", "0"), \
+            beside.stdout
+    finally:
+        job.kill()
+        job.wait()
+    after = script("kernels", "configs", work=tmp_path, env={"PYTHON": quick})
+    assert after.returncode == 0, after.stdout
+
+
 def test_a_command_run_again_picks_up_where_it_left_off(tmp_path):
     """Run again with the same code, arguments and settings, a command skips the parts that succeeded (their output
     stays, and is packed) and runs the others; FRESH=1, or other settings, run every part again."""

@@ -5,6 +5,9 @@
 # folder it was started in: the lab's tools as modules (python -m lab.bench), train.py and the tests by path.
 #
 #   start_log NAME     $LOG is $WORK/NAME/: every part's output, steps.tsv, env.txt (the machine and software).
+#                      Refused (exit 3, one line) while the study's job (lab/gpu/study.sh) runs under the same
+#                      $WORK: what the command times would be shared with the study's training. BESIDE_STUDY=1 runs
+#                      it anyway (the study on another GPU, say)
 #                      A command run again picks up where it left off: a part that succeeded in its last run, with
 #                      the same code, arguments and settings, is not run again (its output stays); FRESH=1 runs
 #                      every part again
@@ -39,6 +42,13 @@ case "${1:-}" in -h|--help) usage; exit 0 ;; esac  # every script's --help: its 
 
 start_log() {  # start_log NAME: $LOG is $WORK/NAME/, emptied unless its last run had the same key (the header)
     LOG=$WORK/$1
+    local pid
+    pid=$(cat "$WORK/study-job/pid" 2>/dev/null)
+    if [ "${BESIDE_STUDY:-0}" != 1 ] && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        echo "error: the study's job is running (pid $pid, $WORK/study-job/), and what this command measures would" \
+             "share the GPU with it: bash lab/gpu/study.sh wait, then this command (BESIDE_STUDY=1: run it anyway)"
+        exit 3
+    fi
     local env=$WORK/.env-$1.txt key
     mkdir -p "$WORK" "$OUT"
     { date -u +%FT%TZ; git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | head -20
