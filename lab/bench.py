@@ -605,9 +605,10 @@ def write_train(session, shape, records, partial=None):
               "all the logits at once (loss_chunk=0)"),
            "variants (lab/variants.py): " + "; ".join(f"{v} {VARIANTS[v].flags}" for v in args.variants),
            "MFU: probe.estimate_mfu against probe.peak_flops (dense bf16 peak of the GPU)"] +
-          ([f"--profile={args.profile}: {args.profile} more steps of each profiled after its timing: the top ops by "
-            "their own time in the json (top_ops: name, ms per step, calls per step), PyTorch's profiler table in "
-            "profile/ (on a GPU an op and the kernels it launches are listed each: their times overlap)"]
+          ([f"--profile={args.profile}: {args.profile} more step{'s' if args.profile > 1 else ''} of each profiled "
+            "after its timing: the top ops by their own time in the json (top_ops: name, ms per step, calls per "
+            "step), PyTorch's profiler table in profile/ (on a GPU an op and the kernels it launches are listed "
+            "each: their times overlap)"]
            if args.profile else []),
           ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
           [[r["variant"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],

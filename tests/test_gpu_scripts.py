@@ -31,7 +31,8 @@ def script(name, *args, work, env=None, wait=True):
     """Run lab/gpu/<name>.sh with TOY=1, its logs in work/ and its tarball in work/out/: no deadline and no time
     limit unless env sets them. Started from work/, not the repository: each script finds the repository's root
     itself."""
-    inherited = {k: v for k, v in os.environ.items() if k not in ("BUDGET_S", "STEP_LIMIT", "SHARE", "FRESH")}
+    inherited = {k: v for k, v in os.environ.items() if k not in ("BUDGET_S", "STEP_LIMIT", "SHARE", "FRESH",
+                                                                  "BESIDE_STUDY")}
     env = {**inherited, "TOY": "1", "WORK": str(work), "OUT": str(work / "out"), **(env or {})}
     cmd = ["bash", os.path.join(REPO, "lab", "gpu", f"{name}.sh"), *args]
     os.makedirs(work, exist_ok=True)
@@ -201,8 +202,8 @@ def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
     assert [r["variant"] for r in record["records"]] == ["baseline", "g1_elementwise", "g1_headwise"]
     usage = script("throughput", "fast", work=tmp_path / "usage")
     assert usage.returncode == 2 and "usage: bash lab/gpu/throughput.sh [batch|modes|align]" in usage.stdout
-    # align: the headwise gate with c_attn's outputs padded first (no earlier run measured it), then as model.py
-    # computes it beside the baseline; PyTorch attention before the fused kernel
+    # align: the headwise gate with c_attn's outputs padded first (no earlier run measured it), on the fused kernel
+    # first; then as model.py computes it beside the baseline, PyTorch attention first
     out = script("throughput", "align", work=tmp_path / "align")
     assert out.returncode == 0, out.stdout + out.stderr
     files = packed(tmp_path / "align", "throughput-align")
@@ -212,8 +213,8 @@ def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
                                                                                                            "padded"))
     assert json.loads(files["throughput-align/compiled/padded/bench_train.json"])["pad_c_attn"] == 64
     assert (unpadded["pad_c_attn"], padded["pad_c_attn"]) == (0, 64) and padded["complete"] is True
-    assert [(r["variant"], r["backend"]) for r in padded["records"]] == [("g1_headwise", "torch"),
-                                                                         ("g1_headwise", "triton")]
+    assert [(r["variant"], r["backend"]) for r in padded["records"]] == [("g1_headwise", "triton"),
+                                                                         ("g1_headwise", "torch")]
     assert [(r["variant"], r["backend"]) for r in unpadded["records"]] == [
         (v, b) for v in ("g1_headwise", "baseline") for b in ("torch", "triton")]
     assert {r["params"] for r in padded["records"]} == {unpadded["records"][0]["params"]}  # the same model
@@ -330,30 +331,39 @@ def test_without_a_deadline_no_part_is_limited(tmp_path):
 
 
 def test_a_measurement_beside_a_running_study_is_refused(tmp_path):
-    """kernels.sh and throughput.sh time things on the GPU: while the study's job runs under the same WORK they stop
-    at once with one line (exit 3) and leave their folders as they were; BESIDE_STUDY=1 runs them anyway, and a job
-    that has ended (its pid file left behind) blocks nothing."""
+    """kernels.sh and throughput.sh time and test things on the GPU: while the study's job runs under the same WORK
+    they stop at once with one line (exit 75) and leave their folders as they were; BESIDE_STUDY=1 runs them anyway;
+    neither a job that has ended (its pid file left behind) nor a pid since reused by another process blocks them."""
     quick = fake_python(tmp_path / "python", "exit 0")
-    job = subprocess.Popen(["sleep", "60"])
+    # the job as study.sh starts it: a bash running lab.repro's commands
+    job = subprocess.Popen(["bash", "-c", "sleep 60; : python -m lab.repro train"], start_new_session=True)
+    other = subprocess.Popen(["sleep", "60"])  # a live process that is not the job
     try:
         (tmp_path / "study-job").mkdir()
         (tmp_path / "study-job" / "pid").write_text(f"{job.pid}\n")
         (tmp_path / "kernels").mkdir()
         (tmp_path / "kernels" / "bench.txt").write_text("an earlier run's output\n")
-        for name, args in (("kernels", ()), ("throughput", ("align",))):
+        for name, args in (("kernels", ()), ("kernels", ("configs",)), ("throughput", ("align",))):
             out = script(name, *args, work=tmp_path, env={"PYTHON": quick})
-            assert out.returncode == 3 and out.stdout.count("\n") == 1 and out.stderr == "", out.stdout + out.stderr
+            assert out.returncode == 75 and out.stdout.count("\n") == 1 and out.stderr == "", out.stdout + out.stderr
             assert out.stdout.startswith(f"error: the study's job is running (pid {job.pid}") and \
                 "bash lab/gpu/study.sh wait" in out.stdout and "BESIDE_STUDY=1" in out.stdout, out.stdout
         assert sorted(p.name for p in (tmp_path / "kernels").iterdir()) == ["bench.txt"]
         assert not (tmp_path / "throughput-align").exists() and not (tmp_path / "out").exists()
+        again = script("study", "start", "baseline", work=tmp_path, env={"PYTHON": quick})  # study.sh's own words
+        assert again.returncode == 1 and f"a study is already running (pid {job.pid})" in again.stdout, again.stdout
         beside = script("kernels", work=tmp_path, env={"PYTHON": quick, "BESIDE_STUDY": "1"})
         assert beside.returncode == 0 and steps(packed(tmp_path, "kernels"), "kernels")[0] == ("bench", "0"), \
             beside.stdout
+        (tmp_path / "study-job" / "pid").write_text(f"{other.pid}\n")  # the pid now names another process
+        reused = script("kernels", "configs", work=tmp_path, env={"PYTHON": quick})
+        assert reused.returncode == 0, reused.stdout
     finally:
-        job.kill()
-        job.wait()
-    after = script("kernels", "configs", work=tmp_path, env={"PYTHON": quick})
+        os.killpg(job.pid, 9)
+        other.kill()
+        job.wait(), other.wait()
+    (tmp_path / "study-job" / "pid").write_text(f"{job.pid}\n")  # the job has ended
+    after = script("throughput", "align", work=tmp_path, env={"PYTHON": quick})
     assert after.returncode == 0, after.stdout
 
 

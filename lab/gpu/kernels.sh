@@ -26,6 +26,8 @@
 # stopped part-way each test it ran, with its seconds, in $WORK/kernels/tier-durations.tsv.
 # Measured on one H200 (results/kernels-h200-2026-11-26/steps.tsv, tier.txt): lab.bench --kernels --gqa=4 took
 # 173 s; the tier, stopped at 220 s, ran 447 of its 458 tests with 8 workers.
+# While the study's job (lab/gpu/study.sh) runs under the same $WORK, the command refuses to start (one line, exit
+# 75): its timings and tests would share the GPU with the training. BESIDE_STUDY=1 runs it anyway.
 # TOY=1 bash lab/gpu/kernels.sh [configs]: the same parts at toy size on a CPU (Triton's interpreter), to test this
 # script.
 source "$(dirname "$0")/lib.sh"

@@ -5,9 +5,10 @@
 # folder it was started in: the lab's tools as modules (python -m lab.bench), train.py and the tests by path.
 #
 #   start_log NAME     $LOG is $WORK/NAME/: every part's output, steps.tsv, env.txt (the machine and software).
-#                      Refused (exit 3, one line) while the study's job (lab/gpu/study.sh) runs under the same
-#                      $WORK: what the command times would be shared with the study's training. BESIDE_STUDY=1 runs
-#                      it anyway (the study on another GPU, say)
+#                      Refused (exit 75, one line) while the study's job (lab/gpu/study.sh) runs under the same
+#                      $WORK: what kernels.sh and throughput.sh time and test would share the GPU with the study's
+#                      training. BESIDE_STUDY=1 runs them anyway (the study on another GPU, say)
+#   study_pid          the pid of the study's job under $WORK while it runs; fails when none runs
 #                      A command run again picks up where it left off: a part that succeeded in its last run, with
 #                      the same code, arguments and settings, is not run again (its output stays); FRESH=1 runs
 #                      every part again
@@ -40,14 +41,24 @@ usage() {  # the script's header comment, from its second line to the first line
 }
 case "${1:-}" in -h|--help) usage; exit 0 ;; esac  # every script's --help: its header
 
+study_pid() {  # the job's pid file names a live process that is the job: not a pid reused since (a reboot, a kill)
+    local pid cmd
+    pid=$(cat "$WORK/study-job/pid" 2>/dev/null)
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+    if [ -r "/proc/$pid/cmdline" ]; then  # the job is a bash running lab.repro's commands
+        cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline")
+        case "$cmd" in *lab.repro*) ;; *) return 1 ;; esac
+    fi
+    echo "$pid"
+}
+
 start_log() {  # start_log NAME: $LOG is $WORK/NAME/, emptied unless its last run had the same key (the header)
     LOG=$WORK/$1
     local pid
-    pid=$(cat "$WORK/study-job/pid" 2>/dev/null)
-    if [ "${BESIDE_STUDY:-0}" != 1 ] && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        echo "error: the study's job is running (pid $pid, $WORK/study-job/), and what this command measures would" \
-             "share the GPU with it: bash lab/gpu/study.sh wait, then this command (BESIDE_STUDY=1: run it anyway)"
-        exit 3
+    if [ "${BESIDE_STUDY:-0}" != 1 ] && pid=$(study_pid); then  # (study.sh start has said so in its words already)
+        echo "error: the study's job is running (pid $pid, $WORK/study-job/), and this command would share the GPU" \
+             "with its training: bash lab/gpu/study.sh wait, then this command (BESIDE_STUDY=1: run it anyway)"
+        exit 75
     fi
     local env=$WORK/.env-$1.txt key
     mkdir -p "$WORK" "$OUT"

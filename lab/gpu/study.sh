@@ -41,7 +41,7 @@ fi
 DATA=()
 [ "$TOY" = 1 ] && [ -n "${DATA_DIR:-}" ] && DATA=(--dataset=toy --data_dir="$DATA_DIR" --block_size=32)
 JOB=$WORK/study-job  # the background job: its pid, command, output, exit code and tarball
-running() { [ -f "$JOB/pid" ] && kill -0 "$(cat "$JOB/pid")" 2>/dev/null; }
+running() { study_pid > /dev/null; }  # lib.sh: the pid file names the live job
 
 case "${1:-}" in
 start)

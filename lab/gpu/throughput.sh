@@ -28,16 +28,19 @@
 #     whether the headwise gate costs more than its FLOPs because its logits misalign c_attn's output: GPT-2 small's
 #     12 heads make it 3 x 768 + 12 = 2,316 wide, so every other token's q, k and v start off 16-byte alignment.
 #     Compiled, G1 headwise with c_attn's outputs padded to 2,368 (lab.bench --pad_c_attn=64: the same parameters
-#     and results), into compiled/padded/, then G1 headwise and the baseline as model.py computes them, into
-#     compiled/unpadded/; each on PyTorch attention, then on the fused kernel; then the same two without
-#     torch.compile (whose Inductor may pad its own buffers), into eager/; each with 5 steps profiled after its
-#     timing (lab.bench --profile=5, 2 at toy size: where the time goes, op by op, in the json's top_ops and in
-#     profile/). The padded model comes first, PyTorch attention first: no earlier run measured it, so a command
-#     stopped early still holds it, to hold beside the unpadded steps measured before (results/throughput-h200-*/)
+#     and results) on the fused kernel, then on PyTorch attention, into compiled/padded/; then G1 headwise and the
+#     baseline as model.py computes them, PyTorch attention first, into compiled/unpadded/; then the same two
+#     without torch.compile (whose Inductor may pad its own buffers), into eager/; each with 5 steps profiled after
+#     its timing (lab.bench --profile=5, 2 at toy size: where the time goes, op by op, in the json's top_ops and in
+#     profile/). The order puts first what no earlier run measured: a command stopped after the padded fused
+#     kernel can still compare it with that run's unpadded 38.84 ms (results/throughput-h200-2026-11-29/), and the
+#     unpadded part begins with G1 headwise on PyTorch attention compiled, the one measurement that run lacks
 # A lab.bench step stopped part-way leaves what it measured in its bench_*.partial.{json,md} (marked incomplete).
 # Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
 # tarball holds that folder (and the run's log.jsonl, results/bench_train.*; not the run's checkpoints). Run
 # again, the command skips the parts that succeeded (FRESH=1 runs them all).
+# While the study's job (lab/gpu/study.sh) runs under the same $WORK, the command refuses to start (one line, exit
+# 75): its timings and tests would share the GPU with the training. BESIDE_STUDY=1 runs it anyway.
 # TOY=1 DATA_DIR=<a prepared folder>: the same parts at toy size on a CPU, to test this script.
 source "$(dirname "$0")/lib.sh"
 PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider)
@@ -95,7 +98,7 @@ case "${1:-}" in
         for mode in compiled eager; do  # compiled first: what the goal is about, and kept if the command is stopped
             COMPILE=true; [ "$mode" = eager ] && COMPILE=false
             step "$mode-padded" "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --compile=$COMPILE --profile=$PROFILE \
-                --variants=g1_headwise --backends=torch,triton --pad_c_attn=64 --out_dir="$LOG/$mode/padded"
+                --variants=g1_headwise --backends=triton,torch --pad_c_attn=64 --out_dir="$LOG/$mode/padded"
             step "$mode-unpadded" "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --compile=$COMPILE --profile=$PROFILE \
                 --variants=g1_headwise,baseline --backends=torch,triton --out_dir="$LOG/$mode/unpadded"
         done
