@@ -5,13 +5,12 @@
 # folder it was started in: the lab's tools as modules (python -m lab.bench), train.py and the tests by path.
 #
 #   start_log NAME     $LOG is $WORK/NAME/: every part's output, steps.tsv, env.txt (the machine and software).
-#                      Refused (exit 75, one line) while the study's job (lab/gpu/study.sh) runs under the same
-#                      $WORK: what kernels.sh and throughput.sh time and test would share the GPU with the study's
-#                      training. BESIDE_STUDY=1 runs them anyway (the study on another GPU, say)
-#   study_pid          the pid of the study's job under $WORK while it runs; fails when none runs
 #                      A command run again picks up where it left off: a part that succeeded in its last run, with
 #                      the same code, arguments and settings, is not run again (its output stays); FRESH=1 runs
-#                      every part again
+#                      every part again. Refused (exit 75, one line) while the study's job (lab/gpu/study.sh) runs
+#                      under the same $WORK: what kernels.sh and throughput.sh time and test would share the GPU with
+#                      the study's training. BESIDE_STUDY=1 runs them anyway (the study on another GPU, say)
+#   study_pid          the pid of the study's job under $WORK while it runs; fails when none runs
 #   step NAME CMD...   run CMD, its output shown and kept in $LOG/NAME.txt; its exit code, seconds and time limit
 #                      are appended to $LOG/steps.tsv (the script's exit code is the worst part's).
 #                      STEP_LIMIT=S step ... stops it after S seconds (exit 124), so that the parts after it still
