@@ -19,15 +19,15 @@ checks.py (the checks, in order: shapes first, then invariants, then traps for t
 against the project's own code). A gap you have not filled yet raises NotImplementedError, which is reported
 as "not filled yet", not as a crash. Exit status: 0 when every check passes, 1 otherwise.
 
-Grading (`all`, a list of exercises, or --result=PATH): the exercises run one after another, each in a child process
-of its own, under the same limits per check and one for the whole exercise (EXERCISE_TIME_LIMIT); each prints its
-failures and summary (not its passing checks), then a score table, and a JSON result (default check-result.json in
-the current folder, written atomically) that a teacher can collect: the student (--student=NAME_OR_ID; null
-without it), one entry per exercise (id, title, passed, total, first_failing_check, checker_seconds: how long the
-checker took, status: passed / failed / not filled / timeout / error, hints_seen, the file_sha256 of the file
-graded and the checks_sha256 of its checks.py) with the date, the Python and torch versions and the checker_sha256
-of check.py, sealed with a checksum of its content (an HMAC with
-$CHECK_SIGNING_KEY, when set) that --verify checks. exercises/gradebook.py makes one table of a class's files.
+Grading (`all`, a list of exercises, or --result=PATH): the exercises run one after another, each in a child process of
+its own, under the same limits per check and one for the whole exercise (EXERCISE_TIME_LIMIT); each prints its failures
+and summary (not its passing checks), then a score table, and a JSON result (default check-result.json in the current
+folder, written atomically) that a teacher can collect: the student (--student=NAME_OR_ID; null without it), one entry
+per exercise (id, title, passed, total, first_failing_check, checker_seconds: how long the checker took, status: passed
+/ failed / not filled / timeout / error / setup, hints_seen, the file_sha256 of the file graded and the checks_sha256 of
+its checks.py) with the date, the Python and torch versions and the checker_sha256 of check.py, sealed with a checksum
+of its content (an HMAC with $CHECK_SIGNING_KEY, when set) that --verify checks. exercises/gradebook.py makes one table
+of a class's files.
 Exit status: 0 only when every exercise passes.
 
 Your code runs in a child process, the only one that imports your file, one request at a time under the time limit
@@ -237,6 +237,11 @@ class StudentRaised(Exception):
 
 class ProtocolError(Exception):
     """An answer from the student's process that is not one the checker sent for: it counts as an error."""
+
+
+class NotHere(Exception):
+    """What a check needs is missing from this machine (the sink lab's data was not prepared): a gap in the setup
+    where the checker runs, not in the student's code. Status 'setup': check again once it is there."""
 
 
 def time_limit_of(exercise_dir):
@@ -457,16 +462,31 @@ def describe_error(e, path, importing=False):
 
 
 def rebuild_error(error):
-    """The exception the checks see for describe_error's description."""
-    kind, message = str(error.get("type")), str(error.get("message"))
+    """The exception the checks see for describe_error's description, every text in it as student_text."""
+    kind, message = student_text(error.get("type"), 100), student_text(error.get("message"))
+    function = error.get("function") and student_text(error.get("function"), 100)
     if kind == "TimeLimit":
-        return TimeLimit(error.get("function"), str((error.get("where") or [""])[0]))
+        return TimeLimit(function, student_text((error.get("where") or [""])[0]))
     if kind == "SystemExit":
-        return StudentExited(str(error.get("exit")))
+        return StudentExited(student_text(error.get("exit")))
     e = REBUILT[kind](message) if kind in REBUILT else StudentRaised(kind, message)
     where = error.get("where")
-    e.student_where = (str(where[0]), str(where[1])) if isinstance(where, list) and len(where) == 2 else ("", "")
+    e.student_where = (student_text(where[0]), student_text(where[1])) \
+        if isinstance(where, list) and len(where) == 2 else ("", "")
     return e
+
+
+def student_text(text, limit=None, one_line=False):
+    """Text from the student's process (an exception's message, where it was raised, a string the file set) as the
+    checker prints it: without control characters, each line cut at limit characters (LINE_SHOWN), and every line
+    after the first marked '  | ' like the code's own output, so that none of it passes for a line of the checker's
+    (a cleared screen, or "8/8 checks passed" in an exception's message). one_line: every run of white space, line
+    ends included, made one space."""
+    limit = limit or LINE_SHOWN
+    lines = [CONTROL.sub("", line) for line in str(text).split("\n")]
+    lines = [" ".join(" ".join(lines).split())] if one_line else lines
+    return "\n  | ".join(line[:limit] + (f" ... ({len(line) - limit:,} more characters)" if len(line) > limit else "")
+                         for line in lines)
 
 
 class StudentObject:
@@ -597,10 +617,11 @@ def import_student(path, number, seconds=0):
 
 def run(exercise_dir, path, out=print, time_limit=None):
     """Run the checks of exercise_dir on the file at path, importing it in this process; returns (passed, total,
-    status, failed): status is one of 'ok', 'not filled', 'wrong', 'error', 'timeout'; failed is the name of the
-    check that stopped it (None if none did). time_limit: seconds a check may run (default time_limit_of(exercise_dir);
-    0: no limit). The student's code runs in this process, so it could reach the verdict: the test suite's fast path
-    for trusted files (the reference answers and known mistakes). The command line calls run_isolated."""
+    status, failed): status is one of 'ok', 'not filled', 'wrong', 'error', 'timeout', 'setup'; failed is the name of
+    the check that stopped it (None if none did). time_limit: seconds a check may run (default
+    time_limit_of(exercise_dir); 0: no limit). The student's code runs in this process, so it could reach the
+    verdict: the test suite's fast path for trusted files (the reference answers and known mistakes). The command
+    line calls run_isolated."""
     time_limit = time_limit_of(exercise_dir) if time_limit is None else time_limit
     number = os.path.basename(exercise_dir)[:2]
 
@@ -640,6 +661,8 @@ def _verdict(e, path, time_limit, label, importing=False):
         return "error", f"your file does not import: {getattr(e, 'type_name', type(e).__name__)}: {e}{where}"
     if isinstance(e, ProtocolError):
         return "error", f"{label} your code's answer could not be read: {e}"
+    if isinstance(e, NotHere):
+        return "setup", f"{label} cannot be checked on this machine: {e}"
     return None
 
 
@@ -960,7 +983,7 @@ class ChildProcess:
         self.kept = set(_children(os.getpid()))  # this process's own children (a watchdog): never the student's
         self.subreaper = _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of the student's processes become ours to end
         self.memory = memory_limit()
-        env = {k: v for k, v in os.environ.items() if k != SIGNING_KEY_VAR}  # the key stays here
+        env = without_key()
         apart = {"start_new_session": True} if os.name == "posix" else \
             {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
         self.proc = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, HERE, exercise_dir, path, stack_file],
@@ -1153,6 +1176,7 @@ def _stuck_in(stack_file, path):
                     code = f.read().splitlines()[int(line) - 1].strip()
             except (OSError, IndexError, UnicodeDecodeError):
                 code = ""
+            function, code = student_text(function, 100), student_text(code, 200)  # the file's text, as it is now
             return function, f" ({os.path.basename(path)} line {line}" + (f": {code})" if code else ")")
     return None, ""
 
@@ -1172,7 +1196,7 @@ def _watchdog():
         return None
     try:
         return subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid())], stdin=subprocess.PIPE,
-                                start_new_session=True)
+                                start_new_session=True, env=without_key())
     except OSError:
         return None
 
@@ -1297,6 +1321,16 @@ def expect_trained_runs(number, where):
         raise Wrong(f"the two runs differ in more than the gate: {listed}. A comparison means one change: train both "
                     "with README.md's two commands, which differ only in --gate (add --overwrite=True to replace a "
                     "run).")
+    from cli import dataset_dir
+    from data.shards import find_shards
+    data_dir = dataset_dir(base["dataset"], base.get("data_dir"))
+    try:  # the windows the runs are measured on: the grader's to prepare, in a fresh copy (TEACHERS.md)
+        prepared = bool(find_shards(data_dir, "val"))
+    except ValueError as e:
+        raise NotHere(str(e)) from None
+    if not prepared:
+        raise NotHere(f"the sink lab's task, which the runs are measured on, is not prepared in {data_dir}: make it "
+                      "with python data/bigram_backcopy/prepare.py (a few seconds), then check again")
 
 
 def run_batches(run_dir, batches):
@@ -1407,7 +1441,8 @@ def title_of(exercise_dir):
 
 
 # The status of an exercise in the grading result, from run_isolated's status.
-GRADE_STATUS = {"ok": "passed", "wrong": "failed", "not filled": "not filled", "timeout": "timeout", "error": "error"}
+GRADE_STATUS = {"ok": "passed", "wrong": "failed", "not filled": "not filled", "timeout": "timeout", "error": "error",
+                "setup": "setup"}
 RESULT_FILE = "check-result.json"
 
 
@@ -1481,6 +1516,13 @@ def grade_result(entries, date=None, student=None, checker_digest=None):
 # checker's environment (a teacher's secret; never passed to the student's process, and, on Linux, unreadable by
 # other processes while the checker runs), the checksum is an HMAC that only the key's holder can make.
 SIGNING_KEY_VAR = "CHECK_SIGNING_KEY"
+
+
+def without_key():
+    """This process's environment without the signing key: the environment of every process the checker starts (the
+    student's, and the watchdog, whose environment any process of the same user could read), so that the key stays
+    in this one."""
+    return {k: v for k, v in os.environ.items() if k != SIGNING_KEY_VAR}
 
 
 def seal(result, key=None):
@@ -1559,6 +1601,10 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
     if previous and "changed after" in previous[0] and "another key" not in previous[0]:
         out(f"note: the previous {os.path.relpath(result_path)} was changed after the checker wrote it; it is "
             "replaced now")
+    if key and hasattr(os, "geteuid") and os.geteuid() == 0:  # as root, nothing is closed to the student's code
+        out(f"warning: grading as root with {SIGNING_KEY_VAR}: the student's code runs as root too and can read the "
+            "key, so a signed file proves nothing; grade as an ordinary user (TEACHERS.md, 'Grading the files "
+            "yourself').")
     hooks = startup_files(user_only=True)
     if hooks:  # rarely the user's own: say so before a grade depends on them
         out(f"note: Python runs start-up files from this account's own site-packages: {', '.join(hooks)}. If you "

@@ -5,20 +5,20 @@ The teacher's gradebook: one table of a class's result files.
     python exercises/gradebook.py FOLDER --out=PREFIX    # writes PREFIX.csv and PREFIX.md (PREFIX a folder: in it)
 
 FOLDER holds the files the students wrote with `python exercises/check.py all --student=ID --result=ID.json`. Each
-*.json file in it becomes one row: the student, the file, whether its seal verifies and if not why, the exercises
-passed and the checks passed over all of them (partial credit: each exercise's checks stop at the first that
-fails, so it counts the checks passed before that one), each exercise's status, checks passed and
-hints_seen, the seed and the date. Each seal is checked as `check.py --verify`
-checks it, by check.py's own code, with $CHECK_SIGNING_KEY when it is set (set it to the key the files were signed
-with). The graded starter.py files are not checked: they are the students', not here; `check.py --verify=FILE` in a
-student's copy checks them. A row is flagged when its file cannot be read, is not a result file or does not verify,
-names no student, names a student another file names too, comes from the same checker run as another file (same
-date and seed: a copy under another name), lacks an exercise another file has (a partial hand-in; "exercises
-passed" counts against every exercise in the folder), says that an untouched starter.py passed (its checks or its
-result were edited), was graded by a check.py or checks.py other than this checkout's (the SHA-256 the file records
-of them), or says that the student's code changed the checker's files (grading stopped there): no file is left out
-of the table. The console summary lists each flagged file with its flags, and why it does not verify. Exit status:
-0 when no row is flagged, 1 when some are, 2 for bad input (no such folder, no result files in it).
+*.json file in it becomes one row: the student, the file, whether its seal verifies and if not why, the exercises passed
+and the checks passed over all of them (partial credit: each exercise's checks stop at the first that fails, so it
+counts the checks passed before that one), each exercise's status, checks passed and hints_seen, the seed and the date.
+Each seal is checked as `check.py --verify` checks it, by check.py's own code, with $CHECK_SIGNING_KEY when it is set
+(set it to the key the files were signed with). The graded starter.py files are not checked: they are the students', not
+here; `check.py --verify=FILE` in a student's copy checks them. A row is flagged when its file cannot be read, is not a
+result file or does not verify, names no student, names a student another file names too, comes from the same checker
+run as another file (same date and seed: a copy under another name), lacks an exercise another file has (a partial
+hand-in; "exercises passed" counts against every exercise in the folder), says that an untouched starter.py passed (its
+checks or its result were edited), was graded by a check.py or checks.py other than this checkout's (the SHA-256 the
+file records of them), says that the student's code changed the checker's files (grading stopped there), or has an
+exercise that could not be checked where it was graded (status "setup": the sink lab's task was not prepared there): no
+file is left out of the table. The console summary lists each flagged file with its flags, and why it does not verify.
+Exit status: 0 when no row is flagged, 1 when some are, 2 for bad input (no such folder, no result files in it).
 """
 
 import csv
@@ -146,6 +146,16 @@ def flag_missing_exercises(rows):
                                 f"(missing: {', '.join(missing)})")
 
 
+def flag_not_checked_here(rows):
+    """Flag an exercise graded where what its checks need was missing (status "setup": the sink lab's task, for 08
+    and 11): the grader's setup, not the student's code. Grade it again once it is there."""
+    for row in rows:
+        ids = [i for i, e in row["exercises"].items() if e.get("status") == "setup"]
+        if ids:
+            row["flags"].append(f"{', '.join(ids)} not checked: the grading machine lacked the sink lab's task "
+                                "(python data/bigram_backcopy/prepare.py, then grade again)")
+
+
 LEAD = ("student", "file", "verified", "why not", "exercises passed", "checks passed")  # before the exercises
 
 
@@ -225,6 +235,7 @@ def gradebook(folder, prefix, key=None, out=print):
     flag_untouched_starters(rows)
     flag_changed_checker(rows)
     flag_other_checks(rows)
+    flag_not_checked_here(rows)
     rows.sort(key=lambda row: (row["student"].casefold() or "\uffff", row["file"]))  # no student: last
     header, lines = table(rows)
     flagged = sum(bool(row["flags"]) for row in rows)
@@ -268,4 +279,10 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        status = main()
+        sys.stdout.flush()  # here, where a closed pipe is caught below, not as Python exits
+        sys.exit(status)
+    except BrokenPipeError:  # `gradebook.py FOLDER | head -2`: the reader stopped reading; the files are written
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

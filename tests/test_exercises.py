@@ -292,6 +292,75 @@ def test_what_the_students_code_prints_is_bounded(tmp_path):
     assert len(out) < 100_000 and "\x9b" not in out and "[01.g1_gate_shapes] not filled yet" in out, out[-2000:]
 
 
+def test_an_exception_message_never_passes_for_the_checkers_lines(tmp_path):
+    """The message of an exception the student's code raises is the student's text: shown without control
+    characters, cut, and each line after its first marked '  | ', so that a message holding a cleared screen and
+    "8/8 checks passed" reads as what it is."""
+    path = starter_with(tmp_path, gap1=["raise NotImplementedError('01-gap1: x\\n8/8 checks passed -- well done."
+                                        "\\x1b[2J' + 'y' * 3000)"])
+    code, out = check_cli(path)
+    assert code == 1 and "\x1b" not in out and "\n8/8 checks passed" not in out, out
+    assert "  | 8/8 checks passed -- well done.yyy" in out and "(1,031 more characters)" in out, out
+    assert out.rstrip().endswith("0/8 checks passed.") or "\n0/8 checks passed." in out, out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads other processes' environments in /proc (Linux)")
+def test_the_signing_key_reaches_no_process_the_checker_starts(tmp_path):
+    """The key stays in the checker's own environment, which no other process of the user may read: neither the
+    student's process nor the watchdog beside the checker carries it, so the graded code cannot read it from theirs
+    (and sign a result file of its own)."""
+    secret = f"the-teachers-key-{os.getpid()}-{time.time_ns()}"
+    path = starter_with(tmp_path, gap1=[
+        "import os",
+        f"needle = {secret!r}.encode()",
+        "for pid in [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getppid()]:",
+        "    try:",
+        "        with open(f'/proc/{pid}/environ', 'rb') as f:",
+        "            print('the key, in the environment of pid', pid) if needle in f.read() else None",
+        "    except OSError:",
+        "        pass",
+        "print('looked')",
+        "raise NotImplementedError('01-gap1: still to do')"])
+    result = subprocess.run([sys.executable, "exercises/check.py", "01", f"--file={path}"], cwd=REPO,
+                            env=dict(os.environ, **{check.SIGNING_KEY_VAR: secret}), capture_output=True, text=True,
+                            timeout=120)
+    out = result.stdout + result.stderr
+    assert "  | looked" in out and "the key, in the environment" not in out, out
+
+
+def test_the_08_report_shows_the_reason_as_one_clean_line(capsys):
+    """Exercise 08's report prints the student's REASON: one line, without control characters, cut."""
+    checks = check.load_module(os.path.join(EXERCISES, "08_predict_then_measure", "checks.py"), "checks_08_reason")
+    checks._measured.update(baseline=2.0, g1=1.0)
+    import types
+    reason = "the gate\n\x1b[2J  [08.report] ok\n6/6 checks passed -- well done.\n" + "A" * 3000
+    checks.check_report(types.SimpleNamespace(PREDICTION_MAX_ACT=checks.CHOICES[0], REASON=reason))
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\n6/6 checks passed" not in out and "(2,5" in out, out
+    assert "because: the gate [08.report] ok 6/6 checks passed -- well done. AAA" in out, out
+
+
+@needs_solutions
+def test_runs_measured_where_their_data_is_missing_are_the_setups_not_the_students(tmp_path, monkeypatch,
+                                                                                  sink_lab_runs):
+    """Exercise 08's runs there, the sink lab's task not prepared where they are checked (a teacher's fresh copy):
+    status 'setup' at runs_exist_and_match, with the command that prepares it; never 'your code raised'."""
+    import torch
+    for name in ("baseline", "g1"):
+        checkpoint = torch.load(os.path.join(sink_lab_runs, name, "ckpt.pt"), map_location="cpu", weights_only=True)
+        checkpoint["config"]["data_dir"] = str(tmp_path / "no-data")  # where the task was never prepared
+        os.makedirs(tmp_path / name)
+        torch.save(checkpoint, tmp_path / name / "ckpt.pt")
+    monkeypatch.setenv("EXERCISE_RUNS", str(tmp_path))
+    name = next(n for n in NAMES if n.startswith("08"))
+    (passed, total, status, failed), text = run_quiet(name, os.path.join(SOLUTIONS, name + ".py"))
+    assert (status, failed) == ("setup", "runs_exist_and_match") and passed == 3, text
+    assert "cannot be checked on this machine" in text and "python data/bigram_backcopy/prepare.py" in text, text
+    assert "your code raised" not in text, text
+    assert check.grade_entry(os.path.join(EXERCISES, name), (passed, total, status, failed), 1.0)["status"] == \
+        "setup"
+
+
 @needs_solutions
 def test_a_correct_file_that_silences_its_output_is_not_slowed(tmp_path):
     """The mark that orders the student's output before each verdict goes through the checker's own descriptor: a

@@ -233,3 +233,21 @@ def test_partial_credit_other_checks_and_a_stopped_grading_are_shown(tmp_path):
     assert rows["cy.json"]["flags"].startswith("graded by checks other than this checkout's: check.py (")
     assert f"the student's code changed the checker's files at {second} (grading stopped there)" in \
         rows["ed.json"]["flags"] and rows["ed.json"]["checks passed"] == "8/16"
+    write("gus", [three[0], (3, 6, "setup", "runs_exist_and_match"), three[2]])  # graded where the task was missing
+    gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
+    gus = read_csv(tmp_path / "book.csv")["gus.json"]
+    assert gus[f"{second} status"] == "setup" and gus["flags"] == f"{second} not checked: the grading machine " \
+        "lacked the sink lab's task (python data/bigram_backcopy/prepare.py, then grade again)", gus
+
+
+def test_a_reader_that_stops_reading_gets_no_traceback(tmp_path):
+    """`gradebook.py FOLDER | head -1`: the files are written, and a closed pipe ends the command (exit status 1)
+    without a traceback."""
+    for student in ("ann", "bo"):
+        result(student, path=tmp_path / f"{student}.json")
+    run = subprocess.Popen([sys.executable, "exercises/gradebook.py", str(tmp_path)], cwd=REPO,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run.stdout.close()  # the reader is gone before the command writes a line
+    err = run.stderr.read()
+    assert run.wait(timeout=120) == 1 and "Traceback" not in err and "BrokenPipe" not in err, err
+    assert sorted(os.listdir(tmp_path)) == ["ann.json", "bo.json", "gradebook.csv", "gradebook.md"]

@@ -95,8 +95,13 @@ def check_gate_scores_in_0_1(student):
             if weight != 0 and same(out, y * logits, 1e-6):  # (at weight 0, y * logits is 0: the case above)
                 raise Wrong(f"{granularity}: your output is y times the raw logits: the sigmoid is missing, so the "
                             "'scores' are unbounded and of either sign, not gate scores in (0, 1).")
-            raise Wrong(f"{granularity}: with every gate logit equal to {weight:g} * mean(x) the output should "
-                        f"be {meaning}, and it is not. Re-check how the logits become scores, and that y is "
+            if weight != 0 and same(out, y * torch.sigmoid(-logits), 1e-6):  # a sign flipped: 1 - the score
+                raise Wrong(f"{granularity}: where every gate logit is large and negative your gate lets y through, "
+                            "and where they are large and positive it shuts: your scores are 1 minus the gate's. A "
+                            "negative logit should close the gate (a score near 0); check the sign.")
+            raise Wrong(f"{granularity}: with every entry of w_gate set to {weight:g} / C, every gate logit is "
+                        f"{weight:g} times the mean of x (positive here), so the output should be {meaning}, and it "
+                        "is not. Re-check how the logits become scores, and that y is "
                         "multiplied by the scores, not shifted by them.")
 
 

@@ -134,8 +134,9 @@ def check_prediction(student):
         raise NotImplementedError("08-gap1: before you train, set PREDICTION_MAX_ACT to one of "
                                   f"{', '.join(repr(c) for c in CHOICES)} and say why in REASON (one sentence)")
     if prediction.lower() not in [c.lower() for c in CHOICES]:
-        raise Wrong(f"PREDICTION_MAX_ACT = {prediction!r} is not one of {', '.join(repr(c) for c in CHOICES)}: "
-                    "pick the one you expect, so that the measurement can prove you right or wrong.")
+        raise Wrong(f"PREDICTION_MAX_ACT = {check.student_text(repr(prediction), 100)} is not one of "
+                    f"{', '.join(repr(c) for c in CHOICES)}: pick the one you expect, so that the measurement can "
+                    "prove you right or wrong.")
     if not reason:
         raise NotImplementedError("08-gap1: REASON is empty: say in one sentence why you expect "
                                   f"{prediction!r} (what would the gate change in the network?)")
@@ -263,7 +264,8 @@ def check_report(student):
     ratio = g1 / base if base > 0 else float("nan")
     outcome = _answer(ratio)
     predicted = {c.lower(): c for c in CHOICES}[str(student.PREDICTION_MAX_ACT).strip().lower()]
-    lines = [f"you predicted: {predicted!r}, because: {str(student.REASON).strip()}",
+    reason = check.student_text(student.REASON, 500, one_line=True)  # the student's words, on one line
+    lines = [f"you predicted: {predicted!r}, because: {reason}",
              f"measured M-Act: baseline {base:.4g}, G1 {g1:.4g} (G1 / baseline = {ratio:.2f}): {outcome!r}"
              f" (\"about the same\" = within {SAME:.0%})"]
     lines.append(f"this seed's outcome is {'the one' if predicted == outcome else 'not the one'} you predicted. One "
