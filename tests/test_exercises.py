@@ -340,6 +340,19 @@ def test_the_08_report_shows_the_reason_as_one_clean_line(capsys):
     assert "because: the gate [08.report] ok 6/6 checks passed -- well done. AAA" in out, out
 
 
+def test_grading_as_root_with_a_key_is_warned(tmp_path, monkeypatch):
+    """As root the student's code can read everything, the key included: a signed file then proves nothing, and the
+    checker says so before any student code runs. Without the key, or as another user, no warning."""
+    for euid, key, warned in ((0, "k", True), (0, None, False), (1000, "k", False)):
+        monkeypatch.setattr(check.os, "geteuid", lambda: euid, raising=False)
+        monkeypatch.delenv(check.SIGNING_KEY_VAR, raising=False)
+        if key:
+            monkeypatch.setenv(check.SIGNING_KEY_VAR, key)
+        lines = []
+        check.grade([], result_path=str(tmp_path / f"{euid}-{key}.json"), out=lines.append)
+        assert any(line.startswith("warning: grading as root") for line in lines) == warned, (euid, key, lines)
+
+
 @needs_solutions
 def test_runs_measured_where_their_data_is_missing_are_the_setups_not_the_students(tmp_path, monkeypatch,
                                                                                   sink_lab_runs):
