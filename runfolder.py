@@ -234,7 +234,8 @@ def save_checkpoint(checkpoint, path):
 
 def no_checkpoint(folder, name):
     """One line for a run folder that holds no checkpoint `name`: the checkpoints it has, the runs it holds (a folder
-    of runs), a folder of a similar name beside it (a typo), or else that it needs training."""
+    of runs), that it is a dataset's folder, a folder of a similar name beside it (a typo), or else that it needs
+    training."""
     if os.path.isdir(folder):
         have = sorted(f for f in os.listdir(folder) if f.endswith(".pt"))
         if have:
@@ -245,6 +246,9 @@ def no_checkpoint(folder, name):
             listed = ", ".join(runs[:6]) + (", ..." if len(runs) > 6 else "")
             return (f"no {name} in {folder}: it is a folder of runs ({listed}); name a run's own folder, e.g. "
                     f"{os.path.join(folder, runs[0])}")
+        if os.path.isfile(os.path.join(folder, "meta.json")) or glob.glob(os.path.join(glob.escape(folder), "*.bin")):
+            return (f"no {name} in {folder}: it holds a dataset, not a run; name a run's folder (the --out_dir "
+                    "train.py was given)")
     elif os.path.isfile(folder):  # the checkpoint itself given as the folder
         parent, base = os.path.dirname(folder.rstrip(os.sep)) or ".", os.path.basename(folder)
         return (f"{folder} is a file, not a run's folder: --out_dir names the folder and --checkpoint the file in it "
@@ -278,7 +282,8 @@ def read_checkpoint(path):
             what = "holds Python objects other than tensors and plain values" if archive or head[:1] == b"\x80" \
                 else "is not a file torch.save wrote"
             raise ValueError(f"{path} is not a checkpoint of this project: it {what}. The scripts read the ckpt.pt "
-                             f"or {BEST} that train.py writes in a run's out_dir (python train.py --out_dir=...)") from None
+                             f"or {BEST} that train.py writes in a run's out_dir (python train.py --out_dir=...)") \
+                from None
         reason = (str(e).strip() or type(e).__name__).splitlines()[0].split(". ")[0]  # torch's reason, not its advice
         raise ValueError(f"{path} is not a readable checkpoint ({reason[:200]}): it is truncated, corrupt or not "
                          f"from train.py. Its folder's {BEST} (the best earlier state) may still be whole.") from None
@@ -294,7 +299,8 @@ def model_from_checkpoint(checkpoint, path, device="cpu", **runtime):
     from model import GPT, RUNTIME_FLAGS, GPTConfig  # here, not above: data preparation writes through this module
     unknown = set(runtime) - set(RUNTIME_FLAGS)
     if unknown:
-        raise TypeError(f"model_from_checkpoint: {sorted(unknown)} are part of the model; runtime flags: {RUNTIME_FLAGS}")
+        raise TypeError(f"model_from_checkpoint: {sorted(unknown)} are part of the model; runtime flags: "
+                        f"{RUNTIME_FLAGS}")
     args = dict(checkpoint["model_args"], **{"loss_chunk": 0, **runtime})
     try:
         model = GPT(GPTConfig(**args))
@@ -367,6 +373,16 @@ def saved_state(path, whose=False):
         return state + (checkpoint.get("run_id"), dict(checkpoint["model_args"])) if whose else state
     except Exception as e:  # truncated, not a checkpoint, not train.py's
         raise ValueError(f"{path} is not a readable train.py checkpoint ({type(e).__name__})") from None
+
+
+def saved_settings(path):
+    """The settings (config) the checkpoint at path was saved with, read from the file itself (memory-mapped), or None
+    if it cannot be read."""
+    import torch
+    try:
+        return dict(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["config"])
+    except Exception:  # truncated, not a checkpoint, not train.py's: the resume command says nothing more
+        return None
 
 
 def describe_fingerprint_change(recorded, current):
@@ -549,8 +565,8 @@ class RunFolder:
         if best is not None:
             return (f"{self.out_dir} holds {', '.join(held)} but no {CHECKPOINT}; its {BEST} is the state of iter "
                     f"{best[0]} (val loss {best[1]:.4f}). To continue from it: cp {shlex.quote(self.best_path)} "
-                    f"{shlex.quote(self.ckpt_path)}, then --init_from=resume; or start a new run there with --overwrite=True, or choose another "
-                    "--out_dir")
+                    f"{shlex.quote(self.ckpt_path)}, then --init_from=resume; or start a new run there with "
+                    "--overwrite=True, or choose another --out_dir")
         what = f"{', '.join(held)} and no {CHECKPOINT}" if held else "no run files"
         if unreadable:
             what += f" ({unreadable})"
@@ -563,6 +579,8 @@ class RunFolder:
         """ckpt.pt, read whole, for --init_from=resume; anything that cannot be resumed stops with one line."""
         self.check_is_file(self.ckpt_path)
         if not os.path.isfile(self.ckpt_path):
+            if os.path.isdir(self.out_dir) and not self.held():  # no run here: a folder of runs, a dataset, new
+                fail(f"init_from='resume' but there is {no_checkpoint(self.out_dir, CHECKPOINT)}")
             where = (self.describe() if os.path.isdir(self.out_dir) else f"{self.out_dir} is a file, not a folder"
                      if os.path.exists(self.out_dir) else "the folder does not exist")
             fail(f"init_from='resume' but there is no checkpoint at {self.ckpt_path}: {where}")
@@ -804,18 +822,22 @@ class RunFolder:
             if c.eval_only:
                 print(f"interrupted {at}; nothing was written", file=sys.stderr)
             elif saved is None:
+                again = " (with --overwrite=True)" if self.held() else ""  # the run files this one left in the way
                 print(f"interrupted {at}, before any checkpoint was saved in {self.out_dir}{why}: run the "
-                      "command again (with --overwrite=True) to start over", file=sys.stderr)
+                      f"command again{again} to start over", file=sys.stderr)
             else:
                 print(f"interrupted {at}: {self.ckpt_path} holds iter {saved[0]}. Continue with: "
-                      f"{resume_command(c, given, world_size)}", file=sys.stderr)
+                      f"{resume_command(c, given, world_size, saved_settings(self.ckpt_path))}", file=sys.stderr)
         raise SystemExit(130)
 
 
-def resume_command(c, given, world_size):
+def resume_command(c, given, world_size, saved=None):
     """The command that continues this run: the checkpoint brings the run's settings; this command's per-machine
-    keys (device, dtype, ...) do not travel in it, so they are repeated."""
+    keys (device, dtype, ...) do not travel in it, so they are repeated, and so is each key this command set to other
+    than the checkpoint's settings (saved: its config), such as a resumed run's longer max_iters."""
     keep = [f"--{k}={getattr(c, k)}" for k in PER_COMMAND
             if k in given and k not in ("out_dir", "init_from", "overwrite", "eval_only")]
+    keep += [f"--{k}={getattr(c, k)}" for k in sorted(given)
+             if k not in PER_COMMAND and saved is not None and k in saved and saved[k] != getattr(c, k)]
     launcher = f"torchrun --standalone --nproc_per_node={world_size} train.py" if world_size > 1 else "python train.py"
     return f"{launcher} {shlex.join([*keep, f'--out_dir={c.out_dir}', '--init_from=resume'])}"  # pasteable as it is

@@ -23,10 +23,21 @@ def prepare_on_first_use(name, out_dir):
 
 
 def prepare_if_missing(name, data_dir):
-    """A dataset of ON_FIRST_USE whose folder holds no training shards is prepared now (train.py, lab/repro.py)."""
+    """A dataset of ON_FIRST_USE whose folder holds no training shards, or a preparation that did not finish (a
+    Ctrl-C on first use), is prepared now (train.py): seconds, and the preparation clears what the last one left. Only
+    in a folder meant for it, data/<name>/ or one of another place named <name>: a --data_dir with a typo in it is
+    refused, not filled with the default dataset."""
+    if name not in ON_FIRST_USE:
+        return
     try:
-        if name in ON_FIRST_USE and not find_shards(data_dir, "train"):
-            prepare_on_first_use(name, data_dir)
+        meta = read_meta(data_dir)
+        if (meta or {}).get("complete") is not False and find_shards(data_dir, "train"):
+            return
+        if os.path.basename(os.path.normpath(data_dir)) != name:
+            fail(f"no {name} shards in {data_dir}: train.py prepares {name} by itself only in a folder named {name} "
+                 f"(data/{name}/ when no --data_dir is given). Check the path, or prepare it there: "
+                 f"{prepare_command(data_dir, name)}")
+        prepare_on_first_use(name, data_dir)
     except (OSError, ValueError) as e:
         fail(f"cannot prepare the dataset {name} in {data_dir}: {e}")
 

@@ -801,8 +801,14 @@ def restore_runs(root, report_dir, settings):
         os.replace(partial, target)
         restored.append(f"{v} seed {seed}")
     if restored:
+        seeds = {}
+        for run in restored:
+            v, seed = run.rsplit(" seed ", 1)
+            seeds.setdefault(v, []).append(int(seed))
+        listed = "; ".join(f"{v} seed {s[0]}" if len(s) == 1 else f"{v} {len(s)} seeds, {min(s)} to {max(s)}"
+                           for v, s in seeds.items())  # one line a reader can take in, for 160 runs too
         print(f"=== measured in an earlier session, restored from {kept}/ (their checkpoints are not here): "
-              f"{', '.join(restored)}", flush=True)
+              f"{len(restored)} run{'s' * (len(restored) > 1)}: {listed}", flush=True)
     return restored
 
 

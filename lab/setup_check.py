@@ -166,7 +166,7 @@ def sink_lab(found, keys):
             f"--eval_interval={n}", f"--log_interval={n}", f"--out_dir={os.path.join(tmp, 'run')}"]
     prepared = find_shards(dataset_dir("bigram_backcopy"), "train")
     if not prepared:  # generated on first use: here in the temporary folder, so data/ stays as it was
-        args.append(f"--data_dir={os.path.join(tmp, 'data')}")
+        args.append(f"--data_dir={os.path.join(tmp, 'bigram_backcopy')}")  # named so: train.py prepares it there
     try:
         start = time.perf_counter()
         try:

@@ -246,8 +246,8 @@ FLAGS = [
          "`'auto'` is PyTorch's SDPA until the fused kernel's GPU tests pass (`kernels.FUSED_BY_DEFAULT`), "
          "`'triton'` the fused kernel (CUDA, or a CPU under `TRITON_INTERPRET=1`), `'torch'` SDPA"),
     Flag("loss_chunk", "the training loss over this many rows of logits at a time, their gradients computed with them "
-         "(`kernels.ChunkedCrossEntropy`): the same loss, and one chunk of logits in memory instead of all (`0`: all at "
-         "once, and the logits returned)"),
+         "(`kernels.ChunkedCrossEntropy`): the same loss, and one chunk of logits in memory instead of all (`0`, the "
+         "model's default: all at once, and the logits returned; `train.py` trains with 4096)"),
     Flag("block_size, vocab_size, n_layer, n_head, n_embd, dropout, bias",
          "as in nanoGPT; `bias=False`; dropout on the embeddings and the residual branches. `bias=True` gives every "
          "linear a bias, `W_θ` too (its rows of `c_attn`), which the papers' gate has not", values="as nanoGPT"),

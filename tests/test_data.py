@@ -797,6 +797,28 @@ def test_a_killed_preparation_is_refused_then_cleaned_up(tmp_path):
     assert len(find_shards(out, "train")) == 5 and read_meta(out)["train_tokens"] == 40
 
 
+def test_train_prepares_on_first_use_only_in_a_folder_meant_for_it_and_finishes_a_stopped_one(tmp_path, capsys):
+    """data.prepare_if_missing, train.py's first use: a --data_dir with a typo (no shards, not named after the dataset)
+    is refused in one line with the command that prepares it there, and nothing is made; in a folder named after
+    the dataset, a preparation stopped part-way (Ctrl-C on first use: meta.json says it is under way) is done again,
+    not refused."""
+    from data import prepare_if_missing
+    typo = tmp_path / "my_dat"
+    with pytest.raises(SystemExit) as refused:
+        prepare_if_missing("bigram_backcopy", str(typo))
+    err = str(refused.value.code)
+    assert "\n" not in err and err.startswith(f"error: no bigram_backcopy shards in {typo}"), err
+    assert f"python data/bigram_backcopy/prepare.py --out_dir {typo}" in err and not typo.exists(), err
+    task = tmp_path / "bigram_backcopy"
+    task.mkdir()
+    data.shards.start_preparation(str(task), "bigram_backcopy", "python data/bigram_backcopy/prepare.py")
+    with pytest.raises(ValueError, match="did not finish"):  # as the next reader would have found it
+        find_shards(str(task), "train")
+    prepare_if_missing("bigram_backcopy", str(task))
+    assert "preparing the dataset bigram_backcopy" in capsys.readouterr().out
+    assert read_meta(str(task))["complete"] is True and find_shards(str(task), "train")
+
+
 def test_textdir_warns_when_the_validation_share_of_tokens_is_far_from_asked(tmp_path, capsys):
     """val_fraction splits whole files: when the one validation file is the large one, validation holds most tokens,
     and the preparation says so (it still writes the dataset: the split is fixed by the paths)."""

@@ -130,7 +130,7 @@ def finished(process, out_dir):
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, task):
     root = tmp_path_factory.mktemp("lab")
-    data_dir = str(root / "data")  # empty: the baseline's run generates the task there, as train.py does in data/
+    data_dir = str(root / "bigram_backcopy")  # empty: the baseline's run generates the task there, as in data/
     # The two trainings are independent, so they run side by side, each on its share of the cores (on 2 cores: 29 s,
     # where one after the other on both took 35 s). G1 trains on the task fixture's copy of the same task (the same
     # defaults, so the same shards), not on the folder the baseline is still writing.
@@ -203,7 +203,7 @@ def test_the_trained_models_copy_after_a_trigger(lab):
     decide it, on any CPU). What the baseline's head does at the triggers, the gated one does too. sample.py reads
     the task's symbols and writes one of them after a prompt."""
     root = lab[3]
-    data_dir = str(root / "data")
+    data_dir = str(root / "bigram_backcopy")
     for run in ("baseline", "g1"):
         accuracy, positions = copy_accuracy(str(root / run), data_dir)
         assert positions > 300 and accuracy > 0.9, (run, accuracy, positions)

@@ -660,6 +660,30 @@ def test_a_missing_checkpoint_says_what_the_folder_holds(tmp_path):
         f"train it first (python train.py --out_dir={tmp_path / 'elsewhere'} ...)")
     with pytest.raises(SystemExit, match="did you mean"):  # as sample.py says it
         sample.main([f"--out_dir={lab / 'baselin'}", "--device=cpu"])
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "meta.json").write_text("{}")
+    assert no_checkpoint(str(tmp_path / "data"), CHECKPOINT) == (f"no ckpt.pt in {tmp_path / 'data'}: it holds a "
+                                                                 "dataset, not a run; name a run's folder (the "
+                                                                 "--out_dir train.py was given)")
+    with pytest.raises(SystemExit, match=f"^error: init_from='resume' but there is no ckpt.pt in {lab}: it is a "
+                                         "folder of runs"):  # not "the run stopped before its first checkpoint"
+        train.main([f"--out_dir={lab}", "--init_from=resume", "--device=cpu"])
+
+
+def test_ctrl_c_before_any_checkpoint_asks_for_overwrite_only_where_run_files_are(tmp_path, capsys):
+    """Ctrl-C before the first checkpoint: the same command starts over where nothing of the run was written yet
+    (the data still being prepared, say); where it left run files (log.jsonl), --overwrite=True is needed too."""
+    from runfolder import RunFolder
+    c, given = configure(TrainConfig, [f"--out_dir={tmp_path / 'run'}"])
+    for leave, says in ((False, "run the command again to start over"),
+                        (True, "run the command again (with --overwrite=True) to start over")):
+        if leave:
+            (tmp_path / "run").mkdir()
+            (tmp_path / "run" / "log.jsonl").write_text("")
+        with pytest.raises(SystemExit) as exit_info:
+            RunFolder(str(tmp_path / "run")).interrupted(c, given, 1, None, 0)
+        assert exit_info.value.code == 130 and capsys.readouterr().err == (
+            f"interrupted while starting, before any checkpoint was saved in {tmp_path / 'run'}: {says}\n")
 
 
 # ----------------------------------------------------------------------------
@@ -820,7 +844,7 @@ def test_resume_keeps_the_runs_own_data_and_settings(stdlib_data, tmp_path, caps
 
 
 def test_default_dataset_is_never_prepared_into_a_folder_with_other_files(tmp_path):
-    mine = tmp_path / "my_folder"
+    mine = tmp_path / "pystdlib"  # named for the dataset, so train.py would prepare it there (data.prepare_if_missing)
     mine.mkdir()
     (mine / "notes.txt").write_text("the user's own file")
     before = folder_state(mine)
@@ -1226,7 +1250,8 @@ def test_a_full_disk_reported_by_torch_or_ctrl_c_while_saving_is_one_line(stdlib
         train.main(args + ["--max_iters=4", "--init_from=resume"])
     assert exit_info.value.code == 130
     assert capsys.readouterr().err == (f"interrupted at iter 4: {out_dir / 'ckpt.pt'} holds iter 2. Continue with: "
-                                       f"python train.py --device=cpu --out_dir={out_dir} --init_from=resume\n")
+                                       f"python train.py --device=cpu --max_iters=4 --out_dir={out_dir} "
+                                       "--init_from=resume\n")  # the checkpoint's run had max_iters=2
     after = folder_state(out_dir)
     assert after["ckpt.pt"] == before["ckpt.pt"] and after["best.pt"] == before["best.pt"]
     assert not [name for name in after if name.endswith(".tmp")]
@@ -1615,7 +1640,8 @@ def test_ctrl_c_while_reading_the_checkpoint_is_the_ctrl_c_line(tiny_run, monkey
         train.main([f"--out_dir={tiny_run}", "--init_from=resume", "--max_iters=9", "--device=cpu"])
     assert exit_info.type is SystemExit and exit_info.value.code == 130
     assert capsys.readouterr().err == (f"interrupted while starting: {tiny_run}/ckpt.pt holds iter 6. Continue with: "
-                                       f"python train.py --device=cpu --out_dir={tiny_run} --init_from=resume\n")
+                                       f"python train.py --device=cpu --max_iters=9 --out_dir={tiny_run} "
+                                       "--init_from=resume\n")  # max_iters=9, not the run's 6: what was asked
 
 
 def test_a_state_not_saved_for_nan_weights_says_what_is_kept_truly(stdlib_data, tmp_path, monkeypatch, capsys):
