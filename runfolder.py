@@ -579,7 +579,8 @@ class RunFolder:
         """ckpt.pt, read whole, for --init_from=resume; anything that cannot be resumed stops with one line."""
         self.check_is_file(self.ckpt_path)
         if not os.path.isfile(self.ckpt_path):
-            if os.path.isdir(self.out_dir) and not self.held():  # no run here: a folder of runs, a dataset, new
+            if os.path.isdir(self.out_dir) and not self.held() and not glob.glob(
+                    os.path.join(glob.escape(self.out_dir), "*.pt")):  # no run here: a folder of runs, a dataset, new
                 fail(f"init_from='resume' but there is {no_checkpoint(self.out_dir, CHECKPOINT)}")
             where = (self.describe() if os.path.isdir(self.out_dir) else f"{self.out_dir} is a file, not a folder"
                      if os.path.exists(self.out_dir) else "the folder does not exist")
@@ -821,6 +822,9 @@ class RunFolder:
             at = "while starting" if iter_num is None else f"at iter {iter_num}"
             if c.eval_only:
                 print(f"interrupted {at}; nothing was written", file=sys.stderr)
+            elif saved is not None and c.overwrite and c.init_from == "scratch" and iter_num is None:
+                print(f"interrupted {at}, before the new run replaced the one in {self.out_dir} ({CHECKPOINT} still "
+                      f"holds its iter {saved[0]}): run the command again to start over", file=sys.stderr)
             elif saved is None:
                 again = " (with --overwrite=True)" if self.held() else ""  # the run files this one left in the way
                 print(f"interrupted {at}, before any checkpoint was saved in {self.out_dir}{why}: run the "
@@ -837,7 +841,9 @@ def resume_command(c, given, world_size, saved=None):
     than the checkpoint's settings (saved: its config), such as a resumed run's longer max_iters."""
     keep = [f"--{k}={getattr(c, k)}" for k in PER_COMMAND
             if k in given and k not in ("out_dir", "init_from", "overwrite", "eval_only")]
-    keep += [f"--{k}={getattr(c, k)}" for k in sorted(given)
-             if k not in PER_COMMAND and saved is not None and k in saved and saved[k] != getattr(c, k)]
+    from model import RUNTIME_FLAGS, GPTConfig
+    fixed = {f.name for f in dataclasses.fields(GPTConfig)} - set(RUNTIME_FLAGS) | {"bos"}  # resume refuses a change
+    keep += [f"--{k}={getattr(c, k)}" for k in sorted(given) if k not in PER_COMMAND and k not in fixed
+             and saved is not None and k in saved and saved[k] != getattr(c, k)]
     launcher = f"torchrun --standalone --nproc_per_node={world_size} train.py" if world_size > 1 else "python train.py"
     return f"{launcher} {shlex.join([*keep, f'--out_dir={c.out_dir}', '--init_from=resume'])}"  # pasteable as it is

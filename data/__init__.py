@@ -6,7 +6,8 @@ import os
 import sys
 
 from cli import fail
-from data.shards import bos_token, find_shards, max_token_id, prepare_command, read_meta
+from data.shards import (bos_token, find_shards, hold_preparation, max_token_id, prepare_command, read_meta,
+                         release_preparation)
 
 # The datasets that need no download, which train.py (and lab/repro.py) prepare themselves the first time a run asks
 # for one whose folder holds no shards: how each is made.
@@ -23,23 +24,41 @@ def prepare_on_first_use(name, out_dir):
 
 
 def prepare_if_missing(name, data_dir):
-    """A dataset of ON_FIRST_USE whose folder holds no training shards, or a preparation that did not finish (a
-    Ctrl-C on first use), is prepared now (train.py): seconds, and the preparation clears what the last one left. Only
-    in a folder meant for it, data/<name>/ or one of another place named <name>: a --data_dir with a typo in it is
-    refused, not filled with the default dataset."""
-    if name not in ON_FIRST_USE:
+    """A dataset of ON_FIRST_USE whose folder holds no training shards, or a preparation of its defaults that stopped
+    part-way (a Ctrl-C on first use), is prepared now (train.py, lab/repro.py): seconds, and the preparation clears
+    what the last one left. Only in a folder meant for it, data/<name>/ or one of another place named <name>: a
+    --data_dir with a typo in it is refused, not filled with the default dataset. A preparation another process is
+    running there is waited for (the folder's PREPARE_LOCK), never redone under it."""
+    if name not in ON_FIRST_USE or _complete(data_dir):
         return
     try:
-        meta = read_meta(data_dir)
-        if (meta or {}).get("complete") is not False and find_shards(data_dir, "train"):
-            return
-        if os.path.basename(os.path.normpath(data_dir)) != name:
+        if os.path.basename(os.path.abspath(data_dir)) != name:
+            find_shards(data_dir, "train")  # a preparation stopped there: refused, with the command that finishes it
             fail(f"no {name} shards in {data_dir}: train.py prepares {name} by itself only in a folder named {name} "
                  f"(data/{name}/ when no --data_dir is given). Check the path, or prepare it there: "
                  f"{prepare_command(data_dir, name)}")
-        prepare_on_first_use(name, data_dir)
+        took = hold_preparation(data_dir)  # another train.py preparing it: wait until it ends
+        try:
+            meta = read_meta(data_dir)
+            if meta is not None and (meta.get("complete") is not False or took is None
+                                     or meta.get("prepare") != prepare_command(data_dir, name)):
+                find_shards(data_dir, "train")  # prepared meanwhile; or stopped with options of its own: its command
+                if meta.get("complete") is not False:
+                    return
+            prepare_on_first_use(name, data_dir)
+        finally:
+            if took:
+                release_preparation(data_dir)
     except (OSError, ValueError) as e:
         fail(f"cannot prepare the dataset {name} in {data_dir}: {e}")
+
+
+def _complete(data_dir):
+    """Whether data_dir holds a complete dataset (a meta.json that says so, and training shards)."""
+    try:
+        return (read_meta(data_dir) or {}).get("complete") is not False and bool(find_shards(data_dir, "train"))
+    except ValueError:
+        return False
 
 
 def check_training_data(name, data_dir, vocab_size, bos):

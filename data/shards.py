@@ -158,7 +158,8 @@ def check_prepare_folder(out_dir, name, allow=()):
                          "Choose a folder.")
     others = []
     for entry in sorted(os.listdir(out_dir)):
-        if is_own_shard(entry, name) or entry in allow or (entry.startswith(".") and entry.endswith(".tmp")):
+        if is_own_shard(entry, name) or entry in allow + (PREPARE_LOCK,) or (entry.startswith(".") and
+                                                                             entry.endswith(".tmp")):
             continue
         if entry == "meta.json" and os.path.isfile(os.path.join(out_dir, entry)):
             owner = read_meta(out_dir).get("name")
@@ -172,12 +173,64 @@ def check_prepare_folder(out_dir, name, allow=()):
                          "Choose an empty folder (or the dataset's own), or move those files away.")
 
 
+PREPARE_LOCK = ".prepare.lock"  # in a dataset's folder: held by the process preparing it (hold_preparation)
+_held = {}  # the folders (absolute paths) this process holds PREPARE_LOCK of -> its descriptor
+
+
+def hold_preparation(out_dir):
+    """Make this process the one preparing out_dir, from the marker (start_preparation) to the complete meta.json
+    (write_meta): an exclusive lock on out_dir/.prepare.lock, which the system releases when the process ends,
+    however it ends. Another process's preparation of the folder is waited for, said once. Returns True if this call
+    took the lock, False if this process holds it already, None where there is no fcntl (Windows: no lock)."""
+    key = os.path.abspath(out_dir)
+    if key in _held:
+        return False
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    path, said = os.path.join(out_dir, PREPARE_LOCK), False
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        fd = os.open(path, flags, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not said:
+                print(f"waiting for the preparation of {out_dir} that another process is running", flush=True)
+                said = True
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:  # the file its holder removed as it let go (release_preparation) is no lock: take the one there now
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    _held[key] = fd
+    return True
+
+
+def release_preparation(out_dir):
+    """Let go of out_dir's PREPARE_LOCK, if this process holds it, and remove the file: a prepared folder holds
+    the dataset alone."""
+    fd = _held.pop(os.path.abspath(out_dir), None)
+    if fd is not None:
+        try:
+            os.remove(os.path.join(out_dir, PREPARE_LOCK))
+        except OSError:
+            pass
+        os.close(fd)
+
+
 def start_preparation(out_dir, name, prepare, keep_shards=False):
-    """Mark out_dir as a preparation under way, then clear what an earlier one left. meta.json becomes
+    """Mark out_dir as a preparation under way (this process holding its PREPARE_LOCK), then clear what an earlier
+    one left. meta.json becomes
     {"complete": false, "prepare": <command>} in one atomic step first, so that from this moment until
     write_meta the folder is refused for reading, with the command that finishes it. Then the temporary
     files of a killed run go, and (unless keep_shards, for a download that resumes) the old shards, so that
     a smaller new preparation cannot be mixed with left-over ones."""
+    hold_preparation(out_dir)
     marker = json.dumps({"name": name, "complete": False, "prepare": prepare}, indent=2) + "\n"
     atomic_write(os.path.join(out_dir, "meta.json"), lambda f: f.write(marker.encode()))
     remove_dataset(out_dir, name, keep_shards)
@@ -348,6 +401,7 @@ def write_meta(out_dir, name, source, tokenizer="gpt2", **extra):
     meta.update(extra)
     text = json.dumps(meta, indent=2) + "\n"
     atomic_write(os.path.join(out_dir, "meta.json"), lambda f: f.write(text.encode()))
+    release_preparation(out_dir)  # complete: the next process to prepare it need not wait
     return meta
 
 

@@ -1322,7 +1322,7 @@ def expect_trained_runs(number, where):
                     "with README.md's two commands, which differ only in --gate (add --overwrite=True to replace a "
                     "run).")
     from cli import dataset_dir
-    from data.shards import find_shards
+    from data.shards import find_shards, prepare_command
     data_dir = dataset_dir(base["dataset"], base.get("data_dir"))
     try:  # the windows the runs are measured on: the grader's to prepare, in a fresh copy (TEACHERS.md)
         prepared = bool(find_shards(data_dir, "val"))
@@ -1330,7 +1330,7 @@ def expect_trained_runs(number, where):
         raise NotHere(str(e)) from None
     if not prepared:
         raise NotHere(f"the sink lab's task, which the runs are measured on, is not prepared in {data_dir}: make it "
-                      "with python data/bigram_backcopy/prepare.py (a few seconds), then check again")
+                      f"with {prepare_command(data_dir, 'bigram_backcopy')} (a few seconds), then check again")
 
 
 def run_batches(run_dir, batches):
@@ -1596,7 +1596,8 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
     failures and summary, then a score table; write the JSON result, for `student` (None: not given), to
     result_path. Returns the exit status: 0 only when every exercise passed."""
     result_path = os.path.abspath(result_path)  # where the command was given, whatever the checks do
-    key = os.environ.get(SIGNING_KEY_VAR) or None
+    key = os.environ.pop(SIGNING_KEY_VAR, None) or None  # from here on, in this process's memory alone: no process
+    #                                                      it starts (the student's, git, a compiler) inherits it
     previous = verify_result(result_path, key)[:1] if os.path.exists(result_path) else []
     if previous and "changed after" in previous[0] and "another key" not in previous[0]:
         out(f"note: the previous {os.path.relpath(result_path)} was changed after the checker wrote it; it is "
@@ -1815,7 +1816,7 @@ def main(argv=None):
     passed, total, status, _ = run_isolated(exercise_dir, path, out=lambda line: print(line, flush=True),
                                             time_limit=time_limit)
     ok = status == "ok" and passed == total
-    pointer = "" if ok else hint_pointer(exercise_dir)
+    pointer = "" if ok or status == "setup" else hint_pointer(exercise_dir)  # setup: the machine's, not a hint's
     if pointer:
         print(pointer)
     return 0 if ok else 1

@@ -110,7 +110,7 @@ import torch
 
 from cli import (DIVERGED_EXIT, config_path, configure, dataset_dir, device_name, fail, run_config_file, run_main,
                  usage)
-from data import ON_FIRST_USE, prepare_on_first_use
+from data import prepare_if_missing
 from data.shards import find_shards
 from lab.report import (ANALYSIS_FILES, EVALUATE_DIR, comparison, evaluate_section, grew_sink_head, kept_of_other_run,
     load_windows, older_sink_share, over_seeds, over_variant, paper_effect, plot_headline, plot_sweep, plot_trends,
@@ -572,8 +572,8 @@ def train(runs, root, keys, extra, settings):
     start, flops = time.time(), run_flops(settings)  # every run of the study has the same settings
     print(estimate(todo, root, keys, flops) if todo else "nothing to train", flush=True)
     data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
-    if todo and keys.parallel > 1 and settings.get("dataset") in ON_FIRST_USE and not find_shards(data_dir, "train"):
-        prepare_on_first_use(settings["dataset"], data_dir)  # train.py would: once here, not by K runs side by side
+    if todo and keys.parallel > 1:  # train.py would prepare it: once here, not by K runs side by side
+        prepare_if_missing(settings.get("dataset", ""), data_dir)
     running, broken, failed = {}, None, []  # running: process -> (variant, seed, command, resumed, start time)
     with one_interrupt():  # (a second Ctrl-C waits for the runs to stop)
         try:
@@ -805,8 +805,8 @@ def restore_runs(root, report_dir, settings):
         for run in restored:
             v, seed = run.rsplit(" seed ", 1)
             seeds.setdefault(v, []).append(int(seed))
-        listed = "; ".join(f"{v} seed {s[0]}" if len(s) == 1 else f"{v} {len(s)} seeds, {min(s)} to {max(s)}"
-                           for v, s in seeds.items())  # one line a reader can take in, for 160 runs too
+        listed = "; ".join(f"{v} seed{'s' * (len(s) > 1)} {', '.join(map(str, sorted(s)))}" if len(s) <= 3 else
+                           f"{v} {len(s)} seeds from {min(s)} to {max(s)}" for v, s in seeds.items())  # for 160 too
         print(f"=== measured in an earlier session, restored from {kept}/ (their checkpoints are not here): "
               f"{len(restored)} run{'s' * (len(restored) > 1)}: {listed}", flush=True)
     return restored
@@ -821,8 +821,8 @@ def check_kept_data(root, settings):
     kept = [(v, seed) for v, seed in trained_runs(root)
             if not os.path.isfile(os.path.join(run_dir(root, v, seed), CHECKPOINT))]
     data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
-    if kept and not find_shards(data_dir, "val") and settings.get("dataset") in ON_FIRST_USE:
-        prepare_on_first_use(settings["dataset"], data_dir)
+    if kept:
+        prepare_if_missing(settings.get("dataset", ""), data_dir)
     if not kept or not find_shards(data_dir, "val"):  # no data and none to prepare: train.py says what to do
         return
     seen = {}  # the windows (as JSON) -> their fingerprint here

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import data.shards
-from data.shards import (DATA_ROOT, GPT2_ENCODER, HEADER_BYTES, MAGIC, ShardWriter, TokenWindows, TrainLoader,
-    atomic_write, check_prepare_folder, find_shards, get_tokenizer, load_gpt2, max_token_id, read_header, read_meta,
-    read_shard, repo_folder_files, val_batches, write_dataset, write_meta, write_shard)
+from data.shards import (DATA_ROOT, GPT2_ENCODER, HEADER_BYTES, MAGIC, PREPARE_LOCK, ShardWriter, TokenWindows,
+    TrainLoader, atomic_write, check_prepare_folder, find_shards, get_tokenizer, load_gpt2, max_token_id, read_header,
+    read_meta, read_shard, repo_folder_files, val_batches, write_dataset, write_meta, write_shard)
 from data.textdir.prepare import path_hash, prepare as prepare_textdir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
@@ -800,8 +800,9 @@ def test_a_killed_preparation_is_refused_then_cleaned_up(tmp_path):
 def test_train_prepares_on_first_use_only_in_a_folder_meant_for_it_and_finishes_a_stopped_one(tmp_path, capsys):
     """data.prepare_if_missing, train.py's first use: a --data_dir with a typo (no shards, not named after the dataset)
     is refused in one line with the command that prepares it there, and nothing is made; in a folder named after
-    the dataset, a preparation stopped part-way (Ctrl-C on first use: meta.json says it is under way) is done again,
-    not refused."""
+    the dataset, a preparation of its defaults that stopped part-way (Ctrl-C on first use: meta.json says it is under
+    way, and no process holds the folder's lock) is done again, not refused; one stopped with options of its own is
+    refused with its own command, which the defaults would not make."""
     from data import prepare_if_missing
     typo = tmp_path / "my_dat"
     with pytest.raises(SystemExit) as refused:
@@ -810,13 +811,41 @@ def test_train_prepares_on_first_use_only_in_a_folder_meant_for_it_and_finishes_
     assert "\n" not in err and err.startswith(f"error: no bigram_backcopy shards in {typo}"), err
     assert f"python data/bigram_backcopy/prepare.py --out_dir {typo}" in err and not typo.exists(), err
     task = tmp_path / "bigram_backcopy"
-    task.mkdir()
-    data.shards.start_preparation(str(task), "bigram_backcopy", "python data/bigram_backcopy/prepare.py")
-    with pytest.raises(ValueError, match="did not finish"):  # as the next reader would have found it
-        find_shards(str(task), "train")
+
+    def stopped(command):  # a preparation's first step, in a process that then ends (it held the lock, no longer)
+        code = ("import sys; from data.shards import start_preparation; "
+                "start_preparation(sys.argv[1], 'bigram_backcopy', sys.argv[2])")
+        subprocess.run([sys.executable, "-c", code, str(task), command], cwd=REPO, check=True, timeout=120)
+        with pytest.raises(ValueError, match="did not finish"):  # as the next reader would have found it
+            find_shards(str(task), "train")
+
+    stopped(f"python data/bigram_backcopy/prepare.py --vocab 32 --out_dir {task}")
+    with pytest.raises(SystemExit, match="did not finish.* Run it again: python data/bigram_backcopy/prepare.py "
+                                         "--vocab 32"):
+        prepare_if_missing("bigram_backcopy", str(task))
+    stopped(data.shards.prepare_command(str(task), "bigram_backcopy"))
     prepare_if_missing("bigram_backcopy", str(task))
     assert "preparing the dataset bigram_backcopy" in capsys.readouterr().out
     assert read_meta(str(task))["complete"] is True and find_shards(str(task), "train")
+    assert sorted(os.listdir(task)) == sorted(["meta.json"] + [os.path.basename(p) for split in ("train", "val")
+                                                               for p in find_shards(str(task), split)])  # no lock
+
+
+def test_a_first_use_preparation_waits_for_the_one_another_process_is_running(tmp_path):
+    """Two train.py runs started together on a dataset not yet prepared (exercise 08's two commands, say): the second
+    waits for the first's preparation and uses it, never starting one of its own under it."""
+    task = tmp_path / "bigram_backcopy"
+    first = subprocess.Popen([sys.executable, "-c", "import sys, time; from data.shards import hold_preparation; "
+                              "from data.bigram_backcopy.prepare import prepare; hold_preparation(sys.argv[1]); "
+                              "print('held', flush=True); time.sleep(3); prepare(out_dir=sys.argv[1])", str(task)],
+                             cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert first.stdout.readline() == "held\n"
+    second = subprocess.run([sys.executable, "-c", "import sys; from data import prepare_if_missing; "
+                             "prepare_if_missing('bigram_backcopy', sys.argv[1])", str(task)], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert first.wait(timeout=120) == 0 and second.returncode == 0, second.stdout + second.stderr
+    assert "waiting for the preparation" in second.stdout and "preparing the dataset" not in second.stdout, second
+    assert read_meta(str(task))["complete"] is True and PREPARE_LOCK not in os.listdir(task)
 
 
 def test_textdir_warns_when_the_validation_share_of_tokens_is_far_from_asked(tmp_path, capsys):

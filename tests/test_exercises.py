@@ -142,8 +142,9 @@ def mutants():
         if not os.path.isfile(os.path.join(SOLUTIONS, name + ".py")):
             continue  # test_the_reference_solution_passes reports it
         solution = check.load_module(os.path.join(SOLUTIONS, name + ".py"), f"solution_{name[:2]}")
-        for check_name, old, new in getattr(solution, "MUTANTS", []):
-            cases.append(pytest.param(name, check_name, old, new, id=f"{name[:2]}-{check_name}-{len(cases)}"))
+        for check_name, old, new, *said in getattr(solution, "MUTANTS", []):  # said: words its message must hold
+            cases.append(pytest.param(name, check_name, old, new, said[0] if said else None,
+                                      id=f"{name[:2]}-{check_name}-{len(cases)}"))
     return cases
 
 
@@ -155,8 +156,8 @@ def test_every_exercise_has_mutants():
 
 @needs_solutions
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # a wrong answer's arithmetic may overflow
-@pytest.mark.parametrize("name, check_name, old, new", mutants())
-def test_a_known_mistake_fails_the_check_meant_to_catch_it(name, check_name, old, new, tmp_path):
+@pytest.mark.parametrize("name, check_name, old, new, said", mutants())
+def test_a_known_mistake_fails_the_check_meant_to_catch_it(name, check_name, old, new, said, tmp_path):
     with open(os.path.join(SOLUTIONS, name + ".py"), encoding="utf-8") as f:
         text = f.read()
     assert text.count(old) == 1, f"the mutant's text must occur once in solutions/{name}.py: {old!r}"
@@ -164,6 +165,7 @@ def test_a_known_mistake_fails_the_check_meant_to_catch_it(name, check_name, old
     path.write_text(text.replace(old, new), encoding="utf-8")
     (passed, total, status, failed), out = run_quiet(name, path)
     assert status in ("wrong", "error") and failed == check_name, out
+    assert said is None or said in out, f"the message should name the mistake ({said!r}): {out}"
     assert "Traceback" not in out
     assert not given_away(name, out), f"the message names the mistake by giving the answer: {given_away(name, out)}"
 

@@ -670,6 +670,19 @@ def test_a_missing_checkpoint_says_what_the_folder_holds(tmp_path):
         train.main([f"--out_dir={lab}", "--init_from=resume", "--device=cpu"])
 
 
+def test_ctrl_c_before_a_new_run_replaced_the_old_one_says_so(tiny_run, tmp_path, capsys):
+    """--overwrite=True over a run, Ctrl-C before the new run began: ckpt.pt is still the old run's, so the line
+    says to run the command again, not to resume the run it was replacing."""
+    from runfolder import RunFolder
+    shutil.copytree(tiny_run, tmp_path / "run")
+    c, given = configure(TrainConfig, [f"--out_dir={tmp_path / 'run'}", "--overwrite=True", "--n_layer=2"])
+    with pytest.raises(SystemExit):
+        RunFolder(str(tmp_path / "run")).interrupted(c, given, 1, None, 0)
+    assert capsys.readouterr().err == (f"interrupted while starting, before the new run replaced the one in "
+                                       f"{tmp_path / 'run'} (ckpt.pt still holds its iter 6): run the command again "
+                                       "to start over\n")
+
+
 def test_ctrl_c_before_any_checkpoint_asks_for_overwrite_only_where_run_files_are(tmp_path, capsys):
     """Ctrl-C before the first checkpoint: the same command starts over where nothing of the run was written yet
     (the data still being prepared, say); where it left run files (log.jsonl), --overwrite=True is needed too."""
@@ -1265,6 +1278,11 @@ def test_the_resume_command_pastes_into_a_shell_as_it_is():
     command = resume_command(c, given, world_size=1)
     assert shlex.split(command) == ["python", "train.py", "--device=cpu", "--out_dir=runs/it's one",
                                     "--init_from=resume"], command
+    # what this command changed from the checkpoint's settings comes along; a model key, which resume refuses, never
+    c, given = configure(TrainConfig, ["--out_dir=r", "--n_layer=2", "--max_iters=9", "--learning_rate=3e-4"])
+    saved = dataclasses.asdict(TrainConfig())  # the run was trained with the defaults
+    assert resume_command(c, given, 1, saved) == "python train.py --learning_rate=0.0003 --max_iters=9 --out_dir=r " \
+                                                 "--init_from=resume"
 
 
 def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(stdlib_data, tmp_path):

@@ -69,7 +69,8 @@ MUTANTS = [
     ("gate_scores_in_0_1", "torch.sigmoid(" "x @ w_gate.T)", "(x @ w_gate.T)"),  # no sigmoid: an identity "gate"
     ("gate_scores_in_0_1", "torch.sigmoid(" "x @ w_gate.T)",  # a hard gate: the scores rounded to 0 or 1
      "(torch.sigmoid(" "x @ w_gate.T) > 0.5).to(y.dtype)"),
-    ("gate_scores_in_0_1", "torch.sigmoid(" "x @ w_gate.T)", "torch.sigmoid(-(x @ w_gate.T))"),  # a sign flipped
+    ("gate_scores_in_0_1", "torch.sigmoid(" "x @ w_gate.T)", "torch.sigmoid(-(x @ w_gate.T))",  # a sign flipped
+     "check the sign"),
     ("headwise_one_score_per_head", "scores.view(" "B, T, H, 1)", "scores.view(B, T, 1, H)"),  # over heads, not D
     ("g1_gate_numbers", "raise " "ValueError(f\"granularity", "print(f\"granularity"),  # an unknown one let through
     ("trap_gate_after_wo",  # G5: each head's output mixed by W_O first, then gated
