@@ -359,30 +359,22 @@ def finite_or_none(x):
     return x if x is None or math.isfinite(x) else None
 
 
-def saved_state(path, whose=False):
+def saved_state(path, whose=False, settings=False):
     """(iter_num, val_loss) of the checkpoint at path, read from the file itself (memory-mapped: its tensors are
     not read), or None if there is none; ValueError if it cannot be read. What a message says of a file
     comes from here, never from what another file claims about it. whose: also (run_id, model_args), which say
-    whose state it is (run_id is None in a checkpoint older than run ids)."""
+    whose state it is (run_id is None in a checkpoint older than run ids); settings: also the config it was saved
+    with."""
     import torch
     if not os.path.isfile(path):
         return None
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         state = int(checkpoint["iter_num"]), float(checkpoint["val_loss"])
-        return state + (checkpoint.get("run_id"), dict(checkpoint["model_args"])) if whose else state
+        state += (checkpoint.get("run_id"), dict(checkpoint["model_args"])) if whose else ()
+        return state + (dict(checkpoint.get("config") or {}),) if settings else state
     except Exception as e:  # truncated, not a checkpoint, not train.py's
         raise ValueError(f"{path} is not a readable train.py checkpoint ({type(e).__name__})") from None
-
-
-def saved_settings(path):
-    """The settings (config) the checkpoint at path was saved with, read from the file itself (memory-mapped), or None
-    if it cannot be read."""
-    import torch
-    try:
-        return dict(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["config"])
-    except Exception:  # truncated, not a checkpoint, not train.py's: the resume command says nothing more
-        return None
 
 
 def describe_fingerprint_change(recorded, current):
@@ -814,7 +806,7 @@ class RunFolder:
         Ctrl-C."""
         if rank == 0:
             try:
-                saved = saved_state(self.ckpt_path)
+                saved = saved_state(self.ckpt_path, settings=True)  # (iter, val loss, config)
             except ValueError as e:
                 saved, why = None, f" ({e})"
             else:
@@ -831,7 +823,7 @@ class RunFolder:
                       f"command again{again} to start over", file=sys.stderr)
             else:
                 print(f"interrupted {at}: {self.ckpt_path} holds iter {saved[0]}. Continue with: "
-                      f"{resume_command(c, given, world_size, saved_settings(self.ckpt_path))}", file=sys.stderr)
+                      f"{resume_command(c, given, world_size, saved[2])}", file=sys.stderr)
         raise SystemExit(130)
 
 

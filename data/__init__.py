@@ -39,12 +39,11 @@ def prepare_if_missing(name, data_dir):
                  f"{prepare_command(data_dir, name)}")
         took = hold_preparation(data_dir)  # another train.py preparing it: wait until it ends
         try:
-            meta = read_meta(data_dir)
-            if meta is not None and (meta.get("complete") is not False or took is None
-                                     or meta.get("prepare") != prepare_command(data_dir, name)):
-                find_shards(data_dir, "train")  # prepared meanwhile; or stopped with options of its own: its command
-                if meta.get("complete") is not False:
-                    return
+            if _complete(data_dir):  # prepared by the process waited for
+                return
+            meta = read_meta(data_dir)  # a stopped preparation is redone only where it is known to be stopped (the
+            if meta is not None and (took is None or meta.get("prepare") != prepare_command(data_dir, name)):
+                find_shards(data_dir, "train")  # lock) and made with the defaults; else refused with its command
             prepare_on_first_use(name, data_dir)
         finally:
             if took:

@@ -777,7 +777,7 @@ def restore_runs(root, report_dir, settings):
     settings: it then counts as trained (its measurements stand for its checkpoint) and finished (its log reaches
     max_iters), and its command joins commands.jsonl. A kept run trained otherwise is named and left out."""
     kept = os.path.join(report_dir, RUNS_DIR)
-    restored = []
+    restored, seeds = [], {}  # seeds: variant -> the seeds restored
     for r in kept_records(report_dir):
         v, seed = r["variant"], r["seed"]
         source, target = run_dir(kept, v, seed), run_dir(root, v, seed)
@@ -800,11 +800,8 @@ def restore_runs(root, report_dir, settings):
                 out.write(json.dumps(command[-1]) + "\n")
         os.replace(partial, target)
         restored.append(f"{v} seed {seed}")
+        seeds.setdefault(v, []).append(seed)  # for the line below
     if restored:
-        seeds = {}
-        for run in restored:
-            v, seed = run.rsplit(" seed ", 1)
-            seeds.setdefault(v, []).append(int(seed))
         listed = "; ".join(f"{v} seed{'s' * (len(s) > 1)} {', '.join(map(str, sorted(s)))}" if len(s) <= 3 else
                            f"{v} {len(s)} seeds from {min(s)} to {max(s)}" for v, s in seeds.items())  # for 160 too
         print(f"=== measured in an earlier session, restored from {kept}/ (their checkpoints are not here): "
