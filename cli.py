@@ -530,10 +530,14 @@ SDPA_BACKENDS = ("default", "cudnn", "flash")
 
 
 def _sdpa_priority():
-    """SDPA's kernels (SDPBackend) in the order it tries them now: PyTorch's own, or a preference's."""
+    """SDPA's kernels (SDPBackend) in the order it tries them now: PyTorch's own, or a preference's. Each kernel once:
+    PyTorch 2.6 and 2.7 list MATH twice by default, and OVERRIDEABLE (a kernel for other devices' backends) not at all;
+    it is put last, where later versions have it."""
     import torch
     from torch.nn.attention import SDPBackend
-    return [SDPBackend(i) for i in torch._C._get_sdp_priority_order()]  # what sdpa_kernel itself reads
+    order = list(dict.fromkeys(torch._C._get_sdp_priority_order()))  # what sdpa_kernel itself reads
+    order += [b.value for b in SDPBackend.__members__.values() if b.value >= 0 and b.value not in order]  # not ERROR
+    return [SDPBackend(i) for i in order]
 
 
 def sdpa_order():

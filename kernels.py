@@ -50,16 +50,21 @@ in place, two ways to get dQ, any strides and any T, custom ops for torch.compil
 
 import math
 import os
+import re
 import time
 from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
+# The oldest Triton the kernel tests pass with: 3.1's autotuner takes no timer of ours, and 3.2's drops it (the
+# interpreter has no other). With an older one this module loads, the torch backend works, and backend='triton' says
+# what to do.
+MIN_TRITON = (3, 3)
 try:
     import triton
     import triton.language as tl
-    HAS_TRITON = True
+    HAS_TRITON = tuple(int(x) for x in re.findall(r"\d+", triton.__version__)[:2]) >= MIN_TRITON
 except ImportError:  # the torch backend works without Triton; backend='triton' then raises
     triton = tl = None
     HAS_TRITON = False
@@ -125,6 +130,10 @@ def _triton_unsupported(q, k, v, gate, scale, mask=None):
 
 
 def _require_triton(q):
+    if not HAS_TRITON and triton is not None:
+        raise RuntimeError(f"backend='triton' needs Triton {'.'.join(map(str, MIN_TRITON))} or newer, found "
+                           f"{triton.__version__} (pip install -U triton; a CUDA build of torch brings its own: "
+                           "upgrade torch); use backend='torch'")
     if not HAS_TRITON:
         raise RuntimeError("backend='triton' needs the triton package (pip install triton); use backend='torch'")
     if not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":

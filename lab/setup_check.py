@@ -18,6 +18,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,11 @@ sys.path.insert(0, REPO)  # the project's modules (cli, model, train, data), als
 PIP = "pip install -r requirements.txt"
 TORCH_PIP = ("pip install torch --index-url https://download.pytorch.org/whl/cpu (CPU only; "
              "with an NVIDIA GPU: pip install torch)")
+# The oldest torch the project runs on (requirements.txt says the same): torch 2.5's SDPA cannot be told which kernel to
+# try first (train.py's sdpa_backend, lab.bench's records) and its torch.compile cannot compile the chunked loss.
+TORCH_MIN = (2, 6)
+TORCH_UPGRADE = ("pip install -U torch --index-url https://download.pytorch.org/whl/cpu (CPU only; with an NVIDIA GPU: "
+                 "pip install -U torch)")
 TRIAL = ("python train.py config/sink_lab.py --max_iters=50 --overwrite=True --out_dir=out/setup-check "
          "(the smoke run, to see all it says)")
 
@@ -58,6 +64,11 @@ def check(name, needs=(), fix=None):
     return register
 
 
+def version_of(text):
+    """(major, minor) of a version string such as '2.13.0+cpu'."""
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
+
+
 @check("python")
 def python_version(found, keys):
     version = platform.python_version()
@@ -73,6 +84,9 @@ def torch_build(found, keys):
         import torch
     except ImportError as e:
         raise Problem(f"torch is not installed ({e})", TORCH_PIP)
+    if version_of(torch.__version__) < TORCH_MIN:
+        raise Problem(f"torch {torch.__version__}, and the project needs {'.'.join(map(str, TORCH_MIN))} or newer",
+                      TORCH_UPGRADE)
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     build = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU build"
     if not gpu and not torch.version.cuda and shutil.which("nvidia-smi"):
@@ -106,6 +120,11 @@ def triton(found, keys):
     except ImportError:
         return "note", ("not installed: optional here; without it only the fused kernel is lost (TUTORIAL §7, "
                         "exercise 09, its tests); pip install triton (Linux)")
+    import kernels
+    if not kernels.HAS_TRITON:
+        needed = ".".join(map(str, kernels.MIN_TRITON))
+        return "note", (f"{triton.__version__}: older than the fused kernel needs ({needed} or newer), so only it is lost (TUTORIAL §7, exercise 09, its tests); pip install -U triton, "
+                        "or with a CUDA build of torch (which brings its own) pip install -U torch")
     how = "on the GPU" if torch.cuda.is_available() else "in Triton's interpreter on the CPU (slow: small shapes)"
     return "ok", f"{triton.__version__}: the fused kernel runs {how}"
 

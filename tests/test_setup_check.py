@@ -75,6 +75,28 @@ def test_a_check_that_raises_is_one_line_and_what_needs_it_is_skipped(monkeypatc
     assert fixes == [("first: RuntimeError: something deep inside", "the fix")]
 
 
+def test_a_torch_older_than_the_project_needs_fails_with_the_upgrade_command(monkeypatch):
+    """torch older than setup_check.TORCH_MIN (requirements.txt's floor, the same) is a FAIL with pip install -U."""
+    import torch
+    monkeypatch.setattr(torch, "__version__", "2.5.1+cu124")
+    with pytest.raises(setup_check.Problem, match=r"torch 2\.5\.1\+cu124, and the project needs 2\.6 or newer") as e:
+        setup_check.torch_build({}, setup_check.Keys())
+    assert "pip install -U torch" in e.value.fix
+    with open(os.path.join(REPO, "requirements.txt")) as f:
+        floor = next(line.split(">=")[1].split()[0] for line in f if line.startswith("torch>="))
+    assert setup_check.version_of(floor) == setup_check.TORCH_MIN, "requirements.txt and setup_check disagree"
+
+
+def test_a_triton_too_old_for_the_kernel_is_a_note_that_says_what_is_lost(monkeypatch):
+    triton = pytest.importorskip("triton")
+    import kernels
+    monkeypatch.setattr(triton, "__version__", "3.2.0")
+    monkeypatch.setattr(kernels, "HAS_TRITON", False)
+    status, text = setup_check.triton({}, setup_check.Keys())
+    assert status == "note" and text.startswith("3.2.0: older than the fused kernel needs (3.3 or newer)")
+    assert "exercise 09" in text and "pip install -U triton" in text
+
+
 def test_help_lists_the_keys(capsys):
     with pytest.raises(SystemExit) as stop:
         setup_check.main(["--help"])

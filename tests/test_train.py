@@ -1052,6 +1052,17 @@ def test_an_sdpa_preference_puts_one_kernel_first_and_keeps_the_rest(name):
         assert sdpa_order() == before
 
 
+def test_sdpa_order_names_each_kernel_once(monkeypatch):
+    """PyTorch 2.6 and 2.7 report their default order with MATH twice and no OVERRIDEABLE: sdpa_order (recorded with
+    every benchmark, and the order a preference keeps behind its first kernel) names each kernel once, in PyTorch's
+    order, with the one missing last."""
+    from cli import sdpa_order
+    monkeypatch.setattr(torch._C, "_get_sdp_priority_order", lambda: [1, 2, 0, 3, 0])
+    assert sdpa_order() == ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION", "OVERRIDEABLE"]
+    monkeypatch.setattr(torch._C, "_get_sdp_priority_order", lambda: [3, 1, 2, 0, 4])
+    assert sdpa_order() == ["CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "OVERRIDEABLE"]
+
+
 def test_the_whole_run_trains_under_the_sdpa_preference(tmp_path, monkeypatch):
     """train.py --sdpa_backend=cudnn: the run (its compiling included) happens with cuDNN's attention first, and PyTorch's
     order is back afterwards. It is a per-command key: a resumed run takes it from its own command."""
