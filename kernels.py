@@ -129,13 +129,19 @@ def _triton_unsupported(q, k, v, gate, scale, mask=None):
     return None
 
 
+def triton_unavailable():
+    """Why the fused kernel cannot run in this process (no Triton, or one older than MIN_TRITON), or None."""
+    if HAS_TRITON:
+        return None
+    if triton is None:
+        return "backend='triton' needs the triton package (pip install triton)"
+    return (f"backend='triton' needs Triton {'.'.join(map(str, MIN_TRITON))} or newer, found {triton.__version__} "
+            "(pip install -U triton; a CUDA build of torch brings its own: upgrade torch)")
+
+
 def _require_triton(q):
-    if not HAS_TRITON and triton is not None:
-        raise RuntimeError(f"backend='triton' needs Triton {'.'.join(map(str, MIN_TRITON))} or newer, found "
-                           f"{triton.__version__} (pip install -U triton; a CUDA build of torch brings its own: "
-                           "upgrade torch); use backend='torch'")
-    if not HAS_TRITON:
-        raise RuntimeError("backend='triton' needs the triton package (pip install triton); use backend='torch'")
+    if triton_unavailable():
+        raise RuntimeError(f"{triton_unavailable()}; use backend='torch'")
     if not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("backend='triton' on CPU tensors needs TRITON_INTERPRET=1 set before triton is "
                            "imported (Triton's interpreter); use CUDA tensors or backend='torch'")

@@ -159,6 +159,9 @@ def checked_keys(argv):
         check_heads(args)
     args.variants = chosen(args, "variants", list(VARIANTS))
     args.backends = chosen(args, "backends", list(BACKENDS))
+    if kernels.triton_unavailable() and (args.kernels or args.train and "triton" in args.backends):
+        fail(f"{kernels.triton_unavailable()}: --kernels times the fused kernel, and so does --train unless "
+             "--backends=torch")
     args.step_modes = tuple(STEP_MODES) if args.step_modes == ("all",) else \
         chosen(args, "step_modes", list(STEP_MODES))
     if args.step_child:

@@ -191,6 +191,18 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
     assert not (tmp_path / "res").exists()
 
 
+def test_a_fused_kernel_that_cannot_run_here_is_one_line_that_names_the_way_around(tmp_path, monkeypatch):
+    """Without a Triton the kernel can run on (none, or one too old: kernels.triton_unavailable), --kernels and --train
+    with the triton backend stop before they start, saying why and what still runs; --backends=torch times as ever."""
+    monkeypatch.setattr(kernels, "triton_unavailable", lambda: "backend='triton' needs Triton 3.3 or newer, found 3.2.0")
+    for flags in (["--kernels"], ["--train"], ["--train", "--backends=triton"]):
+        with pytest.raises(SystemExit) as stop:
+            bench.checked_keys([*flags, "--tiny", f"--out_dir={tmp_path}"])
+        assert str(stop.value.code) == ("error: backend='triton' needs Triton 3.3 or newer, found 3.2.0: --kernels "
+                                        "times the fused kernel, and so does --train unless --backends=torch"), flags
+    assert bench.checked_keys(["--train", "--tiny", "--backends=torch"]).backends == ("torch",)
+
+
 def stop_after(monkeypatch, name, calls):
     """Make lab.bench's `name` raise KeyboardInterrupt at its call number `calls` + 1, as a command stopped there."""
     real, count = getattr(bench, name), [0]
@@ -203,6 +215,7 @@ def stop_after(monkeypatch, name, calls):
     monkeypatch.setattr(bench, name, stopping)
 
 
+@pytest.mark.skipif(kernels.triton_unavailable() is not None, reason="times the fused kernel, which cannot run here")
 def test_a_stopped_bench_keeps_what_it_measured_beside_the_last_complete_set(tmp_path, monkeypatch, capsys):
     """A command stopped part-way (a time limit, Ctrl-C) leaves what it measured in {name}.partial.{json,md},
     marked incomplete, and leaves the last complete {name}.json and .md as they were; a complete run replaces

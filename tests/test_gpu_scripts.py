@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+import kernels
 from cli import sdpa_order
 from test_bench import check_bench_kernels_tiny, check_bench_train_tiny
 from test_train import folder_state
@@ -67,6 +68,8 @@ def bench_output(files, name):
     return files[f"{name}/bench.txt"].decode().split("\n", 1)[1]
 
 
+@pytest.mark.skipif(kernels.triton_unavailable() is not None, reason="kernels.sh runs the fused kernel, which cannot "
+                    "run here")
 def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     """kernels.sh, throughput.sh and the study's start / wait / pack, side by side (they are independent)."""
     data = {"DATA_DIR": dataset}
