@@ -57,9 +57,10 @@ from typing import List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-# The oldest Triton the kernel tests pass with: 3.1's autotuner takes no timer of ours, and 3.2's drops it (the
-# interpreter has no other). With an older one this module loads, the torch backend works, and backend='triton' says
-# what to do.
+# The oldest Triton the kernel tests pass with, in its interpreter: 3.1's autotuner takes no timer of ours, and 3.2's
+# drops it (the interpreter has no other). On a GPU, where Triton times configs itself, 3.2 may run the kernel, but no
+# GPU has tried it (the H100 and H200 runs had 3.6), so the floor is the same there. With an older Triton this module
+# loads, the torch backend works, and backend='triton' says what to do.
 MIN_TRITON = (3, 3)
 try:
     import triton
@@ -135,8 +136,10 @@ def triton_unavailable():
         return None
     if triton is None:
         return "backend='triton' needs the triton package (pip install triton)"
-    return (f"backend='triton' needs Triton {'.'.join(map(str, MIN_TRITON))} or newer, found {triton.__version__} "
-            "(pip install -U triton; a CUDA build of torch brings its own: upgrade torch)")
+    upgrade = "pip install -U torch: a CUDA build of torch brings its own" if torch.version.cuda else \
+        "pip install -U triton"
+    needed = ".".join(map(str, MIN_TRITON))
+    return f"backend='triton' needs Triton {needed} or newer, found {triton.__version__} ({upgrade})"
 
 
 def _require_triton(q):
@@ -150,10 +153,10 @@ def _require_triton(q):
 def use_triton(backend, q, k, v, gate=None, scale=None, mask=None):
     """True if gated_attention(q, k, v, gate, scale=scale, backend=backend, mask=mask) runs the Triton kernel, False if
     it takes the PyTorch path. 'auto' picks Triton only where FUSED_BY_DEFAULT allows it, for CUDA tensors the kernel
-    supports; 'triton' raises
-    when the kernel cannot run (ValueError for inputs it does not take, RuntimeError without Triton, or on
-    CPU without TRITON_INTERPRET=1); an unknown backend raises ValueError. model.py uses it to choose
-    between its fused branch (the kernel, gate in the epilogue) and its reference branch (SDPA, then the gate)."""
+    supports; 'triton' raises when the kernel cannot run (ValueError for inputs it does not take, RuntimeError without
+    Triton MIN_TRITON or newer, or on CPU without TRITON_INTERPRET=1); an unknown backend raises ValueError. model.py
+    uses it to choose between its fused branch (the kernel, gate in the epilogue) and its reference branch (SDPA, then
+    the gate)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not valid; choose one of {list(BACKENDS)}")
     if backend == "auto":

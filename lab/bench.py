@@ -159,9 +159,6 @@ def checked_keys(argv):
         check_heads(args)
     args.variants = chosen(args, "variants", list(VARIANTS))
     args.backends = chosen(args, "backends", list(BACKENDS))
-    if kernels.triton_unavailable() and (args.kernels or args.train and "triton" in args.backends):
-        fail(f"{kernels.triton_unavailable()}: --kernels times the fused kernel, and so does --train unless "
-             "--backends=torch")
     args.step_modes = tuple(STEP_MODES) if args.step_modes == ("all",) else \
         chosen(args, "step_modes", list(STEP_MODES))
     if args.step_child:
@@ -182,6 +179,9 @@ def checked_keys(argv):
     if not cuda and not args.tiny and (args.kernels or args.train):  # GPT-2 small and the kernel sweep: hours on a CPU
         fail("python -m lab.bench --kernels and --train measure GPU speed and no CUDA GPU is visible here; "
              "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
+    if kernels.triton_unavailable() and (args.kernels or args.train and "triton" in args.backends):
+        fail(f"{kernels.triton_unavailable()}: --kernels times the fused kernel, and so does --train unless "
+             "--backends=torch")
     return args
 
 

@@ -3,14 +3,14 @@ The set-up check: run it first, right after installing, from the repository's ro
 
     python -m lab.setup_check [--skip_train=True] [--smoke_iters=100] [--smoke_timeout=300]
 
-It checks, in order, what the tutorial and the main job need, one line each (ok, FAIL, note, or skip when a check
-it needs failed): the Python version; torch and its build (CPU or CUDA) and whether a GPU is present; numpy,
-tiktoken, matplotlib, and triton (optional on a CPU); the GPT-2 BPE, read offline from data/gpt2_bpe/; a forward
-and backward of a tiny G1-gated model.GPT in the precision train.py picks (dtype=auto), finite and close to fp32;
-and a smoke run of the sink lab through train.py itself (config/sink_lab.py, a few seconds, in a temporary folder
-that is deleted afterwards: nothing is left in the repository), whose step time gives an estimate of how long the
-full sink lab and the main job take here. It ends with "ready" and the next command, or a numbered list of what
-to fix; the exit status is 0 when ready, 1 otherwise.
+It checks, in order, what the tutorial and the main job need, one line each (ok, FAIL, note, or skip when a check it
+needs failed): the Python version; torch (2.6 or newer) and its build (CPU or CUDA) and whether a GPU is present;
+numpy, tiktoken, matplotlib, and triton (optional on a CPU; 3.3 or newer for the fused kernel); the GPT-2 BPE, read
+offline from data/gpt2_bpe/; a forward and backward of a tiny G1-gated model.GPT in the precision train.py picks
+(dtype=auto), finite and close to fp32; and a smoke run of the sink lab through train.py itself (config/sink_lab.py,
+a few seconds, in a temporary folder that is deleted afterwards: nothing is left in the repository), whose step time
+gives an estimate of how long the full sink lab and the main job take here. It ends with "ready" and the next command,
+or a numbered list of what to fix; the exit status is 0 when ready, 1 otherwise.
 """
 
 import importlib
@@ -34,8 +34,6 @@ TORCH_PIP = ("pip install torch --index-url https://download.pytorch.org/whl/cpu
 # The oldest torch the project runs on (requirements.txt says the same): torch 2.5's SDPA cannot be told which kernel to
 # try first (train.py's sdpa_backend, lab.bench's records) and its torch.compile cannot compile the chunked loss.
 TORCH_MIN = (2, 6)
-TORCH_UPGRADE = ("pip install -U torch --index-url https://download.pytorch.org/whl/cpu (CPU only; with an NVIDIA GPU: "
-                 "pip install -U torch)")
 TRIAL = ("python train.py config/sink_lab.py --max_iters=50 --overwrite=True --out_dir=out/setup-check "
          "(the smoke run, to see all it says)")
 
@@ -84,9 +82,10 @@ def torch_build(found, keys):
         import torch
     except ImportError as e:
         raise Problem(f"torch is not installed ({e})", TORCH_PIP)
-    if version_of(torch.__version__) < TORCH_MIN:
-        raise Problem(f"torch {torch.__version__}, and the project needs {'.'.join(map(str, TORCH_MIN))} or newer",
-                      TORCH_UPGRADE)
+    if version_of(torch.__version__) < TORCH_MIN:  # the same build, newer: a CUDA one stays CUDA, a CPU one CPU
+        raise Problem(f"{torch.__version__}: the project needs torch {'.'.join(map(str, TORCH_MIN))} or newer",
+                      "pip install -U torch" if torch.version.cuda else
+                      "pip install -U torch --index-url https://download.pytorch.org/whl/cpu")
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     build = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU build"
     if not gpu and not torch.version.cuda and shutil.which("nvidia-smi"):
@@ -123,8 +122,10 @@ def triton(found, keys):
     import kernels
     if not kernels.HAS_TRITON:
         needed = ".".join(map(str, kernels.MIN_TRITON))
-        return "note", (f"{triton.__version__}: older than the fused kernel needs ({needed} or newer), so only it is lost (TUTORIAL §7, exercise 09, its tests); pip install -U triton, "
-                        "or with a CUDA build of torch (which brings its own) pip install -U torch")
+        upgrade = "pip install -U torch (its CUDA build brings its own Triton)" if torch.version.cuda else \
+            "pip install -U triton"
+        return "note", (f"{triton.__version__}: older than the fused kernel needs ({needed} or newer), so only it is "
+                        f"lost (TUTORIAL §7, lab.bench's timings of it, its tests); {upgrade}")
     how = "on the GPU" if torch.cuda.is_available() else "in Triton's interpreter on the CPU (slow: small shapes)"
     return "ok", f"{triton.__version__}: the fused kernel runs {how}"
 

@@ -194,12 +194,13 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
 def test_a_fused_kernel_that_cannot_run_here_is_one_line_that_names_the_way_around(tmp_path, monkeypatch):
     """Without a Triton the kernel can run on (none, or one too old: kernels.triton_unavailable), --kernels and --train
     with the triton backend stop before they start, saying why and what still runs; --backends=torch times as ever."""
-    monkeypatch.setattr(kernels, "triton_unavailable", lambda: "backend='triton' needs Triton 3.3 or newer, found 3.2.0")
+    reason = "backend='triton' needs Triton 3.3 or newer, found 3.2.0"
+    monkeypatch.setattr(kernels, "triton_unavailable", lambda: reason)
     for flags in (["--kernels"], ["--train"], ["--train", "--backends=triton"]):
         with pytest.raises(SystemExit) as stop:
             bench.checked_keys([*flags, "--tiny", f"--out_dir={tmp_path}"])
-        assert str(stop.value.code) == ("error: backend='triton' needs Triton 3.3 or newer, found 3.2.0: --kernels "
-                                        "times the fused kernel, and so does --train unless --backends=torch"), flags
+        assert str(stop.value.code) == (f"error: {reason}: --kernels times the fused kernel, and so does --train "
+                                        "unless --backends=torch"), flags
     assert bench.checked_keys(["--train", "--tiny", "--backends=torch"]).backends == ("torch",)
 
 
@@ -255,7 +256,7 @@ def test_a_stopped_bench_keeps_what_it_measured_beside_the_last_complete_set(tmp
 
 
 @pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=pytest.mark.skipif(
-    not kernels.HAS_TRITON, reason="needs triton"))])
+    not kernels.HAS_TRITON, reason="the fused kernel cannot run here"))])
 def test_padded_c_attn_computes_what_model_py_computes_with_aligned_rows(backend):
     """lab.bench --train --pad_c_attn: c_attn computed with its outputs padded by zero weight rows and cut back
     gives model.py's loss and gradients (with PyTorch's attention and with the fused kernel, which reads q, k, v and

@@ -68,6 +68,21 @@ def bench_output(files, name):
     return files[f"{name}/bench.txt"].decode().split("\n", 1)[1]
 
 
+def test_kernels_sh_refuses_where_the_fused_kernel_cannot_run(tmp_path):
+    """With a Triton older than the kernel needs (a stand-in package of version 3.2.0) every kernel test would skip and
+    the tier would look passed: both commands of kernels.sh refuse in one line, exit 2, before writing anything."""
+    (tmp_path / "old" / "triton").mkdir(parents=True)
+    (tmp_path / "old" / "triton" / "__init__.py").write_text('__version__ = "3.2.0"\n')
+    (tmp_path / "old" / "triton" / "language.py").write_text("")
+    for args in ((), ("configs",)):
+        done = script("kernels", *args, work=tmp_path / "work", env={"PYTHONPATH": str(tmp_path / "old")})
+        assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+        assert done.stderr.startswith("error: backend='triton' needs Triton 3.3 or newer, found 3.2.0 (pip install -U ")
+        assert done.stderr.endswith("): lab/gpu/kernels.sh tests and times the fused kernel\n")
+        assert done.stderr.count("\n") == 1
+    assert os.listdir(tmp_path / "work") == []
+
+
 @pytest.mark.skipif(kernels.triton_unavailable() is not None, reason="kernels.sh runs the fused kernel, which cannot "
                     "run here")
 def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):

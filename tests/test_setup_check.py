@@ -79,9 +79,12 @@ def test_a_torch_older_than_the_project_needs_fails_with_the_upgrade_command(mon
     """torch older than setup_check.TORCH_MIN (requirements.txt's floor, the same) is a FAIL with pip install -U."""
     import torch
     monkeypatch.setattr(torch, "__version__", "2.5.1+cu124")
-    with pytest.raises(setup_check.Problem, match=r"torch 2\.5\.1\+cu124, and the project needs 2\.6 or newer") as e:
-        setup_check.torch_build({}, setup_check.Keys())
-    assert "pip install -U torch" in e.value.fix
+    for cuda, fix in (("12.4", "pip install -U torch"),  # the build the user has, newer: a CUDA one stays CUDA
+                      (None, "pip install -U torch --index-url https://download.pytorch.org/whl/cpu")):
+        monkeypatch.setattr(torch.version, "cuda", cuda)
+        with pytest.raises(setup_check.Problem) as e:
+            setup_check.torch_build({}, setup_check.Keys())
+        assert str(e.value) == "2.5.1+cu124: the project needs torch 2.6 or newer" and e.value.fix == fix
     with open(os.path.join(REPO, "requirements.txt")) as f:
         floor = next(line.split(">=")[1].split()[0] for line in f if line.startswith("torch>="))
     assert setup_check.version_of(floor) == setup_check.TORCH_MIN, "requirements.txt and setup_check disagree"
@@ -92,9 +95,13 @@ def test_a_triton_too_old_for_the_kernel_is_a_note_that_says_what_is_lost(monkey
     import kernels
     monkeypatch.setattr(triton, "__version__", "3.2.0")
     monkeypatch.setattr(kernels, "HAS_TRITON", False)
-    status, text = setup_check.triton({}, setup_check.Keys())
-    assert status == "note" and text.startswith("3.2.0: older than the fused kernel needs (3.3 or newer)")
-    assert "exercise 09" in text and "pip install -U triton" in text
+    import torch
+    for cuda, upgrade in (("12.4", "pip install -U torch (its CUDA build brings its own Triton)"),
+                          (None, "pip install -U triton")):
+        monkeypatch.setattr(torch.version, "cuda", cuda)
+        status, text = setup_check.triton({}, setup_check.Keys())
+        assert status == "note" and text == ("3.2.0: older than the fused kernel needs (3.3 or newer), so only it is "
+                                             f"lost (TUTORIAL §7, lab.bench's timings of it, its tests); {upgrade}")
 
 
 def test_help_lists_the_keys(capsys):

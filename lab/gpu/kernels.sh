@@ -19,6 +19,8 @@
 #                 with each way the backward gets dQ (kernels.choose_backward: recompute, atomic)
 #     autotune    the kernel sweep again with the autotuner on, in parallel (the atomic dQ's sweep included): the
 #                 sweep in which an H100 showed first-call failures (2026-11-22)
+# Where the fused kernel cannot run (no Triton, or one older than kernels.MIN_TRITON), both commands refuse in one
+# line (exit 2): every kernel test would skip, and the tier would look like a pass.
 # Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
 # tarball holds that folder (and results/bench_kernels.*). Run again, the command skips the parts that succeeded
 # (FRESH=1 runs them all). With BUDGET_S set (lab/gpu/lib.sh), the bench and the tier each stop after their share of it;
@@ -41,6 +43,16 @@ if [ "$TOY" = 1 ]; then  # the interpreter: one quick test per pytest step, lab.
     CONFIGS=(-k choose_configs); SELECT=(-k choose_configs); SWEEP=(-k choose_configs); PARALLEL=()
     CUDNN=(--tiny)
 fi
+
+# Where the fused kernel cannot run (no Triton, or one too old: kernels.triton_unavailable), every kernel test would
+# skip and the tier would look like a pass: one line instead, exit 2
+case "${1:-}" in
+""|configs)
+    WHY=$("$PYTHON" -c "import os, torch; torch.cuda.is_available() or os.environ.setdefault('TRITON_INTERPRET', '1')
+import kernels; print(kernels.triton_unavailable() or '')" 2>&1) || WHY="kernels.py does not load: ${WHY##*$'\n'}"
+    [ -n "$WHY" ] && { echo "error: $WHY: lab/gpu/kernels.sh tests and times the fused kernel" >&2; exit 2; }
+    ;;
+esac
 
 case "${1:-}" in
 "")
