@@ -143,8 +143,9 @@ def triton_unavailable():
 
 
 def _require_triton(q):
-    if triton_unavailable():
-        raise RuntimeError(f"{triton_unavailable()}; use backend='torch'")
+    reason = triton_unavailable()
+    if reason:
+        raise RuntimeError(f"{reason}; use backend='torch'")
     if not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("backend='triton' on CPU tensors needs TRITON_INTERPRET=1 set before triton is "
                            "imported (Triton's interpreter); use CUDA tensors or backend='torch'")

@@ -179,9 +179,9 @@ def checked_keys(argv):
     if not cuda and not args.tiny and (args.kernels or args.train):  # GPT-2 small and the kernel sweep: hours on a CPU
         fail("python -m lab.bench --kernels and --train measure GPU speed and no CUDA GPU is visible here; "
              "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
-    if kernels.triton_unavailable() and (args.kernels or args.train and "triton" in args.backends):
-        fail(f"{kernels.triton_unavailable()}: --kernels times the fused kernel, and so does --train unless "
-             "--backends=torch")
+    reason = kernels.triton_unavailable()
+    if reason and (args.kernels or args.train and "triton" in args.backends):
+        fail(f"{reason}: --kernels times the fused kernel, and so does --train unless --backends=torch")
     return args
 
 
