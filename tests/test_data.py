@@ -276,7 +276,9 @@ def test_pystdlib_prepare(tmp_path):
     meta = load_script("pystdlib").prepare(out_dir=str(tmp_path), max_files=40, workers=2)
     assert "standard library" in meta["source"] and meta["max_files"] == 40
     assert meta["train_files"] + meta["val_files"] + meta["duplicates_skipped"] + meta["not_utf8_skipped"] == 40
-    assert meta["val_files"] >= 1 and meta["train_tokens"] > 10 * meta["val_tokens"] > 0
+    # the split is by file: which 40 files come first, and so how many tokens each split gets, is the Python's own
+    # (3.13's first 40 put 13% of the tokens in its one validation file)
+    assert meta["train_files"] > meta["val_files"] >= 1 and meta["train_tokens"] > meta["val_tokens"] > 0
     enc = get_tokenizer()
     docs = documents(tmp_path, "train", enc.eot_token) + documents(tmp_path, "val", enc.eot_token)
     stdlib = sysconfig.get_paths()["stdlib"]

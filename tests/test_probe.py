@@ -540,10 +540,13 @@ def test_a_measure_added_to_the_registry_reaches_the_eval_line_the_analysis_tabl
     measures = probe.MEASURES + (extra,)
     by_key = {m.key: m for m in measures}
     originals = (probe.MEASURES, probe.MEASURE)
-    for module in list(sys.modules.values()):  # as if probe.py's MEASURES had the entry: every importer sees it
-        if getattr(module, "MEASURES", None) is originals[0]:
+    # as if probe.py's MEASURES had the entry: every importer sees it. Each module's own names, read from its
+    # __dict__: a getattr would make a lazy module (transformers') import what it names, which may not be installed
+    for module in list(sys.modules.values()):
+        names = getattr(module, "__dict__", {})
+        if names.get("MEASURES") is originals[0]:
             monkeypatch.setattr(module, "MEASURES", measures)
-        if getattr(module, "MEASURE", None) is originals[1]:
+        if names.get("MEASURE") is originals[1]:
             monkeypatch.setattr(module, "MEASURE", by_key)
     model = make()
     with Probe(model) as p:
