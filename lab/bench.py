@@ -180,7 +180,7 @@ def checked_keys(argv):
         fail("python -m lab.bench --kernels and --train measure GPU speed and no CUDA GPU is visible here; "
              "for a CPU smoke test of the code use --tiny (its timings mean nothing about speed)")
     reason = kernels.triton_unavailable()
-    if reason and (args.kernels or args.train and "triton" in args.backends):
+    if reason and (args.kernels or (args.train and "triton" in args.backends)):
         fail(f"{reason}: --kernels times the fused kernel, and so does --train unless --backends=torch")
     return args
 

@@ -120,12 +120,9 @@ def triton(found, keys):
         return "note", ("not installed: optional here; without it only the fused kernel is lost (TUTORIAL §7, "
                         "exercise 09, its tests); pip install triton (Linux)")
     import kernels
-    if not kernels.HAS_TRITON:
-        needed = ".".join(map(str, kernels.MIN_TRITON))
-        upgrade = "pip install -U torch (its CUDA build brings its own Triton)" if torch.version.cuda else \
-            "pip install -U triton"
-        return "note", (f"{triton.__version__}: older than the fused kernel needs ({needed} or newer), so only it is "
-                        f"lost (TUTORIAL §7, lab.bench's timings of it, its tests); {upgrade}")
+    too_old = kernels.triton_unavailable()  # the version it needs and the upgrade for this build, said where kernels.py
+    if too_old:                             # refuses backend='triton'
+        return "note", f"{too_old}: only the fused kernel is lost (TUTORIAL §7, lab.bench's timings of it, its tests)"
     how = "on the GPU" if torch.cuda.is_available() else "in Triton's interpreter on the CPU (slow: small shapes)"
     return "ok", f"{triton.__version__}: the fused kernel runs {how}"
 

@@ -96,12 +96,13 @@ def test_a_triton_too_old_for_the_kernel_is_a_note_that_says_what_is_lost(monkey
     monkeypatch.setattr(triton, "__version__", "3.2.0")
     monkeypatch.setattr(kernels, "HAS_TRITON", False)
     import torch
-    for cuda, upgrade in (("12.4", "pip install -U torch (its CUDA build brings its own Triton)"),
+    for cuda, upgrade in (("12.4", "pip install -U torch: a CUDA build of torch brings its own"),
                           (None, "pip install -U triton")):
         monkeypatch.setattr(torch.version, "cuda", cuda)
         status, text = setup_check.triton({}, setup_check.Keys())
-        assert status == "note" and text == ("3.2.0: older than the fused kernel needs (3.3 or newer), so only it is "
-                                             f"lost (TUTORIAL §7, lab.bench's timings of it, its tests); {upgrade}")
+        assert status == "note" and text == (f"backend='triton' needs Triton 3.3 or newer, found 3.2.0 ({upgrade}): "
+                                             "only the fused kernel is lost (TUTORIAL §7, lab.bench's timings of it, "
+                                             "its tests)")
 
 
 def test_help_lists_the_keys(capsys):
