@@ -84,7 +84,7 @@ STEP_MODES = {
 class Keys:
     kernels: bool = False  # time the attention providers
     train: bool = False  # time full training steps of GPT-2 small
-    tiny: bool = False  # smoke test: tiny sizes, fp32, no compile; runs on CPU, its timings mean nothing
+    tiny: bool = False  # smoke test: tiny sizes, fp32, no compile, few steps; runs on CPU, its timings mean nothing
     out_dir: str = ""  # "": out-bench (--step), out-bench-tiny (--tiny), results (--kernels, --train on a GPU)
     tokens: int = 16384  # --kernels: B*T per call
     seq_lens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)  # --kernels: the sequence lengths T
@@ -329,9 +329,9 @@ def sync():
 
 def time_ms(fn, grads=()):
     """Median milliseconds per call: triton.testing.do_bench on a GPU; on CPU (--tiny, where timings mean nothing)
-    one call with a plain timer."""
-    fn()  # first call: Triton compiles and autotunes here, outside the timing
+    one call with a plain timer (Triton's interpreter compiles nothing, so no untimed call comes first)."""
     if cuda:
+        fn()  # first call: Triton compiles and autotunes here, outside the timing
         import triton.testing
         return triton.testing.do_bench(fn, warmup=25, rep=100, grad_to_none=list(grads), return_mode="median")
     for g in grads:
@@ -509,7 +509,7 @@ def bench_train(session):
     if args.tiny:
         # a tiny model, with the batch scaled down from --batch_size and --block_size (16 x 1024 -> 2 x 32)
         base = dict(block_size=max(8, args.block_size // 32), vocab_size=128, n_layer=2, n_head=2, n_embd=64)
-        batch_size, warmup, steps, compiles = max(1, args.batch_size // 8), 1, 2, [False]
+        batch_size, warmup, steps, compiles = max(1, args.batch_size // 8), 0, 1, [False]  # a smoke test: one step
     else:  # GPT-2 small: 12 layers, 12 heads, 768 wide, T=1024, vocab 50304
         base = dict(block_size=args.block_size, vocab_size=50304, n_layer=12, n_head=12, n_embd=768)
         batch_size, warmup, steps = args.batch_size, args.warmup, args.steps
@@ -601,9 +601,9 @@ def write_train(session, shape, records, partial=None):
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
            + (f"c_attn's outputs padded to a multiple of {args.pad_c_attn} (pad_c_attn: zero weight rows in the "
               "matmul, cut off after it; the same parameters and results), " if args.pad_c_attn else "") +
-           f"{warmup} warm-up then {steps} timed steps of train.py's own (train.optimizer_step: gradient clipping, "
-           f"a non-finite step skipped on the device, fused AdamW); compiled with mode={args.compile_mode!r}; "
-           f"{session.sdpa_note} (the torch backend); "
+           f"{warmup} warm-up then {steps} timed step{'s' * (steps != 1)} of train.py's own (train.optimizer_step: "
+           f"gradient clipping, a non-finite step skipped on the device, fused AdamW); compiled with "
+           f"mode={args.compile_mode!r}; {session.sdpa_note} (the torch backend); "
            f"the fused kernel's backward gets dQ by {kernels.BACKWARD!r} (kernels.choose_backward); the loss over "
            + (f"{args.loss_chunk} rows of logits at a time (loss_chunk)" if args.loss_chunk else
               "all the logits at once (loss_chunk=0)"),

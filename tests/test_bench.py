@@ -224,8 +224,8 @@ def test_a_stopped_bench_keeps_what_it_measured_beside_the_last_complete_set(tmp
     out = tmp_path / "res"
     out.mkdir()
     (out / "bench_train.json").write_text("the last complete set")
-    # --train: 3 optimizer steps per record (1 warm-up, 2 timed); stopped in the third of 4 records
-    stop_after(monkeypatch, "optimizer_step", 7)
+    # --train: one optimizer step per record at --tiny (no warm-up, one timed); stopped in the third of 4 records
+    stop_after(monkeypatch, "optimizer_step", 2)
     with pytest.raises(KeyboardInterrupt):
         bench.main(["--train", "--tiny", "--variants=baseline,g1_headwise", f"--out_dir={out}"])
     data = json.loads((out / "bench_train.partial.json").read_text())
