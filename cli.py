@@ -11,6 +11,8 @@ functions that use it, so the data preparation scripts, which read their command
   speed settings         COMPILE_MODES, SDPA_BACKENDS, sdpa_preference and sdpa_order (train.py and the lab's bench
                          share them), keep_freed_memory (the CPU allocator setting train.py runs under)
   dataset_dir            where a dataset's shards are
+  run_main               a script's main(): Ctrl-C, a diverged run or a closed pipe as one line each; Ctrl-C while
+                         torch loads too (one_line_interrupt, the excepthook set here, before the script imports torch)
 """
 
 import ast
@@ -66,6 +68,19 @@ def run_main(main):
         print("stopped: the program reading this output closed it (what was saved before stays as it was)",
               file=sys.stderr)
         sys.exit(1)
+
+
+def one_line_interrupt(kind, value, tb, print_exception=sys.excepthook):
+    """sys.excepthook of every script, set when it imports this module, which each does before torch: Ctrl-C before
+    run_main is reached (while torch and the model load, the first seconds) is one line too, as run_main says it,
+    and Python's exit status for Ctrl-C stands; any other error is printed as Python prints it."""
+    if issubclass(kind, KeyboardInterrupt):
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+    else:
+        print_exception(kind, value, tb)
+
+
+sys.excepthook = one_line_interrupt
 
 
 def check_choice(key, value, choices):

@@ -17,10 +17,11 @@ import os
 import sys
 from dataclasses import dataclass
 
+# cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
+from cli import autocast_for, configure, dataset_dir, fail, pick_device, run_main
 import torch
 
 import pretrained
-from cli import autocast_for, configure, dataset_dir, fail, pick_device, run_main
 from runfolder import CHECKPOINT, load_checkpoint
 from data.shards import get_tokenizer, prepare_command, read_meta
 

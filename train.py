@@ -19,22 +19,22 @@ save) -> the schedule and the optimizer step -> the checks on the keys and the d
 after the first step, at log steps and before evals: each step is queued; check_health reads their losses then.
 """
 
-import dataclasses
 import importlib.util
 import math
 import random
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields
 
+# cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
+from cli import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, check_choice, configure, dataset_dir, fail, free_memory,
+                 init_processes, keep_freed_memory, pick_device, processes, run_main, sdpa_preference)
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from cli import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, check_choice, configure, dataset_dir, fail, free_memory,
-                 init_processes, keep_freed_memory, pick_device, processes, run_main, sdpa_preference)
 from data import check_training_data, prepare_if_missing
 from data.shards import TrainLoader, dataset_fingerprint, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
@@ -101,7 +101,7 @@ class TrainConfig(GPTConfig):
     seed: int = 1337  # the weights, the data order and dropout (each process adds its rank)
 
 
-MODEL_KEYS = [f.name for f in dataclasses.fields(GPTConfig)]  # the keys TrainConfig takes from GPTConfig
+MODEL_KEYS = [f.name for f in fields(GPTConfig)]  # the keys TrainConfig takes from GPTConfig
 # A run has exploded, and stops, when its val loss exceeds DIVERGED_FACTOR times its first (iter 0's: about
 # ln(vocab_size), a uniform guess), far worse than guessing: no merely noisy run gets there (lr=100 reaches thousands).
 DIVERGED_FACTOR = 2.0
@@ -187,7 +187,7 @@ class Trainer:
             folder.check_writable()
             if c.wandb_log:
                 import wandb  # there: check_settings said so before any work
-                wandb.init(project=c.wandb_project, name=c.wandb_run_name, config=dataclasses.asdict(c))
+                wandb.init(project=c.wandb_project, name=c.wandb_run_name, config=asdict(c))
                 self.wandb = wandb
 
     def say(self, *args, **kwargs):
@@ -477,12 +477,12 @@ class Trainer:
             "model": self.raw_model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
-            "model_args": dataclasses.asdict(self.gptconf),
+            "model_args": asdict(self.gptconf),
             "iter_num": self.iter_num,
             "val_loss": val_loss,
             "best_val_loss": self.best_val_loss,
             "best_iter": self.best_iter,
-            "config": dataclasses.asdict(self.c),
+            "config": asdict(self.c),
             "rng": rng_state(),
             "loader": self.loader.state_dict(),
             "health": self.health,
@@ -598,7 +598,7 @@ def prepare_data(c, block, vocab_size, rank, world_size, ddp):
 class Span:
     """Training since the last log line or eval: the finite steps' losses, and the time and number of the steps
     timed (not evaluations, nor the first step, which compiles)."""
-    losses: list = dataclasses.field(default_factory=list)
+    losses: list = field(default_factory=list)
     seconds: float = 0.0
     steps: int = 0
 

@@ -60,12 +60,13 @@ if not __package__:  # run as python lab/analyze.py: find the project from its r
 
 from dataclasses import asdict, dataclass
 
+# cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
+from cli import REPO, autocast_for, configure, dataset_dir, device_name, fail, pick_device, run_main
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 import pretrained
-from cli import REPO, autocast_for, configure, dataset_dir, device_name, fail, pick_device, run_main
 from lab.report import (ANALYSIS_FILES, data_problem, finite_json, kept_of_other_run, load_windows, log_start,
     markdown_table, places_text, pyplot, save_figure, windows_id)
 from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_checkpoint, no_checkpoint, read_jsonl,

@@ -44,6 +44,9 @@ if not __package__:  # run as python lab/bench.py: find the project from its roo
 
 from dataclasses import dataclass
 
+# cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
+from cli import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, check_choice, config_path, configure, fail,
+                 free_memory, keep_freed_memory, run_config_file, run_main, sdpa_order, sdpa_preference)
 import torch
 import torch.nn.functional as F
 
@@ -51,8 +54,6 @@ cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by kernels)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import kernels  # noqa: E402
-from cli import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, check_choice, config_path, configure,  # noqa: E402
-                 fail, free_memory, keep_freed_memory, run_config_file, run_main, sdpa_order, sdpa_preference)
 from kernels import attention_torch, gated_attention  # noqa: E402
 from lab.report import markdown_table  # noqa: E402
 from lab.variants import VARIANTS  # noqa: E402

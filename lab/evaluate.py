@@ -58,12 +58,13 @@ if not __package__:  # run as python lab/evaluate.py: find the project from its 
 
 from dataclasses import dataclass
 
+# cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
+from cli import configure, dataset_dir, device_name, fail, free_memory, pick_device, run_main
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import pretrained
-from cli import configure, dataset_dir, device_name, fail, free_memory, pick_device, run_main
 from lab.report import data_problem, finite_json, kept_of_other_run, log_start, pyplot, save_figure
 from runfolder import (CHECKPOINT, EVALUATED, claimed, model_from_checkpoint, no_checkpoint, read_checkpoint,
     result_set, writable_folder, write_json, write_text)

@@ -105,11 +105,12 @@ if not __package__:  # run as python lab/repro.py: find the project from its roo
 
 from dataclasses import dataclass, fields
 
+# cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
+from cli import (DIVERGED_EXIT, config_path, configure, dataset_dir, device_name, fail, run_config_file, run_main,
+                 usage)
 import numpy as np
 import torch
 
-from cli import (DIVERGED_EXIT, config_path, configure, dataset_dir, device_name, fail, run_config_file, run_main,
-                 usage)
 from data import prepare_if_missing
 from data.shards import find_shards
 from lab.report import (ANALYSIS_FILES, EVALUATE_DIR, comparison, evaluate_section, grew_sink_head, kept_of_other_run,

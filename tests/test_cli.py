@@ -83,6 +83,30 @@ def test_every_prepare_script_answers_help(helps, path):
     assert "usage:" in help_of(helps, path)
 
 
+@pytest.mark.parametrize("command", list(SCRIPTS))
+def test_ctrl_c_while_torch_loads_is_one_line(tmp_path, command):
+    """Ctrl-C in a script's first seconds, while torch loads and before run_main can catch it: the one line run_main
+    prints, not the import's traceback, with the exit status Python gives Ctrl-C (SIGINT: 130 to a shell). A stand-in
+    torch on PYTHONPATH raises KeyboardInterrupt as it is imported, as Ctrl-C there does: this holds only if the
+    script imports cli (its excepthook, cli.one_line_interrupt) before torch."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise KeyboardInterrupt\n")
+    out = subprocess.run([sys.executable, *command.split()], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert out.stderr == "interrupted (Ctrl-C)\n" and out.stdout == "", out.stderr[-2000:]
+    assert out.returncode in (-2, 130), out.returncode  # killed by SIGINT as Python does, or run_main's 130
+
+
+def test_the_excepthook_prints_any_other_error_as_python_does(capsys):
+    try:
+        raise ValueError("not a Ctrl-C")
+    except ValueError as e:
+        cli.one_line_interrupt(type(e), e, e.__traceback__)
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and err.endswith("ValueError: not a Ctrl-C\n"), err
+    assert sys.excepthook is cli.one_line_interrupt
+
+
 @dataclasses.dataclass
 class Base:
     size: int = 8  # how big
