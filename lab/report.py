@@ -504,8 +504,11 @@ def measured_section(by, variants):
     """Every measure of every variant (mean over seeds with its interval), the best of each column in bold."""
     shown = [m for m in MEASURES if not m.mechanism]
     best = {m.key: best_variants(variants, m) for m in shown}
+    counted = {v for v, rs in by.items() if variants[v]["sink_heads"] is not None and one_head(rs)}
     def cell(v, m):
-        text = fmt_ci(variants[v][m.key], m.spec)
+        grew = grew_sink_head(by[v])  # one head a run: its sink heads is a yes/no, counted over seeds, never a mean
+        text = f"{sum(grew)} of {len(grew)}" if m.key == "sink_heads" and v in counted else \
+            fmt_ci(variants[v][m.key], m.spec)
         text = f"**{text}**" if v in best[m.key] else text
         older = older_values(by[v], m.key)
         if not older:
@@ -519,7 +522,9 @@ def measured_section(by, variants):
         "not a test: the claims are decided by the rule). " + "; ".join(
         f"{better.capitalize()} is better for {words(labels)}" for better, labels in directions.items() if better) + \
         " (the direction the papers count as an improvement)" + \
-        (f"; {words(directions[None])}: neither" if None in directions else "") + "."
+        (f"; {words(directions[None])}: neither" if None in directions else "") + "." + \
+        (" Sink heads of a variant whose model has one attention head: how many of its runs grew a sink head "
+         "(a yes/no a run, counted)." if counted else "")
     return ["", "## Measured", "",
             f"Per variant, {SEEDS_NOTE}. Val loss in nats. F-Attn: attention on the "
             "first token; sink share (this project's measure, not a paper's): the largest share of attention one key "
@@ -595,6 +600,12 @@ def finished(row):
 def spikes(row):
     """Each seed's loss spikes: '0, 2, 1'."""
     return ", ".join(fmt(n, "d") for n in row["loss_spikes"]) if row else "–"
+
+
+def one_head(runs):
+    """Whether every run's model has a single attention head (1 layer x 1 head, the sink lab's): its sink heads, a
+    share of heads, is then 0 or 1, a yes/no."""
+    return all(r.get("model") and r["model"]["n_layer"] * r["model"]["n_head"] == 1 for r in runs)
 
 
 def grew_sink_head(runs):

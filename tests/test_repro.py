@@ -442,6 +442,28 @@ def test_the_tables_never_pool_the_old_and_the_new_sink_share():
     assert report.older_sink_share({"val_loss": 1.0}) is False  # a record with no per-layer values says nothing
 
 
+def test_the_sink_heads_of_one_head_models_are_counted_not_averaged():
+    """A model with one attention head (the sink lab's) has 0 or 1 sink heads: a yes/no a run, which the Measured
+    table counts over seeds ('1 of 4') as the sink counts do, never a mean with a t-interval. A model with more heads
+    keeps its share's mean, even where every run's share is 0 (a share, not a count, in that column)."""
+    by, _, _ = fake_study(baseline=0.0, g1_elementwise=-0.05, seeds=4)
+    for i, r in enumerate(by["baseline"]):
+        r.update(sink_heads=float(i == 0), model={"n_layer": 1, "n_head": 1})
+    for r in by["g1_elementwise"]:
+        r.update(sink_heads=0.0, model={"n_layer": 2, "n_head": 4})
+    variants_ = {v: {m.key: repro.over_variant(rs, m.key) for m in MEASURES} for v, rs in by.items()}
+    table = report.measured_section(by, variants_)
+    column = 4 + [m.key for m in MEASURES if not m.mechanism].index("sink_heads")
+    cells = {line.split(" | ")[0][2:]: line.split(" | ")[column] for line in table if line.startswith("| baseline |")
+             or line.startswith("| g1_elementwise |")}
+    assert cells == {"baseline": "1 of 4", "g1_elementwise": "**0.00 ± 0.00**"}, cells
+    assert "how many of its runs grew a sink head" in table[-1]
+    by["baseline"][0]["model"] = None  # a record that does not say its model: its share, as before
+    variants_ = {v: {m.key: repro.over_variant(rs, m.key) for m in MEASURES} for v, rs in by.items()}
+    table = report.measured_section(by, variants_)
+    assert "how many of its runs" not in table[-1] and "| 0.25 ± " in "\n".join(table)
+
+
 def test_numbers_over_seeds_list_one_or_two_seeds_and_give_an_interval_from_three():
     assert report.fmt_ci(report.over_seeds([1.25]), ".2f") == "1.25 (1 seed)"
     assert report.fmt_ci(report.over_seeds([1.25, 1.5]), ".2f") == "1.25, 1.50"
