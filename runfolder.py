@@ -819,7 +819,12 @@ class RunFolder:
                       f"holds its iter {saved[0]}): run the command again to start over", file=sys.stderr)
             elif saved is None:
                 again = " (with --overwrite=True)" if self.held() else ""  # the run files this one left in the way
-                print(f"interrupted {at}, before any checkpoint was saved in {self.out_dir}{why}: run the "
+                try:  # best.pt is written first, of the initial state: said, so that "no ckpt.pt" is not misread
+                    best = saved_state(self.best_path)
+                except ValueError:
+                    best = None
+                kept = f" ({BEST} holds the state of iter {best[0]})" if best else ""
+                print(f"interrupted {at}, before any {CHECKPOINT} was saved in {self.out_dir}{why}{kept}: run the "
                       f"command again{again} to start over", file=sys.stderr)
             else:
                 print(f"interrupted {at}: {self.ckpt_path} holds iter {saved[0]}. Continue with: "

@@ -696,7 +696,14 @@ def test_ctrl_c_before_any_checkpoint_asks_for_overwrite_only_where_run_files_ar
         with pytest.raises(SystemExit) as exit_info:
             RunFolder(str(tmp_path / "run")).interrupted(c, given, 1, None, 0)
         assert exit_info.value.code == 130 and capsys.readouterr().err == (
-            f"interrupted while starting, before any checkpoint was saved in {tmp_path / 'run'}: {says}\n")
+            f"interrupted while starting, before any ckpt.pt was saved in {tmp_path / 'run'}: {says}\n")
+    # later, best.pt of the initial state saved (the first eval) and no ckpt.pt yet: said, not "no checkpoint"
+    torch.save({"iter_num": 0, "val_loss": 10.5}, tmp_path / "run" / "best.pt")
+    with pytest.raises(SystemExit):
+        RunFolder(str(tmp_path / "run")).interrupted(c, given, 1, 27, 0)
+    assert capsys.readouterr().err == (f"interrupted at iter 27, before any ckpt.pt was saved in {tmp_path / 'run'} "
+                                       "(best.pt holds the state of iter 0): run the command again (with "
+                                       "--overwrite=True) to start over\n")
 
 
 # ----------------------------------------------------------------------------
