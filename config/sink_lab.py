@@ -1,4 +1,4 @@
-# The sink lab: the attention sink forming, and the gate removing it, in under half a minute per model on a laptop CPU.
+# The sink lab: the attention sink forming, and the gate removing it, in about half a minute per model on a laptop CPU.
 #   python train.py config/sink_lab.py --gate=none --out_dir=out/sink-lab/baseline    # the sink forms
 #   python train.py config/sink_lab.py --out_dir=out/sink-lab/g1                      # G1 (the default gate)
 # The task is Bigram-Backcopy (data/bigram_backcopy/prepare.py, generated on first use): a random bigram chain
