@@ -504,11 +504,13 @@ def measured_section(by, variants):
     """Every measure of every variant (mean over seeds with its interval), the best of each column in bold."""
     shown = [m for m in MEASURES if not m.mechanism]
     best = {m.key: best_variants(variants, m) for m in shown}
-    counted = {v for v, rs in by.items() if variants[v]["sink_heads"] is not None and one_head(rs)}
+    # one head a run: its sink heads is a yes/no, counted over seeds, never a mean
+    counted = {v: grew_sink_head(rs) for v, rs in by.items() if variants[v]["sink_heads"] is not None and one_head(rs)}
     def cell(v, m):
-        grew = grew_sink_head(by[v])  # one head a run: its sink heads is a yes/no, counted over seeds, never a mean
-        text = f"{sum(grew)} of {len(grew)}" if m.key == "sink_heads" and v in counted else \
-            fmt_ci(variants[v][m.key], m.spec)
+        if m.key == "sink_heads" and v in counted:
+            text = f"{sum(counted[v])} of {len(counted[v])}"
+        else:
+            text = fmt_ci(variants[v][m.key], m.spec)
         text = f"**{text}**" if v in best[m.key] else text
         older = older_values(by[v], m.key)
         if not older:
