@@ -211,9 +211,19 @@ def _type_name(want):
 
 def _known(key, where, fields):
     if key not in fields:
-        close = difflib.get_close_matches(key, fields, n=1)
-        fail(f"{where}: unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "") +
-             "; --help lists the keys")
+        close = _initials(key, fields) or difflib.get_close_matches(key, fields, n=1) or _beginning(key, fields)
+        fail(f"{where}: unknown key {key!r}" + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else "")
+             + "; --help lists the keys")
+
+
+def _initials(key, fields):
+    """The keys whose words' initials a short name is, as other trainers spell them: lr for learning_rate."""
+    return [f for f in fields if "_" in f and "".join(w[:1] for w in f.split("_")) == key.lower()]
+
+
+def _beginning(key, fields):
+    """The keys (at most three) a name of three letters or more begins: learning for learning_rate."""
+    return [f for f in fields if f.startswith(key.lower())][:3] if len(key) >= 3 else []
 
 
 def _items(value, item):

@@ -160,6 +160,36 @@ def test_an_unknown_key_points_to_help():
 
 
 @dataclasses.dataclass
+class Trainer:
+    learning_rate: float = 1e-3
+    batch_size: int = 8
+    block_size: int = 64
+    weight_decay: float = 0.1
+
+
+@pytest.mark.parametrize("arg, meant", [
+    ("--lr=1e-3", "'learning_rate'"),  # the words' initials, as other trainers spell the key
+    ("--wd=0", "'weight_decay'"),
+    ("--bs=4", "'batch_size' or 'block_size'"),  # both keys it may stand for, never a guess between them
+    ("--learning=1", "'learning_rate'"),  # a beginning of three letters or more
+    ("--batch_sise=4", "'batch_size'"),  # a misspelling, as before
+])
+def test_an_unknown_short_name_points_to_the_keys_it_may_stand_for(arg, meant):
+    with pytest.raises(SystemExit) as stop:
+        configure(Trainer, [arg])
+    assert str(stop.value) == f"error: {arg}: unknown key {arg[2:].split('=')[0]!r} (did you mean {meant}?); " \
+                              "--help lists the keys"
+
+
+@pytest.mark.parametrize("arg", ["--x=1", "--le=1", "--zzz=1"])
+def test_a_name_like_no_key_suggests_none(arg):
+    """Two letters that are no key's initials, or a name no key begins: no guess, only where the keys are listed."""
+    with pytest.raises(SystemExit) as stop:
+        configure(Trainer, [arg])
+    assert "did you mean" not in str(stop.value) and str(stop.value).endswith("; --help lists the keys")
+
+
+@dataclasses.dataclass
 class Numbers:
     ints: tuple[int, ...] = (1,)  # whole numbers
     floats: tuple[float, ...] = (0.5,)  # any numbers
