@@ -489,3 +489,29 @@ def test_the_seed_checks_numbers_are_what_their_script_prints(folder, tmp_path):
                                 timeout=120, env=dict(os.environ, PYTHONPATH=REPO, MPLBACKEND="Agg"))
         assert result.returncode == 0, result.stderr
         assert [name for name in os.listdir(tmp_path) if name.endswith(".png")], result.stdout
+
+
+def test_the_readme_timing_script_runs_the_readmes_commands_and_keeps_what_they_report(tmp_path):
+    """tests/time_readme.py, whose output results/timings/ keeps (the times the README and docs/timings.md state):
+    it finds the set-up check, the main job and the sink lab's commands in the README as a newcomer types them, and
+    at toy size runs the sink lab's three in a fresh copy, each with its seconds, exit status and what it reported
+    (train.py's last line, the analysis' line per run)."""
+    import time_readme
+    from test_tutorial import copy_of_repo
+    commands = time_readme.readme_commands()
+    assert commands[:2] == [("Set up", "python -m lab.setup_check"), ("The main job", "python train.py")], commands
+    lab = [c for s, c in commands if s == "The sink lab"]
+    assert len(lab) == 3 and lab[0].startswith("python train.py config/sink_lab.py --gate=none") and \
+        lab[2].startswith("python -m lab.analyze --runs=out/sink-lab/baseline,out/sink-lab/g1"), commands
+    assert not [c for _, c in commands if "pytest" in c or "venv" in c or "pip" in c], commands
+    results = time_readme.run_commands(copy_of_repo(str(tmp_path / "repo")), [("The sink lab", c) for c in lab],
+                                       toy=True)
+    assert [r["exit"] for r in results] == [0, 0, 0] and all(r["seconds"] > 0 for r in results), results
+    assert [len(r["reported"]) for r in results] == [1, 1, 2], results
+    assert results[0]["reported"][0].startswith("done: 4 iterations") and "F-Attn" in results[0]["reported"][0]
+    assert [line.split(":")[0] for line in results[2]["reported"]] == ["baseline", "g1"], results
+    page = time_readme.page(results, ["--toy"], True, False, "2.x", True)
+    assert "| The sink lab | `python train.py config/sink_lab.py --gate=none" in page and page.count("```text") == 3
+    # a failing command: its exit status, and the end of what it printed in place of results
+    failed = time_readme.run_commands(str(tmp_path / "repo"), [("x", "python train.py --lr=1")])
+    assert failed[0]["exit"] == 1 and "did you mean 'learning_rate'" in failed[0]["reported"][-1], failed

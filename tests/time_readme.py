@@ -1,0 +1,126 @@
+"""
+How long the README's commands take, as a newcomer runs them: every `python ...` line of its bash blocks (the set-up
+check, the main job, the sink lab; not the venv's or the test suite's, timed on their own), in order, in a fresh
+copy of the repository (no prepared data, no runs: each dataset is prepared on first use, as the newcomer's is).
+For each: its seconds, its exit status and the lines in which it reports what it measured. The times the README and
+docs/timings.md state come from this script's output, committed in results/timings/ (the pip lines of the set-up
+are not run: the packages are this Python's).
+
+    python tests/time_readme.py                    # this CPU as it is (bf16 where it computes bf16)
+    python tests/time_readme.py --no_bf16          # as a CPU without bf16 or AVX-512 runs it (as time_tutorial.py)
+    python tests/time_readme.py --toy              # each training a few steps: a check of this script, in a minute
+    python tests/time_readme.py --section=sink     # only the commands of the README's sections whose title has this
+
+It writes a Markdown page (the machine, the versions, the commit and the date; a table of seconds; what each command
+reported) to stdout; the copy is deleted after. It exits 1 if a command failed, after the page.
+"""
+
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from test_tutorial import copy_of_repo  # noqa: E402  (the copy the tutorial's timing runs in)
+
+NOT_TIMED = ("-m venv", "-m pytest")  # the set-up's virtual environment, and the suite (docs/timings.md's own line)
+TOY = ["--max_iters=4", "--eval_interval=2", "--eval_iters=1", "--log_interval=2"]  # a training of seconds
+NO_BF16 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}  # PyTorch's kernels and oneDNN at AVX2 at most
+# what a command prints about its result: train.py's last line, the analysis' line per run, the set-up check's verdict
+REPORTED = re.compile(r"^(done: .*|\s*\S+: val loss .*|ready: .*|not ready.*|\s*note\s+timings .*)$", re.M)
+
+
+def readme_commands(path=os.path.join(REPO, "README.md")):
+    """The README's commands as a newcomer types them: (its ## section, the command without its comment) for every
+    line of a bash block that runs python."""
+    found, section, fence = [], "(start)", None
+    with open(path, encoding="utf-8") as f:
+        for line in f.read().split("\n"):
+            if line.startswith("```"):
+                fence = None if fence else (line[3:].strip() or "text")
+            elif fence is None and line.startswith("## "):
+                section = line[3:].strip()
+            elif fence == "bash" and re.match(r"python3? ", line) and not any(n in line for n in NOT_TIMED):
+                found.append((section, line.split("  #")[0].split(" #")[0].strip()))
+    return found
+
+
+def run_commands(repo, commands, toy=False, env=None):
+    """Run each (section, command) in repo with this Python, one after another: a list of dicts (section, command,
+    seconds, exit, reported lines). A training gets TOY's keys at toy size."""
+    env = {**os.environ, **(env or {})}
+    env.pop("PYTHONPATH", None)  # the copy's own files, as a newcomer's
+    results = []
+    for section, command in commands:
+        run = re.sub(r"^python3? ", f"{sys.executable} ", command)
+        if toy and " train.py" in run:
+            run += " " + " ".join(TOY)
+        start = time.perf_counter()
+        done = subprocess.run(["bash", "-c", run], cwd=repo, env=env, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        printed = done.stdout + done.stderr
+        lines = [line.strip() for line in REPORTED.findall(printed)]
+        if done.returncode:
+            lines += printed.strip().splitlines()[-3:]
+        results.append({"section": section, "command": command, "seconds": seconds, "exit": done.returncode,
+                        "reported": lines})
+    return results
+
+
+def versions(repo, env):
+    """(torch's version, whether train.py's dtype=auto trains in bf16 here), as the copy's Python sees them."""
+    code = "import torch, cli; print(torch.__version__, cli.cpu_computes_bf16())"
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, env={**os.environ, **env}, capture_output=True,
+                         text=True).stdout.split()
+    return (out[0], out[1] == "True") if len(out) == 2 else ("?", False)
+
+
+def commit():
+    """The repository's commit, with a mark where its working tree differs from it (what the copy holds)."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + (" with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def page(results, argv, toy, no_bf16, torch_version, bf16):
+    cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
+                         text=True).stdout.strip() or platform.processor()
+    out = [f"The README's commands in order{', each training at toy size' if toy else ''}, in a fresh copy at "
+           f"{commit()}: {os.cpu_count()} cores, {cpu}"
+           f"{', run as a CPU without bf16 (AVX2 at most)' if no_bf16 else ''}; train.py's dtype=auto trains in "
+           f"{'bf16' if bf16 else 'fp32'} here; Python {platform.python_version()}, torch {torch_version}; "
+           f"{time.strftime('%Y-%m-%d')} (`{' '.join(['python tests/time_readme.py', *argv])}`)", "",
+           "| README section | command | seconds | exit |", "| --- | --- | --- | --- |"]
+    out += [f"| {r['section']} | `{r['command']}` | {r['seconds']:.1f} | {r['exit']} |" for r in results]
+    out += ["", "What each reported:", ""]
+    for r in results:
+        out += [f"`{r['command']}`", "", "```text", *(r["reported"] or ["(no line of results)"]), "```", ""]
+    return "\n".join(out)
+
+
+def main(argv):
+    for arg in argv:
+        if arg not in ("--toy", "--no_bf16") and not arg.startswith("--section="):
+            sys.exit(f"error: unknown argument {arg!r}: --toy, --no_bf16 and --section=TEXT are the script's own")
+    toy, no_bf16 = "--toy" in argv, "--no_bf16" in argv
+    part = next((a.split("=", 1)[1] for a in argv if a.startswith("--section=")), "")
+    commands = [(s, c) for s, c in readme_commands() if part.lower() in s.lower()]
+    if not commands:
+        sys.exit(f"error: no README section with {part!r} in its title runs a command")
+    env = NO_BF16 if no_bf16 else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = copy_of_repo(os.path.join(tmp, "repo"))
+        torch_version, bf16 = versions(repo, env)
+        results = run_commands(repo, commands, toy=toy, env=env)
+    print(page(results, argv, toy, no_bf16, torch_version, bf16))
+    sys.exit(1 if any(r["exit"] for r in results) else 0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
