@@ -68,6 +68,20 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)  # the exercises use the core's modules (model.py, probe.py, kernels.py...) as references
+STOPPED = "stopped: this run wrote no result (a result file that is there now is not from it)"
+
+
+def _stopped_while_starting(kind, value, tb, show=sys.excepthook):
+    """The command line's sys.excepthook: Ctrl-C while torch loads (the first seconds, before the try of __main__
+    below can catch it) prints that try's one line, not the import's traceback; any other error as Python prints it."""
+    if issubclass(kind, KeyboardInterrupt):
+        print(STOPPED, file=sys.stderr)
+    else:
+        show(kind, value, tb)
+
+
+if __name__ == "__main__":  # the command line only: the student's process imports this file as a module
+    sys.excepthook = _stopped_while_starting
 import torch  # noqa: E402  (the checks run here; the student's code in a child process, which imports this file too)
 
 if not torch.cuda.is_available():  # no GPU: Triton kernels run in Triton's interpreter (set before triton's import)
@@ -1883,7 +1897,7 @@ if __name__ == "__main__":
         sys.stdout.flush()  # here, where a closed pipe is caught below, not as Python exits
         sys.exit(status)
     except KeyboardInterrupt:
-        print("stopped: this run wrote no result (a result file that is there now is not from it)", file=sys.stderr)
+        print(STOPPED, file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:  # `check.py --list | head`: the reader stopped reading; nothing more to say to it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes into nothing

@@ -449,6 +449,18 @@ def grade_cli(*args, cwd=REPO, timeout=120):
     return result.returncode, result.stdout + result.stderr
 
 
+def test_ctrl_c_while_torch_loads_is_the_checkers_one_line(tmp_path):
+    """Ctrl-C in the checker's first seconds, while torch loads and before its main can catch it: the line its main
+    prints on Ctrl-C, not the import's traceback, with the exit status Python gives Ctrl-C. A stand-in torch on
+    PYTHONPATH raises KeyboardInterrupt as it is imported, as Ctrl-C there does."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise KeyboardInterrupt\n")
+    out = subprocess.run([sys.executable, "exercises/check.py", NAMES[0][:2]], cwd=REPO, capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert out.stderr == check.STOPPED + "\n" and out.stdout == "", out.stderr[-2000:]
+    assert out.returncode in (-2, 130), out.returncode
+
+
 def read_json(path):
     import json
     with open(path, encoding="utf-8") as f:
