@@ -18,6 +18,7 @@ reported) to stdout; the copy is deleted after. It exits 1 if a command failed, 
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,7 @@ def run_commands(repo, commands, toy=False, env=None):
     env.pop("PYTHONPATH", None)  # the copy's own files, as a newcomer's
     results = []
     for section, command in commands:
-        run = re.sub(r"^python3? ", f"{sys.executable} ", command)
+        run = re.sub(r"^python3? ", lambda _: f"{shlex.quote(sys.executable)} ", command)
         if toy and " train.py" in run:
             run += " " + " ".join(TOY)
         start = time.perf_counter()
