@@ -1594,7 +1594,8 @@ def changed_starters(result, exercises=HERE):
         folder = os.path.join(exercises, os.path.basename(str(entry.get("name"))))
         recorded, now = entry.get("file_sha256"), file_digest(os.path.join(folder, "starter.py"))
         if recorded and now and recorded != now:
-            problems.append(f"exercise {entry.get('id')}: starter.py changed since it was graded")
+            problems.append(f"exercise {entry.get('id')}: starter.py changed since it was graded "
+                            f"({os.path.relpath(os.path.join(folder, 'starter.py'))})")
     return problems
 
 
@@ -1618,8 +1619,8 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
             "replaced now")
     if key and hasattr(os, "geteuid") and os.geteuid() == 0:  # as root, nothing is closed to the student's code
         out(f"warning: grading as root with {SIGNING_KEY_VAR}: the student's code runs as root too and can read the "
-            "key, so a signed file proves nothing; grade as an ordinary user (TEACHERS.md, 'Grading the files "
-            "yourself').")
+            "key, so a signed file proves nothing; grade as an ordinary user (exercises/TEACHERS.md in the project's "
+            "own checkout, 'Grading the files yourself').")
     hooks = startup_files(user_only=True)
     if hooks:  # rarely the user's own: say so before a grade depends on them
         out(f"note: Python runs start-up files from this account's own site-packages: {', '.join(hooks)}. If you "
@@ -1758,6 +1759,9 @@ def main(argv=None):
         problems = verify_result(argv[0][len("--verify="):], os.environ.get(SIGNING_KEY_VAR) or None)
         for line in problems:
             print(f"error: {line}")
+        if problems and all("starter.py changed since" in line for line in problems):
+            print(f"note: the file itself is as the checker wrote it; the starter.py files compared are those of "
+                  f"the copy this command ran in ({REPO}): run --verify in the copy that was graded")
         if not problems:
             print(f"{argv[0][len('--verify='):]} is as the checker wrote it, and every graded starter.py is unchanged")
         return 1 if problems else 0

@@ -2,12 +2,13 @@
 The teacher's gradebook: one table of a class's result files.
 
     python exercises/gradebook.py FOLDER                 # writes FOLDER/gradebook.csv and FOLDER/gradebook.md
-    python exercises/gradebook.py FOLDER --out=PREFIX    # writes PREFIX.csv and PREFIX.md (PREFIX a folder: in it)
+    python exercises/gradebook.py FOLDER --out=PREFIX    # writes PREFIX.csv and PREFIX.md (PREFIX/ a folder: in it)
 
 FOLDER holds the files the students wrote with `python exercises/check.py all --student=ID --result=ID.json`. Each
 *.json file in it becomes one row: the student, the file, whether its seal verifies and if not why, the exercises passed
 and the checks passed over all of them (partial credit: each exercise's checks stop at the first that fails, so it
-counts the checks passed before that one), each exercise's status, checks passed and hints_seen, the seed and the date.
+counts the checks passed before that one), each exercise's status, checks passed and hints_seen, the seed and the date
+(in the CSV each count is two columns of plain numbers, passed and of how many: a spreadsheet reads "8/8" as a date).
 Each seal is checked as `check.py --verify` checks it, by check.py's own code, with $CHECK_SIGNING_KEY when it is set
 (set it to the key the files were signed with). The graded starter.py files are not checked: they are the students', not
 here; `check.py --verify=FILE` in a student's copy checks them. A row is flagged when its file cannot be read, is not a
@@ -183,15 +184,29 @@ def table(rows):
     return header, lines
 
 
+def counted_as(column):
+    """The CSV's columns for one of the table's: a count "p/t" (exercises passed, checks passed, an exercise's
+    checks) becomes two columns of plain numbers, p and t, since a spreadsheet reads "8/8" as a date."""
+    if column in ("exercises passed", "checks passed"):
+        return [column, column.split()[0]]  # "exercises passed", "exercises": 3 of 11
+    return [column + " passed", column] if column.endswith(" checks") else [column]  # "01 checks passed", "01 checks"
+
+
 def as_csv(header, lines):
-    """The table as CSV. A cell that a spreadsheet would take for a formula (=, +, -, @ first: a student name such as
-    =HYPERLINK(...) in a result file) is written with a ' before it, which spreadsheets show as text."""
+    """The table as CSV, each count in two columns (counted_as). A cell that a spreadsheet would take for a formula
+    (=, +, -, @ first: a student name such as =HYPERLINK(...) in a result file) is written with a ' before it, which
+    spreadsheets show as text."""
     def text(cell):
         return "'" + cell if cell[:1] in ("=", "+", "-", "@", "\t", "\r") and cell != "-" else cell
+
+    def cells(line):
+        for column, cell in zip(header, line):
+            split = len(counted_as(column)) == 2
+            yield from (cell.split("/", 1) if "/" in cell else [cell, cell]) if split else [cell]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([text(str(h)) for h in header])  # (its exercise ids come from the files too)
-    writer.writerows([text(str(c)) for c in line] for line in lines)
+    writer.writerow([text(str(h)) for column in header for h in counted_as(column)])  # (exercise ids: the files')
+    writer.writerows([text(str(c)) for c in cells(line)] for line in lines)
     return out.getvalue()
 
 
@@ -271,8 +286,8 @@ def main(argv=None):
         usage_error("which folder? e.g. `gradebook.py results/` (the folder of the students' result files)")
     if not os.path.isdir(folder):
         usage_error(f"no folder {folder}: give the folder that holds the students' result files")
-    if prefix and os.path.isdir(prefix):  # --out=grades/ names a folder: its gradebook.csv and .md
-        prefix = os.path.join(prefix, "gradebook")
+    if prefix and (os.path.isdir(prefix) or prefix.endswith(("/", os.sep))):  # --out=grades/ names a folder (made
+        prefix = os.path.join(prefix, "gradebook")  # if it is not there yet): its gradebook.csv and .md
     key = os.environ.get(check.SIGNING_KEY_VAR) or None
     flagged = gradebook(folder, prefix or os.path.join(folder, "gradebook"), key)
     return 1 if flagged else 0

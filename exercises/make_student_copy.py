@@ -144,6 +144,10 @@ def broken_links(dest):
 
 def make_copy(dest, source=REPO):
     """Copy the student's files into dest (absent or empty); returns the number of files copied."""
+    inside = os.path.realpath(dest)
+    if inside == os.path.realpath(source) or inside.startswith(os.path.join(os.path.realpath(source), "")):
+        raise SystemExit(f"error: {dest} is inside the project's checkout ({source}), beside exercises/solutions/: "
+                         "make the copy outside it, e.g. ../gated-attention-student")
     if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
         raise SystemExit(f"error: {dest} exists and is not empty: give a new folder")
     files = files_to_copy(source, dest)

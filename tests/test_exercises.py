@@ -635,6 +635,23 @@ def test_the_student_copy_holds_no_solution_and_checks_on_its_own(tmp_path):
 
 
 @needs_copier
+@pytest.mark.parametrize("where", ["student", "exercises/student", "."])
+def test_a_copy_inside_the_checkout_is_refused(tmp_path, where):
+    """A student copy made inside the teacher's checkout would sit beside exercises/solutions/ (and be a folder git
+    sees as the project's): refused in one line, before anything is written."""
+    source = tmp_path / "project"
+    (source / "exercises").mkdir(parents=True)
+    (source / "exercises" / "README.md").write_text("# E\n", encoding="utf-8")
+    before = sorted(str(p) for p in source.rglob("*"))
+    dest = source / where
+    with pytest.raises(SystemExit) as stop:
+        make_student_copy.make_copy(str(dest), source=str(source))
+    assert "is inside the project's checkout" in str(stop.value) and "\n" not in str(stop.value), stop.value
+    assert sorted(str(p) for p in source.rglob("*")) == before
+    assert make_student_copy.make_copy(str(tmp_path / "project-student"), source=str(source)) == 1  # beside it: fine
+
+
+@needs_copier
 def test_a_broken_link_in_the_copy_deletes_it(tmp_path):
     """A page of the copy that links to what the copy lacks (here the teachers' page, which is never copied): the copy
     is deleted, and one line names each broken link; web addresses, anchors and code are no links to check."""
@@ -925,6 +942,14 @@ def test_the_result_file_is_sealed_and_signed(tmp_path, monkeypatch):
     assert "changed after" in check.verify_result(str(path), key="teacher's secret")[0]
     assert "no seal" in check.verify_result(str(tmp_path / "nothing.json"))[0] or \
         "cannot be read" in check.verify_result(str(tmp_path / "nothing.json"))[0]
+    # a seal that holds over a file whose graded starter.py is not the one here (--verify run in another copy, such
+    # as the teacher's checkout): the starter is named, and the command says the file itself is intact
+    entries[0]["file_sha256"] = "0" * 64
+    check.write_result(str(path), check.grade_result(entries))
+    assert check.verify_result(str(path)) == [f"exercise {NAMES[0][:2]}: starter.py changed since it was graded "
+                                              f"({os.path.relpath(os.path.join(EXERCISES, NAMES[0], 'starter.py'))})"]
+    code, out = grade_cli(f"--verify={path}")
+    assert code == 1 and "note: the file itself is as the checker wrote it" in out and REPO in out, out
 
 
 def test_sigterm_to_the_checker_ends_the_students_process(tmp_path):

@@ -41,6 +41,12 @@ def gradebook_cli(*args, env=None):
     return out.returncode, out.stdout, out.stderr
 
 
+def count(row, column):
+    """A count as the table holds it ("p/t"), from the CSV's two columns of plain numbers (gradebook.counted_as)."""
+    passed, total = gradebook.counted_as(column)
+    return f"{row[passed]}/{row[total]}"
+
+
 def read_csv(path):
     with open(path, encoding="utf-8", newline="") as f:
         return {row["file"]: row for row in csv.DictReader(f)}
@@ -79,7 +85,7 @@ def test_every_file_has_a_row_and_every_doubtful_one_is_flagged(tmp_path):
     assert sorted(rows) == ["ann.json", "bo-again.json", "bo.json", "broken.json", "cy.json", "dee.json", "ed.json",
                             "empty.json", "eve.json", "fay.json", "nobody.json", "old.json"], rows
     assert rows["ann.json"]["verified"] == "yes" and rows["ann.json"]["flags"] == "", rows["ann.json"]
-    assert rows["ann.json"]["exercises passed"] == "3/3" and rows["bo.json"]["exercises passed"] == "1/3"
+    assert count(rows["ann.json"], "exercises passed") == "3/3" and count(rows["bo.json"], "exercises passed") == "1/3"
     first, second, third = (os.path.basename(d)[:2] for d in DIRS)
     assert rows["bo.json"][f"{first} status"] == "passed" and rows["bo.json"][f"{second} status"] == "failed"
     assert rows["bo.json"][f"{first} hints_seen"].isdigit() and rows["bo.json"]["seed"] == str(check.RUN_SEED)
@@ -95,7 +101,7 @@ def test_every_file_has_a_row_and_every_doubtful_one_is_flagged(tmp_path):
     assert rows["ed.json"]["flags"] == "same checker run as dee.json" and rows["ed.json"]["verified"] == "yes"
     assert rows["eve.json"]["flags"] == "", rows["eve.json"]  # the same second, another run: another seed
     assert rows["fay.json"]["flags"] == f"graded 1 of 3 exercises (missing: {second}, {third})", rows["fay.json"]
-    assert rows["fay.json"]["exercises passed"] == "1/3" and rows["fay.json"][f"{second} status"] == "-"
+    assert count(rows["fay.json"], "exercises passed") == "1/3" and rows["fay.json"][f"{second} status"] == "-"
     assert rows["nobody.json"]["flags"] == "no student" and rows["nobody.json"]["verified"] == "yes"
     assert rows["old.json"]["flags"] == "no student" and rows["old.json"]["verified"] == "yes"
     assert str(tmp_path) not in rows["cy.json"]["why not"]  # the file's name, not where the teacher keeps it
@@ -111,10 +117,18 @@ def test_every_file_has_a_row_and_every_doubtful_one_is_flagged(tmp_path):
     assert table[0] == "| " + " | ".join(list(gradebook.LEAD) + [first, second, third, "date", "flags"]) + " |"
     bo = next(line for line in table if line.startswith("| Bo | bo.json |")).split(" | ")
     hints = rows["bo.json"][f"{first} hints_seen"]
-    assert bo[6] == f"passed {rows['bo.json'][f'{first} checks']}" + (f", {hints} hint" if hints != "0" else "") + \
+    checks = count(rows["bo.json"], f"{first} checks")
+    assert bo[6] == f"passed {checks}" + (f", {hints} hint" if hints != "0" else "") + \
         ("s" if hints not in ("0", "1") else "")
     assert bo[7].startswith("failed ") and "| -" in next(line for line in table if "| fay.json |" in line)
     assert "starter.py files were not checked" in markdown
+    # in the CSV every count is two columns of plain numbers (a spreadsheet reads "8/8" or "1/11" as a date)
+    with open(tmp_path / "out" / "book.csv", encoding="utf-8", newline="") as f:
+        header = next(csv.reader(f))
+    assert header[4:8] == ["exercises passed", "exercises", "checks passed", "checks"], header
+    assert header[8:12] == [f"{first} status", f"{first} checks passed", f"{first} checks", f"{first} hints_seen"]
+    counts = [c for c in header if c.endswith(("passed", "checks", "exercises"))]
+    assert all(row[c] in ("", "-") or row[c].isdigit() for row in rows.values() for c in counts), rows
     assert sorted(os.listdir(tmp_path / "out")) == ["book.csv", "book.md"]  # no temporary file left
 
 
@@ -160,6 +174,8 @@ def test_the_command_verifies_with_the_signing_key_and_says_where_it_wrote(tmp_p
     (tmp_path / "grades").mkdir()
     code, out, err = gradebook_cli(str(tmp_path), f"--out={tmp_path / 'grades'}")  # a folder: the files go in it
     assert sorted(os.listdir(tmp_path / "grades")) == ["gradebook.csv", "gradebook.md"], out + err
+    code, out, err = gradebook_cli(str(tmp_path), f"--out={tmp_path / 'new' / 'week3'}/")  # a folder not there yet
+    assert sorted(os.listdir(tmp_path / "new" / "week3")) == ["gradebook.csv", "gradebook.md"], out + err
 
 
 def test_bad_input_gets_one_line(tmp_path):
@@ -226,13 +242,13 @@ def test_partial_credit_other_checks_and_a_stopped_grading_are_shown(tmp_path):
     gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
     rows = read_csv(tmp_path / "book.csv")
     first, second, _ = (os.path.basename(d)[:2] for d in DIRS)
-    assert rows["ann.json"]["checks passed"] == "17/25" and rows["ann.json"][f"{second} checks"] == "5/8"
+    assert count(rows["ann.json"], "checks passed") == "17/25" and count(rows["ann.json"], f"{second} checks") == "5/8"
     assert rows["ann.json"]["flags"] == "" and rows["dee.json"]["flags"] == "" and rows["fay.json"]["flags"] == ""
     assert rows["bo.json"]["flags"] == f"graded by checks other than this checkout's: {second} (edited, or another " \
         "version of the exercises)"
     assert rows["cy.json"]["flags"].startswith("graded by checks other than this checkout's: check.py (")
     assert f"the student's code changed the checker's files at {second} (grading stopped there)" in \
-        rows["ed.json"]["flags"] and rows["ed.json"]["checks passed"] == "8/16"
+        rows["ed.json"]["flags"] and count(rows["ed.json"], "checks passed") == "8/16"
     write("gus", [three[0], (3, 6, "setup", "runs_exist_and_match"), three[2]])  # graded where the task was missing
     gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
     gus = read_csv(tmp_path / "book.csv")["gus.json"]
