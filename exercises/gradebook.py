@@ -15,14 +15,16 @@ here; `check.py --verify=FILE` in a student's copy checks them. A row is flagged
 result file or does not verify, names no student, names a student another file names too, comes from the same checker
 run as another file (same date and seed: a copy under another name), lacks an exercise another file has (a partial
 hand-in; "exercises passed" counts against every exercise in the folder), says that an untouched starter.py passed (its
-checks or its result were edited), was graded by a check.py or checks.py other than this checkout's (the SHA-256 the
-file records of them), says that the student's code changed the checker's files (grading stopped there), or has an
-exercise that could not be checked where it was graded (status "setup": the sink lab's task was not prepared there): no
-file is left out of the table. The console summary lists each flagged file with its flags, and why it does not verify.
+checks or its result were edited), was graded on a reference solution of exercises/solutions/ verbatim, was graded
+by a check.py or checks.py other than this checkout's (the SHA-256 the file records of them), says that the student's
+code changed the checker's files (grading stopped there), or has an exercise that could not be checked where it was
+graded (status "setup": the sink lab's task was not prepared there): no file is left out of the table. The console
+summary lists each flagged file with its flags, and why it does not verify.
 Exit status: 0 when no row is flagged, 1 when some are, 2 for bad input (no such folder, no result files in it).
 """
 
 import csv
+import hashlib
 import io
 import os
 import sys
@@ -104,6 +106,25 @@ def flag_untouched_starters(rows):
                and e.get("file_sha256") == untouched.get(i)]
         if ids:
             row["flags"].append(f"passed with the untouched starter: {', '.join(ids)} (checks or result edited)")
+
+
+def flag_reference_solutions(rows):
+    """Flag an exercise graded on a file that is its reference solution, verbatim (its SHA-256 is that of
+    exercises/solutions/ here, line ends aside; a student copy holds no solutions, so the file came from elsewhere).
+    Like the untouched starter's, the digest is the student's to write, and one changed character evades it: it
+    catches the plain copy, nothing more. Without solutions/ (a student copy), nothing to compare with."""
+    reference = {}
+    for d in check.exercise_dirs():
+        path = os.path.join(check.HERE, "solutions", os.path.basename(d) + ".py")
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                lf = f.read().replace(b"\r\n", b"\n")
+            crlf = lf.replace(b"\n", b"\r\n")  # as a Windows checkout holds it
+            reference[os.path.basename(d)[:2]] = {hashlib.sha256(text).hexdigest() for text in (lf, crlf)}
+    for row in rows:
+        ids = [i for i, e in row["exercises"].items() if e.get("file_sha256") in reference.get(i, ())]
+        if ids:
+            row["flags"].append(f"graded on the reference solution, verbatim: {', '.join(ids)}")
 
 
 def flag_changed_checker(rows):
@@ -248,6 +269,7 @@ def gradebook(folder, prefix, key=None, out=print):
     flag_same_runs(rows)
     flag_missing_exercises(rows)
     flag_untouched_starters(rows)
+    flag_reference_solutions(rows)
     flag_changed_checker(rows)
     flag_other_checks(rows)
     flag_not_checked_here(rows)

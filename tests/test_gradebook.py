@@ -1,8 +1,9 @@
 """
 The teacher's gradebook (exercises/gradebook.py): one table of a class's result files, in which every file has its
 row and every file that cannot be trusted as it stands (unreadable, not a result file, not verified, no student, a
-student named twice, a copy of another file's run, a partial hand-in, an untouched starter that "passed", checks
-other than the teacher's, a grading stopped by the student's code) is flagged.
+student named twice, a copy of another file's run, a partial hand-in, an untouched starter that "passed", the
+reference solution handed in verbatim, checks other than the teacher's, a grading stopped by the student's code) is
+flagged.
 """
 
 import csv
@@ -12,6 +13,8 @@ import os
 import subprocess
 import sys
 import time
+
+import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 EXERCISES = os.path.join(REPO, "exercises")
@@ -267,3 +270,29 @@ def test_a_reader_that_stops_reading_gets_no_traceback(tmp_path):
     err = run.stderr.read()
     assert run.wait(timeout=120) == 1 and "Traceback" not in err and "BrokenPipe" not in err, err
     assert sorted(os.listdir(tmp_path)) == ["ann.json", "bo.json", "gradebook.csv", "gradebook.md"]
+
+
+def test_a_reference_solution_handed_in_verbatim_is_flagged(tmp_path):
+    """A file graded on exercises/solutions/'s own file (a leaked answer key: a student copy holds none), byte for
+    byte or with CRLF line ends, is flagged with its exercises; one character changed, or a file of one's own, is
+    not (the digest catches the plain copy, nothing more); without solutions/ (a student copy) nothing is flagged."""
+    solution = os.path.join(EXERCISES, "solutions", os.path.basename(DIRS[0]) + ".py")
+    if not os.path.isfile(solution):
+        pytest.skip("exercises/solutions/ is not here (a student copy)")
+    crlf = tmp_path / "crlf.py"
+    crlf.write_bytes(open(solution, "rb").read().replace(b"\n", b"\r\n"))
+    edited = tmp_path / "edited.py"
+    edited.write_bytes(open(solution, "rb").read() + b"# mine\n")
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for student, file in (("Ann", solution), ("Bo", str(crlf)), ("Cy", str(edited))):
+        entries = [check.grade_entry(d, (8, 8, "ok", None), 2.0, digest=check.file_digest(file) if i == 0 else None)
+                   for i, d in enumerate(DIRS)]
+        date = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(1767254400 + next(RUNS)))
+        check.write_result(str(folder / f"{student}.json"), check.grade_result(entries, date=date, student=student))
+    gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
+    rows = read_csv(tmp_path / "book.csv")
+    first = os.path.basename(DIRS[0])[:2]
+    assert rows["Ann.json"]["flags"] == rows["Bo.json"]["flags"] == \
+        f"graded on the reference solution, verbatim: {first}", rows
+    assert rows["Cy.json"]["flags"] == "", rows["Cy.json"]
