@@ -211,7 +211,8 @@ def _type_name(want):
 
 def _known(key, where, fields):
     if key not in fields:
-        close = _initials(key, fields) or difflib.get_close_matches(key, fields, n=1) or _beginning(key, fields)
+        close = _initials(key, fields) or list(dict.fromkeys(difflib.get_close_matches(key, fields, n=1) +
+                                                             _beginning(key, fields)))
         fail(f"{where}: unknown key {key!r}" + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else "")
              + "; --help lists the keys")
 
@@ -222,7 +223,8 @@ def _initials(key, fields):
 
 
 def _beginning(key, fields):
-    """The keys (at most three) a name of three letters or more begins: learning for learning_rate."""
+    """The keys (at most three) a name of three letters or more begins: learning for learning_rate, eval for each of
+    eval_interval, eval_iters and eval_only."""
     return [f for f in fields if f.startswith(key.lower())][:3] if len(key) >= 3 else []
 
 

@@ -56,7 +56,7 @@ class GPTConfig:
     gate_op: str = "mul"  # or add: Y + act(XW)
     gate_act: str = "sigmoid"  # silu, ns_sigmoid, identity
     gate_input: str = "hidden"  # or none: learned scores that do not depend on the input
-    sdpa_nonlin: str = "none"  # rmsnorm, silu: a non-linearity at G1, before any gate (GA's rows: with gate='none')
+    sdpa_nonlin: str = "none"  # rmsnorm, silu: a non-linearity at G1, beside any gate (GA's rows: with gate='none')
     match_params: bool = False  # shrink the MLP so the total parameters match gate='none'
     attn_window: int = None  # sliding-window attention: each query sees its last attn_window keys (itself included)
     attn_keep_first: int = 0  # with attn_window: the first positions every query sees too (StreamingLLM's sinks)

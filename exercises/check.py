@@ -1760,8 +1760,8 @@ def main(argv=None):
         for line in problems:
             print(f"error: {line}")
         if problems and all("starter.py changed since" in line for line in problems):
-            print(f"note: the file itself is as the checker wrote it; the starter.py files compared are those of "
-                  f"the copy this command ran in ({REPO}): run --verify in the copy that was graded")
+            print(f"note: the result file itself is as the checker wrote it; the starter.py files compared are those "
+                  f"of {REPO}: if that is not the copy that was graded, run --verify there")
         if not problems:
             print(f"{argv[0][len('--verify='):]} is as the checker wrote it, and every graded starter.py is unchanged")
         return 1 if problems else 0

@@ -201,8 +201,8 @@ FLAGS = [
          "feeds Q/K/V), so they depend on the token; `'none'`: input-independent, a learned score per channel, "
          "zero-initialised, the same for every token", 'GA Table 4 "input-independent"'),
     Flag("sdpa_nonlin", "a non-linearity that is not a gate, on each head's SDPA output (G1's position): RMSNorm of "
-         "each head on its own, or SiLU; it comes before any gate and does not replace it, so GA's rows need "
-         "`gate='none'` too (the model's default gate is G1; the study's `sdpa_rmsnorm` and `sdpa_silu` set both)",
+         "each head on its own, or SiLU; it does not replace the gate (with G1, the model's default, it comes just "
+         "before it), so GA's rows need `gate='none'` too (the study's `sdpa_rmsnorm` and `sdpa_silu` set both)",
          "GA Table 3 \"G1 RMSNorm\", \"G1 SiLU-only\" (with `gate='none'`)"),
     Flag("match_params", "shrink the MLP's hidden width so the model has `gate='none'`'s parameters, within 1%: "
          "the gate's parameters only, not a GatedNorm's (GN narrows the FFN for those too); with `gate='none'` it "

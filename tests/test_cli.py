@@ -172,6 +172,8 @@ class Trainer:
     ("--wd=0", "'weight_decay'"),
     ("--bs=4", "'batch_size' or 'block_size'"),  # both keys it may stand for, never a guess between them
     ("--learning=1", "'learning_rate'"),  # a beginning of three letters or more
+    ("--batch=1", "'batch_size'"),
+    ("--weigh=1", "'weight_decay'"),  # difflib's and the beginning's alike: named once
     ("--batch_sise=4", "'batch_size'"),  # a misspelling, as before
 ])
 def test_an_unknown_short_name_points_to_the_keys_it_may_stand_for(arg, meant):

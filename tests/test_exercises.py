@@ -952,7 +952,7 @@ def test_the_result_file_is_sealed_and_signed(tmp_path, monkeypatch):
     assert check.verify_result(str(path)) == [f"exercise {NAMES[0][:2]}: starter.py changed since it was graded "
                                               f"({os.path.relpath(os.path.join(EXERCISES, NAMES[0], 'starter.py'))})"]
     code, out = grade_cli(f"--verify={path}")
-    assert code == 1 and "note: the file itself is as the checker wrote it" in out and REPO in out, out
+    assert code == 1 and "note: the result file itself is as the checker wrote it" in out and REPO in out, out
 
 
 def test_sigterm_to_the_checker_ends_the_students_process(tmp_path):

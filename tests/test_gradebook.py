@@ -275,7 +275,7 @@ def test_a_reader_that_stops_reading_gets_no_traceback(tmp_path):
 def test_a_reference_solution_handed_in_verbatim_is_flagged(tmp_path):
     """A file graded on exercises/solutions/'s own file (a leaked answer key: a student copy holds none), byte for
     byte or with CRLF line ends, is flagged with its exercises; one character changed, or a file of one's own, is
-    not (the digest catches the plain copy, nothing more); without solutions/ (a student copy) nothing is flagged."""
+    not (the digest catches the plain copy, nothing more)."""
     solution = os.path.join(EXERCISES, "solutions", os.path.basename(DIRS[0]) + ".py")
     if not os.path.isfile(solution):
         pytest.skip("exercises/solutions/ is not here (a student copy)")
