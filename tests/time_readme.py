@@ -89,11 +89,25 @@ def commit():
     return head + (" with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def page(results, argv, toy, no_bf16, torch_version, bf16):
+def cpu_flags():
+    """The CPU's instruction sets that decide how it trains (Linux's /proc/cpuinfo; empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+
+
+def page(results, argv, toy, no_bf16, torch_version, bf16, load=None):
+    """The Markdown page: the machine (its CPU flags, and its load average as the timing began: near 0 is idle), the
+    versions, the commit and the date; the table of seconds; what each command reported."""
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
                          text=True).stdout.strip() or platform.processor()
+    flags = f" ({', '.join(cpu_flags())})" if cpu_flags() else ""
+    idle = f"; load average {load:.2f} as it began" if load is not None else ""
     out = [f"The README's commands in order{', each training at toy size' if toy else ''}, in a fresh copy at "
-           f"{commit()}: {os.cpu_count()} cores, {cpu}"
+           f"{commit()}: {os.cpu_count()} cores, {cpu}{flags}{idle}"
            f"{', run as a CPU without bf16 (AVX2 at most)' if no_bf16 else ''}; train.py's dtype=auto trains in "
            f"{'bf16' if bf16 else 'fp32'} here; Python {platform.python_version()}, torch {torch_version}; "
            f"{time.strftime('%Y-%m-%d')} (`{' '.join(['python tests/time_readme.py', *argv])}`)", "",
@@ -115,11 +129,12 @@ def main(argv):
     if not commands:
         sys.exit(f"error: no README section with {part!r} in its title runs a command")
     env = NO_BF16 if no_bf16 else {}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # what else ran as the timing began
     with tempfile.TemporaryDirectory() as tmp:
         repo = copy_of_repo(os.path.join(tmp, "repo"))
         torch_version, bf16 = versions(repo, env)
         results = run_commands(repo, commands, toy=toy, env=env)
-    print(page(results, argv, toy, no_bf16, torch_version, bf16))
+    print(page(results, argv, toy, no_bf16, torch_version, bf16, load))
     sys.exit(1 if any(r["exit"] for r in results) else 0)
 
 
