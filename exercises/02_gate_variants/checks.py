@@ -51,7 +51,7 @@ def check_ns_sigmoid_range(student):
                     "sigmoid is the same curve mapped onto (0.5, 1).")
     if not abs(out[300].item() - 0.75) <= 1e-12:  # s = 0
         raise Wrong("ns_sigmoid(0) should be 0.75, the middle of (0.5, 1) (as sigmoid(0) = 0.5 is the middle of "
-                    "(0, 1)), and yours is not.")
+                    f"(0, 1)); yours is {out[300].item():.6g}.")
     if out.min() < 0.5 - 1e-12 or out.max() > 1 + 1e-12:
         raise Wrong("ns_sigmoid scores must lie in (0.5, 1): the scores approach 0.5 as s -> -inf, so the gate can at "
                     "most halve a channel. Yours leave that range.")

@@ -106,21 +106,28 @@ def check_backward_vs_autograd(student):
         dy, dg = _backward(student, dout, y, g)
         compare = ("Compare with autograd yourself: y and g with requires_grad=True, "
                    "(y * torch.sigmoid(g)).backward(dout), then y.grad and g.grad.")
-        for name, got, want in (("dy", dy, want_dy), ("dg", dg, want_dg)):
-            if same(got, want, 1e-5) and not same(got, want, 1e-10):  # right, but rounded as float32 rounds
-                raise Wrong(f"{name} ({granularity}) is right to about 1e-7 but not to float64's precision: part of "
-                            "your arithmetic ran in float32 (a .float(), a float32 tensor you made). Keep the "
-                            "inputs' dtype: the maths is right.")
-        expect_close(f"dy ({granularity})", dy, want_dy, atol=1e-12, rtol=1e-10,
-                     hint="Re-derive d out / d y. " + compare)
-        expect_close(f"dg ({granularity})", dg, want_dg, atol=1e-12, rtol=1e-10,
-                     hint=("Elementwise passed, so look at how the gradients of a head's D channels reach its "
-                           "one logit. " if granularity == "headwise" else
-                           "Re-derive d out / d g, through the sigmoid. ") + compare)
+        try:
+            for name, got, want in (("dy", dy, want_dy), ("dg", dg, want_dg)):
+                if same(got, want, 1e-5) and not same(got, want, 1e-10):  # right, but rounded as float32 rounds
+                    raise Wrong(f"{name} ({granularity}) is right to about 1e-7 but not to float64's precision: part "
+                                "of your arithmetic ran in float32 (a .float(), a float32 tensor you made). Keep the "
+                                "inputs' dtype: the maths is right.")
+            expect_close(f"dy ({granularity})", dy, want_dy, atol=1e-12, rtol=1e-10,
+                         hint="Re-derive d out / d y. " + compare)
+            expect_close(f"dg ({granularity})", dg, want_dg, atol=1e-12, rtol=1e-10,
+                         hint=("Elementwise passed, so look at how the gradients of a head's D channels reach its "
+                               "one logit. " if granularity == "headwise" else
+                               "Re-derive d out / d g, through the sigmoid. ") + compare)
+            wrong = None
+        except Wrong as e:  # a number off because dout was overwritten (dout *= s) is that, not the derivative
+            wrong = e
         touched = student.in_child(_grads_touched, dout, y, g)
         if touched:
             raise Wrong(f"gate_backward {touched}: compute the gradients by hand, as plain tensors (no autograd "
-                        "inside), and leave dout as it came (autograd may pass the same tensor elsewhere).")
+                        "inside), and leave dout as it came (autograd may pass the same tensor elsewhere)"
+                        + (", then see whether your numbers are right" if wrong else "") + ".")
+        if wrong:
+            raise wrong
 
 
 def check_backward_where_the_gate_is_shut_or_wide_open(student):

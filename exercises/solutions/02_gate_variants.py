@@ -55,6 +55,7 @@ def apply_gate(y, s, act="sigmoid", op="mul"):
 # two literals so that it occurs once in this file: in the code above, not here.
 MUTANTS = [
     ("ns_sigmoid_range", "0.5 + 0.5 * " "torch.sigmoid(s)", "0.5 * torch.sigmoid(s)"),  # range (0, 0.5)
+    ("ns_sigmoid_range", "0.5 + 0.5 * " "torch.sigmoid(s)", "torch.sigmoid(s) + 0.5", "yours is 1"),  # (0.5, 1.5)
     ("silu", "return F.silu" "(s)", "return torch.sigmoid(s)"),  # SiLU is s * sigmoid(s), not sigmoid(s)
     ("unknown_name_raises", 'if name == "identity"' ":", "if True:"),  # anything unknown passes as identity
     ("trap_add_is_not_mul", "return y + " "gate_activation(act, s)", "return y * gate_activation(act, s)"),

@@ -64,7 +64,7 @@ MUTANTS = [
     ("backward_where_the_gate_is_shut_or_wide_open", "dg = dout * y " "* s * (1 - s)",
      "dg = dout * y * torch.exp(-g) / (1 + torch.exp(-g)) ** 2"),
     ("backward_vs_autograd", "s = torch." "sigmoid(g)", "s = torch.sigmoid(g.float()).to(g.dtype)"),  # float32 inside
-    ("backward_vs_autograd", "dy = dout " "* s", "dy = dout.mul_(s)"),  # dout changed in place
+    ("backward_vs_autograd", "dy = dout " "* s", "dy = dout.mul_(s)", "changed dout in place"),  # not "re-derive"
     ("backward_vs_autograd", "s = torch." "sigmoid(g)",  # autograd inside, not the chain rule by hand
      "y, g = y.detach().requires_grad_(), g.detach().requires_grad_(); "
      "return torch.autograd.grad(y * torch.sigmoid(g), (y, g), dout)"),
