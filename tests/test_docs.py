@@ -510,9 +510,11 @@ def test_the_readme_timing_script_runs_the_readmes_commands_and_keeps_what_they_
     assert [len(r["reported"]) for r in results] == [1, 1, 2], results
     assert results[0]["reported"][0].startswith("done: 4 iterations") and "F-Attn" in results[0]["reported"][0]
     assert [line.split(":")[0] for line in results[2]["reported"]] == ["baseline", "g1"], results
-    page = time_readme.page(results, ["--toy"], True, False, "2.x", True, load=0.25)
+    page = time_readme.page(results, ["--toy"], True, False, "2.x", True, busy_share=0.25)
     assert "| The sink lab | `python train.py config/sink_lab.py --gate=none" in page and page.count("```text") == 3
-    assert "load average 0.25 as it began" in page and "(`python tests/time_readme.py --toy`)" in page
+    assert "its CPUs 25% busy in the 2 s before it began" in page and "(`python tests/time_readme.py --toy`)" in page
+    if os.path.isfile("/proc/stat"):  # a share of the CPUs' time
+        assert 0 <= time_readme.busy(0.2) <= 1
     # a failing command: its exit status, and the end of what it printed in place of results
     failed = time_readme.run_commands(str(tmp_path / "repo"), [("x", "python train.py --lr=1")])
     assert failed[0]["exit"] == 1 and "did you mean 'learning_rate'" in failed[0]["reported"][-1], failed

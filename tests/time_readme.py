@@ -99,13 +99,27 @@ def cpu_flags():
     return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
 
 
-def page(results, argv, toy, no_bf16, torch_version, bf16, load=None):
-    """The Markdown page: the machine (its CPU flags, and its load average as the timing began: near 0 is idle), the
-    versions, the commit and the date; the table of seconds; what each command reported."""
+def busy(seconds=2.0):
+    """The share of the CPUs' time spent on any work over `seconds` (Linux's /proc/stat; None elsewhere): taken just
+    before the timing begins, near 0 means nothing else ran (a load average would still count the minute before)."""
+    def times():
+        with open("/proc/stat", encoding="utf-8") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # all, and idle + iowait
+    try:
+        (total0, idle0), _, (total1, idle1) = times(), time.sleep(seconds), times()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def page(results, argv, toy, no_bf16, torch_version, bf16, busy_share=None):
+    """The Markdown page: the machine (its CPU flags, and how busy its CPUs were just before the timing began: near
+    0% is idle), the versions, the commit and the date; the table of seconds; what each command reported."""
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
                          text=True).stdout.strip() or platform.processor()
     flags = f" ({', '.join(cpu_flags())})" if cpu_flags() else ""
-    idle = f"; load average {load:.2f} as it began" if load is not None else ""
+    idle = f"; its CPUs {busy_share:.0%} busy in the 2 s before it began" if busy_share is not None else ""
     out = [f"The README's commands in order{', each training at toy size' if toy else ''}, in a fresh copy at "
            f"{commit()}: {os.cpu_count()} cores, {cpu}{flags}{idle}"
            f"{', run as a CPU without bf16 (AVX2 at most)' if no_bf16 else ''}; train.py's dtype=auto trains in "
@@ -129,12 +143,12 @@ def main(argv):
     if not commands:
         sys.exit(f"error: no README section with {part!r} in its title runs a command")
     env = NO_BF16 if no_bf16 else {}
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # what else ran as the timing began
+    busy_share = busy()  # what else ran as the timing began
     with tempfile.TemporaryDirectory() as tmp:
         repo = copy_of_repo(os.path.join(tmp, "repo"))
         torch_version, bf16 = versions(repo, env)
         results = run_commands(repo, commands, toy=toy, env=env)
-    print(page(results, argv, toy, no_bf16, torch_version, bf16, load))
+    print(page(results, argv, toy, no_bf16, torch_version, bf16, busy_share))
     sys.exit(1 if any(r["exit"] for r in results) else 0)
 
 
