@@ -28,10 +28,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from test_tutorial import copy_of_repo  # noqa: E402  (the copy the tutorial's timing runs in)
+from time_tutorial import NO_BF16, cpu_name  # noqa: E402  (as the tutorial's timing runs and names the CPU)
 
 NOT_TIMED = ("-m venv", "-m pytest")  # the set-up's virtual environment, and the suite (docs/timings.md's own line)
 TOY = ["--max_iters=4", "--eval_interval=2", "--eval_iters=1", "--log_interval=2"]  # a training of seconds
-NO_BF16 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}  # PyTorch's kernels and oneDNN at AVX2 at most
 # what a command prints about its result: train.py's last line, the analysis' line per run, the set-up check's verdict
 REPORTED = re.compile(r"^(done: .*|\s*\S+: val loss .*|ready: .*|not ready.*|\s*note\s+timings .*)$", re.M)
 
@@ -116,12 +116,11 @@ def busy(seconds=2.0):
 def page(results, argv, toy, no_bf16, torch_version, bf16, busy_share=None):
     """The Markdown page: the machine (its CPU flags, and how busy its CPUs were just before the timing began: near
     0% is idle), the versions, the commit and the date; the table of seconds; what each command reported."""
-    cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
-                         text=True).stdout.strip() or platform.processor()
-    flags = f" ({', '.join(cpu_flags())})" if cpu_flags() else ""
+    found = cpu_flags()
+    flags = f" ({', '.join(found)})" if found else ""
     idle = f"; its CPUs {busy_share:.0%} busy in the 2 s before it began" if busy_share is not None else ""
     out = [f"The README's commands in order{', each training at toy size' if toy else ''}, in a fresh copy at "
-           f"{commit()}: {os.cpu_count()} cores, {cpu}{flags}{idle}"
+           f"{commit()}: {os.cpu_count()} cores, {cpu_name()}{flags}{idle}"
            f"{', run as a CPU without bf16 (AVX2 at most)' if no_bf16 else ''}; train.py's dtype=auto trains in "
            f"{'bf16' if bf16 else 'fp32'} here; Python {platform.python_version()}, torch {torch_version}; "
            f"{time.strftime('%Y-%m-%d')} (`{' '.join(['python tests/time_readme.py', *argv])}`)", "",

@@ -19,7 +19,6 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,13 +27,26 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_tutorial import copy_of_repo, run_programs, sectioned_blocks  # noqa: E402  (as the tutorial's test runs it)
 
+# --no_bf16: PyTorch's own kernels and oneDNN's matmuls at AVX2 at most (train.py's dtype=auto then trains in fp32)
+NO_BF16 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def cpu_name():
+    """The CPU's model name (Linux's /proc/cpuinfo), else what Python knows of it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "") or \
+                platform.processor()
+    except OSError:
+        return platform.processor()
+
 
 def main(argv):
     toy, no_bf16 = "--toy" in argv, "--no_bf16" in argv
     keep = next((a[len("--keep="):] for a in argv if a.startswith("--keep=")), None)
     if keep and os.path.exists(keep):
         sys.exit(f"error: {keep} exists: give --keep a new folder")
-    env = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"} if no_bf16 else {}
+    env = NO_BF16 if no_bf16 else {}
     # one program a block, in one namespace: a python block at its own lines of TUTORIAL.md, a bash block in a shell
     programs = [(f"{line} {language} {section}", "TUTORIAL.md",
                  "\n" * (line - 1) + code if language == "python" else f"_sh({code!r}, 'TUTORIAL.md line {line}')")
@@ -53,10 +65,8 @@ def main(argv):
     for label, seconds in re.findall(r"^=== (\d+ \w+ .*): ([\d.]+) s$", stdout, re.M):
         line, language, section = label.split(" ", 2)
         times.setdefault(section, []).append((language, int(line), float(seconds)))
-    cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
-                         text=True).stdout.strip() or platform.processor()
     print(f"TUTORIAL.md, every block in order{' at toy size' if toy else ''}, in a fresh copy: {os.cpu_count()} cores, "
-          f"{cpu}{', as a CPU without bf16 (AVX2 at most, fp32)' if no_bf16 else ''}, Python "
+          f"{cpu_name()}{', as a CPU without bf16 (AVX2 at most, fp32)' if no_bf16 else ''}, Python "
           f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}\n")
     print("| section | blocks (bash / python), the slowest | seconds |\n| --- | --- | --- |")
     for section, rows in times.items():
