@@ -71,21 +71,21 @@ sys.path.insert(0, REPO)  # the exercises use the core's modules (model.py, prob
 STOPPED = "stopped: this run wrote no result (a result file that is there now is not from it)"
 
 
-def _stopped_while_starting(kind, value, tb, show=sys.excepthook):
-    """The command line's sys.excepthook: Ctrl-C while torch loads (the first seconds, before the try of __main__
-    below can catch it) prints that try's one line, not the import's traceback; any other error as Python prints it."""
-    if issubclass(kind, KeyboardInterrupt):
-        print(STOPPED, file=sys.stderr)
-    else:
-        show(kind, value, tb)
+torch = None  # imported by load_torch(): at once where this file is imported, by main() on the command line
 
 
-if __name__ == "__main__":  # the command line only: the student's process imports this file as a module
-    sys.excepthook = _stopped_while_starting
-import torch  # noqa: E402  (the checks run here; the student's code in a child process, which imports this file too)
+def load_torch():
+    """Import torch as this module's `torch`. A module that imports this file (the student's process, checks.py, the
+    gradebook, the tests) gets it at once; the command line once its arguments are read and there is something to
+    check, so that --list, --hint, --verify and a mistyped argument answer without it, a second or two sooner."""
+    global torch
+    import torch
+    if not torch.cuda.is_available():  # no GPU: Triton kernels run in Triton's interpreter (set before triton's import)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
 
-if not torch.cuda.is_available():  # no GPU: Triton kernels run in Triton's interpreter (set before triton's import)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+if __name__ != "__main__":
+    load_torch()
 
 # How long one check (or the import of your file) may run before it counts as stuck. Every reference solution
 # takes well under a second a check on a laptop CPU, so this leaves a slow two-core laptop, and a slow but correct
@@ -344,9 +344,8 @@ def summary(passed, total, status):
 # from it but data (never a pickle); run answers in this process (the test suite's fast path). Both copy every
 # value the same way, so a check sees the same in both.
 
-TENSOR_DTYPES = {name: getattr(torch, name) for name in (
-    "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool", "complex64",
-    "complex128")}
+TENSOR_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+                 "complex64", "complex128")  # torch's dtypes by name
 MAX_DEPTH = 64  # nesting of an answer
 MAX_ANSWER = 2**28  # bytes of one answer: far above any exercise's, far below what would exhaust the checker's memory
 
@@ -402,12 +401,12 @@ def from_data(tree, blobs, link, depth=0):
         return dict(zip((from_data(k, blobs, link, depth + 1) for k in tree["k"]),
                         (from_data(v, blobs, link, depth + 1) for v in tree["v"])))
     if kind == "dtype" and tree["v"] in TENSOR_DTYPES:
-        return TENSOR_DTYPES[tree["v"]]
+        return getattr(torch, tree["v"])
     if kind == "object":
         return object_class(str(tree["type"]))(link, int(tree["id"]), str(tree["type"]))
     raw = blobs[tree["b"]]
     if kind == "tensor" and tree["dtype"] in TENSOR_DTYPES:
-        dtype, shape = TENSOR_DTYPES[tree["dtype"]], [int(n) for n in tree["shape"]]
+        dtype, shape = getattr(torch, tree["dtype"]), [int(n) for n in tree["shape"]]
         if len(raw) != math.prod(shape) * torch.empty((), dtype=dtype).element_size():
             raise ProtocolError("a tensor's bytes do not match its shape")
         if not raw:
@@ -1822,15 +1821,16 @@ def main(argv=None):
         if len(dirs) != 1 or names == ["all"]:
             raise SystemExit("error: --hint is for one exercise, e.g. `check.py 05 --hint`")
         return show_hint(dirs[0], None if hint is True else int(hint))
+    if grading and path is not None:
+        raise SystemExit("error: --file= checks one exercise; grading runs each exercise's starter.py")
+    path = None if grading else path or os.path.join(dirs[0], "starter.py")
+    if path is not None and not os.path.isfile(path):
+        raise SystemExit(f"error: no file {path}")
+    load_torch()  # before the checks (and the modules they compare with) are loaded: they need TRITON_INTERPRET set
     if grading:
-        if path is not None:
-            raise SystemExit("error: --file= checks one exercise; grading runs each exercise's starter.py")
         return grade(dirs, result_path or RESULT_FILE, time_limit, out=lambda line: print(line, flush=True),
                      student=student)
     exercise_dir = dirs[0]
-    path = path or os.path.join(exercise_dir, "starter.py")
-    if not os.path.isfile(path):
-        raise SystemExit(f"error: no file {path}")
     passed, total, status, _ = run_isolated(exercise_dir, path, out=lambda line: print(line, flush=True),
                                             time_limit=time_limit)
     ok = status == "ok" and passed == total

@@ -453,15 +453,23 @@ def grade_cli(*args, cwd=REPO, timeout=120):
 
 
 def test_ctrl_c_while_torch_loads_is_the_checkers_one_line(tmp_path):
-    """Ctrl-C in the checker's first seconds, while torch loads and before its main can catch it: the line its main
-    prints on Ctrl-C, not the import's traceback, with the exit status Python gives Ctrl-C. A stand-in torch on
-    PYTHONPATH raises KeyboardInterrupt as it is imported, as Ctrl-C there does."""
+    """Ctrl-C in the checker's first seconds, while torch loads: the line its main prints on Ctrl-C, not the
+    import's traceback, with the exit status Python gives Ctrl-C. A stand-in torch on PYTHONPATH raises
+    KeyboardInterrupt as it is imported, as Ctrl-C there does. What needs no torch never loads it: the list (and the
+    hints: both read files), a mistyped argument and a result file's check answer at once."""
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "__init__.py").write_text("raise KeyboardInterrupt\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     out = subprocess.run([sys.executable, "exercises/check.py", NAMES[0][:2]], cwd=REPO, capture_output=True,
-                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+                         text=True, timeout=60, env=env)
     assert out.stderr == check.STOPPED + "\n" and out.stdout == "", out.stderr[-2000:]
     assert out.returncode in (-2, 130), out.returncode
+    for args, code, says in ((["--list"], 0, NAMES[-1]), ([NAMES[0][:2], "--student=Ann"], 1, "when grading"),
+                             ([NAMES[0][:2], "--timeout=inf"], 1, "the time limit is a number of seconds"),
+                             ([f"--verify={tmp_path / 'none.json'}"], 1, "error: ")):
+        out = subprocess.run([sys.executable, os.path.join(EXERCISES, "check.py"), *args], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == code and says in out.stdout + out.stderr and "Traceback" not in out.stderr, out
 
 
 def read_json(path):
