@@ -71,21 +71,17 @@ sys.path.insert(0, REPO)  # the exercises use the core's modules (model.py, prob
 STOPPED = "stopped: this run wrote no result (a result file that is there now is not from it)"
 
 
-torch = None  # imported by load_torch(): at once where this file is imported, by main() on the command line
+torch = None  # imported by load_torch(), when there is something to check
 
 
 def load_torch():
-    """Import torch as this module's `torch`. A module that imports this file (the student's process, checks.py, the
-    gradebook, the tests) gets it at once; the command line once its arguments are read and there is something to
-    check, so that --list, --hint, --verify and a mistyped argument answer without it, a second or two sooner."""
+    """Import torch as this module's `torch`: before an exercise's checks are loaded (checks_of), in the student's
+    process before their file (serve), and on the command line once its arguments are read. What needs no torch
+    answers without it, a second or two sooner: --list, --hint, --verify, a mistyped argument, the gradebook."""
     global torch
     import torch
     if not torch.cuda.is_available():  # no GPU: Triton kernels run in Triton's interpreter (set before triton's import)
         os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
-if __name__ != "__main__":
-    load_torch()
 
 # How long one check (or the import of your file) may run before it counts as stuck. Every reference solution
 # takes well under a second a check on a laptop CPU, so this leaves a slow two-core laptop, and a slow but correct
@@ -213,6 +209,7 @@ def load_module(path, name):
 
 def checks_of(exercise_dir):
     """The exercise's checks, in the order checks.py defines them."""
+    load_torch()  # first: the checks and the modules they compare with need it, and TRITON_INTERPRET set
     module = load_module(os.path.join(exercise_dir, "checks.py"), f"checks_{os.path.basename(exercise_dir)}")
     return [(name[len("check_"):], fn) for name, fn in vars(module).items()
             if name.startswith("check_") and callable(fn)]
@@ -873,6 +870,7 @@ def _refuse_reference_answers(path):
 def serve(exercise_dir, path, stack_file):
     """The child process's whole life: import the student's file, then answer requests until it is stopped."""
     import pickle
+    load_torch()
     _die_with_parent()
     global _mark_fd
     fd_in, fd_out = _private_pipes()
@@ -1826,7 +1824,7 @@ def main(argv=None):
     path = None if grading else path or os.path.join(dirs[0], "starter.py")
     if path is not None and not os.path.isfile(path):
         raise SystemExit(f"error: no file {path}")
-    load_torch()  # before the checks (and the modules they compare with) are loaded: they need TRITON_INTERPRET set
+    load_torch()  # here, before the first check: a Ctrl-C while it loads is caught below
     if grading:
         return grade(dirs, result_path or RESULT_FILE, time_limit, out=lambda line: print(line, flush=True),
                      student=student)

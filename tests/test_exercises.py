@@ -20,6 +20,7 @@ EXERCISES = os.path.join(REPO, "exercises")
 SOLUTIONS = os.path.join(EXERCISES, "solutions")
 sys.path.insert(0, EXERCISES)
 import check  # noqa: E402  (exercises/check.py)
+check.load_torch()  # the checks' helpers, which the tests call too, use it
 try:
     import make_student_copy  # noqa: E402  (exercises/make_student_copy.py, the teacher's: not in a student copy)
 except ImportError:

@@ -37,8 +37,11 @@ def result(student, statuses=("ok", "wrong", "not filled"), key=None, path=None,
     return path
 
 
-def gradebook_cli(*args, env=None):
+def gradebook_cli(*args, env=None, path=None):
+    """python exercises/gradebook.py ARGS, with PYTHONPATH=path (unset when None): (exit status, stdout, stderr)."""
     env = {k: v for k, v in (env or os.environ).items() if k != "PYTHONPATH"}
+    if path:
+        env["PYTHONPATH"] = str(path)
     out = subprocess.run([sys.executable, "exercises/gradebook.py", *args], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=120)
     return out.returncode, out.stdout, out.stderr
@@ -169,7 +172,10 @@ def test_the_command_verifies_with_the_signing_key_and_says_where_it_wrote(tmp_p
     code, out, err = gradebook_cli(str(tmp_path), env=env)  # signed, but no key to verify it with
     assert code == 1 and "1 files, 1 flagged" in out and not err, out + err
     assert "set CHECK_SIGNING_KEY" in read_csv(tmp_path / "gradebook.csv")["ann.json"]["why not"]
-    code, out, err = gradebook_cli(str(tmp_path), f"--out={tmp_path / 'book'}",
+    # it reads JSON, and loads no torch (a second or two): a stand-in torch that cannot be imported changes nothing
+    (tmp_path / "stand-in" / "torch").mkdir(parents=True)
+    (tmp_path / "stand-in" / "torch" / "__init__.py").write_text("raise ImportError('the gradebook loaded torch')\n")
+    code, out, err = gradebook_cli(str(tmp_path), f"--out={tmp_path / 'book'}", path=tmp_path / "stand-in",
                                    env=dict(env, **{check.SIGNING_KEY_VAR: "the teacher's key"}))
     assert code == 0 and "1 files, 0 flagged" in out and not err, out + err
     assert f"{tmp_path / 'book'}.csv" in out and f"{tmp_path / 'book'}.md" in out, out
