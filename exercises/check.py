@@ -1824,7 +1824,11 @@ def main(argv=None):
     path = None if grading else path or os.path.join(dirs[0], "starter.py")
     if path is not None and not os.path.isfile(path):
         raise SystemExit(f"error: no file {path}")
-    load_torch()  # here, before the first check: a Ctrl-C while it loads is caught below
+    try:
+        load_torch()  # here, before the first check: a Ctrl-C while it loads is caught below
+    except ImportError as e:
+        raise SystemExit(f"error: torch does not import here ({e}): set up the project as its README says, then "
+                         "`python -m lab.setup_check` says what is missing") from None
     if grading:
         return grade(dirs, result_path or RESULT_FILE, time_limit, out=lambda line: print(line, flush=True),
                      student=student)
@@ -1891,10 +1895,10 @@ def protect_checker():
 
 
 if __name__ == "__main__":
-    protect_checker()
-    check_settings()
-    draw_run_seed()
-    try:
+    try:  # all of it: a Ctrl-C while it starts is this one line too
+        protect_checker()
+        check_settings()
+        draw_run_seed()
         status = main()
         sys.stdout.flush()  # here, where a closed pipe is caught below, not as Python exits
         sys.exit(status)

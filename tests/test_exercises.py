@@ -473,6 +473,19 @@ def test_ctrl_c_while_torch_loads_is_the_checkers_one_line(tmp_path):
         assert out.returncode == code and says in out.stdout + out.stderr and "Traceback" not in out.stderr, out
 
 
+def test_a_python_without_torch_is_one_line_that_says_what_to_do(tmp_path):
+    """A stand-in torch on PYTHONPATH that cannot be imported, as in a Python where torch is not installed: what
+    needs no torch still answers (the list), and a check is refused in one line that says how to set up."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\")\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "exercises/check.py", NAMES[0][:2]], cwd=REPO, capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 1 and out.stdout == "", out
+    assert out.stderr == ("error: torch does not import here (No module named 'torch'): set up the project as its "
+                          "README says, then `python -m lab.setup_check` says what is missing\n"), out.stderr
+
+
 def read_json(path):
     import json
     with open(path, encoding="utf-8") as f:
