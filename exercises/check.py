@@ -285,10 +285,22 @@ class _Alarm:
             signal.signal(signal.SIGALRM, self.previous)
 
 
+def _student_frames(exc, path):
+    """The frames of the student's file in exc's traceback; for an exception raised from another (`raise ... from
+    e`, as Triton's interpreter wraps an error inside a kernel), those of the innermost cause that has some: the
+    kernel's line, not its launch."""
+    frames, seen = [], set()
+    while exc is not None and id(exc) not in seen:  # (`raise e from e` makes a loop)
+        seen.add(id(exc))
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if os.path.abspath(f.filename) == os.path.abspath(path)] or frames
+        exc = exc.__cause__
+    return frames
+
+
 def _student_frame(exc, path):
-    """The innermost frame of the student's file in exc's traceback, or None."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if os.path.abspath(f.filename) == os.path.abspath(path)]
+    """The innermost frame of the student's file in exc's traceback (or its cause's: _student_frames), or None."""
+    frames = _student_frames(exc, path)
     return frames[-1] if frames else None
 
 
@@ -319,8 +331,7 @@ def _where(exc, path, code=True):
     exception rebuilt from the student's process: what that process found)."""
     if hasattr(exc, "student_where"):
         return exc.student_where[0 if code else 1]
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if os.path.abspath(f.filename) == os.path.abspath(path)]
+    frames = _student_frames(exc, path)
     if not frames:
         return ""
     return f" ({os.path.basename(path)} line {frames[-1].lineno}" + (f": {frames[-1].line})" if code else ")")
@@ -694,7 +705,7 @@ def _run_checks(exercise_dir, path, out, time_limit, connect, alarm=False, step=
         return 0, len(checks), status, None
     status, failed = "ok", None
     for passed, (name, fn) in enumerate(checks):
-        what = (fn.__doc__ or name).strip().splitlines()[0]
+        what = " ".join((fn.__doc__ or name).strip().split("\n\n")[0].split())  # its first paragraph, on one line
         label = f"[{number}.{name}]"
         step(name, passed, len(checks))
         try:

@@ -159,10 +159,10 @@ class _LargestTensor(TorchDispatchMode):
         return out
 
 
-def _largest_in_call(student, q, k, chunk):
-    """In the student's process: first_token_probs(q, k, chunk) watched by _LargestTensor: its result, the element
-    count of the largest tensor an op made and that op, and the most bytes allocated outside torch at once (NumPy's
-    arrays and Python's objects, which tracemalloc traces; torch's tensors it does not)."""
+def _largest_in_call(student, q, k, chunk, function="first_token_probs"):
+    """In the student's process: function(q, k, chunk) (first_token_probs, or row_logsumexp) watched by _LargestTensor:
+    its result, the element count of the largest tensor an op made and that op, and the most bytes allocated outside
+    torch at once (NumPy's arrays and Python's objects, which tracemalloc traces; torch's tensors it does not)."""
     import tracemalloc
     ours = not tracemalloc.is_tracing()  # (PYTHONTRACEMALLOC=1, a profiler: theirs to keep on)
     if ours:
@@ -171,7 +171,7 @@ def _largest_in_call(student, q, k, chunk):
     before = tracemalloc.get_traced_memory()[0]  # what was held before the call is not the call's
     try:
         with _LargestTensor() as mode:
-            p = student.first_token_probs(q, k, chunk=chunk)
+            p = getattr(student, function)(q, k, chunk=chunk)
         peak = tracemalloc.get_traced_memory()[1] - before
     finally:
         if ours:
@@ -185,6 +185,13 @@ def check_memory(student):
     T, chunk = 1024, 64
     q, k = random_qk(1, 1, T, 16, dtype=torch.float32, seed=6)
     p, numel, op, peak = student.in_child(_largest_in_call, q, k, chunk)
+    if peak >= T * T * 4 or numel >= T * T // 2:  # the whole matrix: in row_logsumexp, or in gap 2 itself?
+        _, lse_numel, _, lse_peak = student.in_child(_largest_in_call, q, k, chunk, "row_logsumexp")
+        if lse_peak < T * T * 4 and lse_numel <= 2 * T * chunk:
+            raise Wrong(f"first_token_probs(q, k, chunk={chunk}) with B = H = 1, T = {T} made a tensor of "
+                        f"{max(numel, peak // 4)} elements or more (op {op}; T x T is {T * T}), while row_logsumexp "
+                        "alone keeps to a chunk of scores: the big one is made in first_token_probs itself, which "
+                        "needs each query's score on key 0 only, besides row_logsumexp's result.")
     if peak >= T * T * 4:  # a T x T float32 matrix's bytes, in NumPy arrays (the watch above sees torch's ops only)
         raise Wrong(f"first_token_probs(q, k, chunk={chunk}) with B = H = 1, T = {T} held {peak / 2**20:.1f} MiB "
                     f"outside torch at once (NumPy arrays?); T x T float32 is {T * T * 4 / 2**20:.0f} MiB. Keep only "

@@ -244,7 +244,8 @@ def check_measure_vs_probe(student):
                 if math.isclose(got, other, rel_tol=1e-4):
                     raise Wrong(f"measure() of the {name} run returned the other run's M-Act: load the checkpoint of "
                                 "the run_dir you are given, os.path.join(run_dir, 'ckpt.pt').")
-            layers = (("the last layer's value", per_layer[-1]), ("the largest layer's value", max(per_layer)))
+            last = "the largest (and the last) layer's" if per_layer[-1] == max(per_layer) else "the last layer's"
+            layers = ((f"{last} value", per_layer[-1]), ("the largest layer's value", max(per_layer)))
             for which, value in layers:
                 if math.isclose(got, value, rel_tol=1e-4):
                     raise Wrong(f"{call} is {which}: M-Act (GA Table 4) is averaged over the layers (this model has "

@@ -110,7 +110,8 @@ def check_text_copies(student):
     x = _long(student)
     copy = _copies_next(x)[:-1]  # t: x[t+1] must be x[t-1]
     t = np.flatnonzero(copy)
-    if len(t) == 0:
+    if len(t) == 0:  # a text that copies after two triggers may loop between two of them: that check says so
+        check_text_chain_elsewhere(student)
         raise Wrong("your text has no trigger with a non-trigger before it in 20000 symbols, so no copy to check: "
                     "is each next symbol drawn at random from the current symbol's row, with its probabilities?")
     wrong = x[t + 1] != x[t - 1]

@@ -295,6 +295,9 @@ def check_split_returns_floats(student):
         raise Wrong("attention_split changed its inputs (probs or trig) in place: work on a copy (an in-place "
                     "assignment or a method ending in _ changes the caller's tensor).")
     for value, name in zip(got, SPLIT_NAMES):
+        if math.isnan(value):
+            raise Wrong(f"{name} is NaN: a mean over no entries (0/0)? A window without such positions gives one if "
+                        "you average each window first: the probe pools all the positions of all the windows.")
         if not (math.isfinite(value) and -1e-6 <= value <= 1 + 1e-6):
             raise Wrong(f"{name} is {value:.4g}: an average of probabilities lies in [0, 1]. A sum instead of a mean?")
     if got[0] < 1e-6 and got[1] < 1e-6 and probs[..., 1:, 0].mean() > 0.01:

@@ -71,6 +71,9 @@ MUTANTS = [
     # the chunk ignored: chunks of T / 3 keys, under T x T / 2 but more than twice a chunk of scores
     ("memory", "return torch.exp(s0 - row_logsumexp(" "q, k, chunk))", "return torch.exp(s0 - row_logsumexp(q, k, "
      "max(1, q.size(2) // 3)))"),
+    # every score of every query in gap 2, to take key 0's: T x T memory, with row_logsumexp within a chunk
+    ("memory", "s0 = chunk_scores(" "q, k, 0, 1)[..., 0]  # (B, H, T)",
+     "s0 = chunk_scores(q, k, 0, q.size(2))[..., 0]  # (B, H, T)", "in first_token_probs itself"),
     # p as a ratio of two exps: right for moderate scores, inf / inf = NaN once a score passes ~88 (float32)
     ("probs_large_logits", "return torch.exp(s0 - row_logsumexp(" "q, k, chunk))",
      "return torch.exp(s0) / torch.exp(row_logsumexp(q, k, chunk))"),

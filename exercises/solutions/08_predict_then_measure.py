@@ -83,9 +83,9 @@ MUTANTS = [
     ("max_activation_vs_probe", "block.register_forward_hook(" "record) for block",
      "block.attn.register_forward_hook(record) for block"),  # the attention's output, not the block's
     ("measure_vs_probe", "return sum(per_layer) / " "len(per_layer)  # M-Act",
-     "return max(per_layer)  # M-Act"),  # the largest layer, not the mean over layers
+     "return max(per_layer)  # M-Act", "the largest"),  # the largest layer, not the mean over layers
     ("measure_vs_probe", "return sum(per_layer) / " "len(per_layer)  # M-Act",
-     "return per_layer[-1]  # M-Act"),  # the last layer, not the mean over layers
+     "return per_layer[-1]  # M-Act", "the last"),  # the last layer, not the mean over layers
     ("max_activation_shape", "    try:\n        model(idx)\n    finally:  # a hook left " "behind",  # no finally:
      "    if True:\n        model(idx)\n    if True:  # a hook left behind"),  # a failed forward leaves the hooks
 ]

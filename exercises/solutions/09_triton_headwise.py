@@ -123,6 +123,8 @@ MUTANTS = [
      "mode, g, g_strides = GATE_ELEMENTWISE, gate, (*gate.stride()[:3], 0)"),
     ("headwise_half_precision_gate", "g_rows, mask=row_ok, other=0.0).to(tl." "float32)",
      "g_rows, mask=row_ok, other=0.0)"),  # no cast: tl.sigmoid of the gate's own dtype
+    # (BLOCK_M, D) times (BLOCK_M,): the kernel's own line named, not its launch
+    ("headwise_shape", "o = o * tl.sigmoid(" "g)[:, None]", "o = o * tl.sigmoid(g)", ": o = o * tl.sigmoid(g)"),
 ]
 
 # the answer's key fragments: none may appear in the statement, the starter, the checks or the checker's messages,

@@ -173,4 +173,7 @@ MUTANTS = [
     ("gate_split_vs_probe", "return per_position[trig].mean().item(), " "per_position[elsewhere].mean().item()",
      "return (torch.stack([w[m].mean() for w, m in zip(per_position, trig)]).nanmean().item(), "
      "torch.stack([w[m].mean() for w, m in zip(per_position, elsewhere)]).nanmean().item())"),  # per window
+    ("split_vs_probe", "    at = lambda mask, values: values[mask.unsqueeze(1).expand_as(" "values)].mean().item()",
+     "    at = lambda mask, values: torch.stack([v[m.expand_as(v)].mean() for v, m in zip(values, mask.unsqueeze(1))])"
+     ".mean().item()", "a mean per window"),  # a mean per window, then over the windows (NaN for a window without)
 ]
