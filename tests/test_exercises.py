@@ -174,6 +174,21 @@ def test_a_known_mistake_fails_the_check_meant_to_catch_it(name, check_name, old
     assert not given_away(name, out), f"the message names the mistake by giving the answer: {given_away(name, out)}"
 
 
+@needs_solutions
+def test_a_text_that_loops_between_two_triggers_from_its_start_is_named_so(tmp_path, monkeypatch):
+    """Exercise 10 with the copy made after every trigger: at a run seed whose long text starts trigger, trigger, it
+    loops between the two and holds no copy position at all; the check names the two triggers, not the sampling."""
+    name = next(n for n in NAMES if n.startswith("10"))
+    with open(os.path.join(SOLUTIONS, name + ".py"), encoding="utf-8") as f:
+        text = f.read()
+    check_name, old, new = next(m for m in check.load_module(os.path.join(SOLUTIONS, name + ".py"), "solution_10x")
+                                .MUTANTS if m[0] == "text_chain_elsewhere")
+    (tmp_path / "loops.py").write_text(text.replace(old, new), encoding="utf-8")
+    monkeypatch.setattr(check, "RUN_SEED", 8000)  # (found by running every mutant at eight seeds: 8000 and 25000)
+    (passed, total, status, failed), out = run_quiet(name, tmp_path / "loops.py")
+    assert status == "wrong" and "after a trigger that follows another trigger, your text copies" in out, out
+
+
 # Hints: the statement and the starter say what to compute and why; the formula comes only in the last hints, one at
 # a time (check.py NN --hint), so that a student who asks for every hint has asked for the answer.
 @pytest.mark.parametrize("name", NAMES)
