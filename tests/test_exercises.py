@@ -160,33 +160,24 @@ def test_every_exercise_has_mutants():
 
 @needs_solutions
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # a wrong answer's arithmetic may overflow
+@pytest.mark.parametrize("seed", [0, 8000])
 @pytest.mark.parametrize("name, check_name, old, new, said", mutants())
-def test_a_known_mistake_fails_the_check_meant_to_catch_it(name, check_name, old, new, said, tmp_path):
+def test_a_known_mistake_fails_the_check_meant_to_catch_it(name, check_name, old, new, said, seed, tmp_path,
+                                                           monkeypatch):
+    """At the suite's run seed (0) the mistake fails the check meant for it; at another (a graded run draws one at
+    random: 8000 is one where a check's inputs once hid a mistake from the check meant for it) an earlier check may
+    catch it first, but the message still names it (its `said` words)."""
     with open(os.path.join(SOLUTIONS, name + ".py"), encoding="utf-8") as f:
         text = f.read()
     assert text.count(old) == 1, f"the mutant's text must occur once in solutions/{name}.py: {old!r}"
     path = tmp_path / f"{name}_mutant.py"
     path.write_text(text.replace(old, new), encoding="utf-8")
+    monkeypatch.setattr(check, "RUN_SEED", seed)
     (passed, total, status, failed), out = run_quiet(name, path)
-    assert status in ("wrong", "error") and failed == check_name, out
+    assert status in ("wrong", "error") and (failed == check_name or seed), out
     assert said is None or said in out, f"the message should name the mistake ({said!r}): {out}"
     assert "Traceback" not in out
     assert not given_away(name, out), f"the message names the mistake by giving the answer: {given_away(name, out)}"
-
-
-@needs_solutions
-def test_a_text_that_loops_between_two_triggers_from_its_start_is_named_so(tmp_path, monkeypatch):
-    """Exercise 10 with the copy made after every trigger: at a run seed whose long text starts trigger, trigger, it
-    loops between the two and holds no copy position at all; the check names the two triggers, not the sampling."""
-    name = next(n for n in NAMES if n.startswith("10"))
-    with open(os.path.join(SOLUTIONS, name + ".py"), encoding="utf-8") as f:
-        text = f.read()
-    check_name, old, new = next(m for m in check.load_module(os.path.join(SOLUTIONS, name + ".py"), "solution_10x")
-                                .MUTANTS if m[0] == "text_chain_elsewhere")
-    (tmp_path / "loops.py").write_text(text.replace(old, new), encoding="utf-8")
-    monkeypatch.setattr(check, "RUN_SEED", 8000)  # (found by running every mutant at eight seeds: 8000 and 25000)
-    (passed, total, status, failed), out = run_quiet(name, tmp_path / "loops.py")
-    assert status == "wrong" and "after a trigger that follows another trigger, your text copies" in out, out
 
 
 # Hints: the statement and the starter say what to compute and why; the formula comes only in the last hints, one at

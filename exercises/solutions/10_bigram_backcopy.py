@@ -113,7 +113,7 @@ MUTANTS = [
     # copies the trigger itself, not the symbol before it
     ("text_copies", "x[t] = x[t " "- 2]\n", "x[t] = x[t - 1]\n"),
     # copies after every trigger, even one that follows a trigger: the text loops between two triggers
-    ("text_chain_elsewhere", "and not is_trigger[x[t " "- 2]]:", ":"),
+    ("text_chain_elsewhere", "and not is_trigger[x[t " "- 2]]:", ":", "follows another trigger"),
     # np.random's global generator, not rng: the same seed no longer gives the same text
     ("text_reproducible", "x[0] = rng." "integers(V)", "x[0] = np.random.randint(V)"),
     # marks the position of the copied token (t + 1), not the query that must fetch it
