@@ -27,7 +27,7 @@ import kernels
 
 # ----------------------------------------------------------------------------
 # Config. Each flag's valid values are in VALID (bottom of the file); lab/variants.py says what each flag does, in
-# the papers' terms, and which paper row it reproduces (docs/flags.md shows that as a table).
+# the papers' terms, and which paper row it implements (docs/flags.md shows that as a table).
 @dataclass
 class GPTConfig:
     block_size: int = 1024  # the context length in tokens

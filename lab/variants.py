@@ -2,7 +2,7 @@
 What this project reproduces, in one place: the study's variants and the model's flags, each with the paper
 row it is compared with.
 
-  VARIANTS       name -> Variant: the flags that make it, the GA and GN rows it reproduces, their numbers
+  VARIANTS       name -> Variant: the flags that make it, the GA and GN rows it implements, their numbers
   STUDY          the variants `python -m lab.repro train all` trains, in the report's order: MODELS (one model
                  each, at the study's learning rate) then SWEEP (baseline and G1 at the higher LR_SWEEP rates)
   LAB            the sink lab's variants (`python -m lab.repro train all --study=sink_lab`)
@@ -175,7 +175,7 @@ TEST_VARIANTS = {**{name: v.flags for name, v in VARIANTS.items() if not v.train
 class Flag:
     name: str  # a GPTConfig field, or several (", "-separated) that share one line
     what: str  # what it does, with the papers' definitions
-    rows: str = "—"  # the paper rows it reproduces
+    rows: str = "—"  # the paper rows it implements
     values: str = ""  # the values column, where VALID and the default cannot say it
 
 

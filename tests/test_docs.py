@@ -518,3 +518,24 @@ def test_the_readme_timing_script_runs_the_readmes_commands_and_keeps_what_they_
     # a failing command: its exit status, and the end of what it printed in place of results
     failed = time_readme.run_commands(str(tmp_path / "repo"), [("x", "python -c \"raise SystemExit('error: no')\"")])
     assert failed[0]["exit"] == 1 and failed[0]["reported"] == ["error: no"], failed
+
+
+def test_the_suite_timing_script_times_the_readmes_test_command_as_ci_runs_it():
+    """tests/time_suite.py, whose pages results/timings/ keeps (the suite's time docs/timings.md states): the command
+    it runs is the README's, which .ci/run runs; the tests' seconds are summed per file from TEST_DURATIONS' lines,
+    and the page gives the wall-clock time, pytest's summary and the files, the longest first."""
+    import time_suite
+    command = time_suite.readme_test_command()
+    assert command.startswith("python3 -m pytest") and "-n auto" in command
+    with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
+        assert f.read().strip().splitlines()[-1] == command
+    files = time_suite.per_file("1.50\tpassed\ttests/test_a.py::t1\n0.25\tfailed\ttests/test_a.py::t2[x]\n"
+                                "3.00\tpassed\ttests/test_b.py::t\n")
+    assert dict(files) == {"tests/test_a.py": [1.75, 2], "tests/test_b.py": [3.0, 1]}
+    page = time_suite.page(command, 630.4, "1 passed in 1.0s", files, 0.02, [])
+    assert page.startswith(f"`{command}` in a fresh clone at ") and "its CPUs 2% busy" in page
+    assert "- wall-clock: 630 s (10 min 30 s)" in page and "- pytest: 1 passed in 1.0s" in page
+    assert "add up to 5 s" in page and page.index("| tests/test_b.py | 1 | 3.0 |") < page.index("| tests/test_a.py")
+    stop = subprocess.run([sys.executable, os.path.join(REPO, "tests", "time_suite.py"), "-k", "x"],
+                          capture_output=True, text=True)
+    assert stop.returncode == 1 and stop.stderr.startswith("error: give test files") and not stop.stdout
