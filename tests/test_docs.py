@@ -532,9 +532,11 @@ def test_the_suite_timing_script_times_the_readmes_test_command_as_ci_runs_it():
     files = time_suite.per_file("1.50\tpassed\ttests/test_a.py::t1\n0.25\tfailed\ttests/test_a.py::t2[x]\n"
                                 "3.00\tpassed\ttests/test_b.py::t\n")
     assert dict(files) == {"tests/test_a.py": [1.75, 2], "tests/test_b.py": [3.0, 1]}
-    page = time_suite.page(command, 630.4, "1 passed in 1.0s", files, 0.02, [])
+    page = time_suite.page(command, 630.4, "1 failed, 1 passed in 1.0s", files, 0.02, [],
+                           ["FAILED tests/test_a.py::t2[x] - assert 0"])
     assert page.startswith(f"`{command}` in a fresh clone at ") and "its CPUs 2% busy" in page
-    assert "- wall-clock: 630 s (10 min 30 s)" in page and "- pytest: 1 passed in 1.0s" in page
+    assert "- wall-clock: 630 s (10 min 30 s)" in page and "- pytest: 1 failed, 1 passed in 1.0s" in page
+    assert "\n  - FAILED tests/test_a.py::t2[x] - assert 0\n" in page
     assert "add up to 5 s" in page and page.index("| tests/test_b.py | 1 | 3.0 |") < page.index("| tests/test_a.py")
     stop = subprocess.run([sys.executable, os.path.join(REPO, "tests", "time_suite.py"), "-k", "x"],
                           capture_output=True, text=True)

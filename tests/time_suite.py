@@ -2,8 +2,8 @@
 How long the README's test command takes, as CI runs it: the command exactly as the README gives it, in a fresh
 clone of this repository's commit (tracked files only, nothing prepared, no caches), with this Python. It prints a
 Markdown page: the machine (its CPU, its flags, how busy its CPUs were in the 2 s before), the versions, the commit
-and the date; the wall-clock time, pytest's own summary line, and the tests' own seconds per file (TEST_DURATIONS,
-tests/conftest.py), the longest first. The suite's time in docs/timings.md comes from these pages, committed in
+and the date; the wall-clock time, pytest's own summary line (and its FAILED lines), and the tests' own seconds per
+file (TEST_DURATIONS, tests/conftest.py), the longest first. The suite's time in docs/timings.md comes from these pages, committed in
 results/timings/.
 
     python tests/time_suite.py                         # the whole suite (10 to 15 minutes on a 2-core CPU)
@@ -50,7 +50,7 @@ def per_file(durations):
     return files
 
 
-def page(command, seconds, summary, files, busy_share, argv):
+def page(command, seconds, summary, files, busy_share, argv, failures=()):
     code = "import torch, xdist; print(torch.__version__, xdist.__version__)"
     torch_version, xdist_version = (subprocess.run([sys.executable, "-c", code], capture_output=True,
                                                    text=True).stdout.split() + ["?", "?"])[:2]
@@ -63,7 +63,7 @@ def page(command, seconds, summary, files, busy_share, argv):
            f"{platform.python_version()}, torch {torch_version}, pytest-xdist {xdist_version}; "
            f"{time.strftime('%Y-%m-%d')} (`{' '.join(['python tests/time_suite.py', *argv])}`)", "",
            f"- wall-clock: {seconds:.0f} s ({int(seconds // 60)} min {seconds % 60:.0f} s)",
-           f"- pytest: {summary}",
+           f"- pytest: {summary}", *(f"  - {line}" for line in failures),
            f"- the tests' own seconds (setup, call and teardown) add up to {total:.0f} s; by file, the longest "
            "first:", "", "| file | tests | seconds |", "| --- | --- | --- |"]
     out += [f"| {name} | {n} | {s:.1f} |" for name, (s, n) in sorted(files.items(), key=lambda kv: -kv[1][0])]
@@ -90,8 +90,9 @@ def main(argv):
         seconds = time.perf_counter() - start
         lines = [line for line in done.stdout.strip().splitlines() if line.strip()]
         summary = lines[-1] if lines else f"(no output; exit {done.returncode})"
+        failures = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]  # pytest's short summary
         text = open(durations, encoding="utf-8").read() if os.path.exists(durations) else ""
-    print(page(command, seconds, summary, per_file(text), busy_share, argv))
+    print(page(command, seconds, summary, per_file(text), busy_share, argv, failures))
     sys.exit(done.returncode)
 
 
