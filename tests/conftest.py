@@ -45,26 +45,10 @@ def _interpreter_problem():
     return None
 
 
-# The files that take longest, first. With the README's `-n auto --dist loadfile`, pytest-xdist gives each worker
-# whole files, by default those with the most tests first, which leaves long files of few tests (the GPU scripts',
-# the tutorial's) to the end while the other worker idles; longest first, the workers end closer together (about
-# 15 s sooner on a 2-core CPU, from the per-file seconds of results/timings/'s suite pages). Only the order of the
-# files changes, each file's own order is kept; a file not named here comes after these, as collected.
-LONGEST_FIRST = ["test_exercises.py", "test_gpu_scripts.py", "test_repro.py", "test_train.py", "test_kernels.py",
-                 "test_tutorial.py", "test_bench.py", "test_sink_lab.py", "test_analyze.py", "test_docs.py"]
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # a stable sort
-
-
 def pytest_configure(config):
     global _WORKER
     # an xdist worker, known by its config: a pytest that a test starts inherits the worker's environment
     _WORKER = hasattr(config, "workerinput")
-    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order above, not its tests-per-file one
-        config.option.loadscopereorder = False
     problem = _interpreter_problem()
     if problem:
         pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)

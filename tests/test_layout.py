@@ -116,11 +116,3 @@ def test_a_lab_tool_runs_as_a_module_from_the_root_and_as_a_script_from_anywhere
         stdout, stderr = proc.communicate(timeout=300)
         assert proc.returncode == 0 and "Traceback" not in stderr, (cmd, stderr[-2000:])
         assert stdout.strip(), cmd
-
-
-def test_the_files_the_suite_starts_with_are_test_files_of_the_suite():
-    """tests/conftest.py's LONGEST_FIRST (the files the workers take first): each one a test file here, once; a
-    renamed file would silently fall back to the end of the order."""
-    from conftest import LONGEST_FIRST
-    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
-    assert all(os.path.isfile(os.path.join(REPO, "tests", name)) and name.startswith("test_") for name in LONGEST_FIRST)
