@@ -3,8 +3,8 @@ How long the README's test command takes, as CI runs it: the command exactly as 
 clone of this repository's commit (tracked files only, nothing prepared, no caches), with this Python. It prints a
 Markdown page: the machine (its CPU, its flags, how busy its CPUs were in the 2 s before), the versions, the commit
 and the date; the wall-clock time, pytest's own summary line (and its FAILED lines), and the tests' own seconds per
-file (TEST_DURATIONS, tests/conftest.py), the longest first. The suite's time in docs/timings.md comes from these pages, committed in
-results/timings/.
+file (TEST_DURATIONS, tests/conftest.py), the longest first. The suite's time in docs/timings.md comes from these
+pages, committed in results/timings/.
 
     python tests/time_suite.py                         # the whole suite (10 to 15 minutes on a 2-core CPU)
     python tests/time_suite.py tests/test_stats.py     # the README's command on these test files only
