@@ -79,6 +79,8 @@ def load_torch():
     process before their file (serve), and on the command line once its arguments are read. What needs no torch
     answers without it, a second or two sooner: --list, --hint, --verify, a mistyped argument, the gradebook."""
     global torch
+    if torch is not None:  # loaded already (checks_of runs for every exercise graded)
+        return
     import torch
     if not torch.cuda.is_available():  # no GPU: Triton kernels run in Triton's interpreter (set before triton's import)
         os.environ.setdefault("TRITON_INTERPRET", "1")

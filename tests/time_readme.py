@@ -36,9 +36,8 @@ TOY = ["--max_iters=4", "--eval_interval=2", "--eval_iters=1", "--log_interval=2
 REPORTED = re.compile(r"^(done: .*|\s*\S+: val loss .*|ready: .*|not ready.*|\s*note\s+timings .*)$", re.M)
 
 
-def readme_commands(path=os.path.join(REPO, "README.md")):
-    """The README's commands as a newcomer types them: (its ## section, the command without its comment) for every
-    line of a bash block that runs python."""
+def readme_bash_lines(path=os.path.join(REPO, "README.md")):
+    """(its ## section, the line) for every line of the README's bash blocks."""
     found, section, fence = [], "(start)", None
     with open(path, encoding="utf-8") as f:
         for line in f.read().split("\n"):
@@ -46,9 +45,16 @@ def readme_commands(path=os.path.join(REPO, "README.md")):
                 fence = None if fence else (line[3:].strip() or "text")
             elif fence is None and line.startswith("## "):
                 section = line[3:].strip()
-            elif fence == "bash" and re.match(r"python3? ", line) and not any(n in line for n in NOT_TIMED):
-                found.append((section, line.split("  #")[0].split(" #")[0].strip()))
+            elif fence == "bash":
+                found.append((section, line))
     return found
+
+
+def readme_commands(path=os.path.join(REPO, "README.md")):
+    """The README's commands as a newcomer types them: (its ## section, the command without its comment) for every
+    line of a bash block that runs python."""
+    return [(section, line.split("  #")[0].split(" #")[0].strip()) for section, line in readme_bash_lines(path)
+            if re.match(r"python3? ", line) and not any(n in line for n in NOT_TIMED)]
 
 
 def run_commands(repo, commands, toy=False, env=None):

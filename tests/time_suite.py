@@ -24,19 +24,15 @@ from collections import defaultdict
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from time_readme import busy, commit, cpu_flags  # noqa: E402  (as the README's timing names the machine)
+from time_readme import busy, commit, cpu_flags, readme_bash_lines  # noqa: E402  (as the README's timing)
 from time_tutorial import cpu_name  # noqa: E402
 
 
-def readme_test_command(path=os.path.join(REPO, "README.md")):
+def readme_test_command():
     """The README's test command: the line of its bash blocks that runs `-m pytest`."""
-    fence = None
-    with open(path, encoding="utf-8") as f:
-        for line in f.read().split("\n"):
-            if line.startswith("```"):
-                fence = None if fence else (line[3:].strip() or "text")
-            elif fence == "bash" and "-m pytest" in line:
-                return line.split(" #")[0].strip()
+    for _, line in readme_bash_lines():
+        if "-m pytest" in line:
+            return line.split(" #")[0].strip()
     sys.exit("error: README.md has no bash line that runs `-m pytest`")
 
 
