@@ -23,11 +23,11 @@ Grading (`all`, a list of exercises, or --result=PATH): the exercises run one af
 its own, under the same limits per check and one for the whole exercise (EXERCISE_TIME_LIMIT); each prints its failures
 and summary (not its passing checks), then a score table, and a JSON result (default check-result.json in the current
 folder, written atomically) that a teacher can collect: the student (--student=NAME_OR_ID; null without it), one entry
-per exercise (id, title, passed, total, first_failing_check, checker_seconds: how long the checker took, status: passed
-/ failed / not filled / timeout / error / setup, hints_seen, the file_sha256 of the file graded and the checks_sha256 of
-its checks.py) with the date, the Python and torch versions and the checker_sha256 of check.py, sealed with a checksum
-of its content (an HMAC with $CHECK_SIGNING_KEY, when set) that --verify checks. exercises/gradebook.py makes one table
-of a class's files.
+per exercise (id, title, passed, total, first_failing_check, reason: the line that says what stopped it (a syntax
+error, sys.exit(), a wrong value), checker_seconds: how long the checker took, status: passed / failed / not filled /
+timeout / error / setup, hints_seen, the file_sha256 of the file graded and the checks_sha256 of its checks.py) with
+the date, the Python and torch versions and the checker_sha256 of check.py, sealed with a checksum of its content (an
+HMAC with $CHECK_SIGNING_KEY, when set) that --verify checks. exercises/gradebook.py makes one table of a class's files.
 Exit status: 0 only when every exercise passes.
 
 Your code runs in a child process, the only one that imports your file, one request at a time under the time limit
@@ -689,12 +689,23 @@ def _verdict(e, path, time_limit, label, importing=False):
     return None
 
 
+def reason_of(line, label=""):
+    """What stopped an exercise, for the result file: the line the student saw without the check's label (the
+    result names the check), or a failed check's own message, on one line and at most REASON_CHARS long."""
+    text = " ".join(line.removeprefix(label).split())
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
+
+
+REASON_CHARS = 300  # a spreadsheet's cell, not the whole story: the student's copy prints that
+
+
 def _run_checks(exercise_dir, path, out, time_limit, connect, alarm=False, step=lambda name, index, total: None,
-                over=lambda label: None, checks=None):
+                over=lambda label: None, checks=None, why=None):
     """Import the student's file (connect(): the Student) and run the checks in order until one fails; step(name,
     index, total) is called as each begins (name None: the import). alarm: time each check here (run); otherwise the
     Student's link times its requests (run_isolated). over(label): the line for a time limit that was the whole
-    exercise's, or None. checks: checks_of(exercise_dir), if loaded already. Returns (passed, total, status, failed)."""
+    exercise's, or None. checks: checks_of(exercise_dir), if loaded already. why: a list, given the reason of the
+    check that stopped the run (reason_of), if one did. Returns (passed, total, status, failed)."""
     checks = checks_of(exercise_dir) if checks is None else checks
     number = os.path.basename(exercise_dir)[:2]
     out(f"checking {os.path.relpath(path)} against exercise {os.path.basename(exercise_dir)}")
@@ -703,7 +714,10 @@ def _run_checks(exercise_dir, path, out, time_limit, connect, alarm=False, step=
         student = connect()
     except (Exception, TimeLimit, StudentExited, StudentEnded) as e:
         status, line = _verdict(e, path, time_limit, "", importing=True)
-        out(f"  {(isinstance(e, TimeLimit) and over('')) or line}")
+        line = (isinstance(e, TimeLimit) and over("")) or line
+        out(f"  {line}")
+        if why is not None:
+            why.append(reason_of(line))
         return 0, len(checks), status, None
     status, failed = "ok", None
     for passed, (name, fn) in enumerate(checks):
@@ -725,6 +739,8 @@ def _run_checks(exercise_dir, path, out, time_limit, connect, alarm=False, step=
                 status, line = "error", f"{label} your code raised {getattr(e, 'type_name', type(e).__name__)}: " \
                                         f"{e}{_where(e, path)}"
             out(f"  {line}")
+            if why is not None:
+                why.append(reason_of(str(e) if status == "wrong" and str(e) else line, label))
             failed = name
             break
         out(f"  {label} ok: {what}")
@@ -1225,13 +1241,13 @@ def _watchdog():
         return None
 
 
-def run_isolated(exercise_dir, path, out=print, time_limit=None, exercise_limit=None, checks=None):
+def run_isolated(exercise_dir, path, out=print, time_limit=None, exercise_limit=None, checks=None, why=None):
     """run(), with the student's file imported only by a child process: its answers are data that the checks here
     judge, each request of a check within the check's time limit, the whole exercise within exercise_limit (seconds,
     default exercise_time_limit_of; none when time_limit is 0). Nothing the code does -- sys.exit(), os._exit(), a
     crash, printing "8/8 checks passed", reaching into this process's objects, which it cannot see -- makes a check
     pass; when the run ends, the child and every process it started are ended before this returns. checks: the
-    exercise's checks, if already loaded (checks_of)."""
+    exercise's checks, if already loaded (checks_of); why: as _run_checks'."""
     checks = checks_of(exercise_dir) if checks is None else checks  # before the student's code runs
     load_references()
     time_limit = time_limit_of(exercise_dir) if time_limit is None else time_limit
@@ -1261,7 +1277,8 @@ def run_isolated(exercise_dir, path, out=print, time_limit=None, exercise_limit=
                     "than the exercise needs?")
 
         try:
-            result = _run_checks(exercise_dir, path, out, time_limit, connect, step=step, over=over, checks=checks)
+            result = _run_checks(exercise_dir, path, out, time_limit, connect, step=step, over=over, checks=checks,
+                                 why=why)
         finally:
             link.stop()
             if watchdog is not None:
@@ -1488,17 +1505,18 @@ def text_digest(path):
     return file_digest(path, lf=True)
 
 
-def grade_entry(exercise_dir, result, seconds, digest=None, hints=None, checks_digest=None):
+def grade_entry(exercise_dir, result, seconds, digest=None, hints=None, checks_digest=None, reason=None):
     """One exercise's entry of the grading result, from run_isolated's (passed, total, status, failed); seconds: how
     long the checker took (named checker_seconds: no one's time on the exercise); digest: the SHA-256 of the file that
     was graded, as file_digest read it before its checks ran; hints: the record of hints seen, as read before any
     student code ran (which could rewrite it; None: read it now); checks_digest: the text_digest of the checks.py
-    that graded it (the gradebook compares it with the teacher's)."""
+    that graded it (the gradebook compares it with the teacher's); reason: what stopped it, as reason_of wrote it
+    (None when it passed)."""
     passed, total, status, failed = result
     ok = status == "ok" and passed == total
     name = os.path.basename(exercise_dir)
     return {"id": name[:2], "name": name, "title": title_of(exercise_dir), "passed": passed, "total": total,
-            "first_failing_check": None if ok else (failed or "import"),
+            "first_failing_check": None if ok else (failed or "import"), "reason": None if ok else reason,
             "checker_seconds": round(seconds, 1), "status": "passed" if ok else GRADE_STATUS.get(status, "error"),
             "hints_seen": hints_seen(exercise_dir, record=hints), "file_sha256": digest,
             "checks_sha256": checks_digest}
@@ -1653,12 +1671,13 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
         def compact(line, prefix=f"  [{name[:2]}."):
             if not (line.startswith(prefix) and "] ok: " in line) and not line.startswith("checking "):
                 out(line)
+        why = []  # what stopped it, in the result file for the gradebook (reason_of)
         try:
             result = run_isolated(exercise_dir, starter, out=compact, time_limit=time_limit,
-                                  checks=loaded[exercise_dir])
+                                  checks=loaded[exercise_dir], why=why)
         except Exception as e:  # the checker's own trouble (cannot start a process...): this exercise only
             out(f"  the checker failed: {type(e).__name__}: {e}")
-            result = (0, 0, "error", None)
+            result, why = (0, 0, "error", None), [reason_of(f"the checker failed: {type(e).__name__}: {e}")]
         after = checker_digests()
         changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
         if changed:  # this verdict came from what was loaded before; the next exercise's might not
@@ -1667,9 +1686,9 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
             for path in (p for p in changed if os.path.isabs(p) and os.path.exists(p)):  # a start-up file
                 out(f"  {path} runs in every Python of this account from now on: delete it before anything else "
                     "runs, and grade no one else in this account before you have")
-            result = (0, result[1], "error", "changed the checker's files")
+            result, why = (0, result[1], "error", "changed the checker's files"), [reason_of(", ".join(changed))]
         entries.append(grade_entry(exercise_dir, result, time.monotonic() - started, digest, hints,
-                                   checks[exercise_dir]))
+                                   checks[exercise_dir], why[0] if why else None))
         if changed:
             break
     out("")

@@ -7,8 +7,9 @@ The teacher's gradebook: one table of a class's result files.
 FOLDER holds the files the students wrote with `python exercises/check.py all --student=ID --result=ID.json`. Each
 *.json file in it becomes one row: the student, the file, whether its seal verifies and if not why, the exercises passed
 and the checks passed over all of them (partial credit: each exercise's checks stop at the first that fails, so it
-counts the checks passed before that one), each exercise's status, checks passed and hints_seen, the seed and the date
-(in the CSV each count is two columns of plain numbers, passed and of how many: a spreadsheet reads "8/8" as a date).
+counts the checks passed before that one), each exercise's status, checks passed, hints_seen, first failing check and
+reason (the line the student saw: a syntax error, sys.exit(), which value was wrong), the seed and the date (in the CSV
+each count is two columns of plain numbers, passed and of how many: a spreadsheet reads "8/8" as a date).
 Each seal is checked as `check.py --verify` checks it, by check.py's own code, with $CHECK_SIGNING_KEY when it is set
 (set it to the key the files were signed with). The graded starter.py files are not checked: they are the students', not
 here; `check.py --verify=FILE` in a student's copy checks them. A row is flagged when its file cannot be read, is not a
@@ -27,6 +28,7 @@ import csv
 import hashlib
 import io
 import os
+import re
 import sys
 
 import check  # exercises/check.py, beside this file: the seal and its verification
@@ -186,7 +188,7 @@ def table(rows):
     ids = exercise_ids(rows)
     header = list(LEAD)
     for i in ids:
-        header += [f"{i} status", f"{i} checks", f"{i} hints_seen"]
+        header += [f"{i} status", f"{i} checks", f"{i} hints_seen", f"{i} first failing check", f"{i} reason"]
     header += ["seed", "date", "flags"]
     lines = []
     for row in rows:
@@ -199,10 +201,17 @@ def table(rows):
         for i in ids:
             entry = row["exercises"].get(i)
             cells += [str(entry.get("status", "")), f"{entry.get('passed', '')}/{entry.get('total', '')}",
-                      str(entry.get("hints_seen", ""))] if entry else ["-", "-", "-"]
+                      str(entry.get("hints_seen", "")), one_line(entry.get("first_failing_check")),
+                      one_line(entry.get("reason"))] if entry else ["-"] * 5
         cells += [str(row["seed"]), str(row["date"]), "; ".join(row["flags"])]
         lines.append(cells)
     return header, lines
+
+
+def one_line(value):
+    """A field of a result file as one cell: one line, at most check.REASON_CHARS long ('' for None; a file written
+    before the checker recorded reasons has none)."""
+    return "" if value is None else check.reason_of(str(value))
 
 
 def counted_as(column):
@@ -231,9 +240,14 @@ def as_csv(header, lines):
     return out.getvalue()
 
 
+STOPPED = ("failed", "error", "timeout")  # statuses whose reason the Markdown lists below its table
+
+
 def as_markdown(header, lines, folder, key, flagged):
-    """The table as Markdown, for reading: an exercise's status, checks passed and hints seen share one cell ("failed
-    2/4, 3 hints"), so that eleven exercises fit on a screen; the CSV keeps them apart, with the seed."""
+    """The table as Markdown, for reading: an exercise's status, checks passed, the check it stopped at and the hints
+    seen share one cell ("failed 2/4 at trap_gate_after_wo, 3 hints"), so that eleven exercises fit on a screen; below
+    it, the reason of each exercise that failed, raised or ran out of time (the line its student saw). The CSV keeps
+    them apart, with the seed."""
     def cell(text):  # a | or a line break would end the cell
         return text.replace("|", "\\|").replace("\n", " ") or " "
 
@@ -241,8 +255,9 @@ def as_markdown(header, lines, folder, key, flagged):
         status, hints = row[f"{i} status"], row[f"{i} hints_seen"]
         if status == "-":  # not in this file
             return "-"
-        return f"{status} {row[f'{i} checks']}" + (f", {hints} hint{'s' * (hints != '1')}" if hints not in ("", "0")
-                                                   else "")
+        where = row[f"{i} first failing check"]
+        return f"{status} {row[f'{i} checks']}" + (f" at {where}" if where and status != "passed" else "") + \
+            (f", {hints} hint{'s' * (hints != '1')}" if hints not in ("", "0") else "")
     ids = [h[:-len(" status")] for h in header if h.endswith(" status")]
     columns = list(LEAD) + ids + ["date", "flags"]
     rows = [dict(zip(header, cells)) for cells in lines]
@@ -250,10 +265,20 @@ def as_markdown(header, lines, folder, key, flagged):
     text = [f"# Gradebook: {folder}", "",
             f"{len(lines)} files, {flagged} flagged. Seals checked {how}; the graded starter.py files were not "
             "checked (they are the students'; `check.py --verify=FILE` in a student's copy checks them). An "
-            "exercise's cell: its status, the checks passed of its checks, and the hints seen (the CSV has them apart, "
-            "with the seed).", "",
+            "exercise's cell: its status, the checks passed of its checks, the check it stopped at and the hints seen "
+            "(the CSV has them apart, with the seed).", "",
             "| " + " | ".join(cell(c) for c in columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     text += ["| " + " | ".join(cell(exercise(row, c) if c in ids else row[c]) for c in columns) + " |" for row in rows]
+
+    def plain(text):  # the student's words as they are: `o * g` or __init__ is no emphasis, <b> no tag
+        return re.sub(r"([\\`*_\[\]<>#|])", r"\\\1", text)
+    stopped = ["- " + plain(f"{row['student'] or '(no student)'} ({row['file']}), {i}: {row[f'{i} status']} at "
+                            f"{row[f'{i} first failing check']}: {row[f'{i} reason']}")
+               for row in rows for i in ids if row[f"{i} status"] in STOPPED and row[f"{i} reason"]]
+    if stopped:
+        text += ["", "## What stopped each exercise", "",
+                 "The line the student saw where an exercise failed, raised an error or ran out of time (a syntax "
+                 "error, sys.exit(), a wrong value...):", "", *stopped]
     return "\n".join(text) + "\n"
 
 

@@ -797,12 +797,32 @@ def test_the_student_copy_holds_every_file_of_the_project(tmp_path):
 
 def test_the_whole_exercise_has_a_time_limit_too(tmp_path):
     path = starter_with(tmp_path, gap1=["while True:", "    pass"])
-    lines = []
+    lines, why = [], []
     passed, total, status, failed = check.run_isolated(os.path.join(EXERCISES, NAMES[0]), str(path), lines.append,
-                                                       time_limit=60, exercise_limit=4)
+                                                       time_limit=60, exercise_limit=4, why=why)
     out = "\n".join(lines)
     assert (passed, status, failed) == (0, "timeout", "g1_gate_shapes"), out
     assert "the exercise did not finish within 4 s (stopped at [01.g1_gate_shapes])" in out, out
+    assert why == ["the exercise did not finish within 4 s (stopped at [01.g1_gate_shapes]): a function far slower "
+                   "than the exercise needs?"], why
+
+
+def test_the_reason_tells_a_syntax_error_from_an_exit_on_import(tmp_path):
+    """Both stop the exercise at its import ("import", status error); the reason the result file records (for the
+    gradebook) is the line the student saw, which tells them apart; a failed check's is its message, on one line."""
+    reasons = []
+    for name, end in (("syntax", ["def broken(:"]), ("exits", ["import sys", "sys.exit(3)"])):
+        (tmp_path / name).mkdir()
+        path = starter_with(tmp_path / name, end=end)
+        why = []
+        result = check.run_isolated(os.path.join(EXERCISES, NAMES[0]), str(path), lambda line: None, why=why)
+        assert result[2:] == ("error", None) and len(why) == 1, (result, why)
+        reasons.append(why[0])
+    assert reasons[0].startswith("your file does not import: SyntaxError: ") and "line " in reasons[0], reasons
+    assert reasons[1].startswith("your file ended the program while it was imported (sys.exit(3)"), reasons
+    assert check.reason_of("[01.x] FAILED: the numbers\n      at T=40\n  off by 2", "[01.x]") == \
+        "FAILED: the numbers at T=40 off by 2"
+    assert len(check.reason_of("x" * 10_000)) == check.REASON_CHARS
 
 
 # A student file that tries to forge its grade, outlive the checker, or freeze it (issue: a grade no student file can

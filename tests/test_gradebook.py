@@ -302,3 +302,45 @@ def test_a_reference_solution_handed_in_verbatim_is_flagged(tmp_path):
     assert rows["Ann.json"]["flags"] == rows["Bo.json"]["flags"] == \
         f"graded on the reference solution, verbatim: {first}", rows
     assert rows["Cy.json"]["flags"] == "", rows["Cy.json"]
+
+
+def test_where_and_why_each_exercise_stopped_are_shown(tmp_path):
+    """The check each exercise stopped at and its reason (the line the student saw) are in the CSV, the check in the
+    Markdown's cell and the reason in its list below the table: a syntax error and a sys.exit() on import both stop
+    at "import", and only the reason tells them apart. The reason is the student's text, so the Markdown shows it as
+    text (no emphasis, tag or link) and the CSV never as a formula; a file without reasons (older) has empty cells."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    syntax = "your file does not import: SyntaxError: invalid syntax (starter.py, line 3)"
+    exits = "your file ended the program while it was imported (sys.exit(3), starter.py line 2): leave that to " \
+        "the checker."
+    hostile = "=cmd() o = o * g, __init__ <b>bold</b> [link](http://x) `code`"
+    classes = {"ann": [((0, 8, "error", None), syntax), ((3, 8, "wrong", "trap"), "at T=40: off by 2"),
+                       ((8, 8, "ok", None), None)],
+               "bo": [((0, 8, "error", None), exits), ((1, 8, "wrong", "numbers"), hostile),
+                      ((0, 8, "not filled", "shapes"), "not filled yet: 03-gap1")],
+               "cy": [((0, 8, "error", None), None)]}  # written before the checker recorded reasons
+    for student, graded in classes.items():
+        entries = [check.grade_entry(d, r, 2.0, reason=why) for d, (r, why) in zip(DIRS, graded)]
+        date = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(1767254400 + next(RUNS)))
+        check.write_result(str(folder / f"{student}.json"), check.grade_result(entries, date=date, student=student))
+    gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
+    rows = read_csv(tmp_path / "book.csv")
+    first, second, third = (os.path.basename(d)[:2] for d in DIRS)
+    ann, bo, cy = rows["ann.json"], rows["bo.json"], rows["cy.json"]
+    assert ann[f"{first} first failing check"] == bo[f"{first} first failing check"] == "import", rows
+    assert (ann[f"{first} reason"], bo[f"{first} reason"]) == (syntax, exits), rows
+    assert (ann[f"{second} first failing check"], ann[f"{second} reason"]) == ("trap", "at T=40: off by 2"), ann
+    assert ann[f"{third} first failing check"] == ann[f"{third} reason"] == "" and ann[f"{third} status"] == "passed"
+    assert bo[f"{second} reason"] == "'" + hostile, bo  # a spreadsheet shows it as text, not as a formula
+    assert cy[f"{first} first failing check"] == "import" and cy[f"{first} reason"] == "", cy
+    markdown = (tmp_path / "book.md").read_text(encoding="utf-8")
+    table = [line.split(" | ") for line in markdown.splitlines() if line.startswith("| ann |")]
+    assert table[0][6:9] == ["error 0/8 at import", "failed 3/8 at trap", "passed 8/8"], table
+    below = markdown.split("## What stopped each exercise\n", 1)[1].splitlines()
+    items = [line for line in below if line.startswith("- ")]
+    assert items[:2] == [f"- ann (ann.json), {first}: error at import: {syntax}".replace("_", "\\_"),
+                         f"- ann (ann.json), {second}: failed at trap: at T=40: off by 2"], items
+    assert items[3] == (f"- bo (bo.json), {second}: failed at numbers: =cmd() o = o \\* g, \\_\\_init\\_\\_ \\<b\\>bold"
+                        "\\</b\\> \\[link\\](http://x) \\`code\\`"), items
+    assert len(items) == 4, items  # not a "not filled" one, nor one without a reason
