@@ -542,11 +542,11 @@ def check_config(c):
     if not (isinstance(c.rope_factor, (int, float)) and c.rope_factor >= 1):
         raise ValueError(f"GPTConfig.rope_factor={c.rope_factor!r} must be a number >= 1 (how many times the trained "
                          "length block_size is)")
-    if c.rope_scaling == "none" and c.rope_factor != 1:
-        raise ValueError(f"GPTConfig.rope_factor={c.rope_factor} has no effect with rope_scaling='none'; choose "
-                         f"rope_scaling from {list(VALID['rope_scaling'][1:])} or leave rope_factor at 1.0")
-    if c.rope_scaling != "none" and c.pos_emb != "rope":
-        raise ValueError(f"GPTConfig.rope_scaling={c.rope_scaling!r} scales rotary embeddings; pos_emb={c.pos_emb!r}")
+    if (c.rope_scaling == "none") != (c.rope_factor == 1):  # either alone is plain RoPE (rope_tables)
+        raise ValueError(f"GPTConfig.rope_factor={c.rope_factor} with rope_scaling={c.rope_scaling!r} does nothing; "
+                         f"set both (rope_scaling from {list(VALID['rope_scaling'][1:])}, rope_factor > 1) or neither")
+    if c.pos_emb != "rope" and (c.rope_scaling != "none" or c.rope_base != GPTConfig.rope_base):
+        raise ValueError(f"GPTConfig.rope_scaling and rope_base set rotary embeddings' angles; pos_emb={c.pos_emb!r}")
     if c.attn_window is not None and (not isinstance(c.attn_window, int) or c.attn_window < 1):
         raise ValueError(f"GPTConfig.attn_window={c.attn_window!r} must be a positive integer or None (full attention)")
     if not isinstance(c.loss_chunk, int) or c.loss_chunk < 0:

@@ -232,12 +232,12 @@ FLAGS = [
     Flag("head_dim", "each head's width; `None`: `n_embd / n_head`. Qwen3 sets it apart, so the heads together can "
          "be wider than the residual stream (`W_O` maps `n_head·head_dim` to `n_embd`)", values="`None`"),
     Flag("pos_emb", "rotary or learned absolute position embeddings"),
-    Flag("rope_base", "RoPE's base θ"),
+    Flag("rope_base", "RoPE's base θ (with `pos_emb='rope'` only)"),
     Flag("rope_scaling", "how RoPE runs past the trained length. `'none'`: its angles continued as trained; with "
          "`'ntk'` or `'yarn'`, `block_size` is `rope_factor` times the trained length and the angles are rescaled: "
          "NTK-aware, a larger base; YaRN, slow channel pairs interpolated, fast ones kept, logits sharpened "
          "(`python -m lab.evaluate --modes=length`)", 'GA Table 5 (context extended with YaRN)'),
-    Flag("rope_factor", "`rope_scaling`'s factor s (≥ 1)"),
+    Flag("rope_factor", "`rope_scaling`'s factor s: > 1 with `'ntk'` or `'yarn'`, 1 with `'none'`"),
     Flag("attn_window", "sliding-window attention: each query sees its last `attn_window` keys, itself included; "
          "`None`: every earlier key (`python -m lab.evaluate --modes=stream`)", values="`None`"),
     Flag("attn_keep_first", "with `attn_window`: the first positions every query sees as well, StreamingLLM's "

@@ -860,7 +860,9 @@ def test_flops_and_mfu(monkeypatch):
     (dict(rope_scaling="linear"), ["rope_scaling", "'yarn'"]),
     (dict(rope_factor=4.0), ["rope_factor", "rope_scaling", "'ntk'"]),
     (dict(rope_scaling="yarn", rope_factor=0.5), ["rope_factor", ">= 1"]),
+    (dict(rope_scaling="yarn"), ["rope_factor=1.0", "rope_scaling='yarn'", "does nothing"]),  # plain RoPE
     (dict(rope_scaling="ntk", rope_factor=2.0, pos_emb="learned"), ["rope_scaling", "learned"]),
+    (dict(rope_base=5e5, pos_emb="learned"), ["rope_base", "learned"]),
     (dict(attn_window=0), ["attn_window", "positive"]),
     (dict(attn_keep_first=4), ["attn_keep_first", "attn_window"]),
     (dict(attn_window=8, attn_keep_first=-1), ["attn_keep_first"]),
