@@ -4,23 +4,26 @@ The teacher's gradebook: one table of a class's result files.
     python exercises/gradebook.py FOLDER                 # writes FOLDER/gradebook.csv and FOLDER/gradebook.md
     python exercises/gradebook.py FOLDER --out=PREFIX    # writes PREFIX.csv and PREFIX.md (PREFIX/ a folder: in it)
 
-FOLDER holds the files the students wrote with `python exercises/check.py all --student=ID --result=ID.json`. Each
-*.json file in it becomes one row: the student, the file, whether its seal verifies and if not why, the exercises passed
-and the checks passed over all of them (partial credit: each exercise's checks stop at the first that fails, so it
-counts the checks passed before that one), each exercise's status, checks passed, hints_seen, first failing check and
-reason (the line the student saw: a syntax error, sys.exit(), which value was wrong), the seed and the date (in the CSV
-each count is two columns of plain numbers, passed and of how many: a spreadsheet reads "8/8" as a date).
+FOLDER holds the files the students wrote with `python exercises/check.py all --student=ID --result=ID.json`, in it or
+in its subfolders (a learning platform's download, a folder per student). Each *.json file there becomes one row: the
+student, the file (its path in FOLDER), whether its seal verifies and if not why, the exercises passed and the checks
+passed over all of them (partial credit: each exercise's checks stop at the first that fails, so it counts the checks
+passed before that one; both count an exercise the file lacks as none passed), each exercise's status, checks passed,
+hints_seen, first failing check and reason (the line the student saw: a syntax error, sys.exit(), which value was
+wrong), the seed and the date (in the CSV each count is two columns of plain numbers, passed and of how many: a
+spreadsheet reads "8/8" as a date).
 Each seal is checked as `check.py --verify` checks it, by check.py's own code, with $CHECK_SIGNING_KEY when it is set
 (set it to the key the files were signed with). The graded starter.py files are not checked: they are the students', not
 here; `check.py --verify=FILE` in a student's copy checks them. A row is flagged when its file cannot be read, is not a
 result file or does not verify, names no student, names a student another file names too, comes from the same checker
-run as another file (same date and seed: a copy under another name), lacks an exercise another file has (a partial
-hand-in; "exercises passed" counts against every exercise in the folder), says that an untouched starter.py passed (its
-checks or its result were edited), was graded on a reference solution of exercises/solutions/ verbatim, was graded
-by a check.py or checks.py other than this checkout's (the SHA-256 the file records of them), says that the student's
-code changed the checker's files (grading stopped there), or has an exercise that could not be checked where it was
-graded (status "setup": the sink lab's task was not prepared there): no file is left out of the table. The console
-summary lists each flagged file with its flags, and why it does not verify.
+run as another file (same date and seed: a copy under another name), has an exercise graded on the same file as another
+student's (its SHA-256: a copied starter.py), lacks an exercise another file has (a partial hand-in), says that an
+untouched starter.py passed (its checks or its result were edited), was graded on a reference solution of
+exercises/solutions/ verbatim, was graded by a check.py or checks.py other than this checkout's (the SHA-256 the file
+records of them), says that the student's code changed the checker's files (grading stopped there), or has an exercise
+that could not be checked where it was graded (status "setup": the sink lab's task was not prepared there) or whose
+trained runs were not there (08 and 11, "not filled" at runs_exist_and_match): no file is left out of the table. The
+console summary lists each flagged file with its flags, and why it does not verify.
 Exit status: 0 when no row is flagged, 1 when some are, 2 for bad input (no such folder, no result files in it).
 """
 
@@ -41,11 +44,13 @@ def usage_error(line):
     raise SystemExit(2)
 
 
-def read_row(path, key):
-    """One row of the gradebook for the result file at path: its fields, the exercises as {id: entry}, and flags."""
+def read_row(path, key, name=None):
+    """One row of the gradebook for the result file at path (name: as the table calls it, default its file name):
+    its fields, the exercises as {id: entry}, and flags."""
     result, problems = check.read_sealed(path, key)
-    row = {"file": os.path.basename(path), "verified": "no" if problems else "yes",
-           "why not": "; ".join(p.replace(path, os.path.basename(path)) for p in problems), "flags": []}
+    name = name or os.path.basename(path)
+    row = {"file": name, "verified": "no" if problems else "yes",
+           "why not": "; ".join(p.replace(path, name) for p in problems), "flags": []}
     if result is None:
         row.update(student="", exercises={}, passed=None, seed="", date="")
         # read_sealed's line for a file it could not open or parse as JSON; otherwise the JSON is not a result file
@@ -95,6 +100,26 @@ def flag_same_runs(rows):
         others = [f for f in files.get((str(row["date"]), str(row["seed"])), []) if f != row["file"]]
         if others:
             row["flags"].append("same checker run as " + ", ".join(others))
+
+
+def flag_same_code(rows):
+    """Flag an exercise graded on the same file as another student's (the same SHA-256; not the untouched starter,
+    which many share): two people rarely write one file byte for byte. Like the other digests, the student's to
+    write: it catches the plain copy of a starter.py, which a copied result file's flags do not."""
+    untouched = {check.file_digest(os.path.join(d, "starter.py")) for d in check.exercise_dirs()}
+    files = {}
+    for row in rows:
+        for i, e in row["exercises"].items():
+            if e.get("file_sha256") and e["file_sha256"] not in untouched:
+                files.setdefault((i, e["file_sha256"]), []).append(row)
+    for row in rows:
+        same = {}
+        for i, e in row["exercises"].items():
+            for other in files.get((i, e.get("file_sha256")), []):
+                if other["student"].casefold() != row["student"].casefold():  # one student graded twice: flagged
+                    same.setdefault(other["file"], []).append(i)  # already, as such
+        for other, ids in sorted(same.items()):
+            row["flags"].append(f"same code as {other} at {', '.join(ids)}")
 
 
 def flag_untouched_starters(rows):
@@ -180,6 +205,18 @@ def flag_not_checked_here(rows):
                                 "(python data/bigram_backcopy/prepare.py, then grade again)")
 
 
+def flag_runs_missing(rows):
+    """Flag an exercise whose code passed its checks up to the trained runs, which were not there where it was graded
+    (08 and 11: "not filled" at runs_exist_and_match): a student who did not train them, or a grading that did not
+    copy them (TEACHERS.md), not an exercise left undone."""
+    for row in rows:
+        ids = [i for i, e in row["exercises"].items() if e.get("status") == "not filled"
+               and e.get("first_failing_check") == "runs_exist_and_match"]
+        if ids:
+            row["flags"].append(f"{', '.join(ids)}: the code's checks passed; the trained runs (out/exercises/) were "
+                                "missing where it was graded")
+
+
 LEAD = ("student", "file", "verified", "why not", "exercises passed", "checks passed")  # before the exercises
 
 
@@ -190,10 +227,16 @@ def table(rows):
     for i in ids:
         header += [f"{i} status", f"{i} checks", f"{i} hints_seen", f"{i} first failing check", f"{i} reason"]
     header += ["seed", "date", "flags"]
+    totals = {}  # an exercise's number of checks, as the files that have it say (a missing one counts 0 of these)
+    for row in rows:
+        for i, e in row["exercises"].items():
+            if isinstance(e.get("total"), int):
+                totals[i] = max(totals.get(i, 0), e["total"])
     lines = []
     for row in rows:
         passed = f"{row['passed']}/{len(ids)}" if row["passed"] is not None else ""  # of every exercise here
         counts = [(e.get("passed"), e.get("total")) for e in row["exercises"].values()]
+        counts += [(0, totals[i]) for i in ids if i not in row["exercises"] and i in totals]
         counted = [(p, t) for p, t in counts if isinstance(p, int) and isinstance(t, int)]
         # partial credit: the checks passed before each exercise's first failing one (the checks stop there)
         checks = f"{sum(p for p, _ in counted)}/{sum(t for _, t in counted)}" if counted else ""
@@ -282,22 +325,36 @@ def as_markdown(header, lines, folder, key, flagged):
     return "\n".join(text) + "\n"
 
 
+def result_files(folder):
+    """The *.json files in folder and its subfolders (a learning platform's download: a folder per student, each
+    file perhaps named alike), as paths relative to folder, sorted; hidden files and folders are left out."""
+    names = []
+    for here, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        rel = os.path.relpath(here, folder)
+        names += [n if rel == "." else os.path.join(rel, n) for n in files
+                  if n.endswith(".json") and not n.startswith(".") and os.path.isfile(os.path.join(here, n))]
+    return sorted(names)
+
+
 def gradebook(folder, prefix, key=None, out=print):
     """Read every *.json result file in folder, write the gradebook to prefix.csv and prefix.md (atomically).
     Returns the number of flagged rows."""
-    names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and os.path.isfile(os.path.join(folder, n)))
+    names = result_files(folder)
     if not names:
-        usage_error(f"{folder} holds no *.json result files: collect there the files the students wrote with "
-                    "`check.py all --student=ID --result=ID.json`")
-    rows = [read_row(os.path.join(folder, n), key) for n in names]
+        usage_error(f"{folder} holds no *.json result files, nor do its subfolders: collect there the files the "
+                    "students wrote with `check.py all --student=ID --result=ID.json`")
+    rows = [read_row(os.path.join(folder, n), key, n) for n in names]
     flag_same_students(rows)
     flag_same_runs(rows)
+    flag_same_code(rows)
     flag_missing_exercises(rows)
     flag_untouched_starters(rows)
     flag_reference_solutions(rows)
     flag_changed_checker(rows)
     flag_other_checks(rows)
     flag_not_checked_here(rows)
+    flag_runs_missing(rows)
     rows.sort(key=lambda row: (row["student"].casefold() or "\uffff", row["file"]))  # no student: last
     header, lines = table(rows)
     flagged = sum(bool(row["flags"]) for row in rows)

@@ -257,12 +257,15 @@ def test_partial_credit_other_checks_and_a_stopped_grading_are_shown(tmp_path):
         "version of the exercises)"
     assert rows["cy.json"]["flags"].startswith("graded by checks other than this checkout's: check.py (")
     assert f"the student's code changed the checker's files at {second} (grading stopped there)" in \
-        rows["ed.json"]["flags"] and count(rows["ed.json"], "checks passed") == "8/16"
+        rows["ed.json"]["flags"] and count(rows["ed.json"], "checks passed") == "8/25"  # the exercise not graded: 0/9
     write("gus", [three[0], (3, 6, "setup", "runs_exist_and_match"), three[2]])  # graded where the task was missing
+    write("hal", [three[0], (3, 6, "not filled", "runs_exist_and_match"), three[2]])  # and where the runs were
     gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
-    gus = read_csv(tmp_path / "book.csv")["gus.json"]
+    gus, hal = (read_csv(tmp_path / "book.csv")[name] for name in ("gus.json", "hal.json"))
     assert gus[f"{second} status"] == "setup" and gus["flags"] == f"{second} not checked: the grading machine " \
         "lacked the sink lab's task (python data/bigram_backcopy/prepare.py, then grade again)", gus
+    assert hal["flags"] == f"{second}: the code's checks passed; the trained runs (out/exercises/) were missing " \
+        "where it was graded", hal
 
 
 def test_a_reader_that_stops_reading_gets_no_traceback(tmp_path):
@@ -344,3 +347,37 @@ def test_where_and_why_each_exercise_stopped_are_shown(tmp_path):
     assert items[3] == (f"- bo (bo.json), {second}: failed at numbers: =cmd() o = o \\* g, \\_\\_init\\_\\_ \\<b\\>bold"
                         "\\</b\\> \\[link\\](http://x) \\`code\\`"), items
     assert len(items) == 4, items  # not a "not filled" one, nor one without a reason
+
+
+def test_a_copied_file_and_a_folder_per_student_are_seen(tmp_path):
+    """A platform's download: a folder per student, every file named alike (check-result.json, the default): each is a
+    row, named by its path in the folder. An exercise graded on the same file as another student's (a copied
+    starter.py, graded by the copier) is flagged on both rows, not the untouched starter that many share nor one
+    student graded twice; checks passed counts a missing exercise as none of its checks."""
+    folder = tmp_path / "download"
+    untouched = check.file_digest(os.path.join(DIRS[2], "starter.py"))
+    digests = {"ann": ["a" * 64, "b" * 64, untouched], "bo": ["a" * 64, "c" * 64, untouched],
+               "cy": ["d" * 64, "b" * 64], "ann again": ["a" * 64]}
+    for student, files in digests.items():
+        (folder / student).mkdir(parents=True)
+        entries = [check.grade_entry(d, (0, 8, "not filled", "shapes") if f == untouched else (8, 8, "ok", None), 2.0,
+                                     digest=f) for d, f in zip(DIRS, files)]
+        date = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(1767254400 + next(RUNS)))
+        graded = check.grade_result(entries, date=date, student=student.split()[0])
+        check.write_result(str(folder / student / check.RESULT_FILE), graded)
+    (folder / ".hidden").mkdir()
+    (folder / ".hidden" / "x.json").write_text("{}", encoding="utf-8")
+    assert gradebook.result_files(str(folder)) == sorted(os.path.join(s, check.RESULT_FILE) for s in digests)
+    gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
+    rows = read_csv(tmp_path / "book.csv")
+    ann, again, bo, cy = (os.path.join(s, check.RESULT_FILE) for s in ("ann", "ann again", "bo", "cy"))
+    first, second, third = (os.path.basename(d)[:2] for d in DIRS)
+    assert sorted(rows) == sorted([ann, again, bo, cy]), rows
+    assert rows[ann]["flags"] == f"same student as {again}; same code as {bo} at {first}; same code as {cy} at " \
+        f"{second}", rows[ann]
+    assert rows[bo]["flags"] == f"same code as {again} at {first}; same code as {ann} at {first}", rows[bo]
+    assert rows[cy]["flags"] == f"same code as {ann} at {second}; graded 2 of 3 exercises (missing: {third})", rows[cy]
+    assert count(rows[cy], "checks passed") == "16/24", rows[cy]  # 03's 8 checks counted as 0 of 8
+    (tmp_path / "nothing" / "sub").mkdir(parents=True)
+    code, out, err = gradebook_cli(str(tmp_path / "nothing"))
+    assert code == 2 and "nor do its subfolders" in err, err
