@@ -376,6 +376,20 @@ def pick_device(name, local_rank=None):
     return name
 
 
+def check_attn_backend(backend, device):
+    """attn_backend='triton' where the fused kernel cannot run: one line, before a model is built (kernels'
+    _require_triton would say it as a traceback at the first forward)."""
+    if backend != "triton":
+        return
+    import kernels
+    reason = kernels.triton_unavailable()
+    if reason:
+        fail(f"attn_backend='triton': {reason}; or use --attn_backend=torch")
+    if not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
+        fail(f"attn_backend='triton' runs the fused kernel on a CUDA GPU; on {device} only in Triton's interpreter "
+             "(TRITON_INTERPRET=1 before the command: slow, for testing the kernel). Or use --attn_backend=torch")
+
+
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what train.py reads of what torchrun sets
 MASTER_VARS = ("MASTER_ADDR", "MASTER_PORT")  # where the processes meet, which torchrun sets too
 JOIN_TIMEOUT = 120  # seconds init_processes waits for the other processes; GATED_JOIN_TIMEOUT changes it

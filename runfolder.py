@@ -136,6 +136,8 @@ def writable_folder(folder, key="--out_dir"):
     there: a path that is a file, lies under a file or is not writable stops with one line, not after the work. An
     empty new folder changes no run. Writability is tried, not read from the permissions, which a read-only disk
     or a network filesystem can belie. Returns whether it made the folder (for claimed)."""
+    if not folder:
+        fail(f"{key}= is empty: name a folder, e.g. {key}=out/NAME")
     made = not os.path.isdir(folder)
     try:
         os.makedirs(folder, exist_ok=True)

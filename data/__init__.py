@@ -68,12 +68,15 @@ def check_training_data(name, data_dir, vocab_size, bos):
              f"{data_dir}. Prepare it first: {prepare_command(data_dir, name)}")
     read_meta(data_dir)  # a malformed meta.json is reported here
     largest = max_token_id(data_dir)
+    token = bos_token(data_dir) if bos else None
+    least = max(largest, -1 if token is None else token) + 1  # with bos=True, the BOS token is one of its ids too
     if largest >= vocab_size:
         fail(f"the shards in {data_dir} hold token id {largest} but the model has vocab_size={vocab_size}: "
-             f"the data was made with another tokenizer, or vocab_size must be at least {largest + 1}")
-    token = bos_token(data_dir) if bos else None
+             f"the data was made with another tokenizer, or vocab_size must be at least {least}"
+             + (f" (the BOS token, {token}, included)" if least > largest + 1 else ""))
     if token is not None and token >= vocab_size:
-        fail(f"bos=True anchors windows with token {token}, but the model has vocab_size={vocab_size}")
+        fail(f"bos=True anchors windows with token {token}, but the model has vocab_size={vocab_size}: vocab_size "
+             f"must be at least {least}, or --bos=False")
     return token
 
 

@@ -122,7 +122,7 @@ from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
 from model import GPT, GPTConfig
 from probe import MEASURE, MEASURES, SINK_HEAD_THRESHOLD, flops_per_token, peak_flops
 from runfolder import (BEST, CHECKPOINT, EVALUATED, LOG, MEASURED, MEASUREMENTS, atomic_write, claim_folder,
-    read_jsonl, result_set, saved_state, write_json, write_text)
+    read_jsonl, release_folder, result_set, saved_state, write_json, write_text)
 from train import TrainConfig, check_settings  # train.py's keys and its checks on them, to refuse a key before any run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above lab/
@@ -359,19 +359,21 @@ def run_tool(script, args):
 @contextlib.contextmanager
 def claimed(*folders):
     """Make this process the one owner of each folder (runfolder.claim_folder; a folder named twice, once) for the
-    with-block; a folder another process holds stops with one line naming that process."""
+    with-block; a folder another process holds stops with one line naming that process. A folder the block left
+    holding nothing but the claim's lock (the command failed before it wrote) is left as it was (release_folder)."""
     locks = []
     try:
         for folder in dict.fromkeys(os.path.realpath(f) for f in folders):
+            made, made_lock = not os.path.lexists(folder), not os.path.lexists(os.path.join(folder, ".lock"))
             try:
-                locks.append(claim_folder(folder))
+                locks.append((folder, claim_folder(folder), made, made_lock))
             except OSError as e:  # a file of that name, or a folder this user cannot write
                 fail(f"{folder} cannot be used as a folder ({e.strerror or e}): choose another --root or "
                      "--report_dir")
         yield
     finally:
-        for lock in locks:
-            lock.close()  # releases the lock
+        for folder, lock, made, made_lock in reversed(locks):  # (a report folder inside the root: first)
+            release_folder(folder, lock, made_lock, lambda folder=folder: os.listdir(folder) == [".lock"], made)
 
 
 def committed(folder):
@@ -405,7 +407,18 @@ def corpus_packages(purelib):
                    if d.metadata["Name"]}, key=str.lower)
 
 
-def prepare(name="pysrc"):
+CORPUS = "pysrc"  # the study's dataset (config/repro.py), which prepare builds
+
+
+def require_corpus(settings, data_dir):
+    """Stop with one line when the runs' dataset is the study's corpus and it is not prepared: `prepare` builds it
+    (train.py's own advice would name data/textdir/prepare.py, which makes another corpus from another folder)."""
+    if settings.get("dataset") == CORPUS and not find_shards(data_dir, "train"):
+        fail(f"the study's corpus {CORPUS!r} is not prepared in {data_dir}: run `python -m lab.repro prepare` first "
+             "(the .py files of the installed packages)")
+
+
+def prepare(name=CORPUS):
     """The study corpus: every .py file of the installed packages (de-duplicated, split by file), and beside it the
     list of those packages (CORPUS_PACKAGES), which a report of runs trained on it keeps: the corpus is built again
     from the same packages on the same Python."""
@@ -1164,6 +1177,8 @@ def main(argv):
         with claimed(root):  # a second `train` on this root would start the same runs beside these
             restore_runs(root, kept_from, settings)
             check_kept_data(root, settings)
+            if not all(finished(root, v, seed, settings["max_iters"]) for v, seed in runs):
+                require_corpus(settings, dataset_dir(settings.get("dataset", ""), settings.get("data_dir", "")))
             train(runs, root, keys, passed, settings)
     elif step == "restore":  # the kept runs back under root, so that `report` draws them again: no GPU, no data
         settings = study_settings(keys, passed)  # a bad --config stops here, before root is made

@@ -847,6 +847,7 @@ def test_train_names_and_keys(monkeypatch):
     monkeypatch.setattr(repro, "claim_folder", lambda folder: open(os.devnull))
     monkeypatch.setattr(repro, "restore_runs", lambda root, report_dir, settings: restored.append(root))
     monkeypatch.setattr(repro, "check_kept_data", lambda root, settings: None)
+    monkeypatch.setattr(repro, "require_corpus", lambda settings, data_dir: None)  # (the corpus need not be here)
     repro.main(["train", "g1_elementwise", "all", "g3", "--tiny", "--max_iters=5", "--compile"])
     runs, root, keys, passed, settings = calls[-1]
     # `all` is the study, in order; a name given twice trains once; any registry name may be added; one seed: 1337
@@ -877,6 +878,7 @@ def test_seeds_per_name_in_the_order_named(monkeypatch):
     monkeypatch.setattr(repro, "claim_folder", lambda folder: open(os.devnull))  # no folders made here
     monkeypatch.setattr(repro, "restore_runs", lambda *args: None)
     monkeypatch.setattr(repro, "check_kept_data", lambda root, settings: None)
+    monkeypatch.setattr(repro, "require_corpus", lambda settings, data_dir: None)
     repro.main(["train", "baseline:2", "g1_elementwise:2", "g1_headwise", "baseline", "g2_elementwise:1", "--seeds=3"])
     assert calls[-1][0] == [("baseline", 1337), ("baseline", 1338), ("g1_elementwise", 1337), ("g1_elementwise", 1338),
                             ("g1_headwise", 1337), ("g1_headwise", 1338), ("g1_headwise", 1339), ("baseline", 1339),
@@ -1024,6 +1026,20 @@ def test_a_first_run_that_cannot_start_stops_the_study(tmp_path, before):
     assert [(c["variant"], c["exit_code"] != 0) for c in commands] == [("baseline", True)]
     left = [p.name for p in (root / "baseline").rglob("*") if p.is_file()]
     assert left == ([] if before == "nothing" else ["log.jsonl"])  # train.py wrote nothing, replaced nothing
+
+
+def test_the_study_corpus_not_prepared_names_the_command_that_prepares_it(tmp_path, monkeypatch, capsys):
+    """The study's corpus (pysrc) not prepared: `train` names `python -m lab.repro prepare`, not train.py's advice for a
+    dataset of text files (data/textdir/prepare.py, which would build another corpus), before any run starts or an
+    estimate is printed; the root it claimed is left as it was (not there)."""
+    monkeypatch.setattr(repro, "launch", lambda *args: pytest.fail("a run started"))
+    root = tmp_path / "root"
+    with pytest.raises(SystemExit) as e:
+        repro.main(["train", "baseline", f"--root={root}", f"--report_dir={tmp_path / 'report'}",
+                    f"--data_dir={tmp_path / 'nothing'}"])
+    assert str(e.value.code) == f"error: the study's corpus 'pysrc' is not prepared in {tmp_path / 'nothing'}: run " \
+        "`python -m lab.repro prepare` first (the .py files of the installed packages)", e.value.code
+    assert "estimate" not in capsys.readouterr().out and not root.exists()
 
 
 BAD_KEYS = ["--gate=G1", "--n_head=3", "--n_layer=0", "--n_layer=abc", "--block_size=abc", "--batch_size=abc",

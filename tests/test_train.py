@@ -792,12 +792,36 @@ def test_a_new_run_never_starts_over_an_existing_run(stdlib_data, tmp_path):
     (["--block_size=1"], "block_size=1 is not valid; it must be at least 2 with bos=True"),  # windows of BOS alone
     (["--attn_window=8"], "attn_window=8 is a setting for a trained model, not for training"),  # the probe's
     (["--dtype=float16"], "dtype=float16 trains on a CUDA GPU only"),  # its loss scaling: CUDA's GradScaler
+    (["--out_dir="], "--out_dir= is empty: name a folder"),
 ])
 def test_mistaken_keys_and_meaningless_settings_are_refused_before_anything_is_written(stdlib_data, tmp_path, args, message):
     with pytest.raises(SystemExit) as exit_info:
         train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}"] + args)
     assert message in str(exit_info.value.code)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_fused_kernel_where_it_cannot_run_is_one_line_before_the_model(tmp_path, monkeypatch):
+    """--attn_backend=triton on a CPU without Triton's interpreter (kernels' own check would raise at the first
+    forward, a traceback after the run folder was made): one line first, with the two ways out."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(train, "Trainer", lambda *a, **k: pytest.fail("built the run before refusing the backend"))
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(TINY + [f"--out_dir={tmp_path / 'run'}", "--attn_backend=triton", "--device=cpu"])
+    message = str(exit_info.value.code)
+    assert message.startswith("error: attn_backend='triton' ") and "TRITON_INTERPRET=1" in message and \
+        "--attn_backend=torch" in message and "\n" not in message, message
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_vocabulary_without_room_for_the_bos_token_names_the_size_that_fits(stdlib_data, tmp_path):
+    """With bos=True the BOS token is an id of the data too: the least vocab_size either message names fits it."""
+    from data import bos_token, max_token_id
+    least = max(max_token_id(str(stdlib_data)), bos_token(str(stdlib_data))) + 1
+    for vocab in (10, least - 1):
+        with pytest.raises(SystemExit) as exit_info:
+            train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", f"--vocab_size={vocab}"])
+        assert f"vocab_size must be at least {least}" in str(exit_info.value.code), exit_info.value.code
 
 
 def test_wandb_missing_is_said_before_the_model_or_the_data(tmp_path, monkeypatch):
