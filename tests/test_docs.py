@@ -535,6 +535,9 @@ def test_the_suite_timing_script_times_the_readmes_test_command_as_ci_runs_it():
     page = time_suite.page(command, 630.4, "1 failed, 1 passed in 1.0s", files, 0.02, [],
                            ["FAILED tests/test_a.py::t2[x] - assert 0"])
     assert page.startswith(f"`{command}` in a fresh clone at ") and "its CPUs 2% busy" in page
+    import numpy
+    import torch
+    assert f", torch {torch.__version__}, Triton " in page and f", NumPy {numpy.__version__}, " in page  # the versions
     assert "- wall-clock: 630 s (10 min 30 s)" in page and "- pytest: 1 failed, 1 passed in 1.0s" in page
     assert "\n  - FAILED tests/test_a.py::t2[x] - assert 0\n" in page
     assert "add up to 5 s" in page and page.index("| tests/test_b.py | 1 | 3.0 |") < page.index("| tests/test_a.py")

@@ -47,16 +47,18 @@ def per_file(durations):
 
 
 def page(command, seconds, summary, files, busy_share, argv, failures=()):
-    code = "import torch, xdist; print(torch.__version__, xdist.__version__)"
-    torch_version, xdist_version = (subprocess.run([sys.executable, "-c", code], capture_output=True,
-                                                   text=True).stdout.split() + ["?", "?"])[:2]
+    code = ("import numpy, torch, xdist\ntry:\n    import triton; t = triton.__version__\nexcept ImportError:\n"
+            "    t = 'none'\nprint(torch.__version__, t, numpy.__version__, xdist.__version__)")
+    torch_version, triton_version, numpy_version, xdist_version = (subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True).stdout.split() + ["?"] * 4)[:4]
     found = cpu_flags()
     flags = f" ({', '.join(found)})" if found else ""
     idle = f"; its CPUs {busy_share:.0%} busy in the 2 s before it began" if busy_share is not None else ""
     at = commit().replace(" with uncommitted changes", "")  # the clone holds the commit, not the working tree
     total = sum(s for s, _ in files.values())
     out = [f"`{command}` in a fresh clone at {at}: {os.cpu_count()} cores, {cpu_name()}{flags}{idle}; Python "
-           f"{platform.python_version()}, torch {torch_version}, pytest-xdist {xdist_version}; "
+           f"{platform.python_version()}, torch {torch_version}, Triton {triton_version}, NumPy {numpy_version}, "
+           f"pytest-xdist {xdist_version}; "
            f"{time.strftime('%Y-%m-%d')} (`{' '.join(['python tests/time_suite.py', *argv])}`)", "",
            f"- wall-clock: {seconds:.0f} s ({int(seconds // 60)} min {seconds % 60:.0f} s)",
            f"- pytest: {summary}", *(f"  - {line}" for line in failures),
