@@ -21,6 +21,7 @@ import ctypes
 import dataclasses
 import difflib
 import glob
+import importlib.util
 import inspect
 import math
 import os
@@ -352,8 +353,10 @@ def run_config_file(arg, path, scope):
 # -----------------------------------------------------------------------------
 # Device and precision
 
-def pick_device(name, local_rank=None):
-    """'auto' -> cuda, else mps, else cpu. Under torchrun each process takes the GPU of its local rank."""
+def pick_device(name, local_rank=None, attn_backend="auto"):
+    """'auto' -> cuda, else mps, else cpu. Under torchrun each process takes the GPU of its local rank. With
+    attn_backend='triton' (the fused kernel), a device it cannot run on is one line here, not kernels.py's traceback
+    at the first forward (a Triton older than kernels.MIN_TRITON still is: this module loads none of the project's)."""
     import torch
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
@@ -373,21 +376,12 @@ def pick_device(name, local_rank=None):
              "use one of them, or --device=cuda")
     if kind == "mps" and not torch.backends.mps.is_available():
         fail(f"device={name!r} but MPS (Apple GPU) is not available here; use --device=cpu (or auto)")
-    return name
-
-
-def check_attn_backend(backend, device):
-    """attn_backend='triton' where the fused kernel cannot run: one line, before a model is built (kernels'
-    _require_triton would say it as a traceback at the first forward)."""
-    if backend != "triton":
-        return
-    import kernels
-    reason = kernels.triton_unavailable()
-    if reason:
-        fail(f"attn_backend='triton': {reason}; or use --attn_backend=torch")
-    if not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
-        fail(f"attn_backend='triton' runs the fused kernel on a CUDA GPU; on {device} only in Triton's interpreter "
+    if attn_backend == "triton" and importlib.util.find_spec("triton") is None:
+        fail("attn_backend='triton' needs the triton package (pip install triton); or use --attn_backend=torch")
+    if attn_backend == "triton" and kind != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        fail(f"attn_backend='triton' runs the fused kernel on a CUDA GPU; on {name} only in Triton's interpreter "
              "(TRITON_INTERPRET=1 before the command: slow, for testing the kernel). Or use --attn_backend=torch")
+    return name
 
 
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what train.py reads of what torchrun sets

@@ -28,9 +28,8 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
 
 # cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
-from cli import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, check_attn_backend, check_choice, configure, dataset_dir,
-                 fail, free_memory, init_processes, keep_freed_memory, pick_device, processes, run_main,
-                 sdpa_preference)
+from cli import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, check_choice, configure, dataset_dir, fail, free_memory,
+                 init_processes, keep_freed_memory, pick_device, processes, run_main, sdpa_preference)
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -123,8 +122,7 @@ def main(argv=None):
             check_settings(c)
             folder.check_new_run(c)
             # the device, and one process per GPU under torchrun
-            device = pick_device(c.device, local_rank if ddp else None)
-            check_attn_backend(c.attn_backend, device)
+            device = pick_device(c.device, local_rank if ddp else None, c.attn_backend)
             device_type = device.split(":")[0]
             keep_freed_memory(device_type)  # a CPU run reuses the memory each step frees (cli.keep_freed_memory)
             if ddp:
