@@ -3,6 +3,7 @@ Make the copy of the project a student gets: the tutorial, the exercises without
 project files the tutorial and the checks use. For teachers; it is not part of the copy.
 
     python exercises/make_student_copy.py DEST      # DEST must not exist, or be an empty folder
+    python exercises/make_student_copy.py DEST --work=FOLDER   # and a student's work in it, to grade it yourself
 
 What is copied is a fixed list (TOP_FILES: the README's files, requirements-test.txt and .ci/run among them;
 TOP_DIRS: the lab/ package, config/, data/, tests/, ...) and the core: every top-level *.py (model.py, cli.py,
@@ -15,6 +16,13 @@ leads back here. Before it reports success, the copy is searched for every refer
 (those found in no starter, checks.py, statement nor project file; the tests do not count, since they are copied
 too), and every relative link of its Markdown files must lead to a file or folder of the copy; a copy that holds a
 solution's line or a broken link is deleted.
+
+--work=FOLDER: then the work of one student, collected in FOLDER laid out as their copy (their copy itself will do),
+is put in place: each exercise's exercises/NN_*/starter.py, the hints record exercises/.hints-seen.json and the two
+runs each of exercises 08 and 11 trained (out/exercises/08/, out/exercises/11/), nothing else; what FOLDER lacks stays
+as the copy has it (an untouched starter, no run), and the command says what it lacks. A symbolic link among those
+files is refused (the copy is deleted): grading would read whatever it points at. Then grade in the copy
+(exercises/TEACHERS.md, "Grading the files yourself").
 """
 
 import fnmatch
@@ -176,15 +184,79 @@ def make_copy(dest, source=REPO):
     return len(files)
 
 
+WORK_RUNS = ("08", "11")  # the exercises whose checks read runs the student trained, out/exercises/NN/
+HINTS = ".hints-seen.json"  # in exercises/: how far into each exercise's hints the student asked (check.py)
+
+
+def work_files(work):
+    """(found, missing): a student's work in the folder `work`, as paths relative to it (and to a copy), and what it
+    lacks of it (see --work above). A symbolic link is refused, never followed."""
+    def no_link(rel):
+        for i in range(1, len(rel.split(os.sep)) + 1):
+            path = os.path.join(work, *rel.split(os.sep)[:i])
+            if os.path.islink(path):
+                raise SystemExit(f"error: {path} is a symbolic link: grading would read whatever it points at; "
+                                 "collect the student's files as plain files")
+    names = sorted(d for d in os.listdir(HERE) if re.match(r"\d\d_", d) and os.path.isdir(os.path.join(HERE, d)))
+    wanted = [os.path.join("exercises", n, "starter.py") for n in names] + [os.path.join("exercises", HINTS)]
+    for rel in wanted:
+        no_link(rel)
+    found = [rel for rel in wanted if os.path.isfile(os.path.join(work, rel))]
+    missing = [rel for rel in wanted if rel not in found]
+    for number in WORK_RUNS:
+        top = os.path.join("out", "exercises", number)
+        no_link(top)
+        runs = []
+        for root, dirs, files in os.walk(os.path.join(work, top)):  # (a link among dirs is listed, not entered)
+            dirs.sort()
+            rel_root = os.path.relpath(root, work)
+            for name in dirs + files:
+                no_link(os.path.join(rel_root, name))
+            runs += [os.path.join(rel_root, f) for f in sorted(files) if os.path.isfile(os.path.join(root, f))]
+        found += runs
+        if not runs:
+            missing.append(top + os.sep)
+    return found, missing
+
+
+def add_work(dest, work):
+    """Put a student's work (work_files) from the folder `work` into the fresh copy dest; returns work_files'. On
+    any failure the copy is deleted, as make_copy deletes one it could not finish."""
+    try:
+        found, missing = work_files(work)
+        for rel in found:
+            os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
+            shutil.copyfile(os.path.join(work, rel), os.path.join(dest, rel))
+    except BaseException as e:
+        shutil.rmtree(dest, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise SystemExit(f"error: copying the work of {work} failed ({e}), so the copy was deleted") from None
+        raise
+    return found, missing
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0].startswith("-"):
+    work = next((a[len("--work="):] for a in argv if a.startswith("--work=")), None)
+    args = [a for a in argv if not a.startswith("--work=")]
+    if len(args) != 1 or args[0].startswith("-") or work == "":
         print(__doc__.strip())
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    n = make_copy(argv[0])
-    print(f"wrote {n} files to {argv[0]}: hand it out; students check their work with "
-          f"`python exercises/check.py 01` there, and `python exercises/check.py all --student=ID --result=ID.json` "
-          "for a grade (collect those files; `python exercises/gradebook.py FOLDER` makes them one table)")
+        return 0 if args and args[0] in ("-h", "--help") else 2
+    if work is not None and not os.path.isdir(work):
+        raise SystemExit(f"error: --work={work} is no folder: give the folder of one student's collected files, laid "
+                         "out as their copy")
+    n = make_copy(args[0])
+    if work is None:
+        print(f"wrote {n} files to {args[0]}: hand it out; students check their work with "
+              "`python exercises/check.py 01` there, and `python exercises/check.py all --student=ID "
+              "--result=ID.json` for a grade (collect those files; `python exercises/gradebook.py FOLDER` makes them "
+              "one table)")
+        return 0
+    found, missing = add_work(args[0], work)
+    print(f"wrote {n} files to {args[0]}, and {len(found)} of the student's from {work}" +
+          (f"; {work} lacks {', '.join(missing)} (left as the copy has it)" if missing else "") +
+          ". Grade there: `python data/bigram_backcopy/prepare.py`, then `CHECK_SIGNING_KEY=<your secret> python "
+          "exercises/check.py all --student=ID --result=ID.json` (exercises/TEACHERS.md)")
     return 0
 
 

@@ -538,6 +538,46 @@ def with_solution(copy, name):
         (copy / "exercises" / name / "starter.py").write_text(f.read(), encoding="utf-8")
 
 
+@needs_copier
+def test_a_fresh_copy_takes_one_students_work_to_grade_it(tmp_path):
+    """--work=FOLDER: the student's starters, hints record and 08/11 runs (nothing else) go into the fresh copy, what
+    the folder lacks is said and left as the copy has it; a symbolic link among them is refused and the copy deleted;
+    a --work that is no folder is one line, before any copy."""
+    work = tmp_path / "ann"
+    (work / "exercises" / NAMES[0]).mkdir(parents=True)
+    (work / "exercises" / NAMES[0] / "starter.py").write_text("ANSWER = 'ann'\n", encoding="utf-8")
+    (work / "exercises" / ".hints-seen.json").write_text('{"01": 2}\n', encoding="utf-8")
+    (work / "exercises" / NAMES[0] / "notes.txt").write_text("not work\n", encoding="utf-8")
+    (work / "out" / "exercises" / "08" / "g1").mkdir(parents=True)
+    (work / "out" / "exercises" / "08" / "g1" / "ckpt.pt").write_bytes(b"run")
+    (work / "model.py").write_text("# the student's own model.py: not theirs to hand in\n", encoding="utf-8")
+
+    def copy(dest, *args):
+        return subprocess.run([sys.executable, os.path.join(EXERCISES, "make_student_copy.py"), str(dest), *args],
+                              capture_output=True, text=True, timeout=120)
+    done = copy(tmp_path / "grade-ann", f"--work={work}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    dest = tmp_path / "grade-ann"
+    assert (dest / "exercises" / NAMES[0] / "starter.py").read_text(encoding="utf-8") == "ANSWER = 'ann'\n"
+    assert (dest / "exercises" / ".hints-seen.json").read_text(encoding="utf-8") == '{"01": 2}\n'
+    assert (dest / "out" / "exercises" / "08" / "g1" / "ckpt.pt").read_bytes() == b"run"
+    assert not (dest / "exercises" / NAMES[0] / "notes.txt").exists()
+    assert (dest / "model.py").read_text(encoding="utf-8") == open(os.path.join(REPO, "model.py")).read()
+    assert (dest / "exercises" / NAMES[1] / "starter.py").read_text(encoding="utf-8") == \
+        open(os.path.join(EXERCISES, NAMES[1], "starter.py"), encoding="utf-8").read()  # not handed in: untouched
+    said = done.stdout
+    assert "and 3 of the student's" in said and f"exercises/{NAMES[1]}/starter.py" in said and \
+        "out/exercises/11/" in said and "out/exercises/08/" not in said, said
+    (work / "exercises" / NAMES[1]).mkdir()
+    os.symlink(os.path.join(REPO, "model.py"), work / "exercises" / NAMES[1] / "starter.py")
+    refused = copy(tmp_path / "grade-ann-2", f"--work={work}")
+    assert refused.returncode != 0 and "is a symbolic link" in refused.stderr and \
+        len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert not (tmp_path / "grade-ann-2").exists()
+    none = copy(tmp_path / "grade-bo", f"--work={tmp_path / 'bo'}")
+    assert none.returncode != 0 and "is no folder" in none.stderr and not (tmp_path / "grade-bo").exists()
+
+
 @needs_solutions
 def test_grading_passes_with_the_solutions_and_mixes(tmp_path):
     copy = make_copy(tmp_path)
