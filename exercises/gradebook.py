@@ -102,11 +102,16 @@ def flag_same_runs(rows):
             row["flags"].append("same checker run as " + ", ".join(others))
 
 
+def untouched_starters():
+    """{exercise id: the SHA-256 of this checkout's untouched starter.py}."""
+    return {os.path.basename(d)[:2]: check.file_digest(os.path.join(d, "starter.py")) for d in check.exercise_dirs()}
+
+
 def flag_same_code(rows):
     """Flag an exercise graded on the same file as another student's (the same SHA-256; not the untouched starter,
     which many share): two people rarely write one file byte for byte. Like the other digests, the student's to
     write: it catches the plain copy of a starter.py, which a copied result file's flags do not."""
-    untouched = {check.file_digest(os.path.join(d, "starter.py")) for d in check.exercise_dirs()}
+    untouched = set(untouched_starters().values())
     files = {}
     for row in rows:
         for i, e in row["exercises"].items():
@@ -126,8 +131,7 @@ def flag_untouched_starters(rows):
     """Flag an exercise that "passed" with the untouched starter.py (its SHA-256 is this checkout's starter's): that
     file fails every check, so the checks or the result were edited. The SHA-256 in a result file is the student's to
     write, so a row without this flag proves nothing: it catches the plain edits, not a careful forger."""
-    untouched = {os.path.basename(d)[:2]: check.file_digest(os.path.join(d, "starter.py"))
-                 for d in check.exercise_dirs()}
+    untouched = untouched_starters()
     for row in rows:
         ids = [i for i, e in row["exercises"].items() if e.get("status") == "passed" and e.get("file_sha256")
                and e.get("file_sha256") == untouched.get(i)]

@@ -121,8 +121,9 @@ from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict
 from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
 from model import GPT, GPTConfig
 from probe import MEASURE, MEASURES, SINK_HEAD_THRESHOLD, flops_per_token, peak_flops
-from runfolder import (BEST, CHECKPOINT, EVALUATED, LOG, MEASURED, MEASUREMENTS, atomic_write, claim_folder,
-    read_jsonl, release_folder, result_set, saved_state, write_json, write_text)
+from runfolder import (BEST, CHECKPOINT, EVALUATED, LOG, MEASURED, MEASUREMENTS, atomic_write, read_jsonl,
+    result_set, saved_state, write_json, write_text)
+from runfolder import claimed as claimed_folder
 from train import TrainConfig, check_settings  # train.py's keys and its checks on them, to refuse a key before any run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above lab/
@@ -358,22 +359,17 @@ def run_tool(script, args):
 
 @contextlib.contextmanager
 def claimed(*folders):
-    """Make this process the one owner of each folder (runfolder.claim_folder; a folder named twice, once) for the
-    with-block; a folder another process holds stops with one line naming that process. A folder the block left
-    holding nothing but the claim's lock (the command failed before it wrote) is left as it was (release_folder)."""
-    locks = []
-    try:
+    """runfolder.claimed for each folder (a folder named twice, once) for the with-block: this process their one
+    owner, a folder another process holds one line naming that process, and a folder the block left holding nothing
+    but the claim's lock (the command failed before it wrote) left as it was."""
+    with contextlib.ExitStack() as claims:  # (released in reverse: a report folder inside the root first)
         for folder in dict.fromkeys(os.path.realpath(f) for f in folders):
-            made, made_lock = not os.path.lexists(folder), not os.path.lexists(os.path.join(folder, ".lock"))
             try:
-                locks.append((folder, claim_folder(folder), made, made_lock))
+                claims.enter_context(claimed_folder(folder))
             except OSError as e:  # a file of that name, or a folder this user cannot write
                 fail(f"{folder} cannot be used as a folder ({e.strerror or e}): choose another --root or "
                      "--report_dir")
         yield
-    finally:
-        for folder, lock, made, made_lock in reversed(locks):  # (a report folder inside the root: first)
-            release_folder(folder, lock, made_lock, lambda folder=folder: os.listdir(folder) == [".lock"], made)
 
 
 def committed(folder):

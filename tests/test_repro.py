@@ -3,6 +3,7 @@
 lab.bench times; no cycle)."""
 
 import ast
+import contextlib
 import dataclasses
 import glob
 import json
@@ -844,7 +845,7 @@ def test_train_names_and_keys(monkeypatch):
     calls, restored = [], []
     monkeypatch.setattr(repro, "train", lambda *args: calls.append(args))
     # no folders made here: not the root's lock, nor the kept runs restored into it (the root is under the checkout)
-    monkeypatch.setattr(repro, "claim_folder", lambda folder: open(os.devnull))
+    monkeypatch.setattr(repro, "claimed_folder", lambda folder: contextlib.nullcontext())
     monkeypatch.setattr(repro, "restore_runs", lambda root, report_dir, settings: restored.append(root))
     monkeypatch.setattr(repro, "check_kept_data", lambda root, settings: None)
     monkeypatch.setattr(repro, "require_corpus", lambda settings, data_dir: None)  # (the corpus need not be here)
@@ -875,7 +876,7 @@ def test_seeds_per_name_in_the_order_named(monkeypatch):
     once (a plan for a GPU available for a fixed time puts what matters most first)."""
     calls = []
     monkeypatch.setattr(repro, "train", lambda *args: calls.append(args))
-    monkeypatch.setattr(repro, "claim_folder", lambda folder: open(os.devnull))  # no folders made here
+    monkeypatch.setattr(repro, "claimed_folder", lambda folder: contextlib.nullcontext())  # no folders made here
     monkeypatch.setattr(repro, "restore_runs", lambda *args: None)
     monkeypatch.setattr(repro, "check_kept_data", lambda root, settings: None)
     monkeypatch.setattr(repro, "require_corpus", lambda settings, data_dir: None)
