@@ -1704,7 +1704,9 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
     if problems:
         out(f"error: {problems[0]}")
         return 1
-    out(f"result written to {os.path.relpath(result_path)}" + (" (signed)" if key else "") +
+    shown = os.path.relpath(result_path)  # as short as it can be, but never a path up and out of here (../me.json)
+    shown = result_path if shown.startswith(os.pardir) else shown
+    out(f"result written to {shown}" + (" (signed)" if key else "") +
         (f" for {student}" if student else ""))
     if not student:
         out("note: no --student=NAME_OR_ID given, so the file names no one: your teacher will need it "

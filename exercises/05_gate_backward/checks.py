@@ -89,7 +89,7 @@ def check_trap_dg_missing_sigmoid_derivative(student):
 
 
 def check_trap_dg_one_minus_s_only(student):
-    """dg with the ungated y: not dout * y * (1 - s)"""
+    """dg: the sigmoid's whole derivative, not one factor of it"""
     y, g, dout = _inputs("elementwise", seed=4)
     _, dg = _backward(student, dout, y, g)
     if same(dg, dout * y * (1 - torch.sigmoid(g))):
