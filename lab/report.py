@@ -319,11 +319,12 @@ def fmt_tokens(n):
 def fmt_difference(c, stat):
     """A claim's estimate with Welch's interval and its degrees of freedom: a ratio (×) or a difference (signed), as
     comparison says; without an interval (one seed on a side), the estimate alone."""
-    spec = ".2f" if stat == "ratio" else "+.4f"
-    estimate = f"×{c['estimate']:{spec}}" if stat == "ratio" else f"{c['estimate']:{spec}}"
+    def fmt(x):  # a ratio below 0.1 to two significant digits: an interval's 0.0047 must not read as 0.00
+        return f"{x:+.4f}" if stat != "ratio" else f"{x:.2f}" if abs(x) >= 0.1 else f"{x:.2g}"
+    estimate = ("×" if stat == "ratio" else "") + fmt(c["estimate"])
     if c["lo"] is None:
         return f"{estimate} (no interval: one seed)"
-    return f"{estimate} [{c['lo']:{spec}}, {c['hi']:{spec}}], df {c['df']:.1f}"
+    return f"{estimate} [{fmt(c['lo'])}, {fmt(c['hi'])}], df {c['df']:.1f}"
 
 
 def status(rs):
@@ -364,7 +365,9 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
         f"the same {val['batches'] * val['batch_size']:,} validation windows ({val['batches']} x {val['batch_size']}, "
         f"{fmt_tokens(val['batches'] * val['batch_size'] * windows['block_size'])} tokens"
         f"{', each starting with <|endoftext|>' if windows['bos'] else ''}; {val['source']})."
-        + "".join(f" Note: {note}." for note in val.get("data_notes", ()))]
+        + "".join(f" Note: {note}." for note in val.get("data_notes", ()))
+        + (f" Left out, not finished (the same `train` command continues them): {'; '.join(result['left_out'])}."
+           if result.get("left_out") else "")]
     by = {}
     for r in records:
         by.setdefault(r["variant"], []).append(r)
@@ -426,7 +429,8 @@ def counts_section(counts):
     lines = ["", "## Seeds that grew a sink head", "",
              f"{counts['rule']} A run has a sink head when some head, in some layer, puts more than "
              f"{counts['threshold']} of its attention on the first token (its F-Attn, averaged over the validation "
-             "windows).", "",
+             "windows). Whether a variant grows a sink is decided here, on these counts; the claims on F-Attn in the "
+             "next section say how much attention the sink takes, and their verdicts do not decide it.", "",
              "| variant | seeds with a sink head | rate [95% CI, Clopper-Pearson] |", "| --- | --- | --- |"]
     lines += [f"| {v} | {r['k']} of {r['n']} | {r['k'] / r['n']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}] |"
               for v, r in rates.items()]
@@ -534,7 +538,8 @@ def measured_section(by, variants):
             f"share of heads whose F-Attn exceeds {SINK_HEAD_THRESHOLD} (Gu et al. 2025); "
             "M-Act: max |h| of each layer's output in a window; all averaged over layers (GA §4.3) and windows. Peak "
             "act: the largest |h| of any layer in a window (GN's residual-stream maximum). Gate: mean score and share "
-            "of scores below 0.1. Loss spikes: per run (probe.count_spike)." + old_sink_share(by), ""] + \
+            "of scores below 0.1. Loss spikes: per run (probe.count_spike). Each run's own values: summary.md, beside "
+            "this report." + old_sink_share(by), ""] + \
         markdown_table(["variant", "seeds", "lr", "runs"] + [m.label for m in shown], rows) + ["", legend]
 
 

@@ -27,8 +27,8 @@ The first word is the step. `train` and `evaluate` take variant names: `all` is 
 one-model-each part, `sweep` its learning-rate sweep, and any other name of variants.VARIANTS (g3, glu, ...)
 that variant too. After `train`, NAME:N gives each variant NAME names N seeds instead of --seeds' number (baseline:2,
 models:3). The runs start in the order named (a variant's seeds one after another), so name first what matters
-most. --seeds=N trains each variant with N seeds, the config's seed, +1, ...: the seed changes the initialisation and
-the order of the training data. --parallel=K runs K trainings side by side on the one device, which pays only where
+most. --seeds=N trains each variant with N seeds, the config's seed (1337; --seed=S: S), +1, ...: the seed changes
+the initialisation and the order of the training data. --parallel=K runs K trainings side by side on the one device, which pays only where
 one run leaves it idle (on a 2-core CPU, the sink lab's tiny runs; not config/repro.py's model on an H100 or H200,
 where two side by side each took twice as long as one alone); each run's output then goes to
 <root>/logs/<variant>-seed<N>.txt. --budget_min=M starts no run that would end, by the time estimate below, more
@@ -39,7 +39,10 @@ to measure). --tiny is a CPU-sized smoke test of the whole pipeline on the defau
 
 Every other --key=value after `train` is a train.py key and goes to every run, after the variant's own
 flags, so it wins; it is checked as train.py checks it (python train.py --help lists them) before any run is restored
-or started, and a key train.py would refuse stops the runner with train.py's own line. After `evaluate` it is a key of
+or started, and a key train.py would refuse stops the runner with train.py's own line. Keys that make a variant
+(VARIANT_KEYS: gate, gate_act, norm, ...; the sweep's learning rate) are refused there: the report names
+and compares a run as the variant of its folder, so a setting of your own is a variant of its own (lab/variants.py),
+or goes in a --config=FILE, which `report` is given too and checks each run against. After `evaluate` it is a key of
 lab/evaluate.py (--modes=quant, --windows=128, ...): `evaluate` runs it on every trained seed of the variants named
 (default: `models`) and writes to <report_dir>/evaluate/; `report` then adds a section of their numbers, averaged
 over seeds.
@@ -54,8 +57,8 @@ and figures to the report); lab/evaluate.py's summary.json.
 When a new run stops before its first evaluation (missing data, say), the others would stop the same way, so the
 runner starts no more, and exits with status 1. A run that fails otherwise is recorded and the others go on; `train`
 then exits with status 4 (RUNS_FAILED_EXIT), naming the failed runs last, so that the report of the others can
-follow. A diverged run (train.py's exit status 3) is a result, not a failure. --out_dir, --init_from and --seed are
-the runner's to set.
+follow. A diverged run (train.py's exit status 3) is a result, not a failure. --out_dir and --init_from are the
+runner's to set, and each run's --seed (--seed=S sets the first).
 
 Each run goes to <root>/<variant>/seed<N>/ and is nothing more than `python train.py <the study's config>
 --out_dir=<root>/<variant>/seed<N> --seed=<N> <the variant's flags> <your keys>`, printed before it starts so
@@ -64,7 +67,8 @@ the report lists the commands actually run. An interrupted study is resumed by t
 log reaches max_iters is skipped, a run with a checkpoint continues (--init_from=resume), a run stopped before its
 first checkpoint (a new run saves only its initial state, as best.pt) starts again (--overwrite=True: no training is
 lost), the rest start. Ctrl-C stops the runs as train.py stops on it, their files whole, and the runner with one line
-(exit status 130).
+(exit status 130). `report` draws the finished runs alone: a run stopped before max_iters is no seed yet, and
+REPORT.md names it.
 Before it starts, `train` prints an estimate of the time it will take (from the speed of the runs it already timed at
 this --parallel, or from the model's FLOPs on a GPU it knows); --budget_min uses the same estimate, updated as runs
 end.
@@ -136,7 +140,7 @@ class Keys:
     root: str = ""  # where the runs are; "": the study's (out-repro; out-repro-tiny with --tiny)
     report_dir: str = ""  # report/evaluate write here, train/restore find kept runs here; "": <root>/report
     tiny: bool = False  # a CPU smoke test of the pipeline: tiny model, few steps, concludes nothing
-    seeds: int = 1  # seeds per variant: the config's seed, seed + 1, ...
+    seeds: int = 1  # seeds per variant: the config's seed (train's --seed=S: S), seed + 1, ...
     parallel: int = 1  # runs side by side on the one device
     budget_min: float = 0.0  # start no run estimated to end later than this many minutes after train began; 0: none
     config: str = ""  # a config file applied after the study's (config/repro_sink.py: the sink's levers)
@@ -144,6 +148,9 @@ class Keys:
 
 KEYS = {f.name for f in fields(Keys)}
 SET_BY_REPRO = ("out_dir", "init_from", "seed")  # train.py keys that the runner decides for every run
+# the model flags some variant sets (gate, gate_act, norm, ...): with the study's config and a variant's own training
+# keys (the sweep's learning rate), what makes a run the variant its folder names
+VARIANT_KEYS = tuple(sorted({k for v in VARIANTS.values() for k in v.flags}))
 SET_FOR_EVALUATE = ("runs", "labels", "out_dir", "pretrained")  # lab/evaluate.py keys that the runner decides
 COMMANDS = "commands.jsonl"  # under the root: every train.py command run, with its exit code and time
 RUNS_FAILED_EXIT = 4  # `train`'s exit status when runs failed and the others ran: the report can follow (study.sh)
@@ -485,6 +492,20 @@ def study_settings(keys, extra):
     c = train_config([study.config] + ([keys.config] if keys.config else []) +
                      [f"--{k}={v}" for k, v in tiny.items()] + list(extra))
     return {k: getattr(c, k) for k in dict.fromkeys(names)}  # each as train.py types it (--compile: True)
+
+
+def check_no_variant_keys(extra, variants):
+    """The user's keys may change the study's settings for every run, but not what makes a run the variant it is
+    named after: the report would name and compare it as that variant (GA's sigmoid rows beside a SiLU gate)."""
+    for w in extra:
+        key = w[2:].partition("=")[0]
+        own = [v for v in sorted(variants) if key in VARIANTS[v].train]
+        if key in VARIANT_KEYS or own:
+            what = f"what {own[0]} is" if own else "what a variant is (gate, gate_act, norm, ...: lab.repro.VARIANT_KEYS)"
+            fail(f"{w} would change {what}, and the report would still name and compare each run as the variant of "
+                 "its folder: give a setting of your own a variant of its own (one line in lab/variants.py: "
+                 "docs/flags.md, 'Adding a variant of your own'), or, for every run of the study, put it in a "
+                 "--config=FILE, which `report` takes too")
 
 
 def check_run_keys(runs, root, keys, extra):
@@ -906,15 +927,67 @@ def analyze_runs(root, runs):
     return summary, windows
 
 
-def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings=()):
-    """The report of every trained run under root, into out_dir; settings: the names of the study's settings, in
-    which its runs must not differ beyond what their variants set."""
+def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings=(), config=""):
+    """The report of every finished run under root, into out_dir; settings: the names of the study's settings, in
+    which its runs must not differ beyond what their variants set; config: the --config the study was trained with.
+    A run not finished (stopped before max_iters, not diverged) is left out, and named: it is no seed yet."""
     runs = trained_runs(root, study.variants)
     if not runs:
         fail(f"no trained runs under {root}/: run `python -m lab.repro train all --study={study.name}"
              f"{' --tiny' if tiny else ''}` first")
     with claimed(root, out_dir):  # no training, evaluation or other report while this one reads and writes
-        write_report(root, out_dir, tiny, report_command, study, settings, runs)
+        trained = {run: run_settings(root, *run) for run in runs}
+        stopped = [(v, seed) for v, seed in runs if not finished(root, v, seed, trained[(v, seed)]["max_iters"])]
+        left_out = []
+        for v, seed in stopped:
+            log = read_jsonl(os.path.join(run_dir(root, v, seed), LOG))
+            left_out.append(f"{v} seed {seed} (iter {log[-1].get('iter', 0) if log else 0} of "
+                            f"{trained[(v, seed)]['max_iters']})")
+            print(f"note: {left_out[-1]} left out: not finished, so no seed yet (the same `train` command continues "
+                  "it)", flush=True)
+        runs = [run for run in runs if run not in stopped]
+        if not runs:
+            fail(f"no finished runs under {root}/ to report ({'; '.join(left_out)}): the `train` command that started "
+                 "them continues them")
+        wrong = mislabelled([{"variant": v, "seed": seed, "train_config": trained[(v, seed)]} for v, seed in runs],
+                            tiny, config, study, "") + \
+            mislabelled(kept_records(out_dir), tiny, config, study, " (kept in the report)")
+        if wrong:
+            fail(f"{wrong[0]}{'; ...' if len(wrong) > 1 else ''}: not what the study's config and the variant make of "
+                 f"it (--study={study.name}{f', --config={config}' if config else ''}), so the report would name and "
+                 "compare it as what it is not: report it with the --study and --config it was trained with, or move "
+                 "it (and a report that keeps it: --report_dir) aside")
+        write_report(root, out_dir, tiny, report_command, study, settings, runs, left_out)
+
+
+def run_settings(root, variant, seed):
+    """The train.py settings a run was trained with: its checkpoint's, or those its kept measurement records."""
+    folder = run_dir(root, variant, seed)
+    try:
+        state = saved_state(os.path.join(folder, CHECKPOINT), settings=True)
+    except ValueError as e:
+        fail(str(e))
+    if state is not None:
+        return state[2]
+    with open(os.path.join(folder, MEASURED + ".json")) as f:  # (trained_runs checked that it reads)
+        return json.load(f)["train_config"]
+
+
+def mislabelled(records, tiny, config, study, where):
+    """'variant seed N: key=theirs (the variant: ours)' for each run (records of variant, seed, train_config) whose
+    VARIANT_KEYS or own training keys are not what the study's config and its variant make them. A key a run
+    lacks (trained before that flag existed) is taken as it was then."""
+    out, want = [], {}
+    for r in records:
+        v = r["variant"]
+        if v not in want:
+            want[v] = train_config(train_command(v, 0, "", tiny, config=config, study=study)[2:])
+        off = [f"{k}={r['train_config'][k]!r} (the study's {v}: {getattr(want[v], k)!r})"
+               for k in VARIANT_KEYS + tuple(VARIANTS[v].train)
+               if k in r["train_config"] and json.dumps(r["train_config"][k]) != json.dumps(getattr(want[v], k))]
+        if off:
+            out.append(f"{v} seed {r['seed']}{where} was trained with {', '.join(dict.fromkeys(off))}")
+    return out
 
 
 OLDER = "measured by the older probe: "  # comparable's mark, in a run's values, of a measure it left out
@@ -929,9 +1002,9 @@ def comparable(run, values):
     return {key: a for key, a in values.items() if key != "sink_share"} | {OLDER + "sink_share": True}
 
 
-def write_report(root, out_dir, tiny, report_command, study, settings, runs):
+def write_report(root, out_dir, tiny, report_command, study, settings, runs, left_out=()):
     """report's work on the runs, with root and out_dir held: lab/analyze.py's measurement, the claims, REPORT.md
-    and the figures, each file written atomically."""
+    and the figures, each file written atomically. left_out: the runs not finished, named in REPORT.md."""
     summary, per_window = analyze_runs(root, runs)
     off = unalike([{**r, "variant": v, "seed": s} for (v, s), r in zip(runs, summary["runs"])], settings)
     if off:
@@ -967,7 +1040,8 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs):
     sweep = sweep_rows(by, windows) if study.name == "repro" else []  # the learning-rate sweep is the GPU study's
     result = {"device": summary["device"], "date": summary["date"], "measured_on": summary["measured_on"],
               "validation": summary["validation"],
-              "rule": RULE, "claims": claims, "sweep": sweep, "variants": variants, "runs": records}
+              "rule": RULE, "claims": claims, "sweep": sweep, "variants": variants, "runs": records,
+              "left_out": list(left_out)}
     if study.counts:  # a yes/no outcome per run, counted over seeds: the report leads with it
         result["sink_counts"] = sink_counts(by, study.counts)
     logs = {(v, s): read_jsonl(os.path.join(run_dir(root, v, s), LOG)) for v, s in runs}
@@ -1159,11 +1233,13 @@ def main(argv):
         prepare()
     elif step == "train":
         for w in passed:
-            if w[2:].partition("=")[0] in SET_BY_REPRO:
-                fail(f"{w}: the runner (lab.repro) sets --out_dir (<root>/<variant>/seed<N>, see --root), --seed "
-                     "(see --seeds) and --init_from (resume when the folder holds a checkpoint) for every run")
+            if w[2:].partition("=")[0] in ("out_dir", "init_from"):
+                fail(f"{w}: the runner (lab.repro) sets --out_dir (<root>/<variant>/seed<N>, see --root) and "
+                     "--init_from (resume when the folder holds a checkpoint) for every run")
         settings = study_settings(keys, passed)  # (a key train.py refuses stops here, as in check_run_keys)
+        passed = [w for w in passed if w[2:].partition("=")[0] != "seed"]  # --seed=N: the first seed, not each run's
         runs = chosen_runs(names, keys.seeds, settings.get("seed", 1337), study)
+        check_no_variant_keys(passed, {v for v, _ in runs})
         check_run_keys(runs, root, keys, passed)
         other = kept_trained_otherwise(kept_from, settings) if keys.report_dir else []
         if other:  # the report named would refuse to mix them (write_report): say so before any training
@@ -1186,7 +1262,7 @@ def main(argv):
         evaluate_runs(root, report_dir, names, passed, study)
     else:
         report(root, report_dir, keys.tiny, shlex.join(tool_command("lab/repro.py", argv)), study,
-               list(study_settings(keys, [])))
+               list(study_settings(keys, [])), keys.config)
 
 
 if __name__ == "__main__":

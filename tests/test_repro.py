@@ -592,6 +592,11 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
     assert "| dyt | 3 | 0.003 | 3/3 finished |" in text and "2,048 validation windows" in text
     assert "1.05M tokens" in text and "This report: `python -m lab.repro report`" in text
     assert "each starting with <|endoftext|>" in text and "qk_norm=True" in text and "105M training tokens" in text
+    assert "Left out" not in text
+    left = report.render_report(dict(result, left_out=["baseline seed 1340 (iter 500 of 1600)"]), "out-repro", False,
+                                commands, "python -m lab.repro report", [], analyzed, repro.STUDIES["repro"].title)
+    assert "Left out, not finished (the same `train` command continues them): baseline seed 1340 (iter 500 of " \
+        "1600)." in left.split("\n## ")[0]  # in the header, beside the seeds per variant
     assert "g1_elementwise → g5 | – | – | not measured (g5 not trained) | – |" in text
     assert "- dyt seed 1337: not recorded" in text and "`python train.py --out_dir=out-repro/baseline`" in text
     # the papers' numbers, one column per number report.PAPERS gives a measure of probe.MEASURES, in MEASURES' order
@@ -719,6 +724,15 @@ def test_the_headline_draws_an_interval_only_where_seeds_give_one(tmp_path, monk
 
 def report_sweep(by, windows):
     return repro.sweep_rows(by, windows)
+
+
+def test_a_ratio_near_zero_keeps_two_significant_digits():
+    """×0.06 [0.0047, 0.87]: an interval's lower bound of 0.0047 printed as 0.00 reads as zero, which a ratio's never
+    is; at 0.1 and above, two decimals; a difference keeps its sign and four."""
+    c = {"estimate": 0.06, "lo": 0.0047, "hi": 0.8712, "df": 2.04}
+    assert report.fmt_difference(c, "ratio") == "×0.06 [0.0047, 0.87], df 2.0"
+    assert report.fmt_difference(dict(c, estimate=0.36, lo=0.2), "ratio") == "×0.36 [0.20, 0.87], df 2.0"
+    assert report.fmt_difference(dict(c, lo=None), "difference") == "+0.0600 (no interval: one seed)"
 
 
 def test_token_counts_read_well_at_every_scale():
@@ -886,6 +900,8 @@ def test_seeds_per_name_in_the_order_named(monkeypatch):
                             ("g2_elementwise", 1337)]
     repro.main(["train", "sweep:2", "baseline"])
     assert calls[-1][0] == [(v, s) for v in SWEEP for s in (1337, 1338)] + [("baseline", 1337)]
+    repro.main(["train", "baseline:2", "--seed=9001", "--max_iters=5"])  # --seed: the first seed, not each run's
+    assert calls[-1][0] == [("baseline", 9001), ("baseline", 9002)] and calls[-1][3] == ["--max_iters=5"]
 
 
 def test_study_settings_are_what_train_py_will_read():
@@ -909,7 +925,10 @@ def test_a_config_files_imports_are_no_study_settings():
     (["train"], ["name the variants", "'all'", "g1_elementwise"]),
     (["train", "baseline", "--out_dir=x"], ["--out_dir=x", "the runner (lab.repro) sets --out_dir", "--root"]),
     (["train", "baseline", "--init_from=resume"], ["--init_from=resume", "the runner (lab.repro) sets"]),
-    (["train", "baseline", "--seed=3"], ["--seed=3", "the runner (lab.repro) sets", "--seeds"]),
+    (["train", "g1_headwise", "--gate_act=silu"], ["--gate_act=silu would change what a variant is",
+                                                   "a variant of its own", "--config=FILE"]),
+    (["train", "baseline", "baseline_lr0.006", "--learning_rate=0.001"],
+     ["--learning_rate=0.001 would change what baseline_lr0.006 is"]),
     (["train", "baseline", "--seeds=0"], ["--seeds=0 must be at least 1"]),
     (["train", "baseline", "--config=nope.py"], ["--config=nope.py: no such config file"]),
     (["report", "--max_iters=3"], ["unknown key 'max_iters'"]),
@@ -928,7 +947,7 @@ def test_a_config_files_imports_are_no_study_settings():
     (["train", "baseline", "--budget_min=-5"], ["--budget_min=-5 must be at least 0"]),
     (["restore", "baseline"], ["`python -m lab.repro restore` takes no variant names", "baseline"]),
     (["restore", "--config=nope.py"], ["--config=nope.py: no such config file"]),
-], ids=["no-variant", "out_dir", "init_from", "seed", "seeds", "config", "report-key", "typo", "report-names", "step",
+], ids=["no-variant", "out_dir", "init_from", "variant-key", "sweep-key", "seeds", "config", "report-key", "typo", "report-names", "step",
         "evaluate-out_dir", "evaluate-variant", "evaluate-no-runs", "seeds-zero", "seeds-word", "seeds-super",
         "seeds-unknown",
         "seeds-evaluate", "budget", "restore-names", "restore-config"])
@@ -1068,14 +1087,14 @@ def test_a_key_train_py_refuses_stops_train_in_its_words_before_anything(tmp_pat
 
 
 def test_a_key_that_only_a_variants_flags_refuse_stops_train_before_any_run(tmp_path, monkeypatch):
-    """--learning_rate=0.001 fits the study's settings, but not the sweep's variant, whose --min_lr=0.0024 it would
-    leave above the learning rate: train.py would refuse that run when its turn came, after the others; the runner
-    refuses it before any."""
+    """--mlp_hidden=64 fits the study's settings, but not the G1 gate at the baseline's parameter count, whose gate
+    (512 x 512 per layer) an MLP 64 wide cannot absorb: train.py would refuse that run when its turn came, after the
+    others; the runner refuses it before any."""
     monkeypatch.setattr(repro, "train", lambda *args: pytest.fail("a run started"))
     root = tmp_path / "root"
     with pytest.raises(SystemExit) as e:
-        repro.main(["train", "baseline", "baseline_lr0.024", f"--root={root}", "--learning_rate=0.001"])
-    assert str(e.value.code) == "error: min_lr=0.0024 is not valid; it must be between 0 and learning_rate=0.001"
+        repro.main(["train", "baseline", "g1_elementwise_matched", f"--root={root}", "--mlp_hidden=64"])
+    assert "match_params=True cannot absorb" in str(e.value.code) and "mlp_hidden" in str(e.value.code)
     assert not root.exists()
 
 
@@ -1594,6 +1613,58 @@ def test_a_report_never_replaces_the_report_of_runs_trained_otherwise(tmp_path, 
     with pytest.raises(pytest.fail.Exception, match="reached: the runs are alike"):
         repro.write_report(str(tmp_path / "root"), str(out_dir), True, "report", repro.STUDIES["sink_lab"],
                            ["weight_decay"], [("g1_elementwise", 1337)])
+
+
+def with_config(**change):
+    """kept_run's change: the kept measurement's train_config, as if the run had been trained with these keys."""
+    def edit(folder):
+        path = os.path.join(folder, "measured.json")
+        record = json.load(open(path))
+        record["train_config"].update(change)
+        open(path, "w").write(json.dumps(record))
+    return edit
+
+
+def test_a_report_leaves_out_the_runs_not_finished_and_names_them(tmp_path, monkeypatch, capsys):
+    """A run stopped before its max_iters (Ctrl-C, a time budget) is no seed yet: the report draws the others and
+    names it (its header, from `left_out`), and with no run finished it stops with one line."""
+    root = tmp_path / "root"
+    kept_run("baseline/seed1337", root / "baseline" / "seed1337")
+    kept_run("baseline/seed1338", root / "baseline" / "seed1338", with_config(max_iters=4000))  # its log: 2000
+    got = []
+    monkeypatch.setattr(repro, "write_report", lambda *args: got.append(args))
+    repro.report(str(root), str(tmp_path / "report"), False, "report", repro.STUDIES["sink_lab"], [])
+    assert got[0][6:] == ([("baseline", 1337)], ["baseline seed 1338 (iter 2000 of 4000)"])
+    assert "note: baseline seed 1338 (iter 2000 of 4000) left out: not finished" in capsys.readouterr().out
+    with_config(max_iters=4000)(str(root / "baseline" / "seed1337"))
+    with pytest.raises(SystemExit, match=r"no finished runs under .*root/ to report \(baseline seed 1337 \(iter 2000 "
+                                         r"of 4000\); baseline seed 1338 .*\): the `train` command that started them"):
+        repro.report(str(root), str(tmp_path / "report"), False, "report", repro.STUDIES["sink_lab"], [])
+
+
+def test_a_report_refuses_runs_that_are_not_the_variant_they_are_named_after(tmp_path, monkeypatch):
+    """A run trained with a key that makes another variant (here G1 headwise with SiLU scores, in g1_headwise/), or
+    another study's (the sink lab's runs reported as the GPU study's: their MLP is GELU), or such a run kept in the
+    report folder, would be named and compared as what it is not: the report stops first, naming the key; the runs as
+    their study trained them report as ever."""
+    monkeypatch.setattr(repro, "write_report", lambda *args: reported.append(args[6]))
+    reported, root, out_dir = [], tmp_path / "root", tmp_path / "report"
+    kept_run("g1_headwise/seed1337", root / "g1_headwise" / "seed1337", with_config(gate_act="silu"))
+    with pytest.raises(SystemExit, match=r"error: g1_headwise seed 1337 was trained with gate_act='silu' \(the "
+                                         r"study's g1_headwise: 'sigmoid'\): not what the study's config and the "
+                                         r"variant make of it \(--study=sink_lab\)"):
+        repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["sink_lab"], [])
+    shutil.rmtree(root / "g1_headwise")
+    kept_run("g1_headwise/seed1337", root / "g1_headwise" / "seed1337")
+    with pytest.raises(SystemExit, match=r"mlp='gelu' \(the study's g1_headwise: 'swiglu'\).*"
+                                         r"--study=repro, --config=config/repro_sink.py"):
+        repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["repro"], [], "config/repro_sink.py")
+    kept_run("g1_headwise/seed1338", out_dir / "runs" / "g1_headwise" / "seed1338", with_config(gate_act="silu"))
+    with pytest.raises(SystemExit, match=r"g1_headwise seed 1338 \(kept in the report\) was trained with gate_act="):
+        repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["sink_lab"], [])
+    shutil.rmtree(out_dir / "runs")
+    repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["sink_lab"], [])
+    assert reported == [[("g1_headwise", 1337)]]
 
 
 def test_train_naming_a_report_of_runs_trained_otherwise_stops_before_training(tmp_path, monkeypatch):
