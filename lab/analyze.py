@@ -500,7 +500,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         else:
             record, s, m = stored
             note = check_kept_windows(record, run_dir, checkpoint, windows, fingerprints)
-            data_notes += [note] if note else []
+            data_notes += [note] if note and note not in data_notes else []  # (one note a folder, for any windows)
             record.update(label=label, out_dir=run_dir, eval_windows=windows)
             where = f" (measured earlier, on {record['measured_on']}: its {checkpoint} is gone)"
         records.append(record)

@@ -332,6 +332,15 @@ def test_kept_measurements_are_drawn_again_without_the_data(trained_run, tmp_pat
     assert note.endswith("data-elsewhere is not here: the measurements kept of the runs are compared with each "
                          "other, by a fingerprint of the windows each was taken on")
     assert f"Note: {note}." in open(tmp_path / "again" / "summary.md").readline()
+    # a kept run on other windows of the same folder (without BOS, as the sink lab's baseline_no_bos): the same note,
+    # said once
+    shutil.copytree(tmp_path / "a", tmp_path / "c")
+    record = json.load(open(tmp_path / "c" / "measured.json"))
+    record["train_config"]["bos"] = record["eval_windows"]["bos"] = False
+    record["windows_id"] = "1" * 16
+    json.dump(record, open(tmp_path / "c" / "measured.json", "w"))
+    both = analyze.analyze(kept + [str(tmp_path / "c")], out_dir=str(tmp_path / "both"), device="cpu")
+    assert both["validation"]["data_notes"] == [note]
 
     record = json.load(open(tmp_path / "b" / "measured.json"))
     record["windows_id"] = "0" * 16  # as if b had been measured on other tokens
