@@ -1705,7 +1705,7 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
         out(f"error: {problems[0]}")
         return 1
     shown = os.path.relpath(result_path)  # as short as it can be, but never a path up and out of here (../me.json)
-    shown = result_path if shown.startswith(os.pardir) else shown
+    shown = result_path if shown == os.pardir or shown.startswith(os.pardir + os.sep) else shown
     out(f"result written to {shown}" + (" (signed)" if key else "") +
         (f" for {student}" if student else ""))
     if not student:

@@ -320,7 +320,7 @@ def fmt_difference(c, stat):
     """A claim's estimate with Welch's interval and its degrees of freedom: a ratio (×) or a difference (signed), as
     comparison says; without an interval (one seed on a side), the estimate alone."""
     def fmt(x):  # a ratio below 0.1 to two significant digits: an interval's 0.0047 must not read as 0.00
-        return f"{x:+.4f}" if stat != "ratio" else f"{x:.2f}" if abs(x) >= 0.1 else f"{x:.2g}"
+        return f"{x:+.4f}" if stat != "ratio" else f"{x:.2f}" if abs(x) >= 0.1 else f"{x:#.2g}"
     estimate = ("×" if stat == "ratio" else "") + fmt(c["estimate"])
     if c["lo"] is None:
         return f"{estimate} (no interval: one seed)"
@@ -366,8 +366,8 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
         f"{fmt_tokens(val['batches'] * val['batch_size'] * windows['block_size'])} tokens"
         f"{', each starting with <|endoftext|>' if windows['bos'] else ''}; {val['source']})."
         + "".join(f" Note: {note}." for note in val.get("data_notes", ()))
-        + (f" Left out, not finished (the same `train` command continues them): {'; '.join(result['left_out'])}."
-           if result.get("left_out") else "")]
+        + (f" Left out, not finished (the same `train` command continues them): {'; '.join(result['unfinished'])}."
+           if result.get("unfinished") else "")]
     by = {}
     for r in records:
         by.setdefault(r["variant"], []).append(r)
@@ -886,7 +886,8 @@ def paper_table(by):
 def evaluate_section(report_dir, root, trained):
     """REPORT.md's section on lab/evaluate.py's measurements (`python -m lab.repro evaluate`, in
     report_dir/EVALUATE_DIR), when there are any: each headline number averaged over a variant's seeds. trained:
-    the (variant, seed) of every trained run, to name those not evaluated."""
+    the (variant, seed) of every run the report draws, to name those not evaluated; an evaluation of another run (one
+    left out as not finished) is named and left out."""
     folder = os.path.join(report_dir, EVALUATE_DIR)
     if not os.path.isfile(os.path.join(folder, "summary.json")):
         return ""
@@ -899,8 +900,12 @@ def evaluate_section(report_dir, root, trained):
                "again")
         print(f"note: the report has no section on lab/evaluate.py's measurements: {why}", flush=True)
         return "\n".join(["", "## Downstream consequences (lab/evaluate.py)", "", f"**Not shown: {why}.**", ""])
-    by, stale = {}, []
+    by, stale, not_reported = {}, [], []
+    reported = {f"{v}/seed{s}" for v, s in trained}
     for r, numbers in zip(evaluations["models"], headlines):
+        if r["label"] not in reported:  # e.g. evaluated, then left out of the report as not finished
+            not_reported.append(r["label"])
+            continue
         by.setdefault(r["label"].rsplit("/seed", 1)[0], []).append(numbers)
         run = os.path.join(root, r["label"])  # its folder under this root (the runner labels it <variant>/seed<N>)
         run = run if os.path.isdir(run) else r.get("run", "")  # else where it was evaluated
@@ -932,6 +937,8 @@ def evaluate_section(report_dir, root, trained):
     if missing:
         lines += [f"Not evaluated: {', '.join(missing)} (each `python -m lab.repro evaluate` replaces the "
                   "evaluations before it: name every variant wanted in one call).", ""]
+    if not_reported:
+        lines += [f"Evaluated but not in this report, so left out here too: {', '.join(not_reported)}.", ""]
     cells = {v: [some_seeds([row.get(c) for row in rows], ".4f") for c in columns] for v, rows in by.items()}
     if any("seeds)" in cell for row in cells.values() for cell in row):
         lines += ["A cell marked (k of n seeds) holds only the seeds measured with that column: the others' records "

@@ -24,28 +24,28 @@ results/sink_lab/). A report is written to <root>/report/ (git-ignored) unless -
 the committed one is replaced only when named so, and the runner says so.
 
 The first word is the step. `train` and `evaluate` take variant names: `all` is the study, `models` its
-one-model-each part, `sweep` its learning-rate sweep, and any other name of variants.VARIANTS (g3, glu, ...)
-that variant too. After `train`, NAME:N gives each variant NAME names N seeds instead of --seeds' number (baseline:2,
-models:3). The runs start in the order named (a variant's seeds one after another), so name first what matters
-most. --seeds=N trains each variant with N seeds, the config's seed (1337; --seed=S: S), +1, ...: the seed changes
-the initialisation and the order of the training data. --parallel=K runs K trainings side by side on the one device, which pays only where
-one run leaves it idle (on a 2-core CPU, the sink lab's tiny runs; not config/repro.py's model on an H100 or H200,
-where two side by side each took twice as long as one alone); each run's output then goes to
+one-model-each part, `sweep` its learning-rate sweep, and any other name of variants.VARIANTS (g3, glu, ...) that
+variant too. After `train`, NAME:N gives each variant NAME names N seeds instead of --seeds' number (baseline:2,
+models:3). The runs start in the order named (a variant's seeds one after another), so name first what matters most.
+--seeds=N trains each variant with N seeds, the config's seed (1337; --seed=S: S), +1, ...: the seed changes the
+initialisation and the order of the training data. --parallel=K runs K trainings side by side on the one device,
+which pays only where one run leaves it idle (on a 2-core CPU, the sink lab's tiny runs; not config/repro.py's model
+on an H100 or H200, where two side by side each took twice as long as one alone); each run's output then goes to
 <root>/logs/<variant>-seed<N>.txt. --budget_min=M starts no run that would end, by the time estimate below, more
 than M minutes after `train` began: for a GPU available for a fixed time, the runs that fit are whole and the report
 can follow; the runs left out are listed, and the same command trains them later. --config=FILE is applied after the
 study's config, e.g. config/repro_sink.py (the known levers of the attention sink, for a baseline sink large enough
 to measure). --tiny is a CPU-sized smoke test of the whole pipeline on the default dataset: it concludes nothing.
 
-Every other --key=value after `train` is a train.py key and goes to every run, after the variant's own
-flags, so it wins; it is checked as train.py checks it (python train.py --help lists them) before any run is restored
-or started, and a key train.py would refuse stops the runner with train.py's own line. Keys that make a variant
-(VARIANT_KEYS: gate, gate_act, norm, ...; the sweep's learning rate) are refused there: the report names
-and compares a run as the variant of its folder, so a setting of your own is a variant of its own (lab/variants.py),
-or goes in a --config=FILE, which `report` is given too and checks each run against. After `evaluate` it is a key of
-lab/evaluate.py (--modes=quant, --windows=128, ...): `evaluate` runs it on every trained seed of the variants named
-(default: `models`) and writes to <report_dir>/evaluate/; `report` then adds a section of their numbers, averaged
-over seeds.
+Every other --key=value after `train` is a train.py key and goes to every run, after the variant's own flags, so it
+wins; it is checked as train.py checks it (python train.py --help lists them) before any run is restored or started,
+and a key train.py would refuse stops the runner with train.py's own line. Keys that make a variant (DEFINING_KEYS:
+gate, gate_act, norm, ...; the sweep's learning rate) are refused there and in a --config: the report names and
+compares each run as the variant of its folder, and refuses a run whose keys of these are not what the study's own
+config and its variant make them, so a setting of your own is a variant of its own (lab/variants.py). After
+`evaluate` it is a key of lab/evaluate.py (--modes=quant, --windows=128, ...): `evaluate` runs it on every finished
+seed of the variants named (default: `models`) and writes to <report_dir>/evaluate/; `report` then adds a section of
+their numbers, averaged over seeds.
 
 The runner starts the project's tools one way, each as its own process (start_tool): train.py for `train`,
 `python -m lab.evaluate` for `evaluate`, `python -m lab.analyze` for `report`, each command printed before it starts
@@ -67,8 +67,8 @@ the report lists the commands actually run. An interrupted study is resumed by t
 log reaches max_iters is skipped, a run with a checkpoint continues (--init_from=resume), a run stopped before its
 first checkpoint (a new run saves only its initial state, as best.pt) starts again (--overwrite=True: no training is
 lost), the rest start. Ctrl-C stops the runs as train.py stops on it, their files whole, and the runner with one line
-(exit status 130). `report` draws the finished runs alone: a run stopped before max_iters is no seed yet, and
-REPORT.md names it.
+(exit status 130). `report` draws the finished runs alone: a run with a checkpoint short of max_iters is no seed
+yet, and REPORT.md names it.
 Before it starts, `train` prints an estimate of the time it will take (from the speed of the runs it already timed at
 this --parallel, or from the model's FLOPs on a GPU it knows); --budget_min uses the same estimate, updated as runs
 end.
@@ -148,9 +148,9 @@ class Keys:
 
 KEYS = {f.name for f in fields(Keys)}
 SET_BY_REPRO = ("out_dir", "init_from", "seed")  # train.py keys that the runner decides for every run
-# the model flags some variant sets (gate, gate_act, norm, ...): with the study's config and a variant's own training
-# keys (the sweep's learning rate), what makes a run the variant its folder names
-VARIANT_KEYS = tuple(sorted({k for v in VARIANTS.values() for k in v.flags}))
+# the keys some variant sets (gate, gate_act, norm, ...; the sweep's learning rate, the lab's bos): with the values
+# the study's own config gives them, what makes a run the variant its folder names
+DEFINING_KEYS = tuple(sorted({k for v in VARIANTS.values() for k in {**v.flags, **v.train}}))
 SET_FOR_EVALUATE = ("runs", "labels", "out_dir", "pretrained")  # lab/evaluate.py keys that the runner decides
 COMMANDS = "commands.jsonl"  # under the root: every train.py command run, with its exit code and time
 RUNS_FAILED_EXIT = 4  # `train`'s exit status when runs failed and the others ran: the report can follow (study.sh)
@@ -494,18 +494,21 @@ def study_settings(keys, extra):
     return {k: getattr(c, k) for k in dict.fromkeys(names)}  # each as train.py types it (--compile: True)
 
 
-def check_no_variant_keys(extra, variants):
-    """The user's keys may change the study's settings for every run, but not what makes a run the variant it is
-    named after: the report would name and compare it as that variant (GA's sigmoid rows beside a SiLU gate)."""
-    for w in extra:
-        key = w[2:].partition("=")[0]
-        own = [v for v in sorted(variants) if key in VARIANTS[v].train]
-        if key in VARIANT_KEYS or own:
-            what = f"what {own[0]} is" if own else "what a variant is (gate, gate_act, norm, ...: lab.repro.VARIANT_KEYS)"
-            fail(f"{w} would change {what}, and the report would still name and compare each run as the variant of "
-                 "its folder: give a setting of your own a variant of its own (one line in lab/variants.py: "
-                 "docs/flags.md, 'Adding a variant of your own'), or, for every run of the study, put it in a "
-                 "--config=FILE, which `report` takes too")
+def check_no_variant_keys(keys, extra):
+    """The user's keys and --config may change the study's settings for every run, but not the keys that make a
+    variant (DEFINING_KEYS): the report names and compares each run as the variant of its folder, with its paper
+    rows (GA's sigmoid rows beside a SiLU gate), so those keep the values the study's own config gives them."""
+    study = STUDIES[keys.study]
+    tiny = [f"--{k}={v}" for k, v in (study.tiny if keys.tiny else {}).items()]
+    own = train_config([study.config] + tiny)
+    given = train_config([study.config] + ([keys.config] if keys.config else []) + tiny + list(extra))
+    for key in DEFINING_KEYS:
+        if json.dumps(getattr(given, key)) != json.dumps(getattr(own, key)):
+            said = next((w for w in extra if w[2:].partition("=")[0] == key), None)
+            fail(f"{said or f'--config={keys.config} (its {key}={getattr(given, key)!r})'} would change what a "
+                 f"variant is ({', '.join(DEFINING_KEYS[:3])}, ...: lab.repro.DEFINING_KEYS), and the report would "
+                 "still name and compare each run as the variant of its folder: give a setting of your own a "
+                 "variant of its own (one line in lab/variants.py: docs/flags.md, 'Adding a variant of your own')")
 
 
 def check_run_keys(runs, root, keys, extra):
@@ -894,8 +897,10 @@ def evaluate_runs(root, report_dir, names, passed, study=STUDIES["repro"]):
                  f"({report_dir}/{EVALUATE_DIR}) itself; name variants to choose the runs")
     variants = chosen_variants(names or ["models" if study.name == "repro" else "all"], study)
     runs = [(v, s) for v, s in trained_runs(root, study.variants) if v in variants]
+    runs, unfinished = finished_runs(root, runs, {run: run_settings(root, *run) for run in runs})
     if not runs:
-        fail(f"no trained runs of {', '.join(variants)} under {root}/: run `python -m lab.repro train ...` first")
+        fail(f"no finished runs of {', '.join(variants)} under {root}/" + (f" ({'; '.join(unfinished)})" if unfinished
+             else "") + ": run `python -m lab.repro train ...` first")
     print(f"=== lab.evaluate: {len(runs)} runs, into {os.path.join(report_dir, EVALUATE_DIR)}/", flush=True)
     with claimed(root, report_dir):  # no training, other evaluation or report while the runs are measured
         run_tool("lab/evaluate.py", [f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}",
@@ -927,37 +932,43 @@ def analyze_runs(root, runs):
     return summary, windows
 
 
-def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings=(), config=""):
+def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings=()):
     """The report of every finished run under root, into out_dir; settings: the names of the study's settings, in
-    which its runs must not differ beyond what their variants set; config: the --config the study was trained with.
-    A run not finished (stopped before max_iters, not diverged) is left out, and named: it is no seed yet."""
+    which its runs must not differ beyond what their variants set. A run not finished (stopped before max_iters, not
+    diverged) is left out, and named: it is no seed yet."""
     runs = trained_runs(root, study.variants)
     if not runs:
         fail(f"no trained runs under {root}/: run `python -m lab.repro train all --study={study.name}"
              f"{' --tiny' if tiny else ''}` first")
     with claimed(root, out_dir):  # no training, evaluation or other report while this one reads and writes
         trained = {run: run_settings(root, *run) for run in runs}
-        stopped = [(v, seed) for v, seed in runs if not finished(root, v, seed, trained[(v, seed)]["max_iters"])]
-        left_out = []
-        for v, seed in stopped:
-            log = read_jsonl(os.path.join(run_dir(root, v, seed), LOG))
-            left_out.append(f"{v} seed {seed} (iter {log[-1].get('iter', 0) if log else 0} of "
-                            f"{trained[(v, seed)]['max_iters']})")
-            print(f"note: {left_out[-1]} left out: not finished, so no seed yet (the same `train` command continues "
-                  "it)", flush=True)
-        runs = [run for run in runs if run not in stopped]
+        runs, unfinished = finished_runs(root, runs, trained)
         if not runs:
-            fail(f"no finished runs under {root}/ to report ({'; '.join(left_out)}): the `train` command that started "
-                 "them continues them")
+            fail(f"no finished runs under {root}/ to report ({'; '.join(unfinished)}): the `train` command that "
+                 "started them continues them")
         wrong = mislabelled([{"variant": v, "seed": seed, "train_config": trained[(v, seed)]} for v, seed in runs],
-                            tiny, config, study, "") + \
-            mislabelled(kept_records(out_dir), tiny, config, study, " (kept in the report)")
+                            tiny, study, "") + mislabelled(kept_records(out_dir), tiny, study, " (kept in the report)")
         if wrong:
-            fail(f"{wrong[0]}{'; ...' if len(wrong) > 1 else ''}: not what the study's config and the variant make of "
-                 f"it (--study={study.name}{f', --config={config}' if config else ''}), so the report would name and "
-                 "compare it as what it is not: report it with the --study and --config it was trained with, or move "
-                 "it (and a report that keeps it: --report_dir) aside")
-        write_report(root, out_dir, tiny, report_command, study, settings, runs, left_out)
+            fail(f"{wrong[0]}{'; ...' if len(wrong) > 1 else ''}: not what --study={study.name} and the variant make "
+                 "of it, so the report would name and compare it as what it is not: report it with the --study it was "
+                 "trained in, or move it (and a report that keeps it: --report_dir) aside")
+        write_report(root, out_dir, tiny, report_command, study, settings, runs, unfinished)
+
+
+def finished_runs(root, runs, trained):
+    """(the runs finished, 'variant seed N (iter i of m)' for each of the others), saying which are left out: a run
+    stopped before its max_iters (trained: each run's settings) and not diverged is no seed yet."""
+    done, unfinished = [], []
+    for v, seed in runs:
+        if finished(root, v, seed, trained[(v, seed)]["max_iters"]):
+            done.append((v, seed))
+            continue
+        log = read_jsonl(os.path.join(run_dir(root, v, seed), LOG))
+        unfinished.append(f"{v} seed {seed} (iter {log[-1].get('iter', 0) if log else 0} of "
+                          f"{trained[(v, seed)]['max_iters']})")
+        print(f"note: {unfinished[-1]} left out: not finished, so no seed yet (the same `train` command continues "
+              "it)", flush=True)
+    return done, unfinished
 
 
 def run_settings(root, variant, seed):
@@ -973,17 +984,16 @@ def run_settings(root, variant, seed):
         return json.load(f)["train_config"]
 
 
-def mislabelled(records, tiny, config, study, where):
-    """'variant seed N: key=theirs (the variant: ours)' for each run (records of variant, seed, train_config) whose
-    VARIANT_KEYS or own training keys are not what the study's config and its variant make them. A key a run
-    lacks (trained before that flag existed) is taken as it was then."""
+def mislabelled(records, tiny, study, where):
+    """'variant seed N was trained with key=theirs (the study's variant: ours)' for each run (records of variant,
+    seed, train_config) whose DEFINING_KEYS are not what the study's own config and its variant make them. A key a
+    run lacks (trained before that flag existed) is taken as it was then."""
     out, want = [], {}
     for r in records:
         v = r["variant"]
         if v not in want:
-            want[v] = train_config(train_command(v, 0, "", tiny, config=config, study=study)[2:])
-        off = [f"{k}={r['train_config'][k]!r} (the study's {v}: {getattr(want[v], k)!r})"
-               for k in VARIANT_KEYS + tuple(VARIANTS[v].train)
+            want[v] = train_config(train_command(v, 0, "", tiny, study=study)[2:])
+        off = [f"{k}={r['train_config'][k]!r} (the study's {v}: {getattr(want[v], k)!r})" for k in DEFINING_KEYS
                if k in r["train_config"] and json.dumps(r["train_config"][k]) != json.dumps(getattr(want[v], k))]
         if off:
             out.append(f"{v} seed {r['seed']}{where} was trained with {', '.join(dict.fromkeys(off))}")
@@ -1002,9 +1012,9 @@ def comparable(run, values):
     return {key: a for key, a in values.items() if key != "sink_share"} | {OLDER + "sink_share": True}
 
 
-def write_report(root, out_dir, tiny, report_command, study, settings, runs, left_out=()):
+def write_report(root, out_dir, tiny, report_command, study, settings, runs, unfinished=()):
     """report's work on the runs, with root and out_dir held: lab/analyze.py's measurement, the claims, REPORT.md
-    and the figures, each file written atomically. left_out: the runs not finished, named in REPORT.md."""
+    and the figures, each file written atomically. unfinished: the runs not finished, named in REPORT.md."""
     summary, per_window = analyze_runs(root, runs)
     off = unalike([{**r, "variant": v, "seed": s} for (v, s), r in zip(runs, summary["runs"])], settings)
     if off:
@@ -1041,7 +1051,7 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs, lef
     result = {"device": summary["device"], "date": summary["date"], "measured_on": summary["measured_on"],
               "validation": summary["validation"],
               "rule": RULE, "claims": claims, "sweep": sweep, "variants": variants, "runs": records,
-              "left_out": list(left_out)}
+              "unfinished": list(unfinished)}
     if study.counts:  # a yes/no outcome per run, counted over seeds: the report leads with it
         result["sink_counts"] = sink_counts(by, study.counts)
     logs = {(v, s): read_jsonl(os.path.join(run_dir(root, v, s), LOG)) for v, s in runs}
@@ -1239,7 +1249,7 @@ def main(argv):
         settings = study_settings(keys, passed)  # (a key train.py refuses stops here, as in check_run_keys)
         passed = [w for w in passed if w[2:].partition("=")[0] != "seed"]  # --seed=N: the first seed, not each run's
         runs = chosen_runs(names, keys.seeds, settings.get("seed", 1337), study)
-        check_no_variant_keys(passed, {v for v, _ in runs})
+        check_no_variant_keys(keys, passed)
         check_run_keys(runs, root, keys, passed)
         other = kept_trained_otherwise(kept_from, settings) if keys.report_dir else []
         if other:  # the report named would refuse to mix them (write_report): say so before any training
@@ -1262,7 +1272,7 @@ def main(argv):
         evaluate_runs(root, report_dir, names, passed, study)
     else:
         report(root, report_dir, keys.tiny, shlex.join(tool_command("lab/repro.py", argv)), study,
-               list(study_settings(keys, [])), keys.config)
+               list(study_settings(keys, [])))
 
 
 if __name__ == "__main__":

@@ -593,7 +593,7 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
     assert "1.05M tokens" in text and "This report: `python -m lab.repro report`" in text
     assert "each starting with <|endoftext|>" in text and "qk_norm=True" in text and "105M training tokens" in text
     assert "Left out" not in text
-    left = report.render_report(dict(result, left_out=["baseline seed 1340 (iter 500 of 1600)"]), "out-repro", False,
+    left = report.render_report(dict(result, unfinished=["baseline seed 1340 (iter 500 of 1600)"]), "out-repro", False,
                                 commands, "python -m lab.repro report", [], analyzed, repro.STUDIES["repro"].title)
     assert "Left out, not finished (the same `train` command continues them): baseline seed 1340 (iter 500 of " \
         "1600)." in left.split("\n## ")[0]  # in the header, beside the seeds per variant
@@ -727,10 +727,11 @@ def report_sweep(by, windows):
 
 
 def test_a_ratio_near_zero_keeps_two_significant_digits():
-    """×0.06 [0.0047, 0.87]: an interval's lower bound of 0.0047 printed as 0.00 reads as zero, which a ratio's never
+    """×0.060 [0.0047, 0.87]: an interval's lower bound of 0.0047 printed as 0.00 reads as zero, which a ratio's never
     is; at 0.1 and above, two decimals; a difference keeps its sign and four."""
     c = {"estimate": 0.06, "lo": 0.0047, "hi": 0.8712, "df": 2.04}
-    assert report.fmt_difference(c, "ratio") == "×0.06 [0.0047, 0.87], df 2.0"
+    assert report.fmt_difference(c, "ratio") == "×0.060 [0.0047, 0.87], df 2.0"  # 0.060: two digits, both shown
+    assert report.fmt_difference(dict(c, lo=0.03), "ratio") == "×0.060 [0.030, 0.87], df 2.0"
     assert report.fmt_difference(dict(c, estimate=0.36, lo=0.2), "ratio") == "×0.36 [0.20, 0.87], df 2.0"
     assert report.fmt_difference(dict(c, lo=None), "difference") == "+0.0600 (no interval: one seed)"
 
@@ -926,9 +927,9 @@ def test_a_config_files_imports_are_no_study_settings():
     (["train", "baseline", "--out_dir=x"], ["--out_dir=x", "the runner (lab.repro) sets --out_dir", "--root"]),
     (["train", "baseline", "--init_from=resume"], ["--init_from=resume", "the runner (lab.repro) sets"]),
     (["train", "g1_headwise", "--gate_act=silu"], ["--gate_act=silu would change what a variant is",
-                                                   "a variant of its own", "--config=FILE"]),
-    (["train", "baseline", "baseline_lr0.006", "--learning_rate=0.001"],
-     ["--learning_rate=0.001 would change what baseline_lr0.006 is"]),
+                                                   "lab.repro.DEFINING_KEYS", "a variant of its own"]),
+    (["train", "models", "--learning_rate=0.001"], ["--learning_rate=0.001 would change what a variant is"]),
+    (["train", "baseline", "--study=sink_lab", "--bos=False"], ["--bos=False would change what a variant is"]),
     (["train", "baseline", "--seeds=0"], ["--seeds=0 must be at least 1"]),
     (["train", "baseline", "--config=nope.py"], ["--config=nope.py: no such config file"]),
     (["report", "--max_iters=3"], ["unknown key 'max_iters'"]),
@@ -938,7 +939,7 @@ def test_a_config_files_imports_are_no_study_settings():
     (["evaluate", "--out_dir=x"],
      ["--out_dir=x", "`python -m lab.repro evaluate` sets --runs, --labels and --out_dir"]),
     (["evaluate", "g9"], ["unknown variant(s) g9", "'models'"]),
-    (["evaluate", "baseline", "--root=/nonexistent"], ["no trained runs of baseline under /nonexistent/"]),
+    (["evaluate", "baseline", "--root=/nonexistent"], ["no finished runs of baseline under /nonexistent/"]),
     (["train", "baseline:0"], ["baseline:0: after the ':' comes the number of seeds, at least 1", "baseline:2"]),
     (["train", "g1_headwise", "baseline:two"], ["baseline:two: after the ':' comes the number of seeds"]),
     (["train", "baseline:²"], ["baseline:²: after the ':' comes the number of seeds"]),
@@ -947,7 +948,7 @@ def test_a_config_files_imports_are_no_study_settings():
     (["train", "baseline", "--budget_min=-5"], ["--budget_min=-5 must be at least 0"]),
     (["restore", "baseline"], ["`python -m lab.repro restore` takes no variant names", "baseline"]),
     (["restore", "--config=nope.py"], ["--config=nope.py: no such config file"]),
-], ids=["no-variant", "out_dir", "init_from", "variant-key", "sweep-key", "seeds", "config", "report-key", "typo", "report-names", "step",
+], ids=["no-variant", "out_dir", "init_from", "variant-key", "sweep-key", "bos", "seeds", "config", "report-key", "typo", "report-names", "step",
         "evaluate-out_dir", "evaluate-variant", "evaluate-no-runs", "seeds-zero", "seeds-word", "seeds-super",
         "seeds-unknown",
         "seeds-evaluate", "budget", "restore-names", "restore-config"])
@@ -1084,6 +1085,20 @@ def test_a_key_train_py_refuses_stops_train_in_its_words_before_anything(tmp_pat
     message = str(e.value.code)
     assert message == str(alone.value.code) and message.startswith("error: ") and "\n" not in message
     assert capsys.readouterr().out == "" and not root.exists() and not (tmp_path / "run").exists()
+
+
+def test_a_config_that_changes_what_a_variant_is_stops_train_before_any_run(tmp_path, monkeypatch):
+    """A --config that sets a key making a variant (every G1 variant with SiLU scores) is refused as the same key on
+    the command line is: the report would name and compare those runs as GA's sigmoid rows. config/repro_sink.py,
+    which changes the study's settings only, trains as ever."""
+    monkeypatch.setattr(repro, "train", lambda *args: pytest.fail("a run started"))
+    (tmp_path / "silu.py").write_text("weight_decay = 0.2\ngate_act = 'silu'\n")
+    with pytest.raises(SystemExit) as e:
+        repro.main(["train", "g1_headwise", f"--root={tmp_path / 'root'}", f"--config={tmp_path / 'silu.py'}"])
+    assert str(e.value.code).startswith(f"error: --config={tmp_path / 'silu.py'} (its gate_act='silu') would change "
+                                        "what a variant is")
+    assert not (tmp_path / "root").exists()
+    repro.check_no_variant_keys(repro.Keys(config="config/repro_sink.py"), ["--max_iters=5"])  # no refusal
 
 
 def test_a_key_that_only_a_variants_flags_refuse_stops_train_before_any_run(tmp_path, monkeypatch):
@@ -1651,14 +1666,13 @@ def test_a_report_refuses_runs_that_are_not_the_variant_they_are_named_after(tmp
     reported, root, out_dir = [], tmp_path / "root", tmp_path / "report"
     kept_run("g1_headwise/seed1337", root / "g1_headwise" / "seed1337", with_config(gate_act="silu"))
     with pytest.raises(SystemExit, match=r"error: g1_headwise seed 1337 was trained with gate_act='silu' \(the "
-                                         r"study's g1_headwise: 'sigmoid'\): not what the study's config and the "
-                                         r"variant make of it \(--study=sink_lab\)"):
+                                         r"study's g1_headwise: 'sigmoid'\): not what --study=sink_lab and the "
+                                         r"variant make of it"):
         repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["sink_lab"], [])
     shutil.rmtree(root / "g1_headwise")
     kept_run("g1_headwise/seed1337", root / "g1_headwise" / "seed1337")
-    with pytest.raises(SystemExit, match=r"mlp='gelu' \(the study's g1_headwise: 'swiglu'\).*"
-                                         r"--study=repro, --config=config/repro_sink.py"):
-        repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["repro"], [], "config/repro_sink.py")
+    with pytest.raises(SystemExit, match=r"mlp='gelu' \(the study's g1_headwise: 'swiglu'\): not what --study=repro"):
+        repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["repro"], [])
     kept_run("g1_headwise/seed1338", out_dir / "runs" / "g1_headwise" / "seed1338", with_config(gate_act="silu"))
     with pytest.raises(SystemExit, match=r"g1_headwise seed 1338 \(kept in the report\) was trained with gate_act="):
         repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["sink_lab"], [])
@@ -1727,6 +1741,12 @@ def test_a_column_some_seeds_lack_shows_the_seeds_that_have_it_and_says_how_many
     row = next(line for line in section.splitlines() if line.startswith("| baseline |")).strip("| ").split(" | ")
     assert row[3] == "0.2500 (1 of 3 seeds)" and row[2].startswith("2.0001 ± ")
     assert "A cell marked (k of n seeds)" in section
+    # an evaluated run the report does not draw (left out as not finished): not averaged in, and named
+    section = report.evaluate_section(str(tmp_path), str(tmp_path / "root"), [("baseline", 1337), ("baseline", 1338)])
+    row = next(line for line in section.splitlines() if line.startswith("| baseline |")).strip("| ").split(" | ")
+    header = next(line for line in section.splitlines() if line.startswith("| variant |"))
+    assert row == ["baseline", "2", "2.0000, 2.0001"] and ") Δ" not in header  # only 1339 had the Δ column
+    assert "Evaluated but not in this report, so left out here too: baseline/seed1339." in section
     assert report.some_seeds([None, None], ".2f") == "–" and report.some_seeds([0.5, 0.25], ".2f") == "0.50, 0.25"
 
 
