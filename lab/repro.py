@@ -889,7 +889,7 @@ def unalike(records, names):
 
 
 def evaluate_runs(root, report_dir, names, passed, study=STUDIES["repro"]):
-    """lab/evaluate.py on every trained seed of the named variants (default: the study's models; the GPU study's
+    """lab/evaluate.py on every finished seed of the named variants (default: the study's models; the GPU study's
     learning-rate sweep is left out), into <report_dir>/evaluate/."""
     for w in passed:
         if w[2:].partition("=")[0] in SET_FOR_EVALUATE:
@@ -897,12 +897,14 @@ def evaluate_runs(root, report_dir, names, passed, study=STUDIES["repro"]):
                  f"({report_dir}/{EVALUATE_DIR}) itself; name variants to choose the runs")
     variants = chosen_variants(names or ["models" if study.name == "repro" else "all"], study)
     runs = [(v, s) for v, s in trained_runs(root, study.variants) if v in variants]
-    runs, unfinished = finished_runs(root, runs, {run: run_settings(root, *run) for run in runs})
     if not runs:
-        fail(f"no finished runs of {', '.join(variants)} under {root}/" + (f" ({'; '.join(unfinished)})" if unfinished
-             else "") + ": run `python -m lab.repro train ...` first")
-    print(f"=== lab.evaluate: {len(runs)} runs, into {os.path.join(report_dir, EVALUATE_DIR)}/", flush=True)
+        fail(f"no trained runs of {', '.join(variants)} under {root}/: run `python -m lab.repro train ...` first")
     with claimed(root, report_dir):  # no training, other evaluation or report while the runs are measured
+        runs, unfinished = finished_runs(root, runs, {run: run_settings(root, *run) for run in runs})
+        if not runs:
+            fail(f"no finished runs of {', '.join(variants)} under {root}/ ({'; '.join(unfinished)}): the `train` "
+                 "command that started them continues them")
+        print(f"=== lab.evaluate: {len(runs)} runs, into {os.path.join(report_dir, EVALUATE_DIR)}/", flush=True)
         run_tool("lab/evaluate.py", [f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}",
                                      f"--labels={','.join(f'{v}/seed{s}' for v, s in runs)}",
                                      f"--out_dir={os.path.join(report_dir, EVALUATE_DIR)}", *passed])

@@ -939,7 +939,7 @@ def test_a_config_files_imports_are_no_study_settings():
     (["evaluate", "--out_dir=x"],
      ["--out_dir=x", "`python -m lab.repro evaluate` sets --runs, --labels and --out_dir"]),
     (["evaluate", "g9"], ["unknown variant(s) g9", "'models'"]),
-    (["evaluate", "baseline", "--root=/nonexistent"], ["no finished runs of baseline under /nonexistent/"]),
+    (["evaluate", "baseline", "--root=/nonexistent"], ["no trained runs of baseline under /nonexistent/"]),
     (["train", "baseline:0"], ["baseline:0: after the ':' comes the number of seeds, at least 1", "baseline:2"]),
     (["train", "g1_headwise", "baseline:two"], ["baseline:two: after the ':' comes the number of seeds"]),
     (["train", "baseline:²"], ["baseline:²: after the ':' comes the number of seeds"]),
@@ -1655,6 +1655,18 @@ def test_a_report_leaves_out_the_runs_not_finished_and_names_them(tmp_path, monk
     with pytest.raises(SystemExit, match=r"no finished runs under .*root/ to report \(baseline seed 1337 \(iter 2000 "
                                          r"of 4000\); baseline seed 1338 .*\): the `train` command that started them"):
         repro.report(str(root), str(tmp_path / "report"), False, "report", repro.STUDIES["sink_lab"], [])
+
+
+def test_evaluate_leaves_out_the_runs_not_finished(tmp_path, monkeypatch, capsys):
+    """`evaluate` measures the runs the report will draw: a run short of its max_iters is left out, and named."""
+    root = tmp_path / "root"
+    kept_run("baseline/seed1337", root / "baseline" / "seed1337")
+    kept_run("baseline/seed1338", root / "baseline" / "seed1338", with_config(max_iters=4000))
+    ran = []
+    monkeypatch.setattr(repro, "run_tool", lambda script, args: ran.append(args))
+    repro.evaluate_runs(str(root), str(tmp_path / "report"), ["baseline"], [], repro.STUDIES["sink_lab"])
+    assert [a for a in ran[0] if a.startswith("--labels=")] == ["--labels=baseline/seed1337"]
+    assert "note: baseline seed 1338 (iter 2000 of 4000) left out: not finished" in capsys.readouterr().out
 
 
 def test_a_report_refuses_runs_that_are_not_the_variant_they_are_named_after(tmp_path, monkeypatch):
