@@ -494,29 +494,20 @@ def study_settings(keys, extra):
     return {k: getattr(c, k) for k in dict.fromkeys(names)}  # each as train.py types it (--compile: True)
 
 
-def check_no_variant_keys(keys, extra):
-    """The user's keys and --config may change the study's settings for every run, but not the keys that make a
-    variant (DEFINING_KEYS): the report names and compares each run as the variant of its folder, with its paper
-    rows (GA's sigmoid rows beside a SiLU gate), so those keep the values the study's own config gives them."""
-    study = STUDIES[keys.study]
-    tiny = [f"--{k}={v}" for k, v in (study.tiny if keys.tiny else {}).items()]
-    own = train_config([study.config] + tiny)
-    given = train_config([study.config] + ([keys.config] if keys.config else []) + tiny + list(extra))
-    for key in DEFINING_KEYS:
-        if json.dumps(getattr(given, key)) != json.dumps(getattr(own, key)):
-            said = next((w for w in extra if w[2:].partition("=")[0] == key), None)
-            fail(f"{said or f'--config={keys.config} (its {key}={getattr(given, key)!r})'} would change what a "
-                 f"variant is ({', '.join(DEFINING_KEYS[:3])}, ...: lab.repro.DEFINING_KEYS), and the report would "
-                 "still name and compare each run as the variant of its folder: give a setting of your own a "
-                 "variant of its own (one line in lab/variants.py: docs/flags.md, 'Adding a variant of your own')")
-
-
 def check_run_keys(runs, root, keys, extra):
     """Each run's train.py command (train_command: its variant's flags, then the user's keys) checked as train.py will
-    check it (train_config), so that a key that fits the study's settings but not a variant's stops before any run."""
-    for variant, seed in runs:
-        train_config(train_command(variant, seed, root, keys.tiny, extra, config=keys.config,
-                                   study=STUDIES[keys.study])[2:])
+    check it (train_config), so that a key that fits the study's settings but not a variant's stops before any run;
+    and as `report` will (mislabelled): the user's keys and --config may change the study's settings for every run,
+    not the keys that make a variant (GA's sigmoid rows beside a SiLU gate)."""
+    study = STUDIES[keys.study]
+    planned = [{"variant": v, "seed": seed, "train_config": vars(train_config(
+        train_command(v, seed, root, keys.tiny, extra, config=keys.config, study=study)[2:]))} for v, seed in runs]
+    wrong = mislabelled(planned, keys.tiny, study)
+    if wrong:
+        fail(f"these keys would train {wrong[0]}{'; ...' if len(wrong) > 1 else ''}, but the report names and "
+             "compares each run as the variant of its folder, so the keys that make a variant (gate, gate_act, norm, "
+             "...: lab.repro.DEFINING_KEYS) keep their values: give a setting of your own a variant of its own (one "
+             "line in lab/variants.py: docs/flags.md, 'Adding a variant of your own')")
 
 
 def finished(root, variant, seed, max_iters):
@@ -949,11 +940,11 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings
             fail(f"no finished runs under {root}/ to report ({'; '.join(unfinished)}): the `train` command that "
                  "started them continues them")
         wrong = mislabelled([{"variant": v, "seed": seed, "train_config": trained[(v, seed)]} for v, seed in runs],
-                            tiny, study, "") + mislabelled(kept_records(out_dir), tiny, study, " (kept in the report)")
+                            tiny, study) + mislabelled(kept_records(out_dir), tiny, study, " (kept in the report)")
         if wrong:
-            fail(f"{wrong[0]}{'; ...' if len(wrong) > 1 else ''}: not what --study={study.name} and the variant make "
-                 "of it, so the report would name and compare it as what it is not: report it with the --study it was "
-                 "trained in, or move it (and a report that keeps it: --report_dir) aside")
+            fail(f"{wrong[0]}{'; ...' if len(wrong) > 1 else ''} was trained otherwise than --study={study.name} and "
+                 "the variant make it, so the report would name and compare it as what it is not: report it with the "
+                 "--study it was trained in, or move it (and a report that keeps it: --report_dir) aside")
         write_report(root, out_dir, tiny, report_command, study, settings, runs, unfinished)
 
 
@@ -986,10 +977,10 @@ def run_settings(root, variant, seed):
         return json.load(f)["train_config"]
 
 
-def mislabelled(records, tiny, study, where):
-    """'variant seed N was trained with key=theirs (the study's variant: ours)' for each run (records of variant,
-    seed, train_config) whose DEFINING_KEYS are not what the study's own config and its variant make them. A key a
-    run lacks (trained before that flag existed) is taken as it was then."""
+def mislabelled(records, tiny, study, where=""):
+    """'variant seed N: key=theirs (the study's variant: ours)' for each run (records of variant, seed, train_config)
+    whose DEFINING_KEYS are not what the study's own config and its variant make them: train refuses to train such a
+    run, report to report it. A key a run lacks (trained before that flag existed) is taken as it was then."""
     out, want = [], {}
     for r in records:
         v = r["variant"]
@@ -998,7 +989,7 @@ def mislabelled(records, tiny, study, where):
         off = [f"{k}={r['train_config'][k]!r} (the study's {v}: {getattr(want[v], k)!r})" for k in DEFINING_KEYS
                if k in r["train_config"] and json.dumps(r["train_config"][k]) != json.dumps(getattr(want[v], k))]
         if off:
-            out.append(f"{v} seed {r['seed']}{where} was trained with {', '.join(dict.fromkeys(off))}")
+            out.append(f"{v} seed {r['seed']}{where}: {', '.join(dict.fromkeys(off))}")
     return out
 
 
@@ -1251,7 +1242,6 @@ def main(argv):
         settings = study_settings(keys, passed)  # (a key train.py refuses stops here, as in check_run_keys)
         passed = [w for w in passed if w[2:].partition("=")[0] != "seed"]  # --seed=N: the first seed, not each run's
         runs = chosen_runs(names, keys.seeds, settings.get("seed", 1337), study)
-        check_no_variant_keys(keys, passed)
         check_run_keys(runs, root, keys, passed)
         other = kept_trained_otherwise(kept_from, settings) if keys.report_dir else []
         if other:  # the report named would refuse to mix them (write_report): say so before any training

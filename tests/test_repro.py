@@ -926,10 +926,13 @@ def test_a_config_files_imports_are_no_study_settings():
     (["train"], ["name the variants", "'all'", "g1_elementwise"]),
     (["train", "baseline", "--out_dir=x"], ["--out_dir=x", "the runner (lab.repro) sets --out_dir", "--root"]),
     (["train", "baseline", "--init_from=resume"], ["--init_from=resume", "the runner (lab.repro) sets"]),
-    (["train", "g1_headwise", "--gate_act=silu"], ["--gate_act=silu would change what a variant is",
+    (["train", "g1_headwise", "--gate_act=silu"], ["these keys would train g1_headwise seed 1337: gate_act='silu' "
+                                                   "(the study's g1_headwise: 'sigmoid'), but the report",
                                                    "lab.repro.DEFINING_KEYS", "a variant of its own"]),
-    (["train", "models", "--learning_rate=0.001"], ["--learning_rate=0.001 would change what a variant is"]),
-    (["train", "baseline", "--study=sink_lab", "--bos=False"], ["--bos=False would change what a variant is"]),
+    (["train", "models", "--learning_rate=0.001"], ["these keys would train baseline seed 1337: learning_rate=0.001 "
+                                                    "(the study's baseline: 0.003); ..., but"]),
+    (["train", "baseline", "--study=sink_lab", "--bos=False"],
+     ["these keys would train baseline seed 1337: bos=False (the study's baseline: True), but"]),
     (["train", "baseline", "--seeds=0"], ["--seeds=0 must be at least 1"]),
     (["train", "baseline", "--config=nope.py"], ["--config=nope.py: no such config file"]),
     (["report", "--max_iters=3"], ["unknown key 'max_iters'"]),
@@ -1095,10 +1098,11 @@ def test_a_config_that_changes_what_a_variant_is_stops_train_before_any_run(tmp_
     (tmp_path / "silu.py").write_text("weight_decay = 0.2\ngate_act = 'silu'\n")
     with pytest.raises(SystemExit) as e:
         repro.main(["train", "g1_headwise", f"--root={tmp_path / 'root'}", f"--config={tmp_path / 'silu.py'}"])
-    assert str(e.value.code).startswith(f"error: --config={tmp_path / 'silu.py'} (its gate_act='silu') would change "
-                                        "what a variant is")
+    assert str(e.value.code).startswith("error: these keys would train g1_headwise seed 1337: gate_act='silu' (the "
+                                        "study's g1_headwise: 'sigmoid'), but the report")
     assert not (tmp_path / "root").exists()
-    repro.check_no_variant_keys(repro.Keys(config="config/repro_sink.py"), ["--max_iters=5"])  # no refusal
+    repro.check_run_keys([("baseline", 1337), ("g1_elementwise", 1337), ("baseline_lr0.006", 1337)], "/tmp/r",
+                         repro.Keys(config="config/repro_sink.py"), ["--max_iters=5"])  # no refusal
 
 
 def test_a_key_that_only_a_variants_flags_refuse_stops_train_before_any_run(tmp_path, monkeypatch):
@@ -1677,16 +1681,17 @@ def test_a_report_refuses_runs_that_are_not_the_variant_they_are_named_after(tmp
     monkeypatch.setattr(repro, "write_report", lambda *args: reported.append(args[6]))
     reported, root, out_dir = [], tmp_path / "root", tmp_path / "report"
     kept_run("g1_headwise/seed1337", root / "g1_headwise" / "seed1337", with_config(gate_act="silu"))
-    with pytest.raises(SystemExit, match=r"error: g1_headwise seed 1337 was trained with gate_act='silu' \(the "
-                                         r"study's g1_headwise: 'sigmoid'\): not what --study=sink_lab and the "
-                                         r"variant make of it"):
+    with pytest.raises(SystemExit, match=r"error: g1_headwise seed 1337: gate_act='silu' \(the study's g1_headwise: "
+                                         r"'sigmoid'\) was trained otherwise than --study=sink_lab and the variant "
+                                         r"make it"):
         repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["sink_lab"], [])
     shutil.rmtree(root / "g1_headwise")
     kept_run("g1_headwise/seed1337", root / "g1_headwise" / "seed1337")
-    with pytest.raises(SystemExit, match=r"mlp='gelu' \(the study's g1_headwise: 'swiglu'\): not what --study=repro"):
+    with pytest.raises(SystemExit, match=r"mlp='gelu' \(the study's g1_headwise: 'swiglu'\) was trained otherwise "
+                                         r"than --study=repro"):
         repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["repro"], [])
     kept_run("g1_headwise/seed1338", out_dir / "runs" / "g1_headwise" / "seed1338", with_config(gate_act="silu"))
-    with pytest.raises(SystemExit, match=r"g1_headwise seed 1338 \(kept in the report\) was trained with gate_act="):
+    with pytest.raises(SystemExit, match=r"g1_headwise seed 1338 \(kept in the report\): gate_act='silu'"):
         repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["sink_lab"], [])
     shutil.rmtree(out_dir / "runs")
     repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["sink_lab"], [])
