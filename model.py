@@ -556,9 +556,9 @@ def check_config(c):
         raise ValueError(f"GPTConfig.attn_keep_first={c.attn_keep_first!r} must be an integer >= 0")
     if c.attn_keep_first and c.attn_window is None:
         raise ValueError("GPTConfig.attn_keep_first keeps positions in a sliding window: set attn_window too")
-    if c.attn_window is not None and c.attn_backend == "triton":
-        raise ValueError("GPTConfig.attn_window needs a mask, which the Triton kernel does not take; use "
-                         "attn_backend='auto' or 'torch'")
+    if c.attn_backend == "triton" and (c.attn_window is not None or kernels.triton_unavailable()):  # not at forward
+        why = "GPTConfig.attn_window: the Triton kernel has no mask" if c.attn_window else kernels.triton_unavailable()
+        raise ValueError(f"{why}; use attn_backend='auto' or 'torch'")
     if not 0.0 <= c.dropout < 1.0:
         raise ValueError(f"GPTConfig.dropout={c.dropout} must be in [0, 1)")
     if c.mlp_hidden is not None and (not isinstance(c.mlp_hidden, int) or c.mlp_hidden < 1):

@@ -296,14 +296,15 @@ def read_checkpoint(path):
 
 def model_from_checkpoint(checkpoint, path, device="cpu", **runtime):
     """The GPT a checkpoint holds, in eval mode on device; runtime: flags of model.RUNTIME_FLAGS to run it with
-    instead of its own (e.g. attn_backend='torch'). loss_chunk is 0 unless given, so that model(x, y) returns the
-    logits with the loss whatever the run trained with."""
+    (e.g. attn_backend='torch'). Those not given take GPTConfig's defaults, not the run's: how a run computed on its
+    machine is no part of the model (one trained with attn_backend='triton' on a GPU samples on a CPU), and
+    loss_chunk=0 makes model(x, y) return the logits with the loss."""
     from model import GPT, RUNTIME_FLAGS, GPTConfig  # here, not above: data preparation writes through this module
     unknown = set(runtime) - set(RUNTIME_FLAGS)
     if unknown:
         raise TypeError(f"model_from_checkpoint: {sorted(unknown)} are part of the model; runtime flags: "
                         f"{RUNTIME_FLAGS}")
-    args = dict(checkpoint["model_args"], **{"loss_chunk": 0, **runtime})
+    args = {**checkpoint["model_args"], **{key: getattr(GPTConfig, key) for key in RUNTIME_FLAGS}, **runtime}
     try:
         model = GPT(GPTConfig(**args))
         # a model saved from torch.compile's wrapper has its keys prefixed with _orig_mod.

@@ -708,7 +708,7 @@ def _run_checks(exercise_dir, path, out, time_limit, connect, alarm=False, step=
     check that stopped the run (reason_of), if one did. Returns (passed, total, status, failed)."""
     checks = checks_of(exercise_dir) if checks is None else checks
     number = os.path.basename(exercise_dir)[:2]
-    out(f"checking {os.path.relpath(path)} against exercise {os.path.basename(exercise_dir)}")
+    out(f"checking {shown_path(path)} against exercise {os.path.basename(exercise_dir)}")
     step(None, 0, len(checks))
     try:
         student = connect()
@@ -1442,6 +1442,12 @@ def show_hint(exercise_dir, number=None, out=print, path=None):
     number = number if number is not None else min(seen + 1, len(hints))
     if not 1 <= number <= len(hints):
         raise SystemExit(f"error: exercise {key} has hints 1 to {len(hints)}, not {number}")
+    if number > seen:  # recorded before it is shown: a hint piped into `head`, which closes the pipe, was asked for
+        record[key] = number
+        try:
+            atomic_write(path or HINTS_SEEN, lambda f: f.write((json.dumps(record, indent=1) + "\n").encode("utf-8")))
+        except OSError:  # a read-only checkout: the hint is shown all the same
+            pass
     last = number == len(hints)
     out(f"Hint {number} of {len(hints)}, exercise {key} ({title_of(exercise_dir)})" +
         (": the last one, with the answer" if last else "") + "\n")
@@ -1453,12 +1459,6 @@ def show_hint(exercise_dir, number=None, out=print, path=None):
         out(f"Try it, and check again. `python exercises/check.py {key} --hint` shows hint {number + 1}" +
             (", the last: it gives the answer." if number + 1 == len(hints) else
              f"; hint {len(hints)}, the last, gives the answer."))
-    if number > seen:
-        record[key] = number
-        try:
-            atomic_write(path or HINTS_SEEN, lambda f: f.write((json.dumps(record, indent=1) + "\n").encode("utf-8")))
-        except OSError:  # a read-only checkout: the hint is shown all the same
-            pass
     return 0
 
 
@@ -1485,6 +1485,13 @@ def title_of(exercise_dir):
 GRADE_STATUS = {"ok": "passed", "wrong": "failed", "not filled": "not filled", "timeout": "timeout", "error": "error",
                 "setup": "setup"}
 RESULT_FILE = "check-result.json"
+
+
+def shown_path(path):
+    """path as short as it can be said from here, but never a path up and out of here (../../tmp/me.py): then as
+    given (absolute)."""
+    shown = os.path.relpath(path)
+    return os.path.abspath(path) if shown == os.pardir or shown.startswith(os.pardir + os.sep) else shown
 
 
 def file_digest(path, lf=False):
@@ -1682,7 +1689,8 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
         changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
         if changed:  # this verdict came from what was loaded before; the next exercise's might not
             out(f"  your code changed the checker's, the project's or the exercises' files ({', '.join(changed[:3])}"
-                "): this exercise counts as failed, and grading stops. Restore them (git checkout, or a fresh copy).")
+                "): this exercise counts as failed, and grading stops. Restore them: from a fresh copy of the files you were "
+                "given (or git checkout, in a git repository).")
             for path in (p for p in changed if os.path.isabs(p) and os.path.exists(p)):  # a start-up file
                 out(f"  {path} runs in every Python of this account from now on: delete it before anything else "
                     "runs, and grade no one else in this account before you have")
@@ -1704,9 +1712,7 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
     if problems:
         out(f"error: {problems[0]}")
         return 1
-    shown = os.path.relpath(result_path)  # as short as it can be, but never a path up and out of here (../me.json)
-    shown = result_path if shown == os.pardir or shown.startswith(os.pardir + os.sep) else shown
-    out(f"result written to {shown}" + (" (signed)" if key else "") +
+    out(f"result written to {shown_path(result_path)}" + (" (signed)" if key else "") +
         (f" for {student}" if student else ""))
     if not student:
         out("note: no --student=NAME_OR_ID given, so the file names no one: your teacher will need it "
@@ -1792,7 +1798,8 @@ def main(argv=None):
             print(f"error: {line}")
         if problems and all("starter.py changed since" in line for line in problems):
             print(f"note: the result file itself is as the checker wrote it; the starter.py files compared are those "
-                  f"of {REPO}: if that is not the copy that was graded, run --verify there")
+                  f"of {REPO}: to check a student's, put them in a fresh copy (python exercises/make_student_copy.py "
+                  "DEST --work=FOLDER) and run --verify there, never with the student's own check.py")
         if not problems:
             print(f"{argv[0][len('--verify='):]} is as the checker wrote it, and every graded starter.py is unchanged")
         return 1 if problems else 0

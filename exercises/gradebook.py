@@ -3,6 +3,7 @@ The teacher's gradebook: one table of a class's result files.
 
     python exercises/gradebook.py FOLDER                 # writes FOLDER/gradebook.csv and FOLDER/gradebook.md
     python exercises/gradebook.py FOLDER --out=PREFIX    # writes PREFIX.csv and PREFIX.md (PREFIX/ a folder: in it)
+    python exercises/gradebook.py FOLDER --handed_in=DIR # FOLDER: your re-grades; DIR: the files the students handed in
 
 FOLDER holds the files the students wrote with `python exercises/check.py all --student=ID --result=ID.json`, in it or
 in its subfolders (a learning platform's download, a folder per student). Each *.json file there becomes one row: the
@@ -14,19 +15,28 @@ wrong), the seed and the date (in the CSV each count is two columns of plain num
 spreadsheet reads "8/8" as a date).
 Each seal is checked as `check.py --verify` checks it, by check.py's own code, with $CHECK_SIGNING_KEY when it is set
 (set it to the key the files were signed with). The graded starter.py files are not checked: they are the students', not
-here; `check.py --verify=FILE` in a student's copy checks them. A row is flagged when its file cannot be read, is not a
-result file or does not verify, names no student, names a student another file names too, comes from the same checker
-run as another file (same date and seed: a copy under another name), has an exercise graded on the same file as another
-student's (its SHA-256: a copied starter.py), lacks an exercise another file has (a partial hand-in), says that an
-untouched starter.py passed (its checks or its result were edited), was graded on a reference solution of
-exercises/solutions/ verbatim, was graded by a check.py or checks.py other than this checkout's (the SHA-256 the file
-records of them), says that the student's code changed the checker's files (grading stopped there), or has an exercise
-that could not be checked where it was graded (status "setup": the sink lab's task was not prepared there) or whose
-trained runs were not there (08 and 11, "not filled" at runs_exist_and_match): no file is left out of the table. The
-console summary lists each flagged file with its flags, and why it does not verify.
+here; `check.py --verify=FILE` checks them in a fresh copy holding a student's files (`make_student_copy.py DEST
+--work=FOLDER`), never in the student's own copy, whose check.py is the student's to edit. A row is flagged when its
+file cannot be read, is not a result file or does not verify, has a number of checks other than this checkout's
+checks.py defines, names no student, names a student another file names too, comes from the same checker run as another
+file (same date and seed: a copy under another name), has an exercise graded on the same file as another student's (its
+SHA-256: a copied starter.py), lacks an exercise another file has (a partial hand-in), says that an untouched starter.py
+passed (its checks or its result were edited), was graded on a reference solution of exercises/solutions/ verbatim, was
+graded by a check.py or checks.py other than this checkout's (the SHA-256 the file records of them), says that the
+student's code changed the checker's files (grading stopped there), or has an exercise that could not be checked where
+it was graded (status "setup": the sink lab's task was not prepared there) or whose trained runs were not there (08 and
+11, "not filled" at runs_exist_and_match): no file is left out of the table. The console summary lists each flagged
+file with its flags, and why it does not verify.
+With --handed_in=DIR (the students' own files, FOLDER then holding your re-grades of their collected work,
+exercises/TEACHERS.md), each re-grade is compared with the file its student handed in: a row is flagged when its
+student handed in no file, or several, when that file does not verify as the students' checker wrote it (a plain
+checksum: no key), or when it says another status or other checks passed than the re-grade at an exercise both
+graded (on the same starter.py: the hand-in was edited or forged; on another: or the student changed the file after
+handing it in). A file handed in by a student with no re-grade is named in the console summary.
 Exit status: 0 when no row is flagged, 1 when some are, 2 for bad input (no such folder, no result files in it).
 """
 
+import ast
 import csv
 import hashlib
 import io
@@ -183,6 +193,67 @@ def flag_other_checks(rows):
                                 "version of the exercises)")
 
 
+def checks_defined():
+    """{exercise id: how many checks this checkout's checks.py defines}: its top-level `def check_*`, which
+    check.checks_of runs in that order (read here without running it, or loading torch)."""
+    counts = {}
+    for d in check.exercise_dirs():
+        with open(os.path.join(d, "checks.py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        counts[os.path.basename(d)[:2]] = sum(isinstance(node, ast.FunctionDef) and node.name.startswith("check_")
+                                              for node in tree.body)
+    return counts
+
+
+def flag_other_totals(rows):
+    """Flag an exercise whose number of checks is not the number this checkout's checks.py defines, where the file
+    says it was graded by that checks.py (flag_other_checks names the others): the result was edited. 0 is the
+    checker's own failure (run_isolated could not start), which the status says."""
+    defined = checks_defined()
+    ours = {os.path.basename(d)[:2]: check.text_digest(os.path.join(d, "checks.py")) for d in check.exercise_dirs()}
+    for row in rows:
+        ids = [f"{i} ({e['total']}, not {defined[i]})" for i, e in row["exercises"].items()
+               if i in defined and e.get("checks_sha256") == ours[i] and e.get("total") not in (0, defined[i])]
+        if ids:
+            row["flags"].append(f"a number of checks other than this checkout's checks.py defines: {', '.join(ids)} "
+                                "(result edited)")
+
+
+def compare_hand_ins(rows, handed_in):
+    """Flag each re-grade (rows) whose student handed in no file in the folder handed_in, several, one that does not
+    verify as the students' checker wrote it, or one that says another status or other checks passed at an exercise
+    both graded (see __doc__). Returns the hand-ins of students with no re-grade, for the console summary."""
+    names = result_files(handed_in)
+    hand_ins = [read_row(os.path.join(handed_in, n), None, n) for n in names]  # a student's checker has no key
+    by_student = {}
+    for h in hand_ins:
+        by_student.setdefault(h["student"].casefold(), []).append(h)
+    for row in rows:
+        if not row["student"]:
+            continue  # flagged already: no one to compare with
+        mine = by_student.get(row["student"].casefold(), [])
+        if len(mine) != 1:
+            row["flags"].append("no file handed in" if not mine else
+                                f"{len(mine)} files handed in: {', '.join(h['file'] for h in mine)}")
+            continue
+        h = mine[0]
+        if h["why not"]:
+            row["flags"].append(f"the hand-in {h['file']} is not as the checker wrote it: {h['why not']}")
+        differ = []
+        for i, e in row["exercises"].items():
+            theirs = h["exercises"].get(i)
+            if theirs is None or (theirs.get("status"), theirs.get("passed")) == (e.get("status"), e.get("passed")):
+                continue
+            same = theirs.get("file_sha256") == e.get("file_sha256")
+            differ.append(f"{i} ({theirs.get('status')} {theirs.get('passed')}/{theirs.get('total')} there, "
+                          f"{e.get('status')} {e.get('passed')}/{e.get('total')} here, "
+                          f"{'the same' if same else 'another'} starter.py)")
+        if differ:
+            row["flags"].append(f"the hand-in {h['file']} says otherwise at {', '.join(differ)}")
+    graded = {row["student"].casefold() for row in rows}
+    return [h for h in hand_ins if h["student"].casefold() not in graded]
+
+
 def exercise_ids(rows):
     """The exercise ids any file in the folder has, sorted."""
     return sorted({i for row in rows for i in row["exercises"]})
@@ -221,6 +292,8 @@ def flag_runs_missing(rows):
                                 "missing where it was graded")
 
 
+VERIFY_ADVICE = ("`check.py --verify=FILE` checks them in a fresh copy holding the student's files, "
+                 "`make_student_copy.py DEST --work=FOLDER`: never run the student's own check.py")
 LEAD = ("student", "file", "verified", "why not", "exercises passed", "checks passed")  # before the exercises
 
 
@@ -311,7 +384,7 @@ def as_markdown(header, lines, folder, key, flagged):
     how = "with CHECK_SIGNING_KEY" if key else "as plain checksums (CHECK_SIGNING_KEY was not set)"
     text = [f"# Gradebook: {folder}", "",
             f"{len(lines)} files, {flagged} flagged. Seals checked {how}; the graded starter.py files were not "
-            "checked (they are the students'; `check.py --verify=FILE` in a student's copy checks them). An "
+            f"checked (they are the students'; {VERIFY_ADVICE}). An "
             "exercise's cell: its status, the checks passed of its checks, the check it stopped at and the hints seen "
             "(the CSV has them apart, with the seed).", "",
             "| " + " | ".join(cell(c) for c in columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
@@ -341,9 +414,10 @@ def result_files(folder):
     return sorted(names)
 
 
-def gradebook(folder, prefix, key=None, out=print):
-    """Read every *.json result file in folder, write the gradebook to prefix.csv and prefix.md (atomically).
-    Returns the number of flagged rows."""
+def gradebook(folder, prefix, key=None, out=print, handed_in=None):
+    """Read every *.json result file in folder, write the gradebook to prefix.csv and prefix.md (atomically);
+    handed_in: a folder of the files the students handed in, to compare with folder's (compare_hand_ins). Returns the
+    number of flagged rows."""
     names = result_files(folder)
     if not names:
         usage_error(f"{folder} holds no *.json result files, nor do its subfolders: collect there the files the "
@@ -357,8 +431,10 @@ def gradebook(folder, prefix, key=None, out=print):
     flag_reference_solutions(rows)
     flag_changed_checker(rows)
     flag_other_checks(rows)
+    flag_other_totals(rows)
     flag_not_checked_here(rows)
     flag_runs_missing(rows)
+    not_regraded = compare_hand_ins(rows, handed_in) if handed_in else []
     rows.sort(key=lambda row: (row["student"].casefold() or "\uffff", row["file"]))  # no student: last
     header, lines = table(rows)
     flagged = sum(bool(row["flags"]) for row in rows)
@@ -369,8 +445,11 @@ def gradebook(folder, prefix, key=None, out=print):
     out(f"{len(rows)} files, {flagged} flagged" +
         "".join(f"\n  {r['file']}: {'; '.join(r['flags'])}" + (f"\n    why not: {r['why not']}" if r["why not"] else "")
                 for r in rows if r["flags"]))
+    if not_regraded:
+        out(f"handed in, with no re-grade here: {', '.join(h['file'] for h in not_regraded)}")
     out("seals checked " + ("with CHECK_SIGNING_KEY" if key else "as plain checksums (CHECK_SIGNING_KEY not set)") +
-        "; starter files not checked (`check.py --verify=FILE` in a student's copy checks them)")
+        (f"; each compared with its student's file in {handed_in}" if handed_in else "") +
+        "; starter files not checked (" + VERIFY_ADVICE + ")")
     out(f"gradebook written to {written[0]} and {written[1]}")
     return flagged
 
@@ -380,14 +459,20 @@ def main(argv=None):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
-    folder, prefix = None, None
+    folder, prefix, handed_in = None, None, None
     for arg in argv:
         if arg.startswith("--out="):
             prefix = arg[len("--out="):]
             if not prefix:
                 usage_error("--out= needs a prefix, e.g. --out=grades/week3 (writes grades/week3.csv and .md)")
+        elif arg.startswith("--handed_in="):
+            handed_in = arg[len("--handed_in="):]
+            if not os.path.isdir(handed_in):
+                usage_error(f"--handed_in={handed_in}: no such folder; give the folder of the files the students "
+                            "handed in")
         elif arg.startswith("-") or folder is not None:
-            usage_error(f"unexpected argument {arg!r}: give one FOLDER of result files, and optionally --out=PREFIX")
+            usage_error(f"unexpected argument {arg!r}: give one FOLDER of result files, and optionally --out=PREFIX "
+                        "and --handed_in=DIR")
         else:
             folder = arg
     if folder is None:
@@ -397,7 +482,11 @@ def main(argv=None):
     if prefix and (os.path.isdir(prefix) or prefix.endswith(("/", os.sep))):  # --out=grades/ names a folder (made
         prefix = os.path.join(prefix, "gradebook")  # if it is not there yet): its gradebook.csv and .md
     key = os.environ.get(check.SIGNING_KEY_VAR) or None
-    flagged = gradebook(folder, prefix or os.path.join(folder, "gradebook"), key)
+    inside = lambda a, b: os.path.commonpath([os.path.realpath(a), os.path.realpath(b)]) == os.path.realpath(b)
+    if handed_in and (inside(handed_in, folder) or inside(folder, handed_in)):  # one file would be read as both
+        usage_error(f"--handed_in={handed_in} and {folder} overlap: keep the files the students handed in and your "
+                    "re-grades in two folders, neither inside the other")
+    flagged = gradebook(folder, prefix or os.path.join(folder, "gradebook"), key, handed_in=handed_in)
     return 1 if flagged else 0
 
 

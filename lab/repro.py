@@ -123,7 +123,7 @@ from lab.report import (ANALYSIS_FILES, EVALUATE_DIR, comparison, evaluate_secti
 from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
     size_word)
 from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
-from model import GPT, GPTConfig
+from model import GPT, RUNTIME_FLAGS, GPTConfig
 from probe import MEASURE, MEASURES, SINK_HEAD_THRESHOLD, flops_per_token, peak_flops
 from runfolder import (BEST, CHECKPOINT, EVALUATED, LOG, MEASURED, MEASUREMENTS, atomic_write, read_jsonl,
     result_set, saved_state, write_json, write_text)
@@ -529,7 +529,7 @@ GPU_PEAK_SHARE = 0.22
 
 def run_flops(settings):
     """The training FLOPs of one run with these shared settings: the model's FLOPs per token times its tokens."""
-    names = {f.name for f in fields(GPTConfig)}
+    names = {f.name for f in fields(GPTConfig)} - set(RUNTIME_FLAGS)  # the model, not how a run computed it
     with torch.device("meta"):
         model = GPT(GPTConfig(**{k: v for k, v in settings.items() if k in names}))
     tokens = settings["max_iters"] * settings["batch_size"] * settings.get("gradient_accumulation_steps", 1) * \

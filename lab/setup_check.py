@@ -240,9 +240,20 @@ def timings(found, keys):
     main_s = found["startup"] + c.max_iters * step + (c.max_iters // c.eval_interval + 1) * c.eval_iters * step / 3
     found["main_s"] = main_s
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0
-    busy = f"; busy now (load {load:.1f} on {os.cpu_count()} cores): less when idle" if load > os.cpu_count() else ""
     return "note", (f"estimated from the steps timed here: sink lab ~{minutes(lab_s)} a model ({lab.max_iters} steps), "
-                    f"main job ~{minutes(main_s)} ({c.max_iters} steps){busy}")
+                    f"main job ~{minutes(main_s)} ({c.max_iters} steps){busy_note(load, os.cpu_count() or 1)}")
+
+
+def busy_note(load, cores, env=os.environ):
+    """What the timings note adds on a machine busier than its cores: PyTorch runs a thread per core in every
+    process, so trainings side by side (a class on one server) wait on each other's threads; one thread each is
+    several times faster (tests/time_sharing.py's pages, docs/timings.md)."""
+    if load <= cores:
+        return ""
+    threads = "" if "OMP_NUM_THREADS" in env else (
+        "; beside other trainings, OMP_NUM_THREADS=1 before each command makes each several times faster "
+        "(docs/timings.md, 'A CPU shared by several trainings')")
+    return f"; busy now (load {load:.1f} on {cores} cores): less when idle{threads}"
 
 
 def minutes(seconds):

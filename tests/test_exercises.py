@@ -226,6 +226,14 @@ def test_the_hint_command_shows_the_next_hint_and_remembers(tmp_path):
     check.show_hint(folder, 1, out=lines.append, path=record)  # hint 1 again: the record keeps the most seen
     assert "Think." in "\n".join(lines) and check.hints_seen(folder, record) == 3
     assert check.hints_seen(os.path.join(EXERCISES, NAMES[0]), record) == 0  # another exercise: none seen
+
+    def closed_pipe(line):  # `check.py 42 --hint | head -1`: the reader stops reading before the hint is printed
+        raise BrokenPipeError
+    fresh = str(tmp_path / "fresh.json")
+    for expected in (1, 2):
+        with pytest.raises(BrokenPipeError):
+            check.show_hint(folder, out=closed_pipe, path=fresh)
+        assert check.hints_seen(folder, fresh) == expected  # asked for, so counted
     with pytest.raises(SystemExit, match="has hints 1 to 3, not 99"):
         check.show_hint(folder, 99, path=record)
     (tmp_path / "42_demo" / "hints.md").write_text("## Hint 1\na\n## Hint 3\nb\n", encoding="utf-8")

@@ -7,6 +7,7 @@ flagged.
 """
 
 import csv
+import hashlib
 import itertools
 import json
 import os
@@ -239,27 +240,29 @@ def test_partial_credit_other_checks_and_a_stopped_grading_are_shown(tmp_path):
         check.write_result(str(folder / f"{student}.json"), check.grade_result(entries, date=date, student=student,
                                                                                checker_digest=checker_digest))
 
-    three = [(8, 8, "ok", None), (5, 8, "wrong", "trap"), (4, 9, "wrong", "scale")]
+    n = [gradebook.checks_defined()[os.path.basename(d)[:2]] for d in DIRS]  # each exercise's number of checks
+    three = [(n[0], n[0], "ok", None), (5, n[1], "wrong", "trap"), (4, n[2], "wrong", "scale")]
     write("ann", three)
     write("bo", three, checks=[ours[0], "0" * 64, ours[2]])  # exercise 2's checks.py edited
     write("cy", three, checker_digest="1" * 64)  # check.py edited
     write("dee", three, checks=[None] * 3, checker_digest=None)  # a file from before the digests were recorded
-    write("ed", [(8, 8, "ok", None), (0, 8, "error", "changed the checker's files")])
+    write("ed", [three[0], (0, n[1], "error", "changed the checker's files")])
     crlf = tmp_path / "checks-crlf.py"  # a Windows checkout's copy (Git turns LF into CRLF): the same checks
     crlf.write_bytes(open(os.path.join(DIRS[0], "checks.py"), "rb").read().replace(b"\n", b"\r\n"))
     write("fay", three, checks=[check.text_digest(str(crlf))] + ours[1:])
     gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
     rows = read_csv(tmp_path / "book.csv")
     first, second, _ = (os.path.basename(d)[:2] for d in DIRS)
-    assert count(rows["ann.json"], "checks passed") == "17/25" and count(rows["ann.json"], f"{second} checks") == "5/8"
+    assert count(rows["ann.json"], "checks passed") == f"{n[0] + 9}/{sum(n)}"
+    assert count(rows["ann.json"], f"{second} checks") == f"5/{n[1]}"
     assert rows["ann.json"]["flags"] == "" and rows["dee.json"]["flags"] == "" and rows["fay.json"]["flags"] == ""
     assert rows["bo.json"]["flags"] == f"graded by checks other than this checkout's: {second} (edited, or another " \
         "version of the exercises)"
     assert rows["cy.json"]["flags"].startswith("graded by checks other than this checkout's: check.py (")
     assert f"the student's code changed the checker's files at {second} (grading stopped there)" in \
-        rows["ed.json"]["flags"] and count(rows["ed.json"], "checks passed") == "8/25"  # the exercise not graded: 0/9
-    write("gus", [three[0], (3, 6, "setup", "runs_exist_and_match"), three[2]])  # graded where the task was missing
-    write("hal", [three[0], (3, 6, "not filled", "runs_exist_and_match"), three[2]])  # and where the runs were
+        rows["ed.json"]["flags"] and count(rows["ed.json"], "checks passed") == f"{n[0]}/{sum(n)}"  # the third: 0
+    write("gus", [three[0], (3, n[1], "setup", "runs_exist_and_match"), three[2]])  # graded where the task was missing
+    write("hal", [three[0], (3, n[1], "not filled", "runs_exist_and_match"), three[2]])  # and where the runs were
     gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
     gus, hal = (read_csv(tmp_path / "book.csv")[name] for name in ("gus.json", "hal.json"))
     assert gus[f"{second} status"] == "setup" and gus["flags"] == f"{second} not checked: the grading machine " \
@@ -381,3 +384,94 @@ def test_a_copied_file_and_a_folder_per_student_are_seen(tmp_path):
     (tmp_path / "nothing" / "sub").mkdir(parents=True)
     code, out, err = gradebook_cli(str(tmp_path / "nothing"))
     assert code == 2 and "nor do its subfolders" in err, err
+
+
+def test_the_checks_the_gradebook_counts_are_those_the_checker_runs():
+    """gradebook.checks_defined reads each checks.py without running it: the same number of checks check.checks_of
+    loads and runs."""
+    defined = gradebook.checks_defined()
+    assert defined == {os.path.basename(d)[:2]: len(check.checks_of(d)) for d in check.exercise_dirs()}
+    assert all(n >= 3 for n in defined.values()), defined
+
+
+def test_a_number_of_checks_other_than_the_checkers_is_flagged(tmp_path):
+    """A result that says an exercise graded by this checkout's checks.py had another number of checks was edited
+    (8/8 where the exercise has 10 reads as full marks); 0 is the checker's own failure, and a file graded by other
+    checks is flagged as such, not twice."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    ours = {d: check.text_digest(os.path.join(d, "checks.py")) for d in DIRS}
+    defined = gradebook.checks_defined()
+    first, second = (os.path.basename(d)[:2] for d in DIRS[:2])
+
+    def write(student, totals, digests=None):
+        entries = [check.grade_entry(d, (t, t, "ok", None) if t else (0, 0, "error", None), 2.0,
+                                     checks_digest=(digests or ours)[d]) for d, t in zip(DIRS[:2], totals)]
+        date = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(1767254400 + next(RUNS)))
+        check.write_result(str(folder / f"{student}.json"), check.grade_result(entries, date=date, student=student))
+
+    write("ann", (defined[first], defined[second]))
+    write("bo", (defined[first], defined[second] - 2))
+    write("cy", (0, defined[second]))
+    write("dee", (defined[first] + 1, defined[second]), {d: "0" * 64 for d in DIRS})
+    gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
+    flags = {name: row["flags"] for name, row in read_csv(tmp_path / "book.csv").items()}
+    assert flags["ann.json"] == flags["cy.json"] == "", flags
+    assert flags["bo.json"] == (f"a number of checks other than this checkout's checks.py defines: {second} "
+                                f"({defined[second] - 2}, not {defined[second]}) (result edited)")
+    assert "number of checks" not in flags["dee.json"] and "graded by checks other than" in flags["dee.json"]
+
+
+def test_each_regrade_is_compared_with_what_its_student_handed_in(tmp_path):
+    """--handed_in=DIR: the files the students handed in beside the teacher's signed re-grades of their collected
+    work. A hand-in that says more than the re-grade (forged, or edited), none, two, or one that does not verify is
+    flagged on the re-grade's row; a hand-in that agrees is not; one with no re-grade is named."""
+    key = "the teacher's key"
+    regrades, hand_ins = tmp_path / "regrades", tmp_path / "handed-in"
+    regrades.mkdir()
+    hand_ins.mkdir()
+    first = os.path.basename(DIRS[0])[:2]
+
+    def write(folder, student, status, digest, key=None, name=None):
+        entry = check.grade_entry(DIRS[0], (8, 8, status, None) if status == "ok" else (2, 8, status, "trap"), 2.0,
+                                  digest)
+        date = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(1767254400 + next(RUNS)))
+        path = folder / f"{name or student}.json"
+        check.write_result(str(path), check.grade_result([entry], date=date, student=student), key)
+        return path
+
+    for student, handed, regraded, same in [("alice", "ok", "ok", True), ("mallory", "ok", "wrong", True),
+                                            ("carol", "ok", "wrong", False), ("dan", "wrong", "wrong", True)]:
+        digest = hashlib.sha256(student.encode()).hexdigest()  # each student's own file
+        write(hand_ins, student, handed, digest)
+        write(regrades, student, regraded, digest if same else "b" * 64, key)
+    edited = json.loads((hand_ins / "dan.json").read_text(encoding="utf-8"))
+    edited["exercises"][0]["checker_seconds"] = 99.0
+    (hand_ins / "dan.json").write_text(json.dumps(edited), encoding="utf-8")
+    write(regrades, "bob", "not filled", "c" * 64, key)  # handed in nothing
+    write(regrades, "erin", "ok", "d" * 64, key)
+    write(hand_ins, "Erin ", "ok", "d" * 64, name="erin-1")
+    write(hand_ins, "erin", "ok", "d" * 64, name="erin-2")
+    write(hand_ins, "fay", "ok", "e" * 64)  # not re-graded
+    lines = []
+    flagged = gradebook.gradebook(str(regrades), str(tmp_path / "book"), key=key, out=lines.append,
+                                  handed_in=str(hand_ins))
+    flags = {name: row["flags"] for name, row in read_csv(tmp_path / "book.csv").items()}
+    assert flagged == 5 and flags["alice.json"] == "", flags
+    assert flags["mallory.json"] == (f"the hand-in mallory.json says otherwise at {first} (passed 8/8 there, failed "
+                                     "2/8 here, the same starter.py)")
+    assert flags["carol.json"].endswith("here, another starter.py)"), flags
+    assert flags["bob.json"] == "no file handed in"
+    assert flags["erin.json"] == "2 files handed in: erin-1.json, erin-2.json"
+    assert flags["dan.json"].startswith("the hand-in dan.json is not as the checker wrote it: dan.json was changed "
+                                        "after the checker wrote it"), flags
+    assert "handed in, with no re-grade here: fay.json" in "\n".join(lines)
+    assert "each compared with its student's file in" in "\n".join(lines)
+    # on the command line; folders that overlap are refused in one line
+    env = dict(os.environ, **{check.SIGNING_KEY_VAR: key})
+    code, out, err = gradebook_cli(str(regrades), f"--handed_in={hand_ins}", env=env)
+    assert code == 1 and "9 files" not in out and "6 files, 5 flagged" in out and not err, out + err
+    for args in ([str(tmp_path), f"--handed_in={hand_ins}"], [str(regrades), f"--handed_in={regrades}"],
+                 [str(regrades), f"--handed_in={tmp_path / 'nowhere'}"]):
+        code, out, err = gradebook_cli(*args, env=env)
+        assert code == 2 and not out and err.startswith("error: --handed_in=") and err.count("\n") == 1, err

@@ -119,3 +119,14 @@ def test_smoke_settings_that_cannot_be_meant_are_one_line(arg, says):
     with pytest.raises(SystemExit) as stop:
         setup_check.main([arg])
     assert str(stop.value).startswith(f"error: {arg}") and says in str(stop.value)
+
+
+def test_a_busy_machine_is_said_with_the_thread_setting_that_helps_beside_other_trainings():
+    """Busier than its cores: the timings are said to be slower than idle, and, unless OMP_NUM_THREADS is set
+    already, that one thread per training is several times faster beside other trainings."""
+    assert setup_check.busy_note(1.9, 2, env={}) == ""
+    note = setup_check.busy_note(3.04, 2, env={})
+    assert note.startswith("; busy now (load 3.0 on 2 cores): less when idle; beside other trainings, "
+                           "OMP_NUM_THREADS=1 before each command") and "docs/timings.md" in note, note
+    assert setup_check.busy_note(3.04, 2, env={"OMP_NUM_THREADS": "1"}) == "; busy now (load 3.0 on 2 cores): less " \
+        "when idle"

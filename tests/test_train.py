@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import kernels
 import model as model_py
 import probe
 import sample
@@ -188,6 +189,10 @@ def test_a_checkpoint_runs_with_other_runtime_flags_only(tiny_run):
     _, checkpoint = load_checkpoint(path)
     model = model_from_checkpoint(checkpoint, path, attn_backend="torch", loss_chunk=7)
     assert (model.config.attn_backend, model.config.loss_chunk, model.config.n_layer) == ("torch", 7, 1)
+    # those not given are GPTConfig's, not the run's: a run trained with the fused kernel on a GPU runs on a CPU
+    on_gpu = dict(checkpoint, model_args=dict(checkpoint["model_args"], attn_backend="triton", loss_chunk=7))
+    model = model_from_checkpoint(on_gpu, path)
+    assert (model.config.attn_backend, model.config.loss_chunk) == (GPTConfig.attn_backend, 0) == ("auto", 0)
     with pytest.raises(TypeError, match=r"\['n_layer'\] are part of the model; runtime flags: \('attn_backend', 'loss_chunk'\)"):
         model_from_checkpoint(checkpoint, path, n_layer=2)
     # weights under other names (a nanoGPT checkpoint's): the keys missing are named, not only torch's heading
@@ -811,6 +816,19 @@ def test_the_fused_kernel_where_it_cannot_run_is_one_line_before_the_model(tmp_p
     message = str(exit_info.value.code)
     assert message.startswith("error: attn_backend='triton' ") and "TRITON_INTERPRET=1" in message and \
         "--attn_backend=torch" in message and "\n" not in message, message
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_triton_too_old_for_the_kernel_is_one_line_before_the_run_folder(stdlib_data, tmp_path, monkeypatch):
+    """--attn_backend=triton where Triton is older than the kernel needs (kernels.triton_unavailable): the model's
+    config refuses it in one line with the upgrade, before a run folder is made; not a traceback at the first forward."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # past pick_device's check, which only knows whether Triton is there
+    reason = "backend='triton' needs Triton 3.3 or newer, found 3.2.0 (pip install -U triton)"
+    monkeypatch.setattr(kernels, "triton_unavailable", lambda: reason)
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--attn_backend=triton",
+                           "--device=cpu"])
+    assert str(exit_info.value.code) == f"error: {reason}; use attn_backend='auto' or 'torch'"
     assert not (tmp_path / "run").exists()
 
 

@@ -95,6 +95,10 @@ def check_gate_scores_in_0_1(student):
             if weight != 0 and same(out, y * logits, 1e-6):  # (at weight 0, y * logits is 0: the case above)
                 raise Wrong(f"{granularity}: your output is y times the raw logits: the sigmoid is missing, so the "
                             "'scores' are unbounded and of either sign, not gate scores in (0, 1).")
+            if weight < 0 and same(out, y, 1e-6) and same(student.g1_gate(y, x, -w_const, granularity), y, 1e-6):
+                raise Wrong(f"{granularity}: your output is y itself whether every gate logit is large and negative "
+                            "or large and positive: the gate does not act on y. Multiply y by the scores (a score "
+                            "near 0 should silence that channel).")
             if weight != 0 and same(out, y * torch.sigmoid(-logits), 1e-6):  # a sign flipped: 1 - the score
                 raise Wrong(f"{granularity}: where every gate logit is large and negative your gate lets y through, "
                             "and where they are large and positive it shuts: your scores are 1 minus the gate's. A "
@@ -140,6 +144,16 @@ def check_g1_gate_numbers(student):
         if granularity == "elementwise" and same(out, gate(y, gate.logits(F.linear(y.reshape(2, 5, -1), w)))):
             raise Wrong("Your gate logits are computed from y (self-gating). G1's logits come from x, the block's "
                         "input after the norm (what Q, K, V are computed from).")
+        logits = gate.logits(F.linear(x, w)).expand_as(y)  # each entry of y's logit, in the right layout
+        scores, known = out / y, y.abs() > 1e-3  # the scores the student's gate used, where y tells them
+        order = logits[known].argsort()
+        if not same(out, want) and scores[known][order].diff().min() > -1e-6:  # a function of the right logits
+            s, mine = logits[known], scores[known]
+            i = (mine - torch.sigmoid(s)).abs().argmax()  # where they differ most
+            raise Wrong(f"{granularity}: your scores rise with the right logits, in the right layout, but are not "
+                        f"the sigmoid of them: at a logit of {s[i]:.3f} the score should be "
+                        f"{torch.sigmoid(s[i]):.4f}, yours is {mine[i]:.4f}. G1's score "
+                        "is exactly the logistic sigmoid of the logit: no other squashing, and no scale on the logit.")
         expect_close(f"g1_gate(..., '{granularity}')", out, want, atol=1e-9, rtol=1e-9,
                      hint="Re-check the layout of the scores: elementwise, row h*D + d of w_gate scores head h's "
                           "channel d; headwise, row h scores head h. And w_gate is stored like an nn.Linear weight, "
@@ -221,6 +235,13 @@ def check_attention_block_vs_model(student):
         if same(out, _model_attention(x, w_qkv, w_o, H)):
             raise Wrong(f"{granularity}: your output is attention without the gate: call g1_gate on each head's "
                         "output, (B, T, H, D), before the heads are concatenated.")
+        for gate, where in (("g2", "the values, before attention"), ("g4", "the queries"), ("g3", "the keys")):
+            if gate in ("g3", "g4") and granularity == "headwise":
+                continue  # defined elementwise only (model.check_config)
+            if same(out, _model_attention(x, w_qkv, w_o, H, gate=gate, w_gate=w_gate, granularity=granularity)):
+                raise Wrong(f"{granularity}: your output equals the {gate.upper()} gate: you gated {where}. G1 "
+                            "gates each head's output of attention (its SDPA output), after attention and before "
+                            "the heads are concatenated.")
         expect_close(f"attention_block(..., '{granularity}')", out, want, atol=1e-9, rtol=1e-9,
                      hint="g1_gate passed its checks, so look at the block: the order of q, k, v in w_qkv (q "
                           "first), the head split (head h is the h-th block of D channels), the layout of each "

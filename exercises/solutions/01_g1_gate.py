@@ -71,6 +71,11 @@ MUTANTS = [
      "(torch.sigmoid(" "x @ w_gate.T) > 0.5).to(y.dtype)"),
     ("gate_scores_in_0_1", "torch.sigmoid(" "x @ w_gate.T)", "torch.sigmoid(-(x @ w_gate.T))",  # a sign flipped
      "check the sign"),
+    ("gate_scores_in_0_1", "return y * " "scores", "return y", "does not act on y"),  # no gate at all
+    ("g1_gate_numbers", "torch.sigmoid(" "x @ w_gate.T)", "(torch.tanh(x @ w_gate.T) + 1) / 2",  # another squashing
+     "not the sigmoid of them"),
+    ("g1_gate_numbers", "torch.sigmoid(" "x @ w_gate.T)", "torch.nn.functional.hardsigmoid(x @ w_gate.T)",
+     "not the sigmoid of them"),
     ("headwise_one_score_per_head", "scores.view(" "B, T, H, 1)", "scores.view(B, T, 1, H)"),  # over heads, not D
     ("g1_gate_numbers", "raise " "ValueError(f\"granularity", "print(f\"granularity"),  # an unknown one let through
     ("trap_gate_after_wo",  # G5: each head's output mixed by W_O first, then gated
@@ -78,6 +83,11 @@ MUTANTS = [
      "    return y.reshape(" "B, T, C) @ w_o.T",
      "y = y.reshape(B, T, C) @ w_o.T\n"
      "    return g1_gate(y.view(B, T, n_head, -1), x, w_gate, granularity).reshape(B, T, C)"),
+    ("attention_block_vs_model",  # G2: the values gated before attention
+     "y = causal_attention(" "q, k, v).transpose(1, 2)  # (B, T, H, D): each head's SDPA output\n"
+     "    y = g1_gate(" "y, x, w_gate, granularity)",
+     "v = g1_gate(v.transpose(1, 2), x, w_gate, granularity).transpose(1, 2)\n"
+     "    y = causal_attention(q, k, v).transpose(1, 2)", "you gated the values"),
     ("trap_self_gating",  # the gate logits from the attention output instead of the block's input
      "y = g1_gate(y, " "x, w_gate, granularity)", "y = g1_gate(y, y.reshape(B, T, C), w_gate, granularity)"),
 ]
