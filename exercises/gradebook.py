@@ -446,7 +446,8 @@ def gradebook(folder, prefix, key=None, out=print, handed_in=None):
         "".join(f"\n  {r['file']}: {'; '.join(r['flags'])}" + (f"\n    why not: {r['why not']}" if r["why not"] else "")
                 for r in rows if r["flags"]))
     if not_regraded:
-        out(f"handed in, with no re-grade here: {', '.join(h['file'] for h in not_regraded)}")
+        out("handed in, with no re-grade here: " + ", ".join(h["file"] + (f" ({'; '.join(h['flags'])})" if h["flags"]
+                                                                         else "") for h in not_regraded))
     out("seals checked " + ("with CHECK_SIGNING_KEY" if key else "as plain checksums (CHECK_SIGNING_KEY not set)") +
         (f"; each compared with its student's file in {handed_in}" if handed_in else "") +
         "; starter files not checked (" + VERIFY_ADVICE + ")")

@@ -453,6 +453,7 @@ def test_each_regrade_is_compared_with_what_its_student_handed_in(tmp_path):
     write(hand_ins, "Erin ", "ok", "d" * 64, name="erin-1")
     write(hand_ins, "erin", "ok", "d" * 64, name="erin-2")
     write(hand_ins, "fay", "ok", "e" * 64)  # not re-graded
+    (hand_ins / "junk.json").write_text("{", encoding="utf-8")  # read by no one: said, with why
     lines = []
     flagged = gradebook.gradebook(str(regrades), str(tmp_path / "book"), key=key, out=lines.append,
                                   handed_in=str(hand_ins))
@@ -465,7 +466,7 @@ def test_each_regrade_is_compared_with_what_its_student_handed_in(tmp_path):
     assert flags["erin.json"] == "2 files handed in: erin-1.json, erin-2.json"
     assert flags["dan.json"].startswith("the hand-in dan.json is not as the checker wrote it: dan.json was changed "
                                         "after the checker wrote it"), flags
-    assert "handed in, with no re-grade here: fay.json" in "\n".join(lines)
+    assert "handed in, with no re-grade here: fay.json, junk.json (cannot be read)" in "\n".join(lines), lines
     assert "each compared with its student's file in" in "\n".join(lines)
     # on the command line; folders that overlap are refused in one line
     env = dict(os.environ, **{check.SIGNING_KEY_VAR: key})
