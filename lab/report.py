@@ -262,8 +262,8 @@ def table(header, rows):
 # -----------------------------------------------------------------------------
 # Numbers as the report writes them
 
-SEEDS_NOTE = (f"over seeds, with {MIN_SEEDS} or more: the mean ± the half-width of its 95% t-interval; with fewer: "
-              "each seed's value")
+SEEDS_NOTE = (f"over seeds, with {MIN_SEEDS} or more: the mean ± the half-width of its 95% t-interval, which with "
+              "few seeds may pass a measure's bounds, below 0 or a share above 1; with fewer: each seed's value")
 
 
 def over_seeds(values):
@@ -538,7 +538,8 @@ def measured_section(by, variants):
             f"share of heads whose F-Attn exceeds {SINK_HEAD_THRESHOLD} (Gu et al. 2025); "
             "M-Act: max |h| of each layer's output in a window; all averaged over layers (GA §4.3) and windows. Peak "
             "act: the largest |h| of any layer in a window (GN's residual-stream maximum). Gate: mean score and share "
-            "of scores below 0.1. Loss spikes: per run (probe.count_spike). Each run's own values: summary.md, beside "
+            "of scores below 0.1 (a SiLU or identity gate's negative scores count as below; gate_hist.png clips them "
+            "to 0). Loss spikes: per run (probe.count_spike). Each run's own values: summary.md, beside "
             "this report." + old_sink_share(by), ""] + \
         markdown_table(["variant", "seeds", "lr", "runs"] + [m.label for m in shown], rows) + ["", legend]
 

@@ -138,7 +138,7 @@ STEPS = ("list", "prepare", "train", "restore", "evaluate", "report")
 class Keys:
     study: str = "repro"  # which study (STUDIES): repro, the GPU study on real text; sink_lab, the CPU lab
     root: str = ""  # where the runs are; "": the study's (out-repro; out-repro-tiny with --tiny)
-    report_dir: str = ""  # report/evaluate write here, train/restore find kept runs here; "": <root>/report
+    report_dir: str = ""  # report/evaluate write here ("": <root>/report); train/restore take kept runs ("": results/)
     tiny: bool = False  # a CPU smoke test of the pipeline: tiny model, few steps, concludes nothing
     seeds: int = 1  # seeds per variant: the config's seed (train's --seed=S: S), seed + 1, ...
     parallel: int = 1  # runs side by side on the one device
@@ -506,8 +506,9 @@ def check_run_keys(runs, root, keys, extra):
     if wrong:
         fail(f"these keys would train {wrong[0]}{'; ...' if len(wrong) > 1 else ''}, but the report names and "
              "compares each run as the variant of its folder, so the keys that make a variant (gate, gate_act, norm, "
-             "...: lab.repro.DEFINING_KEYS) keep their values: give a setting of your own a variant of its own (one "
-             "line in lab/variants.py: docs/flags.md, 'Adding a variant of your own')")
+             "...: lab.repro.DEFINING_KEYS) keep their values: give a setting of your own a variant of its own (a "
+             "line in lab/variants.py's VARIANTS, and in CONTROLS where no paper has its row: docs/flags.md, 'Adding "
+             "a variant of your own')")
 
 
 def finished(root, variant, seed, max_iters):
