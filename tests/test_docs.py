@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -544,3 +545,25 @@ def test_the_suite_timing_script_times_the_readmes_test_command_as_ci_runs_it():
     stop = subprocess.run([sys.executable, os.path.join(REPO, "tests", "time_suite.py"), "-k", "x"],
                           capture_output=True, text=True)
     assert stop.returncode == 1 and stop.stderr.startswith("error: give test files") and not stop.stdout
+
+
+def test_the_sharing_timing_script_starts_the_runs_at_once_and_reads_their_seconds(tmp_path):
+    """tests/time_sharing.py, whose pages results/timings/ keeps (docs/timings.md's figures for a shared CPU): its
+    runs start together, each with OMP_NUM_THREADS as asked (none: PyTorch's own) and an out_dir of its own, and
+    their seconds are read from train.py's last line; a run that fails is None. A stand-in train.py here, which
+    sleeps a second: three at once take about one."""
+    import time_sharing
+    (tmp_path / "train.py").write_text(
+        "import os, sys, time\ntime.sleep(1)\nout = [a for a in sys.argv if a.startswith('--out_dir=')][0]\n"
+        "if out.endswith('-2'):\n    sys.exit('error: the third fails')\n"
+        "print(f\"done: 7 iterations in {3 if os.environ.get('OMP_NUM_THREADS') == '1' else 9} s ({out})\")\n")
+    start = time.perf_counter()
+    wall, seconds, codes, printed = time_sharing.side_by_side(str(tmp_path), 3, 7, 1)
+    assert wall < 2.5 and time.perf_counter() - start < 2.5, wall  # side by side, not one after another
+    assert seconds == [3, 3, None] and codes[:2] == [0, 0] and codes[2] == 1, printed
+    assert [p.split("(")[-1].strip(")\n") for p in printed[:2]] == ["--out_dir=out/sharing/1-3-0",
+                                                                   "--out_dir=out/sharing/1-3-1"]
+    assert time_sharing.side_by_side(str(tmp_path), 1, 7, None)[1] == [9]  # PyTorch's own threads
+    stop = subprocess.run([sys.executable, os.path.join(REPO, "tests", "time_sharing.py"), "--threads=2"],
+                          capture_output=True, text=True)
+    assert stop.returncode == 1 and stop.stderr.startswith("error: unknown argument") and not stop.stdout
