@@ -46,7 +46,7 @@ def per_file(durations):
     return files
 
 
-def page(command, seconds, summary, files, busy_share, argv, failures=()):
+def page(command, seconds, summary, files, busy_share, argv, failures=(), at=None):
     code = ("import numpy, torch, xdist\ntry:\n    import triton; t = triton.__version__\nexcept ImportError:\n"
             "    t = 'none'\nprint(torch.__version__, t, numpy.__version__, xdist.__version__)")
     torch_version, triton_version, numpy_version, xdist_version = (subprocess.run(
@@ -54,7 +54,7 @@ def page(command, seconds, summary, files, busy_share, argv, failures=()):
     found = cpu_flags()
     flags = f" ({', '.join(found)})" if found else ""
     idle = f"; its CPUs {busy_share:.0%} busy in the 2 s before it began" if busy_share is not None else ""
-    at = commit().replace(" with uncommitted changes", "")  # the clone holds the commit, not the working tree
+    at = at or commit().replace(" with uncommitted changes", "")  # the clone holds the commit, not the working tree
     total = sum(s for s, _ in files.values())
     out = [f"`{command}` in a fresh clone at {at}: {os.cpu_count()} cores, {cpu_name()}{flags}{idle}; Python "
            f"{platform.python_version()}, torch {torch_version}, Triton {triton_version}, NumPy {numpy_version}, "
@@ -75,10 +75,13 @@ def main(argv):
     run = [sys.executable if word in ("python", "python3") else word for word in shlex.split(command)] + argv
     with tempfile.TemporaryDirectory() as tmp:
         clone = os.path.join(tmp, "repo")
+        # the commit checked out here, not the clone's default branch; named on the page as cloned (a commit made
+        # while the suite runs is not the one timed)
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        at = head[:7] or commit()
         subprocess.run(["git", "clone", "-q", REPO, clone], check=True)
-        if os.path.isdir(os.path.join(REPO, ".git")):  # the commit checked out here, not the clone's default branch
-            head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
-            subprocess.run(["git", "checkout", "-q", head.strip()], cwd=clone, check=True)
+        if head and os.path.isdir(os.path.join(REPO, ".git")):
+            subprocess.run(["git", "checkout", "-q", head], cwd=clone, check=True)
         durations = os.path.join(tmp, "durations.tsv")
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TIKTOKEN_CACHE_DIR")}
         busy_share = busy()  # what else ran as the timing began
@@ -90,7 +93,7 @@ def main(argv):
         summary = lines[-1] if lines else f"(no output; exit {done.returncode})"
         failures = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]  # pytest's short summary
         text = open(durations, encoding="utf-8").read() if os.path.exists(durations) else ""
-    print(page(command, seconds, summary, per_file(text), busy_share, argv, failures))
+    print(page(command, seconds, summary, per_file(text), busy_share, argv, failures, at))
     sys.exit(done.returncode)
 
 
