@@ -1689,8 +1689,8 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
         changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
         if changed:  # this verdict came from what was loaded before; the next exercise's might not
             out(f"  your code changed the checker's, the project's or the exercises' files ({', '.join(changed[:3])}"
-                "): this exercise counts as failed, and grading stops. Restore them: from a fresh copy of the files you were "
-                "given (or git checkout, in a git repository).")
+                "): this exercise counts as failed, and grading stops. Restore them: from a fresh copy of the files you "
+                "were given (or git checkout, in a git repository).")
             for path in (p for p in changed if os.path.isabs(p) and os.path.exists(p)):  # a start-up file
                 out(f"  {path} runs in every Python of this account from now on: delete it before anything else "
                     "runs, and grade no one else in this account before you have")

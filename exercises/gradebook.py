@@ -3,7 +3,7 @@ The teacher's gradebook: one table of a class's result files.
 
     python exercises/gradebook.py FOLDER                 # writes FOLDER/gradebook.csv and FOLDER/gradebook.md
     python exercises/gradebook.py FOLDER --out=PREFIX    # writes PREFIX.csv and PREFIX.md (PREFIX/ a folder: in it)
-    python exercises/gradebook.py FOLDER --handed_in=DIR # FOLDER: your re-grades; DIR: the files the students handed in
+    python exercises/gradebook.py FOLDER --handed_in=DIR  # FOLDER: your re-grades; DIR: what the students handed in
 
 FOLDER holds the files the students wrote with `python exercises/check.py all --student=ID --result=ID.json`, in it or
 in its subfolders (a learning platform's download, a folder per student). Each *.json file there becomes one row: the
@@ -178,11 +178,16 @@ def flag_changed_checker(rows):
                                 "stopped there)")
 
 
+def our_checks():
+    """{exercise id: the text_digest of this checkout's checks.py} (line ends aside: a CRLF checkout is no edit)."""
+    return {os.path.basename(d)[:2]: check.text_digest(os.path.join(d, "checks.py")) for d in check.exercise_dirs()}
+
+
 def flag_other_checks(rows):
     """Flag a file graded by a check.py or a checks.py other than this checkout's (the SHA-256 each file records of
     them): edited in the student's copy, or another version of the exercises. Like flag_untouched_starters', these
     digests are the student's to write: the flag catches the plain edit, not a careful forger."""
-    ours = {os.path.basename(d)[:2]: check.text_digest(os.path.join(d, "checks.py")) for d in check.exercise_dirs()}
+    ours = our_checks()
     checker = check.text_digest(os.path.join(check.HERE, "check.py"))  # line ends aside: a CRLF checkout is no edit
     for row in rows:
         ids = [i for i, e in row["exercises"].items() if e.get("checks_sha256") and e["checks_sha256"] != ours.get(i)]
@@ -209,8 +214,7 @@ def flag_other_totals(rows):
     """Flag an exercise whose number of checks is not the number this checkout's checks.py defines, where the file
     says it was graded by that checks.py (flag_other_checks names the others): the result was edited. 0 is the
     checker's own failure (run_isolated could not start), which the status says."""
-    defined = checks_defined()
-    ours = {os.path.basename(d)[:2]: check.text_digest(os.path.join(d, "checks.py")) for d in check.exercise_dirs()}
+    defined, ours = checks_defined(), our_checks()
     for row in rows:
         ids = [f"{i} ({e['total']}, not {defined[i]})" for i, e in row["exercises"].items()
                if i in defined and e.get("checks_sha256") == ours[i] and e.get("total") not in (0, defined[i])]

@@ -138,7 +138,7 @@ STEPS = ("list", "prepare", "train", "restore", "evaluate", "report")
 class Keys:
     study: str = "repro"  # which study (STUDIES): repro, the GPU study on real text; sink_lab, the CPU lab
     root: str = ""  # where the runs are; "": the study's (out-repro; out-repro-tiny with --tiny)
-    report_dir: str = ""  # report/evaluate write here ("": <root>/report); train/restore take kept runs ("": results/)
+    report_dir: str = ""  # report/evaluate write here ("": <root>/report); train/restore: kept runs ("": results/STUDY)
     tiny: bool = False  # a CPU smoke test of the pipeline: tiny model, few steps, concludes nothing
     seeds: int = 1  # seeds per variant: the config's seed (train's --seed=S: S), seed + 1, ...
     parallel: int = 1  # runs side by side on the one device

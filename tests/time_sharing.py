@@ -55,6 +55,7 @@ def main(argv):
         sys.exit(f"error: unknown argument(s) {sorted(unknown)}: use --runs=N and --steps=N")
     runs, steps = int(keys.get("runs", (os.cpu_count() or 1) + 1)), int(keys.get("steps", 200))
     with tempfile.TemporaryDirectory() as tmp:
+        at = commit()  # what the copy holds (a commit made while it runs is not)
         repo = copy_of_repo(os.path.join(tmp, "repo"))
         prepared = subprocess.run([sys.executable, "data/bigram_backcopy/prepare.py"], cwd=repo, capture_output=True,
                                   text=True)  # once, before the timed runs (train.py would, in each at once)
@@ -71,9 +72,10 @@ def main(argv):
     flags = f" ({', '.join(cpu_flags())})" if cpu_flags() else ""
     idle = f"; its CPUs {share:.0%} busy in the 2 s before it began" if share is not None else ""
     out = [f"The sink lab's baseline, {steps} steps a run, alone and {runs} side by side, in a fresh copy at "
-           f"{commit()}: {os.cpu_count()} cores, {cpu_name()}{flags}{idle}; Python {platform.python_version()}, "
-           f"torch {torch_version}; {time.strftime('%Y-%m-%d')} (`{' '.join(['python tests/time_sharing.py', *argv])}`)",
-           "", "| runs at once | threads per run | each run's seconds (train.py's `done: ... in N s`) | all, wall-clock |",
+           f"{at}: {os.cpu_count()} cores, {cpu_name()}{flags}{idle}; Python {platform.python_version()}, "
+           f"torch {torch_version}; {time.strftime('%Y-%m-%d')} "
+           f"(`{' '.join(['python tests/time_sharing.py', *argv])}`)", "",
+           "| runs at once | threads per run | each run's seconds (train.py's `done: ... in N s`) | all, wall-clock |",
            "| --- | --- | --- | --- |"]
     for count, threads, wall, seconds in rows:
         each = ", ".join("failed" if s is None else str(s) for s in seconds)

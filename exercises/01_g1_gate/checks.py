@@ -144,11 +144,10 @@ def check_g1_gate_numbers(student):
         if granularity == "elementwise" and same(out, gate(y, gate.logits(F.linear(y.reshape(2, 5, -1), w)))):
             raise Wrong("Your gate logits are computed from y (self-gating). G1's logits come from x, the block's "
                         "input after the norm (what Q, K, V are computed from).")
-        logits = gate.logits(F.linear(x, w)).expand_as(y)  # each entry of y's logit, in the right layout
-        scores, known = out / y, y.abs() > 1e-3  # the scores the student's gate used, where y tells them
-        order = logits[known].argsort()
-        if not same(out, want) and scores[known][order].diff().min() > -1e-6:  # a function of the right logits
-            s, mine = logits[known], scores[known]
+        known = y.abs() > 1e-3  # where y tells the score the student's gate used
+        s = gate.logits(F.linear(x, w)).expand_as(y)[known]  # each entry's logit, in the right layout
+        mine = (out / y)[known]
+        if not same(out, want) and mine[s.argsort()].diff().min() > -1e-6:  # scores rising with the right logits
             i = (mine - torch.sigmoid(s)).abs().argmax()  # where they differ most
             raise Wrong(f"{granularity}: your scores rise with the right logits, in the right layout, but are not "
                         f"the sigmoid of them: at a logit of {s[i]:.3f} the score should be "
