@@ -604,8 +604,10 @@ def check_kept_windows(record, run_dir, checkpoint, windows, fingerprints):
     if not other and key not in fingerprints:  # the first run on these windows: checked on the data, where it is here
         try:
             here = windows_id(load_windows(windows))
-        except FileNotFoundError:
-            note = (f"{windows['data_dir']} is not here: the measurements kept of the runs are compared with each "
+        except FileNotFoundError:  # named as in this repository, so a committed report names no machine's folders
+            data = windows["data_dir"]
+            data = os.path.relpath(data, REPO) if data.startswith(REPO + os.sep) else data
+            note = (f"{data} is not here: the measurements kept of the runs are compared with each "
                     "other, by a fingerprint of the windows each was taken on")
             here = record["windows_id"]
         if here != record["windows_id"]:  # other data here (a corpus of other packages): the kept runs agree or not

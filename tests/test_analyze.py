@@ -341,6 +341,13 @@ def test_kept_measurements_are_drawn_again_without_the_data(trained_run, tmp_pat
     json.dump(record, open(tmp_path / "c" / "measured.json", "w"))
     both = analyze.analyze(kept + [str(tmp_path / "c")], out_dir=str(tmp_path / "both"), device="cpu")
     assert both["validation"]["data_notes"] == [note]
+    # data that sat in this repository's folders is named as there, not by this machine's path (a committed report)
+    record = json.load(open(tmp_path / "c" / "measured.json"))
+    record["train_config"]["data_dir"] = os.path.join(analyze.REPO, "data", "gone-from-here")
+    json.dump(record, open(tmp_path / "c" / "measured.json", "w"))
+    [note] = analyze.analyze([str(tmp_path / "c")], out_dir=str(tmp_path / "c-again"), device="cpu")["validation"][
+        "data_notes"]
+    assert note.startswith(os.path.join("data", "gone-from-here") + " is not here: ")
 
     record = json.load(open(tmp_path / "b" / "measured.json"))
     record["windows_id"] = "0" * 16  # as if b had been measured on other tokens
