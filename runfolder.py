@@ -455,9 +455,11 @@ def memory_advice(c, config, n_params, device, available):
     free = f"{available / 2**30:.1f} GiB is free" if available is not None else "it does not fit"
     if fits >= c.batch_size:  # the estimate said it fits, yet the allocator failed: the estimate is low here
         fits = max(1, c.batch_size // 2)
-    if fits >= 1 and fits < c.batch_size:
-        how = (f"try --batch_size={fits} or less (with --gradient_accumulation_steps="
-               f"{c.gradient_accumulation_steps * math.ceil(c.batch_size / fits)} to keep about the tokens per step)")
+    if fits >= 1 and fits < c.batch_size:  # a divisor of batch_size, so that the windows stay the same
+        smaller = max(b for b in range(1, fits + 1) if c.batch_size % b == 0)
+        k = c.batch_size // smaller
+        how = (f"try --batch_size={smaller} --gradient_accumulation_steps={c.gradient_accumulation_steps * k} "
+               f"--eval_iters={c.eval_iters * k} (the same run: the same windows in every step and evaluation)")
     else:
         how = f"even --batch_size=1 does not fit: lower --block_size={config.block_size} or the model's size"
     return f"{memory_need(c.batch_size, config, n_params, device)}; {free}: {how}"
@@ -616,8 +618,19 @@ class RunFolder:
             if key == "bos":
                 fail(f"bos={value!r} differs from the run in {self.ckpt_path} (bos={saved[key]!r}): a resumed run "
                      "keeps what its windows start with. Start a new run in another out_dir to change it.")
-            if key not in DATA_KEYS:
+            if key == "seed":  # the loader's and the RNGs' states come from the checkpoint: a seed would set nothing
+                notes.append(f"note: seed={value!r} is ignored: a resumed run continues the random state it saved "
+                             f"(seed={saved[key]!r})")
+                c.seed = saved[key]
+            elif key not in DATA_KEYS:
                 notes.append(f"note: resuming with {key}={value!r} (the run had {saved[key]!r})")
+        if "max_iters" in given and "lr_decay_iters" not in given and c.decay_lr and c.max_iters > c.lr_decay_iters:
+            notes.append(f"note: the learning rate reaches min_lr at lr_decay_iters={c.lr_decay_iters} and stays there "
+                         f"up to max_iters={c.max_iters}: give --lr_decay_iters too to decay over the longer run")
+        if c.batch_size * c.eval_iters != saved["batch_size"] * saved["eval_iters"]:  # data.shards.val_batches
+            notes.append(f"note: batch_size x eval_iters = {c.batch_size * c.eval_iters} validation windows (the run "
+                         f"had {saved['batch_size'] * saved['eval_iters']}): other windows, so its val losses before "
+                         "and after compare only roughly; keep the product to keep them")
         old = os.path.abspath(dataset_dir(saved.get("dataset", ""), saved.get("data_dir", "")))
         new = os.path.abspath(dataset_dir(c.dataset, c.data_dir))
         self.data_named = old != new  # this command names other data: check_data lets it differ (naming the same

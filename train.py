@@ -308,11 +308,11 @@ class Trainer:
         self.pending = []  # each step's (loss, gradient norm, taken) on the device, until check_health reads them
         if checkpoint is None:
             return
-        # Fused AdamW or not is this machine's choice, not the run's: a checkpoint of the plain loop (an older
-        # version, a Mac) resumes fused here, step counts on the parameters' device (foreach=None: never both).
+        # The saved moments and step counts, with this command's settings: weight decay and betas as given (a change
+        # was printed), fused AdamW or not as this machine chooses (a checkpoint of a Mac's plain loop resumes fused).
         saved = checkpoint["optimizer"]
-        saved["param_groups"] = [{**group, "fused": self.optimizer.defaults["fused"], "foreach": None}
-                                 for group in saved["param_groups"]]
+        saved["param_groups"] = [{**group, **{k: v for k, v in now.items() if k != "params"}}
+                                 for group, now in zip(saved["param_groups"], self.optimizer.param_groups)]
         self.optimizer.load_state_dict(saved)
         if checkpoint["scaler"] is not None:
             self.scaler.load_state_dict(checkpoint["scaler"])

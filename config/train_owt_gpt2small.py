@@ -1,7 +1,7 @@
 # GPT-2 small (12 layers, 12 heads, 768 wide: ~124M parameters plus the gate's 7M) with the G1 gate on
 # OpenWebText, on one GPU. About 0.5M tokens a step: 16 sequences x 1024 tokens x 32 micro-steps = 524,288;
 # 20,000 steps = ~10.5B tokens. Time and memory: not yet measured on a GPU (if 16 x 1024 does not fit,
-# halve batch_size and double gradient_accumulation_steps: the same run).
+# halve batch_size and double gradient_accumulation_steps and eval_iters: the same run).
 #   python data/openwebtext/prepare.py
 #   python train.py config/train_owt_gpt2small.py
 #   torchrun --standalone --nproc_per_node=8 train.py config/train_owt_gpt2small.py   # 8 GPUs, 4 micro-steps each

@@ -539,6 +539,38 @@ def test_a_checkpoint_of_the_plain_adamw_resumes_fused(stdlib_data, tmp_path):
     assert all(group["fused"] for group in b["optimizer"]["param_groups"])
 
 
+def test_resume_takes_the_commands_weight_decay_and_betas(stdlib_data, tmp_path, capsys):
+    """A change printed is a change made: the optimizer's saved groups held the run's weight decay and betas,
+    and loading them used to put those back over the command's. A new seed changes nothing, and says so."""
+    out_dir = tmp_path / "run"
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=2"]
+    train.main(args + ["--max_iters=2", "--weight_decay=0.1"])
+    capsys.readouterr()
+    train.main(args + ["--max_iters=4", "--init_from=resume", "--weight_decay=0.5", "--beta2=0.99", "--seed=7"])
+    printed = capsys.readouterr().out
+    assert "note: resuming with weight_decay=0.5 (the run had 0.1)" in printed
+    assert "note: seed=7 is ignored: a resumed run continues the random state it saved (seed=1337)" in printed
+    _, checkpoint = load_checkpoint(str(out_dir / "ckpt.pt"))
+    assert [(g["weight_decay"], g["betas"]) for g in checkpoint["optimizer"]["param_groups"]] == \
+        [(0.5, (0.9, 0.99)), (0.0, (0.9, 0.99))]
+    assert checkpoint["config"]["seed"] == 1337 and checkpoint["optimizer"]["state"]  # the moments were kept
+    assert "validation windows" not in printed and "min_lr" not in printed
+    # other validation windows (data.shards.val_batches places batch_size x eval_iters of them): said
+    train.main(args + ["--max_iters=6", "--init_from=resume", "--batch_size=2", "--gradient_accumulation_steps=2"])
+    assert "note: batch_size x eval_iters = 4 validation windows (the run had 8): other windows" in \
+        capsys.readouterr().out
+    train.main(args + ["--max_iters=8", "--init_from=resume", "--batch_size=1", "--eval_iters=4"])  # 4 again
+    assert "validation windows" not in capsys.readouterr().out
+    # a run extended past its decay goes on at min_lr: said, unless lr_decay_iters is given with it
+    train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=9", "--lr_decay_iters=8",
+                "--min_lr=1e-4"])
+    assert "stays there" not in capsys.readouterr().out  # named with it: the user's schedule
+    train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=10"])
+    assert "note: the learning rate reaches min_lr at lr_decay_iters=8 and stays there up to max_iters=10: give " \
+        "--lr_decay_iters too" in capsys.readouterr().out
+    assert read_log(out_dir)[-1]["lr"] == 1e-4
+
+
 # ----------------------------------------------------------------------------
 # clear errors
 
@@ -1393,7 +1425,11 @@ def test_a_step_too_big_for_memory_is_refused_with_a_batch_size_that_fits(stdlib
     fits = int(message.split("try --batch_size=")[1].split()[0])
     config = GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=32)
     n_params = sum(p.numel() for p in model_py.GPT(config).parameters())
-    assert runfolder.step_memory(fits, config, n_params) <= 2**30 < runfolder.step_memory(fits + 1, config, n_params)
+    most = max(b for b in range(1, 4097) if runfolder.step_memory(b, config, n_params) <= 2**30)
+    assert 1 < most < 4096
+    # the largest that fits among the divisors of 4096, so that the same windows make up each step and evaluation
+    assert fits == max(b for b in range(1, most + 1) if 4096 % b == 0)
+    assert f"--gradient_accumulation_steps={4096 // fits} --eval_iters={2 * 4096 // fits} (the same run" in message
     with pytest.raises(SystemExit, match=r"block_size=100000 needs about .* even --batch_size=1 does not fit: lower "
                                          r"--block_size=100000"):
         train.main(args + ["--block_size=100000"])
@@ -1411,8 +1447,8 @@ def test_running_out_of_memory_in_a_step_is_one_line(stdlib_data, tmp_path, monk
         return original(self, idx, targets)
     monkeypatch.setattr(model_py.GPT, "forward", forward)
     with pytest.raises(SystemExit, match=r"out of memory at iter 0 \(\[enforce fail .*\)\. batch_size=4 x block_size="
-                                         r"32 needs about .*: try --batch_size=2 or less \(with "
-                                         r"--gradient_accumulation_steps=2"):
+                                         r"32 needs about .*: try --batch_size=2 --gradient_accumulation_steps=2 "
+                                         r"--eval_iters=4 \(the same run"):
         train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--max_iters=2"])
 
 
