@@ -667,6 +667,14 @@ class RunFolder:
             f"{BEST} at the next evaluation, before anything replaces it")
         return it, loss
 
+    def settle_best(self):
+        """Make best.pt of ckpt.pt now where best_state found ckpt.pt's state the best: a command with nothing left
+        to train writes no evaluation, so _start, which would do it, never comes."""
+        if self.best_in_ckpt:
+            atomic_copy(self.ckpt_path, self.best_path)
+            self.best_in_ckpt = False
+            print(f"wrote {self.best_path}: the best state, {self.ckpt_path}'s", flush=True)
+
     def check_same_run(self, best, checkpoint):
         """Stop, with one line, where best.pt (saved_state(whose=True)) is not a state of ckpt.pt's run."""
         from model import RUNTIME_FLAGS  # these may change within a run

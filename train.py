@@ -212,6 +212,8 @@ class Trainer:
         t_read, iter_read = time.perf_counter(), self.iter_num
         if self.start_iter >= c.max_iters and not c.eval_only:
             self.say(f"nothing to do: the checkpoint is at iter {self.start_iter} and max_iters={c.max_iters}")
+            if self.master:  # best.pt as best_state found it, since no evaluation follows to write it
+                self.folder.settle_best()
         try:  # an allocator failure becomes memory_advice's one line; the loop itself is unchanged
             while True:
                 lr = lr_at(self.iter_num, c)
@@ -282,8 +284,12 @@ class Trainer:
                                                        **{key: getattr(self.c, key) for key in RUNTIME_FLAGS})
             else:
                 self.raw_model = GPT(GPTConfig(**{key: getattr(self.c, key) for key in MODEL_KEYS}))
-        except ValueError as e:
-            fail(e)
+        except (ValueError, RuntimeError) as e:  # a flag it refuses; a model larger than the machine's memory
+            if not isinstance(e, ValueError) and "can't allocate memory" not in str(e):
+                raise
+            fail(e if isinstance(e, ValueError) else "the model does not fit in this machine's memory (one of its "
+                 f"tensors alone: {str(e).split('tried to allocate ')[-1].split('.')[0][:60]}): lower n_layer, n_embd, "
+                 "vocab_size or block_size")
         self.gptconf = self.raw_model.config
         for key in MODEL_KEYS:  # the config as built (n_kv_head=None -> n_head), as the checkpoint records it
             setattr(self.c, key, getattr(self.gptconf, key))
@@ -401,10 +407,8 @@ class Trainer:
         val_loss, probe = self.evaluate()
         dt = since_eval.step_time()
         record = {
-            "iter": self.iter_num,
-            "train_loss": since_eval.mean_loss(),
-            "val_loss": finite_or_none(val_loss),
-            "lr": lr,
+            "iter": self.iter_num, "train_loss": since_eval.mean_loss(),
+            "val_loss": finite_or_none(val_loss), "lr": lr,
             "tokens": self.iter_num * self.tokens_per_iter,
             "tokens_per_s": self.tokens_per_iter / dt if dt else None,  # a training step's: the steps alone
             "tokens_per_s_wall": self.wall_tokens_per_s(),  # end to end: evaluations and checkpoints included
@@ -478,14 +482,10 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
             "model_args": asdict(self.gptconf),
-            "iter_num": self.iter_num,
-            "val_loss": val_loss,
-            "best_val_loss": self.best_val_loss,
-            "best_iter": self.best_iter,
-            "config": asdict(self.c),
-            "rng": rng_state(),
-            "loader": self.loader.state_dict(),
-            "health": self.health,
+            "iter_num": self.iter_num, "val_loss": val_loss,
+            "best_val_loss": self.best_val_loss, "best_iter": self.best_iter,
+            "config": asdict(self.c), "rng": rng_state(),
+            "loader": self.loader.state_dict(), "health": self.health,
             "initial_val_loss": self.initial_val_loss,  # what a diverged run is measured against
             "run_id": self.folder.run_id, "data_fingerprint": self.folder.fingerprint,  # whose run, on which data
         }, is_best, latest, self.initial_val_loss)

@@ -297,6 +297,9 @@ def get_tokenizer(name="gpt2"):
     import tiktoken  # imported here so that reading shards needs no tokenizer
     try:
         return tiktoken.get_encoding(name)  # tiktoken keeps the encodings it built
+    except ValueError:  # tiktoken's "Unknown encoding" and the plugins it found, over several lines: one here
+        raise ValueError(f"tokenizer {name!r} is neither 'gpt2', a synthetic task's 'symbols-N' nor one of tiktoken's "
+                         f"({', '.join(tiktoken.list_encoding_names())})") from None
     except OSError as e:  # requests' connection errors are OSErrors too
         url = getattr(getattr(e, "request", None), "url", None) or "openaipublic.blob.core.windows.net"
         raise RuntimeError(f"tokenizer {name!r} needs tiktoken's BPE file from {url}, and downloading it failed "

@@ -302,10 +302,23 @@ def start_tool(cmd, log=None, env=None):
     # the lab's tools run as modules of the repository, from whatever folder the runner was started in
     path = os.pathsep.join(filter(None, [REPO, (env or os.environ).get("PYTHONPATH")]))
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None,
-                            env=dict(env or os.environ, PYTHONPATH=path))
+                            env=dict(env or os.environ, PYTHONPATH=path),
+                            preexec_fn=stop_with_runner if sys.platform.startswith("linux") else None)
     if out:
         out.close()  # the child keeps its own copy of the file
     return proc
+
+
+def stop_with_runner():
+    """In a tool's process before it starts (Linux): the kernel sends it Ctrl-C's signal when the runner dies, even
+    killed (kill -9, a closed terminal), so that no tool trains on unwatched, its command unrecorded, holding its run
+    folder from the same command run again. macOS and Windows have no such call: there a killed runner's tools
+    run on, and the same command refuses their folders while they do."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no libc prctl: the tool runs as it would anywhere else
+        pass
 
 
 @contextlib.contextmanager
@@ -511,14 +524,32 @@ def check_run_keys(runs, root, keys, extra):
              "a variant of your own')")
 
 
+def reached(folder):
+    """The iteration of the state a run folder holds: its checkpoint's, else that of the measurement kept of it (a
+    run restored from a report), else 0. Never its log's: train.py logs an evaluation before it saves the state, so
+    a run stopped during that save (Ctrl-C, a full disk) has logged an iteration that no file holds."""
+    try:
+        state = saved_state(os.path.join(folder, CHECKPOINT))
+    except ValueError:  # unreadable: no state to count (train and report say why when they read it)
+        state = None
+    if state:
+        return state[0]
+    measured = os.path.join(folder, MEASURED + ".json")
+    if os.path.isfile(measured):
+        with open(measured) as f:
+            return json.load(f).get("iter") or 0
+    return 0
+
+
 def finished(root, variant, seed, max_iters):
-    """Whether a run is done: its log reaches max_iters, or its last command stopped it as diverged (train.py's exit
-    status cli.DIVERGED_EXIT: the stability sweep's result, which training it again would only repeat)."""
-    log = read_jsonl(os.path.join(run_dir(root, variant, seed), LOG))
-    if not log:
+    """Whether a run is done: the state it holds reached max_iters (reached), or its last command stopped it as
+    diverged (train.py's exit status cli.DIVERGED_EXIT: the stability sweep's result, which training it again would
+    only repeat)."""
+    folder = run_dir(root, variant, seed)
+    if not read_jsonl(os.path.join(folder, LOG)):
         return False
     last = [c for c in read_jsonl(os.path.join(root, COMMANDS)) if (c.get("variant"), c.get("seed")) == (variant, seed)]
-    return log[-1].get("iter", 0) >= max_iters or bool(last) and last[-1].get("exit_code") == DIVERGED_EXIT
+    return reached(folder) >= max_iters or bool(last) and last[-1].get("exit_code") == DIVERGED_EXIT
 
 
 # The share of a GPU's peak bf16 FLOP/s that config/repro.py's runs reached together, two side by side on an H100,
@@ -810,12 +841,11 @@ def restore_runs(root, report_dir, settings):
         if os.path.exists(target):
             continue
         off = differences(settings, r["train_config"], v)
-        log = read_jsonl(os.path.join(source, LOG))
-        reached, wanted = (log[-1].get("iter", 0) if log else 0), settings.get("max_iters", 0)
+        got, wanted = reached(source), settings.get("max_iters", 0)  # the state measured, not the log's last line
         command = read_jsonl(os.path.join(source, COMMAND))  # [] where none was kept
         diverged = bool(command) and command[-1].get("exit_code") == DIVERGED_EXIT  # stopped early: its result
-        if off or (reached < wanted and not diverged):  # an unfinished run cannot resume without its checkpoint
-            why = f"it was trained with {', '.join(off)}" if off else f"its log ends at iter {reached} of {wanted}"
+        if off or (got < wanted and not diverged):  # an unfinished run cannot resume without its checkpoint
+            why = f"it was trained with {', '.join(off)}" if off else f"it was measured at iter {got} of {wanted}"
             print(f"=== {v} seed {seed}, kept in {kept}/, not restored: {why}")
             continue
         partial = target + ".restoring"  # copied whole, then renamed: a run is back entirely or not at all
@@ -957,8 +987,7 @@ def finished_runs(root, runs, trained):
         if finished(root, v, seed, trained[(v, seed)]["max_iters"]):
             done.append((v, seed))
             continue
-        log = read_jsonl(os.path.join(run_dir(root, v, seed), LOG))
-        unfinished.append(f"{v} seed {seed} (iter {log[-1].get('iter', 0) if log else 0} of "
+        unfinished.append(f"{v} seed {seed} (iter {reached(run_dir(root, v, seed))} of "
                           f"{trained[(v, seed)]['max_iters']})")
         print(f"note: {unfinished[-1]} left out: not finished, so no seed yet (the same `train` command continues "
               "it)", flush=True)

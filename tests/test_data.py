@@ -223,6 +223,15 @@ def documents(data_dir, split, eot):
     return docs
 
 
+def test_an_unknown_tokenizer_is_one_line():
+    """A meta.json naming a tokenizer no one knows (edited, or of a newer version): tiktoken's message spans lines
+    (the plugins it found); ours is one, with the names there are."""
+    with pytest.raises(ValueError) as error:
+        get_tokenizer("nonesuch")
+    assert "\n" not in str(error.value) and str(error.value).startswith("tokenizer 'nonesuch' is neither 'gpt2'")
+    assert "cl100k_base" in str(error.value)
+
+
 def test_textdir_prepare(tmp_path):
     src = tmp_path / "src"
     files = make_text_folder(src)

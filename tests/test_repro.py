@@ -31,7 +31,7 @@ from lab.variants import MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
 from model import GPT, VALID, GPTConfig
 from probe import MEASURE, MEASURES
 from data.shards import write_dataset
-from runfolder import EVALUATED, load_checkpoint
+from runfolder import EVALUATED, load_checkpoint, save_checkpoint
 from test_analyze import assert_every_plot_is_labelled, keep_figures
 from test_train import folder_state
 
@@ -55,13 +55,15 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
         assert load_checkpoint(os.path.join(root, v, f"seed{s}", "ckpt.pt"))[1]["config"]["seed"] == s
     again = subprocess.run(cmd + study, capture_output=True, text=True, env=env, cwd=REPO)
     assert again.stdout.count("skipped") == 4 and "nothing to train" in again.stdout and "starting" not in again.stdout
-    # an interrupted run (its log short of max_iters, a checkpoint there) is resumed by the same command
-    log = os.path.join(root, "baseline", "seed1337", "log.jsonl")
-    lines = open(log).readlines()
-    open(log, "w").writelines(lines[:-1])
+    # an interrupted run is resumed by the same command: here one stopped during its last save, whose log has
+    # the last evaluation's record (written before the save) while its checkpoint holds the evaluation before
+    ckpt = os.path.join(root, "baseline", "seed1337", "ckpt.pt")
+    state = torch.load(ckpt, weights_only=True)
+    save_checkpoint({**state, "iter_num": 3}, ckpt)
+    assert json.loads(open(os.path.join(root, "baseline", "seed1337", "log.jsonl")).readlines()[-1])["iter"] == 6
     third = subprocess.run(cmd + study, capture_output=True, text=True, env=env, cwd=REPO)
-    assert third.stdout.count("skipped") == 3 and "resuming the run" in third.stdout and "nothing to do" in third.stdout
-    open(log, "w").writelines(lines)  # (the checkpoint was at its last step: nothing was logged again)
+    assert third.stdout.count("skipped") == 3 and "resuming the run" in third.stdout, third.stdout + third.stderr
+    assert torch.load(ckpt, weights_only=True)["iter_num"] == 6
 
     # commands.jsonl: exactly the commands that ran, as printed before each
     commands = [json.loads(line) for line in open(os.path.join(root, "commands.jsonl"))]
@@ -202,17 +204,18 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     analyzed = json.load(open(os.path.join(elsewhere, "analysis", "summary.json")))["runs"]
     text3 = report.render_report(result2, elsewhere, True, commands2, "cmd", [], analyzed, "t")
     assert f"Note: {dataset} is not here: the measurements kept of the runs are compared." in text3.split("\n\n")[2]
-    # not restored: a kept run trained otherwise (it would be compared with runs it is not like), and one whose log
-    # ends short of max_iters (it cannot resume without its checkpoint, so it trains again)
+    # not restored: a kept run trained otherwise (it would be compared with runs it is not like), and one measured
+    # short of max_iters (it cannot resume without its checkpoint, so it trains again)
     settings = repro.study_settings(repro.Keys(tiny=True), extra)
     repro.restore_runs(str(tmp_path / "third"), os.path.join(root, "report"), {**settings, "weight_decay": 0.5})
     assert not os.path.exists(tmp_path / "third")
     assert "trained with weight_decay=0.1 (here: 0.5)" in capsys.readouterr().out
     short = os.path.join(tmp_path, "short", "runs", "baseline", "seed1337")
     shutil.copytree(os.path.join(kept, "baseline", "seed1337"), short)
-    open(os.path.join(short, "log.jsonl"), "w").writelines(lines[:-1])
+    measured = json.load(open(os.path.join(short, "measured.json")))
+    json.dump({**measured, "iter": 3}, open(os.path.join(short, "measured.json"), "w"))  # its state at iter 3
     repro.restore_runs(str(tmp_path / "third"), os.path.join(tmp_path, "short"), settings)
-    assert not os.path.exists(tmp_path / "third") and "its log ends at iter 3 of 6" in capsys.readouterr().out
+    assert not os.path.exists(tmp_path / "third") and "it was measured at iter 3 of 6" in capsys.readouterr().out
     # `restore`: the kept runs back and nothing trained, for a report drawn again (on any machine); once only
     restore = ["restore", "--tiny", f"--root={tmp_path / 'fourth'}", f"--report_dir={os.path.join(root, 'report')}"]
     repro.main(restore + extra)
@@ -1412,6 +1415,30 @@ def test_a_study_stopped_by_ctrl_c_is_continued_by_the_same_command(tmp_path, sm
     assert json.loads(open(folder / "log.jsonl").readlines()[-1])["iter"] == 200 and (folder / "ckpt.pt").is_file()
     third = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     assert third.returncode == 0 and "skipped" in third.stdout and "nothing to train" in third.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_runner_killed_outright_stops_its_run(tmp_path, small_task):
+    """kill -9 of the runner (no Ctrl-C to pass on): its train.py gets Ctrl-C's signal from the kernel and stops as
+    on Ctrl-C, its files whole, rather than training on unwatched while the same command, run again, finds its
+    folder in use and records the run as failed."""
+    root = tmp_path / "lab"
+    cmd = [sys.executable, "-m", "lab.repro", "train", "baseline", "--study=sink_lab", "--tiny", f"--root={root}",
+           f"--data_dir={small_task}", "--max_iters=100000", "--eval_interval=100000", "--lr_decay_iters=100000"]
+    folder = root / "baseline" / "seed1337"
+    runner = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (folder / "best.pt").exists():  # the initial state saved: train.py now trains
+        assert runner.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    holder = int(open(folder / ".lock").read().split()[1].rstrip(":"))  # "pid N: ...": the training's
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    deadline = time.monotonic() + 60
+    while os.path.exists(f"/proc/{holder}") and open(f"/proc/{holder}/stat").read().split()[2] != "Z":
+        assert time.monotonic() < deadline, "train.py trained on after its runner was killed"
+        time.sleep(0.1)
 
 
 def test_the_sink_lab_study_is_its_config_and_variants():

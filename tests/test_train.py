@@ -1283,6 +1283,13 @@ def test_resume_trusts_what_best_pt_holds_not_what_ckpt_pt_says(stdlib_data, tmp
             train.main(args + ["--max_iters=9"] + worse + extra)
         assert (out_dir / "best.pt").read_bytes() == iter6, extra
     monkeypatch.setattr(train, "DIVERGED_FACTOR", math.inf)
+    # killed so at the run's last save: resumed, nothing is left to train and no evaluation comes, yet best.pt is
+    # made of ckpt.pt's state all the same
+    disagreeing_pair()
+    capsys.readouterr()
+    train.main(args + ["--max_iters=6", "--init_from=resume"])
+    assert "nothing to do" in capsys.readouterr().out
+    assert (out_dir / "best.pt").read_bytes() == iter6 and (out_dir / "ckpt.pt").read_bytes() == iter6
 
     # the user's mv best.pt ckpt.pt: no best.pt; ckpt.pt's state is the best, and becomes best.pt
     (out_dir / "ckpt.pt").write_bytes(iter6)
@@ -1433,6 +1440,16 @@ def test_a_step_too_big_for_memory_is_refused_with_a_batch_size_that_fits(stdlib
     with pytest.raises(SystemExit, match=r"block_size=100000 needs about .* even --batch_size=1 does not fit: lower "
                                          r"--block_size=100000"):
         train.main(args + ["--block_size=100000"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_larger_than_memory_is_one_line(stdlib_data, tmp_path):
+    """Built on the CPU first, a model whose tensors the allocator refuses (n_embd=10^6: a 12 TB c_attn) stops with
+    one line, before any run folder is made."""
+    with pytest.raises(SystemExit, match=r"the model does not fit in this machine's memory \(one of its tensors "
+                                         r"alone: \d+ bytes\): lower n_layer, n_embd"):
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--n_embd=1000000",
+                           "--n_head=1"])
     assert not (tmp_path / "run").exists()
 
 
