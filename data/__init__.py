@@ -64,6 +64,9 @@ def check_training_data(name, data_dir, vocab_size, bos):
     """Stop with one line unless data_dir holds shards a model of vocab_size can train on: prepared, readable, its
     token ids (and with bos=True its BOS token, which it returns; else None) inside the vocabulary."""
     if not find_shards(data_dir, "train") or not find_shards(data_dir, "val"):
+        if not name or name in (os.curdir, os.pardir) or os.sep in name or (os.altsep or os.sep) in name:
+            fail(f"dataset={name!r} is not a dataset's name: it names a folder of data/ (pystdlib, openwebtext, "
+                 "...); a folder elsewhere is --data_dir=PATH")
         fail(f"dataset {name!r} is not prepared: no {name}_train_*.bin and _val_*.bin shards in "
              f"{data_dir}. Prepare it first: {prepare_command(data_dir, name)}")
     read_meta(data_dir)  # a malformed meta.json is reported here

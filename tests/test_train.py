@@ -1443,6 +1443,15 @@ def test_a_step_too_big_for_memory_is_refused_with_a_batch_size_that_fits(stdlib
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("dataset", ["", "..", "../../etc", "a/b"])
+def test_a_dataset_that_is_a_path_is_refused_for_what_it_is(tmp_path, dataset):
+    """--dataset names a folder of data/: a path (or nothing) is not advised to be prepared under that name."""
+    with pytest.raises(SystemExit, match=rf"dataset={re.escape(repr(dataset))} is not a dataset's name: it names a "
+                                         r"folder of data/ .*; a folder elsewhere is --data_dir=PATH"):
+        train.main(TINY + [f"--dataset={dataset}", f"--out_dir={tmp_path / 'run'}"])
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_model_larger_than_memory_is_one_line(stdlib_data, tmp_path):
     """Built on the CPU first, a model whose tensors the allocator refuses (n_embd=10^6: a 12 TB c_attn) stops with
     one line, before any run folder is made."""
