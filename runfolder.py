@@ -624,7 +624,8 @@ class RunFolder:
                 c.seed = saved[key]
             elif key not in DATA_KEYS:
                 notes.append(f"note: resuming with {key}={value!r} (the run had {saved[key]!r})")
-        if "max_iters" in given and "lr_decay_iters" not in given and c.decay_lr and c.max_iters > c.lr_decay_iters:
+        if c.max_iters != saved["max_iters"] and "lr_decay_iters" not in given and c.decay_lr and \
+                c.max_iters > c.lr_decay_iters:
             notes.append(f"note: the learning rate reaches min_lr at lr_decay_iters={c.lr_decay_iters} and stays there "
                          f"up to max_iters={c.max_iters}: give --lr_decay_iters too to decay over the longer run")
         if c.batch_size * c.eval_iters != saved["batch_size"] * saved["eval_iters"]:  # data.shards.val_batches

@@ -318,7 +318,7 @@ class Trainer:
         # was printed), fused AdamW or not as this machine chooses (a checkpoint of a Mac's plain loop resumes fused).
         saved = checkpoint["optimizer"]
         saved["param_groups"] = [{**group, **{k: v for k, v in now.items() if k != "params"}}
-                                 for group, now in zip(saved["param_groups"], self.optimizer.param_groups)]
+                                 for group, now in zip(saved["param_groups"], self.optimizer.param_groups, strict=True)]
         self.optimizer.load_state_dict(saved)
         if checkpoint["scaler"] is not None:
             self.scaler.load_state_dict(checkpoint["scaler"])

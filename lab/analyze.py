@@ -504,9 +504,10 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
             record.update(label=label, out_dir=run_dir, eval_windows=windows)
             where = f" (measured earlier, on {record['measured_on']}: its {checkpoint} is gone)"
             log = read_jsonl(os.path.join(run_dir, LOG))
-            if log and (log[-1].get("iter") or 0) > (record.get("iter") or 0):  # measured mid-run, then trained on
-                where += (f"; WARNING: that measurement is of its state at iter {record.get('iter')}, and its log goes "
-                          f"on to iter {log[-1]['iter']}: measure the run again from a checkpoint of its last state")
+            if log and (log[-1].get("iter") or 0) > (record.get("iter") or 0):  # measured mid-run, or none saved
+                where += (f"; note: that measurement is of its state at iter {record.get('iter')}, and its log goes on "
+                          f"to iter {log[-1]['iter']} (measured while it trained, or no later state was saved: "
+                          "diverged, or --always_save_checkpoint=False)")
         records.append(record)
         scores.append(s)
         maps.append(m)

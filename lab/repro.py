@@ -64,11 +64,11 @@ Each run goes to <root>/<variant>/seed<N>/ and is nothing more than `python trai
 --out_dir=<root>/<variant>/seed<N> --seed=<N> <the variant's flags> <your keys>`, printed before it starts so
 it can be rerun by hand, and recorded (command, exit code, seconds, date) in <root>/commands.jsonl, from which
 the report lists the commands actually run. An interrupted study is resumed by the same command: a run whose
-log reaches max_iters is skipped, a run with a checkpoint continues (--init_from=resume), a run stopped before its
-first checkpoint (a new run saves only its initial state, as best.pt) starts again (--overwrite=True: no training is
-lost), the rest start. Ctrl-C stops the runs as train.py stops on it, their files whole, and the runner with one line
-(exit status 130). `report` draws the finished runs alone: a run with a checkpoint short of max_iters is no seed
-yet, and REPORT.md names it.
+checkpoint reaches max_iters (or whose train.py ended it there) is skipped, a run with a checkpoint continues
+(--init_from=resume), a run stopped before its first checkpoint (a new run saves only its initial state, as best.pt)
+starts again (--overwrite=True: no training is lost), the rest start. Ctrl-C stops the runs as train.py stops on
+it, their files whole, and the runner with one line (exit status 130). `report` draws the finished runs alone: a
+run with a checkpoint short of max_iters is no seed yet, and REPORT.md names it.
 Before it starts, `train` prints an estimate of the time it will take (from the speed of the runs it already timed at
 this --parallel, or from the model's FLOPs on a GPU it knows); --budget_min uses the same estimate, updated as runs
 end.
@@ -303,22 +303,32 @@ def start_tool(cmd, log=None, env=None):
     path = os.pathsep.join(filter(None, [REPO, (env or os.environ).get("PYTHONPATH")]))
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None,
                             env=dict(env or os.environ, PYTHONPATH=path),
-                            preexec_fn=stop_with_runner if sys.platform.startswith("linux") else None)
+                            preexec_fn=stop_with_runner())
     if out:
         out.close()  # the child keeps its own copy of the file
     return proc
 
 
 def stop_with_runner():
-    """In a tool's process before it starts (Linux): the kernel sends it Ctrl-C's signal when the runner dies, even
-    killed (kill -9, a closed terminal), so that no tool trains on unwatched, its command unrecorded, holding its run
-    folder from the same command run again. macOS and Windows have no such call: there a killed runner's tools
-    run on, and the same command refuses their folders while they do."""
+    """On Linux, what a tool's process runs before its program starts: the kernel then sends it SIGTERM when the
+    runner dies, even killed (kill -9, a closed terminal), so that no tool trains on unwatched, its command
+    unrecorded, holding its run folder from the same command run again (train.py's files are whole however it is
+    stopped). SIGTERM, not Ctrl-C's SIGINT, which the tools of a background job inherit ignored. Elsewhere None:
+    macOS and Windows have no such call, and the same command refuses a folder that an orphan still holds."""
+    if not sys.platform.startswith("linux"):
+        return None
     import ctypes
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # no libc prctl: the tool runs as it would anywhere else
-        pass
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # found here: the child, just forked, only calls it
+    except (OSError, AttributeError):
+        return None
+    runner = os.getpid()
+
+    def in_the_tool():
+        prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != runner:  # the runner died before the call: no signal will come
+            os.kill(os.getpid(), signal.SIGTERM)
+    return in_the_tool
 
 
 @contextlib.contextmanager
@@ -542,14 +552,17 @@ def reached(folder):
 
 
 def finished(root, variant, seed, max_iters):
-    """Whether a run is done: the state it holds reached max_iters (reached), or its last command stopped it as
-    diverged (train.py's exit status cli.DIVERGED_EXIT: the stability sweep's result, which training it again would
-    only repeat)."""
+    """Whether a run is done: the state it holds reached max_iters (reached); or its last command ended as train.py
+    ends a finished run, exit status 0 with the log at max_iters (with --always_save_checkpoint=False, or a last
+    state not finite, no file holds that state), or stopped it as diverged (cli.DIVERGED_EXIT: the stability sweep's
+    result, which training it again would only repeat)."""
     folder = run_dir(root, variant, seed)
-    if not read_jsonl(os.path.join(folder, LOG)):
+    log = read_jsonl(os.path.join(folder, LOG))
+    if not log:
         return False
     last = [c for c in read_jsonl(os.path.join(root, COMMANDS)) if (c.get("variant"), c.get("seed")) == (variant, seed)]
-    return reached(folder) >= max_iters or bool(last) and last[-1].get("exit_code") == DIVERGED_EXIT
+    code = last[-1].get("exit_code") if last else None
+    return reached(folder) >= max_iters or code == DIVERGED_EXIT or code == 0 and log[-1].get("iter", 0) >= max_iters
 
 
 # The share of a GPU's peak bf16 FLOP/s that config/repro.py's runs reached together, two side by side on an H100,
@@ -622,7 +635,7 @@ def train(runs, root, keys, extra, settings):
     todo = []
     for v, seed in runs:
         if finished(root, v, seed, settings["max_iters"]):
-            print(f"=== {v} seed {seed}: finished (its log reaches max_iters={settings['max_iters']}, or it diverged), "
+            print(f"=== {v} seed {seed}: finished (at max_iters={settings['max_iters']}, or it diverged), "
                   "skipped")
         else:
             todo.append((v, seed))
@@ -831,8 +844,8 @@ def kept_trained_otherwise(report_dir, settings):
 
 def restore_runs(root, report_dir, settings):
     """Put back under root each run kept in <report_dir>/runs/ that root lacks, if it was trained with these
-    settings: it then counts as trained (its measurements stand for its checkpoint) and finished (its log reaches
-    max_iters), and its command joins commands.jsonl. A kept run trained otherwise is named and left out."""
+    settings: it then counts as trained (its measurements stand for its checkpoint) and finished (as finished() would
+    count it), and its command joins commands.jsonl. A kept run trained otherwise is named and left out."""
     kept = os.path.join(report_dir, RUNS_DIR)
     restored, seeds = [], {}  # seeds: variant -> the seeds restored
     for r in kept_records(report_dir):
@@ -843,8 +856,10 @@ def restore_runs(root, report_dir, settings):
         off = differences(settings, r["train_config"], v)
         got, wanted = reached(source), settings.get("max_iters", 0)  # the state measured, not the log's last line
         command = read_jsonl(os.path.join(source, COMMAND))  # [] where none was kept
-        diverged = bool(command) and command[-1].get("exit_code") == DIVERGED_EXIT  # stopped early: its result
-        if off or (got < wanted and not diverged):  # an unfinished run cannot resume without its checkpoint
+        code = command[-1].get("exit_code") if command else None
+        log = read_jsonl(os.path.join(source, LOG))
+        ended = code == DIVERGED_EXIT or code == 0 and bool(log) and log[-1].get("iter", 0) >= wanted  # as finished()
+        if off or (got < wanted and not ended):  # an unfinished run cannot resume without its checkpoint
             why = f"it was trained with {', '.join(off)}" if off else f"it was measured at iter {got} of {wanted}"
             print(f"=== {v} seed {seed}, kept in {kept}/, not restored: {why}")
             continue

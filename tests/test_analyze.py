@@ -348,12 +348,12 @@ def test_kept_measurements_are_drawn_again_without_the_data(trained_run, tmp_pat
     [note] = analyze.analyze([str(tmp_path / "c")], out_dir=str(tmp_path / "c-again"), device="cpu")["validation"][
         "data_notes"]
     assert note.startswith(os.path.join("data", "gone-from-here") + " is not here: ")
-    assert "WARNING" not in capsys.readouterr().out
+    assert "its log goes on" not in capsys.readouterr().out
     # a measurement taken mid-run (lab.analyze while it trained), its checkpoint gone since: said to be of that state
     last = record["iter"]
     json.dump({**record, "iter": last - 1}, open(tmp_path / "c" / "measured.json", "w"))
     analyze.analyze([str(tmp_path / "c")], out_dir=str(tmp_path / "c-stale"), device="cpu")
-    assert f"WARNING: that measurement is of its state at iter {last - 1}, and its log goes on to iter {last}" in \
+    assert f"note: that measurement is of its state at iter {last - 1}, and its log goes on to iter {last}" in \
         capsys.readouterr().out
 
     record = json.load(open(tmp_path / "b" / "measured.json"))

@@ -25,7 +25,7 @@ import lab.report as report
 import lab.repro as repro
 import lab.variants as variants
 import probe
-from cli import run_config_file
+from cli import DIVERGED_EXIT, run_config_file
 from lab.stats import RULE
 from lab.variants import MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
 from model import GPT, VALID, GPTConfig
@@ -60,10 +60,16 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     ckpt = os.path.join(root, "baseline", "seed1337", "ckpt.pt")
     state = torch.load(ckpt, weights_only=True)
     save_checkpoint({**state, "iter_num": 3}, ckpt)
+    recorded = open(os.path.join(root, "commands.jsonl")).read()  # and its command stopped so (Ctrl-C: 130)
+    open(os.path.join(root, "commands.jsonl"), "w").writelines(
+        json.dumps({**c, "exit_code": 130} if (c["variant"], c["seed"]) == ("baseline", 1337) else c) + "\n"
+        for c in map(json.loads, recorded.splitlines()))
     assert json.loads(open(os.path.join(root, "baseline", "seed1337", "log.jsonl")).readlines()[-1])["iter"] == 6
     third = subprocess.run(cmd + study, capture_output=True, text=True, env=env, cwd=REPO)
     assert third.stdout.count("skipped") == 3 and "resuming the run" in third.stdout, third.stdout + third.stderr
     assert torch.load(ckpt, weights_only=True)["iter_num"] == 6
+    after = open(os.path.join(root, "commands.jsonl")).read().splitlines()  # the first records as they were
+    open(os.path.join(root, "commands.jsonl"), "w").write(recorded + "".join(line + "\n" for line in after[4:]))
 
     # commands.jsonl: exactly the commands that ran, as printed before each
     commands = [json.loads(line) for line in open(os.path.join(root, "commands.jsonl"))]
@@ -214,6 +220,8 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     shutil.copytree(os.path.join(kept, "baseline", "seed1337"), short)
     measured = json.load(open(os.path.join(short, "measured.json")))
     json.dump({**measured, "iter": 3}, open(os.path.join(short, "measured.json"), "w"))  # its state at iter 3
+    log = [line for line in open(os.path.join(short, "log.jsonl")) if json.loads(line)["iter"] <= 3]
+    open(os.path.join(short, "log.jsonl"), "w").writelines(log)  # and its log, where it stopped
     repro.restore_runs(str(tmp_path / "third"), os.path.join(tmp_path, "short"), settings)
     assert not os.path.exists(tmp_path / "third") and "it was measured at iter 3 of 6" in capsys.readouterr().out
     # `restore`: the kept runs back and nothing trained, for a report drawn again (on any machine); once only
@@ -1417,28 +1425,54 @@ def test_a_study_stopped_by_ctrl_c_is_continued_by_the_same_command(tmp_path, sm
     assert third.returncode == 0 and "skipped" in third.stdout and "nothing to train" in third.stdout
 
 
+def test_a_run_is_finished_when_a_file_holds_its_last_state_or_train_py_ended_it_there(tmp_path):
+    """finished(): the log's last record is written before the save it may not reach (a run stopped during its last
+    save), so it alone does not finish a run; the checkpoint's iteration does, and so does a train.py that exited 0
+    (or as diverged) with its log at max_iters, having saved no state there (--always_save_checkpoint=False)."""
+    root = str(tmp_path)
+    folder = repro.run_dir(root, "baseline", 1337)
+    os.makedirs(folder)
+    open(os.path.join(folder, "log.jsonl"), "w").write('{"iter": 0}\n{"iter": 3}\n{"iter": 6}\n')
+    torch.save({"iter_num": 3, "val_loss": 1.0, "model_args": {}}, os.path.join(folder, "ckpt.pt"))
+    assert repro.reached(folder) == 3
+
+    def ended(code):
+        with open(os.path.join(root, "commands.jsonl"), "w") as f:
+            f.write(json.dumps({"variant": "baseline", "seed": 1337, "exit_code": code}) + "\n" if code != "" else "")
+        return repro.finished(root, "baseline", 1337, 6)
+    assert [ended(code) for code in ("", 130, 1, 0, DIVERGED_EXIT)] == [False, False, False, True, True]
+    torch.save({"iter_num": 6, "val_loss": 1.0, "model_args": {}}, os.path.join(folder, "ckpt.pt"))
+    assert ended("") and ended(130)  # the state at max_iters is there, however the command ended
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_runner_killed_outright_stops_its_run(tmp_path, small_task):
-    """kill -9 of the runner (no Ctrl-C to pass on): its train.py gets Ctrl-C's signal from the kernel and stops as
-    on Ctrl-C, its files whole, rather than training on unwatched while the same command, run again, finds its
-    folder in use and records the run as failed."""
+    """kill -9 of the runner (no Ctrl-C to pass on), started as a background job is, with Ctrl-C ignored: its
+    train.py gets SIGTERM from the kernel and stops, its files whole, rather than training on unwatched while the
+    same command, run again, finds its folder in use and records the run as failed."""
     root = tmp_path / "lab"
     cmd = [sys.executable, "-m", "lab.repro", "train", "baseline", "--study=sink_lab", "--tiny", f"--root={root}",
            f"--data_dir={small_task}", "--max_iters=100000", "--eval_interval=100000", "--lr_decay_iters=100000"]
     folder = root / "baseline" / "seed1337"
     runner = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
-    deadline = time.monotonic() + 120
-    while not (folder / "best.pt").exists():  # the initial state saved: train.py now trains
-        assert runner.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
-    holder = int(open(folder / ".lock").read().split()[1].rstrip(":"))  # "pid N: ...": the training's
-    os.kill(runner.pid, signal.SIGKILL)
-    runner.wait()
-    deadline = time.monotonic() + 60
-    while os.path.exists(f"/proc/{holder}") and open(f"/proc/{holder}/stat").read().split()[2] != "Z":
-        assert time.monotonic() < deadline, "train.py trained on after its runner was killed"
-        time.sleep(0.1)
+                              start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    holder = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (folder / "best.pt").exists():  # the initial state saved: train.py now trains
+            assert runner.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        holder = int(open(folder / ".lock").read().split()[1].rstrip(":"))  # "pid N: ...": the training's
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait()
+        deadline = time.monotonic() + 60
+        while os.path.exists(f"/proc/{holder}") and open(f"/proc/{holder}/stat").read().split()[2] != "Z":
+            assert time.monotonic() < deadline, "train.py trained on after its runner was killed"
+            time.sleep(0.1)
+    finally:  # never leave a 100,000-step training behind
+        for pid in (runner.pid, holder):
+            with contextlib.suppress(TypeError, ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_the_sink_lab_study_is_its_config_and_variants():
