@@ -169,10 +169,6 @@ class Trainer:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         # the model, first: a step that cannot fit in memory is refused before the data is read
         self.build_model(checkpoint)
-        self.n_params = sum(p.numel() for p in self.raw_model.parameters())  # for the memory estimate, here and below
-        available = free_memory(device)
-        if available is not None and step_memory(c.batch_size, self.gptconf, self.n_params) > available:
-            fail(memory_advice(c, self.gptconf, self.n_params, device, available))
         # the data: a sampler of training windows, and the same validation batches at every eval
         self.tokens_per_iter = c.gradient_accumulation_steps * c.batch_size * self.gptconf.block_size
         self.data_dir, self.loader, self.val = prepare_data(c, self.gptconf.block_size, self.gptconf.vocab_size,
@@ -293,6 +289,10 @@ class Trainer:
         self.gptconf = self.raw_model.config
         for key in MODEL_KEYS:  # the config as built (n_kv_head=None -> n_head), as the checkpoint records it
             setattr(self.c, key, getattr(self.gptconf, key))
+        self.n_params = sum(p.numel() for p in self.raw_model.parameters())  # for the memory estimate, here and below
+        available = free_memory(self.device)  # before the model moves there: a GPU it does not fit is one line too
+        if available is not None and step_memory(self.c.batch_size, self.gptconf, self.n_params) > available:
+            fail(memory_advice(self.c, self.gptconf, self.n_params, self.device, available))
         self.raw_model.to(self.device).train()
         # eval uses self.model: no DDP, so no collectives
         self.model = torch.compile(self.raw_model, mode=self.c.compile_mode) if self.c.compile else self.raw_model
