@@ -551,18 +551,23 @@ def reached(folder):
     return 0
 
 
-def finished(root, variant, seed, max_iters):
-    """Whether a run is done: the state it holds reached max_iters (reached); or its last command ended as train.py
-    ends a finished run, exit status 0 with the log at max_iters (with --always_save_checkpoint=False, or a last
-    state not finite, no file holds that state), or stopped it as diverged (cli.DIVERGED_EXIT: the stability sweep's
-    result, which training it again would only repeat)."""
-    folder = run_dir(root, variant, seed)
+def run_done(folder, commands, max_iters):
+    """Whether the run in folder is done: the state it holds reached max_iters (reached); or its last command (the
+    last of commands, its records) ended as train.py ends a finished run, exit status 0 with the log at max_iters
+    (with --always_save_checkpoint=False, or a last state not finite, no file holds that state), or stopped it as
+    diverged (cli.DIVERGED_EXIT: the stability sweep's result, which training it again would only repeat)."""
     log = read_jsonl(os.path.join(folder, LOG))
     if not log:
         return False
-    last = [c for c in read_jsonl(os.path.join(root, COMMANDS)) if (c.get("variant"), c.get("seed")) == (variant, seed)]
-    code = last[-1].get("exit_code") if last else None
-    return reached(folder) >= max_iters or code == DIVERGED_EXIT or code == 0 and log[-1].get("iter", 0) >= max_iters
+    code = commands[-1].get("exit_code") if commands else None
+    return code == DIVERGED_EXIT or code == 0 and log[-1].get("iter", 0) >= max_iters or reached(folder) >= max_iters
+
+
+def finished(root, variant, seed, max_iters):
+    """run_done() for a run under root, by the commands that root's commands.jsonl records for it."""
+    commands = read_jsonl(os.path.join(root, COMMANDS))
+    commands = [c for c in commands if (c.get("variant"), c.get("seed")) == (variant, seed)]
+    return run_done(run_dir(root, variant, seed), commands, max_iters)
 
 
 # The share of a GPU's peak bf16 FLOP/s that config/repro.py's runs reached together, two side by side on an H100,
@@ -854,13 +859,11 @@ def restore_runs(root, report_dir, settings):
         if os.path.exists(target):
             continue
         off = differences(settings, r["train_config"], v)
-        got, wanted = reached(source), settings.get("max_iters", 0)  # the state measured, not the log's last line
         command = read_jsonl(os.path.join(source, COMMAND))  # [] where none was kept
-        code = command[-1].get("exit_code") if command else None
-        log = read_jsonl(os.path.join(source, LOG))
-        ended = code == DIVERGED_EXIT or code == 0 and bool(log) and log[-1].get("iter", 0) >= wanted  # as finished()
-        if off or (got < wanted and not ended):  # an unfinished run cannot resume without its checkpoint
-            why = f"it was trained with {', '.join(off)}" if off else f"it was measured at iter {got} of {wanted}"
+        wanted = settings.get("max_iters", 0)
+        if off or not run_done(source, command, wanted):  # an unfinished run cannot resume without its checkpoint
+            why = f"it was trained with {', '.join(off)}" if off else \
+                f"it was measured at iter {reached(source)} of {wanted}"
             print(f"=== {v} seed {seed}, kept in {kept}/, not restored: {why}")
             continue
         partial = target + ".restoring"  # copied whole, then renamed: a run is back entirely or not at all
