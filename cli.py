@@ -7,7 +7,8 @@ functions that use it, so the data preparation scripts, which read their command
                          dataclass of keys (a bool key may be given as a bare --key, a list key as a,b,c);
                          --help lists the keys with their defaults, types and comments
   pick_device, autocast  where and in which precision to run; device_name, free_memory; processes (torchrun's
-                         rank and world size, or one process) and init_processes (joining them, in bounded time)
+                         rank and world size, or one process) and init_processes (joining them, in bounded time, by
+                         one of DDP_BACKENDS)
   speed settings         COMPILE_MODES, SDPA_BACKENDS, sdpa_preference and sdpa_order (train.py and the lab's bench
                          share them), keep_freed_memory (the CPU allocator setting train.py runs under)
   dataset_dir            where a dataset's shards are
@@ -424,6 +425,10 @@ def join_timeout():
         fail(f"GATED_JOIN_TIMEOUT={text!r} must be a number of seconds above 0 (how long the processes wait for "
              "each other to start)")
     return seconds
+
+
+# train.py's backend: torch.distributed's process-group backends by name ('auto': nccl on CUDA, gloo otherwise)
+DDP_BACKENDS = ("auto", "nccl", "gloo", "mpi", "ucc", "xccl")
 
 
 def init_processes(backend, rank, world_size):

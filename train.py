@@ -28,8 +28,8 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
 
 # cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
-from cli import (COMPILE_MODES, SDPA_BACKENDS, autocast_for, check_choice, configure, dataset_dir, fail, free_memory,
-                 init_processes, keep_freed_memory, pick_device, processes, run_main, sdpa_preference)
+from cli import (COMPILE_MODES, DDP_BACKENDS, SDPA_BACKENDS, autocast_for, check_choice, configure, dataset_dir, fail,
+                 free_memory, init_processes, keep_freed_memory, pick_device, processes, run_main, sdpa_preference)
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -92,7 +92,7 @@ class TrainConfig(GPTConfig):
     # above their running mean, and at least probe.SPIKE_MIN_NATS above it; see probe.count_spike
     spike_threshold: float = 6.0  # standard deviations above the running mean that make a loss spike (above)
     # system
-    backend: str = "auto"  # DDP: 'nccl' on CUDA, 'gloo' otherwise
+    backend: str = "auto"  # DDP: 'nccl' on CUDA, 'gloo' otherwise; or one of cli.DDP_BACKENDS
     device: str = "auto"  # 'cuda', 'cuda:1', 'mps', 'cpu'; auto: the first of cuda, mps, cpu that is available
     dtype: str = "auto"  # 'float32', 'bfloat16', 'float16'; auto: bf16 where the GPU or CPU computes it, else fp16/fp32
     compile: bool = False  # torch.compile the model (GPU runs: faster after a minute of compiling)
@@ -566,8 +566,8 @@ def check_settings(c):
         value = getattr(c, key)
         if not (math.isfinite(value) and ok(value)):
             fail(f"{key}={value} is not valid; it must be {allowed}")
-    check_choice("compile_mode", c.compile_mode, COMPILE_MODES)
-    check_choice("sdpa_backend", c.sdpa_backend, SDPA_BACKENDS)
+    for key, choices in (("compile_mode", COMPILE_MODES), ("sdpa_backend", SDPA_BACKENDS), ("backend", DDP_BACKENDS)):
+        check_choice(key, getattr(c, key), choices)
     if c.warmup_iters < 0:
         fail(f"warmup_iters={c.warmup_iters} must be 0 or more")
     if c.decay_lr and c.lr_decay_iters < max(1, c.warmup_iters):

@@ -809,6 +809,7 @@ def test_a_new_run_never_starts_over_an_existing_run(stdlib_data, tmp_path):
     (["--compile=1"], "compile must be bool, got 1"),
     (["--compile_mode=fast"], "compile_mode='fast' is not valid; choose one of default, reduce-overhead"),
     (["--sdpa_backend=fa3"], "sdpa_backend='fa3' is not valid; choose one of default, cudnn, flash"),
+    (["--backend=ncl"], "backend='ncl' is not valid; choose one of auto, nccl, gloo"),
     (["--n_layer"], "--n_layer: write --n_layer=value"),
     (["no/such/config.py"], "config file no/such/config.py not found (arguments are config files"),
     (["config/sinklab.py"], "config file config/sinklab.py not found; did you mean config/sink_lab.py? (arguments"),
