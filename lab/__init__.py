@@ -3,6 +3,7 @@ as a module, e.g. python -m lab.repro --help:
 
   repro     the study: train the variants over seeds, restore kept runs, evaluate, report
   analyze   what a trained checkpoint does: sinks, gate scores, massive activations, plots
+  outlier   what the massive activation on BOS does: the prediction after BOS without it (GN's rescaling)
   evaluate  long-context and attention-sink evaluations of trained checkpoints
   report    the report's tables, plots and words; stats its statistics (decisions over seeds)
   variants  the named variants of the two papers and the flags that make each

@@ -231,6 +231,12 @@ LAB_CLAIMS = [
     ("GA: a G2 (value) gate reduces the massive activations (while it keeps the sink)", "baseline", "g2_elementwise",
      "max_act", -1),
     ("GA: G1 lowers the loss", "baseline", "g1_elementwise", "val_loss", -1),
+    ("GN: GatedNorm on top of the gate lowers the peak activation", "g1_elementwise", "g1_gatednorm", "peak_act", -1),
+    ("GN: PreAffine on top of the gate lowers the peak activation", "g1_elementwise", "g1_preaffine", "peak_act", -1),
+    ("GN: DyT (a bounded norm, no gate) lowers the peak activation", "baseline", "dyt", "peak_act", -1),
+    ("GN: DyT costs loss", "baseline", "dyt", "val_loss", +1),
+    ("GN: GatedNorm lowers the peak activation (here without the gate; GN's Table 1 adds it to GA)", "baseline",
+     "gatednorm", "peak_act", -1),
 ]
 # The sink lab's claims on a yes/no outcome of each run, whether it grew a sink head (some head's F-Attn above
 # probe.SINK_HEAD_THRESHOLD), decided on the counts over seeds by stats.COUNT_RULE: (claim, reference, variant, the

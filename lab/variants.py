@@ -128,6 +128,8 @@ VARIANTS = {
     "glu": Variant(dict(gate="none", mlp="glu"), gn=Row("GN", "Table 1", "GLU", loss=1.975, max_act=1300)),
     # the control of the sink lab: windows that start anywhere in the text, with no BOS token at position 0
     "baseline_no_bos": Variant(dict(gate="none"), train=dict(bos=False)),
+    # GN's norm without GA's gate: which of the two removes the attention sink, and which the massive activation
+    "gatednorm": Variant(dict(gate="none", norm="gatednorm")),
 }
 
 VARIANTS.update({sweep_name(v, lr): Variant(VARIANTS[v].flags, ga=STABILITY_ROW,  # min_lr 0.0024, not 0.00240...02
@@ -140,12 +142,13 @@ MODELS = ("baseline", "g1_elementwise", "g1_elementwise_matched", "g1_headwise",
           "g1_preaffine", "dyt")
 STUDY = MODELS + SWEEP  # `python -m lab.repro train all`; `train models` and `train sweep` train either part
 # The sink lab (`python -m lab.repro train all --study=sink_lab`, config/sink_lab.py): GA Table 4's sink column in its
-# order, the other gate positions and forms, and the baseline without a BOS token as the control. Not G1 head-shared:
-# the lab's model has one head, and one head's shared gate is its own (g1_head_shared would train g1_elementwise
-# again).
-CONTROLS = ("baseline_no_bos",)  # variants that reproduce no paper row: they test the setting the others rely on
+# order, the other gate positions and forms, the baseline without a BOS token as the control, and GN's norms (with
+# the gate, as GN Table 1, and GatedNorm without it: which of the two removes the sink, which the massive
+# activation). Not G1 head-shared: the lab's model has one head, and one head's shared gate is its own
+# (g1_head_shared would train g1_elementwise again).
+CONTROLS = ("baseline_no_bos", "gatednorm")  # variants that reproduce no paper row: they test what the others rely on
 LAB = ("baseline", "g1_elementwise", "g1_headwise", "g1_ns_sigmoid", "g1_input_independent", "g1_additive_silu",
-       "g2_elementwise", "g3", "g4", "g5", "baseline_no_bos")
+       "g2_elementwise", "g3", "g4", "g5", "baseline_no_bos", "g1_gatednorm", "g1_preaffine", "dyt", "gatednorm")
 
 # Configurations no paper row names, each a change from GPTConfig's defaults, so that TEST_VARIANTS sets every
 # value of every flag (but attn_backend and match_params, which the tests choose themselves)

@@ -24,7 +24,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 SCRIPTS = {"train.py": ("train.py", "TrainConfig"), "sample.py": ("sample.py", "SampleConfig"),
            "-m lab.analyze": ("lab/analyze.py", "AnalyzeConfig"),
            "-m lab.evaluate": ("lab/evaluate.py", "EvaluateConfig"),
-           "-m lab.repro": ("lab/repro.py", "Keys"), "-m lab.bench": ("lab/bench.py", "Keys")}
+           "-m lab.repro": ("lab/repro.py", "Keys"), "-m lab.bench": ("lab/bench.py", "Keys"),
+           "-m lab.outlier": ("lab/outlier.py", "OutlierConfig")}
 PREPARE = ["data/pystdlib/prepare.py", "data/textdir/prepare.py", "data/bigram_backcopy/prepare.py",
            "data/openwebtext/prepare.py", "data/fineweb/prepare.py"]
 

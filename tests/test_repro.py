@@ -764,7 +764,8 @@ def test_variant_is_what_its_name_and_paper_rows_say(name):
     assert set(v.train) <= {"learning_rate", "min_lr", "bos"} and \
         not set(v.train) & {f.name for f in dataclasses.fields(GPTConfig)}
     assert (v.flags["gate"] == "g1") == name.startswith("g1"), name  # a g1_ name means a G1 gate, and only then
-    assert (v.flags["gate"] == "none") == (name in ("baseline", "sdpa_rmsnorm", "sdpa_silu", "dyt", "glu") or
+    assert (v.flags["gate"] == "none") == (name in ("baseline", "sdpa_rmsnorm", "sdpa_silu", "dyt", "glu",
+                                                    "gatednorm") or
                                            name.startswith("baseline_"))  # the rows measured without a gate
     assert v.ga or v.gn or name in variants.CONTROLS, "every variant but the controls reproduces a paper row"
     assert (v.ga is None or v.ga.paper == "GA") and (v.gn is None or v.gn.paper == "GN")
@@ -1513,13 +1514,16 @@ def test_help_lists_the_keys_before_or_after_the_step():
 # test_layout.py's.)
 
 SCRIPTS = ("train", "sample",  # run as `python NAME.py`
-           "lab.analyze", "lab.evaluate", "lab.repro", "lab.bench", "lab.setup_check")  # run as `python -m lab.NAME`
+           "lab.analyze", "lab.evaluate", "lab.repro", "lab.bench", "lab.setup_check",
+           "lab.outlier")  # run as `python -m lab.NAME`
 LIBRARIES = ("cli", "runfolder", "probe", "model", "kernels", "pretrained",
              "lab", "lab.report", "lab.variants", "lab.stats")
 # A script that another imports, and the names it imports, each with its reason: lab.bench times train.py's own
 # optimizer step, so that its timings are the training loop's (train.py runs only under its __main__); lab.setup_check
-# times two steps of the main job's own model and optimizer step, to say how long the main job takes here
-IMPORTED_SCRIPTS = {("lab.bench", "train"): {"optimizer_step"},
+# times two steps of the main job's own model and optimizer step, to say how long the main job takes here;
+# lab.outlier measures each run on the windows lab.analyze measures it on
+IMPORTED_SCRIPTS = {("lab.outlier", "lab.analyze"): {"eval_windows"},
+                    ("lab.bench", "train"): {"optimizer_step"},
                     ("lab.setup_check", "train"): {"MODEL_KEYS", "TrainConfig", "optimizer_step"},
                     ("lab.repro", "train"): {"TrainConfig", "check_settings"}}  # its keys, checked before any run
 

@@ -33,7 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 TUTORIAL = os.path.join(REPO, "TUTORIAL.md")
 NOTEBOOK = os.path.join(REPO, "tutorial.ipynb")
 RUN_LANGUAGES = ("python", "bash")  # every block in one of these runs (and is a notebook code cell); "text" blocks are output, shown only
-LAB_RUNS = ("baseline", "g1", "g1_input_independent", "g1_ns_sigmoid")  # section 2's runs, under out/tutorial/lab/
+LAB_RUNS = ("baseline", "g1", "g1_input_independent", "g1_ns_sigmoid", "gatednorm")  # section 2's runs, under out/tutorial/lab/
 BASH_MAGIC = "%%bash\n"
 REGENERATE = "python tests/test_tutorial.py"
 HEADER = ("*This notebook is generated from [TUTORIAL.md](TUTORIAL.md): edit that file, not this one, then "
@@ -269,8 +269,15 @@ def test_the_program_keeps_the_markdown_line_numbers():
 
 
 # what a copy of the repository leaves out: git's files, runs, caches and prepared data (a reader's copy has none)
-NOT_COPIED = shutil.ignore_patterns(".git", "out*", "__pycache__", ".pytest_cache", ".benchmarks", "*.bin",
-                                    "meta.json", ".whl")
+_NOT_COPIED = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", ".benchmarks", "*.bin", "meta.json",
+                                     ".whl")
+
+
+def NOT_COPIED(folder, names):
+    """What copy_of_repo leaves out: the patterns above, and the run folders (out/, out-repro/, ...), which are
+    folders named out*, not files (lab/outlier.py is a tool)."""
+    return set(_NOT_COPIED(folder, names)) | {n for n in names
+                                              if n.startswith("out") and os.path.isdir(os.path.join(folder, n))}
 
 
 def copy_of_repo(dest, stdlib_data=None):

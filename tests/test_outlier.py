@@ -1,0 +1,92 @@
+"""lab/outlier.py on the sink lab's toy-size runs (CPU): what the BOS token's massive activation does."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lab.outlier as outlier
+from data.shards import bos_token, val_batches
+from lab.analyze import eval_windows
+from runfolder import load_checkpoint, read_checkpoint, save_checkpoint
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
+
+
+def windows(run):
+    model, ckpt = load_checkpoint(os.path.join(run, "ckpt.pt"))
+    w = eval_windows(ckpt)
+    return model, val_batches(w["data_dir"], w["block_size"], w["batch_size"], w["batches"],
+                              bos=bos_token(w["data_dir"]))
+
+
+@pytest.mark.parametrize("name", ["baseline", "g1"])
+def test_the_numbers_are_the_models_own(sink_lab_runs, name):
+    """Position 0's loss and the others' make up the model's own loss; the channel is the largest mean |h| at
+    position 0 of the last block's output; entropies lie between 0 and ln V."""
+    run = os.path.join(sink_lab_runs, name)
+    r = outlier.measure(run, "ckpt.pt", "cpu")
+    model, batches = windows(run)
+    seen = []
+    hook = model.transformer.h[-1].register_forward_hook(lambda module, args, h: seen.append(h))
+    with torch.no_grad():
+        losses = [model(x, y)[1].item() for x, y in batches]
+    hook.remove()
+    T = batches[0][0].shape[1]
+    assert math.isclose((r["loss_first"] + (T - 1) * r["loss_rest"]) / T, sum(losses) / len(losses), rel_tol=1e-5)
+    h = torch.cat(seen)
+    assert r["channel"] == int(h[:, 0].abs().mean(0).argmax()) and r["windows"] == h.shape[0]
+    assert math.isclose(r["act_bos"], h[:, 0, r["channel"]].abs().mean().item(), rel_tol=1e-5)
+    assert r["flat"] == math.log(model.config.vocab_size)
+    for key in ("entropy_first", "entropy_first_without"):
+        assert 0 <= r[key] <= r["flat"] + 1e-5
+    assert r["norm_weight"] == model.transformer.ln_f.weight[r["channel"]].item()
+
+
+def test_only_the_channel_at_position_0_changes_and_it_takes_its_mean_elsewhere(sink_lab_runs):
+    model, batches = windows(os.path.join(sink_lab_runs, "baseline"))
+    x, y = batches[0]
+    into_norm = []  # what the final norm receives: the last block's output after the tool's change
+    hook = model.transformer.ln_f.register_forward_pre_hook(lambda module, args: into_norm.append(args[0]))
+    first, entropy, rest, h = outlier.predictions(model, x, y, channel=3)
+    hook.remove()
+    changed = into_norm[0]
+    assert torch.equal(changed[:, 1:], h[:, 1:]) and torch.equal(changed[:, 0, :3], h[:, 0, :3])
+    assert torch.allclose(changed[:, 0, 3], h[:, 1:, 3].mean().expand(x.shape[0]))
+    logp = model.lm_head(model.transformer.ln_f(changed)).float().log_softmax(-1)
+    assert math.isclose(first, F.nll_loss(logp[:, 0], y[:, 0], reduction="sum").item(), rel_tol=1e-5)
+    assert math.isclose(rest, outlier.predictions(model, x, y)[2], rel_tol=1e-6)  # no other position moves
+    assert not model.transformer.h[-1]._forward_hooks  # the tool's hook is gone
+
+
+def test_the_command_writes_its_table_and_refuses_what_it_cannot_measure(sink_lab_runs, tmp_path):
+    runs = [os.path.join(sink_lab_runs, n) for n in ("baseline", "g1")]
+    out = tmp_path / "o" / "outlier.json"
+    outlier.main([f"--runs={','.join(runs)}", "--labels=base,gated", f"--out={out}"])
+    rows = json.loads(out.read_text())["runs"]
+    assert [r["label"] for r in rows] == ["base", "gated"] and [r["gate"] for r in rows] == ["none", "g1"]
+    md = (tmp_path / "o" / "outlier.md").read_text()
+    assert md.count("\n| base |") == 1 and md.count("\n| gated |") == 1
+
+    no_bos = tmp_path / "no_bos"
+    no_bos.mkdir()
+    ckpt = read_checkpoint(os.path.join(runs[0], "ckpt.pt"))
+    ckpt["config"]["bos"] = False
+    save_checkpoint(ckpt, str(no_bos / "ckpt.pt"))
+    for argv, message in [([], "name the runs"),
+                          ([f"--runs={runs[0]}", "--labels=a,b"], "--labels has 2 names for 1 runs"),
+                          ([f"--runs={runs[0]}", f"--out={tmp_path / 'o.txt'}"], "a .json file"),
+                          ([f"--runs={tmp_path / 'nothing'}"], "nothing"),
+                          ([f"--runs={no_bos}"], "do not start with BOS (bos=False)")]:
+        with pytest.raises(SystemExit) as e:
+            outlier.main(argv + ([] if any(a.startswith("--out=") for a in argv) else [f"--out={tmp_path / 'x.json'}"]))
+        assert message in str(e.value.code), (argv, e.value.code)
+    result = subprocess.run([sys.executable, "-m", "lab.outlier", f"--runs={no_bos}", f"--out={tmp_path / 'y.json'}"],
+                            cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0 and result.stderr.strip().count("\n") == 0, result.stderr  # one line, no traceback
+    assert not (tmp_path / "y.json").exists()
