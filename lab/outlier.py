@@ -4,18 +4,25 @@
 
 A run trained on windows that start with BOS often carries its largest activation there, in one channel of the
 last block's output (GA's M-Act, GN's peak). That output goes to one place only, the final norm and the unembedding,
-which predict the token after BOS. GN's reading: RMSNorm divides a token's vector by its root mean square, so one
-huge channel shrinks every other channel of that token to almost nothing, and the norm's small weight on the huge
-channel keeps it from passing too: a near-flat prediction, made by an outlier rather than by the weights. The test:
-set that channel, at position 0 only, to its mean over the other positions, and see what happens to the prediction
-at position 0. If the outlier is the rescaler, its loss changes and its entropy falls; the other positions' loss
-cannot change (nothing after the last block reads position 0), which the tool checks.
+which predict the token after BOS. GN's reading: the outlier is a rescaler. RMSNorm divides a token's vector by its
+root mean square, so one huge channel shrinks every other channel of that token, and the norm's small weight on the
+huge channel keeps its own value from passing on. If so, the channel acts on the prediction through the norm's
+denominator alone. Three measurements of the prediction at position 0 (its loss and entropy) test that:
 
-For each run's ckpt.pt (or --checkpoint=best.pt), on the validation windows it was evaluated on: the channel (the
-largest mean |h| at position 0), that mean |h| there and at the other positions, the final norm's weight on the
-channel against the median weight (for PreAffine and GatedNorm, the RMSNorm's inside them), the loss and entropy of
-the prediction at position 0 as trained and with the channel set to its mean elsewhere, and the loss at the other
-positions. Prints a table, writes --out (JSON: each run's numbers) and the same table beside it as Markdown.
+  as trained;
+  own term removed   the final norm's output in that channel set to 0 at position 0, its denominator untouched:
+                     what the channel passes on by its own value (a rescaler: nearly nothing);
+  outlier removed    the channel set, at position 0, to its mean over the other positions: the denominator shrinks
+                     by rms_ratio, and the rest of the token's vector leaves the norm that much larger.
+
+Position 0's prediction is the same in every window here (BOS attends only to itself) and trained close to its
+best, so any change to it raises its loss: the outlier removed alone proves nothing, the own term removed beside it
+does. Also: where the channel's value at BOS comes from (the block's input, its attention, its MLP), the final
+norm's weight on it against the median |weight| (for PreAffine also its learned pre-scale), and the loss at the
+other positions, which no change at position 0 can move (nothing after the last block mixes positions; checked).
+
+For each run's ckpt.pt (or --checkpoint=best.pt), on the validation windows it was evaluated on. Prints a table,
+writes --out (JSON: each run's numbers) and the same table beside it as Markdown.
 """
 
 import math
@@ -30,7 +37,7 @@ from dataclasses import dataclass
 from cli import configure, fail, pick_device, run_main
 from data.shards import bos_token, val_batches
 from lab.analyze import eval_windows
-from runfolder import load_checkpoint, write_json, write_text
+from runfolder import load_checkpoint, writable_folder, write_json, write_text
 import torch
 import torch.nn.functional as F
 
@@ -45,30 +52,59 @@ class OutlierConfig:
     device: str = "cpu"  # cpu, cuda, mps or auto; the model runs in float32
 
 
-def predictions(model, x, y, channel=None):
-    """(loss at position 0, its entropy, loss at positions 1..T-1), summed over the windows (nats), with the last
-    block's output at position 0, `channel`, set to its mean over positions 1..T-1 of the same windows when given;
-    and that output as the model computed it (before the change)."""
+def predictions(model, x, y, channel=None, value=None, own_term=True):
+    """(loss at position 0, its entropy, loss at positions 1..T-1), summed over the windows (nats), and the last
+    block's output at position 0 as the model computed it. With `channel`: that channel of the last block's output
+    at position 0 set to `value`, when given; its term in the final norm's output at position 0 set to 0 when
+    own_term is False."""
     seen = {}
 
-    def hook(module, args, h):
-        seen["h"] = h.detach().clone()
-        if channel is None:
+    def block(module, args, h):
+        seen["h0"] = h[:, 0].detach().clone()
+        if value is None:
             return None
         h = h.clone()
-        h[:, 0, channel] = h[:, 1:, channel].mean()
+        h[:, 0, channel] = value
         return h
-    handle = model.transformer.h[-1].register_forward_hook(hook)
+
+    def norm(module, args, out):
+        if own_term:
+            return None
+        out = out.clone()
+        out[:, 0, channel] = 0.0
+        return out
+    hooks = [model.transformer.h[-1].register_forward_hook(block),
+             model.transformer.ln_f.register_forward_hook(norm)]
     try:
         with torch.no_grad():
             logits, _ = model(x, y)
     finally:
-        handle.remove()
+        for hook in hooks:
+            hook.remove()
     logp = logits.float().log_softmax(-1)
     first = F.nll_loss(logp[:, 0], y[:, 0], reduction="sum").item()
     entropy = -(logp[:, 0].exp() * logp[:, 0]).sum().item()
     rest = F.nll_loss(logp[:, 1:].flatten(0, 1), y[:, 1:].flatten(), reduction="sum").item()
-    return first, entropy, rest, seen["h"]
+    return first, entropy, rest, seen["h0"]
+
+
+def sources(model, batches, channel):
+    """The channel's value at position 0 as the last block's input brings it, and what its attention and its MLP
+    add (each summed over the windows): their sum is the block's output there."""
+    seen = {"in": [], "mid": [], "out": []}
+    block = model.transformer.h[-1]
+    hooks = [block.register_forward_pre_hook(lambda module, args: seen["in"].append(args[0][:, 0, channel])),
+             block.ln_2.register_forward_pre_hook(lambda module, args: seen["mid"].append(args[0][:, 0, channel])),
+             block.register_forward_hook(lambda module, args, h: seen["out"].append(h[:, 0, channel]))]
+    try:
+        with torch.no_grad():
+            for x, _ in batches:
+                model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    at = {k: torch.cat(v) for k, v in seen.items()}
+    return at["in"].sum().item(), (at["mid"] - at["in"]).sum().item(), (at["out"] - at["mid"]).sum().item()
 
 
 def measure(run, checkpoint, device):
@@ -78,36 +114,65 @@ def measure(run, checkpoint, device):
     if not w["bos"]:
         raise ValueError(f"{run} was trained on windows that do not start with BOS (bos=False): position 0 is an "
                          "ordinary token there, with nothing to test")
-    batches = val_batches(w["data_dir"], w["block_size"], w["batch_size"], w["batches"], bos=bos_token(w["data_dir"]))
+    batches = [(x.to(device), y.to(device)) for x, y in
+               val_batches(w["data_dir"], w["block_size"], w["batch_size"], w["batches"], bos=bos_token(w["data_dir"]))]
     model.float()
-    outputs = [predictions(model, x.to(device), y.to(device)) for x, y in batches]
-    h = torch.cat([o[3] for o in outputs])  # (windows, T, channels)
-    channel = int(h[:, 0].abs().mean(0).argmax())
-    changed = [predictions(model, x.to(device), y.to(device), channel) for x, y in batches]
-    n, T = h.shape[0], h.shape[1]
-    total = [sum(o[i] for o in outputs) for i in range(3)]
-    after = [sum(o[i] for o in changed) for i in range(3)]
-    if not math.isclose(total[2], after[2], rel_tol=1e-5, abs_tol=1e-6):  # nothing after the last block reads it
-        raise RuntimeError(f"{run}: changing position 0 moved the other positions' loss ({total[2]} -> {after[2]})")
+    as_trained = [predictions(model, x, y) for x, y in batches]
+    h0 = torch.cat([o[3] for o in as_trained])  # (windows, channels): the last block's output at position 0
+    channel = int(h0.abs().mean(0).argmax())
+    seen = []  # the channel's values at positions 1..T-1, for its mean there over every window
+    hook = model.transformer.h[-1].register_forward_hook(lambda module, args, h: seen.append(h[:, 1:, channel]))
+    with torch.no_grad():
+        for x, _ in batches:
+            model(x)
+    hook.remove()
+    rest = torch.cat(seen)
+    mean_rest = rest.mean().item()
+    removed = [predictions(model, x, y, channel, value=mean_rest) for x, y in batches]
+    own_term = [predictions(model, x, y, channel, own_term=False) for x, y in batches]
+    n, T = h0.shape[0], batches[0][0].shape[1]
+    total = {name: [sum(o[i] for o in outs) for i in range(3)]
+             for name, outs in (("as_trained", as_trained), ("removed", removed), ("own_term", own_term))}
+    for name in ("removed", "own_term"):  # nothing after the last block reads position 0
+        if not math.isclose(total[name][2], total["as_trained"][2], rel_tol=1e-5, abs_tol=1e-6):
+            raise RuntimeError(f"{run}: changing position 0 moved the other positions' loss "
+                               f"({total['as_trained'][2]} -> {total[name][2]})")
     final = model.transformer.ln_f  # its weight, or for PreAffine and GatedNorm that of the RMSNorm inside
-    weight = final.weight if hasattr(final, "weight") else final.norm.weight
+    weight = (final.weight if hasattr(final, "weight") else final.norm.weight).detach().abs()
+    scale = getattr(final, "pre_scale", None)  # PreAffine's: its RMSNorm divides pre_scale * h, not h
+    changed = h0.clone()
+    changed[:, channel] = mean_rest
+    seen_by_norm = [v if scale is None else v * scale.detach() for v in (h0, changed)]
+    rms_ratio = (seen_by_norm[0].pow(2).mean(-1).sqrt() / seen_by_norm[1].pow(2).mean(-1).sqrt()).mean().item()
+    scale = None if scale is None else scale.detach().abs()
+    from_input, from_attention, from_mlp = (s / n for s in sources(model, batches, channel))
     return dict(run=run, iter=ckpt["iter_num"], norm=model.config.norm, gate=model.config.gate, channel=channel,
-                act_bos=h[:, 0, channel].abs().mean().item(), act_rest=h[:, 1:, channel].abs().mean().item(),
-                norm_weight=weight[channel].item(), norm_weight_median=weight.abs().median().item(),
-                loss_first=total[0] / n, loss_first_without=after[0] / n, entropy_first=total[1] / n,
-                entropy_first_without=after[1] / n, loss_rest=total[2] / (n * (T - 1)), windows=n,
-                flat=math.log(model.config.vocab_size))
+                windows=n, act_bos=h0[:, channel].abs().mean().item(), act_rest=rest.abs().mean().item(),
+                from_input=from_input, from_attention=from_attention, from_mlp=from_mlp,
+                norm_weight=weight[channel].item(), norm_weight_median=weight.median().item(),
+                pre_scale=None if scale is None else scale[channel].item(),
+                pre_scale_median=None if scale is None else scale.median().item(), rms_ratio=rms_ratio,
+                loss_first=total["as_trained"][0] / n, entropy_first=total["as_trained"][1] / n,
+                loss_first_own_term=total["own_term"][0] / n, entropy_first_own_term=total["own_term"][1] / n,
+                loss_first_without=total["removed"][0] / n, entropy_first_without=total["removed"][1] / n,
+                loss_rest=total["as_trained"][2] / (n * (T - 1)), flat=math.log(model.config.vocab_size))
 
 
 def table(rows):
-    head = ("| run | norm | gate | channel | mean |h| at BOS | elsewhere | final norm's weight there (median) | "
-            "loss at position 0: as trained → without the outlier | its entropy (flat: ln V) | loss elsewhere |")
-    lines = [head, "| --- " * 10 + "|"]
+    head = ("| run | norm | gate | channel | mean abs h at BOS (elsewhere) | from the block's input / attention / MLP "
+            "| final norm's weight there (median) "
+            "| loss at position 0: as trained, own term removed, outlier removed "
+            "| its entropy (flat: ln V) | the rest divided by (its RMS with / without the outlier) | loss elsewhere |")
+    lines = [head, "| --- " * 11 + "|"]
     for r in rows:
         weight = f"{r['norm_weight']:.3f} ({r['norm_weight_median']:.3f})"
-        lines.append(f"| {r['label']} | {r['norm']} | {r['gate']} | {r['channel']} | {r['act_bos']:.1f} | "
-                     f"{r['act_rest']:.2f} | {weight} | {r['loss_first']:.3f} → {r['loss_first_without']:.3f} | "
-                     f"{r['entropy_first']:.3f} → {r['entropy_first_without']:.3f} ({r['flat']:.3f}) | "
+        if r["pre_scale"] is not None:
+            weight += f"; pre-scale {r['pre_scale']:.2f} ({r['pre_scale_median']:.2f})"
+        lines.append(f"| {r['label']} | {r['norm']} | {r['gate']} | {r['channel']} | {r['act_bos']:.1f} "
+                     f"({r['act_rest']:.2f}) | {r['from_input']:.1f} / {r['from_attention']:.1f} / "
+                     f"{r['from_mlp']:.1f} | {weight} | {r['loss_first']:.3f}, {r['loss_first_own_term']:.3f}, "
+                     f"{r['loss_first_without']:.3f} | {r['entropy_first']:.3f}, {r['entropy_first_own_term']:.3f}, "
+                     f"{r['entropy_first_without']:.3f} ({r['flat']:.3f}) | {r['rms_ratio']:.1f} | "
                      f"{r['loss_rest']:.4f} |")
     return "\n".join(lines)
 
@@ -120,6 +185,7 @@ def main(argv=None):
         fail(f"--labels has {len(a.labels)} names for {len(a.runs)} runs; give one per run")
     if not a.out.endswith(".json"):
         fail(f"--out={a.out}: a .json file (the Markdown table is written beside it, .md)")
+    writable_folder(os.path.dirname(a.out) or ".", key="--out's folder")  # before the work, not after it
     device = pick_device(a.device)
     rows = []
     for run, label in zip(a.runs, a.labels or a.runs):
@@ -129,7 +195,6 @@ def main(argv=None):
             fail(e)
     md = table(rows)
     print(md)
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     write_json(a.out, dict(checkpoint=a.checkpoint, runs=rows))
     write_text(a.out[:-len(".json")] + ".md", md + "\n")
     print(f"wrote {a.out} and {a.out[:-len('.json')]}.md")

@@ -45,23 +45,45 @@ def test_the_numbers_are_the_models_own(sink_lab_runs, name):
     assert r["flat"] == math.log(model.config.vocab_size)
     for key in ("entropy_first", "entropy_first_without"):
         assert 0 <= r[key] <= r["flat"] + 1e-5
-    assert r["norm_weight"] == model.transformer.ln_f.weight[r["channel"]].item()
+    assert r["norm_weight"] == abs(model.transformer.ln_f.weight[r["channel"]].item()) and r["pre_scale"] is None
+    # where the channel's value at BOS comes from: the block's input, its attention and its MLP add up to it
+    signed = h[:, 0, r["channel"]].mean().item()
+    assert math.isclose(r["from_input"] + r["from_attention"] + r["from_mlp"], signed, rel_tol=1e-4, abs_tol=1e-4)
+    embedding = model.transformer.wte.weight[bos_token(eval_windows(read_checkpoint(
+        os.path.join(run, "ckpt.pt")))["data_dir"])] + model.transformer.wpe.weight[0]
+    assert math.isclose(r["from_input"], embedding[r["channel"]].item(), rel_tol=1e-4, abs_tol=1e-5)
+    for key in ("loss_first_own_term", "loss_first_without", "rms_ratio"):
+        assert math.isfinite(r[key]) and r[key] > 0
 
 
-def test_only_the_channel_at_position_0_changes_and_it_takes_its_mean_elsewhere(sink_lab_runs):
+def test_only_the_channel_at_position_0_changes_and_its_own_term_alone_can_be_removed(sink_lab_runs):
     model, batches = windows(os.path.join(sink_lab_runs, "baseline"))
     x, y = batches[0]
-    into_norm = []  # what the final norm receives: the last block's output after the tool's change
-    hook = model.transformer.ln_f.register_forward_pre_hook(lambda module, args: into_norm.append(args[0]))
-    first, entropy, rest, h = outlier.predictions(model, x, y, channel=3)
-    hook.remove()
-    changed = into_norm[0]
-    assert torch.equal(changed[:, 1:], h[:, 1:]) and torch.equal(changed[:, 0, :3], h[:, 0, :3])
-    assert torch.allclose(changed[:, 0, 3], h[:, 1:, 3].mean().expand(x.shape[0]))
+    seen = {}  # what the block computed, and what the final norm receives after the tool's change
+    hooks = [model.transformer.h[-1].register_forward_hook(lambda module, args, h: seen.update(h=h)),
+             model.transformer.ln_f.register_forward_pre_hook(lambda module, args: seen.update(into=args[0]))]
+    first, entropy, rest, h0 = outlier.predictions(model, x, y, channel=3, value=1.5)
+    for hook in hooks:
+        hook.remove()
+    h, changed = seen["h"], seen["into"]
+    assert torch.equal(h0, h[:, 0]) and torch.equal(changed[:, 1:], h[:, 1:])
+    assert torch.equal(changed[:, 0, :3], h[:, 0, :3]) and (changed[:, 0, 3] == 1.5).all()
     logp = model.lm_head(model.transformer.ln_f(changed)).float().log_softmax(-1)
     assert math.isclose(first, F.nll_loss(logp[:, 0], y[:, 0], reduction="sum").item(), rel_tol=1e-5)
     assert math.isclose(rest, outlier.predictions(model, x, y)[2], rel_tol=1e-6)  # no other position moves
-    assert not model.transformer.h[-1]._forward_hooks  # the tool's hook is gone
+    assert not model.transformer.h[-1]._forward_hooks and not model.transformer.ln_f._forward_hooks  # all removed
+
+    # the own term removed: the norm's output in that channel at position 0 set to 0, nothing else; so a channel
+    # whose norm weight is 0 passes nothing on by itself, and removing its term changes nothing
+    with torch.no_grad():
+        model.transformer.ln_f.weight[3] = 0.0
+    as_trained = outlier.predictions(model, x, y)
+    own_term = outlier.predictions(model, x, y, channel=3, own_term=False)
+    assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(as_trained[:3], own_term[:3]))
+    with torch.no_grad():
+        model.transformer.ln_f.weight[3] = 5.0  # now it passes something on: removing its term moves the prediction
+    assert not math.isclose(outlier.predictions(model, x, y, channel=3, own_term=False)[0],
+                            outlier.predictions(model, x, y)[0], rel_tol=1e-4)
 
 
 def test_the_command_writes_its_table_and_refuses_what_it_cannot_measure(sink_lab_runs, tmp_path):
