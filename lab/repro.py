@@ -235,8 +235,8 @@ LAB_CLAIMS = [
     ("GN: PreAffine on top of the gate lowers the peak activation", "g1_elementwise", "g1_preaffine", "peak_act", -1),
     ("GN: DyT (a bounded norm, no gate) lowers the peak activation", "baseline", "dyt", "peak_act", -1),
     ("GN: DyT costs loss", "baseline", "dyt", "val_loss", +1),
-    ("GN: GatedNorm lowers the peak activation (here without the gate; GN's Table 1 adds it to GA)", "baseline",
-     "gatednorm", "peak_act", -1),
+    ("ours (not a paper's claim): GatedNorm without the gate lowers the peak activation, as GN's reading predicts "
+     "(GN's Table 1 has it only with GA)", "baseline", "gatednorm", "peak_act", -1),
 ]
 # The sink lab's claims on a yes/no outcome of each run, whether it grew a sink head (some head's F-Attn above
 # probe.SINK_HEAD_THRESHOLD), decided on the counts over seeds by stats.COUNT_RULE: (claim, reference, variant, the
