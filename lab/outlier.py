@@ -53,14 +53,10 @@ class OutlierConfig:
 
 
 def predictions(model, x, y, channel=None, value=None, own_term=True):
-    """(loss at position 0, its entropy, loss at positions 1..T-1), summed over the windows (nats), and the last
-    block's output at position 0 as the model computed it. With `channel`: that channel of the last block's output
-    at position 0 set to `value`, when given; its term in the final norm's output at position 0 set to 0 when
-    own_term is False."""
-    seen = {}
-
+    """(loss at position 0, its entropy, loss at positions 1..T-1), summed over the windows (nats). With `channel`:
+    that channel of the last block's output at position 0 set to `value`, when given; its term in the final norm's
+    output at position 0 set to 0 when own_term is False."""
     def block(module, args, h):
-        seen["h0"] = h[:, 0].detach().clone()
         if value is None:
             return None
         h = h.clone()
@@ -85,17 +81,23 @@ def predictions(model, x, y, channel=None, value=None, own_term=True):
     first = F.nll_loss(logp[:, 0], y[:, 0], reduction="sum").item()
     entropy = -(logp[:, 0].exp() * logp[:, 0]).sum().item()
     rest = F.nll_loss(logp[:, 1:].flatten(0, 1), y[:, 1:].flatten(), reduction="sum").item()
-    return first, entropy, rest, seen["h0"]
+    return first, entropy, rest
 
 
-def sources(model, batches, channel):
-    """The channel's value at position 0 as the last block's input brings it, and what its attention and its MLP
-    add (each summed over the windows): their sum is the block's output there."""
-    seen = {"in": [], "mid": [], "out": []}
+def activations(model, batches):
+    """One pass over the windows, as trained: at position 0 the last block's input, its residual stream after the
+    attention (what its MLP's norm reads) and its output, each (windows, channels); and at positions 1..T-1 the
+    output's mean and mean |h| per channel."""
+    seen = {"in": [], "mid": [], "out": [], "rest": [], "rest_abs": []}
+
+    def output(module, args, h):
+        seen["out"].append(h[:, 0])
+        seen["rest"].append(h[:, 1:].sum((0, 1)))
+        seen["rest_abs"].append(h[:, 1:].abs().sum((0, 1)))
     block = model.transformer.h[-1]
-    hooks = [block.register_forward_pre_hook(lambda module, args: seen["in"].append(args[0][:, 0, channel])),
-             block.ln_2.register_forward_pre_hook(lambda module, args: seen["mid"].append(args[0][:, 0, channel])),
-             block.register_forward_hook(lambda module, args, h: seen["out"].append(h[:, 0, channel]))]
+    hooks = [block.register_forward_pre_hook(lambda module, args: seen["in"].append(args[0][:, 0])),
+             block.ln_2.register_forward_pre_hook(lambda module, args: seen["mid"].append(args[0][:, 0])),
+             block.register_forward_hook(output)]
     try:
         with torch.no_grad():
             for x, _ in batches:
@@ -103,8 +105,9 @@ def sources(model, batches, channel):
     finally:
         for hook in hooks:
             hook.remove()
-    at = {k: torch.cat(v) for k, v in seen.items()}
-    return at["in"].sum().item(), (at["mid"] - at["in"]).sum().item(), (at["out"] - at["mid"]).sum().item()
+    count = sum(x.shape[0] * (x.shape[1] - 1) for x, _ in batches)
+    at0 = {k: torch.cat(seen[k]) for k in ("in", "mid", "out")}
+    return at0, sum(seen["rest"]) / count, sum(seen["rest_abs"]) / count
 
 
 def measure(run, checkpoint, device):
@@ -117,22 +120,15 @@ def measure(run, checkpoint, device):
     batches = [(x.to(device), y.to(device)) for x, y in
                val_batches(w["data_dir"], w["block_size"], w["batch_size"], w["batches"], bos=bos_token(w["data_dir"]))]
     model.float()
-    as_trained = [predictions(model, x, y) for x, y in batches]
-    h0 = torch.cat([o[3] for o in as_trained])  # (windows, channels): the last block's output at position 0
+    at0, mean_rest, abs_rest = activations(model, batches)
+    h0 = at0["out"]  # (windows, channels): the last block's output at position 0
     channel = int(h0.abs().mean(0).argmax())
-    seen = []  # the channel's values at positions 1..T-1, for its mean there over every window
-    hook = model.transformer.h[-1].register_forward_hook(lambda module, args, h: seen.append(h[:, 1:, channel]))
-    with torch.no_grad():
-        for x, _ in batches:
-            model(x)
-    hook.remove()
-    rest = torch.cat(seen)
-    mean_rest = rest.mean().item()
-    removed = [predictions(model, x, y, channel, value=mean_rest) for x, y in batches]
-    own_term = [predictions(model, x, y, channel, own_term=False) for x, y in batches]
+    value = mean_rest[channel].item()  # the channel's mean over positions 1..T-1 of every window
+    outs = {"as_trained": [predictions(model, x, y) for x, y in batches],
+            "removed": [predictions(model, x, y, channel, value=value) for x, y in batches],
+            "own_term": [predictions(model, x, y, channel, own_term=False) for x, y in batches]}
     n, T = h0.shape[0], batches[0][0].shape[1]
-    total = {name: [sum(o[i] for o in outs) for i in range(3)]
-             for name, outs in (("as_trained", as_trained), ("removed", removed), ("own_term", own_term))}
+    total = {name: [sum(o[i] for o in out) for i in range(3)] for name, out in outs.items()}
     for name in ("removed", "own_term"):  # nothing after the last block reads position 0
         if not math.isclose(total[name][2], total["as_trained"][2], rel_tol=1e-5, abs_tol=1e-6):
             raise RuntimeError(f"{run}: changing position 0 moved the other positions' loss "
@@ -141,14 +137,14 @@ def measure(run, checkpoint, device):
     weight = (final.weight if hasattr(final, "weight") else final.norm.weight).detach().abs()
     scale = getattr(final, "pre_scale", None)  # PreAffine's: its RMSNorm divides pre_scale * h, not h
     changed = h0.clone()
-    changed[:, channel] = mean_rest
+    changed[:, channel] = value
     seen_by_norm = [v if scale is None else v * scale.detach() for v in (h0, changed)]
     rms_ratio = (seen_by_norm[0].pow(2).mean(-1).sqrt() / seen_by_norm[1].pow(2).mean(-1).sqrt()).mean().item()
     scale = None if scale is None else scale.detach().abs()
-    from_input, from_attention, from_mlp = (s / n for s in sources(model, batches, channel))
+    at = {k: v[:, channel].mean().item() for k, v in at0.items()}
     return dict(run=run, iter=ckpt["iter_num"], norm=model.config.norm, gate=model.config.gate, channel=channel,
-                windows=n, act_bos=h0[:, channel].abs().mean().item(), act_rest=rest.abs().mean().item(),
-                from_input=from_input, from_attention=from_attention, from_mlp=from_mlp,
+                windows=n, act_bos=h0[:, channel].abs().mean().item(), act_rest=abs_rest[channel].item(),
+                from_input=at["in"], from_attention=at["mid"] - at["in"], from_mlp=at["out"] - at["mid"],
                 norm_weight=weight[channel].item(), norm_weight_median=weight.median().item(),
                 pre_scale=None if scale is None else scale[channel].item(),
                 pre_scale_median=None if scale is None else scale.median().item(), rms_ratio=rms_ratio,

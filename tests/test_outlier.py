@@ -42,6 +42,7 @@ def test_the_numbers_are_the_models_own(sink_lab_runs, name):
     h = torch.cat(seen)
     assert r["channel"] == int(h[:, 0].abs().mean(0).argmax()) and r["windows"] == h.shape[0]
     assert math.isclose(r["act_bos"], h[:, 0, r["channel"]].abs().mean().item(), rel_tol=1e-5)
+    assert math.isclose(r["act_rest"], h[:, 1:, r["channel"]].abs().mean().item(), rel_tol=1e-5)
     assert r["flat"] == math.log(model.config.vocab_size)
     for key in ("entropy_first", "entropy_first_without"):
         assert 0 <= r[key] <= r["flat"] + 1e-5
@@ -62,11 +63,13 @@ def test_only_the_channel_at_position_0_changes_and_its_own_term_alone_can_be_re
     seen = {}  # what the block computed, and what the final norm receives after the tool's change
     hooks = [model.transformer.h[-1].register_forward_hook(lambda module, args, h: seen.update(h=h)),
              model.transformer.ln_f.register_forward_pre_hook(lambda module, args: seen.update(into=args[0]))]
-    first, entropy, rest, h0 = outlier.predictions(model, x, y, channel=3, value=1.5)
+    first, entropy, rest = outlier.predictions(model, x, y, channel=3, value=1.5)
     for hook in hooks:
         hook.remove()
     h, changed = seen["h"], seen["into"]
-    assert torch.equal(h0, h[:, 0]) and torch.equal(changed[:, 1:], h[:, 1:])
+    at0, mean_rest, abs_rest = outlier.activations(model, [(x, y)])  # as trained: the block's output unchanged
+    assert torch.equal(at0["out"], h[:, 0]) and torch.equal(changed[:, 1:], h[:, 1:])
+    assert torch.allclose(mean_rest, h[:, 1:].mean((0, 1))) and torch.allclose(abs_rest, h[:, 1:].abs().mean((0, 1)))
     assert torch.equal(changed[:, 0, :3], h[:, 0, :3]) and (changed[:, 0, 3] == 1.5).all()
     logp = model.lm_head(model.transformer.ln_f(changed)).float().log_softmax(-1)
     assert math.isclose(first, F.nll_loss(logp[:, 0], y[:, 0], reduction="sum").item(), rel_tol=1e-5)
