@@ -280,7 +280,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(H * D, config.n_embd, bias=config.bias)
         self.c_proj.RESIDUAL_PROJ = True
         self.resid_dropout = nn.Dropout(config.dropout)
-        if config.qk_norm:  # per-head RMSNorm on q and k (always RMSNorm, whatever config.norm is)
+        if config.qk_norm:  # per-head RMSNorm on q, k, whatever config.norm is (that is the residual stream's, GN's)
             self.q_norm, self.k_norm = RMSNorm(D, rms_eps(config)), RMSNorm(D, rms_eps(config))
         if config.sdpa_nonlin == "rmsnorm":  # GA Table 3 "SDPA RMSNorm": normalise each head's output on its own
             self.sdpa_norm = RMSNorm(D, rms_eps(config))
@@ -538,7 +538,7 @@ def check_config(c):
     if c.n_head % c.n_kv_head:
         raise ValueError(f"GPTConfig.n_head={c.n_head} must be divisible by n_kv_head={c.n_kv_head} (GQA groups)")
     if c.pos_emb == "rope" and c.head_dim % 2:
-        raise ValueError(f"GPTConfig.pos_emb='rope' needs an even head_dim, got n_embd/n_head={c.head_dim}")
+        raise ValueError(f"GPTConfig.pos_emb='rope' needs an even head_dim, got head_dim={c.head_dim}")
     if not (isinstance(c.rope_factor, (int, float)) and c.rope_factor >= 1):
         raise ValueError(f"GPTConfig.rope_factor={c.rope_factor!r} must be a number >= 1 (how many times the trained "
                          "length block_size is)")

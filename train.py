@@ -309,8 +309,7 @@ class Trainer:
         self.iter_num, self.best_val_loss, self.best_iter = 0, float("inf"), None
         self.initial_val_loss = None  # the iter-0 evaluation's: no best state is worse, and far above it is divergence
         self.health = {"loss_ema": None, "loss_var": 0.0, "steps": 0, "in_spike": False, "loss_spikes": 0,
-                       "nonfinite_steps": 0}
-        self.nonfinite_in_a_row = 0
+                       "nonfinite_steps": 0, "nonfinite_in_a_row": 0}  # saved: a resumed run counts on
         self.pending = []  # each step's (loss, gradient norm, taken) on the device, until check_health reads them
         if checkpoint is None:
             return
@@ -324,7 +323,7 @@ class Trainer:
             self.scaler.load_state_dict(checkpoint["scaler"])
         self.loader.load_state_dict(checkpoint["loader"])
         restore_rng(checkpoint["rng"], self.rank)
-        self.iter_num, self.health = checkpoint["iter_num"], checkpoint["health"]
+        self.iter_num, self.health = checkpoint["iter_num"], {"nonfinite_in_a_row": 0, **checkpoint["health"]}
         self.say(f"resuming from {self.ckpt_path} at iter {self.iter_num}")
         self.best_iter, self.best_val_loss = self.folder.best_state(checkpoint, say=self.say)
         self.initial_val_loss = self.folder.initial_val_loss(checkpoint)
@@ -365,20 +364,21 @@ class Trainer:
         steps, self.pending = torch.stack(self.pending).tolist(), []
         losses = []
         for it, (loss, grad_norm, taken) in enumerate(steps, start=self.iter_num - len(steps)):
-            # fp16's gradients overflowing the loss scale are routine (skipped, the scaler lowers the scale); any
-            # other skipped step is a sign of divergence
-            fp16_overflow = self.scaler.is_enabled() and math.isfinite(loss)
+            # fp16's gradients overflowing the loss scale are routine (skipped, the scaler lowers the scale) while
+            # the scale is >= 1; below it they overflow unscaled. Any other skipped step is a sign of divergence
+            fp16_overflow = self.scaler.is_enabled() and math.isfinite(loss) and self.scaler.get_scale() >= 1
             if taken or fp16_overflow:
-                self.nonfinite_in_a_row = 0
+                self.health["nonfinite_in_a_row"] = 0
                 count_spike(self.health, loss, self.c.spike_threshold)
                 losses.append(loss)
                 continue
             self.health["nonfinite_steps"] += 1
-            self.nonfinite_in_a_row += 1
+            self.health["nonfinite_in_a_row"] += 1
+            in_a_row = self.health["nonfinite_in_a_row"]
             self.say(f"iter {it}: non-finite loss {loss} or gradient norm {grad_norm}: step skipped "
-                     f"({self.nonfinite_in_a_row} in a row, {self.health['nonfinite_steps']} in all)")
-            if self.nonfinite_in_a_row >= self.c.max_nonfinite:
-                fail(f"{self.nonfinite_in_a_row} non-finite steps in a row (max_nonfinite={self.c.max_nonfinite}): "
+                     f"({in_a_row} in a row, {self.health['nonfinite_steps']} in all)")
+            if in_a_row >= self.c.max_nonfinite:
+                fail(f"{in_a_row} non-finite steps in a row (max_nonfinite={self.c.max_nonfinite}): "
                      f"the run has diverged. {self.folder.what_is_kept(self.best_iter)}; try a lower learning_rate "
                      f"(learning_rate={self.c.learning_rate:g}) or more warmup_iters.", diverged=True)
         return losses

@@ -172,7 +172,7 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
         # a shape whose model model.py refuses: n_embd must split into 4 heads of an even width (was a traceback)
         (["--step", "--step_shape=4,130,128,8"], "--step_shape=4,130,128,8: model.py refuses its model (n_head=4): "
                                                  "GPTConfig.n_embd=130 must be divisible by n_head=4"),
-        (["--step", "--tiny", "--step_shape=4,132,128,8"], "rope' needs an even head_dim, got n_embd/n_head=33. Give "
+        (["--step", "--tiny", "--step_shape=4,132,128,8"], "rope' needs an even head_dim, got head_dim=33. Give "
                                                            "an n_embd that is a multiple of 8"),
     ]
     # in this process (a fresh python for each costs seconds), through the module's main: the checks raise
@@ -388,7 +388,7 @@ def test_bench_step_takes_the_model_batch_dtype_and_loss_chunk_of_a_train_config
 
 def test_keep_freed_memory_stops_the_page_faults_of_steps_that_free_large_blocks(tmp_path):
     """cli.keep_freed_memory, in a fresh process (it lasts the process): a step that makes three 64 MB tensors,
-    each from the last, and frees them page-faults all three in again at every step by default; with the setting,
+    each from the last, and frees them page-faults them in again at every step by default; with the setting,
     once the heap has settled, hardly ever. Settling takes a varying number of steps (the tensors' small bookkeeping
     allocations split the freed holes now and then, and the heap grows one block), so the test looks at the last 20
     of 40 steps and asks for under a tenth of the default's faults there."""
@@ -408,17 +408,17 @@ def test_keep_freed_memory_stops_the_page_faults_of_steps_that_free_large_blocks
         "    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
         "    step()\n"
         "    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n")
-    pages = 3 * (64 << 20) // 4096  # three blocks of 4 KiB pages a step
+    last = {}
     for how, expect_set in (("set", True), ("default", False)):
         out = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         was_set, *faults = out.stdout.split()
         assert was_set == str(expect_set) and len(faults) == 40
-        last = [int(f) for f in faults[-20:]]
-        if expect_set:
-            assert sum(last) < 0.1 * 20 * pages, faults
-        else:
-            assert min(last) > 0.9 * pages, faults
+        last[how] = [int(f) for f in faults[-20:]]
+    # how many faults a fresh block costs depends on the kernel's transparent huge pages (4 KiB or 2 MiB at a time):
+    # by default every step faults, and with the setting the last 20 steps fault under a tenth as often
+    assert min(last["default"]) > 0, last
+    assert sum(last["set"]) < 0.1 * sum(last["default"]), last
 
 
 def test_a_cpu_step_goes_to_a_git_ignored_folder_unless_results_is_named(tmp_path, monkeypatch, capsys):

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -310,6 +311,39 @@ def test_a_diverged_run_is_stopped_at_the_next_log_step(stdlib_data, tmp_path, m
     out = capsys.readouterr().out
     assert [line.split(":")[0] for line in out.splitlines() if "step skipped" in line] == ["iter 4", "iter 5", "iter 6"]
     assert "iter 4: loss" in out and "iter 8: loss" not in out  # the line at 4 read steps 1..3, all finite
+
+
+def test_a_resumed_run_counts_the_nonfinite_steps_in_a_row_it_had(stdlib_data, tmp_path, monkeypatch, capsys):
+    """A checkpoint saved while steps are being skipped keeps how many were skipped in a row, so a diverging run
+    resumed from it stops after max_nonfinite in a row in all, not max_nonfinite more."""
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--eval_interval=4"]
+    poison_forward(monkeypatch, bad_calls={3, 4})  # iterations 2 and 3, the last two before the save at 4
+    train.main(args + ["--max_iters=4"])
+    _, checkpoint = load_checkpoint(str(tmp_path / "run" / "ckpt.pt"))
+    assert checkpoint["iter_num"] == 4 and checkpoint["health"]["nonfinite_in_a_row"] == 2
+    capsys.readouterr()
+    poison_forward(monkeypatch, bad_calls=set(range(1, 100)))  # every step after the resume
+    with pytest.raises(cli.Diverged, match=r"3 non-finite steps in a row \(max_nonfinite=3\)"):
+        train.main(args + ["--max_iters=12", "--init_from=resume", "--max_nonfinite=3"])
+    assert [line.split(":")[0] for line in capsys.readouterr().out.splitlines() if "step skipped" in line] == ["iter 4"]
+
+
+def test_fp16_overflow_is_routine_only_while_the_loss_scale_is_at_least_one():
+    """fp16: a step with a finite loss whose scaled gradients overflow is skipped without counting (the scaler
+    halves its scale and the next step tries again). Below a scale of 1 the gradients overflow unscaled: such
+    steps count towards max_nonfinite, or a diverging fp16 run would halve its scale for ever."""
+    def trainer(scale):
+        return types.SimpleNamespace(
+            c=train.TrainConfig(max_nonfinite=2), health={"loss_ema": None, "loss_var": 0.0, "steps": 0,
+                                                          "in_spike": False, "loss_spikes": 0, "nonfinite_steps": 0,
+                                                          "nonfinite_in_a_row": 0},
+            scaler=torch.amp.GradScaler("cpu", init_scale=scale), iter_num=2, say=print, best_iter=None,
+            folder=types.SimpleNamespace(what_is_kept=lambda best_iter: "kept"),
+            pending=[torch.tensor([2.5, math.inf, 0.0]), torch.tensor([2.25, math.inf, 0.0])])
+    routine = trainer(1.0)
+    assert train.Trainer.check_health(routine) == [2.5, 2.25] and routine.health["nonfinite_steps"] == 0
+    with pytest.raises(cli.Diverged, match=r"2 non-finite steps in a row \(max_nonfinite=2\)"):
+        train.Trainer.check_health(trainer(0.5))
 
 
 def test_the_training_loop_waits_for_the_device_only_at_log_and_eval_steps(stdlib_data, tmp_path, monkeypatch):
