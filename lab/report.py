@@ -342,6 +342,12 @@ def status(rs):
 # -----------------------------------------------------------------------------
 # REPORT.md
 
+def seeds_per_variant(counts):
+    """The variants' numbers of seeds in words: '1 seed', '3 seeds', '1 to 3 seeds' (counts: sorted, each once)."""
+    low, high = counts[0], counts[-1]
+    return f"{low} seed" if high == 1 else f"{high} seeds" if low == high else f"{low} to {high} seeds"
+
+
 def render_report(result, root, tiny, commands, report_command, plots, analyzed, title, every_command=()):
     """REPORT.md, but for the section on lab/evaluate.py (evaluate_section): result is the study's summary.json
     (`python -m lab.repro report`), commands the last command recorded for each (variant, seed), every_command all of
@@ -358,7 +364,7 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
                   "only so that the pipeline can be checked.**", ""]
     lines += [
         f"{measured_on(result)} Runs: `{root}/<variant>/seed<N>/`, "
-        f"{'–'.join(map(str, seeds))} seed(s) per variant, each {m['n_layer']} layers, {m['n_embd']} wide, "
+        f"{seeds_per_variant(seeds)} per variant, each {m['n_layer']} layers, {m['n_embd']} wide, "
         f"{m['n_head']} heads, T={m['block_size']}, qk_norm={m.get('qk_norm')}, "
         f"{fmt_tokens(first['tokens'])} training tokens. Every measurement below comes from the runs' `ckpt.pt` (or, "
         f"where a run's checkpoint is gone, from what lab/analyze.py measured on it then, kept beside its log), on "

@@ -7,12 +7,14 @@ repository's root:
     python -m lab.repro list                  # every variant, its flags and the paper rows it is compared with
     python -m lab.repro prepare               # the corpus: .py files of this Python's installed packages
     python -m lab.repro train all --seeds=3              # the study (variants.STUDY), three seeds, one run at a time
+    python -m lab.repro train all --seeds=3 --config=config/repro_sink.py   # the committed study's (results/repro/)
     python -m lab.repro train baseline g1_elementwise --max_iters=400
     python -m lab.repro train baseline:2 g1_elementwise:2 g1_headwise --budget_min=18   # what fits, in that order
     python -m lab.repro evaluate              # lab/evaluate.py on the models' checkpoints: out-repro/report/evaluate/
     python -m lab.repro report                # out-repro/report/{summary.json, REPORT.md, commands.jsonl, *.png}
     python -m lab.repro report --report_dir=results/repro   # the same, replacing the committed report
-    python -m lab.repro restore --config=config/repro_sink.py && python -m lab.repro report   # redraw: no GPU, no data
+    python -m lab.repro restore --config=config/repro_sink.py   # the kept runs back: no GPU, no data; then
+    python -m lab.repro report --report_dir=results/repro   # redraws the committed report (its evaluate/ included)
     python -m lab.repro train all --study=sink_lab --seeds=3 --parallel=2   # the sink lab on a laptop CPU
     python -m lab.repro report --study=sink_lab   # out-sink-lab/report/
 
@@ -33,7 +35,8 @@ which pays only where one run leaves it idle (on a 2-core CPU, the sink lab's ti
 on an H100 or H200, where two side by side each took twice as long as one alone); each run's output then goes to
 <root>/logs/<variant>-seed<N>.txt. --budget_min=M starts no run that would end, by the time estimate below, more
 than M minutes after `train` began: for a GPU available for a fixed time, the runs that fit are whole and the report
-can follow; the runs left out are listed, and the same command trains them later. --config=FILE is applied after the
+can follow; the runs left out are listed, and the same command trains them later (a budget that admits no run
+stops `train` with one line and exit status 1). --config=FILE is applied after the
 study's config, e.g. config/repro_sink.py (the known levers of the attention sink, for a baseline sink large enough
 to measure). --tiny is a CPU-sized smoke test of the whole pipeline on the default dataset: it concludes nothing.
 
@@ -125,8 +128,8 @@ from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict
 from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
 from model import GPT, RUNTIME_FLAGS, GPTConfig
 from probe import MEASURE, MEASURES, SINK_HEAD_THRESHOLD, flops_per_token, peak_flops
-from runfolder import (BEST, CHECKPOINT, EVALUATED, LOG, MEASURED, MEASUREMENTS, atomic_write, read_jsonl,
-    result_set, saved_state, write_json, write_text)
+from runfolder import (BEST, CHECKPOINT, EVALUATED, LOG, MEASURED, MEASUREMENTS, atomic_write, memory_need,
+    read_jsonl, result_set, saved_state, write_json, write_text)
 from runfolder import claimed as claimed_folder
 from train import TrainConfig, check_settings  # train.py's keys and its checks on them, to refuse a key before any run
 
@@ -583,6 +586,17 @@ def finished(root, variant, seed, max_iters):
 GPU_PEAK_SHARE = 0.22
 
 
+def run_memory(settings, configs):
+    """A line: the memory one training step of a run with these settings needs, by train.py's own estimate
+    (runfolder.step_memory, deliberately low: a device it refuses surely lacks the memory); configs: its files."""
+    names = {f.name for f in fields(GPTConfig)}  # loss_chunk too: it decides how many logits are held at once
+    with torch.device("meta"):
+        model = GPT(GPTConfig(**{k: v for k, v in settings.items() if k in names}))
+    need = memory_need(settings["batch_size"], model.config, model.num_params(), "the device")
+    return (f"each run of {' + '.join(configs)}: {need}, deliberately low; train.py refuses a device with less free "
+            "memory, and names a split of the batch that fits")
+
+
 def run_flops(settings):
     """The training FLOPs of one run with these shared settings: the model's FLOPs per token times its tokens."""
     names = {f.name for f in fields(GPTConfig)} - set(RUNTIME_FLAGS)  # the model, not how a run computed it
@@ -656,12 +670,14 @@ def train(runs, root, keys, extra, settings):
     if todo and keys.parallel > 1:  # train.py would prepare it: once here, not by K runs side by side
         prepare_if_missing(settings.get("dataset", ""), data_dir)
     running, broken, failed = {}, None, []  # running: process -> (variant, seed, command, resumed, start time)
+    launched = 0  # runs started here
     with one_interrupt():  # (a second Ctrl-C waits for the runs to stop)
         try:
             while todo or running:
                 while todo and len(running) < keys.parallel and broken is None and \
                         fits_budget(start, root, keys, flops):
                     v, seed = todo.pop(0)
+                    launched += 1
                     proc, cmd, resumed = launch(v, seed, root, keys, extra)
                     running[proc] = (v, seed, cmd, resumed, time.time())
                 if not running:
@@ -689,6 +705,10 @@ def train(runs, root, keys, extra, settings):
                   "the study (the finished runs are skipped, a run with a checkpoint resumes, the others start again)",
                   file=sys.stderr, flush=True)
             raise SystemExit(130)
+    if todo and not launched:  # the budget admits no run: nothing new to evaluate or report, and the time is lost
+        per_run, how = seconds_per_run(root, keys, flops)
+        fail(f"the budget of {keys.budget_min:g} min admits none of the {len(todo)} runs to train: one takes about "
+             f"{per_run / 60:.1f} min, by {how}; give --budget_min={math.ceil(per_run / 60)} or more (0: no limit)")
     if todo and broken is None:  # not a failure: what the budget holds is done, and the report can follow
         print(f"=== the budget of {keys.budget_min:g} min leaves {len(todo)} run{'s' * (len(todo) > 1)} untrained: "
               f"{', '.join(f'{v} seed {s}' for v, s in todo)}; the same command trains them later (the finished "
@@ -858,7 +878,7 @@ def restore_runs(root, report_dir, settings):
     settings: it then counts as trained (its measurements stand for its checkpoint) and finished (as finished() would
     count it), and its command joins commands.jsonl. A kept run trained otherwise is named and left out."""
     kept = os.path.join(report_dir, RUNS_DIR)
-    restored, seeds = [], {}  # seeds: variant -> the seeds restored
+    restored, seeds, otherwise = [], {}, []  # seeds: variant -> the seeds restored; otherwise: the others' commands
     for r in kept_records(report_dir):
         v, seed = r["variant"], r["seed"]
         source, target = run_dir(kept, v, seed), run_dir(root, v, seed)
@@ -871,6 +891,7 @@ def restore_runs(root, report_dir, settings):
             why = f"it was trained with {', '.join(off)}" if off else \
                 f"it was measured at iter {reached(source)} of {wanted}"
             print(f"=== {v} seed {seed}, kept in {kept}/, not restored: {why}")
+            otherwise += [c["command"] for c in command[-1:] if off and c.get("command")]
             continue
         partial = target + ".restoring"  # copied whole, then renamed: a run is back entirely or not at all
         shutil.rmtree(partial, ignore_errors=True)
@@ -881,6 +902,13 @@ def restore_runs(root, report_dir, settings):
         os.replace(partial, target)
         restored.append(f"{v} seed {seed}")
         seeds.setdefault(v, []).append(seed)  # for the line below
+    if otherwise:  # e.g. restore without the --config they were trained with: the one their commands were given
+        configs = {tuple(w for w in shlex.split(c)[3:] if w.endswith(".py") and not w.startswith("--"))
+                   for c in otherwise}  # (after python, train.py and the study's config)
+        hint = f" (--config={next(iter(configs))[0]}, as in their command.json)" if len(configs) == 1 and \
+            len(next(iter(configs))) == 1 else ""
+        print(f"=== {len(otherwise)} kept runs were not restored for their settings: give the keys they were trained "
+              f"with{hint}", flush=True)
     if restored:
         listed = "; ".join(f"{v} seed{'s' * (len(s) > 1)} {', '.join(map(str, sorted(s)))}" if len(s) <= 3 else
                            f"{v} {len(s)} seeds from {min(s)} to {max(s)}" for v, s in seeds.items())  # for 160 too
@@ -889,18 +917,23 @@ def restore_runs(root, report_dir, settings):
     return restored
 
 
-def check_kept_data(root, settings):
+def check_kept_data(root, settings, kept_from=""):
     """Before any training: the runs kept from an earlier session (their checkpoints gone) were measured on
     validation windows whose fingerprint their record keeps. Where this machine's data gives other windows (the
     corpus built from other installed packages, say), a run trained now would not compare with them, and the report
     would refuse them only after the training time was spent: refuse now, preparing the data first where train.py
-    would prepare it on first use."""
+    would prepare it on first use. kept_from: the report they were kept in, whose list of the corpus's packages
+    (REPORT_PACKAGES) the refusal names."""
     kept = [(v, seed) for v, seed in trained_runs(root)
             if not os.path.isfile(os.path.join(run_dir(root, v, seed), CHECKPOINT))]
     data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
     if kept:
         prepare_if_missing(settings.get("dataset", ""), data_dir)
-    if not kept or not find_shards(data_dir, "val"):  # no data and none to prepare: train.py says what to do
+    if not kept:
+        return
+    if not find_shards(data_dir, "val"):  # no data and none to prepare: train.py says what to do
+        print(f"note: {data_dir}/ holds no validation shards, so the data was not checked against the "
+              f"{len(kept)} kept runs", flush=True)
         return
     seen = {}  # the windows (as JSON) -> their fingerprint here
     for v, seed in kept:
@@ -915,9 +948,23 @@ def check_kept_data(root, settings):
             fail(f"{data_dir}/ is not the data that {v} seed {seed} (kept from {record.get('measured_on')}) was "
                  f"measured on: its validation windows give the fingerprint {seen[key]} here, "
                  f"{record['windows_id']} there, so runs trained now would not compare with the kept ones. Prepare "
-                 "the data as it was (`python -m lab.repro prepare` builds the corpus from the installed Python "
-                 "packages: the same packages give the same corpus), or train a study of your own on this data, "
+                 f"the data as it was ({how_it_was_prepared(kept_from)}), or train a study of your own on this data, "
                  "which restores none of the kept runs: --root and --report_dir of its own (an empty report folder)")
+    print(f"=== {data_dir}/ gives the validation windows the {len(kept)} kept runs were measured on", flush=True)
+
+
+def how_it_was_prepared(kept_from):
+    """How to prepare the data of the runs kept in the report kept_from again: with the Python and the packages its
+    REPORT_PACKAGES lists, where it has one."""
+    path = os.path.join(kept_from, REPORT_PACKAGES) if kept_from else ""
+    if not os.path.isfile(path):
+        return ("`python -m lab.repro prepare` builds the corpus from the installed Python packages: the same "
+                "packages give the same corpus")
+    with open(path, encoding="utf-8") as f:
+        python = re.search(r"\(Python ([^\s,)]+)", f.readline())
+    python = f"Python {python.group(1)}" if python else "the Python it names"
+    return (f"`python -m lab.repro prepare` run by {python} in an environment holding exactly the packages {path} "
+            "lists: docs/study.md, \"Rebuilding the committed runs' corpus\"")
 
 
 def unalike(records, names):
@@ -987,7 +1034,9 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings
     runs = trained_runs(root, study.variants)
     if not runs:
         fail(f"no trained runs under {root}/: run `python -m lab.repro train all --study={study.name}"
-             f"{' --tiny' if tiny else ''}` first")
+             f"{' --tiny' if tiny else ''}` first, or `python -m lab.repro restore` with the keys the runs a report "
+             f"keeps were trained with (e.g. --config=config/repro_sink.py for {STUDIES['repro'].report_dir}/) to "
+             "draw that report again")
     with claimed(root, out_dir):  # no training, evaluation or other report while this one reads and writes
         trained = {run: run_settings(root, *run) for run in runs}
         runs, unfinished = finished_runs(root, runs, trained)
@@ -1286,6 +1335,7 @@ def main(argv):
 
     if step == "list":
         list_variants(study)
+        print(run_memory(study_settings(keys, []), [study.config] + ([keys.config] if keys.config else [])))
     elif step == "prepare":
         prepare()
     elif step == "train":
@@ -1304,7 +1354,7 @@ def main(argv):
                  "the settings they were trained with (the --config in their command.json), or another --report_dir")
         with claimed(root):  # a second `train` on this root would start the same runs beside these
             restore_runs(root, kept_from, settings)
-            check_kept_data(root, settings)
+            check_kept_data(root, settings, kept_from)
             if not all(finished(root, v, seed, settings["max_iters"]) for v, seed in runs):
                 require_corpus(settings, dataset_dir(settings.get("dataset", ""), settings.get("data_dir", "")))
             train(runs, root, keys, passed, settings)

@@ -421,6 +421,24 @@ def test_a_study_that_fails_says_so(tmp_path):
     assert usage.returncode == 2 and "usage: bash lab/gpu/study.sh start" in usage.stdout
 
 
+@pytest.mark.parametrize("words", [["baseline", "--root=out-mine"], ["baseline", "--", "--report_dir=out-mine/r"],
+                                   ["baseline", "--study=sink_lab"]])
+def test_the_study_job_is_the_committed_studys_and_refuses_a_root_or_report_of_ones_own(tmp_path, words):
+    """study.sh evaluates and reports into the committed study's folders, so a --root, --report_dir or --study among
+    its words (which `train` alone would honour) is refused in one line before any job starts."""
+    out = script("study", "start", *words, work=tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith(f"error: {words[-1]}: study.sh runs the committed study only")
+    assert "A study of your own" in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert not (tmp_path / "study-job").exists()  # no job
+
+
+def test_the_toy_throughput_without_its_data_says_how_to_make_it(tmp_path):
+    """TOY=1 throughput.sh trains on DATA_DIR: without it, one line that gives the command making a toy dataset."""
+    out = script("throughput", work=tmp_path, env={"DATA_DIR": ""})
+    assert out.returncode == 2 and out.stderr.startswith("error: TOY=1 needs DATA_DIR") and out.stderr.count("\n") == 1
+    assert "python3 data/textdir/prepare.py --src lab --name toy --out_dir /tmp/toyds" in out.stderr, out.stderr
+
+
 @pytest.mark.parametrize("name", ["kernels", "throughput", "study"])
 def test_help_prints_the_usage(tmp_path, name):
     """--help (and -h) prints the script's header, which starts with its usage line, runs nothing and exits 0."""

@@ -604,6 +604,7 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
     assert "| dyt | 3 | 0.003 | 3/3 finished |" in text and "2,048 validation windows" in text
     assert "1.05M tokens" in text and "This report: `python -m lab.repro report`" in text
     assert "each starting with <|endoftext|>" in text and "qk_norm=True" in text and "105M training tokens" in text
+    assert "Runs: `out-repro/<variant>/seed<N>/`, 3 seeds per variant, each 8 layers" in text
     assert "Left out" not in text
     left = report.render_report(dict(result, unfinished=["baseline seed 1340 (iter 500 of 1600)"]), "out-repro", False,
                                 commands, "python -m lab.repro report", [], analyzed, repro.STUDIES["repro"].title)
@@ -875,7 +876,7 @@ def test_train_names_and_keys(monkeypatch):
     # no folders made here: not the root's lock, nor the kept runs restored into it (the root is under the checkout)
     monkeypatch.setattr(repro, "claimed_folder", lambda folder: contextlib.nullcontext())
     monkeypatch.setattr(repro, "restore_runs", lambda root, report_dir, settings: restored.append(root))
-    monkeypatch.setattr(repro, "check_kept_data", lambda root, settings: None)
+    monkeypatch.setattr(repro, "check_kept_data", lambda root, settings, kept_from: None)
     monkeypatch.setattr(repro, "require_corpus", lambda settings, data_dir: None)  # (the corpus need not be here)
     repro.main(["train", "g1_elementwise", "all", "g3", "--tiny", "--max_iters=5", "--compile"])
     runs, root, keys, passed, settings = calls[-1]
@@ -906,7 +907,7 @@ def test_seeds_per_name_in_the_order_named(monkeypatch):
     monkeypatch.setattr(repro, "train", lambda *args: calls.append(args))
     monkeypatch.setattr(repro, "claimed_folder", lambda folder: contextlib.nullcontext())  # no folders made here
     monkeypatch.setattr(repro, "restore_runs", lambda *args: None)
-    monkeypatch.setattr(repro, "check_kept_data", lambda root, settings: None)
+    monkeypatch.setattr(repro, "check_kept_data", lambda root, settings, kept_from: None)
     monkeypatch.setattr(repro, "require_corpus", lambda settings, data_dir: None)
     repro.main(["train", "baseline:2", "g1_elementwise:2", "g1_headwise", "baseline", "g2_elementwise:1", "--seeds=3"])
     assert calls[-1][0] == [("baseline", 1337), ("baseline", 1338), ("g1_elementwise", 1337), ("g1_elementwise", 1338),
@@ -976,6 +977,35 @@ def test_mistakes_are_one_line(argv, words, monkeypatch):
     assert message.startswith("error: ") and "\n" not in message
     for w in words:
         assert w in message
+
+
+def test_list_says_the_memory_a_runs_step_needs_by_train_pys_estimate(capsys):
+    """`list` ends with train.py's own estimate (runfolder.step_memory) of one training step of the study's runs, with
+    --config applied: what docs/study.md quotes for a GPU's memory."""
+    from runfolder import step_memory
+    repro.main(["list", "--config=config/repro_sink.py"])
+    last = capsys.readouterr().out.splitlines()[-1]
+    settings = repro.study_settings(repro.Keys(config="config/repro_sink.py"), [])
+    with torch.device("meta"):
+        model = GPT(GPTConfig(**{k: v for k, v in settings.items() if k in GPTConfig.__dataclass_fields__}))
+    need = step_memory(64, model.config, model.num_params()) / 2**30
+    assert last.startswith(f"each run of config/repro.py + config/repro_sink.py: batch_size=64 x block_size=512 "
+                           f"needs about {need:.1f} GiB for one training step") and "deliberately low" in last
+    assert f"{need:.1f}" == "27.2"  # docs/study.md's number
+
+
+def test_kept_runs_restored_without_their_config_are_told_which_one(tmp_path, capsys):
+    """`restore` (or `train`) without the --config the committed runs were trained with restores none, each named, and
+    ends with one line giving the --config their commands had; `report` on a root with no runs names `restore`."""
+    settings = repro.study_settings(repro.Keys(), [])  # config/repro.py's, without config/repro_sink.py
+    assert repro.restore_runs(str(tmp_path / "root"), os.path.join(REPO, "results", "repro"), settings) == []
+    out = capsys.readouterr().out.splitlines()
+    assert sum("not restored: it was trained with max_iters=3200 (here: 1600)" in line for line in out) == 16
+    assert out[-1] == "=== 16 kept runs were not restored for their settings: give the keys they were trained with " \
+        "(--config=config/repro_sink.py, as in their command.json)"
+    with pytest.raises(SystemExit) as e:
+        repro.main(["report", f"--root={tmp_path / 'empty'}"])
+    assert "`python -m lab.repro restore` with the keys" in str(e.value.code)
 
 
 def test_list_shows_every_variant_its_flags_and_paper_rows(capsys):
@@ -1218,6 +1248,11 @@ def test_stop_tools_passes_ctrl_c_on_and_kills_a_tool_that_ignores_it(monkeypatc
     assert [t.returncode for t in tools] == [130, -signal.SIGKILL] and time.monotonic() - started < 10
 
 
+def test_the_header_says_how_many_seeds_a_variant_has_in_words():
+    assert [report.seeds_per_variant(c) for c in ([1], [3], [1, 2, 3], [2, 3])] == \
+        ["1 seed", "3 seeds", "1 to 3 seeds", "2 to 3 seeds"]
+
+
 def test_the_time_estimate(tmp_path, monkeypatch):
     """From the runs already timed on this device at this --parallel (complete ones, not resumed), else from FLOPs on
     a known GPU."""
@@ -1298,8 +1333,8 @@ def test_a_diverged_run_is_a_result_never_trained_again(tmp_path, capsys):
 def test_a_budget_starts_only_the_runs_that_end_within_it(tmp_path, monkeypatch, capsys):
     """--budget_min: a run starts only if, by the time runs took here (the median speed of the runs timed at this
     --parallel), it ends within the budget; with nothing timed and no known GPU the first run starts and its time
-    decides the rest. The runs left are listed, and train returns normally, so that the report can follow. Here every
-    run takes 600 s of a fake clock."""
+    decides the rest. The runs left are listed, and train returns normally, so that the report can follow; a budget
+    that admits no run stops train with one line. Here every run takes 600 s of a fake clock."""
     clock = [1000.0]
     monkeypatch.setattr(repro, "time", type("Clock", (), {"time": lambda: clock[0], "sleep": time.sleep,
                                                           "strftime": time.strftime}))
@@ -1330,10 +1365,15 @@ def test_a_budget_starts_only_the_runs_that_end_within_it(tmp_path, monkeypatch,
     assert "the same command trains them later" in out
     assert [(c["seconds"], c["device"]) for c in repro.read_jsonl(os.path.join(root, "commands.jsonl"))] == \
         [(600, repro.this_device())] * 2  # each run's time with the device it was timed on
-    # the same command with less time left than a run takes, as timed: nothing starts, all is said
+    # a budget shorter than one run, as timed: nothing starts, and train stops with one line (exit status 1, so that
+    # study.sh neither evaluates nor reports) saying how long a run takes and what budget would admit one
     launched.clear()
-    repro.train(runs[2:], root, repro.Keys(budget_min=9), [], settings)
-    assert launched == [] and "leaves 2 runs untrained" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        repro.train(runs[2:], root, repro.Keys(budget_min=9), [], settings)
+    assert launched == [] and str(e.value.code) == "error: the budget of 9 min admits none of the 2 runs to train: " \
+        f"one takes about 10.0 min, by the median speed of 2 earlier runs on {repro.this_device()}; give " \
+        "--budget_min=10 or more (0: no limit)"
+    assert "untrained" not in capsys.readouterr().out
     # no budget: every run starts
     repro.train(runs[2:], root, repro.Keys(), [], settings)
     assert launched == runs[2:] and "untrained" not in capsys.readouterr().out
@@ -1770,7 +1810,7 @@ def test_train_naming_a_report_of_runs_trained_otherwise_stops_before_training(t
     train as ever."""
     kept_run("baseline/seed1337", tmp_path / "report" / "runs" / "baseline" / "seed1337")
     monkeypatch.setattr(repro, "train", lambda *args: trained.append(args))
-    monkeypatch.setattr(repro, "check_kept_data", lambda root, settings: None)  # no dataset prepared here
+    monkeypatch.setattr(repro, "check_kept_data", lambda root, settings, kept_from: None)  # no dataset prepared here
     trained = []
     command = ["train", "baseline:2", "--study=sink_lab", f"--root={tmp_path / 'root'}",
                f"--report_dir={tmp_path / 'report'}"]
@@ -1880,3 +1920,34 @@ def test_prepare_runs_again_over_its_own_list(tmp_path, monkeypatch):
     assert seen == [[]]
     text = (folder / repro.CORPUS_PACKAGES).read_text()
     assert text.startswith("# the distributions whose .py files made this corpus") and "==" in text.splitlines()[1]
+
+
+def test_data_other_than_the_kept_runs_names_the_python_and_packages_they_were_prepared_with(tmp_path, capsys):
+    """check_kept_data's refusal of data that gives other validation windows than the kept runs': one line that names
+    the report's corpus-packages.txt and the Python its first line records, the way to prepare the corpus again."""
+    data, root, kept_from = tmp_path / "data", tmp_path / "root", tmp_path / "report"
+    rng = np.random.default_rng(0)
+    write_dataset(str(data), "toy", {split: [rng.integers(0, 50000, 3000, dtype=np.uint16)] for split in
+                                     ("train", "val")}, source="random tokens")
+    folder = root / "baseline" / "seed1337"
+    folder.mkdir(parents=True)
+    windows = {"block_size": 32, "batch_size": 2, "batches": 2, "bos": False}
+    right = report.windows_id(report.load_windows({**windows, "data_dir": str(data)}))
+    np.savez(folder / "measured.npz", val_loss=np.ones(4))
+    settings = {"dataset": "toy", "data_dir": str(data)}
+    for windows_id in (right, "0" * 16):  # measured on these windows, then on others
+        (folder / "measured.json").write_text(json.dumps({"train_config": settings, "eval_windows": windows,
+                                                          "windows_id": windows_id, "measured_on": "NVIDIA H200"}))
+        kept_from.mkdir(exist_ok=True)
+        (kept_from / repro.REPORT_PACKAGES).write_text("# the distributions whose .py files made this corpus (Python "
+                                                       "3.12.3, from /venv/site-packages): ...\nAlpha==2.3\n")
+        if windows_id == right:
+            repro.check_kept_data(str(root), settings, str(kept_from))
+            assert f"{data}/ gives the validation windows the 1 kept runs were measured on" in capsys.readouterr().out
+            continue
+        with pytest.raises(SystemExit) as e:
+            repro.check_kept_data(str(root), settings, str(kept_from))
+    message = str(e.value.code)
+    assert message.startswith(f"error: {data}/ is not the data that baseline seed 1337 (kept from NVIDIA H200)")
+    assert f"run by Python 3.12.3 in an environment holding exactly the packages {kept_from}/corpus-packages.txt " \
+        "lists" in message and "\n" not in message

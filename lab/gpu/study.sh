@@ -13,7 +13,9 @@
 #        train, e.g. `models --seeds=2`, `all --seeds=3` or `baseline:2 g1_elementwise:2 g1_headwise
 #        --budget_min=60` (only the runs that end within 60 minutes, in the order named; one run at a time: two side
 #        by side on one GPU each took twice as long, docs/gpu.md);
-#        EVALUATE: lab/evaluate.py's keys, e.g. `--windows=32`. The runs go to out-repro/, the report to
+#        EVALUATE: lab/evaluate.py's keys, e.g. `--windows=32`. It runs the committed study only (--root,
+#        --report_dir and --study are refused: a study of your own runs as lab.repro's steps, docs/study.md). The
+#        runs go to out-repro/, the report to
 #        $WORK/report/ (a copy of results/repro/ made at start: copy it back to commit it), the job's command,
 #        output and exit code to $WORK/study-job/; when the job ends it packs its results into $OUT/study.tar.gz.
 #        An interrupted study (a killed job, a reboot) is resumed by the same start command: lab.repro skips the
@@ -49,6 +51,14 @@ start)
     TRAIN=(); EVALUATE=()
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do TRAIN+=("$1"); shift; done
     [ $# -gt 0 ] && shift && EVALUATE=("$@")
+    for word in ${TRAIN[@]+"${TRAIN[@]}"} ${EVALUATE[@]+"${EVALUATE[@]}"}; do  # the committed study's job only
+        case "$word" in --root|--root=*|--report_dir|--report_dir=*|--study|--study=*)
+            echo "error: $word: study.sh runs the committed study only (its runs in out-repro/, its report drawn" \
+                 "over a copy of results/repro/); run a study of your own as python -m lab.repro's steps" \
+                 "(docs/study.md, \"A study of your own\")" >&2
+            exit 2;;
+        esac
+    done
     if running; then echo "a study is already running (pid $(cat "$JOB/pid")): bash lab/gpu/study.sh wait"; exit 1; fi
     start_log study
     rm -rf "$JOB" && mkdir -p "$JOB"

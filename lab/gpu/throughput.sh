@@ -46,12 +46,17 @@ source "$(dirname "$0")/lib.sh"
 PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider)
 case "${1:-}" in
     "")
+        if [ "$TOY" = 1 ] && [ -z "${DATA_DIR:-}" ]; then  # the toy training run's data: say how to make it
+            echo "error: TOY=1 needs DATA_DIR, a folder holding a prepared toy dataset: make one with python3" \
+                 "data/textdir/prepare.py --src lab --name toy --out_dir /tmp/toyds, then DATA_DIR=/tmp/toyds" >&2
+            exit 2
+        fi
         start_log throughput
         BENCH=(--compile=both)
         TRAIN=(--dataset=pysrc --max_iters=120 --eval_interval=100 --eval_iters=4 --log_interval=20 --compile=True)
         if [ "$TOY" = 1 ]; then
             BENCH=(--tiny --match_params --out_dir="$LOG/bench")  # the smoke test checks the param-matched models too
-            TRAIN=(--dataset=toy --data_dir="${DATA_DIR:?TOY=1 needs DATA_DIR, a folder holding a prepared toy dataset}"
+            TRAIN=(--dataset=toy --data_dir="$DATA_DIR"
                    --n_layer=2 --n_head=2 --n_embd=64 --block_size=32 --batch_size=4 --max_iters=6 --eval_interval=5
                    --eval_iters=1 --log_interval=2 --compile=False --bos=False)
         else
