@@ -5,21 +5,30 @@
 A run trained on windows that start with BOS often carries its largest activation there, in one channel of the
 last block's output (GA's M-Act, GN's peak). That output goes to one place only, the final norm and the unembedding,
 which predict the token after BOS. GN's reading: the outlier is a rescaler. RMSNorm divides a token's vector by its
-root mean square, so one huge channel shrinks every other channel of that token, and the norm's small weight on the
-huge channel keeps its own value from passing on. If so, the channel acts on the prediction through the norm's
-denominator alone. Three measurements of the prediction at position 0 (its loss and entropy) test that:
+root mean square, so one huge channel shrinks every other channel of that token. The channel can act on the
+prediction two ways: through that denominator, and by its own value passing on through the norm (its own term).
+Four versions of the prediction at position 0 take the two apart:
 
   as trained;
   own term removed   the final norm's output in that channel set to 0 at position 0, its denominator untouched:
-                     what the channel passes on by its own value (a rescaler: nearly nothing);
-  outlier removed    the channel set, at position 0, to its mean over the other positions: the denominator shrinks
-                     by rms_ratio, and the rest of the token's vector leaves the norm that much larger.
+                     what the channel passes on by its own value;
+  denominator only   the channel set, at position 0, to its mean over the other positions (its value elsewhere),
+                     so the denominator shrinks by rms_ratio and the rest of the token's vector leaves the norm that
+                     much larger, while the norm's output in the channel itself is kept as trained;
+  outlier removed    the channel set to that mean, both effects at once.
 
-Position 0's prediction is the same in every window here (BOS attends only to itself) and trained close to its
-best, so any change to it raises its loss: the outlier removed alone proves nothing, the own term removed beside it
-does. Also: where the channel's value at BOS comes from (the block's input, its attention, its MLP), the final
-norm's weight on it against the median |weight| (for PreAffine also its learned pre-scale), and the loss at the
-other positions, which no change at position 0 can move (nothing after the last block mixes positions; checked).
+A rescaler moves the prediction far more through its denominator than through its own term. Each change is measured
+by its KL divergence from the prediction as trained (nats; the prediction after BOS is one distribution, the same
+in every window, since position 0 sees only itself), and by the loss and entropy at position 0 over the windows.
+The outlier removed alone would prove nothing: a prediction trained close to its best gets worse under any change.
+So, as a control, each channel's own term is removed in turn: own_term_rank says where the outlier's channel comes
+among them (1: its own term moves the prediction most), own_term_kl_median what a typical channel's does.
+For GatedNorm the own term is the norm's output after its gate, whose input still holds the channel; and the gate
+reads the changed vector in "denominator only". DyT divides by nothing: it has no rms_ratio.
+Also: where the channel's value at BOS comes from (the block's input, its attention, its MLP: what each adds), the
+final norm's weight on it against the median |weight| (for PreAffine also its learned pre-scale), the norm's output
+there and its rank among the channels by size, and the loss at the other positions, which no change at position 0
+can move (nothing after the last block mixes positions; checked).
 
 For each run's ckpt.pt (or --checkpoint=best.pt), on the validation windows it was evaluated on. Prints a table,
 writes --out (JSON: each run's numbers) and the same table beside it as Markdown.
@@ -28,6 +37,7 @@ writes --out (JSON: each run's numbers) and the same table beside it as Markdown
 import math
 import os
 import sys
+from contextlib import contextmanager
 if not __package__:  # run as python lab/outlier.py: find the project from its root, as python -m lab.outlier does
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -52,10 +62,10 @@ class OutlierConfig:
     device: str = "cpu"  # cpu, cuda, mps or auto; the model runs in float32
 
 
-def predictions(model, x, y, channel=None, value=None, own_term=True):
-    """(loss at position 0, its entropy, loss at positions 1..T-1), summed over the windows (nats). With `channel`:
-    that channel of the last block's output at position 0 set to `value`, when given; its term in the final norm's
-    output at position 0 set to 0 when own_term is False."""
+@contextmanager
+def changed(model, channel=None, value=None, own=None):
+    """Inside: at position 0, `channel` of the last block's output set to `value` (when given), and the final norm's
+    output in that channel set to `own` (when given: 0 removes its own term)."""
     def block(module, args, h):
         if value is None:
             return None
@@ -64,24 +74,44 @@ def predictions(model, x, y, channel=None, value=None, own_term=True):
         return h
 
     def norm(module, args, out):
-        if own_term:
+        if own is None:
             return None
         out = out.clone()
-        out[:, 0, channel] = 0.0
+        out[:, 0, channel] = own
         return out
     hooks = [model.transformer.h[-1].register_forward_hook(block),
              model.transformer.ln_f.register_forward_hook(norm)]
     try:
         with torch.no_grad():
-            logits, _ = model(x, y)
+            yield
     finally:
         for hook in hooks:
             hook.remove()
+
+
+def predictions(model, x, y, **change):
+    """(loss at position 0, its entropy, loss at positions 1..T-1), summed over the windows (nats), with `change`
+    (changed's keys) made."""
+    with changed(model, **change):
+        logits, _ = model(x, y)
     logp = logits.float().log_softmax(-1)
     first = F.nll_loss(logp[:, 0], y[:, 0], reduction="sum").item()
     entropy = -(logp[:, 0].exp() * logp[:, 0]).sum().item()
     rest = F.nll_loss(logp[:, 1:].flatten(0, 1), y[:, 1:].flatten(), reduction="sum").item()
     return first, entropy, rest
+
+
+def first_prediction(model, bos, **change):
+    """Log-probabilities of the token after BOS (vocab,), from BOS alone (1, 1), with `change` made; in float64, so
+    that a KL divergence near 0 does not round below it."""
+    with changed(model, **change):
+        logits, _ = model(bos)
+    return logits[0, -1].double().log_softmax(-1)
+
+
+def kl(logp, logq):
+    """KL(p || q) in nats: how far the changed prediction q is from the prediction as trained, p."""
+    return (logp.exp() * (logp - logq)).sum().item()
 
 
 def activations(model, batches):
@@ -124,52 +154,74 @@ def measure(run, checkpoint, device):
     h0 = at0["out"]  # (windows, channels): the last block's output at position 0
     channel = int(h0.abs().mean(0).argmax())
     value = mean_rest[channel].item()  # the channel's mean over positions 1..T-1 of every window
-    outs = {"as_trained": [predictions(model, x, y) for x, y in batches],
-            "removed": [predictions(model, x, y, channel, value=value) for x, y in batches],
-            "own_term": [predictions(model, x, y, channel, own_term=False) for x, y in batches]}
+    bos = batches[0][0][:1, :1]
+    seen = []  # the final norm's output at BOS, as trained
+    hook = model.transformer.ln_f.register_forward_hook(lambda module, args, out: seen.append(out[0, 0].clone()))
+    as_trained = first_prediction(model, bos)
+    hook.remove()
+    normed = seen[0]
+    changes = {"as_trained": {}, "own_term": dict(channel=channel, own=0.0),
+               "denominator": dict(channel=channel, value=value, own=normed[channel].item()),
+               "removed": dict(channel=channel, value=value)}
+    outs = {name: [predictions(model, x, y, **change) for x, y in batches] for name, change in changes.items()}
+    kls = {name: kl(as_trained, first_prediction(model, bos, **change)) for name, change in changes.items()}
+    own_kls = torch.tensor([kl(as_trained, first_prediction(model, bos, channel=c, own=0.0))
+                            for c in range(h0.shape[1])])  # the control: every channel's own term, one at a time
     n, T = h0.shape[0], batches[0][0].shape[1]
     total = {name: [sum(o[i] for o in out) for i in range(3)] for name, out in outs.items()}
-    for name in ("removed", "own_term"):  # nothing after the last block reads position 0
+    for name in ("own_term", "denominator", "removed"):  # nothing after the last block reads position 0
         if not math.isclose(total[name][2], total["as_trained"][2], rel_tol=1e-5, abs_tol=1e-6):
             raise RuntimeError(f"{run}: changing position 0 moved the other positions' loss "
                                f"({total['as_trained'][2]} -> {total[name][2]})")
     final = model.transformer.ln_f  # its weight, or for PreAffine and GatedNorm that of the RMSNorm inside
     weight = (final.weight if hasattr(final, "weight") else final.norm.weight).detach().abs()
     scale = getattr(final, "pre_scale", None)  # PreAffine's: its RMSNorm divides pre_scale * h, not h
-    changed = h0.clone()
-    changed[:, channel] = value
-    seen_by_norm = [v if scale is None else v * scale.detach() for v in (h0, changed)]
+    without = h0.clone()
+    without[:, channel] = value
+    seen_by_norm = [v if scale is None else v * scale.detach() for v in (h0, without)]
     rms_ratio = (seen_by_norm[0].pow(2).mean(-1).sqrt() / seen_by_norm[1].pow(2).mean(-1).sqrt()).mean().item()
+    rms_ratio = None if model.config.norm == "dyt" else rms_ratio  # DyT divides by nothing
     scale = None if scale is None else scale.detach().abs()
     at = {k: v[:, channel].mean().item() for k, v in at0.items()}
     return dict(run=run, iter=ckpt["iter_num"], norm=model.config.norm, gate=model.config.gate, channel=channel,
-                windows=n, act_bos=h0[:, channel].abs().mean().item(), act_rest=abs_rest[channel].item(),
+                channels=h0.shape[1],
+                windows=n, act_bos=h0[:, channel].abs().mean().item(), act_rest=abs_rest[channel].item(), value=value,
                 from_input=at["in"], from_attention=at["mid"] - at["in"], from_mlp=at["out"] - at["mid"],
                 norm_weight=weight[channel].item(), norm_weight_median=weight.median().item(),
                 pre_scale=None if scale is None else scale[channel].item(),
                 pre_scale_median=None if scale is None else scale.median().item(), rms_ratio=rms_ratio,
+                norm_out=normed[channel].item(), norm_out_rank=1 + int((normed.abs() > normed[channel].abs()).sum()),
                 loss_first=total["as_trained"][0] / n, entropy_first=total["as_trained"][1] / n,
                 loss_first_own_term=total["own_term"][0] / n, entropy_first_own_term=total["own_term"][1] / n,
+                loss_first_denominator=total["denominator"][0] / n,
+                entropy_first_denominator=total["denominator"][1] / n,
                 loss_first_without=total["removed"][0] / n, entropy_first_without=total["removed"][1] / n,
+                kl_own_term=kls["own_term"], kl_denominator=kls["denominator"], kl_without=kls["removed"],
+                own_term_rank=1 + int((own_kls > own_kls[channel]).sum()), own_term_kl_median=own_kls.median().item(),
                 loss_rest=total["as_trained"][2] / (n * (T - 1)), flat=math.log(model.config.vocab_size))
 
 
 def table(rows):
     head = ("| run | norm | gate | channel | mean abs h at BOS (elsewhere) | from the block's input / attention / MLP "
-            "| final norm's weight there (median) "
-            "| loss at position 0: as trained, own term removed, outlier removed "
+            "| final norm's weight there (median) | its output there (rank by size) "
+            "| KL from as trained: own term removed, denominator only, outlier removed "
+            "| own term's rank of all channels' (their median KL) "
+            "| loss at position 0: as trained, own term removed, denominator only, outlier removed "
             "| its entropy (flat: ln V) | the rest divided by (its RMS with / without the outlier) | loss elsewhere |")
-    lines = [head, "| --- " * 11 + "|"]
+    lines = [head, "| --- " * 13 + "|"]
     for r in rows:
         weight = f"{r['norm_weight']:.3f} ({r['norm_weight_median']:.3f})"
         if r["pre_scale"] is not None:
             weight += f"; pre-scale {r['pre_scale']:.2f} ({r['pre_scale_median']:.2f})"
         lines.append(f"| {r['label']} | {r['norm']} | {r['gate']} | {r['channel']} | {r['act_bos']:.1f} "
                      f"({r['act_rest']:.2f}) | {r['from_input']:.1f} / {r['from_attention']:.1f} / "
-                     f"{r['from_mlp']:.1f} | {weight} | {r['loss_first']:.3f}, {r['loss_first_own_term']:.3f}, "
+                     f"{r['from_mlp']:.1f} | {weight} | {r['norm_out']:.2f} ({r['norm_out_rank']}) | "
+                     f"{r['kl_own_term']:.4f}, {r['kl_denominator']:.4f}, {r['kl_without']:.4f} | "
+                     f"{r['own_term_rank']} ({r['own_term_kl_median']:.4f}) | {r['loss_first']:.3f}, "
+                     f"{r['loss_first_own_term']:.3f}, {r['loss_first_denominator']:.3f}, "
                      f"{r['loss_first_without']:.3f} | {r['entropy_first']:.3f}, {r['entropy_first_own_term']:.3f}, "
-                     f"{r['entropy_first_without']:.3f} ({r['flat']:.3f}) | {r['rms_ratio']:.1f} | "
-                     f"{r['loss_rest']:.4f} |")
+                     f"{r['entropy_first_denominator']:.3f}, {r['entropy_first_without']:.3f} ({r['flat']:.3f}) | "
+                     f"{'–' if r['rms_ratio'] is None else format(r['rms_ratio'], '.1f')} | {r['loss_rest']:.4f} |")
     return "\n".join(lines)
 
 

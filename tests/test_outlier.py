@@ -53,8 +53,66 @@ def test_the_numbers_are_the_models_own(sink_lab_runs, name):
     embedding = model.transformer.wte.weight[bos_token(eval_windows(read_checkpoint(
         os.path.join(run, "ckpt.pt")))["data_dir"])] + model.transformer.wpe.weight[0]
     assert math.isclose(r["from_input"], embedding[r["channel"]].item(), rel_tol=1e-4, abs_tol=1e-5)
-    for key in ("loss_first_own_term", "loss_first_without", "rms_ratio"):
-        assert math.isfinite(r[key]) and r[key] > 0
+    # what the attention adds at BOS, seen at its own output; the outlier's replacement, its signed mean elsewhere
+    attn = []
+    hook = model.transformer.h[-1].attn.register_forward_hook(lambda module, args, out: attn.append(out[:, 0]))
+    with torch.no_grad():
+        [model(x) for x, _ in batches]
+    hook.remove()
+    assert math.isclose(r["from_attention"], torch.cat(attn)[:, r["channel"]].mean().item(), rel_tol=1e-4, abs_tol=1e-5)
+    assert math.isclose(r["value"], h[:, 1:, r["channel"]].mean().item(), rel_tol=1e-4, abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["baseline", "g1"])
+def test_the_four_predictions_after_bos_by_hand(sink_lab_runs, name):
+    """The final norm and the unembedding, written out here on the block's output at BOS: its own term removed,
+    the denominator alone changed, the outlier removed, each one's KL from the prediction as trained and loss over
+    the windows, the every-channel control's rank, the norm's output and rms_ratio: the tool's numbers."""
+    run = os.path.join(sink_lab_runs, name)
+    r = outlier.measure(run, "ckpt.pt", "cpu")
+    model, batches = windows(run)
+    seen = []
+    hook = model.transformer.h[-1].register_forward_hook(lambda module, args, h: seen.append(h[:, 0]))
+    with torch.no_grad():
+        [model(x) for x, _ in batches]
+    hook.remove()
+    h = torch.cat(seen)  # (windows, C): the block's output at BOS, the same in every window
+    assert torch.allclose(h, h[:1].expand_as(h), atol=1e-5)
+    c, ln_f = r["channel"], model.transformer.ln_f
+    h = h[0].double()
+    w = ln_f.weight.detach().double()
+
+    def normed(v):
+        return v * torch.rsqrt(v.pow(2).mean() + ln_f.eps) * w
+
+    def logp(y):
+        return (model.lm_head.weight.detach().double() @ y).log_softmax(-1)
+    without = h.clone()
+    without[c] = r["value"]
+    as_trained = normed(h)
+    own, removed = as_trained.clone(), normed(without)
+    own[c] = 0.0
+    denominator = removed.clone()
+    denominator[c] = as_trained[c]
+    assert math.isclose(r["rms_ratio"], (h.pow(2).mean().sqrt() / without.pow(2).mean().sqrt()).item(), rel_tol=1e-4)
+    assert math.isclose(r["norm_out"], as_trained[c].item(), rel_tol=1e-4)
+    assert r["norm_out_rank"] == 1 + int((as_trained.abs() > as_trained[c].abs()).sum())
+    targets = torch.cat([y[:, 0] for _, y in batches])
+    p = logp(as_trained)
+    for key, y in (("own_term", own), ("denominator", denominator), ("without", removed)):
+        q = logp(y)
+        assert math.isclose(r[f"kl_{key}"], (p.exp() * (p - q)).sum().item(), rel_tol=1e-3, abs_tol=1e-6), key
+        assert math.isclose(r[f"loss_first_{key}"], -q[targets].mean().item(), rel_tol=1e-4), key
+    assert math.isclose(r["loss_first"], -p[targets].mean().item(), rel_tol=1e-4)
+    own_kls = []
+    for channel in range(h.numel()):
+        y = as_trained.clone()
+        y[channel] = 0.0
+        own_kls.append((p.exp() * (p - logp(y))).sum().item())
+    own_kls = torch.tensor(own_kls)
+    above = [1 + int((own_kls > own_kls[c] * (1 + tol)).sum()) for tol in (1e-4, -1e-4)]  # float32 against 64
+    assert above[0] <= r["own_term_rank"] <= above[1]
+    assert math.isclose(r["own_term_kl_median"], own_kls.median().item(), rel_tol=1e-3, abs_tol=1e-7)
 
 
 def test_only_the_channel_at_position_0_changes_and_its_own_term_alone_can_be_removed(sink_lab_runs):
@@ -81,11 +139,11 @@ def test_only_the_channel_at_position_0_changes_and_its_own_term_alone_can_be_re
     with torch.no_grad():
         model.transformer.ln_f.weight[3] = 0.0
     as_trained = outlier.predictions(model, x, y)
-    own_term = outlier.predictions(model, x, y, channel=3, own_term=False)
+    own_term = outlier.predictions(model, x, y, channel=3, own=0.0)
     assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(as_trained[:3], own_term[:3]))
     with torch.no_grad():
         model.transformer.ln_f.weight[3] = 5.0  # now it passes something on: removing its term moves the prediction
-    assert not math.isclose(outlier.predictions(model, x, y, channel=3, own_term=False)[0],
+    assert not math.isclose(outlier.predictions(model, x, y, channel=3, own=0.0)[0],
                             outlier.predictions(model, x, y)[0], rel_tol=1e-4)
 
 
