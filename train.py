@@ -363,11 +363,11 @@ class Trainer:
             return []
         steps, self.pending = torch.stack(self.pending).tolist(), []
         losses = []
+        # fp16's gradients overflowing the loss scale are routine (skipped, the scaler lowers the scale) while the
+        # scale is >= 1; below it they overflow unscaled. Any other skipped step is a sign of divergence
+        overflow_is_routine = self.scaler.is_enabled() and self.scaler.get_scale() >= 1
         for it, (loss, grad_norm, taken) in enumerate(steps, start=self.iter_num - len(steps)):
-            # fp16's gradients overflowing the loss scale are routine (skipped, the scaler lowers the scale) while
-            # the scale is >= 1; below it they overflow unscaled. Any other skipped step is a sign of divergence
-            fp16_overflow = self.scaler.is_enabled() and math.isfinite(loss) and self.scaler.get_scale() >= 1
-            if taken or fp16_overflow:
+            if taken or (overflow_is_routine and math.isfinite(loss)):
                 self.health["nonfinite_in_a_row"] = 0
                 count_spike(self.health, loss, self.c.spike_threshold)
                 losses.append(loss)

@@ -62,25 +62,23 @@ class OutlierConfig:
     device: str = "cpu"  # cpu, cuda, mps or auto; the model runs in float32
 
 
+def set_at_first(channel, value):
+    """A forward hook that sets `channel` of its module's output at position 0 to `value` (None: no change)."""
+    def hook(module, args, out):
+        if value is None:
+            return None
+        out = out.clone()
+        out[:, 0, channel] = value
+        return out
+    return hook
+
+
 @contextmanager
 def changed(model, channel=None, value=None, own=None):
     """Inside: at position 0, `channel` of the last block's output set to `value` (when given), and the final norm's
     output in that channel set to `own` (when given: 0 removes its own term)."""
-    def block(module, args, h):
-        if value is None:
-            return None
-        h = h.clone()
-        h[:, 0, channel] = value
-        return h
-
-    def norm(module, args, out):
-        if own is None:
-            return None
-        out = out.clone()
-        out[:, 0, channel] = own
-        return out
-    hooks = [model.transformer.h[-1].register_forward_hook(block),
-             model.transformer.ln_f.register_forward_hook(norm)]
+    hooks = [model.transformer.h[-1].register_forward_hook(set_at_first(channel, value)),
+             model.transformer.ln_f.register_forward_hook(set_at_first(channel, own))]
     try:
         with torch.no_grad():
             yield
