@@ -85,9 +85,7 @@ class GPTConfig:
 
     def gate_logits_width(self):
         """How many of c_attn's outputs are gate logits: one per score when the gate reads its input, else 0."""
-        if self.gate == "none" or self.gate_input == "none":
-            return 0
-        return math.prod(self.gate_shape())
+        return 0 if self.gate == "none" or self.gate_input == "none" else math.prod(self.gate_shape())
 
     def gate_params_per_layer(self):
         if self.gate != "none" and self.gate_input == "none":
@@ -122,7 +120,9 @@ def gate_activation(name, s):
         return F.silu(s)
     if name == "ns_sigmoid":  # "non-sparse" sigmoid: range [0.5, 1], keeps the non-linearity, removes sparsity
         return 0.5 + 0.5 * torch.sigmoid(s)
-    return s  # identity
+    if name != "identity":  # a value added to VALID without its branch here must not train as the identity
+        raise ValueError(f"gate_activation has no branch for gate_act={name!r}: add one here")
+    return s
 
 
 class Gate(nn.Module):

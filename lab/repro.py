@@ -1027,10 +1027,30 @@ def analyze_runs(root, runs):
     return summary, windows
 
 
+def claim_problem(study):
+    """Why one of the study's claims cannot be decided (a line naming it), or None: each names variants of VARIANTS
+    (or a number for its reference), a measure of probe.MEASURE and a direction of -1 or +1. A claim added by hand
+    (docs/flags.md) is read before the report reads any run, not after."""
+    for claim, ref, variant, *rest in [*study.claims, *((c, r, v, None, d) for c, r, v, d in study.counts)]:
+        measure, direction = rest
+        names = [variant] + ([] if isinstance(ref, (int, float)) else [ref])
+        unknown = [name for name in names if name not in VARIANTS]
+        why = f"names {unknown[0]!r}, not a variant of lab.variants.VARIANTS" if unknown else \
+            f"names the measure {measure!r}; the measures are {', '.join(MEASURE)}" \
+            if measure is not None and measure not in MEASURE else \
+            f"has the direction {direction!r}, not -1 or +1" if direction not in (-1, 1) else None
+        if why:
+            return f"the claim {claim!r} {why}"
+    return None
+
+
 def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings=()):
     """The report of every finished run under root, into out_dir; settings: the names of the study's settings, in
     which its runs must not differ beyond what their variants set. A run not finished (stopped before max_iters, not
     diverged) is left out, and named: it is no seed yet."""
+    problem = claim_problem(study)
+    if problem:
+        fail(f"{problem} (lab/repro.py's claims of --study={study.name})")
     runs = trained_runs(root, study.variants)
     if not runs:
         fail(f"no trained runs under {root}/: run `python -m lab.repro train all --study={study.name}"

@@ -239,6 +239,21 @@ def test_every_figure_labels_its_axes_and_shows_its_colour_scale(trained_run, tm
     assert bar.mappable.get_clim() == (0, 1) and "attention" in bar.ax.get_ylabel()
 
 
+def test_the_gate_histogram_says_how_many_scores_it_draws_at_its_ends(tmp_path, monkeypatch):
+    """Its bins span [0, 1], a sigmoid gate's scores; a SiLU or identity gate's leave it, and are drawn in the end
+    bins: each panel's legend says what share lies below 0 and above 1, and a panel whose scores all lie within says
+    nothing of it."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    figures = keep_figures(monkeypatch, analyze)
+    signed = np.array([-0.5, -0.2, 0.1, 0.3, 0.5, 0.6, 0.9, 1.4])  # 2 of 8 below 0, 1 of 8 above 1
+    analyze.plot_gate_hist(plt, [("silu", {"all": signed}), ("sigmoid", {"all": np.array([0.1, 0.5, 0.9])})],
+                           str(tmp_path))
+    (name, fig), = figures
+    legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes if ax.get_legend()]
+    assert legends == [["all positions (mean 0.39; 25.0% < 0, 12.5% > 1, drawn at the end bins)"],
+                       ["all positions (mean 0.50)"]], legends
+
+
 def test_analyze_uses_the_runs_own_eval_windows(trained_run, dataset, tmp_path, monkeypatch, capsys):
     """By default a run is measured on the windows train.py evaluated it on, so the val loss is the logged one;
     a second run trained with other eval windows is measured on the first run's, with a note."""

@@ -30,7 +30,7 @@ GATE_PARAMS = {
     "g1_additive_identity": C * H * D, "g1_input_independent": H * D, "g2_elementwise": C * HKV * D,
     "g2_headwise": C * HKV, "g2_head_shared": C * D, "g3": C * HKV * D, "g4": C * H * D, "g5": C * C,
 }
-GATES = [(name, TEST_VARIANTS[name], n) for name, n in GATE_PARAMS.items()]
+GATES = [(name, TEST_VARIANTS[name], n) for name, n in GATE_PARAMS.items() if name in TEST_VARIANTS]  # (else below)
 
 
 def make(seed=0, dtype=torch.float64, **kw):
@@ -141,8 +141,10 @@ def reference_attention(attn, x, cfg, rope=None):
     d, nh, nk = cfg.head_dim, cfg.n_head, cfg.n_kv_head
     Wq, Wk, Wv = attn.c_attn.weight[:(nh + 2 * nk) * d].split([nh * d, nk * d, nk * d])
     W_theta = attn.c_attn.weight[(nh + 2 * nk) * d:]  # the gate's rows, after Q, K and V's
-    act = {"sigmoid": torch.sigmoid, "silu": F.silu, "ns_sigmoid": lambda s: 0.5 + 0.5 * torch.sigmoid(s),
-           "identity": lambda s: s}[cfg.gate_act]
+    acts = {"sigmoid": torch.sigmoid, "silu": F.silu, "ns_sigmoid": lambda s: 0.5 + 0.5 * torch.sigmoid(s),
+            "identity": lambda s: s}
+    assert cfg.gate_act in acts, f"gate_act={cfg.gate_act!r}: write its score out here, in reference_attention's acts"
+    act = acts[cfg.gate_act]
     combine = (lambda y, s: y * s) if cfg.gate_op == "mul" else (lambda y, s: y + s)
 
     def logits(rows):  # gate logits for the given rows of W_theta (or of the input-independent parameter)
@@ -230,8 +232,26 @@ def test_the_gate_equations_are_held_at_every_gate_value():
     for flag in ("gate", "gate_granularity", "gate_op", "gate_act", "gate_input", "sdpa_nonlin"):
         default = GPTConfig.__dataclass_fields__[flag].default
         seen = {default} | {kw[flag] for _, kw in ATTN_VARIANTS if flag in kw}
-        assert seen == set(VALID[flag]), f"{flag}: {sorted(set(VALID[flag]) - seen)} in no ATTN_VARIANTS entry"
+        assert seen == set(VALID[flag]), (f"{flag}={sorted(set(VALID[flag]) - seen)} is set by no variant of "
+                                          "GATE_PARAMS (or ATTN_VARIANTS): add one, with its gate parameters per layer")
     assert any(kw.get("gate_shared") for _, kw in ATTN_VARIANTS)
+
+
+def test_gate_params_names_variants_of_the_registry():
+    """A GATE_PARAMS entry whose variant lab.variants does not name would drop out of GATES (and its equation test)
+    without a word: it fails here instead, saying where the variant goes."""
+    missing = sorted(set(GATE_PARAMS) - set(TEST_VARIANTS))
+    assert not missing, f"GATE_PARAMS names {missing}, which lab.variants.VARIANTS does not: add each there"
+
+
+def test_a_gate_activation_without_its_branch_is_refused():
+    """gate_activation has a branch for every value of VALID['gate_act'] and raises for any other name: a value added
+    to VALID without its branch would otherwise train as some other score."""
+    s = torch.randn(5, dtype=torch.float64)
+    for name in VALID["gate_act"]:
+        assert gate_activation(name, s).shape == s.shape
+    with pytest.raises(ValueError, match="no branch for gate_act='tanh'"):
+        gate_activation("tanh", s)
 
 
 def test_help_names_every_valid_value_of_a_flag():
@@ -838,7 +858,7 @@ def test_flops_and_mfu(monkeypatch):
     (dict(norm="batchnorm"), ["norm", "'dyt'", "'gatednorm'"]),
     (dict(mlp="relu"), ["mlp", "'swiglu'"]),
     (dict(pos_emb="alibi"), ["pos_emb", "'rope'"]),
-    (dict(gate_act="tanh"), ["gate_act", "'ns_sigmoid'"]),
+    (dict(gate_act="softmax"), ["gate_act", "'ns_sigmoid'"]),
     (dict(gate_op="sub"), ["gate_op", "'add'"]),
     (dict(gate_input="attn"), ["gate_input", "'hidden'"]),
     (dict(gate_granularity="channel"), ["gate_granularity", "'headwise'"]),

@@ -352,9 +352,12 @@ def test_the_claims_say_whose_they_are():
     a measure of this project's); GA's sparsity claim is comparative; GA's G2 keeps the sink."""
     for claims in (repro.CLAIMS, repro.LAB_CLAIMS):
         for claim, ref, variant, measure, direction in claims:
-            assert claim.startswith(("GA: ", "GN: ", "ours (not a paper's claim): ")), claim
+            assert claim.startswith(("GA: ", "GN: ", "ours (not a paper's claim): ")), \
+                f"{claim!r} starts with none of 'GA: ', 'GN: ', 'ours (not a paper's claim): '"
             # the project's own: a claim on its own measure (the sink share), or on a control no paper trained
-            assert (measure == "sink_share" or variant in variants.CONTROLS) == claim.startswith("ours"), claim
+            assert (measure == "sink_share" or variant in variants.CONTROLS) == claim.startswith("ours"), \
+                f"{claim!r}: a claim on a variant of CONTROLS (no paper trained it) or on the sink share starts " \
+                "with 'ours (not a paper's claim): ', and no other does"
             assert isinstance(ref, str), claim  # every claim compares two variants: no fixed value here
             if measure == "gate_mean":
                 assert variant == "g1_elementwise" and direction == -1 and "sparser" in claim
@@ -401,6 +404,25 @@ def test_runs_measured_with_the_old_sink_share_are_named_as_such():
     assert report.old_sink_share({"g1": [new]}) == ""
     said = report.old_sink_share({"baseline": [old, dict(old, seed=1338)], "g1": [new]})
     assert said.startswith(" 2 of the runs (baseline/seed1337, ...)") and "recency, not a sink" in said
+
+
+@pytest.mark.parametrize("claim, said", [
+    (("ours: x", "baseline", "g1_elementwise", "f_attn", -1), "names the measure 'f_attn'; the measures are val_loss"),
+    (("ours: x", "baseline", "g1_tanh", "first_token_attn", -1), "names 'g1_tanh', not a variant of lab.variants"),
+    (("ours: x", "no_such", "g1_elementwise", "first_token_attn", -1), "names 'no_such', not a variant"),
+    (("ours: x", "baseline", "g1_elementwise", "first_token_attn", 0), "has the direction 0, not -1 or +1"),
+])
+def test_a_claim_that_cannot_be_decided_stops_the_report_before_it_reads_a_run(claim, said, tmp_path):
+    """A claim added by hand (docs/flags.md's example) is checked first: one line naming it, no runs read, nothing
+    written (here the root does not even exist)."""
+    study = dataclasses.replace(repro.STUDIES["sink_lab"], claims=[*repro.LAB_CLAIMS, claim])
+    with pytest.raises(SystemExit) as stop:
+        repro.report(str(tmp_path / "runs"), str(tmp_path / "report"), False, "report", study)
+    assert str(stop.value).startswith("error: the claim 'ours: x' ") and said in str(stop.value), stop.value
+    assert not (tmp_path / "report").exists()
+    count = dataclasses.replace(repro.STUDIES["sink_lab"], counts=[*repro.LAB_COUNTS, ("c", "baseline", "g1", -1)])
+    assert repro.claim_problem(count) == "the claim 'c' names 'g1', not a variant of lab.variants.VARIANTS"
+    assert all(repro.claim_problem(study) is None for study in repro.STUDIES.values())
 
 
 def test_a_claim_never_pools_the_old_and_the_new_sink_share():
@@ -861,7 +883,8 @@ def test_test_variants_set_every_value_of_every_flag():
     for flag, valid in VALID.items():
         if flag not in chosen_by_tests:
             default = GPTConfig.__dataclass_fields__[flag].default
-            assert {default} | {f[flag] for f in TEST_VARIANTS.values() if flag in f} == set(valid), flag
+            unset = set(valid) - {default} - {f[flag] for f in TEST_VARIANTS.values() if flag in f}
+            assert not unset, f"{flag}={sorted(unset)} is set by no variant of lab.variants.VARIANTS: name one there"
     for f in dataclasses.fields(GPTConfig):
         if f.type is bool and f.name not in chosen_by_tests:
             assert any(flags.get(f.name) is (not f.default) for flags in TEST_VARIANTS.values()), f.name
