@@ -408,7 +408,7 @@ def test_runs_measured_with_the_old_sink_share_are_named_as_such():
 
 @pytest.mark.parametrize("claim, said", [
     (("ours: x", "baseline", "g1_elementwise", "f_attn", -1), "names the measure 'f_attn'; the measures are val_loss"),
-    (("ours: x", "baseline", "g1_tanh", "first_token_attn", -1), "names 'g1_tanh', not a variant of lab.variants"),
+    (("ours: x", "baseline", "g1_no_such", "first_token_attn", -1), "names 'g1_no_such', not a variant of lab"),
     (("ours: x", "no_such", "g1_elementwise", "first_token_attn", -1), "names 'no_such', not a variant"),
     (("ours: x", "baseline", "g1_elementwise", "first_token_attn", 0), "has the direction 0, not -1 or +1"),
 ])
