@@ -227,8 +227,8 @@ def test_g3_and_g4_gate_before_qk_norm_and_rope(gate):
 
 def test_the_gate_equations_are_held_at_every_gate_value():
     """Every value of every gate flag in VALID reaches test_gate_equations_against_reference: a value added to VALID
-    that no variant of GATE_PARAMS (or ATTN_VARIANTS) sets would be held by no float64 equation, and
-    gate_activation falls back to the identity for a name it does not know, so a forgotten branch trains silently."""
+    that no variant of GATE_PARAMS (or ATTN_VARIANTS) sets would be held by no float64 equation: a branch written
+    wrong would train without a word."""
     for flag in ("gate", "gate_granularity", "gate_op", "gate_act", "gate_input", "sdpa_nonlin"):
         default = GPTConfig.__dataclass_fields__[flag].default
         seen = {default} | {kw[flag] for _, kw in ATTN_VARIANTS if flag in kw}
