@@ -345,11 +345,11 @@ def plot_gate_hist(plt, gated, out_dir):
             if "trigger" in s else [("all", "all positions", "tab:orange")]
         for kind, label, color in kinds:
             values = np.clip(s[kind], 0, 1)  # additive, SiLU and identity scores leave [0, 1]: drawn at the ends,
-            outside = [f"{share:.1%} {side}" for share, side in ((np.mean(s[kind] < 0), "< 0"),  # and said so
-                                                                  (np.mean(s[kind] > 1), "> 1")) if share > 0]
+            outside = [f"{share:.0%} {side}, drawn at {end}" if share >= 0.01 else f"<1% {side}, drawn at {end}"
+                       for share, side, end in ((np.mean(s[kind] < 0), "< 0", 0), (np.mean(s[kind] > 1), "> 1", 1))
+                       if share > 0]  # and said so
             ax.hist(values, bins=bins, weights=np.full(len(values), 1 / max(len(values), 1)), color=color,
-                    alpha=0.6, label=f"{label} (mean {s[kind].mean():.2f}"
-                    + (f"; {', '.join(outside)}, drawn at the end bins)" if outside else ")"))
+                    alpha=0.6, label="\n".join([f"{label} (mean {s[kind].mean():.2f})", *outside]))
         ax.set(title=n, xlabel="gate score", ylabel=f"share of scores (bins of {bins[1]:.3g})")
         ax.legend(fontsize=7)
     fig.tight_layout()

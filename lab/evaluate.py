@@ -1,9 +1,9 @@
 """
-What the attention sink and the massive activations cost a user, measured on any checkpoint. The papers argue they
-are not curiosities: massive activations ruin low-bit activation quantization (GN §5.2), the sink shapes how a
-model copes beyond its training length (GA Table 5), and a model leaning on its sink cannot drop the first tokens
-from a sliding window (StreamingLLM). Three modes, each a validation loss under a change the model was not trained
-for:
+What the attention sink and the massive activations cost a user, measured on any checkpoint. Massive activations
+hurt low-bit activation quantization (GN §5.2: a model whose norms rescale without them, GatedNorm, loses the
+least), the sink shapes how a model copes beyond its training length (GA Table 5), and a model leaning on its sink
+cannot drop the first tokens from a sliding window (StreamingLLM). Three modes, each a validation loss under a
+change the model was not trained for:
 
     python -m lab.evaluate --runs=out-baseline,out-g1 [--labels=base,g1] [--modes=quant,length,stream]
     python -m lab.evaluate --pretrained=gpt2 --modes=quant,stream    # published checkpoints (pretrained.py)

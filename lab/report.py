@@ -217,15 +217,15 @@ def comparison(key):
 # lab/evaluate.py's numbers, in its summary.md and in the report
 
 PAPERS_SAY = (
-    "What the papers report, at scales far beyond this one. Quantization: GN §5.2 rounds its 2B models to W4A4; the "
-    "baseline, with its massive activations, loses the most, GatedNorm the least (unaided, better than the baseline "
-    "with SmoothQuant). Length: GA Table 5 extends its models from 32k to 128k tokens with YaRN; all lose some "
-    "accuracy within 32k, the gated ones less, and past 32k the gated model scores far higher on RULER (66.6 and "
-    "58.8 against the baseline's 37.5 and 31.7, at 64k and 128k); GA's explanation: the baseline's sink, tuned to "
-    "the trained RoPE, does not adapt to the rescaled one. Streaming: StreamingLLM (Xiao et al. 2024) finds that a "
-    "sliding window fails once the first tokens leave it and works again when 4 are kept; neither paper measures "
-    "whether a sink-free gated model needs no such tokens: the streaming rows here are this project's measurement "
-    "of it.")
+    "What the papers report, at scales far beyond this one. Quantization: GN §5.2 rounds its MoE models (7B and 24B) "
+    "to W4A4; the baseline, with its massive activations, loses far more than GatedNorm, which loses the least "
+    "(unaided, better than the baseline with SmoothQuant). Length: GA Table 5 extends its models from 32k to 128k "
+    "tokens with YaRN; all lose some accuracy within 32k, the gated ones less, and past 32k the gated model scores far"
+    " higher on RULER (66.6 and 58.8 against the baseline's 37.5 and 31.7, at 64k and 128k); GA's explanation: the "
+    "baseline's sink, tuned to the trained RoPE, does not adapt to the rescaled one. Streaming: StreamingLLM (Xiao et "
+    "al. 2024) finds that a sliding window fails once the first tokens leave it and works again when 4 are kept; "
+    "neither paper measures whether a sink-free gated model needs no such tokens: the streaming rows here are this "
+    "project's measurement of it.")
 
 
 def headline(r):

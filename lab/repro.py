@@ -205,7 +205,8 @@ CLAIMS = [
     ("GN: the gate lowers the residual stream's peak activation", "baseline", "g1_elementwise", "peak_act", -1),
     ("GN: GatedNorm on top of the gate lowers the peak further", "g1_elementwise", "g1_gatednorm", "peak_act", -1),
     ("GN: PreAffine on top of the gate lowers the peak further", "g1_elementwise", "g1_preaffine", "peak_act", -1),
-    ("GN: DyT (a bounded norm, no gate) lowers the peak", "baseline", "dyt", "peak_act", -1),
+    ("GN: DyT (a bounded norm in RMSNorm's place; ours has no gate) lowers the peak", "baseline", "dyt", "peak_act",
+     -1),
     ("GN: DyT costs loss", "baseline", "dyt", "val_loss", +1),
 ]
 
@@ -236,7 +237,8 @@ LAB_CLAIMS = [
     ("GA: G1 lowers the loss", "baseline", "g1_elementwise", "val_loss", -1),
     ("GN: GatedNorm on top of the gate lowers the peak activation", "g1_elementwise", "g1_gatednorm", "peak_act", -1),
     ("GN: PreAffine on top of the gate lowers the peak activation", "g1_elementwise", "g1_preaffine", "peak_act", -1),
-    ("GN: DyT (a bounded norm, no gate) lowers the peak activation", "baseline", "dyt", "peak_act", -1),
+    ("GN: DyT (a bounded norm in RMSNorm's place; ours has no gate) lowers the peak activation", "baseline", "dyt",
+     "peak_act", -1),
     ("GN: DyT costs loss", "baseline", "dyt", "val_loss", +1),
     ("ours (not a paper's claim): GatedNorm without the gate lowers the peak activation, as GN's reading predicts "
      "(GN's Table 1 has it only with GA)", "baseline", "gatednorm", "peak_act", -1),
