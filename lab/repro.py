@@ -1033,16 +1033,18 @@ def claim_problem(study):
     """Why one of the study's claims cannot be decided (a line naming it), or None: each names variants of VARIANTS
     (or a number for its reference), a measure of probe.MEASURE and a direction of -1 or +1. A claim added by hand
     (docs/flags.md) is read before the report reads any run, not after."""
-    for claim, ref, variant, *rest in [*study.claims, *((c, r, v, None, d) for c, r, v, d in study.counts)]:
-        measure, direction = rest
-        names = [variant] + ([] if isinstance(ref, (int, float)) else [ref])
-        unknown = [name for name in names if name not in VARIANTS]
-        why = f"names {unknown[0]!r}, not a variant of lab.variants.VARIANTS" if unknown else \
-            f"names the measure {measure!r}; the measures are {', '.join(MEASURE)}" \
-            if measure is not None and measure not in MEASURE else \
-            f"has the direction {direction!r}, not -1 or +1" if direction not in (-1, 1) else None
-        if why:
-            return f"the claim {claim!r} {why}"
+    counts = [(claim, ref, variant, None, direction) for claim, ref, variant, direction in study.counts]  # no measure
+    for claim, ref, variant, measure, direction in [*study.claims, *counts]:
+        unknown = [name for name in (ref, variant) if not isinstance(name, (int, float)) and name not in VARIANTS]
+        if unknown:
+            why = f"names {unknown[0]!r}, not a variant of lab.variants.VARIANTS"
+        elif measure is not None and measure not in MEASURE:
+            why = f"names the measure {measure!r}; the measures are {', '.join(MEASURE)}"
+        elif direction not in (-1, 1):
+            why = f"has the direction {direction!r}, not -1 or +1"
+        else:
+            continue
+        return f"the claim {claim!r} {why}"
     return None
 
 

@@ -21,6 +21,7 @@ Markdown tables (seconds per section, then per block) to stdout, with the machin
 deleted after.
 """
 
+import importlib.util
 import os
 import platform
 import re
@@ -55,10 +56,13 @@ def run_in_jupyter(repo, programs, toy, env):
         from nbclient import NotebookClient
         from nbclient.exceptions import CellExecutionError
     except ImportError:
+        nbformat = None
+    if nbformat is None or importlib.util.find_spec("ipykernel") is None:  # ipykernel: the kernel nbclient starts
         sys.exit("error: --jupyter needs nbclient and ipykernel: pip install nbclient ipykernel")
     nb = nbformat.read(os.path.join(repo, "tutorial.ipynb"), as_version=4)
     cells = code_cells(os.path.join(repo, "tutorial.ipynb"))
-    assert len(cells) == len(programs), "tutorial.ipynb is not TUTORIAL.md's blocks: python tests/test_tutorial.py"
+    if len(cells) != len(programs):
+        sys.exit("error: tutorial.ipynb is not TUTORIAL.md's blocks: run python tests/test_tutorial.py to write it")
     os.environ.update(env, PYTHONPATH=repo, **({"TUTORIAL_TOY": "1"} if toy else {}))  # the kernel's, and its cells'
     client = NotebookClient(nb, timeout=None, kernel_name="python3", resources={"metadata": {"path": repo}})
     printed = []
