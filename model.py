@@ -478,11 +478,11 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, keep_first=False):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, keep_first=False, n_vocab=None):
         """Sample max_new_tokens tokens after idx (B, T). A KV cache makes each step cost one token's forward pass;
-        once the sequence outgrows block_size the context is cropped and recomputed, exactly what running the model
-        on the last block_size tokens would give. keep_first: idx[:, 0] is a BOS token that stays at position 0 when
-        the context is cropped, as every training window of a model trained with BOS windows (train.py's bos=True)."""
+        once the sequence outgrows block_size the context is cropped and recomputed, as the model computes the last
+        block_size tokens. keep_first: idx[:, 0] is a BOS token that stays at position 0 when the context is cropped
+        (train.py's bos=True trains so). n_vocab: only ids below it are sampled (vocab_size's padding has no text)."""
         cache = None
         for _ in range(max_new_tokens):
             if cache is None:
@@ -494,7 +494,7 @@ class GPT(nn.Module):
                 logits = self._forward(ctx, start=0, cache=cache)
             else:
                 logits = self._forward(idx[:, -1:], start=idx.size(1) - 1, cache=cache)
-            logits = logits[:, -1, :].float() / max(temperature, 1e-8)  # fp32: in fp16 a low temperature overflows
+            logits = logits[:, -1, :n_vocab].float() / max(temperature, 1e-8)  # fp32: a low temperature overflows fp16
             if top_k:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float("inf")

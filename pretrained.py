@@ -87,6 +87,10 @@ def locate(name_or_path):
             and not os.path.isdir(name_or_path.split("/")[0]):  # results/nope is a path that is not there
         owner, repo, *sub = name_or_path.split("/")
         hub, about = (f"{owner}/{repo}", "/".join(sub)), f"hub repository {name_or_path}"
+    elif os.path.isfile(name_or_path):
+        raise FileNotFoundError(f"{name_or_path} is a file: a published checkpoint is the folder that holds its "
+                                "config.json and weights (a train.py checkpoint is named as a run: sample.py "
+                                "--out_dir=FOLDER --checkpoint=FILE, lab.analyze --runs=FOLDER)")
     elif "/" in name_or_path:
         raise FileNotFoundError(f"no folder {name_or_path}: a checkpoint's folder holds config.json and its weights")
     else:
@@ -95,6 +99,9 @@ def locate(name_or_path):
     if hub:
         folder = download(name_or_path, *hub, DESCRIPTION)
     path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path) and glob.glob(os.path.join(glob.escape(folder), "*.pt")):
+        raise FileNotFoundError(f"{folder} holds train.py checkpoints, not a published one: name it as a run "
+                                "(sample.py --out_dir=..., lab.analyze --runs=...)")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{folder} has no config.json: it is not a published checkpoint's folder (for a "
                                 "download, the repository's layout may have changed: pass the folder that holds it)")
@@ -137,7 +144,8 @@ def download(name, repo, sub, files):
             raise RuntimeError(f"cannot get {name!r}: downloading {repo} from the Hugging Face Hub failed "
                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}) and the local "
                                "cache has no copy. Run this once on a machine with network access (the files stay "
-                               "in ~/.cache/huggingface), or download the folder yourself and pass its path") from e
+                               f"in {hub.constants.HF_HUB_CACHE}), or download the folder yourself and pass its "
+                               "path") from e
 
     failed = None
     try:

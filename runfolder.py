@@ -248,6 +248,9 @@ def no_checkpoint(folder, name):
             listed = ", ".join(runs[:6]) + (", ..." if len(runs) > 6 else "")
             return (f"no {name} in {folder}: it is a folder of runs ({listed}); name a run's own folder, e.g. "
                     f"{os.path.join(folder, runs[0])}")
+        if os.path.isfile(os.path.join(folder, "config.json")):
+            return (f"no {name} in {folder}: it holds a published checkpoint (config.json), not a run; sample or "
+                    f"measure it with --pretrained={folder}")
         if os.path.isfile(os.path.join(folder, "meta.json")) or glob.glob(os.path.join(glob.escape(folder), "*.bin")):
             return (f"no {name} in {folder}: it holds a dataset, not a run; name a run's folder (the --out_dir "
                     "train.py was given)")

@@ -82,7 +82,7 @@ def load(c, dev):
                      f"({CHECKPOINT} or best.pt)")
             model, ckpt = load_checkpoint(path, dev)
             run = ckpt.get("config", {})  # the training run's keys: where its data, and so its tokenizer, is
-            enc = get_tokenizer(run_tokenizer(run, path))
+            enc = get_tokenizer(ckpt.get("tokenizer") or run_tokenizer(run, path))  # the run's own, else its data's
             if enc.n_vocab > model.config.vocab_size:  # the dataset prepared again, with another tokenizer
                 fail(f"{path} was trained with {model.config.vocab_size} token ids, but its dataset's tokenizer now "
                      f"has {enc.n_vocab}: the dataset was prepared again with another tokenizer since. Prepare it "
@@ -98,7 +98,8 @@ def load(c, dev):
 
 
 def run_tokenizer(run, path):
-    """The tokenizer's name a run was trained with: its dataset's meta.json's. A dataset folder that is missing or
+    """The tokenizer's name a run was trained with, for a checkpoint that does not record it (train.py's do since
+    2026-12-01): its dataset's meta.json's. A dataset folder that is missing or
     not prepared stops with one line naming it and the command that prepares it: another tokenizer's text would be
     wrong, or its ids out of the model's range."""
     name = run.get("dataset", "")
@@ -150,9 +151,10 @@ def main(argv=None):
     torch.manual_seed(c.seed)  # the same seed gives the same samples
     with torch.no_grad(), ctx:
         for _ in range(c.num_samples):
-            y = model.generate(x, c.max_new_tokens, temperature=c.temperature, top_k=c.top_k or None, keep_first=bos)
-            # ids past the tokenizer's vocabulary (the padding up to vocab_size) have no text: drop them
-            print(enc.decode([t for t in y[0, int(added):].tolist() if t < enc.n_vocab]))
+            # n_vocab: the ids past the tokenizer's (the padding up to vocab_size) have no text, so none is sampled
+            y = model.generate(x, c.max_new_tokens, temperature=c.temperature, top_k=c.top_k or None, keep_first=bos,
+                               n_vocab=enc.n_vocab)
+            print(enc.decode(y[0, int(added):].tolist()))
             print("-" * 40, flush=True)
 
 

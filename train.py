@@ -173,7 +173,7 @@ class Trainer:
         self.tokens_per_iter = c.gradient_accumulation_steps * c.batch_size * self.gptconf.block_size
         self.data_dir, self.loader, self.val = prepare_data(c, self.gptconf.block_size, self.gptconf.vocab_size,
                                                             rank, world_size, ddp)
-        self.triggers = (read_meta(self.data_dir) or {}).get("triggers")  # a task with triggers: probe.py measures them
+        self.meta = read_meta(self.data_dir) or {}  # its "triggers" (a task with triggers: probe.py measures them)
         folder.check_data(c, checkpoint, self.data_dir, dataset_fingerprint(self.data_dir), self.say)  # id and data
         # the optimizer, and on resume every piece of state the run had
         self.build_optimizer(checkpoint)
@@ -391,7 +391,7 @@ class Trainer:
         the uncompiled model (its hooks need the modules), and gives its loss too."""
         self.model.eval()
         total = torch.zeros(2, device=self.device)  # summed loss, batches
-        probe = Probe(self.raw_model, triggers=self.triggers)  # only rank 0's is reported: its first batch is val[0]
+        probe = Probe(self.raw_model, triggers=self.meta.get("triggers"))  # rank 0's is reported: its first is val[0]
         for i, (x, y) in enumerate(self.val[self.rank::self.world_size]):
             with self.ctx, probe if i == 0 else nullcontext():
                 _, loss = (self.raw_model if i == 0 else self.model)(x.to(self.device), y.to(self.device))
@@ -485,7 +485,7 @@ class Trainer:
             "iter_num": self.iter_num, "val_loss": val_loss,
             "best_val_loss": self.best_val_loss, "best_iter": self.best_iter,
             "config": asdict(self.c), "rng": rng_state(),
-            "loader": self.loader.state_dict(), "health": self.health,
+            "loader": self.loader.state_dict(), "health": self.health, "tokenizer": self.meta.get("tokenizer", "gpt2"),
             "initial_val_loss": self.initial_val_loss,  # what a diverged run is measured against
             "run_id": self.folder.run_id, "data_fingerprint": self.folder.fingerprint,  # whose run, on which data
         }, is_best, latest, self.initial_val_loss)

@@ -319,8 +319,15 @@ def fmt_tokens(n):
 def fmt_difference(c, stat):
     """A claim's estimate with Welch's interval and its degrees of freedom: a ratio (×) or a difference (signed), as
     comparison says; without an interval (one seed on a side), the estimate alone."""
-    def fmt(x):  # a ratio below 0.1 to two significant digits: an interval's 0.0047 must not read as 0.00
-        return f"{x:+.4f}" if stat != "ratio" else f"{x:.2f}" if abs(x) >= 0.1 else f"{x:#.2g}"
+    def fmt(x):  # a ratio below 0.1 to two significant digits: an interval's 0.0047 must not read as 0.00; a bound
+        # that rounds onto no change (0.9954 as 1.00) gets the digits that keep it off it, as the verdict reads it
+        if stat == "ratio" and abs(x) < 0.1:
+            return f"{x:#.2g}"
+        null, digits = (1.0, 2) if stat == "ratio" else (0.0, 4)
+        sign = "" if stat == "ratio" else "+"
+        while x != null and float(f"{x:.{digits}f}") == null and digits < 15:
+            digits += 1
+        return f"{x:{sign}.{digits}f}"
     estimate = ("×" if stat == "ratio" else "") + fmt(c["estimate"])
     if c["lo"] is None:
         return f"{estimate} (no interval: one seed)"

@@ -1035,9 +1035,15 @@ def claim_problem(study):
     (docs/flags.md) is read before the report reads any run, not after."""
     counts = [(claim, ref, variant, None, direction) for claim, ref, variant, direction in study.counts]  # no measure
     for claim, ref, variant, measure, direction in [*study.claims, *counts]:
-        unknown = [name for name in (ref, variant) if not isinstance(name, (int, float)) and name not in VARIANTS]
+        fixed = isinstance(ref, (int, float)) and measure is not None  # a count's reference is a variant's seeds
+        unknown = [name for name in (ref, variant) if not (fixed and name is ref) and name not in VARIANTS]
         if unknown:
             why = f"names {unknown[0]!r}, not a variant of lab.variants.VARIANTS"
+        elif fixed and measure in MEASURE and not (math.isfinite(ref) and
+                                                   (ref > 0 or comparison(MEASURE[measure].key) == "diff")):
+            why = (f"has the fixed reference {ref!r}: a finite number" +
+                   (", above 0 (its measure is compared as a ratio)" if comparison(MEASURE[measure].key) == "ratio"
+                    else ""))
         elif measure is not None and measure not in MEASURE:
             why = f"names the measure {measure!r}; the measures are {', '.join(MEASURE)}"
         elif direction not in (-1, 1):
@@ -1239,7 +1245,10 @@ def claim_result(claim, ref, variant, measure, direction, windows):
             f"every run of a side was measured by the probe's older {m.label}" if older else f"no {m.label} in the runs"
         return {**out, "verdict": f"not measured ({why})"}
     stat = comparison(m.key)
-    c = decided(base, var, stat, direction, None if fixed else paper_effect(ref, variant, m))
+    try:
+        c = decided(base, var, stat, direction, None if fixed else paper_effect(ref, variant, m))
+    except ValueError as e:  # a non-finite window (var's and ref's rows: the sides' seeds, in the order trained)
+        fail(f"the claim {claim!r} cannot be decided on {m.label} ({ref} → {variant}): {e}")
     dropped = {x: left_out(windows, x, m.key) for x in (ref, variant) if isinstance(x, str)}
     return {**out, **c, "ref_mean": base if fixed else center(c["ref_seeds"], stat),
             "var_mean": center(c["var_seeds"], stat), **({"left_out": dropped} if any(dropped.values()) else {})}

@@ -72,7 +72,8 @@ COUNT_RULE = (f"A yes/no outcome of a run (did it grow a sink head?) is counted 
               f"the opposite direction does, inconclusive otherwise. It is \"too few seeds\" with fewer than "
               f"{MIN_SEEDS} seeds on either side, and also where even the most extreme counts (every seed of one "
               f"side, none of the other's) could not give p < {ALPHA:g}: 3 seeds against 3 cannot (their best p is "
-              f"1/20), 4 against 4 can (1/70).")
+              f"1/20), 4 against 4 can (1/70). \"Reproduced\" on a claim that a variant removes the sink says that it "
+              f"grows a sink head in fewer seeds than its reference, not in none: its k of n says how many.")
 
 
 # -----------------------------------------------------------------------------
@@ -166,8 +167,11 @@ def _finite(values, name):
     if any(v is None for v in values.flat):
         raise ValueError(f"{name} holds a None (a run without this value): report it, do not average it away")
     values = values.astype(float)
-    if not np.isfinite(values).all():
-        raise ValueError(f"{name} holds a non-finite value (a diverged run?): {values.tolist()}")
+    bad = ~np.isfinite(values)
+    if bad.any():  # where, not every value: a (seeds, windows) array has thousands
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{name} holds {int(bad.sum())} non-finite value(s) of {values.size}, the first "
+                         f"{values[first]} at index {first if len(first) > 1 else first[0]} (a diverged run?)")
     return values
 
 

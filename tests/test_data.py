@@ -278,6 +278,11 @@ def test_textdir_cli_errors(tmp_path):
         script.main(["--src", str(tmp_path), "--out_dir", str(tmp_path / "out"), "--max_files", "1"])
     with pytest.raises(SystemExit, match="is not a folder"):
         script.main(["--src", str(tmp_path / "missing"), "--out_dir", str(tmp_path / "out")])
+    # a folder named as one of the repo's datasets (~/fineweb): its shards would replace data/fineweb's
+    (tmp_path / "fineweb").mkdir()
+    with pytest.raises(SystemExit, match=r"^error: 'fineweb' is the name of this repo's dataset data/fineweb/ .*--name"):
+        script.main(["--src", str(tmp_path / "fineweb"), "--out_dir", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
 
 
 def test_pystdlib_prepare(tmp_path):
@@ -1264,3 +1269,42 @@ def test_ctrl_c_during_a_preparation_says_what_it_left_and_a_rerun_finishes_it(t
     monkeypatch.undo()
     script.main(argv)
     assert folder_state(tmp_path / "out") == before
+
+
+def test_textdir_keeps_a_training_file_and_refuses_a_hidden_name(tmp_path):
+    """However large val_fraction, one file trains (else 'wrote 0 train tokens' and train.py calls it unprepared);
+    a name starting with '.' would make hidden shards, which reading never sees."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, text in (("a.txt", "hello world"), ("b.py", "def f(): pass"), ("c.md", "second file here")):
+        (src / name).write_text(text)
+    meta = prepare_textdir(str(src), str(tmp_path / "out"), "de", exts=(".txt", ".py", ".md"), val_fraction=0.99,
+                           workers=1)
+    assert meta["train_files"] == 1 and meta["train_tokens"] > 0 and find_shards(tmp_path / "out", "train")
+    with pytest.raises(ValueError, match="not starting with '.'"):
+        prepare_textdir(str(src), str(tmp_path / "hid"), ".hidden", exts=(".txt",), workers=1)
+
+
+def test_textdir_follows_a_link_to_a_folder_but_not_a_loop(tmp_path):
+    from data.textdir.prepare import list_files
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "e.txt").write_text("linked")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "l.txt").write_text("local")
+    os.symlink(tmp_path / "elsewhere", src / "linked")
+    os.symlink(src, src / "loop")
+    assert list_files(str(src), (".txt",))[0] == ["l.txt", "linked/e.txt"]
+
+
+def test_a_corrupt_encoder_json_leaves_the_prepared_dataset_as_it_was(tmp_path, monkeypatch):
+    src = tmp_path / "src"
+    make_text_folder(src)
+    out = tmp_path / "out"
+    prepare_textdir(str(src), str(out), "demo", exts=(".txt", ".md"), val_fraction=0.3, workers=1)
+    before = sorted(os.listdir(out))
+    (tmp_path / "encoder.json").write_text("{}")
+    monkeypatch.setattr(data.shards, "GPT2_ENCODER", str(tmp_path / "encoder.json"))
+    with pytest.raises(ValueError, match="not GPT-2's encoder.json"):
+        prepare_textdir(str(src), str(out), "demo", exts=(".txt", ".md"), val_fraction=0.3, workers=1)
+    assert sorted(os.listdir(out)) == before and read_meta(out)["complete"] is True

@@ -553,6 +553,9 @@ def test_generate_samples_and_respects_top_k():
     torch.manual_seed(0)
     out = model.generate(tokens(B=3, T=4), 10, temperature=0.8, top_k=5)
     assert out.shape == (3, 14) and out.min() >= 0 and out.max() < VOCAB
+    for t in range(4, 14):  # each new token among the 5 likeliest after the text before it
+        logits, _ = model(out[:, :t])
+        assert (logits[:, -1].topk(5).indices == out[:, t:t + 1]).any(-1).all(), t
     torch.manual_seed(0)
     no_top_k = model.generate(tokens(B=3, T=4), 10, top_k=0)  # 0: no top-k (sample.py's meaning), not an empty one
     torch.manual_seed(0)

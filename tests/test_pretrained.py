@@ -361,6 +361,7 @@ def test_no_network_and_no_local_copy_is_one_line_naming_both(tmp_path):
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "cannot get 'gated-1b-headwise'" in out.stderr and "QwQZh/gated_attention" in out.stderr
     assert "network" in out.stderr and "local cache has no copy" in out.stderr
+    assert f"the files stay in {tmp_path / 'hf' / 'hub'}" in out.stderr  # HF_HOME's cache, not ~/.cache's
 
 
 # ----------------------------------------------------------------------------
@@ -507,6 +508,17 @@ def test_analyze_and_sample_refuse_bad_requests_in_one_line(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("The keeper")
     with pytest.raises(SystemExit, match="unknown checkpoint 'gtp2'"):
         sample.main(["--pretrained=gtp2"])
+    # a run and a published checkpoint mixed up: each named as what it is, with the option that takes it
+    run = tmp_path / "run"
+    for args, words in [([f"--out_dir={tmp_path}"], f"holds a published checkpoint (config.json), not a run; sample "
+                                                    f"or measure it with --pretrained={tmp_path}"),
+                        ([f"--pretrained={run / 'ckpt.pt'}"], "is a file: a published checkpoint is the folder"),
+                        ([f"--pretrained={run}"], "holds train.py checkpoints, not a published one")]:
+        with pytest.raises(SystemExit) as e:
+            sample.main(args)
+        assert str(e.value).startswith("error: ") and words in str(e.value), (args, str(e.value))
+        run.mkdir(exist_ok=True)  # after the first case: beside config.json, a folder of runs is another message
+        (run / "ckpt.pt").write_bytes(b"")
 
 
 @pytest.mark.parametrize("config,words", [("{nope", "cannot be read as JSON"), ("[1, 2]", "holds a JSON list")])

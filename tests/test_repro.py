@@ -411,6 +411,8 @@ def test_runs_measured_with_the_old_sink_share_are_named_as_such():
     (("ours: x", "baseline", "g1_no_such", "first_token_attn", -1), "names 'g1_no_such', not a variant of lab"),
     (("ours: x", "no_such", "g1_elementwise", "first_token_attn", -1), "names 'no_such', not a variant"),
     (("ours: x", "baseline", "g1_elementwise", "first_token_attn", 0), "has the direction 0, not -1 or +1"),
+    (("ours: x", 0, "g1_elementwise", "first_token_attn", -1), "has the fixed reference 0: a finite number, above 0"),
+    (("ours: x", float("nan"), "g1_elementwise", "val_loss", -1), "has the fixed reference nan: a finite number"),
 ])
 def test_a_claim_that_cannot_be_decided_stops_the_report_before_it_reads_a_run(claim, said, tmp_path):
     """A claim added by hand (docs/flags.md's example) is checked first: one line naming it, no runs read, nothing
@@ -422,6 +424,8 @@ def test_a_claim_that_cannot_be_decided_stops_the_report_before_it_reads_a_run(c
     assert not (tmp_path / "report").exists()
     count = dataclasses.replace(repro.STUDIES["sink_lab"], counts=[*repro.LAB_COUNTS, ("c", "baseline", "g1", -1)])
     assert repro.claim_problem(count) == "the claim 'c' names 'g1', not a variant of lab.variants.VARIANTS"
+    count = dataclasses.replace(repro.STUDIES["sink_lab"], counts=[("c", 0.5, "g1_elementwise", -1)])
+    assert repro.claim_problem(count) == "the claim 'c' names 0.5, not a variant of lab.variants.VARIANTS"
     assert all(repro.claim_problem(study) is None for study in repro.STUDIES.values())
 
 

@@ -66,6 +66,23 @@ def test_a_missing_dataset_folder_is_named_with_the_command_that_prepares_it(tmp
     assert f"python data/bigram_backcopy/prepare.py --out_dir {tmp_path / 'gone'}" in message
 
 
+def test_the_checkpoints_own_tokenizer_decodes_without_the_data_and_after_it_changed(tmp_path, capsys):
+    """train.py's checkpoint records its tokenizer: sample.py decodes with it, with no dataset folder at all, and
+    after the folder was prepared again with another tokenizer (which would shift the BOS id and decode wrongly)."""
+    from data.bigram_backcopy.prepare import prepare
+    checkpoint = small_run(tmp_path / "run", tmp_path / "gone")
+    checkpoint["tokenizer"] = "symbols-64"  # the sink lab's: 64 symbols and BOS, 65 ids
+    torch.save(checkpoint, tmp_path / "run" / "ckpt.pt")
+    argv = [f"--out_dir={tmp_path / 'run'}", "--device=cpu", "--dtype=float32", "--max_new_tokens=3", "--num_samples=1"]
+    capsys.readouterr()
+    sample.main(argv)
+    assert capsys.readouterr().out.startswith("<|endoftext|> s")
+    prepare(out_dir=str(tmp_path / "gone"), train_tokens=2_000, val_tokens=1_000, vocab=32)  # BOS is id 32 now
+    capsys.readouterr()
+    sample.main([*argv, "--start=s40"])  # a symbol of the run's 64, not of the folder's 32
+    assert capsys.readouterr().out.startswith("s40 s")
+
+
 def test_a_model_that_is_not_finite_is_named_as_such(tmp_path, capsys):
     from data.bigram_backcopy.prepare import prepare
     prepare(out_dir=str(tmp_path / "data"), train_tokens=2_000, val_tokens=1_000)

@@ -294,3 +294,12 @@ def test_count_verdict():
     # (p = 37/924 = 0.040) does not
     assert count_verdict(5, 6, 1, 6, -1)["p"] == pytest.approx(37 / 924)
     assert count_verdict(5, 6, 1, 6, -1)["verdict"] == "inconclusive"
+
+
+def test_a_non_finite_window_is_named_in_one_short_line():
+    """A (seeds, windows) array with one NaN: where it is, not every value (the report stops on it in one line)."""
+    windows = np.ones((3, 2048))
+    windows[1, 5] = np.nan
+    with pytest.raises(ValueError, match=r"1 non-finite value\(s\) of 6144, the first nan at index \(1, 5\)") as e:
+        compare(np.ones((3, 2048)), windows)
+    assert len(str(e.value)) < 200

@@ -33,7 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4", "--eval_iters=2",
         "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3", "--device=cpu"]
 CKPT_KEYS = {"model", "optimizer", "scaler", "model_args", "iter_num", "val_loss", "best_val_loss", "best_iter",
-             "config", "rng", "loader", "health", "initial_val_loss", "run_id", "data_fingerprint"}
+             "config", "rng", "loader", "health", "initial_val_loss", "run_id", "data_fingerprint", "tokenizer"}
 
 
 def run_cli(*args, check=True, timeout=300):
@@ -1652,6 +1652,7 @@ def test_every_checkpoint_records_its_run_and_data_and_a_resume_on_changed_data_
     train.main(args + [f"--data_dir={data}", "--max_iters=2"])
     _, first = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert first["data_fingerprint"] == dataset_fingerprint(str(data)) and len(first["run_id"]) == 16
+    assert first["tokenizer"] == "gpt2"  # what sample.py decodes with, whatever the data folder holds later
     assert load_checkpoint(str(out_dir / "best.pt"))[1]["run_id"] == first["run_id"]
     train.main(args + ["--max_iters=4", "--init_from=resume"])  # the run's own data: resumes, keeps its run id
     assert load_checkpoint(str(out_dir / "ckpt.pt"))[1]["run_id"] == first["run_id"]

@@ -120,6 +120,7 @@ def prepare(args, command=None):
     check_val_fraction(args.val_fraction)
     check_shard_tokens(args.shard_tokens)
     check_prepare_folder(args.out_dir, NAME, allow)
+    get_tokenizer()  # a missing or corrupt encoder.json: said now, not after the download and the old shards' removal
 
     splits = load_splits(args.hf_name, args.hf_revision, args.val_fraction, args.num_proc, args.trust_remote_code)
     documents = {split: tokenized_documents(ds, args.num_proc) for split, ds in splits.items()}

@@ -9,7 +9,8 @@ then train with `python train.py --dataset=NAME`.
 Each file is one document. Files are taken in sorted order; a file whose bytes equal an earlier file's is
 skipped (content hash), and so is a file that is not UTF-8, and anything that is not a regular readable file
 (a FIFO, which would wait for a writer forever, a socket or device, a broken symlink, a file we may not
-read). A symlink to a regular file is read like the file. The split is by whole files: a file goes to
+read). A symlink to a regular file is read like the file, and one to a folder like the folder (a link to a folder
+above it, a loop, is not followed). The split is by whole files: a file goes to
 validation when a hash of its path (relative to DIR) falls below val_fraction, so the split is the same
 on every run, and a file stays on its side when other files are added or removed.
 """
@@ -40,8 +41,12 @@ def list_files(src, exts, skip_dirs=()):
     {reason_skipped: count} for the others with such names). Folders named in skip_dirs, hidden folders and
     __pycache__ are not entered."""
     found, skipped = [], {"broken_links_skipped": 0, "special_skipped": 0, "unreadable_skipped": 0}
-    for folder, dirs, files in os.walk(src):
-        dirs[:] = [d for d in dirs if d not in skip_dirs and d != "__pycache__" and not d.startswith(".")]
+    above = {}  # folder -> the (device, inode) of it and the folders above it: a link to one of them is a loop
+    for folder, dirs, files in os.walk(src, followlinks=True):  # a link to a folder is read like the folder
+        chain = above.pop(folder, frozenset()) | {folder_id(folder)}
+        dirs[:] = [d for d in dirs if d not in skip_dirs and d != "__pycache__" and not d.startswith(".")
+                   and folder_id(os.path.join(folder, d)) not in chain]
+        above.update((os.path.join(folder, d), chain) for d in dirs)
         rel = os.path.relpath(folder, src)
         for name in files:
             if name.endswith(tuple(exts)):
@@ -51,6 +56,15 @@ def list_files(src, exts, skip_dirs=()):
                 else:
                     found.append(os.path.normpath(os.path.join(rel, name)).replace(os.sep, "/"))
     return sorted(found), skipped
+
+
+def folder_id(path):
+    """(device, inode) of a folder, through links; None if it cannot be read (os.walk then skips it)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def why_not_readable(path):
@@ -73,8 +87,11 @@ def path_hash(relpath):
 
 
 def split_files(files, val_fraction):
-    """{relpath: 'train' or 'val'}. At least one file is validation: the one with the lowest hash."""
+    """{relpath: 'train' or 'val'}. At least one file is validation, the one with the lowest hash, and at least one
+    is training, the one with the highest (a few files and a large val_fraction could otherwise put them all in val)."""
     val = {f for f in files if path_hash(f) < val_fraction} or {min(files, key=path_hash)}
+    if len(val) == len(files):
+        val.discard(max(files, key=path_hash))
     return {f: "val" if f in val else "train" for f in files}
 
 
@@ -133,9 +150,9 @@ def end_workers(pool):
 
 def check_name(name):
     """A dataset's name is a plain file name: its shards are <name>_train_000000.bin, in one folder."""
-    if name in ("", ".", "..") or "/" in name or (os.altsep or "/") in name or os.sep in name:
-        raise ValueError(f"dataset name {name!r} must be a plain name, without '/' (it names the shard files and "
-                         "data/NAME/): give one with --name")
+    if not name or name.startswith(".") or "/" in name or (os.altsep or "/") in name or os.sep in name:
+        raise ValueError(f"dataset name {name!r} must be a plain name, without '/' and not starting with '.' (it "
+                         "names the shard files, which a hidden name would hide, and data/NAME/): give one with --name")
 
 
 def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, val_fraction=0.02,
@@ -153,6 +170,7 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
     check_val_fraction(val_fraction)
     check_shard_tokens(shard_tokens)
     check_prepare_folder(out_dir, name, allow=repo_folder_files(out_dir))
+    get_tokenizer()  # a missing or corrupt encoder.json is said now, before the folder's old dataset is cleared
     files, unread = list_files(src, exts, skip_dirs)
     files = files[:max_files]
     print(f"reading {len(files)} files from {src} ...", flush=True)
@@ -232,9 +250,14 @@ def main(argv=None):
     exts = tuple(e.strip() for e in args.exts.split(",") if e.strip())
     out_dir = args.out_dir or os.path.join(DATA_ROOT, name)
     again = prepare_command(out_dir, name, args.src, given_options(parser, args, ("src", "name", "out_dir", "workers")))
-    run_preparation(lambda: prepare(args.src, out_dir, name, exts, max_files=args.max_files,
-                                    val_fraction=args.val_fraction, shard_tokens=args.shard_tokens,
-                                    workers=args.workers, command=again), out_dir)
+
+    def work():
+        if name != "textdir" and os.path.isfile(os.path.join(DATA_ROOT, name, "prepare.py")):  # e.g. --src ~/fineweb
+            raise ValueError(f"{name!r} is the name of this repo's dataset data/{name}/ (made by its own prepare.py), "
+                             "whose shards this would replace: give yours another name (--name)")
+        return prepare(args.src, out_dir, name, exts, max_files=args.max_files, val_fraction=args.val_fraction,
+                       shard_tokens=args.shard_tokens, workers=args.workers, command=again)
+    run_preparation(work, out_dir)
 
 
 if __name__ == "__main__":
