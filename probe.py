@@ -281,8 +281,8 @@ def massive_channels(pos, h, k=TOP_CHANNELS):
     channels = a.mean(0).topk(k).indices
     energy = h.pow(2)
     share = energy[:, channels].sum(1) / energy.sum(1).clamp_min(torch.finfo(torch.float32).tiny)
-    top, top_share = _most_often(a.argmax(1))
-    where, where_share = _most_often(pos.detach().cpu())
+    top, top_share = most_often(a.argmax(1))
+    where, where_share = most_often(pos.detach().cpu())
     return {"channels": channels.tolist(), "values": h[:, channels].mean(0).tolist(), "share": share.mean().item(),
             "top_channel": top, "top_channel_share": top_share, "pos": where, "pos_share": where_share}
 
@@ -293,7 +293,7 @@ def _pooled(values, mask):
     return values[mask].float().mean().item() if mask.any() else float("nan")
 
 
-def _most_often(values):
+def most_often(values):
     """The most frequent value of a 1-D integer tensor (the smallest on a tie) and the fraction it is."""
     uniq, counts = torch.unique(values, return_counts=True)  # sorted: argmax takes the first, smallest, on a tie
     top = counts.argmax()
@@ -315,6 +315,7 @@ class Probe:
         self.attention_maps = []
         self.massive = []  # per layer: {"pos": (B,), "h": (B, C)}, each window's hidden state where its max |h| sits
         self.channels = []  # per layer: massive_channels of those, set on exit
+        self.top_keys = []  # per layer: {"pos": (B, H) int64, "token": (B, H) int64 or None}, sink_share's top keys
         self.hooks = []
         self._idx = None  # the input ids of the model's current forward
 
@@ -392,6 +393,7 @@ class Probe:
             self._sinks(attn, q, k, trig)
         else:  # the first query can only see itself: nothing to average over
             nan = torch.full((B,), float("nan"))
+            self.top_keys.append({"pos": None, "token": None})
             for key in ("first_token_attn", "sink_share"):
                 self._window_stat(key, nan)
                 self.heads[key].append([float("nan")] * H)
@@ -402,8 +404,9 @@ class Probe:
             s = attn.gate.score(g).float()
             s = s.expand(B, T, *s.shape[2:])  # an input-independent gate: the same scores for every token
             self._window_stat("gate_mean", s.flatten(1).mean(1))
-            self.stats["gate_below_0.1"].append((s < 0.1).float().mean().item())
-            self.stats["gate_below_0.5"].append((s < 0.5).float().mean().item())
+            nan = not bool(torch.isfinite(s).all())  # a NaN score is neither below nor above: NaN, as gate_mean
+            self.stats["gate_below_0.1"].append(float("nan") if nan else (s < 0.1).float().mean().item())
+            self.stats["gate_below_0.5"].append(float("nan") if nan else (s < 0.5).float().mean().item())
             if trig is not None:  # scores (B, T, H, D or 1), averaged per position first
                 per_position = s.flatten(2).mean(-1)
                 other = torch.ones_like(trig)
@@ -430,18 +433,23 @@ class Probe:
             self.stats["prev_attn_trigger"].append(_pooled(prev, trig.unsqueeze(1)))
         f_attn = p0.mean((0, 2))  # (H,)
         self.heads["first_token_attn"].append(f_attn.tolist())
-        self.stats["sink_heads"].append((f_attn > SINK_HEAD_THRESHOLD).float().mean().item())
+        finite = bool(torch.isfinite(f_attn).all())  # a NaN head is no "no": the count is NaN, as F-Attn
+        self.stats["sink_heads"].append((f_attn > SINK_HEAD_THRESHOLD).float().mean().item() if finite
+                                        else float("nan"))
         # a sink anywhere: the key that receives the most of the late queries' attention, per window and head, among
         # the keys at least T//8 before the first late query (sink_keys: not the recent keys of a local head)
         top, pos = received_attention(q, k, scale=attn.head_dim ** -0.5, keys=sink_keys(T)).max(-1)  # (B, H) each
         self._window_stat("sink_share", top.mean(1))
         self.heads["sink_share"].append(top.mean(0).tolist())
-        sink_pos, share = _most_often(pos.flatten())
+        tokens = self._idx.to(pos.device).gather(1, pos) if isinstance(self._idx, torch.Tensor) and \
+            tuple(self._idx.shape) == (B, T) else None
+        if not bool(torch.isfinite(top).all()):  # the argmax of NaN names no key
+            pos, tokens = pos.new_full(pos.shape, -1), None
+        self.top_keys.append({"pos": pos.cpu(), "token": None if tokens is None else tokens.cpu()})
+        sink_pos, share = (None, float("nan")) if (pos < 0).any() else most_often(pos.flatten())
         self.stats["sink_pos"].append(sink_pos)
         self.stats["sink_pos_share"].append(share)
-        token, share = None, float("nan")
-        if isinstance(self._idx, torch.Tensor) and tuple(self._idx.shape) == (B, T):
-            token, share = _most_often(self._idx.to(pos.device).gather(1, pos).flatten())
+        token, share = (None, float("nan")) if tokens is None else most_often(tokens.flatten())
         self.stats["sink_token"].append(token)
         self.stats["sink_token_share"].append(share)
 

@@ -73,7 +73,7 @@ from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_ch
     result_set, writable_folder, write_json, write_text)
 from data.shards import bos_token, dataset_fingerprint, read_meta, val_windows_apart
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, Probe, SINK_HEAD_THRESHOLD, TRIGGER_KEYS,
-    attention_maps, describe, layer_mean, massive_channels, summarize, trigger_positions)
+    attention_maps, describe, layer_mean, massive_channels, most_often, summarize, trigger_positions)
 from lab.report import MECHANISM_ROWS_NOTE, mechanism_rows, older_sink_share, repeated_label
 from lab.variants import VARIANTS
 
@@ -181,8 +181,9 @@ def measure(model, batches, device, ctx, map_tokens, triggers=None, shown=0):
     # gate scores for the histogram: a random sample of each layer's, from every batch
     keep_scores, samples = gate_sampler(GATE_SAMPLE // (len(batches) * model.config.n_layer) + 1)
     probed = [probe_batch(model, x.to(device), y.to(device), ctx, keep_scores, triggers) for x, y in batches]
-    per_batch, per_head, massive, per_window = zip(*probed)
-    layers, heads, channels = pool_layers(model.config, per_batch, per_head, massive, batches[0][0].size(0))
+    per_batch, per_head, kept, per_window = zip(*probed)
+    massive, top_keys = zip(*kept)
+    layers, heads, channels = pool_layers(model.config, per_batch, per_head, massive, top_keys)
     windows_all = {key: (None if per_window[0][key] is None else np.concatenate([w[key] for w in per_window]))
                    for key in per_window[0]}
     with ctx:
@@ -229,11 +230,12 @@ def probe_batch(model, x, y, ctx, keep_scores, triggers):
     if triggers is not None:  # how many query positions of each kind the trigger statistics pooled: their weights
         n = int(trigger_positions(x, triggers).sum())
         probe.stats["positions"] = {"trigger": n, "other": x.size(0) * (x.size(1) - 1) - n}
-    return probe.stats, probe.heads, probe.massive, window
+    return probe.stats, probe.heads, (probe.massive, probe.top_keys), window
 
 
-def pool_layers(cfg, per_batch, per_head, massive, batch_size):
-    """probe_batch's statistics of every batch (of batch_size windows each) pooled: (layers, heads, channels)."""
+def pool_layers(cfg, per_batch, per_head, massive, top_keys):
+    """probe_batch's statistics of every batch (each of the same number of windows) pooled: (layers, heads,
+    channels). top_keys: per batch, the probe's top_keys (each (window, head)'s top key, per layer)."""
     def over_batches(key):  # every batch has the same number of windows: the mean of batch means
         if per_batch[0][key] is None:
             return None
@@ -253,26 +255,26 @@ def pool_layers(cfg, per_batch, per_head, massive, batch_size):
     channels = [massive_channels(torch.cat([m[layer]["pos"] for m in massive]),
                                  torch.cat([m[layer]["h"] for m in massive])) for layer in range(cfg.n_layer)]
     # sink heads over the whole validation set: a head's F-Attn averaged over every window, then thresholded
-    layers["sink_heads"] = [float(np.mean(np.array(h) > SINK_HEAD_THRESHOLD)) for h in heads["first_token_attn"]]
-    layers.update(pool_sink_location(per_batch, batch_size * cfg.n_head))
+    layers["sink_heads"] = [float(np.mean(np.array(h) > SINK_HEAD_THRESHOLD)) if np.isfinite(h).all() else math.nan
+                            for h in heads["first_token_attn"]]
+    layers.update(pool_sink_location(top_keys))
     return layers, heads, channels
 
 
-def pool_sink_location(per_batch, pairs):
-    """Per layer: the key position and the token most often receiving a (window, head)'s largest share, pooled
-    over batches from each batch's most frequent one (exact when every batch agrees, as for a BOS sink)."""
-    out = {}
-    for what in ("sink_pos", "sink_token"):
-        top, share = [], []
-        for layer in range(len(per_batch[0][what])):
-            counts = {}
-            for s in per_batch:
-                if s[what][layer] is not None:
-                    counts[s[what][layer]] = counts.get(s[what][layer], 0) + s[what + "_share"][layer] * pairs
-            best = max(counts, key=counts.get) if counts else None
-            top.append(best)
-            share.append(counts[best] / (pairs * len(per_batch)) if counts else None)
-        out[what], out[what + "_share"] = top, share
+def pool_sink_location(top_keys):
+    """Per layer: the key position and the token most often receiving a (window, head)'s largest share, counted over
+    every (window, head) pair of every batch (probe.Probe.top_keys), and the fraction of pairs they are: the same
+    whatever the windows' split into batches. None (and a share None) where the probe named no key or saw no ids."""
+    out = {key: [] for key in ("sink_pos", "sink_pos_share", "sink_token", "sink_token_share")}
+    for layer in range(len(top_keys[0]) if top_keys else 0):
+        for what, key in (("pos", "sink_pos"), ("token", "sink_token")):
+            parts = [batch[layer][what] for batch in top_keys]
+            pos = [batch[layer]["pos"] for batch in top_keys]
+            top, share = None, None
+            if all(p is not None for p in parts + pos) and not any((p < 0).any() for p in pos):
+                top, share = most_often(torch.cat([p.flatten() for p in parts]))
+            out[key].append(top)
+            out[key + "_share"].append(share)
     return out
 
 
@@ -491,7 +493,9 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
             record.update(label=label, checkpoint=checkpoint, eval_windows=windows,
                           measured_on=f"{device_name(device)}, {time.strftime('%Y-%m-%d')}")
             if problem:  # its numbers are NaN, written as null; nothing to keep for a study
-                record["problem"] = problem
+                record["problem"] = problem  # no headline number of a layer that stayed finite either
+                record.update({m.key: None for m in MEASURES if m.key in record and m.key != "loss_spikes"},
+                              act_ratio=None, **{"gate_below_0.5": None})
             else:  # at once: a later run's failure loses none of this one
                 keep_measurement(run_dir, record, s, m)
             if fingerprints.setdefault(key, record["windows_id"]) != record["windows_id"]:  # kept runs' windows

@@ -883,3 +883,37 @@ def test_trigger_statistics_pool_every_position_of_their_kind_over_batches():
     # an empty trigger list (the API's, not a dataset's): every position is 'other', none a trigger
     layers = analyze.measure(model, batches, "cpu", contextlib.nullcontext(), map_tokens=8, triggers=[])[0]
     assert np.isnan(layers["gate_mean_trigger"]).all() and not np.isnan(layers["first_token_attn_other"]).any()
+
+
+def test_a_diverged_run_has_no_finite_headline_number(tmp_path, dataset):
+    """A NaN in layer 0's queries leaves layer 0's gate finite and makes layer 1 NaN: the run's row must not read
+    'no sink heads, gate mean 0.5' (NaN > 0.3 is False, and a layer mean skips NaN layers), but '–' throughout."""
+    make_run(str(tmp_path / "base"), dataset, gate="g1")
+    make_run(str(tmp_path / "nan"), dataset, gate="g1")
+    checkpoint = torch.load(tmp_path / "nan" / "ckpt.pt", weights_only=True)
+    checkpoint["model"]["transformer.h.0.attn.c_attn.weight"][0, 0] = float("nan")  # a query row, not the gate's
+    save_checkpoint(checkpoint, str(tmp_path / "nan" / "ckpt.pt"))
+    summary = analyze.analyze([str(tmp_path / "base"), str(tmp_path / "nan")], ["base", "nan"], str(tmp_path / "res"),
+                              device="cpu", batches=2, batch_size=3, map_tokens=16)
+    base, bad = summary["runs"]
+    assert "not finite" in bad["problem"] and bad["loss_spikes"] == 3
+    for key in ("val_loss", "first_token_attn", "sink_heads", "gate_mean", "gate_below_0.1", "gate_below_0.5"):
+        assert base[key] is not None and bad[key] is None, key
+    layers = json.loads((tmp_path / "res" / "summary.json").read_text())["runs"][1]["layers"]  # NaN written as null
+    assert layers["sink_heads"][1] is None and layers["sink_pos"][1] is None
+
+
+def test_the_sink_location_does_not_depend_on_how_the_windows_are_batched(tmp_path, dataset):
+    """sink_pos/sink_token count every (window, head) pair's top key: the same windows in 1 batch of 12 or 4 of 3
+    give the same answer, also where no BOS sink wins every batch (a sharpened gated model, no training)."""
+    make_run(str(tmp_path / "g1"), dataset, gate="g1")
+    checkpoint = torch.load(tmp_path / "g1" / "ckpt.pt", weights_only=True)
+    for key in checkpoint["model"]:
+        if key.endswith("c_attn.weight"):
+            checkpoint["model"][key] *= 20  # sharp attention: the top keys spread over positions
+    save_checkpoint(checkpoint, str(tmp_path / "g1" / "ckpt.pt"))
+    layers = [analyze.analyze([str(tmp_path / "g1")], ["g1"], str(tmp_path / f"res{n}"), device="cpu", batches=n,
+                              batch_size=12 // n, map_tokens=16)["runs"][0]["layers"] for n in (1, 4)]
+    keys = ("sink_pos", "sink_pos_share", "sink_token", "sink_token_share")
+    assert [layers[0][k] for k in keys] == [layers[1][k] for k in keys]
+    assert min(layers[0]["sink_pos_share"]) < 1  # the top keys disagree: a split could have changed the answer
