@@ -15,7 +15,8 @@ quant   weights and activations rounded to N bits (--quant=w8a8,w4a16,w8a4,w4a4:
         (c_attn, whose outputs include the gate's logits; the attention's c_proj, W_O; the MLP's c_fc and c_proj;
         the blocks' GatedNorm W_down and W_up). Full precision: the token embedding and lm_head, the norms (the final
         one's GatedNorm too), the attention scores and softmax, the gate's product. A massive activation sets its
-        token's scale, so the token's other features round to 0: the loss increase is what the outliers cost.
+        token's scale, so the token's other features round to 0: part of the loss increase is what the outliers
+        cost, the rest the rounding any model pays (w4a16 rounds the weights alone).
 length  the loss at each position of windows 1x, 2x, 4x, 8x the training length T (--lengths), reported per
         bucket of positions [0, T), [T, 2T), [2T, 4T), [4T, 8T), with RoPE as trained ('none', whose angles run
         past anything seen in training), NTK-aware scaling ('ntk') or YaRN ('yarn', the method GA Table 5 uses, with
@@ -301,7 +302,8 @@ def stored_record(run, checkpoint, settings_for):
     if other:
         raise ValueError(f"no {checkpoint} in {run}, and {other}: evaluate the new run once it has saved its "
                          f"{checkpoint}")
-    differ = [key for key in asked if kept.get(key) != asked[key]]
+    # batch_size, like the device, changes the numbers only by rounding: recorded, not required to match
+    differ = [key for key in asked if key != "batch_size" and kept.get(key) != asked[key]]
     if differ:
         raise ValueError(
             f"no {checkpoint} in {run}, and the record kept of it ({EVALUATED}, measured on {record.get('device')}, "
@@ -352,8 +354,9 @@ def run_windows(checkpoint, n, length):
     except ValueError as e:
         raise ValueError(f"{e} (here: windows of {length} tokens; ask for shorter ones with --lengths)") from None
     if n > most:
-        print(f"note: {data_dir}'s validation set holds {most} windows of {length} tokens without overlap: {most} "
-              f"measured, not the {n} asked (overlapping windows would make the intervals too narrow)", flush=True)
+        print(f"note: {data_dir}'s validation set holds {most} windows of {length} tokens without overlap: "
+              f"{windows[0].size(0)} measured, not the {n} asked (overlapping windows would make the intervals too "
+              "narrow)", flush=True)
     return windows, data_dir
 
 
@@ -441,8 +444,11 @@ def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODE
                       "model": dataclasses.asdict(model.config), "device": here, "date": time.strftime("%Y-%m-%d")}
             if "run" in source:
                 record["settings"] = settings_for(T)
-            record.update(measure(model, T, windows, modes, batch_size, settings, multiples, scalings,
-                                  stream_windows, keeps, n))
+            try:
+                record.update(measure(model, T, windows, modes, batch_size, settings, multiples, scalings,
+                                      stream_windows, keeps, n))
+            except ValueError as e:  # e.g. a loss that is not finite (stats.mean_ci): say which model
+                raise ValueError(f"{label} ({source.get('run') or source.get('pretrained')}): {e}") from None
             record["seconds"] = round(time.time() - start, 1)
             if "run" in source:  # at once, so that a later failure loses no run's numbers
                 keep_record(source["run"], record)
@@ -466,7 +472,10 @@ def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODE
 
 def markdown(summary):
     records = summary["models"]
-    lines = [f"Measured by lab/evaluate.py on {summary['device']}, {summary['date']}. Loss in nats per token, the mean "
+    fresh = any(not r.get("measured_earlier") for r in records)  # else every number is a record measured earlier
+    lines = [(f"Measured by lab/evaluate.py on {summary['device']}, {summary['date']}" if fresh else
+              f"Drawn by lab/evaluate.py on {summary['date']}, every model from the record measured earlier (below)")
+             + ". Loss in nats per token, the mean "
              "over windows ± the half-width of its 95% t-interval; Δ: the increase over the same windows unchanged. "
              "An interval is one checkpoint's, over windows: it says nothing about how runs or seeds differ (the "
              "study's report compares those). The length mode's windows are longer than the other modes', so its "
@@ -671,6 +680,18 @@ def main(argv=None):
         if "length" in modes and ckpt:  # a run to be measured, not read from its record
             check_length_memory(run, args, multiples, a.device)
             check_length_data(run, ckpt, max(multiples) * args["block_size"])
+    for name in names:  # before any run is measured: a published checkpoint refused late costs the runs' work
+        try:
+            ckpt = pretrained.locate(name)
+            if a.window > ckpt.config.block_size:
+                raise ValueError(f"--window={a.window} is longer than {name}'s {ckpt.config.block_size} positions")
+            with open(a.text or pretrained.SAMPLE_TEXT, encoding="utf-8") as f:
+                enc = pretrained.load_tokenizer(ckpt)
+                pretrained.text_windows(enc, f.read(), a.window, 1, enc.eot_token if ckpt.bos else None)
+        except UnicodeDecodeError as e:
+            fail(f"--text={a.text}: not UTF-8 text (byte {e.start}): give a text file, e.g. data/sample_text.txt")
+        except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
+            fail(e)
     lengths_T.update({name: a.window for name in names})  # a published checkpoint's T is --window
     for model, T in lengths_T.items():
         if "stream" in modes and not 1 <= min(stream_windows or [T // 8]) <= max(stream_windows or [T // 4]) < T:

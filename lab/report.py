@@ -221,8 +221,8 @@ PAPERS_SAY = (
     "to W4A4; the baseline, with its massive activations, loses far more than GatedNorm, which loses the least "
     "(unaided, better than the baseline with SmoothQuant). Length: GA Table 5 extends its models from 32k to 128k "
     "tokens with YaRN; all lose some accuracy within 32k, the gated ones less, and past 32k the gated model scores far"
-    " higher on RULER (66.6 and 58.8 against the baseline's 37.5 and 31.7, at 64k and 128k); GA's explanation: the "
-    "baseline's sink, tuned to the trained RoPE, does not adapt to the rescaled one. Streaming: StreamingLLM (Xiao et "
+    " higher on RULER (66.6 and 58.8 against the baseline's 37.5 and 31.7, at 64k and 128k); GA suggests, as one "
+    "possible explanation, that the baseline's sink, tuned to the trained RoPE, does not adapt to the rescaled one. Streaming: StreamingLLM (Xiao et "
     "al. 2024) finds that a sliding window fails once the first tokens leave it and works again when 4 are kept; "
     "neither paper measures whether a sink-free gated model needs no such tokens: the streaming rows here are this "
     "project's measurement of it.")
@@ -932,8 +932,10 @@ def evaluate_section(report_dir, root, trained):
             stale.append(r["label"])
     columns = list(dict.fromkeys(k for rows in by.values() for row in rows for k in row))
     lines = ["", "## Downstream consequences (lab/evaluate.py)", "",
-             f"Measured by `python -m lab.repro evaluate` on {evaluations['device']}, {evaluations['date']}; the "
-             f"details, each checkpoint with its intervals over windows, in "
+             (f"Measured by `python -m lab.repro evaluate` on {evaluations['device']}, {evaluations['date']}"
+              if any(not r.get("measured_earlier") for r in evaluations["models"]) else
+              f"Drawn by `python -m lab.repro evaluate` on {evaluations['date']}, every run from its record measured "
+              "earlier (below)") + "; the details, each checkpoint with its intervals over windows, in "
              f"[{EVALUATE_DIR}/summary.md]({EVALUATE_DIR}/summary.md). Here, {SEEDS_NOTE}. Δ: the loss increase "
              "(nats) with W-bit weights and A-bit activations, or a sliding window of w keys that keeps the first k "
              "positions, over the same windows unchanged; a RoPE column: the loss of the last positions of the longest "

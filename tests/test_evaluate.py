@@ -567,3 +567,25 @@ def test_the_checkpoint_is_a_file_name_in_each_run_folder(two_runs, tmp_path):
     message = error_of(evaluate.main, [f"--runs={run}", "--checkpoint=best.pt", *QUICK,
                                        f"--out_dir={tmp_path / 'out'}"])
     assert message == f"error: no best.pt in {run}: it has ckpt.pt; choose one with --checkpoint=NAME"
+
+
+def test_a_published_checkpoint_it_cannot_measure_is_refused_before_any_run_is_measured(two_runs, tmp_path,
+                                                                                       monkeypatch):
+    pytest.importorskip("transformers")
+    from test_pretrained import tiny_gpt2
+    tiny_gpt2(tmp_path / "gpt2", n_positions=64, vocab_size=50257)
+    (tmp_path / "short.txt").write_text("hello world")
+    (tmp_path / "binary.txt").write_bytes(b"\x80\x81" * 100)
+    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **k: pytest.fail("measured before the checkpoint was checked"))
+    for argv, words in ((["--window=100"], "--window=100 is longer than"),
+                        (["--window=32", f"--text={tmp_path / 'short.txt'}"], "fewer than one window of 33"),
+                        (["--window=32", f"--text={tmp_path / 'binary.txt'}"], "not UTF-8 text")):
+        message = error_of(evaluate.main, [f"--runs={two_runs}/g1", f"--pretrained={tmp_path / 'gpt2'}",
+                                           "--modes=quant", *argv, *QUICK[1:], f"--out_dir={tmp_path / 'out'}"])
+        assert words in message and "\n" not in message, message
+
+
+def test_a_summary_of_records_measured_earlier_does_not_say_it_was_measured_here():
+    record = {"label": "b", "measured_earlier": True, "device": "NVIDIA H200", "date": "2026-11-26", "notes": []}
+    text = evaluate.markdown({"device": "CPU (x86_64)", "date": "2026-12-01", "modes": [], "models": [record]})
+    assert not text.startswith("Measured by lab/evaluate.py on CPU") and "b on NVIDIA H200, 2026-11-26" in text
