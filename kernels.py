@@ -85,7 +85,7 @@ def _check(q, k, v, gate):
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"q, k, v must be (B, H, T, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     B, H, T, D = q.shape
-    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D or H % k.shape[1]:
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D or not k.shape[1] or H % k.shape[1]:
         raise ValueError(f"k and v must be (B, Hkv, T, D) with H % Hkv == 0; got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}, v {tuple(v.shape)}")
     if gate is not None and (gate.dim() != 4 or tuple(gate.shape[:3]) != (B, H, T)  # [gate]
@@ -100,6 +100,8 @@ def attention_torch(q, k, v, gate=None, causal=True, scale=None, mask=None):
     if causal and mask is None and q.size(2) != k.size(2):  # SDPA would align the rows at the top left
         raise ValueError(f"causal attention needs as many queries as keys (Tq={q.size(2)}, Tk={k.size(2)}): one "
                          "new query after a KV cache sees every key, causal=False (as model.py decodes); or a mask")
+    if causal and mask is None and scale is not None and not scale > 0:  # SDPA's is_causal makes NaN rows then
+        mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, scale=scale,
                                        enable_gqa=q.size(1) != k.size(1))
     if gate is not None:  # [gate]
@@ -200,6 +202,11 @@ def first_token_attention(q, k, causal=True, scale=None, chunk=256, backend="aut
     _check(q, k, k, None)
     B, H, Tq, D = q.shape
     Hkv, Tk = k.size(1), k.size(2)
+    if causal and Tq > Tk:
+        raise ValueError(f"causal first_token_attention needs no more queries than keys (Tq={Tq}, Tk={Tk}): the "
+                         "first queries would see no key")
+    if chunk < 1:
+        raise ValueError(f"chunk must be a positive number of queries, got {chunk}")
     scale = scale if scale is not None else D ** -0.5
     qg = q.float().unflatten(1, (Hkv, H // Hkv))  # (B, Hkv, G, Tq, D): query heads grouped by their KV head
     if use_triton(backend, q, k, k, scale=scale):
@@ -373,7 +380,8 @@ if HAS_TRITON:
         dO = dY * s, delta = rowsum(dO * O) = rowsum(dY * Y), dGate = dY * O * s(1 - s) = dY * Y * (1 - s).
         In fp16/bf16 the two sides of dP - delta carry different roundings (dO's here, Y's in the forward), so where
         they should cancel exactly (T = 1: P = 1, dQ = dK = 0) dS is rounding noise, |dS| <= eps * rowsum(|dY * Y|);
-        only O itself (more memory) would remove it. tests/test_kernels.one_token_bounds holds the kernel to that."""
+        only O itself (more memory) would remove it. tests/test_kernels.one_token_bounds holds the kernel to that.
+        In fp16 a nearly closed gate (s < ~1e-4) makes Y subnormal, and dGate loses precision (docs/kernels.md)."""
         bh = tl.program_id(1)
         b, h = (bh // H).to(tl.int64), bh % H
         offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -212,6 +212,19 @@ def test_contiguous_bhtd_inputs(backward, choose_backward):
 
 
 @needs_triton
+@pytest.mark.parametrize("backward", kernels.BACKWARDS)
+def test_inputs_with_a_head_dim_stride_other_than_one(backward, choose_backward):
+    """Every input, dY included, a view whose last dim has stride 2 (every other channel of a wider buffer): the other
+    tests' inputs all have head-dim stride 1, so a kernel that ignored sqd, skd, svd, sgd or sdyd would pass them."""
+    choose_backward(backward)
+    gen = torch.Generator().manual_seed(12)
+    wide = lambda h, d=32: torch.randn(2, 45, h, 2 * d, generator=gen).transpose(1, 2)[..., ::2]  # noqa: E731
+    q, k, v, g = (wide(h).to(DEV).requires_grad_() for h in (4, 2, 2, 4))
+    assert q.stride(3) == g.stride(3) == 2
+    assert_close_to_reference(q, k, v, g, wide(4).to(DEV), causal=True)
+
+
+@needs_triton
 def test_atomic_dq_in_half_precision_is_copied_back(choose_backward, monkeypatch):
     """fp16 inputs (which the interpreter runs; its bf16 is not usable): the atomic pass sums dQ in an fp32 buffer
     of its own, then copies it into dq's fp16 buffer, which starts as NaN here. It must match the recompute mode
@@ -470,6 +483,16 @@ def test_bad_inputs_raise():
         kernels.attention_torch(q[:, :, -1:], k, v, causal=True)
     assert torch.allclose(gated_attention(q[:, :, -1:], k, v, causal=False), gated_attention(q, k, v)[:, :, -1:],
                           atol=1e-6)
+    with pytest.raises(ValueError, match="H % Hkv == 0"):  # no KV head: the shape's message, not a ZeroDivisionError
+        gated_attention(q, k[:, :0], v[:, :0])
+    with pytest.raises(ValueError, match="the first queries would see no key"):  # their softmax: all -inf, NaN
+        first_token_attention(q, k[:, :, :3])
+    with pytest.raises(ValueError, match="chunk must be a positive number"):
+        first_token_attention(q, k, chunk=0)
+    # a scale of 0 or below: SDPA's is_causal gives NaN rows on some builds; the torch path uses its own causal mask
+    for scale in (0.0, -0.5):
+        want = reference(q, k, v, None, causal=True, scale=scale)
+        assert torch.allclose(gated_attention(q, k, v, scale=scale, backend="torch").double(), want, atol=1e-5), scale
 
 
 @needs_triton
