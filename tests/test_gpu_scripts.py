@@ -462,3 +462,18 @@ def test_the_gpu_scripts_and_their_page_are_written_for_a_gpu_of_ones_own():
         with open(os.path.join(REPO, path)) as f:
             found += [f"{path}:{n}: {line.strip()}" for n, line in enumerate(f, 1) if forbidden.search(line)]
     assert found == [], "\n".join(found)
+
+
+def test_a_wait_that_gives_up_packs_what_there_is_so_far(tmp_path):
+    """`wait SECONDS` that ends while the job still runs (exit 3) leaves the tarball of what there is so far in $OUT,
+    so that a machine stopped right after it still gives the job's command and output back."""
+    python = fake_python(tmp_path / "python", '[ "$1 $2 $3" = "-m lab.repro train" ] && { echo training; sleep 60; }')
+    work = tmp_path / "work"
+    assert script("study", "start", "baseline", work=work, env={"PYTHON": python}).returncode == 0
+    try:
+        waited = script("study", "wait", "3", work=work)
+        assert waited.returncode == 3 and "still running after" in waited.stdout, waited.stdout
+        files = packed(work, "study")
+        assert b"training" in files["study/study-job/output.txt"] and "study/study-job/exit" not in files
+    finally:
+        os.killpg(int((work / "study-job" / "pid").read_text()), 9)

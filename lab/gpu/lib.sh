@@ -61,7 +61,9 @@ start_log() {  # start_log NAME: $LOG is $WORK/NAME/, emptied unless its last ru
     fi
     local env=$WORK/.env-$1.txt key
     mkdir -p "$WORK" "$OUT"
-    { date -u +%FT%TZ; git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | head -20
+    { date -u +%FT%TZ; git rev-parse HEAD 2>/dev/null
+      git status --short -- . ':!results' 2>/dev/null | head -20  # the code's changes first, never cut off by results/
+      echo "$(git status --short -- results 2>/dev/null | wc -l) paths under results/ differ from the commit"
       nvidia-smi 2>&1 | head -20
       "$PYTHON" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__)"
       "$PYTHON" -c "import triton; print('triton', triton.__version__)"

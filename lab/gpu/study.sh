@@ -23,7 +23,8 @@
 #        before its first checkpoint, and starts the rest
 #   bash lab/gpu/study.sh wait [SECONDS]
 #        a line of progress a minute until the job ends (or SECONDS pass, when given, or BUDGET_S when that is
-#        set: lab/gpu/lib.sh); exit 0 when the job succeeded, 1 when it failed, 3 while it still runs. Stopping it
+#        set: lab/gpu/lib.sh); exit 0 when the job succeeded, 1 when it failed, 3 while it still runs (then it packs
+#        what there is so far, as pack does). Stopping it
 #        (Ctrl-C) leaves the job running: call it again, or read $WORK/study-job/output.txt. When the job has
 #        ended and $OUT holds no study.tar.gz packed since (another $OUT, one emptied since), it packs again
 #   bash lab/gpu/study.sh pack
@@ -68,7 +69,7 @@ start)
         cp -r results/repro "$REPORT" || exit 1
     fi
     [ "$TOY" = 1 ] || compgen -G "data/pysrc/*_val_*.bin" > /dev/null || step prepare "$PYTHON" -m lab.repro prepare
-    [ "$STATUS" -eq 0 ] || exit "$STATUS"
+    [ "$STATUS" -eq 0 ] || { OUT="$OUT" bash "$SCRIPT" pack; exit "$STATUS"; }  # what it said, packed all the same
     # training first; the report after runs that failed beside others (exit 4: it keeps the runs trained) and even
     # when the evaluation failed; the exit code is the training's failure, else the report's, else the evaluation's
     { printf '%q ' "$PYTHON" -m lab.repro train "${TRAIN[@]}" "${REPRO[@]}" "${DATA[@]}" --report_dir="$REPORT"
@@ -99,15 +100,22 @@ wait)
                  "$(tail -n 1 "$JOB/output.txt" 2>/dev/null | cut -c1-160)"
         fi
     done
-    if running; then echo "still running after $SECONDS s: bash lab/gpu/study.sh wait"; exit 3; fi
+    if running; then  # what there is so far, packed: a session that ends here still has it
+        echo "still running after $SECONDS s: bash lab/gpu/study.sh wait; packing what there is so far"
+        OUT="$OUT" bash "$SCRIPT" pack
+        exit 3
+    fi
     tail -n 30 "$JOB/output.txt" 2>/dev/null
     code=$(cat "$JOB/exit" 2>/dev/null || echo "unknown (no job, or it was killed: start it again to resume)")
     echo "the study's job ended: exit $code"
     tarball=$(cat "$JOB/tarball" 2>/dev/null)
-    if [ -f "$OUT/study.tar.gz" ] && ! [ "$JOB/exit" -nt "$OUT/study.tar.gz" ]; then
+    if [ -f "$JOB/exit" ] && [ -f "$OUT/study.tar.gz" ] && ! [ "$JOB/exit" -nt "$OUT/study.tar.gz" ]; then
         echo "== its results, packed when it ended: $OUT/study.tar.gz"
     elif [ -f "$JOB/exit" ]; then  # packed into another $OUT, or this one was emptied since: pack again, here
         echo "== $OUT holds no study.tar.gz packed after the job ended (it packed into ${tarball:-?}): packing again"
+        OUT="$OUT" bash "$SCRIPT" pack
+    elif [ -d "$JOB" ]; then  # killed before it could pack: what it left
+        echo "== the job was stopped before it packed: packing what it left"
         OUT="$OUT" bash "$SCRIPT" pack
     fi
     [ "$code" = 0 ] || exit 1
