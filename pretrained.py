@@ -351,7 +351,12 @@ class HubTokenizer:
     """A tokenizer.json (the `tokenizers` package) with the tiktoken methods this project calls."""
 
     def __init__(self, path):
-        self.tok = require("tokenizers").Tokenizer.from_file(path)
+        tokenizers = require("tokenizers")
+        try:
+            self.tok = tokenizers.Tokenizer.from_file(path)
+        except Exception as e:  # the tokenizers package raises a bare Exception: not JSON, not UTF-8, not its format
+            raise ValueError(f"{path} cannot be read as a tokenizer.json ({e}): the download was cut short or the "
+                             "file is not one; download it again") from None
         self.eot_token = self.tok.token_to_id("<|endoftext|>")
         self.n_vocab = self.tok.get_vocab_size(with_added_tokens=True)
 

@@ -6,10 +6,11 @@ Sample from a model trained by train.py, or from a published checkpoint:
     python sample.py --pretrained=gpt2 --start="The attention sink"     # a published checkpoint (pretrained.py)
 
 Its keys are the fields of SampleConfig below, set as in every script here (--key=value, or a config file).
-Generation uses the model's KV cache; the text is decoded with the tokenizer named in the meta.json of the run's
-dataset, which must be here (a run's ids mean nothing without it: the command that prepares it is named). A model
-trained with BOS windows (train.py's bos=True, the default) gets <|endoftext|> before the prompt, as at every
-training window's position 0, and keeps it there when the text outgrows block_size.
+Generation uses the model's KV cache; the text is decoded with the tokenizer the checkpoint records (train.py's do
+since 2026-12-01), else with the one named in the meta.json of the run's dataset, which must then be here (a run's ids
+mean nothing without it: the command that prepares it is named). A model trained with BOS windows (train.py's
+bos=True, the default) gets <|endoftext|> before the prompt, as at every training window's position 0, and keeps it
+there when the text outgrows block_size.
 """
 
 import math
@@ -68,8 +69,8 @@ def read_prompt(start):
 
 def load(c, dev):
     """(model, tokenizer, the run's training keys) of a run's checkpoint or a published one; what cannot be sampled
-    from stops with one line: a missing or broken file, a missing dataset (its tokenizer), weights that are not
-    finite (every probability would be NaN)."""
+    from stops with one line: a missing or broken file, a missing dataset (for a checkpoint that records no
+    tokenizer), weights that are not finite (every probability would be NaN)."""
     try:
         if c.pretrained:
             published = pretrained.locate(c.pretrained)

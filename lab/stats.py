@@ -170,8 +170,9 @@ def _finite(values, name):
     bad = ~np.isfinite(values)
     if bad.any():  # where, not every value: a (seeds, windows) array has thousands
         first = tuple(int(i) for i in np.argwhere(bad)[0])
+        at = f" at index {first if len(first) > 1 else first[0]}" if first else ""  # () for a single number
         raise ValueError(f"{name} holds {int(bad.sum())} non-finite value(s) of {values.size}, the first "
-                         f"{values[first]} at index {first if len(first) > 1 else first[0]} (a diverged run?)")
+                         f"{values[first]}{at} (a diverged run?)")
     return values
 
 
@@ -231,9 +232,9 @@ def welch(ref, var, stat="diff", level=0.95):
     return {**out, "lo": float(lo), "hi": float(hi), "df": float(df)}
 
 
-def per_seed(values):
+def per_seed(values, name="values"):
     """Per-seed values from a (seeds, windows) array (each run's mean over its windows), or a 1-D array as it is."""
-    x = _finite(values, "values")
+    x = _finite(values, name)
     if x.ndim == 2:
         return x.mean(axis=1)
     if x.ndim == 1:
@@ -247,8 +248,8 @@ def compare(ref, var, stat="diff", level=0.95):
     themselves, the null value, and "seeds": the fewest seeds on a side that RULE counts (the variant's alone
     against a fixed value)."""
     fixed = np.ndim(ref) == 0 and ref is not None
-    b = per_seed(var)
-    a = float(ref) if fixed else per_seed(ref)
+    b = per_seed(var, "the variant's values")
+    a = float(ref) if fixed else per_seed(ref, "the reference's values")
     out = welch(a, b, stat, level)
     return {**out, "stat": stat, "null": 1.0 if stat == "ratio" else 0.0,
             "ref_seeds": None if fixed else a.tolist(), "var_seeds": b.tolist(),

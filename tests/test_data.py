@@ -1294,6 +1294,7 @@ def test_textdir_follows_a_link_to_a_folder_but_not_a_loop(tmp_path):
     (src / "l.txt").write_text("local")
     os.symlink(tmp_path / "elsewhere", src / "linked")
     os.symlink(src, src / "loop")
+    os.symlink(tmp_path, src / "up")  # a folder above src: it would read src's siblings (elsewhere/ again, and more)
     assert list_files(str(src), (".txt",))[0] == ["l.txt", "linked/e.txt"]
 
 

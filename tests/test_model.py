@@ -905,3 +905,16 @@ def test_sequence_longer_than_block_size_raises():
     model = make()
     with pytest.raises(ValueError, match="block_size"):
         model(tokens(T=25))
+
+
+def test_generate_never_samples_ids_at_or_past_n_vocab():
+    """vocab_size's padding past the tokenizer's n_vocab has no text: even where the model puts most of its
+    probability there (here: a large bias on the last 30 ids through the tied embedding's last rows) none is sampled,
+    with or without top-k, and a top_k larger than n_vocab keeps every allowed id."""
+    model = make()
+    with torch.no_grad():
+        model.lm_head.weight[VOCAB - 30:] *= 50  # the padding rows: their logits dwarf the others'
+    for top_k in (None, 5, 1000):
+        torch.manual_seed(0)
+        out = model.generate(tokens(B=3, T=4), 20, top_k=top_k, n_vocab=VOCAB - 30)
+        assert out[:, 4:].max() < VOCAB - 30, top_k

@@ -405,6 +405,9 @@ def test_tokenizers_gpt2_ships_and_tokenizer_json_round_trips(tmp_path):
     text = "The keeper's log, day 4: fog. <|endoftext|>Next"
     ids = enc.encode(text, allowed_special={"<|endoftext|>"})
     assert enc.decode(ids) == text and enc.eot_token in ids and max(ids) < enc.n_vocab <= VOCAB
+    (tmp_path / "qwen3" / "tokenizer.json").write_bytes(b"\x80not json")  # a download cut short: one line
+    with pytest.raises(ValueError, match="tokenizer.json cannot be read as a tokenizer.json .*download it again"):
+        pretrained.load_tokenizer(ckpt)
 
 
 def test_text_windows_are_consecutive_and_shifted_by_one():

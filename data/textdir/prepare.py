@@ -43,7 +43,7 @@ def list_files(src, exts, skip_dirs=()):
     found, skipped = [], {"broken_links_skipped": 0, "special_skipped": 0, "unreadable_skipped": 0}
     above = {}  # folder -> the (device, inode) of it and the folders above it: a link to one of them is a loop
     for folder, dirs, files in os.walk(src, followlinks=True):  # a link to a folder is read like the folder
-        chain = above.pop(folder, frozenset()) | {folder_id(folder)}
+        chain = (above.pop(folder, None) or outside(src)) | {folder_id(folder)}  # outside: src and the folders above
         dirs[:] = [d for d in dirs if d not in skip_dirs and d != "__pycache__" and not d.startswith(".")
                    and folder_id(os.path.join(folder, d)) not in chain]
         above.update((os.path.join(folder, d), chain) for d in dirs)
@@ -56,6 +56,16 @@ def list_files(src, exts, skip_dirs=()):
                 else:
                     found.append(os.path.normpath(os.path.join(rel, name)).replace(os.sep, "/"))
     return sorted(found), skipped
+
+
+def outside(src):
+    """The (device, inode) of src and of every folder above it: a link to one of them leads out of src, or round."""
+    ids, path = set(), os.path.realpath(src)
+    while True:
+        ids.add(folder_id(path))
+        if os.path.dirname(path) == path:
+            return frozenset(ids)
+        path = os.path.dirname(path)
 
 
 def folder_id(path):

@@ -114,7 +114,7 @@ wait)
     elif [ -f "$JOB/exit" ]; then  # packed into another $OUT, or this one was emptied since: pack again, here
         echo "== $OUT holds no study.tar.gz packed after the job ended (it packed into ${tarball:-?}): packing again"
         OUT="$OUT" bash "$SCRIPT" pack
-    elif [ -d "$JOB" ]; then  # killed before it could pack: what it left
+    elif [ -f "$JOB/pid" ]; then  # killed before it could pack: what it left (no pid: its start failed, and packed)
         echo "== the job was stopped before it packed: packing what it left"
         OUT="$OUT" bash "$SCRIPT" pack
     fi
