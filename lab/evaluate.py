@@ -382,17 +382,23 @@ def load_models(runs, checkpoint_name, names, text_path, window, n, device, sett
             lambda length, c=ckpt: run_windows(c, n, length)
     text_path = text_path or pretrained.SAMPLE_TEXT
     for name in names:
-        ckpt = pretrained.locate(name)
-        if window > ckpt.config.block_size:
-            raise ValueError(f"--window={window} is longer than {name}'s {ckpt.config.block_size} positions")
-        enc = pretrained.load_tokenizer(ckpt)
-        with open(text_path, encoding="utf-8") as f:
-            text = f.read()
+        ckpt, enc, text = published(name, window, text_path)
 
         def windows(length, enc=enc, bos=enc.eot_token if ckpt.bos else None, text=text):
             batches = pretrained.text_windows(enc, text, length, n, bos)
             return (torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])), text_path
         yield pretrained.load_model(ckpt, device), window, {"pretrained": name, "about": ckpt.about}, windows
+
+
+def published(name, window, text_path):
+    """A published checkpoint's (ckpt, tokenizer, text) for windows of `window` tokens of text_path; what makes it
+    unmeasurable (not found, a window past its positions, a text that is not UTF-8) raises, naming it."""
+    ckpt = pretrained.locate(name)
+    if window > ckpt.config.block_size:
+        raise ValueError(f"--window={window} is longer than {name}'s {ckpt.config.block_size} positions")
+    enc = pretrained.load_tokenizer(ckpt)
+    with open(text_path, encoding="utf-8") as f:
+        return ckpt, enc, f.read()
 
 
 def measure(model, T, windows, modes, rows, settings, multiples, scalings, stream_windows, keeps, n):
@@ -682,12 +688,8 @@ def main(argv=None):
             check_length_data(run, ckpt, max(multiples) * args["block_size"])
     for name in names:  # before any run is measured: a published checkpoint refused late costs the runs' work
         try:
-            ckpt = pretrained.locate(name)
-            if a.window > ckpt.config.block_size:
-                raise ValueError(f"--window={a.window} is longer than {name}'s {ckpt.config.block_size} positions")
-            with open(a.text or pretrained.SAMPLE_TEXT, encoding="utf-8") as f:
-                enc = pretrained.load_tokenizer(ckpt)
-                pretrained.text_windows(enc, f.read(), a.window, 1, enc.eot_token if ckpt.bos else None)
+            ckpt, enc, text = published(name, a.window, a.text or pretrained.SAMPLE_TEXT)
+            pretrained.text_windows(enc, text, a.window, 1, enc.eot_token if ckpt.bos else None)  # one at least
         except UnicodeDecodeError as e:
             fail(f"--text={a.text}: not UTF-8 text (byte {e.start}): give a text file, e.g. data/sample_text.txt")
         except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
