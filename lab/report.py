@@ -133,7 +133,9 @@ def data_problem(checkpoint, data_dir, path):
     in checkpoint["data_fingerprint"]; an older checkpoint records none, and only the data's presence is checked."""
     if not find_shards(data_dir, "val"):  # a ValueError for a dataset whose preparation did not finish
         name = checkpoint.get("config", {}).get("dataset") or os.path.basename(os.path.normpath(data_dir))
-        return (f"{path} was trained on the data in {data_dir}, which holds no validation shards here: prepare it "
+        where = "which is not here (moved? put it back there)" if not os.path.isdir(data_dir) else \
+            "which holds no validation shards here"
+        return (f"{path} was trained on the data in {data_dir}, {where}: prepare it "
                 f"({prepare_command(data_dir, name)}), then measure again")
     recorded = checkpoint.get("data_fingerprint")
     if not isinstance(recorded, dict):

@@ -737,7 +737,7 @@ def test_a_checkpoint_whose_data_was_prepared_again_is_refused(trained_run, data
     assert "prepare the data it was trained on again" in message and not out.exists()
     shutil.rmtree(data)  # gone: named, with the command that prepares it
     message = error_of(analyze.main, [f"--runs={run}", "--device=cpu", f"--out_dir={out}"])
-    assert f"{data}, which holds no validation shards here" in message and "prepare.py" in message
+    assert f"{data}, which is not here (moved? put it back there)" in message and "prepare.py" in message
     assert not out.exists()
 
 

@@ -282,6 +282,9 @@ def test_textdir_cli_errors(tmp_path):
     (tmp_path / "fineweb").mkdir()
     with pytest.raises(SystemExit, match=r"^error: 'fineweb' is the name of this repo's dataset data/fineweb/ .*--name"):
         script.main(["--src", str(tmp_path / "fineweb"), "--out_dir", str(tmp_path / "out")])
+    (tmp_path / "gpt2_bpe").mkdir()  # data/gpt2_bpe holds the tokenizer: no advice to move its files away
+    with pytest.raises(SystemExit, match=r"^error: 'gpt2_bpe' is the name of a folder of this repo's data/ that holds"):
+        script.main(["--src", str(tmp_path / "gpt2_bpe"), "--out_dir", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 
 
@@ -1309,3 +1312,40 @@ def test_a_corrupt_encoder_json_leaves_the_prepared_dataset_as_it_was(tmp_path, 
     with pytest.raises(ValueError, match="not GPT-2's encoder.json"):
         prepare_textdir(str(src), str(out), "demo", exts=(".txt", ".md"), val_fraction=0.3, workers=1)
     assert sorted(os.listdir(out)) == before and read_meta(out)["complete"] is True
+
+
+HALF_SENT_RESULT = """
+import sys
+import data.shards
+import data.textdir.prepare as textdir
+
+def big(path):  # far more than a pipe holds: a worker ended while sending it leaves half a message in the pipe
+    return [1] * 300_000
+
+def interrupted(self, tokens):  # Ctrl-C at the first result, while the other worker is sending its own
+    raise KeyboardInterrupt
+
+textdir._encode_file = big
+data.shards.ShardWriter.add = interrupted
+try:
+    textdir.prepare(sys.argv[1], sys.argv[2], "half", workers=2)
+except KeyboardInterrupt:
+    print("stopped")
+"""
+
+
+def test_ctrl_c_while_a_worker_sends_its_result_ends_the_preparation(tmp_path):
+    """end_workers ends a worker in the middle of sending a large result back: the pool must not wait for the rest,
+    and its thread prints no traceback (Python 3.11 sets an error on the futures Ctrl-C cancelled)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(64):
+        (src / f"f{i}.txt").write_text(f"file {i}\n")
+    for attempt in range(3):
+        out = tmp_path / f"out{attempt}"
+        try:
+            done = subprocess.run([sys.executable, "-c", HALF_SENT_RESULT, str(src), str(out)], cwd=REPO,
+                                  capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the preparation hung after Ctrl-C (pool.shutdown waits for a half-sent result)")
+        assert done.stdout.strip().endswith("stopped") and "Traceback" not in done.stderr, done.stderr

@@ -492,7 +492,7 @@ def test_a_checkpoint_whose_data_was_prepared_again_is_refused_before_any_work(t
     assert record["data_fingerprint"]["val"] in message and not out.exists()
     shutil.rmtree(data)  # the data gone: refused before the first run is measured, with the command that prepares it
     message = error_of(evaluate.main, [f"--runs={os.path.join(two_runs, 'base')},{run}", *QUICK, f"--out_dir={out}"])
-    assert "which holds no validation shards here: prepare it (python data/textdir/prepare.py" in message
+    assert "which is not here (moved? put it back there): prepare it (python data/textdir/prepare.py" in message
     assert not out.exists()
 
 

@@ -154,8 +154,22 @@ def end_workers(pool):
     if hasattr(pool, "terminate_workers"):
         pool.terminate_workers()
         return
-    for worker in list((getattr(pool, "_processes", None) or {}).values()):
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None and sys.version_info < (3, 12):  # its pool, broken, sets an error on the futures Ctrl-C
+        hook = threading.excepthook                        # cancelled: a traceback in Python before 3.12, not ours
+        threading.excepthook = lambda a: None if a.thread is manager and a.exc_type.__name__ == "InvalidStateError" \
+            else hook(a)
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    for worker in workers:
         worker.terminate()
+    # A worker ended while it sent a result back leaves half a message in the pool's pipe, and the pool's thread then
+    # waits in recv for the rest, for ever (and pool.shutdown(wait=True) with it). Once the workers are gone, closing
+    # this process's writing end, the last one open, lets that thread read end-of-file and stop.
+    for worker in workers:
+        worker.join()
+    queue = getattr(pool, "_result_queue", None)
+    if queue is not None:
+        queue._writer.close()
 
 
 def check_name(name):
@@ -265,6 +279,9 @@ def main(argv=None):
         if name != "textdir" and os.path.isfile(os.path.join(DATA_ROOT, name, "prepare.py")):  # e.g. --src ~/fineweb
             raise ValueError(f"{name!r} is the name of this repo's dataset data/{name}/ (made by its own prepare.py), "
                              "whose shards this would replace: give yours another name (--name)")
+        if name in ("gpt2_bpe", "__pycache__"):  # the tokenizer's files, Python's cache: never to be moved away
+            raise ValueError(f"{name!r} is the name of a folder of this repo's data/ that holds no dataset: give yours "
+                             "another name (--name)")
         return prepare(args.src, out_dir, name, exts, max_files=args.max_files, val_fraction=args.val_fraction,
                        shard_tokens=args.shard_tokens, workers=args.workers, command=again)
     run_preparation(work, out_dir)
