@@ -479,10 +479,10 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, keep_first=False, n_vocab=None):
-        """Sample max_new_tokens tokens after idx (B, T). A KV cache makes each step cost one token's forward pass;
-        once the sequence outgrows block_size the context is cropped and recomputed, as the model computes the last
-        block_size tokens. keep_first: idx[:, 0] is a BOS token that stays at position 0 when the context is cropped
-        (train.py's bos=True trains so). n_vocab: only ids below it are sampled (vocab_size's padding has no text)."""
+        """Sample max_new_tokens tokens after idx (B, T). A KV cache makes each step one token's forward pass; past
+        block_size the context is cropped and recomputed: exactly the model run on the last block_size tokens.
+        keep_first: idx[:, 0] is a BOS token kept at position 0 when cropping (as train.py's bos=True trains).
+        n_vocab: only ids below it are sampled (vocab_size pads the tokenizer's ids; the padding has no text)."""
         cache = None
         for _ in range(max_new_tokens):
             if cache is None:

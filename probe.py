@@ -441,17 +441,14 @@ class Probe:
         top, pos = received_attention(q, k, scale=attn.head_dim ** -0.5, keys=sink_keys(T)).max(-1)  # (B, H) each
         self._window_stat("sink_share", top.mean(1))
         self.heads["sink_share"].append(top.mean(0).tolist())
-        tokens = self._idx.to(pos.device).gather(1, pos) if isinstance(self._idx, torch.Tensor) and \
-            tuple(self._idx.shape) == (B, T) else None
-        if not bool(torch.isfinite(top).all()):  # the argmax of NaN names no key
-            pos, tokens = pos.new_full(pos.shape, -1), None
-        self.top_keys.append({"pos": pos.cpu(), "token": None if tokens is None else tokens.cpu()})
-        sink_pos, share = (None, float("nan")) if (pos < 0).any() else most_often(pos.flatten())
-        self.stats["sink_pos"].append(sink_pos)
-        self.stats["sink_pos_share"].append(share)
-        token, share = (None, float("nan")) if tokens is None else most_often(tokens.flatten())
-        self.stats["sink_token"].append(token)
-        self.stats["sink_token_share"].append(share)
+        named = bool(torch.isfinite(top).all())  # the argmax of NaN names no key
+        ids = isinstance(self._idx, torch.Tensor) and tuple(self._idx.shape) == (B, T)  # the tokens at those keys
+        tokens = self._idx.to(pos.device).gather(1, pos) if named and ids else None
+        self.top_keys.append({"pos": pos.cpu() if named else None, "token": None if tokens is None else tokens.cpu()})
+        for key, top_keys in (("sink_pos", pos if named else None), ("sink_token", tokens)):
+            value, share = (None, float("nan")) if top_keys is None else most_often(top_keys.flatten())
+            self.stats[key].append(value)
+            self.stats[key + "_share"].append(share)
 
 
 @torch.no_grad()

@@ -173,7 +173,7 @@ class Trainer:
         self.tokens_per_iter = c.gradient_accumulation_steps * c.batch_size * self.gptconf.block_size
         self.data_dir, self.loader, self.val = prepare_data(c, self.gptconf.block_size, self.gptconf.vocab_size,
                                                             rank, world_size, ddp)
-        self.meta = read_meta(self.data_dir) or {}  # its "triggers" (a task with triggers: probe.py measures them)
+        self.meta = read_meta(self.data_dir) or {}  # its tokenizer (kept in checkpoints) and a task's "triggers"
         folder.check_data(c, checkpoint, self.data_dir, dataset_fingerprint(self.data_dir), self.say)  # id and data
         # the optimizer, and on resume every piece of state the run had
         self.build_optimizer(checkpoint)

@@ -269,9 +269,8 @@ def pool_sink_location(top_keys):
     for layer in range(len(top_keys[0]) if top_keys else 0):
         for what, key in (("pos", "sink_pos"), ("token", "sink_token")):
             parts = [batch[layer][what] for batch in top_keys]
-            pos = [batch[layer]["pos"] for batch in top_keys]
             top, share = None, None
-            if all(p is not None for p in parts + pos) and not any((p < 0).any() for p in pos):
+            if all(p is not None for p in parts):
                 top, share = most_often(torch.cat([p.flatten() for p in parts]))
             out[key].append(top)
             out[key + "_share"].append(share)

@@ -364,7 +364,10 @@ def load_models(runs, checkpoint_name, names, text_path, window, n, device, sett
     """For each model, train.py runs first, one in memory at a time: (model, T, what it is, windows), T the
     training length the modes take (a run's block_size; --window for a published checkpoint), windows(length)
     -> ((x, y), where they come from). A run whose checkpoint is gone comes as (None, T, the record kept of it,
-    None): stored_record's, measured under settings_for(T)."""
+    None): stored_record's, measured under settings_for(T). The published checkpoints are found and checked first:
+    one refused after the runs were measured would cost their work."""
+    text_path = text_path or pretrained.SAMPLE_TEXT
+    found = [published(name, window, text_path) for name in names]
     for run in runs:
         path = os.path.join(run, checkpoint_name)
         if not os.path.isfile(path):
@@ -380,10 +383,7 @@ def load_models(runs, checkpoint_name, names, text_path, window, n, device, sett
                                                "data_fingerprint": dataset_fingerprint(run_data_dir(ckpt)),
                                                "bos": bool(ckpt["config"].get("bos", False))}, \
             lambda length, c=ckpt: run_windows(c, n, length)
-    text_path = text_path or pretrained.SAMPLE_TEXT
-    for name in names:
-        ckpt, enc, text = published(name, window, text_path)
-
+    for name, (ckpt, enc, text) in zip(names, found):
         def windows(length, enc=enc, bos=enc.eot_token if ckpt.bos else None, text=text):
             batches = pretrained.text_windows(enc, text, length, n, bos)
             return (torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])), text_path
@@ -392,13 +392,20 @@ def load_models(runs, checkpoint_name, names, text_path, window, n, device, sett
 
 def published(name, window, text_path):
     """A published checkpoint's (ckpt, tokenizer, text) for windows of `window` tokens of text_path; what makes it
-    unmeasurable (not found, a window past its positions, a text that is not UTF-8) raises, naming it."""
+    unmeasurable (not found, a window past its positions, a text not UTF-8 or shorter than a window) raises, naming
+    it."""
     ckpt = pretrained.locate(name)
     if window > ckpt.config.block_size:
         raise ValueError(f"--window={window} is longer than {name}'s {ckpt.config.block_size} positions")
     enc = pretrained.load_tokenizer(ckpt)
-    with open(text_path, encoding="utf-8") as f:
-        return ckpt, enc, f.read()
+    try:
+        with open(text_path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--text={text_path}: not UTF-8 text (byte {e.start}): give a text file, e.g. "
+                         "data/sample_text.txt") from None
+    pretrained.text_windows(enc, text, window, 1, enc.eot_token if ckpt.bos else None)  # one window at least
+    return ckpt, enc, text
 
 
 def measure(model, T, windows, modes, rows, settings, multiples, scalings, stream_windows, keeps, n):
@@ -686,14 +693,6 @@ def main(argv=None):
         if "length" in modes and ckpt:  # a run to be measured, not read from its record
             check_length_memory(run, args, multiples, a.device)
             check_length_data(run, ckpt, max(multiples) * args["block_size"])
-    for name in names:  # before any run is measured: a published checkpoint refused late costs the runs' work
-        try:
-            ckpt, enc, text = published(name, a.window, a.text or pretrained.SAMPLE_TEXT)
-            pretrained.text_windows(enc, text, a.window, 1, enc.eot_token if ckpt.bos else None)  # one at least
-        except UnicodeDecodeError as e:
-            fail(f"--text={a.text}: not UTF-8 text (byte {e.start}): give a text file, e.g. data/sample_text.txt")
-        except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
-            fail(e)
     lengths_T.update({name: a.window for name in names})  # a published checkpoint's T is --window
     for model, T in lengths_T.items():
         if "stream" in modes and not 1 <= min(stream_windows or [T // 8]) <= max(stream_windows or [T // 4]) < T:

@@ -1036,16 +1036,15 @@ def claim_problem(study):
     counts = [(claim, ref, variant, None, direction) for claim, ref, variant, direction in study.counts]  # no measure
     for claim, ref, variant, measure, direction in [*study.claims, *counts]:
         fixed = isinstance(ref, (int, float)) and measure is not None  # a count's reference is a variant's seeds
-        unknown = [name for name in (ref, variant) if not (fixed and name is ref) and name not in VARIANTS]
+        unknown = [name for name in ((variant,) if fixed else (ref, variant)) if name not in VARIANTS]
+        ratio = measure in MEASURE and comparison(MEASURE[measure].key) == "ratio"
         if unknown:
             why = f"names {unknown[0]!r}, not a variant of lab.variants.VARIANTS"
-        elif fixed and measure in MEASURE and not (math.isfinite(ref) and
-                                                   (ref > 0 or comparison(MEASURE[measure].key) == "diff")):
-            why = (f"has the fixed reference {ref!r}: a finite number" +
-                   (", above 0 (its measure is compared as a ratio)" if comparison(MEASURE[measure].key) == "ratio"
-                    else ""))
         elif measure is not None and measure not in MEASURE:
             why = f"names the measure {measure!r}; the measures are {', '.join(MEASURE)}"
+        elif fixed and not (math.isfinite(ref) and (ref > 0 or not ratio)):
+            why = f"has the fixed reference {ref!r}: a finite number" + (
+                ", above 0 (its measure is compared as a ratio)" if ratio else "")
         elif direction not in (-1, 1):
             why = f"has the direction {direction!r}, not -1 or +1"
         else:

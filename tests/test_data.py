@@ -280,10 +280,10 @@ def test_textdir_cli_errors(tmp_path):
         script.main(["--src", str(tmp_path / "missing"), "--out_dir", str(tmp_path / "out")])
     # a folder named as one of the repo's datasets (~/fineweb): its shards would replace data/fineweb's
     (tmp_path / "fineweb").mkdir()
-    with pytest.raises(SystemExit, match=r"^error: 'fineweb' is the name of this repo's dataset data/fineweb/ .*--name"):
+    with pytest.raises(SystemExit, match=r"^error: 'fineweb' is the name of this repo's folder data/fineweb/, .*--name"):
         script.main(["--src", str(tmp_path / "fineweb"), "--out_dir", str(tmp_path / "out")])
     (tmp_path / "gpt2_bpe").mkdir()  # data/gpt2_bpe holds the tokenizer: no advice to move its files away
-    with pytest.raises(SystemExit, match=r"^error: 'gpt2_bpe' is the name of a folder of this repo's data/ that holds"):
+    with pytest.raises(SystemExit, match=r"^error: 'gpt2_bpe' is the name of this repo's folder data/gpt2_bpe/, .*--name"):
         script.main(["--src", str(tmp_path / "gpt2_bpe"), "--out_dir", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 

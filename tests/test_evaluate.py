@@ -576,7 +576,7 @@ def test_a_published_checkpoint_it_cannot_measure_is_refused_before_any_run_is_m
     tiny_gpt2(tmp_path / "gpt2", n_positions=64, vocab_size=50257)
     (tmp_path / "short.txt").write_text("hello world")
     (tmp_path / "binary.txt").write_bytes(b"\x80\x81" * 100)
-    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **k: pytest.fail("measured before the checkpoint was checked"))
+    monkeypatch.setattr(evaluate, "measure", lambda *a, **k: pytest.fail("measured before the checkpoint was checked"))
     for argv, words in ((["--window=100"], "--window=100 is longer than"),
                         (["--window=32", f"--text={tmp_path / 'short.txt'}"], "fewer than one window of 33"),
                         (["--window=32", f"--text={tmp_path / 'binary.txt'}"], "not UTF-8 text")):

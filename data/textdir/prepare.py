@@ -179,6 +179,15 @@ def check_name(name):
                          "names the shard files, which a hidden name would hide, and data/NAME/): give one with --name")
 
 
+def check_not_the_repos(name):
+    """A name of one of this repo's data/ folders (e.g. --src ~/fineweb) would write into it: that dataset is its
+    own prepare.py's to make (data/pystdlib/prepare.py calls prepare() directly), and gpt2_bpe holds the tokenizer."""
+    if name in ("gpt2_bpe", "__pycache__") or (name != "textdir" and
+                                               os.path.isfile(os.path.join(DATA_ROOT, name, "prepare.py"))):
+        raise ValueError(f"{name!r} is the name of this repo's folder data/{name}/, which this would write into: "
+                         "give yours another name (--name)")
+
+
 def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, val_fraction=0.02,
             shard_tokens=100_000_000, workers=None, source=None, command=None):
     """Tokenize the files under src into shards and a meta.json in out_dir; returns the meta dict.
@@ -276,12 +285,7 @@ def main(argv=None):
     again = prepare_command(out_dir, name, args.src, given_options(parser, args, ("src", "name", "out_dir", "workers")))
 
     def work():
-        if name != "textdir" and os.path.isfile(os.path.join(DATA_ROOT, name, "prepare.py")):  # e.g. --src ~/fineweb
-            raise ValueError(f"{name!r} is the name of this repo's dataset data/{name}/ (made by its own prepare.py), "
-                             "whose shards this would replace: give yours another name (--name)")
-        if name in ("gpt2_bpe", "__pycache__"):  # the tokenizer's files, Python's cache: never to be moved away
-            raise ValueError(f"{name!r} is the name of a folder of this repo's data/ that holds no dataset: give yours "
-                             "another name (--name)")
+        check_not_the_repos(name)
         return prepare(args.src, out_dir, name, exts, max_files=args.max_files, val_fraction=args.val_fraction,
                        shard_tokens=args.shard_tokens, workers=args.workers, command=again)
     run_preparation(work, out_dir)
