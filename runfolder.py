@@ -719,8 +719,10 @@ class RunFolder:
             say(f"note: the {changed} in {data_dir} are not those the run trained on {prints}: it continues on them, "
                 "as this command names the data")
             return
+        made = (checkpoint or {}).get("data_prepare")  # its preparation's command, in checkpoints since it was kept
         fail(f"the data in {data_dir} is not what this run trained on: its {changed} differ {prints}; was the dataset "
-             f"prepared again? Prepare the data the run trained on again in {data_dir}, or start a new run on this "
+             f"prepared again? Prepare the data the run trained on again in {data_dir}"
+             + (f" (it was made by: {made})" if made else "") + ", or start a new run on this "
              "data (--overwrite=True, or another --out_dir); to continue this run on other data, put that data in "
              "a folder of its own and name it (--data_dir=...)")
 

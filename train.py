@@ -196,16 +196,18 @@ class Trainer:
         g = self.gptconf  # gate and norm, then each gate flag not at its default (gate_act=silu, match_params=True)
         flags = "".join(f", {k}={getattr(g, k)}" for k in MODEL_KEYS if k.startswith(("gate_", "sdpa_", "match_"))
                         and getattr(g, k) != getattr(GPTConfig, k))
+        ends_early = c.decay_lr and c.max_iters < c.lr_decay_iters and self.iter_num == 0 and not c.eval_only
         self.say(f"model: {self.raw_model.num_params() / 1e6:.2f}M parameters, gate={g.gate}, norm={g.norm}{flags}; "
                  f"device {self.device}, {self.dtype}, {self.world_size} process(es)\n"
                  f"data: {self.data_dir}, {len(self.loader.windows):,} training windows"
                  f"{' (each starts with the BOS token <|endoftext|>)' if c.bos else ''}; "
-                 f"{self.tokens_per_iter:,} tokens per iteration")
+                 f"{self.tokens_per_iter:,} tokens per iteration"
+                 + (f"\nnote: the run ends at max_iters={c.max_iters}, before lr_decay_iters={c.lr_decay_iters} where "
+                    "its learning rate reaches min_lr (usually lr_decay_iters = max_iters)" if ends_early else ""))
         self.start_iter, self.t_start, self.t_loop = self.iter_num, time.time(), time.perf_counter()
         record, since_log, since_eval, since_start = None, Span(), Span(), Span()
         eval_seconds = 0.0  # spent in evaluations and checkpoints
-        # when the host last waited for the device, and at which iteration: the steps since then are still queued
-        t_read, iter_read = time.perf_counter(), self.iter_num
+        t_read, iter_read = time.perf_counter(), self.iter_num  # the host's last wait for the device; later steps queue
         if self.start_iter >= c.max_iters and not c.eval_only:
             self.say(f"nothing to do: the checkpoint is at iter {self.start_iter} and max_iters={c.max_iters}")
             if self.master:  # best.pt as best_state found it, since no evaluation follows to write it
@@ -230,8 +232,7 @@ class Trainer:
                 log_step = self.iter_num % c.log_interval == 0
                 if not (first_step or log_step or self.eval_due()):
                     continue  # the host goes straight on to queue the next step while the device works
-                # Wait for the device to finish the queued steps, read their losses, and time them: measured this way,
-                # a step's wall time is what lab/bench.py --train measures for the same step, plus loading the batch.
+                # wait for the queued steps, read their losses, time them: lab/bench.py --train's step, plus the batch
                 losses = self.check_health()
                 t_now = time.perf_counter()
                 seconds, steps = t_now - t_read, self.iter_num - iter_read
@@ -481,13 +482,12 @@ class Trainer:
             "model": self.raw_model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
-            "model_args": asdict(self.gptconf),
-            "iter_num": self.iter_num, "val_loss": val_loss,
+            "model_args": asdict(self.gptconf), "iter_num": self.iter_num, "val_loss": val_loss,
             "best_val_loss": self.best_val_loss, "best_iter": self.best_iter,
-            "config": asdict(self.c), "rng": rng_state(),
-            "loader": self.loader.state_dict(), "health": self.health, "tokenizer": self.meta.get("tokenizer", "gpt2"),
+            "config": asdict(self.c), "rng": rng_state(), "loader": self.loader.state_dict(), "health": self.health,
             "initial_val_loss": self.initial_val_loss,  # what a diverged run is measured against
             "run_id": self.folder.run_id, "data_fingerprint": self.folder.fingerprint,  # whose run, on which data
+            "tokenizer": self.meta.get("tokenizer", "gpt2"), "data_prepare": self.meta.get("prepare"),
         }, is_best, latest, self.initial_val_loss)
 
 

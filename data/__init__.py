@@ -1,12 +1,13 @@
 """Datasets as token shards: data/shards.py holds the format and the loader; each data/<name>/prepare.py
 makes the shards of one dataset in data/<name>/."""
 
+import difflib
 import importlib
 import os
 import sys
 
 from cli import fail
-from data.shards import (bos_token, find_shards, hold_preparation, max_token_id, prepare_command, read_meta,
+from data.shards import (DATA_ROOT, bos_token, find_shards, hold_preparation, max_token_id, prepare_command, read_meta,
                          release_preparation)
 
 # The datasets that need no download, which train.py (and lab/repro.py) prepare themselves the first time a run asks
@@ -60,6 +61,13 @@ def _complete(data_dir):
         return False
 
 
+def known_datasets():
+    """The datasets data/ knows: its folders with a prepare.py of their own or a prepared dataset's meta.json."""
+    names = os.listdir(DATA_ROOT) if os.path.isdir(DATA_ROOT) else []
+    return sorted(n for n in names if n != "textdir" and any(os.path.isfile(os.path.join(DATA_ROOT, n, f))
+                                                            for f in ("prepare.py", "meta.json")))
+
+
 def check_training_data(name, data_dir, vocab_size, bos):
     """Stop with one line unless data_dir holds shards a model of vocab_size can train on: prepared, readable, its
     token ids (and with bos=True its BOS token, which it returns; else None) inside the vocabulary."""
@@ -67,8 +75,12 @@ def check_training_data(name, data_dir, vocab_size, bos):
         if not name or name in (os.curdir, os.pardir) or os.sep in name or (os.altsep or os.sep) in name:
             fail(f"dataset={name!r} is not a dataset's name: it names a folder of data/ (pystdlib, openwebtext, "
                  "...); a folder elsewhere is --data_dir=PATH")
+        default = os.path.realpath(data_dir) == os.path.realpath(os.path.join(DATA_ROOT, name))  # no --data_dir
+        others = [n for n in known_datasets() if n != name] if default else []
+        near = difflib.get_close_matches(name, others, n=1, cutoff=0.75)  # a typo: pystlib for pystdlib
         fail(f"dataset {name!r} is not prepared: no {name}_train_*.bin and _val_*.bin shards in "
-             f"{data_dir}. Prepare it first: {prepare_command(data_dir, name)}")
+             f"{data_dir}" + (f" (did you mean --dataset={near[0]}?)" if near else "")
+             + f". Prepare it first: {prepare_command(data_dir, name)}")
     read_meta(data_dir)  # a malformed meta.json is reported here
     largest = max_token_id(data_dir)
     token = bos_token(data_dir) if bos else None

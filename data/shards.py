@@ -388,11 +388,12 @@ def encode_document(enc, text):
 
 def write_meta(out_dir, name, source, tokenizer="gpt2", **extra):
     """Count the tokens of the shards in out_dir (from their headers), find their largest token id, and
-    record them with the tokenizer (a get_tokenizer name) and where the data came from. Written last, so its
-    presence marks a complete preparation."""
+    record them with the tokenizer (a get_tokenizer name), where the data came from and the command that made it
+    (start_preparation's marker says it; checkpoints keep it). Written last, so its presence marks a complete
+    preparation."""
     enc = get_tokenizer(tokenizer)
     meta = {"name": name, "complete": True, "tokenizer": tokenizer, "vocab_size": enc.n_vocab,
-            "eot_token": enc.eot_token, "source": source}
+            "eot_token": enc.eot_token, "source": source, "prepare": (read_meta(out_dir) or {}).get("prepare")}
     paths = list_shards(out_dir)
     for split in SPLITS:
         meta[f"{split}_tokens"] = sum(read_header(p) for p in paths[split])

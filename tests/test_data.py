@@ -232,12 +232,15 @@ def test_an_unknown_tokenizer_is_one_line():
     assert "cl100k_base" in str(error.value)
 
 
-def test_textdir_prepare(tmp_path):
+def test_textdir_prepare(tmp_path, capsys):
     src = tmp_path / "src"
     files = make_text_folder(src)
     enc = get_tokenizer()
     meta = prepare_textdir(str(src), str(tmp_path / "out"), "demo", exts=(".txt", ".md"), val_fraction=0.3,
                            shard_tokens=16, workers=2)
+    assert "\nnot UTF-8, so not read: latin1.txt\n" in capsys.readouterr().out  # named, to convert if it was meant
+    # the command that makes it again, which checkpoints keep: the marker's, kept in the complete meta.json
+    assert meta["prepare"] == f"python data/textdir/prepare.py --src {src} --name demo --out_dir {tmp_path / 'out'}"
 
     kept = sorted(set(files) - {"sub/copy_of_a.txt"})
     val_files = sorted(f for f in kept if path_hash(f) < 0.3) or [min(kept, key=path_hash)]
@@ -257,7 +260,11 @@ def test_textdir_prepare(tmp_path):
     prepare_textdir(str(src), str(tmp_path / "again"), "demo", exts=(".txt", ".md"), val_fraction=0.3,
                     shard_tokens=16, workers=1)
     for name in os.listdir(tmp_path / "out"):
-        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
+        if name == "meta.json":  # the same, but for the command that prepares each folder
+            first, again = (json.loads((tmp_path / out / name).read_text()) for out in ("out", "again"))
+            assert {**first, "prepare": None} == {**again, "prepare": None} and first["prepare"] != again["prepare"]
+        else:
+            assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
 
 
 def test_textdir_prepare_replaces_an_earlier_preparation(tmp_path):

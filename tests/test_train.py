@@ -33,7 +33,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=4", "--eval_iters=2",
         "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3", "--device=cpu"]
 CKPT_KEYS = {"model", "optimizer", "scaler", "model_args", "iter_num", "val_loss", "best_val_loss", "best_iter",
-             "config", "rng", "loader", "health", "initial_val_loss", "run_id", "data_fingerprint", "tokenizer"}
+             "config", "rng", "loader", "health", "initial_val_loss", "run_id", "data_fingerprint", "tokenizer",
+             "data_prepare"}
 
 
 def run_cli(*args, check=True, timeout=300):
@@ -588,7 +589,7 @@ def test_resume_takes_the_commands_weight_decay_and_betas(stdlib_data, tmp_path,
     assert [(g["weight_decay"], g["betas"]) for g in checkpoint["optimizer"]["param_groups"]] == \
         [(0.5, (0.9, 0.99)), (0.0, (0.9, 0.99))]
     assert checkpoint["config"]["seed"] == 1337 and checkpoint["optimizer"]["state"]  # the moments were kept
-    assert "validation windows" not in printed and "min_lr" not in printed
+    assert "validation windows" not in printed and "stays there" not in printed
     # other validation windows (data.shards.val_batches places batch_size x eval_iters of them): said
     train.main(args + ["--max_iters=6", "--init_from=resume", "--batch_size=2", "--gradient_accumulation_steps=2"])
     assert "note: batch_size x eval_iters = 4 validation windows (the run had 8): other windows" in \
@@ -1487,6 +1488,21 @@ def test_a_dataset_that_is_a_path_is_refused_for_what_it_is(tmp_path, dataset):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("dataset, meant", [("pystlib", "pystdlib"), ("openwebtxt", "openwebtext"), ("zzz", None)])
+def test_a_misspelled_dataset_is_told_the_one_meant(tmp_path, dataset, meant):
+    """A name close to one of data/'s datasets is named in the refusal; with --data_dir the name only labels the
+    folder given, so no other dataset is suggested there."""
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(TINY + [f"--dataset={dataset}", f"--out_dir={tmp_path / 'run'}"])
+    message = str(exit_info.value.code)
+    assert f"dataset {dataset!r} is not prepared" in message
+    assert (f"(did you mean --dataset={meant}?). Prepare it first:" in message) == (meant is not None), message
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(TINY + [f"--dataset={dataset}", f"--data_dir={tmp_path / 'data'}", f"--out_dir={tmp_path / 'run'}"])
+    assert "did you mean" not in str(exit_info.value.code)
+    assert not (tmp_path / "run").exists() and not os.path.exists(os.path.join(REPO, "data", dataset))
+
+
 def test_a_model_larger_than_memory_is_one_line(stdlib_data, tmp_path):
     """Built on the CPU first, a model whose tensors the allocator refuses (n_embd=10^6: a 12 TB c_attn) stops with
     one line, before any run folder is made."""
@@ -1650,9 +1666,15 @@ def test_every_checkpoint_records_its_run_and_data_and_a_resume_on_changed_data_
     shutil.copytree(stdlib_data, data)
     args = TINY + [f"--out_dir={out_dir}", "--eval_interval=2"]
     train.main(args + [f"--data_dir={data}", "--max_iters=2"])
+    # a run that stops before its cosine decay ends (lr_decay_iters=300, the default) is told so at its start
+    assert "note: the run ends at max_iters=2, before lr_decay_iters=300 where its learning rate reaches min_lr " \
+        "(usually lr_decay_iters = max_iters)" in capsys.readouterr().out
     _, first = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert first["data_fingerprint"] == dataset_fingerprint(str(data)) and len(first["run_id"]) == 16
     assert first["tokenizer"] == "gpt2"  # what sample.py decodes with, whatever the data folder holds later
+    # and the command that made its data, which the data's meta.json keeps from its preparation
+    assert first["data_prepare"] == json.loads((data / "meta.json").read_text())["prepare"]
+    assert first["data_prepare"].startswith("python data/pystdlib/prepare.py")
     assert load_checkpoint(str(out_dir / "best.pt"))[1]["run_id"] == first["run_id"]
     train.main(args + ["--max_iters=4", "--init_from=resume"])  # the run's own data: resumes, keeps its run id
     assert load_checkpoint(str(out_dir / "ckpt.pt"))[1]["run_id"] == first["run_id"]
@@ -1666,7 +1688,8 @@ def test_every_checkpoint_records_its_run_and_data_and_a_resume_on_changed_data_
     message = str(exit_info.value.code)
     assert (f"the data in {data} is not what this run trained on: its val shards differ" in message
             and first["data_fingerprint"]["val"] in message and now["val"] in message
-            and "Prepare the data the run trained on again" in message and "--overwrite=True" in message
+            and f"Prepare the data the run trained on again in {data} (it was made by: {first['data_prepare']}), or "
+            "start a new run" in message and "--overwrite=True" in message
             and "\n" not in message), message
     assert folder_state(out_dir) == before
     # the command that started the run, given again with --init_from=resume, names the same folder: no consent to

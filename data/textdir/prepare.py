@@ -213,13 +213,14 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
     try:
         # pass 1: drop duplicates and non-UTF-8 files, so that the split is made among the files kept
         counts = {"duplicates_skipped": 0, "not_utf8_skipped": 0, **unread}
-        kept, seen = [], set()
+        kept, seen, not_utf8 = [], set(), []
         for rel, found in zip(files, pool.map(_inspect_file, [os.path.join(src, f) for f in files], chunksize=64)):
             digest, utf8 = found or (None, None)
             if found is None:
                 counts["unreadable_skipped"] += 1
             elif not utf8:
                 counts["not_utf8_skipped"] += 1
+                not_utf8.append(rel)
             elif digest in seen:
                 counts["duplicates_skipped"] += 1
             else:
@@ -260,6 +261,9 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
     print(f"wrote {meta['train_tokens']:,} train tokens ({counts['train_files']} files) and {meta['val_tokens']:,} "
           f"val tokens ({counts['val_files']} files) to {out_dir}; skipped {counts['duplicates_skipped']} "
           f"duplicate and {counts['not_utf8_skipped']} non-UTF-8 files{not_read}", flush=True)
+    if not_utf8:  # named, so that one meant to be read can be converted (e.g. iconv -f latin1 -t utf-8) and read
+        more = f" and {len(not_utf8) - 5} more" if len(not_utf8) > 5 else ""
+        print(f"not UTF-8, so not read: {', '.join(not_utf8[:5])}{more}", flush=True)
     share = meta["val_tokens"] / max(1, meta["train_tokens"] + meta["val_tokens"])
     if not val_fraction / 3 <= share <= 3 * val_fraction:  # whole files are split, and a few large ones sway it
         print(f"warning: validation holds {share:.1%} of the tokens, not the {val_fraction:.1%} asked for "
