@@ -324,6 +324,8 @@ class Probe:
             raise ValueError(f"Probe measures causal attention over the whole window; this model has attn_window="
                              f"{self.model.config.attn_window}: measure it with attn_window=None")
         self.hooks.append(self.model.register_forward_pre_hook(self._input_ids, with_kwargs=True))
+        # and forgotten after it: a later model._forward (which has no hook) must not read this call's ids
+        self.hooks.append(self.model.register_forward_hook(lambda *_: setattr(self, "_idx", None)))
         for block in self.model.transformer.h:
             self.hooks.append(block.attn.register_forward_hook(self._attention))
             self.hooks.append(block.register_forward_hook(self._block_output))

@@ -107,7 +107,7 @@ def test_received_attention_short_and_bad_inputs():
                          (torch.randn(2, 4, D), torch.randn(2, 4, D))]:  # not (B, H, T, D)
         with pytest.raises(ValueError):
             received_attention(bad_q, bad_k)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="chunk"):  # the probe's own line, not range()'s "arg 3 must not be zero"
         received_attention(q, k, chunk=0)
     for keys in (-1, 2):  # T = 2: key 0 is the only candidate
         with pytest.raises(ValueError):
@@ -325,6 +325,9 @@ def test_probe_matches_the_explicit_softmax(name):
             assert probe.windows["gate_mean"] is None
         else:
             torch.testing.assert_close(probe.windows["gate_mean"][layer], scores.flatten(1).mean(1), rtol=0, atol=1e-6)
+            for limit in (0.1, 0.5):  # sparsity: the fraction of every score of the batch below the limit
+                below = (scores < limit).double().mean().item()
+                assert probe.stats[f"gate_below_{limit}"][layer] == pytest.approx(below, abs=1e-6), limit
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -361,6 +364,42 @@ def test_windows_average_to_the_stats(name):
     assert len(probe.channels) == 2 and len(probe.massive) == 2
     json.dumps(probe.channels, allow_nan=False)
     json.dumps({k: v and [finite_or_none(x) for x in v] for k, v in probe.stats.items()}, allow_nan=False)
+
+
+def test_gate_sparsity_counts_the_scores_strictly_below_each_limit():
+    """An input-independent gate whose 32 scores are 0.05, 0.1, 0.5 and 0.9, eight of each: a quarter of them lie
+    below 0.1 and half below 0.5; a score equal to the limit is not below it."""
+    model = make(gate="g1", gate_input="none")
+    scores = torch.tensor([0.05, 0.1, 0.5, 0.9], dtype=torch.float64).repeat(8)
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.attn.gate.gate_param.copy_(torch.logit(scores))
+    with Probe(model) as probe:
+        model(tokens(B=2, T=8))
+    assert probe.stats["gate_below_0.1"] == [0.25, 0.25] and probe.stats["gate_below_0.5"] == [0.5, 0.5]
+    assert probe.stats["gate_mean"] == pytest.approx([scores.mean().item()] * 2, abs=1e-7)
+
+
+def test_the_summary_is_the_layer_mean_and_peak_act_the_largest_layer_of_each_window():
+    """probe.summary: each measure averaged over layers (NaN layers skipped, a measure the model lacks None), and
+    peak_act each window's largest |h| over every layer, averaged over windows: not the mean over layers."""
+    model = make(gate="none")
+    per_window = []
+    hooks = [b.register_forward_hook(lambda m, a, out: per_window.append(out.abs().amax((1, 2))))
+             for b in model.transformer.h]
+    with Probe(model) as p:
+        model(tokens(B=4, T=12))
+    for h in hooks:
+        h.remove()
+    summary = p.summary()
+    peak = torch.stack(per_window).amax(0)
+    assert summary["peak_act"] == pytest.approx(peak.mean().item(), rel=1e-12)
+    assert summary["peak_act"] > torch.stack(per_window).mean(0).mean().item() * (1 + 1e-3)  # layers differ
+    assert summary["max_act"] == pytest.approx(sum(p.stats["max_act"]) / 2, rel=1e-12) and summary["gate_mean"] is None
+    assert probe.summarize({"first_token_attn": [0.2, float("nan"), 0.4]}, None) == \
+        {**{m.key: None for m in probe.MEASURES if m.key in STAT_KEYS}, "first_token_attn": pytest.approx(0.3),
+         "peak_act": None}
+    assert probe.layer_mean([float("nan")]) is None and probe.layer_mean(None) is None
 
 
 def test_max_act_is_the_per_window_max_averaged_over_windows():
@@ -408,6 +447,22 @@ def test_act_ratio_is_each_windows_max_over_its_median():
     assert planted.stats["act_ratio"][1] > 20 * probe.stats["act_ratio"][1]
 
 
+def test_act_ratio_of_a_bfloat16_model_is_computed_in_float32():
+    """A bfloat16 block output: its max and median are exact bfloat16 values, their ratio is taken in float32
+    (in bfloat16 it would keep 3 significant digits)."""
+    model = make(gate="none").bfloat16()
+    outs = []
+    hooks = [b.register_forward_hook(lambda m, a, out: outs.append(out.detach().abs().flatten(1).float()))
+             for b in model.transformer.h]
+    with Probe(model) as probe:
+        model(tokens(B=3, T=11))
+    for h in hooks:
+        h.remove()
+    for layer, a in enumerate(outs):
+        want = a.amax(1) / a.median(1).values
+        torch.testing.assert_close(probe.windows["act_ratio"][layer], want.double(), rtol=1e-6, atol=0)
+
+
 def test_probe_reads_the_ids_however_the_model_is_called_and_leaves_no_hook():
     model = make()
     idx = tokens(B=2, T=12)
@@ -424,6 +479,10 @@ def test_probe_reads_the_ids_however_the_model_is_called_and_leaves_no_hook():
         model._forward(idx)
     assert unseen.stats["sink_token"] == [None, None] and all(math.isnan(s) for s in unseen.stats["sink_token_share"])
     assert unseen.stats["sink_share"] == pytest.approx(by_name.stats["sink_share"])
+    with Probe(model) as after:  # nor after a forward of other ids: those are forgotten when their forward ends
+        model(tokens(B=2, T=12, seed=2))
+        model._forward(idx)
+    assert after.stats["sink_token"][2:] == [None, None]
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
 
 
@@ -708,3 +767,46 @@ def test_the_probe_finds_the_channel_of_a_planted_massive_activation():
     c = probe.channels[1]
     assert c["channels"][0] == 5 and c["top_channel"] == 5 and c["top_channel_share"] == 1.0 and c["share"] > 0.99
     assert abs(c["values"][0]) > 20 * probe.stats["max_act"][0]  # the layer before has no such channel
+
+
+# ----------------------------------------------------------------------------
+# Loss spikes and the peak FLOP/s table
+
+def reference_spikes(losses, threshold):
+    """count_spike written out: the exponentially weighted mean m and variance v of the earlier losses (m' = e m +
+    (1 - e) x, v' = e (v + (1 - e) (x - m)^2)); a step spikes, from step SPIKE_WARMUP on, when x - m exceeds both
+    threshold * sqrt(v) and SPIKE_MIN_NATS; a run of spiking steps counts once."""
+    e, m, v, count, flags = probe.SPIKE_EMA, None, 0.0, 0, []
+    for i, x in enumerate(losses):
+        spiking = m is not None and i >= probe.SPIKE_WARMUP and x - m > max(threshold * v ** 0.5, probe.SPIKE_MIN_NATS)
+        count += spiking and not (flags and flags[-1])
+        flags.append(spiking)
+        m, v = (x, 0.0) if m is None else (e * m + (1 - e) * x, e * (v + (1 - e) * (x - m) ** 2))
+    return count, flags, m, v
+
+
+def test_count_spike_follows_the_running_mean_and_variance_and_counts_a_run_once():
+    assert (probe.SPIKE_EMA, probe.SPIKE_WARMUP, probe.SPIKE_MIN_NATS) == (0.95, 20, 0.1)
+    noisy = [3.0 + (0.1 if i % 2 else -0.1) for i in range(60)]  # sd about 0.1: 6 sd (0.6) beats the 0.1 floor
+    m, v = reference_spikes(noisy, 6.0)[2:]
+    cases = [([3.0] * 19 + [3.5], 6.0, 0),  # the 20th step is still in the warmup
+             ([3.0] * 20 + [3.5], 6.0, 1),  # the 21st, with 20 losses behind it, is the first that can count
+             ([3.0] * 30 + [3.09], 6.0, 0), ([3.0] * 30 + [3.11], 6.0, 1),  # a quiet loss: the 0.1 nats floor decides
+             (noisy + [m + 0.99 * 6 * v ** 0.5], 6.0, 0), (noisy + [m + 1.01 * 6 * v ** 0.5], 6.0, 1),  # about 6 sd
+             ([3.0] * 30 + [4.0] * 5 + [3.0] * 100 + [4.0] * 5, 1.0, 2)]  # two runs of spiking steps: two spikes
+    for losses, threshold, spikes in cases:
+        health = {"loss_ema": None, "loss_spikes": 0}
+        flags = [probe.count_spike(health, x, threshold) for x in losses]
+        count, want, m, v = reference_spikes(losses, threshold)
+        assert (health["loss_spikes"], flags) == (count, want) and count == spikes
+        assert (health["loss_ema"], health["loss_var"]) == pytest.approx((m, v), rel=1e-12, abs=1e-15)
+    assert sum(want) > 2 * spikes  # the last case's spikes each last several steps
+
+
+def test_each_listed_gpu_gets_its_own_peak(monkeypatch):
+    """PEAK_FLOPS matches by substring, first hit first: a name that holds another (H200 NVL holds H200, A10G
+    A10) must come before it, or that GPU gets the other's peak."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for key, flops in probe.PEAK_FLOPS:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, n=f"NVIDIA {key}": n)
+        assert probe.peak_flops() == flops, key

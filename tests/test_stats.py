@@ -65,6 +65,14 @@ def test_t_quantile_errors_say_what_is_wrong(df, level, words):
         t_quantile(df, level)
 
 
+@pytest.mark.parametrize("df", [0.7, 3, 41.5, math.inf])
+def test_t_tail_below_zero_is_the_mirror_image(df):
+    """Student's t is symmetric: P(T > -t) = 1 - P(T > t), and P(T > 0) = 1/2."""
+    for t in (0.3, 1.0, 2.5):
+        assert t_tail(-t, df) == pytest.approx(1 - t_tail(t, df), abs=1e-12) and t_tail(-t, df) > 0.5
+    assert t_tail(0.0, df) == pytest.approx(0.5, abs=1e-15)
+
+
 def binomial_tail(a, b, x):
     """I_x(a, b) for whole a, b: P(Binomial(a + b - 1, x) >= a)."""
     n = a + b - 1
@@ -145,8 +153,9 @@ def test_a_ratio_is_of_geometric_means_with_its_interval_on_the_log_scale():
     assert w["lo"] < w["estimate"] < w["hi"] and w["lo"] * w["hi"] == pytest.approx(w["estimate"] ** 2)
     logs = welch(np.log(ref), np.log(var))  # the same interval as Welch's of the logs, exponentiated
     assert (w["lo"], w["hi"]) == pytest.approx((math.exp(logs["lo"]), math.exp(logs["hi"])))
-    with pytest.raises(ValueError, match="positive"):
-        welch([1.0, -1.0], [1.0, 2.0], stat="ratio")
+    for bad in ([1.0, -1.0], [1.0, 0.0]):  # a zero has no log: refused, not a -inf that turns into a ratio of 0
+        with pytest.raises(ValueError, match="positive"):
+            welch(bad, [1.0, 2.0], stat="ratio")
 
 
 def test_welch_takes_one_value_per_seed():
@@ -167,6 +176,13 @@ def test_welch_with_one_seed_or_a_fixed_value():
     mean, lo, hi = mean_ci([0.2, 0.3, 0.4])
     assert fixed["df"] == 2 and (fixed["estimate"], fixed["lo"], fixed["hi"]) == pytest.approx((mean - 0.5, lo - 0.5,
                                                                                                  hi - 0.5))
+
+
+def test_welch_of_seeds_that_agree_is_the_point_with_the_pooled_degrees_of_freedom():
+    """No spread on either side: Welch-Satterthwaite's df is 0/0, so the interval is the point and df the pooled
+    t-test's n_ref + n_var - 2."""
+    w = welch([1.0, 1.0, 1.0], [1.5, 1.5, 1.5, 1.5])
+    assert w == {"estimate": 0.5, "lo": 0.5, "hi": 0.5, "df": 5.0}
 
 
 def test_welch_covers_the_true_difference_with_three_seeds_a_side():
@@ -203,7 +219,11 @@ def test_compare_averages_each_seed_over_its_windows_and_counts_the_seeds():
     (-0.01, 0.01, -1, 0.0, 3, "inconclusive"),
     (0.01, 0.03, 1, 0.0, 5, "reproduced"),  # paper: the value goes up
     (-0.03, -0.01, 1, 0.0, 3, "not reproduced"),
-    (0.0, 0.02, 1, 0.0, 3, "inconclusive"),  # touching the null is not strictly on one side
+    (0.0, 0.02, 1, 0.0, 3, "inconclusive"),  # touching the null is not strictly on one side, in either direction
+    (-0.02, 0.0, 1, 0.0, 3, "inconclusive"),
+    (-0.02, 0.0, -1, 0.0, 3, "inconclusive"),
+    (0.0, 0.02, -1, 0.0, 3, "inconclusive"),
+    (0.9, 1.0, -1, 1.0, 3, "inconclusive"),
     (0.90, 0.97, -1, 1.0, 3, "reproduced"),  # a ratio below 1
     (1.02, 1.10, -1, 1.0, 3, "not reproduced"),
     (0.95, 1.05, -1, 1.0, 3, "inconclusive"),
@@ -234,11 +254,14 @@ def test_verdict_rejects_a_direction_and_the_rules_say_what_they_decide():
 def test_direction_and_size_against_the_paper():
     assert direction_word(-0.03, -1) == "same direction" and direction_word(0.2, -1) == "opposite"
     assert direction_word(math.log(1.3), +1) == "same direction"
+    assert direction_word(0.0, -1) == direction_word(0.0, +1) == "no change"  # neither way, whatever the paper says
     assert size_word(-0.03, -0.045) == "same size (within ×2)"  # 2/3 of the paper's
     assert size_word(-0.02, -0.045) == "smaller than the paper's"  # under half
     assert size_word(math.log(0.36), math.log(0.10)) == "smaller than the paper's"  # ×0.36 against ×0.10
     assert size_word(0.1, 0.045) == "larger than the paper's" and size_word(0.09, 0.045) == "same size (within ×2)"
     assert size_word(0.05, -0.1) == "opposite to the paper's" and size_word(0.05, None) is None
+    assert size_word(-0.25, -0.5) == "same size (within ×2)"  # exactly half: between half and twice, as twice is
+    assert size_word(0.0, -0.1) == size_word(0.1, 0.0) == "no change to compare"  # no sign to be opposite to
 
 
 # ----------------------------------------------------------------------------
@@ -289,7 +312,15 @@ def test_count_verdict():
     assert count_verdict(3, 3, 0, 4, -1) == {"p": pytest.approx(1 / 35), "p_opposite": 1.0,
                                              "p_smallest": pytest.approx(1 / 35), "verdict": "too few seeds"}
     assert count_verdict(4, 4, 0, 4, -1)["verdict"] == "reproduced"
-    assert count_verdict(4, 4, 1, 4, -1)["verdict"] == "inconclusive"  # p = 17/70
+    assert count_verdict(4, 4, 1, 4, -1) == {"p": pytest.approx(4 / 56), "p_opposite": 1.0,
+                                             "p_smallest": pytest.approx(1 / 70), "verdict": "inconclusive"}
+    # fewer than MIN_SEEDS on one side is too few, however many the other side has (2 against 20 could give 1/231)
+    assert count_verdict(2, 2, 0, 20, -1)["verdict"] == "too few seeds"
+    # at a level of its own: p must be below alpha, not equal to it; and with 3 a side at alpha = 1/20, the best
+    # p these seeds can give (1/20) is not below it either: too few seeds
+    assert count_verdict(4, 4, 1, 4, -1, alpha=4 / 56)["verdict"] == "inconclusive"
+    assert count_verdict(4, 4, 1, 4, -1, alpha=4 / 56 + 1e-9)["verdict"] == "reproduced"
+    assert count_verdict(3, 3, 0, 3, -1, alpha=1 / 20)["verdict"] == "too few seeds"
     # each direction at ALPHA = 0.025: 4 of 5 against 0 of 5 (p = 5/210 = 0.024) decides, 5 of 6 against 1 of 6
     # (p = 37/924 = 0.040) does not
     assert count_verdict(5, 6, 1, 6, -1)["p"] == pytest.approx(37 / 924)
@@ -303,3 +334,7 @@ def test_a_non_finite_window_is_named_in_one_short_line():
     with pytest.raises(ValueError, match=r"1 non-finite value\(s\) of 6144, the first nan at index \(1, 5\)") as e:
         compare(np.ones((3, 2048)), windows)
     assert len(str(e.value)) < 200
+    with pytest.raises(ValueError, match=r"the first inf at index 1 \(a diverged run\?\)"):  # one seed's index
+        compare([1.0, 2.0, 3.0], [1.0, math.inf, 2.0])
+    with pytest.raises(ValueError, match=r"the first nan \(a diverged run\?\)"):  # a single number: no index
+        mean_ci(math.nan)
