@@ -13,8 +13,7 @@ attention and the loss are computed fast is kernels.py's part). The paper's G1 g
   4. Gate (its forward and score): Y * act(g), act the sigmoid by default;
   5. the line `y = self.gate(y, g)  # G1` in CausalSelfAttention.forward, on each head's SDPA output Y (the fused
      kernel of kernels.py does the same multiply in its epilogue, when asked for);
-  6. c_proj (W_O) mixes the gated heads.
-"""
+  6. c_proj (W_O) mixes the gated heads."""
 
 import math
 from dataclasses import dataclass
@@ -285,8 +284,7 @@ class CausalSelfAttention(nn.Module):
         if config.sdpa_nonlin == "rmsnorm":  # GA Table 3 "SDPA RMSNorm": normalise each head's output on its own
             self.sdpa_norm = RMSNorm(D, rms_eps(config))
         self.gate = Gate(config) if config.gate != "none" else None
-        # the Triton kernel (kernels.py) computes attention with no gate, or with a multiplicative sigmoid G1 gate
-        # in its epilogue; every other variant runs the reference branch of forward
+        # the Triton kernel (kernels.py) fuses no gate or a multiplicative sigmoid G1 gate (in its epilogue), only
         self.fusable = config.gate in ("none", "g1") and config.gate_act == "sigmoid" and config.gate_op == "mul" \
             and config.sdpa_nonlin == "none" and config.attn_window is None
 
@@ -540,8 +538,9 @@ def check_config(c):
     if c.pos_emb == "rope" and c.head_dim % 2:
         raise ValueError(f"GPTConfig.pos_emb='rope' needs an even head_dim, got head_dim={c.head_dim}")
     if not (isinstance(c.rope_factor, (int, float)) and c.rope_factor >= 1):
-        raise ValueError(f"GPTConfig.rope_factor={c.rope_factor!r} must be a number >= 1 (how many times the trained "
-                         "length block_size is)")
+        raise ValueError(f"GPTConfig.rope_factor={c.rope_factor!r} must be >= 1 (times the trained block_size)")
+    if not (isinstance(c.rope_base, (int, float)) and 1 < c.rope_base < math.inf):  # <= 0: NaN angles, no error
+        raise ValueError(f"GPTConfig.rope_base={c.rope_base!r} must be a number > 1 (RoPE's theta, e.g. 10000)")
     if (c.rope_scaling == "none") != (c.rope_factor == 1):  # either alone is plain RoPE (rope_tables)
         raise ValueError(f"GPTConfig.rope_factor={c.rope_factor} with rope_scaling={c.rope_scaling!r} does nothing; "
                          f"set both (rope_scaling from {list(VALID['rope_scaling'][1:])}, rope_factor > 1) or neither")

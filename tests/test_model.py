@@ -1,6 +1,7 @@
 """Properties of model.py, for every gate variant and norm type. CPU only, float64 where we compare numbers."""
 
 import math
+import os
 import re
 import warnings
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import kernels
 import probe
 from cli import _source_lines
 from kernels import chunked_loss
@@ -86,6 +88,33 @@ def test_normal_call_returns_two_values():
     assert isinstance(out, tuple) and len(out) == 2
 
 
+def test_dropout_on_the_embeddings_and_every_sublayer_output():
+    """config.dropout: one nn.Dropout of that rate on the embeddings and on each sub-layer's output (attention, MLP),
+    each on the forward pass's path: zeroing what it passes on changes the logits."""
+    model, idx = make(dropout=0.25), tokens()
+    drops = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    assert len(drops) == 1 + 2 * BASE["n_layer"] and all(m.p == 0.25 for m in drops)
+    with torch.no_grad():
+        logits = model(idx)[0]  # eval mode: every dropout passes its input on
+        for m in drops:
+            hook = m.register_forward_hook(lambda mod, args, out: torch.zeros_like(out))
+            assert not torch.allclose(model(idx)[0], logits)
+            hook.remove()
+        assert not torch.allclose(model.train()(idx)[0], logits)
+
+
+def test_the_plain_loss_is_fp32_and_leaves_out_targets_of_minus_one():
+    """Without loss_chunk: the mean cross-entropy of the targets that are not -1, taken in fp32 from a bf16 model's
+    logits (bf16's 8 bits of mantissa would round the loss itself)."""
+    model, idx = make(dtype=torch.bfloat16), tokens()
+    targets = idx.roll(-1, 1)
+    targets[0, :6] = -1
+    logits, loss = model(idx, targets)
+    keep = targets != -1
+    assert loss.dtype == torch.float32
+    assert loss.item() == pytest.approx(F.cross_entropy(logits[keep].double(), targets[keep]).item(), rel=1e-6)
+
+
 def test_the_default_cpu_run_executes_the_reference_gate_line():
     """On a CPU the attention takes the reference branch: SDPA, then Gate.forward, once per layer."""
     model = make(dtype=torch.float32, attn_backend="auto")
@@ -99,14 +128,17 @@ def test_the_default_cpu_run_executes_the_reference_gate_line():
 # ----------------------------------------------------------------------------
 # Parameter counts
 
+@pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("name,kw,expected", GATES, ids=[g[0] for g in GATES])
-def test_gate_parameter_count(name, kw, expected):
-    model = GPT(GPTConfig(**BASE, **kw))
-    baseline = GPT(GPTConfig(**BASE, gate="none"))
+def test_gate_parameter_count(name, kw, expected, bias):
+    if bias and kw.get("gate_input") != "none":  # a bias for each of W_theta's rows (C weights each)
+        expected += expected // C
+    model = GPT(GPTConfig(**BASE, **kw, bias=bias))
+    baseline = GPT(GPTConfig(**BASE, gate="none", bias=bias))
     assert model.num_params() - baseline.num_params() == BASE["n_layer"] * expected
     # the gate's parameters: W_theta, the last rows of c_attn, or a learned parameter whose name says gate
     in_c_attn = sum(b.attn.c_attn.weight.size(0) - baseline.transformer.h[0].attn.c_attn.weight.size(0)
-                    for b in model.transformer.h) * C
+                    for b in model.transformer.h) * (C + bias)
     named_gate = sum(p.numel() for n, p in model.named_parameters() if "gate" in n)
     assert in_c_attn + named_gate == BASE["n_layer"] * expected
     assert model.config.gate_params_per_layer() == expected
@@ -114,16 +146,30 @@ def test_gate_parameter_count(name, kw, expected):
 
 @pytest.mark.parametrize("name,kw,expected", GATES[1:], ids=[g[0] for g in GATES[1:]])
 @pytest.mark.parametrize("size", [dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50304, block_size=1024),
-                                  dict(n_layer=4, n_head=4, n_kv_head=2, n_embd=128, vocab_size=VOCAB, mlp="gelu")],
-                         ids=["gpt2_small", "tiny_gqa_gelu"])
+                                  dict(n_layer=4, n_head=4, n_kv_head=2, n_embd=128, vocab_size=VOCAB, mlp="gelu"),
+                                  dict(n_layer=2, n_head=4, n_embd=64, vocab_size=VOCAB, bias=True)],
+                         ids=["gpt2_small", "tiny_gqa_gelu", "tiny_bias"])
 def test_match_params_within_one_percent(name, kw, expected, size):
+    """Within 1%, and as close as whole hidden units allow: within half a hidden unit's parameters (measured, biases
+    included) of the baseline in each layer."""
     with torch.device("meta"):  # count parameters without allocating them
         matched = GPT(GPTConfig(**{**size, **kw, "match_params": True})).num_params()
         plain = GPT(GPTConfig(**{**size, **kw})).num_params()
         baseline = GPT(GPTConfig(**{**size, "gate": "none"})).num_params()
+        wider = GPTConfig(**{**size, "gate": "none"}).hidden_dim + 1
+        per_unit = (GPT(GPTConfig(**{**size, "gate": "none", "mlp_hidden": wider})).num_params() - baseline) \
+            / size["n_layer"]
     assert abs(matched - baseline) / baseline < 0.01
+    assert abs(matched - baseline) <= size["n_layer"] * per_unit / 2
     if expected >= 3 * size["n_embd"]:  # the gate is worth at least one hidden unit: the MLP really shrank
         assert matched < plain
+
+
+def test_kv_heads_and_head_dim_default_to_plain_multi_head_attention():
+    """n_kv_head=None: a KV head for every query head (no GQA); head_dim=None: n_embd / n_head."""
+    cfg = GPTConfig(**{**BASE, "n_kv_head": None})
+    assert (cfg.n_kv_head, cfg.head_dim) == (H, C // H)
+    assert GPT(cfg).transformer.h[0].attn.c_attn.out_features == 4 * C  # Q, K, V and G1's W_theta: C rows each
 
 
 def test_config_round_trips_through_asdict():
@@ -212,6 +258,20 @@ def test_gate_equations_against_reference(name, kw):
     x = torch.randn(2, 13, C, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(attn(x), reference_attention(attn, x, model.config), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.skipif(kernels.triton_unavailable() is not None or os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="needs Triton and TRITON_INTERPRET=1 (conftest.py sets it without a GPU)")
+@pytest.mark.parametrize("name,kw", [("silu", dict(gate_act="silu")), ("ns_sigmoid", dict(gate_act="ns_sigmoid")),
+                                     ("additive", dict(gate_op="add")), ("sdpa_rmsnorm", dict(sdpa_nonlin="rmsnorm"))])
+def test_a_g1_gate_the_kernel_does_not_fuse_is_applied_after_it(name, kw):
+    """attn_backend='triton' fuses only a multiplicative sigmoid G1 gate into the kernel; any other G1 variant takes
+    the kernel for attention alone and then its own gate line: the same output as PyTorch's path."""
+    x = torch.randn(1, 8, C, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch_out, triton_out = (make(dtype=torch.float32, head_dim=16, pos_emb="learned", attn_backend=backend, **kw)
+                                 .transformer.h[0].attn(x) for backend in ("torch", "triton"))
+    torch.testing.assert_close(triton_out, torch_out, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("gate", ["g3", "g4"])
@@ -468,6 +528,9 @@ def test_a_model_runs_past_its_trained_length_with_scaled_rope():
     cos, _ = rope_tables(D, 96, 10000.0, None, "yarn", 4.0)
     torch.testing.assert_close(longer.rope_cos, cos)
     assert longer.lm_head.weight.data_ptr() == model.lm_head.weight.data_ptr() == longer.transformer.wte.weight.data_ptr()
+    # tied: one Parameter again, counted once (as an optimiser would update it); in eval mode, whatever model's was
+    assert longer.lm_head.weight is longer.transformer.wte.weight and longer.num_params() == model.num_params()
+    assert not GPT.with_weights(longer.config, model.train().state_dict()).training
     logits, _ = longer.double()(tokens(T=96))
     assert logits.shape == (2, 96, VOCAB) and torch.isfinite(logits).all()
 
@@ -546,6 +609,26 @@ def test_kv_cache_matches_full_recompute(name, kw):
     for t in range(8, 12):
         step = model._forward(idx[:, t:t + 1], start=t, cache=cache)
         torch.testing.assert_close(step[:, 0], full[:, t], rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="one token at a time"):  # two new queries would each see the other's key
+        model._forward(idx[:, 12:14], start=12, cache=cache)
+
+
+@pytest.mark.parametrize("keep_first", [False, True])
+def test_generate_past_block_size_samples_from_the_model_on_the_cropped_context(keep_first):
+    """Each step samples from exactly the logits of the model run on the last block_size tokens (keep_first: token 0,
+    then the last block_size - 1), computed without an autograd graph."""
+    model, T = make(), BASE["block_size"]
+    seen = []
+    hook = model.lm_head.register_forward_hook(lambda m, args, out: seen.append((out[:, -1], out.requires_grad)))
+    torch.manual_seed(0)
+    out = model.generate(tokens(B=2, T=5), 30, keep_first=keep_first)  # 35 tokens: cropped for the last 11 steps
+    hook.remove()
+    assert len(seen) == 30 and not any(grad for _, grad in seen)
+    for n, (logits, _) in enumerate(seen):
+        ctx = out[:, :5 + n]
+        if ctx.size(1) > T:
+            ctx = torch.cat([ctx[:, :1], ctx[:, -(T - 1):]], dim=1) if keep_first else ctx[:, -T:]
+        torch.testing.assert_close(logits, model(ctx)[0][:, -1], rtol=1e-10, atol=1e-10, msg=f"step {n}")
 
 
 def test_generate_samples_and_respects_top_k():
@@ -806,6 +889,12 @@ def test_weight_tying_and_init():
     assert attn.c_attn.weight[-cfg.n_embd:].std().item() == pytest.approx(0.02, rel=0.05)  # W_theta
     for proj in (attn.c_proj, model.transformer.h[0].mlp.c_proj):  # residual projections scaled by depth
         assert proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(2 * 6), rel=0.05)
+    # untied and learned embeddings: N(0, 0.02) too (not nn.Embedding's N(0, 1)); every bias starts at 0
+    model = GPT(GPTConfig(**{**vars(cfg), "tie_embeddings": False, "pos_emb": "learned", "bias": True}))
+    for emb in (model.transformer.wte, model.transformer.wpe):
+        assert emb.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    biases = [m.bias for m in model.modules() if isinstance(m, torch.nn.Linear) and m.bias is not None]
+    assert biases and all(torch.equal(b, torch.zeros_like(b)) for b in biases)
 
 
 def test_the_papers_initial_values():
@@ -842,6 +931,8 @@ def test_flops_and_mfu(monkeypatch):
     untied = GPT(GPTConfig(**BASE, tie_embeddings=False))
     assert untied.num_params() == N + untied.transformer.wte.weight.numel()
     assert probe.flops_per_token(untied, T) == probe.flops_per_token(model, T)
+    learned = GPT(GPTConfig(**BASE, pos_emb="learned"))  # its position embedding is left out, as in nanoGPT
+    assert learned.num_params() == learned.num_params(non_embedding=False) - BASE["block_size"] * C
     # 10 sequences of T tokens in 0.5 s against a 1e9 FLOP/s peak
     assert probe.estimate_mfu(model, 10, 0.5, peak=1e9) == pytest.approx(probe.flops_per_token(model, T) * T * 10 / 0.5 / 1e9)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -878,9 +969,22 @@ def test_flops_and_mfu(monkeypatch):
     (dict(n_embd=30), ["n_embd", "n_head"]),
     (dict(n_embd=12, n_head=4, n_kv_head=4), ["rope", "head_dim"]),
     (dict(dropout=1.5), ["dropout"]),
+    (dict(dropout=1.0), ["dropout", "[0, 1)"]),  # every activation zeroed
+    (dict(n_kv_head=0), ["n_kv_head", "positive"]),
+    (dict(head_dim=0), ["head_dim", "positive"]),
+    (dict(norm_eps=0.0), ["norm_eps", "positive"]),
+    (dict(norm="dyt", norm_eps=1e-6), ["norm_eps", "dyt"]),
+    (dict(gate="none", gate_shared=True), ["gate_shared", "gate='none'"]),
+    (dict(gate="none", gate_input="none"), ["gate_input", "gate='none'"]),
+    (dict(gate="g4", gate_granularity="headwise"), ["gate_granularity", "'g1'", "'g2'"]),
+    (dict(gate="g5", gate_granularity="headwise"), ["gate_granularity", "'g1'", "'g2'"]),
     (dict(n_layer=0), ["n_layer"]),
     (dict(mlp_hidden=-3), ["mlp_hidden"]),
     (dict(gate="g5", match_params=True, mlp_hidden=4), ["match_params", "mlp_hidden"]),
+    (dict(gate="g5", match_params=True, mlp_hidden=11), ["match_params", "mlp_hidden"]),  # G5 is worth 11 units
+    (dict(rope_base=0.0), ["rope_base", "> 1"]),  # RoPE's angles would be NaN: a run of NaN losses, no word why
+    (dict(rope_base=-10000.0), ["rope_base", "> 1"]),
+    (dict(rope_base=float("inf")), ["rope_base", "> 1"]),
     (dict(rope_scaling="linear"), ["rope_scaling", "'yarn'"]),
     (dict(rope_factor=4.0), ["rope_factor", "rope_scaling", "'ntk'"]),
     (dict(rope_scaling="yarn", rope_factor=0.5), ["rope_factor", ">= 1"]),
@@ -905,6 +1009,8 @@ def test_sequence_longer_than_block_size_raises():
     model = make()
     with pytest.raises(ValueError, match="block_size"):
         model(tokens(T=25))
+    with pytest.raises(ValueError, match="block_size"):  # one token, but at position 24: past the block too
+        model._forward(tokens(T=1), start=24)
 
 
 def test_generate_never_samples_ids_at_or_past_n_vocab():
