@@ -175,7 +175,7 @@ def test_resume_continues_the_run_exactly(stdlib_data, tmp_path, loss_chunk):
     straight, split = read_log(tmp_path / "straight"), read_log(tmp_path / "split")
     assert [r["iter"] for r in split] == [r["iter"] for r in straight] == [0, 2, 4, 6, 8]
     for a, b in zip(straight, split):
-        for key in ("train_loss", "val_loss", "lr", "max_act", "gate_mean"):
+        for key in ("train_loss", "val_loss", "lr", "max_act", "gate_mean", "tokens"):
             assert close(a[key], b[key], rel=1e-6), (a["iter"], key, a[key], b[key])
     _, ckpt_a = load_checkpoint(str(tmp_path / "straight" / "ckpt.pt"))
     _, ckpt_b = load_checkpoint(str(tmp_path / "split" / "ckpt.pt"))
@@ -329,22 +329,40 @@ def test_a_resumed_run_counts_the_nonfinite_steps_in_a_row_it_had(stdlib_data, t
     assert [line.split(":")[0] for line in capsys.readouterr().out.splitlines() if "step skipped" in line] == ["iter 4"]
 
 
+def queued_steps(steps, scale=None):
+    """What Trainer.check_health reads: a run (max_nonfinite=2) that has queued steps, each (loss, gradient norm,
+    taken) as optimizer_step returns them, with fp16's loss scaler at `scale` (None: no scaler, as bf16 and fp32)."""
+    return types.SimpleNamespace(
+        c=train.TrainConfig(max_nonfinite=2), health={"loss_ema": None, "loss_var": 0.0, "steps": 0, "in_spike": False,
+                                                      "loss_spikes": 0, "nonfinite_steps": 0, "nonfinite_in_a_row": 0},
+        scaler=torch.amp.GradScaler("cpu", init_scale=scale or 1.0, enabled=scale is not None), iter_num=len(steps),
+        say=print, best_iter=None, folder=types.SimpleNamespace(what_is_kept=lambda best_iter: "kept"),
+        pending=[torch.tensor(step) for step in steps])
+
+
 def test_fp16_overflow_is_routine_only_while_the_loss_scale_is_at_least_one():
     """fp16: a step with a finite loss whose scaled gradients overflow is skipped without counting (the scaler
     halves its scale and the next step tries again). Below a scale of 1 the gradients overflow unscaled: such
     steps count towards max_nonfinite, or a diverging fp16 run would halve its scale for ever."""
-    def trainer(scale):
-        return types.SimpleNamespace(
-            c=train.TrainConfig(max_nonfinite=2), health={"loss_ema": None, "loss_var": 0.0, "steps": 0,
-                                                          "in_spike": False, "loss_spikes": 0, "nonfinite_steps": 0,
-                                                          "nonfinite_in_a_row": 0},
-            scaler=torch.amp.GradScaler("cpu", init_scale=scale), iter_num=2, say=print, best_iter=None,
-            folder=types.SimpleNamespace(what_is_kept=lambda best_iter: "kept"),
-            pending=[torch.tensor([2.5, math.inf, 0.0]), torch.tensor([2.25, math.inf, 0.0])])
-    routine = trainer(1.0)
+    overflows = [(2.5, math.inf, 0.0), (2.25, math.inf, 0.0)]
+    routine = queued_steps(overflows, scale=1.0)
     assert train.Trainer.check_health(routine) == [2.5, 2.25] and routine.health["nonfinite_steps"] == 0
     with pytest.raises(cli.Diverged, match=r"2 non-finite steps in a row \(max_nonfinite=2\)"):
-        train.Trainer.check_health(trainer(0.5))
+        train.Trainer.check_health(queued_steps(overflows, scale=0.5))
+
+
+def test_only_nonfinite_steps_in_a_row_stop_a_run_and_the_finite_ones_count_spikes():
+    """A finite step starts the count of non-finite steps in a row again: max_nonfinite=2 of them in all, never in
+    a row, stop nothing. The finite losses, and only they, make the spike statistics: one jump, one spike, as
+    probe.count_spike counts it on those losses alone."""
+    finite = [3.0] * 25 + [4.0] + [3.0] * 4
+    steps = [(x, 1.0, 1.0) for x in finite]
+    for at in (3, 10, 27):
+        steps.insert(at, (math.nan, math.nan, 0.0))  # skipped steps: never two in a row
+    run = queued_steps(steps)
+    assert train.Trainer.check_health(run) == finite
+    assert run.health["nonfinite_steps"] == 3 and run.health["nonfinite_in_a_row"] == 0
+    assert run.health["loss_spikes"] == spikes_in(finite)[0] == 1
 
 
 def test_the_training_loop_waits_for_the_device_only_at_log_and_eval_steps(stdlib_data, tmp_path, monkeypatch):
@@ -353,7 +371,7 @@ def test_the_training_loop_waits_for_the_device_only_at_log_and_eval_steps(stdli
     inside train_step raises, and the reads that remain (check_health) happen at the first step, the log steps
     and before evals. Other waits (a copy to the CPU with .to, boolean-mask indexing) look alike on a CPU: the GPU
     tier's test_on_a_gpu_no_training_step_synchronises catches those."""
-    in_step, drained_at = [False], []
+    in_step, drained_at, read = [False], [], []
 
     def guard(name):
         original = getattr(torch.Tensor, name)
@@ -384,7 +402,8 @@ def test_the_training_loop_waits_for_the_device_only_at_log_and_eval_steps(stdli
 
     def check_health(self):
         drained_at.append((self.iter_num, len(self.pending)))
-        return check(self)
+        read.append(check(self))
+        return read[-1]
     monkeypatch.setattr(train.Trainer, "train_step", train_step)
     monkeypatch.setattr(train.Trainer, "check_health", check_health)
     monkeypatch.setattr(train.TrainLoader, "next_batch", host_batch)
@@ -393,7 +412,8 @@ def test_the_training_loop_waits_for_the_device_only_at_log_and_eval_steps(stdli
     # (iteration, steps read): the first step alone, then up to each log step (4, 8, 12) or eval (6, 12)
     assert drained_at == [(1, 1), (4, 3), (6, 2), (8, 2), (12, 4)]
     record = read_log(tmp_path / "run")[-1]
-    assert record["iter"] == 12 and record["train_loss"] is not None and record["tokens_per_s"] > 0
+    assert record["iter"] == 12 and record["tokens_per_s"] > 0
+    assert record["train_loss"] == pytest.approx(sum(read[-2] + read[-1]) / 6)  # the mean of steps 7-12's losses
 
 
 def test_the_first_line_names_the_variant_each_gate_flag_set_otherwise_included(stdlib_data, tmp_path, capsys):
@@ -465,10 +485,11 @@ def state_of(model, optimizer):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fused", [True, False])
-def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fused, device):
-    """train.optimizer_step (train.py's step): a finite step is exactly clip-then-AdamW; a step whose loss or gradients are not finite
-    changes nothing at all (weights, moments, step counts), decided on the device with fused AdamW and on the host
-    with the plain one."""
+@pytest.mark.parametrize("grad_clip", [0.5, 0.0])  # 0: no clipping, not a clip to 0
+def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fused, device, grad_clip):
+    """train.optimizer_step (train.py's step): a finite step is exactly clip-then-AdamW (grad_clip=0: AdamW alone);
+    a step whose loss or gradients are not finite changes nothing at all (weights, moments, step counts), decided on
+    the device with fused AdamW and on the host with the plain one."""
     model, x, y = tiny_model_and_batch(device)
     reference = model_py.GPT(model.config).to(device)
     reference.load_state_dict(model.state_dict())
@@ -478,14 +499,14 @@ def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fu
     for _ in range(2):  # two finite steps, against the textbook loop
         loss = model(x, y)[1]
         loss.backward()
-        stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+        stats = train.optimizer_step(optimizer, scaler, model.parameters(), grad_clip, loss.detach())
         ref_loss = reference(x, y)[1]
         ref_loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+        norm = torch.nn.utils.clip_grad_norm_(reference.parameters(), grad_clip or math.inf)
         ref_optimizer.step()
         ref_optimizer.zero_grad()
         assert stats.tolist() == pytest.approx([ref_loss.item(), norm.item(), 1.0], rel=1e-5)
-        assert norm > 0.5  # the clipping mattered
+        assert norm > 0.5  # the clipping (at 0.5) mattered
         for p, q in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
         assert all(p.grad is None for p in model.parameters())
@@ -497,7 +518,7 @@ def test_optimizer_step_skips_a_nonfinite_step_and_otherwise_is_clipped_adamw(fu
             next(model.parameters()).grad[0, 0] = float("inf")
         else:
             loss = loss.detach() * float("nan")
-        stats = train.optimizer_step(optimizer, scaler, model.parameters(), 0.5, loss.detach())
+        stats = train.optimizer_step(optimizer, scaler, model.parameters(), grad_clip, loss.detach())
         assert stats[2] == 0 and not hasattr(optimizer, "found_inf")
         assert all(torch.equal(a, b) for a, b in zip(before, state_of(model, optimizer))), poison
 
@@ -574,20 +595,28 @@ def test_a_checkpoint_of_the_plain_adamw_resumes_fused(stdlib_data, tmp_path):
     assert all(group["fused"] for group in b["optimizer"]["param_groups"])
 
 
-def test_resume_takes_the_commands_weight_decay_and_betas(stdlib_data, tmp_path, capsys):
+def test_resume_takes_the_commands_weight_decay_and_betas(stdlib_data, tmp_path, capsys, monkeypatch):
     """A change printed is a change made: the optimizer's saved groups held the run's weight decay and betas,
     and loading them used to put those back over the command's. A new seed changes nothing, and says so."""
     out_dir = tmp_path / "run"
     args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=2"]
-    train.main(args + ["--max_iters=2", "--weight_decay=0.1"])
-    capsys.readouterr()
-    train.main(args + ["--max_iters=4", "--init_from=resume", "--weight_decay=0.5", "--beta2=0.99", "--seed=7"])
+    train.main(args + ["--max_iters=2", "--weight_decay=0.1", "--lr_decay_iters=4"])  # min_lr at 4, where it ends:
+    capsys.readouterr()                                                               # no note on min_lr below
+    clips, optimizer_step = [], train.optimizer_step  # the grad_clip each step is clipped at
+    monkeypatch.setattr(train, "optimizer_step", lambda *args: (clips.append(args[3]), optimizer_step(*args))[1])
+    train.main(args + ["--max_iters=4", "--init_from=resume", "--weight_decay=0.5", "--beta2=0.99", "--seed=7",
+                       "--grad_clip=0.25"])
     printed = capsys.readouterr().out
     assert "note: resuming with weight_decay=0.5 (the run had 0.1)" in printed
+    assert "note: resuming with grad_clip=0.25 (the run had 1.0)" in printed and clips == [0.25, 0.25]
     assert "note: seed=7 is ignored: a resumed run continues the random state it saved (seed=1337)" in printed
     _, checkpoint = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert [(g["weight_decay"], g["betas"]) for g in checkpoint["optimizer"]["param_groups"]] == \
         [(0.5, (0.9, 0.99)), (0.0, (0.9, 0.99))]
+    # and the learning rate the log reports, the schedule's (lr_at) at that step: the one the optimizer steps with
+    lr = read_log(out_dir)[-1]["lr"]
+    assert lr == train.lr_at(4, train.TrainConfig(**checkpoint["config"])) < checkpoint["config"]["learning_rate"]
+    assert [g["lr"] for g in checkpoint["optimizer"]["param_groups"]] == [lr, lr]
     assert checkpoint["config"]["seed"] == 1337 and checkpoint["optimizer"]["state"]  # the moments were kept
     assert "validation windows" not in printed and "stays there" not in printed
     # other validation windows (data.shards.val_batches places batch_size x eval_iters of them): said
@@ -604,6 +633,37 @@ def test_resume_takes_the_commands_weight_decay_and_betas(stdlib_data, tmp_path,
     assert "note: the learning rate reaches min_lr at lr_decay_iters=8 and stays there up to max_iters=10: give " \
         "--lr_decay_iters too" in capsys.readouterr().out
     assert read_log(out_dir)[-1]["lr"] == 1e-4
+
+
+def test_the_learning_rate_warms_up_linearly_then_follows_a_cosine_down_to_min_lr():
+    """train.lr_at: linear warmup that gives no step lr 0 ((it + 1) / (warmup_iters + 1) of learning_rate), the peak
+    at warmup_iters, then half a cosine down to min_lr at lr_decay_iters (halfway, the mean of the two; a quarter of
+    the way, above it), falling every step, and min_lr after; decay_lr=False: learning_rate throughout."""
+    c = TrainConfig(learning_rate=1.0, min_lr=0.1, warmup_iters=4, lr_decay_iters=12)
+    lrs = [train.lr_at(it, c) for it in range(16)]
+    assert lrs[:5] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+    assert lrs[6] == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi / 4)) / 2) and lrs[8] == pytest.approx(0.55)
+    assert all(a > b for a, b in zip(lrs[4:12], lrs[5:13])) and lrs[12:] == pytest.approx([0.1] * 4)
+    assert train.lr_at(0, dataclasses.replace(c, warmup_iters=0)) == 1.0  # no warmup: the peak at once
+    assert {train.lr_at(it, dataclasses.replace(c, decay_lr=False)) for it in range(16)} == {1.0}
+
+
+def test_gradient_accumulation_trains_as_one_batch_of_the_same_windows(stdlib_data, tmp_path):
+    """2 micro-steps of 2 sequences train as 1 batch of 4 (the loader draws the same windows, and val_batches the same
+    for the same batch_size x eval_iters): each micro-step's loss is divided by their number, so the gradient, the
+    train loss and the tokens counted are the whole step's."""
+    common = TINY + [f"--data_dir={stdlib_data}", "--max_iters=4", "--eval_interval=2", "--dtype=float32"]
+    train.main(common + [f"--out_dir={tmp_path / 'one'}", "--batch_size=4", "--eval_iters=2"])
+    train.main(common + [f"--out_dir={tmp_path / 'accum'}", "--batch_size=2", "--gradient_accumulation_steps=2",
+                         "--eval_iters=4"])
+    one, accum = read_log(tmp_path / "one"), read_log(tmp_path / "accum")
+    assert [r["iter"] for r in accum] == [0, 2, 4] and [r["tokens"] for r in accum] == [0, 256, 512]
+    for a, b in zip(one, accum):
+        for key in ("train_loss", "val_loss"):
+            assert close(a[key], b[key], rel=1e-5), (a["iter"], key, a[key], b[key])
+    a, b = (load_checkpoint(str(tmp_path / name / "ckpt.pt"))[1]["model"] for name in ("one", "accum"))
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------
@@ -662,25 +722,36 @@ def test_cli_errors_exit_nonzero_with_the_message():
 # several processes
 
 def test_ddp_on_cpu_with_gloo_matches_one_process(stdlib_data, tmp_path):
-    """2 processes x 2 sequences must train exactly like 1 process x 4: every rank takes its half of the same
-    global batch, gradients are averaged, validation batches are shared out and the losses summed."""
+    """2 processes x 2 sequences must train exactly like 1 process x 4, each in 2 micro-steps: every rank takes its
+    half of the same global batch, accumulates its micro-steps' gradients and averages them with the other rank's
+    once per step, validation batches are shared out and the losses summed."""
     common = TINY + [f"--data_dir={stdlib_data}", "--max_iters=6", "--eval_interval=3"]
     (tmp_path / "tmp").mkdir()  # torchrun leaves a folder of its own in the temp folder: here, removed with tmp_path
     env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path / "tmp"))
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                              "train.py", *common, f"--out_dir={tmp_path / 'ddp'}", "--backend=gloo",
-                             "--batch_size=2", "--gradient_accumulation_steps=2", "--eval_iters=4"],
+                             "--batch_size=2", "--gradient_accumulation_steps=4", "--eval_iters=4"],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr  # torchrun: 0 only if both ranks exit 0
     assert result.stdout.count("done: 6 iterations") == 1  # only rank 0 prints...
     assert sorted(os.listdir(tmp_path / "ddp")) == [".lock", "best.pt", "ckpt.pt", "log.jsonl"]  # ...and writes
-    train.main(common + [f"--out_dir={tmp_path / 'one'}", "--batch_size=4", "--eval_iters=2"])
+    train.main(common + [f"--out_dir={tmp_path / 'one'}", "--batch_size=4", "--gradient_accumulation_steps=2",
+                         "--eval_iters=2"])
 
     ddp, one = read_log(tmp_path / "ddp"), read_log(tmp_path / "one")
     assert [r["iter"] for r in ddp] == [0, 3, 6]
     for a, b in zip(ddp, one):
         assert close(a["val_loss"], b["val_loss"], rel=1e-4) and close(a["train_loss"], b["train_loss"], rel=1e-4)
     assert ddp[-1]["val_loss"] < ddp[0]["val_loss"]
+
+
+def test_gradient_accumulation_steps_the_processes_cannot_share_are_refused(monkeypatch):
+    """gradient_accumulation_steps counts the micro-steps of all processes: 2 processes cannot share 3 (each would
+    do 1, a step of 2 micro-steps). One line, before the model is built."""
+    monkeypatch.setattr(train.Trainer, "build_model", lambda *a: pytest.fail("built the model before refusing"))
+    with pytest.raises(SystemExit, match=r"gradient_accumulation_steps=3 must be a multiple of the 2 processes"):
+        train.Trainer(TrainConfig(gradient_accumulation_steps=3), 0, 2, "cpu", False,
+                      types.SimpleNamespace(ckpt_path="ckpt.pt"))
 
 
 # ----------------------------------------------------------------------------
@@ -803,6 +874,17 @@ def test_a_diverging_run_never_replaces_the_best_checkpoint(stdlib_data, tmp_pat
     assert latest["iter_num"] == 12 and latest["best_iter"] == best["iter_num"]
 
 
+@pytest.mark.parametrize("rise, warned", [(0.9, False), (1.1, True)])
+def test_a_latest_state_more_than_a_nat_worse_than_the_best_is_warned_of(tmp_path, capsys, rise, warned):
+    """runfolder.VAL_RISE_WARNING: a latest state whose validation loss is more than 1 nat above best.pt's gets the
+    warning that the run may be diverging; a smaller rise, noise, only its line."""
+    checkpoint = {"iter_num": 9, "val_loss": 4.0 + rise, "best_iter": 6, "best_val_loss": 4.0}
+    runfolder.RunFolder(str(tmp_path)).said_saved(checkpoint, is_best=False, latest=True, initial_val_loss=10.0)
+    printed = capsys.readouterr().out
+    assert f"its validation loss is {rise:.3f} worse than the best, 4.0000 at iter 6" in printed
+    assert ("WARNING: the validation loss rose" in printed) == warned, printed
+
+
 def test_without_always_save_a_worse_state_replaces_nothing(stdlib_data, tmp_path, monkeypatch):
     monkeypatch.setattr(train, "DIVERGED_FACTOR", math.inf)  # the worse state is saved, not stopped (above)
     out_dir = tmp_path / "run"
@@ -814,6 +896,9 @@ def test_without_always_save_a_worse_state_replaces_nothing(stdlib_data, tmp_pat
     after = folder_state(out_dir)
     assert after["ckpt.pt"] == before["ckpt.pt"] and after["best.pt"] == before["best.pt"]
     assert [r["iter"] for r in read_log(out_dir)] == [0, 3, 6, 9]
+    # resumed from ckpt.pt (iter 6), the log drops the record of the state no file kept: it reads as one run
+    train.main(args + ["--init_from=resume", "--max_iters=9"])
+    assert [(r["iter"], r["lr"] < 1) for r in read_log(out_dir)] == [(0, True), (3, True), (6, True), (9, True)]
 
 
 def test_a_new_run_never_starts_over_an_existing_run(stdlib_data, tmp_path):
@@ -872,6 +957,35 @@ def test_mistaken_keys_and_meaningless_settings_are_refused_before_anything_is_w
         train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}"] + args)
     assert message in str(exit_info.value.code)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("allowed, refused", [
+    *[({key: 1}, {key: 0}) for key in ("batch_size", "eval_interval", "log_interval", "eval_iters",
+                                       "gradient_accumulation_steps", "max_nonfinite", "max_iters")],
+    ({"block_size": 2}, {"block_size": 1}),  # with bos=True: the BOS token, then text
+    ({"weight_decay": 0.0}, {"weight_decay": -0.1}),
+    ({"grad_clip": 0.0}, {"grad_clip": -1.0}),  # 0: no clipping
+    ({"min_lr": 0.0}, {"min_lr": -1e-4}),
+    ({"min_lr": 2e-3}, {"min_lr": 2.1e-3}),  # at most learning_rate=2e-3
+    ({"beta1": 0.0}, {"beta1": 1.0}),
+    ({"beta2": 0.0}, {"beta2": 1.0}),
+    ({"warmup_iters": 0}, {"warmup_iters": -1}),
+    ({"lr_decay_iters": 30}, {"lr_decay_iters": 29}),  # at least warmup_iters=30
+    ({"decay_lr": False, "lr_decay_iters": 0}, {"lr_decay_iters": 0}),  # without decay it is never read
+    ({"seed": 2**31 - 1}, {"seed": 2**31}),
+])
+def test_each_setting_is_refused_just_past_the_edge_of_what_is_allowed(allowed, refused):
+    """check_settings at the edge of each range (from the defaults): the last value allowed passes, the first
+    outside stops with one line naming the key and the value."""
+    def settings(**changes):
+        c = TrainConfig()
+        for key, value in changes.items():
+            setattr(c, key, value)  # past GPTConfig's own checks: check_settings is tested here
+        return c
+    train.check_settings(settings(**allowed))
+    (key, value), = refused.items()
+    with pytest.raises(SystemExit, match=rf"^error: {key}={re.escape(str(value))} (is not valid|must be)"):
+        train.check_settings(settings(**refused))
 
 
 def test_the_fused_kernel_where_it_cannot_run_is_one_line_before_the_model(tmp_path, monkeypatch):
@@ -1005,6 +1119,27 @@ def test_unreadable_files_are_one_clear_line(tiny_run, stdlib_data, tmp_path):
     with pytest.raises(SystemExit, match="meta.json"):
         train.main(TINY + [f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'new'}"])
     assert not (tmp_path / "new").exists()
+
+
+def test_a_checkpoint_without_a_part_of_the_state_resume_reads_is_one_line(tiny_run, tmp_path):
+    """A checkpoint that lacks any part of the state a resume reads (another trainer's, an older train.py's) is
+    refused with one line that names it, before anything is built: not a KeyError where that part is read."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    _, checkpoint = load_checkpoint(str(run / "ckpt.pt"))
+    for key in ("optimizer", "scaler", "iter_num", "val_loss", "config", "rng", "loader", "health"):
+        save_checkpoint({k: v for k, v in checkpoint.items() if k != key}, str(run / "ckpt.pt"))
+        with pytest.raises(SystemExit, match=rf"ckpt.pt cannot be resumed: it lacks \['{key}'\] \(only train.py's"):
+            train.main([f"--out_dir={run}", "--init_from=resume", "--max_iters=9", "--device=cpu"])
+
+
+def test_run_files_get_the_permissions_of_any_new_file_not_those_of_a_temporary_one(tiny_run):
+    """atomic_write writes a private temporary file (mkstemp's 0o600); the run file it becomes has the permissions
+    any new file of the user gets (0o666 less the umask)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in ("ckpt.pt", "best.pt", "log.jsonl"):
+        assert os.stat(os.path.join(tiny_run, name)).st_mode & 0o777 == 0o666 & ~mask, name
 
 
 def test_an_out_dir_that_cannot_be_written(stdlib_data, tmp_path):
@@ -1462,7 +1597,7 @@ def test_a_step_too_big_for_memory_is_refused_with_a_batch_size_that_fits(stdlib
     monkeypatch.setattr(train, "free_memory", lambda device: 2**30)  # 1 GiB free
     args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--max_iters=2"]
     with pytest.raises(SystemExit) as exit_info:
-        train.main(args + ["--batch_size=4096"])
+        train.main(args + ["--batch_size=4096", "--gradient_accumulation_steps=3"])
     message = str(exit_info.value.code)
     assert message.startswith("error: batch_size=4096 x block_size=32 needs about ") and "1.0 GiB is free" in message
     fits = int(message.split("try --batch_size=")[1].split()[0])
@@ -1472,7 +1607,7 @@ def test_a_step_too_big_for_memory_is_refused_with_a_batch_size_that_fits(stdlib
     assert 1 < most < 4096
     # the largest that fits among the divisors of 4096, so that the same windows make up each step and evaluation
     assert fits == max(b for b in range(1, most + 1) if 4096 % b == 0)
-    assert f"--gradient_accumulation_steps={4096 // fits} --eval_iters={2 * 4096 // fits} (the same run" in message
+    assert f"--gradient_accumulation_steps={3 * 4096 // fits} --eval_iters={2 * 4096 // fits} (the same run" in message
     with pytest.raises(SystemExit, match=r"block_size=100000 needs about .* even --batch_size=1 does not fit: lower "
                                          r"--block_size=100000"):
         train.main(args + ["--block_size=100000"])
@@ -1501,6 +1636,16 @@ def test_a_misspelled_dataset_is_told_the_one_meant(tmp_path, dataset, meant):
         train.main(TINY + [f"--dataset={dataset}", f"--data_dir={tmp_path / 'data'}", f"--out_dir={tmp_path / 'run'}"])
     assert "did you mean" not in str(exit_info.value.code)
     assert not (tmp_path / "run").exists() and not os.path.exists(os.path.join(REPO, "data", dataset))
+
+
+def test_the_memory_estimate_counts_the_optimizers_state_and_the_logits_computed_at_once():
+    """runfolder.step_memory: 16 bytes a parameter (weights, gradients, AdamW's two moments) before any sequence, and
+    of the logits (3 floats a token and vocabulary entry) only the loss_chunk rows computed at once."""
+    chunked = GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=32, loss_chunk=64)
+    whole = dataclasses.replace(chunked, loss_chunk=0)
+    assert runfolder.step_memory(0, whole, 1000) == 16 * 1000
+    assert runfolder.step_memory(8, whole, 1000) - runfolder.step_memory(8, chunked, 1000) == \
+        4 * 3 * (8 * 32 - 64) * whole.vocab_size
 
 
 def test_a_model_larger_than_memory_is_one_line(stdlib_data, tmp_path):
@@ -1758,6 +1903,13 @@ def test_the_divergence_stop_needs_no_log(stdlib_data, tmp_path):
     args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=3"]
     train.main(args + ["--max_iters=3"])
     initial = read_log(out_dir)[0]["val_loss"]
+    # a checkpoint older than that record: the log's iter-0 record has it (not its last, iter 3's)
+    path = str(out_dir / "ckpt.pt")
+    _, checkpoint = load_checkpoint(path)
+    save_checkpoint({k: v for k, v in checkpoint.items() if k != "initial_val_loss"}, path)
+    with pytest.raises(cli.Diverged, match=rf"the run has diverged: .* more than 2x the {initial:.4f} it started from"):
+        train.main(args + ["--max_iters=30", "--init_from=resume", "--learning_rate=100"])
+    save_checkpoint(checkpoint, path)
     (out_dir / "log.jsonl").unlink()
     with pytest.raises(cli.Diverged, match=rf"the run has diverged: .* more than 2x the {initial:.4f} it started from"):
         train.main(args + ["--max_iters=30", "--init_from=resume", "--learning_rate=100"])
@@ -1829,6 +1981,13 @@ def test_a_best_pt_of_another_run_is_refused_on_resume(tiny_run, stdlib_data, tm
                                          r"run id \w+ \(this run: \w+\), n_embd=64 \(this run: 32\).*Move it away"):
         train.main([f"--out_dir={run}", "--init_from=resume", "--max_iters=9", "--device=cpu"])
     assert folder_state(run) == before
+    # this run's own best.pt, saved while the run computed another way (model.RUNTIME_FLAGS, which a resume may
+    # change): the same model, so the same run
+    _, best = load_checkpoint(os.path.join(tiny_run, "best.pt"))
+    best["model_args"].update(loss_chunk=0, attn_backend="torch")
+    save_checkpoint(best, str(run / "best.pt"))
+    folder = runfolder.RunFolder(str(run))
+    folder.check_same_run(runfolder.saved_state(folder.best_path, whose=True), load_checkpoint(folder.ckpt_path)[1])
 
 
 def test_ctrl_c_while_reading_the_checkpoint_is_the_ctrl_c_line(tiny_run, monkeypatch, capsys):
@@ -1852,6 +2011,24 @@ def test_a_state_not_saved_for_nan_weights_says_what_is_kept_truly(stdlib_data, 
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("not saving"))
     assert "no ckpt.pt was saved; best.pt holds iter 0" in line, line
     assert not (out_dir / "ckpt.pt").exists()
+
+
+def test_weights_gone_nan_are_never_saved_even_where_the_val_loss_is_finite(stdlib_data, tmp_path, monkeypatch, capsys):
+    """A NaN in a row of the token embedding that no token of the data reads (the last id; lm_head untied) leaves the
+    validation loss finite: the state is not saved all the same, as no non-finite state ever is."""
+    forward = model_py.GPT.forward
+
+    def nan_row(self, idx, targets=None):
+        if self.training:
+            self.transformer.wte.weight.data[-1] = float("nan")
+        return forward(self, idx, targets)
+    monkeypatch.setattr(model_py.GPT, "forward", nan_row)
+    out_dir = tmp_path / "run"
+    train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=2", "--eval_interval=2",
+                       "--tie_embeddings=False"])
+    assert [(r["iter"], r["val_loss"] is not None) for r in read_log(out_dir)] == [(0, True), (2, True)]
+    assert "not saving: the validation loss or the weights are not finite" in capsys.readouterr().out
+    assert not (out_dir / "ckpt.pt").exists() and load_checkpoint(str(out_dir / "best.pt"))[1]["iter_num"] == 0
 
 
 def test_resume_and_overwrite_together_are_refused(tiny_run, tmp_path):
