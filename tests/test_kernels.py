@@ -7,6 +7,7 @@ backends. Without a GPU the kernels run in Triton's interpreter (conftest.py set
 
 import importlib.util
 import io
+import math
 import os
 import re
 import subprocess
@@ -354,8 +355,11 @@ def test_choose_configs_names_the_choices(choose_configs):
     choose_configs("first")
     assert all(rows_of(kernel) == [interpreted if kernels._INTERPRET else rows[0]]
                for kernel, rows, interpreted in tuned)
+    for kernel, _, _ in tuned:  # a choice an earlier autotuning left: the next choice must forget it
+        kernel.cache[("stale",)] = kernel.configs[0]
     choose_configs("autotune")
     assert all(rows_of(kernel) == rows for kernel, rows, _ in tuned)
+    assert all(not kernel.cache for kernel, _, _ in tuned) and not any(kernels.tuned_configs().values())
     assert kernels._t_key(1) == 64 and kernels._t_key(130) == kernels._t_key(256) == 256
 
 
@@ -368,6 +372,28 @@ def test_every_output_element_written(monkeypatch):
         assert_close_to_reference(q, k, v, g, dy, causal=causal)  # asserts every output is finite
     y, lse2 = kernels._flash_forward(q.detach(), k.detach(), v.detach(), None, False, 32 ** -0.5)
     assert torch.isfinite(y).all() and torch.isfinite(lse2).all()  # lse2 is not checked above
+
+
+@needs_triton
+@pytest.mark.parametrize("gate,backward", [("headwise", "recompute"), ("elementwise", "atomic")])
+def test_no_kernel_writes_past_its_buffers(gate, backward, choose_backward, monkeypatch):
+    """Every buffer the kernels write (y, lse2, delta, dO, each gradient) is followed by a guard of as many elements,
+    which must keep its values: a store masked with `<= T` for `< T` writes the last head's row T past the end (and
+    the other heads' into the next head's row 0, which the interpreter's program order may overwrite, a GPU's not)."""
+    guards = []
+
+    def guarded(shape, dtype, device):
+        n = math.prod(shape)
+        buffer = torch.full((2 * n,), float("nan"), dtype=dtype, device=device)
+        buffer[n:] = 7.0  # the guard
+        guards.append(buffer[n:])
+        return buffer[:n].view(shape)
+    monkeypatch.setattr(kernels, "_empty", guarded)
+    choose_backward(backward)
+    assert_close_to_reference(*make_inputs(2, 4, 2, 37, 32, gate, seed=13), causal=True)
+    assert len(guards) >= 7  # y, lse2, dq, dk, dv, dgate, delta (and dO)
+    for guard in guards:
+        assert (guard == 7.0).all()
 
 
 @needs_triton
@@ -414,7 +440,7 @@ def test_head_shared_gate_as_expanded_view():
 @pytest.mark.parametrize("H,Hkv,scale", [(4, 4, None), (4, 2, 0.3)])
 def test_first_token_attention(backend, causal, H, Hkv, scale):
     q, k, _, _, _ = make_inputs(2, H, Hkv, 50, 32, None, seed=5)
-    q, k = q.detach() * 2, k.detach() * 2  # sharper softmax, so p0 varies a lot between rows
+    q, k = q * 2, k * 2  # sharper softmax, so p0 varies a lot between rows; q and k still require grad
     s = q.double() @ k.double().repeat_interleave(H // Hkv, 1).transpose(-2, -1) * (scale or 32 ** -0.5)
     if causal:
         s = s.masked_fill(torch.ones(50, 50, dtype=torch.bool, device=DEV).triu(1), float("-inf"))
@@ -422,6 +448,7 @@ def test_first_token_attention(backend, causal, H, Hkv, scale):
     # chunk: the torch path loops; a scale of its own: the LSE and the scores on key 0 must use the same one
     got = first_token_attention(q, k, causal=causal, scale=scale, chunk=16, backend=backend)
     assert got.shape == (2, H, 50)
+    assert not got.requires_grad  # no graph: autograd would keep every chunk's scores, T x T in all
     assert rel_err(got, want) < TOL
 
 
@@ -472,7 +499,13 @@ def test_bad_inputs_raise():
         gated_attention(q, k[:, :1].expand(1, 3, 8, 32), v[:, :1].expand(1, 3, 8, 32))  # 4 % 3 != 0
     with pytest.raises(ValueError):
         gated_attention(q, k, v[..., :16])  # v's D differs
-    for bad_gate in (torch.zeros(1, 4, 8, 2), torch.zeros(1, 2, 8, 32), torch.zeros(4, 8, 32)):
+    # k and v alike but not q's: SDPA would broadcast a batch of 1 silently, and raise its own error for another D
+    for bad_k in (k.expand(2, 2, 8, 32), k[..., :16]):
+        with pytest.raises(ValueError, match="k and v must be"):
+            gated_attention(q, bad_k, bad_k)
+    # another B or T than q's: a gate of 1 token or 1 batch row would broadcast silently on the torch path
+    for bad_gate in (torch.zeros(1, 4, 8, 2), torch.zeros(1, 2, 8, 32), torch.zeros(4, 8, 32), torch.zeros(1, 4, 1, 32),
+                     torch.zeros(2, 4, 8, 32)):
         with pytest.raises(ValueError, match="gate"):
             gated_attention(q, k, v, gate=bad_gate.to(DEV))
     # causal with fewer queries than keys: SDPA would let the last query see the first key only, silently
@@ -500,9 +533,13 @@ def test_triton_rejects_what_it_cannot_run():
     q, k, v, _, _ = make_inputs(1, 4, 2, 8, 32, None)
     with pytest.raises(ValueError, match="queries as keys"):  # KV-cache decoding shape: model.py forces torch
         gated_attention(q[:, :, -1:], k, v, causal=False, backend="triton")
+    for D in (8, 48, 512):  # below tl.dot's 16, not a power of two, above 256
+        qd, kd, vd, _, _ = make_inputs(1, 2, 2, 8, D, None)
+        with pytest.raises(ValueError, match="head dim"):
+            gated_attention(qd, kd, vd, backend="triton")
     q48, k48, v48, _, _ = make_inputs(1, 2, 2, 8, 48, None)
-    with pytest.raises(ValueError, match="head dim"):
-        gated_attention(q48, k48, v48, backend="triton")
+    with pytest.raises(ValueError, match="floating point"):  # the torch path would take it; the kernel says so
+        gated_attention(q, k, v, gate=torch.zeros(1, 4, 8, 1, dtype=torch.long, device=DEV), backend="triton")
     with pytest.raises(ValueError, match="dtype"):
         gated_attention(q, k.double(), v, backend="triton")
     with pytest.raises(ValueError, match="scale"):
@@ -658,6 +695,7 @@ def test_custom_ops_opcheck(gate):
         g = torch.randn(B, T, 1, D, device=DEV).transpose(1, 2).expand(B, H, T, D)
     q, k, v, g = (None if t is None else t.detach() for t in (q, k, v, g))
     y, lse2 = torch.ops.gated_attention.forward(q, k, v, g, True, 0.2)
+    assert y.transpose(1, 2).is_contiguous()  # a (B, T, H, D) buffer: model.py's reshape to (B, T, C) copies nothing
     torch.library.opcheck(torch.ops.gated_attention.forward.default, (q, k, v, g, True, 0.2))
     torch.library.opcheck(torch.ops.gated_attention.backward.default, (dy, q, k, v, g, y, lse2, True, 0.2))
 
