@@ -14,8 +14,9 @@ import torch
 
 import data.shards
 from data.shards import (DATA_ROOT, GPT2_ENCODER, HEADER_BYTES, MAGIC, PREPARE_LOCK, ShardWriter, TokenWindows,
-    TrainLoader, atomic_write, check_prepare_folder, find_shards, get_tokenizer, load_gpt2, max_token_id, read_header,
-    read_meta, read_shard, repo_folder_files, val_batches, write_dataset, write_meta, write_shard)
+    TrainLoader, atomic_write, bos_token, check_prepare_folder, dataset_fingerprint, encode_document, find_shards,
+    get_tokenizer, load_gpt2, max_token_id, read_header, read_meta, read_shard, repo_folder_files, scan_max_token,
+    val_batches, val_windows_apart, write_dataset, write_meta, write_shard)
 from data.textdir.prepare import path_hash, prepare as prepare_textdir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
@@ -40,8 +41,9 @@ def hand_written_shard(path, tokens, magic=MAGIC, version=1):
 # ----------------------------------------------------------------------------
 # the format
 
-def test_shard_round_trip(tmp_path):
-    tokens = np.array([0, 1, 50256, 65535, 7], dtype=np.int64)
+@pytest.mark.parametrize("tokens", [[0, 1, 50256, 65535, 7], []])  # a shard of no tokens is a header alone
+def test_shard_round_trip(tmp_path, tokens):
+    tokens = np.array(tokens, dtype=np.int64)
     path = tmp_path / "x_train_000000.bin"
     write_shard(path, tokens)
     assert os.path.getsize(path) == HEADER_BYTES + 2 * len(tokens)
@@ -85,6 +87,11 @@ def test_truncated_files(tmp_path):
         f.truncate(HEADER_BYTES + 150)  # the last 25 tokens are missing
     with pytest.raises(ValueError, match=r"truncated: its header says 100 tokens .* has 1174 bytes.*again"):
         read_shard(path)
+    hand_written_shard(path, np.arange(100))
+    with open(path, "ab") as f:
+        f.write(b"\0\0")  # one token more than its header says
+    with pytest.raises(ValueError, match=r"corrupt \(longer than its header says\): .*100 tokens \(1224 bytes\).*1226"):
+        read_shard(path)
     with open(path, "r+b") as f:
         f.truncate(100)  # not even a header
     with pytest.raises(ValueError, match="truncated: 100 bytes, shorter than the 1024-byte header"):
@@ -113,6 +120,12 @@ def test_shard_writer_splits_and_numbers(tmp_path):
     assert [os.path.basename(p) for p in paths] == [f"ds_train_00000{i}.bin" for i in range(3)]
     assert [read_header(p) for p in paths] == [10, 10, 4]
     assert np.concatenate([read_shard(p) for p in paths]).tolist() == np.concatenate(docs).tolist()
+
+
+def test_a_folder_whose_name_looks_like_a_glob_pattern_is_read(tmp_path):
+    folder = tmp_path / "data [v2]*?"
+    write_dataset(folder, "d", {"train": [np.arange(30)], "val": [np.arange(10)]}, source="test", shard_tokens=20)
+    assert [os.path.basename(p) for p in find_shards(folder, "train")] == ["d_train_000000.bin", "d_train_000001.bin"]
 
 
 @pytest.mark.parametrize("name", ["wiki_train_small", "notes_val_", "a_val_1_train"])
@@ -149,6 +162,8 @@ def test_windows_are_contiguous_and_never_span_shards(two_shards):
     rows = torch.cat([x, y[:, -1:]], dim=1)
     assert (rows[:, 1:] - rows[:, :-1] == 1).all()  # consecutive tokens of one shard, none crossing over
     assert rows[0, 0] == 0 and rows[91, -1] == 99 and rows[92, 0] == 1000 and rows[-1, -1] == 1049
+    longer = TokenWindows(two_shards, "train", length=60)  # longer than shard 1: its windows all lie in shard 0
+    assert len(longer) == 100 - 59 and longer.batch([40])[1][0, -1] == 99
 
 
 def test_train_loader_is_seeded_and_resumable(two_shards):
@@ -156,12 +171,59 @@ def test_train_loader_is_seeded_and_resumable(two_shards):
     first = [a.next_batch()[0] for _ in range(3)]
     state = a.state_dict()
     after = [a.next_batch()[0] for _ in range(3)]
-    b = TrainLoader(two_shards, block_size=8, batch_size=4, seed=1)
-    assert all(torch.equal(u, v) for u, v in zip(first, [b.next_batch()[0] for _ in range(3)]))
+    b, again = TrainLoader(two_shards, block_size=8, batch_size=4, seed=1), []
+    for _ in range(3):
+        b.state_dict()  # saving a checkpoint draws nothing
+        again.append(b.next_batch()[0])
+    assert all(torch.equal(u, v) for u, v in zip(first, again))
     c = TrainLoader(two_shards, block_size=8, batch_size=4, seed=999)
     c.load_state_dict(state)
     assert all(torch.equal(u, v) for u, v in zip(after, [c.next_batch()[0] for _ in range(3)]))
     assert not torch.equal(first[0], TrainLoader(two_shards, 8, 4, seed=2).next_batch()[0])
+
+
+def test_train_windows_are_uniform_draws_over_every_window(two_shards):
+    """Each batch is batch_size * world_size independent uniform draws of a window number from the seeded generator,
+    the last window included: over many steps every window is trained on."""
+    loader = TrainLoader(two_shards, block_size=8, batch_size=64, seed=5)
+    reference, drawn = torch.Generator().manual_seed(5), set()
+    for _ in range(20):
+        x, y = loader.next_batch()
+        picks = torch.randint(len(loader.windows), (64,), generator=reference)
+        expected = loader.windows.batch(picks.numpy())
+        assert torch.equal(x, expected[0]) and torch.equal(y, expected[1])
+        drawn.update(picks.tolist())
+    assert drawn == set(range(len(loader.windows)))
+
+
+@pytest.mark.parametrize("bos", [7, 0])
+def test_bos_windows_start_with_the_bos_token_then_text(two_shards, bos):
+    """bos: every window is the BOS token then length - 1 consecutive tokens of one shard, y = x shifted by one, for
+    the training loader and the validation windows alike (a token id of 0 too)."""
+    windows = TokenWindows(two_shards, "train", length=9, bos=bos)
+    assert len(windows) == (100 - 7) + (50 - 7)  # 8 tokens of text a window
+    x, y = windows.batch(np.arange(len(windows)))
+    assert x.shape == y.shape == (len(windows), 8) and (x[:, 0] == bos).all() and torch.equal(x[:, 1:], y[:, :-1])
+    text = torch.cat([x[:, 1:], y[:, -1:]], dim=1)
+    assert (text[:, 1:] - text[:, :-1] == 1).all()
+    assert text[0, 0] == 0 and text[92, -1] == 99 and text[93, 0] == 1000 and text[-1, -1] == 1049
+    x, y = TrainLoader(two_shards, block_size=8, batch_size=4, seed=0, bos=bos).next_batch()
+    assert x.shape == (4, 8) and (x[:, 0] == bos).all() and torch.equal(x[:, 1:], y[:, :-1])
+    batches = val_batches(two_shards, block_size=8, batch_size=4, n_batches=3, bos=bos)
+    assert all((x[:, 0] == bos).all() and torch.equal(x[:, 1:], y[:, :-1]) for x, y in batches)
+    assert torch.cat([x[:, 1] for x, _ in batches]).tolist() == [2000 + k * 293 // 12 for k in range(12)]
+
+
+@pytest.mark.parametrize("bos", [None, 7])
+@pytest.mark.parametrize("block_size", [8, 30])
+def test_val_windows_apart_is_the_most_that_do_not_overlap(two_shards, bos, block_size):
+    """val_windows_apart windows of val_batches overlap nowhere; one more, and two of them share tokens."""
+    most = val_windows_apart(two_shards, block_size, bos)
+    text = block_size + 1 - (bos is not None)  # tokens of text a window
+    for count, apart in ((most, True), (most + 1, False)):
+        (x, _), = val_batches(two_shards, block_size, batch_size=count, n_batches=1, bos=bos)
+        starts = x[:, 0 if bos is None else 1]
+        assert bool((starts[1:] - starts[:-1] >= text).all()) == apart, (count, starts.tolist())
 
 
 def test_ranks_split_one_global_batch(two_shards):
@@ -184,6 +246,27 @@ def test_val_batches_are_fixed_and_spread_out(two_shards):
         val_batches(two_shards, block_size=400, batch_size=1, n_batches=1)
     with pytest.raises(FileNotFoundError, match="no val shards"):
         val_batches(two_shards / "nothing", 8, 1, 1)
+
+
+@pytest.mark.parametrize("split, index, most", [("val", 0, 4096), ("val", 299, 256), ("val", 172, 256),
+                                                ("train", 99, 1100)])
+def test_the_fingerprint_notices_a_token_changed_in_the_first_or_last_bytes_of_a_shard(two_shards, monkeypatch, split,
+                                                                                       index, most):
+    """dataset_fingerprint hashes the first and the last `most` bytes (FINGERPRINT_BYTES) of each shard: a token
+    changed in either changes its split's fingerprint and not the other's; the same tokens written again change
+    nothing. Shard sizes: train 0 1224 bytes (tail after the first 1100), val 1624 (its last 256 from token 172)."""
+    monkeypatch.setattr(data.shards, "FINGERPRINT_BYTES", most)
+    before = dataset_fingerprint(two_shards)
+    path = find_shards(two_shards, split)[0]
+    write_shard(path, np.array(read_shard(path)))
+    assert dataset_fingerprint(two_shards) == before
+    tokens = np.memmap(path, dtype=np.uint16, mode="r+", offset=HEADER_BYTES)
+    tokens[index] = 7
+    tokens.flush()
+    del tokens
+    after = dataset_fingerprint(two_shards)
+    other = "train" if split == "val" else "val"
+    assert after[split] != before[split] and after[other] == before[other]
 
 
 # ----------------------------------------------------------------------------
@@ -418,6 +501,40 @@ def test_gpt2_tokenizer_known_ids():
         assert enc.decode(enc.encode_ordinary(t)) == t
 
 
+def test_gpt2_pre_tokenizer_is_gpt2s():
+    """GPT-2's pre-tokenizer, checked without GPT-2's downloaded files: our encoding gives the tokens of an encoding
+    with the same BPE and the pattern tiktoken ships for GPT-2 (contractions, numbers, runs of spaces and new lines)."""
+    import tiktoken
+    r50k_pat_str = getattr(importlib.import_module("tiktoken_ext.openai_public"), "r50k_pat_str", None)
+    if r50k_pat_str is None:  # an older tiktoken writes the pattern inside gpt2(), which downloads the BPE
+        pytest.skip("this tiktoken has no r50k_pat_str to compare with")
+    ours = get_tokenizer()
+    reference = tiktoken.Encoding(name="reference", pat_str=r50k_pat_str, mergeable_ranks=ours._mergeable_ranks,
+                                  special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+    texts = ["it's they'll we've I'm you'd they're don't IT'S", "x = 1234567 +  3.14e-5\n\n\n    y=-2\t\t z  \n",
+             MIXED_TEXT]
+    with open(os.path.join(STDLIB, "textwrap.py"), encoding="utf-8", newline="") as f:
+        texts.append(f.read())
+    for text in texts:
+        assert ours.encode_ordinary(text) == reference.encode_ordinary(text), text[:40]
+
+
+def test_a_document_is_the_eot_token_then_its_text_even_if_it_holds_the_eot_string():
+    """<|endoftext|> written in a document (a tokenizer's source, a web page about GPT-2) is text, not a delimiter."""
+    enc = get_tokenizer()
+    text = "a <|endoftext|> b"
+    tokens = encode_document(enc, text).tolist()
+    assert tokens == [50256] + enc.encode_ordinary(text) and tokens.count(50256) == 1
+
+
+def test_a_symbol_tokenizer_has_n_symbols_and_its_bos_token():
+    enc = get_tokenizer("symbols-4")
+    assert (enc.n_vocab, enc.eot_token) == (5, 4)
+    assert enc.encode("s0 s3 <|endoftext|>", allowed_special={"<|endoftext|>"}) == [0, 3, 4]
+    with pytest.raises(ValueError, match="'s4' is not a token of symbols-4: write s0 ... s3"):
+        enc.encode("s3 s4")  # id 4 is the BOS token, not a symbol
+
+
 def test_gpt2_tokenizer_matches_tiktokens(monkeypatch):
     """The same tokens as tiktoken's own GPT-2 encoding, when its downloaded files are at hand: in the folder
     GPT2_TIKTOKEN_CACHE names (a tiktoken cache that holds GPT-2's files, e.g. one made on a machine online)."""
@@ -559,6 +676,18 @@ def test_openwebtext_checks_its_settings_before_the_download(tmp_path, monkeypat
         owt.main(["--out_dir", str(tmp_path)])
 
 
+def test_the_bos_token_is_the_eot_token_of_the_datasets_tokenizer(tmp_path):
+    """meta.json records the tokenizer's <|endoftext|> id, which anchors BOS windows: a synthetic task's is its
+    number of symbols, GPT-2's 50256, and 50256 too for shards without a meta.json (llm.c's)."""
+    docs = {"train": [np.array([300, 1, 2, 3])], "val": [np.array([300, 4, 5])]}
+    write_dataset(tmp_path / "task", "task", docs, source="test", tokenizer="symbols-300")
+    meta = read_meta(tmp_path / "task")
+    assert meta["tokenizer"] == "symbols-300" and meta["vocab_size"] == 301  # what sample.py decodes with
+    assert meta["eot_token"] == bos_token(tmp_path / "task") == 300
+    small_dataset(tmp_path / "text")
+    assert bos_token(tmp_path / "text") == bos_token(tmp_path / "no meta") == 50256
+
+
 @pytest.mark.parametrize("text", ["{not json", '{"name": "demo", "train_tok', "[1, 2]", '"demo"', "\udcff"])
 def test_malformed_meta_json(tmp_path, text):
     (tmp_path / "meta.json").write_bytes(text.encode("utf-8", "surrogateescape"))  # the last is not UTF-8
@@ -579,12 +708,14 @@ def test_prepare_refuses_a_folder_with_other_files(tmp_path):
     out = tmp_path / "out"
     (out / "runs").mkdir(parents=True)
     (out / "notes.txt").write_text("my own notes")
+    (out / ".plan").write_text("hidden, and not one of our temporary files (.*.tmp)")
     (out / "demo_train_000000.bin").write_bytes(b"an earlier preparation's shard: may be replaced")
     before = folder_state(out)
     with pytest.raises(ValueError, match=r"will not prepare dataset 'demo' into .*out: it holds other files "
-                                         r"\(notes.txt, runs\)\. Choose an empty folder .*or move those files away"):
+                                         r"\(.plan, notes.txt, runs\)\. Choose an empty folder .*or move those files "
+                                         r"away"):
         prepare_textdir(str(tmp_path / "src"), str(out), "demo", workers=1)
-    with pytest.raises(ValueError, match=r"other files \(notes.txt, runs\)"):
+    with pytest.raises(ValueError, match=r"other files \(.plan, notes.txt, runs\)"):
         write_dataset(out, "demo", {"train": [np.arange(5)]}, source="test")
     with pytest.raises(SystemExit, match=r"^error: will not prepare dataset 'pystdlib'.*notes.txt"):
         load_script("pystdlib").main(["--out_dir", str(out), "--max_files", "3"])  # train.py --data_dir=DIR
@@ -664,6 +795,16 @@ def test_max_token_recorded_at_preparation(tmp_path, monkeypatch):
     # meta.json's max_token is a record, not what training checks: a shard changed in place keeps its length
     (tmp_path / "meta.json").write_text(json.dumps(dict(read_meta(tmp_path), max_token=11)))
     assert max_token_id(tmp_path) == 65000
+
+
+@pytest.mark.parametrize("length", [8, 9])
+def test_the_largest_token_is_found_wherever_it_lies_in_the_slices(tmp_path, monkeypatch, length):
+    monkeypatch.setattr(data.shards, "SCAN_TOKENS", 4)
+    for at in range(length):  # first, inside, last of a slice, and alone in the last slice
+        tokens = np.zeros(length, dtype=np.int64)
+        tokens[at] = 5
+        write_shard(tmp_path / "s.bin", tokens)
+        assert scan_max_token([tmp_path / "s.bin"]) == 5, at
 
 
 def test_max_token_scans_in_slices(tmp_path, monkeypatch):
@@ -857,6 +998,16 @@ def test_train_prepares_on_first_use_only_in_a_folder_meant_for_it_and_finishes_
                                                                for p in find_shards(str(task), split)])  # no lock
 
 
+def test_a_dataset_prepared_before_the_complete_flag_is_not_prepared_again_on_first_use(tmp_path, capsys):
+    from data import prepare_if_missing
+    task = tmp_path / "bigram_backcopy"
+    small_dataset(task, "bigram_backcopy")
+    (task / "meta.json").write_text(json.dumps({k: v for k, v in read_meta(task).items() if k != "complete"}))
+    before = folder_state(task)
+    prepare_if_missing("bigram_backcopy", str(task))
+    assert folder_state(task) == before and "preparing" not in capsys.readouterr().out
+
+
 def test_a_first_use_preparation_waits_for_the_one_another_process_is_running(tmp_path):
     """Two train.py runs started together on a dataset not yet prepared (exercise 08's two commands, say): the second
     waits for the first's preparation and uses it, never starting one of its own under it."""
@@ -947,17 +1098,19 @@ def test_textdir_removes_its_stale_temporary_files(tmp_path):
 # ----------------------------------------------------------------------------
 # token ids past the vocabulary
 
-def test_a_shard_edited_past_the_vocabulary_is_refused(tmp_path):
+@pytest.mark.parametrize("shard, token", [("x_train_000001.bin", 60000), ("x_train_000001.bin", 50257),
+                                          ("x_val_000000.bin", 50257)])  # 50257: the first id past GPT-2's
+def test_a_shard_edited_past_the_vocabulary_is_refused(tmp_path, shard, token):
     small_dataset(tmp_path)
     assert max_token_id(tmp_path) == 205
-    tokens = np.memmap(tmp_path / "x_train_000001.bin", dtype=np.uint16, mode="r+", offset=HEADER_BYTES)
-    tokens[2] = 60000  # same length, same token count in the header: only the ids tell
+    tokens = np.memmap(tmp_path / shard, dtype=np.uint16, mode="r+", offset=HEADER_BYTES)
+    tokens[2] = token  # same length, same token count in the header: only the ids tell
     tokens.flush()
     del tokens
-    with pytest.raises(ValueError, match=r"x_train_000001.bin holds token id 60000, past the vocabulary of "
+    with pytest.raises(ValueError, match=rf"{shard} holds token id {token}, past the vocabulary of "
                                          r"tokenizer 'gpt2' \(ids 0..50256\).*Prepare it again"):
         find_shards(tmp_path, "val")
-    with pytest.raises(ValueError, match="holds token id 60000"):
+    with pytest.raises(ValueError, match=f"holds token id {token}"):
         TrainLoader(tmp_path, block_size=2, batch_size=1, seed=0)
 
 
@@ -1205,6 +1358,45 @@ def test_a_dataset_name_with_a_slash_is_refused(tmp_path, name):
                                "--out_dir", str(tmp_path / "out"))
     assert_one_line(code, err, "must be a plain name")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_model_must_hold_every_token_id_of_the_data_and_the_bos_token(two_shards):
+    """check_training_data: the largest id in two_shards is 2299, and its BOS token GPT-2's 50256."""
+    from data import check_training_data
+    assert check_training_data("d", str(two_shards), 2300, bos=False) is None
+    with pytest.raises(SystemExit, match=r"hold token id 2299 but the model has vocab_size=2299: .* at least 2300$"):
+        check_training_data("d", str(two_shards), 2299, bos=False)
+    assert check_training_data("d", str(two_shards), 50257, bos=True) == 50256
+    with pytest.raises(SystemExit, match=r"anchors windows with token 50256, but the model has vocab_size=50256: "
+                                         r"vocab_size must be at least 50257, or --bos=False"):
+        check_training_data("d", str(two_shards), 50256, bos=True)
+    with pytest.raises(SystemExit, match=r"vocab_size=2299: .* at least 50257 \(the BOS token, 50256, included\)"):
+        check_training_data("d", str(two_shards), 2299, bos=True)
+    (two_shards / "d_val_000000.bin").unlink()
+    write_meta(two_shards, "d", source="test")
+    with pytest.raises(SystemExit, match=r"dataset 'd' is not prepared: no d_train_\*.bin and _val_\*.bin shards"):
+        check_training_data("d", str(two_shards), 50257, bos=True)
+
+
+def test_the_folders_of_data_name_the_datasets_and_textdir_prepares_a_folder_of_text(tmp_path):
+    """textdir and gpt2_bpe are no datasets (no --dataset=textdir is suggested); a dataset named textdir is made by
+    data/textdir/prepare.py from the folder of text it names."""
+    from data import known_datasets
+    known = known_datasets()
+    assert "pystdlib" in known and "bigram_backcopy" in known and "textdir" not in known and "gpt2_bpe" not in known
+    assert data.shards.prepare_command(tmp_path, "textdir", src=tmp_path / "txt") == \
+        f"python data/textdir/prepare.py --src {tmp_path / 'txt'} --name textdir --out_dir {tmp_path}"
+
+
+@pytest.mark.parametrize("where, said", [(".", "cannot write the dataset into"), ("x.bin", "cannot write the dataset"),
+                                         ("..", "cannot write the dataset into"), ("../elsewhere", "cannot read")])
+def test_an_os_error_of_a_preparation_says_whether_it_was_writing_or_reading(tmp_path, where, said):
+    """Making the dataset's folder can fail on a folder above it (a read-only disk, where permissions do not stop
+    root): that is writing too."""
+    from data import _os_error
+    out = tmp_path / "a" / "out"
+    error = OSError(30, "Read-only file system", os.path.normpath(out / where))
+    assert _os_error(error, str(out)).startswith(said)
 
 
 def test_no_file_ending_to_read_is_refused(tmp_path):
