@@ -546,14 +546,21 @@ def open_run(run_dir, checkpoint, device):
     if not os.path.isfile(path):
         stored = stored_measurement(run_dir, checkpoint)
         return None, None, stored, {"config": stored[0]["train_config"], "model_args": stored[0]["model"]}
+    model, ckpt = load_run_checkpoint(path, device)
+    return model, ckpt, None, ckpt
+
+
+def load_run_checkpoint(path, device, reader="lab.analyze"):
+    """(model, checkpoint) of train.py's checkpoint at path; a ValueError of one line where it lacks train.py's run
+    settings, or its data is not here or has changed since it was trained (lab.report.data_problem)."""
     model, ckpt = load_checkpoint(path, device)
     if "iter_num" not in ckpt or not set(RUN_SETTINGS) <= ckpt.get("config", {}).keys():
-        raise ValueError(f"{path} lacks train.py's run settings {RUN_SETTINGS}: python -m lab.analyze reads "
+        raise ValueError(f"{path} lacks train.py's run settings {RUN_SETTINGS}: python -m {reader} reads "
                          "train.py's checkpoints")
     problem = data_problem(ckpt, eval_windows(ckpt)["data_dir"], path)
     if problem:
         raise ValueError(problem)
-    return model, ckpt, None, ckpt
+    return model, ckpt
 
 
 def check_data(path):

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 # cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
 from cli import configure, fail, pick_device, run_main
 from data.shards import bos_token, val_batches
-from lab.analyze import eval_windows
-from runfolder import load_checkpoint, writable_folder, write_json, write_text
+from lab.analyze import eval_windows, load_run_checkpoint
+from runfolder import writable_folder, write_json, write_text
 import torch
 import torch.nn.functional as F
 
@@ -140,7 +140,7 @@ def activations(model, batches):
 
 def measure(run, checkpoint, device):
     """One run's numbers (see the module's docstring)."""
-    model, ckpt = load_checkpoint(os.path.join(run, checkpoint), device)
+    model, ckpt = load_run_checkpoint(os.path.join(run, checkpoint), device, reader="lab.outlier")  # data unchanged
     w = eval_windows(ckpt)
     if not w["bos"]:
         raise ValueError(f"{run} was trained on windows that do not start with BOS (bos=False): position 0 is an "

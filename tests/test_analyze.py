@@ -1,6 +1,7 @@
 """lab/analyze.py on checkpoints with known answers and on a real (tiny) train.py run (CPU)."""
 
 import builtins
+import copy
 import dataclasses
 import errno
 import io
@@ -17,10 +18,11 @@ import torch
 import lab.analyze as analyze
 import lab.report as report
 import train
-from runfolder import load_checkpoint, result_set, save_checkpoint
-from data.shards import val_batches
+from runfolder import load_checkpoint, read_checkpoint, result_set, save_checkpoint
+from data.shards import bos_token, read_meta, val_batches, val_windows_apart
 from model import GPT, GPTConfig
-from probe import MEASURES
+from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, SINK_HEAD_THRESHOLD, TRIGGER_KEYS, Probe, attention_maps,
+    trigger_positions)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 VOCAB = 50304
@@ -144,7 +146,9 @@ def test_analyze_known_answers(tmp_path, dataset):
     assert b["first_token_attn"] == pytest.approx(uniform, abs=1e-6)
     assert b["layers"]["first_token_attn"] == pytest.approx([uniform] * 2, abs=1e-6)
     assert g["gate_mean"] == pytest.approx(0.5) and g["gate_below_0.1"] == 0.0 and b["gate_mean"] is None
-    assert b["tokens"] == 10 * 2 * 4 * 32 and b["loss_spikes"] == 3 and b["lr"] == 1e-3
+    assert b["tokens"] == 10 * 2 * 4 * 32 and b["loss_spikes"] == 3 and b["lr"] == 1e-3 and b["seed"] == 1
+    assert list(summary["measured_on"].values()) == [2]  # both runs, measured here
+    assert len(analyze.stored_measurement(str(tmp_path / "g1"), "ckpt.pt")[2]) == 2  # a map of every layer kept
 
     # val loss and M-Act recomputed directly on the windows asked for (2 batches of 3, not the runs' 5 of 4)
     assert summary["validation"] == {"batches": 2, "batch_size": 3, "source": "set by --batches/--batch_size",
@@ -278,6 +282,12 @@ def test_analyze_uses_the_runs_own_eval_windows(trained_run, dataset, tmp_path, 
     best = load_checkpoint(os.path.join(trained_run, "best.pt"))[1]
     summary = analyze.analyze([trained_run], out_dir=str(tmp_path / "best"), device="cpu", checkpoint="best.pt")
     assert summary["checkpoint"] == "best.pt" and summary["runs"][0]["val_loss"] == pytest.approx(best["val_loss"], rel=1e-5)
+    # the val loss logged beside the one measured is the checkpoint's own, not the lowest the run reached before it
+    rose = copy_run(trained_run, tmp_path / "rose")
+    checkpoint = torch.load(os.path.join(rose, "ckpt.pt"), weights_only=True)
+    save_checkpoint({**checkpoint, "best_val_loss": checkpoint["val_loss"] - 0.5}, os.path.join(rose, "ckpt.pt"))
+    run = analyze.analyze([rose], out_dir=str(tmp_path / "rose-out"), device="cpu")["runs"][0]
+    assert run["val_loss_logged"] == checkpoint["val_loss"]
 
 
 def test_a_run_whose_checkpoint_is_gone_is_read_from_what_was_measured_on_it(trained_run, tmp_path, capsys):
@@ -335,6 +345,7 @@ def test_kept_measurements_are_drawn_again_without_the_data(trained_run, tmp_pat
     capsys.readouterr()
     summary = analyze.analyze(kept, out_dir=str(tmp_path / "again"), device="cpu")
     assert [r["val_loss"] for r in summary["runs"]] == [fresh["val_loss"]] * 2
+    assert [r["eval_windows"]["data_dir"] for r in summary["runs"]] == [str(tmp_path / "data-elsewhere")] * 2
     assert summary["runs"][0]["windows_id"] == fresh["windows_id"]
     assert (tmp_path / "again" / "layers.png").stat().st_size > 1000
     # where they were measured, not where they were drawn again
@@ -355,8 +366,10 @@ def test_kept_measurements_are_drawn_again_without_the_data(trained_run, tmp_pat
     record["train_config"]["bos"] = record["eval_windows"]["bos"] = False
     record["windows_id"] = "1" * 16
     json.dump(record, open(tmp_path / "c" / "measured.json", "w"))
+    capsys.readouterr()
     both = analyze.analyze(kept + [str(tmp_path / "c")], out_dir=str(tmp_path / "both"), device="cpu")
     assert both["validation"]["data_notes"] == [note]
+    assert "note: the runs differ in block_size, dataset or bos" in capsys.readouterr().out
     # data that sat in this repository's folders is named as there, not by this machine's path (a committed report)
     record = json.load(open(tmp_path / "c" / "measured.json"))
     record["train_config"]["data_dir"] = os.path.join(analyze.REPO, "data", "gone-from-here")
@@ -445,6 +458,12 @@ def test_analyze_cli_errors(tmp_path, trained_run):
     checkpoint = load_checkpoint(os.path.join(trained_run, "ckpt.pt"))[1]
     save_checkpoint({"model": checkpoint["model"], "model_args": checkpoint["model_args"]}, str(tmp_path / "foreign" / "ckpt.pt"))
     assert "lacks train.py's run settings" in error(f"--runs={tmp_path / 'foreign'}")
+    config = {k: v for k, v in checkpoint["config"].items() if k != "eval_iters"}  # an iteration, one setting short
+    save_checkpoint({**checkpoint, "config": config}, str(tmp_path / "foreign" / "ckpt.pt"))
+    assert "lacks train.py's run settings" in error(f"--runs={tmp_path / 'foreign'}")
+    for name in ("batches", "batch_size", "map_tokens"):  # 0 would not fall back to the default windows
+        assert f"--{name}=0 must be at least 1" in error(f"--runs={trained_run}", f"--{name}=0")
+    assert "is no checkpoint file" in error(f"--runs={os.path.join(trained_run, 'ckpt.pt')}")  # a file, not a folder
     assert "--labels has 1 names for 2 runs" in error(f"--runs={trained_run},{trained_run}", "--labels=a")
     os.makedirs(tmp_path / "other" / os.path.basename(trained_run))  # a second run of the same folder name
     shutil.copy(os.path.join(trained_run, "ckpt.pt"), tmp_path / "other" / os.path.basename(trained_run))
@@ -666,8 +685,34 @@ def test_the_emergence_plot_draws_each_layer_of_each_run_side_by_side(tmp_path, 
     assert grid[1][0].get_yscale() == "log" and grid[0][0].get_ylim() == grid[0][1].get_ylim()  # shared along a row
     sink = grid[0][0].get_lines()[n_layer // 2]
     assert sink.get_ydata()[-1] == pytest.approx(0.85) and sink.get_label() == f"layer {n_layer // 2}"
+    assert list(sink.get_xdata()) == [rec["iter"] for rec in logs[0]]  # against the training step, not tokens
     assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == n_layer
     assert analyze.emergence_series(logs[2]) == {}
+    logs[0][1]["layers"]["max_act"][0] = None  # a value the log holds as null (not finite): a gap, never 0
+    steps, values = analyze.emergence_series(logs[0])["max_act"]
+    assert np.isnan(values[1, 0]) and np.isfinite(np.delete(values, 1, 0)).all() and values.shape == (6, n_layer)
+
+
+def test_the_attention_maps_show_the_first_runs_sink_layer_and_the_curves_the_logs_values(tmp_path, monkeypatch):
+    """attn_maps.png draws every run's map of one layer, the one where the first run's F-Attn is highest;
+    curves.png draws each log's validation loss and F-Attn against the tokens seen (millions)."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    figures = keep_figures(monkeypatch, analyze)
+    rng = np.random.default_rng(0)
+    records = [{"label": "base", "layers": {"first_token_attn": [0.1, 0.8, 0.3]}},
+               {"label": "g1", "layers": {"first_token_attn": [0.05, 0.04, 0.9]}}]
+    maps = [[rng.random((6, 6)) for _ in range(3)] for _ in records]
+    analyze.plot_attention_maps(plt, records, maps, str(tmp_path))
+    logs = [fake_log(2, sink=True), fake_log(2, sink=False)]
+    analyze.plot_curves(plt, ["base", "g1"], logs, str(tmp_path))
+    (_, drawn), (_, curves) = figures
+    images = [image.get_array() for ax in drawn.axes for image in ax.images]
+    assert len(images) == 2 and all(np.array_equal(image, m[1]) for image, m in zip(images, maps))  # layer 1
+    loss, sink = curves.axes
+    for ax, key in ((loss, "val_loss"), (sink, "first_token_attn")):
+        for line, log in zip(ax.lines, logs):
+            assert list(line.get_xdata()) == [rec["tokens"] / 1e6 for rec in log]
+            assert list(line.get_ydata()) == [rec[key] for rec in log]
 
 
 # ----------------------------------------------------------------------------
@@ -806,13 +851,14 @@ def test_a_kept_measurement_cut_short_counts_as_absent_in_one_line(trained_run, 
     assert "train it first" in message
 
 
-def test_a_model_that_is_not_finite_is_named_and_its_summary_stays_valid_json(trained_run, tmp_path):
-    """A NaN weight makes every measurement NaN: summary.json stays valid JSON (null where a number would be NaN),
-    the run's record names the problem, nothing is kept for a study, and the command fails with one line."""
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_model_that_is_not_finite_is_named_and_its_summary_stays_valid_json(trained_run, tmp_path, value):
+    """A NaN or infinite weight makes every measurement NaN: summary.json stays valid JSON (null where a number would
+    be NaN), the run's record names the problem, nothing is kept for a study, and the command fails with one line."""
     run = copy_run(trained_run, tmp_path / "run")
     checkpoint = torch.load(os.path.join(run, "ckpt.pt"), weights_only=True)
     weight = next(k for k in checkpoint["model"] if k.endswith("c_attn.weight"))
-    checkpoint["model"][weight][0, 0] = float("nan")
+    checkpoint["model"][weight][0, 0] = value
     save_checkpoint(checkpoint, os.path.join(run, "ckpt.pt"))
     out = tmp_path / "out"
     message = error_of(analyze.main, [f"--runs={run}", "--device=cpu", f"--out_dir={out}"])
@@ -825,6 +871,8 @@ def test_a_model_that_is_not_finite_is_named_and_its_summary_stays_valid_json(tr
     assert record["val_loss"] is None and record["first_token_attn"] is None and "not finite" in record["problem"]
     assert summary["problems"] == [f"run: {record['problem']}"]
     assert "| run | 0.003 | –" in (out / "summary.md").read_text()  # no nan in the table
+    assert [analyze.cell(MEASURE["val_loss"], v) for v in (float("nan"), float("inf"), None, 2.5)] == [None] * 3 + [
+        "2.5000"]  # nor a non-finite number of a model whose weights are finite
     assert not os.path.exists(os.path.join(run, "measured.json"))
 
 
@@ -858,12 +906,13 @@ def test_the_checkpoint_is_a_file_name_in_each_run_folder(trained_run, tmp_path,
     assert f"{run}/latest.pt is no checkpoint file" in message
 
 
-def test_trigger_statistics_pool_every_position_of_their_kind_over_batches():
+def test_trigger_statistics_pool_every_position_of_their_kind_over_batches(monkeypatch):
     """measure's mechanism statistics over batches that hold different numbers of trigger positions are the pooled
     means over every position of the kind, as one probe over all the windows at once gives (not a mean of batch
-    means, which would weigh a batch with few trigger positions like one with many)."""
+    means, which would weigh a batch with few trigger positions like one with many). Its maps: the head average of
+    the window asked for; its gate sample: about GATE_SAMPLE scores of each kind, a share from every batch and layer."""
     import contextlib
-    from probe import Probe, TRIGGER_KEYS
+    monkeypatch.setattr(analyze, "GATE_SAMPLE", 100)
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=24, vocab_size=8, n_layer=2, n_head=2, n_embd=32, attn_backend="torch")).eval()
     triggers = [1, 5]
@@ -871,11 +920,22 @@ def test_trigger_statistics_pool_every_position_of_their_kind_over_batches():
     poor = torch.randint(2, 5, (4, 24))  # none, but three
     poor[0, 5], poor[1, 9], poor[3, 20] = 1, 5, 1
     batches = [(x, torch.roll(x, -1, 1)) for x in (rich, poor)]
-    layers = analyze.measure(model, batches, "cpu", contextlib.nullcontext(), map_tokens=8, triggers=triggers)[0]
+    layers, _, _, scores, maps, _ = analyze.measure(model, batches, "cpu", contextlib.nullcontext(), map_tokens=8,
+                                                    triggers=triggers, shown=3)
     with torch.no_grad(), Probe(model, triggers=triggers) as probe:
         model(torch.cat([rich, poor]))
     for key in TRIGGER_KEYS:
         assert layers[key] == pytest.approx(probe.stats[key], abs=1e-6), key
+    expected = [m[0].mean(0).numpy() for m in attention_maps(model, rich[3:4, :8])]  # window 3, its 2 heads averaged
+    assert len(maps) == 2 and all(np.allclose(m, e, atol=1e-6) for m, e in zip(maps, expected))
+    assert sorted(scores) == ["all", "other", "trigger"]
+    assert all(100 <= scores[kind].size <= 100 + 2 * 2 for kind in scores)  # (+1 for each of 2 batches x 2 layers)
+    # a model whose numbers are NaN: NaN, never a 0 from a batch whose NaN was counted with its positions
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken.transformer.wte.weight[:, 0] = float("nan")
+    layers = analyze.measure(broken, batches, "cpu", contextlib.nullcontext(), map_tokens=8, triggers=triggers)[0]
+    assert all(np.isnan(layers[key]).all() for key in TRIGGER_KEYS)
     # a kind that no batch holds stays NaN, as probe.py says
     none = [(x, x) for x in (torch.randint(2, 5, (2, 24)),) * 2]
     layers = analyze.measure(model, none, "cpu", contextlib.nullcontext(), map_tokens=8, triggers=triggers)[0]
@@ -885,19 +945,114 @@ def test_trigger_statistics_pool_every_position_of_their_kind_over_batches():
     assert np.isnan(layers["gate_mean_trigger"]).all() and not np.isnan(layers["first_token_attn_other"]).any()
 
 
-def test_a_diverged_run_has_no_finite_headline_number(tmp_path, dataset):
+def test_the_maps_show_the_first_window_with_the_most_triggers_in_the_tokens_they_show():
+    x = torch.full((4, 24), 3)  # 1 and 5 are triggers, 3 is not
+    x[1, 10:21:2] = 1  # six triggers, all after the first 8 tokens the maps show
+    x[2, [2, 4]] = 5
+    x[3, [3, 6]] = 1  # as many as window 2: the first of them is shown
+    assert analyze.map_window(x, 8, [1, 5]) == 2 and analyze.map_window(x, 24, [1, 5]) == 1
+    assert analyze.map_window(x, 8, None) == 0  # no task with triggers: the first window
+
+
+def test_the_gate_sample_takes_each_score_at_most_once_and_sorts_them_by_position_kind():
+    """gate_sampler's callback, given a layer's scores (B, T, ...) and the trigger positions: a sample of at most
+    per_layer scores of all positions, of the trigger positions and of the other positions 1..T-1, each score once."""
+    s = torch.arange(2 * 6 * 3, dtype=torch.float32).view(2, 6, 3)  # every score distinct
+    trig = torch.zeros(2, 6, dtype=torch.bool)
+    trig[0, 2] = trig[1, 4] = True
+    keep, samples = analyze.gate_sampler(100)  # room for every score
+    keep(s, trig)
+    other = ~trig
+    other[:, 0] = False
+    for kind, where in (("all", torch.ones_like(trig)), ("trigger", trig), ("other", other)):
+        [sample] = samples[kind]
+        assert sorted(sample.tolist()) == s[where].flatten().tolist(), kind
+    keep, samples = analyze.gate_sampler(4)
+    keep(s, None)  # no triggers: all positions only
+    [sample] = samples.pop("all")
+    assert not samples and len(sample) == len(set(sample.tolist())) == 4 and set(sample.tolist()) <= set(range(36))
+
+
+def test_pooled_over_batches_a_sink_head_and_the_sink_location_count_every_window_and_head():
+    """pool_layers: a head is a sink head when its F-Attn averaged over every window exceeds SINK_HEAD_THRESHOLD,
+    not by a vote of the batches; the sink's key position is the one most (window, head) pairs of all batches name,
+    every head counted."""
+    keys = ("first_token_attn", "sink_share", "max_act", "act_ratio", "max_act_first", "max_act_rest",
+            "value_norm_ratio") + GATE_KEYS + TRIGGER_KEYS
+    per_batch = [{**dict.fromkeys(keys), "first_token_attn": [f]} for f in (0.45, 0.25)]  # None: not measured
+    # per layer, per head: F-Attn 0.35, 0.35 and 0.3 on average (the last not above the threshold, only at it); each
+    # of the first batch's heads above the threshold, none of the second's
+    per_head = [{"first_token_attn": [f], "sink_share": [[0.1] * 3], "value_norm_ratio": [[1.0] * 3]}
+                for f in ([0.5, 0.4, 0.5], [0.2, 0.3, 0.1])]
+    assert SINK_HEAD_THRESHOLD == 0.3
+    massive = [[{"pos": torch.zeros(2, dtype=torch.long), "h": torch.ones(2, 4)}]] * 2
+    # (window, head) top keys: head 0 names 0 in 3 of 4 windows, heads 1 and 2 name 3 in all; 3 is 9 of the 12 pairs
+    top_keys = [[{"pos": torch.tensor(pos), "token": None}] for pos in ([[0, 3, 3], [0, 3, 3]], [[3, 3, 3], [0, 3, 3]])]
+    layers, heads, _ = analyze.pool_layers(GPTConfig(n_layer=1), per_batch, per_head, massive, top_keys)
+    assert heads["first_token_attn"] == [pytest.approx([0.35, 0.35, 0.3])] and layers["sink_heads"] == [2 / 3]
+    assert layers["first_token_attn"] == [pytest.approx(0.35)] and layers["gate_mean"] is None
+    assert (layers["sink_pos"], layers["sink_pos_share"]) == ([3], [9 / 12]) and layers["sink_token"] == [None]
+
+
+def test_the_windows_asked_for_are_at_most_those_the_validation_set_holds_apart(sink_lab_runs):
+    """Counted as the windows are cut: the sink lab's start with BOS, which takes none of the text, so more of them
+    fit than without; that many are measured, one more is refused, whether --batches or --batch_size asks."""
+    ckpt = read_checkpoint(os.path.join(sink_lab_runs, "baseline", "ckpt.pt"))
+    w = analyze.eval_windows(ckpt)
+    most = val_windows_apart(w["data_dir"], w["block_size"], bos_token(w["data_dir"]))
+    assert w["bos"] and w["batches"] > 1 and most > val_windows_apart(w["data_dir"], w["block_size"])
+    for batches, batch_size in ((most, 1), (1, most)):
+        assert analyze.validation_windows(ckpt, "base", batches, batch_size)[:2] == (batches, batch_size)
+    for batches, batch_size in ((most + 1, 1), (1, most + 1), (None, most)):  # None: the run's own eval_iters
+        with pytest.raises(SystemExit, match=f"validation set holds {most} without overlap"):
+            analyze.validation_windows(ckpt, "base", batches, batch_size)
+
+
+def test_a_kept_gate_sample_is_every_kth_score_and_at_most_stored_gate_sample(tmp_path):
+    scores = np.arange(3 * analyze.STORED_GATE_SAMPLE // 2, dtype=np.float32) / (3 * analyze.STORED_GATE_SAMPLE // 2)
+    analyze.write_measurement(str(tmp_path / "measured"), {"per_window": {}}, {"all": scores}, [np.eye(2)])
+    with np.load(tmp_path / "measured.npz") as arrays:
+        assert np.array_equal(arrays["scores/all"], scores[::2].astype(np.float16))  # every 2nd: the fewest kept
+
+
+def test_on_the_sink_labs_task_the_mechanism_is_tabled_and_the_maps_show_the_window_with_most_triggers(
+        sink_lab_runs, tmp_path):
+    runs = [copy_run(os.path.join(sink_lab_runs, name), tmp_path / name) for name in ("baseline", "g1")]
+    summary = analyze.analyze(runs, ["base", "g1"], str(tmp_path / "res"), device="cpu", map_tokens=16)
+    windows = summary["runs"][0]["eval_windows"]
+    triggers = read_meta(windows["data_dir"])["triggers"]
+    x = report.load_windows(windows)[0][0]
+    counts = trigger_positions(x[:, :16], triggers).sum(1).tolist()
+    shown = counts.index(max(counts))
+    assert counts[shown] > counts[0]  # another window than the first: the choice shows
+    for run, record in zip(runs, summary["runs"]):
+        assert record["triggers"] == triggers and record["map_tokens"] == x[shown, :16].tolist()
+        model, _ = load_checkpoint(os.path.join(run, "ckpt.pt"))
+        [expected] = attention_maps(model, x[shown:shown + 1, :16])
+        maps = analyze.stored_measurement(run, "ckpt.pt")[2]
+        assert np.allclose(maps[0], expected[0].mean(0).numpy(), atol=1e-3)  # kept as float16
+    table = (tmp_path / "res" / "summary.md").read_text().splitlines()
+    at = table.index("| " + " | ".join(["run"] + [m.label for m in MECHANISM]) + " |")
+    rows = [row.strip("| ").split(" | ") for row in table[at + 2:at + 4]]
+    assert rows == [[r["label"]] + [analyze.cell(m, r[m.key]) or "–" for m in MECHANISM] for r in summary["runs"]]
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_a_diverged_run_has_no_finite_headline_number(tmp_path, dataset, layer):
     """A NaN in layer 0's queries leaves layer 0's gate finite and makes layer 1 NaN: the run's row must not read
-    'no sink heads, gate mean 0.5' (NaN > 0.3 is False, and a layer mean skips NaN layers), but '–' throughout."""
+    'no sink heads, gate mean 0.5' (NaN > 0.3 is False, and a layer mean skips NaN layers), but '–' throughout;
+    a NaN in layer 1's leaves every number of layer 0 finite, and the row '–' all the same."""
     make_run(str(tmp_path / "base"), dataset, gate="g1")
     make_run(str(tmp_path / "nan"), dataset, gate="g1")
     checkpoint = torch.load(tmp_path / "nan" / "ckpt.pt", weights_only=True)
-    checkpoint["model"]["transformer.h.0.attn.c_attn.weight"][0, 0] = float("nan")  # a query row, not the gate's
+    checkpoint["model"][f"transformer.h.{layer}.attn.c_attn.weight"][0, 0] = float("nan")  # a query row, not the gate's
     save_checkpoint(checkpoint, str(tmp_path / "nan" / "ckpt.pt"))
     summary = analyze.analyze([str(tmp_path / "base"), str(tmp_path / "nan")], ["base", "nan"], str(tmp_path / "res"),
                               device="cpu", batches=2, batch_size=3, map_tokens=16)
     base, bad = summary["runs"]
     assert "not finite" in bad["problem"] and bad["loss_spikes"] == 3
-    for key in ("val_loss", "first_token_attn", "sink_heads", "gate_mean", "gate_below_0.1", "gate_below_0.5"):
+    for key in ("val_loss", "first_token_attn", "sink_heads", "gate_mean", "gate_below_0.1", "gate_below_0.5",
+                "act_ratio"):
         assert base[key] is not None and bad[key] is None, key
     layers = json.loads((tmp_path / "res" / "summary.json").read_text())["runs"][1]["layers"]  # NaN written as null
     assert layers["sink_heads"][1] is None and layers["sink_pos"][1] is None
@@ -916,4 +1071,6 @@ def test_the_sink_location_does_not_depend_on_how_the_windows_are_batched(tmp_pa
                               batch_size=12 // n, map_tokens=16)["runs"][0]["layers"] for n in (1, 4)]
     keys = ("sink_pos", "sink_pos_share", "sink_token", "sink_token_share")
     assert [layers[0][k] for k in keys] == [layers[1][k] for k in keys]
+    for key in ("first_token_attn", "sink_share", "max_act", "value_norm_ratio", "gate_mean"):  # means over windows
+        assert layers[1][key] == pytest.approx(layers[0][key], rel=1e-5), key
     assert min(layers[0]["sink_pos_share"]) < 1  # the top keys disagree: a split could have changed the answer

@@ -3,19 +3,46 @@
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 import lab.outlier as outlier
-from data.shards import bos_token, val_batches
+from data.shards import HEADER_BYTES, bos_token, find_shards, val_batches
 from lab.analyze import eval_windows
+from model import GPT, GPTConfig
 from runfolder import load_checkpoint, read_checkpoint, save_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
+
+
+@pytest.fixture(scope="module")
+def runs(sink_lab_runs, tmp_path_factory):
+    """The sink lab's baseline and G1, and "deep": two layers with PreAffine's final norm, untrained (seed 0), its
+    pre-scale and a weight of either sign drawn at random, on the same windows: a last block that is not the first,
+    a norm that divides pre_scale * h, and at BOS a largest |h| in a channel whose value is negative."""
+    baseline = os.path.join(sink_lab_runs, "baseline")
+    ckpt = read_checkpoint(os.path.join(baseline, "ckpt.pt"))
+    args = {**ckpt["model_args"], "n_layer": 2, "norm": "preaffine"}
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**args))
+    with torch.no_grad():
+        model.transformer.ln_f.pre_scale.uniform_(0.5, 2.0)
+        model.transformer.ln_f.norm.weight.uniform_(-1.5, 1.5)
+    deep = tmp_path_factory.mktemp("outlier") / "deep"
+    deep.mkdir()
+    save_checkpoint({**ckpt, "model": model.state_dict(), "model_args": args}, str(deep / "ckpt.pt"))
+    return {"baseline": baseline, "g1": os.path.join(sink_lab_runs, "g1"), "deep": str(deep)}
+
+
+def final_norm(ln_f):
+    """(the RMSNorm inside the final norm, or the norm itself; PreAffine's pre-scale or None)."""
+    return getattr(ln_f, "norm", ln_f), getattr(ln_f, "pre_scale", None)
 
 
 def windows(run):
@@ -25,18 +52,20 @@ def windows(run):
                               bos=bos_token(w["data_dir"]))
 
 
-@pytest.mark.parametrize("name", ["baseline", "g1"])
-def test_the_numbers_are_the_models_own(sink_lab_runs, name):
+@pytest.mark.parametrize("name", ["baseline", "g1", "deep"])
+def test_the_numbers_are_the_models_own(runs, name):
     """Position 0's loss and the others' make up the model's own loss; the channel is the largest mean |h| at
     position 0 of the last block's output; entropies lie between 0 and ln V."""
-    run = os.path.join(sink_lab_runs, name)
+    run = runs[name]
     r = outlier.measure(run, "ckpt.pt", "cpu")
     model, batches = windows(run)
-    seen = []
-    hook = model.transformer.h[-1].register_forward_hook(lambda module, args, h: seen.append(h))
+    seen, inputs = [], []
+    hooks = [model.transformer.h[-1].register_forward_hook(lambda module, args, h: seen.append(h)),
+             model.transformer.h[-1].register_forward_pre_hook(lambda module, args: inputs.append(args[0][:, 0]))]
     with torch.no_grad():
         losses = [model(x, y)[1].item() for x, y in batches]
-    hook.remove()
+    for hook in hooks:
+        hook.remove()
     T = batches[0][0].shape[1]
     assert math.isclose((r["loss_first"] + (T - 1) * r["loss_rest"]) / T, sum(losses) / len(losses), rel_tol=1e-5)
     h = torch.cat(seen)
@@ -46,13 +75,24 @@ def test_the_numbers_are_the_models_own(sink_lab_runs, name):
     assert r["flat"] == math.log(model.config.vocab_size)
     for key in ("entropy_first", "entropy_first_without"):
         assert 0 <= r[key] <= r["flat"] + 1e-5
-    assert r["norm_weight"] == abs(model.transformer.ln_f.weight[r["channel"]].item()) and r["pre_scale"] is None
+    # the final norm's weight on the channel and the median over the channels, both as |weight|; PreAffine's pre-scale
+    norm, scale = final_norm(model.transformer.ln_f)
+    weight = norm.weight.detach().abs()
+    assert r["norm_weight"] == weight[r["channel"]].item() and r["norm_weight_median"] == weight.median().item()
+    if scale is None:
+        assert r["pre_scale"] is None and r["pre_scale_median"] is None
+    else:
+        scale = scale.detach().abs()
+        assert (r["pre_scale"], r["pre_scale_median"]) == (scale[r["channel"]].item(), scale.median().item())
     # where the channel's value at BOS comes from: the block's input, its attention and its MLP add up to it
     signed = h[:, 0, r["channel"]].mean().item()
     assert math.isclose(r["from_input"] + r["from_attention"] + r["from_mlp"], signed, rel_tol=1e-4, abs_tol=1e-4)
-    embedding = model.transformer.wte.weight[bos_token(eval_windows(read_checkpoint(
-        os.path.join(run, "ckpt.pt")))["data_dir"])] + model.transformer.wpe.weight[0]
-    assert math.isclose(r["from_input"], embedding[r["channel"]].item(), rel_tol=1e-4, abs_tol=1e-5)
+    assert math.isclose(r["from_input"], torch.cat(inputs)[:, r["channel"]].mean().item(), rel_tol=1e-4, abs_tol=1e-6)
+    assert signed < 0 or name != "deep"  # the channel is the largest |h| there, whatever its sign
+    if model.config.n_layer == 1:  # the one block's input at BOS: the BOS token's embedding and position 0's
+        embedding = model.transformer.wte.weight[bos_token(eval_windows(read_checkpoint(
+            os.path.join(run, "ckpt.pt")))["data_dir"])] + model.transformer.wpe.weight[0]
+        assert math.isclose(r["from_input"], embedding[r["channel"]].item(), rel_tol=1e-4, abs_tol=1e-5)
     # what the attention adds at BOS, seen at its own output; the outlier's replacement, its signed mean elsewhere
     attn = []
     hook = model.transformer.h[-1].attn.register_forward_hook(lambda module, args, out: attn.append(out[:, 0]))
@@ -63,12 +103,12 @@ def test_the_numbers_are_the_models_own(sink_lab_runs, name):
     assert math.isclose(r["value"], h[:, 1:, r["channel"]].mean().item(), rel_tol=1e-4, abs_tol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["baseline", "g1"])
-def test_the_four_predictions_after_bos_by_hand(sink_lab_runs, name):
+@pytest.mark.parametrize("name", ["baseline", "g1", "deep"])
+def test_the_four_predictions_after_bos_by_hand(runs, name):
     """The final norm and the unembedding, written out here on the block's output at BOS: its own term removed,
-    the denominator alone changed, the outlier removed, each one's KL from the prediction as trained and loss over
-    the windows, the every-channel control's rank, the norm's output and rms_ratio: the tool's numbers."""
-    run = os.path.join(sink_lab_runs, name)
+    the denominator alone changed, the outlier removed, each one's KL from the prediction as trained, loss and
+    entropy over the windows, the every-channel control's rank, the norm's output and rms_ratio: the tool's numbers."""
+    run = runs[name]
     r = outlier.measure(run, "ckpt.pt", "cpu")
     model, batches = windows(run)
     seen = []
@@ -78,12 +118,14 @@ def test_the_four_predictions_after_bos_by_hand(sink_lab_runs, name):
     hook.remove()
     h = torch.cat(seen)  # (windows, C): the block's output at BOS, the same in every window
     assert torch.allclose(h, h[:1].expand_as(h), atol=1e-5)
-    c, ln_f = r["channel"], model.transformer.ln_f
+    c, (norm, scale) = r["channel"], final_norm(model.transformer.ln_f)
     h = h[0].double()
-    w = ln_f.weight.detach().double()
+    w = norm.weight.detach().double()
+    scale = torch.ones_like(h) if scale is None else scale.detach().double()  # PreAffine's: the norm reads scale * h
 
     def normed(v):
-        return v * torch.rsqrt(v.pow(2).mean() + ln_f.eps) * w
+        v = v * scale
+        return v * torch.rsqrt(v.pow(2).mean() + norm.eps) * w
 
     def logp(y):
         return (model.lm_head.weight.detach().double() @ y).log_softmax(-1)
@@ -94,7 +136,8 @@ def test_the_four_predictions_after_bos_by_hand(sink_lab_runs, name):
     own[c] = 0.0
     denominator = removed.clone()
     denominator[c] = as_trained[c]
-    assert math.isclose(r["rms_ratio"], (h.pow(2).mean().sqrt() / without.pow(2).mean().sqrt()).item(), rel_tol=1e-4)
+    rms = [(v * scale).pow(2).mean().sqrt() for v in (h, without)]
+    assert math.isclose(r["rms_ratio"], (rms[0] / rms[1]).item(), rel_tol=1e-4)
     assert math.isclose(r["norm_out"], as_trained[c].item(), rel_tol=1e-4)
     assert r["norm_out_rank"] == 1 + int((as_trained.abs() > as_trained[c].abs()).sum())
     targets = torch.cat([y[:, 0] for _, y in batches])
@@ -103,14 +146,17 @@ def test_the_four_predictions_after_bos_by_hand(sink_lab_runs, name):
         q = logp(y)
         assert math.isclose(r[f"kl_{key}"], (p.exp() * (p - q)).sum().item(), rel_tol=1e-3, abs_tol=1e-6), key
         assert math.isclose(r[f"loss_first_{key}"], -q[targets].mean().item(), rel_tol=1e-4), key
+        assert math.isclose(r[f"entropy_first_{key}"], -(q.exp() * q).sum().item(), rel_tol=1e-4), key
     assert math.isclose(r["loss_first"], -p[targets].mean().item(), rel_tol=1e-4)
+    assert math.isclose(r["entropy_first"], -(p.exp() * p).sum().item(), rel_tol=1e-4)
     own_kls = []
     for channel in range(h.numel()):
         y = as_trained.clone()
         y[channel] = 0.0
         own_kls.append((p.exp() * (p - logp(y))).sum().item())
     own_kls = torch.tensor(own_kls)
-    above = [1 + int((own_kls > own_kls[c] * (1 + tol)).sum()) for tol in (1e-4, -1e-4)]  # float32 against 64
+    others = torch.cat([own_kls[:c], own_kls[c + 1:]])  # the rank counts the channels above c, never c itself
+    above = [1 + int((others > own_kls[c] * (1 + tol)).sum()) for tol in (1e-4, -1e-4)]  # float32 against 64
     assert above[0] <= r["own_term_rank"] <= above[1]
     assert math.isclose(r["own_term_kl_median"], own_kls.median().item(), rel_tol=1e-3, abs_tol=1e-7)
 
@@ -147,7 +193,7 @@ def test_only_the_channel_at_position_0_changes_and_its_own_term_alone_can_be_re
                             outlier.predictions(model, x, y)[0], rel_tol=1e-4)
 
 
-def test_the_command_writes_its_table_and_refuses_what_it_cannot_measure(sink_lab_runs, tmp_path):
+def test_the_command_writes_its_table_and_refuses_what_it_cannot_measure(sink_lab_runs, tmp_path, monkeypatch):
     runs = [os.path.join(sink_lab_runs, n) for n in ("baseline", "g1")]
     out = tmp_path / "o" / "outlier.json"
     outlier.main([f"--runs={','.join(runs)}", "--labels=base,gated", f"--out={out}"])
@@ -155,13 +201,36 @@ def test_the_command_writes_its_table_and_refuses_what_it_cannot_measure(sink_la
     assert [r["label"] for r in rows] == ["base", "gated"] and [r["gate"] for r in rows] == ["none", "g1"]
     md = (tmp_path / "o" / "outlier.md").read_text()
     assert md.count("\n| base |") == 1 and md.count("\n| gated |") == 1
+    # --checkpoint: the file it names is the one measured (here a best.pt of another iteration than ckpt.pt's)
+    best = tmp_path / "best"
+    best.mkdir()
+    ckpt = read_checkpoint(os.path.join(runs[0], "ckpt.pt"))
+    save_checkpoint({**ckpt, "iter_num": 7}, str(best / "best.pt"))
+    outlier.main([f"--runs={best}", "--checkpoint=best.pt", f"--out={tmp_path / 'best.json'}"])
+    written = json.loads((tmp_path / "best.json").read_text())
+    assert written["checkpoint"] == "best.pt" and [r["iter"] for r in written["runs"]] == [7]
 
     no_bos = tmp_path / "no_bos"
     no_bos.mkdir()
     ckpt = read_checkpoint(os.path.join(runs[0], "ckpt.pt"))
     ckpt["config"]["bos"] = False
     save_checkpoint(ckpt, str(no_bos / "ckpt.pt"))
-    for argv, message in [([], "name the runs"),
+    bare = tmp_path / "bare"  # a model and its shape, without train.py's settings: not a run to measure
+    bare.mkdir()
+    save_checkpoint({k: ckpt[k] for k in ("model", "model_args")}, str(bare / "ckpt.pt"))
+    changed, data = tmp_path / "changed", tmp_path / "data"  # trained on data that has changed since: refused
+    changed.mkdir()
+    ckpt = read_checkpoint(os.path.join(runs[0], "ckpt.pt"))
+    shutil.copytree(ckpt["config"]["data_dir"], data)
+    ckpt["config"]["data_dir"] = str(data)
+    save_checkpoint(ckpt, str(changed / "ckpt.pt"))
+    tokens = np.memmap(find_shards(str(data), "val")[0], dtype=np.uint16, mode="r+", offset=HEADER_BYTES)
+    tokens[1:] = np.roll(np.array(tokens[1:]), 1)  # the same tokens, in another order
+    tokens.flush()
+    del tokens
+    for argv, message in [([f"--runs={bare}"], "lacks train.py's run settings"),
+                          ([f"--runs={changed}"], "was trained on other data"),
+                          ([], "name the runs"),
                           ([f"--runs={runs[0]}", "--labels=a,b"], "--labels has 2 names for 1 runs"),
                           ([f"--runs={runs[0]}", f"--out={tmp_path / 'o.txt'}"], "a .json file"),
                           ([f"--runs={tmp_path / 'nothing'}"], "nothing"),
@@ -173,3 +242,18 @@ def test_the_command_writes_its_table_and_refuses_what_it_cannot_measure(sink_la
                             cwd=REPO, capture_output=True, text=True)
     assert result.returncode != 0 and result.stderr.strip().count("\n") == 0, result.stderr  # one line, no traceback
     assert not (tmp_path / "y.json").exists()
+    # the check that no change at position 0 reaches another position: a change that does is refused in one line
+
+    def everywhere(channel, value):  # set_at_first, but at every position
+        def hook(module, args, out):
+            if value is None:
+                return None
+            out = out.clone()
+            out[..., channel] = value
+            return out
+        return hook
+    monkeypatch.setattr(outlier, "set_at_first", everywhere)
+    with pytest.raises(SystemExit) as e:
+        outlier.main([f"--runs={runs[0]}", f"--out={tmp_path / 'z.json'}"])
+    assert "changing position 0 moved the other positions' loss" in str(e.value.code) and runs[0] in str(e.value.code)
+    assert not (tmp_path / "z.json").exists()

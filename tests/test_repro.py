@@ -1589,8 +1589,8 @@ LIBRARIES = ("cli", "runfolder", "probe", "model", "kernels", "pretrained",
 # A script that another imports, and the names it imports, each with its reason: lab.bench times train.py's own
 # optimizer step, so that its timings are the training loop's (train.py runs only under its __main__); lab.setup_check
 # times two steps of the main job's own model and optimizer step, to say how long the main job takes here;
-# lab.outlier measures each run on the windows lab.analyze measures it on
-IMPORTED_SCRIPTS = {("lab.outlier", "lab.analyze"): {"eval_windows"},
+# lab.outlier measures each run on the windows lab.analyze measures it on, after the same checks of its checkpoint
+IMPORTED_SCRIPTS = {("lab.outlier", "lab.analyze"): {"eval_windows", "load_run_checkpoint"},
                     ("lab.bench", "train"): {"optimizer_step"},
                     ("lab.setup_check", "train"): {"MODEL_KEYS", "TrainConfig", "optimizer_step"},
                     ("lab.repro", "train"): {"TrainConfig", "check_settings"}}  # its keys, checked before any run
