@@ -696,7 +696,7 @@ def _fmt(value, spec):
 
 def _layer_value(record, key, layer):
     values = (record.get("layers") or {}).get(key)
-    return values[layer] if values and layer < len(values) else None
+    return values[layer] if values and layer is not None and layer < len(values) else None  # None: no finite layer
 
 
 def _top_layer(record, key, n):

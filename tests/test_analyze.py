@@ -648,6 +648,11 @@ def test_mechanism_rows_name_the_sink_layer_and_the_massive_channels():
     assert rows[5][2] is None and rows[1][3] == "0.020"
     lines = markdown_table(header, rows)
     assert len(lines) == 2 + 7 and "| – |" in lines[-1]
+    # a run whose every layer's F-Attn is NaN (diverged) has no sink layer: a row of blanks, not a TypeError
+    nan = float("nan")
+    header, rows = report.mechanism_rows([mechanism_record("nan", [nan, nan], [nan, nan], [0.5, 0.5], 3)])
+    row = dict(zip(header, rows[0]))
+    assert row["sink layer"] is None and row["F-Attn"] is None and row["value norm ratio"] is None
 
 
 def fake_log(n_layer, sink):

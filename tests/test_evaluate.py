@@ -147,6 +147,14 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
         assert (w8["setting"], w4["setting"]) == ("w8a8", "w4a4")
         assert abs(w8["increase"]["mean"]) < abs(w4["increase"]["mean"]) and w4["increase"]["mean"] != 0
         assert w4["loss"]["mean"] == pytest.approx(loss + w4["increase"]["mean"], abs=1e-5)
+        # intervals over the 6 windows: full precision's, and the increase paired window by window
+        with torch.no_grad():
+            full = F.cross_entropy(model(x)[0].flatten(0, 1), y.flatten(), reduction="none").view(6, 32).mean(1)
+            rounded = evaluate.quantized(model, 4, 4)(x)[0]
+            rounded = F.cross_entropy(rounded.flatten(0, 1), y.flatten(), reduction="none").view(6, 32).mean(1)
+        for interval, values in ((r["quant"]["full"], full), (w4["increase"], rounded - full)):
+            half = 2.5706 * values.double().std().item() / 6 ** 0.5  # t(0.975, 5 degrees of freedom)
+            assert (interval["hi"] - interval["lo"]) / 2 == pytest.approx(half, rel=1e-3)
         for scaling, lengths in r["length"].items():
             assert [v["multiple"] for v in lengths] == [1, 2] and lengths[-1]["length"] == 64
             assert lengths[0]["buckets"][0]["mean"] == pytest.approx(first, abs=1e-5)
@@ -182,6 +190,9 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
             assert keep[0]["loss"]["mean"] == pytest.approx(row["full"]["mean"] + keep[0]["increase"]["mean"], abs=1e-5)
     table = (out / "summary.md").read_text()
     assert "| base | 6 x 32 |" in table and "| g1 | 8 |" in table and "| yarn | 2x = 64 |" in table
+    stream = summary["models"][1]["stream"][1]  # g1 at w=8: the loss under full attention, then each increase
+    assert f"| g1 | 8 | {report.fmt_interval(stream['full'])} | " + " | ".join(
+        report.fmt_interval(k["increase"], ".4f", sign=True) for k in stream["keep"]) + " |" in table
     assert report.PAPERS_SAY in table  # the papers' words, the same in the study's report
     # each row's numbers: report.headline's, the same the study's report averages over seeds
     base = summary["models"][0]
@@ -191,6 +202,10 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
                                                   "ntk 2x [32, 64)", "ntk 2x [32, 64) Δ", "yarn 2x [32, 64)",
                                                   "yarn 2x [32, 64) Δ", "w=8 keep 0 Δ", "w=8 keep 1 Δ",
                                                   "w=8 keep 32 Δ"]
+    numbers, longest, widest = report.headline(base), base["length"]["yarn"][-1]["buckets"][-1], base["stream"][-1]
+    assert (numbers["W4A4 Δ"], numbers["yarn 2x [32, 64)"], numbers["yarn 2x [32, 64) Δ"], numbers["w=8 keep 0 Δ"]) \
+        == (base["quant"]["settings"][1]["increase"]["mean"], longest["mean"], longest["increase"]["mean"],
+            widest["keep"][0]["increase"]["mean"])  # each increase, never the loss it rose to
     rise = base["length"]["yarn"][1]["buckets"][1]["increase"]
     assert f"| yarn | 2x = 64 | {report.fmt_interval(rise, '.4f', sign=True)} |" in table  # the Δ table's row
     old = json.loads(json.dumps(base))  # a record kept before Δ was measured: levels only, and still a report row

@@ -370,6 +370,26 @@ def test_the_claims_say_whose_they_are():
     assert not hasattr(report, "UNTRAINED_GATE")
 
 
+def test_the_claims_table_gives_each_sides_seeds_and_a_dash_where_a_claim_has_no_paper():
+    """seeds: the reference's / the variant's (here 3 / 2: too few); a fixed reference: the variant's seeds alone,
+    and no paper's size or numbers to set beside it."""
+    _, win, _ = fake_study(baseline=0.0, g1_elementwise=-0.05)
+    win["g1_elementwise"] = win["g1_elementwise"][:2]
+    loss = repro.claim_result(*repro.CLAIMS[0], win)
+    fixed = repro.claim_result("G1's mean gate score is below 0.5", 0.5, "g1_elementwise", "gate_mean", -1, win)
+    rows = report.claims_section([loss, fixed])[-2:]
+    assert "| 3 / 2 | **too few seeds** | same direction |" in rows[0], rows[0]
+    assert rows[1].endswith("| 2 | **too few seeds** | same direction | – | – | – |"), rows[1]
+
+
+def test_a_variants_runs_say_how_many_finished_exited_non_zero_and_skipped_steps():
+    runs = [dict(iter=10, max_iters=10, exit_code=0, nonfinite_steps=2),
+            dict(iter=4, max_iters=10, exit_code=1, nonfinite_steps=3),
+            dict(iter=10, max_iters=10, exit_code=None, nonfinite_steps=None)]  # not recorded: none counted
+    assert report.status(runs) == "2/3 finished, 1 exited non-zero, 5 non-finite steps skipped"
+    assert report.status(runs[2:]) == "1/1 finished"
+
+
 def test_sink_counts_lead_the_sink_lab_report():
     """A run grew a sink head when its sink heads are above 0; per variant k of n with the exact interval, and the
     claims of counts decided by Fisher's exact test (4 of 5 against 0 of 5: p = 0.024)."""
@@ -393,6 +413,8 @@ def test_sink_counts_lead_the_sink_lab_report():
     assert "| baseline | 4 of 5 | 0.80 [0.28, 0.99] |" in lines
     assert "| GA: G1 removes the sink | baseline: 4 of 5 | g1_elementwise: 0 of 5 | 0.0238 | 1 | **reproduced** |" \
         in lines
+    untrained = next(line for line in lines if "g1_ns_sigmoid: –" in line)  # no counts: no p, and no bold verdict
+    assert untrained.endswith("| – | – | not measured (g1_ns_sigmoid not trained) |"), untrained
     assert report.counts_section(None) == []
 
 
@@ -445,6 +467,8 @@ def test_a_claim_never_pools_the_old_and_the_new_sink_share():
     assert claims["first_token_attn"]["n_seeds_ref"] == 3 and "left_out" not in claims["first_token_attn"]
     row = next(line for line in report.claims_section([share]) if line.startswith(f"| {share['claim']} |"))
     assert "| 1 / 1 (left out, measured by an older probe: 2 of baseline, 2 of g1_elementwise) |" in row
+    one_side = dict(share, left_out={"baseline": 2, "g1_elementwise": 0})  # a side with none left out is not named
+    assert "| 1 / 1 (left out, measured by an older probe: 2 of baseline) |" in report.claims_section([one_side])[-1]
     lacking = {**win, "baseline": [dict(w, max_act=None) if i == 0 else w for i, w in enumerate(win["baseline"])]}
     assert repro.claim_result(*next(c for c in repro.CLAIMS if c[3] == "max_act"), lacking)["verdict"].startswith(
         "not measured")  # a seed that lacks a measure for any other reason is never silently left out
@@ -473,6 +497,7 @@ def test_the_tables_never_pool_the_old_and_the_new_sink_share():
     assert cells == {"baseline": "0.125 (1 seed); older probe: 0.500, 0.500", "g1_elementwise": "older probe: "
                      "0.500, 0.500, 0.500"}
     assert "never in one mean with the others" in table
+    assert table.count("older probe: ") == 2  # the sink share's cells only: every other measure keeps every seed
     assert [r["seed"] for r in by["g1_elementwise"]] == [1337, 1338, 1339]
     records = by["baseline"] + by["g1_elementwise"]
     analyzed = [{"layers": r["layers"], "seed": r["seed"]} for r in records]
@@ -497,6 +522,9 @@ def test_the_sink_heads_of_one_head_models_are_counted_not_averaged():
              or line.startswith("| g1_elementwise |")}
     assert cells == {"baseline": "1 of 4", "g1_elementwise": "**0.00 ± 0.00**"}, cells
     assert "how many of its runs grew a sink head" in table[-1]
+    for r in by["g1_elementwise"]:  # two layers of one head each: two heads a run, a share again
+        r["model"] = {"n_layer": 2, "n_head": 1}
+    assert report.one_head(by["baseline"]) and not report.one_head(by["g1_elementwise"])
     by["baseline"][0]["model"] = None  # a record that does not say its model: its share, as before
     variants_ = {v: {m.key: repro.over_variant(rs, m.key) for m in MEASURES} for v, rs in by.items()}
     table = report.measured_section(by, variants_)
@@ -509,6 +537,12 @@ def test_numbers_over_seeds_list_one_or_two_seeds_and_give_an_interval_from_thre
     three = report.over_seeds([1.0, 2.0, 3.0])
     assert three["values"] == [1.0, 2.0, 3.0] and report.fmt_ci(three, ".2f") == f"2.00 ± {4.302653 / math.sqrt(3):.2f}"
     assert report.fmt_ci(report.over_seeds([0, 1, 2]), "g") == "1 ± 2.48" and report.fmt_ci(None, ".2f") == "–"
+    assert report.over_seeds([1.0, None, 2.0]) is None  # a seed without the measure: no mean of the others as all
+    # lab/evaluate.py's numbers: a mean over windows ± half its interval
+    assert report.fmt_interval({"mean": 1.0, "lo": 0.8, "hi": 1.4}, ".2f", sign=True) == "+1.00 ± 0.30"
+    assert report.fmt_interval({"mean": 1.0, "lo": None, "hi": None}, ".2f") == "1.00"
+    assert report.finite_json({"a": [1.0, float("inf"), np.float32("nan")], "n": np.int64(2)}) == \
+        ({"a": [1.0, None, None], "n": 2}, 2)  # JSON has no infinity either
 
 
 def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
@@ -527,6 +561,12 @@ def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
     assert table[1].endswith("| – | 3/3 / – |")  # g1's val loss, M-Act and spikes: '–' (a report, not a crash)
     # finishing is a yes/no per seed: counted, baseline's then G1's, never one word for all seeds
     assert rows[2]["baseline"]["finished"] == [True, False, True] and table[2].endswith("| 2/3 / 3/3 |")
+    loss, act = MEASURE["val_loss"], MEASURE["max_act"]  # each model's own numbers, then G1's − the baseline's
+    x, y, d = rows[2]["baseline"], rows[2]["g1_elementwise"], rows[2]["difference"]
+    assert table[2].strip("| ").split(" | ")[1:7] == [
+        report.fmt_ci(x["val_loss"], loss.spec), report.fmt_ci(y["val_loss"], loss.spec),
+        report.fmt_difference(d, "diff"), "reproduced", report.fmt_ci(x["max_act"], act.spec),
+        report.fmt_ci(y["max_act"], act.spec)]
     assert "paired" not in "\n".join(report.sweep_section(rows))  # an unpaired test over seeds: it says no more
     assert "Only this rate is trained" not in "\n".join(report.sweep_section(rows))
 
@@ -647,6 +687,7 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
     assert "| 0 | 0.300 | 0.300 | 0.25 | 0 (90%) | 50256 `'<\\|endoftext\\|>'` (90%) |" in text  # decoded, | escaped
     assert "| 1 | 0.100 | 0.200 | 0.00 | 0 (50%) | 198 `'\\n'` (30%) |" in text
     assert "whether the sink is still growing" in text
+    assert "dyt (seed" not in text and "g3 (seed" not in text  # where the sink is: the baseline's and G1's alone
     # the per-variant table: probe.MEASURES' columns, each column's best mean in bold where the measure has a better
     # direction, said once under the table
     measured = text[text.index("## Measured"):text.index("## GA Table 4")].splitlines()
@@ -714,6 +755,15 @@ def test_table4_says_a_side_of_the_baseline_only_where_the_seeds_separate_them()
     assert rows["g1_headwise"][-1] == "too few seeds (3 / 2)"
     assert rows["g2_elementwise"][-1] == "not separated from the baseline"
     assert rows["g2_elementwise"][2] == "2 of 2" and rows["baseline"][2] == "3 of 3"
+    # the interval of the ratio, as the rule decides F-Attn: here it leaves out 1 (×0.031 [0.0019, 0.51]), where
+    # the interval of the difference (−0.49 [−1.48, +0.50]) would hold 0
+    spread = {v: [{"variant": v, "seed": 1337 + i, "sink_heads": 0.0, "first_token_attn": x}
+                  for i, x in enumerate(xs)]
+              for v, xs in (("baseline", [0.1, 0.5, 0.9]), ("g1_elementwise", [0.010, 0.011, 0.012]))}
+    stats = {v: {"first_token_attn": report.over_seeds([r["first_token_attn"] for r in rs])}
+             for v, rs in spread.items()}
+    assert report.table4_section(spread, stats)[-1] == \
+        "| g1_elementwise | 0.011 ± 0.002 | 0 of 3 | 0.048 | as in GA: below the baseline |"
 
 
 def test_the_study_figures_label_their_axes(tmp_path, monkeypatch):
@@ -765,6 +815,29 @@ def report_sweep(by, windows):
     return repro.sweep_rows(by, windows)
 
 
+def test_what_the_sink_is_made_of_is_read_at_each_runs_sink_layer():
+    """Each run's sink layer is the layer of its highest F-Attn; its value norm ratio there, and the seeds whose
+    ratio is below 0.5, counted; the per-run table shows the first seed."""
+    layers = [{"first_token_attn": f, "value_norm_ratio": v} for f, v in (([0.1, 0.6], [0.9, 0.3]),
+                                                                          ([0.7, 0.2], [0.7, 0.1]),
+                                                                          ([0.2, 0.5], [1.0, 0.4]))]
+    records = [{"variant": "baseline", "seed": 1337 + i, "layers": x} for i, x in enumerate(layers)]
+    analyzed = [{"label": f"baseline/seed{r['seed']}", "layers": x} for r, x in zip(records, layers)]
+    lines = report.sink_parts_section(records, analyzed)
+    row = next(line for line in lines if line.startswith("| baseline |"))
+    f_attn, ratio = report.over_seeds([0.6, 0.7, 0.5]), report.over_seeds([0.3, 0.7, 0.4])
+    assert row == f"| baseline | 3 | {report.fmt_ci(f_attn, '.3f')} | {report.fmt_ci(ratio, '.3f')} | 2 of 3 |"
+    assert "| baseline/seed1337 | 1 | 0.600 | 0.300 |" in "\n".join(lines)
+    assert report.sink_parts_section(records, [{"layers": {"first_token_attn": [0.1]}}] * 3) == []  # older probe
+
+
+def test_the_papers_numbers_come_from_a_paper_that_gives_both_rows():
+    """A claim whose rows sit in two tables names both; a side the paper gives no number for has none to compare."""
+    assert report.paper_text("g1_elementwise", "g5", report.paper_numbers("val_loss")) == \
+        ("GA PPL 5.761 → 6.017 (×1.044)", "GA Table 4 → Table 1")
+    assert report.paper_pair("g1_elementwise_matched", "baseline", report.paper_numbers("val_loss")) is None
+
+
 def test_a_ratio_near_zero_keeps_two_significant_digits():
     """×0.060 [0.0047, 0.87]: an interval's lower bound of 0.0047 printed as 0.00 reads as zero, which a ratio's never
     is; at 0.1 and above, two decimals; a difference keeps its sign and four."""
@@ -773,11 +846,36 @@ def test_a_ratio_near_zero_keeps_two_significant_digits():
     assert report.fmt_difference(dict(c, lo=0.03), "ratio") == "×0.060 [0.030, 0.87], df 2.0"
     assert report.fmt_difference(dict(c, estimate=0.36, lo=0.2), "ratio") == "×0.36 [0.20, 0.87], df 2.0"
     assert report.fmt_difference(dict(c, lo=None), "difference") == "+0.0600 (no interval: one seed)"
+    # a bound that would round onto no change gets the digits that keep it off it, as the verdict reads it
+    assert report.fmt_difference(dict(c, estimate=0.5, lo=0.2, hi=0.9954), "ratio") == "×0.50 [0.20, 0.995], df 2.0"
+    assert report.fmt_difference({"estimate": -0.01, "lo": -0.02, "hi": -0.00004, "df": 3.0}, "diff") == \
+        "-0.0100 [-0.0200, -0.00004], df 3.0"
+
+
+def test_runs_measured_in_several_places_say_each_with_its_runs():
+    assert report.places_text({"NVIDIA H200, 2026-11-26": 3, "CPU (x86_64), 2026-11-27": 1}) == \
+        "NVIDIA H200, 2026-11-26 (3 runs); CPU (x86_64), 2026-11-27 (1 run)"
+    assert report.places_text({"NVIDIA H200, 2026-11-26": 3}) == "NVIDIA H200, 2026-11-26"
+
+
+def test_a_measurement_kept_of_an_earlier_run_in_the_folder_is_named(tmp_path):
+    """A folder reused for a new run keeps the old run's measurement: another run id, or (without ids) a logged
+    validation loss at its iteration that is not the log's, says it is not this run's."""
+    with open(tmp_path / "log.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in ({"iter": 0, "val_loss": 10.0, "run_id": "new"},
+                                                    {"iter": 6, "val_loss": 2.5, "run_id": "new"}))
+    assert report.kept_of_other_run(str(tmp_path), {"iter": 6, "run_id": "new"}, "measured.json") == ""
+    assert "an earlier run's" in report.kept_of_other_run(str(tmp_path), {"iter": 6, "run_id": "old"}, "m")
+    assert report.kept_of_other_run(str(tmp_path), {"iter": 6, "val_loss_logged": 2.5}, "m") == ""
+    assert "an earlier run's" in report.kept_of_other_run(str(tmp_path), {"iter": 6, "val_loss_logged": 2.4}, "m")
 
 
 def test_token_counts_read_well_at_every_scale():
     assert [report.fmt_tokens(n) for n in (1536, 12_288, 1_228_800, 10_485_760, 104_857_600, 2_100_000_000)] == \
         ["1,536", "12,288", "1.23M", "10.5M", "105M", "2.1B"]
+    # at each unit's edge: 999,999 is still a count, and 999.6M rounds to 1B, never "1e+03M"
+    assert [report.fmt_tokens(n) for n in (999_999, 1_000_000, 999_400_000, 999_600_000)] == \
+        ["999,999", "1M", "999M", "1B"]
 
 
 
@@ -1870,6 +1968,41 @@ def test_evaluations_that_cannot_be_read_are_named_in_the_report_not_a_traceback
     assert "note: the report has no section on lab/evaluate.py's measurements" in capsys.readouterr().out
 
 
+def test_the_evaluations_say_which_are_out_of_date_missing_or_measured_earlier(tmp_path):
+    """A checkpoint saved after the evaluation, or gone with no record kept beside it, is out of date; a run the
+    report draws that was not evaluated is named; the section says it was measured when any run was measured now, and
+    drawn from records only when every one was measured earlier."""
+    def record(seed, **more):
+        return {"label": f"baseline/seed{seed}", "run": str(tmp_path / f"seed{seed}"), "checkpoint": "ckpt.pt",
+                "quant": {"settings": [{"setting": "w4a4", "increase": {"mean": 0.1 * (seed - 1336)}}]}, **more}
+    models = [record(1337), record(1338), record(1339, measured_earlier=True, device="GPU", date="earlier")]
+    os.makedirs(tmp_path / "evaluate")
+    summary = tmp_path / "evaluate" / "summary.json"
+    summary.write_text(json.dumps({"device": "CPU", "date": "today", "models": models}))
+    for seed in (1337, 1338, 1339):
+        os.makedirs(tmp_path / f"seed{seed}")
+        (tmp_path / f"seed{seed}" / "ckpt.pt").write_text("")
+    stamp = os.path.getmtime(summary)
+    os.utime(tmp_path / "seed1337" / "ckpt.pt", (stamp - 60, stamp - 60))  # saved before its evaluation
+    os.utime(tmp_path / "seed1338" / "ckpt.pt", (stamp + 60, stamp + 60))  # trained again since
+    os.remove(tmp_path / "seed1339" / "ckpt.pt")
+    (tmp_path / "seed1339" / EVALUATED).write_text("{}")  # gone, its record kept
+    trained = [("baseline", s) for s in (1337, 1338, 1339, 1340)]
+    section = report.evaluate_section(str(tmp_path), str(tmp_path / "root"), trained)
+    assert "**Out of date: the checkpoints of baseline/seed1338 changed" in section
+    assert "Not evaluated: baseline/seed1340 (" in section
+    assert "Measured by `python -m lab.repro evaluate` on CPU, today" in section
+    assert "Measured in an earlier session, from the record kept of each run whose checkpoint is gone: " \
+        "baseline/seed1339 on GPU, earlier." in section
+    os.remove(tmp_path / "seed1339" / EVALUATED)  # gone, and nothing kept of it
+    assert "the checkpoints of baseline/seed1338, baseline/seed1339 changed" in report.evaluate_section(
+        str(tmp_path), str(tmp_path / "root"), trained)
+    summary.write_text(json.dumps({"device": "CPU", "date": "today", "models": [
+        dict(r, measured_earlier=True, device="GPU", date="earlier") for r in models]}))
+    assert "Drawn by `python -m lab.repro evaluate` on today, every run from its record measured earlier" in \
+        report.evaluate_section(str(tmp_path), str(tmp_path / "root"), trained)
+
+
 def test_a_column_some_seeds_lack_shows_the_seeds_that_have_it_and_says_how_many(tmp_path):
     """A variant whose kept seeds were evaluated before the length Δ existed, and whose new seed has it: the Δ cell
     shows the new seed's value and says '1 of 3 seeds', never '–' (nothing shown) nor a mean over fewer seeds
@@ -1898,6 +2031,7 @@ def test_a_column_some_seeds_lack_shows_the_seeds_that_have_it_and_says_how_many
     assert row == ["baseline", "2", "2.0000, 2.0001"] and ") Δ" not in header  # only 1339 had the Δ column
     assert "Evaluated but not in this report, so left out here too: baseline/seed1339." in section
     assert report.some_seeds([None, None], ".2f") == "–" and report.some_seeds([0.5, 0.25], ".2f") == "0.50, 0.25"
+    assert report.some_seeds([1.0, None, 2.0, 3.0], ".2f") == f"2.00 ± {4.302653 / math.sqrt(3):.2f} (3 of 4 seeds)"
 
 
 @pytest.mark.parametrize("library", ["report", "stats"])
