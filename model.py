@@ -284,7 +284,7 @@ class CausalSelfAttention(nn.Module):
         if config.sdpa_nonlin == "rmsnorm":  # GA Table 3 "SDPA RMSNorm": normalise each head's output on its own
             self.sdpa_norm = RMSNorm(D, rms_eps(config))
         self.gate = Gate(config) if config.gate != "none" else None
-        # the Triton kernel (kernels.py) fuses no gate or a multiplicative sigmoid G1 gate (in its epilogue), only
+        # what the Triton kernel (kernels.py) can fuse: no gate, or a multiplicative sigmoid G1 gate in its epilogue
         self.fusable = config.gate in ("none", "g1") and config.gate_act == "sigmoid" and config.gate_op == "mul" \
             and config.sdpa_nonlin == "none" and config.attn_window is None
 

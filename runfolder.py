@@ -719,7 +719,7 @@ class RunFolder:
             say(f"note: the {changed} in {data_dir} are not those the run trained on {prints}: it continues on them, "
                 "as this command names the data")
             return
-        made = (checkpoint or {}).get("data_prepare")  # its preparation's command, in checkpoints since it was kept
+        made = checkpoint.get("data_prepare")  # the command that prepared its data (checkpoints since 2026-12-01)
         fail(f"the data in {data_dir} is not what this run trained on: its {changed} differ {prints}; was the dataset "
              f"prepared again? Prepare the data the run trained on again in {data_dir}"
              + (f" (it was made by: {made})" if made else "") + ", or start a new run on this "

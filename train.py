@@ -207,7 +207,7 @@ class Trainer:
         self.start_iter, self.t_start, self.t_loop = self.iter_num, time.time(), time.perf_counter()
         record, since_log, since_eval, since_start = None, Span(), Span(), Span()
         eval_seconds = 0.0  # spent in evaluations and checkpoints
-        t_read, iter_read = time.perf_counter(), self.iter_num  # the host's last wait for the device; later steps queue
+        t_read, iter_read = time.perf_counter(), self.iter_num  # the host's last wait for the device, and its iter
         if self.start_iter >= c.max_iters and not c.eval_only:
             self.say(f"nothing to do: the checkpoint is at iter {self.start_iter} and max_iters={c.max_iters}")
             if self.master:  # best.pt as best_state found it, since no evaluation follows to write it
@@ -232,7 +232,7 @@ class Trainer:
                 log_step = self.iter_num % c.log_interval == 0
                 if not (first_step or log_step or self.eval_due()):
                     continue  # the host goes straight on to queue the next step while the device works
-                # wait for the queued steps, read their losses, time them: lab/bench.py --train's step, plus the batch
+                # wait for the queued steps, read their losses and time them (as lab/bench.py --train times a step)
                 losses = self.check_health()
                 t_now = time.perf_counter()
                 seconds, steps = t_now - t_read, self.iter_num - iter_read

@@ -140,7 +140,7 @@ def activations(model, batches):
 
 def measure(run, checkpoint, device):
     """One run's numbers (see the module's docstring)."""
-    model, ckpt = load_run_checkpoint(os.path.join(run, checkpoint), device, reader="lab.outlier")  # data unchanged
+    model, ckpt = load_run_checkpoint(os.path.join(run, checkpoint), device, reader="lab.outlier")
     w = eval_windows(ckpt)
     if not w["bos"]:
         raise ValueError(f"{run} was trained on windows that do not start with BOS (bos=False): position 0 is an "

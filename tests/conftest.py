@@ -25,7 +25,7 @@ if WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 sys.path.insert(0, REPO)  # the tests import the project's modules (model, train, lab.repro) from the repository root
 
-from data.shards import write_dataset  # noqa: E402  (after TRITON_INTERPRET: nothing here imports triton, but keep it so)
+from data.shards import HEADER_BYTES, find_shards, write_dataset  # noqa: E402  (after TRITON_INTERPRET: nothing here imports triton, but keep it so)
 
 
 def _interpreter_problem():
@@ -151,3 +151,13 @@ def sink_lab_runs(tmp_path_factory):
         said, _ = run.communicate(timeout=300)
         assert run.returncode == 0, said
     return str(root)
+
+
+def change_a_token(data_dir):
+    """data_dir's first val shard with one token changed to another token of the text: the dataset prepared again in
+    place, as a re-run with another seed would, at the cost of one write."""
+    tokens = np.memmap(find_shards(str(data_dir), "val")[0], dtype=np.uint16, mode="r+", offset=HEADER_BYTES)
+    i = next(i for i in range(100, len(tokens)) if tokens[i] != tokens[i + 1])
+    tokens[i] = tokens[i + 1]
+    tokens.flush()
+    del tokens

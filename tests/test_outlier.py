@@ -7,13 +7,13 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 import lab.outlier as outlier
-from data.shards import HEADER_BYTES, bos_token, find_shards, val_batches
+from conftest import change_a_token
+from data.shards import bos_token, val_batches
 from lab.analyze import eval_windows
 from model import GPT, GPTConfig
 from runfolder import load_checkpoint, read_checkpoint, save_checkpoint
@@ -224,10 +224,7 @@ def test_the_command_writes_its_table_and_refuses_what_it_cannot_measure(sink_la
     shutil.copytree(ckpt["config"]["data_dir"], data)
     ckpt["config"]["data_dir"] = str(data)
     save_checkpoint(ckpt, str(changed / "ckpt.pt"))
-    tokens = np.memmap(find_shards(str(data), "val")[0], dtype=np.uint16, mode="r+", offset=HEADER_BYTES)
-    tokens[1:] = np.roll(np.array(tokens[1:]), 1)  # the same tokens, in another order
-    tokens.flush()
-    del tokens
+    change_a_token(data)
     for argv, message in [([f"--runs={bare}"], "lacks train.py's run settings"),
                           ([f"--runs={changed}"], "was trained on other data"),
                           ([], "name the runs"),

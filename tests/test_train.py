@@ -13,7 +13,6 @@ import subprocess
 import sys
 import types
 
-import numpy as np
 import pytest
 import torch
 
@@ -25,6 +24,7 @@ import train
 import cli
 import runfolder
 from cli import configure
+from conftest import change_a_token
 from runfolder import BEST, CHECKPOINT, load_checkpoint, model_from_checkpoint, no_checkpoint, save_checkpoint
 from model import GPTConfig
 from train import TrainConfig
@@ -1792,17 +1792,6 @@ def test_a_symlinked_lock_or_log_is_never_written_through(stdlib_data, tmp_path)
     with pytest.raises(SystemExit, match=r"could not write .*log.jsonl: it is a symbolic link"):
         folder.log({"iter": 1})
     assert precious.read_text() == "the user's own file"
-
-
-def change_a_token(data_dir):
-    """data_dir's first val shard with one token changed to another token of the text: the dataset prepared again in
-    place, as a re-run with another seed would, at the cost of one write."""
-    from data.shards import HEADER_BYTES, find_shards
-    tokens = np.memmap(find_shards(str(data_dir), "val")[0], dtype=np.uint16, mode="r+", offset=HEADER_BYTES)
-    i = next(i for i in range(100, len(tokens)) if tokens[i] != tokens[i + 1])
-    tokens[i] = tokens[i + 1]
-    tokens.flush()
-    del tokens
 
 
 def test_every_checkpoint_records_its_run_and_data_and_a_resume_on_changed_data_stops(stdlib_data, tmp_path, capsys):
