@@ -446,7 +446,8 @@ class GPT(nn.Module):
         logits = self._forward(idx)
         if targets is None:
             return logits, None
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        flat = logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32))  # fp32 at least; fp64 stays
+        return logits, F.cross_entropy(flat, targets.reshape(-1), ignore_index=-1)
 
     def _forward(self, idx, start=0, cache=None, logits=True):
         """Logits (B, T, vocab); logits=False: the final norm's output, which lm_head reads."""

@@ -115,6 +115,21 @@ def test_the_plain_loss_is_fp32_and_leaves_out_targets_of_minus_one():
     assert loss.item() == pytest.approx(F.cross_entropy(logits[keep].double(), targets[keep]).item(), rel=1e-6)
 
 
+def test_the_plain_loss_of_a_float64_model_stays_float64():
+    """fp32 is a floor, not a cast: a float64 model (gradcheck, a student's reference) keeps its loss in float64,
+    as kernels.chunked_loss does, to the last bits of the direct float64 cross-entropy and its gradient."""
+    for chunk in (0, 7):
+        model, idx = make(loss_chunk=chunk), tokens()
+        loss = model(idx, idx.roll(-1, 1))[1]
+        assert loss.dtype == torch.float64
+        (g,) = torch.autograd.grad(loss, model.lm_head.weight)
+        model.config.loss_chunk = 0
+        ref = F.cross_entropy(model(idx)[0].flatten(0, 1), idx.roll(-1, 1).flatten())
+        (g_ref,) = torch.autograd.grad(ref, model.lm_head.weight)
+        assert abs(loss.item() - ref.item()) < 1e-12
+        torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-13)
+
+
 def test_the_default_cpu_run_executes_the_reference_gate_line():
     """On a CPU the attention takes the reference branch: SDPA, then Gate.forward, once per layer."""
     model = make(dtype=torch.float32, attn_backend="auto")
