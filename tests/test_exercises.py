@@ -865,6 +865,7 @@ def test_the_reason_tells_a_syntax_error_from_an_exit_on_import(tmp_path):
         why = []
         result = check.run_isolated(os.path.join(EXERCISES, NAMES[0]), str(path), lambda line: None, why=why)
         assert result[2:] == ("error", None) and len(why) == 1, (result, why)
+        assert result[:2] == (0, len(check.checks_of(os.path.join(EXERCISES, NAMES[0])))), result  # 0 of all
         reasons.append(why[0])
     assert reasons[0].startswith("your file does not import: SyntaxError: ") and "line " in reasons[0], reasons
     assert reasons[1].startswith("your file ended the program while it was imported (sys.exit(3)"), reasons
@@ -948,6 +949,8 @@ def test_a_file_that_edits_the_next_exercises_checks_stops_the_grading(edited, t
     entries = read_json(tmp_path / "r.json")["exercises"]
     assert code == 1 and "changed the checker's, the project's or the exercises' files" in out, out
     assert [e["status"] for e in entries] == ["error"], entries  # exercise 02 is not graded by the edited checks
+    # no partial credit for the checks run before the edit was seen: the gradebook counts "passed"
+    assert (entries[0]["passed"], entries[0]["first_failing_check"]) == (0, "changed the checker's files"), entries
 
 
 def test_a_file_that_plants_a_start_up_file_stops_the_grading_and_names_it(tmp_path):
@@ -1196,3 +1199,87 @@ def test_a_listing_read_only_in_part_ends_quietly():
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert result.stdout.startswith(NAMES[0]) and result.stdout.count("\n") == 1, result.stdout
     assert result.stderr == "", result.stderr
+
+
+def test_a_checker_failure_is_never_a_pass_and_a_reason_fits_whole():
+    """The checker's own failure (no check ran: 0 of 0) is an error in the result file and the score table, never a
+    pass; a grading of no exercise is not "all passed"; a reason of exactly REASON_CHARS characters is kept whole."""
+    entry = check.grade_entry(os.path.join(EXERCISES, NAMES[0]), (0, 0, "error", None), 1.0)
+    assert (entry["status"], entry["first_failing_check"]) == ("error", "import"), entry
+    assert check.score_table([entry])[-1] == "0/1 exercises passed, 0/0 checks."
+    assert check.grade_result([entry])["all_passed"] is False and check.grade_result([])["all_passed"] is False
+    assert check.reason_of("x" * check.REASON_CHARS) == "x" * check.REASON_CHARS
+
+
+def test_each_graded_run_draws_its_own_seed_and_the_result_records_it(monkeypatch):
+    """A graded run's inputs come from a seed drawn afresh (no file can answer them in advance), CHECK_SEED repeats a
+    run's, and the result file records the seed it was graded with (the gradebook tells runs apart by it)."""
+    monkeypatch.setattr(check, "RUN_SEED", 0)
+    monkeypatch.delenv("CHECK_SEED", raising=False)
+    seeds = set()
+    for _ in range(5):
+        check.draw_run_seed()
+        seeds.add(check.RUN_SEED)
+    assert len(seeds) > 1 and all(0 <= s < check.MAX_SEED for s in seeds), seeds
+    monkeypatch.setenv("CHECK_SEED", "7000")
+    check.draw_run_seed()
+    assert check.RUN_SEED == 7000 and check.grade_result([])["seed"] == 7000
+
+
+@needs_solutions
+@pytest.mark.parametrize("change, said", [
+    ({"baseline": {"gate": "g1"}}, "the baseline needs --gate=none"),
+    ({"baseline": {"gate": "g1"}, "g1": {"gate": "none"}}, "the folders look swapped"),
+    ({"g1": {"iter_num": -1}}, "the runs stopped at different steps"),
+    ({"baseline": {"learning_rate": 0.3}}, "differ in more than the gate: learning_rate"),
+    ({"baseline": {"dataset": "pystdlib"}, "g1": {"dataset": "pystdlib"}}, "this exercise measures the sink lab's task"),
+], ids=["baseline-gated", "swapped", "steps", "learning-rate", "dataset"])
+def test_trained_runs_that_are_not_the_readmes_two_fail(change, said, sink_lab_runs, tmp_path, monkeypatch):
+    """Exercises 08 and 11 compare a baseline with a G1 run that differ in the gate alone: a gated baseline, swapped
+    folders, runs stopped at different steps, another setting changed or another task each fail runs_exist_and_match
+    with what to train again; the two runs as trained pass it."""
+    import torch
+    monkeypatch.setenv("EXERCISE_RUNS", str(tmp_path))
+    for name in ("baseline", "g1"):
+        checkpoint = torch.load(os.path.join(sink_lab_runs, name, "ckpt.pt"), map_location="cpu", weights_only=True)
+        for key, value in change.get(name, {}).items():
+            if key == "iter_num":
+                checkpoint["iter_num"] += value
+            else:
+                checkpoint["config"][key] = value
+        os.makedirs(tmp_path / name)
+        torch.save(checkpoint, tmp_path / name / "ckpt.pt")
+    with pytest.raises(check.Wrong, match=re.escape(said)):
+        check.expect_trained_runs("08", "step 2")
+    monkeypatch.setenv("EXERCISE_RUNS", sink_lab_runs)
+    check.expect_trained_runs("08", "step 2")  # as trained: no complaint
+
+
+@needs_copier
+def test_a_copy_that_holds_a_line_of_a_solution_or_links_out_of_itself_is_deleted(tmp_path, monkeypatch):
+    """One distinctive line of a solution (25 characters or more, in no starter, statement or project page or module;
+    the tests are copied too, so they make no line known) in any file of the copy -- a test, a text file -- deletes
+    it, naming the file and the solution; so does a link that leads out of the copy, even to a file that is there."""
+    source = tmp_path / "project"
+    answers = source / "exercises" / "solutions"
+    answers.mkdir(parents=True)
+    (source / "exercises" / "README.md").write_text("# E\n", encoding="utf-8")
+    (source / "docs").mkdir()
+    (source / "tests").mkdir()
+    line = "out = probs @ v * gate  # ans"  # 29 characters
+    (answers / "01_demo.py").write_text(f"def f(probs, v, gate):\n    {line}\n    return out.sum(dim=-1) * 2\n",
+                                        encoding="utf-8")
+    monkeypatch.setattr(make_student_copy, "ANSWERS", str(answers))
+    for holder in ("tests/test_demo.py", "docs/notes.txt"):
+        (source / holder).write_text(f"# notes\n    {line}\n", encoding="utf-8")
+        dest = tmp_path / "copy"
+        with pytest.raises(SystemExit, match=re.escape(f"held solution code, so it was deleted: {holder} (from "
+                                                       "01_demo.py)")):
+            make_student_copy.make_copy(str(dest), source=str(source))
+        assert not dest.exists()
+        (source / holder).unlink()
+    (tmp_path / "elsewhere.md").write_text("# there, outside the copy\n", encoding="utf-8")
+    (source / "docs" / "notes.md").write_text("[out](../../elsewhere.md)\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=re.escape("docs/notes.md: ../../elsewhere.md")):
+        make_student_copy.make_copy(str(tmp_path / "copy"), source=str(source))
+    assert not (tmp_path / "copy").exists()

@@ -476,3 +476,57 @@ def test_each_regrade_is_compared_with_what_its_student_handed_in(tmp_path):
                  [str(regrades), f"--handed_in={tmp_path / 'nowhere'}"]):
         code, out, err = gradebook_cli(*args, env=env)
         assert code == 2 and not out and err.startswith("error: --handed_in=") and err.count("\n") == 1, err
+
+
+def test_a_hand_in_that_claims_other_checks_at_the_same_status_is_flagged(tmp_path):
+    """Partial credit is part of the grade: a hand-in that says "failed 6/8" where the re-grade of the same starter.py
+    says "failed 2/8" was edited, as much as one that says "passed". A folder of re-grades inside the hand-ins' folder
+    is refused in one line (its files would be read as hand-ins too)."""
+    regrades, hand_ins = tmp_path / "regrades", tmp_path / "handed-in"
+    first = os.path.basename(DIRS[0])[:2]
+    for folder, passed in ((hand_ins, 6), (regrades, 2)):
+        folder.mkdir()
+        entry = check.grade_entry(DIRS[0], (passed, 8, "wrong", "trap"), 2.0, "a" * 64)
+        date = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(1767254400 + next(RUNS)))
+        check.write_result(str(folder / "ann.json"), check.grade_result([entry], date=date, student="ann"))
+    gradebook.gradebook(str(regrades), str(tmp_path / "book"), out=lambda line: None, handed_in=str(hand_ins))
+    assert read_csv(tmp_path / "book.csv")["ann.json"]["flags"] == \
+        f"the hand-in ann.json says otherwise at {first} (failed 6/8 there, failed 2/8 here, the same starter.py)"
+    (regrades / "ann.json").rename(hand_ins / "regrades.json")
+    (hand_ins / "regrades").mkdir()
+    (hand_ins / "regrades.json").rename(hand_ins / "regrades" / "ann.json")
+    code, out, err = gradebook_cli(str(hand_ins / "regrades"), f"--handed_in={hand_ins}")
+    assert code == 2 and not out and err.startswith("error: --handed_in=") and "overlap" in err, out + err
+
+
+def test_hints_a_timeout_and_a_leading_minus_are_shown(tmp_path):
+    """The Markdown cell says how far into the hints the student asked ("3 hints", "1 hint": the last gives the
+    answer); an exercise that ran out of time has its reason listed below the table, as a failed one has; a CSV cell
+    that starts with "-" (which a spreadsheet runs as a formula: -1+2) is written as text."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    first, second = (os.path.basename(d)[:2] for d in DIRS[:2])
+    entries = [check.grade_entry(DIRS[0], (2, 8, "wrong", "trap"), 2.0, hints={first: 3}, reason="-1+2"),
+               check.grade_entry(DIRS[1], (0, 8, "timeout", "slow"), 2.0, hints={second: 1},
+                                 reason="did not finish within 60 s")]
+    check.write_result(str(folder / "ann.json"), check.grade_result(entries, date="2026-01-01T00:00:00+0000",
+                                                                    student="-ann"))
+    gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
+    row = read_csv(tmp_path / "book.csv")["ann.json"]
+    assert (row["student"], row[f"{first} reason"], row[f"{first} hints_seen"]) == ("'-ann", "'-1+2", "3"), row
+    markdown = (tmp_path / "book.md").read_text(encoding="utf-8")
+    cells = next(line for line in markdown.splitlines() if line.startswith("| -ann | ann.json |")).split(" | ")
+    assert cells[6:8] == ["failed 2/8 at trap, 3 hints", "timeout 0/8 at slow, 1 hint"], cells
+    assert f"- -ann (ann.json), {second}: timeout at slow: did not finish within 60 s" in markdown.splitlines()
+
+
+def test_a_sealed_file_whose_exercises_are_not_entries_is_a_row(tmp_path):
+    """A file with a seal whose "exercises" holds something other than entries (a number, a list) is "not a result
+    file": a row, not a traceback."""
+    for n, exercises in enumerate(([1], [["01", "passed"]], "all")):
+        folder = tmp_path / f"class{n}"
+        folder.mkdir()
+        odd = {"student": "Ann", "exercises": exercises}
+        (folder / "ann.json").write_text(json.dumps(dict(odd, seal=check.seal(odd))), encoding="utf-8")
+        assert gradebook.gradebook(str(folder), str(tmp_path / f"book{n}"), out=lambda line: None) == 1
+        assert read_csv(tmp_path / f"book{n}.csv")["ann.json"]["flags"] == "not a result file"
