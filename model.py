@@ -564,7 +564,7 @@ def check_config(c):
     if c.mlp_hidden is not None and (not isinstance(c.mlp_hidden, int) or c.mlp_hidden < 1):
         raise ValueError(f"GPTConfig.mlp_hidden={c.mlp_hidden!r} must be a positive integer or None")
     defaults = GPTConfig.__dataclass_fields__
-    unused = ["gate_granularity", "gate_shared", "gate_op", "gate_act", "gate_input"] if c.gate == "none" else []
+    unused = [name for name in defaults if name.startswith("gate_")] if c.gate == "none" else []  # a new one too
     unused += ["gatednorm_rank"] if c.norm != "gatednorm" else []
     for name in unused:  # a flag that would silently do nothing: refused rather than mislead a sweep
         if getattr(c, name) != defaults[name].default:

@@ -218,6 +218,18 @@ def test_flags_page_holds_the_flag_table_verbatim():
     assert variants.flag_table().count("\n") == len(variants.FLAGS) + 2
 
 
+def test_every_config_field_has_a_row_in_the_flag_table():
+    """docs/flags.md promises every GPTConfig flag: a field added without its Flag would be missing from the page
+    with no test the wiser (the table is written from FLAGS, not from the dataclass)."""
+    import dataclasses
+    from model import GPTConfig
+    named = {name.strip() for f in variants.FLAGS for name in f.name.split(",")}
+    missing = [f.name for f in dataclasses.fields(GPTConfig) if f.name not in named]
+    assert not missing, f"GPTConfig{missing} has no Flag in lab.variants.FLAGS: add one, then " \
+                        "python -m lab.variants --write"
+    assert named <= {f.name for f in dataclasses.fields(GPTConfig)}, "a Flag names no GPTConfig field"
+
+
 def test_python_variants_prints_the_table_and_writes_it_into_the_page(tmp_path):
     tool = [sys.executable, "-m", "lab.variants"]  # run from the repository's root, as the page says
 

@@ -40,11 +40,12 @@ def make(seed=0, dtype=torch.float64, **kw):
     torch.manual_seed(seed)
     cfg = GPTConfig(**{**BASE, "attn_backend": "torch", **kw})
     model = GPT(cfg).to(dtype).eval()
-    # Perturb the parameters that start at exact constants (norm gains, zero-init gate), so the
-    # tests see a generic network rather than the symmetric one at initialisation.
+    # Perturb the parameters that start at exact constants (norm gains, zero-init gate, and any vector or scalar a
+    # new flag adds: an equation that misuses a parameter left at 1 would pass), so the tests see a generic network
+    # rather than the symmetric one at initialisation. The matrices start random already.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "gate_param" in name or name.endswith(("weight", "bias", "alpha", "pre_scale")) and p.dim() <= 1:
+            if p.dim() <= 1:
                 p.add_(0.3 * torch.randn_like(p))
     return model
 
@@ -1018,6 +1019,19 @@ def test_invalid_config_raises_helpful_error(kw, must_mention):
         GPTConfig(**{**BASE, **kw})
     for word in must_mention:
         assert word in str(err.value)
+
+
+def test_every_gate_flag_is_refused_without_a_gate():
+    """Each gate_ flag at any value but its default does nothing with gate='none', so it is refused rather than
+    mislead a sweep; the rule reads the dataclass, so a gate_ flag added later is held by it too."""
+    fields = GPTConfig.__dataclass_fields__
+    names = [name for name in fields if name.startswith("gate_")]
+    assert len(names) >= 5, names
+    for name in names:
+        default = fields[name].default
+        for value in [v for v in VALID.get(name, (not default,)) if v != default]:
+            with pytest.raises(ValueError, match=re.escape(f"GPTConfig.{name}={value!r} has no effect with gate='none'")):
+                GPTConfig(**{**BASE, "gate": "none", name: value})
 
 
 def test_sequence_longer_than_block_size_raises():

@@ -989,7 +989,8 @@ def test_test_variants_set_every_value_of_every_flag():
             assert not unset, f"{flag}={sorted(unset)} is set by no variant of lab.variants.VARIANTS: name one there"
     for f in dataclasses.fields(GPTConfig):
         if f.type is bool and f.name not in chosen_by_tests:
-            assert any(flags.get(f.name) is (not f.default) for flags in TEST_VARIANTS.values()), f.name
+            assert any(flags.get(f.name) is (not f.default) for flags in TEST_VARIANTS.values()), \
+                f"{f.name}={not f.default} is set by no variant of lab.variants.VARIANTS: name one there"
 
 
 # ----------------------------------------------------------------------------
