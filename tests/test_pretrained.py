@@ -571,3 +571,214 @@ def test_weights_that_cannot_be_read_are_named_without_unsafe_advice(tmp_path, n
     with pytest.raises(ValueError) as e:
         pretrained.read_weights(str(tmp_path))
     assert str(e.value).startswith(f"{tmp_path / name} is not a readable ") and "weights_only" not in str(e.value)
+
+
+# ----------------------------------------------------------------------------
+# What each line of pretrained.py decides, one property at a time
+
+class NotATensor:  # an object a weights-only load refuses (a pickle that would run code when loaded)
+    pass
+
+
+def test_a_hub_id_is_asked_for_by_its_own_patterns_and_a_home_path_never_is(tmp_path, monkeypatch):
+    """owner/name/a/b is the folder a/b of owner/name; a name of HUB at the repository's top asks for the files
+    themselves (no leading /), and its folder is the snapshot's, without a trailing separator. A path under ~ that
+    is not there is a missing folder, never a repository id to download."""
+    import huggingface_hub
+    tiny_gpt2(tmp_path / "snap")
+    calls = []
+
+    def snapshot_download(repo, allow_patterns, local_files_only=False):
+        calls.append((repo, allow_patterns))
+        return str(tmp_path / "snap") + os.sep
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    ckpt = pretrained.locate("gpt2")
+    assert calls == [("openai-community/gpt2", ["config.json", "tokenizer.json"])]
+    assert (ckpt.folder, ckpt.hub) == (str(tmp_path / "snap"), ("openai-community/gpt2", ""))
+    calls.clear()
+    with pytest.raises(FileNotFoundError, match="has no config.json"):  # the snapshot holds no a/b/config.json
+        pretrained.locate("owner/name/a/b")
+    assert calls == [("owner/name", ["a/b/config.json", "a/b/tokenizer.json"])]
+    calls.clear()
+    with pytest.raises(FileNotFoundError, match="no folder ~/nope/model"):
+        pretrained.locate("~/nope/model")
+    assert calls == []
+
+
+def test_a_config_json_that_is_not_utf8_is_named(tmp_path):
+    (tmp_path / "config.json").write_bytes(b'{"model_type": "gpt2\x80"}')
+    with pytest.raises(ValueError, match="cannot be read as JSON"):
+        pretrained.locate(str(tmp_path))
+
+
+def test_the_extras_a_checkpoint_needs_are_asked_for_before_its_weights(tmp_path, monkeypatch):
+    """locate says which optional package is missing before load_model downloads gigabytes: safetensors for any
+    checkpoint, tokenizers for a Qwen3 one only (GPT-2's BPE ships here)."""
+    tiny_gpt2(tmp_path / "gpt2")
+    tiny_qwen3(tmp_path / "qwen3")
+    monkeypatch.setattr(pretrained, "read_weights", lambda folder: pytest.fail("read weights before the check"))
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    assert pretrained.locate(str(tmp_path / "gpt2")).family == "gpt2"
+    with pytest.raises(ImportError, match="'tokenizers'.*pip install"):
+        pretrained.locate(str(tmp_path / "qwen3"))
+    monkeypatch.setitem(sys.modules, "safetensors", None)
+    with pytest.raises(ImportError, match="'safetensors'.*pip install"):
+        pretrained.locate(str(tmp_path / "gpt2"))
+
+
+def test_a_hub_checkpoint_with_pickled_weights_only_fetches_them(tmp_path, monkeypatch):
+    """A repository that holds pytorch_model.bin and no *.safetensors (older GPT-2 uploads): the snapshot of
+    WEIGHTS' patterns comes back without weights, so PICKLED's are fetched, and the model loads."""
+    import huggingface_hub
+    ref = tiny_gpt2(tmp_path / "snap")
+    torch.save(ref.state_dict(), tmp_path / "snap" / "pytorch_model.bin")
+    os.remove(tmp_path / "snap" / "model.safetensors")
+    calls = []
+
+    def snapshot_download(repo, allow_patterns, local_files_only=False):  # the network at hand
+        calls.append(allow_patterns)
+        return str(tmp_path / "snap")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    model = pretrained.load_model(pretrained.locate("gpt2"))
+    assert calls[1:] == [list(pretrained.WEIGHTS), list(pretrained.PICKLED)]
+    idx = tokens(16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx)[0], ref(idx).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_gpt2_configs_as_the_hub_writes_them_and_what_they_cannot_be():
+    """The Hub's gpt2 config.json has no tie_word_embeddings (GPT-2 ties them; a Qwen3 config without it is untied,
+    as transformers reads it), and n_inner, when set, is the MLP's
+    width; attention scores not scaled, cross-attention and biased Qwen3 projections are refused with the reason."""
+    gpt2 = dict(model_type="gpt2", n_positions=32, vocab_size=VOCAB, n_layer=1, n_head=2, n_embd=16)
+    c = pretrained.map_config(gpt2)[1]
+    assert (c.tie_embeddings, c.mlp_hidden, c.norm_eps) == (True, 64, 1e-5)
+    c = pretrained.map_config({**gpt2, "n_inner": 24, "layer_norm_epsilon": 1e-3})[1]
+    assert (c.mlp_hidden, c.norm_eps) == (24, 1e-3)
+    c = pretrained.map_config(dict(model_type="qwen3", **{**QWEN3, "rms_norm_eps": 1e-4}))[1]
+    assert (c.norm_eps, c.tie_embeddings) == (1e-4, False)  # Qwen3Config's default: untied
+    for hub, words in [({**gpt2, "scale_attn_weights": False}, "not scaled"),
+                       ({**gpt2, "add_cross_attention": True}, "cross-attention"),
+                       (dict(model_type="qwen3", **QWEN3, qkv_bias=True), "biases")]:
+        with pytest.raises(ValueError, match=words):
+            pretrained.map_config(hub)
+
+
+@pytest.mark.parametrize("old_format", [False, True])
+def test_pickled_weights_that_hold_objects_are_refused_unloaded(tmp_path, old_format):
+    """weights_only=True in both of read_weights' loads: a pytorch_model.bin holding an object (whose unpickling
+    could run code) is refused in one line, in the zip format and in the one before it."""
+    torch.save({"wte.weight": torch.zeros(2), "x": NotATensor()}, tmp_path / "pytorch_model.bin",
+               _use_new_zipfile_serialization=not old_format)
+    with pytest.raises(ValueError, match="holds more than tensors"):
+        pretrained.read_weights(str(tmp_path))
+
+
+@pytest.mark.parametrize("index", ["{}", "[1]", '{"weight_map": [1]}'])
+def test_a_shard_index_without_a_weight_map_is_named(tmp_path, index):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "model.safetensors.index.json").write_text(index)
+    with pytest.raises(ValueError, match="is not a shard index"):
+        pretrained.read_weights(str(tmp_path))
+
+
+def test_old_checkpoints_buffers_and_tied_copies_are_dropped(tmp_path):
+    """What older uploads keep beside the weights: GPT-2's masked_bias buffers and a tied lm_head's copy, Qwen's
+    rotary inv_freq buffers. Each is dropped, not 'a weight this mapping does not use'."""
+    ref = tiny_gpt2(tmp_path / "gpt2")
+    w = {k.removeprefix("transformer."): v for k, v in ref.state_dict().items()}  # lm_head.weight: wte's copy
+    w.update({f"h.{i}.attn.masked_bias": torch.tensor(-1e4) for i in range(2)})
+    os.remove(tmp_path / "gpt2" / "model.safetensors")
+    torch.save(w, tmp_path / "gpt2" / "pytorch_model.bin")
+    idx = tokens(16)
+    with torch.no_grad():
+        torch.testing.assert_close(pretrained.load_model(pretrained.locate(str(tmp_path / "gpt2")))(idx)[0],
+                                   ref(idx).logits, rtol=1e-5, atol=1e-5)
+    ref = tiny_qwen3(tmp_path / "qwen3")
+    w = {**ref.state_dict(), **{f"model.layers.{i}.self_attn.rotary_emb.inv_freq": torch.ones(8) for i in range(2)}}
+    os.remove(tmp_path / "qwen3" / "model.safetensors")
+    torch.save(w, tmp_path / "qwen3" / "pytorch_model.bin")
+    with torch.no_grad():
+        torch.testing.assert_close(pretrained.load_model(pretrained.locate(str(tmp_path / "qwen3")))(idx)[0],
+                                   ref(idx).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_load_model_puts_the_weights_in_the_dtype_and_on_the_device_asked_for(tmp_path):
+    ref = tiny_qwen3(tmp_path, tie_word_embeddings=True)
+    model = pretrained.load_model(pretrained.locate(str(tmp_path)), dtype=torch.float64)
+    assert {p.dtype for p in model.parameters()} == {torch.float64}
+    assert model.lm_head.weight is model.transformer.wte.weight
+    idx = tokens(16)
+    with torch.no_grad():
+        logits = model(idx)[0]
+    assert logits.dtype == torch.float64
+    torch.testing.assert_close(logits, ref.double()(idx).logits, rtol=1e-5, atol=1e-5)
+    model = pretrained.load_model(pretrained.locate(str(tmp_path)), device="meta")
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+
+
+def test_an_added_endoftext_token_is_in_the_tokenizers_vocabulary(tmp_path):
+    """Qwen's tokenizer.json holds <|endoftext|> among its added tokens, past the BPE model's own vocabulary: n_vocab
+    counts them, so the end-of-text id is one the sampler may pick and the vocab_size check sees."""
+    from tokenizers import Tokenizer
+    tiny_qwen3(tmp_path)
+    tiny_tokenizer(tmp_path)
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    tok.add_special_tokens(["<|im_start|>"])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    enc = pretrained.load_tokenizer(pretrained.locate(str(tmp_path)))
+    assert enc.n_vocab == 281 and enc.encode("<|im_start|>") == [280] and enc.eot_token < enc.n_vocab
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '{"model": [1]}'])
+def test_a_gpt2_folders_tokenizer_json_that_is_not_one_is_named(tmp_path, content):
+    tiny_gpt2(tmp_path, vocab_size=50257)
+    (tmp_path / "tokenizer.json").write_text(content)
+    with pytest.raises(ValueError, match="cannot be read as a tokenizer.json"):
+        pretrained.load_tokenizer(pretrained.locate(str(tmp_path)))
+
+
+class CharIds:
+    """A stand-in tokenizer: one id per character, so that a text's token count is its length."""
+    def encode(self, text, allowed_special=()):
+        return [ord(ch) % 7 for ch in text]
+
+
+def test_text_windows_at_the_edge_of_a_whole_window():
+    """n windows of `window` tokens need n * (window + 1) tokens of text, or n * window with a bos id (0 is one)."""
+    enc = CharIds()
+    assert len(pretrained.text_windows(enc, "x" * 34, 16, 5)) == 2
+    assert len(pretrained.text_windows(enc, "x" * 33, 16, 5)) == 1
+    anchored = pretrained.text_windows(enc, "x" * 32, 16, 5, bos=0)
+    assert len(anchored) == 2 and anchored[0][0][0, 0] == 0 and anchored[0][0].shape == (1, 16)
+    with pytest.raises(ValueError, match="the text has 16 tokens, fewer than one window of 17"):
+        pretrained.text_windows(enc, "x" * 16, 16, 5)
+
+
+def test_text_windows_read_an_endoftext_written_in_the_text_as_one_token():
+    enc = get_tokenizer("gpt2")
+    (x, y), = pretrained.text_windows(enc, "a<|endoftext|>b c d", 3, 1)
+    assert x[0].tolist() == [64, 50256, 65] and y[0].tolist() == [50256, 65, 269]
+
+
+def test_sample_reads_a_published_model_without_an_added_endoftext(tmp_path, capsys):
+    """Neither GPT-2 nor Qwen3 trained with a BOS token at each window's start: a prompt longer than the model's
+    48 positions is read as its last 48 tokens, no <|endoftext|> put first."""
+    tiny_gpt2(tmp_path, vocab_size=50257)
+    capsys.readouterr()
+    sample.main([f"--pretrained={tmp_path}", "--start=" + " ".join(["The keeper"] * 30), "--num_samples=1", "--max_new_tokens=1"])
+    assert capsys.readouterr().out.startswith("note: the prompt is 60 tokens, more than the model's block_size, 48: it "
+                                              "reads the last 48\nThe keeper The keeper")
+
+
+def test_sample_says_a_missing_package_or_network_in_one_line(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    def snapshot_download(repo, allow_patterns, local_files_only=False):  # no network, nothing cached
+        raise OSError("no network")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    with pytest.raises(SystemExit, match=r"^error: cannot get 'gpt2': downloading openai-community/gpt2 .*no copy"):
+        sample.main(["--pretrained=gpt2"])
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    with pytest.raises(SystemExit, match=r"^error: published checkpoints need the optional package 'huggingface_hub'"):
+        sample.main(["--pretrained=gpt2"])

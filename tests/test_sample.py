@@ -160,3 +160,145 @@ def test_a_published_model_and_a_run_are_not_both_given(given):
     """--pretrained samples a published model: a run's folder or checkpoint given too is one line, not ignored."""
     with pytest.raises(SystemExit, match="give one or the other"):
         sample.main(["--pretrained=gpt2", given])
+
+
+# ----------------------------------------------------------------------------
+# sample.py's settings, prompt and sampling, each decision on its own
+
+def symbols_run(run_dir, vocab_size=65, **model):
+    """small_run's checkpoint recording its tokenizer (the sink lab's 64 symbols and BOS, id 64): no dataset
+    needed. Returns the argv that samples it on the CPU."""
+    checkpoint = small_run(run_dir, run_dir / "no-data", vocab_size)
+    checkpoint["tokenizer"] = "symbols-64"
+    for name, change in model.items():
+        change(checkpoint["model"][name])
+    torch.save(checkpoint, run_dir / "ckpt.pt")
+    return [f"--out_dir={run_dir}", "--device=cpu", "--dtype=float32"]
+
+
+@pytest.mark.parametrize("arg, words", [
+    ("--max_new_tokens=0", "max_new_tokens=0 must be at least 1"),
+    ("--top_k=-1", "top_k=-1 must be 0 (all tokens) or a positive number of tokens"),
+    ("--seed=-1", "seed=-1 must be 0 or more"),
+    (f"--seed={2**64}", f"seed={2**64} must be 0 or more"),  # torch.manual_seed's overflow, never reached
+])
+def test_settings_out_of_range_are_refused_before_anything_is_loaded(arg, words):
+    assert error_of(["--out_dir=/nonexistent-run", arg]) == f"error: {words}"
+
+
+def test_a_prompt_file_that_is_not_text_is_one_line(tmp_path):
+    (tmp_path / "prompt.txt").write_bytes(b"\xff\xfe\x00binary")
+    message = error_of([f"--start=FILE:{tmp_path / 'prompt.txt'}"])
+    assert message.startswith(f"error: --start=FILE:{tmp_path / 'prompt.txt'}: cannot read the prompt file (")
+    assert "utf-8" in message
+
+
+def test_prompt_ids_put_one_endoftext_first_for_a_bos_model():
+    from data.shards import get_tokenizer
+    enc = get_tokenizer("symbols-64")
+    assert sample.prompt_ids("s3 s4", enc, True) == ([64, 3, 4], True)
+    assert sample.prompt_ids("<|endoftext|> s3", enc, True) == ([64, 3], False)  # already there: not twice
+    assert sample.prompt_ids("s3 <|endoftext|>", enc, True) == ([64, 3, 64], True)
+    assert sample.prompt_ids("s3 s4", enc, False) == ([3, 4], False)
+
+
+@pytest.mark.parametrize("start, words", [("", "the prompt is empty"),
+                                          ("hello", "--start: 'hello' is not a token of symbols-64")])
+def test_a_prompt_the_tokenizer_cannot_read_is_one_line(tmp_path, start, words):
+    argv = symbols_run(tmp_path / "run")
+    assert words in error_of([*argv, f"--start={start}", "--num_samples=1", "--max_new_tokens=1"])
+
+
+def test_a_long_prompt_is_counted_without_the_added_endoftext(tmp_path, capsys):
+    """block_size 16: a prompt of 15 symbols after the added <|endoftext|> fits (no note); one of 20 is said to be
+    20 tokens, of which the model reads <|endoftext|> and the last 15."""
+    argv = symbols_run(tmp_path / "run") + ["--num_samples=1", "--max_new_tokens=1"]
+    capsys.readouterr()
+    sample.main([*argv, "--start=" + " ".join(f"s{i}" for i in range(15))])
+    out = capsys.readouterr().out
+    assert "note:" not in out and out.startswith("s0 s1 ")
+    sample.main([*argv, "--start=" + " ".join(f"s{i}" for i in range(20))])
+    assert capsys.readouterr().out.startswith("note: the prompt is 20 tokens after <|endoftext|>, more than the "
+                                              "model's block_size, 16: it reads <|endoftext|> and the last 15\n")
+
+
+def test_a_bos_model_keeps_its_endoftext_first_when_the_text_outgrows_its_block(tmp_path, monkeypatch):
+    """What sample.py asks of model.generate (tested in test_model): keep position 0, sample the tokenizer's ids."""
+    argv = symbols_run(tmp_path / "run") + ["--num_samples=1", "--max_new_tokens=2", "--start=s1 s2"]
+    seen = []
+    from model import GPT
+    real = GPT.generate
+
+    def generate(self, idx, *args, **kwargs):
+        seen.append(kwargs)
+        return real(self, idx, *args, **kwargs)
+    monkeypatch.setattr(GPT, "generate", generate)
+    sample.main(argv)
+    assert seen[0]["keep_first"] is True and seen[0]["n_vocab"] == 65
+
+
+def test_one_weight_that_is_not_finite_is_named(tmp_path):
+    def one_nan(w):
+        w[3, 5] = float("nan")
+    argv = symbols_run(tmp_path / "run", **{"transformer.wte.weight": one_nan})
+    assert "is not finite (NaN or infinite weights in 1 tensor(s), e.g. transformer.wte.weight)" in error_of(argv)
+
+
+def test_a_dataset_folder_without_meta_json_is_told_from_a_missing_one(tmp_path):
+    (tmp_path / "data").mkdir()
+    small_run(tmp_path / "run", tmp_path / "data")
+    message = error_of([f"--out_dir={tmp_path / 'run'}", "--device=cpu"])
+    assert f"{tmp_path / 'data'}, holds no prepared dataset (no meta.json)" in message
+
+
+def test_only_the_tokenizers_ids_are_sampled_from_a_padded_vocabulary(tmp_path, capsys):
+    """vocab_size 128 pads the tokenizer's 65 ids: at a temperature that makes every id about as likely, the 63
+    padding ids (no text: they would print as s64 ... s127) are never sampled."""
+    argv = symbols_run(tmp_path / "run", vocab_size=128)
+    capsys.readouterr()
+    sample.main([*argv, "--start=s1", "--temperature=100", "--top_k=0", "--num_samples=2", "--max_new_tokens=40"])
+    words = capsys.readouterr().out.replace("-" * 40, "").split()
+    assert len(words) == 2 * 41
+    assert all(w == "<|endoftext|>" or int(w[1:]) < 64 for w in words), words
+
+
+def test_samples_follow_one_seed_one_after_another_and_greedy_ignores_it(tmp_path, capsys):
+    """One seed for the whole command: its samples differ from each other. top_k=1 (or a temperature near 0) is
+    greedy decoding: the same text whatever the seed."""
+    argv = symbols_run(tmp_path / "run") + ["--start=s1", "--max_new_tokens=12"]
+
+    def samples(*args):
+        capsys.readouterr()
+        sample.main([*argv, *args])
+        return capsys.readouterr().out.split("-" * 40 + "\n")[:-1]
+    first, second = samples("--num_samples=2", "--temperature=2.0", "--top_k=0")
+    assert first != second
+    for greedy in ("--top_k=1", "--temperature=1e-6"):
+        assert samples("--num_samples=1", greedy, "--seed=1") == samples("--num_samples=1", greedy, "--seed=2")
+    assert samples("--num_samples=1", "--temperature=2.0", "--seed=1") != \
+        samples("--num_samples=1", "--temperature=2.0", "--seed=2")
+
+
+def test_a_checkpoint_without_run_settings_is_decoded_with_gpt2s_bpe(tmp_path, capsys):
+    """A checkpoint with no train.py settings (no dataset named) and no tokenizer: GPT-2's BPE, said in a note; nor
+    does it say it was trained on BOS windows: no <|endoftext|> is put first."""
+    checkpoint = small_run(tmp_path, tmp_path / "no-data", vocab_size=50257)
+    del checkpoint["config"]
+    torch.save(checkpoint, tmp_path / "ckpt.pt")
+    capsys.readouterr()
+    sample.main([f"--out_dir={tmp_path}", "--device=cpu", "--start=" + " ".join(["Hello"] * 20), "--num_samples=1",
+                 "--max_new_tokens=2"])
+    out = capsys.readouterr().out
+    assert out.startswith(f"note: {tmp_path / 'ckpt.pt'} names no dataset, so no tokenizer: decoding with GPT-2's BPE\n"
+                          "note: the prompt is 20 tokens, more than the model's block_size, 16: it reads the last 16\n"
+                          "Hello Hello")
+
+
+def test_a_checkpoint_naming_no_dataset_is_not_said_to_have_had_its_dataset_prepared_again(tmp_path):
+    """A checkpoint without train.py's settings and tokenizer, over fewer ids than GPT-2's BPE: it names no dataset,
+    so no dataset was 'prepared again'; the line says the checkpoint records no tokenizer to decode it with."""
+    checkpoint = small_run(tmp_path, tmp_path / "no-data")
+    del checkpoint["config"]
+    torch.save(checkpoint, tmp_path / "ckpt.pt")
+    message = error_of([f"--out_dir={tmp_path}", "--device=cpu"])
+    assert "prepared again" not in message and "records no tokenizer" in message, message
