@@ -203,7 +203,7 @@ def test_the_hints_come_one_at_a_time_and_only_the_last_ones_give_the_answer(nam
     assert not missing, f"{name}/hints.md never gives these parts of the answer: {missing}"
 
 
-def test_the_hint_command_shows_the_next_hint_and_remembers(tmp_path):
+def test_the_hint_command_shows_the_next_hint_and_remembers(tmp_path, monkeypatch):
     folder = tmp_path / "42_demo"  # an exercise of its own: three hints, the last the answer
     folder.mkdir()
     (folder / "README.md").write_text("# 42. A demo\n", encoding="utf-8")
@@ -236,6 +236,15 @@ def test_the_hint_command_shows_the_next_hint_and_remembers(tmp_path):
         assert check.hints_seen(folder, fresh) == expected  # asked for, so counted
     with pytest.raises(SystemExit, match="has hints 1 to 3, not 99"):
         check.show_hint(folder, 99, path=record)
+    monkeypatch.setattr(check, "HINTS_SEEN", record)  # the pointer a failed check prints: the next hint, none past
+    assert check.hint_pointer(folder) == ""  # the last (all 3 seen): no hint 4 of 3
+    monkeypatch.setattr(check, "HINTS_SEEN", fresh)
+    assert "--hint` shows hint 3 of 3 " in check.hint_pointer(folder), check.hint_pointer(folder)
+    junk = tmp_path / "junk.json"  # a record edited by hand: a count that is no number counts as none seen
+    junk.write_text('{"42": "2"}\n', encoding="utf-8")
+    assert check.hints_seen(folder, str(junk)) == 0
+    lines = []
+    assert check.show_hint(folder, out=lines.append, path=str(junk)) == 0 and lines[0].startswith("Hint 1 of 3")
     (tmp_path / "42_demo" / "hints.md").write_text("## Hint 1\na\n## Hint 3\nb\n", encoding="utf-8")
     with pytest.raises(SystemExit, match=r"numbers its hints \[1, 3\]"):
         check.hints_of(folder)
@@ -743,6 +752,36 @@ def test_a_copy_inside_the_checkout_is_refused(tmp_path, where):
 
 
 @needs_copier
+def test_a_copy_into_a_file_or_a_folder_that_is_not_empty_is_refused(tmp_path):
+    """The copy goes into a new or empty folder: a file of that name, or a folder that holds something, is refused in
+    one line and left as it was."""
+    source = tmp_path / "project"
+    (source / "exercises").mkdir(parents=True)
+    (source / "exercises" / "README.md").write_text("# E\n", encoding="utf-8")
+    (tmp_path / "full").mkdir()
+    for dest, kept in ((tmp_path / "notes.txt", tmp_path / "notes.txt"), (tmp_path / "full", tmp_path / "full" / "a")):
+        kept.write_text("mine\n", encoding="utf-8")
+        with pytest.raises(SystemExit) as stop:
+            make_student_copy.make_copy(str(dest), source=str(source))
+        assert "exists and is not empty: give a new folder" in str(stop.value) and "\n" not in str(stop.value), stop
+        assert kept.read_text(encoding="utf-8") == "mine\n"
+
+
+@needs_copier
+def test_a_folder_of_runs_that_is_a_symbolic_link_is_refused(tmp_path):
+    """--work=FOLDER: a folder among the runs of 08 and 11 that is a symbolic link is refused, not skipped: grading
+    would read whatever it points at, and a run left out silently would read as one not trained."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "ckpt.pt").write_bytes(b"run")
+    work = tmp_path / "ann"
+    (work / "out" / "exercises" / "08").mkdir(parents=True)
+    os.symlink(elsewhere, work / "out" / "exercises" / "08" / "g1")
+    with pytest.raises(SystemExit, match="g1 is a symbolic link"):
+        make_student_copy.work_files(str(work))
+
+
+@needs_copier
 def test_a_broken_link_in_the_copy_deletes_it(tmp_path):
     """A page of the copy that links to what the copy lacks (here the teachers' page, which is never copied): the copy
     is deleted, and one line names each broken link; web addresses, anchors and code are no links to check."""
@@ -752,8 +791,8 @@ def test_a_broken_link_in_the_copy_deletes_it(tmp_path):
     (source / "README.md").write_text("# P\n\n[Docs](docs/a.md#top), [web](https://example.org), [up](#p)\n"
                                       "`[code](nowhere.md)`, [teachers](exercises/TEACHERS.md)\n", encoding="utf-8")
     (source / "docs" / "a.md").write_text("[back](../README.md) ![plot](../results/p.png)\n", encoding="utf-8")
-    (source / "exercises" / "README.md").write_text("# E\n\n## For teachers\n\n[answers](TEACHERS.md)\n",
-                                                    encoding="utf-8")
+    (source / "exercises" / "README.md").write_text("# E\n\n## For teachers\n\n[answers](TEACHERS.md)\n\n## After\n\n"
+                                                    "[back](../README.md)\n", encoding="utf-8")
     (source / "exercises" / "TEACHERS.md").write_text("# For teachers\n", encoding="utf-8")
     dest = tmp_path / "copy"
     with pytest.raises(SystemExit) as stop:
@@ -767,6 +806,8 @@ def test_a_broken_link_in_the_copy_deletes_it(tmp_path):
     assert make_student_copy.make_copy(str(dest), source=str(source)) == 4  # the teachers' page, not copied
     assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == \
         ["README.md", "docs/a.md", "exercises/README.md", "results/p.png"]
+    # the section for teachers is cut out of exercises/README.md, not what follows it
+    assert (dest / "exercises" / "README.md").read_text(encoding="utf-8") == "# E\n\n## After\n\n[back](../README.md)\n"
 
 
 @needs_copier
@@ -853,6 +894,14 @@ def test_the_whole_exercise_has_a_time_limit_too(tmp_path):
     assert "the exercise did not finish within 4 s (stopped at [01.g1_gate_shapes])" in out, out
     assert why == ["the exercise did not finish within 4 s (stopped at [01.g1_gate_shapes]): a function far slower "
                    "than the exercise needs?"], why
+    (tmp_path / "importing").mkdir()  # the exercise's limit runs out while the file is imported: said so, not 60 s
+    path = starter_with(tmp_path / "importing", end=["import time", "time.sleep(120)"])
+    lines, why = [], []
+    result = check.run_isolated(os.path.join(EXERCISES, NAMES[0]), str(path), lines.append, time_limit=60,
+                                exercise_limit=4, why=why)
+    assert result[2:] == ("timeout", None) and result[0] == 0, (result, lines)
+    assert why == ["the exercise did not finish within 4 s (stopped while your file was imported): a function far "
+                   "slower than the exercise needs?"], (why, lines)
 
 
 def test_the_reason_tells_a_syntax_error_from_an_exit_on_import(tmp_path):
@@ -869,6 +918,13 @@ def test_the_reason_tells_a_syntax_error_from_an_exit_on_import(tmp_path):
         reasons.append(why[0])
     assert reasons[0].startswith("your file does not import: SyntaxError: ") and "line " in reasons[0], reasons
     assert reasons[1].startswith("your file ended the program while it was imported (sys.exit(3)"), reasons
+    (tmp_path / "wrong").mkdir()  # a check that fails: its reason is the check's message, not the FAILED line
+    lines, why = [], []
+    result = check.run_isolated(os.path.join(EXERCISES, NAMES[0]), str(starter_with(tmp_path / "wrong", ["return y"])),
+                                lines.append, why=why)
+    failed = [line for line in lines if "] FAILED: " in line]
+    assert result[2] == "wrong" and len(failed) == 1 and "\n" in failed[0], (result, lines)
+    assert why == [check.reason_of(failed[0].split("\n", 1)[1])] and not why[0].startswith("FAILED"), (why, failed)
     assert check.reason_of("[01.x] FAILED: the numbers\n      at T=40\n  off by 2", "[01.x]") == \
         "FAILED: the numbers at T=40 off by 2"
     assert len(check.reason_of("x" * 10_000)) == check.REASON_CHARS
@@ -1011,7 +1067,8 @@ def test_the_result_file_names_the_student(tmp_path):
     code, out = grade_cli(NAMES[0][:2], f"--result={tmp_path / 'r.json'}")
     assert code == 1 and read_json(tmp_path / "r.json")["student"] is None, out
     assert [line for line in out.splitlines() if "--student=" in line and "teacher will need it" in line], out
-    for args in (["--student="], ["--student=a\tb"], ["--student=Ann"], ["--hint", "--student=Ann"]):
+    for args in (["--student="], ["--student=a\tb"], ["--student=Ann"], ["--hint", "--student=Ann"],
+                 ["--student=" + "x" * 101, f"--result={tmp_path / 'long.json'}"]):  # at most 100 characters
         code, out = grade_cli(NAMES[0][:2], *args)
         assert code == 1 and out.startswith("error: ") and out.count("\n") == 1 and "--student" in out, (args, out)
 
@@ -1092,6 +1149,31 @@ def test_a_file_that_takes_too_much_memory_is_stopped(where, tmp_path, monkeypat
     assert "0/8 checks passed" in out, out
 
 
+def test_the_import_guard_refuses_a_file_changed_the_moment_after_it_started(tmp_path):
+    """ImportGuard.newer: a file written before the checker started is trusted; one written after it is not, however
+    soon after (a student's import can run well within a second of the start)."""
+    before = tmp_path / "before.py"
+    before.write_text("x = 1\n", encoding="utf-8")
+    time.sleep(0.05)  # past the file system's clock tick
+    guard = check.ImportGuard()
+    time.sleep(0.05)
+    after = tmp_path / "after.py"
+    after.write_text("x = 2\n", encoding="utf-8")
+    assert not guard.newer(str(before)) and guard.newer(str(after))
+    assert not guard.newer(str(tmp_path / "nowhere.py"))
+
+
+def test_the_memory_limit_is_half_the_machine_at_most_8_gib(monkeypatch):
+    """Unset CHECK_MEMORY_GB: half the machine's memory, at most 8 GiB (a big server lends no student 100 GiB);
+    set, its GiB."""
+    monkeypatch.delenv("CHECK_MEMORY_GB", raising=False)
+    for pages, limit in ((2**20, 2**31), (2**30, 8 * 2**30)):  # 4 GiB of 4 KiB pages, and 4 TiB
+        monkeypatch.setattr(check.os, "sysconf", lambda name, pages=pages: pages if name == "SC_PHYS_PAGES" else 4096)
+        assert check.memory_limit() == limit
+    monkeypatch.setenv("CHECK_MEMORY_GB", "0.75")
+    assert check.memory_limit() == int(0.75 * 2**30)
+
+
 @needs_solutions
 def test_the_checker_imports_no_file_changed_after_it_started(tmp_path):
     """A student's process edits a module the checker imports only later (exercise 10's checks read the sink lab's
@@ -1158,6 +1240,21 @@ def test_a_nan_where_a_number_belongs_fails(tmp_path):
     result = subprocess.run([sys.executable, "exercises/check.py", "03", f"--file={path}"], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "off by nan" in result.stdout, result.stdout + result.stderr
+
+
+def test_expect_close_fails_a_nan_and_a_wrong_shape_that_broadcasts():
+    """A NaN compares as no error (nan > tol is False), and a (1, 6) answer broadcasts against a (6,) one: the helpers
+    fail both, in the check's words, not pass them."""
+    import torch
+    want = torch.arange(6.0)
+    with pytest.raises(check.Wrong, match=r"out has NaN or inf values \(1 of 6\)"):
+        check.expect_close("out", torch.tensor([0.0, 1, 2, 3, 4, float("nan")]), want)
+    with pytest.raises(check.Wrong, match=r"out should have shape \(6,\), got \(1, 6\)"):
+        check.expect_close("out", want.reshape(1, 6), want)
+    check.expect_close("out", want + 1e-7, want)  # within the tolerance: no complaint
+    # same(), how a check recognises a known answer: b's shape, and equal to 1e-8 unless told
+    assert check.same(want, want.clone()) and not check.same(want.reshape(1, 6), want)
+    assert not check.same(want + 1e-5, want) and check.same(want + 1e-5, want, 1e-4)
 
 
 @pytest.mark.parametrize("setting", ["CHECK_SEED=99999999999999999999", "CHECK_SEED=abc", "CHECK_MEMORY_GB=inf",

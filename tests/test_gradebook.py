@@ -117,6 +117,7 @@ def test_every_file_has_a_row_and_every_doubtful_one_is_flagged(tmp_path):
     assert "\n  ann.json" not in lines[0] and "\n  broken.json: cannot be read\n    why not: " in lines[0]
     assert "starter files not checked" in "\n".join(lines)
     markdown = (tmp_path / "out" / "book.md").read_text(encoding="utf-8")
+    assert markdown.startswith(f"# Gradebook: {folder}\n"), markdown[:200]  # which folder's files it read
     table = [line for line in markdown.splitlines() if line.startswith("| ")]
     assert len(table) == 2 + len(rows) and all(f"| {name} |" in markdown for name in rows), markdown
     assert len({line.count(" | ") for line in table}) == 1, "every row of the Markdown table has the header's cells"
@@ -476,6 +477,23 @@ def test_each_regrade_is_compared_with_what_its_student_handed_in(tmp_path):
                  [str(regrades), f"--handed_in={tmp_path / 'nowhere'}"]):
         code, out, err = gradebook_cli(*args, env=env)
         assert code == 2 and not out and err.startswith("error: --handed_in=") and err.count("\n") == 1, err
+
+
+def test_hand_ins_in_a_folder_per_student_are_named_by_their_path(tmp_path):
+    """--handed_in=DIR as a platform's download: a folder per student, every file named alike. A hand-in is named by
+    its path in DIR in the flags and in the console summary, as the re-grades are: "check-result.json" twice would
+    not say which files to look at."""
+    regrades, hand_ins = tmp_path / "regrades", tmp_path / "handed-in"
+    regrades.mkdir()
+    for folder, student in [("erin-1", "erin"), ("erin-2", "erin"), ("fay", "fay")]:
+        (hand_ins / folder).mkdir(parents=True)
+        result(student, ("ok",), path=hand_ins / folder / check.RESULT_FILE)
+    result("erin", ("ok",), path=regrades / "erin.json")
+    lines = []
+    gradebook.gradebook(str(regrades), str(tmp_path / "book"), out=lines.append, handed_in=str(hand_ins))
+    first, again, fay = (os.path.join(s, check.RESULT_FILE) for s in ("erin-1", "erin-2", "fay"))
+    assert read_csv(tmp_path / "book.csv")["erin.json"]["flags"] == f"2 files handed in: {first}, {again}"
+    assert f"handed in, with no re-grade here: {fay}\n" in "\n".join(lines) + "\n", lines
 
 
 def test_a_hand_in_that_claims_other_checks_at_the_same_status_is_flagged(tmp_path):
