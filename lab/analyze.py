@@ -67,8 +67,8 @@ import torch
 import torch.nn.functional as F
 
 import pretrained
-from lab.report import (ANALYSIS_FILES, data_problem, finite_json, kept_of_other_run, load_windows, log_start,
-    markdown_table, places_text, pyplot, save_figure, windows_id)
+from lab.report import (ANALYSIS_FILES, RUN_SETTINGS, data_problem, finite_json, kept_of_other_run, load_windows,
+    log_start, markdown_table, places_text, pyplot, save_figure, windows_id)
 from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_checkpoint, no_checkpoint, read_jsonl,
     result_set, writable_folder, write_json, write_text)
 from data.shards import bos_token, dataset_fingerprint, read_meta, val_windows_apart
@@ -100,8 +100,6 @@ class AnalyzeConfig:
 
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
 STORED_GATE_SAMPLE = 20_000  # of those, kept in the run's stored measurement (runfolder.MEASURED): enough for 40 bins
-# what analyze reads from a checkpoint's training config (train.py writes all of them)
-RUN_SETTINGS = ("dataset", "batch_size", "eval_iters", "gradient_accumulation_steps", "learning_rate", "max_iters")
 
 
 def eval_windows(checkpoint):

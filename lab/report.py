@@ -189,6 +189,9 @@ def kept_of_other_run(run_dir, kept, name):
 # every file lab/analyze.py writes in its out_dir, as one set (runfolder.result_set); a report copies its figures
 ANALYSIS_FILES = ("summary.json", "summary.md", "per_window.npz", "layers.png", "gate_hist.png", "attn_maps.png",
                   "curves.png", "emergence.png")
+# what the lab reads from a checkpoint's training config (train.py writes all of them): lab.analyze and lab.repro
+# refuse a checkpoint without them in one line
+RUN_SETTINGS = ("dataset", "batch_size", "eval_iters", "gradient_accumulation_steps", "learning_rate", "max_iters")
 EVALUATE_DIR = "evaluate"  # lab/evaluate.py's output for the report, under the report's folder (lab.repro evaluate)
 
 # What the papers report for a measure of probe.MEASURES, by its key: (paper, variants.Row field, column name,
@@ -224,8 +227,8 @@ PAPERS_SAY = (
     "(unaided, better than the baseline with SmoothQuant). Length: GA Table 5 extends its models from 32k to 128k "
     "tokens with YaRN; all lose some accuracy within 32k, the gated ones less, and past 32k the gated model scores far"
     " higher on RULER (66.6 and 58.8 against the baseline's 37.5 and 31.7, at 64k and 128k); GA suggests, as one "
-    "possible explanation, that the baseline's sink, tuned to the trained RoPE, does not adapt to the rescaled one. Streaming: StreamingLLM (Xiao et "
-    "al. 2024) finds that a sliding window fails once the first tokens leave it and works again when 4 are kept; "
+    "possible explanation, that the baseline's sink, tuned to the trained RoPE, does not adapt to the rescaled one. "
+    "Streaming: StreamingLLM (Xiao et al. 2024) finds that a sliding window fails once the first tokens leave it and works again when 4 are kept; "
     "neither paper measures whether a sink-free gated model needs no such tokens: the streaming rows here are this "
     "project's measurement of it.")
 

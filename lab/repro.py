@@ -120,8 +120,8 @@ import torch
 
 from data import prepare_if_missing
 from data.shards import find_shards
-from lab.report import (ANALYSIS_FILES, EVALUATE_DIR, comparison, evaluate_section, grew_sink_head, kept_of_other_run,
-    load_windows, older_sink_share, over_seeds, over_variant, paper_effect, plot_headline, plot_sweep, plot_trends,
+from lab.report import (ANALYSIS_FILES, EVALUATE_DIR, RUN_SETTINGS, comparison, evaluate_section, grew_sink_head,
+    kept_of_other_run, load_windows, older_sink_share, over_seeds, over_variant, paper_effect, plot_headline, plot_sweep, plot_trends,
     render_report, windows_id)
 from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
     size_word)
@@ -1104,6 +1104,9 @@ def run_settings(root, variant, seed):
     except ValueError as e:
         fail(str(e))
     if state is not None:
+        if not set(RUN_SETTINGS) <= state[2].keys():  # not train.py's checkpoint, or older than its settings
+            fail(f"{os.path.join(folder, CHECKPOINT)} lacks train.py's run settings {RUN_SETTINGS}: python -m "
+                 "lab.repro reads train.py's checkpoints")
         return state[2]
     with open(os.path.join(folder, MEASURED + ".json")) as f:  # (trained_runs checked that it reads)
         return json.load(f)["train_config"]
@@ -1268,7 +1271,8 @@ def sink_counts(by, counts):
         out = {"claim": claim, "reference": ref, "variant": variant, "direction": direction}
         missing = [x for x in (ref, variant) if x not in rates]
         if missing:
-            claims.append({**out, "verdict": f"not measured ({' and '.join(missing)} not trained)"})
+            why = [f"{x} not trained" if x not in by else f"{x}'s sink heads not measured" for x in missing]
+            claims.append({**out, "verdict": f"not measured ({' and '.join(why)})"})
             continue
         (k, n), (j, m) = ((rates[x]["k"], rates[x]["n"]) for x in (ref, variant))
         claims.append({**out, **count_verdict(k, n, j, m, direction)})

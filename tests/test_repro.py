@@ -274,6 +274,9 @@ def test_a_report_refuses_runs_not_trained_alike():
          "0.5 (g1_elementwise seed 1337)"]
     assert repro.differences({"weight_decay": 0.1, "seed": 1}, {"weight_decay": 0.5, "seed": 2}, "baseline") == \
         ["weight_decay=0.5 (here: 0.1)"]
+    # a sweep's run differs from the study's learning rate by its own flags, and is restored as trained alike
+    assert repro.differences({"learning_rate": 3e-3, "min_lr": 3e-4, "weight_decay": 0.1},
+                             {"learning_rate": 0.024, "min_lr": 0.0024, "weight_decay": 0.1}, "baseline_lr0.024") == []
 
 
 def fake_study(windows=600, seeds=3, **shift):
@@ -343,6 +346,8 @@ def test_claims_are_decided_by_rule_on_known_differences():
         few = repro.claim_result(*repro.CLAIMS[0], few_win)
         assert few["verdict"] == "too few seeds" and few["estimate"] == pytest.approx(-0.05, abs=0.03)
         assert (few["lo"] is None) == (seeds == 1) and few["pointing"] == "same direction"
+    whole = repro.claim_result("below 1", 1, "g1_elementwise", "gate_mean", -1, win)  # an int is a fixed value too
+    assert whole["verdict"] == "reproduced" and whole["ref_mean"] == 1 and whole["reference"] == 1
     fixed_two = repro.claim_result("below 0.5", 0.5, "g1_elementwise", "gate_mean", -1, few_win)
     assert fixed_two["verdict"] == "too few seeds" and fixed_two["hi"] < -0.2  # clear, but two seeds
 
@@ -416,6 +421,17 @@ def test_sink_counts_lead_the_sink_lab_report():
     untrained = next(line for line in lines if "g1_ns_sigmoid: –" in line)  # no counts: no p, and no bold verdict
     assert untrained.endswith("| – | – | not measured (g1_ns_sigmoid not trained) |"), untrained
     assert report.counts_section(None) == []
+    # a run whose sink heads were not measured is no seed of the count: 4 of 5 measured, not of 6 runs; a variant
+    # none of whose runs was measured has no count at all
+    by["baseline"].append({"variant": "baseline", "seed": 1342, "sink_heads": None})
+    by["g1_headwise"] = [dict(r, sink_heads=None) for r in by["g1_headwise"]]
+    counts = repro.sink_counts(by, repro.LAB_COUNTS)
+    assert (counts["variants"]["baseline"]["k"], counts["variants"]["baseline"]["n"]) == (4, 5)
+    assert "g1_headwise" not in counts["variants"]
+    headwise = next(c for c in counts["claims"] if c["variant"] == "g1_headwise")  # trained, but nothing to count
+    assert headwise["verdict"] == "not measured (g1_headwise's sink heads not measured)", headwise
+    alone = repro.sink_counts({"g1_elementwise": by["g1_elementwise"]}, [("c", "baseline", "g1_elementwise", -1)])
+    assert alone["claims"][0]["verdict"] == "not measured (baseline not trained)"  # the reference's side missing
 
 
 def test_runs_measured_with_the_old_sink_share_are_named_as_such():
@@ -433,6 +449,7 @@ def test_runs_measured_with_the_old_sink_share_are_named_as_such():
     (("ours: x", "baseline", "g1_no_such", "first_token_attn", -1), "names 'g1_no_such', not a variant of lab"),
     (("ours: x", "no_such", "g1_elementwise", "first_token_attn", -1), "names 'no_such', not a variant"),
     (("ours: x", "baseline", "g1_elementwise", "first_token_attn", 0), "has the direction 0, not -1 or +1"),
+    (("ours: x", "baseline", "g1_elementwise", "first_token_attn", 2), "has the direction 2, not -1 or +1"),
     (("ours: x", 0, "g1_elementwise", "first_token_attn", -1), "has the fixed reference 0: a finite number, above 0"),
     (("ours: x", float("nan"), "g1_elementwise", "val_loss", -1), "has the fixed reference nan: a finite number"),
 ])
@@ -569,6 +586,10 @@ def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
         report.fmt_ci(y["max_act"], act.spec)]
     assert "paired" not in "\n".join(report.sweep_section(rows))  # an unpaired test over seeds: it says no more
     assert "Only this rate is trained" not in "\n".join(report.sweep_section(rows))
+    # the rows go by learning rate, whichever model was trained at it (G1 alone at 0.006, the baseline at 0.024)
+    by, win, _ = fake_study(**{"baseline": 0.0, "g1_elementwise": -0.01, "baseline_lr0.024": 0.5,
+                               "g1_elementwise_lr0.006": 0.0})
+    assert [r["lr"] for r in repro.sweep_rows(by, win)] == [3e-3, 6e-3, 2.4e-2]
 
 
 def test_one_learning_rate_is_a_table_row_not_a_sweep_figure(tmp_path):
@@ -1062,6 +1083,27 @@ def test_a_config_files_imports_are_no_study_settings():
 
 
 
+def test_a_config_files_helpers_are_no_study_settings(tmp_path):
+    """A --config of the user's own may hold a helper function or a name of its own (_x): train.py skips them
+    (cli.configure), and so do the study's settings: they hold the keys, each as train.py reads it, and no traceback."""
+    (tmp_path / "mine.py").write_text("_scale = 2\n\ndef steps(n):\n    return n * _scale\n\n"
+                                      "max_iters = steps(1600)\n")
+    settings = repro.study_settings(repro.Keys(config=str(tmp_path / "mine.py")), [])
+    assert settings["max_iters"] == 3200 and "steps" not in settings and "_scale" not in settings
+    assert json.loads(json.dumps(settings)) == settings
+
+
+def test_a_run_whose_folder_was_removed_is_trained_again_whatever_its_commands_say(tmp_path):
+    """finished() of a run whose folder is gone (moved aside to train it again) is False, though commands.jsonl still
+    records how its last command ended: ended well (no log to read its iteration from, never a traceback) or
+    diverged (a result no longer there)."""
+    root = str(tmp_path)
+    for code in (0, DIVERGED_EXIT):
+        with open(os.path.join(root, "commands.jsonl"), "w") as f:
+            f.write(json.dumps({"variant": "baseline", "seed": 1337, "exit_code": code}) + "\n")
+        assert not repro.finished(root, "baseline", 1337, 6)
+
+
 @pytest.mark.parametrize("argv,words", [
     (["train"], ["name the variants", "'all'", "g1_elementwise"]),
     (["train", "baseline", "--out_dir=x"], ["--out_dir=x", "the runner (lab.repro) sets --out_dir", "--root"]),
@@ -1091,10 +1133,12 @@ def test_a_config_files_imports_are_no_study_settings():
     (["train", "baseline", "--budget_min=-5"], ["--budget_min=-5 must be at least 0"]),
     (["restore", "baseline"], ["`python -m lab.repro restore` takes no variant names", "baseline"]),
     (["restore", "--config=nope.py"], ["--config=nope.py: no such config file"]),
+    (["train", "baseline", "--parallel=0"], ["--parallel=0 must be at least 1"]),
+    (["report", "--study=sink"], ["--study='sink' is not a study; choose one of repro, sink_lab"]),
 ], ids=["no-variant", "out_dir", "init_from", "variant-key", "sweep-key", "bos", "seeds", "config", "report-key", "typo", "report-names", "step",
         "evaluate-out_dir", "evaluate-variant", "evaluate-no-runs", "seeds-zero", "seeds-word", "seeds-super",
         "seeds-unknown",
-        "seeds-evaluate", "budget", "restore-names", "restore-config"])
+        "seeds-evaluate", "budget", "restore-names", "restore-config", "parallel", "study"])
 def test_mistakes_are_one_line(argv, words, monkeypatch):
     monkeypatch.setattr(repro, "train", lambda *args: pytest.fail("nothing may run"))
     with pytest.raises(SystemExit) as e:
@@ -1437,7 +1481,7 @@ def test_a_diverged_run_is_a_result_never_trained_again(tmp_path, capsys):
     for folder in (root / "baseline" / "seed1337", kept / "baseline" / "seed1337", kept / "baseline" / "seed1338"):
         folder.mkdir(parents=True)
         (folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
-    command = {"variant": "baseline", "seed": 1337, "exit_code": 3}
+    command = {"variant": "baseline", "seed": 1337, "exit_code": 3, "command": "python train.py config/repro.py"}
     (root / "commands.jsonl").write_text(json.dumps(dict(command, exit_code=1)) + "\n")
     assert not repro.finished(str(root), "baseline", 1337, 1600)  # a crash: trained again
     with open(root / "commands.jsonl", "a") as f:
@@ -1452,8 +1496,9 @@ def test_a_diverged_run_is_a_result_never_trained_again(tmp_path, capsys):
         (folder / "command.json").write_text(json.dumps(dict(command, seed=seed, exit_code=code)))
     elsewhere = tmp_path / "elsewhere"
     assert repro.restore_runs(str(elsewhere), str(tmp_path / "report"), settings) == ["baseline seed 1337"]
-    assert "baseline seed 1338, kept in" in capsys.readouterr().out and repro.finished(
-        str(elsewhere), "baseline", 1337, 1600)
+    out = capsys.readouterr().out
+    assert "baseline seed 1338, kept in" in out and repro.finished(str(elsewhere), "baseline", 1337, 1600)
+    assert "not restored for their settings" not in out  # 1338 was trained alike: unfinished, not otherwise
 
 
 def test_a_budget_starts_only_the_runs_that_end_within_it(tmp_path, monkeypatch, capsys):
@@ -1503,6 +1548,95 @@ def test_a_budget_starts_only_the_runs_that_end_within_it(tmp_path, monkeypatch,
     # no budget: every run starts
     repro.train(runs[2:], root, repro.Keys(), [], settings)
     assert launched == runs[2:] and "untrained" not in capsys.readouterr().out
+
+
+def test_another_seeds_command_never_decides_whether_a_run_is_finished(tmp_path):
+    """finished() reads the last command of that run alone: seed 1338 diverged after seed 1337 crashed, and seed 1337,
+    its log short of max_iters, is trained again."""
+    root = str(tmp_path)
+    folder = repro.run_dir(root, "baseline", 1337)
+    os.makedirs(folder)
+    open(os.path.join(folder, "log.jsonl"), "w").write('{"iter": 0}\n{"iter": 400}\n')
+    with open(os.path.join(root, "commands.jsonl"), "w") as f:
+        for seed, code in ((1337, 1), (1338, DIVERGED_EXIT)):
+            f.write(json.dumps({"variant": "baseline", "seed": seed, "exit_code": code}) + "\n")
+    assert not repro.finished(root, "baseline", 1337, 1600)
+
+
+def test_the_time_a_run_takes_is_the_median_of_the_complete_runs_timed_here(tmp_path):
+    """A run that failed (its time says nothing of a whole run) and a record that does not say whether its run was
+    resumed (an older commands.jsonl) do not count; of the others, the median time per FLOP, not the mean."""
+    keys, here = repro.Keys(), repro.this_device()
+    with open(tmp_path / "commands.jsonl", "w") as f:
+        for seconds, code, resumed in ((300, 0, False), (330, 0, False), (320, 0, False), (9, 1, False), (10, 0, None)):
+            f.write(json.dumps({"seconds": seconds, "exit_code": code, "parallel": 1, "flops": 1e15, "device": here,
+                                **({} if resumed is None else {"resumed": resumed})}) + "\n")
+    per_run, how = repro.seconds_per_run(str(tmp_path), keys, 2e15)
+    assert per_run == pytest.approx(640) and how == f"the median speed of 3 earlier runs on {here}"
+
+
+def test_a_run_that_ends_just_at_the_budget_starts(monkeypatch):
+    """--budget_min=M admits a run estimated to end M minutes after `train` began, and not one a second later."""
+    monkeypatch.setattr(repro, "time", type("Clock", (), {"time": lambda: 1600.0}))
+    monkeypatch.setattr(repro, "seconds_per_run", lambda root, keys, flops: (600.0, "timed"))
+    assert repro.fits_budget(1000.0, "root", repro.Keys(budget_min=20), 1e15)
+    assert not repro.fits_budget(999.0, "root", repro.Keys(budget_min=20), 1e15)
+
+
+def test_train_with_every_run_finished_trains_nothing_and_returns(tmp_path, monkeypatch, capsys):
+    """The same `train` again once every run is finished: each is skipped, nothing starts, and train returns (exit
+    status 0: the report can follow), never the budget's refusal."""
+    monkeypatch.setattr(repro, "launch", lambda *args: pytest.fail("a finished run started"))
+    settings = repro.study_settings(repro.Keys(), [])
+    root = str(tmp_path)
+    for seed in (1337, 1338):
+        folder = repro.run_dir(root, "baseline", seed)
+        os.makedirs(folder)
+        open(os.path.join(folder, "log.jsonl"), "w").write(json.dumps({"iter": settings["max_iters"]}) + "\n")
+        with open(os.path.join(root, "commands.jsonl"), "a") as f:
+            f.write(json.dumps({"variant": "baseline", "seed": seed, "exit_code": 0}) + "\n")
+    repro.train([("baseline", 1337), ("baseline", 1338)], root, repro.Keys(budget_min=5), [], settings)
+    out = capsys.readouterr().out
+    assert out.count("finished (at max_iters=1600, or it diverged), skipped") == 2 and "nothing to train" in out
+
+
+def test_a_resumed_run_that_fails_is_a_failure_not_a_sign_that_no_run_can_start(tmp_path, monkeypatch, capsys):
+    """A run resumed from its checkpoint that fails before it logs again (its log is the older session's) did start
+    once: the runs after it start all the same, and train exits with RUNS_FAILED_EXIT naming it."""
+    launched = []
+
+    def launch(v, seed, root, keys, extra):
+        launched.append((v, seed))
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)" if v == "baseline" else ""]), \
+            ["train.py", v], v == "baseline"
+
+    monkeypatch.setattr(repro, "launch", launch)
+    monkeypatch.setattr(repro, "peak_flops", lambda device=None: None)
+    root = str(tmp_path)
+    os.makedirs(repro.run_dir(root, "baseline", 1337))
+    log = os.path.join(repro.run_dir(root, "baseline", 1337), "log.jsonl")
+    open(log, "w").write('{"iter": 0}\n{"iter": 400}\n')
+    os.utime(log, (time.time() - 60, time.time() - 60))  # written in the earlier session
+    runs = [("baseline", 1337), ("g1_elementwise", 1337)]
+    with pytest.raises(SystemExit) as e:
+        repro.train(runs, root, repro.Keys(), [], repro.study_settings(repro.Keys(), []))
+    assert e.value.code == repro.RUNS_FAILED_EXIT and launched == runs
+    assert capsys.readouterr().err.splitlines()[-1].startswith("error: 1 of the runs failed: baseline seed 1337")
+
+
+def test_each_command_is_recorded_with_what_the_time_estimate_reads(tmp_path):
+    """record_run: the run, its command, its exit code and time, whether it resumed, at which --parallel, its FLOPs and
+    the device (seconds_per_run counts only complete runs timed at the same --parallel on the same device)."""
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    proc.wait()
+    seconds = repro.record_run(str(tmp_path), repro.Keys(parallel=2), 1e15, proc, "baseline", 1338,
+                               ["train.py", "--seed=1338"], True, time.time() - 5)
+    record, = repro.read_jsonl(str(tmp_path / "commands.jsonl"))
+    assert 5 <= seconds < 60 and record["seconds"] == round(seconds, 1)
+    assert {k: record[k] for k in ("variant", "seed", "command", "exit_code", "resumed", "parallel", "flops",
+                                   "device")} == {
+        "variant": "baseline", "seed": 1338, "command": "train.py --seed=1338", "exit_code": 3, "resumed": True,
+        "parallel": 2, "flops": 1e15, "device": repro.this_device()}
 
 
 # ----------------------------------------------------------------------------
@@ -1811,6 +1945,21 @@ def test_a_report_goes_under_the_root_unless_the_committed_folder_is_named(tmp_p
         capsys.readouterr().out
 
 
+def test_a_tiny_study_keeps_to_its_own_runs_and_a_report_compares_the_studys_settings(tmp_path, monkeypatch):
+    """--tiny (a smoke test) restores only what its own report keeps, never the committed study's runs; `report`
+    hands the study's settings to the check that its runs were trained alike."""
+    read, reported = [], []
+    monkeypatch.setattr(repro, "restore_runs", lambda root, kept, settings: read.append(kept) or [])
+    monkeypatch.setattr(repro, "report", lambda *args: reported.append(args))
+    root = str(tmp_path / "root")
+    repro.main(["restore", "--tiny", "--study=sink_lab", f"--root={root}"])
+    assert read == [os.path.join(root, "report")]
+    repro.main(["report", "--study=sink_lab", f"--root={root}"])
+    settings = reported[-1][-1]
+    assert settings == list(repro.study_settings(repro.Keys(study="sink_lab"), []))
+    assert {"max_iters", "weight_decay", "dataset"} <= set(settings)
+
+
 def kept_run(source, target, change=None):
     """A copy of a run the sink lab's committed report keeps (results/sink_lab/runs/...), changed by change(folder)."""
     shutil.copytree(os.path.join(REPO, "results", "sink_lab", "runs", source), target)
@@ -1843,6 +1992,33 @@ def test_kept_runs_that_cannot_be_read_or_are_an_earlier_runs_are_left_out_with_
     assert restored == ["baseline seed 1337"] and sorted(os.listdir(tmp_path / "root" / "baseline")) == ["seed1337"]
 
 
+def test_kept_measurements_without_their_settings_or_with_their_arrays_cut_are_left_out(tmp_path, capsys):
+    """A kept measured.json that lacks the settings it was trained with (which run_settings and restore read), or a
+    measured.npz cut short (a copy interrupted), counts as absent, with a note: never a traceback later."""
+    kept = tmp_path / "kept" / "runs" / "baseline"
+
+    def no_settings(folder):
+        path = os.path.join(folder, "measured.json")
+        record = json.load(open(path))
+        del record["train_config"]
+        open(path, "w").write(json.dumps(record))
+
+    def cut_arrays(folder):
+        with open(os.path.join(folder, "measured.npz"), "r+") as f:
+            f.truncate(100)
+    kept_run("baseline/seed1337", kept / "seed1337", no_settings)
+    kept_run("baseline/seed1338", kept / "seed1338", cut_arrays)
+    capsys.readouterr()
+    assert repro.trained_runs(str(tmp_path / "kept" / "runs"), variants.LAB) == []
+    out = capsys.readouterr().out
+    for seed in (1337, 1338):
+        assert f"note: baseline seed {seed} left out: its ckpt.pt is not in" in out
+    assert "cannot be read (measured.json, .npz: KeyError)" in out and "(measured.json, .npz: BadZipFile)" in out
+    for seed in (1337, 1338):  # the run's checkpoint is here: it is the run, whatever was kept beside it
+        torch.save({"iter_num": 2000, "val_loss": 1.0, "model_args": {}}, kept / f"seed{seed}" / "ckpt.pt")
+    assert repro.trained_runs(str(tmp_path / "kept" / "runs"), variants.LAB) == [("baseline", 1337), ("baseline", 1338)]
+
+
 def test_a_report_never_replaces_the_report_of_runs_trained_otherwise(tmp_path, monkeypatch):
     """A study trained without the --config of the committed report (config/repro.py's runs, where results/repro keeps
     config/repro_sink.py's): the report stops before it writes anything into that folder, naming the setting."""
@@ -1864,6 +2040,20 @@ def test_a_report_never_replaces_the_report_of_runs_trained_otherwise(tmp_path, 
     with pytest.raises(pytest.fail.Exception, match="reached: the runs are alike"):
         repro.write_report(str(tmp_path / "root"), str(out_dir), True, "report", repro.STUDIES["sink_lab"],
                            ["weight_decay"], [("g1_elementwise", 1337)])
+
+
+def test_a_report_of_runs_not_trained_alike_stops_before_it_writes(tmp_path, monkeypatch):
+    """Runs under the root that differ in a study setting their variants do not set: the report stops with one line
+    naming the setting, its values and runs, before it keeps or writes anything."""
+    two = {"runs": [{"train_config": {"weight_decay": 0.1}}, {"train_config": {"weight_decay": 0.5}}]}
+    monkeypatch.setattr(repro, "analyze_runs", lambda root, runs: (two, [{}, {}]))
+    monkeypatch.setattr(repro, "keep_runs", lambda *args: pytest.fail("kept the runs"))
+    with pytest.raises(SystemExit, match=r"the runs under .*root/ were not trained alike, so the report cannot compare "
+                                         r"them: weight_decay: 0\.1 \(baseline seed 1337\); 0\.5 \(g1_elementwise "
+                                         r"seed 1337\); move"):
+        repro.write_report(str(tmp_path / "root"), str(tmp_path / "report"), True, "report",
+                           repro.STUDIES["sink_lab"], ["weight_decay"], [("baseline", 1337), ("g1_elementwise", 1337)])
+    assert not (tmp_path / "report").exists()
 
 
 def with_config(**change):
@@ -1903,6 +2093,46 @@ def test_evaluate_leaves_out_the_runs_not_finished(tmp_path, monkeypatch, capsys
     repro.evaluate_runs(str(root), str(tmp_path / "report"), ["baseline"], [], repro.STUDIES["sink_lab"])
     assert [a for a in ran[0] if a.startswith("--labels=")] == ["--labels=baseline/seed1337"]
     assert "note: baseline seed 1338 (iter 2000 of 4000) left out: not finished" in capsys.readouterr().out
+
+
+def test_a_key_a_run_lacks_is_taken_as_it_was_then_and_only_the_keys_that_differ_are_named():
+    """mislabelled: a run trained before a defining key existed lacks it (nothing to compare, no KeyError); a key
+    that differs is named with the study's value."""
+    lacking = {"variant": "g1_headwise", "seed": 1337, "train_config": {"gate": "g1"}}
+    assert repro.mislabelled([lacking], False, repro.STUDIES["repro"]) == []
+    silu = dict(lacking, train_config={"gate": "g1", "gate_act": "silu"})
+    assert repro.mislabelled([silu], False, repro.STUDIES["repro"]) == \
+        ["g1_headwise seed 1337: gate_act='silu' (the study's g1_headwise: 'sigmoid')"]
+
+
+def test_evaluate_measures_the_studys_models_by_default_not_its_sweep(tmp_path, monkeypatch):
+    """`evaluate` without variant names: the GPU study's models, its learning-rate sweep left out."""
+    root = tmp_path / "root"
+    for v in ("baseline", "baseline_lr0.024"):
+        kept_run("baseline/seed1337", root / v / "seed1337")
+    ran = []
+    monkeypatch.setattr(repro, "run_tool", lambda script, args: ran.append(args))
+    repro.evaluate_runs(str(root), str(tmp_path / "report"), [], [], repro.STUDIES["repro"])
+    assert [a for a in ran[0] if a.startswith("--labels=")] == ["--labels=baseline/seed1337"]
+
+
+@pytest.mark.parametrize("step", ["report", "evaluate"])
+def test_a_checkpoint_without_train_pys_settings_is_one_line(tmp_path, monkeypatch, step):
+    """A ckpt.pt that lacks train.py's settings (not train.py's, or older than them) in a run folder: `report` and
+    `evaluate` stop with one line naming it, as lab/analyze.py does (load_run_checkpoint), never a KeyError."""
+    monkeypatch.setattr(repro, "run_tool", lambda *args: pytest.fail("a tool ran"))
+    folder = tmp_path / "root" / "baseline" / "seed1337"
+    folder.mkdir(parents=True)
+    (folder / "log.jsonl").write_text('{"iter": 0}\n{"iter": 6}\n')
+    torch.save({"iter_num": 6, "val_loss": 1.0, "model_args": {}}, folder / "ckpt.pt")
+    with pytest.raises(SystemExit) as e:
+        if step == "report":
+            repro.report(str(tmp_path / "root"), str(tmp_path / "report"), False, "report", repro.STUDIES["sink_lab"])
+        else:
+            repro.evaluate_runs(str(tmp_path / "root"), str(tmp_path / "report"), ["baseline"], [],
+                                repro.STUDIES["sink_lab"])
+    message = str(e.value.code)
+    assert message.startswith(f"error: {folder / 'ckpt.pt'}") and "settings" in message and "\n" not in message
 
 
 def test_a_report_refuses_runs_that_are_not_the_variant_they_are_named_after(tmp_path, monkeypatch):
@@ -2082,6 +2312,17 @@ def test_prepare_runs_again_over_its_own_list(tmp_path, monkeypatch):
     assert seen == [[]]
     text = (folder / repro.CORPUS_PACKAGES).read_text()
     assert text.startswith("# the distributions whose .py files made this corpus") and "==" in text.splitlines()[1]
+
+
+def test_kept_runs_are_not_checked_against_data_that_is_not_there(tmp_path, capsys):
+    """check_kept_data where the data has no validation shards (and none to prepare): a note, and train.py says what
+    to do; no traceback from reading windows that are not there."""
+    root = tmp_path / "root"
+    kept_run("baseline/seed1337", root / "baseline" / "seed1337")
+    (tmp_path / "empty").mkdir()
+    repro.check_kept_data(str(root), {"dataset": "nodata", "data_dir": str(tmp_path / "empty")})
+    assert f"note: {tmp_path / 'empty'}/ holds no validation shards, so the data was not checked against the 1 " \
+        "kept runs" in capsys.readouterr().out
 
 
 def test_data_other_than_the_kept_runs_names_the_python_and_packages_they_were_prepared_with(tmp_path, capsys):
