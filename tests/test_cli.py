@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -150,9 +151,36 @@ def test_help_shows_the_source_order_its_comments_and_the_base_keys_after_the_la
         "  # a flag explained above it",
         "  --fast=False  (bool)",
     ]
-    with pytest.raises(SystemExit) as exit_:
-        configure(Keys, ["--steps=2", "--help"])
-    assert exit_.value.code == 0
+    for flag in ("--help", "-h"):
+        with pytest.raises(SystemExit) as exit_:
+            configure(Keys, ["--steps=2", flag])
+        assert exit_.value.code == 0
+
+
+@dataclasses.dataclass
+class Wider(Base):
+    colour: str = "red"  # its colour
+
+
+@dataclasses.dataclass
+class Redeclares(Wider):
+    name: str = "mine"
+    steps: int = 3  # how many steps
+    size: int = 4  # a smaller size
+    depth: int = 1  # how deep
+
+
+def test_help_puts_the_base_keys_after_the_last_redeclared_one_and_keeps_their_comments():
+    """Two keys redeclared: the base's others follow the last of them (as TrainConfig redeclares five of
+    GPTConfig's); one redeclared without a comment keeps the base's."""
+    text = usage(Redeclares)
+    assert text[text.index("Keys, with their defaults"):].splitlines()[1:] == [
+        "  --name='mine'  (str)  what it is called",
+        "  --steps=3  (int)  how many steps",
+        "  --size=4  (int)  a smaller size",
+        "  --colour='red'  (str)  its colour",
+        "  --depth=1  (int)  how deep",
+    ]
 
 
 def test_an_unknown_key_points_to_help():
@@ -184,6 +212,24 @@ def test_an_unknown_short_name_points_to_the_keys_it_may_stand_for(arg, meant):
                               "--help lists the keys"
 
 
+@dataclasses.dataclass
+class Evals:
+    eval_log: bool = False
+    eval_interval: int = 1
+    eval_iters: int = 1
+    eval_only: bool = False
+
+
+def test_a_beginning_names_at_most_three_keys_and_takes_three_letters():
+    """A name that begins four keys names the first three (and difflib's nearest, here one of them), never all."""
+    with pytest.raises(SystemExit) as stop:
+        configure(Evals, ["--eval=1"])
+    assert str(stop.value) == ("error: --eval=1: unknown key 'eval' (did you mean 'eval_log' or 'eval_interval' or "
+                               "'eval_iters'?); --help lists the keys")
+    with pytest.raises(SystemExit, match=r"unknown key 'bat' \(did you mean 'batch_size'\?\)"):
+        configure(Trainer, ["--bat=1"])
+
+
 @pytest.mark.parametrize("arg", ["--x=1", "--le=1", "--zzz=1"])
 def test_a_name_like_no_key_suggests_none(arg):
     """Two letters that are no key's initials, or a name no key begins: no guess, only where the keys are listed."""
@@ -208,7 +254,44 @@ def test_a_list_key_takes_only_its_own_items(tmp_path, text):
 
 
 def test_a_float_list_takes_whole_numbers_too():
-    assert configure(Numbers, ["--floats=1,2.5"])[0].floats == (1.0, 2.5)
+    floats = configure(Numbers, ["--floats=1,2.5"])[0].floats
+    assert floats == (1.0, 2.5) and [type(x) for x in floats] == [float, float]  # 1.0, as a float key's 1 is
+
+
+def test_config_files_see_the_values_before_them_and_may_use_helpers(tmp_path):
+    """A config file is plain Python run with the current values as globals: it may read what an earlier file or
+    flag set, import a function, or define one; only its keys are read back."""
+    first, second = tmp_path / "a.py", tmp_path / "b.py"
+    first.write_text("steps = 5\n")
+    second.write_text("from math import sqrt\n\ndef double(x):\n    return 2 * x\n\n"
+                      "steps = double(steps)\nsize = int(sqrt(size * 4))\n")
+    c, given = configure(Keys, [str(first), "--size=9", str(second)])
+    assert (c.steps, c.size, given) == (10, 6, {"steps", "size"})
+
+
+def test_defaults_replace_the_dataclasss_and_flags_replace_both():
+    """configure's defaults (a resumed run's own settings) stand where nothing is given, and are not given."""
+    c, given = configure(Keys, ["--steps=5"], defaults={"steps": 9, "size": 7})
+    assert (c.steps, c.size, c.name, given) == (5, 7, "base", {"steps"})
+
+
+@dataclasses.dataclass
+class Typed:
+    count: int = 1  # a whole number
+    rate: float = 0.5  # a number
+    hidden: int = None  # None: a rule
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("--count=True", "--count=True: count must be int, got True (bool)"),  # a bool is no number, though Python's int
+    ("--rate=True", "--rate=True: rate must be float, got True (bool)"),
+    ("--count=None", "--count=None: count must be int, got None (NoneType)"),  # only a key whose default is None
+])
+def test_a_value_of_another_type_is_refused_never_coerced(arg, message):
+    with pytest.raises(SystemExit) as e:
+        configure(Typed, [arg])
+    assert str(e.value.code) == f"error: {message}"
+    assert configure(Typed, ["--hidden=None", "--rate=2"])[0] == Typed(count=1, rate=2.0, hidden=None)
 
 
 
@@ -236,10 +319,24 @@ def test_torchrun_variables_without_the_master_address_are_refused(monkeypatch, 
 
 
 @pytest.mark.parametrize("change", [{"WORLD_SIZE": "0"}, {"RANK": "2", "WORLD_SIZE": "2"}, {"RANK": "-1"},
-                                    {"MASTER_PORT": "70000"}])
+                                    {"MASTER_PORT": "70000"}, {"LOCAL_RANK": "-1"}, {"MASTER_PORT": "65536"},
+                                    {"MASTER_PORT": "0"}])
 def test_torchrun_variables_that_cannot_fit_together_are_refused(monkeypatch, change):
     set_env(monkeypatch, TORCHRUN | change)
     with pytest.raises(SystemExit, match="^error: RANK=.* do not fit together"):
+        cli.processes()
+
+
+def test_one_process_without_torchrun_and_torchruns_variables_half_set_or_not_numbers(monkeypatch):
+    set_env(monkeypatch, {})
+    assert cli.processes() == (False, 0, 0, 1)
+    set_env(monkeypatch, {"RANK": "0"})  # a stray variable: every missing one named, not a KeyError
+    with pytest.raises(SystemExit, match="^error: the environment sets RANK=0 but not LOCAL_RANK, WORLD_SIZE, "
+                                         "MASTER_ADDR, MASTER_PORT: "):
+        cli.processes()
+    set_env(monkeypatch, TORCHRUN | {"WORLD_SIZE": "two"})
+    with pytest.raises(SystemExit, match="^error: RANK='0', LOCAL_RANK='0', WORLD_SIZE='two', MASTER_PORT='29500' "
+                                         "must be whole numbers"):
         cli.processes()
 
 
@@ -306,6 +403,13 @@ def test_a_join_timeout_that_is_no_number_of_seconds_is_refused(monkeypatch, val
         cli.join_timeout()
 
 
+def test_the_join_timeout_is_gated_join_timeouts_seconds_else_join_timeout(monkeypatch):
+    monkeypatch.delenv("GATED_JOIN_TIMEOUT", raising=False)
+    assert cli.join_timeout() == cli.JOIN_TIMEOUT == 120
+    monkeypatch.setenv("GATED_JOIN_TIMEOUT", "2.5")
+    assert cli.join_timeout() == 2.5
+
+
 # -----------------------------------------------------------------------------
 # paths, config files and values a careless user writes
 
@@ -329,6 +433,9 @@ def test_a_leading_tilde_in_a_path_key_is_the_home_folder(tmp_path, monkeypatch)
     assert c.start == "~/not a path" and given == {"out_dir", "data_dir", "runs", "start"}
     assert configure(Paths, ["--out_dir=~/y", "--runs=~/p,q"])[0].out_dir == str(tmp_path / "y")
     assert configure(Paths, ["--runs=~/p,q"])[0].runs == (str(tmp_path / "p"), "q")
+    assert configure(Keys, ["--names=~/p,q"])[0].names == ("~/p", "q")  # a list of words, not of paths
+    assert all(map(cli.is_path_key, ("out_dir", "init_path", "prompt_file", *cli.PATH_KEYS)))
+    assert not any(map(cli.is_path_key, ("start", "dir", "names")))
 
 
 def test_a_folder_given_as_config_file_is_named_as_a_folder(tmp_path):
@@ -338,6 +445,25 @@ def test_a_folder_given_as_config_file_is_named_as_a_folder(tmp_path):
         configure(Paths, [str(tmp_path)])
     with pytest.raises(SystemExit, match=f"is a folder, not a config file.*a run's folder is --out_dir={tmp_path}$"):
         configure(Settings, [str(tmp_path)])
+
+
+def test_a_config_file_is_the_working_directorys_before_the_repositorys(tmp_path, monkeypatch):
+    """config/x.py names the file as given from the working directory where there is one, else the repository's
+    (so that config/... works from any directory)."""
+    (tmp_path / "mine" / "config").mkdir(parents=True)
+    (tmp_path / "mine" / "config" / "sink_lab.py").write_text("out_dir = 'mine'\n")
+    monkeypatch.chdir(tmp_path / "mine")
+    assert configure(Paths, ["config/sink_lab.py"])[0].out_dir == "mine"
+    monkeypatch.chdir(tmp_path)
+    assert cli.config_path("config/sink_lab.py") == os.path.join(REPO, "config", "sink_lab.py")
+
+
+def test_a_config_file_named_without_its_folder_is_told_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        configure(Paths, ["sink_lab.py"])
+    assert str(e.value.code) == ("error: config file sink_lab.py not found; did you mean config/sink_lab.py? "
+                                 "(arguments are config files or --key=value; --help lists the keys)")
 
 
 @dataclasses.dataclass
@@ -366,6 +492,17 @@ def test_a_value_spelled_otherwise_is_told_how_to_spell_it(arg, message):
         check_choice("mode", "Fast", ("default", "fast"))
 
 
+@dataclasses.dataclass
+class Labelled(Settings):
+    label: str = "x"  # free text, any case
+
+
+def test_the_key_whose_lower_case_passes_is_named_among_others_in_capitals():
+    with pytest.raises(SystemExit) as e:
+        configure(Labelled, ["--label=Run A", "--mode=FAST"])
+    assert str(e.value.code) == "error: mode='FAST' is not valid; choose fast or slow (did you mean --mode=fast?)"
+
+
 @pytest.mark.parametrize("arg", ["-out_dir=x", "out_dir=x"])
 def test_a_key_with_one_dash_or_none_is_told_it_takes_two(arg):
     with pytest.raises(SystemExit, match=f"^error: {arg}: a key takes two dashes, --out_dir=x"):
@@ -386,6 +523,25 @@ def test_a_config_file_saved_with_a_bom_or_a_coding_line_is_read_as_python_reads
         configure(Paths, [str(latin)])
 
 
+@pytest.mark.parametrize("text, line, error", [
+    ("import json\n\nrate = json.loads('0.5 x')\n", 3, "JSONDecodeError: Extra data"),  # raised in a library
+    ("def half(x):\n    return x / 0\n\nrate = half(1)\n", 2, "ZeroDivisionError: division by zero"),  # in a helper
+])
+def test_a_mistake_in_a_config_file_names_its_line_in_the_file(tmp_path, text, line, error):
+    """The line of the config file where the error arose: the innermost of its own, not the library's."""
+    config = tmp_path / "c.py"
+    config.write_text(text)
+    with pytest.raises(SystemExit) as e:
+        configure(Paths, [str(config)])
+    assert str(e.value.code).startswith(f"error: {config} line {line}: {error}"), e.value.code
+
+
+def test_a_config_file_that_cannot_be_read_is_one_line(tmp_path):
+    """Any OSError (a file made unreadable, or replaced by a folder, after it was found): one line, no traceback."""
+    with pytest.raises(SystemExit, match="^error: config file c.py cannot be read: Is a directory$"):
+        cli.run_config_file("c.py", str(tmp_path), {})
+
+
 @pytest.mark.parametrize("text", ["rate = 1e400", "rate = float('nan')", "rates = [0.5, float('inf')]"])
 def test_a_number_that_is_not_finite_is_refused(tmp_path, text):
     config = tmp_path / "c.py"
@@ -400,3 +556,51 @@ def test_a_gpu_this_machine_does_not_have_is_refused(monkeypatch):
     assert cli.pick_device("cuda:0") == "cuda:0"
     with pytest.raises(SystemExit, match=r"^error: device='cuda:7' but this machine has 1 GPU \(cuda:0 to cuda:0\)"):
         cli.pick_device("cuda:7")
+    with pytest.raises(SystemExit, match=r"^error: device='cuda:1' but this machine has 1 GPU "):  # 0-based
+        cli.pick_device("cuda:1")
+
+
+def test_each_process_under_torchrun_takes_the_gpu_of_its_local_rank(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [cli.pick_device(name, 1) for name in ("cuda", "auto", "cuda:0")] == ["cuda:1", "cuda:1", "cuda:0"]
+    assert cli.pick_device("cuda") == "cuda"
+
+
+def test_a_device_this_machine_cannot_run_on_is_one_line(monkeypatch):
+    """auto: CUDA, else Apple's MPS, else the CPU; a device asked for by name that is not here, or that no script runs
+    on, is one line that names the way out."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert cli.pick_device("auto") == "mps"
+    with pytest.raises(SystemExit, match=r"^error: device='cuda' but CUDA is not available here; use --device=cpu"):
+        cli.pick_device("cuda")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert cli.pick_device("auto") == "cpu"
+    with pytest.raises(SystemExit, match=r"^error: device='mps' but MPS \(Apple GPU\) is not available here"):
+        cli.pick_device("mps")
+    for name in ("meta", "gpu"):  # one torch knows but no script runs on, and one it does not know
+        with pytest.raises(SystemExit, match=f"^error: device='{name}' is not valid; choose 'auto', 'cpu', 'cuda'"):
+            cli.pick_device(name)
+
+
+def test_the_fused_kernel_off_a_gpu_runs_only_in_tritons_interpreter_and_only_with_triton(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert cli.pick_device("cpu", attn_backend="triton") == "cpu"
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(SystemExit, match="^error: attn_backend='triton' runs the fused kernel on a CUDA GPU; on cpu"):
+        cli.pick_device("cpu", attn_backend="triton")
+    find_spec = cli.importlib.util.find_spec
+    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name, *a: None if name == "triton" else find_spec(name, *a))
+    with pytest.raises(SystemExit, match=r"^error: attn_backend='triton' needs the triton package \(pip install triton\)"):
+        cli.pick_device("cpu", attn_backend="triton")
+
+
+def test_auto_precision_on_a_gpu_is_bf16_where_it_has_it_else_fp16_whichever_gpu(monkeypatch):
+    """Under torchrun the device is cuda:N: its autocast is CUDA's all the same. A precision named is taken as named."""
+    for bf16, expected in ((True, "bfloat16"), (False, "float16")):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda bf16=bf16: bf16)
+        with warnings.catch_warnings():  # a CPU-only machine: torch warns that CUDA's autocast is disabled here
+            warnings.simplefilter("ignore")
+            assert [cli.autocast_for(device, "auto")[1] for device in ("cuda", "cuda:1")] == [expected, expected]
+    assert cli.autocast_for("cpu", "float16")[1] == "float16"
