@@ -579,3 +579,22 @@ def test_the_sharing_timing_script_starts_the_runs_at_once_and_reads_their_secon
     stop = subprocess.run([sys.executable, os.path.join(REPO, "tests", "time_sharing.py"), "--threads=2"],
                           capture_output=True, text=True)
     assert stop.returncode == 1 and stop.stderr.startswith("error: unknown argument") and not stop.stdout
+
+
+@pytest.mark.parametrize("content, says", [
+    ("# markers the wrong way round\n{END}{BEGIN}", "no table to replace"),
+    (b"# \xff not UTF-8\n", "cannot be read"),
+])
+def test_python_variants_write_refuses_a_page_it_cannot_place_the_table_in(tmp_path, content, says):
+    """--write=PATH onto a page whose markers are the wrong way round, or that is not UTF-8 text: one line, exit 1,
+    and the page as it was."""
+    page = tmp_path / "flags.md"
+    if isinstance(content, str):
+        page.write_text(content.format(BEGIN=BEGIN, END=END), encoding="utf-8")
+    else:
+        page.write_bytes(content)
+    before = page.read_bytes()
+    out = subprocess.run([sys.executable, "-m", "lab.variants", f"--write={page}"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 1 and says in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert "Traceback" not in out.stderr and page.read_bytes() == before

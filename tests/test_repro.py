@@ -927,6 +927,28 @@ def test_variant_is_what_its_name_and_paper_rows_say(name):
         assert v.gn.loss is not None and v.gn.max_act is not None
 
 
+# A word of a variant's name and the flag value it stands for: the name says the variant, and only it, sets it
+NAME_WORDS = {"headwise": ("gate_granularity", "headwise"), "head_shared": ("gate_shared", True),
+              "additive": ("gate_op", "add"), "ns_sigmoid": ("gate_act", "ns_sigmoid"),
+              "identity": ("gate_act", "identity"), "input_independent": ("gate_input", "none"),
+              "rmsnorm": ("sdpa_nonlin", "rmsnorm"), "gatednorm": ("norm", "gatednorm"), "preaffine": ("norm", "preaffine"),
+              "dyt": ("norm", "dyt"), "glu": ("mlp", "glu"), "matched": ("match_params", True)}
+
+
+@pytest.mark.parametrize("name", VARIANTS, ids=list(VARIANTS))
+def test_a_variants_name_says_its_gate_and_flags(name):
+    """g2_elementwise is a G2 gate (not G3, whose parameter count is the same), g1_headwise is headwise, dyt has DyT,
+    ...: each word of the name, and the gate position it starts with, is the flag it sets, and no other variant sets
+    that flag without the word. A silu in the name is the gate's SiLU, or the SDPA non-linearity's without a gate."""
+    flags = VARIANTS[name].flags
+    gate = re.match(r"g(\d)(_|$)", name)
+    assert flags["gate"] == (f"g{gate.group(1)}" if gate else flags["gate"]) and (gate or flags["gate"] == "none"), name
+    for word, (flag, value) in NAME_WORDS.items():
+        assert (word in name) == (flags.get(flag) == value), (name, word)
+    if "silu" in name:
+        assert flags.get("gate_act") == "silu" or (flags["gate"] == "none" and flags.get("sdpa_nonlin") == "silu"), name
+
+
 def test_the_registry_holds_the_papers_numbers_as_papers_md_states_them():
     """Every number in lab/variants.py is the one PAPERS.md quotes, under the same row name."""
     text = open(os.path.join(REPO, "PAPERS.md")).read()
@@ -960,6 +982,17 @@ def test_study_and_claims_use_registry_names():
         assert VARIANTS[name].flags == VARIANTS[family].flags and VARIANTS[name].ga == variants.STABILITY_ROW
         assert VARIANTS[name].train == dict(learning_rate=float(lr), min_lr=pytest.approx(float(lr) / 10, rel=1e-9))
         assert len(str(VARIANTS[name].train["min_lr"])) <= 7  # as a command shows it: 0.0024
+
+
+def test_the_sweep_is_the_baseline_and_g1_at_2_4_and_8_times_the_studys_rate():
+    """The learning-rate sweep trains the baseline and G1 elementwise at 2, 4 and 8 times config/repro.py's rate
+    (none of them the study's own), as docs/study.md says."""
+    scope = {}
+    run_config_file("config/repro.py", os.path.join(REPO, "config", "repro.py"), scope)
+    assert variants.SWEPT == ("baseline", "g1_elementwise")
+    assert variants.LR_SWEEP == tuple(pytest.approx(k * scope["learning_rate"]) for k in (2, 4, 8))
+    assert "3e-3 (the study's own runs), 6e-3, 1.2e-2 and 2.4e-2" in open(os.path.join(REPO, "docs", "study.md")).read()
+    assert scope["learning_rate"] == 3e-3
 
 
 def test_the_papers_numbers_are_the_reports_keyed_by_the_cores_measures():

@@ -130,3 +130,179 @@ def test_a_busy_machine_is_said_with_the_thread_setting_that_helps_beside_other_
                            "OMP_NUM_THREADS=1 before each command") and "docs/timings.md" in note, note
     assert setup_check.busy_note(3.04, 2, env={"OMP_NUM_THREADS": "1"}) == "; busy now (load 3.0 on 2 cores): less " \
         "when idle"
+
+
+def test_torch_at_the_floor_passes_and_a_cuda_build_is_never_called_a_cpu_one(monkeypatch):
+    """TORCH_MIN itself is new enough; the 'CPU build on an NVIDIA machine' note is for a CPU build only: a CUDA
+    build that sees no GPU is named as the CUDA build it is."""
+    import torch
+    monkeypatch.setattr(torch, "__version__", "2.6.0+cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(setup_check.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(torch.version, "cuda", None)
+    status, text = setup_check.torch_build({}, setup_check.Keys())
+    assert status == "note" and text.startswith("2.6.0+cpu, a CPU build, but this machine has an NVIDIA GPU"), text
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    status, text = setup_check.torch_build({}, setup_check.Keys())
+    assert status == "ok" and text.startswith("2.6.0+cpu, a CUDA 12.4 build; "), text
+
+
+def fake_train(monkeypatch, tmp_path, records=(), returncode=0, output="", prepared=True):
+    """setup_check.sink_lab with train.py replaced: the command it was given (in `calls`), the log.jsonl `records`
+    written to its --out_dir, its temporary folder under tmp_path, and a wall clock of 15 s."""
+    import json
+    import types
+    import data.shards
+    calls = []
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        if returncode == "timeout":
+            raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+        out_dir = next(a.split("=", 1)[1] for a in cmd if a.startswith("--out_dir="))
+        os.makedirs(out_dir)
+        with open(os.path.join(out_dir, "log.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        return subprocess.CompletedProcess(cmd, returncode, output, "")
+
+    monkeypatch.setattr(setup_check.subprocess, "run", run)
+    monkeypatch.setattr(setup_check, "time", types.SimpleNamespace(perf_counter=iter([10.0, 25.0]).__next__))
+    monkeypatch.setattr(data.shards, "find_shards", lambda *a: ["train_000.bin"] if prepared else [])
+    monkeypatch.setattr(setup_check.tempfile, "tempdir", str(tmp_path))
+    return calls
+
+
+def record(iter, val_loss, time_s, nonfinite_steps=0):
+    return {"iter": iter, "val_loss": val_loss, "tokens": iter * 2048, "tokens_per_s": 20480.0,
+            "nonfinite_steps": nonfinite_steps, "time_s": time_s}
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_the_smoke_run_is_judged_and_timed_from_its_log(monkeypatch, tmp_path, prepared):
+    """sink_lab's command (the lab's config at n steps, everything in its temporary folder), its time per step
+    (tokens / iter / tokens_per_s), its eval time (the first record's) and its start-up (wall clock less the run's
+    own time), and the temporary folder deleted afterwards."""
+    calls = fake_train(monkeypatch, tmp_path, [record(0, 4.2, 2.0), record(40, 3.1, 9.0)], prepared=prepared)
+    found = {}
+    status, text = setup_check.sink_lab(found, setup_check.Keys(smoke_iters=40))
+    assert status == "ok" and text == ("train.py config/sink_lab.py" + ("" if prepared else
+                                       " (task made in a temp folder)") +
+                                       ": 40 steps in 15 s, 100 ms a step; val loss 4.20 -> 3.10, finite"), text
+    assert found == {"step": pytest.approx(0.1), "eval_s": 2.0, "startup": 6.0}
+    (cmd,) = calls
+    assert cmd[1:8] == ["train.py", "config/sink_lab.py", "--max_iters=40", "--lr_decay_iters=40", "--warmup_iters=4",
+                        "--eval_interval=40", "--log_interval=40"]
+    tmp = [a.split("=", 1)[1] for a in cmd if a.startswith(("--out_dir=", "--data_dir="))]
+    assert len(tmp) == (1 if prepared else 2) and all(p.startswith(str(tmp_path) + os.sep) for p in tmp), cmd
+    assert os.listdir(tmp_path) == []  # the temporary folder deleted
+
+
+@pytest.mark.parametrize("records, returncode, says", [
+    ([record(0, 4.2, 2.0), record(40, 3.1, 9.0, nonfinite_steps=2)], 0, "the run did not end at step 40 with a finite loss"),
+    ([record(0, 4.2, 2.0), record(20, 3.1, 5.0)], 0, "the run did not end at step 40 with a finite loss"),
+    ([record(0, 4.2, 2.0), record(40, None, 9.0)], 0, "the run did not end at step 40 with a finite loss"),
+    ([record(0, 4.2, 2.0), record(40, 3.95, 9.0)], 0, "the loss did not fall: val loss 4.20 -> 3.95"),
+    ([], 1, "train.py stopped (exit 1): RuntimeError: the last line"),
+    ([], "timeout", "40 steps took more than 300 s"),
+])
+def test_a_smoke_run_that_did_not_train_is_a_fail_with_the_trial_command(monkeypatch, tmp_path, records, returncode,
+                                                                         says):
+    fake_train(monkeypatch, tmp_path, records, returncode, output="step 1\nRuntimeError: the last line\n")
+    with pytest.raises(setup_check.Problem) as e:
+        setup_check.sink_lab({}, setup_check.Keys(smoke_iters=40))
+    assert str(e.value) == says and e.value.fix == setup_check.TRIAL
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_timings_note_adds_up_the_steps_evals_and_start_up(monkeypatch):
+    """The sink lab's estimate: start-up + its steps x the smoke run's step + its evals (one at step 0) x the smoke
+    run's eval; the main job's: start-up + its steps x the fastest timed step after the first (which allocates) + its
+    evals x eval_iters x a third of a step. The model timed is shrunk here, the clock faked: steps of 1 (the first,
+    not counted), 2 and 3 s."""
+    import dataclasses
+    import types
+    import cli
+    from train import TrainConfig
+    configure = cli.configure
+
+    def small(keys, argv):
+        c, given = configure(keys, argv)
+        return (c if argv else dataclasses.replace(c, n_layer=1, n_head=2, n_kv_head=2, head_dim=16, n_embd=32, vocab_size=65, block_size=16,
+                                                   batch_size=2, loss_chunk=0)), given
+
+    monkeypatch.setattr(cli, "configure", small)
+    clock = iter([0.0, 1.0, 10.0, 12.0, 20.0, 23.0])
+    monkeypatch.setattr(setup_check, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    monkeypatch.setattr(setup_check, "busy_note", lambda load, cores: "")
+    found = {"startup": 3.0, "step": 0.01, "eval_s": 1.0, "device": "cpu"}
+    status, text = setup_check.timings(found, setup_check.Keys())
+    lab, c = configure(TrainConfig, ["config/sink_lab.py"])[0], configure(TrainConfig, [])[0]
+    lab_s = 3.0 + lab.max_iters * 0.01 + (lab.max_iters // lab.eval_interval + 1) * 1.0
+    main_s = 3.0 + c.max_iters * 2.0 + (c.max_iters // c.eval_interval + 1) * c.eval_iters * 2.0 / 3
+    assert found["main_s"] == pytest.approx(main_s)
+    assert status == "note" and text == (f"estimated from the steps timed here: sink lab ~{setup_check.minutes(lab_s)} "
+                                         f"a model ({lab.max_iters} steps), main job ~{setup_check.minutes(main_s)} "
+                                         f"({c.max_iters} steps)"), text
+
+
+def test_minutes_and_the_idle_boundary():
+    assert [setup_check.minutes(s) for s in (0.4, 89.4, 90, 150, 3600)] == ["0 s", "89 s", "2 min", "2 min", "60 min"]
+    assert setup_check.busy_note(2.0, 2, env={}) == ""  # as busy as its cores: not busier
+
+
+def test_a_note_passes_what_needs_it_and_a_check_that_exits_is_one_line(monkeypatch, capsys):
+    def noted(found, keys):
+        return "note", "works, with a remark"
+
+    def exits(found, keys):
+        raise SystemExit("error: a key the check read was wrong")
+
+    def fine(found, keys):
+        return "ok", "ran"
+
+    monkeypatch.setattr(setup_check, "CHECKS", [("first", noted, (), None), ("second", fine, ("first",), None),
+                                                ("third", exits, ("second",), None)])
+    fixes, _ = setup_check.run(setup_check.Keys())
+    out = capsys.readouterr().out
+    assert "note  first" in out and "ok    second     ran" in out and "Traceback" not in out
+    assert "FAIL  third      SystemExit: error: a key the check read was wrong\n" in out
+    assert fixes == [("third: SystemExit: error: a key the check read was wrong", "pip install -r requirements.txt")]
+
+
+def test_the_summary_numbers_each_fix_once_and_ready_says_the_main_jobs_time(monkeypatch, capsys):
+    pip = "pip install -r requirements.txt"
+    monkeypatch.setattr(setup_check, "run", lambda keys: ([("packages: a", pip), ("triton: b", pip),
+                                                           ("compute: c", "the other fix")], {}))
+    assert setup_check.main([]) == 1
+    assert capsys.readouterr().out == ("not ready: fix these, then run python -m lab.setup_check again\n"
+                                       f"  1. packages: a\n     fix: {pip}\n  2. compute: c\n     fix: the other fix\n")
+    monkeypatch.setattr(setup_check, "run", lambda keys: ([], {"main_s": 700}))
+    assert setup_check.main([]) == 0
+    assert "(the main job, ~12 min here)" in capsys.readouterr().out
+
+
+def test_without_torch_the_keys_are_read_by_hand(monkeypatch, capsys):
+    """cli needs torch: without it, --help still prints the usage and --skip_train=True still skips the smoke run."""
+    monkeypatch.setitem(sys.modules, "cli", None)  # import cli raises ImportError, as without torch
+    seen = []
+    monkeypatch.setattr(setup_check, "run", lambda keys: seen.append(keys) or ([], {}))
+    assert setup_check.main(["--skip_train=True"]) == 0 and seen == [setup_check.Keys(skip_train=True)]
+    with pytest.raises(SystemExit) as stop:
+        setup_check.main(["--help"])
+    assert not stop.value.code and "python -m lab.setup_check" in capsys.readouterr().out
+
+
+def test_a_broken_install_that_raises_something_else_is_one_fail_line_too(monkeypatch):
+    """A package whose import raises other than ImportError (a broken binary: OSError) is named, with its first line."""
+    real = setup_check.importlib.import_module
+
+    def import_module(name):
+        if name == "matplotlib":
+            raise OSError("libfreetype.so.6: cannot open shared object file\nsecond line")
+        return real(name)
+
+    monkeypatch.setattr(setup_check.importlib, "import_module", import_module)
+    with pytest.raises(setup_check.Problem) as e:
+        setup_check.packages({}, setup_check.Keys())
+    assert str(e.value) == "cannot import matplotlib (OSError: libfreetype.so.6: cannot open shared object file)"
+    assert e.value.fix == setup_check.PIP
