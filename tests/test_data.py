@@ -664,6 +664,38 @@ def test_openwebtext_loading_script_and_a_dead_worker_are_one_line(tmp_path, mon
         next(owt.tokenized_documents(Dying(), 2))
 
 
+def test_openwebtext_splits_the_download_with_its_fixed_seed(monkeypatch):
+    """The one split the hub gives is cut into train and val by datasets' train_test_split with SPLIT_SEED (the same
+    validation documents every time), at the revision asked for; a count of documents above OpenWebTexts' is said
+    too, and datasets >= 4's refusal of a loading script is one line with the way out."""
+    owt = load_script("openwebtext")
+    asked = {}
+
+    class Split(list):
+        def train_test_split(self, **kw):
+            asked["split"] = kw
+            return {"train": "the train part", "test": "the test part"}
+
+    def load_dataset(name, split, revision, num_proc, **kw):
+        asked["load"] = (name, split, revision, num_proc)
+        return Split(range(5))
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    assert owt.load_splits("me/docs", "refs/convert/parquet", 0.25, 3) == {"train": "the train part",
+                                                                           "val": "the test part"}
+    assert asked == {"load": ("me/docs", "train", "refs/convert/parquet", 3),
+                     "split": {"test_size": 0.25, "seed": owt.SPLIT_SEED, "shuffle": True}}
+    said = owt.check_documents("Skylion007/openwebtext", owt.DOCUMENTS + 1)
+    assert said.startswith("warning: Skylion007/openwebtext gave 8,013,770 documents, not its 8,013,769: this is not "
+                           "the corpus"), said
+
+    def no_scripts(*args, **kw):
+        raise RuntimeError("Dataset scripts are no longer supported, but found openwebtext.py")
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=no_scripts))
+    with pytest.raises(SystemExit, match=r"(?s)^error: Dataset scripts are no longer supported.*"
+                                         r"--hf_revision=refs/convert/parquet"):
+        owt.load_splits("Skylion007/openwebtext", None, 0.0005, 1)
+
+
 def test_openwebtext_checks_its_settings_before_the_download(tmp_path, monkeypatch):
     owt = load_script("openwebtext")
     monkeypatch.setattr(owt, "load_splits", lambda *args: pytest.fail("downloaded despite a bad setting"))
@@ -1037,6 +1069,11 @@ def test_textdir_warns_when_the_validation_share_of_tokens_is_far_from_asked(tmp
     said = capsys.readouterr().out
     assert meta["val_tokens"] > meta["train_tokens"] and "warning: validation holds 99" in said, said
     assert "not the 2.0% asked for" in said and "1 of 2 here" in said, said
+    (src / small).write_text("many words here\n" * 400, encoding="utf-8")  # now the one validation file is small
+    (src / big).write_text("few words\n", encoding="utf-8")
+    meta = prepare_textdir(str(src), str(tmp_path / "out3"), "demo", val_fraction=0.02, workers=1)
+    said = capsys.readouterr().out
+    assert meta["val_tokens"] < meta["train_tokens"] / 100 and "warning: validation holds 0.2%" in said, said
     make_text_folder(tmp_path / "even")
     prepare_textdir(str(tmp_path / "even"), str(tmp_path / "out2"), "demo", exts=(".txt", ".md"), val_fraction=0.3,
                     workers=1)
@@ -1423,6 +1460,21 @@ def test_bigram_backcopy_out_of_memory_stops_with_one_line(tmp_path, monkeypatch
     monkeypatch.setattr(script, "make_chain", no_memory)
     with pytest.raises(SystemExit, match=r"^error: out of memory: vocab=64 .* GiB at once; use a smaller --vocab"):
         script.main(["--out_dir", str(tmp_path / "out"), "--train_tokens=100", "--val_tokens=100"])
+    # what it needs: the float64 matrix (vocab**2 * 8 bytes) or the int64 walks of the larger split, whole walks of 8192
+    with pytest.raises(SystemExit, match=r"vocab=65535 and 100 tokens need about 32.0 GiB at once"):
+        script.main(["--out_dir", str(tmp_path / "out"), "--vocab=65535", "--train_tokens=100", "--val_tokens=100"])
+    with pytest.raises(SystemExit, match=r"vocab=64 and 1,073,741,000 tokens need about 8.0 GiB at once"):
+        script.main(["--out_dir", str(tmp_path / "out"), "--train_tokens=100", "--val_tokens=1073741000"])
+
+
+def test_bigram_backcopy_main_passes_every_setting_on(tmp_path):
+    script = load_script("bigram_backcopy")
+    script.main(["--out_dir", str(tmp_path), "--vocab=16", "--triggers=2", "--alpha=0.5", "--seed=3",
+                 "--train_tokens=3000", "--val_tokens=1000"])
+    meta = read_meta(tmp_path)
+    assert (meta["train_tokens"], meta["val_tokens"], meta["symbols"], meta["alpha"], meta["seed"]) == \
+        (3000, 1000, 16, 0.5, 3)
+    assert meta["triggers"] == script.make_chain(16, 2, 0.5, 3)[1] and meta["tokenizer"] == "symbols-16"
 
 
 def test_openwebtext_checks_num_proc_before_the_download(tmp_path, monkeypatch):
@@ -1487,17 +1539,81 @@ def test_textdir_keeps_a_training_file_and_refuses_a_hidden_name(tmp_path):
         prepare_textdir(str(src), str(tmp_path / "hid"), ".hidden", exts=(".txt",), workers=1)
 
 
-def test_textdir_follows_a_link_to_a_folder_but_not_a_loop(tmp_path):
+def test_textdir_follows_a_link_to_a_folder_but_not_a_loop(tmp_path, monkeypatch):
     from data.textdir.prepare import list_files
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "e.txt").write_text("linked")
     src = tmp_path / "src"
-    src.mkdir()
+    (src / "sub" / "deeper").mkdir(parents=True)
     (src / "l.txt").write_text("local")
+    (src / "sub" / "s.txt").write_text("in sub")
     os.symlink(tmp_path / "elsewhere", src / "linked")
     os.symlink(src, src / "loop")
+    os.symlink(src / "sub", src / "sub" / "deeper" / "back")  # a loop to a folder inside src, above the link
     os.symlink(tmp_path, src / "up")  # a folder above src: it would read src's siblings (elsewhere/ again, and more)
-    assert list_files(str(src), (".txt",))[0] == ["l.txt", "linked/e.txt"]
+    assert list_files(str(src), (".txt",))[0] == ["l.txt", "linked/e.txt", "sub/s.txt"]
+    monkeypatch.chdir(src)  # --src . : the folders above are the real ones, not those of the path '.'
+    assert list_files(".", (".txt",))[0] == ["l.txt", "linked/e.txt", "sub/s.txt"]
+
+
+def test_the_split_of_a_path_is_the_same_in_every_process_and_version():
+    """path_hash is sha256's, not Python's hash() (salted afresh in each process): a dataset prepared again, on any
+    machine, puts each file on the same side."""
+    assert (path_hash("a.txt"), path_hash("sub/c.txt")) == (0.09655446037742849, 0.3486161617206705)
+
+
+def test_textdir_main_reads_src_dot_and_records_what_it_read(tmp_path, monkeypatch):
+    """--src . names the dataset after the folder (not '.', a hidden name), --exts may hold spaces, and meta.json
+    records the endings read and the folder's absolute path."""
+    src = tmp_path / "mycode"
+    make_text_folder(src)
+    monkeypatch.chdir(src)
+    load_script("textdir").main(["--src", ".", "--exts", ".txt, .md", "--out_dir", str(tmp_path / "out"),
+                                 "--workers", "1"])
+    meta = read_meta(tmp_path / "out")
+    assert (meta["name"], meta["exts"], meta["source"]) == ("mycode", [".txt", ".md"], str(src))
+    assert meta["train_files"] + meta["val_files"] == 7  # e.md read, the copy of a.txt and latin1.txt not
+
+
+def test_textdir_counts_a_file_gone_since_the_listing_as_unreadable(tmp_path, monkeypatch):
+    textdir = load_script("textdir")
+    src = tmp_path / "src"
+    make_text_folder(src)
+    listed = textdir.list_files(str(src), (".txt",))
+    monkeypatch.setattr(textdir, "list_files", lambda *args: (["0_gone.txt"] + listed[0], listed[1]))
+    meta = textdir.prepare(str(src), str(tmp_path / "out"), "demo", workers=1)
+    assert meta["unreadable_skipped"] == 1 and meta["train_files"] + meta["val_files"] == 6
+
+
+def test_textdir_writes_into_data_name_again_but_not_into_a_scripts_folder(tmp_path, monkeypatch):
+    """A dataset of the user's in data/NAME/ (no prepare.py there) is prepared again into it; a folder of data/ with
+    its own prepare.py is refused, except textdir's own name (a dataset named textdir)."""
+    textdir = load_script("textdir")
+    monkeypatch.setattr(textdir, "DATA_ROOT", str(tmp_path))
+    (tmp_path / "mycode").mkdir()  # an earlier preparation's shards
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "prepare.py").write_text("")
+    (tmp_path / "textdir").mkdir()
+    (tmp_path / "textdir" / "prepare.py").write_text("")
+    textdir.check_not_the_repos("mycode")
+    textdir.check_not_the_repos("textdir")
+    with pytest.raises(ValueError, match="'theirs' is the name of this repo's folder data/theirs/"):
+        textdir.check_not_the_repos("theirs")
+
+
+def test_pystdlib_leaves_out_installed_packages_and_on_request_the_tests(tmp_path, monkeypatch):
+    lib = tmp_path / "lib"
+    for rel in ("os.py", "json/__init__.py", "test/test_os.py", "idlelib/idle_test/t.py", "tests/t.py",
+                "site-packages/pkg/m.py", "dist-packages/d.py", "readme.txt"):
+        (lib / rel).parent.mkdir(parents=True, exist_ok=True)
+        (lib / rel).write_text(f"# {rel}\n")
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"stdlib": str(lib)})
+    pystdlib = load_script("pystdlib")
+    meta = pystdlib.prepare(out_dir=str(tmp_path / "all"), workers=1)
+    assert meta["train_files"] + meta["val_files"] == 5 and not meta["source"].endswith("(without tests)")
+    pystdlib.main(["--out_dir", str(tmp_path / "no_tests"), "--exclude_tests", "--workers", "1"])
+    meta = read_meta(tmp_path / "no_tests")
+    assert meta["train_files"] + meta["val_files"] == 2 and meta["source"].endswith("(without tests)")
 
 
 def test_a_corrupt_encoder_json_leaves_the_prepared_dataset_as_it_was(tmp_path, monkeypatch):

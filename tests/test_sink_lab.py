@@ -77,6 +77,7 @@ def test_the_ideal_loss_is_what_the_true_chain_scores(task):
     assert meta["ideal_loss"] == pytest.approx(scored.mean(), rel=0.02)
     assert meta["ideal_loss"] == pytest.approx(ideal_loss(P, is_trigger, walks), rel=1e-12)
     assert meta["copy_share"] == pytest.approx(follows.mean(), rel=1e-12) and 0.05 < meta["copy_share"] < 0.2
+    assert meta["trigger_share"] == pytest.approx(is_trigger[walks].mean(), rel=1e-12)
 
 
 def test_the_task_is_fixed_by_its_settings(tmp_path):
@@ -88,10 +89,31 @@ def test_the_task_is_fixed_by_its_settings(tmp_path):
     assert a["triggers"] == b["triggers"] and a["ideal_loss"] == b["ideal_loss"]
     assert (streams(str(tmp_path / "a"))["train"] != streams(str(tmp_path / "c"))["train"]).any()
     assert a["triggers"] != c["triggers"] and a["train_tokens"] == 20_000 and a["val_tokens"] == 5_000
-    for bad, words in ((dict(triggers=64), "triggers=64"), (dict(alpha=0.0), "alpha=0.0"), (dict(vocab=1), "vocab=1"),
-                       (dict(val_tokens=1), "val_tokens=1")):
+    d = prepare(out_dir=str(tmp_path / "d"), train_tokens=5_000, val_tokens=5_000, alpha=0.5)
+    assert (c["seed"], c["alpha"], d["seed"], d["alpha"]) == (1, 0.1, 0, 0.5)  # what rebuilds the chain (make_chain)
+    # train and val are drawn with streams of their own: of the same length, they are other texts
+    assert (streams(str(tmp_path / "d"))["train"] != streams(str(tmp_path / "d"))["val"]).mean() > 0.5
+    # each setting out of range is refused by its own message (vocab=1 is also fewer than the 3 triggers)
+    for bad, words in ((dict(triggers=64), "triggers=64 must be at least 1 and fewer than vocab=64"),
+                       (dict(triggers=0), "triggers=0 must be at least 1"), (dict(alpha=0.0), "alpha=0.0"),
+                       (dict(vocab=1), "vocab=1: the chain needs at least 2 symbols"),
+                       (dict(val_tokens=1), "val_tokens=1 must be at least 2"),
+                       (dict(train_tokens=1), "train_tokens=1 must be at least 2")):
         with pytest.raises(ValueError, match=words):
             prepare(out_dir=str(tmp_path / "bad"), **bad)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_the_copy_rule_and_the_ideal_loss_on_a_text_by_hand():
+    """s2 and s3 are triggers: a copy follows a trigger that follows a non-trigger (not one at the start, not one after
+    another trigger); the ideal loss is 0 there and the entropy of the current symbol's row elsewhere, over all
+    positions but the last (which predicts nothing). A row with zeros has a finite entropy."""
+    is_trigger = np.array([False, False, True, True])
+    x = np.array([[2, 0, 2, 0, 3, 2, 1, 1]])
+    assert copies_next(x, is_trigger).tolist() == [[False, False, True, False, True, False, False, False]]
+    P = np.array([[0.5, 0.5, 0, 0], [1, 0, 0, 0], [0.25, 0.25, 0.25, 0.25], [0.25, 0.25, 0.5, 0]])
+    # positions 0..6 hold s2 s0 s2 s0 s3 s2 s1: ln4 + ln2 + 0 + ln2 + 0 + ln4 + 0 = 6 ln2, over 7
+    assert ideal_loss(P, is_trigger, x) == pytest.approx(6 * np.log(2) / 7, rel=1e-12)
 
 
 def test_the_symbol_tokenizer():
@@ -215,3 +237,16 @@ def test_the_trained_models_copy_after_a_trigger(lab):
     words = result.stdout.splitlines()[0].split()
     assert words[:2] == ["s1", f"s{trigger}"] and len(words) == 5
     assert all(w.startswith("s") and 0 <= int(w[1:]) < 64 for w in words[2:])
+
+
+def test_meta_json_counts_the_val_text_that_was_written(tmp_path):
+    """val_tokens not a multiple of the walks' 8192: meta.json's shares and ideal loss are those of the val text in the
+    shards (one walk, cut short at 1000 symbols), not of the whole walk drawn."""
+    meta = prepare(out_dir=str(tmp_path), train_tokens=3000, val_tokens=1000)
+    P, triggers = make_chain(64, 3, 0.1, 0)
+    is_trigger = np.zeros(64, dtype=bool)
+    is_trigger[triggers] = True
+    val = streams(str(tmp_path))["val"].astype(np.int64)[None]
+    assert meta["trigger_share"] == pytest.approx(is_trigger[val].mean(), rel=1e-12)
+    assert meta["copy_share"] == pytest.approx(copies_next(val, is_trigger)[:, :-1].mean(), rel=1e-12)
+    assert meta["ideal_loss"] == pytest.approx(ideal_loss(P, is_trigger, val), rel=1e-12)

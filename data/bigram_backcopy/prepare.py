@@ -120,14 +120,15 @@ def _prepare(out_dir, vocab, triggers, alpha, seed, train_tokens, val_tokens, co
     documents, walks = {}, {}
     for split, n, stream in (("train", train_tokens, 1), ("val", val_tokens, 2)):
         documents[split], walks[split] = walk(P, is_trigger, n, np.random.default_rng([seed, stream]))
-    val = walks["val"]
+    written = [w.astype(np.int64)[None] for w in documents["val"]]  # the last walk cut short, as written
+    predicting = sum(w.shape[1] - 1 for w in written)
     source = f"Bigram-Backcopy: {vocab} symbols, rows ~ Dirichlet({alpha:g}), {triggers} triggers, chain seed {seed}"
     meta = write_dataset(out_dir, NAME, documents, source, allow=repo_folder_files(out_dir), command=command,
                          tokenizer=f"{SymbolTokenizer.PREFIX}{vocab}", task="bigram_backcopy", symbols=vocab,
                          alpha=alpha, seed=seed, triggers=trigger_ids,
-                         trigger_share=float(is_trigger[val].mean()),
-                         copy_share=float(copies_next(val, is_trigger)[:, :-1].mean()),
-                         ideal_loss=ideal_loss(P, is_trigger, val))
+                         trigger_share=float(sum(is_trigger[w].sum() for w in written) / val_tokens),
+                         copy_share=float(sum(copies_next(w, is_trigger)[:, :-1].sum() for w in written) / predicting),
+                         ideal_loss=sum(ideal_loss(P, is_trigger, w) * (w.shape[1] - 1) for w in written) / predicting)
     print(f"wrote {meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens of Bigram-Backcopy to {out_dir}: "
           f"triggers {', '.join(f's{t}' for t in trigger_ids)} ({meta['trigger_share']:.1%} of positions; a copy "
           f"follows at {meta['copy_share']:.1%}), ideal loss {meta['ideal_loss']:.3f} nats", flush=True)
