@@ -218,6 +218,21 @@ def test_flags_page_holds_the_flag_table_verbatim():
     assert variants.flag_table().count("\n") == len(variants.FLAGS) + 2
 
 
+def lab_train_commands(page):
+    """The variants a page's `python -m lab.repro train ... --study=sink_lab` commands name, in order."""
+    return [word for line in read(os.path.join(REPO, "docs", page)).splitlines()
+            if line.startswith("python -m lab.repro train ") and "--study=sink_lab" in line
+            for word in line.split()[4:] if not word.startswith("--")]
+
+
+@pytest.mark.parametrize("page", ["sink_lab.md", "study.md"])
+def test_the_sink_lab_pages_commands_train_every_variant_of_the_lab_once(page):
+    """docs/sink_lab.md's commands of the lab's study name each variant of lab.variants.LAB (what `train all
+    --study=sink_lab` trains) once, and no other: a variant dropped from LAB, or added, shows here."""
+    named = lab_train_commands(page)
+    assert len(named) == len(set(named)) and set(named) == set(variants.LAB), named
+
+
 def test_every_config_field_has_a_row_in_the_flag_table():
     """docs/flags.md promises every GPTConfig flag: a field added without its Flag would be missing from the page
     with no test the wiser (the table is written from FLAGS, not from the dataclass)."""
@@ -261,6 +276,33 @@ def test_python_variants_prints_the_table_and_writes_it_into_the_page(tmp_path):
     out = result(missing)  # a page that is not there: one line, no traceback
     assert out.returncode != 0 and out.stderr.startswith(f"error: {tmp_path / 'nowhere.md'} cannot be read"), out
     assert out.stderr.count("\n") == 1, out.stderr
+
+
+@pytest.mark.filterwarnings("ignore:'lab.variants' found in sys.modules")  # runpy runs it again, as -m does
+@pytest.mark.parametrize("args", [["--write"], ["-h"], ["--write={page}", "extra"]])
+def test_python_variants_write_defaults_to_the_flags_page_atomically_and_takes_one_argument(args, monkeypatch, capsys,
+                                                                                            tmp_path):
+    """Run in-process, its writer recorded in place of writing: `--write` alone puts the table into docs/flags.md,
+    through runfolder.atomic_write (a kill leaves the old page); -h is the usage, exit 0, as --help; a second argument
+    after --write=PATH is the usage, exit non-zero, and the page as it was."""
+    import runpy
+    import runfolder
+    page = tmp_path / "flags.md"
+    page.write_text(read(FLAGS_PAGE), encoding="utf-8")
+    writes = []
+    monkeypatch.setattr(runfolder, "atomic_write", lambda path, write: writes.append(path))
+    monkeypatch.setattr(sys, "argv", ["lab/variants.py", *(a.format(page=page) for a in args)])
+    if args == ["--write"]:
+        runpy.run_module("lab.variants", run_name="__main__")
+        assert writes == [FLAGS_PAGE] and capsys.readouterr().out == f"{FLAGS_PAGE}: the flag table is up to date\n"
+    elif args == ["-h"]:
+        runpy.run_module("lab.variants", run_name="__main__")
+        assert capsys.readouterr().out.startswith("usage: python -m lab.variants [--write[=PATH]]")
+    else:
+        with pytest.raises(SystemExit) as stop:
+            runpy.run_module("lab.variants", run_name="__main__")
+        assert str(stop.value).startswith("usage: ") and not writes and page.read_text(encoding="utf-8") == \
+            read(FLAGS_PAGE)
 
 
 # ----------------------------------------------------------------------------

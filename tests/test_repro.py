@@ -1045,6 +1045,11 @@ def test_test_variants_set_every_value_of_every_flag():
         if f.type is bool and f.name not in chosen_by_tests:
             assert any(flags.get(f.name) is (not f.default) for flags in TEST_VARIANTS.values()), \
                 f"{f.name}={not f.default} is set by no variant of lab.variants.VARIANTS: name one there"
+    # and the flags VALID cannot list, in each of their regimes: one KV head (MQA) and one per query head (the tests'
+    # base has GQA), heads together wider than n_embd, a sliding window, an epsilon of its own
+    set_to = {flag: {f[flag] for f in TEST_VARIANTS.values() if flag in f}
+              for flag in ("n_kv_head", "head_dim", "attn_window", "norm_eps")}
+    assert {1, None} <= set_to["n_kv_head"] and all(values - {None} for values in set_to.values()), set_to
 
 
 # ----------------------------------------------------------------------------

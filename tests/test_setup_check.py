@@ -5,11 +5,14 @@ a missing package is one FAIL line with the pip command, and a check that raises
     python -m pytest -q tests/test_setup_check.py
 """
 
+import builtins
+import contextlib
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from lab import setup_check
 
@@ -75,6 +78,23 @@ def test_a_check_that_raises_is_one_line_and_what_needs_it_is_skipped(monkeypatc
     assert fixes == [("first: RuntimeError: something deep inside", "the fix")]
 
 
+def test_a_check_whose_need_was_skipped_is_skipped_too(monkeypatch, capsys):
+    """A skip passes nothing on: as timings after a failed compute (sink lab skipped), which would read the smoke
+    run's numbers that were never measured."""
+    def broken(found, keys):
+        raise RuntimeError("broken")
+
+    def never(found, keys):
+        raise AssertionError("a check whose dependency did not pass must not run")
+
+    monkeypatch.setattr(setup_check, "CHECKS", [("first", broken, (), None), ("second", never, ("first",), None),
+                                                ("third", never, ("second",), None)])
+    setup_check.run(setup_check.Keys())
+    out = capsys.readouterr().out
+    assert "skip  second     needs first, which did not pass" in out
+    assert "skip  third      needs second, which did not pass" in out and "AssertionError" not in out
+
+
 def test_a_torch_older_than_the_project_needs_fails_with_the_upgrade_command(monkeypatch):
     """torch older than setup_check.TORCH_MIN (requirements.txt's floor, the same) is a FAIL with pip install -U."""
     import torch
@@ -121,6 +141,17 @@ def test_smoke_settings_that_cannot_be_meant_are_one_line(arg, says):
     assert str(stop.value).startswith(f"error: {arg}") and says in str(stop.value)
 
 
+def test_the_fewest_smoke_steps_and_seconds_allowed_are_20_and_1(monkeypatch):
+    """--smoke_iters=19 is refused before any check runs; 20 steps and a timeout of 1 s are taken."""
+    seen = []
+    monkeypatch.setattr(setup_check, "run", lambda keys: seen.append(keys) or ([], {}))
+    with pytest.raises(SystemExit) as stop:
+        setup_check.main(["--smoke_iters=19"])
+    assert str(stop.value) == "error: --smoke_iters=19: at least 20 steps, for the loss to fall" and not seen
+    assert setup_check.main(["--smoke_iters=20", "--smoke_timeout=1"]) == 0
+    assert seen == [setup_check.Keys(smoke_iters=20, smoke_timeout=1)]
+
+
 def test_a_busy_machine_is_said_with_the_thread_setting_that_helps_beside_other_trainings():
     """Busier than its cores: the timings are said to be slower than idle, and, unless OMP_NUM_THREADS is set
     already, that one thread per training is several times faster beside other trainings."""
@@ -145,6 +176,61 @@ def test_torch_at_the_floor_passes_and_a_cuda_build_is_never_called_a_cpu_one(mo
     monkeypatch.setattr(torch.version, "cuda", "12.4")
     status, text = setup_check.torch_build({}, setup_check.Keys())
     assert status == "ok" and text.startswith("2.6.0+cpu, a CUDA 12.4 build; "), text
+
+
+class NotFinite(torch.autograd.Function):
+    """The identity, whose gradient is NaN: a loss that is finite while the gradients are not."""
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * float("nan")
+
+
+@contextlib.contextmanager
+def lower_precision(scale, nan_grads):
+    """The forward of the check's training dtype, faked: its loss `scale` times fp32's, its gradients NaN if asked."""
+    import model
+    forward = model.GPT.forward
+
+    def skewed(self, idx, targets=None):
+        logits, loss = forward(self, idx, targets)
+        return logits, NotFinite.apply(loss * scale) if nan_grads else loss * scale
+
+    model.GPT.forward = skewed
+    try:
+        yield
+    finally:
+        model.GPT.forward = forward
+
+
+@pytest.mark.parametrize("scale, cosine, nan_grads, says", [
+    (1.01, 0.995, False, None),  # within 2% of fp32's loss, gradients within cosine 0.99: ok
+    (1.03, 0.995, False, "bfloat16 disagrees with fp32 (loss "),  # the loss 3% off
+    (1.0, 0.985, False, "bfloat16 disagrees with fp32 (loss "),  # the gradients' direction off
+    (1.0, None, True, "a tiny model's loss or gradients are not finite in bfloat16"),  # a finite loss, NaN gradients
+])
+def test_the_compute_check_compares_the_training_dtype_with_fp32(monkeypatch, scale, cosine, nan_grads, says):
+    """compute runs the tiny model twice, in fp32 and in the dtype training picks: a loss more than 2% off fp32's,
+    a gradient cosine under 0.99 or a gradient that is not finite is a FAIL; within them it is ok and records the
+    device the timings use. The training dtype is faked here (bfloat16, its loss scaled), and the cosine too."""
+    import cli
+    monkeypatch.setattr(cli, "pick_device", lambda name: "cpu:0")  # a device the check must pass on as it is
+    monkeypatch.setattr(cli, "autocast_for", lambda device, dtype: (contextlib.nullcontext(), "float32")
+                        if dtype == "float32" else (lower_precision(scale, nan_grads), "bfloat16"))
+    if cosine is not None:
+        monkeypatch.setattr(torch.nn.functional, "cosine_similarity", lambda a, b, dim: torch.tensor(cosine))
+    found = {}
+    if says is None:
+        status, text = setup_check.compute(found, setup_check.Keys())
+        assert status == "ok" and text.startswith("cpu:0: training uses bfloat16; a tiny G1 model's loss "), text
+        assert found == {"device": "cpu:0"}
+    else:
+        with pytest.raises(setup_check.Problem) as e:
+            setup_check.compute(found, setup_check.Keys())
+        assert str(e.value).startswith(says) and not found, str(e.value)
 
 
 def fake_train(monkeypatch, tmp_path, records=(), returncode=0, output="", prepared=True):
@@ -281,9 +367,21 @@ def test_the_summary_numbers_each_fix_once_and_ready_says_the_main_jobs_time(mon
     assert "(the main job, ~12 min here)" in capsys.readouterr().out
 
 
-def test_without_torch_the_keys_are_read_by_hand(monkeypatch, capsys):
-    """cli needs torch: without it, --help still prints the usage and --skip_train=True still skips the smoke run."""
-    monkeypatch.setitem(sys.modules, "cli", None)  # import cli raises ImportError, as without torch
+@pytest.mark.parametrize("torch_is", ["missing", "broken"])
+def test_without_torch_the_keys_are_read_by_hand(monkeypatch, capsys, torch_is):
+    """cli needs torch: without it, --help still prints the usage and --skip_train=True still skips the smoke run.
+    Also where torch is there but broken: its import raises a plain ImportError, not ModuleNotFoundError."""
+    if torch_is == "missing":
+        monkeypatch.setitem(sys.modules, "cli", None)  # import cli raises ModuleNotFoundError, as without torch
+    else:
+        real = builtins.__import__
+
+        def broken(name, *args, **kwargs):
+            if name == "cli":
+                raise ImportError("libtorch_cpu.so: cannot open shared object file")
+            return real(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", broken)
     seen = []
     monkeypatch.setattr(setup_check, "run", lambda keys: seen.append(keys) or ([], {}))
     assert setup_check.main(["--skip_train=True"]) == 0 and seen == [setup_check.Keys(skip_train=True)]
