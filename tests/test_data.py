@@ -444,6 +444,36 @@ def test_fineweb_prepare_without_the_network(tmp_path, monkeypatch):
     assert (sorted(os.listdir(tmp_path)), (tmp_path / "meta.json").read_bytes()) == before
 
 
+def test_fineweb_takes_1_to_103_shards(tmp_path, monkeypatch):
+    """The hub holds 103 train shards: --shards 103 is all of them, 104 is refused with one line before anything."""
+    fineweb = load_script("fineweb")
+    assert fineweb.shard_names(103)[-1] == "fineweb_train_000103.bin" and len(fineweb.shard_names(103)) == 104
+    asked = []
+    monkeypatch.setattr(fineweb, "prepare", lambda out_dir, shards: asked.append(shards))
+    fineweb.main(["--shards", "103", "--out_dir", str(tmp_path)])
+    assert asked == [103]
+    with pytest.raises(SystemExit, match=r"^error: --shards must be between 1 and 103, got 104$"):
+        fineweb.main(["--shards", "104", "--out_dir", str(tmp_path)])
+    assert asked == [103]
+
+
+def test_fineweb_downloads_again_a_shard_cut_short(tmp_path, monkeypatch):
+    """A shard in the folder that is not whole (a download or copy cut short, shorter than its header says or than a
+    header) is fetched again and replaced; a whole one is kept."""
+    fineweb = load_script("fineweb")
+    hub, fetched = fake_hub(), []
+    monkeypatch.setattr(fineweb, "fetch", lambda name, folder: fetched.append(name) or hub(name, folder))
+    hand_written_shard(tmp_path / "fineweb_val_000000.bin", np.arange(100))  # whole: kept
+    hand_written_shard(tmp_path / "fineweb_train_000001.bin", np.arange(101))
+    with open(tmp_path / "fineweb_train_000001.bin", "r+b") as f:
+        f.truncate(HEADER_BYTES + 50)  # its header says 101 tokens
+    (tmp_path / "fineweb_train_000002.bin").write_bytes(b"\0" * 10)  # not even a header
+    fineweb.main(["--shards", "2", "--out_dir", str(tmp_path)])
+    assert fetched == ["fineweb_train_000001.bin", "fineweb_train_000002.bin"]
+    meta = read_meta(tmp_path)
+    assert (meta["complete"], meta["train_tokens"], meta["val_tokens"]) == (True, 101 + 102, 100)
+
+
 def test_a_fineweb_download_that_fails_leaves_a_complete_dataset_usable(tmp_path, monkeypatch):
     """--shards 2 over a complete 1-shard folder, without the network: the download fails before any shard arrived,
     and the folder is as it was, still a dataset training reads (it was marked unfinished first, and refused with
@@ -475,6 +505,25 @@ def test_a_fineweb_download_that_fails_leaves_a_complete_dataset_usable(tmp_path
     monkeypatch.setattr(fineweb, "fetch", fake_hub(fail_after=0))
     fineweb.main(["--shards", "3", "--out_dir", str(tmp_path)])
     assert not (tmp_path / ".meta.json.a1b2.tmp").exists() and read_meta(tmp_path)["complete"] is True
+
+
+def test_a_fineweb_shard_that_arrived_but_did_not_move_in_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
+    """Ctrl-C the moment a shard's download is whole, before it moved in (and before the folder was marked
+    unfinished): the complete dataset there is as it was, and training still reads it."""
+    fineweb = load_script("fineweb")
+    hub = fake_hub()
+    monkeypatch.setattr(fineweb, "fetch", hub)
+    fineweb.main(["--shards", "1", "--out_dir", str(tmp_path)])
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != ".cache"}
+
+    def whole_then_ctrl_c(name, folder):
+        hub(name, folder)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(fineweb, "fetch", whole_then_ctrl_c)
+    with pytest.raises(SystemExit):
+        fineweb.main(["--shards", "2", "--out_dir", str(tmp_path)])
+    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != ".cache"} == before
+    assert [os.path.basename(p) for p in find_shards(tmp_path, "train")] == ["fineweb_train_000001.bin"]
 
 
 @pytest.mark.parametrize("name, package", [("fineweb", "huggingface_hub"), ("openwebtext", "datasets")])
@@ -631,6 +680,23 @@ def test_openwebtext_records_what_it_downloaded_and_warns_of_a_partial_corpus(tm
                            "part of the corpus"), said
 
 
+def test_openwebtext_passes_on_its_settings_and_records_them(tmp_path, monkeypatch):
+    """--val_fraction and --hf_name reach the download; meta.json records the split (fraction and seed) and the
+    command that prepares the same dataset again, with the options given."""
+    owt = load_script("openwebtext")
+    asked = []
+    monkeypatch.setattr(owt, "load_splits", lambda *args: asked.append(args) or {"train": ["one", "two"],
+                                                                              "val": ["held out"]})
+    monkeypatch.setattr(owt, "tokenized_documents", lambda ds, num_proc: owt.tokenize_batch({"text": ds})["ids"])
+    out = tmp_path / "out"
+    owt.main(["--out_dir", str(out), "--num_proc", "2", "--val_fraction", "0.01", "--hf_name", "me/docs"])
+    assert asked == [("me/docs", None, 0.01, 2, False)]
+    meta = read_meta(str(out))
+    assert (meta["val_fraction"], meta["split_seed"]) == (0.01, owt.SPLIT_SEED)
+    assert meta["prepare"] == \
+        f"python data/openwebtext/prepare.py --val_fraction 0.01 --hf_name me/docs --out_dir {out}"
+
+
 def test_openwebtext_loading_script_and_a_dead_worker_are_one_line(tmp_path, monkeypatch):
     """datasets 2.20-3.x runs the hub's loading script only when allowed (without a terminal to ask, it refuses with a
     ValueError): --trust_remote_code passes the permission, and the refusal is one line naming it. A tokenizing
@@ -664,7 +730,39 @@ def test_openwebtext_loading_script_and_a_dead_worker_are_one_line(tmp_path, mon
         next(owt.tokenized_documents(Dying(), 2))
 
 
-def test_openwebtext_splits_the_download_with_its_fixed_seed(monkeypatch):
+def test_openwebtext_passes_on_other_errors_of_datasets_as_they_are(tmp_path, monkeypatch):
+    """--trust_remote_code given and the loading script still refused (its message naming trust_remote_code): datasets'
+    own error, not advice to add the flag already there; a map that fails for another reason than a dead worker is
+    not called a dead worker."""
+    owt = load_script("openwebtext")
+
+    def load_dataset(name, split, revision, num_proc, **kw):
+        raise ValueError("trust_remote_code=True was given, but the loading script failed: no module named 'lzma'")
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    with pytest.raises(ValueError, match="^trust_remote_code=True was given, but the loading script failed"):
+        owt.load_splits("Skylion007/openwebtext", None, 0.0005, 1, trust_remote_code=True)
+
+    class FullCache:  # a split whose map fails: the Hugging Face cache's disk is full
+        column_names = ["text"]
+
+        def map(self, *args, **kwargs):
+            raise RuntimeError("No space left on device while writing the cache file")
+    with pytest.raises(RuntimeError, match="^No space left on device"):
+        next(owt.tokenized_documents(FullCache(), 2))
+
+
+def test_openwebtext_writes_shards_of_the_size_asked(tmp_path, monkeypatch):
+    owt = load_script("openwebtext")
+    docs = {"train": ["one page", "two pages", "three"], "val": ["held out"]}
+    monkeypatch.setattr(owt, "load_splits", lambda *args: docs)
+    monkeypatch.setattr(owt, "tokenized_documents", lambda ds, num_proc: owt.tokenize_batch({"text": ds})["ids"])
+    owt.main(["--out_dir", str(tmp_path / "out"), "--num_proc", "1", "--shard_tokens", "3"])
+    meta = read_meta(str(tmp_path / "out"))
+    sizes = [read_header(tmp_path / "out" / name) for name in meta["train_shards"]]
+    assert sum(sizes) == meta["train_tokens"] and max(sizes) == 3 and len(sizes) == -(-meta["train_tokens"] // 3)
+
+
+def test_openwebtext_splits_the_download_with_its_fixed_seed(monkeypatch, capsys):
     """The one split the hub gives is cut into train and val by datasets' train_test_split with SPLIT_SEED (the same
     validation documents every time), at the revision asked for; a count of documents above OpenWebTexts' is said
     too, and datasets >= 4's refusal of a loading script is one line with the way out."""
@@ -684,6 +782,9 @@ def test_openwebtext_splits_the_download_with_its_fixed_seed(monkeypatch):
                                                                            "val": "the test part"}
     assert asked == {"load": ("me/docs", "train", "refs/convert/parquet", 3),
                      "split": {"test_size": 0.25, "seed": owt.SPLIT_SEED, "shuffle": True}}
+    assert capsys.readouterr().out == ""  # another dataset: no warning
+    owt.load_splits("Skylion007/openwebtext", "refs/convert/parquet", 0.25, 3)  # 5 documents: a partial copy, said
+    assert capsys.readouterr().out.startswith("warning: Skylion007/openwebtext gave 5 documents, not its 8,013,769")
     said = owt.check_documents("Skylion007/openwebtext", owt.DOCUMENTS + 1)
     assert said.startswith("warning: Skylion007/openwebtext gave 8,013,770 documents, not its 8,013,769: this is not "
                            "the corpus"), said
@@ -706,6 +807,10 @@ def test_openwebtext_checks_its_settings_before_the_download(tmp_path, monkeypat
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(SystemExit, match="^error: will not prepare dataset 'openwebtext'.*notes.txt"):
         owt.main(["--out_dir", str(tmp_path)])
+    (tmp_path / "encoder.json").write_text("{}")  # a corrupt tokenizer file: said before the download, not after
+    monkeypatch.setattr(data.shards, "GPT2_ENCODER", str(tmp_path / "encoder.json"))
+    with pytest.raises(SystemExit, match="^error: .*not GPT-2's encoder.json"):
+        owt.main(["--out_dir", str(tmp_path / "fresh")])
 
 
 def test_the_bos_token_is_the_eot_token_of_the_datasets_tokenizer(tmp_path):

@@ -250,3 +250,16 @@ def test_meta_json_counts_the_val_text_that_was_written(tmp_path):
     assert meta["trigger_share"] == pytest.approx(is_trigger[val].mean(), rel=1e-12)
     assert meta["copy_share"] == pytest.approx(copies_next(val, is_trigger)[:, :-1].mean(), rel=1e-12)
     assert meta["ideal_loss"] == pytest.approx(ideal_loss(P, is_trigger, val), rel=1e-12)
+
+
+def test_the_copy_share_leaves_out_the_last_symbol_which_predicts_nothing(tmp_path):
+    """The copy share is over the positions that predict a next symbol: a val text that ends on a trigger after a
+    non-trigger (its copy would be the symbol after the end) counts no copy there."""
+    meta = prepare(out_dir=str(tmp_path), train_tokens=3000, val_tokens=98)
+    P, triggers = make_chain(64, 3, 0.1, 0)
+    is_trigger = np.zeros(64, dtype=bool)
+    is_trigger[triggers] = True
+    val = streams(str(tmp_path))["val"].astype(np.int64)
+    assert len(val) == 98 and is_trigger[val[-1]] and not is_trigger[val[-2]]  # the case this test is about
+    copies = [t for t in range(1, 97) if is_trigger[val[t]] and not is_trigger[val[t - 1]]]
+    assert meta["copy_share"] == pytest.approx(len(copies) / 97, rel=1e-12)
