@@ -662,13 +662,20 @@ def test_val_fraction_must_lie_between_0_and_1(tmp_path, val_fraction):
     assert not (tmp_path / "out").exists()
 
 
+def offline_openwebtext(monkeypatch, docs=None, asked=None):
+    """data/openwebtext/prepare.py with the download replaced by docs (asked collects load_splits' arguments) and
+    datasets' tokenizing map by the same tokenizer run in this process."""
+    owt = load_script("openwebtext")
+    docs = docs or {"train": ["one page", "two pages", "three"], "val": ["held out"]}
+    monkeypatch.setattr(owt, "load_splits", lambda *args: (asked.append(args) if asked is not None else None) or docs)
+    monkeypatch.setattr(owt, "tokenized_documents", lambda ds, num_proc: owt.tokenize_batch({"text": ds})["ids"])
+    return owt
+
+
 def test_openwebtext_records_what_it_downloaded_and_warns_of_a_partial_corpus(tmp_path, monkeypatch):
     """meta.json says which hub dataset and revision the shards came from and how many documents it gave; a default
     dataset with fewer documents than OpenWebText's (the hub's partial Parquet copy of a large dataset) is said."""
-    owt = load_script("openwebtext")
-    docs = {"train": ["one page", "two pages", "three"], "val": ["held out"]}
-    monkeypatch.setattr(owt, "load_splits", lambda *args: docs)
-    monkeypatch.setattr(owt, "tokenized_documents", lambda ds, num_proc: owt.tokenize_batch({"text": ds})["ids"])
+    owt = offline_openwebtext(monkeypatch)
     owt.main(["--out_dir", str(tmp_path / "out"), "--hf_revision", "refs/convert/parquet", "--num_proc", "1"])
     meta = read_meta(str(tmp_path / "out"))
     assert (meta["hf_name"], meta["hf_revision"], meta["hf_documents"]) == \
@@ -683,11 +690,8 @@ def test_openwebtext_records_what_it_downloaded_and_warns_of_a_partial_corpus(tm
 def test_openwebtext_passes_on_its_settings_and_records_them(tmp_path, monkeypatch):
     """--val_fraction and --hf_name reach the download; meta.json records the split (fraction and seed) and the
     command that prepares the same dataset again, with the options given."""
-    owt = load_script("openwebtext")
     asked = []
-    monkeypatch.setattr(owt, "load_splits", lambda *args: asked.append(args) or {"train": ["one", "two"],
-                                                                              "val": ["held out"]})
-    monkeypatch.setattr(owt, "tokenized_documents", lambda ds, num_proc: owt.tokenize_batch({"text": ds})["ids"])
+    owt = offline_openwebtext(monkeypatch, {"train": ["one", "two"], "val": ["held out"]}, asked)
     out = tmp_path / "out"
     owt.main(["--out_dir", str(out), "--num_proc", "2", "--val_fraction", "0.01", "--hf_name", "me/docs"])
     assert asked == [("me/docs", None, 0.01, 2, False)]
@@ -752,10 +756,7 @@ def test_openwebtext_passes_on_other_errors_of_datasets_as_they_are(tmp_path, mo
 
 
 def test_openwebtext_writes_shards_of_the_size_asked(tmp_path, monkeypatch):
-    owt = load_script("openwebtext")
-    docs = {"train": ["one page", "two pages", "three"], "val": ["held out"]}
-    monkeypatch.setattr(owt, "load_splits", lambda *args: docs)
-    monkeypatch.setattr(owt, "tokenized_documents", lambda ds, num_proc: owt.tokenize_batch({"text": ds})["ids"])
+    owt = offline_openwebtext(monkeypatch)
     owt.main(["--out_dir", str(tmp_path / "out"), "--num_proc", "1", "--shard_tokens", "3"])
     meta = read_meta(str(tmp_path / "out"))
     sizes = [read_header(tmp_path / "out" / name) for name in meta["train_shards"]]
