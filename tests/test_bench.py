@@ -493,3 +493,280 @@ def test_a_step_child_killed_by_a_signal_says_so(tmp_path, monkeypatch):
     assert child(-15) == "error: --step: the plain step was killed by signal 15 (SIGTERM)"
     assert child(1, "Traceback ...\nRuntimeError: boom\n") == \
         "error: --step: the plain step failed (exit code 1): Traceback ...\nRuntimeError: boom"
+
+
+def test_bench_key_values_that_would_mislead_or_crash_are_refused(monkeypatch):
+    """The rest of lab.bench's key checks, each one line: a negative --gqa, a --gqa that splits one head dim's heads
+    but not another's, --step_shape with a count or a size that is not four positive integers, --step_loss_chunk
+    below 0, --steps 0 (a division by zero after the work), --train alone without a GPU; and what is accepted:
+    a name given twice counts once, --step_modes=all is every mode, --warmup=0 is no warm-up."""
+    monkeypatch.setattr(bench, "cuda", False)
+    cases = [
+        (["--kernels", "--tiny", "--gqa=-2"], "--gqa=-2: give 0 (no GQA rows) or the number of query heads"),
+        # 32 heads of D=64 split into one group of 32, 16 heads of D=128 do not: the common divisors are 16's
+        (["--kernels", "--gqa=32"], "--gqa=32: --width=2048 and --head_dims=64,128 give 32, 16 query heads (H = "
+                                    "width / D), which do not split into groups of 32 (Hkv = H / gqa); give a divisor "
+                                    "of 16 (1, 2, 4, 8, 16), or 0 for no GQA rows"),
+        (["--step", "--step_shape=4,128,128,8,2"], "--step_shape=4,128,128,8,2: give four positive integers"),
+        (["--step", "--step_shape=4,128,128,0"], "--step_shape=4,128,128,0: give four positive integers"),
+        (["--step", "--step_loss_chunk=-1"], "--step_loss_chunk and --warmup must be at least 0"),
+        (["--step", "--steps=0"], "--rounds and --steps at least 1"),
+        (["--train"], "--train measure GPU speed and no CUDA GPU is visible here"),
+    ]
+    for flags, message in cases:
+        with pytest.raises(SystemExit) as stop:
+            bench.checked_keys(flags)
+        said = str(stop.value.code)
+        assert said.startswith("error: ") and message in said and "\n" not in said, (flags, said)
+    args = bench.checked_keys(["--train", "--tiny", "--variants=baseline,g1_headwise,baseline", "--backends=torch,torch",
+                               "--step_modes=all", "--warmup=0"])
+    assert args.variants == ("baseline", "g1_headwise") and args.backends == ("torch",) and args.warmup == 0
+    assert args.step_modes == tuple(bench.STEP_MODES)
+
+
+def test_a_step_config_that_model_py_refuses_is_one_line(tmp_path):
+    """--step_config whose model GPTConfig refuses (a ValueError, as a head width that does not divide): one line."""
+    config = tmp_path / "odd.py"
+    config.write_text("n_layer = 1\nn_head = 3\nn_embd = 64\nblock_size = 16\nbatch_size = 2\n")
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--step", f"--step_config={config}", f"--out_dir={tmp_path / 'res'}"])
+    said = str(stop.value.code)
+    assert said.startswith(f"error: --step_config={config}: ") and "n_embd=64 must be divisible by n_head=3" in said
+    assert "\n" not in said and not (tmp_path / "res").exists()
+
+
+def test_time_ms_times_the_call_in_milliseconds_and_compiles_outside_the_timing(monkeypatch):
+    """time_ms on a CPU: one call, timed, in ms; on a GPU: a first untimed call (Triton compiles and autotunes
+    there), then triton.testing.do_bench's median, with the inputs' gradients reset between its calls."""
+    import torch
+    import triton.testing
+    ms = bench.time_ms(lambda: time.sleep(0.05))
+    assert 45 <= ms < 2000, ms
+    events, grads = [], (torch.zeros(2, requires_grad=True),)
+
+    def do_bench(fn, **kwargs):
+        events.append(("do_bench", kwargs))
+        return 1.5
+    monkeypatch.setattr(bench, "cuda", True)
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    assert bench.time_ms(lambda: events.append("call"), grads=grads) == 1.5
+    assert events[0] == "call" and events[1][0] == "do_bench" and len(events) == 2
+    assert events[1][1]["return_mode"] == "median" and events[1][1]["grad_to_none"] == list(grads)
+
+
+@pytest.mark.skipif(kernels.triton_unavailable() is not None, reason="the fused kernel cannot run here")
+def test_each_kernel_provider_computes_the_attention_its_name_says():
+    """PROVIDERS: a '+gate' row computes the gated attention, the others attention without the gate (the timings
+    compare them under these names)."""
+    import torch
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, g = (torch.randn(1, 2, 16, 16, generator=gen) for _ in range(4))
+    gated, plain = kernels.attention_torch(q, k, v, g, True), kernels.attention_torch(q, k, v, None, True)
+    assert not torch.allclose(gated, plain, atol=1e-3)
+    for name, (fn, _, _) in bench.PROVIDERS.items():
+        torch.testing.assert_close(fn(q, k, v, g, True), gated if "gate" in name else plain, rtol=1e-4, atol=1e-4,
+                                   msg=name)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_kernel_rows_count_flops_the_flashattention_way_in_their_tables(causal, tmp_path, monkeypatch, capsys):
+    """--kernels' records and tables, with the timer replaced (each call's ms given): TFLOP/s = FLOPs / s / 1e12 with
+    forward 4*B*H*T^2*D, halved when causal, and forward+backward 3.5x that; each row's columns where the header says;
+    each fused provider timed under its own dQ mode, and the default mode restored after (--train after --kernels
+    in one command trains with it); the summary's faster dQ mode named."""
+    per_shape = [1.0, 4.0, 1.5, 6.0, 0.5, 2.0, 0.75, None, None]  # PROVIDERS' calls: 7 and 8 the fused fwd+bwd
+    calls, backwards = [0], []
+
+    def fake_time_ms(fn, grads=()):
+        shape, i = divmod(calls[0], len(per_shape))
+        calls[0] += 1
+        backwards.append(kernels.BACKWARD)
+        if i >= 7:  # the atomic dQ faster at even shapes, recompute at odd
+            return (3.0 if i == 7 else 2.5) if shape % 2 == 0 else (2.5 if i == 7 else 3.0)
+        return per_shape[i]
+    monkeypatch.setattr(bench, "time_ms", fake_time_ms)
+    kernels.choose_backward("atomic")  # not the default: the command ends with the default chosen
+    bench.main(["--kernels", "--tiny", "--gqa=2", f"--out_dir={tmp_path}"] + ([] if causal else ["--non_causal"]))
+    assert kernels.BACKWARD == kernels.DEFAULT_BACKWARD
+    data = json.load(open(tmp_path / "bench_kernels.json"))
+    md = (tmp_path / "bench_kernels.md").read_text()
+    records = data["records"]
+    assert len(records) == len(backwards) == 4 * len(per_shape) and calls[0] == len(records)
+    for r, backward in zip(records, backwards):
+        flops = 4 * r["B"] * r["H"] * r["T"] ** 2 * r["D"] * (0.5 if causal else 1) * (3.5 if r["mode"] == "fwd+bwd"
+                                                                                         else 1)
+        assert r["causal"] is causal and r["tflops"] == pytest.approx(flops / (r["ms"] / 1e3) / 1e12, rel=1e-3), r
+        assert r["B"] == 80 // r["T"]  # --tiny's B*T of 80
+        if r["provider"].startswith("triton"):
+            assert backward == ("atomic" if r["provider"].endswith("atomic-dq") else "recompute"), r
+        assert (f"\n| {r['D']} | {r['H']} | {r['Hkv']} | {r['T']} | {r['B']} | {r['provider']} | {r['mode']} | "
+                f"{r['ms']} | {r['tflops']} |") in md, r
+    assert f"causal={causal}, B*T = 80, H*D = 64" in md
+    for i, r in enumerate(data["summary"]):
+        assert r["best"] == bench.FUSED[i % 2 == 0]
+        assert (f"\n| 32 | 2 | {r['Hkv']} | {r['T']} | {r['B']} | 4.0 | 6.0 | {r['triton+gate']} | "
+                f"{r['triton+gate atomic-dq']} | {'atomic' if i % 2 == 0 else 'recompute'} | {sigs(6.0 / 2.5)} | "
+                f"{sigs(4.0 / 2.5)} | 2.0 |") in md, r
+    capsys.readouterr()
+
+
+def sigs(x):
+    return float(f"{x:.3g}")
+
+
+def test_train_timing_excludes_the_warm_up_and_reads_the_clock_after_a_sync(tmp_path, monkeypatch, capsys):
+    """bench_train as on a GPU (the tiny smoke test has no warm-up and one step), with a model made small and a
+    clock that one optimizer step moves by 1 s: the clock starts after the warm-up and a sync, stops after a sync
+    that follows the timed steps; ms/step, tokens/s and MFU are of one step; compiled runs first for
+    --compile=both; each record's model is built with its backend, loss_chunk and c_attn padding; the table's
+    columns are where its header says."""
+    import types
+
+    import probe
+    import torch
+    from model import GPT, GPTConfig
+    events, now, built = [], [0.0], []
+
+    def clock():
+        events.append("clock")
+        return now[0]
+
+    def step(*args):
+        real_step(*args)
+        events.append("step")
+        now[0] += 1.0
+    real_step = bench.optimizer_step
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(bench, "optimizer_step", step)
+    monkeypatch.setattr(bench, "sync", lambda: events.append("sync"))
+    monkeypatch.setattr(bench, "GPTConfig", lambda **kw: GPTConfig(**{**kw, "vocab_size": 64, "n_layer": 1,
+                                                                         "n_head": 2, "n_embd": 32}))
+    monkeypatch.setattr(bench, "GPT", lambda config: built.append(GPT(config)) or built[-1])
+    monkeypatch.setattr(bench, "estimate_mfu", lambda model, n, dt, seq_len: probe.estimate_mfu(
+        model, n, dt, seq_len=seq_len, peak=1e12))
+    monkeypatch.setattr(torch, "compile", lambda model, mode: model)
+    backends = ["torch"] + (["triton"] if kernels.triton_unavailable() is None else [])
+    args = bench.checked_keys(["--train", "--tiny", "--variants=baseline", f"--backends={','.join(backends)}",
+                               "--batch_size=2", "--block_size=16", "--warmup=2", "--steps=3", "--loss_chunk=8",
+                               "--pad_c_attn=64", f"--out_dir={tmp_path}"])
+    args.tiny = False  # the GPU's path: --warmup, --steps, --compile
+    session = bench.Session(args, "python -m lab.bench --train", "today", "cpu", torch.float32, ())
+    bench.bench_train(session)
+    data = json.load(open(tmp_path / "bench_train.json"))
+    md = (tmp_path / "bench_train.md").read_text()
+    records = data["records"]
+    assert [(r["compile"], r["backend"]) for r in records] == [(c, b) for c in (True, False) for b in backends]
+    one = ["step", "step", "sync", "clock", "step", "step", "step", "sync", "clock"]
+    assert events == one * len(records)
+    for r, model in zip(records, built):
+        assert r["ms_per_step"] == 1000.0 and r["tokens_per_s"] == 2 * 16, r
+        assert r["mfu"] == sigs4(probe.estimate_mfu(model, 2, 1.0, seq_len=16, peak=1e12))
+        assert model.config.attn_backend == r["backend"] and model.config.loss_chunk == 8
+        assert isinstance(model.transformer.h[0].attn.c_attn, bench.PaddedLinear)
+        assert (f"\n| baseline | {r['backend']} | {r['compile']} | 1000.0 | 32.0 | {r['mfu']} | – | {r['params']} |"
+                in md), md
+    assert "2 warm-up then 3 timed steps" in md
+    capsys.readouterr()
+
+
+def sigs4(x):
+    return float(f"{x:.4g}")
+
+
+def test_step_summary_takes_medians_ranges_and_each_rounds_own_plain_loop():
+    """step_summary over three rounds: the median ms/step and its range, the median page faults, the largest peak;
+    time vs plain the median of each round's ratio to that round's plain loop, peak vs plain the largest peak over
+    the plain loop's largest."""
+    def rec(rnd, mode, ms, faults, peak):
+        return dict(round=rnd, mode=mode, ms_per_step=ms, page_faults_per_step=faults, peak_mem_gb=peak)
+    records = [rec(1, "plain", 10.0, 100, 1.0), rec(1, "real", 5.0, 10, 0.5),
+               rec(2, "plain", 20.0, 300, 1.2), rec(2, "real", 30.0, 30, 0.9),
+               rec(3, "plain", 40.0, 200, 1.1), rec(3, "real", 8.0, 1000, 0.6)]
+    plain, real = bench.step_summary(records, ("plain", "real"))
+    assert plain == dict(mode="plain", rounds=3, ms_per_step=20.0, ms_min=10.0, ms_max=40.0, page_faults_per_step=200,
+                         peak_mem_gb=1.2, time_vs_plain=1.0, peak_vs_plain=1.0)
+    # ratios 0.5, 1.5, 0.2 (median 0.5); over the rounds' medians (8 / 20) or means it would differ
+    assert real == dict(mode="real", rounds=3, ms_per_step=8.0, ms_min=5.0, ms_max=30.0, page_faults_per_step=30,
+                        peak_mem_gb=0.9, time_vs_plain=0.5, peak_vs_plain=0.75)
+
+
+def test_bench_step_runs_the_rounds_alternating_and_passes_its_keys_to_each_child(tmp_path, monkeypatch, capsys):
+    """--step without a child's cost (subprocess.run answered here): each round runs every mode once, in order;
+    each child gets the parent's --step_shape, --step_loss_chunk, --warmup and --steps; the table's columns are
+    where its header says. A child that exits 0 without its record is one line, not a traceback."""
+    cmds = []
+
+    def run(cmd, **kwargs):
+        cmds.append(cmd)
+        child = bench.checked_keys(cmd[3:])
+        record = dict(mode=child.step_child, shape=list(child.step_shape), dtype="float32", loss_chunk=0,
+                      allocator_setting=False, params=1, ms_per_step=10.0 * len(cmds), tokens_per_s=3.0,
+                      page_faults_per_step=7, system_s_per_step=0.25, user_s_per_step=0.5, peak_mem_gb=0.125)
+        return subprocess.CompletedProcess(cmd, 0, "STEP_RECORD " + json.dumps(record) + "\n", "")
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    flags = ["--step", "--step_shape=2,64,32,4", "--step_loss_chunk=64", "--warmup=3", "--steps=5", "--rounds=2",
+             f"--out_dir={tmp_path}"]
+    bench.main(flags)
+    parent = bench.checked_keys(flags)
+    children = [bench.checked_keys(cmd[3:]) for cmd in cmds]
+    assert [(c.step_child) for c in children] == ["plain", "real", "plain", "real"]
+    for c in children:
+        assert (c.step_shape, c.step_loss_chunk, c.warmup, c.steps, c.tiny) == \
+            (parent.step_shape, 64, 3, 5, False)
+    md = (tmp_path / "bench_step.md").read_text()
+    data = json.load(open(tmp_path / "bench_step.json"))
+    assert [(r["round"], r["mode"], r["ms_per_step"]) for r in data["records"]] == [
+        (1, "plain", 10.0), (1, "real", 20.0), (2, "plain", 30.0), (2, "real", 40.0)]
+    assert "\n| 2 | real | float32 | 40.0 | 3.0 | 7 | 0.25 | 0.5 | 0.125 |" in md
+    assert "\n| real | 2 | 30.0 | 20.0–40.0 | 7 | 0.125 |" in md
+    capsys.readouterr()
+    monkeypatch.setattr(bench.subprocess, "run",
+                        lambda cmd, **kwargs: subprocess.CompletedProcess(cmd, 0, "no record\n", ""))
+    with pytest.raises(SystemExit) as stop:
+        bench.main(flags)
+    assert str(stop.value.code) == "error: --step: the plain step failed (exit code 0): no record"
+
+
+def test_time_step_records_each_mode_per_step_in_its_units(monkeypatch, capsys):
+    """time_step in this process for every STEP_MODES mode, with the clock and the process's counters given: ms/step
+    the median timed step in ms, page faults and CPU seconds per timed step (the warm-up not counted), the peak in
+    GB from Linux's KiB; the allocator setting, the dtype, the loss_chunk and train.py's optimizer step only where
+    the mode has them."""
+    import types
+
+    import cli
+    now, usage, opt_steps = [0.0], [], [0]
+
+    def clock():
+        now[0] += 0.125
+        return now[0]
+
+    def getrusage(who):
+        usage.append(who)
+        n = len(usage)  # before: 1, after: 2
+        return types.SimpleNamespace(ru_minflt=60 * n, ru_stime=0.5 * n, ru_utime=1.5 * n, ru_maxrss=2_000_000)
+
+    def counted(*args):
+        opt_steps[0] += 1
+        return real_step(*args)
+    real_step = bench.optimizer_step
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(bench, "resource", types.SimpleNamespace(getrusage=getrusage, RUSAGE_SELF=0))
+    monkeypatch.setattr(bench, "keep_freed_memory", lambda: True)
+    monkeypatch.setattr(bench, "optimizer_step", counted)
+    monkeypatch.setattr(bench.sys, "platform", "linux")
+    args = bench.checked_keys(["--step", "--warmup=1", "--steps=3"])
+    setup = (bench.shape_config((1, 32, 8, 2)), 2, "auto", 4096, "--step_shape")
+    for mode in bench.STEP_MODES:
+        usage.clear()
+        opt_steps[0] = 0
+        bench.time_step(args, setup, mode)
+        record = json.loads(capsys.readouterr().out.split("STEP_RECORD ", 1)[1])
+        assert record["mode"] == mode and record["shape"] == [1, 32, 8, 2]
+        assert record["ms_per_step"] == 125.0 and record["tokens_per_s"] == 2 * 8 / 0.125
+        assert record["page_faults_per_step"] == 20 and record["system_s_per_step"] == sigs4(0.5 / 3)
+        assert record["user_s_per_step"] == 0.5 and record["peak_mem_gb"] == sigs(2_000_000 * 1024 / 1e9)
+        assert record["allocator_setting"] == (mode not in ("plain", "real_no_setting")), mode
+        assert record["dtype"] == ("float32" if mode in ("plain", "real_fp32") else cli.autocast_for("cpu", "auto")[1])
+        assert record["loss_chunk"] == (0 if mode in ("plain", "real_plain_loss") else 4096), mode
+        assert opt_steps[0] == (0 if mode in ("plain", "real_no_clip") else 4), mode
