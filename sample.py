@@ -87,7 +87,7 @@ def load(c, dev):
             if enc.n_vocab > model.config.vocab_size and not (ckpt.get("tokenizer") or run.get("dataset")):
                 fail(f"{path} records no tokenizer and names no dataset, and its {model.config.vocab_size} token ids "
                      f"are fewer than GPT-2's {enc.n_vocab}: there is nothing to decode them with")
-            if enc.n_vocab > model.config.vocab_size:  # the dataset prepared again, with another tokenizer
+            elif enc.n_vocab > model.config.vocab_size:  # the dataset prepared again, with another tokenizer
                 fail(f"{path} was trained with {model.config.vocab_size} token ids, but its dataset's tokenizer now "
                      f"has {enc.n_vocab}: the dataset was prepared again with another tokenizer since. Prepare it "
                      "as it was, or sample from a run trained on it as it is")

@@ -67,8 +67,8 @@ import torch
 import torch.nn.functional as F
 
 import pretrained
-from lab.report import (ANALYSIS_FILES, RUN_SETTINGS, data_problem, finite_json, kept_of_other_run, load_windows,
-    log_start, markdown_table, places_text, pyplot, save_figure, windows_id)
+from lab.report import (ANALYSIS_FILES, data_problem, finite_json, kept_of_other_run, lacks_run_settings,
+    load_windows, log_start, markdown_table, places_text, pyplot, save_figure, windows_id)
 from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_checkpoint, no_checkpoint, read_jsonl,
     result_set, writable_folder, write_json, write_text)
 from data.shards import bos_token, dataset_fingerprint, read_meta, val_windows_apart
@@ -552,9 +552,9 @@ def load_run_checkpoint(path, device, reader="lab.analyze"):
     """(model, checkpoint) of train.py's checkpoint at path; a ValueError of one line where it lacks train.py's run
     settings, or its data is not here or has changed since it was trained (lab.report.data_problem)."""
     model, ckpt = load_checkpoint(path, device)
-    if "iter_num" not in ckpt or not set(RUN_SETTINGS) <= ckpt.get("config", {}).keys():
-        raise ValueError(f"{path} lacks train.py's run settings {RUN_SETTINGS}: python -m {reader} reads "
-                         "train.py's checkpoints")
+    problem = lacks_run_settings(path, ckpt.get("config", {}) if "iter_num" in ckpt else {}, reader)
+    if problem:
+        raise ValueError(problem)
     problem = data_problem(ckpt, eval_windows(ckpt)["data_dir"], path)
     if problem:
         raise ValueError(problem)

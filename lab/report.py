@@ -39,6 +39,14 @@ from runfolder import EVALUATED, LOG, atomic_write, describe_fingerprint_change,
 # -----------------------------------------------------------------------------
 # Tables, plots, and where results were measured (every lab script writes through these)
 
+def lacks_run_settings(path, config, reader):
+    """The one line lab.analyze, lab.outlier and lab.repro stop with where a checkpoint's training config lacks
+    RUN_SETTINGS (not train.py's checkpoint, or older than its settings); '' where it has them."""
+    if set(RUN_SETTINGS) <= config.keys():
+        return ""
+    return f"{path} lacks train.py's run settings {RUN_SETTINGS}: python -m {reader} reads train.py's checkpoints"
+
+
 def places_text(places):
     """Where results were measured, {"<device>, <date>": number of runs}, in words: the one place, or each with its
     runs (runs measured in an earlier session keep the place they were measured in)."""
@@ -189,8 +197,7 @@ def kept_of_other_run(run_dir, kept, name):
 # every file lab/analyze.py writes in its out_dir, as one set (runfolder.result_set); a report copies its figures
 ANALYSIS_FILES = ("summary.json", "summary.md", "per_window.npz", "layers.png", "gate_hist.png", "attn_maps.png",
                   "curves.png", "emergence.png")
-# what the lab reads from a checkpoint's training config (train.py writes all of them): lab.analyze and lab.repro
-# refuse a checkpoint without them in one line
+# what the lab reads from a checkpoint's training config (train.py writes all of them; lacks_run_settings)
 RUN_SETTINGS = ("dataset", "batch_size", "eval_iters", "gradient_accumulation_steps", "learning_rate", "max_iters")
 EVALUATE_DIR = "evaluate"  # lab/evaluate.py's output for the report, under the report's folder (lab.repro evaluate)
 
@@ -228,9 +235,9 @@ PAPERS_SAY = (
     "tokens with YaRN; all lose some accuracy within 32k, the gated ones less, and past 32k the gated model scores far"
     " higher on RULER (66.6 and 58.8 against the baseline's 37.5 and 31.7, at 64k and 128k); GA suggests, as one "
     "possible explanation, that the baseline's sink, tuned to the trained RoPE, does not adapt to the rescaled one. "
-    "Streaming: StreamingLLM (Xiao et al. 2024) finds that a sliding window fails once the first tokens leave it and works again when 4 are kept; "
-    "neither paper measures whether a sink-free gated model needs no such tokens: the streaming rows here are this "
-    "project's measurement of it.")
+    "Streaming: StreamingLLM (Xiao et al. 2024) finds that a sliding window fails once the first tokens leave it and "
+    "works again when 4 are kept; neither paper measures whether a sink-free gated model needs no such tokens: the "
+    "streaming rows here are this project's measurement of it.")
 
 
 def headline(r):

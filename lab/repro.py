@@ -120,9 +120,9 @@ import torch
 
 from data import prepare_if_missing
 from data.shards import find_shards
-from lab.report import (ANALYSIS_FILES, EVALUATE_DIR, RUN_SETTINGS, comparison, evaluate_section, grew_sink_head,
-    kept_of_other_run, load_windows, older_sink_share, over_seeds, over_variant, paper_effect, plot_headline, plot_sweep, plot_trends,
-    render_report, windows_id)
+from lab.report import (ANALYSIS_FILES, EVALUATE_DIR, comparison, evaluate_section, grew_sink_head, kept_of_other_run,
+    lacks_run_settings, load_windows, older_sink_share, over_seeds, over_variant, paper_effect, plot_headline,
+    plot_sweep, plot_trends, render_report, windows_id)
 from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
     size_word)
 from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
@@ -1104,9 +1104,9 @@ def run_settings(root, variant, seed):
     except ValueError as e:
         fail(str(e))
     if state is not None:
-        if not set(RUN_SETTINGS) <= state[2].keys():  # not train.py's checkpoint, or older than its settings
-            fail(f"{os.path.join(folder, CHECKPOINT)} lacks train.py's run settings {RUN_SETTINGS}: python -m "
-                 "lab.repro reads train.py's checkpoints")
+        problem = lacks_run_settings(os.path.join(folder, CHECKPOINT), state[2], "lab.repro")
+        if problem:
+            fail(problem)
         return state[2]
     with open(os.path.join(folder, MEASURED + ".json")) as f:  # (trained_runs checked that it reads)
         return json.load(f)["train_config"]

@@ -129,8 +129,8 @@ def _prepare(out_dir, vocab, triggers, alpha, seed, train_tokens, val_tokens, co
                          trigger_share=float(sum(is_trigger[w].sum() for w in written) / val_tokens),
                          copy_share=float(sum(copies_next(w, is_trigger)[:, :-1].sum() for w in written) / predicting),
                          ideal_loss=sum(ideal_loss(P, is_trigger, w) * (w.shape[1] - 1) for w in written) / predicting)
-    print(f"wrote {meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens of Bigram-Backcopy to {out_dir}: "
-          f"triggers {', '.join(f's{t}' for t in trigger_ids)} ({meta['trigger_share']:.1%} of positions; a copy "
+    print(f"wrote {meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens of Bigram-Backcopy to "
+          f"{out_dir}: triggers {', '.join(f's{t}' for t in trigger_ids)} ({meta['trigger_share']:.1%} of positions; a copy "
           f"follows at {meta['copy_share']:.1%}), ideal loss {meta['ideal_loss']:.3f} nats", flush=True)
     return meta
 
