@@ -881,13 +881,16 @@ def restore_runs(root, report_dir, settings):
     count it), and its command joins commands.jsonl. A kept run trained otherwise is named and left out."""
     kept = os.path.join(report_dir, RUNS_DIR)
     restored, seeds, otherwise = [], {}, []  # seeds: variant -> the seeds restored; otherwise: the others' commands
-    for r in kept_records(report_dir):
+    runs = [(r, read_jsonl(os.path.join(run_dir(kept, r["variant"], r["seed"]), COMMAND)))  # [] where none was kept
+            for r in kept_records(report_dir)]
+    # in the order they were trained (their last command's date): commands.jsonl as the sessions wrote it, so that a
+    # report drawn again writes the commands.jsonl it keeps
+    for r, command in sorted(runs, key=lambda run: run[1][-1].get("date", "") if run[1] else ""):
         v, seed = r["variant"], r["seed"]
         source, target = run_dir(kept, v, seed), run_dir(root, v, seed)
         if os.path.exists(target):
             continue
         off = differences(settings, r["train_config"], v)
-        command = read_jsonl(os.path.join(source, COMMAND))  # [] where none was kept
         wanted = settings.get("max_iters", 0)
         if off or not run_done(source, command, wanted):  # an unfinished run cannot resume without its checkpoint
             why = f"it was trained with {', '.join(off)}" if off else \

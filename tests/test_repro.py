@@ -2392,3 +2392,65 @@ def test_data_other_than_the_kept_runs_names_the_python_and_packages_they_were_p
     assert message.startswith(f"error: {data}/ is not the data that baseline seed 1337 (kept from NVIDIA H200)")
     assert f"run by Python 3.12.3 in an environment holding exactly the packages {kept_from}/corpus-packages.txt " \
         "lists" in message and "\n" not in message
+
+
+# ----------------------------------------------------------------------------
+# The committed reports are what the project's code draws from the runs they keep
+
+REDRAW = {  # the commands that draw each committed report again from the runs it keeps: no GPU, no corpus
+    "sink_lab": (["restore", "--study=sink_lab"], ["report", "--study=sink_lab", "--report_dir=results/sink_lab"]),
+    "repro": (["restore", "--config=config/repro_sink.py"],
+              ["evaluate", "--config=config/repro_sink.py", "--report_dir=results/repro", "--windows=32"],
+              ["report", "--config=config/repro_sink.py", "--report_dir=results/repro"]),
+}
+
+
+def without_figures(text):
+    """REPORT.md up to the line of the command that drew it, without the figures' lines: what matplotlib and the
+    Python it ran under do not change."""
+    head = re.sub(r"^!\[[^\]]*\]\([^)]*\.png\)$", "", text[:text.index("\nThis report: `")], flags=re.M)
+    return re.sub(r"\n{3,}", "\n\n", head)
+
+
+def without_plots(data):
+    return {key: value for key, value in data.items() if key != "plots"}  # (the figures' names: none drawn here)
+
+
+@pytest.mark.parametrize("study", REDRAW)
+def test_the_committed_reports_are_what_their_kept_runs_draw(tmp_path, study):
+    """Every number of a committed report comes from the project's scripts: drawn again from the runs it keeps, by
+    the commands docs/study.md gives, in a folder of its own and where matplotlib is missing (no figure drawn: the
+    fast path), each file is the committed one, word for word and number for number, the figures left out. A change
+    to what a report says (its measures, rule or wording) fails here until the committed reports are drawn again."""
+    committed = os.path.join(REPO, "results", study)
+    if not os.path.isdir(os.path.join(committed, "runs")):
+        pytest.skip(f"results/{study}/ keeps no runs here")
+    stub = tmp_path / "no-matplotlib" / "matplotlib"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("raise ImportError('left out: this test draws no figure')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stub.parent), REPO])}
+    work = tmp_path / "work"
+    work.mkdir()
+    for step in REDRAW[study]:
+        out = subprocess.run([sys.executable, "-m", "lab.repro", *step], cwd=work, env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "no plots" in out.stdout or step[0] == "restore", out.stdout  # (the stub was taken for matplotlib)
+    drawn = work / "results" / study
+    again = " && ".join(shlex.join(["python", "-m", "lab.repro", *step]) for step in REDRAW[study])
+    stale = f"results/{study}/ is not what its kept runs draw now: draw it again (`{again}`) and commit it"
+    files = sorted(str(p.relative_to(drawn)) for p in drawn.rglob("*") if p.is_file() and p.name != ".lock")
+    kept = sorted(os.path.relpath(p, committed) for p in glob.glob(os.path.join(committed, "runs", "**", "*"),
+                                                                     recursive=True) if os.path.isfile(p))
+    assert kept and kept == [f for f in files if f.startswith("runs" + os.sep)], stale  # every kept run, no other
+    assert {"REPORT.md", "summary.json", "summary.md", "commands.jsonl"} <= set(files), files
+    for name in files:
+        path = os.path.join(committed, name)
+        assert os.path.isfile(path), f"{stale}: it lacks {name}"
+        if name.endswith("REPORT.md"):
+            theirs, ours = (without_figures(open(p, encoding="utf-8").read()) for p in (path, drawn / name))
+        elif name.endswith(".json"):
+            theirs, ours = (without_plots(json.load(open(p))) for p in (path, drawn / name))
+        else:
+            theirs, ours = open(path, "rb").read(), (drawn / name).read_bytes()
+        assert ours == theirs, f"{stale}: {name} differs"
