@@ -524,24 +524,58 @@ def test_no_page_keeps_a_placeholder_for_a_figure():
     assert PLACEHOLDER.findall("ten seeds of your own, SEEDS10 |") == ["SEEDS10"]
 
 
-@pytest.mark.parametrize("folder", ["sink_lab/unseen-seeds", "tutorial/unseen-seeds", "tutorial/lr-sweep",
-                                    "tutorial/lr-sweep-12-layers"])
+FENCE = re.compile(r"```(\w*)\n(.*?)```", re.S)
+DATED = re.compile(r"\s*Printed \(\d{4}-\d\d-\d\d\):\s*")
+
+
+def python_blocks(text):
+    """(code, printed, dated) for each python block of a page: printed is the ```text block right after it (None where
+    there is none: a figure's block), dated whether 'Printed (date):' stands between the two."""
+    blocks = list(FENCE.finditer(text))
+    out = []
+    for block, after in zip(blocks, blocks[1:] + [None]):
+        if block.group(1) == "python":
+            gap = text[block.end():after.start()] if after else ""
+            pair = after is not None and after.group(1) == "text" and (not gap.strip() or DATED.fullmatch(gap))
+            out.append((block.group(2), after.group(2) if pair else None, bool(pair and gap.strip())))
+    return out
+
+
+RESULTS_PAGES = sorted(glob.glob(os.path.join(REPO, "results", "**", "README.md"), recursive=True))
+PRINTING = [os.path.relpath(os.path.dirname(path), os.path.join(REPO, "results")) for path in RESULTS_PAGES
+            if any(printed is not None for _, printed, _ in python_blocks(read(path)))]
+
+
+def test_every_script_of_a_results_page_shows_when_it_printed_what_it_shows():
+    """A python block of results/ followed by its output says 'Printed (date):' between them; the test below runs
+    every such block again."""
+    assert {"sink_lab/unseen-seeds", "sink_lab/high-lr", "sink_lab/norms", "tutorial/lr-sweep"} <= set(PRINTING)
+    undated = [os.path.relpath(path, REPO) for path in RESULTS_PAGES
+               if any(printed is not None and not dated for _, printed, dated in python_blocks(read(path)))]
+    assert not undated, f"a python block's output without its 'Printed (YYYY-MM-DD):' line: {undated}"
+    assert python_blocks("```python\nprint(1)\n```\n\nPrinted (2026-01-02):\n\n```text\n1\n```\n"
+                         "```python\nx = 2\n```\nprose\n```text\nshown\n```\n") == [
+        ("print(1)\n", "1\n", True), ("x = 2\n", None, False)]
+
+
+@pytest.mark.parametrize("folder", PRINTING)
 def test_the_seed_checks_numbers_are_what_their_script_prints(folder, tmp_path):
-    """results/<folder>/README.md shows a script and what it printed from the committed summaries: run again, it
-    prints the same (a summary drawn again, or a number edited by hand, would differ). A second python block, where
-    there is one, draws the page's figure from the same numbers: run after the first, into a temporary folder."""
-    text = open(os.path.join(REPO, "results", folder, "README.md"), encoding="utf-8").read()
-    script, *figure = re.findall(r"```python\n(.*?)```", text, re.S)
-    printed = re.search(r"Printed \(\d{4}-\d\d-\d\d\):\n\n```text\n(.*?)```", text, re.S).group(1)
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
-                            env=dict(os.environ, PYTHONPATH=REPO))
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == printed
-    if figure:
-        drawn = figure[0].replace(f'"results/{folder}"', repr(str(tmp_path)))
-        assert drawn != figure[0], f"the figure block of results/{folder}/README.md draws into another folder"
-        result = subprocess.run([sys.executable, "-c", script + drawn], cwd=REPO, capture_output=True, text=True,
-                                timeout=120, env=dict(os.environ, PYTHONPATH=REPO, MPLBACKEND="Agg"))
+    """results/<folder>/README.md shows scripts and what they printed from the committed summaries and logs: run
+    again, each prints the same (a summary drawn again, or a number edited by hand, would differ). A python block
+    with no output after it draws the page's figure from the same numbers: run after the first, into a temporary
+    folder."""
+    blocks = python_blocks(open(os.path.join(REPO, "results", folder, "README.md"), encoding="utf-8").read())
+    for code, printed, _ in blocks:
+        if printed is not None:
+            result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                                    timeout=120, env=dict(os.environ, PYTHONPATH=REPO))
+            assert result.returncode == 0, result.stderr
+            assert result.stdout == printed
+            continue
+        drawn = code.replace(f'"results/{folder}"', repr(str(tmp_path)))
+        assert drawn != code, f"the figure block of results/{folder}/README.md draws into another folder"
+        result = subprocess.run([sys.executable, "-c", blocks[0][0] + drawn], cwd=REPO, capture_output=True,
+                                text=True, timeout=120, env=dict(os.environ, PYTHONPATH=REPO, MPLBACKEND="Agg"))
         assert result.returncode == 0, result.stderr
         assert [name for name in os.listdir(tmp_path) if name.endswith(".png")], result.stdout
 
