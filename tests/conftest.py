@@ -153,6 +153,41 @@ def sink_lab_runs(tmp_path_factory):
     return str(root)
 
 
+PREPARED = (".bin", "meta.json", "packages.txt", ".cache", ".prepare.lock")  # what preparing a dataset leaves in data/
+
+
+@pytest.fixture(scope="session")
+def drawing_checkout(tmp_path_factory):
+    """(a checkout, an environment) to draw the committed results again in, as on a fresh clone where the sink lab's
+    task was prepared (python data/bigram_backcopy/prepare.py) and no other dataset was: the repository's files
+    linked, not copied, without run folders or prepared data, then the task generated (about 1 s). The environment
+    puts the checkout first on PYTHONPATH, and before it a matplotlib that cannot be imported: the scripts then skip
+    their figures (how they are drawn where matplotlib is missing), the slow part, and the numbers are the same."""
+    root = tmp_path_factory.mktemp("drawing")
+    checkout, stub = root / "checkout", root / "no-matplotlib" / "matplotlib"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("raise ImportError('left out: the figures are not drawn here')\n")
+    checkout.mkdir()
+    for name in os.listdir(REPO):
+        if name not in (".git", "data", "__pycache__", ".pytest_cache") and not name.startswith("out"):
+            os.symlink(os.path.join(REPO, name), checkout / name)
+    (checkout / "data").mkdir()
+    for name in os.listdir(os.path.join(REPO, "data")):
+        source = os.path.join(REPO, "data", name)
+        if not os.path.isdir(source) or name == "gpt2_bpe":  # (the tokenizer's files, not a dataset)
+            os.symlink(source, checkout / "data" / name)
+            continue
+        (checkout / "data" / name).mkdir()
+        for file in os.listdir(source):
+            if not file.endswith(PREPARED) and file != "__pycache__":
+                os.symlink(os.path.join(source, file), checkout / "data" / name / file)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stub.parent), str(checkout)])}
+    done = subprocess.run([sys.executable, os.path.join("data", "bigram_backcopy", "prepare.py")], cwd=checkout,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return checkout, env
+
+
 def change_a_token(data_dir):
     """data_dir's first val shard with one token changed to another token of the text: the dataset prepared again in
     place, as a re-run with another seed would, at the cost of one write."""

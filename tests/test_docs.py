@@ -8,12 +8,15 @@ exists; and no tracked file points outside the project.
 
 import ast
 import glob
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import lab.variants as variants
@@ -578,6 +581,55 @@ def test_the_seed_checks_numbers_are_what_their_script_prints(folder, tmp_path):
                                 text=True, timeout=120, env=dict(os.environ, PYTHONPATH=REPO, MPLBACKEND="Agg"))
         assert result.returncode == 0, result.stderr
         assert [name for name in os.listdir(tmp_path) if name.endswith(".png")], result.stdout
+
+
+ANALYSES = [(os.path.relpath(path, REPO), block) for path in RESULTS_PAGES  # a page's command that drew its folder
+            for block in re.findall(r"```bash\n(.*?)```", read(path), re.S)
+            if "-m lab.analyze " in block and "--out_dir=$D" in block]
+
+
+def analysis_as_measured(summary):
+    """lab.analyze's summary.json without what the machine that drew it decides: the day (test_repro.as_measured),
+    where the data's folder was (each run's eval_windows name it by its absolute path) and whether the data was
+    there (the notes that kept measurements were checked against each other, not against the data)."""
+    from test_repro import as_measured
+    return {**as_measured(summary), "validation": {k: v for k, v in summary["validation"].items() if k != "data_notes"},
+            "runs": [{**r, "eval_windows": {**r["eval_windows"], "data_dir": os.path.basename(r["eval_windows"]
+                                                                                              ["data_dir"])}}
+                     if "eval_windows" in r else r for r in summary["runs"]]}
+
+
+def without_data_notes(table):
+    """lab.analyze's summary.md without the notes its first line ends with where the data was not there."""
+    first, _, rest = table.partition("\n")
+    return re.sub(r" Note: .*$", "", first) + "\n" + rest
+
+
+def test_the_committed_analyses_are_found():
+    folders = [re.search(r"^D=(\S+)$", block, re.M).group(1) for _, block in ANALYSES]
+    assert {"results/sink_lab/unseen-seeds", "results/sink_lab/high-lr", "results/tutorial/lr-sweep",
+            "results/tutorial/lr-sweep/fp32"} <= set(folders) and len(set(folders)) == len(folders), folders
+
+
+@pytest.mark.parametrize("page, block", ANALYSES, ids=[re.search(r"^D=(\S+)$", b, re.M).group(1) for _, b in ANALYSES])
+def test_the_committed_analyses_are_what_their_pages_command_draws(page, block, tmp_path, drawing_checkout):
+    """A folder of results/ that lab.analyze drew from the runs it keeps (runs/<run>/: their logs and measurements)
+    is what the command its page shows draws now, in a fresh checkout and without the figures: summary.json and
+    summary.md (but for the day and the machine they were drawn on) and per_window.npz."""
+    checkout, env = drawing_checkout
+    folder = re.search(r"^D=(\S+)$", block, re.M).group(1)
+    script = re.sub(r"(^|\s)python -m ", rf"\1{shlex.quote(sys.executable)} -m ", block, flags=re.M)
+    out = subprocess.run(["bash", "-e", "-c", script.replace("--out_dir=$D", f"--out_dir={tmp_path}")],
+                         cwd=checkout, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    stale = f"{folder}/ is not what {page}'s command draws now: run it again (in the repository's root) and commit it"
+    with open(os.path.join(REPO, folder, "summary.json")) as f, open(tmp_path / "summary.json") as g:
+        assert analysis_as_measured(json.load(g)) == analysis_as_measured(json.load(f)), f"{stale}: summary.json"
+    assert without_data_notes(read(tmp_path / "summary.md")) == \
+        without_data_notes(read(os.path.join(REPO, folder, "summary.md"))), f"{stale}: summary.md differs"
+    with np.load(os.path.join(REPO, folder, "per_window.npz")) as theirs, np.load(tmp_path / "per_window.npz") as ours:
+        assert sorted(ours.files) == sorted(theirs.files) and theirs.files, stale
+        assert all(np.array_equal(ours[k], theirs[k]) for k in theirs.files), f"{stale}: per_window.npz differs"
 
 
 def test_the_readme_timing_script_runs_the_readmes_commands_and_keeps_what_they_report(tmp_path):

@@ -2405,30 +2405,37 @@ REDRAW = {  # the commands that draw each committed report again from the runs i
 }
 
 
+DRAWN_ON = re.compile(r"(Drawn by [^\n]*? on )\d{4}-\d\d-\d\d")  # the day a page was drawn, not measured
+
+
+def as_drawn_any_day(text):
+    return DRAWN_ON.sub(r"\1<the day drawn>", text)
+
+
 def without_figures(text):
-    """REPORT.md up to the line of the command that drew it, without the figures' lines: what matplotlib and the
-    Python it ran under do not change."""
+    """REPORT.md up to the line of the command that drew it, without the figures' lines and the day it was drawn:
+    what matplotlib, the Python it ran under and the calendar do not change."""
     head = re.sub(r"^!\[[^\]]*\]\([^)]*\.png\)$", "", text[:text.index("\nThis report: `")], flags=re.M)
-    return re.sub(r"\n{3,}", "\n\n", head)
+    return as_drawn_any_day(re.sub(r"\n{3,}", "\n\n", head))
 
 
-def without_plots(data):
-    return {key: value for key, value in data.items() if key != "plots"}  # (the figures' names: none drawn here)
+def as_measured(summary):
+    """A summary.json without the figures' names (none are drawn here) and the day it was drawn ("date"; the days its
+    runs were measured stay)."""
+    return {key: value for key, value in summary.items() if key not in ("plots", "date")}
 
 
 @pytest.mark.parametrize("study", REDRAW)
-def test_the_committed_reports_are_what_their_kept_runs_draw(tmp_path, study):
+def test_the_committed_reports_are_what_their_kept_runs_draw(tmp_path, study, drawing_checkout):
     """Every number of a committed report comes from the project's scripts: drawn again from the runs it keeps, by
-    the commands docs/study.md gives, in a folder of its own and where matplotlib is missing (no figure drawn: the
-    fast path), each file is the committed one, word for word and number for number, the figures left out. A change
-    to what a report says (its measures, rule or wording) fails here until the committed reports are drawn again."""
-    committed = os.path.join(REPO, "results", study)
+    the commands docs/study.md gives, in a checkout as fresh as the one that drew it (conftest's drawing_checkout: the
+    sink lab's task prepared, no other data) and where matplotlib is missing (no figure drawn: the fast path), each
+    file is the committed one, word for word and number for number, the figures left out. A change to what a report
+    says (its measures, rule or wording) fails here until the committed reports are drawn again."""
+    checkout, env = drawing_checkout
+    committed = os.path.join(checkout, "results", study)
     if not os.path.isdir(os.path.join(committed, "runs")):
         pytest.skip(f"results/{study}/ keeps no runs here")
-    stub = tmp_path / "no-matplotlib" / "matplotlib"
-    stub.mkdir(parents=True)
-    (stub / "__init__.py").write_text("raise ImportError('left out: this test draws no figure')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stub.parent), REPO])}
     work = tmp_path / "work"
     work.mkdir()
     for step in REDRAW[study]:
@@ -2450,7 +2457,9 @@ def test_the_committed_reports_are_what_their_kept_runs_draw(tmp_path, study):
         if name.endswith("REPORT.md"):
             theirs, ours = (without_figures(open(p, encoding="utf-8").read()) for p in (path, drawn / name))
         elif name.endswith(".json"):
-            theirs, ours = (without_plots(json.load(open(p))) for p in (path, drawn / name))
+            theirs, ours = (as_measured(json.load(open(p))) for p in (path, drawn / name))
+        elif name.endswith(".md"):
+            theirs, ours = (as_drawn_any_day(open(p, encoding="utf-8").read()) for p in (path, drawn / name))
         else:
             theirs, ours = open(path, "rb").read(), (drawn / name).read_bytes()
         assert ours == theirs, f"{stale}: {name} differs"
