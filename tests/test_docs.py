@@ -593,10 +593,11 @@ def analysis_as_measured(summary):
     where the data's folder was (each run's eval_windows name it by its absolute path) and whether the data was
     there (the notes that kept measurements were checked against each other, not against the data)."""
     from test_repro import as_measured
-    return {**as_measured(summary), "validation": {k: v for k, v in summary["validation"].items() if k != "data_notes"},
-            "runs": [{**r, "eval_windows": {**r["eval_windows"], "data_dir": os.path.basename(r["eval_windows"]
-                                                                                              ["data_dir"])}}
-                     if "eval_windows" in r else r for r in summary["runs"]]}
+    validation = {k: v for k, v in summary["validation"].items() if k != "data_notes"}
+    runs = [r if "eval_windows" not in r else
+            {**r, "eval_windows": {**r["eval_windows"], "data_dir": os.path.basename(r["eval_windows"]["data_dir"])}}
+            for r in summary["runs"]]
+    return {**as_measured(summary), "validation": validation, "runs": runs}
 
 
 def without_data_notes(table):
