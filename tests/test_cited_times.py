@@ -1,0 +1,400 @@
+"""
+The times the pages state (docs/timings.md above all, the README, TUTORIAL.md, docs/sink_lab.md, the exercises'
+TEACHERS.md and the results pages) are the committed timing pages' own: each test here reads a figure off the page
+that measured it (results/timings/*.md, which tests/time_readme.py, time_suite.py and time_sharing.py printed;
+results/tutorial/README.md's tables, which tests/time_tutorial.py printed; results/bench_step/; the studies'
+commands.jsonl and console output) and asserts that the page states it in its own words. A figure typed by hand, or
+a timing page replaced by another, fails here. Where a page rounds a time into minutes ("4.5 to 5 minutes"), the
+test accepts what that wording implies: a figure with a tenth (1.3) within 0.05 minutes of the measured one, a whole
+or half minute (5, 2.5) within a quarter of a minute. The times that no committed page holds (timed by hand, read
+off output that was not kept; docs/timings.md says which) are left out. The helpers are
+tests/test_cited_figures_lab.py's.
+"""
+
+import functools
+import os
+import re
+import statistics
+
+from test_cited_figures_docs import bench_step
+from test_cited_figures_lab import FRACTION, WORDS, load, squash
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
+TIMINGS = "docs/timings.md"
+
+
+@functools.cache
+def text(path):
+    """A file of the repository, as it is."""
+    with open(os.path.join(REPO, path), encoding="utf-8") as f:
+        return f.read()
+
+
+def page(path):
+    """A page of the repository, squashed: its prose as one line."""
+    return squash(text(path))
+
+
+def says(path, *texts):
+    """Assert that the page states each text, naming those it lacks."""
+    missing = [t for t in texts if t not in page(path)]
+    assert not missing, f"{path} does not state, as the committed timing pages give it: {missing}"
+
+
+def stated(path, pattern):
+    """The figures a page states where the pattern (its words, the figures as groups) matches, as floats."""
+    m = re.search(pattern, page(path))
+    assert m, f"{path} no longer says {pattern!r}"
+    return [float(x) for x in m.groups()]
+
+
+def about(minutes, seconds):
+    """Whether a figure in minutes states the seconds within the rounding its wording implies: a tenth (1.3) to
+    0.05 minutes, a whole or half minute (5, 2.5) to a quarter of a minute."""
+    return abs(minutes - seconds / 60) <= (0.25 if (minutes * 2).is_integer() else 0.05) + 1e-9
+
+
+def min_s(seconds):
+    """'10 min 58 s', as the pages (and tests/time_suite.py) write a duration."""
+    seconds = round(seconds)
+    return f"{seconds // 60} min {seconds % 60} s"
+
+
+# -----------------------------------------------------------------------------
+# results/timings/: the README's commands, by tests/time_readme.py (docs/timings.md, results/timings/README.md,
+# the README, docs/sink_lab.md, TUTORIAL.md §2, TEACHERS.md)
+
+def readme_page(name):
+    """A tests/time_readme.py page: each command's seconds by its order, and train.py's 'done:' lines."""
+    body = text(f"results/timings/{name}.md")
+    rows = re.findall(r"^\| [^|]+ \| `([^`]+)` \| ([\d.]+) \| 0 \|$", body, re.MULTILINE)
+    done = re.findall(r"^(done: (\d+) iterations in (\d+) s, .*)$", body, re.MULTILINE)
+    assert len(rows) == 5 and len(done) == 3, name
+    return {"setup": float(rows[0][1]), "main": float(rows[1][1]), "baseline": float(rows[2][1]),
+            "g1": float(rows[3][1]), "analysis": float(rows[4][1]), "done": done}
+
+
+def printed(line, key):
+    """A figure train.py's last line printed, as it printed it ('val loss 3.5723')."""
+    return re.search(rf"[ (,]{re.escape(key)} ([\d.]+)", line)[1]
+
+
+XEON = {"bf16": ("intel-xeon-2-cores-2026-11-30-0ea438f", "intel-xeon-2-cores-2026-11-30-14feb5b"),
+        "no_bf16": ("intel-xeon-2-cores-2026-11-30-0ea438f-no-bf16", "intel-xeon-2-cores-2026-11-30-14feb5b-no-bf16")}
+
+
+def test_the_main_jobs_times_are_time_readmes_pages():
+    rows = {"bf16": "| with its bf16 (AMX) | bf16 autocast |",
+            "no_bf16": "| as a CPU without bf16 (AVX2, fp32) | fp32 |"}
+    wall = {}
+    for kind, names in XEON.items():
+        pages = [readme_page(n) for n in names]
+        wall[kind] = [p["main"] for p in pages]
+        loop = [p["done"][0][2] for p in pages]
+        line = pages[0]["done"][0][0]
+        assert len({p["done"][0][0].split(" val loss ")[1] for p in pages}) == 1  # "each run printed the same numbers"
+        numbers = " | ".join(printed(line, k) for k in ("val loss", "F-Attn", "sink heads", "M-Act", "gate mean",
+                                                          "gate < 0.1"))
+        loops = f"{loop[0]} s and {loop[1]} s for the 300 iterations, the rest preparing the data" \
+            if kind == "bf16" else f"{loop[0]} s, {loop[1]} s"
+        says(TIMINGS, f"{rows[kind]} {wall[kind][0]:.0f} s, {wall[kind][1]:.0f} s ({loops}) | {numbers} |")
+    says("results/timings/README.md", f"(the main job {wall['bf16'][0]:.0f} s and {wall['bf16'][1]:.0f} s with bf16, "
+                                      f"{wall['no_bf16'][0]:.0f} s both times without)")
+    assert round(wall["no_bf16"][0]) == round(wall["no_bf16"][1])
+    halves = {kind: round(statistics.mean(w) / 60 * 2) / 2 for kind, w in wall.items()}
+    spoken = {2.0: "two", 2.5: "two and a half"}
+    says("README.md", f"it takes about {spoken[halves['bf16']]} minutes where the CPU computes bf16 and "
+                      f"{spoken[halves['no_bf16']]} where it does not")
+    commands = [round(sum(v for k, v in readme_page(n).items() if k != "done") / 60)
+                for names in XEON.values() for n in names]
+    assert len(set(commands)) == 1
+    says("results/timings/README.md", f"on an idle machine (about {WORDS[commands[0]]} minutes on these)")
+
+
+def test_the_sink_labs_times_are_time_readmes_pages():
+    rows = {"bf16": "| with its bf16 |", "no_bf16": "| as a CPU without bf16 (AVX2) |"}
+    models = []
+    for kind, names in XEON.items():
+        a, b = (readme_page(n) for n in names)
+        f_attn = ", ".join(printed(a["done"][i][0], "F-Attn") for i in (1, 2))
+        iterations = "2000 iterations in " if kind == "bf16" else ""
+        says(TIMINGS, f"{rows[kind]} {a['baseline']} s, {b['baseline']} s ({iterations}{a['done'][1][2]} s, "
+                      f"{b['done'][1][2]} s) | {a['g1']} s, {b['g1']} s ({a['done'][2][2]} s, {b['done'][2][2]} s) | "
+                      f"{a['analysis']} s, {b['analysis']} s | {f_attn} |")
+        models += [p[k] for p in (a, b) for k in ("baseline", "g1")]
+    lo, hi = stated("docs/sink_lab.md", r"A model trains in (\d+) to (\d+) s on a 2-core CPU")
+    assert lo <= min(models) and max(models) <= hi, (models, lo, hi)  # the ranges the pages give hold these runs
+    says(TIMINGS, f"## The sink lab: {lo:.0f} to {hi:.0f} s a model",
+         f"On a laptop CPU, {lo:.0f} to {hi:.0f} s a model")
+    says("TUTORIAL.md", f"{lo:.0f} to {hi:.0f} seconds on a 2-core CPU")
+    says("exercises/TEACHERS.md", f"({lo:.0f} to {hi:.0f} s a model, by the CPU)")
+
+
+# -----------------------------------------------------------------------------
+# results/timings/suite-*.md: the test suite, by tests/time_suite.py (docs/timings.md)
+
+def suite_page(commit):
+    """A tests/time_suite.py page: wall-clock and pytest's seconds, its summary counts, the tests' sum, by file."""
+    name = next(n for n in os.listdir(os.path.join(REPO, "results", "timings"))
+                if n.startswith("suite-") and f"-{commit}" in n)
+    body = text(f"results/timings/{name}")
+    wall = int(re.search(r"^- wall-clock: (\d+) s \(", body, re.MULTILINE)[1])
+    passed, pytest = re.search(r"^- pytest: (\d+) passed, .* in ([\d.]+)s \(", body, re.MULTILINE).groups()
+    tests = int(re.search(r"add up to (\d+) s;", body)[1])
+    files = {f: float(s) for f, s in re.findall(r"^\| (tests/\S+) \| \d+ \| ([\d.]+) \|$", body, re.MULTILINE)}
+    return {"name": name, "wall": wall, "passed": int(passed), "pytest": float(pytest), "tests": tests,
+            "files": files}
+
+
+def test_the_suites_times_are_time_suites_pages():
+    now = suite_page("7b732a9")
+    says(TIMINGS, f"**Now:** {now['passed']} passed, 113 skipped (the GPU-only tests, and two that need a user other "
+                  f"than root) at 7b732a9, in {min_s(now['wall'])} on a fresh clone (pytest's own time "
+                  f"{min_s(now['pytest'])}; the tests' own times add up to {now['tests']} s)")
+    budget = 600
+    assert 30 <= now["wall"] - budget < 90
+    says(TIMINGS, "The budget is 10 minutes, and this run is a minute over it.")
+    f = now["files"]
+    longest = sorted(f, key=f.get, reverse=True)[:3]
+    assert longest == ["tests/test_exercises.py", "tests/test_repro.py", "tests/test_gpu_scripts.py"], longest
+    says(TIMINGS, f"The longest files: the exercises' ({f[longest[0]]:.0f} s:", f"the study's tools "
+                  f"({f[longest[1]]:.0f} s), the GPU scripts at toy size ({f[longest[2]]:.0f} s).")
+    before = suite_page("3a444d5")
+    says(TIMINGS, f"{before['passed']} passed at 3a444d5 ({min_s(before['wall'])}, pytest's own "
+                  f"{min_s(before['pytest'])}, {before['tests']} s of tests, 2026-12-01)",
+         f"([its page](../results/timings/{before['name']}))")
+    late = suite_page("65d9d8c")
+    says(TIMINGS, f"{late['passed']} passed at 65d9d8c ({min_s(late['wall'])}, pytest's own {min_s(late['pytest'])}, "
+                  f"{late['tests']} s of tests, 2026-11-30, late)")
+    for commit in ("e77ba13", "f236da8", "8532121"):
+        p = suite_page(commit)
+        says(TIMINGS, f"{min_s(p['wall'])} at {commit} ({p['passed']} passed, {p['tests']} s of tests)"
+             if commit == "e77ba13" else f"{min_s(p['wall'])} at {commit} ({p['passed']} passed, {p['tests']} s)")
+    old = suite_page("15b69b7")
+    says(TIMINGS, f"| 2.11.0+cu130 | 3.6.0 | 15b69b7 | {old['passed']} passed, 113 skipped ([its page]"
+                  f"(../results/timings/{old['name']}), by `python tests/time_suite.py` in that venv) | "
+                  f"{min_s(old['wall'])} |")
+
+
+# the test files that changed between the two runs on the AMD EPYC (git diff --stat 3a444d5 7b732a9 -- tests/):
+# test_docs.py and test_repro.py (the reports drawn again), the two test_cited_figures_* files new
+CHANGED = {"tests/test_docs.py", "tests/test_repro.py"}
+
+
+def test_the_new_tests_files_and_the_others_are_compared_as_the_pages_give_them():
+    """What the two files holding the new tests took more, and how far the files that did not change moved (the
+    host's spread: it once said 5-14%, six files of twenty)."""
+    now, before = suite_page("7b732a9")["files"], suite_page("3a444d5")["files"]
+    grown = [now[f] - before[f] for f in ("tests/test_repro.py", "tests/test_docs.py")]
+    change = {f: now[f] / before[f] - 1 for f in before if f in now and f not in CHANGED and before[f] >= 1}
+    tutorial = change.pop("tests/test_tutorial.py")
+    low, high = min(change, key=change.get), max(change, key=change.get)
+    says(TIMINGS, f"tests/test_repro.py and tests/test_docs.py, took {grown[0]:.0f} s and {grown[1]:.0f} s longer "
+                  "than in the run below, three hours earlier; the files that did not change moved by the host's "
+                  f"spread, from {-change[low]:.0%} less ({low}) to {change[high]:.0%} more ({high}), the tutorial's "
+                  f"{tutorial:.0%} more.")
+
+
+# -----------------------------------------------------------------------------
+# results/timings/sharing-*.md: a CPU shared by several trainings, by tests/time_sharing.py (docs/timings.md,
+# TEACHERS.md)
+
+def sharing_rows():
+    body = text("results/timings/sharing-intel-xeon-2-cores-2026-11-30-2000-steps.md")
+    rows = re.findall(r"^\| (\d) \| (PyTorch default \(one per core\)|OMP_NUM_THREADS=1) \| ([\d, ]+) "
+                      r"\| ([\d.]+) s \|$", body, re.MULTILINE)
+    assert len(rows) == 4
+    return {(int(n), "one" if t == "OMP_NUM_THREADS=1" else "torch"): ([int(x) for x in each.split(", ")], float(w))
+            for n, t, each, w in rows}
+
+
+def test_a_shared_cpus_times_are_time_sharings_page():
+    rows = sharing_rows()
+    names = {"torch": "PyTorch's (one per core)", "one": "`OMP_NUM_THREADS=1`"}
+    for (n, threads), (each, wall) in rows.items():
+        says(TIMINGS, f"| {n} | {names[threads]} | {', '.join(map(str, each))} s | "
+                      f"{wall:.0f} s |")
+    alone = 1 - rows[1, "torch"][0][0] / rows[1, "one"][0][0]  # the speed one thread loses, alone
+    gain = rows[3, "torch"][1] / rows[3, "one"][1]
+    says(TIMINGS, f"one run alone loses a {FRACTION[round(1 / alone)]}, three at once gain {WORDS[round(gain)]} times")
+    says("exercises/TEACHERS.md",
+         f"three sink-lab runs side by side on 2 cores took about {round(statistics.mean(rows[3, 'torch'][0]) / 60)}"
+         f" minutes each that way and {round(statistics.mean(rows[3, 'one'][0]) / 60)} minute each with one thread")
+
+
+# -----------------------------------------------------------------------------
+# results/tutorial/README.md: the tutorial, by tests/time_tutorial.py (docs/timings.md, TUTORIAL.md, TEACHERS.md)
+
+def tutorial_tables():
+    """The tables results/tutorial/README.md keeps, each as {caption, bf16, idle, §: seconds} (§0: the start)."""
+    body = text("results/tutorial/README.md")
+    tables = []
+    for caption, rows in re.findall(r"^((?:TUTORIAL\.md|tutorial\.ipynb), every .*)\n\n\| section .*\n\| --- .*\n"
+                                    r"((?:\|.*\n)+)", body, re.MULTILINE):
+        t = {"caption": caption, "bf16": "as a CPU without bf16" not in caption, "notebook": "ipynb" in caption}
+        for name, blocks, seconds in re.findall(r"^\| ([^|]+) \| ([^|]+) \| (\d+) \|$", rows, re.MULTILINE):
+            key = "all" if name == "all" else 0 if name == "(start)" else int(name.split(".")[0])
+            t[key] = int(seconds)
+            t.setdefault("blocks", {})[key] = blocks
+        tables.append(t)
+    assert len(tables) == 8, [t["caption"] for t in tables]
+    # the page's one run not on an idle machine: the blocks' run beside the notebook's ("beside a process reading
+    # files"), the last table
+    assert "the blocks' beside a process reading files" in squash(body) and not tables[-1]["notebook"]
+    for t in tables:
+        t["idle"] = t is not tables[-1]
+        t["fifth run"] = t["blocks"][2].startswith("4 / 7")
+    return tables
+
+
+def test_the_timings_pages_tutorial_paragraph_is_its_tables():
+    x, xb, a, ab, f, fb, jup, blocks = tutorial_tables()
+    says(TIMINGS, f"{f['all']} s on an idle 2-core AMD EPYC run as a CPU without bf16 (fp32, AVX2 at most), "
+                  f"{fb['all']} s on the same CPU with its bf16 in use (2026-11-27). §5 and §6, four training runs on "
+                  f"real text, took {f[5] + f[6]} s and {fb[5] + fb[6]} s of that; the sink lab's §2, {f[2]} s and "
+                  f"{fb[2]} s;",
+         f"On the slower host (2026-11-29, at 6741cbe): {a['all']} s without bf16 and {ab['all']} s with it; §5 and "
+         f"§6, {a[5] + a[6]} s and {ab[5] + ab[6]} s; §2, {a[2]} s and {ab[2]} s.",
+         f"{x['all']} s without bf16 and {xb['all']} s with it; §5 and §6, {x[5] + x[6]} s and {xb[5] + xb[6]} s; "
+         f"§2, {x[2]} s and {xb[2]} s.", f"{jup['all']} s against {blocks['all']} s on a 2-core AMD EPYC with bf16")
+    rest = [t["all"] - t[2] - t[5] - t[6] for t in (x, xb, a, ab, f, fb)]
+    assert max(rest) < 5
+    says(TIMINGS, "everything else, under 5 s")
+
+
+def check_range(path, pattern, *runs):
+    """The ranges a page states where the pattern matches (its figures in minutes, two a range) are those of the
+    runs' seconds, one list of seconds a range."""
+    figures = stated(path, pattern)
+    assert len(figures) == 2 * len(runs), pattern
+    for (lo, hi), seconds in zip(zip(figures[::2], figures[1::2]), runs):
+        assert about(lo, min(seconds)) and about(hi, max(seconds)), \
+            f"{path}: {lo} to {hi} minutes, where the timed runs took {min(seconds) / 60:.2f} to " \
+            f"{max(seconds) / 60:.2f}"
+
+
+def test_the_tutorials_times_are_its_tables():
+    """TUTORIAL.md's and TEACHERS.md's ranges, over every idle run the tables keep (the notebook's among them: the
+    same blocks, cell by cell), without bf16 and with it."""
+    idle = [t for t in tutorial_tables() if t["idle"]]
+    fp32, bf16 = [t for t in idle if not t["bf16"]], [t for t in idle if t["bf16"]]
+
+    def each(tables, *sections):
+        return [sum(t[s] for s in sections) for t in tables]
+    check_range("TUTORIAL.md", r"Its blocks compute for ([\d.]+) to ([\d.]+) minutes in all on an idle 2-core CPU "
+                               r"without bf16 \(([\d.]+) to ([\d.]+) minutes on one with bf16,",
+                each(fp32, "all"), each(bf16, "all"))
+    table = r" \(([\d.]+) to ([\d.]+) with bf16\) \|"
+    check_range("TUTORIAL.md", r"the dataset's preparation included: ([\d.]+) to ([\d.]+) minutes" + table,
+                each(fp32, 5), each(bf16, 5))
+    check_range("TUTORIAL.md", r"the measurement of all four: ([\d.]+) to ([\d.]+) minutes" + table,
+                each(fp32, 6), each(bf16, 6))
+    prose = r" \(([\d.]+) to ([\d.]+) minutes (?:in all )?on a 2-core CPU without bf16, ([\d.]+) to ([\d.]+) with it\)"
+    check_range("TUTORIAL.md", r"on the same validation windows" + prose, each(fp32, 5), each(bf16, 5))
+    check_range("TUTORIAL.md", r"measure all four runs" + prose, each(fp32, 6), each(bf16, 6))
+    check_range("TUTORIAL.md", r"§1 to §4 and §7 compute for ([\d.]+) to ([\d.]+) minutes",
+                each(idle, 0, 1, 2, 3, 4, 7))
+    check_range("TUTORIAL.md", r"§5 and §6 add ([\d.]+) to ([\d.]+) minutes of training without bf16",
+                each(fp32, 5, 6))
+    pair = r"([\d.]+) to ([\d.]+) minutes{} on a 2-core CPU\s+without bf16 \(([\d.]+) to ([\d.]+) with bf16\)"
+    for words in ("train four models on real text: " + pair.format(""), "measure them, " + pair.format(" in all")):
+        check_range("exercises/TEACHERS.md", words, each(fp32, 5, 6), each(bf16, 5, 6))
+
+
+def test_the_sink_labs_section_names_every_run_since_its_fifth():
+    """TUTORIAL.md said §2's five runs were timed on one host: the Intel Xeon's two runs and the AMD EPYC's of
+    2026-12-01 (the notebook's and the blocks') all have §2's fifth run."""
+    tables = tutorial_tables()
+    fifth = [t for t in tables if t["fifth run"]]
+    hosts = {re.search(r"2 cores, ([^,]+), .*(\d{4}-\d\d-\d\d)$", t["caption"]).groups() for t in fifth}
+    fp32, bf16 = [t[2] for t in fifth if not t["bf16"]], [t[2] for t in fifth if t["bf16"]]
+    assert len(fp32) == 1
+    lo, hi = (format(x / 60, ".1f") for x in (min(bf16), max(bf16)))
+    says("TUTORIAL.md", f"{fp32[0] / 60:.1f} minutes in all ({lo} to {hi} with bf16) on the {WORDS[len(hosts)]} hosts "
+                        "timed since the fifth run was added")
+    four = [t for t in tables if not t["fifth run"]]
+    check_range("TUTORIAL.md", r"four runs took ([\d.]+) to ([\d.]+) minutes, ([\d.]+) to ([\d.]+) with bf16",
+                [t[2] for t in four if not t["bf16"]], [t[2] for t in four if t["bf16"]])
+
+
+# -----------------------------------------------------------------------------
+# results/bench_step/: a training step on a CPU (docs/timings.md; docs/training.md's are
+# tests/test_cited_figures_docs.py's)
+
+def test_the_cpu_steps_times_are_the_benchmarks():
+    rows = bench_step("default-run")
+    p, real, fp32 = rows["plain"], rows["real"], rows["real_fp32"]
+    says(TIMINGS, f"train.py's training step takes {real['time_vs_plain']:.2f} of the time of a plain AdamW loop",
+         f"at {real['peak_vs_plain']:.2f} of its peak memory and without a page fault; {fp32['time_vs_plain']:.2f} of "
+         f"it in fp32 (`python -m lab.bench --step`: {real['ms_per_step']:.0f} ms a step in bf16, "
+         f"{fp32['ms_per_step']:.0f} in fp32, against {p['ms_per_step']:.0f}; 2-core CPU, "
+         f"{load('bench_step/default-run/bench_step.json')['date'][:10]};")
+    assert real["page_faults_per_step"] == 0
+    lab = bench_step("sink-lab")
+    says(TIMINGS, f"took {lab['real']['time_vs_plain']:.2f} of the plain loop's ({lab['real']['ms_per_step']:.1f} ms "
+                  f"against {lab['plain']['ms_per_step']:.1f},")
+    seconds = {}
+    for line in text("results/bench_step/before-and-after/summary.txt").splitlines():
+        m = re.match(r"round \d+ default (old|new) ([\d.]+) s:", line)
+        if m:
+            seconds.setdefault(m[1], []).append(float(m[2]))
+    says(TIMINGS, f"took the run to {statistics.median(seconds['new']) / statistics.median(seconds['old']):.2f} of "
+                  "what it took before")
+
+
+# -----------------------------------------------------------------------------
+# the studies' commands.jsonl and console output: each run's seconds, the steps' ms (the results pages)
+
+def seconds(path):
+    return [r["seconds"] for r in load(path)]
+
+
+def test_the_results_pages_run_times_are_their_commands():
+    h200 = seconds("study-h200-2026-11-26/commands.jsonl")
+    says("results/study-h200-2026-11-26/README.md", f"Two runs trained side by side, {min(h200):.0f}–{max(h200):.0f} "
+                                                    "s each ([commands.jsonl](commands.jsonl))")
+    h100 = seconds("study-h100-2026-11-25/commands.jsonl")  # docs/study.md's and gpu.md's: test_cited_figures_docs
+    says("TUTORIAL.md", f"an estimate from the committed H100 runs, two of which side by side took "
+                        f"{min(h100):.0f}–{max(h100):.0f} s")
+    hot = sorted(seconds("sink_lab/high-lr/commands.jsonl"))
+    slow = [s for s in hot if s > 900]
+    says("results/sink_lab/high-lr/README.md", f"{min(hot):.0f}-{max(s for s in hot if s < 900):.0f} s a run, "
+                                               f"{WORDS[len(slow)]} at over {min(slow) // 10 * 10:.0f} s beside the "
+                                               "test suite")
+    sweep = sorted(seconds("tutorial/lr-sweep/commands.jsonl"))
+    says("results/tutorial/lr-sweep/README.md", f"({sweep[0]}-{sweep[-2]} s a run, one at {sweep[-1]} s while another",
+         "(`fp32/commands.jsonl`: {}-{} s a run)".format(*(f(seconds("tutorial/lr-sweep/fp32/commands.jsonl"))
+                                                          for f in (min, max))))
+    deep = sorted(seconds("tutorial/lr-sweep-12-layers/commands.jsonl"))
+    says("results/tutorial/lr-sweep-12-layers/README.md",
+         f"({deep[0]}-{deep[-3]} s a run, but for two that ran while other work ran beside them: {deep[-2]} s beside "
+         f"the exercises' tests, {deep[-1]} s beside a trial of lab.analyze)",
+         "(`fp32/commands.jsonl`: {}-{} s a run)".format(*(f(seconds("tutorial/lr-sweep-12-layers/fp32/commands.jsonl"))
+                                                          for f in (min, max))))
+
+
+def step_ms(job_numbers=None, first=2):
+    """Each variant's step times (ms) in results/repro/'s console output, the first log lines of a run left out."""
+    out = {}
+    for path in sorted(os.listdir(os.path.join(REPO, "results", "repro"))):
+        m = re.fullmatch(r"study-(\d+)-output\.txt", path)
+        if not m or (job_numbers and int(m[1]) not in job_numbers):
+            continue
+        for run, body in re.findall(r"^=== (\S+) seed \d+:.*\n((?:(?!===).*\n)*)",
+                                    text(f"results/repro/{path}"), re.MULTILINE):
+            ms = [int(x) for x in re.findall(r"^iter \d+: .*?, (\d+) ms,", body, re.MULTILINE)][first:]
+            if ms:  # a run this job trained (not one it found finished)
+                out.setdefault(run, []).append(ms)
+    return out
+
+
+def test_the_gpu_studys_step_times_are_its_console_output():
+    ms = {v: [x for run in runs for x in run] for v, runs in step_ms().items()}
+    gates = [x for v in ms if v.startswith(("g1_", "g2_")) and v != "g1_elementwise_matched" for x in ms[v]]
+    says("results/repro/README.md", f"the baseline {min(ms['baseline'])}–{max(ms['baseline'])} ms a step",
+         f"every G1 variant and G2 {min(gates)}–{max(gates)} ms",
+         f"G1 at the matched count {min(ms['g1_elementwise_matched'])}–{max(ms['g1_elementwise_matched'])} ms")
+    medians = {v: [statistics.median(run) for run in runs] for v, runs in step_ms({1, 2, 7}, first=1).items()}
+    b, g = medians["baseline"], medians["g1_elementwise"]
+    says("results/repro/README.md", f"the median step was {min(b):.0f}–{max(b):.0f} ms for the baseline and "
+                                    f"{min(g):.0f}–{max(g):.0f} ms for G1 elementwise")
