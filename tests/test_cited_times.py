@@ -12,6 +12,7 @@ tests/test_cited_figures_lab.py's.
 """
 
 import functools
+import glob
 import os
 import re
 import statistics
@@ -398,3 +399,28 @@ def test_the_gpu_studys_step_times_are_its_console_output():
     b, g = medians["baseline"], medians["g1_elementwise"]
     says("results/repro/README.md", f"the median step was {min(b):.0f}–{max(b):.0f} ms for the baseline and "
                                     f"{min(g):.0f}–{max(g):.0f} ms for G1 elementwise")
+
+
+def logged_seconds(pattern):
+    """Each run's training time, the time_s of its log's last record, for the runs under results/ the pattern names."""
+    return [load(os.path.relpath(path, os.path.join(REPO, "results")))[-1]["time_s"]
+            for path in glob.glob(os.path.join(REPO, "results", pattern, "log.jsonl"))]
+
+
+def test_the_unseen_seeds_and_norms_run_times_are_their_logs_and_commands():
+    later = [s for v in ("g1_ns_sigmoid", "g1_input_independent", "g2_elementwise")  # "the other three afterwards"
+             for s in logged_seconds(f"sink_lab/unseen-seeds/runs/{v}/seed*")]
+    says("results/sink_lab/unseen-seeds/README.md",
+         f"at one thread, {min(later):.0f}-{max(later):.0f} s of training a run (the `time_s` of their logs)")
+    tutorial = logged_seconds("tutorial/unseen-seeds/runs/*/seed*")
+    assert len(tutorial) == 16
+    says("results/tutorial/unseen-seeds/README.md",
+         f"{min(tutorial):.0f}-{max(tutorial):.0f} s of training a run (the `time_s` of their logs)")
+    unseen = seconds("sink_lab/norms/unseen/commands.jsonl")
+    says("results/sink_lab/norms/README.md", f"[unseen/commands.jsonl](unseen/commands.jsonl) keeps the last's "
+                                             f"seconds, {min(unseen):.0f}-{max(unseen):.0f} s a run)")
+    prepared = re.findall(r"^prepare\t0\t(\d+)\t", "".join(text(f"results/repro/{n}") for n in sorted(os.listdir(
+        os.path.join(REPO, "results", "repro"))) if n.endswith("-output.txt")), re.MULTILINE)
+    assert len(prepared) == 1  # job 1's output alone keeps its steps' seconds
+    says("results/repro/README.md", f"Each job prepared the corpus ({prepared[0]} s in job 1, whose output keeps its "
+                                    "steps' seconds)")
