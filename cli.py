@@ -336,10 +336,11 @@ def run_config_file(arg, path, scope):
             code = builtins.compile(f.read(), path, "exec")  # under its own name, so errors point into it
         exec(code, scope)
     except SyntaxError as e:
-        if "Non-UTF-8" in e.msg or "codec can't decode" in e.msg:
-            fail(f"{arg} line {e.lineno}: not UTF-8 text; save the config file as UTF-8 "
+        where = f"{arg} line {e.lineno}" if e.lineno else arg  # null bytes have no line (UTF-16, as Notepad saves)
+        if "Non-UTF-8" in e.msg or "codec can't decode" in e.msg or "null bytes" in e.msg:
+            fail(f"{where}: not UTF-8 text; save the config file as UTF-8 "
                  "(or declare its encoding in its first line: # -*- coding: latin-1 -*-)")
-        fail(f"{arg} line {e.lineno}: {e.msg} (a config file is Python: key = value lines)")
+        fail(f"{where}: {e.msg} (a config file is Python: key = value lines)")
     except OSError as e:
         fail(f"config file {arg} cannot be read: {e.strerror or e}")
     except (Exception, SystemExit) as e:  # NameError, ZeroDivisionError, sys.exit(), ... from the file's own code

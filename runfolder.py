@@ -38,7 +38,7 @@ import warnings
 
 import numpy as np
 
-from cli import REPO, autocast_for, configure, dataset_dir, fail, pick_device
+from cli import REPO, autocast_for, configure, dataset_dir, fail, free_memory, pick_device
 
 # The files of a run's folder (train.py's out_dir)
 LOG = "log.jsonl"  # one JSON record per evaluation
@@ -450,6 +450,24 @@ def memory_need(batch_size, config, n_params, device):
     return (f"batch_size={batch_size} x block_size={config.block_size} needs about "
             f"{step_memory(batch_size, config, n_params) / 2**30:.1f} GiB for one training step on {device} "
             "(runfolder.step_memory's estimate)")
+
+
+def params_at_least(config):
+    """A low count of a model's parameters from its config alone: the token embedding and each layer's query and
+    output projections, which every variant has. check_fits takes it before the model is built, which for an
+    --n_layer=1000000 typed for 10 would take minutes and then the machine's memory, with no line at all."""
+    return config.vocab_size * config.n_embd + 2 * config.n_layer * config.n_embd * config.n_head * config.head_dim
+
+
+def check_fits(c, config, n_params, device, batch_size=None):
+    """Stop with memory_advice's line where the first step of batch_size (step_memory, for n_params; None:
+    c.batch_size; 0: the weights, gradients and AdamW's moments alone) needs more than the device has free; returns
+    config."""
+    available = free_memory(device)
+    if available is not None and step_memory(c.batch_size if batch_size is None else batch_size, config,
+                                              n_params) > available:
+        fail(memory_advice(c, config, n_params, device, available))
+    return config
 
 
 def memory_advice(c, config, n_params, device, available):

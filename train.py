@@ -39,8 +39,8 @@ from data import check_training_data, prepare_if_missing
 from data.shards import TrainLoader, dataset_fingerprint, read_meta, val_batches
 from model import GPT, RUNTIME_FLAGS, GPTConfig
 from probe import Probe, count_spike, describe, estimate_mfu
-from runfolder import (RunFolder, code_version, finite_or_none, memory_advice, model_from_checkpoint,
-                       restore_rng, rng_state, step_memory)
+from runfolder import (RunFolder, check_fits, code_version, finite_or_none, memory_advice, model_from_checkpoint,
+                       params_at_least, restore_rng, rng_state)
 
 
 @dataclass
@@ -279,8 +279,9 @@ class Trainer:
             if checkpoint is not None:
                 self.raw_model = model_from_checkpoint(checkpoint, self.ckpt_path,
                                                        **{key: getattr(self.c, key) for key in RUNTIME_FLAGS})
-            else:
-                self.raw_model = GPT(GPTConfig(**{key: getattr(self.c, key) for key in MODEL_KEYS}))
+            else:  # refused before it is built where its projections alone do not fit, even with no batch
+                config = GPTConfig(**{key: getattr(self.c, key) for key in MODEL_KEYS})
+                self.raw_model = GPT(check_fits(self.c, config, params_at_least(config), self.device, batch_size=0))
         except (ValueError, RuntimeError) as e:  # a flag it refuses; a model larger than the machine's memory
             if not isinstance(e, ValueError) and "can't allocate memory" not in str(e):
                 raise
@@ -291,9 +292,7 @@ class Trainer:
         for key in MODEL_KEYS:  # the config as built (n_kv_head=None -> n_head), as the checkpoint records it
             setattr(self.c, key, getattr(self.gptconf, key))
         self.n_params = sum(p.numel() for p in self.raw_model.parameters())  # for the memory estimate, here and below
-        available = free_memory(self.device)  # before the model moves there: a GPU it does not fit is one line too
-        if available is not None and step_memory(self.c.batch_size, self.gptconf, self.n_params) > available:
-            fail(memory_advice(self.c, self.gptconf, self.n_params, self.device, available))
+        check_fits(self.c, self.gptconf, self.n_params, self.device)  # before the model moves there: a GPU too
         self.raw_model.to(self.device).train()
         # eval uses self.model: no DDP, so no collectives
         self.model = torch.compile(self.raw_model, mode=self.c.compile_mode) if self.c.compile else self.raw_model

@@ -115,6 +115,8 @@ def check_out_dir(out_dir):
     """Refuse, before any work, a folder that cannot be made or written: a link to nothing, a path through a file, a
     folder we may not write in. (Writing can still fail later, where permissions do not bind root: run_preparation
     reports that too.)"""
+    if not out_dir:  # --out_dir= (a value forgotten): it was "[Errno 2] No such file or directory: ''", after the work
+        raise ValueError("--out_dir= is empty: name a folder, or leave --out_dir out for the dataset's own")
     if os.path.islink(out_dir) and not os.path.exists(out_dir):
         raise ValueError(f"{out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist: make that "
                          "folder, or choose another --out_dir")

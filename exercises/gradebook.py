@@ -444,7 +444,11 @@ def gradebook(folder, prefix, key=None, out=print, handed_in=None):
     flagged = sum(bool(row["flags"]) for row in rows)
     written = []
     for suffix, text in ((".csv", as_csv(header, lines)), (".md", as_markdown(header, lines, folder, key, flagged))):
-        atomic_write(prefix + suffix, lambda f, text=text: f.write(text.encode("utf-8")))
+        try:
+            atomic_write(prefix + suffix, lambda f, text=text: f.write(text.encode("utf-8")))
+        except OSError as e:  # a full disk, no permission: one line, saying what was written before
+            raise SystemExit(f"error: cannot write {prefix + suffix} ({e.strerror or e})" +
+                             (f"; {written[0]} was written" if written else "") + ": choose another --out=PREFIX")
         written.append(prefix + suffix)
     out(f"{len(rows)} files, {flagged} flagged" +
         "".join(f"\n  {r['file']}: {'; '.join(r['flags'])}" + (f"\n    why not: {r['why not']}" if r["why not"] else "")
@@ -457,6 +461,18 @@ def gradebook(folder, prefix, key=None, out=print, handed_in=None):
         "; starter files not checked (" + VERIFY_ADVICE + ")")
     out(f"gradebook written to {written[0]} and {written[1]}")
     return flagged
+
+
+def not_writable(prefix):
+    """Why PREFIX.csv and PREFIX.md cannot be written, found before any grading, or None: a folder where one of the
+    files would go, or a file where a folder on the way would be."""
+    folder = next((path for path in (prefix + ".csv", prefix + ".md") if os.path.isdir(path)), None)
+    if folder:
+        return f"{folder} is a folder"
+    above = os.path.dirname(os.path.abspath(prefix))
+    while not os.path.exists(above):
+        above = os.path.dirname(above)
+    return None if os.path.isdir(above) else f"{above} is a file, not a folder"
 
 
 def main(argv=None):
@@ -486,6 +502,9 @@ def main(argv=None):
         usage_error(f"no folder {folder}: give the folder that holds the students' result files")
     if prefix and (os.path.isdir(prefix) or prefix.endswith(("/", os.sep))):  # --out=grades/ names a folder (made
         prefix = os.path.join(prefix, "gradebook")  # if it is not there yet): its gradebook.csv and .md
+    problem = not_writable(prefix or os.path.join(folder, "gradebook"))
+    if problem:
+        usage_error(f"{'--out=' + prefix if prefix else folder}: {problem}; choose another --out=PREFIX")
     key = os.environ.get(check.SIGNING_KEY_VAR) or None
     inside = lambda a, b: os.path.commonpath([os.path.realpath(a), os.path.realpath(b)]) == os.path.realpath(b)
     if handed_in and (inside(handed_in, folder) or inside(folder, handed_in)):  # one file would be read as both

@@ -239,9 +239,13 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     work = next((a[len("--work="):] for a in argv if a.startswith("--work=")), None)
     args = [a for a in argv if not a.startswith("--work=")]
-    if len(args) != 1 or args[0].startswith("-") or work == "":
+    if not argv or "-h" in argv or "--help" in argv:
         print(__doc__.strip())
-        return 0 if args and args[0] in ("-h", "--help") else 2
+        return 0 if argv else 2
+    if len(args) != 1 or args[0].startswith("-") or work == "":  # --work DIR, --wrok=DIR, two folders: one line
+        print(f"error: {' '.join(argv)}: give one DEST folder, and optionally --work=FOLDER (one argument, with '='); "
+              "--help shows the usage", file=sys.stderr)
+        return 2
     if work is not None and not os.path.isdir(work):
         raise SystemExit(f"error: --work={work} is no folder: give the folder of one student's collected files, laid "
                          "out as their copy")

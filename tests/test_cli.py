@@ -521,6 +521,11 @@ def test_a_config_file_saved_with_a_bom_or_a_coding_line_is_read_as_python_reads
     latin.write_bytes("rate = 0.5\nout_dir = 'café'\n".encode("latin-1"))
     with pytest.raises(SystemExit, match=f"^error: {latin} line 2: not UTF-8 text; save the config file as UTF-8"):
         configure(Paths, [str(latin)])
+    # Notepad's "Unicode" is UTF-16: null bytes, which Python refuses with no line ("line None" was said)
+    wide = tmp_path / "wide.py"
+    wide.write_bytes("out_dir = 'café'\n".encode("utf-16"))
+    with pytest.raises(SystemExit, match=f"^error: {wide}: not UTF-8 text; save the config file as UTF-8"):
+        configure(Paths, [str(wide)])
 
 
 @pytest.mark.parametrize("text, line, error", [

@@ -1470,6 +1470,15 @@ def test_a_folder_that_cannot_be_written_stops_with_one_line(tmp_path, name, whe
     assert (tmp_path / "a_file").read_text() == "mine" and not os.path.lexists(tmp_path / "nowhere")
 
 
+@pytest.mark.parametrize("name", ["pystdlib", "bigram_backcopy", "fineweb"])
+def test_an_empty_out_dir_is_one_line_before_any_work(tmp_path, name):
+    """--out_dir= with its value forgotten: "[Errno 2] No such file or directory: ''" after the work (pystdlib read
+    every file first); textdir takes it as its default, data/NAME."""
+    code, out, err = run_prepare(name, "--out_dir=")
+    assert_one_line(code, err, "--out_dir= is empty: name a folder")
+    assert not out
+
+
 @pytest.mark.parametrize("name, option", [("textdir", "--max_files"), ("textdir", "--workers"),
                                           ("pystdlib", "--max_files"), ("pystdlib", "--workers")])
 @pytest.mark.parametrize("value", ["-1", "0"])

@@ -556,6 +556,18 @@ def with_solution(copy, name):
 
 
 @needs_copier
+@pytest.mark.parametrize("args", [["--work", "FOLDER"], ["--wrok=FOLDER"], ["--work="], ["other"]])
+def test_a_mistyped_command_line_is_one_line_and_copies_nothing(tmp_path, args):
+    """`make_student_copy.py DEST --work FOLDER` (a space for the '='), a misspelled key or two folders: one line on
+    stderr naming what to give, exit status 2, nothing made (it printed the whole usage on stdout, no error)."""
+    done = subprocess.run([sys.executable, os.path.join(EXERCISES, "make_student_copy.py"), str(tmp_path / "copy"),
+                           *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and not done.stdout and done.stderr.startswith("error: ") and \
+        "--work=FOLDER" in done.stderr and done.stderr.count("\n") == 1, done.stdout + done.stderr
+    assert os.listdir(tmp_path) == []
+
+
+@needs_copier
 def test_a_fresh_copy_takes_one_students_work_to_grade_it(tmp_path):
     """--work=FOLDER: the student's starters, hints record and 08/11 runs (nothing else) go into the fresh copy, what
     the folder lacks is said and left as the copy has it; a symbolic link among them is refused and the copy deleted;

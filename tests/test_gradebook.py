@@ -201,6 +201,23 @@ def test_bad_input_gets_one_line(tmp_path):
     assert os.listdir(tmp_path) == ["empty"] and not os.listdir(tmp_path / "empty")  # nothing written
 
 
+def test_an_out_that_cannot_be_written_is_one_line_before_any_grading(tmp_path):
+    """--out through a file, or onto a folder, is refused before grading (it was a traceback from atomic_write, the
+    .csv written and the .md not); a write that fails anyway is one line too."""
+    result("Ann", path=tmp_path / "ann.json")
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "out" / "book.md").mkdir(parents=True)
+    for out, says in [(tmp_path / "a_file" / "book", "a_file is a file, not a folder"),
+                      (tmp_path / "out" / "book", "book.md is a folder")]:
+        code, stdout, err = gradebook_cli(str(tmp_path), f"--out={out}")
+        assert code == 2 and not stdout and err.startswith("error: ") and says in err and err.count("\n") == 1, err
+    assert os.listdir(tmp_path / "out") == ["book.md"]  # no book.csv without its book.md
+    with pytest.raises(SystemExit, match=r"^error: cannot write .*book\.csv \(.*\): choose another --out=PREFIX$"):
+        gradebook.gradebook(str(tmp_path), str(tmp_path / "a_file" / "book"), out=lambda line: None)
+    with pytest.raises(SystemExit, match=r"^error: cannot write .*book\.md \(.*\); .*book\.csv was written: "):
+        gradebook.gradebook(str(tmp_path), str(tmp_path / "out" / "book"), out=lambda line: None)
+
+
 def test_an_untouched_starter_that_passed_is_flagged(tmp_path):
     """Each result entry names the SHA-256 of the file it graded. An untouched starter fails every check, so one that
     "passed" had its checks or its result edited (checks.py edited in the student's own copy, say): flagged. An

@@ -1594,7 +1594,7 @@ def test_a_partial_torchrun_environment_is_one_line(stdlib_data, tmp_path, monke
 
 
 def test_a_step_too_big_for_memory_is_refused_with_a_batch_size_that_fits(stdlib_data, tmp_path, monkeypatch):
-    monkeypatch.setattr(train, "free_memory", lambda device: 2**30)  # 1 GiB free
+    monkeypatch.setattr(runfolder, "free_memory", lambda device: 2**30)  # 1 GiB free
     args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--max_iters=2"]
     with pytest.raises(SystemExit) as exit_info:
         train.main(args + ["--batch_size=4096", "--gradient_accumulation_steps=3"])
@@ -1648,13 +1648,26 @@ def test_the_memory_estimate_counts_the_optimizers_state_and_the_logits_computed
         4 * 3 * (8 * 32 - 64) * whole.vocab_size
 
 
-def test_a_model_larger_than_memory_is_one_line(stdlib_data, tmp_path):
+def test_a_model_larger_than_memory_is_one_line(stdlib_data, tmp_path, monkeypatch):
     """Built on the CPU first, a model whose tensors the allocator refuses (n_embd=10^6: a 12 TB c_attn) stops with
-    one line, before any run folder is made."""
+    one line, before any run folder is made (here where the free memory is not known, so check_fits cannot refuse
+    it before it is built)."""
+    monkeypatch.setattr(runfolder, "free_memory", lambda device: None)
     with pytest.raises(SystemExit, match=r"the model does not fit in this machine's memory \(one of its tensors "
                                          r"alone: \d+ bytes\): lower n_layer, n_embd"):
         train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--n_embd=1000000",
                            "--n_head=1"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_of_many_small_layers_larger_than_memory_is_refused_before_it_is_built(stdlib_data, tmp_path,
+                                                                                       monkeypatch):
+    """--n_layer=1000000 (typed for 10): each tensor is small, so the allocator refuses none until the machine's
+    memory is gone, minutes later (or the kernel kills the process, with no line at all); refused by its config."""
+    monkeypatch.setattr(model_py, "Block", lambda *a, **k: pytest.fail("built a layer of a model that cannot fit"))
+    with pytest.raises(SystemExit, match=r"^error: batch_size=4 x block_size=32 needs about [\d.]+ GiB .*even "
+                                         r"--batch_size=1 does not fit: lower --block_size=32 or the model's size$"):
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", "--n_layer=1000000"])
     assert not (tmp_path / "run").exists()
 
 
