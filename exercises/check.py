@@ -1848,6 +1848,10 @@ def main(argv=None):
         raise SystemExit(f"error: --result={result_path} must name a file in a folder that exists, e.g. "
                          "--result=ID.json")
     dirs = exercise_dirs() if names == ["all"] else [find_exercise(n) for n in names]
+    twice = sorted({os.path.basename(d) for d in dirs if dirs.count(d) > 1})
+    if twice:  # `check.py 01 01 01` would score "3/3 exercises passed" for one exercise
+        raise SystemExit(f"error: {', '.join(twice)} named more than once: each exercise is graded once, e.g. "
+                         "`check.py 01 03` or `check.py all`")
     grading = len(dirs) > 1 or names == ["all"] or result_path is not None
     if names == ["all"]:
         for d in not_exercises():

@@ -476,6 +476,14 @@ def grade_cli(*args, cwd=REPO, timeout=120):
     return result.returncode, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("names", [["01", "01"], ["01", "03", "1"]])
+def test_an_exercise_named_twice_is_one_line_before_any_grading(names):
+    """`check.py 01 01 01` graded one exercise three times and scored "3/3 exercises passed"."""
+    code, out = grade_cli(*names, "--timeout=1")
+    assert code == 1 and out.strip() == f"error: {NAMES[0]} named more than once: each exercise is graded once, " \
+        "e.g. `check.py 01 03` or `check.py all`", out
+
+
 def test_ctrl_c_while_torch_loads_is_the_checkers_one_line(tmp_path):
     """Ctrl-C in the checker's first seconds, while torch loads: the line its main prints on Ctrl-C, not the
     import's traceback, with the exit status Python gives Ctrl-C. A stand-in torch on PYTHONPATH raises
