@@ -175,6 +175,8 @@ def configure(keys, argv, defaults=None):
                 value = text
             if want is str and not isinstance(value, str):
                 value = text  # strings need no quotes: --gate=g1 as well as --gate='g1'
+            elif want is float and text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+                fail(f"{arg}: {key} must be a finite number, got {text!r}")  # a float, but never a setting
             elif want is not str and value is text:  # written as Python writes it: True, None
                 spelled = " (True or False)" if want is bool else ""
                 fail(f"{arg}: {key} must be {_type_name(want)}{spelled}"

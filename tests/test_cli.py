@@ -555,6 +555,14 @@ def test_a_number_that_is_not_finite_is_refused(tmp_path, text):
         configure(Paths, [str(config)])
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "Infinity"])
+def test_a_number_on_the_command_line_that_is_not_finite_is_called_so(value):
+    """--rate=nan is a float to Python, so "must be float, got 'nan'" read as nonsense: it says finite."""
+    with pytest.raises(SystemExit) as e:
+        configure(Paths, [f"--rate={value}"])
+    assert e.value.code == f"error: --rate={value}: rate must be a finite number, got {value!r}"
+
+
 def test_a_gpu_this_machine_does_not_have_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
