@@ -424,3 +424,23 @@ def test_the_unseen_seeds_and_norms_run_times_are_their_logs_and_commands():
     assert len(prepared) == 1  # job 1's output alone keeps its steps' seconds
     says("results/repro/README.md", f"Each job prepared the corpus ({prepared[0]} s in job 1, whose output keeps its "
                                     "steps' seconds)")
+
+
+# -----------------------------------------------------------------------------
+# results/timings/grading-*.md: grading one student, by tests/time_grading.py (docs/timings.md, TEACHERS.md)
+
+def test_grading_a_students_times_are_time_gradings_page():
+    body = text("results/timings/grading-amd-epyc-2-cores-2026-12-01-eaf4b50.md")
+    rows = re.findall(r"^\| (every starter untouched|every exercise solved[^|]*) \| ([\d.]+) \| \d \| "
+                      r"(\d+) of (\d+) \| (\d+) of (\d+) \|$", body, re.MULTILINE)
+    untouched = [s for what, s, *_ in rows if what == "every starter untouched"]
+    solved = [(s, int(p), int(t), int(c), int(ct)) for what, s, p, t, c, ct in rows
+              if what != "every starter untouched"]
+    assert len(untouched) == len(solved) == 2 and all(p == t and c == ct for _, p, t, c, ct in solved)
+    _, passed, total, checks, _ = solved[0]
+    says(TIMINGS, f"the untouched starters (0/{total} exercises) {untouched[0]} s and {untouched[1]} s; every "
+                  f"exercise solved, with the two sink-lab runs of 08 and 11 in place ({passed}/{total}, "
+                  f"{checks}/{checks} checks), {solved[0][0]} s and {solved[1][0]} s.")
+    every = [float(s) for s in untouched] + [float(s[0]) for s in solved]
+    lo, hi = stated("exercises/TEACHERS.md", r"(\d+) to (\d+) s a student on an idle 2-core CPU")
+    assert lo <= min(every) < lo + 5 and hi - 5 < max(every) <= hi, (every, lo, hi)  # to 5 s, the page's rounding

@@ -85,7 +85,8 @@ def main(argv):
     out = [f"`python exercises/check.py all --student=ID --result=ID.json` in a student copy made at {at}: "
            f"{os.cpu_count()} cores, {cpu_name()}{flags}{idle}; Python {platform.python_version()}, torch "
            f"{torch_version}; {time.strftime('%Y-%m-%d')} (`python tests/time_grading.py`)", "",
-           "| the copy | seconds, wall-clock | exit | exercises passed | checks passed |", "| --- | --- | --- | --- | --- |"]
+           "| the copy | seconds, wall-clock | exit | exercises passed | checks passed |",
+           "| --- | --- | --- | --- | --- |"]
     wrong = False
     for what, (wall, code, passed, total, checks, all_checks) in rows:
         out.append(f"| {what} | {wall:.1f} | {code} | {passed} of {total} | {checks} of {all_checks} |")
