@@ -157,7 +157,8 @@ def make_copy(dest, source=REPO):
         raise SystemExit(f"error: {dest} is inside the project's checkout ({source}), beside exercises/solutions/: "
                          "make the copy outside it, e.g. ../gated-attention-student")
     if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
-        raise SystemExit(f"error: {dest} exists and is not empty: give a new folder")
+        what = "is a file, not a folder" if not os.path.isdir(dest) else "exists and is not empty"
+        raise SystemExit(f"error: {dest} {what}: give a new folder")
     files = files_to_copy(source, dest)
     existed = os.path.isdir(dest)
     try:

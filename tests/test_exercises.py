@@ -779,11 +779,12 @@ def test_a_copy_into_a_file_or_a_folder_that_is_not_empty_is_refused(tmp_path):
     (source / "exercises").mkdir(parents=True)
     (source / "exercises" / "README.md").write_text("# E\n", encoding="utf-8")
     (tmp_path / "full").mkdir()
-    for dest, kept in ((tmp_path / "notes.txt", tmp_path / "notes.txt"), (tmp_path / "full", tmp_path / "full" / "a")):
+    for dest, kept, said in ((tmp_path / "notes.txt", tmp_path / "notes.txt", "is a file, not a folder"),
+                             (tmp_path / "full", tmp_path / "full" / "a", "exists and is not empty")):
         kept.write_text("mine\n", encoding="utf-8")
         with pytest.raises(SystemExit) as stop:
             make_student_copy.make_copy(str(dest), source=str(source))
-        assert "exists and is not empty: give a new folder" in str(stop.value) and "\n" not in str(stop.value), stop
+        assert str(stop.value) == f"error: {dest} {said}: give a new folder", stop
         assert kept.read_text(encoding="utf-8") == "mine\n"
 
 
