@@ -3,6 +3,7 @@
 import importlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -405,6 +406,44 @@ def test_write_dataset_and_meta(tmp_path):
     assert meta["train_tokens"] == sum(len(t) for t in tokenized["train"])
     assert documents(tmp_path, "val", enc.eot_token) == [enc.encode_ordinary("held out")]
     assert meta["train_shards"][0] == "openwebtext_train_000000.bin" and len(meta["train_shards"]) > 1
+
+
+REAL_UNREACHABLE = load_script("fineweb").unreachable
+
+
+@pytest.fixture(autouse=True)
+def _the_hub_is_found(monkeypatch):
+    """The tests that stand in for the hub (fake_hub) stand in for the network too: data/fineweb/prepare.py's check
+    that the hub's host can be found is left out here, but in the test of that check."""
+    monkeypatch.setattr(load_script("fineweb"), "unreachable", lambda: None)
+
+
+def test_an_offline_machine_is_one_line_at_once_and_the_folder_is_left_as_it_was(tmp_path, monkeypatch):
+    """With no network, huggingface_hub retried for half a minute, printing a line a try, then blamed the connection
+    in its own words: the host's name is looked up first, and its failure is one line of what to do instead."""
+    fineweb = load_script("fineweb")
+    monkeypatch.setattr(fineweb, "unreachable", REAL_UNREACHABLE)
+    for var in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HF_ENDPOINT"):
+        monkeypatch.delenv(var, raising=False)
+
+    def no_dns(host, port):
+        raise socket.gaierror(-2, "Name or service not known")
+    monkeypatch.setattr(fineweb.socket, "getaddrinfo", no_dns)
+    monkeypatch.setattr(fineweb, "fetch", lambda name, folder: pytest.fail("fetched with no network"))
+    with pytest.raises(SystemExit) as stop:
+        fineweb.main(["--shards", "1", "--out_dir", str(tmp_path / "fineweb")])
+    assert str(stop.value) == (
+        "error: cannot download fineweb_val_000000.bin: huggingface.co cannot be found (Name or service not known): "
+        f"no network here? FineWeb needs the network; on a machine without one, copy the shards into "
+        f"{tmp_path / 'fineweb'} and run this again, or train on data/pystdlib or data/textdir")
+    assert os.listdir(tmp_path / "fineweb") == [".cache"]  # huggingface_hub's bookkeeping folder, and no shard
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")  # a proxy finds the host itself: not asked
+    assert fineweb.unreachable() is None
+    monkeypatch.delenv("HTTPS_PROXY")
+    hosts = []
+    monkeypatch.setattr(fineweb.socket, "getaddrinfo", lambda host, port: hosts.append(host))
+    monkeypatch.setenv("HF_ENDPOINT", "https://hf-mirror.example")  # a mirror: its host is the one looked up
+    assert fineweb.unreachable() is None and hosts == ["hf-mirror.example"]
 
 
 def fake_hub(fail_after=None):

@@ -16,7 +16,9 @@ by other means (modded-nanogpt's script) into --out_dir are checked and kept the
 
 import argparse
 import os
+import socket
 import sys
+from urllib.parse import urlparse
 
 # Runnable as `python data/fineweb/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -52,6 +54,20 @@ def fetch(name, folder):
     return hf_hub_download(repo_id=REPO_ID, filename=name, repo_type="dataset", local_dir=folder)
 
 
+def unreachable(endpoint="https://huggingface.co"):
+    """Why the hub's host cannot be found, or None: said at once, where huggingface_hub would retry for half a minute
+    and then blame the connection in its own words. Not asked with HF_HUB_OFFLINE (its cache alone) or a proxy (which
+    finds the host itself)."""
+    if any(os.environ.get(v) for v in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    host = urlparse(os.environ.get("HF_ENDPOINT") or endpoint).hostname
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as e:
+        return f"{host} cannot be found ({e.strerror or e}): no network here?"
+    return None
+
+
 def download(names, out_dir, command):
     """Fetch the named shards from the hub into out_dir, skipping those already there and whole. Each arrives whole
     in out_dir/.cache/incoming first and then moves in; the preparation is marked started (start_preparation, with
@@ -59,6 +75,13 @@ def download(names, out_dir, command):
     arrived (no network, no huggingface_hub) leaves a complete dataset in out_dir as it was, and usable."""
     missing = [name for name in names if not is_complete(os.path.join(out_dir, name))]
     incoming = os.path.join(out_dir, ".cache", "incoming")  # beside huggingface_hub's bookkeeping: allowed there
+    if missing:  # a folder it cannot write in is said first, as huggingface_hub's first write would
+        os.makedirs(incoming, exist_ok=True)
+    problem = unreachable() if missing else None
+    if problem:
+        raise ValueError(f"cannot download {missing[0]}: {problem} FineWeb needs the network; on a machine without "
+                         f"one, copy the shards into {out_dir} and run this again, or train on data/pystdlib or "
+                         "data/textdir")
     for i, name in enumerate(missing):
         print(f"downloading {name} ...", flush=True)
         path = fetch(name, incoming)
