@@ -408,13 +408,14 @@ def as_markdown(header, lines, folder, key, flagged):
 
 def result_files(folder):
     """The *.json files in folder and its subfolders (a learning platform's download: a folder per student, each
-    file perhaps named alike), as paths relative to folder, sorted; hidden files and folders are left out."""
+    file perhaps named alike), as paths relative to folder, sorted; hidden files and folders are left out. The
+    suffix in any case: `check.py --result=ID.JSON` writes a result file too, and no hand-in is left out unsaid."""
     names = []
     for here, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         rel = os.path.relpath(here, folder)
         names += [n if rel == "." else os.path.join(rel, n) for n in files
-                  if n.endswith(".json") and not n.startswith(".") and os.path.isfile(os.path.join(here, n))]
+                  if n.lower().endswith(".json") and not n.startswith(".") and os.path.isfile(os.path.join(here, n))]
     return sorted(names)
 
 

@@ -370,6 +370,22 @@ def test_where_and_why_each_exercise_stopped_are_shown(tmp_path):
     assert len(items) == 4, items  # not a "not filled" one, nor one without a reason
 
 
+def test_a_result_file_named_in_capitals_is_a_row(tmp_path):
+    """`check.py all --result=ID.JSON` writes a result file (a Windows habit, or a platform that renames): the gradebook
+    reads it, and the --handed_in comparison finds it, rather than leave the student out without a word."""
+    folder, handed = tmp_path / "regrades", tmp_path / "handed"
+    folder.mkdir(), handed.mkdir()
+    result("ann", path=folder / "ann.json"), result("bo", path=folder / "BO.JSON")
+    result("ann", path=handed / "ann.json"), result("bo", path=handed / "bo.Json")
+    assert gradebook.result_files(str(folder)) == ["BO.JSON", "ann.json"]
+    lines = []
+    gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lines.append, handed_in=str(handed))
+    rows = read_csv(tmp_path / "book.csv")
+    assert sorted(rows) == ["BO.JSON", "ann.json"], rows
+    assert "no file handed in" not in rows["BO.JSON"]["flags"], rows["BO.JSON"]
+    assert not any("no re-grade" in line for line in lines), lines
+
+
 def test_a_copied_file_and_a_folder_per_student_are_seen(tmp_path):
     """A platform's download: a folder per student, every file named alike (check-result.json, the default): each is a
     row, named by its path in the folder. An exercise graded on the same file as another student's (a copied
