@@ -148,18 +148,23 @@ def suite_page(commit):
 
 
 def test_the_suites_times_are_time_suites_pages():
-    now = suite_page("7b732a9")
+    now = suite_page("4a159f1")
     says(TIMINGS, f"**Now:** {now['passed']} passed, 113 skipped (the GPU-only tests, and two that need a user other "
-                  f"than root) at 7b732a9, in {min_s(now['wall'])} on a fresh clone (pytest's own time "
+                  f"than root) at 4a159f1, in {min_s(now['wall'])} on a fresh clone (pytest's own time "
                   f"{min_s(now['pytest'])}; the tests' own times add up to {now['tests']} s)")
     budget = 600
-    assert 30 <= now["wall"] - budget < 90
-    says(TIMINGS, "The budget is 10 minutes, and this run is a minute over it.")
+    assert 135 <= now["wall"] - budget < 165
+    says(TIMINGS, "The budget is 10 minutes, and this run is two and a half minutes over it.")
     f = now["files"]
     longest = sorted(f, key=f.get, reverse=True)[:3]
     assert longest == ["tests/test_exercises.py", "tests/test_repro.py", "tests/test_gpu_scripts.py"], longest
     says(TIMINGS, f"The longest files: the exercises' ({f[longest[0]]:.0f} s:", f"the study's tools "
                   f"({f[longest[1]]:.0f} s), the GPU scripts at toy size ({f[longest[2]]:.0f} s).")
+    was = suite_page("7b732a9")
+    says(TIMINGS, f"{was['passed']} passed at 7b732a9 ({min_s(was['wall'])}, pytest's own {min_s(was['pytest'])}, "
+                  f"{was['tests']} s of tests, 2026-12-01)", f"([its page](../results/timings/{was['name']})), a "
+                  f"minute over the budget.")
+    assert 30 <= was["wall"] - budget < 90
     before = suite_page("3a444d5")
     says(TIMINGS, f"{before['passed']} passed at 3a444d5 ({min_s(before['wall'])}, pytest's own "
                   f"{min_s(before['pytest'])}, {before['tests']} s of tests, 2026-12-01)",
@@ -177,23 +182,34 @@ def test_the_suites_times_are_time_suites_pages():
                   f"{min_s(old['wall'])} |")
 
 
-# the test files that changed between the two runs on the AMD EPYC (git diff --stat 3a444d5 7b732a9 -- tests/):
-# test_docs.py and test_repro.py (the reports drawn again), the two test_cited_figures_* files new
-CHANGED = {"tests/test_docs.py", "tests/test_repro.py"}
+def unchanged_files_moved(after, before):
+    """How much longer each test file took at commit `after` than at `before`, among the files whose tests did not
+    change between them (git diff --stat BEFORE AFTER -- tests/; files under a second left out): {file: ratio - 1}."""
+    changed = {("4a159f1", "7b732a9"): {"tests/test_cli.py", "tests/test_data.py", "tests/test_docs.py",
+                                        "tests/test_exercises.py", "tests/test_gradebook.py", "tests/test_train.py",
+                                        "tests/test_cited_figures_lab.py"},
+               ("7b732a9", "3a444d5"): {"tests/test_docs.py", "tests/test_repro.py"}}[after, before]
+    now, was = suite_page(after)["files"], suite_page(before)["files"]
+    return {f: now[f] / was[f] - 1 for f in was if f in now and f not in changed and was[f] >= 1}
 
 
-def test_the_new_tests_files_and_the_others_are_compared_as_the_pages_give_them():
-    """What the two files holding the new tests took more, and how far the files that did not change moved (the
-    host's spread: it once said 5-14%, six files of twenty)."""
+def test_the_suites_runs_are_compared_as_the_pages_give_them():
+    """What the two files holding 7b732a9's new tests took more, and how far the files that did not change moved (the
+    host's spread: the page once said 5-14%, six files of twenty), at 7b732a9 and at 4a159f1."""
     now, before = suite_page("7b732a9")["files"], suite_page("3a444d5")["files"]
     grown = [now[f] - before[f] for f in ("tests/test_repro.py", "tests/test_docs.py")]
-    change = {f: now[f] / before[f] - 1 for f in before if f in now and f not in CHANGED and before[f] >= 1}
+    change = unchanged_files_moved("7b732a9", "3a444d5")
     tutorial = change.pop("tests/test_tutorial.py")
     low, high = min(change, key=change.get), max(change, key=change.get)
     says(TIMINGS, f"tests/test_repro.py and tests/test_docs.py, took {grown[0]:.0f} s and {grown[1]:.0f} s longer "
                   "than in the run below, three hours earlier; the files that did not change moved by the host's "
                   f"spread, from {-change[low]:.0%} less ({low}) to {change[high]:.0%} more ({high}), the tutorial's "
                   f"{tutorial:.0%} more.")
+    change = unchanged_files_moved("4a159f1", "7b732a9")
+    low, high = min(change, key=change.get), max(change, key=change.get)
+    says(TIMINGS, "The files whose tests did not change since the run below, four hours earlier, moved by the host's "
+                  f"spread, from {-change[low]:.0%} less ({low}) to {change[high]:.0%} more ({high}), so this figure "
+                  "moves by a minute or more")
 
 
 # -----------------------------------------------------------------------------
