@@ -461,13 +461,11 @@ def params_at_least(config):
 
 def check_fits(c, config, n_params, device, batch_size=None):
     """Stop with memory_advice's line where the first step of batch_size (step_memory, for n_params; None:
-    c.batch_size; 0: the weights, gradients and AdamW's moments alone) needs more than the device has free; returns
-    config."""
+    c.batch_size; 0: the weights, gradients and AdamW's moments alone) needs more than the device has free."""
     available = free_memory(device)
     if available is not None and step_memory(c.batch_size if batch_size is None else batch_size, config,
                                               n_params) > available:
         fail(memory_advice(c, config, n_params, device, available))
-    return config
 
 
 def memory_advice(c, config, n_params, device, available):

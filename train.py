@@ -279,9 +279,10 @@ class Trainer:
             if checkpoint is not None:
                 self.raw_model = model_from_checkpoint(checkpoint, self.ckpt_path,
                                                        **{key: getattr(self.c, key) for key in RUNTIME_FLAGS})
-            else:  # refused before it is built where its projections alone do not fit, even with no batch
+            else:
                 config = GPTConfig(**{key: getattr(self.c, key) for key in MODEL_KEYS})
-                self.raw_model = GPT(check_fits(self.c, config, params_at_least(config), self.device, batch_size=0))
+                check_fits(self.c, config, params_at_least(config), self.device, batch_size=0)  # before it is built
+                self.raw_model = GPT(config)
         except (ValueError, RuntimeError) as e:  # a flag it refuses; a model larger than the machine's memory
             if not isinstance(e, ValueError) and "can't allocate memory" not in str(e):
                 raise

@@ -75,13 +75,13 @@ def download(names, out_dir, command):
     arrived (no network, no huggingface_hub) leaves a complete dataset in out_dir as it was, and usable."""
     missing = [name for name in names if not is_complete(os.path.join(out_dir, name))]
     incoming = os.path.join(out_dir, ".cache", "incoming")  # beside huggingface_hub's bookkeeping: allowed there
-    if missing:  # a folder it cannot write in is said first, as huggingface_hub's first write would
+    if missing:  # a folder it cannot write in is said first (as huggingface_hub's first write would), then no network
         os.makedirs(incoming, exist_ok=True)
-    problem = unreachable() if missing else None
-    if problem:
-        raise ValueError(f"cannot download {missing[0]}: {problem} FineWeb needs the network; on a machine without "
-                         f"one, copy the shards into {out_dir} and run this again, or train on data/pystdlib or "
-                         "data/textdir")
+        problem = unreachable()
+        if problem:
+            raise ValueError(f"cannot download {missing[0]}: {problem} FineWeb needs the network; on a machine "
+                             f"without one, copy the shards into {out_dir} and run this again, or train on "
+                             "data/pystdlib or data/textdir")
     for i, name in enumerate(missing):
         print(f"downloading {name} ...", flush=True)
         path = fetch(name, incoming)
