@@ -39,7 +39,7 @@ class GPTConfig:
     dropout: float = 0.0  # on the embeddings and each sub-layer's output (not on attention probabilities)
     bias: bool = False  # biases in the linear layers and LayerNorm
     pos_emb: str = "rope"  # or learned
-    rope_base: float = 10000.0  # RoPE's theta: the slowest pair turns once in about 2 * pi * rope_base tokens
+    rope_base: float = 10000.0  # RoPE's theta: the slowest pair turns once in 2 pi rope_base^(1 - 2/head_dim) tokens
     rope_scaling: str = "none"  # ntk, yarn: run past the trained length; see rope_tables
     rope_factor: float = 1.0  # rope_scaling's s: block_size is s times the length the model was trained on
     mlp: str = "swiglu"  # glu, gelu, gelu_tanh (GPT-2's tanh approximation of GELU)
@@ -290,7 +290,7 @@ class CausalSelfAttention(nn.Module):
 
     def project(self, x, rope=None):
         """Q (B, T, H, D) and K, V (B, T, Hkv, D), gated here at G2-G4, with RoPE and QK-norm applied, and the
-        gate logits (B, T, groups, width), or None without a gate."""
+        gate logits (B, T, groups, width) ((1, 1, groups, width) for an input-independent gate), or None without one."""
         B, T, C = x.shape
         q, k, v, g = self.c_attn(x).split(self.qkvg_sizes, dim=-1)
         q, k, v = q.view(B, T, self.n_head, -1), k.view(B, T, self.n_kv_head, -1), v.view(B, T, self.n_kv_head, -1)
