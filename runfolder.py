@@ -368,16 +368,17 @@ def finite_or_none(x):
 def saved_state(path, whose=False, settings=False):
     """(iter_num, val_loss) of the checkpoint at path, read from the file itself (memory-mapped: its tensors are
     not read), or None if there is none; ValueError if it cannot be read. What a message says of a file
-    comes from here, never from what another file claims about it. whose: also (run_id, model_args), which say
-    whose state it is (run_id is None in a checkpoint older than run ids); settings: also the config it was saved
-    with."""
+    comes from here, never from what another file claims about it. whose: also (run_id, model_args,
+    data_fingerprint), which say whose state it is and which data measured it (None in a checkpoint older than
+    these); settings: also the config it was saved with."""
     import torch
     if not os.path.isfile(path):
         return None
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         state = int(checkpoint["iter_num"]), float(checkpoint["val_loss"])
-        state += (checkpoint.get("run_id"), dict(checkpoint["model_args"])) if whose else ()
+        state += (checkpoint.get("run_id"), dict(checkpoint["model_args"]), checkpoint.get("data_fingerprint")) \
+            if whose else ()
         return state + (dict(checkpoint.get("config") or {}),) if settings else state
     except Exception as e:  # truncated, not a checkpoint, not train.py's
         raise ValueError(f"{path} is not a readable train.py checkpoint ({type(e).__name__})") from None
@@ -513,6 +514,9 @@ class RunFolder:
         # what every checkpoint records of the run (check_data): its id, and the fingerprint of the data it trains on
         self.run_id, self.fingerprint, self.data_named = None, None, False
         self.best_in_ckpt = False  # best_state: ckpt.pt holds the best state; _start makes it best.pt
+        # check_data: this command continues the run on other validation shards; best_state: the path _start
+        # moves best.pt to, measured on the earlier ones
+        self.val_changed, self.aside = False, None
 
     def __enter__(self):
         # a new folder is claimed when it is made (claim_new), so a command that fails before leaves none behind
@@ -666,6 +670,8 @@ class RunFolder:
         makes it best.pt at the first evaluation, before anything can replace it. A best.pt of another run (another
         run id, or another model) stops the command: it is no state of this run, and the run would measure itself
         against it, or replace it."""
+        if self.val_changed:
+            return self.best_on_other_val(checkpoint, say)
         it, loss = checkpoint["iter_num"], checkpoint["val_loss"]
         try:
             best = saved_state(self.best_path, whose=True)
@@ -687,6 +693,29 @@ class RunFolder:
             f"{BEST} at the next evaluation, before anything replaces it")
         return it, loss
 
+    def best_on_other_val(self, checkpoint, say):
+        """best_state where this command continues the run on other validation shards (check_data): losses on
+        those and on these never compare. best.pt stays the best if these measured it (an earlier command that
+        named them stopped before its first checkpoint); otherwise _start moves it to best-before-iterN.pt (N:
+        ckpt.pt's iter), and the run's first evaluation, of ckpt.pt's state on these shards, starts best.pt again."""
+        it = checkpoint["iter_num"]
+        try:
+            best = saved_state(self.best_path, whose=True)
+        except ValueError:
+            best = ()  # unreadable: moved aside all the same, never deleted
+        if best:
+            self.check_same_run(best, checkpoint)
+        if best and (best[4] or {}).get("val") == self.fingerprint["val"]:
+            return best[:2]
+        if best is not None:
+            self.aside = os.path.join(self.out_dir, f"best-before-iter{it}.pt")
+            held = f"(iter {best[0]}, val loss {best[1]:.4f}) was measured on other validation shards" if best \
+                else "is unreadable"
+            say(f"note: {self.best_path} {held}: it is kept as {self.aside}, and {BEST} starts again from "
+                f"{CHECKPOINT}'s state (iter {it}) evaluated on these shards (losses on different shards do not "
+                "compare)")
+        return None, math.inf
+
     def settle_best(self):
         """Make best.pt of ckpt.pt now where best_state found ckpt.pt's state the best: a command with nothing left
         to train writes no evaluation, so _start, which would do it, never comes."""
@@ -698,7 +727,7 @@ class RunFolder:
     def check_same_run(self, best, checkpoint):
         """Stop, with one line, where best.pt (saved_state(whose=True)) is not a state of ckpt.pt's run."""
         from model import RUNTIME_FLAGS  # these may change within a run
-        run_id, model_args = best[2:]
+        run_id, model_args = best[2:4]
         other = [f"{k}={model_args[k]!r} (this run: {v!r})" for k, v in checkpoint["model_args"].items()
                  if k in model_args and k not in RUNTIME_FLAGS and model_args[k] != v]  # older: fewer keys
         if run_id and checkpoint.get("run_id") and run_id != checkpoint["run_id"]:
@@ -710,7 +739,10 @@ class RunFolder:
 
     def initial_val_loss(self, checkpoint):
         """The validation loss the run started from: the checkpoint's record of it, or for a checkpoint older than
-        that record, the log's iter-0 record; None if neither has it."""
+        that record, the log's iter-0 record; None if neither has it, or if this command continues on other
+        validation shards (check_data): its first evaluation, on these, is the start then."""
+        if self.val_changed:
+            return None
         if isinstance(checkpoint.get("initial_val_loss"), (int, float)):
             return checkpoint["initial_val_loss"]
         start = [r for r in read_jsonl(self.log_path) if r.get("iter") == 0]
@@ -734,6 +766,10 @@ class RunFolder:
         if self.data_named:
             say(f"note: the {changed} in {data_dir} are not those the run trained on {prints}: it continues on them, "
                 "as this command names the data")
+            # its losses so far are of other validation shards: the first evaluation measures ckpt.pt's state on
+            # these (unless there is nothing left to train, or nothing is written), and best_state starts again
+            self.val_changed = (recorded.get("val") != fingerprint["val"] and not c.eval_only
+                                and checkpoint["iter_num"] < c.max_iters)
             return
         made = checkpoint.get("data_prepare")  # the command that prepared its data (checkpoints since 2026-12-01)
         fail(f"the data in {data_dir} is not what this run trained on: its {changed} differ {prints}; was the dataset "
@@ -757,6 +793,8 @@ class RunFolder:
             for name in (CHECKPOINT, BEST) + MEASUREMENTS:
                 if os.path.lexists(os.path.join(self.out_dir, name)):
                     os.remove(os.path.join(self.out_dir, name))
+            for aside in glob.glob(os.path.join(self.out_dir, "best-before-iter*.pt")):
+                os.remove(aside)  # the old run's best states on other data (best_on_other_val)
             keep = []
         else:
             keep, run, others = [], None, set()  # run: the id of the run whose records these are (its first names it)
@@ -770,7 +808,9 @@ class RunFolder:
                 print(f"note: {self.log_path} held records of another run ({', '.join(sorted(others))}): dropped, so "
                       f"that the log reads as this run's ({self.run_id})", flush=True)
             both = all(map(os.path.isfile, (self.ckpt_path, self.best_path)))
-            if self.best_in_ckpt or both and os.path.samefile(self.ckpt_path, self.best_path):
+            if self.aside and not os.path.lexists(self.aside):  # best_on_other_val (where one of this iter is kept
+                os.replace(self.best_path, self.aside)  # already, best.pt holds ckpt.pt's state: replaced next)
+            elif self.best_in_ckpt or both and os.path.samefile(self.ckpt_path, self.best_path):
                 # ckpt.pt holds the best state (best_state), or an older version linked the two: best.pt its own copy
                 atomic_copy(self.ckpt_path, self.best_path)
                 self.best_in_ckpt = False

@@ -218,7 +218,7 @@ class Trainer:
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr
                 resumed_here = self.iter_num == self.start_iter > 0 and not c.eval_only  # its eval is in the log
-                if self.eval_due() and not resumed_here:
+                if self.eval_due() and not resumed_here or self.folder.val_changed and self.iter_num == self.start_iter:
                     t_eval = time.perf_counter()
                     record = self.log_and_save(lr, since_eval)
                     since_eval = Span()
@@ -433,13 +433,13 @@ class Trainer:
             if self.wandb:
                 self.wandb.log({k: v for k, v in record.items() if k not in ("layers", "channels", "code")},
                                step=self.iter_num)
-        if self.iter_num == 0 and not self.c.eval_only:
-            self.initial_val_loss = val_loss
+        if self.iter_num == self.start_iter and not self.c.eval_only:  # a new run's, or the first on other val
+            self.initial_val_loss = val_loss  # shards (runfolder: val_changed), which measures ckpt.pt's state
         self.stop_if_exploded(val_loss)  # on every rank (each has the same val_loss), before the state is saved
         if self.master and not self.c.eval_only:
             if self.iter_num > self.start_iter:
                 self.save(val_loss)
-            elif self.iter_num == 0:  # a new run's initial state: best.pt from the start, so none is ever worse
+            else:  # the initial state: best.pt from the start, so none is ever worse
                 self.save(val_loss, latest=False)
         return record
 

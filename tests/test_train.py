@@ -1861,6 +1861,51 @@ def test_every_checkpoint_records_its_run_and_data_and_a_resume_on_changed_data_
     assert read_log(out_dir)[-1]["iter"] == 8
 
 
+def test_a_run_continued_on_other_validation_shards_starts_its_best_again_and_keeps_the_old_best(stdlib_data,
+                                                                                                 tmp_path, capsys):
+    """Losses on two validation sets never compare: continued on other data (named), best.pt, measured on the old
+    shards, is kept as best-before-iterN.pt and best.pt starts again from ckpt.pt's state evaluated on the new ones,
+    the new start of the divergence rule too. The new shards here are random tokens, far harder than the text: a
+    comparison with the old best would never replace it, and sample.py would read the old data's model."""
+    import numpy as np
+    from data.shards import HEADER_BYTES, dataset_fingerprint, find_shards
+    out_dir, other = tmp_path / "run", tmp_path / "other"
+    args = TINY + [f"--out_dir={out_dir}", "--eval_interval=2", "--always_save_checkpoint=False"]
+    train.main(args + [f"--data_dir={stdlib_data}", "--max_iters=4"])
+    old_best = (out_dir / BEST).read_bytes()
+    _, ckpt = load_checkpoint(str(out_dir / CHECKPOINT))
+    shutil.copytree(stdlib_data, other)
+    tokens = np.memmap(find_shards(str(other), "val")[0], dtype=np.uint16, mode="r+", offset=HEADER_BYTES)
+    tokens[:] = np.random.default_rng(0).integers(0, 50257, len(tokens))
+    tokens.flush()
+    del tokens
+    capsys.readouterr()
+    train.main(args + [f"--data_dir={other}", "--max_iters=8", "--init_from=resume"])
+    out = capsys.readouterr().out
+    it, aside = ckpt["iter_num"], out_dir / f"best-before-iter{ckpt['iter_num']}.pt"
+    assert f"note: {out_dir / BEST} (iter {ckpt['best_iter']}, val loss {ckpt['best_val_loss']:.4f}) was measured " \
+        f"on other validation shards: it is kept as {aside}, and best.pt starts again from ckpt.pt's state (iter " \
+        f"{it}) evaluated on these shards" in out, out
+    assert aside.read_bytes() == old_best  # the old data's best, whole
+    records = [r for r in read_log(out_dir) if "val_loss" in r]
+    at_switch = [r for r in records if r["iter"] == it]
+    assert len(at_switch) == 2 and at_switch[1]["val_loss"] > at_switch[0]["val_loss"]  # the same state, twice
+    after = [r["val_loss"] for r in records if r["iter"] > it]
+    _, best = load_checkpoint(str(out_dir / BEST))
+    _, latest = load_checkpoint(str(out_dir / CHECKPOINT))
+    assert best["data_fingerprint"] == latest["data_fingerprint"] == dataset_fingerprint(str(other))
+    assert best["val_loss"] == min([at_switch[1]["val_loss"]] + after) > ckpt["best_val_loss"]  # never below it
+    assert latest["initial_val_loss"] == at_switch[1]["val_loss"]  # the start on these shards
+    # resumed again on the same shards: one record a command at its start, as before, and nothing set aside again
+    train.main(args + [f"--data_dir={other}", "--max_iters=10", "--init_from=resume"])
+    assert "was measured on other validation shards" not in capsys.readouterr().out
+    assert sorted(p.name for p in out_dir.glob("best*.pt")) == [aside.name, BEST] and aside.read_bytes() == old_best
+    assert [r["iter"] for r in read_log(out_dir) if "val_loss" in r].count(8) == 1
+    # a new run in the folder replaces the old run's best states, the one set aside too
+    train.main(args + [f"--data_dir={other}", "--max_iters=2", "--overwrite=True"])
+    assert not aside.exists()
+
+
 def test_a_run_on_a_relative_data_dir_resumes_from_another_working_folder(stdlib_data, tmp_path, monkeypatch):
     """The checkpoint records the data folder whole: from elsewhere, a relative data_dir would name another folder
     (where a dataset of data.ON_FIRST_USE would even be prepared anew, and trained on)."""
