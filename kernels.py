@@ -148,7 +148,7 @@ def _require_triton(q):
     reason = triton_unavailable()
     if reason:
         raise RuntimeError(f"{reason}; use backend='torch'")
-    if not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+    if not q.is_cuda and not (_INTERPRET and os.environ.get("TRITON_INTERPRET") == "1"):  # set when triton.jit ran
         raise RuntimeError("backend='triton' on CPU tensors needs TRITON_INTERPRET=1 set before triton is "
                            "imported (Triton's interpreter); use CUDA tensors or backend='torch'")
 
@@ -222,7 +222,7 @@ def first_token_attention(q, k, causal=True, scale=None, chunk=256, backend="aut
                 i = torch.arange(i0, i0 + s.size(3), device=q.device)[:, None] + (Tk - Tq)
                 s = s.masked_fill(torch.arange(Tk, device=q.device)[None, :] > i, float("-inf"))
             out.append(torch.exp(s[..., 0] - torch.logsumexp(s, dim=-1)))
-    return torch.cat(out, dim=-1).view(B, H, Tq)
+    return torch.cat(out, dim=-1).view(B, H, Tq) if out else torch.zeros(B, H, 0, device=q.device)
 
 
 # ----------------------------------------------------------------------------
@@ -575,7 +575,10 @@ def choose_configs(choice):
 
 
 DEFAULT_CONFIGS = os.environ.get("GATED_ATTENTION_CONFIGS", "first" if HAS_TRITON and _INTERPRET else "autotune")
-choose_configs(DEFAULT_CONFIGS)
+try:
+    choose_configs(DEFAULT_CONFIGS)
+except ValueError as e:  # a bad environment variable: one line from every command that imports this, not a traceback
+    raise SystemExit(f"error: {e}") from None
 
 
 def choose_backward(mode):
@@ -591,7 +594,10 @@ def choose_backward(mode):
 
 
 DEFAULT_BACKWARD = os.environ.get("GATED_ATTENTION_BACKWARD", "recompute")
-choose_backward(DEFAULT_BACKWARD)
+try:
+    choose_backward(DEFAULT_BACKWARD)
+except ValueError as e:
+    raise SystemExit(f"error: {e}") from None
 
 
 def _t_key(T):
@@ -633,6 +639,8 @@ def _flash_backward(dy, q, k, v, gate, y, lse2, causal, scale):
     B, H, T, D = q.shape
     Hkv = k.size(1)
     grads = _backward_buffers(q, k, gate)
+    if q.numel() == 0:  # no query row (B, H or T is 0): every gradient is 0 (H = 0: the dK/dV grid would divide by 0)
+        return [t.zero_() for t in grads]
     dq, dk, dv = grads[:3]
     delta = _empty((B, H, T), torch.float32, q.device)
     do = dy  # the tutorial's dO, the gradient of the ungated output: dY itself (read only) with no gate

@@ -475,6 +475,13 @@ def test_first_token_attention_decoding_step():
     assert rel_err(got, want) < TOL
 
 
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_first_token_attention_of_no_query_is_empty(backend):
+    q, k, _, _, _ = make_inputs(1, 4, 2, 8, 32, None, seed=6)
+    keys = 0 if backend == "triton" else 8  # the kernel takes as many queries as keys; the torch path cached keys too
+    assert first_token_attention(q[:, :, :0].detach(), k[:, :, :keys].detach(), backend=backend).shape == (1, 4, 0)
+
+
 def test_a_mask_runs_on_the_torch_path_and_the_kernel_refuses_it():
     """A sliding window (model.window_mask) with the first position kept, GQA and a gate: the float64 reference."""
     from model import window_mask
@@ -572,6 +579,31 @@ def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
     q, k, v, _, _ = make_inputs(1, 2, 2, 8, 32, None)
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
         gated_attention(q, k, v, backend="triton")
+
+
+@needs_triton
+def test_the_interpreter_asked_for_after_triton_was_imported_is_the_same_line(monkeypatch):
+    """triton.jit chose to interpret or not when kernels.py was imported: TRITON_INTERPRET=1 set later (a notebook's
+    cell after `import model`) would pass a check of the variable alone and fail deep in Triton ('0 active
+    drivers')."""
+    if CUDA:
+        pytest.skip("CUDA tensors need no interpreter")
+    monkeypatch.setattr(kernels, "_INTERPRET", False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    q, k, v, _, _ = make_inputs(1, 2, 2, 8, 32, None)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1 set before triton is imported"):
+        gated_attention(q, k, v, backend="triton")
+
+
+@pytest.mark.parametrize("variable,value", [("GATED_ATTENTION_BACKWARD", "fused"), ("GATED_ATTENTION_CONFIGS", "best")])
+def test_a_misspelt_kernel_variable_is_one_line_from_every_command(variable, value):
+    """Read when kernels.py is imported, before any command's own error handling: every tool would end in a
+    traceback."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", "import kernels"], cwd=repo, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, variable: value})
+    assert out.returncode == 1 and out.stderr.startswith("error: ") and out.stderr.count("\n") == 1, out.stderr
+    assert repr(value) in out.stderr and variable in out.stderr
 
 
 @pytest.mark.parametrize("triton_version", [None, "3.1.0", "3.2.0"])
@@ -795,3 +827,16 @@ def test_low_precision_cuda(dtype, D, T, gate, backward, choose_backward):
     The atomic dQ sums in fp32 and rounds once, so it is held to the same bound."""
     choose_backward(backward)
     assert_as_accurate_as_torch(*make_inputs(2, 4, 2, T, D, gate, dtype=dtype, seed=7))
+
+
+@needs_triton
+@pytest.mark.parametrize("backward", kernels.BACKWARDS)
+def test_no_query_head_gives_zero_kv_gradients(backward, choose_backward, monkeypatch):
+    """H = 0 (zero-size, as B = 0 or T = 0): k and v are read by no query, so their gradients are 0, as on the torch
+    path; the dK/dV grid (B * Hkv programs) must not run with H // Hkv = 0 query heads per kv head."""
+    monkeypatch.setattr(kernels, "POISON_OUTPUTS", True)
+    choose_backward(backward)
+    q, k, v, g, dy = make_inputs(2, 0, 1, 8, 16, "elementwise")
+    y = gated_attention(q, k, v, g, backend="triton")
+    dk, dv = torch.autograd.grad(y, (k, v), dy)
+    assert y.shape == (2, 0, 8, 16) and (dk == 0).all() and (dv == 0).all()
