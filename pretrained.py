@@ -117,6 +117,11 @@ def locate(name_or_path):
         family, config = map_config(hub_config, where=path)
     except KeyError as e:
         raise ValueError(f"{path} has no {e.args[0]!r}, which a {hub_config.get('model_type')} config needs") from None
+    except (TypeError, ValueError) as e:  # a value of the wrong type or out of range (GPTConfig's own checks)
+        if str(e).startswith(path):  # map_config's refusals name the file already
+            raise
+        raise ValueError(f"{path}: a value this mapping cannot use ({e}); is it a published checkpoint's "
+                         "config.json as the hub has it?") from None
     require("safetensors")  # what reading it will need, said before gigabytes of weights are downloaded
     if family != "gpt2":
         require("tokenizers")
@@ -277,9 +282,22 @@ def gpt2_state_dict(w, c):
             weight = w.pop(f"h.{i}.{name}.weight")
             sd[f"transformer.h.{i}.{name}.weight"] = weight if name.startswith("ln") else weight.t()
             sd[f"transformer.h.{i}.{name}.bias"] = w.pop(f"h.{i}.{name}.bias")
-    sd["lm_head.weight"] = sd["transformer.wte.weight"] if c.tie_embeddings else w.pop("lm_head.weight")
-    w.pop("lm_head.weight", None)  # a tied copy some checkpoints store as well
+    sd["lm_head.weight"] = lm_head(w, sd["transformer.wte.weight"], c)
     return sd, w
+
+
+def lm_head(w, wte, c):
+    """The output matrix: the token embedding's own when config.json ties them (a copy some checkpoints store as well
+    is dropped, but one that differs from the embedding is refused: which matrix the model computed with is unknown),
+    else the checkpoint's lm_head.weight."""
+    if not c.tie_embeddings:
+        return w.pop("lm_head.weight")
+    copy = w.pop("lm_head.weight", None)
+    if copy is not None and not torch.equal(copy, wte):
+        raise ValueError("config.json ties the output layer to the token embedding (tie_word_embeddings), but the "
+                         "weights hold an lm_head.weight that differs from it: the model was not trained tied "
+                         "(set tie_word_embeddings to false in config.json if it was trained untied)")
+    return wte
 
 
 def qwen3_state_dict(w, c):
@@ -308,8 +326,7 @@ def qwen3_state_dict(w, c):
         sd[h + "ln_1.weight"] = w.pop(f"layers.{i}.input_layernorm.weight")
         sd[h + "ln_2.weight"] = w.pop(f"layers.{i}.post_attention_layernorm.weight")
     w = {k: v for k, v in w.items() if not k.endswith("rotary_emb.inv_freq")}  # a buffer some checkpoints keep
-    sd["lm_head.weight"] = sd["transformer.wte.weight"] if c.tie_embeddings else w.pop("lm_head.weight")
-    w.pop("lm_head.weight", None)
+    sd["lm_head.weight"] = lm_head(w, sd["transformer.wte.weight"], c)
     return sd, w
 
 
@@ -322,6 +339,8 @@ def load_model(ckpt, device="cpu", dtype=torch.float32):
         sd, left = (gpt2_state_dict if ckpt.family == "gpt2" else qwen3_state_dict)(weights, c)
     except KeyError as e:
         raise ValueError(f"{ckpt.folder}: the weights lack {e.args[0]!r}, which its config.json implies") from None
+    except ValueError as e:  # a q_proj of the wrong height, an lm_head that is not the tied copy: name the checkpoint
+        raise ValueError(f"{ckpt.folder}: {e}") from None
     if left:
         raise ValueError(f"{ckpt.folder}: {len(left)} weights this mapping does not use, e.g. {sorted(left)[:3]}: "
                          "its architecture is not the one config.json describes to model.py")

@@ -782,3 +782,26 @@ def test_sample_says_a_missing_package_or_network_in_one_line(tmp_path, monkeypa
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     with pytest.raises(SystemExit, match=r"^error: published checkpoints need the optional package 'huggingface_hub'"):
         sample.main(["--pretrained=gpt2"])
+
+
+@pytest.mark.parametrize("family", ["gpt2", "qwen3"])
+def test_a_tied_config_with_an_lm_head_unlike_the_embedding_is_refused(tmp_path, family):
+    """config.json says tied, but the weights hold an lm_head.weight of their own: which one the model computed with
+    is not known (transformers 5 keeps the stored one), so it is refused, naming the checkpoint; an equal copy loads."""
+    ref = (tiny_gpt2 if family == "gpt2" else tiny_qwen3)(tmp_path, tie_word_embeddings=False)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "tie_word_embeddings": True}))
+    with pytest.raises(ValueError, match="lm_head.weight that differs") as e:
+        pretrained.load_model(pretrained.locate(str(tmp_path)))
+    assert str(tmp_path) in str(e.value)
+
+
+@pytest.mark.parametrize("change", [{"hidden_size": None, "head_dim": None}, {"num_attention_heads": "4"},
+                                    {"rope_theta": "big"}])
+def test_a_config_value_of_the_wrong_type_is_one_line_naming_the_file(tmp_path, change):
+    tiny_qwen3(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    with pytest.raises(ValueError, match="a value this mapping cannot use") as e:
+        pretrained.locate(str(tmp_path))
+    assert str(path) in str(e.value)
