@@ -19,6 +19,7 @@ import tarfile
 import time
 
 import pytest
+import torch
 
 import kernels
 from cli import sdpa_order
@@ -80,6 +81,17 @@ def test_kernels_sh_refuses_where_the_fused_kernel_cannot_run(tmp_path):
         assert done.stderr.startswith("error: backend='triton' needs Triton 3.3 or newer, found 3.2.0 (pip install -U ")
         assert done.stderr.endswith("): lab/gpu/kernels.sh tests and times the fused kernel\n")
         assert done.stderr.count("\n") == 1
+    assert os.listdir(tmp_path / "work") == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible here")
+@pytest.mark.parametrize("name,args", [("kernels", ()), ("throughput", ()), ("study", ("start", "baseline"))])
+def test_a_script_for_the_gpu_refuses_a_machine_without_one(tmp_path, name, args):
+    """Without TOY=1 on a CPU, the scripts would run the kernel tests on 8 CPU workers, prepare the corpus for an
+    hour and train config/repro.py there: one line, exit 2, nothing written."""
+    done = script(name, *args, work=tmp_path / "work", env={"TOY": "0"})
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stdout + done.stderr
+    assert done.stderr.startswith(f"error: no CUDA GPU is visible here, and {name}.sh measures one (TOY=1: ")
     assert os.listdir(tmp_path / "work") == []
 
 

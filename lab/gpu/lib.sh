@@ -54,6 +54,11 @@ study_pid() {  # the job's pid file names a live process that is the job: not a 
 start_log() {  # start_log NAME: $LOG is $WORK/NAME/, emptied unless its last run had the same key (the header)
     LOG=$WORK/$1
     local pid
+    if [ "$TOY" != 1 ] && ! "$PYTHON" -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+        echo "error: no CUDA GPU is visible here, and $(basename "$SCRIPT") measures one (TOY=1: its parts at toy" \
+             "size on a CPU, docs/gpu.md)" >&2
+        exit 2
+    fi
     if [ "${BESIDE_STUDY:-0}" != 1 ] && pid=$(study_pid); then  # (study.sh start has said so in its words already)
         echo "error: the study's job is running (pid $pid, $WORK/study-job/), and this command would share the GPU" \
              "with its training: bash lab/gpu/study.sh wait, then this command (BESIDE_STUDY=1: run it anyway)"
