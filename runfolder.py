@@ -260,8 +260,10 @@ def no_checkpoint(folder, name):
                 f"(--out_dir={parent} --checkpoint={base})")
     elif not os.path.exists(folder):
         parent = os.path.dirname(folder.rstrip(os.sep)) or "."
-        beside = sorted(d for d in os.listdir(parent) if os.path.isdir(os.path.join(parent, d))) \
-            if os.path.isdir(parent) else []
+        def has_runs(d):  # a run's folder (a checkpoint in it) or a folder of runs: worth naming, not one of results
+            d = glob.escape(os.path.join(parent, d))
+            return glob.glob(os.path.join(d, "*.pt")) or glob.glob(os.path.join(d, "*", "*.pt"))
+        beside = sorted(filter(has_runs, os.listdir(parent))) if os.path.isdir(parent) else []
         near = difflib.get_close_matches(os.path.basename(folder.rstrip(os.sep)), beside, n=1)
         if near:
             return f"no {name} in {folder}: there is no such folder; did you mean {os.path.join(parent, near[0])}?"

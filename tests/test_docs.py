@@ -710,6 +710,15 @@ def test_the_sharing_timing_script_starts_the_runs_at_once_and_reads_their_secon
     assert stop.returncode == 1 and stop.stderr.startswith("error: unknown argument") and not stop.stdout
 
 
+@pytest.mark.parametrize("argv", [["--no-bf16"], ["--help"], ["--toy", "--keep"]])
+def test_the_tutorial_timing_script_refuses_an_argument_it_does_not_know(argv):
+    """A typo (--no-bf16) would start the whole tutorial's timing, the better part of an hour, as if nothing were
+    wrong."""
+    import time_tutorial
+    with pytest.raises(SystemExit, match=f"^error: unknown argument '{argv[-1]}': the script's own are --toy"):
+        time_tutorial.main(argv)
+
+
 @pytest.mark.parametrize("content, says", [
     ("# markers the wrong way round\n{END}{BEGIN}", "no table to replace"),
     (b"# \xff not UTF-8\n", "cannot be read"),

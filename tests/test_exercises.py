@@ -115,6 +115,15 @@ def test_the_untouched_starter_fails_as_not_filled(name):
     assert not given_away(name, text), f"the starter's message gives the answer away: {given_away(name, text)}"
 
 
+def test_a_starter_run_as_its_readme_says_is_one_line_while_a_gap_is_left():
+    """Exercise 10's README: `python exercises/10_bigram_backcopy/starter.py` prints the student's numbers; untouched,
+    the gap it reaches first, not a traceback."""
+    starter = os.path.join(EXERCISES, "10_bigram_backcopy", "starter.py")
+    out = subprocess.run([sys.executable, starter], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and out.stdout == "" and out.stderr == "not filled yet: 10-gap1: write make_text\n", \
+        out.stderr
+
+
 @needs_solutions
 @pytest.mark.parametrize("name", NAMES)
 def test_the_reference_solution_passes(name):

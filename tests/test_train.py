@@ -799,6 +799,11 @@ def test_a_missing_checkpoint_says_what_the_folder_holds(tmp_path):
                                                    f"name a run's own folder, e.g. {lab / 'baseline'}")
     assert no_checkpoint(str(lab / "baselin"), CHECKPOINT) == \
         f"no ckpt.pt in {lab / 'baselin'}: there is no such folder; did you mean {lab / 'baseline'}?"
+    assert no_checkpoint(str(tmp_path / "lb"), CHECKPOINT).endswith("did you mean " + str(lab) + "?")  # of runs
+    (tmp_path / "out-eval").mkdir()  # results (lab.evaluate's out_dir, say), no run: never the one meant
+    (tmp_path / "out-eval" / "summary.json").write_text("{}")
+    assert no_checkpoint(str(tmp_path / "out-evl"), CHECKPOINT).endswith("train it first (python train.py "
+                                                                         f"--out_dir={tmp_path / 'out-evl'} ...)")
     assert no_checkpoint(str(tmp_path / "elsewhere"), CHECKPOINT).endswith(
         f"train it first (python train.py --out_dir={tmp_path / 'elsewhere'} ...)")
     with pytest.raises(SystemExit, match="did you mean"):  # as sample.py says it

@@ -78,6 +78,9 @@ def run_in_jupyter(repo, programs, toy, env):
 
 
 def main(argv):
+    for arg in argv:  # a typo would start the full timing, minutes to an hour, as if nothing were wrong
+        if arg not in ("--toy", "--no_bf16", "--jupyter") and not arg.startswith("--keep="):
+            sys.exit(f"error: unknown argument {arg!r}: the script's own are --toy, --no_bf16, --jupyter, --keep=DIR")
     toy, no_bf16, jupyter = "--toy" in argv, "--no_bf16" in argv, "--jupyter" in argv
     keep = next((a[len("--keep="):] for a in argv if a.startswith("--keep=")), None)
     if keep and os.path.exists(keep):

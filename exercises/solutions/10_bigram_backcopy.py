@@ -93,9 +93,12 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from data.bigram_backcopy.prepare import make_chain
     P, triggers = make_chain(64, 3, 0.1, 0)  # the sink lab's chain
-    text = make_text(P, triggers, 100_000, np.random.default_rng(0))
-    print(show(text, triggers))
-    print("copy share %.4f, ideal loss %.4f nats" % task_numbers(P, triggers, text))
+    try:
+        text = make_text(P, triggers, 100_000, np.random.default_rng(0))
+        print(show(text, triggers))
+        print("copy share %.4f, ideal loss %.4f nats" % task_numbers(P, triggers, text))
+    except NotImplementedError as e:  # a gap still to write: one line, not a traceback
+        sys.exit(f"not filled yet: {e}")
 
 
 # The answer's key code (what no statement, starter or check message may show; hints.md's last hint does). The
