@@ -338,3 +338,14 @@ def test_a_non_finite_window_is_named_in_one_short_line():
         compare([1.0, 2.0, 3.0], [1.0, math.inf, 2.0])
     with pytest.raises(ValueError, match=r"the first nan \(a diverged run\?\)"):  # a single number: no index
         mean_ci(math.nan)
+
+
+def test_t_quantile_at_huge_df_is_the_normal_s_plus_its_correction():
+    """lgamma's differences lose digits at df ~ 1e9 and up (2.25 for 2.576 at 1e15): scipy's quantiles."""
+    for df, level, expected in ((1e15, 0.99, 2.5758293035489), (1e10, 0.95, 1.9599639847), (1e6, 0.95, 1.9599663566)):
+        assert t_quantile(df, level) == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_ratio_whose_interval_overflows_is_one_line():
+    with pytest.raises(ValueError, match="orders of magnitude"):
+        compare([1e-300, 0.5, 0.4], [0.5, 0.5, 0.6], "ratio")
