@@ -217,14 +217,14 @@ TINY = dict(dataset="pystdlib", n_layer=2, n_head=2, n_embd=64, block_size=64, b
 
 # The sink lab's claims: GA Table 4's sink column, decided on the Bigram-Backcopy task, where a sink forms in minutes
 LAB_CLAIMS = [
-    ("GA: G1 removes the attention sink (attention on the first token)", "baseline", "g1_elementwise",
+    ("GA: G1 reduces the attention sink (attention on the first token)", "baseline", "g1_elementwise",
      "first_token_attn", -1),
-    ("ours (not a paper's claim): G1 removes the sink wherever it forms (the largest share one key receives)",
+    ("ours (not a paper's claim): G1 reduces the sink wherever it forms (the largest share one key receives)",
      "baseline", "g1_elementwise", "sink_share", -1),
     ("GA: G1's gate scores are sparser than G2's (value gate)", "g2_elementwise", "g1_elementwise", "gate_mean", -1),
     ("GA: G1's gate scores are sparser than an input-independent gate's", "g1_input_independent", "g1_elementwise",
      "gate_mean", -1),
-    ("GA: a headwise G1 gate removes the sink too", "baseline", "g1_headwise", "first_token_attn", -1),
+    ("GA: a headwise G1 gate reduces the sink too", "baseline", "g1_headwise", "first_token_attn", -1),
     ("GA: NS-sigmoid (scores in [0.5, 1], never sparse) keeps more of the sink than G1", "g1_elementwise",
      "g1_ns_sigmoid", "first_token_attn", +1),
     ("GA: an input-independent gate keeps more of the sink than G1", "g1_elementwise", "g1_input_independent",
