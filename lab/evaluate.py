@@ -139,7 +139,7 @@ BITS = (2, 3, 4, 5, 6, 7, 8, 16)
 def parse_setting(text):
     """'w4a16' -> (4, 16): weight bits, activation bits, each one of BITS; 16 leaves that side in full precision."""
     w, a = text.lower().removeprefix("w").partition("a")[::2]
-    if not (w.isdigit() and a.isdigit()) or not all(int(b) in BITS for b in (w, a)):
+    if not (w.isdecimal() and a.isdecimal()) or not all(int(b) in BITS for b in (w, a)):
         raise ValueError(f"quantization setting {text!r} is not valid: write wNaM with N and M each one of "
                          f"{', '.join(map(str, BITS[:-1]))} bits, or 16 for full precision, e.g. w8a8,w4a16,w4a4")
     return int(w), int(a)
@@ -349,8 +349,8 @@ def run_windows(checkpoint, n, length):
     data_dir = run_data_dir(checkpoint)
     bos = bos_token(data_dir) if checkpoint["config"].get("bos", False) else None
     try:
-        most = val_windows_apart(data_dir, length, bos)
-        windows = val_batches(data_dir, length, min(n, max(most, 1)), 1, bos=bos)[0]
+        most = max(val_windows_apart(data_dir, length, bos), 1)  # it raised where not even one window fits
+        windows = val_batches(data_dir, length, min(n, most), 1, bos=bos)[0]
     except ValueError as e:
         raise ValueError(f"{e} (here: windows of {length} tokens; ask for shorter ones with --lengths)") from None
     if n > most:
@@ -499,6 +499,11 @@ def markdown(summary):
         lines[1:1] = ["", "Measured earlier, from the record kept of a run whose checkpoint is gone: " +
                       "; ".join(f"{r['label']} on {r['device']}, {r['date']}" for r in earlier) + "."]
     runs = [r for r in records if "run" in r]
+    published = [r for r in records if "pretrained" in r]
+    if runs and published:  # the runs' own validation data beside --text cut with each checkpoint's tokenizer
+        lines[1:1] = ["", "Note: the published checkpoints (" + ", ".join(r["label"] for r in published) +
+                      f") were measured on windows of {published[0].get('data')}, the runs on their own validation "
+                      "data: compare each model's Δ, not one model's loss with another's."]
     # a field is compared only where every run recorded it (records kept before it was recorded have none: not
     # knowing is not differing)
     known = [k for k in ("data_fingerprint", "bos") if all(r.get(k) is not None for r in runs)]
@@ -695,12 +700,13 @@ def main(argv=None):
             check_length_data(run, ckpt, max(multiples) * args["block_size"])
     lengths_T.update({name: a.window for name in names})  # a published checkpoint's T is --window
     for model, T in lengths_T.items():
+        what = "--window, the window cut for it" if model in names else "its training length"
         if "stream" in modes and not 1 <= min(stream_windows or [T // 8]) <= max(stream_windows or [T // 4]) < T:
             fail(f"--stream_windows={written(a.stream_windows) or '(T/8, T/4)'}: sliding windows must be from 1 to "
-                 f"T - 1 = {T - 1} tokens for {model} (T, its training length, is {T})")
+                 f"T - 1 = {T - 1} tokens for {model} (T, {what}, is {T})")
         if "stream" in modes and max(keeps) > T:  # a window holds T positions: more cannot be kept in view
-            fail(f"--keep_first={written(a.keep_first)}: at most T = {T} first positions for {model} (T, the window "
-                 f"measured, is its training length); keep_first={T} already keeps every position in view")
+            fail(f"--keep_first={written(a.keep_first)}: at most T = {T} first positions for {model} (T is {what}); "
+                 f"keep_first={T} already keeps every position in view")
     made = writable_folder(a.out_dir)  # before the work, not after it
     with claimed(a.out_dir, made):
         try:

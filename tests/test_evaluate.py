@@ -54,7 +54,8 @@ def test_settings_parse(text, bits):
     assert evaluate.parse_setting(text) == bits
 
 
-@pytest.mark.parametrize("text", ["w4", "a4w4", "w1a8", "w12a8", "wxa8", "8-8", "w33a33", "w8a32", "w17a8", "w0a8"])
+@pytest.mark.parametrize("text", ["w4", "a4w4", "w1a8", "w12a8", "wxa8", "8-8", "w33a33", "w8a32", "w17a8", "w0a8",
+                                  "w\u00b2a8"])  # a superscript two: a digit to isdigit, not to int()
 def test_bad_settings_say_how_to_write_one(text):
     with pytest.raises(ValueError, match="wNaM"):
         evaluate.parse_setting(text)
@@ -604,3 +605,15 @@ def test_a_summary_of_records_measured_earlier_does_not_say_it_was_measured_here
     record = {"label": "b", "measured_earlier": True, "device": "NVIDIA H200", "date": "2026-11-26", "notes": []}
     text = evaluate.markdown({"device": "CPU (x86_64)", "date": "2026-12-01", "modes": [], "models": [record]})
     assert not text.startswith("Measured by lab/evaluate.py on CPU") and "b on NVIDIA H200, 2026-11-26" in text
+
+
+def test_runs_beside_published_checkpoints_are_said_to_be_measured_on_other_windows():
+    """A run is measured on its own validation data, a published checkpoint on --text cut with its own tokenizer:
+    their losses side by side compare nothing without a note."""
+    run = {"label": "g1", "run": "out/g1", "data": "data/pystdlib", "T": 64, "notes": []}
+    gpt2 = {"label": "gpt2", "pretrained": "gpt2", "data": "data/sample_text.txt", "T": 64, "notes": []}
+    text = evaluate.markdown({"device": "CPU (x86_64)", "date": "2026-12-01", "modes": [], "models": [run, gpt2]})
+    assert "Note: the published checkpoints (gpt2) were measured on windows of data/sample_text.txt, the runs on " \
+        "their own validation data" in text
+    assert "published checkpoints" not in evaluate.markdown({"device": "CPU (x86_64)", "date": "2026-12-01",
+                                                               "modes": [], "models": [gpt2]})
