@@ -643,8 +643,10 @@ FINGERPRINT_BYTES = 2**20  # a shard's fingerprint reads its first and last MiB,
 def dataset_fingerprint(data_dir):
     """{"train": ..., "val": ...}: a short hash of each split's shards (their names, sizes, and the first and last
     MiB of each), what a checkpoint records so that resuming or measuring it on other data is noticed. Re-preparing
-    a dataset in place with other text or settings changes it; preparing the same tokens again does not (meta.json,
-    which holds dates and commands, is left out). Reads at most 2 MiB a shard: a second or so for OpenWebText."""
+    a dataset in place with other text or settings changes it where a shard's name, size, first or last MiB changes;
+    a change that keeps every shard's length and lies between (a word edited in a file tokenized into the middle of a
+    shard over 2 MiB) is not seen. Preparing the same tokens again does not change it (meta.json, which holds
+    commands, is left out). Reads at most 2 MiB a shard: a second or so for OpenWebText."""
     paths = find_shards(data_dir, "train"), find_shards(data_dir, "val")
     fingerprint = {}
     for split, shards in zip(SPLITS, paths):
@@ -663,7 +665,8 @@ def dataset_fingerprint(data_dir):
 
 def val_windows_apart(data_dir, block_size, bos=None):
     """How many validation windows of block_size (+ 1) tokens val_batches can spread without any two overlapping:
-    asked for more, it gives overlapping ones, which make intervals over windows too narrow."""
+    asked for more, it gives overlapping ones (with one val shard; with several, more may happen not to overlap),
+    which make intervals over windows too narrow."""
     room = TokenWindows(data_dir, "val", block_size + 1, bos)
     return len(room) // room.text_length
 

@@ -367,6 +367,11 @@ def test_textdir_cli_errors(tmp_path):
     (tmp_path / "two.txt").write_text("a second file")
     with pytest.raises(SystemExit, match=r"found 1 distinct .* among the first 1 \(--max_files\); need at least 2"):
         script.main(["--src", str(tmp_path), "--out_dir", str(tmp_path / "out"), "--max_files", "1"])
+    (tmp_path / "two.txt").write_bytes("caf\u00e9 in latin-1".encode("latin-1"))  # the second file is not UTF-8: why
+    with pytest.raises(SystemExit, match=r"found 1 distinct UTF-8 .* \(1 not UTF-8, e.g. two.txt: convert them, e.g. "
+                                         r"iconv -f latin1 -t utf-8\); need at least 2"):
+        script.main(["--src", str(tmp_path), "--out_dir", str(tmp_path / "out")])
+    (tmp_path / "two.txt").write_text("a second file")
     with pytest.raises(SystemExit, match="is not a folder"):
         script.main(["--src", str(tmp_path / "missing"), "--out_dir", str(tmp_path / "out")])
     # a folder named as one of the repo's datasets (~/fineweb): its shards would replace data/fineweb's

@@ -12,7 +12,9 @@ skipped (content hash), and so is a file that is not UTF-8, and anything that is
 read). A symlink to a regular file is read like the file, and one to a folder like the folder (a link to a folder
 above it, a loop, is not followed). The split is by whole files: a file goes to
 validation when a hash of its path (relative to DIR) falls below val_fraction, so the split is the same
-on every run, and a file stays on its side when other files are added or removed.
+on every run, and a file stays on its side when other files are added or removed -- unless no file's hash
+falls below val_fraction (likely in a folder of fewer than 1 / val_fraction files): then the file of lowest
+hash is validation, and a file added with a lower hash takes its place.
 """
 
 import argparse
@@ -228,8 +230,10 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
                 kept.append(rel)
         if len(kept) < 2:
             among = f" among the first {max_files} (--max_files)" if max_files is not None else ""
-            raise ValueError(f"found {len(kept)} distinct UTF-8 file(s) ending in {' '.join(exts)} under {src}{among}; "
-                             "need at least 2 (one for training, one for validation)")
+            skipped = (f" ({counts['not_utf8_skipped']} not UTF-8, e.g. {not_utf8[0]}: convert them, e.g. iconv -f "
+                       "latin1 -t utf-8)") if not_utf8 else ""
+            raise ValueError(f"found {len(kept)} distinct UTF-8 file(s) ending in {' '.join(exts)} under {src}{among}"
+                             f"{skipped}; need at least 2 (one for training, one for validation)")
         split = split_files(kept, val_fraction)
 
         # pass 2: tokenize, in sorted order (map keeps it), into each split's shards
