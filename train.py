@@ -588,7 +588,7 @@ def prepare_data(c, block, vocab_size, rank, world_size, ddp):
     try:
         bos = check_training_data(c.dataset, data_dir, vocab_size, c.bos)
         loader = TrainLoader(data_dir, block, c.batch_size, seed=c.seed, rank=rank, world_size=world_size, bos=bos)
-        val = val_batches(data_dir, block, c.batch_size, c.eval_iters, bos=bos)
+        val = val_batches(data_dir, block, c.batch_size, c.eval_iters, bos=bos, say=print if rank == 0 else None)
     except (OSError, ValueError) as e:
         fail(e)
     return data_dir, loader, val

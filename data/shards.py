@@ -671,13 +671,18 @@ def val_windows_apart(data_dir, block_size, bos=None):
     return len(room) // room.text_length
 
 
-def val_batches(data_dir, block_size, batch_size, n_batches, bos=None):
+def val_batches(data_dir, block_size, batch_size, n_batches, bos=None, say=None):
     """The fixed validation set: a list of n_batches (x, y) int64 CPU tensors, each (batch_size, block_size).
     Its batch_size * n_batches windows of block_size + 1 tokens are spread evenly over all the val shards
     (window k starts at valid start k * N // (batch_size * n_batches), N = the number of valid starts).
     No randomness: the same windows for every eval, every run, every rank and any analysis script that
-    asks with the same data_dir, block_size, batch_size * n_batches and bos (see TokenWindows)."""
+    asks with the same data_dir, block_size, batch_size * n_batches and bos (see TokenWindows). say: where
+    more windows are asked for than the split holds apart (val_windows_apart), a note to it (train.py's print)."""
     windows = TokenWindows(data_dir, "val", block_size + 1, bos)
-    count = batch_size * n_batches
+    count, apart = batch_size * n_batches, len(windows) // windows.text_length  # apart: val_windows_apart's
+    if say and count > apart:  # a small val split: the loss weighs some of its text twice
+        say(f"note: batch_size x eval_iters = {count} validation windows, but the val split holds {apart} apart "
+            "(data.shards.val_windows_apart): the val loss may be over overlapping (or repeated) windows; fewer "
+            "eval_iters or a larger val split keeps them apart")
     picks = np.arange(count, dtype=np.int64) * len(windows) // count
     return [windows.batch(picks[i * batch_size:(i + 1) * batch_size]) for i in range(n_batches)]

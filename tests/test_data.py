@@ -222,9 +222,14 @@ def test_val_windows_apart_is_the_most_that_do_not_overlap(two_shards, bos, bloc
     most = val_windows_apart(two_shards, block_size, bos)
     text = block_size + 1 - (bos is not None)  # tokens of text a window
     for count, apart in ((most, True), (most + 1, False)):
-        (x, _), = val_batches(two_shards, block_size, batch_size=count, n_batches=1, bos=bos)
+        said = []  # train.py's note, where the windows asked for are more than those apart
+        (x, _), = val_batches(two_shards, block_size, batch_size=count, n_batches=1, bos=bos, say=said.append)
         starts = x[:, 0 if bos is None else 1]
         assert bool((starts[1:] - starts[:-1] >= text).all()) == apart, (count, starts.tolist())
+        assert said == ([] if apart else [f"note: batch_size x eval_iters = {count} validation windows, but the val "
+                                          f"split holds {most} apart (data.shards.val_windows_apart): the val loss "
+                                          "may be over overlapping (or repeated) windows; fewer eval_iters or a "
+                                          "larger val split keeps them apart"])
 
 
 def test_ranks_split_one_global_batch(two_shards):
