@@ -307,7 +307,7 @@ class Trainer:
         c = self.c
         self.optimizer = self.raw_model.configure_optimizers(c.weight_decay, c.learning_rate, (c.beta1, c.beta2))
         self.scaler = torch.amp.GradScaler(self.device_type, enabled=self.dtype == "float16")  # fp16: CUDA only
-        self.iter_num, self.best_val_loss, self.best_iter = 0, float("inf"), None
+        self.iter_num, self.best_val_loss, self.best_iter, self.tokens_start = 0, float("inf"), None, 0
         self.initial_val_loss = None  # the iter-0 evaluation's: no best state is worse, and far above it is divergence
         self.health = {"loss_ema": None, "loss_var": 0.0, "steps": 0, "in_spike": False, "loss_spikes": 0,
                        "nonfinite_steps": 0, "nonfinite_in_a_row": 0}  # saved: a resumed run counts on
@@ -325,6 +325,7 @@ class Trainer:
         self.loader.load_state_dict(checkpoint["loader"])
         restore_rng(checkpoint["rng"], self.rank)
         self.iter_num, self.health = checkpoint["iter_num"], {"nonfinite_in_a_row": 0, **checkpoint["health"]}
+        self.tokens_start = checkpoint.get("tokens", self.iter_num * self.tokens_per_iter)  # trained before, in all
         self.say(f"resuming from {self.ckpt_path} at iter {self.iter_num}")
         self.best_iter, self.best_val_loss = self.folder.best_state(checkpoint, say=self.say)
         self.initial_val_loss = self.folder.initial_val_loss(checkpoint)
@@ -410,7 +411,7 @@ class Trainer:
         record = {
             "iter": self.iter_num, "train_loss": since_eval.mean_loss(),
             "val_loss": finite_or_none(val_loss), "lr": lr,
-            "tokens": self.iter_num * self.tokens_per_iter,
+            "tokens": self.tokens_start + (self.iter_num - self.start_iter) * self.tokens_per_iter,  # all commands'
             "tokens_per_s": self.tokens_per_iter / dt if dt else None,  # a training step's: the steps alone
             "tokens_per_s_wall": self.wall_tokens_per_s(),  # end to end: evaluations and checkpoints included
             "mfu": estimate_mfu(self.raw_model, self.c.batch_size * self.accum, dt, device=self.device) if dt else None,
@@ -486,6 +487,7 @@ class Trainer:
             "best_val_loss": self.best_val_loss, "best_iter": self.best_iter,
             "config": asdict(self.c), "rng": rng_state(), "loader": self.loader.state_dict(), "health": self.health,
             "initial_val_loss": self.initial_val_loss,  # what a diverged run is measured against
+            "tokens": self.tokens_start + (self.iter_num - self.start_iter) * self.tokens_per_iter,  # trained, in all
             "run_id": self.folder.run_id, "data_fingerprint": self.folder.fingerprint,  # whose run, on which data
             "tokenizer": self.meta.get("tokenizer", "gpt2"), "data_prepare": self.meta.get("prepare"),
         }, is_best, latest, self.initial_val_loss)
@@ -500,9 +502,7 @@ def lr_at(it, c):
         return c.learning_rate
     if it < c.warmup_iters:
         return c.learning_rate * (it + 1) / (c.warmup_iters + 1)
-    if it >= c.lr_decay_iters:
-        return c.min_lr
-    progress = (it - c.warmup_iters) / max(1, c.lr_decay_iters - c.warmup_iters)
+    progress = min(1.0, (it - c.warmup_iters) / max(1, c.lr_decay_iters - c.warmup_iters))  # 1: min_lr from there on
     return c.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (c.learning_rate - c.min_lr)
 
 

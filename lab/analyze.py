@@ -132,8 +132,8 @@ def analyze_run(run_dir, model, checkpoint, device, windows, map_tokens):
         "model": {k: v for k, v in checkpoint["model_args"].items()},
         "params": model.num_params(),
         "iter": checkpoint["iter_num"],
-        "tokens": (checkpoint["iter_num"] * train_cfg["gradient_accumulation_steps"] * train_cfg["batch_size"]
-                   * cfg.block_size),
+        "tokens": checkpoint.get("tokens", checkpoint["iter_num"] * train_cfg["gradient_accumulation_steps"]
+                                 * train_cfg["batch_size"] * cfg.block_size),
         "lr": train_cfg["learning_rate"],
         "max_iters": train_cfg["max_iters"],
         "seed": train_cfg.get("seed"),

@@ -34,7 +34,7 @@ TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_
         "--log_interval=1", "--warmup_iters=2", "--learning_rate=3e-3", "--device=cpu"]
 CKPT_KEYS = {"model", "optimizer", "scaler", "model_args", "iter_num", "val_loss", "best_val_loss", "best_iter",
              "config", "rng", "loader", "health", "initial_val_loss", "run_id", "data_fingerprint", "tokenizer",
-             "data_prepare"}
+             "data_prepare", "tokens"}
 
 
 def run_cli(*args, check=True, timeout=300):
@@ -183,6 +183,16 @@ def test_resume_continues_the_run_exactly(stdlib_data, tmp_path, loss_chunk):
         same = loss_chunk == TrainConfig.loss_chunk  # resumed the way it started
         torch.testing.assert_close(tensor, ckpt_b["model"][name], rtol=1e-6, atol=1e-7 if same else 2e-6)
     assert ckpt_b["model_args"]["loss_chunk"] == loss_chunk  # as the run went on: it resumes that way again
+
+
+def test_tokens_count_what_each_command_trained_when_a_resume_changes_the_batch(stdlib_data, tmp_path):
+    """log.jsonl's and the checkpoint's "tokens" sum what each command trained: a run resumed with another batch_size
+    counts its earlier steps at their own size, not at the new one."""
+    common = TINY + [f"--data_dir={stdlib_data}", "--eval_interval=2", f"--out_dir={tmp_path}"]
+    train.main(common + ["--max_iters=2"])
+    train.main([f"--out_dir={tmp_path}", "--init_from=resume", "--max_iters=4", "--batch_size=8"])
+    assert [r["tokens"] for r in read_log(tmp_path)] == [0, 2 * 4 * 32, 2 * 4 * 32 + 2 * 8 * 32]
+    assert load_checkpoint(str(tmp_path / "ckpt.pt"))[1]["tokens"] == 2 * 4 * 32 + 2 * 8 * 32
 
 
 def test_a_checkpoint_runs_with_other_runtime_flags_only(tiny_run):
@@ -645,6 +655,8 @@ def test_the_learning_rate_warms_up_linearly_then_follows_a_cosine_down_to_min_l
     assert lrs[6] == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi / 4)) / 2) and lrs[8] == pytest.approx(0.55)
     assert all(a > b for a, b in zip(lrs[4:12], lrs[5:13])) and lrs[12:] == pytest.approx([0.1] * 4)
     assert train.lr_at(0, dataclasses.replace(c, warmup_iters=0)) == 1.0  # no warmup: the peak at once
+    no_decay = dataclasses.replace(c, lr_decay_iters=4)  # lr_decay_iters = warmup_iters: the peak, then min_lr
+    assert [train.lr_at(it, no_decay) for it in range(3, 7)] == pytest.approx([0.8, 1.0, 0.1, 0.1])
     assert {train.lr_at(it, dataclasses.replace(c, decay_lr=False)) for it in range(16)} == {1.0}
 
 
