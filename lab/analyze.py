@@ -478,8 +478,11 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     for i, (run_dir, label) in enumerate(zip(run_dirs, labels)):
         model, ckpt, stored, trained = open_run(run_dir, checkpoint, device)
         if i == 0:  # how many windows: the first run's, so one run's val loss matches its own log
+            given = batches is not None or batch_size is not None
             batches, batch_size, source = validation_windows(trained, label, batches, batch_size)
             os.makedirs(out_dir, exist_ok=True)
+        elif given and stored is None:  # its own block_size and data: as many windows may not fit apart there
+            check_windows_apart(eval_windows(trained), batches, batch_size)
         # each run's own data and block_size (a model cannot read longer windows than it was built for)
         windows = {**eval_windows(trained), "batches": batches, "batch_size": batch_size}
         key = json.dumps(windows, sort_keys=True)
@@ -516,7 +519,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         scores.append(s)
         maps.append(m)
         print(f"{label:>24}: {describe(record)}{where}")
-    note_window_differences(records, batches, batch_size)
+    window_notes = note_window_differences(records, batches, batch_size)
     # where each run was measured: here and now, or in an earlier session (its checkpoint gone)
     places = dict(collections.Counter(r["measured_on"] for r in records))
     summary = {
@@ -524,7 +527,8 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
         "date": time.strftime("%Y-%m-%d"),
         "measured_on": places,
         "checkpoint": checkpoint,
-        "validation": {"batches": batches, "batch_size": batch_size, "source": source, "data_notes": data_notes},
+        "validation": {"batches": batches, "batch_size": batch_size, "source": source, "data_notes": data_notes,
+                       **({"window_notes": window_notes} if window_notes else {})},
         "runs": records,
         "problems": [f"{r['label']}: {r['problem']}" for r in records if r.get("problem")],
     }
@@ -597,15 +601,20 @@ def validation_windows(trained, label, batches, batch_size):
     batches, batch_size = batches or first["batches"], batch_size or first["batch_size"]
     source = "set by --batches/--batch_size" if given else f"the eval windows run {label!r} was trained with"
     if given:  # more than the validation set holds apart would overlap, and the per-window intervals be too narrow
-        most = val_windows_apart(first["data_dir"], first["block_size"], bos_token(first["data_dir"]) if first["bos"]
-                                 else None)
-        if batches * batch_size > most:
-            fail(f"--batches={batches} x --batch_size={batch_size} asks for {batches * batch_size} windows of "
-                 f"{first['block_size']} tokens, but {first['data_dir']}'s validation set holds {most} without "
-                 "overlap (overlapping windows would make the intervals too narrow): ask for at most that many")
+        check_windows_apart(first, batches, batch_size)
     print(f"validation: {describe_windows({**first, 'batches': batches, 'batch_size': batch_size})} "
           f"per run ({source})")
     return batches, batch_size, source
+
+
+def check_windows_apart(w, batches, batch_size):
+    """Stop with one line where batches x batch_size windows of w's block_size (eval_windows' dict) would overlap in
+    w's validation set: checked for every run, whose block_size and data may differ from the first run's."""
+    most = val_windows_apart(w["data_dir"], w["block_size"], bos_token(w["data_dir"]) if w["bos"] else None)
+    if batches * batch_size > most:
+        fail(f"--batches={batches} x --batch_size={batch_size} asks for {batches * batch_size} windows of "
+             f"{w['block_size']} tokens, but {w['data_dir']}'s validation set holds {most} without "
+             "overlap (overlapping windows would make the intervals too narrow): ask for at most that many")
 
 
 def check_kept_windows(record, run_dir, checkpoint, windows, fingerprints):
@@ -640,24 +649,42 @@ def check_kept_windows(record, run_dir, checkpoint, windows, fingerprints):
 
 
 def note_window_differences(records, batches, batch_size):
-    """Say so where the runs were trained with other eval windows than they are measured on here, or on other data."""
+    """Say so where the runs were trained with other eval windows than they are measured on here, or on other data;
+    returns the notes, which the summary keeps (summary.md's first line)."""
+    notes = []
     if len({r["eval_windows_trained"]["batch_size"] * r["eval_windows_trained"]["batches"] for r in records}) > 1:
-        print("note: the runs were trained with different eval windows (batch_size x eval_iters: " +
-              ", ".join(f"{r['label']} {r['eval_windows_trained']['batch_size']}x{r['eval_windows_trained']['batches']}"
-                        for r in records) + f"); all are measured here on the same {batches}x{batch_size}, "
-              "so a run's val loss can differ from its log")
+        notes.append("the runs were trained with different eval windows (batch_size x eval_iters: " +
+                     ", ".join(f"{r['label']} {r['eval_windows_trained']['batch_size']}x"
+                               f"{r['eval_windows_trained']['batches']}" for r in records) +
+                     f"); all are measured here on the same {batches}x{batch_size}, so a run's val loss can differ "
+                     "from its log")
     if len({(r["eval_windows"]["block_size"], r["eval_windows"]["data_dir"], r["eval_windows"]["bos"])
             for r in records}) > 1:
-        print("note: the runs differ in block_size, dataset or bos, so they were measured on different windows")
+        groups = collections.defaultdict(list)  # each set of windows: the runs measured on it
+        for r in records:
+            w = r["eval_windows"]
+            groups[f"{w['block_size']} tokens of {os.path.basename(os.path.normpath(w['data_dir']))}"
+                   f"{'' if w['bos'] else ', no BOS'}"].append(r["label"])
+        notes.append("the runs differ in block_size, dataset or bos, so they were measured on different windows (" +
+                     "; ".join(f"{where}: {labels[0]}" + (f" and {len(labels) - 1} more" if len(labels) > 1 else "")
+                               for where, labels in groups.items()) + ")")
+    for note in notes:
+        print(f"note: {note}")
+    return notes
 
 
 def write_summary(summary, scores, maps, run_dirs, shown, out_dir):
     """Into out_dir, as one set (runfolder.result_set): the plots of the runs `shown` (indices into summary["runs"],
     run_dirs and the runs' gate-score samples and attention maps), summary.md, per_window.npz and summary.json."""
     records = summary["runs"]
+    logs = [read_jsonl(os.path.join(run_dirs[i], LOG)) for i in shown]
+    for i, log in zip(shown, logs):
+        if not log:  # said: a run missing from curves.png is no run that had no history
+            print(f"note: {os.path.join(run_dirs[i], LOG)} is missing or empty: curves.png and emergence.png show no "
+                  f"training history of {records[i]['label']}")
     with result_set(out_dir, ANALYSIS_FILES) as staging:  # each file atomically too: a full disk keeps the old set
         summary["plots"] = plot([records[i] for i in shown], [scores[i] for i in shown], [maps[i] for i in shown],
-                                [read_jsonl(os.path.join(run_dirs[i], LOG)) for i in shown], staging)
+                                logs, staging)
         write_text(os.path.join(staging, "summary.md"), summary_table(summary))
         arrays = {f"{i}/{key}": values for i, r in enumerate(records) for key, values in r["per_window"].items()
                   if values is not None}
@@ -743,7 +770,7 @@ def summary_table(summary):
     shown = [m for m in MEASURES if not m.mechanism]
     lines = [f"Measured by analyze.py on {places_text(summary['measured_on'])}: {summary['checkpoint']} of each "
              f"run, {v['batches']} batches x {v['batch_size']} validation windows ({v['source']}). Layer means."
-             + "".join(f" Note: {note}." for note in v.get("data_notes", ())), ""]
+             + "".join(f" Note: {note}." for note in [*v.get("data_notes", ()), *v.get("window_notes", ())]), ""]
     lines += markdown_table(["run", "lr"] + [m.label for m in shown],
                             [[r["label"], f"{r['lr']:g}"] + [cell(m, r.get(m.key)) for m in shown]
                              for r in summary["runs"]])

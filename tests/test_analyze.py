@@ -41,7 +41,8 @@ def trained_run(dataset, tmp_path_factory):
 def make_run(run_dir, data_dir, uniform_attention=False, eval_iters=5, **kw):
     """A checkpoint as train.py writes it, for a model whose statistics we can predict."""
     torch.manual_seed(0)
-    cfg = GPTConfig(block_size=32, vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=32, attn_backend="torch", **kw)
+    cfg = GPTConfig(**{**dict(block_size=32, vocab_size=VOCAB, n_layer=2, n_head=2, n_embd=32, attn_backend="torch"),
+                       **kw})
     model = GPT(cfg)
     if uniform_attention:  # W_q = 0: every score is 0, query i attends 1/(i+1) to each earlier token
         for block in model.transformer.h:
@@ -444,7 +445,7 @@ def test_analyze_cli_errors(tmp_path, trained_run):
         return str(e.value.code)
 
     # a checkpoint name the run does not have: the message names it and what the run has
-    shutil.copytree(trained_run, tmp_path / "latest_only", ignore=shutil.ignore_patterns("best.pt"))
+    shutil.copytree(trained_run, tmp_path / "latest_only", ignore=shutil.ignore_patterns("best.pt", "measured.*"))
     message = error(f"--runs={tmp_path / 'latest_only'}", "--checkpoint=best.pt")
     assert message.startswith("error: no best.pt in") and "ckpt.pt" in message and "--checkpoint" in message
     # a checkpoint cut short (a full disk, a copy interrupted): train.load_checkpoint's one line
@@ -1079,3 +1080,20 @@ def test_the_sink_location_does_not_depend_on_how_the_windows_are_batched(tmp_pa
     for key in ("first_token_attn", "sink_share", "max_act", "value_norm_ratio", "gate_mean"):  # means over windows
         assert layers[1][key] == pytest.approx(layers[0][key], rel=1e-5), key
     assert min(layers[0]["sink_pos_share"]) < 1  # the top keys disagree: a split could have changed the answer
+
+
+def test_runs_on_other_windows_are_said_in_the_summary_and_each_is_held_to_its_own_val_set(dataset, tmp_path):
+    """A second run of another block_size is measured on other windows: summary.md says so, not the terminal alone;
+    and --batches x --batch_size is checked against that run's validation set too, not only the first run's."""
+    make_run(str(tmp_path / "short"), dataset, block_size=16)
+    make_run(str(tmp_path / "long"), dataset)  # block_size 32
+    summary = analyze.analyze([str(tmp_path / "short"), str(tmp_path / "long")], out_dir=str(tmp_path / "a"),
+                              device="cpu")
+    [note] = summary["validation"]["window_notes"]
+    assert "16 tokens of " in note and ": short;" in note and "32 tokens of " in note and note.endswith(": long)")
+    assert f"Note: {note}." in open(tmp_path / "a" / "summary.md").readline()
+    fits = val_windows_apart(dataset, 16)
+    assert val_windows_apart(dataset, 32) < fits
+    with pytest.raises(SystemExit, match="windows of 32 tokens, but .* holds"):
+        analyze.analyze([str(tmp_path / "short"), str(tmp_path / "long")], out_dir=str(tmp_path / "b"),
+                        device="cpu", batches=1, batch_size=fits)
