@@ -59,7 +59,7 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     # the last evaluation's record (written before the save) while its checkpoint holds the evaluation before
     ckpt = os.path.join(root, "baseline", "seed1337", "ckpt.pt")
     state = torch.load(ckpt, weights_only=True)
-    save_checkpoint({**state, "iter_num": 3}, ckpt)
+    save_checkpoint({**state, "iter_num": 3, "tokens": 3 * 8 * 32}, ckpt)  # as if saved at iter 3
     recorded = open(os.path.join(root, "commands.jsonl")).read()  # and its command stopped so (Ctrl-C: 130)
     open(os.path.join(root, "commands.jsonl"), "w").writelines(
         json.dumps({**c, "exit_code": 130} if (c["variant"], c["seed"]) == ("baseline", 1337) else c) + "\n"
