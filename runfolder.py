@@ -44,6 +44,7 @@ from cli import REPO, autocast_for, configure, dataset_dir, fail, free_memory, p
 LOG = "log.jsonl"  # one JSON record per evaluation
 CHECKPOINT = "ckpt.pt"  # the latest state: what --init_from=resume continues
 BEST = "best.pt"  # the state with the lowest validation loss
+BEST_BEFORE = "best-before-iter{}.pt"  # best.pt of the validation shards a run trained on until iter {} (best_state)
 # What lab/analyze.py and lab/evaluate.py measured on a checkpoint, kept beside it, so that a run whose checkpoint is
 # gone (left on a GPU machine that was given back) can still take its place in a study: a run folder that holds these
 # and its log is a complete record of the run. Used only where the checkpoint itself is absent.
@@ -465,9 +466,9 @@ def params_at_least(config):
 def check_fits(c, config, n_params, device, batch_size=None):
     """Stop with memory_advice's line where the first step of batch_size (step_memory, for n_params; None:
     c.batch_size; 0: the weights, gradients and AdamW's moments alone) needs more than the device has free."""
+    need = step_memory(c.batch_size if batch_size is None else batch_size, config, n_params)
     available = free_memory(device)
-    if available is not None and step_memory(c.batch_size if batch_size is None else batch_size, config,
-                                              n_params) > available:
+    if available is not None and need > available:
         fail(memory_advice(c, config, n_params, device, available))
 
 
@@ -710,7 +711,7 @@ class RunFolder:
         if best and (best[4] or {}).get("val") == self.fingerprint["val"]:
             return best[:2]
         if best is not None:
-            self.aside = os.path.join(self.out_dir, f"best-before-iter{it}.pt")
+            self.aside = os.path.join(self.out_dir, BEST_BEFORE.format(it))
             held = f"(iter {best[0]}, val loss {best[1]:.4f}) was measured on other validation shards" if best \
                 else "is unreadable"
             say(f"note: {self.best_path} {held}: it is kept as {self.aside}, and {BEST} starts again from "
@@ -795,7 +796,7 @@ class RunFolder:
             for name in (CHECKPOINT, BEST) + MEASUREMENTS:
                 if os.path.lexists(os.path.join(self.out_dir, name)):
                     os.remove(os.path.join(self.out_dir, name))
-            for aside in glob.glob(os.path.join(self.out_dir, "best-before-iter*.pt")):
+            for aside in glob.glob(os.path.join(glob.escape(self.out_dir), BEST_BEFORE.format("*"))):
                 os.remove(aside)  # the old run's best states on other data (best_on_other_val)
             keep = []
         else:

@@ -409,15 +409,12 @@ class Trainer:
         val_loss, probe = self.evaluate()
         dt = since_eval.step_time()
         record = {
-            "iter": self.iter_num, "train_loss": since_eval.mean_loss(),
-            "val_loss": finite_or_none(val_loss), "lr": lr,
-            "tokens": self.tokens_start + (self.iter_num - self.start_iter) * self.tokens_per_iter,  # all commands'
-            "tokens_per_s": self.tokens_per_iter / dt if dt else None,  # a training step's: the steps alone
+            "iter": self.iter_num, "train_loss": since_eval.mean_loss(), "val_loss": finite_or_none(val_loss), "lr": lr,
+            "tokens": self.tokens(), "tokens_per_s": self.tokens_per_iter / dt if dt else None,  # a step's: steps alone
             "tokens_per_s_wall": self.wall_tokens_per_s(),  # end to end: evaluations and checkpoints included
             "mfu": estimate_mfu(self.raw_model, self.c.batch_size * self.accum, dt, device=self.device) if dt else None,
             **probe.summary(),  # MEASURES (probe.py): each averaged over layers, on the first validation batch
-            "loss_spikes": self.health["loss_spikes"],
-            "nonfinite_steps": self.health["nonfinite_steps"],
+            "loss_spikes": self.health["loss_spikes"], "nonfinite_steps": self.health["nonfinite_steps"],
             "time_s": time.time() - self.t_start,
             # per-layer values (probe.stats: F-Attn, M-Act, the sink's value norm ratio, ...): the sink's emergence
             "layers": {k: v and [finite_or_none(x) for x in v] for k, v in probe.stats.items()},
@@ -443,6 +440,9 @@ class Trainer:
             else:  # the initial state: best.pt from the start, so none is ever worse
                 self.save(val_loss, latest=False)
         return record
+
+    def tokens(self):  # trained by the run, all its commands together: a resume may have changed the step's size
+        return self.tokens_start + (self.iter_num - self.start_iter) * self.tokens_per_iter
 
     def wall_tokens_per_s(self):
         """Tokens trained by this command per second of its wall clock since the loop began: evaluations,
@@ -487,7 +487,7 @@ class Trainer:
             "best_val_loss": self.best_val_loss, "best_iter": self.best_iter,
             "config": asdict(self.c), "rng": rng_state(), "loader": self.loader.state_dict(), "health": self.health,
             "initial_val_loss": self.initial_val_loss,  # what a diverged run is measured against
-            "tokens": self.tokens_start + (self.iter_num - self.start_iter) * self.tokens_per_iter,  # trained, in all
+            "tokens": self.tokens(),  # trained, in all (a resume continues the count)
             "run_id": self.folder.run_id, "data_fingerprint": self.folder.fingerprint,  # whose run, on which data
             "tokenizer": self.meta.get("tokenizer", "gpt2"), "data_prepare": self.meta.get("prepare"),
         }, is_best, latest, self.initial_val_loss)
