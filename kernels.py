@@ -79,6 +79,7 @@ FUSED_BY_DEFAULT = False
 BACKWARDS = ("recompute", "atomic")  # how the Triton backward gets dQ: see choose_backward
 LOG2E = 1.4426950408889634  # exp(x) == exp2(x * LOG2E): the kernels work in base 2
 POISON_OUTPUTS = False  # tests set this: kernel outputs start as NaN, so an element never written shows up
+MAX_GRID_Y = 65535  # a launch grid's second axis holds at most this many programs (CUDA's gridDim.y)
 
 
 def _check(q, k, v, gate):
@@ -121,6 +122,9 @@ def _triton_unsupported(q, k, v, gate, scale, mask=None):
                 "use backend='torch' for KV-cache decoding")
     if D < 16 or D > 256 or D & (D - 1):
         return f"the Triton path needs a power-of-two head dim in [16, 256], got D={D}"
+    if q.size(0) * q.size(1) > MAX_GRID_Y:  # a GPU's limit, held under the interpreter too
+        return (f"the Triton path launches a program per (batch, head) on its grid's second axis, at most "
+                f"{MAX_GRID_Y:,}; got B x H = {q.size(0) * q.size(1):,}: use smaller batches or backend='torch'")
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return f"the Triton path needs q, k, v of one dtype among fp16/bf16/fp32, got {q.dtype}, {k.dtype}, {v.dtype}"
     if gate is not None and not gate.is_floating_point():  # [gate]

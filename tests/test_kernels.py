@@ -544,6 +544,11 @@ def test_triton_rejects_what_it_cannot_run():
         qd, kd, vd, _, _ = make_inputs(1, 2, 2, 8, D, None)
         with pytest.raises(ValueError, match="head dim"):
             gated_attention(qd, kd, vd, backend="triton")
+    # a (batch, head) pair per program on the grid's second axis, which holds 65,535 on a GPU: past it, a launch fails
+    wide = [torch.zeros(kernels.MAX_GRID_Y + 1, 1, 1, 16, device=DEV)] * 3
+    with pytest.raises(ValueError, match="at most 65,535; got B x H = 65,536"):
+        gated_attention(*wide, backend="triton")
+    assert kernels.use_triton("triton", *(t[1:] for t in wide))  # 65,535 pairs: taken
     q48, k48, v48, _, _ = make_inputs(1, 2, 2, 8, 48, None)
     with pytest.raises(ValueError, match="floating point"):  # the torch path would take it; the kernel says so
         gated_attention(q, k, v, gate=torch.zeros(1, 4, 8, 1, dtype=torch.long, device=DEV), backend="triton")
