@@ -117,6 +117,15 @@ def test_head_dim_128_and_custom_scale():
 
 
 @needs_triton
+@pytest.mark.parametrize("backward", kernels.BACKWARDS)
+def test_the_largest_head_dim(backward, choose_backward):
+    """D = 256, the largest the kernel takes (Qwen3-Next's heads): the biggest tiles, in registers and in shared
+    memory (on a GPU, the tier's one config per kernel must fit them), through both ways of getting dQ."""
+    choose_backward(backward)
+    assert_close_to_reference(*make_inputs(1, 2, 1, 37, 256, "elementwise", seed=4), causal=True)
+
+
+@needs_triton
 @pytest.mark.parametrize("causal", [True, False])
 def test_a_length_that_fills_whole_blocks(causal):
     """T a multiple of every block (64 here: one query block of the interpreter's 64 x 32, two key blocks), as a
