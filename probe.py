@@ -493,22 +493,24 @@ def count_spike(health, loss, threshold):
 # -----------------------------------------------------------------------------
 # Speed: model FLOPs utilisation
 
-# Dense bf16 tensor-core peak FLOP/s by device name (no sparsity). Matched by substring, first hit wins.
+# Dense bf16 tensor-core peak FLOP/s by device name (no sparsity). The longest key the name holds wins: "NVIDIA L40"
+# holds L4 too, "NVIDIA GH200 480GB" H200, "NVIDIA H800 PCIe" H800.
 PEAK_FLOPS = [
     ("H200 NVL", 835e12), ("H200", 989e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12),
-    ("H800", 989e12), ("GH200", 989e12),
-    ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12),
-    ("A10G", 70e12), ("A10", 125e12), ("RTX 4090", 165e12), ("RTX 3090", 71e12), ("V100", 125e12), ("T4", 65e12),
+    ("H800 PCIe", 756e12), ("H800", 989e12), ("GH200", 989e12), ("GB200", 2500e12), ("B200", 2250e12),
+    ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L40", 181e12), ("L4", 121e12), ("A10G", 70e12),
+    ("A10", 125e12), ("RTX 4090", 165e12), ("RTX 3090 Ti", 80e12), ("RTX 3090", 71e12), ("V100", 125e12),
+    ("T4", 65e12),
 ]
 
 
 def peak_flops(device=None):
     """Peak bf16 FLOP/s of a CUDA device (dense, fp32 accumulation; fp16 for the V100 and T4, which have no bf16 and
-    train in fp16 here), or None if unknown (CPU, MPS, an unlisted GPU)."""
-    if not torch.cuda.is_available():
+    train in fp16 here), or None if unknown (CPU, MPS, an unlisted GPU; a CPU run on a machine with a GPU too)."""
+    if not torch.cuda.is_available() or (device is not None and torch.device(device).type != "cuda"):
         return None
     name = torch.cuda.get_device_name(device)
-    return next((flops for key, flops in PEAK_FLOPS if key in name), None)
+    return max(((len(key), flops) for key, flops in PEAK_FLOPS if key in name), default=(0, None))[1]
 
 
 def flops_per_token(model, seq_len=None):

@@ -955,7 +955,8 @@ def test_flops_and_mfu(monkeypatch):
     assert probe.estimate_mfu(model, 10, 0.5) is None  # unknown peak on CPU: no made-up number
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for name, peak in [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H100 NVL", 835e12),
-                       ("NVIDIA H200", 989e12),
+                       ("NVIDIA H200", 989e12), ("NVIDIA GH200 480GB", 989e12), ("NVIDIA H800 PCIe", 756e12),
+                       ("NVIDIA L40", 181e12), ("NVIDIA L40S", 362e12), ("NVIDIA L4", 121e12),
                        ("NVIDIA A100-SXM4-80GB", 312e12), ("Some Future GPU", None)]:
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, n=name: n)
         assert probe.peak_flops() == peak

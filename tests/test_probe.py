@@ -804,9 +804,17 @@ def test_count_spike_follows_the_running_mean_and_variance_and_counts_a_run_once
 
 
 def test_each_listed_gpu_gets_its_own_peak(monkeypatch):
-    """PEAK_FLOPS matches by substring, first hit first: a name that holds another (H200 NVL holds H200, A10G
-    A10) must come before it, or that GPU gets the other's peak."""
+    """PEAK_FLOPS matches by substring, the longest key first: a name that holds another key (H200 NVL holds H200,
+    GH200 H200, L40 L4) gets its own entry's peak, whatever the table's order. Each entry is told apart by a peak of
+    its own here (GH200's and H200's real ones are equal). A CPU run on a machine with a GPU has no peak."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for key, flops in probe.PEAK_FLOPS:
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, n=f"NVIDIA {key}": n)
         assert probe.peak_flops() == flops, key
+    monkeypatch.setattr(probe, "PEAK_FLOPS", [(key, float(i + 1)) for i, (key, _) in enumerate(probe.PEAK_FLOPS)])
+    for i, (key, _) in enumerate(probe.PEAK_FLOPS):
+        for name in (f"NVIDIA {key}", f"NVIDIA {key} 80GB"):
+            monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, n=name: n)
+            assert probe.peak_flops() == i + 1, name
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: pytest.fail("asked a CPU for a GPU name"))
+    assert probe.peak_flops("cpu") is None and probe.peak_flops(torch.device("cpu")) is None
