@@ -390,7 +390,7 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
         f"the same {val['batches'] * val['batch_size']:,} validation windows ({val['batches']} x {val['batch_size']}, "
         f"{fmt_tokens(val['batches'] * val['batch_size'] * windows['block_size'])} tokens"
         f"{', each starting with <|endoftext|>' if windows['bos'] else ''}; {val['source']})."
-        + "".join(f" Note: {note}." for note in val.get("data_notes", ()))
+        + "".join(f" Note: {note}." for note in (*val.get("data_notes", ()), *val.get("window_notes", ())))
         + (f" Left out, not finished (the same `train` command continues them): {'; '.join(result['unfinished'])}."
            if result.get("unfinished") else "")]
     by = {}
@@ -399,7 +399,10 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
     lines += counts_section(result.get("sink_counts"))
     lines += claims_section(result["claims"])
     lines += sweep_section(result["sweep"])
-    lines += measured_section(by, variants)
+    same = {k: windows[k] for k in ("block_size", "data_dir", "bos")}
+    elsewhere = {r["variant"] for r, a in zip(records, analyzed)
+                 if {k: a["eval_windows"][k] for k in same} != same}  # measured on other windows: ranks nothing
+    lines += measured_section(by, variants, elsewhere)
     lines += table4_section(by, variants)
     lines += mechanism_section(records, variants, windows["data_dir"])
     lines += sink_parts_section(records, analyzed)
@@ -529,10 +532,11 @@ def words(items):
     return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
 
 
-def measured_section(by, variants):
-    """Every measure of every variant (mean over seeds with its interval), the best of each column in bold."""
+def measured_section(by, variants, elsewhere=()):
+    """Every measure of every variant (mean over seeds with its interval), the best of each column in bold among the
+    variants measured on the first run's windows (elsewhere: those measured on other windows, which rank nothing)."""
     shown = [m for m in MEASURES if not m.mechanism]
-    best = {m.key: best_variants(variants, m) for m in shown}
+    best = {m.key: best_variants({v: x for v, x in variants.items() if v not in elsewhere}, m) for m in shown}
     # one head a run: its sink heads is a yes/no, counted over seeds, never a mean
     counted = {v: grew_sink_head(rs) for v, rs in by.items() if variants[v]["sink_heads"] is not None and one_head(rs)}
     def cell(v, m):
@@ -550,7 +554,8 @@ def measured_section(by, variants):
     for m in shown:
         directions.setdefault(m.better, []).append(m.label)
     legend = f"In bold: the best mean of each column among the variants with {MIN_SEEDS} seeds or more (a mean, " \
-        "not a test: the claims are decided by the rule). " + "; ".join(
+        "not a test: the claims are decided by the rule)" + \
+        (f", {words(sorted(elsewhere))} left out: measured on other windows" if elsewhere else "") + ". " + "; ".join(
         f"{better.capitalize()} is better for {words(labels)}" for better, labels in directions.items() if better) + \
         " (the direction the papers count as an improvement)" + \
         (f"; {words(directions[None])}: neither" if None in directions else "") + "." + \

@@ -1304,6 +1304,13 @@ def sweep_rows(by, windows):
         a, b = (stacked(windows, names[f], "val_loss") if row[f] else None for f in SWEPT)
         if a is not None and b is not None:
             row["difference"] = decided(a, b, comparison("val_loss"), -1)
+            stopped = {f: sum(not x for x in row[f]["finished"]) for f in SWEPT}
+            if any(stopped.values()):  # a diverged run's loss is its last saved state's, from an earlier step
+                (k, n), (j, m) = ((stopped[f], len(row[f]["finished"])) for f in SWEPT)
+                counted = count_verdict(k, n, j, m, -1)["verdict"]
+                row["difference"]["verdict"] = (f"not decided on the loss ({k} of {n} / {j} of {m} seeds stopped "
+                                                f"early, their loss an earlier state's); the seeds stopped, by the "
+                                                f"count rule: {counted}")
         rows.append(row)
     return rows
 

@@ -569,8 +569,8 @@ def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
     by["baseline_lr0.024"][1]["iter"] = 400  # a seed that diverged, stopped at iter 400 of 1600
     rows = repro.sweep_rows(by, win)
     assert [r["lr"] for r in rows] == [3e-3, 6e-3, 2.4e-2]
-    assert rows[2]["difference"]["verdict"] == "reproduced" and rows[2]["difference"]["estimate"] == \
-        pytest.approx(-0.4, abs=0.03)
+    assert rows[2]["difference"]["verdict"].startswith("not decided on the loss (1 of 3 / 0 of 3 seeds stopped") \
+        and rows[2]["difference"]["estimate"] == pytest.approx(-0.4, abs=0.03)
     assert rows[1]["g1_elementwise"] is None and "difference" not in rows[1]  # only the baseline ran at 6e-3
     assert rows[2]["baseline"]["loss_spikes"] == [0, 1, 2]
     table = [line for line in report.sweep_section(rows) if line.startswith("| 0.")]
@@ -582,7 +582,7 @@ def test_the_sweep_pairs_baseline_and_g1_at_each_learning_rate():
     x, y, d = rows[2]["baseline"], rows[2]["g1_elementwise"], rows[2]["difference"]
     assert table[2].strip("| ").split(" | ")[1:7] == [
         report.fmt_ci(x["val_loss"], loss.spec), report.fmt_ci(y["val_loss"], loss.spec),
-        report.fmt_difference(d, "diff"), "reproduced", report.fmt_ci(x["max_act"], act.spec),
+        report.fmt_difference(d, "diff"), d["verdict"], report.fmt_ci(x["max_act"], act.spec),
         report.fmt_ci(y["max_act"], act.spec)]
     assert "paired" not in "\n".join(report.sweep_section(rows))  # an unpaired test over seeds: it says no more
     assert "Only this rate is trained" not in "\n".join(report.sweep_section(rows))
