@@ -99,7 +99,7 @@ def test_the_studys_g1_claims_are_the_reports():
     within = [c for c in (fattn, mact, loss, peak) if c["size"] == "same size (within ×2)"]
     assert smaller == [fattn] and len(within) == 3, "the report's size words changed: reword docs/study.md"
     says("docs/study.md", "(the sink's cut smaller than GA's ×0.10; M-Act's cut, the loss gain and the peak's cut "
-                          "within ×2 of the papers')")
+                          "within ×2 of the papers', a cut's size read on a log scale)")
     says("TUTORIAL.md", "all four reproduced (F-Attn's cut smaller than GA's;")
 
 
@@ -410,20 +410,28 @@ def five_bf16_seeds(lr):
     return pairs + [(seed[f"baseline{lr}"], seed[f"g1{lr}"])]
 
 
+def ratio_over(pairs, key="max_act"):
+    return compare([b[key] for b, _ in pairs], [g[key] for _, g in pairs], "ratio")
+
+
 def test_section_5s_unseen_seeds_are_theirs():
+    """Decided on the four new seeds, which no claim had looked at (seed 1337's runs are where the claims came
+    from), and, beside them, over the five bf16 seeds."""
     pairs = five_bf16_seeds("")
     new = pairs[:4]
     assert all(g["max_act"] < b["max_act"] and b["sink_heads"] == g["sink_heads"] == 0 for b, g in pairs)
-    mact = compare([b["max_act"] for b, _ in pairs], [g["max_act"] for _, g in pairs], "ratio")
-    loss = compare([b["val_loss"] for b, _ in pairs], [g["val_loss"] for _, g in pairs])
+    mact, mact5 = ratio_over(new), ratio_over(pairs)
+    loss = compare([b["val_loss"] for b, _ in new], [g["val_loss"] for _, g in new])
     gains = [g["val_loss"] - b["val_loss"] for b, g in new]
     best = min(range(4), key=lambda i: gains[i])
     gates = [g["gate_mean"] for _, g in new]
     says("TUTORIAL.md",
-         f"(×{mact['estimate']:.2f} [{mact['lo']:.2f}, {mact['hi']:.2f}] over the five bf16 seeds, "
-         f"{decide(mact, -1)} by the study's rule), and a gate mean of {min(gates):.2f} to {max(gates):.2f}",
+         f"does not decide it (×{mact['estimate']:.2f} [{mact['lo']:.2f}, {mact['hi']:.2f}], {decide(mact, -1)}; "
+         f"×{mact5['estimate']:.2f} [{mact5['lo']:.2f}, {mact5['hi']:.2f}] over the five bf16 seeds, with the seed "
+         f"the claim came from), and a gate mean of {min(gates):.2f} to {max(gates):.2f}",
          f"G1's loss ended up to {-gains[best]:.3f} nats lower (seed {9001 + best})",
          f"({loss['estimate']:.3f} [{loss['lo']:.3f}, {loss['hi']:+.3f}], {decide(loss, -1)})")
+    assert decide(mact, -1) == "inconclusive"  # "does not decide it": the words hold only while the rule says so
 
 
 def test_section_6s_prose_is_its_runs():
@@ -443,15 +451,16 @@ def test_section_6s_prose_is_its_runs():
     hot, cool = five_bf16_seeds("_lr2e-2"), five_bf16_seeds("")
     hot_gates, cool_gates = ([g["gate_below_0.1"] for _, g in pairs] for pairs in (hot, cool))
     gains = [b["val_loss"] - g["val_loss"] for b, g in hot]
-    loss = compare([b["val_loss"] for b, _ in hot], [g["val_loss"] for _, g in hot])
-    mact = compare([b["max_act"] for b, _ in hot], [g["max_act"] for _, g in hot], "ratio")
+    loss = compare([b["val_loss"] for b, _ in hot[:4]], [g["val_loss"] for _, g in hot[:4]])
+    mact, mact5 = ratio_over(hot[:4]), ratio_over(hot)
     assert all(b["loss_spikes"] == g["loss_spikes"] == 0 for b, g in hot) and min(gains) > 0
     assert all(g["max_act"] < b["max_act"] for b, g in hot[:4])
     says("TUTORIAL.md", f"({min(hot_gates):.0%} to {max(hot_gates):.0%} of scores below 0.1, against "
                         f"{min(cool_gates):.0%} to {max(cool_gates):.0%})",
          f"G1 ended lower, by {min(gains):.2f} to {max(gains):.2f} nats ({loss['estimate']:.2f} [{loss['lo']:.2f}, "
-         f"{loss['hi']:.2f}] over the five, {decide(loss, -1)} by the study's rule)",
-         f"×{mact['estimate']:.2f} [{mact['lo']:.2f}, {mact['hi']:.2f}] over the five, {decide(mact, -1)}, narrowly")
+         f"{loss['hi']:.2f}] on the four new seeds, {decide(loss, -1)} by the study's rule)",
+         f"×{mact['estimate']:.2f} [{mact['lo']:.2f}, {mact['hi']:.2f}], {decide(mact, -1)} "
+         f"(×{mact5['estimate']:.2f} [{mact5['lo']:.2f}, {mact5['hi']:.2f}] with seed 1337 too)")
 
 
 def test_the_learning_rate_sweeps_prose_is_their_runs():

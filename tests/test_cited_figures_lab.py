@@ -620,7 +620,8 @@ def test_real_text_the_claims_the_report_decides():
          f"{WORDS[len(decided)]} of GA's and GN's claims on their means, all reproduced: G1 lowers the loss, the "
          "attention sink (F-Attn), the massive activations and the peak activation.",
          f"The sink shrinks less than in GA (×{f_attn:.2f} against ×0.10); the massive activations' cut "
-         f"(×{m_act:.2f} against ×0.09), the loss gain and the peak's cut are within ×2 of the papers'.",
+         f"(×{m_act:.2f} against ×0.09), the loss gain and the peak's cut are within ×2 of the papers' (a cut's size "
+         "read on a log scale).",
          "Every other variant trained has too few seeds for a verdict")
     extra = repro_runs("g1_elementwise")[0]["params"] - repro_runs("baseline")[0]["params"]
     says("README", f"with {extra / 1e6:.1f}M more parameters than the baseline")

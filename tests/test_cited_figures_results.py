@@ -794,34 +794,44 @@ def test_the_12_layer_sweep():
 
 
 def test_the_tutorials_unseen_seeds():
+    """Decided on the four new seeds, which no claim had looked at (the claims came from seed 1337's runs), and beside
+    them over the five bf16 seeds, seed 1337's included."""
     pairs = {lr: five_bf16_seeds(lr) for lr in ("", "_lr2e-2")}
     low, high_ = pairs[""], pairs["_lr2e-2"]
+
+    def over(pairs, key, stat="diff"):
+        return compare([b[key] for b, _ in pairs], [g[key] for _, g in pairs], stat)
+
+    def ci(c, form):
+        return f"{c['estimate']:{form}} [{c['lo']:{form}}, {c['hi']:{form}}]"
+
     f = [r["first_token_attn"] for b, g in low for r in (b, g)]
     assert all(r["sink_heads"] == 0 for b, g in low for r in (b, g))
     gates = [g["gate_mean"] for _, g in low]
     below = [g["gate_below_0.1"] for _, g in low]
-    mact = compare([b["max_act"] for b, _ in low], [g["max_act"] for _, g in low], "ratio")
-    loss = compare([b["val_loss"] for b, _ in low], [g["val_loss"] for _, g in low])
+    mact, mact5 = over(low[:4], "max_act", "ratio"), over(low, "max_act", "ratio")
+    loss, loss5 = over(low[:4], "val_loss"), over(low, "val_loss")
     gains = [b["val_loss"] - g["val_loss"] for b, g in low]
-    assert all(g["max_act"] < b["max_act"] for b, g in low)
+    assert all(g["max_act"] < b["max_act"] for b, g in low) and decide(mact, -1) == "inconclusive"
     best = max(range(len(low)), key=lambda i: gains[i])
     says(TUTORIAL_SEEDS, f"no sink at any seed (F-Attn {span(f, '.3f')}, no sink head), and G1's gates partly sparse "
          f"(mean {span(gates, '.2f')}, {min(below):.0%} to {max(below):.0%} of scores below 0.1). G1's M-Act was the "
-         f"smaller at every seed: ×{mact['estimate']:.2f} [{mact['lo']:.2f}, {mact['hi']:.2f}], {decide(mact, -1)}. "
-         f"The loss is not decided: {loss['estimate']:.3f} [{loss['lo']:.3f}, {loss['hi']:+.3f}], {decide(loss, -1)}; "
+         f"smaller at every seed, but on the four new seeds that is not decided: ×{ci(mact, '.2f')}, "
+         f"{decide(mact, -1)} (×{ci(mact5, '.2f')} over the five, {decide(mact5, -1)}, with the seed the claim came "
+         f"from). The loss is not decided: {loss['estimate']:.3f} [{loss['lo']:.3f}, {loss['hi']:+.3f}] on the four, "
+         f"{decide(loss, -1)} (five: {loss5['estimate']:.3f} [{loss5['lo']:.3f}, {loss5['hi']:+.3f}]); "
          f"G1 ended lower at {WORDS[sum(x > 0 for x in gains)]} of the five seeds, by as much as {gains[best]:.3f} "
          f"nats at seed {9001 + best}")
     assert all(r["loss_spikes"] == 0 and min(b["max_act"], g["max_act"]) >= 1000 for b, g in high_ for r in (b, g))
     below = [g["gate_below_0.1"] for _, g in high_]
     gains = [b["val_loss"] - g["val_loss"] for b, g in high_]
-    loss = compare([b["val_loss"] for b, _ in high_], [g["val_loss"] for _, g in high_])
-    mact = compare([b["max_act"] for b, _ in high_], [g["max_act"] for _, g in high_], "ratio")
+    loss, loss5 = over(high_[:4], "val_loss"), over(high_, "val_loss")
+    mact, mact5 = over(high_[:4], "max_act", "ratio"), over(high_, "max_act", "ratio")
     assert min(gains) > 0 and all(g["max_act"] < b["max_act"] for b, g in high_[:4])
     says(TUTORIAL_SEEDS, f"G1's gates were sparser than at 2e-3 ({min(below):.0%} to {max(below):.0%} of scores below "
-         f"0.1), and G1 ended lower at every seed, by {min(gains):.2f} to {max(gains):.2f} nats: "
-         f"{loss['estimate']:.3f} "
-         f"[{loss['lo']:.3f}, {loss['hi']:.3f}], {decide(loss, -1)}. G1's M-Act was the smaller at all four new seeds, "
-         f"×{mact['estimate']:.2f} [{mact['lo']:.2f}, {mact['hi']:.2f}] over the five, {decide(mact, -1)}, narrowly")
+         f"0.1), and G1 ended lower at every seed, by {min(gains):.2f} to {max(gains):.2f} nats: {ci(loss, '.3f')} on "
+         f"the four new seeds, {decide(loss, -1)} (five: {ci(loss5, '.3f')}). G1's M-Act was the smaller at all four "
+         f"new seeds, ×{ci(mact, '.2f')}, {decide(mact, -1)} (×{ci(mact5, '.2f')} over the five, narrowly)")
 
 
 # -----------------------------------------------------------------------------
