@@ -460,7 +460,7 @@ def counts_section(counts):
              "windows). Whether a variant grows a sink is decided here, on these counts; the claims on F-Attn in the "
              "next section say how much attention the sink takes, and their verdicts do not decide it.", "",
              "| variant | seeds with a sink head | rate [95% CI, Clopper-Pearson] |", "| --- | --- | --- |"]
-    lines += [f"| {v} | {r['k']} of {r['n']} | {r['k'] / r['n']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}] |"
+    lines += [f"| {v} | {r['k']} of {r['n']}{unmeasured(r)} | {r['k'] / r['n']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}] |"
               for v, r in rates.items()]
     lines += ["", "| claim | reference | variant | Fisher's p, the paper's direction | p, the opposite | verdict |",
               "| --- | --- | --- | --- | --- | --- |"]
@@ -471,6 +471,12 @@ def counts_section(counts):
         verdict = f"**{c['verdict']}**" if "p" in c else c["verdict"]
         lines.append(f"| {c['claim']} | {sides[0]} | {sides[1]} | {ps[0]} | {ps[1]} | {verdict} |")
     return lines
+
+
+def unmeasured(rate):
+    """What a count leaves out: the seeds trained whose sink heads were not measured (an older probe's runs)."""
+    left = rate.get("trained", rate["n"]) - rate["n"]
+    return f" ({left} more trained, not measured)" if left else ""
 
 
 def claims_section(claims):
@@ -665,7 +671,7 @@ def table4_section(by, variants):
         if not (row and row.f_attn is not None and ours):
             continue
         grew = grew_sink_head(rs)
-        sinks = f"{sum(grew)} of {len(grew)}"
+        sinks = f"{sum(grew)} of {len(grew)}{unmeasured({'n': len(grew), 'trained': len(rs)})}"
         base = variants["baseline"][f_attn.key]
         c = compare(base["values"], ours["values"], comparison(f_attn.key))  # the rule's interval, over seeds
         if v == "baseline":
@@ -792,13 +798,17 @@ def sink_parts_section(records, analyzed):
         fa = over_seeds([x[1] for x in seeds])
         ratio = over_seeds([x[2] for x in seeds])
         low = sum(x[2] < 0.5 for x in seeds)
-        rows.append([v, len(seeds), fmt_ci(fa, ".3f"), fmt_ci(ratio, ".3f"), f"{low} of {len(seeds)}"])
+        trained = sum(r["variant"] == v for r in records)
+        rows.append([v, f"{len(seeds)} of {trained}", fmt_ci(fa, ".3f"), fmt_ci(ratio, ".3f"),
+                     f"{low} of {len(seeds)}"])
     first = [one_seed(records, analyzed, v)[1] for v in dict.fromkeys(r["variant"] for r in records)]
     return ["", "## What the sink is made of", "",
             f"At each run's sink layer (the layer of its highest F-Attn), {SEEDS_NOTE}: F-Attn, and the value norm "
             "ratio, the norm of the value vector at position 0 over the mean value norm at the other positions. A "
             "sink head parks its attention on a key whose value is near zero, so that attending there adds almost "
-            "nothing: its ratio falls far below 1. The last column counts the seeds whose ratio is below 0.5.", ""] + \
+            "nothing: its ratio falls far below 1. Seeds: those whose value norms were measured, of the seeds trained "
+            "(a run measured by an older probe has none). The last column counts the seeds whose ratio is below "
+            "0.5.", ""] + \
         markdown_table(["variant", "seeds", "F-Attn at the sink layer", "value norm ratio there",
                         "seeds with ratio < 0.5"], rows) + \
         ["", "One seed of each variant (the first the current probe measured, where there is one): where it sinks and "

@@ -1268,7 +1268,7 @@ def sink_counts(by, counts):
         grew = grew_sink_head(rs)
         if grew:
             lo, hi = clopper_pearson(sum(grew), len(grew))
-            rates[v] = {"k": sum(grew), "n": len(grew), "lo": lo, "hi": hi}
+            rates[v] = {"k": sum(grew), "n": len(grew), "lo": lo, "hi": hi, "trained": len(rs)}
     claims = []
     for claim, ref, variant, direction in counts:
         out = {"claim": claim, "reference": ref, "variant": variant, "direction": direction}

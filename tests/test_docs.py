@@ -552,9 +552,13 @@ PRINTING = [os.path.relpath(os.path.dirname(path), os.path.join(REPO, "results")
 def test_every_script_of_a_results_page_shows_when_it_printed_what_it_shows():
     """A python block of results/ followed by its output says 'Printed (date):' between them; the test below runs
     every such block again."""
-    assert {"sink_lab/unseen-seeds", "sink_lab/high-lr", "sink_lab/norms", "tutorial/lr-sweep"} <= set(PRINTING)
+    assert {"sink_lab/unseen-seeds", "sink_lab/high-lr", "sink_lab/norms", "tutorial/lr-sweep",
+            "tutorial/unseen-seeds"} <= set(PRINTING)
     undated = [os.path.relpath(path, REPO) for path in RESULTS_PAGES
                if any(printed is not None and not dated for _, printed, dated in python_blocks(read(path)))]
+    # a 'Printed' line in another form would leave its script out of the test below, without a word
+    undated += [f"{os.path.relpath(path, REPO)}: {line}" for path in RESULTS_PAGES
+                for line in re.findall(r"^Printed \(.*$", read(path), re.M) if not DATED.fullmatch(line)]
     assert not undated, f"a python block's output without its 'Printed (YYYY-MM-DD):' line: {undated}"
     assert python_blocks("```python\nprint(1)\n```\n\nPrinted (2026-01-02):\n\n```text\n1\n```\n"
                          "```python\nx = 2\n```\nprose\n```text\nshown\n```\n") == [

@@ -405,7 +405,7 @@ def test_sink_counts_lead_the_sink_lab_report():
           "g2_elementwise": runs("g2_elementwise", 0.0, 1.0, 0.0, 0.0, 0.0)}
     counts = repro.sink_counts(by, repro.LAB_COUNTS)
     assert counts["variants"]["baseline"] == {"k": 4, "n": 5, "lo": pytest.approx(0.2836, abs=1e-4),
-                                              "hi": pytest.approx(0.9949, abs=1e-4)}
+                                              "hi": pytest.approx(0.9949, abs=1e-4), "trained": 5}
     assert counts["variants"]["g1_elementwise"]["k"] == 0 and counts["variants"]["g1_elementwise"]["lo"] == 0
     decided = {c["variant"]: c for c in counts["claims"]}
     assert decided["g1_elementwise"]["verdict"] == "reproduced" and decided["g1_elementwise"]["p"] == \
@@ -427,6 +427,7 @@ def test_sink_counts_lead_the_sink_lab_report():
     by["g1_headwise"] = [dict(r, sink_heads=None) for r in by["g1_headwise"]]
     counts = repro.sink_counts(by, repro.LAB_COUNTS)
     assert (counts["variants"]["baseline"]["k"], counts["variants"]["baseline"]["n"]) == (4, 5)
+    assert "| baseline | 4 of 5 (1 more trained, not measured) | 0.80 [0.28, 0.99] |" in report.counts_section(counts)
     assert "g1_headwise" not in counts["variants"]
     headwise = next(c for c in counts["claims"] if c["variant"] == "g1_headwise")  # trained, but nothing to count
     assert headwise["verdict"] == "not measured (g1_headwise's sink heads not measured)", headwise
@@ -775,7 +776,7 @@ def test_table4_says_a_side_of_the_baseline_only_where_the_seeds_separate_them()
     assert rows["g1_elementwise"][-1] == "as in GA: below the baseline"
     assert rows["g1_headwise"][-1] == "too few seeds (3 / 2)"
     assert rows["g2_elementwise"][-1] == "not separated from the baseline"
-    assert rows["g2_elementwise"][2] == "2 of 2" and rows["baseline"][2] == "3 of 3"
+    assert rows["g2_elementwise"][2] == "2 of 2 (1 more trained, not measured)" and rows["baseline"][2] == "3 of 3"
     # the interval of the ratio, as the rule decides F-Attn: here it leaves out 1 (×0.031 [0.0019, 0.51]), where
     # the interval of the difference (−0.49 [−1.48, +0.50]) would hold 0
     spread = {v: [{"variant": v, "seed": 1337 + i, "sink_heads": 0.0, "first_token_attn": x}
@@ -847,8 +848,12 @@ def test_what_the_sink_is_made_of_is_read_at_each_runs_sink_layer():
     lines = report.sink_parts_section(records, analyzed)
     row = next(line for line in lines if line.startswith("| baseline |"))
     f_attn, ratio = report.over_seeds([0.6, 0.7, 0.5]), report.over_seeds([0.3, 0.7, 0.4])
-    assert row == f"| baseline | 3 | {report.fmt_ci(f_attn, '.3f')} | {report.fmt_ci(ratio, '.3f')} | 2 of 3 |"
+    assert row == f"| baseline | 3 of 3 | {report.fmt_ci(f_attn, '.3f')} | {report.fmt_ci(ratio, '.3f')} | 2 of 3 |"
     assert "| baseline/seed1337 | 1 | 0.600 | 0.300 |" in "\n".join(lines)
+    # a seed an older probe measured has no value norms: the seeds measured, of those trained
+    older = [*analyzed[:2], {"label": "baseline/seed1339", "layers": {"first_token_attn": [0.2, 0.5]}}]
+    row = next(line for line in report.sink_parts_section(records, older) if line.startswith("| baseline |"))
+    assert row.startswith("| baseline | 2 of 3 |") and row.endswith("| 1 of 2 |")
     assert report.sink_parts_section(records, [{"layers": {"first_token_attn": [0.1]}}] * 3) == []  # older probe
 
 
@@ -1722,7 +1727,7 @@ def test_sink_lab_pipeline_tiny(tmp_path, small_task):
     assert sections[:2] == ["## Seeds that grew a sink head", "## The papers' claims, decided by rule"]
     assert text.startswith("# The sink lab") and "## The sink's mechanism" in text and "ideal loss" in text
     # what the sink is made of: the value at position 0 over the seeds, the massive activation's channels, emergence
-    assert "## What the sink is made of" in text and "| baseline | 2 |" in text and "top channels" in text
+    assert "## What the sink is made of" in text and "| baseline | 2 of 2 |" in text and "top channels" in text
     assert "![emergence.png](emergence.png)" in text and "were measured before" not in text
     assert "## Stability" not in text and not os.path.exists(os.path.join(root, "report", "lr_sweep.png"))
     assert "`'<\\|endoftext\\|>'`" in text or "`'s" in text  # the sink's token, decoded by the task's tokenizer
