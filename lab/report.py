@@ -701,7 +701,10 @@ def mechanism_section(records, variants, data_dir):
     if not any(r.get("prev_attn_trigger") is not None for r in records):
         return []
     meta = read_meta(data_dir) or {}
-    ideal = f" The task's ideal loss (meta.json) is {meta['ideal_loss']:.4f} nats." if "ideal_loss" in meta else ""
+    ideal = (f" The task's text has an entropy of {meta['ideal_loss']:.4f} nats a token (meta.json's ideal loss), a "
+             "perfect model's loss on the text read whole; on these windows a perfect model's is higher: the first "
+             "prediction of each sees only BOS, and the second cannot see the symbol a trigger there would copy."
+             if "ideal_loss" in meta else "")
     rows = [[v, len(x["seeds"])] + [fmt_ci(x[m.key], m.spec) for m in MECHANISM] for v, x in variants.items()]
     return ["", "## The sink's mechanism", "", MECHANISM_NOTE + f" Per variant, {SEEDS_NOTE}; each run's value "
             "pools its windows, heads and positions of the kind." + ideal, ""] + \

@@ -6,13 +6,14 @@ Bigram-Backcopy, a synthetic task on which an attention sink forms in minutes on
                                            [--train_tokens=2000000] [--val_tokens=131072] [--out_dir=...]
 
 The text is a walk on a fixed random bigram chain over `vocab` symbols s0, s1, ...: each row of the transition
-matrix is drawn from Dirichlet(alpha), so with a small alpha each symbol has a few likely successors. The
-`triggers` symbols the chain visits most often are the triggers: right after a trigger, the next symbol is a
-copy of the symbol before the trigger ("s7 s2 s7" when s2 is a trigger). Everywhere else the chain goes on.
-(A trigger that follows another trigger, or starts the text, is followed by the chain too, so copies never loop.)
-The text is written as walks of CHAIN_LENGTH symbols laid end to end, with no separator: at each seam (one position
-in 8192) the next walk starts from a uniform symbol, not the chain's row, and a trigger that ends a walk is followed
-by no copy. meta.json's numbers count within walks; a training window of 64 crosses a seam once in about 128.
+matrix is drawn from Dirichlet(alpha), so with a small alpha each symbol has a few likely successors. The `triggers`
+symbols the chain alone visits most often (its stationary distribution: in the text, the copies shift the
+frequencies) are the triggers: right after a trigger, the next symbol is a copy of the symbol before the trigger
+("s7 s2 s7" when s2 is a trigger). Everywhere else the chain goes on. (A trigger that follows another trigger, or
+starts the text, is followed by the chain too, so copies never loop.) The text is written as walks of CHAIN_LENGTH
+symbols laid end to end, with no separator: at each seam (one position in 8192) the next walk starts from a uniform
+symbol, not the chain's row, and a trigger that ends a walk is followed by no copy. meta.json's numbers count within
+walks; a training window of 64 crosses a seam once in about 128.
 
 Why a sink forms on it: a one-layer model needs its attention head only at the trigger positions, to fetch the
 symbol before. Everywhere else the current symbol tells the model all the chain can, and the head should add
@@ -20,13 +21,15 @@ nothing. A softmax head cannot attend to nothing: it learns to put its attention
 and to make that token's value small. That is the attention sink. A sigmoid gate after the head (G1) can close
 the head instead, and the sink has no reason to form.
 
-train.py prepares this dataset with the defaults on first use (`--dataset=bigram_backcopy`, config/sink_lab.py).
-The chain and the triggers depend only on vocab, triggers, alpha and seed; the train and val texts are drawn
-from it with their own random streams. meta.json records the settings, the triggers, the share of positions
-where a copy follows, and the ideal loss: the task's entropy in nats per token (0 where a copy follows, the
-entropy of the chain's row elsewhere), the loss a perfect model would reach. The text uses the symbol
-tokenizer (data.shards.SymbolTokenizer): token i is s<i>, and token `vocab` is <|endoftext|>, the BOS token,
-which the text itself never holds.
+train.py prepares this dataset with the defaults on first use (`--dataset=bigram_backcopy`, config/sink_lab.py). The
+chain and the triggers depend only on vocab, triggers, alpha and seed; the train and val texts are drawn from it
+with their own random streams. meta.json records the settings, the triggers, the share of positions where a copy
+follows, and the ideal loss: the task's entropy in nats per token (0 where a copy follows, the entropy of the
+chain's row elsewhere), the loss a perfect model would reach on the text read whole. A training window cannot reach
+it: its first prediction sees only BOS, and its second cannot see the symbol that a trigger there would copy, so a
+perfect model's loss on 64-token windows is higher (exercise 10 asks by how much). The text uses the symbol
+tokenizer (data.shards.SymbolTokenizer): token i is s<i>, and token `vocab` is <|endoftext|>, the BOS token, which
+the text itself never holds.
 """
 
 import argparse
@@ -140,7 +143,8 @@ def main(argv=None):
     parser.add_argument("--out_dir", default=DATA_DIR, type=path_arg,
                         help="where to write (default: data/bigram_backcopy)")
     parser.add_argument("--vocab", type=int, default=64, help="symbols of the chain (the BOS token comes after them)")
-    parser.add_argument("--triggers", type=int, default=3, help="how many of the most frequent symbols are triggers")
+    parser.add_argument("--triggers", type=int, default=3,
+                        help="how many symbols are triggers: those the chain alone visits most often")
     parser.add_argument("--alpha", type=float, default=0.1, help="Dirichlet concentration of the chain's rows")
     parser.add_argument("--seed", type=int, default=0, help="the chain's seed (its rows, so its triggers)")
     parser.add_argument("--train_tokens", type=int, default=2_000_000)
