@@ -141,6 +141,9 @@ def activations(model, batches):
 def measure(run, checkpoint, device):
     """One run's numbers (see the module's docstring)."""
     model, ckpt = load_run_checkpoint(os.path.join(run, checkpoint), device, reader="lab.outlier")
+    if any(not torch.isfinite(p).all() for p in model.parameters()):
+        raise ValueError(f"{os.path.join(run, checkpoint)} holds NaN or infinite weights: nothing to measure (the run "
+                         "diverged before this state was saved; its best.pt may be finite)")
     w = eval_windows(ckpt)
     if not w["bos"]:
         raise ValueError(f"{run} was trained on windows that do not start with BOS (bos=False): position 0 is an "

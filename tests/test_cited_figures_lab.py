@@ -483,7 +483,7 @@ def test_the_outlier_acts_through_the_norms_denominator_in_25_of_26_runs():
          f"the largest of the 64 channels' in {sum(r['own_term_rank'] == 1 for r in both)} of the {len(both)} runs, "
          "and in one baseline seed twice the denominator's")
     says("README", f"in {below} of {len(both)} runs of the baseline and G1 (ten seeds each and six later baseline "
-         "seeds)")
+         "seeds; a test designed after all 26 had been seen)")
 
 
 def test_the_norms_table_is_the_studys_and_outlier_jsons():

@@ -433,8 +433,8 @@ def test_the_unseen_seeds_and_norms_run_times_are_their_logs_and_commands():
     says("results/tutorial/unseen-seeds/README.md",
          f"{min(tutorial):.0f}-{max(tutorial):.0f} s of training a run (the `time_s` of their logs)")
     unseen = seconds("sink_lab/norms/unseen/commands.jsonl")
-    says("results/sink_lab/norms/README.md", f"[unseen/commands.jsonl](unseen/commands.jsonl) keeps the last's "
-                                             f"seconds, {min(unseen):.0f}-{max(unseen):.0f} s a run)")
+    says("results/sink_lab/norms/README.md", "[unseen/commands.jsonl](unseen/commands.jsonl) keeps those of the "
+             f"first version's runs at 9501-9506, on the Intel Xeon, {min(unseen):.0f}-{max(unseen):.0f} s a run)")
     prepared = re.findall(r"^prepare\t0\t(\d+)\t", "".join(text(f"results/repro/{n}") for n in sorted(os.listdir(
         os.path.join(REPO, "results", "repro"))) if n.endswith("-output.txt")), re.MULTILINE)
     assert len(prepared) == 1  # job 1's output alone keeps its steps' seconds

@@ -225,7 +225,14 @@ def test_the_command_writes_its_table_and_refuses_what_it_cannot_measure(sink_la
     ckpt["config"]["data_dir"] = str(data)
     save_checkpoint(ckpt, str(changed / "ckpt.pt"))
     change_a_token(data)
+    diverged = tmp_path / "diverged"  # a state saved after its weights went NaN: refused for that, not for a leak
+    diverged.mkdir()
+    ckpt = read_checkpoint(os.path.join(runs[0], "ckpt.pt"))
+    ckpt["model"] = {k: v.clone().fill_(float("nan")) if k.startswith("lm_head") else v
+                     for k, v in ckpt["model"].items()}
+    save_checkpoint(ckpt, str(diverged / "ckpt.pt"))
     for argv, message in [([f"--runs={bare}"], "lacks train.py's run settings"),
+                          ([f"--runs={diverged}"], "holds NaN or infinite weights: nothing to measure"),
                           ([f"--runs={changed}"], "was trained on other data"),
                           ([], "name the runs"),
                           ([f"--runs={runs[0]}", "--labels=a,b"], "--labels has 2 names for 1 runs"),
