@@ -366,6 +366,26 @@ def test_the_signing_key_reaches_no_process_the_checker_starts(tmp_path):
     assert "  | looked" in out and "the key, in the environment" not in out, out
 
 
+def test_exercise_09s_check_on_a_gpu_reads_a_masked_load_however_it_is_written():
+    """On a GPU, without the interpreter to watch the loads, exercise 09's mask check reads the kernel's source: a
+    masked headwise load laid out over two lines, or given its mask by position (tl.load's second parameter), is
+    masked; a load without a mask is not."""
+    import types
+    checks = check.load_module(os.path.join(EXERCISES, "09_triton_headwise", "checks.py"), "checks_09_source")
+    body = "def flash_attention_fwd(G, rows, row_ok):\n    o = 1.0\n    if GATE == 2:\n        g = {load}\n" \
+           "        o = o * tl.sigmoid(g)\n    tl.store(G, o)\n"
+    for load, masked in [("tl.load(G + rows,\n                    mask=row_ok, other=0.0)", True),
+                         ("tl.load(G + rows, row_ok, 0.0)", True), ("tl.load(G + rows, mask=row_ok)", True),
+                         ("tl.load(G + rows)", False), ("tl.load(G + rows,\n                    other=0.0)", False)]:
+        student = types.SimpleNamespace(in_child=lambda *a, **k: None,
+                                        source_of=lambda name, text=body.format(load=load): text)
+        if masked:
+            checks.check_headwise_load_masked(student)
+        else:
+            with pytest.raises(check.Wrong, match="the headwise tl.load has no mask"):
+                checks.check_headwise_load_masked(student)
+
+
 def test_the_08_report_shows_the_reason_as_one_clean_line(capsys):
     """Exercise 08's report prints the student's REASON: one line, without control characters, cut."""
     checks = check.load_module(os.path.join(EXERCISES, "08_predict_then_measure", "checks.py"), "checks_08_reason")

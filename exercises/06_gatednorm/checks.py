@@ -147,6 +147,10 @@ def check_rms_norm_tiny_inputs(student):
     expect_close("rms_norm(1e-4-scale x, weight)", out, want, atol=1e-8, rtol=1e-5,
                  hint="Normal inputs pass but tiny ones do not: re-check where eps enters (F.rms_norm's convention) "
                       "and that it is the eps argument (default 1e-6).")
+    out = student.rms_norm(x, w, eps=1e-7)  # another eps than the default: the argument must be the one used
+    if not same(out, _model_rms_norm(x, w, eps=1e-7), tol=1e-5):
+        raise Wrong("rms_norm(x, weight, eps=1e-7) gives what eps=1e-6 gives, or something else: use the eps "
+                    "argument passed in, not a fixed value.")
 
 
 def check_rms_norm_float64_precision(student):
@@ -230,3 +234,10 @@ def check_gated_norm_vs_model(student):
                  hint="Re-check gap 2 against GN's definition: the gate reads the normalised y (gain included), "
                       "applies W_down before W_up (each stored out x in, as nn.Linear's weight), and its scores "
                       "multiply that same y.")
+    xs = x * 1e-4  # tiny inputs, where eps shows: gated_norm must hand its eps on to rms_norm
+    norm.norm.eps = 1e-7
+    with torch.no_grad():
+        want = norm(xs)
+    expect_close("gated_norm(1e-4-scale x, weight, w_down, w_up, eps=1e-7)", student.gated_norm(xs, w, w_down, w_up,
+                 eps=1e-7), want, atol=1e-8, rtol=1e-5, hint="The default eps passes: does gated_norm pass its eps "
+                 "argument on to rms_norm?")

@@ -58,6 +58,9 @@ MUTANTS = [
      "return x.float() * torch.rsqrt(mean_square.float() + eps) * weight"),  # float32, back to float64 by weight
     ("gated_norm_never_larger", "return y * " "scores", "return x * scores"),  # the gate on the input, not on y
     ("gated_norm_bottleneck_silu", "hidden = F.silu(" "y @ w_down.T)", "hidden = F.relu(y @ w_down.T)"),  # ReLU
+    ("rms_norm_tiny_inputs", "x * torch.rsqrt(" "mean_square + eps) * weight",
+     "x * torch.rsqrt(mean_square + 1e-6) * weight"),  # the default eps, whatever eps is passed
+    ("gated_norm_vs_model", "    y = rms_norm(" "x, weight, eps)", "    y = rms_norm(x, weight)"),  # eps not passed on
 ]
 
 # the answer's key fragments: none may appear in the statement, the starter, the checks or the checker's messages,
