@@ -144,6 +144,10 @@ def check_g1_gate_numbers(student):
         if granularity == "elementwise" and same(out, gate(y, gate.logits(F.linear(y.reshape(2, 5, -1), w)))):
             raise Wrong("Your gate logits are computed from y (self-gating). G1's logits come from x, the block's "
                         "input after the norm (what Q, K, V are computed from).")
+        if same(out, want, 1e-5) and not same(out, want, 1e-9):  # right, but rounded as float32 rounds
+            raise Wrong(f"{granularity}: g1_gate is right to about 1e-7 but not to float64's precision: part of your "
+                        "arithmetic ran in float32 (a .float(), a float32 tensor you made). Keep the inputs' dtype: "
+                        "the maths is right.")
         known = y.abs() > 1e-3  # where y tells the score the student's gate used
         s = gate.logits(F.linear(x, w)).expand_as(y)[known]  # each entry's logit, in the right layout
         mine = (out / y)[known]

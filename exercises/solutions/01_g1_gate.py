@@ -76,6 +76,8 @@ MUTANTS = [
      "not the sigmoid of them"),
     ("g1_gate_numbers", "torch.sigmoid(" "x @ w_gate.T)", "torch.nn.functional.hardsigmoid(x @ w_gate.T)",
      "not the sigmoid of them"),
+    ("g1_gate_numbers", "torch.sigmoid(" "x @ w_gate.T)", "torch.sigmoid(x.float() @ w_gate.float().T)",  # float32
+     "float64's precision"),
     ("headwise_one_score_per_head", "scores.view(" "B, T, H, 1)", "scores.view(B, T, 1, H)"),  # over heads, not D
     ("g1_gate_numbers", "raise " "ValueError(f\"granularity", "print(f\"granularity"),  # an unknown one let through
     ("trap_gate_after_wo",  # G5: each head's output mixed by W_O first, then gated
