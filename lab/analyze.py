@@ -74,7 +74,7 @@ from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_ch
 from data.shards import bos_token, dataset_fingerprint, read_meta, val_windows_apart
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, Probe, SINK_HEAD_THRESHOLD, TRIGGER_KEYS,
     attention_maps, describe, layer_mean, massive_channels, most_often, summarize, trigger_positions)
-from lab.report import MECHANISM_ROWS_NOTE, mechanism_rows, older_sink_share, repeated_label
+from lab.report import MECHANISM_ROWS_NOTE, mechanism_rows, older_sink_share, repeated_label, window_set
 from lab.variants import VARIANTS
 
 
@@ -658,8 +658,7 @@ def note_window_differences(records, batches, batch_size):
                                f"{r['eval_windows_trained']['batches']}" for r in records) +
                      f"); all are measured here on the same {batches}x{batch_size}, so a run's val loss can differ "
                      "from its log")
-    if len({(r["eval_windows"]["block_size"], r["eval_windows"]["data_dir"], r["eval_windows"]["bos"])
-            for r in records}) > 1:
+    if len({window_set(r["eval_windows"]) for r in records}) > 1:
         groups = collections.defaultdict(list)  # each set of windows: the runs measured on it
         for r in records:
             w = r["eval_windows"]

@@ -126,6 +126,11 @@ def load_windows(windows):
     return val_batches(windows["data_dir"], windows["block_size"], windows["batch_size"], windows["batches"], bos=bos)
 
 
+def window_set(windows):
+    """What makes two runs' validation windows alike (eval_windows' dict): their length, their data, a BOS first."""
+    return windows["block_size"], windows["data_dir"], windows["bos"]
+
+
 def windows_id(batches):
     """A fingerprint of the windows' tokens: two measurements compare only when they were taken on the same windows
     (the same data, cut the same way), whatever machine or folder the data sat in."""
@@ -399,9 +404,8 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
     lines += counts_section(result.get("sink_counts"))
     lines += claims_section(result["claims"])
     lines += sweep_section(result["sweep"])
-    same = {k: windows[k] for k in ("block_size", "data_dir", "bos")}
-    elsewhere = {r["variant"] for r, a in zip(records, analyzed)
-                 if {k: a["eval_windows"][k] for k in same} != same}  # measured on other windows: ranks nothing
+    elsewhere = {r["variant"] for r, a in zip(records, analyzed)  # measured on other windows: ranks nothing
+                 if window_set(a["eval_windows"]) != window_set(windows)}
     lines += measured_section(by, variants, elsewhere)
     lines += table4_section(by, variants)
     lines += mechanism_section(records, variants, windows["data_dir"])
@@ -460,8 +464,8 @@ def counts_section(counts):
              "windows). Whether a variant grows a sink is decided here, on these counts; the claims on F-Attn in the "
              "next section say how much attention the sink takes, and their verdicts do not decide it.", "",
              "| variant | seeds with a sink head | rate [95% CI, Clopper-Pearson] |", "| --- | --- | --- |"]
-    lines += [f"| {v} | {r['k']} of {r['n']}{unmeasured(r)} | {r['k'] / r['n']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}] |"
-              for v, r in rates.items()]
+    lines += [f"| {v} | {r['k']} of {r['n']}{unmeasured(r['n'], r['trained'])} | {r['k'] / r['n']:.2f} "
+              f"[{r['lo']:.2f}, {r['hi']:.2f}] |" for v, r in rates.items()]
     lines += ["", "| claim | reference | variant | Fisher's p, the paper's direction | p, the opposite | verdict |",
               "| --- | --- | --- | --- | --- | --- |"]
     for c in counts["claims"]:
@@ -473,10 +477,9 @@ def counts_section(counts):
     return lines
 
 
-def unmeasured(rate):
+def unmeasured(measured, trained):
     """What a count leaves out: the seeds trained whose sink heads were not measured (an older probe's runs)."""
-    left = rate.get("trained", rate["n"]) - rate["n"]
-    return f" ({left} more trained, not measured)" if left else ""
+    return f" ({trained - measured} more trained, not measured)" if trained > measured else ""
 
 
 def claims_section(claims):
@@ -671,7 +674,7 @@ def table4_section(by, variants):
         if not (row and row.f_attn is not None and ours):
             continue
         grew = grew_sink_head(rs)
-        sinks = f"{sum(grew)} of {len(grew)}{unmeasured({'n': len(grew), 'trained': len(rs)})}"
+        sinks = f"{sum(grew)} of {len(grew)}{unmeasured(len(grew), len(rs))}"
         base = variants["baseline"][f_attn.key]
         c = compare(base["values"], ours["values"], comparison(f_attn.key))  # the rule's interval, over seeds
         if v == "baseline":
