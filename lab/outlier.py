@@ -24,7 +24,9 @@ The outlier removed alone would prove nothing: a prediction trained close to its
 So, as a control, each channel's own term is removed in turn: own_term_rank says where the outlier's channel comes
 among them (1: its own term moves the prediction most), own_term_kl_median what a typical channel's does.
 For GatedNorm the own term is the norm's output after its gate, whose input still holds the channel; and the gate
-reads the changed vector in "denominator only". DyT divides by nothing: it has no rms_ratio.
+reads the changed vector in "denominator only". LayerNorm subtracts the vector's mean before it divides: its
+rms_ratio is that of the standard deviations, and the mean it subtracts moves with the channel too (a shift of every
+other channel, inside "denominator only"). DyT divides by nothing: it has no rms_ratio.
 Also: where the channel's value at BOS comes from (the block's input, its attention, its MLP: what each adds), the
 final norm's weight on it against the median |weight| (for PreAffine also its learned pre-scale), the norm's output
 there and its rank among the channels by size, and the loss at the other positions, which no change at position 0
@@ -180,6 +182,8 @@ def measure(run, checkpoint, device):
     without = h0.clone()
     without[:, channel] = value
     seen_by_norm = [v if scale is None else v * scale.detach() for v in (h0, without)]
+    if model.config.norm == "layernorm":  # LayerNorm divides by the standard deviation: the vector less its mean
+        seen_by_norm = [v - v.mean(-1, keepdim=True) for v in seen_by_norm]
     rms_ratio = (seen_by_norm[0].pow(2).mean(-1).sqrt() / seen_by_norm[1].pow(2).mean(-1).sqrt()).mean().item()
     rms_ratio = None if model.config.norm == "dyt" else rms_ratio  # DyT divides by nothing
     scale = None if scale is None else scale.detach().abs()
@@ -208,7 +212,8 @@ def table(rows):
             "| KL from as trained: own term removed, denominator only, outlier removed "
             "| own term's rank of all channels' (their median KL) "
             "| loss at position 0: as trained, own term removed, denominator only, outlier removed "
-            "| its entropy (flat: ln V) | the rest divided by (its RMS with / without the outlier) | loss elsewhere |")
+            "| its entropy (flat: ln V) | the rest divided by (its RMS, LayerNorm's std: with / without the outlier) "
+            "| loss elsewhere |")
     lines = [head, "| --- " * 13 + "|"]
     for r in rows:
         weight = f"{r['norm_weight']:.3f} ({r['norm_weight_median']:.3f})"

@@ -37,7 +37,19 @@ def runs(sink_lab_runs, tmp_path_factory):
     deep = tmp_path_factory.mktemp("outlier") / "deep"
     deep.mkdir()
     save_checkpoint({**ckpt, "model": model.state_dict(), "model_args": args}, str(deep / "ckpt.pt"))
-    return {"baseline": baseline, "g1": os.path.join(sink_lab_runs, "g1"), "deep": str(deep)}
+    # "layernorm": the baseline's one block with LayerNorm everywhere, biases on, the final norm's weight and bias
+    # drawn at random: a norm that subtracts the mean before it divides
+    args = {**ckpt["model_args"], "norm": "layernorm", "bias": True}
+    torch.manual_seed(1)
+    model = GPT(GPTConfig(**args))
+    with torch.no_grad():
+        model.transformer.ln_f.weight.uniform_(-1.5, 1.5)
+        model.transformer.ln_f.bias.uniform_(-0.5, 0.5)
+    layernorm = deep.parent / "layernorm"
+    layernorm.mkdir()
+    save_checkpoint({**ckpt, "model": model.state_dict(), "model_args": args}, str(layernorm / "ckpt.pt"))
+    return {"baseline": baseline, "g1": os.path.join(sink_lab_runs, "g1"), "deep": str(deep),
+            "layernorm": str(layernorm)}
 
 
 def final_norm(ln_f):
@@ -52,7 +64,7 @@ def windows(run):
                               bos=bos_token(w["data_dir"]))
 
 
-@pytest.mark.parametrize("name", ["baseline", "g1", "deep"])
+@pytest.mark.parametrize("name", ["baseline", "g1", "deep", "layernorm"])
 def test_the_numbers_are_the_models_own(runs, name):
     """Position 0's loss and the others' make up the model's own loss; the channel is the largest mean |h| at
     position 0 of the last block's output; entropies lie between 0 and ln V."""
@@ -103,7 +115,7 @@ def test_the_numbers_are_the_models_own(runs, name):
     assert math.isclose(r["value"], h[:, 1:, r["channel"]].mean().item(), rel_tol=1e-4, abs_tol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["baseline", "g1", "deep"])
+@pytest.mark.parametrize("name", ["baseline", "g1", "deep", "layernorm"])
 def test_the_four_predictions_after_bos_by_hand(runs, name):
     """The final norm and the unembedding, written out here on the block's output at BOS: its own term removed,
     the denominator alone changed, the outlier removed, each one's KL from the prediction as trained, loss and
@@ -122,10 +134,16 @@ def test_the_four_predictions_after_bos_by_hand(runs, name):
     h = h[0].double()
     w = norm.weight.detach().double()
     scale = torch.ones_like(h) if scale is None else scale.detach().double()  # PreAffine's: the norm reads scale * h
+    layernorm = isinstance(norm, torch.nn.LayerNorm)  # it divides the vector less its mean, and adds a bias
+
+    def divided(v):  # what the norm divides by its RMS
+        v = v * scale
+        return v - v.mean() if layernorm else v
 
     def normed(v):
-        v = v * scale
-        return v * torch.rsqrt(v.pow(2).mean() + norm.eps) * w
+        v = divided(v)
+        out = v * torch.rsqrt(v.pow(2).mean() + norm.eps) * w
+        return out + norm.bias.detach().double() if layernorm else out
 
     def logp(y):
         return (model.lm_head.weight.detach().double() @ y).log_softmax(-1)
@@ -136,7 +154,7 @@ def test_the_four_predictions_after_bos_by_hand(runs, name):
     own[c] = 0.0
     denominator = removed.clone()
     denominator[c] = as_trained[c]
-    rms = [(v * scale).pow(2).mean().sqrt() for v in (h, without)]
+    rms = [divided(v).pow(2).mean().sqrt() for v in (h, without)]
     assert math.isclose(r["rms_ratio"], (rms[0] / rms[1]).item(), rel_tol=1e-4)
     assert math.isclose(r["norm_out"], as_trained[c].item(), rel_tol=1e-4)
     assert r["norm_out_rank"] == 1 + int((as_trained.abs() > as_trained[c].abs()).sum())
