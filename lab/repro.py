@@ -1132,12 +1132,14 @@ def mislabelled(records, tiny, study, where=""):
 
 
 OLDER = "measured by the older probe: "  # comparable's mark, in a run's values, of a measure it left out
+STOPPED = "stopped early"  # comparable's mark of a run that did not reach its max_iters (diverged)
 
 
 def comparable(run, values):
     """A run's per-window values that compare with every other run's: without the sink share where the probe
     measured it by its older definition (report.older_sink_share), so that no claim pools two definitions of one
-    measure."""
+    measure; and STOPPED when the run stopped before its max_iters (diverged: its values are an earlier state's)."""
+    values = {**values, STOPPED: run["iter"] < run["max_iters"]}
     if not older_sink_share(run) or "sink_share" not in values:
         return values
     return {key: a for key, a in values.items() if key != "sink_share"} | {OLDER + "sink_share": True}
@@ -1255,6 +1257,10 @@ def claim_result(claim, ref, variant, measure, direction, windows):
     except ValueError as e:  # a non-finite window (var's and ref's rows: the sides' seeds, in the order trained)
         fail(f"the claim {claim!r} cannot be decided on {m.label} ({ref} → {variant}): {e}")
     dropped = {x: left_out(windows, x, m.key) for x in (ref, variant) if isinstance(x, str)}
+    stopped = {x: sum(w.get(STOPPED, False) for w in windows[x]) for x in (ref, variant) if isinstance(x, str)}
+    if any(stopped.values()):  # as in the sweep (sweep_rows): a diverged seed's values come from an earlier step
+        c["verdict"] = ("not decided (" + "; ".join(f"{k} of {len(windows[x])} seeds of {x} stopped early" for x, k
+                                                   in stopped.items() if k) + f", their {m.label} an earlier state's)")
     return {**out, **c, "ref_mean": base if fixed else center(c["ref_seeds"], stat),
             "var_mean": center(c["var_seeds"], stat), **({"left_out": dropped} if any(dropped.values()) else {})}
 

@@ -473,8 +473,8 @@ def test_a_claim_never_pools_the_old_and_the_new_sink_share():
     """Runs measured by the probe's older sink share are left out of the sink-share claim (the others decide it,
     here one seed a side: too few), the claims table says how many, and every other measure keeps them."""
     by, win, _ = fake_study(baseline=0.0, g1_elementwise=-0.05)
-    old = {"layers": {"first_token_attn": [0.1]}}  # a record from before the value norm ratio
-    new = {"layers": {"first_token_attn": [0.1], "value_norm_ratio": [0.5]}}
+    old = {"iter": 9, "max_iters": 9, "layers": {"first_token_attn": [0.1]}}  # from before the value norm ratio
+    new = {"iter": 9, "max_iters": 9, "layers": {"first_token_attn": [0.1], "value_norm_ratio": [0.5]}}
     for v in ("baseline", "g1_elementwise"):
         win[v] = [repro.comparable(old, w) for w in win[v][:2]] + [repro.comparable(new, win[v][2])]
     assert all("sink_share" in w for w in win["baseline"][2:]) and "sink_share" not in win["baseline"][0]
@@ -494,6 +494,28 @@ def test_a_claim_never_pools_the_old_and_the_new_sink_share():
         win[v][2] = repro.comparable(old, win[v][2])
     assert repro.claim_result(*next(c for c in repro.CLAIMS if c[3] == "sink_share"), win)["verdict"] == \
         "not measured (every run of a side was measured by the probe's older sink share)"
+
+
+def test_a_claim_with_a_seed_stopped_early_is_not_decided():
+    """A seed that stopped before its max_iters (diverged) holds an earlier state's values: a claim on either side of
+    it keeps its numbers but is not decided, and says which seeds, as the sweep's rows do; finished seeds decide."""
+    by, win, _ = fake_study(baseline=0.0, g1_elementwise=-0.05)
+    run = {"iter": 1600, "max_iters": 1600, "layers": {"first_token_attn": [0.1], "value_norm_ratio": [0.5]}}
+    win = {v: [repro.comparable(run, w) for w in ws] for v, ws in win.items()}
+    loss = repro.claim_result(*repro.CLAIMS[0], win)
+    fixed = ("G1's mean gate score is below 0.5", 0.5, "g1_elementwise", "gate_mean", -1)
+    assert loss["verdict"] == repro.claim_result(*fixed, win)["verdict"] == "reproduced"
+    win["g1_elementwise"][1] = repro.comparable(dict(run, iter=700), win["g1_elementwise"][1])
+    stopped = repro.claim_result(*repro.CLAIMS[0], win)
+    assert stopped["verdict"] == ("not decided (1 of 3 seeds of g1_elementwise stopped early, their val loss an "
+                                  "earlier state's)")
+    assert {k: stopped[k] for k in ("estimate", "lo", "hi")} == {k: loss[k] for k in ("estimate", "lo", "hi")}
+    assert repro.claim_result(*fixed, win)["verdict"].startswith("not decided (1 of 3 seeds of g1_elementwise")
+    win["baseline"][0] = repro.comparable(dict(run, iter=5), win["baseline"][0])
+    assert repro.claim_result(*repro.CLAIMS[0], win)["verdict"].startswith(
+        "not decided (1 of 3 seeds of baseline stopped early; 1 of 3 seeds of g1_elementwise stopped early, ")
+    row = report.claims_section([stopped])[-1]
+    assert f"| **{stopped['verdict']}** |" in row
 
 
 def test_the_tables_never_pool_the_old_and_the_new_sink_share():
