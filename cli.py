@@ -524,8 +524,9 @@ def free_memory(device):
 def device_name(device):
     """What a result was measured on, in words: the GPU's name, or the CPU's."""
     import torch
-    return torch.cuda.get_device_name(device) if str(device).startswith("cuda") else \
-        f"CPU ({platform.processor() or platform.machine()})"
+    if str(device).startswith("cuda"):
+        return torch.cuda.get_device_name(device)
+    return "Apple GPU (MPS)" if str(device).startswith("mps") else f"CPU ({platform.processor() or platform.machine()})"
 
 
 def cpu_computes_bf16():

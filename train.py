@@ -28,8 +28,9 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
 
 # cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
-from cli import (COMPILE_MODES, DDP_BACKENDS, SDPA_BACKENDS, autocast_for, check_choice, configure, dataset_dir, fail,
-                 free_memory, init_processes, keep_freed_memory, pick_device, processes, run_main, sdpa_preference)
+from cli import (COMPILE_MODES, DDP_BACKENDS, SDPA_BACKENDS, autocast_for, check_choice, configure, dataset_dir,
+                 device_name, fail, free_memory, init_processes, keep_freed_memory, pick_device, processes, run_main,
+                 sdpa_preference)
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -121,8 +122,7 @@ def main(argv=None):
                 c, given, notes = folder.resume_settings(TrainConfig, argv, checkpoint)
             check_settings(c)
             folder.check_new_run(c)
-            # the device, and one process per GPU under torchrun
-            device = pick_device(c.device, local_rank if ddp else None, c.attn_backend)
+            device = pick_device(c.device, local_rank if ddp else None, c.attn_backend)  # under torchrun: one a GPU
             device_type = device.split(":")[0]
             keep_freed_memory(device_type)  # a CPU run reuses the memory each step frees (cli.keep_freed_memory)
             if ddp:
@@ -423,8 +423,8 @@ class Trainer:
             "channels": [c and {k: [finite_or_none(x) for x in v] if isinstance(v, list) else finite_or_none(v)
                                 for k, v in c.items()} for c in probe.channels],
         }
-        if not self.folder.started:
-            record.update(code=code_version(), run_id=self.folder.run_id)  # each command's first: which code, run
+        if not self.folder.started:  # each command's first record: which code, run and device (its tokens/s, MFU)
+            record.update(code=code_version(), run_id=self.folder.run_id, device=device_name(self.device))
         self.say(f"eval iter {self.iter_num}: {describe(record)}", flush=True)
         if self.master and not self.c.eval_only:
             self.folder.log(record)

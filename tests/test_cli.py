@@ -617,3 +617,12 @@ def test_auto_precision_on_a_gpu_is_bf16_where_it_has_it_else_fp16_whichever_gpu
             warnings.simplefilter("ignore")
             assert [cli.autocast_for(device, "auto")[1] for device in ("cuda", "cuda:1")] == [expected, expected]
     assert cli.autocast_for("cpu", "float16")[1] == "float16"
+
+
+def test_the_device_a_result_was_measured_on_is_named_in_words(monkeypatch):
+    """cli.device_name, which train.py's first record of a command and the lab's results carry: the GPU's own
+    name for CUDA (as torch reports it), Apple's GPU for MPS (never 'CPU'), else the CPU's."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: f"NVIDIA H200 ({device})")
+    assert cli.device_name("cuda:1") == "NVIDIA H200 (cuda:1)"
+    assert cli.device_name("mps") == "Apple GPU (MPS)"
+    assert cli.device_name("cpu").startswith("CPU (") and cli.device_name(torch.device("cpu")).startswith("CPU (")

@@ -23,7 +23,7 @@ import sample
 import train
 import cli
 import runfolder
-from cli import configure
+from cli import configure, device_name
 from conftest import change_a_token
 from runfolder import BEST, CHECKPOINT, load_checkpoint, model_from_checkpoint, no_checkpoint, save_checkpoint
 from model import GPTConfig
@@ -157,6 +157,7 @@ def test_the_first_record_of_each_command_names_the_code_that_ran(tiny_run):
     assert log[0]["code"]["commit"] == commit  # None outside a git checkout: then nothing is claimed
     assert log[0]["code"]["dirty"] in ((True, False) if commit else (None,))
     assert all("code" not in r for r in log[1:])
+    assert log[0]["device"] == device_name("cpu") and all("device" not in r for r in log[1:])  # whose tokens/s, MFU
 
 
 @pytest.mark.parametrize("loss_chunk", [0, TrainConfig.loss_chunk])  # 0: resumed the other way; the default: the same
