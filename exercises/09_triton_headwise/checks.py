@@ -195,9 +195,9 @@ def check_headwise_half_precision_gate(student):
         y = _attention(student, q, k, v, gate)
     except Exception as e:
         if "Expected dtype" in str(e) and "fp32" in str(e):
-            raise Wrong("with a float16 headwise gate the kernel fails in tl.sigmoid, which takes fp32 (or fp64) "
-                        "only: cast the loaded logits to fp32 before the sigmoid, as the elementwise branch "
-                        "does.") from None
+            raise Wrong("with a float16 headwise gate the kernel fails in one of Triton's math functions "
+                        "(tl.sigmoid, tl.exp, ...: they take fp32 or fp64 only): cast the loaded logits to fp32 "
+                        "before the sigmoid, as the elementwise branch does.") from None
         raise
     expect_close("attention(q, k, v, float16 headwise gate)", y, _oracle(q, k, v, gate), **TOL,
                  hint="The float32 gates pass: compute the score from the logits cast to fp32.")

@@ -122,7 +122,12 @@ MUTANTS = [
     ("headwise_runs_its_own_branch", "mode, g, g_strides = GATE_HEADWISE, " "gate, gate.stride()",
      "mode, g, g_strides = GATE_ELEMENTWISE, gate, (*gate.stride()[:3], 0)"),
     ("headwise_half_precision_gate", "g_rows, mask=row_ok, other=0.0).to(tl." "float32)",
-     "g_rows, mask=row_ok, other=0.0)"),  # no cast: tl.sigmoid of the gate's own dtype
+     "g_rows, mask=row_ok, other=0.0)", "they take fp32"),  # no cast: tl.sigmoid of the gate's own dtype
+    ("headwise_half_precision_gate",  # no cast, and the sigmoid written out: tl.exp of the gate's own dtype
+     "g = tl.load(g_rows, " "mask=row_ok, other=0.0).to(tl.float32)  # (BLOCK_M,): one load per row, not per element\n"
+     "        o = o * tl.sigmoid(g)" "[:, None]",
+     "g = tl.load(g_rows, mask=row_ok, " "other=0.0)\n        o = o * (1 / (1 + tl.exp(-g)))[:, None]",
+     "they take fp32"),
     # (BLOCK_M, D) times (BLOCK_M,): the kernel's own line named, not its launch
     ("headwise_shape", "o = o * tl.sigmoid(" "g)[:, None]", "o = o * tl.sigmoid(g)", ": o = o * tl.sigmoid(g)"),
 ]
