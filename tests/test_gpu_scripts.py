@@ -26,6 +26,11 @@ from cli import sdpa_order
 from test_bench import check_bench_kernels_tiny, check_bench_train_tiny
 from test_train import folder_state
 
+# the scripts' steps that run the fused kernel (at toy size through Triton's interpreter): where it cannot run (no
+# Triton, or one older than kernels.MIN_TRITON) these skip; that the scripts then refuse in one line is tested below
+runs_the_fused_kernel = pytest.mark.skipif(kernels.triton_unavailable() is not None,
+                                           reason="runs the fused kernel, which cannot run here")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 
 
@@ -85,7 +90,8 @@ def test_kernels_sh_refuses_where_the_fused_kernel_cannot_run(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible here")
-@pytest.mark.parametrize("name,args", [("kernels", ()), ("throughput", ()), ("study", ("start", "baseline"))])
+@pytest.mark.parametrize("name,args", [pytest.param("kernels", (), marks=runs_the_fused_kernel), ("throughput", ()),
+                                       ("study", ("start", "baseline"))])  # (kernels.sh refuses an old Triton first)
 def test_a_script_for_the_gpu_refuses_a_machine_without_one(tmp_path, name, args):
     """Without TOY=1 on a CPU, the scripts would run the kernel tests on 8 CPU workers, prepare the corpus for an
     hour and train config/repro.py there: one line, exit 2, nothing written."""
@@ -95,8 +101,7 @@ def test_a_script_for_the_gpu_refuses_a_machine_without_one(tmp_path, name, args
     assert os.listdir(tmp_path / "work") == []
 
 
-@pytest.mark.skipif(kernels.triton_unavailable() is not None, reason="kernels.sh runs the fused kernel, which cannot "
-                    "run here")
+@runs_the_fused_kernel
 def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     """kernels.sh, throughput.sh and the study's start / wait / pack, side by side (they are independent)."""
     data = {"DATA_DIR": dataset}
@@ -201,6 +206,7 @@ def test_the_job_reports_after_failed_runs_or_a_failed_evaluation_and_exits_with
         assert (work / "out" / "study.tar.gz").is_file(), codes  # packed, failed or not
 
 
+@runs_the_fused_kernel
 def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
     """lab/gpu/throughput.sh modes: one lab.bench --train per torch.compile mode, then one with the atomic dQ
     backward, one with the loss in chunks and one with cuDNN's SDPA first, each into its own folder; then align:
@@ -310,6 +316,7 @@ def test_a_failing_step_is_recorded_and_the_rest_still_runs(tmp_path):
     assert "== bench: exit 1" in out.stdout
 
 
+@runs_the_fused_kernel
 def test_kernel_configs_at_toy_size(tmp_path):
     """lab/gpu/kernels.sh configs: the configs' own tests, then the sweep with the autotuner on, each test named on its
     own line as it ends."""
