@@ -134,17 +134,20 @@ def test_the_sink_labs_times_are_time_readmes_pages():
 # -----------------------------------------------------------------------------
 # results/timings/suite-*.md: the test suite, by tests/time_suite.py (docs/timings.md)
 
-def suite_page(commit):
-    """A tests/time_suite.py page: wall-clock and pytest's seconds, its summary counts, the tests' sum, by file."""
-    name = next(n for n in os.listdir(os.path.join(REPO, "results", "timings"))
-                if n.startswith("suite-") and f"-{commit}" in n)
+def suite_page(commit, versions=""):
+    """A tests/time_suite.py page (of one commit, with the versions its name ends in: "-torch2.6"): wall-clock and
+    pytest's seconds, its summary counts, the tests' sum, by file."""
+    name, = [n for n in os.listdir(os.path.join(REPO, "results", "timings"))
+             if n.startswith("suite-") and n.endswith(f"-{commit}{versions}.md")]
     body = text(f"results/timings/{name}")
     wall = int(re.search(r"^- wall-clock: (\d+) s \(", body, re.MULTILINE)[1])
-    passed, pytest = re.search(r"^- pytest: (\d+) passed, .* in ([\d.]+)s \(", body, re.MULTILINE).groups()
+    failed, passed, pytest = re.search(r"^- pytest: (?:(\d+) failed, )?(\d+) passed, .* in ([\d.]+)s \(", body,
+                                       re.MULTILINE).groups()
+    skipped = int(re.search(r"^- pytest: .*?(\d+) skipped", body, re.MULTILINE)[1])
     tests = int(re.search(r"add up to (\d+) s;", body)[1])
     files = {f: float(s) for f, s in re.findall(r"^\| (tests/\S+) \| \d+ \| ([\d.]+) \|$", body, re.MULTILINE)}
     return {"name": name, "wall": wall, "passed": int(passed), "pytest": float(pytest), "tests": tests,
-            "files": files}
+            "files": files, "failed": int(failed or 0), "skipped": skipped}
 
 
 def test_the_suites_times_are_time_suites_pages():
@@ -176,10 +179,26 @@ def test_the_suites_times_are_time_suites_pages():
         p = suite_page(commit)
         says(TIMINGS, f"{min_s(p['wall'])} at {commit} ({p['passed']} passed, {p['tests']} s of tests)"
              if commit == "e77ba13" else f"{min_s(p['wall'])} at {commit} ({p['passed']} passed, {p['tests']} s)")
-    old = suite_page("15b69b7")
+    old = suite_page("15b69b7", "-torch2.11")
     says(TIMINGS, f"| 2.11.0+cu130 | 3.6.0 | 15b69b7 | {old['passed']} passed, 113 skipped ([its page]"
                   f"(../results/timings/{old['name']}), by `python tests/time_suite.py` in that venv) | "
                   f"{min_s(old['wall'])} |")
+
+
+def test_the_suites_runs_at_the_newest_torch_and_at_the_floor_are_their_pages():
+    """docs/timings.md's table of the suite at both ends of requirements.txt: each row's result and time its page's,
+    the versions each page names."""
+    rows = [("fc11288", "-torch2.15", "2.15.0+cu132", "3.9.0"), ("fc11288", "-torch2.6", "2.6.0+cu124", "3.2.0"),
+            ("e30f003", "-torch2.6", "2.6.0+cu124", "3.2.0")]
+    for commit, versions, torch_version, triton_version in rows:
+        p = suite_page(commit, versions)
+        assert f"torch {torch_version}, Triton {triton_version}," in text(f"results/timings/{p['name']}")
+        result = (f"{p['failed']} failed, " if p["failed"] else "") + f"{p['passed']} passed, {p['skipped']} skipped " \
+            f"([its page](../results/timings/{p['name']}))"
+        row, = [line for line in text(TIMINGS).splitlines() if p["name"] in line]
+        assert row.startswith(f"| {torch_version}, ") and f" | {triton_version} | " in row and result in row, row
+        assert row.endswith(f" | {min_s(p['wall'])} |"), row
+        assert (p["failed"] == 0) == (commit != "fc11288" or versions != "-torch2.6")
 
 
 def unchanged_files_moved(after, before):
