@@ -522,7 +522,7 @@ def free_memory(device):
 
 
 def device_name(device):
-    """What a result was measured on, in words: the GPU's name, or the CPU's."""
+    """What a result was measured on, in words: the GPU's name, Apple's GPU for MPS, or the CPU's."""
     import torch
     if str(device).startswith("cuda"):
         return torch.cuda.get_device_name(device)

@@ -1006,8 +1006,9 @@ def test_each_setting_is_refused_just_past_the_edge_of_what_is_allowed(allowed, 
         train.check_settings(settings(**refused))
 
 
-@pytest.mark.skipif(kernels.triton_unavailable() is not None, reason="a Triton too old for the kernel is refused "
-                    "first (test_a_triton_too_old_for_the_kernel_is_one_line_before_the_run_folder)")
+@pytest.mark.skipif(kernels.triton_unavailable() is not None, reason="where Triton is missing or too old for the "
+                    "kernel, that is refused first (test_a_triton_too_old_for_the_kernel_is_one_line_before_the_"
+                    "run_folder)")
 def test_the_fused_kernel_where_it_cannot_run_is_one_line_before_the_model(tmp_path, monkeypatch):
     """--attn_backend=triton on a CPU without Triton's interpreter (kernels' own check would raise at the first
     forward, a traceback after the run folder was made): one line first, with the two ways out."""
