@@ -352,7 +352,7 @@ def fmt_difference(c, stat):
 
 
 def status(rs):
-    done = sum(r["iter"] >= r["max_iters"] for r in rs)
+    done = sum(not stopped_early(r) for r in rs)
     words = [f"{done}/{len(rs)} finished"]
     failed = [r for r in rs if r["exit_code"]]
     if failed:
@@ -464,7 +464,7 @@ def counts_section(counts):
              "windows). Whether a variant grows a sink is decided here, on these counts; the claims on F-Attn in the "
              "next section say how much attention the sink takes, and their verdicts do not decide it.", "",
              "| variant | seeds with a sink head | rate [95% CI, Clopper-Pearson] |", "| --- | --- | --- |"]
-    lines += [f"| {v} | {r['k']} of {r['n']}{unmeasured(r['n'], r['trained'])} | {r['k'] / r['n']:.2f} "
+    lines += [f"| {v} | {r['k']} of {r['n']}{uncounted(r['trained'], r['n'], r['stopped'])} | {r['k'] / r['n']:.2f} "
               f"[{r['lo']:.2f}, {r['hi']:.2f}] |" for v, r in rates.items()]
     lines += ["", "| claim | reference | variant | Fisher's p, the paper's direction | p, the opposite | verdict |",
               "| --- | --- | --- | --- | --- | --- |"]
@@ -477,9 +477,13 @@ def counts_section(counts):
     return lines
 
 
-def unmeasured(measured, trained):
-    """What a count leaves out: the seeds trained whose sink heads were not measured (an older probe's runs)."""
-    return f" ({trained - measured} more trained, not measured)" if trained > measured else ""
+def uncounted(trained, counted, stopped):
+    """What a count of sink heads (grew_sink_head) leaves out of a variant's trained runs: the stopped ones (stopped
+    early) and the rest of those not counted (their sink heads not measured: an older probe's runs)."""
+    unmeasured = trained - counted - stopped
+    why = [f"{stopped} stopped early"] * bool(stopped) + [f"{unmeasured} not measured" if stopped else "not measured"
+                                                          ] * bool(unmeasured)
+    return f" ({trained - counted} more trained, {', '.join(why)})" if why else ""
 
 
 def claims_section(claims):
@@ -543,14 +547,18 @@ def words(items):
 
 def measured_section(by, variants, elsewhere=()):
     """Every measure of every variant (mean over seeds with its interval), the best of each column in bold among the
-    variants measured on the first run's windows (elsewhere: those measured on other windows, which rank nothing)."""
+    variants measured on the first run's windows (elsewhere: those measured on other windows, which rank nothing)
+    and all of whose seeds ran to the end (a seed that stopped early holds an earlier state's values)."""
     shown = [m for m in MEASURES if not m.mechanism]
-    best = {m.key: best_variants({v: x for v, x in variants.items() if v not in elsewhere}, m) for m in shown}
+    stopped = sorted(v for v, rs in by.items() if any(map(stopped_early, rs)))
+    ranked = {v: x for v, x in variants.items() if v not in elsewhere and v not in stopped}
+    best = {m.key: best_variants(ranked, m) for m in shown}
     # one head a run: its sink heads is a yes/no, counted over seeds, never a mean
     counted = {v: grew_sink_head(rs) for v, rs in by.items() if variants[v]["sink_heads"] is not None and one_head(rs)}
     def cell(v, m):
         if m.key == "sink_heads" and v in counted:
-            text = f"{sum(counted[v])} of {len(counted[v])}"
+            grew, rs = counted[v], by[v]
+            text = f"{sum(grew)} of {len(grew)}{uncounted(len(rs), len(grew), sum(map(stopped_early, rs)))}"
         else:
             text = fmt_ci(variants[v][m.key], m.spec)
         text = f"**{text}**" if v in best[m.key] else text
@@ -564,7 +572,9 @@ def measured_section(by, variants, elsewhere=()):
         directions.setdefault(m.better, []).append(m.label)
     legend = f"In bold: the best mean of each column among the variants with {MIN_SEEDS} seeds or more (a mean, " \
         "not a test: the claims are decided by the rule)" + \
-        (f", {words(sorted(elsewhere))} left out: measured on other windows" if elsewhere else "") + ". " + "; ".join(
+        (f", {words(sorted(elsewhere))} left out: measured on other windows" if elsewhere else "") + \
+        (f", {words(stopped)} left out: a seed stopped early, its values an earlier state's" if stopped else "") + \
+        ". " + "; ".join(
         f"{better.capitalize()} is better for {words(labels)}" for better, labels in directions.items() if better) + \
         " (the direction the papers count as an improvement)" + \
         (f"; {words(directions[None])}: neither" if None in directions else "") + "." + \
@@ -655,10 +665,17 @@ def one_head(runs):
     return all(r.get("model") and r["model"]["n_layer"] * r["model"]["n_head"] == 1 for r in runs)
 
 
+def stopped_early(run):
+    """Whether a run stopped before its max_iters (train.py stops a run that diverges): its values are then those of
+    an earlier state than the other seeds'."""
+    return run["iter"] < run["max_iters"]
+
+
 def grew_sink_head(runs):
     """Whether each run grew a sink head (a head's F-Attn above probe.SINK_HEAD_THRESHOLD): a yes/no per run, to be
-    counted over seeds. A run whose sink heads were not measured is left out, not counted as a no."""
-    return [r["sink_heads"] > 0 for r in runs if r.get("sink_heads") is not None]
+    counted over seeds. A run whose sink heads were not measured, or that stopped early (whether a sink had formed by
+    its end is not known), is left out, not counted as a no (uncounted says which)."""
+    return [r["sink_heads"] > 0 for r in runs if r.get("sink_heads") is not None and not stopped_early(r)]
 
 
 def table4_section(by, variants):
@@ -674,7 +691,7 @@ def table4_section(by, variants):
         if not (row and row.f_attn is not None and ours):
             continue
         grew = grew_sink_head(rs)
-        sinks = f"{sum(grew)} of {len(grew)}{unmeasured(len(grew), len(rs))}"
+        sinks = f"{sum(grew)} of {len(grew)}{uncounted(len(rs), len(grew), sum(map(stopped_early, rs)))}"
         base = variants["baseline"][f_attn.key]
         c = compare(base["values"], ours["values"], comparison(f_attn.key))  # the rule's interval, over seeds
         if v == "baseline":

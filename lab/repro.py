@@ -122,7 +122,7 @@ from data import prepare_if_missing
 from data.shards import find_shards
 from lab.report import (ANALYSIS_FILES, EVALUATE_DIR, comparison, evaluate_section, grew_sink_head, kept_of_other_run,
     lacks_run_settings, load_windows, older_sink_share, over_seeds, over_variant, paper_effect, plot_headline,
-    plot_sweep, plot_trends, render_report, windows_id)
+    plot_sweep, plot_trends, render_report, stopped_early, windows_id)
 from lab.stats import (COUNT_RULE, RULE, clopper_pearson, compare, count_verdict, decide, direction_word, effect,
     size_word)
 from lab.variants import LAB, MODELS, STUDY, SWEEP, SWEPT, VARIANTS
@@ -1139,7 +1139,7 @@ def comparable(run, values):
     """A run's per-window values that compare with every other run's: without the sink share where the probe
     measured it by its older definition (report.older_sink_share), so that no claim pools two definitions of one
     measure; and STOPPED when the run stopped before its max_iters (diverged: its values are an earlier state's)."""
-    values = {**values, STOPPED: run["iter"] < run["max_iters"]}
+    values = {**values, STOPPED: stopped_early(run)}
     if not older_sink_share(run) or "sink_share" not in values:
         return values
     return {key: a for key, a in values.items() if key != "sink_share"} | {OLDER + "sink_share": True}
@@ -1269,22 +1269,27 @@ def sink_counts(by, counts):
     """The seeds of each variant that grew a sink head (a run's sink heads above 0: some head's F-Attn above
     probe.SINK_HEAD_THRESHOLD), k of n with the rate's exact 95% interval, and each claim of counts (claim,
     reference, variant, direction) decided by stats.COUNT_RULE."""
-    rates = {}
+    rates, stopped = {}, {v: sum(map(stopped_early, rs)) for v, rs in by.items()}
     for v, rs in by.items():
-        grew = grew_sink_head(rs)
+        grew = grew_sink_head(rs)  # the runs that stopped early left out
         if grew:
             lo, hi = clopper_pearson(sum(grew), len(grew))
-            rates[v] = {"k": sum(grew), "n": len(grew), "lo": lo, "hi": hi, "trained": len(rs)}
+            rates[v] = {"k": sum(grew), "n": len(grew), "lo": lo, "hi": hi, "trained": len(rs), "stopped": stopped[v]}
     claims = []
     for claim, ref, variant, direction in counts:
         out = {"claim": claim, "reference": ref, "variant": variant, "direction": direction}
         missing = [x for x in (ref, variant) if x not in rates]
         if missing:
-            why = [f"{x} not trained" if x not in by else f"{x}'s sink heads not measured" for x in missing]
+            why = [f"{x} not trained" if x not in by else f"every seed of {x} stopped early" if stopped[x] == len(by[x])
+                   else f"{x}'s sink heads not measured" for x in missing]
             claims.append({**out, "verdict": f"not measured ({' and '.join(why)})"})
             continue
         (k, n), (j, m) = ((rates[x]["k"], rates[x]["n"]) for x in (ref, variant))
         claims.append({**out, **count_verdict(k, n, j, m, direction)})
+        if stopped[ref] or stopped[variant]:  # as claim_result decides a mean: a diverged seed leaves it open
+            claims[-1]["verdict"] = "not decided (" + "; ".join(
+                f"{stopped[x]} of {len(by[x])} seeds of {x} stopped early" for x in (ref, variant) if stopped[x]) + \
+                ", whether a sink had formed by their end not known)"
     return {"rule": COUNT_RULE, "threshold": SINK_HEAD_THRESHOLD, "variants": rates, "claims": claims}
 
 
@@ -1306,7 +1311,7 @@ def sweep_rows(by, windows):
                 "variant": names[family], "val_loss": over_seeds([r["val_loss"] for r in rs]),
                 "max_act": over_seeds([r["max_act"] for r in rs]), "loss_spikes": [r["loss_spikes"] for r in rs],
                 "nonfinite_steps": [r["nonfinite_steps"] for r in rs],
-                "finished": [r["iter"] >= r["max_iters"] for r in rs]}  # per seed: a diverged run stops early
+                "finished": [not stopped_early(r) for r in rs]}  # per seed: a diverged run stops early
         a, b = (stacked(windows, names[f], "val_loss") if row[f] else None for f in SWEPT)
         if a is not None and b is not None:
             row["difference"] = decided(a, b, comparison("val_loss"), -1)

@@ -399,13 +399,14 @@ def test_sink_counts_lead_the_sink_lab_report():
     """A run grew a sink head when its sink heads are above 0; per variant k of n with the exact interval, and the
     claims of counts decided by Fisher's exact test (4 of 5 against 0 of 5: p = 0.024)."""
     def runs(v, *sink_heads):
-        return [{"variant": v, "seed": 1337 + i, "sink_heads": x} for i, x in enumerate(sink_heads)]
+        return [{"variant": v, "seed": 1337 + i, "sink_heads": x, "iter": 400, "max_iters": 400}
+                for i, x in enumerate(sink_heads)]
     by = {"baseline": runs("baseline", 1.0, 1.0, 0.0, 1.0, 1.0), "g1_elementwise": runs("g1_elementwise", *[0.0] * 5),
           "g1_headwise": runs("g1_headwise", 0.0, 0.0),
           "g2_elementwise": runs("g2_elementwise", 0.0, 1.0, 0.0, 0.0, 0.0)}
     counts = repro.sink_counts(by, repro.LAB_COUNTS)
     assert counts["variants"]["baseline"] == {"k": 4, "n": 5, "lo": pytest.approx(0.2836, abs=1e-4),
-                                              "hi": pytest.approx(0.9949, abs=1e-4), "trained": 5}
+                                              "hi": pytest.approx(0.9949, abs=1e-4), "trained": 5, "stopped": 0}
     assert counts["variants"]["g1_elementwise"]["k"] == 0 and counts["variants"]["g1_elementwise"]["lo"] == 0
     decided = {c["variant"]: c for c in counts["claims"]}
     assert decided["g1_elementwise"]["verdict"] == "reproduced" and decided["g1_elementwise"]["p"] == \
@@ -423,7 +424,7 @@ def test_sink_counts_lead_the_sink_lab_report():
     assert report.counts_section(None) == []
     # a run whose sink heads were not measured is no seed of the count: 4 of 5 measured, not of 6 runs; a variant
     # none of whose runs was measured has no count at all
-    by["baseline"].append({"variant": "baseline", "seed": 1342, "sink_heads": None})
+    by["baseline"].append({"variant": "baseline", "seed": 1342, "sink_heads": None, "iter": 400, "max_iters": 400})
     by["g1_headwise"] = [dict(r, sink_heads=None) for r in by["g1_headwise"]]
     counts = repro.sink_counts(by, repro.LAB_COUNTS)
     assert (counts["variants"]["baseline"]["k"], counts["variants"]["baseline"]["n"]) == (4, 5)
@@ -433,6 +434,38 @@ def test_sink_counts_lead_the_sink_lab_report():
     assert headwise["verdict"] == "not measured (g1_headwise's sink heads not measured)", headwise
     alone = repro.sink_counts({"g1_elementwise": by["g1_elementwise"]}, [("c", "baseline", "g1_elementwise", -1)])
     assert alone["claims"][0]["verdict"] == "not measured (baseline not trained)"  # the reference's side missing
+
+
+def test_a_seed_stopped_early_is_counted_for_no_sink_and_ranks_nothing():
+    """A run that stopped before its max_iters (diverged) holds an earlier state: whether a sink had formed by its end
+    is not known, so the counts leave it out and say so, a claim of counts on its variant is not decided (as a claim
+    on means is), and its variant takes no part in the Measured table's bold ranking."""
+    by, _, _ = fake_study(baseline=0.0, g1_elementwise=-0.05, g2_elementwise=-0.5)
+    for v, heads in (("baseline", 1.0), ("g1_elementwise", 0.0), ("g2_elementwise", 0.0)):
+        for r in by[v]:
+            r.update(sink_heads=heads, model={"n_layer": 1, "n_head": 1})
+    claims = [("G1 removes the sink", "baseline", "g1_elementwise", -1)]
+    assert repro.sink_counts(by, claims)["claims"][0]["verdict"] == "too few seeds"  # 3 of 3 against 0 of 3
+    by["g2_elementwise"][0]["iter"] = 10  # diverged at step 10 of 1600: its loss, the lowest, an earlier state's
+    variants_ = {v: {m.key: repro.over_variant(rs, m.key) for m in MEASURES} for v, rs in by.items()}
+    table = report.measured_section(by, variants_)
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in table if line.startswith("| ") and "---" not in line}
+    shown = [m.key for m in MEASURES if not m.mechanism]
+    loss, sinks = (4 + shown.index(key) for key in ("val_loss", "sink_heads"))
+    assert rows["g2_elementwise"][3] == "2/3 finished" and "**" not in "|".join(rows["g2_elementwise"])
+    assert rows["g1_elementwise"][loss].startswith("**")  # the best of the finished variants
+    assert "g2_elementwise left out: a seed stopped early, its values an earlier state's" in table[-1]
+    assert rows["g2_elementwise"][sinks] == "0 of 2 (1 more trained, 1 stopped early)"
+    by["baseline"][1]["iter"] = 700  # diverged at step 700, a sink head in its last saved state
+    counts = repro.sink_counts(by, claims)
+    assert counts["variants"]["baseline"] == dict(counts["variants"]["baseline"], k=2, n=2, trained=3, stopped=1)
+    assert counts["claims"][0]["verdict"] == ("not decided (1 of 3 seeds of baseline stopped early, whether a sink had "
+                                              "formed by their end not known)")
+    assert "| baseline | 2 of 2 (1 more trained, 1 stopped early) |" in "\n".join(report.counts_section(counts))
+    assert report.uncounted(3, 1, 1) == " (2 more trained, 1 stopped early, 1 not measured)"
+    assert report.uncounted(3, 2, 0) == " (1 more trained, not measured)" and report.uncounted(3, 3, 0) == ""
+    by["baseline"] = [dict(r, iter=5) for r in by["baseline"]]
+    assert repro.sink_counts(by, claims)["claims"][0]["verdict"] == "not measured (every seed of baseline stopped early)"
 
 
 def test_runs_measured_with_the_old_sink_share_are_named_as_such():
@@ -801,7 +834,7 @@ def test_table4_says_a_side_of_the_baseline_only_where_the_seeds_separate_them()
     assert rows["g2_elementwise"][2] == "2 of 2 (1 more trained, not measured)" and rows["baseline"][2] == "3 of 3"
     # the interval of the ratio, as the rule decides F-Attn: here it leaves out 1 (×0.031 [0.0019, 0.51]), where
     # the interval of the difference (−0.49 [−1.48, +0.50]) would hold 0
-    spread = {v: [{"variant": v, "seed": 1337 + i, "sink_heads": 0.0, "first_token_attn": x}
+    spread = {v: [{"variant": v, "seed": 1337 + i, "sink_heads": 0.0, "first_token_attn": x, "iter": 9, "max_iters": 9}
                   for i, x in enumerate(xs)]
               for v, xs in (("baseline", [0.1, 0.5, 0.9]), ("g1_elementwise", [0.010, 0.011, 0.012]))}
     stats = {v: {"first_token_attn": report.over_seeds([r["first_token_attn"] for r in rs])}
