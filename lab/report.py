@@ -694,8 +694,11 @@ def table4_section(by, variants):
         sinks = f"{sum(grew)} of {len(grew)}{uncounted(len(rs), len(grew), sum(map(stopped_early, rs)))}"
         base = variants["baseline"][f_attn.key]
         c = compare(base["values"], ours["values"], comparison(f_attn.key))  # the rule's interval, over seeds
+        stopped = [sum(map(stopped_early, by[x])) for x in ("baseline", v)]
         if v == "baseline":
             side = "the reference"
+        elif any(stopped):  # as a claim: a diverged seed's F-Attn is an earlier state's
+            side = f"a seed stopped early ({stopped[0]} / {stopped[1]})"
         elif c["seeds"] < MIN_SEEDS:
             side = f"too few seeds ({len(base['values'])} / {len(ours['values'])})"
         elif c["lo"] <= c["null"] <= c["hi"]:

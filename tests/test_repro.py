@@ -832,6 +832,11 @@ def test_table4_says_a_side_of_the_baseline_only_where_the_seeds_separate_them()
     assert rows["g1_headwise"][-1] == "too few seeds (3 / 2)"
     assert rows["g2_elementwise"][-1] == "not separated from the baseline"
     assert rows["g2_elementwise"][2] == "2 of 2 (1 more trained, not measured)" and rows["baseline"][2] == "3 of 3"
+    by["g1_elementwise"][2]["iter"] = 3  # diverged: its F-Attn an earlier state's, as a claim would not decide
+    rows = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ") for line in report.table4_section(by, variants_)
+            if line.startswith("| ") and not line.startswith(("| variant", "| ---"))}
+    assert rows["g1_elementwise"][-1] == "a seed stopped early (0 / 1)"
+    assert rows["g1_elementwise"][2] == "2 of 2 (1 more trained, 1 stopped early)"
     # the interval of the ratio, as the rule decides F-Attn: here it leaves out 1 (×0.031 [0.0019, 0.51]), where
     # the interval of the difference (−0.49 [−1.48, +0.50]) would hold 0
     spread = {v: [{"variant": v, "seed": 1337 + i, "sink_heads": 0.0, "first_token_attn": x, "iter": 9, "max_iters": 9}
