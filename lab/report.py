@@ -27,6 +27,7 @@ import os
 
 import numpy as np
 
+from data.bigram_backcopy.prepare import make_chain, window_ideal_loss
 from data.shards import (GPT2_EOT_ID, bos_token, dataset_fingerprint, find_shards, get_tokenizer, prepare_command,
                          read_meta, val_batches)
 from lab.stats import MIN_SEEDS, RULE, compare, mean_ci
@@ -408,7 +409,7 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
                  if window_set(a["eval_windows"]) != window_set(windows)}
     lines += measured_section(by, variants, elsewhere)
     lines += table4_section(by, variants)
-    lines += mechanism_section(records, variants, windows["data_dir"])
+    lines += mechanism_section(records, variants, windows)
     lines += sink_parts_section(records, analyzed)
     lines += sink_section(records, analyzed)
     if not tiny:
@@ -719,15 +720,23 @@ def table4_section(by, variants):
                         "against the baseline"], rows)
 
 
-def mechanism_section(records, variants, data_dir):
-    """The sink's mechanism on a task with triggers (the sink lab): each measure's mean over seeds, per variant."""
+def mechanism_section(records, variants, windows):
+    """The sink's mechanism on a task with triggers (the sink lab): each measure's mean over seeds, per variant; and
+    the lowest loss a model can reach, on the text and on the first run's windows (windows: load_windows')."""
     if not any(r.get("prev_attn_trigger") is not None for r in records):
         return []
-    meta = read_meta(data_dir) or {}
-    ideal = (f" The task's text has an entropy of {meta['ideal_loss']:.4f} nats a token (meta.json's ideal loss), a "
-             "perfect model's loss on the text read whole; on these windows a perfect model's is higher: the first "
-             "prediction of each sees only BOS, and the second cannot see the symbol a trigger there would copy."
-             if "ideal_loss" in meta else "")
+    meta = read_meta(windows["data_dir"]) or {}
+    ideal, P, triggers = "", None, None
+    if "ideal_loss" in meta:  # the chain again, from the settings that made it
+        P, triggers = make_chain(meta["symbols"], len(meta["triggers"]), meta["alpha"], meta["seed"])
+    if triggers is not None and triggers == meta["triggers"]:
+        T, bos = windows["block_size"], bool(windows["bos"])
+        ideal = (f" The task's text has an entropy of {meta['ideal_loss']:.4f} nats a token (meta.json's ideal loss), "
+                 f"a perfect model's loss on the text read whole; on these windows ({'BOS, then ' * bos}{T} symbols) a "
+                 f"perfect model's is {window_ideal_loss(P, np.isin(np.arange(len(P)), triggers), T, bos):.4f} "
+                 "(data/bigram_backcopy/prepare.py's window_ideal_loss), the floor under every val loss above: "
+                 + ("the first prediction of each sees only BOS, and the second" if bos else "the first") +
+                 " cannot see the symbol a trigger there would copy.")
     rows = [[v, len(x["seeds"])] + [fmt_ci(x[m.key], m.spec) for m in MECHANISM] for v, x in variants.items()]
     return ["", "## The sink's mechanism", "", MECHANISM_NOTE + f" Per variant, {SEEDS_NOTE}; each run's value "
             "pools its windows, heads and positions of the kind." + ideal, ""] + \

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import CORES
-from data.bigram_backcopy.prepare import copies_next, ideal_loss, make_chain, prepare
+from data.bigram_backcopy.prepare import copies_next, ideal_loss, make_chain, pair_chain, prepare, window_ideal_loss
 from data.shards import SymbolTokenizer, get_tokenizer, read_meta, read_shard
 from probe import MECHANISM, SINK_HEAD_THRESHOLD
 
@@ -114,6 +114,41 @@ def test_the_copy_rule_and_the_ideal_loss_on_a_text_by_hand():
     P = np.array([[0.5, 0.5, 0, 0], [1, 0, 0, 0], [0.25, 0.25, 0.25, 0.25], [0.25, 0.25, 0.5, 0]])
     # positions 0..6 hold s2 s0 s2 s0 s3 s2 s1: ln4 + ln2 + 0 + ln2 + 0 + ln4 + 0 = 6 ln2, over 7
     assert ideal_loss(P, is_trigger, x) == pytest.approx(6 * np.log(2) / 7, rel=1e-12)
+
+
+@pytest.mark.parametrize("bos", [True, False])
+def test_a_windows_ideal_loss_is_the_best_predictor_of_every_sequence(bos):
+    """window_ideal_loss against brute force on a small chain with a zero in P: every text of 6 symbols, drawn from
+    the stationary text (pair_chain's pairs: stationary indeed), weighed by its probability; the window is BOS and the
+    last 5 (or the last 5 alone), and each prediction is the true conditional distribution of the next symbol given
+    every token the window shows, summed over all that it hides (the symbol before the window)."""
+    import itertools
+    P = np.array([[0.1, 0.6, 0.3], [0.5, 0.0, 0.5], [0.2, 0.2, 0.6]])
+    is_trigger = np.array([False, True, False])
+    following, pairs = pair_chain(P, is_trigger)
+    assert pairs.sum() == pytest.approx(1) and np.einsum("ab,abc->bc", pairs, following) == pytest.approx(pairs)
+    n = 6  # s0 (never shown) s1 ... s5
+    prob = {}
+    for text in itertools.product(range(3), repeat=n):
+        p = pairs[text[0], text[1]] * np.prod([following[text[t - 2], text[t - 1], text[t]] for t in range(2, n)])
+        prob[text] = p
+    predictions = n - 1 - (not bos)  # BOS s1..s4 predicts s1..s5; without BOS, s1..s4 predicts s2..s5
+    loss = 0.0
+    for k in range(predictions):
+        seen = slice(1, 1 + k + (not bos))  # the symbols the k-th prediction sees
+        target = 1 + k + (not bos)
+        joint, marginal = {}, {}
+        for text, p in prob.items():
+            key = text[seen]
+            joint[key, text[target]] = joint.get((key, text[target]), 0) + p
+            marginal[key] = marginal.get(key, 0) + p
+        loss -= sum(p * np.log(p / marginal[key]) for (key, _), p in joint.items() if p > 0)
+    assert window_ideal_loss(P, is_trigger, predictions, bos) == pytest.approx(loss / predictions, rel=1e-9)
+    # a long window comes close to the text's entropy rate, and is always above it
+    rate = window_ideal_loss(P, is_trigger, 10**9, bos)
+    assert window_ideal_loss(P, is_trigger, 64, bos) > rate and rate == pytest.approx(
+        float((pairs * -np.where(following > 0, following * np.log(np.where(following > 0, following, 1)), 0).sum(2)
+               ).sum()), rel=1e-6)
 
 
 def test_the_symbol_tokenizer():

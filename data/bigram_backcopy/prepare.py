@@ -27,9 +27,9 @@ with their own random streams. meta.json records the settings, the triggers, the
 follows, and the ideal loss: the task's entropy in nats per token (0 where a copy follows, the entropy of the
 chain's row elsewhere), the loss a perfect model would reach on the text read whole. A training window cannot reach
 it: its first prediction sees only BOS, and its second cannot see the symbol that a trigger there would copy, so a
-perfect model's loss on 64-token windows is higher (exercise 10 asks by how much). The text uses the symbol
-tokenizer (data.shards.SymbolTokenizer): token i is s<i>, and token `vocab` is <|endoftext|>, the BOS token, which
-the text itself never holds.
+perfect model's loss on 64-token windows is higher (window_ideal_loss says how much; exercise 10 asks for an
+estimate). The text uses the symbol tokenizer (data.shards.SymbolTokenizer): token i is s<i>, and token `vocab` is
+<|endoftext|>, the BOS token, which the text itself never holds.
 """
 
 import argparse
@@ -91,6 +91,44 @@ def ideal_loss(P, is_trigger, x):
     row_entropy = -(P * np.log(np.where(P > 0, P, 1))).sum(1)
     predicting = x[:, :-1]
     return float(np.where(copies_next(x, is_trigger)[:, :-1], 0.0, row_entropy[predicting]).mean())
+
+
+def pair_chain(P, is_trigger):
+    """The text as a Markov chain on its pairs of consecutive symbols (a, b): (the next symbol's distribution given
+    them (V, V, V): a copy of a after a trigger b that follows a non-trigger a, b's row of P elsewhere; the pairs'
+    stationary distribution (V, V): how often each pair occurs in text far from a walk's start)."""
+    V = len(P)
+    copy = ~is_trigger[:, None] & is_trigger[None, :]  # (a, b): a copy of a comes next
+    following = np.where(copy[:, :, None], np.eye(V)[:, None, :], P[None, :, :])
+    pairs = np.full((V, V), 1.0 / V**2)
+    for _ in range(100_000):  # the lazy chain (stay with probability 1/2): the same stationary state, never periodic
+        after = 0.5 * pairs + 0.5 * np.einsum("ab,abc->bc", pairs, following)
+        if np.abs(after - pairs).sum() < 1e-13:
+            break
+        pairs = after
+    return following, after
+
+
+def entropy(p, axis=-1):
+    """The entropy (nats) of distributions p along axis, 0 log 0 taken as 0."""
+    return -(p * np.log(np.where(p > 0, p, 1))).sum(axis)
+
+
+def window_ideal_loss(P, is_trigger, block_size, bos=True):
+    """The loss (nats a prediction) of a perfect model on a training window of block_size predictions taken from a
+    random place in the text: with bos, the first prediction sees only BOS and can do no better than the symbols'
+    frequencies, and the second sees one symbol but not the one before it, which a trigger there would copy; without
+    BOS only that second case comes first. Every later prediction sees the two symbols before it, which tell it all
+    the text does: the text's entropy rate (ideal_loss measures the same on a text, where the walks' starts count)."""
+    following, pairs = pair_chain(P, is_trigger)
+    frequency = pairs.sum(0)  # how often each symbol b occurs
+    rate = float((pairs * entropy(following)).sum())
+    # one symbol b seen, the one before it (a) not: the next symbol's distribution mixes a's over p(a | b)
+    blind = np.einsum("ab,abc->bc", pairs, following) / np.where(frequency > 0, frequency, 1)[:, None]
+    one_seen = float((frequency * entropy(blind)).sum())
+    first = [float(entropy(frequency)), one_seen] if bos else [one_seen]
+    first = first[:block_size]
+    return (sum(first) + (block_size - len(first)) * rate) / block_size
 
 
 def prepare(out_dir=DATA_DIR, vocab=64, triggers=3, alpha=0.1, seed=0, train_tokens=2_000_000, val_tokens=131_072,
