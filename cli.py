@@ -27,6 +27,7 @@ import inspect
 import math
 import os
 import platform
+import re
 import sys
 import textwrap
 import time
@@ -357,6 +358,13 @@ def run_config_file(arg, path, scope):
 # -----------------------------------------------------------------------------
 # Device and precision
 
+def check_device_name(name):
+    """Stop with one line unless name spells a device: 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps' (an index after any
+    of them, as torch allows), whether or not this machine has it (pick_device says that)."""
+    if not (isinstance(name, str) and re.fullmatch(r"auto|(cpu|cuda|mps)(:\d+)?", name)):
+        fail(f"device={name!r} is not valid; choose 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
+
+
 def pick_device(name, local_rank=None, attn_backend="auto"):
     """'auto' -> cuda, else mps, else cpu. Under torchrun each process takes the GPU of its local rank. With
     attn_backend='triton' (the fused kernel), a device it cannot run on is one line here, not kernels.py's traceback
@@ -366,12 +374,8 @@ def pick_device(name, local_rank=None, attn_backend="auto"):
         name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     if name == "cuda" and local_rank is not None:
         name = f"cuda:{local_rank}"
-    try:
-        kind = torch.device(name).type
-    except (RuntimeError, ValueError):
-        kind = None
-    if kind not in ("cpu", "cuda", "mps"):
-        fail(f"device={name!r} is not valid; choose 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
+    check_device_name(name)
+    kind = torch.device(name).type
     if kind == "cuda" and not torch.cuda.is_available():
         fail(f"device={name!r} but CUDA is not available here; use --device=cpu (or auto)")
     if kind == "cuda" and (torch.device(name).index or 0) >= torch.cuda.device_count():
@@ -543,6 +547,9 @@ def cpu_computes_bf16():
         return False
 
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # train.py's --dtype; auto: autocast_for picks
+
+
 def autocast_for(device, dtype):
     """(autocast context, resolved dtype name). auto: bf16 where the GPU has it, fp16 on older GPUs; on a CPU, bf16
     where it computes bf16 in hardware (the output layer's matmuls, most of a small model's step, take about half
@@ -554,8 +561,8 @@ def autocast_for(device, dtype):
             dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
         else:
             dtype = "bfloat16" if device_type == "cpu" and cpu_computes_bf16() else "float32"
-    if dtype not in ("float32", "bfloat16", "float16"):
-        fail(f"dtype={dtype!r} is not valid; choose one of 'auto', 'float32', 'bfloat16', 'float16'")
+    if dtype not in DTYPES[1:]:
+        fail(f"dtype={dtype!r} is not valid; choose one of {', '.join(map(repr, DTYPES))}")
     if dtype == "float32":
         return nullcontext(), dtype
     return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype)), dtype

@@ -451,9 +451,10 @@ def batch_that_fits(config, n_params, available):
 
 def memory_need(batch_size, config, n_params, device):
     """The start of memory_advice's line, which lab/bench.py's --step says too: the estimate, in words."""
-    return (f"batch_size={batch_size} x block_size={config.block_size} needs about "
-            f"{step_memory(batch_size, config, n_params) / 2**30:.1f} GiB for one training step on {device} "
-            "(runfolder.step_memory's estimate)")
+    need = step_memory(batch_size, config, n_params)
+    amount = f"{need / 2**30:.1f} GiB" if need >= 0.1 * 2**30 else f"{need / 2**20:.0f} MiB"  # never "0.0 GiB"
+    return (f"batch_size={batch_size} x block_size={config.block_size} needs about {amount} for one training step on "
+            f"{device} (runfolder.step_memory's estimate)")
 
 
 def params_at_least(config):

@@ -28,9 +28,9 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
 
 # cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
-from cli import (COMPILE_MODES, DDP_BACKENDS, SDPA_BACKENDS, autocast_for, check_choice, configure, dataset_dir,
-                 device_name, fail, free_memory, init_processes, keep_freed_memory, pick_device, processes, run_main,
-                 sdpa_preference)
+from cli import (COMPILE_MODES, DDP_BACKENDS, DTYPES, SDPA_BACKENDS, autocast_for, check_choice, check_device_name,
+                 configure, dataset_dir, device_name, fail, free_memory, init_processes, keep_freed_memory, pick_device,
+                 processes, run_main, sdpa_preference)
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -540,8 +540,6 @@ POSITIVE_INTS = ("batch_size", "block_size", "eval_interval", "log_interval", "e
 
 def check_settings(c):
     """Refuse meaningless settings with one line naming the key and what is allowed."""
-    if c.init_from not in ("scratch", "resume"):
-        fail(f"init_from={c.init_from!r} is not valid; choose 'scratch' or 'resume'")
     for key in POSITIVE_INTS:
         if getattr(c, key) < 1:
             fail(f"{key}={getattr(c, key)} must be at least 1")
@@ -566,8 +564,10 @@ def check_settings(c):
         value = getattr(c, key)
         if not (math.isfinite(value) and ok(value)):
             fail(f"{key}={value} is not valid; it must be {allowed}")
-    for key, choices in (("compile_mode", COMPILE_MODES), ("sdpa_backend", SDPA_BACKENDS), ("backend", DDP_BACKENDS)):
+    for key, choices in (("init_from", ("scratch", "resume")), ("compile_mode", COMPILE_MODES), ("dtype", DTYPES),
+                         ("sdpa_backend", SDPA_BACKENDS), ("backend", DDP_BACKENDS)):
         check_choice(key, getattr(c, key), choices)
+    check_device_name(c.device)  # its spelling; whether this machine has it: pick_device
     if c.warmup_iters < 0:
         fail(f"warmup_iters={c.warmup_iters} must be 0 or more")
     if c.decay_lr and c.lr_decay_iters < max(1, c.warmup_iters):

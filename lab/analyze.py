@@ -734,8 +734,9 @@ def stored_measurement(run_dir, checkpoint):
     except (OSError, ValueError, KeyError, TypeError) as e:  # empty, cut short, or not lab/analyze.py's
         raise ValueError(f"no {checkpoint} in {run_dir}, and the measurement kept of it cannot be read ({MEASURED}"
                          f".json: {type(e).__name__}): it counts as absent; {train}") from None
-    if kept_of != checkpoint:
-        raise ValueError(f"no {checkpoint} in {run_dir}; the measurement kept there is of its {kept_of}: "
+    if kept_of != checkpoint:  # a checkpoint still here is what a mistyped name most likely meant
+        raise ValueError(no_checkpoint(run_dir, checkpoint) if any(f.endswith(".pt") for f in os.listdir(run_dir))
+                         else f"no {checkpoint} in {run_dir}; the measurement kept there is of its {kept_of}: "
                          f"ask for that one with --checkpoint={kept_of}")
     other = kept_of_other_run(run_dir, record, f"{MEASURED}.json")
     if other:

@@ -323,6 +323,10 @@ def test_a_run_whose_checkpoint_is_gone_is_read_from_what_was_measured_on_it(tra
     with pytest.raises(ValueError, match="measurement kept there is of its ckpt.pt: ask for that one with "
                                          "--checkpoint=ckpt.pt"):
         analyze.analyze([str(kept)], out_dir=str(tmp_path / "best"), device="cpu", checkpoint="best.pt")
+    (kept / "best.pt").write_bytes(b"")  # a checkpoint left: a name not here is a typo of it, not the kept one's
+    with pytest.raises(ValueError, match=r"^no best in .*kept: it has best.pt; choose one with --checkpoint=NAME$"):
+        analyze.analyze([str(kept)], out_dir=str(tmp_path / "best"), device="cpu", checkpoint="best")
+    os.remove(kept / "best.pt")
     with pytest.raises(ValueError, match="taken on other windows than 1 batches x 4 windows.*train the run again"):
         analyze.analyze([str(kept)], out_dir=str(tmp_path / "other"), device="cpu", batches=1)
 

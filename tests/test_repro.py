@@ -1265,6 +1265,8 @@ def test_list_says_the_memory_a_runs_step_needs_by_train_pys_estimate(capsys):
     assert last.startswith(f"each run of config/repro.py + config/repro_sink.py: batch_size=64 x block_size=512 "
                            f"needs about {need:.1f} GiB for one training step") and "deliberately low" in last
     assert f"{need:.1f}" == "27.2"  # docs/study.md's number
+    repro.main(["list", "--study=sink_lab"])  # a step of a few MiB is said in MiB, not as "about 0.0 GiB"
+    assert re.search(r"block_size=64 needs about [1-9]\d* MiB for one training step", capsys.readouterr().out)
 
 
 def test_kept_runs_restored_without_their_config_are_told_which_one(tmp_path, capsys):

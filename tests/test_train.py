@@ -964,6 +964,8 @@ def test_a_new_run_never_starts_over_an_existing_run(stdlib_data, tmp_path):
     (["--warmup_iters=-5"], "warmup_iters=-5 must be 0 or more"),
     (["--grad_clip=-1.0"], "grad_clip=-1.0 is not valid"),
     (["--device=gpu"], "device='gpu' is not valid"),
+    (["--device=cuda:x"], "device='cuda:x' is not valid; choose 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
+    (["--dtype=bf16"], "dtype='bf16' is not valid; choose one of auto, float32, bfloat16, float16"),
     (["--vocab_size=1000"], "hold token id"),  # GPT-2 ids in the data, a model with 1000 tokens
     (["--block_size=1"], "block_size=1 is not valid; it must be at least 2 with bos=True"),  # windows of BOS alone
     (["--attn_window=8"], "attn_window=8 is a setting for a trained model, not for training"),  # the probe's
@@ -975,6 +977,18 @@ def test_mistaken_keys_and_meaningless_settings_are_refused_before_anything_is_w
         train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}"] + args)
     assert message in str(exit_info.value.code)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("bad", ["--dtype=bf16", "--device=gpu", "--init_from=resum"])
+def test_a_misspelled_value_is_named_before_what_the_folder_holds(stdlib_data, tmp_path, bad):
+    """A folder that holds a run refuses a new one ('already holds a run'), but a misspelled value is said first:
+    told only of the folder, a user adds --overwrite=True, and only then learns of the typo."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ckpt.pt").write_bytes(b"a run's checkpoint")
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={tmp_path / 'run'}", bad])
+    assert f"{bad[2:].split('=')[0]}=" in str(exit_info.value.code) and "is not valid" in str(exit_info.value.code)
+    assert (tmp_path / "run" / "ckpt.pt").read_bytes() == b"a run's checkpoint"
 
 
 @pytest.mark.parametrize("allowed, refused", [
