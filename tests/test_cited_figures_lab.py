@@ -17,6 +17,8 @@ import os
 import re
 import statistics
 
+import numpy as np
+
 from lab.report import fmt_ci, fmt_difference, fmt_tokens, over_seeds
 from lab.repro import LAB_COUNTS
 from lab.stats import compare, count_verdict, decide, smallest_fisher_p
@@ -198,9 +200,15 @@ def test_the_variants_of_gas_tables_end_at_the_same_loss_and_gns_norms_do_not():
     ga = [r["val_loss"] for v in ga_rows() for r in study_runs(v)]
     norms = [r["val_loss"] for r in study()["runs"] if r["model"]["norm"] != "rmsnorm"]
     within = math.ceil((max(ga) - min(ga)) * 1000) / 1000  # seed by seed
+    from data.bigram_backcopy.prepare import make_chain, window_ideal_loss
+    P, triggers = make_chain(64, 3, 0.1, 0)  # config/sink_lab.py's task: prepare.py's defaults, windows of 64
+    floor = window_ideal_loss(P, np.isin(np.arange(64), triggers), 64)
+    with open(os.path.join(RESULTS, "sink_lab", "REPORT.md"), encoding="utf-8") as f:
+        assert f"a perfect model's is {floor:.4f}" in f.read()  # the report's floor, from its data's meta.json
     says("sink_lab", f"Every variant of GA's with a BOS token ends within {within:.3f} nats of the others",
          f"| the validation loss | {span(ga, '.3f')} for every variant of GA's with a BOS token (GN's norms: "
-         f"{span(norms, '.3f')}) |")
+         f"{span(norms, '.3f')}) | differences between two runs are seed noise; a perfect model's on these windows is "
+         f"{floor:.3f} (the report's floor) |")
 
 
 def test_the_loss_paired_by_seed_and_without_a_bos_token():
