@@ -1038,7 +1038,8 @@ PLOT_TEXT = {
     "gate_hist.png": "The distribution of gate scores of each gated run (sparse: piled up near 0).",
     "attn_maps.png": "One head-averaged attention map per run, at the layer where the first run sinks the most.",
     "curves.png": "Validation loss during training.",
-    "trends.png": "F-Attn, sink heads, M-Act and gate mean against tokens seen (mean over seeds): whether the sink "
+    "trends.png": "F-Attn, sink heads, M-Act and gate mean against tokens seen (mean over seeds; in a model of one "
+                  "head, whose sink heads is a yes/no a run, the share of seeds with a sink head): whether the sink "
                   "is still growing when the runs end.",
     "emergence.png": "The sink forming during training, each variant's first seed: F-Attn, M-Act and the value norm "
                      "ratio per layer against the training step (lab/analyze.py, from train.py's log).",
@@ -1049,15 +1050,19 @@ PLOT_TEXT = {
 
 def plot_trends(by, logs, out_dir):
     """F-Attn, sink heads, M-Act and gate mean against tokens seen, from each run's log (mean over seeds), every
-    variant outside the sweep in each panel: is the sink still growing when the runs end?"""
+    variant outside the sweep in each panel: is the sink still growing when the runs end? Where every run has one
+    head (the sink lab), a run's sink heads is a yes/no: its panel counts the seeds with a sink head, as a share of
+    those logged at that point, never a mean that would read as part of a sink."""
     plt = pyplot()
     if plt is None:
         return []
+    shown = [v for v in by if v not in SWEEP]
+    counted = all(one_head(by[v]) for v in shown)
     panels = [("first_token_attn", "F-Attn (attention on the first token)"),
-              ("sink_heads", f"sink heads (share of heads with F-Attn > {SINK_HEAD_THRESHOLD})"),
+              ("sink_heads", f"seeds with a sink head (F-Attn > {SINK_HEAD_THRESHOLD}), a yes/no a run" if counted
+               else f"sink heads (share of heads with F-Attn > {SINK_HEAD_THRESHOLD})"),
               ("max_act", "M-Act (max |h| per window)"), ("gate_mean", "gate mean")]
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
-    shown = [v for v in by if v not in SWEEP]
     colors = {v: plt.get_cmap("tab20")(i % 20) for i, v in enumerate(shown)}  # one colour per variant in every panel
     for ax, (key, title) in zip(axes.flat, panels):
         for v in shown:
@@ -1068,9 +1073,12 @@ def plot_trends(by, logs, out_dir):
                         points.setdefault(rec["tokens"], []).append(rec[key])
             if points:
                 xs = sorted(points)
-                ax.plot([x / 1e6 for x in xs], [np.mean(points[x]) for x in xs], marker=".", label=v, color=colors[v])
-        ax.set(xlabel="tokens seen (M)", ylabel=f"{MEASURE[key].label} (mean over seeds)", title=title,
-               yscale="log" if key == "max_act" else "linear")
+                share = key == "sink_heads" and counted  # k of n seeds, as a share
+                ys = [np.mean(np.array(points[x]) > 0) if share else np.mean(points[x]) for x in xs]
+                ax.plot([x / 1e6 for x in xs], ys, marker=".", label=v, color=colors[v])
+        ax.set(xlabel="tokens seen (M)", title=title, yscale="log" if key == "max_act" else "linear",
+               ylabel="share of the seeds" if key == "sink_heads" and counted else
+               f"{MEASURE[key].label} (mean over seeds)")
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     return [save_figure(fig, os.path.join(out_dir, "trends.png"))]

@@ -865,6 +865,30 @@ def test_the_study_figures_label_their_axes(tmp_path, monkeypatch):
     assert_every_plot_is_labelled(figures)
 
 
+def test_the_trends_count_the_seeds_with_a_sink_head_where_a_run_has_one_head(tmp_path, monkeypatch):
+    """A one-head model's sink heads is 0 or 1 a run: trends.png counts the seeds that have one at each point (1 of 4
+    there: 0.25 of the seeds, whatever share of a head the mean of 0.0 and 0.9 would give), labelled so; a model
+    of more heads keeps the mean share of heads."""
+    pytest.importorskip("matplotlib")
+    by, _, _ = fake_study(seeds=4, baseline=0.0)
+    for r in by["baseline"]:
+        r["model"] = {"n_layer": 1, "n_head": 1}
+    heads = {1337: 1.0, 1338: 0.0, 1339: 0.0, 1340: 0.0}
+    logs = {("baseline", r["seed"]): [{"tokens": 1000, "first_token_attn": 0.5, "sink_heads": heads[r["seed"]],
+                                       "max_act": 10.0, "gate_mean": None}] for r in by["baseline"]}
+    figures = keep_figures(monkeypatch, report)
+    report.plot_trends(by, logs, str(tmp_path))
+    panel = figures[0][1].axes[1]
+    assert panel.get_ylabel() == "share of the seeds" and "seeds with a sink head" in panel.get_title()
+    assert list(panel.get_lines()[0].get_ydata()) == [0.25]
+    for r in by["baseline"]:
+        r["model"] = {"n_layer": 2, "n_head": 4}  # a share of eight heads a run: its mean over seeds
+    logs[("baseline", 1337)][0]["sink_heads"] = 0.5
+    report.plot_trends(by, logs, str(tmp_path))
+    panel = figures[1][1].axes[1]
+    assert panel.get_ylabel() == "sink heads (mean over seeds)" and list(panel.get_lines()[0].get_ydata()) == [0.125]
+
+
 def test_the_headline_draws_an_interval_only_where_seeds_give_one(tmp_path, monkeypatch):
     """Every seed is a dot; an error bar only from three seeds on (a variant with one seed has no interval, and a
     t-interval of two says little more than their two dots); every tick says how many seeds its bar averages."""
