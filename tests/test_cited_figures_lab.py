@@ -196,15 +196,22 @@ def test_the_ranges_over_the_twenty_seeds_are_the_studys():
          f"| M-Act | baseline {span(act['baseline'], '.0f')}, G1 {span(act['g1_elementwise'], '.0f')} |")
 
 
+def sink_lab_floor():
+    """A perfect model's loss on the sink lab's validation windows (BOS, then 64 symbols of config/sink_lab.py's task,
+    prepare.py's defaults), as the report states it from its data's meta.json."""
+    from data.bigram_backcopy.prepare import make_chain, window_ideal_loss
+    P, triggers = make_chain(64, 3, 0.1, 0)
+    floor = window_ideal_loss(P, np.isin(np.arange(64), triggers), 64)
+    with open(os.path.join(RESULTS, "sink_lab", "REPORT.md"), encoding="utf-8") as f:
+        assert f"a perfect model's is {floor:.4f}" in f.read()
+    return floor
+
+
 def test_the_variants_of_gas_tables_end_at_the_same_loss_and_gns_norms_do_not():
     ga = [r["val_loss"] for v in ga_rows() for r in study_runs(v)]
     norms = [r["val_loss"] for r in study()["runs"] if r["model"]["norm"] != "rmsnorm"]
     within = math.ceil((max(ga) - min(ga)) * 1000) / 1000  # seed by seed
-    from data.bigram_backcopy.prepare import make_chain, window_ideal_loss
-    P, triggers = make_chain(64, 3, 0.1, 0)  # config/sink_lab.py's task: prepare.py's defaults, windows of 64
-    floor = window_ideal_loss(P, np.isin(np.arange(64), triggers), 64)
-    with open(os.path.join(RESULTS, "sink_lab", "REPORT.md"), encoding="utf-8") as f:
-        assert f"a perfect model's is {floor:.4f}" in f.read()  # the report's floor, from its data's meta.json
+    floor = sink_lab_floor()
     says("sink_lab", f"Every variant of GA's with a BOS token ends within {within:.3f} nats of the others",
          f"| the validation loss | {span(ga, '.3f')} for every variant of GA's with a BOS token (GN's norms: "
          f"{span(norms, '.3f')}) | differences between two runs are seed noise; a perfect model's on these windows is "

@@ -22,8 +22,8 @@ from lab.stats import compare, count_verdict, decide, smallest_fisher_p
 from lab.repro import LAB_COUNTS
 from test_cited_figures_docs import five_bf16_seeds, throughput
 from test_cited_figures_lab import (RECIPE, RESULTS, WORDS, by_label, ci, claim, estimate_and_interval, ga_rows, load,
-                                     of, outliers, rate, sink_count, span, split, squash, study, study_runs, sweep,
-                                     values)
+                                     of, outliers, rate, sink_count, sink_lab_floor, span, split, squash, study,
+                                     study_runs, sweep, values)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 NUMBERS = {**WORDS, 7: "seven", 9: "nine", 12: "twelve", 16: "sixteen"}  # counts as the pages spell them
@@ -397,6 +397,7 @@ def test_unseen_seeds_the_ranges_exceeded():
     study_act = [r["max_act"] for r in study_runs("g1_elementwise")]
     over = {s: r["max_act"] for s, r in check["g1_elementwise"].items() if r["max_act"] > max(study_act)}
     ga = [r["val_loss"] for v in ga_rows() for r in study_runs(v)]
+    norms = [r["val_loss"] for r in study()["runs"] if r["model"]["norm"] != "rmsnorm"]
     outside = [(v, s) for v, rs in check.items() for s, r in rs.items() if not min(ga) <= r["val_loss"] <= max(ga)]
     low = min((r["val_loss"], v) for v, rs in check.items() for r in rs.values())
     high = max((r["val_loss"], v) for v, rs in check.items() for r in rs.values())
@@ -405,7 +406,8 @@ def test_unseen_seeds_the_ranges_exceeded():
     says(UNSEEN, f"G1's M-Act by {WORDS[len(over)]} seed, which reached {act:.0f} (seed {seed}; the study's G1 "
          f"{span(study_act, '.0f')}), and the validation loss by {NUMBERS[len(outside)]} runs at "
          f"{NUMBERS[len({s for _, s in outside})]} seeds, which reached {low[0]:.4f} (the baseline) and {high[0]:.4f} "
-         f"(G1) (the study's {span(ga, '.4f')}, over every variant with a BOS token)")
+         f"(G1) (the study's {span(ga, '.4f')}, over every variant of GA's with a BOS token; GN's norms, trained "
+         f"since, span {span(norms, '.3f')})")
 
 
 def test_unseen_seeds_the_massive_activation_and_the_loss_seed_by_seed():
@@ -580,7 +582,9 @@ def test_high_lr_at_ten_times_the_rate():
          f"{len(g1)} runs its head became a sink head")
     says(HIGH, f"it did not in either model "
                f"({span(values(base, 'prev_attn_trigger') + values(g1, 'prev_attn_trigger'), '.2f')}), "
-         f"and G1's gate was nearly closed at the triggers ({span(values(g1, 'gate_mean_trigger'), '.3f')})")
+         f"and G1's gate was nearly closed at the triggers ({span(values(g1, 'gate_mean_trigger'), '.3f')}), so both end "
+         f"far from the floor, {sink_lab_floor():.3f}.")
+    says(HIGH, f"reaches {sink_lab_floor():.3f} on these validation windows (the report's floor;")
 
 
 def test_high_lr_at_three_times_the_rate():
