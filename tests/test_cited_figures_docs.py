@@ -646,3 +646,16 @@ def test_the_gpu_tier_counts_are_its_log():
     says("docs/gpu.md", f"the benchmark took {steps['bench'][2]} s; the tier, stopped at its {limit} s limit, ran "
                         f"{ran} of its {items} tests with {workers} workers: {outcome['PASSED']} passed",
          f"{outcome['SKIPPED']} CPU-only tests were skipped", f"The {outcome['FAILED']} that failed are one case")
+
+
+def test_the_sink_labs_m_act_on_an_avx512_xeon_is_its_timing_page():
+    """TUTORIAL.md §2 and TEACHERS.md's question 4: the README's sink lab on an Intel Xeon with AVX-512 gave G1 the
+    smaller M-Act, as its timing page (tests/time_readme.py, 2026-11-30) printed it."""
+    page = "results/timings/intel-xeon-2-cores-2026-11-30-0ea438f.md"
+    act = {name: float(re.search(rf"^{name}: val loss .*?, M-Act ([\d.]+),", text(page), re.MULTILINE)[1])
+           for name in ("baseline", "g1")}
+    assert act["g1"] < act["baseline"]
+    says("TUTORIAL.md", f"the same seed's G1 has the smaller ({act['g1']:.1f} against {act['baseline']:.1f}, the "
+         f"README's sink lab on 2026-11-30: [results/timings/]({page})")
+    says("exercises/TEACHERS.md", f"the smaller, {act['g1']:.0f} against {act['baseline']:.0f}: "
+         f"[results/timings/](../{page}), 2026-11-30)")
