@@ -215,7 +215,8 @@ def check_trap_gate_after_wo(student):
 
 
 def check_trap_self_gating(student):
-    """the gate logits come from x (the block's input), not from the attention output (self-gating)"""
+    """the gate logits come from x (the block's input), not from the attention output (self-gating) nor from q, k
+    or v"""
     B, T, H, D = 2, 5, 2, 4
     x, w_qkv, w_gate, w_o = _block_inputs(B, T, H, D, "elementwise", seed=8)
     out = student.attention_block(x, w_qkv, w_gate, w_o, H, "elementwise")
@@ -225,6 +226,11 @@ def check_trap_self_gating(student):
         raise Wrong("Your gate logits are computed from the attention output (self-gating). G1's logits come from "
                     "x, the block's input after the norm, the same tensor as q, k, v: pass x to g1_gate, so the "
                     "current token decides what to keep of each head.")
+    for name, projected in zip("qkv", F.linear(x, w_qkv).split(H * D, dim=-1)):  # each (B, T, C), heads in order
+        if same(out, F.linear(heads * torch.sigmoid(F.linear(projected, w_gate)), w_o)):
+            raise Wrong(f"Your gate logits are computed from {name}, a projection of x, not from x itself. G1's "
+                        "logits have a projection of their own, w_gate, applied to the block's input after the "
+                        "norm, the tensor q, k and v come from: pass that tensor to g1_gate.")
 
 
 def check_attention_block_vs_model(student):

@@ -92,6 +92,11 @@ MUTANTS = [
      "    y = causal_attention(q, k, v).transpose(1, 2)", "you gated the values"),
     ("trap_self_gating",  # the gate logits from the attention output instead of the block's input
      "y = g1_gate(y, " "x, w_gate, granularity)", "y = g1_gate(y, y.reshape(B, T, C), w_gate, granularity)"),
+    ("trap_self_gating",  # the gate logits from the queries, "the current token's" too, but through W_Q
+     "y = g1_gate(y, " "x, w_gate, granularity)", "y = g1_gate(y, q.transpose(1, 2).reshape(B, T, C), w_gate, "
+     "granularity)", "computed from q, a projection of x"),
+    ("trap_self_gating", "y = g1_gate(y, " "x, w_gate, granularity)",  # from the values
+     "y = g1_gate(y, v.transpose(1, 2).reshape(B, T, C), w_gate, granularity)", "computed from v"),
 ]
 
 # the answer's key fragments: they appear in hints.md (not in its first hint), never in the statement, the starter,
