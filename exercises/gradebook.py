@@ -409,10 +409,13 @@ def as_markdown(header, lines, folder, key, flagged):
 def result_files(folder):
     """The *.json files in folder and its subfolders (a learning platform's download: a folder per student, each
     file perhaps named alike), as paths relative to folder, sorted; hidden files and folders are left out. The
-    suffix in any case: `check.py --result=ID.JSON` writes a result file too, and no hand-in is left out unsaid."""
+    suffix in any case: `check.py --result=ID.JSON` writes a result file too, and no hand-in is left out unsaid. A
+    student's whole copy of the project (a folder that holds exercises/check.py) is read at its top only, where
+    check.py writes its result: the project's own .json files below it are no hand-ins."""
     names = []
     for here, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        is_copy = os.path.isfile(os.path.join(here, "exercises", "check.py"))
+        dirs[:] = [] if is_copy else sorted(d for d in dirs if not d.startswith("."))
         rel = os.path.relpath(here, folder)
         names += [n if rel == "." else os.path.join(rel, n) for n in files
                   if n.lower().endswith(".json") and not n.startswith(".") and os.path.isfile(os.path.join(here, n))]

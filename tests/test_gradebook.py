@@ -404,6 +404,10 @@ def test_a_copied_file_and_a_folder_per_student_are_seen(tmp_path):
         check.write_result(str(folder / student / check.RESULT_FILE), graded)
     (folder / ".hidden").mkdir()
     (folder / ".hidden" / "x.json").write_text("{}", encoding="utf-8")
+    for copy in ("ann", "bo"):  # handed in as their whole copies: the project's own .json files are no results
+        for project_file in ("exercises/check.py", "data/gpt2_bpe/encoder.json", "results/x/summary.json"):
+            (folder / copy / project_file).parent.mkdir(parents=True, exist_ok=True)
+            (folder / copy / project_file).write_text("{}", encoding="utf-8")
     assert gradebook.result_files(str(folder)) == sorted(os.path.join(s, check.RESULT_FILE) for s in digests)
     gradebook.gradebook(str(folder), str(tmp_path / "book"), out=lambda line: None)
     rows = read_csv(tmp_path / "book.csv")
