@@ -20,12 +20,14 @@ solution's line or a broken link is deleted.
 --work=FOLDER: then the work of one student, collected in FOLDER laid out as their copy (their copy itself will do),
 is put in place: each exercise's exercises/NN_*/starter.py, the hints record exercises/.hints-seen.json and the two
 runs each of exercises 08 and 11 trained (out/exercises/08/, out/exercises/11/), nothing else; what FOLDER lacks stays
-as the copy has it (an untouched starter, no run), and the command says what it lacks. A symbolic link among those
-files is refused (the copy is deleted): grading would read whatever it points at. Then grade in the copy
+as the copy has it (an untouched starter, no run), and the command says what it lacks; a FOLDER with none of them
+(the folder above the students' folders, say) is refused, before any copy. A symbolic link among those files is
+refused (the copy is deleted): grading would read whatever it points at. Then grade in the copy
 (exercises/TEACHERS.md, "Grading the files yourself").
 """
 
 import fnmatch
+import glob
 import os
 import re
 import shutil
@@ -250,6 +252,13 @@ def main(argv=None):
     if work is not None and not os.path.isdir(work):
         raise SystemExit(f"error: --work={work} is no folder: give the folder of one student's collected files, laid "
                          "out as their copy")
+    if work is not None and not work_files(work)[0]:  # graded, it would read as a student who filled nothing in
+        inside = sorted(d for d in os.listdir(work) if glob.glob(os.path.join(glob.escape(os.path.join(work, d)),
+                                                                              "exercises", "*", "starter.py")))
+        raise SystemExit(f"error: --work={work} holds none of a student's files (exercises/NN_*/starter.py, "
+                         f"exercises/{HINTS}, out/exercises/08/ or 11/): " +
+                         (f"it holds students' folders; give one of them, e.g. --work={os.path.join(work, inside[0])}"
+                          if inside else "give the folder of one student's collected files, laid out as their copy"))
     n = make_copy(args[0])
     if work is None:
         print(f"wrote {n} files to {args[0]}: hand it out; students check their work with "

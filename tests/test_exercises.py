@@ -642,6 +642,16 @@ def test_a_fresh_copy_takes_one_students_work_to_grade_it(tmp_path):
     assert not (tmp_path / "grade-ann-2").exists()
     none = copy(tmp_path / "grade-bo", f"--work={tmp_path / 'bo'}")
     assert none.returncode != 0 and "is no folder" in none.stderr and not (tmp_path / "grade-bo").exists()
+    os.remove(work / "exercises" / NAMES[1] / "starter.py")
+    # a folder with none of a student's files would grade as untouched starters: refused, the parent of the
+    # students' folders (the collected folder itself, for COLLECTED/ID) with a way to the right one
+    (tmp_path / "empty").mkdir()
+    for folder, said in ((tmp_path, f"it holds students' folders; give one of them, e.g. --work={work}"),
+                         (tmp_path / "empty", "give the folder of one student's collected files")):
+        refused = copy(tmp_path / "grade-none", f"--work={folder}")
+        assert refused.returncode != 0 and f"--work={folder} holds none of a student's files" in refused.stderr \
+            and said in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert not (tmp_path / "grade-none").exists()
 
 
 @needs_solutions
