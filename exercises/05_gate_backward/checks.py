@@ -201,6 +201,9 @@ def check_sigmoid_gate_gradcheck(student):
             raise Wrong("SigmoidGate.apply's output does not come from SigmoidGate's backward (its grad_fn is "
                         f"{grad_fn}): return gate_forward's out from forward, unchanged.")
         want_dy, want_dg = _autograd(y, g, dout)
+        if same(dy, want_dy, 1e-10) and same(dg, _autograd(out, g, dout)[1], 1e-10):  # dg from out, not y
+            raise Wrong(f"({granularity}) SigmoidGate's backward computed dg as if y were the gated output: forward "
+                        "saved out where y belongs. The backward needs the inputs, gate_forward's saved = (y, g).")
         if not (same(dy, want_dy, 1e-10) and same(dg, want_dg, 1e-10)):
             raise Wrong(f"({granularity}) the gradients autograd gets from SigmoidGate's backward are not those of "
                         "y * sigmoid(g) (torch.autograd.gradcheck would fail too: it compares them with finite "

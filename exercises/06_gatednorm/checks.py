@@ -92,6 +92,11 @@ def check_rms_norm_unit_rms(student):
     if bad.any() and torch.allclose(rms, torch.full_like(rms, 32 ** -0.5), rtol=1e-3):
         raise Wrong("with weight = 1, every token's output has RMS 1/sqrt(32), for C = 32 channels: you divide by "
                     "the root of the SUM of the squares, a vector's length. The RMS takes their mean.")
+    for unbiased in (False, True):  # a variance's root: each token's mean subtracted (and torch's .var: C - 1)
+        if bad.any() and same(out, x / (x.var(-1, keepdim=True, unbiased=unbiased) + 1e-6).sqrt()):
+            raise Wrong("with weight = 1 your output is x divided by the root of its variance over the channels: a "
+                        "variance subtracts each token's mean first (and torch's .var divides by C - 1). RMSNorm "
+                        "divides x by the root of the mean of the squares of x itself: no mean subtracted, over C.")
     if bad.any():
         where = tuple(int(i) for i in torch.nonzero(bad)[0])
         raise Wrong(f"with weight = 1, token {where} has RMS {rms[where].item():.4g}, not 1 ({int(bad.sum())} of "
@@ -103,10 +108,16 @@ def check_rms_norm_vs_model(student):
     """rms_norm matches model.RMSNorm (F.rms_norm) with a random gain, float64"""
     x, w = _randn(3, 5, 16, seed=5), _gain(16, 6)
     out = student.rms_norm(x, w)
+    centred = x - x.mean(-1, keepdim=True)
+    if same(out, _model_rms_norm(centred, w)):  # LayerNorm's centring: its output has unit RMS, and any scale
+        raise Wrong("Your rms_norm subtracts each token's mean before it divides (LayerNorm's centring). RMSNorm does "
+                    "not centre: it divides x itself by its RMS. The unit-RMS and scale checks passed because a "
+                    "centred vector divided by its own RMS passes them too.")
     # rtol 1e-5: loose enough for eps in the wrong place (off by ~1e-6 here), caught at tiny inputs next
     expect_close("rms_norm(x, weight)", out, _model_rms_norm(x, w), atol=1e-8, rtol=1e-5,
                  hint="Shape, scale and unit RMS are right, so re-check the gain: weight holds one factor per "
-                      "channel, applied to the normalised vector.")
+                      "channel, applied to the normalised vector; and that x itself is what is divided (no mean "
+                      "subtracted).")
     called = student.in_child(_norms_called, x, w)
     if called:
         raise Wrong(f"rms_norm calls {called}, the function the checks compare with: the exercise is to write it "
@@ -141,8 +152,9 @@ def check_rms_norm_tiny_inputs(student):
                     "root, not where F.rms_norm (and Llama, Qwen) add it. At normal scales the two agree to "
                     "~1e-6, but where the mean square is near eps they differ by a factor of ~10 here.")
     if same(out, x / rms * w):
-        raise Wrong("At tiny inputs your rms_norm still gives outputs of RMS ~1: eps is missing (or is not the one "
-                    "passed in). With it, a near-zero vector stays near zero instead of having its noise blown up "
+        raise Wrong("At tiny inputs your rms_norm still gives outputs of RMS ~1: eps is missing, is not the one "
+                    "passed in, or sits where it does nothing at this scale (it belongs with the mean square, under "
+                    "the root, as F.rms_norm has it). With it, a near-zero vector stays near zero instead of having its noise blown up "
                     "to unit size.")
     expect_close("rms_norm(1e-4-scale x, weight)", out, want, atol=1e-8, rtol=1e-5,
                  hint="Normal inputs pass but tiny ones do not: re-check where eps enters (F.rms_norm's convention) "

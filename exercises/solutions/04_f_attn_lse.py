@@ -71,6 +71,15 @@ MUTANTS = [
     # the chunk ignored: chunks of T / 3 keys, under T x T / 2 but more than twice a chunk of scores
     ("memory", "return torch.exp(s0 - row_logsumexp(" "q, k, chunk))", "return torch.exp(s0 - row_logsumexp(q, k, "
      "max(1, q.size(2) // 3)))"),
+    # the chunk hard-coded to the default: every merge check (T = 11) then runs as one chunk and passes
+    ("memory", "for j0 in range(0, T, " "chunk):\n        s = chunk_scores(q, k, j0, min(j0 + chunk, T))",
+     "for j0 in range(0, T, 64):\n        s = chunk_scores(q, k, j0, min(j0 + 64, T))", "use the chunk it is given"),
+    # the chunk not passed on: row_logsumexp at its default whatever first_token_probs is given
+    ("memory", "return torch.exp(s0 - row_logsumexp(" "q, k, chunk))", "return torch.exp(s0 - row_logsumexp(q, k))",
+     "pass it on to row_logsumexp"),
+    # a loop that drops the ragged last chunk (range(T // chunk)): with chunk >= T it visits none
+    ("lse_single_chunk", "for j0 in range(0, " "T, chunk):", "for j0 in range(0, T - T % chunk, chunk):",
+     "never updated"),
     # every score of every query in gap 2, to take key 0's: T x T memory, with row_logsumexp within a chunk
     ("memory", "s0 = chunk_scores(" "q, k, 0, 1)[..., 0]  # (B, H, T)",
      "s0 = chunk_scores(q, k, 0, q.size(2))[..., 0]  # (B, H, T)", "in first_token_probs itself"),

@@ -68,6 +68,8 @@ MUTANTS = [
     ("backward_vs_autograd", "s = torch." "sigmoid(g)",  # autograd inside, not the chain rule by hand
      "y, g = y.detach().requires_grad_(), g.detach().requires_grad_(); "
      "return torch.autograd.grad(y * torch.sigmoid(g), (y, g), dout)"),
+    ("sigmoid_gate_gradcheck", "ctx.save_for_backward(" "*saved)", "ctx.save_for_backward(out, saved[1])",  # out for y
+     "saved out where y belongs"),
 ]
 
 # the answer's key fragments: they appear in hints.md (not in its first hint), never in the statement, the starter,

@@ -61,6 +61,12 @@ MUTANTS = [
     ("rms_norm_tiny_inputs", "x * torch.rsqrt(" "mean_square + eps) * weight",
      "x * torch.rsqrt(mean_square + 1e-6) * weight"),  # the default eps, whatever eps is passed
     ("gated_norm_vs_model", "    y = rms_norm(" "x, weight, eps)", "    y = rms_norm(x, weight)"),  # eps not passed on
+    ("rms_norm_vs_model", "mean_square = x.pow(2)" ".mean(dim=-1, keepdim=True)",  # LayerNorm's centring first
+     "x = x - x.mean(dim=-1, keepdim=True)\n    mean_square = x.pow(2)" ".mean(dim=-1, keepdim=True)", "centring"),
+    ("rms_norm_unit_rms", "mean_square = x.pow(2)" ".mean(dim=-1, keepdim=True)",  # a variance: centred, over C - 1
+     "mean_square = x.var(dim=-1, keepdim=True)", "root of its variance"),
+    ("rms_norm_tiny_inputs", "x * torch.rsqrt(" "mean_square + eps) * weight",  # eps added to 1/RMS
+     "x * (torch.rsqrt(mean_square) + eps) * weight", "sits where it does nothing"),
 ]
 
 # the answer's key fragments: none may appear in the statement, the starter, the checks or the checker's messages,
