@@ -6,7 +6,7 @@ shape), then strictly above a threshold (a head exactly at it is no sink; values
 import torch
 
 import check
-from check import Wrong, causal_probs, expect_close, expect_shape, random_qk
+from check import Wrong, causal_probs, expect_close, expect_shape, random_qk, same
 
 
 def _planted(sink_at=5, B=2, H=3, T=16, D=8, seed=1):
@@ -35,6 +35,9 @@ def check_received_shape(student):
     """received_attention returns (B, H, T//2) in probs' dtype (T = 9: 4 early keys, 5 late queries)"""
     probs = causal_probs(*random_qk(2, 3, 9, 8)).float()
     r = student.received_attention(probs)
+    if isinstance(r, torch.Tensor) and tuple(r.shape) == (2, 3, 5) and same(r, probs[..., 5:, :5].mean(-2), 1e-6):
+        raise Wrong("received_attention has shape (2, 3, 5) for T = 9: it keeps 5 early keys, (T + 1) // 2, where "
+                    "the early keys are j < T//2, 4 of them at T = 9 (the late queries, from T//2 on, are 5).")
     if isinstance(r, torch.Tensor) and tuple(r.shape) == (2, 3, 5):
         raise Wrong("received_attention has shape (2, 3, 5) for T = 9: one value per late query, so the mean ran "
                     "over the keys. r keeps one value per early key (T//2 = 4 of them): the queries are what the "

@@ -134,18 +134,21 @@ def check_text_chain_elsewhere(student):
         if len(bad) == 0:
             continue
         t = int(bad[0])
-        if t == 1 and IS_TRIGGER[x[0]]:
+        # a cause is named only where every such successor of the text is of that kind: one drawn from a column
+        # of P lands at the text's start and after two triggers too, but everywhere else as well
+        if all(s == 1 and IS_TRIGGER[x[0]] for s in bad):
             raise Wrong("a text that starts with a trigger goes on with a symbol the chain never puts after it: a "
                         "trigger that starts the text has no symbol before it, so the chain goes on. (At t = 1, the "
                         "step two back is index -1, which numpy reads as the array's last entry.)")
-        if t >= 2 and IS_TRIGGER[x[t - 1]] and IS_TRIGGER[x[t - 2]]:
+        if all(s >= 2 and IS_TRIGGER[x[s - 1]] and IS_TRIGGER[x[s - 2]] and x[s] == x[s - 2] for s in bad):
             raise Wrong("after a trigger that follows another trigger, your text copies: such a trigger is followed "
                         "by the chain. (The copy would be a trigger, and the text would loop between two triggers.)")
         if x[t] == x[t - 2]:
             raise Wrong("your text copies the symbol two steps back where no copy is due: only right after a trigger "
                         "that follows a non-trigger. Everywhere else the next symbol is drawn from the chain.")
         raise Wrong("where the chain goes on, your text has a successor of probability 0 in P: the next symbol is "
-                    "drawn from the row of the current symbol (P[a, b]: b after a), with that row's probabilities.")
+                    "drawn from the row of the current symbol (P[a, b]: b after a), with that row's probabilities, "
+                    "not from a column.")
 
 
 def check_text_frequencies(student):
@@ -235,6 +238,10 @@ def _diagnose(got, want, idx, triggers):
     if extra.any() and not missed.any() and (is_trigger & after_trigger)[extra].all():
         raise Wrong("copy_positions marks triggers that follow another trigger: such a trigger is followed by the "
                     "chain, not a copy (the copy would be a trigger, and the text would loop).")
+    if missed.any() and not extra.any() and not missed[:, :-1].any():
+        raise Wrong(f"copy_positions misses the last position ({int(missed.sum())} of {int(want.sum())} positions "
+                    "where the next token copies the one before): the rule decides it from tokens t - 1 and t, which "
+                    "the window shows, though it does not show token t + 1.")
     if missed.any() and not extra.any():
         raise Wrong(f"copy_positions misses {int(missed.sum())} of {int(want.sum())} positions where the next token "
                     "copies the one before: is every trigger symbol of the list counted, at every position from 2 on?")
