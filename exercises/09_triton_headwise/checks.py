@@ -79,7 +79,9 @@ def check_headwise_shape(student):
         raise Wrong(f"the output is {y.dtype} for float32 inputs: store o cast to Y's element type.")
     if not torch.isfinite(y).all():
         raise Wrong(f"the output has {int((~torch.isfinite(y)).sum())} NaN or inf values: is the headwise load "
-                    "masked, with a finite value for the rows it skips, and cast to fp32 before the sigmoid?")
+                    "masked, with a finite value for the rows it skips, and cast to fp32 before the sigmoid? And "
+                    "does it read each row's own logit, inside the gate (the strides the launcher passes, in the "
+                    "kernel's order b, h, t, d, and the pointers the load adds up)?")
 
 
 def check_elementwise_still_matches(student):
@@ -203,18 +205,50 @@ def check_headwise_half_precision_gate(student):
                  hint="The float32 gates pass: compute the score from the logits cast to fp32.")
 
 
+def _launched_gate_strides(student, layout):
+    """In the student's process: the gate strides (the launch's 9th to 12th arguments, or its g_stride_* keywords)
+    that attention passes to flash_attention_fwd for a headwise gate in this layout, and the gate's own strides."""
+    kernel, launched = student.flash_attention_fwd, []
+
+    class Recorder:  # stands in for the kernel: kernel[grid](...) records the gate's strides, then launches
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                named = [kwargs.get(f"g_stride_{a}") for a in "bhtd"]
+                launched.append(tuple(args[8:12]) if len(args) >= 12 else tuple(named))
+                return kernel[grid](*args, **kwargs)
+            return launch
+
+    q, k, v = _qkv(48, 16, seed=20)
+    gate = _headwise_gate(1, 2, 48, seed=21, layout=layout)
+    student.flash_attention_fwd = Recorder()
+    try:
+        _attention(student, q, k, v, gate)
+    finally:
+        student.flash_attention_fwd = kernel
+    return launched, tuple(gate.stride())
+
+
 def check_headwise_strided_gate(student):
     """headwise gates in other layouts: a transposed view (as model.py passes it) and one expanded over heads"""
     for layout in ("transposed", "expanded"):
         q, k, v = _qkv(48, 16, seed=20)
         gate = _headwise_gate(1, 2, 48, seed=21, layout=layout)
-        y = _attention(student, q, k, v, gate)
-        expect_close(f"attention(q, k, v, {layout} headwise gate with strides {tuple(gate.stride())})", y,
-                     _oracle(q, k, v, gate), **TOL,
-                     hint="Contiguous headwise gates pass, so the kernel's epilogue is right, but this layout is read "
-                          "at the wrong places: re-check the strides the launcher passes. Strides worked out from "
-                          "the shape are those of a contiguous tensor; a transposed view or an expand() has others "
-                          "(model.py's fused path passes exactly such views, with no copy).")
+        y, want = _attention(student, q, k, v, gate), _oracle(q, k, v, gate)
+        hint = ""
+        if not (y.shape == want.shape and torch.allclose(y, want, **TOL)):  # which side reads the layout wrongly
+            launched, own = student.in_child(_launched_gate_strides, layout)
+            hint = ("Contiguous headwise gates pass, and the launcher passes this gate's own strides "
+                    f"{own}, so the kernel does not follow them: does the headwise load address each row through "
+                    "the b, h and t strides it is given (g_rows), not through offsets worked out as if the gate "
+                    "were contiguous?" if launched and all(s == own for s in launched) else
+                    "Contiguous headwise gates pass, but " +
+                    (f"the launcher passes the kernel the strides {launched[0]} for a gate whose strides are {own}"
+                     if len(launched) == 1 else "this layout is read at the wrong places") +
+                    ": pass the gate's own strides. Strides worked out from the shape are those of a contiguous "
+                    "tensor; a transposed view or an expand() has others (model.py's fused path passes exactly such "
+                    "views, with no copy).")
+        expect_close(f"attention(q, k, v, {layout} headwise gate with strides {tuple(gate.stride())})", y, want,
+                     **TOL, hint=hint)
 
 
 def _gate_loads(student, T=40):

@@ -130,6 +130,9 @@ MUTANTS = [
      "they take fp32"),
     # (BLOCK_M, D) times (BLOCK_M,): the kernel's own line named, not its launch
     ("headwise_shape", "o = o * tl.sigmoid(" "g)[:, None]", "o = o * tl.sigmoid(g)", ": o = o * tl.sigmoid(g)"),
+    # the kernel's headwise load ignores the token stride it is given (a contiguous gate's 1, assumed)
+    ("headwise_strided_gate", "tl.load(g_rows" ", mask=row_ok, other=0.0)",
+     "tl.load(G + b * g_stride_b + h * g_stride_h + offs_m, mask=row_ok, other=0.0)", "the kernel does not follow"),
 ]
 
 # the answer's key fragments: none may appear in the statement, the starter, the checks or the checker's messages,
