@@ -727,7 +727,7 @@ def mechanism_section(records, variants, windows):
         return []
     meta = read_meta(windows["data_dir"]) or {}
     ideal, P, triggers = "", None, None
-    if "ideal_loss" in meta:  # the chain again, from the settings that made it
+    if {"ideal_loss", "symbols", "triggers", "alpha", "seed"} <= meta.keys():  # the chain again, from its settings
         P, triggers = make_chain(meta["symbols"], len(meta["triggers"]), meta["alpha"], meta["seed"])
     if triggers is not None and triggers == meta["triggers"]:
         T, bos = windows["block_size"], bool(windows["bos"])
