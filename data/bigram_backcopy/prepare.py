@@ -85,12 +85,16 @@ def walk(P, is_trigger, n_tokens, rng):
     return [flat[i:i + CHAIN_LENGTH] for i in range(0, n_tokens, CHAIN_LENGTH)], x
 
 
+def entropy(p, axis=-1):
+    """The entropy (nats) of distributions p along axis, 0 log 0 taken as 0."""
+    return -(p * np.log(np.where(p > 0, p, 1))).sum(axis)
+
+
 def ideal_loss(P, is_trigger, x):
     """The task's entropy per predicted token (nats) on walks x: 0 where a copy follows, the entropy of the current
     symbol's row elsewhere; the last position of each walk predicts nothing."""
-    row_entropy = -(P * np.log(np.where(P > 0, P, 1))).sum(1)
     predicting = x[:, :-1]
-    return float(np.where(copies_next(x, is_trigger)[:, :-1], 0.0, row_entropy[predicting]).mean())
+    return float(np.where(copies_next(x, is_trigger)[:, :-1], 0.0, entropy(P)[predicting]).mean())
 
 
 def pair_chain(P, is_trigger):
@@ -102,16 +106,10 @@ def pair_chain(P, is_trigger):
     following = np.where(copy[:, :, None], np.eye(V)[:, None, :], P[None, :, :])
     pairs = np.full((V, V), 1.0 / V**2)
     for _ in range(100_000):  # the lazy chain (stay with probability 1/2): the same stationary state, never periodic
-        after = 0.5 * pairs + 0.5 * np.einsum("ab,abc->bc", pairs, following)
-        if np.abs(after - pairs).sum() < 1e-13:
+        pairs, before = 0.5 * pairs + 0.5 * np.einsum("ab,abc->bc", pairs, following), pairs
+        if np.abs(pairs - before).sum() < 1e-13:
             break
-        pairs = after
-    return following, after
-
-
-def entropy(p, axis=-1):
-    """The entropy (nats) of distributions p along axis, 0 log 0 taken as 0."""
-    return -(p * np.log(np.where(p > 0, p, 1))).sum(axis)
+    return following, pairs
 
 
 def window_ideal_loss(P, is_trigger, block_size, bos=True):
@@ -123,8 +121,8 @@ def window_ideal_loss(P, is_trigger, block_size, bos=True):
     following, pairs = pair_chain(P, is_trigger)
     frequency = pairs.sum(0)  # how often each symbol b occurs
     rate = float((pairs * entropy(following)).sum())
-    # one symbol b seen, the one before it (a) not: the next symbol's distribution mixes a's over p(a | b)
-    blind = np.einsum("ab,abc->bc", pairs, following) / np.where(frequency > 0, frequency, 1)[:, None]
+    # one symbol b seen, the one before it not: the next symbol c comes as the pair (b, c) does after b, p(c | b)
+    blind = pairs / np.where(frequency > 0, frequency, 1)[:, None]
     one_seen = float((frequency * entropy(blind)).sum())
     first = [float(entropy(frequency)), one_seen] if bos else [one_seen]
     first = first[:block_size]
