@@ -155,30 +155,33 @@ def check_headwise_numbers(student):
                           (" T=64 passes but the ragged T=80 does not: re-check the rows past T." if T == 80 else ""))
 
 
-def _launched_modes(student):
-    """In the student's process: the GATE of every launch of flash_attention_fwd while attention runs on a
-    headwise gate (None where the launcher passed it otherwise than as GATE=...)."""
-    kernel, modes = student.flash_attention_fwd, []
+def _launches(student, seed=40, layout="contiguous"):
+    """In the student's process: for every launch of flash_attention_fwd while attention runs on a headwise gate in
+    this layout, its GATE (None where the launcher passed it otherwise than as GATE=...) and the gate strides it was
+    given (the launch's 9th to 12th arguments, or its g_stride_* keywords); and the gate's own strides."""
+    kernel, launched = student.flash_attention_fwd, []
 
-    class Recorder:  # stands in for the kernel: kernel[grid](...) records GATE, then launches
+    class Recorder:  # stands in for the kernel: kernel[grid](...) records GATE and the strides, then launches
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
-                modes.append(kwargs.get("GATE"))
+                strides = tuple(args[8:12]) if len(args) >= 12 else tuple(kwargs.get(f"g_stride_{a}") for a in "bhtd")
+                launched.append((kwargs.get("GATE"), strides))
                 return kernel[grid](*args, **kwargs)
             return launch
 
+    q, k, v = _qkv(48, 16, seed=seed)
+    gate = _headwise_gate(1, 2, 48, seed=seed + 1, layout=layout)
     student.flash_attention_fwd = Recorder()
     try:
-        q, k, v = _qkv(48, 16, seed=40)
-        _attention(student, q, k, v, _headwise_gate(1, 2, 48, seed=41))
+        _attention(student, q, k, v, gate)
     finally:
         student.flash_attention_fwd = kernel
-    return modes
+    return launched, tuple(gate.stride())
 
 
 def check_headwise_runs_its_own_branch(student):
     """a headwise gate runs the kernel's GATE == 2 branch, not the elementwise one"""
-    modes = student.in_child(_launched_modes)
+    modes = [mode for mode, _ in student.in_child(_launches)[0]]
     if modes and all(mode == 1 for mode in modes):
         raise Wrong("a (B, H, T, 1) gate reaches the kernel as GATE=1, the elementwise branch (with a d stride of 0, "
                     "every column reads the row's one logit). The numbers come out right, but the exercise is the "
@@ -205,29 +208,6 @@ def check_headwise_half_precision_gate(student):
                  hint="The float32 gates pass: compute the score from the logits cast to fp32.")
 
 
-def _launched_gate_strides(student, layout):
-    """In the student's process: the gate strides (the launch's 9th to 12th arguments, or its g_stride_* keywords)
-    that attention passes to flash_attention_fwd for a headwise gate in this layout, and the gate's own strides."""
-    kernel, launched = student.flash_attention_fwd, []
-
-    class Recorder:  # stands in for the kernel: kernel[grid](...) records the gate's strides, then launches
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                named = [kwargs.get(f"g_stride_{a}") for a in "bhtd"]
-                launched.append(tuple(args[8:12]) if len(args) >= 12 else tuple(named))
-                return kernel[grid](*args, **kwargs)
-            return launch
-
-    q, k, v = _qkv(48, 16, seed=20)
-    gate = _headwise_gate(1, 2, 48, seed=21, layout=layout)
-    student.flash_attention_fwd = Recorder()
-    try:
-        _attention(student, q, k, v, gate)
-    finally:
-        student.flash_attention_fwd = kernel
-    return launched, tuple(gate.stride())
-
-
 def check_headwise_strided_gate(student):
     """headwise gates in other layouts: a transposed view (as model.py passes it) and one expanded over heads"""
     for layout in ("transposed", "expanded"):
@@ -236,7 +216,8 @@ def check_headwise_strided_gate(student):
         y, want = _attention(student, q, k, v, gate), _oracle(q, k, v, gate)
         hint = ""
         if not (y.shape == want.shape and torch.allclose(y, want, **TOL)):  # which side reads the layout wrongly
-            launched, own = student.in_child(_launched_gate_strides, layout)
+            launches, own = student.in_child(_launches, 20, layout)
+            launched = [strides for _, strides in launches]
             hint = ("Contiguous headwise gates pass, and the launcher passes this gate's own strides "
                     f"{own}, so the kernel does not follow them: does the headwise load address each row through "
                     "the b, h and t strides it is given (g_rows), not through offsets worked out as if the gate "
