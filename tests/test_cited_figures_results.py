@@ -582,8 +582,8 @@ def test_high_lr_at_ten_times_the_rate():
          f"{len(g1)} runs its head became a sink head")
     says(HIGH, f"it did not in either model "
                f"({span(values(base, 'prev_attn_trigger') + values(g1, 'prev_attn_trigger'), '.2f')}), "
-         f"and G1's gate was nearly closed at the triggers ({span(values(g1, 'gate_mean_trigger'), '.3f')}), so both end "
-         f"far from the floor, {sink_lab_floor():.3f}.")
+         f"and G1's gate was nearly closed at the triggers ({span(values(g1, 'gate_mean_trigger'), '.3f')}), so both "
+         f"end far from the floor, {sink_lab_floor():.3f}.")
     says(HIGH, f"reaches {sink_lab_floor():.3f} on these validation windows (the report's floor;")
 
 

@@ -449,7 +449,8 @@ def test_a_seed_stopped_early_is_counted_for_no_sink_and_ranks_nothing():
     by["g2_elementwise"][0]["iter"] = 10  # diverged at step 10 of 1600: its loss, the lowest, an earlier state's
     variants_ = {v: {m.key: repro.over_variant(rs, m.key) for m in MEASURES} for v, rs in by.items()}
     table = report.measured_section(by, variants_)
-    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in table if line.startswith("| ") and "---" not in line}
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in table
+            if line.startswith("| ") and "---" not in line}
     shown = [m.key for m in MEASURES if not m.mechanism]
     loss, sinks = (4 + shown.index(key) for key in ("val_loss", "sink_heads"))
     assert rows["g2_elementwise"][3] == "2/3 finished" and "**" not in "|".join(rows["g2_elementwise"])
@@ -465,7 +466,8 @@ def test_a_seed_stopped_early_is_counted_for_no_sink_and_ranks_nothing():
     assert report.uncounted(3, 1, 1) == " (2 more trained, 1 stopped early, 1 not measured)"
     assert report.uncounted(3, 2, 0) == " (1 more trained, not measured)" and report.uncounted(3, 3, 0) == ""
     by["baseline"] = [dict(r, iter=5) for r in by["baseline"]]
-    assert repro.sink_counts(by, claims)["claims"][0]["verdict"] == "not measured (every seed of baseline stopped early)"
+    assert repro.sink_counts(by, claims)["claims"][0]["verdict"] == \
+        "not measured (every seed of baseline stopped early)"
 
 
 def test_runs_measured_with_the_old_sink_share_are_named_as_such():

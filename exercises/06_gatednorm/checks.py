@@ -154,8 +154,8 @@ def check_rms_norm_tiny_inputs(student):
     if same(out, x / rms * w):
         raise Wrong("At tiny inputs your rms_norm still gives outputs of RMS ~1: eps is missing, is not the one "
                     "passed in, or sits where it does nothing at this scale (it belongs with the mean square, under "
-                    "the root, as F.rms_norm has it). With it, a near-zero vector stays near zero instead of having its noise blown up "
-                    "to unit size.")
+                    "the root, as F.rms_norm has it). With it, a near-zero vector stays near zero instead of having "
+                    "its noise blown up "                    "to unit size.")
     expect_close("rms_norm(1e-4-scale x, weight)", out, want, atol=1e-8, rtol=1e-5,
                  hint="Normal inputs pass but tiny ones do not: re-check where eps enters (F.rms_norm's convention) "
                       "and that it is the eps argument (default 1e-6).")

@@ -59,7 +59,8 @@ MUTANTS = [
      "return (f_attn_per_head > " "threshold).float().reshape(-1, f_attn_per_head.shape[-1])[0].mean().item()"),
     ("sink_heads_strictly_above", "return (f_attn_per_head > " "threshold)",  # rounded before the comparison
      "return (f_attn_per_head.round(decimals=2) > threshold)"),
-    ("received_shape", "n = probs.size(-1) " "// 2", "n = (probs.size(-1) + 1) // 2", "it keeps 5 early keys"),  # rounded up
+    ("received_shape", "n = probs.size(-1) " "// 2", "n = (probs.size(-1) + 1) // 2",  # the early keys rounded up
+     "it keeps 5 early keys"),
 ]
 
 # the answer's key fragments: none may appear in the statement, the starter, the checks or the checker's messages,

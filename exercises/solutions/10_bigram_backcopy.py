@@ -121,7 +121,8 @@ MUTANTS = [
     ("text_chain_elsewhere", "x[t] = rng.choice(" "V, p=P[x[t - 1]])",
      "x[t] = rng.choice(V, p=P[:, x[t - 1]] / P[:, x[t - 1]].sum())", "from a column"),
     # the text's start not guarded: at t = 1 the symbol two back is x[-1], the array's last entry
-    ("text_chain_elsewhere", "if t >= 2 and " "is_trigger[x[t - 1]]", "if is_trigger[x[t - 1]]", "starts with a trigger"),
+    ("text_chain_elsewhere", "if t >= 2 and " "is_trigger[x[t - 1]]", "if is_trigger[x[t - 1]]",
+     "starts with a trigger"),
     # np.random's global generator, not rng: the same seed no longer gives the same text
     ("text_reproducible", "x[0] = rng." "integers(V)", "x[0] = np.random.randint(V)"),
     # marks the position of the copied token (t + 1), not the query that must fetch it
@@ -130,8 +131,8 @@ MUTANTS = [
     # counts position 1, whose symbol before it was cut off (position 0 holds BOS)
     ("mask_rules", "after_symbol[:, 2:] = " "~is_trigger[:, 1:-1]", "after_symbol[:, 1:] = ~is_trigger[:, :-1]"),
     # the last position left out, as if its next token had to be in the window to decide it
-    ("mask_rules", "return is_trigger " "& after_symbol", "marked = is_trigger & after_symbol\n    marked[:, -1] = False\n"
-     "    return marked", "misses the last position"),
+    ("mask_rules", "return is_trigger " "& after_symbol",
+     "marked = is_trigger & after_symbol\n    marked[:, -1] = False\n    return marked", "misses the last position"),
     # the chain's entropy everywhere, as if no copy were certain
     ("numbers_rules", "loss = np.where(copy, " "0.0, H[predicting])", "loss = H[predicting]"),
     # the copies counted at positions 1..n-1, one too far: the last symbol, a trigger, counted; position 0 not
