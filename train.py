@@ -99,7 +99,7 @@ class TrainConfig(GPTConfig):
     compile: bool = False  # torch.compile the model (GPU runs: faster after a minute of compiling)
     compile_mode: str = "default"  # with compile=True, torch.compile's mode: one of cli.COMPILE_MODES
     sdpa_backend: str = "default"  # the kernel PyTorch's attention tries first: one of cli.SDPA_BACKENDS
-    seed: int = 1337  # the weights, the data order and dropout (each process adds its rank)
+    seed: int = 1337  # the weights, the data order and dropout (each process adds its rank for dropout only)
 
 
 MODEL_KEYS = [f.name for f in fields(GPTConfig)]  # the keys TrainConfig takes from GPTConfig
