@@ -292,8 +292,11 @@ if HAS_TRITON:
     @triton.jit
     def _tile(X, b, h, sb, sh, s_row, s_col, rows, cols):
         """Pointers to a (len(rows), len(cols)) tile of X[b, h] with row stride s_row and column stride s_col:
-        (t stride, d stride) gives X[b, h, rows, cols]; (d stride, t stride) a transposed tile such as K^T."""
-        return X + b * sb + h * sh + rows[:, None] * s_row + cols[None, :] * s_col
+        (t stride, d stride) gives X[b, h, rows, cols]; (d stride, t stride) a transposed tile such as K^T.
+        Offsets in int64: within one batch entry they pass 2^31 elements once T * H * D does (a 512k-token window
+        with H * D = 4096), and int32 arithmetic would wrap there and read another row's memory."""
+        r, c = rows[:, None].to(tl.int64), cols[None, :].to(tl.int64)
+        return X + b * sb + h.to(tl.int64) * sh + r * s_row + c * s_col
 
     @triton.jit
     def _key_range(start_m, T, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -314,9 +317,9 @@ if HAS_TRITON:
         for start_n in range(lo, hi, BLOCK_N):
             n = start_n + offs_n
             if MASKED:
-                kt = tl.load(kt_ptrs + start_n * stride_kt, mask=n[None, :] < T, other=0.0)
+                kt = tl.load(kt_ptrs + tl.cast(start_n, tl.int64) * stride_kt, mask=n[None, :] < T, other=0.0)
             else:
-                kt = tl.load(kt_ptrs + start_n * stride_kt)
+                kt = tl.load(kt_ptrs + tl.cast(start_n, tl.int64) * stride_kt)
             qk = tl.dot(q, kt, input_precision=PREC)  # (BLOCK_M, BLOCK_N), fp32 accumulator
             if MASKED:
                 keep = n[None, :] < T
@@ -328,9 +331,9 @@ if HAS_TRITON:
             alpha = tl.math.exp2(m_i - m_new)  # rescales what was accumulated under the old row max
             l_i = l_i * alpha + tl.sum(p, 1)
             if MASKED:
-                v = tl.load(v_ptrs + start_n * stride_vt, mask=n[:, None] < T, other=0.0)
+                v = tl.load(v_ptrs + tl.cast(start_n, tl.int64) * stride_vt, mask=n[:, None] < T, other=0.0)
             else:
-                v = tl.load(v_ptrs + start_n * stride_vt)
+                v = tl.load(v_ptrs + tl.cast(start_n, tl.int64) * stride_vt)
             # acc = alpha * acc + P V (FlashAttention-2's diag(alpha) O + P V: tl.dot adds into its third argument);
             # P in v's dtype for the dot (bf16/fp16 operands, fp32 accumulator), while l_i summed it in fp32
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PREC)
@@ -369,7 +372,7 @@ if HAS_TRITON:
         # instead of storing T x T probabilities.
         tl.store(LSE + bh.to(tl.int64) * T + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < T)
         o = acc / l_i[:, None]
-        g_ptrs = G + b * sgb + h * sgh + offs_m[:, None] * sgt  # [gate]
+        g_ptrs = G + b * sgb + h.to(tl.int64) * sgh + offs_m[:, None].to(tl.int64) * sgt  # [gate]
         if GATE == 1:  # [gate] elementwise
             o = o * tl.sigmoid(tl.load(g_ptrs + offs_d[None, :] * sgd, mask=rows, other=0.0).to(tl.float32))  # [gate]
         if GATE == 2:  # [gate] headwise: one logit per row, broadcast over D
@@ -395,10 +398,10 @@ if HAS_TRITON:
         y = tl.load(_tile(Y, b, h, syb, syh, syt, syd, offs_m, offs_d), mask=rows, other=0.0).to(tl.float32)
         tl.store(DELTA + bh.to(tl.int64) * T + offs_m, tl.sum(dy * y, 1), mask=offs_m < T)
         if GATE != 0:  # [gate]
-            g_ptrs = G + b * sgb + h * sgh + offs_m[:, None] * sgt  # [gate]
+            g_ptrs = G + b * sgb + h.to(tl.int64) * sgh + offs_m[:, None].to(tl.int64) * sgt  # [gate]
             if GATE == 1:  # [gate]
                 s = tl.sigmoid(tl.load(g_ptrs + offs_d[None, :] * sgd, mask=rows, other=0.0).to(tl.float32))  # [gate]
-                tl.store(DG + bh.to(tl.int64) * T * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],  # [gate]
+                tl.store(DG + (bh.to(tl.int64) * T + offs_m[:, None]) * HEAD_DIM + offs_d[None, :],  # [gate]
                          (dy * y * (1.0 - s)).to(DG.dtype.element_ty), mask=rows)  # [gate]
             else:  # [gate]
                 s = tl.sigmoid(tl.load(g_ptrs, mask=rows, other=0.0).to(tl.float32))  # [gate] (BLOCK_M, 1)
@@ -417,7 +420,7 @@ if HAS_TRITON:
         P^T = 0 for that: the causal mask gives it on the diagonal, and the non-causal pass sets it."""
         for start_m in range(lo, hi, BLOCK_M):
             m = start_m + offs_m
-            q = tl.load(q_ptrs + start_m * stride_qt, mask=m[:, None] < T, other=0.0)
+            q = tl.load(q_ptrs + tl.cast(start_m, tl.int64) * stride_qt, mask=m[:, None] < T, other=0.0)
             lse = tl.load(lse_ptr + m, mask=m < T, other=float("inf"))
             st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale2  # S^T (BLOCK_N, BLOCK_M)
             pt = tl.math.exp2(st - lse[None, :])
@@ -425,7 +428,7 @@ if HAS_TRITON:
                 pt = tl.where(m[None, :] >= offs_n[:, None], pt, 0.0)
             elif DQ_ATOMIC:  # keys past T score 0, not -inf: their P^T rows must be 0 here, or dQ gets 0 * inf
                 pt = tl.where(offs_n[:, None] < T, pt, 0.0)
-            do = tl.load(do_ptrs + start_m * stride_dot, mask=m[:, None] < T, other=0.0)
+            do = tl.load(do_ptrs + tl.cast(start_m, tl.int64) * stride_dot, mask=m[:, None] < T, other=0.0)
             dv = tl.dot(pt.to(do.dtype), do, dv, input_precision=PREC)
             delta = tl.load(delta_ptr + m, mask=m < T, other=0.0)
             dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
@@ -433,7 +436,7 @@ if HAS_TRITON:
             dk = tl.dot(dst, q, dk, input_precision=PREC)
             if DQ_ATOMIC:  # other key blocks' programs add to the same rows: atomics, no ordering needed
                 dq = tl.dot(tl.trans(dst), k, input_precision=PREC) * scale
-                tl.atomic_add(dq_ptrs + start_m * stride_dqt, dq, mask=m[:, None] < T, sem="relaxed")
+                tl.atomic_add(dq_ptrs + tl.cast(start_m, tl.int64) * stride_dqt, dq, mask=m[:, None] < T, sem="relaxed")
         return dk, dv
 
     @triton.jit
@@ -489,11 +492,11 @@ if HAS_TRITON:
         for start_n in range(lo, hi, BLOCK_N):
             n = start_n + offs_n
             if MASKED:
-                kt = tl.load(kt_ptrs + start_n * stride_kt, mask=n[None, :] < T, other=0.0)
-                vt = tl.load(vt_ptrs + start_n * stride_vt, mask=n[None, :] < T, other=0.0)
+                kt = tl.load(kt_ptrs + tl.cast(start_n, tl.int64) * stride_kt, mask=n[None, :] < T, other=0.0)
+                vt = tl.load(vt_ptrs + tl.cast(start_n, tl.int64) * stride_vt, mask=n[None, :] < T, other=0.0)
             else:
-                kt = tl.load(kt_ptrs + start_n * stride_kt)
-                vt = tl.load(vt_ptrs + start_n * stride_vt)
+                kt = tl.load(kt_ptrs + tl.cast(start_n, tl.int64) * stride_kt)
+                vt = tl.load(vt_ptrs + tl.cast(start_n, tl.int64) * stride_vt)
             p = tl.math.exp2(tl.dot(q, kt, input_precision=PREC) * scale2 - lse[:, None])
             if MASKED:
                 keep = n[None, :] < T

@@ -235,6 +235,36 @@ def test_inputs_with_a_head_dim_stride_other_than_one(backward, choose_backward)
 
 
 @needs_triton
+@pytest.mark.parametrize("gate,backward", [("elementwise", "recompute"), ("headwise", "atomic")])
+def test_offsets_of_2_to_the_31_elements_and_more(gate, backward, choose_backward, tmp_path):
+    """Inside one batch entry an element's offset passes 2^31 once T * H * D does (a 512k-token window with
+    H * D = 4096); computed in int32 it wraps, and the kernels read another row. Here q, k, v, the gate and dY have
+    rows 2^26 elements apart, so that row 32 starts 2^31 elements in, both within a tile and where a loop steps to a
+    block at 32 (interpreter blocks: 64 x 32): one buffer of 8 GiB of fp16 (on a CPU, the mapping of a sparse file,
+    of which only the rows written take memory or disk); a wrapped row reads its zeros."""
+    choose_backward(backward)
+    T, D, S, N = 33, 16, 2**26, 2**32 + 6 * 64
+    if CUDA:
+        buffer = torch.zeros(N, dtype=torch.float16, device=DEV)
+    else:
+        with open(tmp_path / "sparse.bin", "wb") as f:
+            f.truncate(2 * N)
+        buffer = torch.from_file(str(tmp_path / "sparse.bin"), shared=True, size=N, dtype=torch.float16)
+    gen = torch.Generator().manual_seed(13)
+
+    def rows_far_apart(i, last):  # the i-th tensor: (1, 1, T, last), its rows S apart, from element 2^31 + 64 i on
+        x = buffer[2**31 + 64 * i:].as_strided((1, 1, T, last), (0, 0, S, 1))
+        x.copy_(torch.randn(1, 1, T, last, generator=gen).half())
+        return x
+
+    q, k, v = (rows_far_apart(i, D).requires_grad_() for i in range(3))
+    g = rows_far_apart(3, D if gate == "elementwise" else 1).requires_grad_()
+    assert q.stride(2) == S and q.storage_offset() + 32 * S == 2**32  # row 32: 2^31 elements past q's first
+    assert_close_to_reference(q, k, v, g, rows_far_apart(4, D), causal=True, tol=1e-2)  # fp16's rounding: ~1e-3
+    del buffer, q, k, v, g
+
+
+@needs_triton
 def test_atomic_dq_in_half_precision_is_copied_back(choose_backward, monkeypatch):
     """fp16 inputs (which the interpreter runs; its bf16 is not usable): the atomic pass sums dQ in an fp32 buffer
     of its own, then copies it into dq's fp16 buffer, which starts as NaN here. It must match the recompute mode
