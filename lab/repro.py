@@ -599,8 +599,10 @@ def run_memory(settings, configs):
             "memory, and names a split of the batch that fits")
 
 
-def run_flops(settings):
-    """The training FLOPs of one run with these shared settings: the model's FLOPs per token times its tokens."""
+def run_flops(settings, variant):
+    """The training FLOPs of one run of `variant` with these shared settings: its model's FLOPs per token (the
+    variant's flags on the settings, as train_command passes them) times its tokens."""
+    settings = {**settings, **VARIANTS[variant].all_flags}
     names = {f.name for f in fields(GPTConfig)} - set(RUNTIME_FLAGS)  # the model, not how a run computed it
     with torch.device("meta"):
         model = GPT(GPTConfig(**{k: v for k, v in settings.items() if k in names}))
@@ -635,7 +637,8 @@ def seconds_per_run(root, keys, flops):
 
 
 def estimate(todo, root, keys, flops):
-    """A line saying how long the runs to do will take (seconds_per_run for each, K at a time; flops: run_flops)."""
+    """A line saying how long the runs to do will take (seconds_per_run for each, K at a time; flops: run_flops of the
+    largest of them, so that a study of several variants is not underestimated)."""
     waves = math.ceil(len(todo) / keys.parallel)
     per_run, how = seconds_per_run(root, keys, flops)
     if per_run is None:
@@ -666,8 +669,8 @@ def train(runs, root, keys, extra, settings):
                   "skipped")
         else:
             todo.append((v, seed))
-    start, flops = time.time(), run_flops(settings)  # every run of the study has the same settings
-    print(estimate(todo, root, keys, flops) if todo else "nothing to train", flush=True)
+    start, flops = time.time(), {v: run_flops(settings, v) for v in dict.fromkeys(v for v, _ in runs)}
+    print(estimate(todo, root, keys, max(flops[v] for v, _ in todo)) if todo else "nothing to train", flush=True)
     data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
     if todo and keys.parallel > 1:  # train.py would prepare it: once here, not by K runs side by side
         prepare_if_missing(settings.get("dataset", ""), data_dir)
@@ -677,7 +680,7 @@ def train(runs, root, keys, extra, settings):
         try:
             while todo or running:
                 while todo and len(running) < keys.parallel and broken is None and \
-                        fits_budget(start, root, keys, flops):
+                        fits_budget(start, root, keys, flops[todo[0][0]]):
                     v, seed = todo.pop(0)
                     launched += 1
                     proc, cmd, resumed = launch(v, seed, root, keys, extra)
@@ -686,7 +689,7 @@ def train(runs, root, keys, extra, settings):
                     break
                 proc = wait_for_one(running)
                 v, seed, cmd, resumed, t0 = running.pop(proc)
-                seconds = record_run(root, keys, flops, proc, v, seed, cmd, resumed, t0)
+                seconds = record_run(root, keys, flops[v], proc, v, seed, cmd, resumed, t0)
                 print(f"=== {v} seed {seed}: exit code {proc.returncode} after {seconds:.0f} s", flush=True)
                 # a diverged run exits non-zero but is itself a result (the stability sweep): it is no failure
                 if proc.returncode not in (0, DIVERGED_EXIT):
@@ -701,14 +704,14 @@ def train(runs, root, keys, extra, settings):
         except KeyboardInterrupt:  # Ctrl-C: the runs stop as train.py stops on it, their files whole, and are recorded
             stop_tools(list(running))
             for proc, (v, seed, cmd, resumed, t0) in running.items():
-                record_run(root, keys, flops, proc, v, seed, cmd, resumed, t0)
+                record_run(root, keys, flops[v], proc, v, seed, cmd, resumed, t0)
             stopped = ", ".join(f"{v} seed {seed}" for v, seed, *_ in running.values())
             print(f"interrupted (Ctrl-C){f'; stopped {stopped}' if stopped else ''}: the same command continues "
                   "the study (the finished runs are skipped, a run with a checkpoint resumes, the others start again)",
                   file=sys.stderr, flush=True)
             raise SystemExit(130)
     if todo and not launched:  # the budget admits no run: nothing new to evaluate or report, and the time is lost
-        per_run, how = seconds_per_run(root, keys, flops)
+        per_run, how = seconds_per_run(root, keys, flops[todo[0][0]])
         fail(f"the budget of {keys.budget_min:g} min admits none of the {len(todo)} runs to train: one takes about "
              f"{per_run / 60:.1f} min, by {how}; give --budget_min={math.ceil(per_run / 60)} or more (0: no limit)")
     if todo and broken is None:  # not a failure: what the budget holds is done, and the report can follow

@@ -1560,7 +1560,12 @@ def test_the_time_estimate(tmp_path, monkeypatch):
     keys = repro.Keys(parallel=2)
     settings = repro.study_settings(keys, [])
     todo = [("baseline", 1337)] * 5  # three rounds of two
-    flops = repro.run_flops(settings)
+    flops = repro.run_flops(settings, "baseline")
+    # each variant's own model: G1 elementwise adds its gate's matmul (c_attn C wider), 6 C^2 FLOPs a token and layer
+    tokens = settings["max_iters"] * settings["batch_size"] * settings["gradient_accumulation_steps"] * \
+        settings["block_size"]
+    assert repro.run_flops(settings, "g1_elementwise") - flops == \
+        pytest.approx(6 * settings["n_layer"] * settings["n_embd"] ** 2 * tokens)
     with open(tmp_path / "commands.jsonl", "w") as f:
         # a run of half the FLOPs in 160 s is as fast as a whole one in 320 s; a record without FLOPs (an older
         # commands.jsonl), runs resumed or timed at another --parallel, and runs on another device do not count
@@ -1595,7 +1600,8 @@ def test_the_time_estimate(tmp_path, monkeypatch):
     line = repro.estimate(todo, str(tmp_path), alone, flops)
     assert "FLOPs at 22% of the GPU's peak, 1 run(s) side by side" in line
     assert float(re.search(r"rounds of ~([\d.]+) min", line).group(1)) == pytest.approx(minutes / 2, abs=0.1)
-    sink = repro.run_flops(repro.study_settings(dataclasses.replace(keys, config="config/repro_sink.py"), []))
+    sink = repro.run_flops(repro.study_settings(dataclasses.replace(keys, config="config/repro_sink.py"), []),
+                           "baseline")
     assert sink == pytest.approx(2 * flops)  # twice the tokens of the same model
     assert repro.fits_budget(time.time(), str(tmp_path), dataclasses.replace(alone, budget_min=10), sink)
     monkeypatch.setattr(repro, "this_device", lambda: "NVIDIA H200")
@@ -1665,16 +1671,21 @@ def test_a_budget_starts_only_the_runs_that_end_within_it(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert "the budget of 25 min leaves 2 runs untrained: baseline seed 1338, g1_elementwise seed 1338" in out
     assert "the same command trains them later" in out
-    assert [(c["seconds"], c["device"]) for c in repro.read_jsonl(os.path.join(root, "commands.jsonl"))] == \
-        [(600, repro.this_device())] * 2  # each run's time with the device it was timed on
+    flops = {v: repro.run_flops(settings, v) for v in ("baseline", "g1_elementwise")}
+    assert flops["g1_elementwise"] > flops["baseline"]  # the gate's matmul
+    assert [(c["seconds"], c["device"], c["flops"]) for c in repro.read_jsonl(os.path.join(root, "commands.jsonl"))] \
+        == [(600, repro.this_device(), flops[v]) for v, _ in runs[:2]]  # each run's time, device and own FLOPs
     # a budget shorter than one run, as timed: nothing starts, and train stops with one line (exit status 1, so that
     # study.sh neither evaluates nor reports) saying how long a run takes and what budget would admit one
     launched.clear()
     with pytest.raises(SystemExit) as e:
         repro.train(runs[2:], root, repro.Keys(budget_min=9), [], settings)
+    # (the next run a baseline: 600 s times its FLOPs at the median of the two runs' speeds, G1's a little faster per
+    # FLOP here, its model 4% larger in the same 600 s)
+    per_run = 600 * flops["baseline"] * np.median([1 / f for f in flops.values()])
     assert launched == [] and str(e.value.code) == "error: the budget of 9 min admits none of the 2 runs to train: " \
-        f"one takes about 10.0 min, by the median speed of 2 earlier runs on {repro.this_device()}; give " \
-        "--budget_min=10 or more (0: no limit)"
+        f"one takes about {per_run / 60:.1f} min, by the median speed of 2 earlier runs on {repro.this_device()}; " \
+        "give --budget_min=10 or more (0: no limit)"
     assert "untrained" not in capsys.readouterr().out
     # no budget: every run starts
     repro.train(runs[2:], root, repro.Keys(), [], settings)
