@@ -515,7 +515,7 @@ def claims_section(claims):
             seeds += " (left out, measured by an older probe: " + \
                 ", ".join(f"{n} of {x}" for x, n in c["left_out"].items() if n) + ")"
         theirs, source = ("–", "–") if fixed else paper_text(c["reference"], c["variant"],
-                                                             paper_numbers(c["measure"]))
+                                                             paper_numbers(c["measure"]), comparison(c["measure"]))
         estimate = fmt_difference(c, comparison(c["measure"]))
         lines.append(f"| {c['claim']} | {measure.label} | {ours} | {estimate} | {seeds} | **{c['verdict']}** | "
                      f"{c['pointing']} | {c['size'] or '–'} | {theirs} | {source} |")
@@ -906,9 +906,10 @@ def token_decoder(data_dir, vocab_size=None):
     return decode
 
 
-def paper_text(ref, variant, numbers):
+def paper_text(ref, variant, numbers, kind):
     """The papers' reference → variant and source for a claim, from the first paper that gives both numbers
-    (numbers: a measure's paper_numbers)."""
+    (numbers: a measure's paper_numbers), its change on the scale the size word compares (kind: the measure's
+    comparison, "diff" or "ratio"; GA's perplexities by their ratio, whose log is a loss difference)."""
     pair = paper_pair(ref, variant, numbers)
     if not pair:
         row = VARIANTS[variant].ga or VARIANTS[variant].gn
@@ -916,7 +917,12 @@ def paper_text(ref, variant, numbers):
             return row.note, f"{row.paper} {row.table}"
         return "–", "–"
     x, y, key, name, spec, source = pair
-    change = f"×{y / x:.3f}" if key == "ppl" else f"{y - x:+.3f} nats" if key == "loss" else f"×{y / x:.2f}"
+    if key == "ppl":
+        change = f"×{y / x:.3f}"
+    elif kind == "diff":  # a loss in nats, a gate score
+        change = f"{y - x:+.3f}" + " nats" * (key == "loss")
+    else:
+        change = f"×{y / x:.2f}"
     return f"{name} {x:{spec}} → {y:{spec}} ({change})", source
 
 

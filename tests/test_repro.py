@@ -944,9 +944,15 @@ def test_what_the_sink_is_made_of_is_read_at_each_runs_sink_layer():
 
 
 def test_the_papers_numbers_come_from_a_paper_that_gives_both_rows():
-    """A claim whose rows sit in two tables names both; a side the paper gives no number for has none to compare."""
-    assert report.paper_text("g1_elementwise", "g5", report.paper_numbers("val_loss")) == \
+    """A claim whose rows sit in two tables names both; a side the paper gives no number for has none to compare. The
+    paper's change is on the scale its size word is compared on: GA's perplexities by their ratio, a gate score (a
+    difference measure) by its difference, not a ratio the size word never looked at."""
+    assert report.paper_text("g1_elementwise", "g5", report.paper_numbers("val_loss"), "diff") == \
         ("GA PPL 5.761 → 6.017 (×1.044)", "GA Table 4 → Table 1")
+    assert report.paper_text("g2_elementwise", "g1_elementwise", report.paper_numbers("gate_mean"), "diff") == \
+        ("GA gate mean 0.221 → 0.116 (-0.105)", "GA Table 4")
+    assert report.paper_effect("g2_elementwise", "g1_elementwise", report.MEASURE["gate_mean"]) == \
+        pytest.approx(0.116 - 0.221)
     assert report.paper_pair("g1_elementwise_matched", "baseline", report.paper_numbers("val_loss")) is None
 
 
