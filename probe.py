@@ -235,7 +235,9 @@ def previous_token_attention(q, k, chunk=128, scale=None):
 def trigger_positions(idx, triggers):
     """(B, T) bool for token ids idx (B, T): where the Bigram-Backcopy task's copy rule applies, from position 2 on
     (position 0 holds BOS, and position 1's previous symbol was cut off by the window): a trigger token that does
-    not follow another trigger."""
+    not follow another trigger. Windows without BOS (bos=False) leave position 1 out too, though its previous symbol
+    is there: one rule for every run (their kept measurements were taken by it), a copy at position 1 counted with
+    the other positions."""
     is_trigger = torch.isin(idx, torch.as_tensor(list(triggers), dtype=idx.dtype, device=idx.device))
     where = torch.zeros_like(is_trigger)
     where[:, 2:] = is_trigger[:, 2:] & ~is_trigger[:, 1:-1]
