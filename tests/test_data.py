@@ -549,11 +549,31 @@ def test_a_fineweb_download_that_fails_leaves_a_complete_dataset_usable(tmp_path
     monkeypatch.setattr(fineweb, "fetch", fake_hub())  # the network is back: the same command finishes it
     fineweb.main(["--shards", "3", "--out_dir", str(tmp_path)])
     assert read_meta(tmp_path)["train_shards"] == [f"fineweb_train_00000{i}.bin" for i in (1, 2, 3)]
-    # nothing left to fetch, so no start_preparation: the temporary file of a killed meta.json write goes all the same
+    # nothing left to fetch: the temporary file of a killed meta.json write goes all the same
     (tmp_path / ".meta.json.a1b2.tmp").write_text("{")
     monkeypatch.setattr(fineweb, "fetch", fake_hub(fail_after=0))
     fineweb.main(["--shards", "3", "--out_dir", str(tmp_path)])
     assert not (tmp_path / ".meta.json.a1b2.tmp").exists() and read_meta(tmp_path)["complete"] is True
+
+
+def test_fineweb_meta_names_the_command_that_made_it_even_where_nothing_was_fetched(tmp_path, monkeypatch):
+    """meta.json's command is the one that made the folder as it is (a checkpoint keeps it, and a run whose data
+    changed is told it): --shards 2 after the third shard of a --shards 3 was deleted, as the refusal says, names
+    --shards 2, not the command before; shards copied in by hand get the command that checked them."""
+    fineweb = load_script("fineweb")
+    monkeypatch.setattr(fineweb, "fetch", fake_hub())
+    fineweb.main(["--shards", "3", "--out_dir", str(tmp_path / "a")])
+    os.remove(tmp_path / "a" / "fineweb_train_000003.bin")
+    monkeypatch.setattr(fineweb, "fetch", lambda name, folder: pytest.fail(f"fetched {name}: it is there"))
+    fineweb.main(["--shards", "2", "--out_dir", str(tmp_path / "a")])
+    meta = read_meta(tmp_path / "a")
+    assert meta["train_shards"] == ["fineweb_train_000001.bin", "fineweb_train_000002.bin"]
+    assert meta["prepare"].endswith(f"prepare.py --shards 2 --out_dir {tmp_path / 'a'}"), meta["prepare"]
+    (tmp_path / "b").mkdir()
+    for i, name in enumerate(fineweb.shard_names(1)):  # copied in by hand, as a machine without the network does
+        hand_written_shard(tmp_path / "b" / name, np.arange(100 + i))
+    fineweb.main(["--shards", "1", "--out_dir", str(tmp_path / "b")])
+    assert read_meta(tmp_path / "b")["prepare"].endswith(f"prepare.py --shards 1 --out_dir {tmp_path / 'b'}")
 
 
 def test_a_fineweb_shard_that_arrived_but_did_not_move_in_leaves_the_folder_as_it_was(tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from data import path_arg, run_preparation  # noqa: E402
 from data.shards import (SHARD_NAME, check_prepare_folder, prepare_command, read_header,  # noqa: E402
-                         remove_dataset, repo_folder_files, start_preparation, write_meta)
+                         repo_folder_files, start_preparation, write_meta)
 
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ID = "kjj0/fineweb10B-gpt2"
@@ -112,10 +112,13 @@ def prepare(out_dir, shards):
         raise ValueError(f"{out_dir} holds {len(extra)} shard(s) beyond the {shards} train shard(s) asked for "
                          f"({extra[0]}{' ...' if len(extra) > 1 else ''}), which training would read too: delete them, "
                          f"or give this --shards a folder of its own (--out_dir)")
-    download(names, out_dir, prepare_command(out_dir, "fineweb", options=f" --shards {shards}"))
+    command = prepare_command(out_dir, "fineweb", options=f" --shards {shards}")
+    download(names, out_dir, command)
     for name in names:
         read_header(os.path.join(out_dir, name))  # a ValueError (or OSError) is run_preparation's one line
-    remove_dataset(out_dir, "fineweb", keep_shards=True)  # a killed run's temporary files, where nothing was fetched
+    # this command is the one meta.json names, even where nothing was fetched (shards copied in, or fewer than an
+    # earlier command's); and a killed run's temporary files go
+    start_preparation(out_dir, "fineweb", command, keep_shards=True)
     meta = write_meta(out_dir, "fineweb", source=f"huggingface.co/datasets/{REPO_ID}")
     print(f"{meta['train_tokens']:,} train and {meta['val_tokens']:,} val tokens in {out_dir}")
 
