@@ -316,10 +316,12 @@ if HAS_TRITON:
         visible, so they skip the mask (most of the work for long T)."""
         for start_n in range(lo, hi, BLOCK_N):
             n = start_n + offs_n
+            kt_blk = kt_ptrs + tl.cast(start_n, tl.int64) * stride_kt  # int64, as _tile's offsets
+            v_blk = v_ptrs + tl.cast(start_n, tl.int64) * stride_vt
             if MASKED:
-                kt = tl.load(kt_ptrs + tl.cast(start_n, tl.int64) * stride_kt, mask=n[None, :] < T, other=0.0)
+                kt = tl.load(kt_blk, mask=n[None, :] < T, other=0.0)
             else:
-                kt = tl.load(kt_ptrs + tl.cast(start_n, tl.int64) * stride_kt)
+                kt = tl.load(kt_blk)
             qk = tl.dot(q, kt, input_precision=PREC)  # (BLOCK_M, BLOCK_N), fp32 accumulator
             if MASKED:
                 keep = n[None, :] < T
@@ -331,9 +333,9 @@ if HAS_TRITON:
             alpha = tl.math.exp2(m_i - m_new)  # rescales what was accumulated under the old row max
             l_i = l_i * alpha + tl.sum(p, 1)
             if MASKED:
-                v = tl.load(v_ptrs + tl.cast(start_n, tl.int64) * stride_vt, mask=n[:, None] < T, other=0.0)
+                v = tl.load(v_blk, mask=n[:, None] < T, other=0.0)
             else:
-                v = tl.load(v_ptrs + tl.cast(start_n, tl.int64) * stride_vt)
+                v = tl.load(v_blk)
             # acc = alpha * acc + P V (FlashAttention-2's diag(alpha) O + P V: tl.dot adds into its third argument);
             # P in v's dtype for the dot (bf16/fp16 operands, fp32 accumulator), while l_i summed it in fp32
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PREC)
@@ -420,7 +422,8 @@ if HAS_TRITON:
         P^T = 0 for that: the causal mask gives it on the diagonal, and the non-causal pass sets it."""
         for start_m in range(lo, hi, BLOCK_M):
             m = start_m + offs_m
-            q = tl.load(q_ptrs + tl.cast(start_m, tl.int64) * stride_qt, mask=m[:, None] < T, other=0.0)
+            row = tl.cast(start_m, tl.int64)  # int64 offsets, as _tile's
+            q = tl.load(q_ptrs + row * stride_qt, mask=m[:, None] < T, other=0.0)
             lse = tl.load(lse_ptr + m, mask=m < T, other=float("inf"))
             st = tl.dot(k, tl.trans(q), input_precision=PREC) * scale2  # S^T (BLOCK_N, BLOCK_M)
             pt = tl.math.exp2(st - lse[None, :])
@@ -428,7 +431,7 @@ if HAS_TRITON:
                 pt = tl.where(m[None, :] >= offs_n[:, None], pt, 0.0)
             elif DQ_ATOMIC:  # keys past T score 0, not -inf: their P^T rows must be 0 here, or dQ gets 0 * inf
                 pt = tl.where(offs_n[:, None] < T, pt, 0.0)
-            do = tl.load(do_ptrs + tl.cast(start_m, tl.int64) * stride_dot, mask=m[:, None] < T, other=0.0)
+            do = tl.load(do_ptrs + row * stride_dot, mask=m[:, None] < T, other=0.0)
             dv = tl.dot(pt.to(do.dtype), do, dv, input_precision=PREC)
             delta = tl.load(delta_ptr + m, mask=m < T, other=0.0)
             dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
@@ -436,7 +439,7 @@ if HAS_TRITON:
             dk = tl.dot(dst, q, dk, input_precision=PREC)
             if DQ_ATOMIC:  # other key blocks' programs add to the same rows: atomics, no ordering needed
                 dq = tl.dot(tl.trans(dst), k, input_precision=PREC) * scale
-                tl.atomic_add(dq_ptrs + tl.cast(start_m, tl.int64) * stride_dqt, dq, mask=m[:, None] < T, sem="relaxed")
+                tl.atomic_add(dq_ptrs + row * stride_dqt, dq, mask=m[:, None] < T, sem="relaxed")
         return dk, dv
 
     @triton.jit
@@ -491,12 +494,14 @@ if HAS_TRITON:
                   scale2, MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
         for start_n in range(lo, hi, BLOCK_N):
             n = start_n + offs_n
+            kt_blk = kt_ptrs + tl.cast(start_n, tl.int64) * stride_kt  # int64, as _tile's offsets
+            vt_blk = vt_ptrs + tl.cast(start_n, tl.int64) * stride_vt
             if MASKED:
-                kt = tl.load(kt_ptrs + tl.cast(start_n, tl.int64) * stride_kt, mask=n[None, :] < T, other=0.0)
-                vt = tl.load(vt_ptrs + tl.cast(start_n, tl.int64) * stride_vt, mask=n[None, :] < T, other=0.0)
+                kt = tl.load(kt_blk, mask=n[None, :] < T, other=0.0)
+                vt = tl.load(vt_blk, mask=n[None, :] < T, other=0.0)
             else:
-                kt = tl.load(kt_ptrs + tl.cast(start_n, tl.int64) * stride_kt)
-                vt = tl.load(vt_ptrs + tl.cast(start_n, tl.int64) * stride_vt)
+                kt = tl.load(kt_blk)
+                vt = tl.load(vt_blk)
             p = tl.math.exp2(tl.dot(q, kt, input_precision=PREC) * scale2 - lse[:, None])
             if MASKED:
                 keep = n[None, :] < T

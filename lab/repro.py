@@ -669,7 +669,7 @@ def train(runs, root, keys, extra, settings):
                   "skipped")
         else:
             todo.append((v, seed))
-    start, flops = time.time(), {v: run_flops(settings, v) for v in dict.fromkeys(v for v, _ in runs)}
+    start, flops = time.time(), {v: run_flops(settings, v) for v in dict.fromkeys(v for v, _ in todo)}
     print(estimate(todo, root, keys, max(flops[v] for v, _ in todo)) if todo else "nothing to train", flush=True)
     data_dir = dataset_dir(settings.get("dataset", ""), settings.get("data_dir", ""))
     if todo and keys.parallel > 1:  # train.py would prepare it: once here, not by K runs side by side
