@@ -5,13 +5,13 @@ Train a gated-attention GPT:
     torchrun --standalone --nproc_per_node=8 train.py config/train_fineweb.py     # several GPUs
 
 With no arguments it trains a small G1-gated model (4 layers, 128 wide) on the Python standard library's own source
-for a minute or two on a laptop CPU, preparing data/pystdlib on first use, and prints what it measured; config/ holds
-the GPU runs. `python train.py --help` lists every key (TrainConfig: model.GPTConfig's flags and the run's). It writes
-out_dir/log.jsonl (a record per eval), ckpt.pt (the state at the last eval) and best.pt (the lowest validation loss;
-a worse or diverged state never replaces it; a diverged run exits with status 3, cli.DIVERGED_EXIT); --init_from=resume
-continues from ckpt.pt as the run would have. Every guard on the folder (one train.py at a time, nothing changed
-before the first eval, no run overwritten without --overwrite=True, the Ctrl-C line, a step too big for memory
-refused) is runfolder.py's.
+for two to two and a half minutes on a 2-core CPU (docs/timings.md), preparing data/pystdlib on first use, and prints
+what it measured; config/ holds the GPU runs. `python train.py --help` lists every key (TrainConfig:
+model.GPTConfig's flags and the run's). It writes out_dir/log.jsonl (a record per eval), ckpt.pt (the state at the
+last eval) and best.pt (the lowest validation loss; a worse or diverged state never replaces it; a diverged run exits
+with status 3, cli.DIVERGED_EXIT); --init_from=resume continues from ckpt.pt as the run would have. Every guard on
+the folder (one train.py at a time, nothing changed before the first eval, no run overwritten without
+--overwrite=True, the Ctrl-C line, a step too big for memory refused) is runfolder.py's.
 
 Read top to bottom: the keys -> main (config, then the Trainer: __init__ builds the model, data and optimizer, run is
 the loop) -> build_model, build_optimizer -> the loop's steps (train_step, check_health, evaluate, log_and_save,

@@ -106,6 +106,7 @@ def test_the_main_jobs_times_are_time_readmes_pages():
     spoken = {2.0: "two", 2.5: "two and a half"}
     says("README.md", f"it takes about {spoken[halves['bf16']]} minutes where the CPU computes bf16 and "
                       f"{spoken[halves['no_bf16']]} where it does not")
+    says("train.py", f"for {spoken[halves['bf16']]} to {spoken[halves['no_bf16']]} minutes on a 2-core CPU")
     commands = [round(sum(v for k, v in readme_page(n).items() if k != "done") / 60)
                 for names in XEON.values() for n in names]
     assert len(set(commands)) == 1
