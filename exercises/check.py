@@ -1353,9 +1353,9 @@ def expect_trained_runs(number, where):
                     f"the baseline needs --gate=none, the G1 run the default gate (g1). Train them again:\n{again}")
     if base["iter_num"] != g1["iter_num"]:
         short = "baseline" if (base["iter_num"] or 0) < (g1["iter_num"] or 0) else "g1"
-        raise Wrong(f"the runs stopped at different steps (baseline {base['iter_num']}, g1 {g1['iter_num']}): was the "
-                    f"{short} run interrupted? Train it again:\n          {train_command(number, short)} "
-                    f"--overwrite=True")
+        raise Wrong(f"the runs stopped at different steps (baseline {base['iter_num']}, g1 {g1['iter_num']}): is the "
+                    f"{short} run still training? Wait for its 'done:' line and check again. If it was interrupted, "
+                    f"train it again:\n          {train_command(number, short)} --overwrite=True")
     differ = sorted(k for k in set(base) | set(g1) if k not in NOT_COMPARED and base.get(k) != g1.get(k))
     if differ:
         listed = ", ".join(f"{k} (baseline {base.get(k)!r}, g1 {g1.get(k)!r})" for k in differ[:4])

@@ -1387,7 +1387,8 @@ def test_each_graded_run_draws_its_own_seed_and_the_result_records_it(monkeypatc
 @pytest.mark.parametrize("change, said", [
     ({"baseline": {"gate": "g1"}}, "the baseline needs --gate=none"),
     ({"baseline": {"gate": "g1"}, "g1": {"gate": "none"}}, "the folders look swapped"),
-    ({"g1": {"iter_num": -1}}, "the runs stopped at different steps"),
+    ({"g1": {"iter_num": -1}}, "stopped at different steps (baseline 40, g1 39): is the g1 run still training? "
+                               "Wait for its 'done:' line"),
     ({"baseline": {"learning_rate": 0.3}}, "differ in more than the gate: learning_rate"),
     ({"baseline": {"dataset": "pystdlib"}, "g1": {"dataset": "pystdlib"}}, "this exercise measures the sink lab's task"),
 ], ids=["baseline-gated", "swapped", "steps", "learning-rate", "dataset"])
