@@ -317,7 +317,6 @@ if HAS_TRITON:
         for start_n in range(lo, hi, BLOCK_N):
             n = start_n + offs_n
             kt_blk = kt_ptrs + tl.cast(start_n, tl.int64) * stride_kt  # int64, as _tile's offsets
-            v_blk = v_ptrs + tl.cast(start_n, tl.int64) * stride_vt
             if MASKED:
                 kt = tl.load(kt_blk, mask=n[None, :] < T, other=0.0)
             else:
@@ -332,6 +331,7 @@ if HAS_TRITON:
             p = tl.math.exp2(qk * scale2 - m_new[:, None])  # one FMA per score
             alpha = tl.math.exp2(m_i - m_new)  # rescales what was accumulated under the old row max
             l_i = l_i * alpha + tl.sum(p, 1)
+            v_blk = v_ptrs + tl.cast(start_n, tl.int64) * stride_vt  # at its load: not held over the softmax
             if MASKED:
                 v = tl.load(v_blk, mask=n[:, None] < T, other=0.0)
             else:

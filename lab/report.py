@@ -920,7 +920,7 @@ def paper_text(ref, variant, numbers, kind):
     if key == "ppl":
         change = f"×{y / x:.3f}"
     elif kind == "diff":  # a loss in nats, a gate score
-        change = f"{y - x:+.3f}" + " nats" * (key == "loss")
+        change = f"{y - x:+.3f} nats" if key == "loss" else f"{y - x:+.3f}"
     else:
         change = f"×{y / x:.2f}"
     return f"{name} {x:{spec}} → {y:{spec}} ({change})", source
