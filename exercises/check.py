@@ -1017,18 +1017,21 @@ class ChildProcess:
     each within the time left (self.deadline, time.monotonic()); the child stopped, with everything it started,
     when it is too late, when it takes too much memory, and at the end."""
 
-    def __init__(self, exercise_dir, path, stack_file, watchdog=None):
+    def __init__(self, exercise_dir, path, stack_file, watchdog=None, zygote=None):
         self.path, self.stack_file, self.deadline, self.proc, self.watchdog = path, stack_file, None, None, watchdog
         self.grace = GRACE  # seconds past the deadline before a request that ignores it (stuck in C code) is killed
-        self.kept = set(_children(os.getpid()))  # this process's own children (a watchdog): never the student's
+        self.kept = set(_children(os.getpid()))  # this process's own children (a watchdog, the zygote): never the
+        #                                           student's
         self.subreaper = _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of the student's processes become ours to end
         self.memory = memory_limit()
         env = without_key()
         apart = {"start_new_session": True} if os.name == "posix" else \
             {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
-        self.proc = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, HERE, exercise_dir, path, stack_file],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                     **apart)
+        self.proc = zygote.fork(exercise_dir, path, stack_file) if zygote is not None and self.subreaper else None
+        if self.proc is None:
+            self.proc = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, HERE, exercise_dir, path, stack_file],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         env=env, **apart)
         self.synced, self.marks_lost = threading.Semaphore(0), False  # a release per mark of the child's output
         self.printed = threading.Thread(target=_forward_output, args=(self.proc.stderr, self.synced), daemon=True)
         self.printed.start()
@@ -1241,13 +1244,162 @@ def _watchdog():
         return None
 
 
-def run_isolated(exercise_dir, path, out=print, time_limit=None, exercise_limit=None, checks=None, why=None):
+# The zygote: a process that imported torch and this file once, before any student's code ran, and forks each
+# exercise's child from itself. A fresh Python for every child costs seconds (importing torch), a fork milliseconds:
+# grading every exercise of a student is the imports of two processes, not of twelve. Linux only: the child must end
+# up this process's own child, as a fresh one is (its memory watched, its exit status waited for, its processes
+# ended), so the zygote forks twice and the child, orphaned, is adopted by this process, a subreaper while it checks.
+ZYGOTE_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); import check; check.zygote(int(sys.argv[2]))"
+
+
+class Zygote:
+    def __init__(self):
+        import socket
+        self.sock, theirs = socket.socketpair(type=socket.SOCK_SEQPACKET)  # a message each, never split
+        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE_MAIN, HERE, str(theirs.fileno())],
+                                     pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True, env=without_key())
+        theirs.close()
+
+    def fork(self, *args):
+        """A Forked child serving args (serve's), this process's own child; None if the zygote cannot make one (it
+        failed, or a student's process stopped it): the caller starts a fresh Python instead."""
+        import json
+        import socket
+        if self.proc is None:
+            return None
+        pipes = [os.pipe() for _ in range(3)]  # the child's stdin, stdout and stderr
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
+        try:
+            os.kill(self.proc.pid, signal.SIGCONT)  # (a student's code may have stopped it)
+            self.sock.settimeout(STARTUP_LIMIT)  # the first one waits for torch's import
+            socket.send_fds(self.sock, [json.dumps([os.getpid(), *args]).encode()], theirs)
+            pid = int(self.sock.recv(32) or 0)
+        except (OSError, ValueError):
+            pid = 0
+        for fd in theirs:
+            os.close(fd)
+        if not pid:
+            for fd in (pipes[0][1], pipes[1][0], pipes[2][0]):
+                os.close(fd)
+            self.close()
+            return None
+        return Forked(pid, os.fdopen(pipes[0][1], "wb"), os.fdopen(pipes[1][0], "rb"), os.fdopen(pipes[2][0], "rb"))
+
+    def close(self):
+        if self.proc is not None:
+            self.sock.close()
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+def start_zygote():
+    """A Zygote where a fork can make the child this process's own (Linux), else None."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork") or not _prctl(PR_SET_CHILD_SUBREAPER, 1):
+        return None
+    _prctl(PR_SET_CHILD_SUBREAPER, 0)  # (set while a child is checked: ChildProcess)
+    try:
+        return Zygote()
+    except (OSError, AttributeError):  # AttributeError: a Python without socket.send_fds
+        return None
+
+
+class Forked:
+    """What ChildProcess uses of a subprocess.Popen, for a forked child that this process adopted."""
+
+    def __init__(self, pid, stdin, stdout, stderr):
+        self.pid, self.stdin, self.stdout, self.stderr, self.returncode = pid, stdin, stdout, stderr, None
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # waited for elsewhere
+                pid, status = self.pid, 9  # (SIGKILL's status)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            time.sleep(0.005)
+        return self.returncode
+
+    def kill(self):
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def zygote(fd):
+    """The zygote's whole life: import torch, then fork a child for each request until the checker closes the link.
+    No other process of the user may read or write its memory (it is what every later child starts from)."""
+    import json
+    import socket
+    _die_with_parent()
+    _prctl(PR_SET_DUMPABLE, 0)
+    load_torch()
+    sock = socket.socket(fileno=fd)
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
+        except OSError:
+            return
+        if not data:
+            return
+        if len(fds) != 3:
+            sock.sendall(b"0")
+            continue
+        checker, *args = json.loads(data)
+        told, tell = os.pipe()
+        middle = os.fork()
+        if middle == 0:
+            sock.close()
+            os.close(told)
+            child = os.fork()
+            if child:  # the middle process: it ends at once, so that the checker adopts the child
+                os.write(tell, str(child).encode())
+                os._exit(0)
+            os.close(tell)
+            while os.getppid() != checker:  # adopted: the checker is its parent, as if it had started it
+                if os.getppid() == 1:
+                    os._exit(1)
+                time.sleep(0.001)
+            os.setsid()
+            for i, fd in enumerate(fds):
+                os.dup2(fd, i)
+            os.closerange(3, 1 << 16)  # the zygote's descriptors, as a fresh process has none of them
+            _prctl(PR_SET_DUMPABLE, 1)  # as a fresh process is: the checker reads its memory use in /proc
+            for name in ("random", "numpy.random"):  # seeded afresh, as in a fresh process, not as in every fork
+                if name in sys.modules:
+                    sys.modules[name].seed()
+            sys.argv = ["-c", HERE, *args]
+            serve(*args)
+            sys.exit(0)
+        os.close(tell)
+        for fd in fds:
+            os.close(fd)
+        os.waitpid(middle, 0)
+        pid = os.read(told, 32)
+        os.close(told)
+        sock.sendall(pid or b"0")
+
+
+def run_isolated(exercise_dir, path, out=print, time_limit=None, exercise_limit=None, checks=None, why=None,
+                 zygote=None):
     """run(), with the student's file imported only by a child process: its answers are data that the checks here
     judge, each request of a check within the check's time limit, the whole exercise within exercise_limit (seconds,
     default exercise_time_limit_of; none when time_limit is 0). Nothing the code does -- sys.exit(), os._exit(), a
     crash, printing "8/8 checks passed", reaching into this process's objects, which it cannot see -- makes a check
     pass; when the run ends, the child and every process it started are ended before this returns. checks: the
-    exercise's checks, if already loaded (checks_of); why: as _run_checks'."""
+    exercise's checks, if already loaded (checks_of); why: as _run_checks'; zygote: the Zygote to fork the child
+    from (None: a fresh Python)."""
     checks = checks_of(exercise_dir) if checks is None else checks  # before the student's code runs
     load_references()
     time_limit = time_limit_of(exercise_dir) if time_limit is None else time_limit
@@ -1256,7 +1408,7 @@ def run_isolated(exercise_dir, path, out=print, time_limit=None, exercise_limit=
     end = time.monotonic() + exercise_limit if exercise_limit else None
     watchdog = _watchdog()
     with tempfile.TemporaryDirectory() as tmp:
-        link = ChildProcess(exercise_dir, path, os.path.join(tmp, "stacks.txt"), watchdog)
+        link = ChildProcess(exercise_dir, path, os.path.join(tmp, "stacks.txt"), watchdog, zygote)
         link.grace = min(GRACE, time_limit) if time_limit else GRACE
 
         def step(name, index, total):
@@ -1641,10 +1793,11 @@ def verify_result(path, key=None):
     return problems + (changed_starters(result) if result is not None else [])
 
 
-def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, student=None):
-    """Run every exercise in exercise_dirs on its starter.py, one child process each (run_isolated), print each one's
-    failures and summary, then a score table; write the JSON result, for `student` (None: not given), to
-    result_path. Returns the exit status: 0 only when every exercise passed."""
+def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, student=None, zygote=None):
+    """Run every exercise in exercise_dirs on its starter.py, one child process each (run_isolated; forked from
+    zygote, if given, which is ended before the result is written), print each one's failures and summary, then a
+    score table; write the JSON result, for `student` (None: not given), to result_path. Returns the exit status: 0
+    only when every exercise passed."""
     result_path = os.path.abspath(result_path)  # where the command was given, whatever the checks do
     key = os.environ.pop(SIGNING_KEY_VAR, None) or None  # from here on, in this process's memory alone: no process
     #                                                      it starts (the student's, git, a compiler) inherits it
@@ -1681,7 +1834,7 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
         why = []  # what stopped it, in the result file for the gradebook (reason_of)
         try:
             result = run_isolated(exercise_dir, starter, out=compact, time_limit=time_limit,
-                                  checks=loaded[exercise_dir], why=why)
+                                  checks=loaded[exercise_dir], why=why, zygote=zygote)
         except Exception as e:  # the checker's own trouble (cannot start a process...): this exercise only
             out(f"  the checker failed: {type(e).__name__}: {e}")
             result, why = (0, 0, "error", None), [reason_of(f"the checker failed: {type(e).__name__}: {e}")]
@@ -1699,6 +1852,8 @@ def grade(exercise_dirs, result_path=RESULT_FILE, time_limit=None, out=print, st
                                    checks[exercise_dir], why[0] if why else None))
         if changed:
             break
+    if zygote is not None:
+        zygote.close()
     out("")
     for line in score_table(entries):
         out(line)
@@ -1869,6 +2024,16 @@ def main(argv=None):
     path = None if grading else path or os.path.join(dirs[0], "starter.py")
     if path is not None and not os.path.isfile(path):
         raise SystemExit(f"error: no file {path}")
+    zygote = start_zygote()  # first: it imports torch while this process does
+    try:
+        return check_or_grade(dirs, path, grading, result_path, time_limit, student, zygote)
+    finally:
+        if zygote is not None:
+            zygote.close()
+
+
+def check_or_grade(dirs, path, grading, result_path, time_limit, student, zygote):
+    """The command line's work once its arguments are read: grade dirs, or check the file at path (dirs[0])."""
     try:
         load_torch()  # here, before the first check: a Ctrl-C while it loads is caught below
     except ImportError as e:
@@ -1876,10 +2041,10 @@ def main(argv=None):
                          "`python -m lab.setup_check` says what is missing") from None
     if grading:
         return grade(dirs, result_path or RESULT_FILE, time_limit, out=lambda line: print(line, flush=True),
-                     student=student)
+                     student=student, zygote=zygote)
     exercise_dir = dirs[0]
     passed, total, status, _ = run_isolated(exercise_dir, path, out=lambda line: print(line, flush=True),
-                                            time_limit=time_limit)
+                                            time_limit=time_limit, zygote=zygote)
     ok = status == "ok" and passed == total
     pointer = "" if ok or status == "setup" else hint_pointer(exercise_dir)  # setup: the machine's, not a hint's
     if pointer:

@@ -1053,6 +1053,45 @@ def test_a_process_left_behind_cannot_rewrite_the_result(tmp_path):
     assert code == 0 and "is as the checker wrote it" in out, out
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is Linux's (elsewhere each child is a "
+                    "fresh Python)")
+def test_each_child_is_forked_from_a_zygote_that_a_student_can_only_stop_and_that_ends_with_the_checker(tmp_path):
+    """The command line forks each exercise's child from one process that imported torch before any student's code
+    ran (the zygote): the child is still the checker's own child, in a session of its own. A student's code that
+    kills the zygote (a process of the same user) only slows the next exercise, graded in a fresh Python; a zygote
+    left alone ends with the checker."""
+    record = tmp_path / "record.json"
+    spy = ["import json, os, signal",
+           "parent, kids = os.getppid(), []",
+           "for task in os.listdir(f'/proc/{parent}/task'):",
+           "    try:",
+           "        kids += open(f'/proc/{parent}/task/{task}/children').read().split()",
+           "    except OSError:  # a thread of the checker's that ended",
+           "        pass",
+           "zygotes = [int(p) for p in kids if int(p) != os.getpid() and b'check.zygote' in "
+           "open(f'/proc/{p}/cmdline', 'rb').read()]",
+           "cmdline = lambda pid: open(f'/proc/{pid}/cmdline', 'rb').read().decode(errors='replace')",
+           f"if not os.path.exists({str(record)!r}):  # what the first call saw",
+           f"    open({str(record)!r}, 'w').write(json.dumps({{'parent': cmdline(parent), 'own': "
+           "cmdline(os.getpid()), 'session': os.getsid(0) == os.getpid(), 'zygotes': zygotes}))"]
+    copy = make_copy(tmp_path)
+    path = starter_with(tmp_path, gap1=spy + ["for pid in zygotes:", "    os.kill(pid, signal.SIGKILL)",
+                                              "return y"])
+    (copy / "exercises" / NAMES[0] / "starter.py").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    code, out = grade_cli(NAMES[0][:2], NAMES[1][:2], f"--result={tmp_path / 'r.json'}", cwd=copy)
+    seen = read_json(record)
+    assert "exercises/check.py" in seen["parent"] and "check.zygote" in seen["own"] and seen["session"], seen
+    assert len(seen["zygotes"]) == 1, seen
+    entries = read_json(tmp_path / "r.json")["exercises"]
+    assert [e["status"] for e in entries] == ["failed", "not filled"], out  # the second, in a fresh Python
+    path = starter_with(tmp_path, gap1=spy + ["return y"])
+    record.unlink()
+    code, out = check_cli(path)
+    zygote = read_json(record)["zygotes"][0]
+    with pytest.raises(ProcessLookupError):
+        os.kill(zygote, 0)
+
+
 @pytest.mark.parametrize("edited", ["checks.py", "starter.py"])
 def test_a_file_that_edits_the_next_exercises_checks_stops_the_grading(edited, tmp_path):
     """The next exercise's checks, or its starter (a solution copied in its place, say): either is no student's."""
