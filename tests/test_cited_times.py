@@ -152,19 +152,31 @@ def suite_page(commit, versions=""):
 
 
 def test_the_suites_times_are_time_suites_pages():
-    now = suite_page("d4531f5")
+    now = suite_page("b813cd2")
     says(TIMINGS, f"**Now:** {now['passed']} passed, 113 skipped (the GPU-only tests, and two that need a user other "
-                  f"than root) at d4531f5, in {min_s(now['wall'])} on a fresh clone (pytest's own time "
+                  f"than root) at b813cd2, in {min_s(now['wall'])} on a fresh clone (pytest's own time "
                   f"{min_s(now['pytest'])}; the tests' own times add up to {now['tests']} s)")
     budget = 600
-    assert 1.8 <= now["wall"] / budget < 2
-    says(TIMINGS, "The budget is 10 minutes, and this run takes nearly twice it.")
+    assert 2 < now["wall"] / budget < 2.5
+    says(TIMINGS, "The budget is 10 minutes, and this run takes more than twice it.")
     f = now["files"]
     longest = sorted(f, key=f.get, reverse=True)[:3]
-    assert longest == ["tests/test_exercises.py", "tests/test_gpu_scripts.py", "tests/test_repro.py"], longest
-    says(TIMINGS, f"The longest files: the exercises' ({f[longest[0]]:.0f} s:", f"the GPU scripts at toy size "
-                  f"({f[longest[1]]:.0f} s), the study's tools ({f[longest[2]]:.0f} s).",
+    assert longest == ["tests/test_exercises.py", "tests/test_repro.py", "tests/test_gpu_scripts.py"], longest
+    says(TIMINGS, f"The longest files: the exercises' ({f[longest[0]]:.0f} s:", f"the study's tools "
+                  f"({f[longest[1]]:.0f} s), the GPU scripts at toy size ({f[longest[2]]:.0f} s).",
          f"(tests/test_sink_lab.py: {f['tests/test_sink_lab.py']:.0f} s beside the rest of the suite")
+    was = suite_page("d4531f5")
+    says(TIMINGS, f"{was['passed']} passed at d4531f5 ({min_s(was['wall'])}, pytest's own {min_s(was['pytest'])}, "
+                  f"{was['tests']} s of tests, 2026-12-02, seven hours earlier)",
+         f"(the exercises' {was['files']['tests/test_exercises.py']:.0f} s then:")
+    ratio = {name: f[name] / seconds for name, seconds in was["files"].items() if seconds >= 5}
+    exercises = ratio.pop("tests/test_exercises.py")
+    low, high = min(ratio, key=ratio.get), max(ratio, key=ratio.get)
+    says(TIMINGS, f"every other file took from {round(100 * (1 - ratio[low])):.0f}% less ({low}) to "
+                  f"{round(100 * (ratio[high] - 1)):.0f}% more ({high})",
+         f"The exercises' took {round(100 * (exercises - 1)):.0f}% more: in the suite, what the fork saves is within "
+         "the host's spread")
+    assert ratio[low] <= exercises <= ratio[high]
     first = suite_page("4a159f1")
     says(TIMINGS, f"{first['passed']} passed at 4a159f1 ({min_s(first['wall'])}, pytest's own "
                   f"{min_s(first['pytest'])}, {first['tests']} s of tests, 2026-12-01)",
