@@ -1246,9 +1246,10 @@ def _watchdog():
 
 # The zygote: a process that imported torch and this file once, before any student's code ran, and forks each
 # exercise's child from itself. A fresh Python for every child costs seconds (importing torch), a fork milliseconds:
-# grading every exercise of a student is the imports of two processes, not of twelve. Linux only: the child must end
-# up this process's own child, as a fresh one is (its memory watched, its exit status waited for, its processes
-# ended), so the zygote forks twice and the child, orphaned, is adopted by this process, a subreaper while it checks.
+# grading every exercise of a student is the imports of two processes, not of twelve. Linux without a GPU only (no
+# forked child can use CUDA once its parent asked for it). The child must end up this process's own child, as a fresh
+# one is (its memory watched, its exit status waited for, its processes ended), so the zygote forks twice and the
+# child, orphaned, is adopted by this process, a subreaper while it checks.
 ZYGOTE_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); import check; check.zygote(int(sys.argv[2]))"
 
 
@@ -1345,6 +1346,8 @@ def zygote(fd):
     _die_with_parent()
     _prctl(PR_SET_DUMPABLE, 0)
     load_torch()
+    if torch.cuda.is_available():  # CUDA, once this asked for it, works in no forked child: a fresh Python each
+        return
     sock = socket.socket(fileno=fd)
     while True:
         try:

@@ -488,7 +488,8 @@ def test_the_unseen_seeds_and_norms_run_times_are_their_logs_and_commands():
 # results/timings/grading-*.md: grading one student, by tests/time_grading.py (docs/timings.md, TEACHERS.md)
 
 def grading_page(name):
-    """(untouched seconds, solved seconds, exercises, checks) of a time_grading.py page, each grading as it should be."""
+    """(untouched seconds, solved seconds, exercises, checks) of a time_grading.py page, each grading as it should
+    be."""
     body = text(f"results/timings/{name}")
     rows = re.findall(r"^\| (every starter untouched|every exercise solved[^|]*) \| ([\d.]+) \| \d \| "
                       r"(\d+) of (\d+) \| (\d+) of (\d+) \|$", body, re.MULTILINE)

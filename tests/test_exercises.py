@@ -1092,6 +1092,31 @@ def test_each_child_is_forked_from_a_zygote_that_a_student_can_only_stop_and_tha
         os.kill(zygote, 0)
 
 
+def test_a_zygote_that_finds_a_gpu_forks_nothing(tmp_path):
+    """No child forked after its parent asked for CUDA can use it (exercise 09 runs its kernel there): a zygote that
+    finds a GPU ends at once, and the checker starts a fresh Python for each exercise instead."""
+    code = ("import socket, sys\n"
+            f"sys.path.insert(0, {EXERCISES!r})\n"
+            "import check\n"
+            "check.load_torch()\n"
+            "check.torch.cuda.is_available = lambda: True  # as on a machine with a GPU\n"
+            "ours, theirs = socket.socketpair(type=socket.SOCK_SEQPACKET)\n"
+            "ours.send(b'a request')\n"
+            "check.zygote(theirs.fileno())  # (without the GPU's line, it reads the request and waits for the next)\n"
+            "print('ended, the request unread' if theirs.recv(32, socket.MSG_DONTWAIT) == b'a request' else '?')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ended, the request unread", done.stdout + done.stderr
+
+
+@pytest.mark.skipif(not check.torch.cuda.is_available(), reason="needs a GPU: exercise 09's kernel on CUDA")
+@needs_solutions
+def test_exercise_09s_solution_passes_on_the_command_line_on_a_gpu():
+    """On a GPU the command line's child runs exercise 09's kernel on CUDA, which no child forked from a process that
+    asked for CUDA could: the reference solution passes as it does in a fresh Python."""
+    code, out = grade_cli("09", f"--file={os.path.join(SOLUTIONS, '09_triton_headwise.py')}", timeout=600)
+    assert code == 0 and "checks passed -- well done" in out, out
+
+
 @pytest.mark.parametrize("edited", ["checks.py", "starter.py"])
 def test_a_file_that_edits_the_next_exercises_checks_stops_the_grading(edited, tmp_path):
     """The next exercise's checks, or its starter (a solution copied in its place, say): either is no student's."""
