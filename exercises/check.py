@@ -1296,8 +1296,9 @@ class Zygote:
 
 
 def start_zygote():
-    """A Zygote where a fork can make the child this process's own (Linux), else None."""
-    if not sys.platform.startswith("linux") or not hasattr(os, "fork") or not _prctl(PR_SET_CHILD_SUBREAPER, 1):
+    """A Zygote where a fork can make the child this process's own (Linux), else None. (On a machine with a GPU the
+    zygote ends at once, and each child is a fresh Python: zygote().)"""
+    if not sys.platform.startswith("linux") or not _prctl(PR_SET_CHILD_SUBREAPER, 1):
         return None
     _prctl(PR_SET_CHILD_SUBREAPER, 0)  # (set while a child is checked: ChildProcess)
     try:

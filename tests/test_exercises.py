@@ -1053,8 +1053,8 @@ def test_a_process_left_behind_cannot_rewrite_the_result(tmp_path):
     assert code == 0 and "is as the checker wrote it" in out, out
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is Linux's (elsewhere each child is a "
-                    "fresh Python)")
+@pytest.mark.skipif(not sys.platform.startswith("linux") or check.torch.cuda.is_available(), reason="the zygote "
+                    "forks on Linux without a GPU (elsewhere each child is a fresh Python)")
 def test_each_child_is_forked_from_a_zygote_that_a_student_can_only_stop_and_that_ends_with_the_checker(tmp_path):
     """The command line forks each exercise's child from one process that imported torch before any student's code
     ran (the zygote): the child is still the checker's own child, in a session of its own. A student's code that

@@ -3,8 +3,8 @@ How long grading one student takes: `python exercises/check.py all --student=ID 
 (exercises/make_student_copy.py, the sink lab's task prepared, as exercises/TEACHERS.md's steps leave it), twice
 with every starter untouched and twice with every exercise solved by its reference solution, the sink-lab runs that
 exercises 08 and 11 read in place (out/exercises/08/ and 11/: the baseline and G1, trained once by the exercises'
-own commands, and copied). Each grading is a checker that loads torch and, on Linux, one process that loads it
-and forks each exercise's child (elsewhere, a child per exercise that loads it).
+own commands, and copied). Each grading is a checker that loads torch and, on Linux without a GPU, one process
+that loads it and forks each exercise's child (elsewhere, a child per exercise that loads it).
 
     python tests/time_grading.py        # from a checkout that holds exercises/solutions/ (a teacher's)
 
