@@ -435,10 +435,10 @@ class Trainer:
             self.initial_val_loss = val_loss  # shards (runfolder: val_changed), which measures ckpt.pt's state
         self.stop_if_exploded(val_loss)  # on every rank (each has the same val_loss), before the state is saved
         if self.master and not self.c.eval_only:
-            if self.iter_num > self.start_iter:
-                self.save(val_loss)
-            else:  # the initial state: best.pt from the start, so none is ever worse
-                self.save(val_loss, latest=False)
+            # a new run's initial state: best.pt only, so none is ever worse (ckpt.pt at iter 0 would read as a new
+            # run); ckpt.pt's state on other val shards: ckpt.pt too, which then records them (not only once the
+            # loss improves, with always_save_checkpoint=False): else a later resume would compare their losses
+            self.save(val_loss, latest=self.iter_num > self.start_iter or self.folder.val_changed)
         return record
 
     def tokens(self):  # trained by the run, all its commands together: a resume may have changed the step's size

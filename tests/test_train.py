@@ -1901,7 +1901,9 @@ def test_a_run_continued_on_other_validation_shards_starts_its_best_again_and_ke
     """Losses on two validation sets never compare: continued on other data (named), best.pt, measured on the old
     shards, is kept as best-before-iterN.pt and best.pt starts again from ckpt.pt's state evaluated on the new ones,
     the new start of the divergence rule too. The new shards here are random tokens, far harder than the text: a
-    comparison with the old best would never replace it, and sample.py would read the old data's model."""
+    comparison with the old best would never replace it, and sample.py would read the old data's model. ckpt.pt
+    records the new shards from their first evaluation, though the loss never improves on them: a later resume must
+    not compare its loss on the old ones with best.pt's on the new."""
     import numpy as np
     from data.shards import HEADER_BYTES, dataset_fingerprint, find_shards
     out_dir, other = tmp_path / "run", tmp_path / "other"
@@ -1915,7 +1917,10 @@ def test_a_run_continued_on_other_validation_shards_starts_its_best_again_and_ke
     tokens.flush()
     del tokens
     capsys.readouterr()
-    train.main(args + [f"--data_dir={other}", "--max_iters=8", "--init_from=resume"])
+    # no step changes a weight (a learning rate of 1e-30 is below their rounding), so the loss never improves on
+    # these shards: ckpt.pt must record them from their first evaluation all the same
+    train.main(args + [f"--data_dir={other}", "--max_iters=8", "--init_from=resume", "--learning_rate=1e-30",
+                       "--min_lr=0"])
     out = capsys.readouterr().out
     it, aside = ckpt["iter_num"], out_dir / f"best-before-iter{ckpt['iter_num']}.pt"
     assert f"note: {out_dir / BEST} (iter {ckpt['best_iter']}, val loss {ckpt['best_val_loss']:.4f}) was measured " \
@@ -1926,9 +1931,11 @@ def test_a_run_continued_on_other_validation_shards_starts_its_best_again_and_ke
     at_switch = [r for r in records if r["iter"] == it]
     assert len(at_switch) == 2 and at_switch[1]["val_loss"] > at_switch[0]["val_loss"]  # the same state, twice
     after = [r["val_loss"] for r in records if r["iter"] > it]
+    assert after == [at_switch[1]["val_loss"]] * 2  # never improved, so only the switch saved ckpt.pt
     _, best = load_checkpoint(str(out_dir / BEST))
     _, latest = load_checkpoint(str(out_dir / CHECKPOINT))
     assert best["data_fingerprint"] == latest["data_fingerprint"] == dataset_fingerprint(str(other))
+    assert latest["iter_num"] == it and latest["config"]["data_dir"] == str(other)
     assert best["val_loss"] == min([at_switch[1]["val_loss"]] + after) > ckpt["best_val_loss"]  # never below it
     assert latest["initial_val_loss"] == at_switch[1]["val_loss"]  # the start on these shards
     # resumed again on the same shards: one record a command at its start, as before, and nothing set aside again
