@@ -224,6 +224,24 @@ def test_the_suites_runs_at_the_newest_torch_and_at_the_floor_are_their_pages():
         assert (p["failed"] == 0) == (commit != "fc11288" or versions != "-torch2.6")
 
 
+def test_the_suites_runs_on_each_python_are_their_pages():
+    """docs/timings.md's table of the suite under each Python at cf8af86: each row's result and time its page's, the
+    Python and torch each page names; and the sentence that sets the 3.11 run (CI's versions) beside the budget."""
+    rows = [("", "3.11.7", "2.13.0+cpu"), ("-py3.12", "3.12.1", "2.15.0+cu132"), ("-py3.13", "3.13.0", "2.15.0+cu132")]
+    for versions, python, torch_version in rows:
+        p = suite_page("cf8af86", versions)
+        assert f"Python {python}, torch {torch_version}," in text(f"results/timings/{p['name']}")
+        result = (f"{p['failed']} failed, " if p["failed"] else "") + f"{p['passed']} passed, {p['skipped']} skipped " \
+            f"([its page](../results/timings/{p['name']}))"
+        row, = [line for line in text(TIMINGS).splitlines() if line.startswith("|") and f"/{p['name']})" in line]
+        assert row.startswith(f"| {python} | {torch_version} | ") and result in row, row
+        assert row.endswith(f" | {min_s(p['wall'])} |"), row
+    ci = suite_page("cf8af86")
+    assert ci["wall"] < 600
+    says(TIMINGS, f"with CI's versions, took {min_s(ci['wall'])} at cf8af86 ({ci['passed']} passed, {ci['skipped']} "
+                  f"skipped; [its page](../results/timings/{ci['name']}), 2026-12-04), within the budget")
+
+
 def unchanged_files_moved(after, before):
     """How much longer each test file took at commit `after` than at `before`, among the files whose tests did not
     change between them (git diff --stat BEFORE AFTER -- tests/; files under a second left out): {file: ratio - 1}."""
