@@ -435,9 +435,8 @@ class Trainer:
             self.initial_val_loss = val_loss  # shards (runfolder: val_changed), which measures ckpt.pt's state
         self.stop_if_exploded(val_loss)  # on every rank (each has the same val_loss), before the state is saved
         if self.master and not self.c.eval_only:
-            # a new run's initial state: best.pt only, so none is ever worse (ckpt.pt at iter 0 would read as a new
-            # run); ckpt.pt's state on other val shards: ckpt.pt too, which then records them (not only once the
-            # loss improves, with always_save_checkpoint=False): else a later resume would compare their losses
+            # a new run's initial state goes to best.pt only (ckpt.pt at iter 0 would read as a new run); the state
+            # first measured on other val shards to ckpt.pt too, so that it records them even if no loss improves
             self.save(val_loss, latest=self.iter_num > self.start_iter or self.folder.val_changed)
         return record
 

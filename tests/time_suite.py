@@ -6,7 +6,7 @@ and the date; the wall-clock time, pytest's own summary line (and its FAILED lin
 file (TEST_DURATIONS, tests/conftest.py), the longest first. The suite's time in docs/timings.md comes from these
 pages, committed in results/timings/.
 
-    python tests/time_suite.py                         # the whole suite (20 minutes or more on a 2-core CPU)
+    python tests/time_suite.py                         # the whole suite (7 to 25 minutes on a 2-core CPU)
     python tests/time_suite.py tests/test_stats.py     # the README's command on these test files only
 
 It exits with pytest's exit status, after the page.
