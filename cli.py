@@ -155,7 +155,7 @@ def configure(keys, argv, defaults=None):
             for key, value in scope.items():
                 if key.startswith("_") or isinstance(value, types.ModuleType) or callable(value):
                     continue  # imports and helpers a config file may use
-                value = _typed(key, value, arg, fields)
+                value = _typed(key, value, _assigned_at(arg, path, key), fields)
                 if value != values[key]:  # what the file changed (a file cannot be seen assigning a value unchanged)
                     values[key] = value
                     given.add(key)
@@ -353,6 +353,20 @@ def run_config_file(arg, path, scope):
             fail(f"config file {where} calls sys.exit({e.code!r}): a config file only sets keys (key = value lines); "
                  "remove the exit")
         fail(f"{where}: {type(e).__name__}: {e}")
+
+
+def _assigned_at(arg, path, key):
+    """'FILE line N' for the last line of a config file that assigns key (the value it leaves), else 'FILE': an
+    unknown key or a value of the wrong type in a file is named with its line, as the file's own errors are."""
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return arg
+    lines = [node.lineno for node in ast.walk(tree)
+             if isinstance(node, ast.Name) and node.id == key and isinstance(node.ctx, ast.Store)
+             or isinstance(node, ast.alias) and (node.asname or node.name.split(".")[0]) == key]  # from m import pi
+    return f"{arg} line {max(lines)}" if lines else arg
 
 
 # -----------------------------------------------------------------------------

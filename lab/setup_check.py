@@ -9,7 +9,8 @@ numpy, tiktoken, matplotlib, and triton (optional on a CPU; 3.3 or newer for the
 offline from data/gpt2_bpe/; a forward and backward of a tiny G1-gated model.GPT in the precision train.py picks
 (dtype=auto), finite and close to fp32; and a smoke run of the sink lab through train.py itself (config/sink_lab.py,
 a few seconds, in a temporary folder that is deleted afterwards: nothing is left in the repository), whose step time
-gives an estimate of how long the full sink lab and the main job take here. It ends with "ready" and the next command,
+gives an estimate of how long the full sink lab and the main job take here (said to be slower than idle when other
+processes kept half a core or more busy while it timed, read from Linux's /proc/stat). It ends with "ready" and the next command,
 or a numbered list of what to fix; the exit status is 0 when ready, 1 otherwise.
 """
 
@@ -185,13 +186,14 @@ def sink_lab(found, keys):
     if not prepared:  # generated on first use: here in the temporary folder, so data/ stays as it was
         args.append(f"--data_dir={os.path.join(tmp, 'bigram_backcopy')}")  # named so: train.py prepares it there
     try:
-        start = time.perf_counter()
+        start, before = time.perf_counter(), cpu_seconds()
         try:
             done = subprocess.run([sys.executable, "train.py", *args], cwd=REPO, capture_output=True, text=True,
                                   timeout=keys.smoke_timeout)
         except subprocess.TimeoutExpired:
             raise Problem(f"{n} steps took more than {keys.smoke_timeout} s", TRIAL) from None
         wall = time.perf_counter() - start
+        found["others"] = others_cores(before, wall)  # other work beside it, for the timings' note
         lines = (done.stdout + done.stderr).strip().splitlines()
         if done.returncode:
             raise Problem(f"train.py stopped (exit {done.returncode}): {lines[-1] if lines else 'no output'}", TRIAL)
@@ -228,7 +230,7 @@ def timings(found, keys):
     scaler = torch.amp.GradScaler(device.split(":")[0], enabled=False)
     x, y = (torch.randint(c.vocab_size, (c.batch_size, c.block_size), device=device) for _ in range(2))
     keep_freed_memory(device.split(":")[0])  # as train.py runs
-    seconds = []
+    seconds, before = [], cpu_seconds()
     for _ in range(3):  # the first allocates: not counted
         start = time.perf_counter()
         with autocast_for(device, c.dtype)[0]:
@@ -239,21 +241,49 @@ def timings(found, keys):
     step = min(seconds[1:])
     main_s = found["startup"] + c.max_iters * step + (c.max_iters // c.eval_interval + 1) * c.eval_iters * step / 3
     found["main_s"] = main_s
+    others = [x for x in (found.get("others"), others_cores(before, sum(seconds))) if x is not None]
+    others = max(others) if others else None  # the busier of the two timings: the smoke run's and these steps'
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0
     return "note", (f"estimated from the steps timed here: sink lab ~{minutes(lab_s)} a model ({lab.max_iters} steps), "
-                    f"main job ~{minutes(main_s)} ({c.max_iters} steps){busy_note(load, os.cpu_count() or 1)}")
+                    f"main job ~{minutes(main_s)} ({c.max_iters} steps){busy_note(load, os.cpu_count() or 1, others)}")
 
 
-def busy_note(load, cores, env=os.environ):
-    """What the timings note adds on a machine busier than its cores: PyTorch runs a thread per core in every
-    process, so trainings side by side (a class on one server) wait on each other's threads; one thread each is
-    several times faster (tests/time_sharing.py's pages, docs/timings.md)."""
-    if load <= cores:
+def cpu_seconds():
+    """(all CPUs' busy seconds, the CPU seconds of this process and its ended children) so far, from Linux's
+    /proc/stat; None elsewhere."""
+    try:
+        import resource
+        with open("/proc/stat", encoding="utf-8") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        own = time.process_time() + children.ru_utime + children.ru_stime
+        return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), own
+    except (ImportError, OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def others_cores(before, wall):
+    """How many cores' worth of work other processes did in the `wall` seconds since `before` (cpu_seconds());
+    None where it cannot be read. Measured while the steps were timed, as a load average (the last minute's) is not."""
+    after = cpu_seconds() if before is not None and wall > 0 else None
+    if after is None:
+        return None
+    return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / wall
+
+
+def busy_note(load, cores, others=None, env=os.environ):
+    """What the timings note adds when other work shared the CPUs as the steps were timed (others: cores' worth, half
+    a core or more is busy), or, where that cannot be measured, on a machine whose load is above its cores. PyTorch
+    runs a thread per core in every process, so trainings side by side (a class on one server) wait on each other's
+    threads; one thread each is several times faster (tests/time_sharing.py's pages, docs/timings.md)."""
+    if others is not None and others < 0.5 or others is None and load <= cores:
         return ""
     threads = "" if "OMP_NUM_THREADS" in env else (
         "; beside other trainings, OMP_NUM_THREADS=1 before each command makes each several times faster "
         "(docs/timings.md, 'A CPU shared by several trainings')")
-    return f"; busy now (load {load:.1f} on {cores} cores): less when idle{threads}"
+    what = f"load {load:.1f} on {cores} cores" if others is None else \
+        f"other work kept {others:.1f} of {cores} cores busy as it timed"
+    return f"; busy now ({what}): less when idle{threads}"
 
 
 def minutes(seconds):

@@ -541,6 +541,21 @@ def test_a_mistake_in_a_config_file_names_its_line_in_the_file(tmp_path, text, l
     assert str(e.value.code).startswith(f"error: {config} line {line}: {error}"), e.value.code
 
 
+@pytest.mark.parametrize("text, error", [
+    ("steps = 2\nstep = 3\n", "line 2: unknown key 'step' (did you mean 'steps'?)"),
+    ("steps = 2\nsize = 'big'\n\nsize = 'bigger'\n", "line 4: size must be int, got 'bigger' (str)"),  # the last
+    ("for i in range(3):\n    steps = i\n", "line 1: unknown key 'i'"),  # a loop's variable stays in the file's scope
+    ("from math import pi\n", "line 1: unknown key 'pi'"),
+    ("globals()['stepz'] = 1\n", ": unknown key 'stepz'"),  # assigned where no line says so: the file alone
+])
+def test_a_config_files_unknown_key_or_wrong_value_names_the_line_that_sets_it(tmp_path, text, error):
+    config = tmp_path / "c.py"
+    config.write_text(text)
+    with pytest.raises(SystemExit) as e:
+        configure(Keys, [str(config)])
+    assert str(e.value.code).startswith(f"error: {config}{'' if error[0] == ':' else ' '}{error}"), e.value.code
+
+
 def test_a_config_file_that_cannot_be_read_is_one_line(tmp_path):
     """Any OSError (a file made unreadable, or replaced by a folder, after it was found): one line, no traceback."""
     with pytest.raises(SystemExit, match="^error: config file c.py cannot be read: Is a directory$"):

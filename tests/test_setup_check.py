@@ -10,6 +10,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -163,6 +164,39 @@ def test_a_busy_machine_is_said_with_the_thread_setting_that_helps_beside_other_
         "when idle"
 
 
+def test_other_work_measured_as_the_steps_were_timed_decides_busy_not_the_last_minutes_load():
+    """Where the CPUs' time can be read, what other processes did while the steps were timed says busy (half a
+    core or more), whatever the load average, which lags a minute: an idle machine after a busy minute is idle, and a
+    machine that has just become busy is busy."""
+    assert setup_check.busy_note(3.04, 2, others=0.2, env={}) == ""
+    assert setup_check.busy_note(0.1, 2, others=1.46, env={"OMP_NUM_THREADS": "1"}) == \
+        "; busy now (other work kept 1.5 of 2 cores busy as it timed): less when idle"
+    assert setup_check.busy_note(0.1, 2, others=0.5, env={}).startswith("; busy now (other work kept 0.5 of 2 cores")
+
+
+def test_other_processes_cores_are_the_cpus_busy_time_less_this_processs_own(monkeypatch):
+    readings = iter([(100.0, 4.0), (103.5, 5.0)])  # 3.5 s of all CPUs' work in 2 s, 1 s of it this process's
+    monkeypatch.setattr(setup_check, "cpu_seconds", lambda: next(readings))
+    assert setup_check.others_cores(setup_check.cpu_seconds(), 2.0) == pytest.approx(1.25)
+    assert setup_check.others_cores(None, 2.0) is None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads Linux's /proc/stat")
+def test_a_process_spinning_beside_the_timing_is_counted_and_this_processs_own_work_is_not():
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # started
+        before, start = setup_check.cpu_seconds(), time.perf_counter()
+        end = start + 1.0
+        while time.perf_counter() < end:  # this process's own work: not others'
+            pass
+        others = setup_check.others_cores(before, time.perf_counter() - start)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert 0.5 <= others <= (os.cpu_count() or 1), others
+
+
 def test_torch_at_the_floor_passes_and_a_cuda_build_is_never_called_a_cpu_one(monkeypatch):
     """TORCH_MIN itself is new enough; the 'CPU build on an NVIDIA machine' note is for a CPU build only: a CUDA
     build that sees no GPU is named as the CUDA build it is."""
@@ -269,12 +303,13 @@ def test_the_smoke_run_is_judged_and_timed_from_its_log(monkeypatch, tmp_path, p
     (tokens / iter / tokens_per_s), its eval time (the first record's) and its start-up (wall clock less the run's
     own time), and the temporary folder deleted afterwards."""
     calls = fake_train(monkeypatch, tmp_path, [record(0, 4.2, 2.0), record(40, 3.1, 9.0)], prepared=prepared)
-    found = {}
+    found, readings = {}, iter([(100.0, 1.0), (121.0, 2.0)])  # the CPUs' 21 s of work in its 15 s, 1 s of it its own
+    monkeypatch.setattr(setup_check, "cpu_seconds", readings.__next__)
     status, text = setup_check.sink_lab(found, setup_check.Keys(smoke_iters=40))
     assert status == "ok" and text == ("train.py config/sink_lab.py" + ("" if prepared else
                                        " (task made in a temp folder)") +
                                        ": 40 steps in 15 s, 100 ms a step; val loss 4.20 -> 3.10, finite"), text
-    assert found == {"step": pytest.approx(0.1), "eval_s": 2.0, "startup": 6.0}
+    assert found == {"step": pytest.approx(0.1), "eval_s": 2.0, "startup": 6.0, "others": pytest.approx(20 / 15)}
     (cmd,) = calls
     assert cmd[1:8] == ["train.py", "config/sink_lab.py", "--max_iters=40", "--lr_decay_iters=40", "--warmup_iters=4",
                         "--eval_interval=40", "--log_interval=40"]
@@ -319,9 +354,11 @@ def test_the_timings_note_adds_up_the_steps_evals_and_start_up(monkeypatch):
     monkeypatch.setattr(cli, "configure", small)
     clock = iter([0.0, 1.0, 10.0, 12.0, 20.0, 23.0])
     monkeypatch.setattr(setup_check, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
-    monkeypatch.setattr(setup_check, "busy_note", lambda load, cores: "")
-    found = {"startup": 3.0, "step": 0.01, "eval_s": 1.0, "device": "cpu"}
+    seen = []  # the busy note's `others`: the smoke run's here (the steps' cannot be read under the fake clock)
+    monkeypatch.setattr(setup_check, "busy_note", lambda load, cores, others: seen.append(others) or "")
+    found = {"startup": 3.0, "step": 0.01, "eval_s": 1.0, "device": "cpu", "others": 1.2}
     status, text = setup_check.timings(found, setup_check.Keys())
+    assert seen == [1.2]
     lab, c = configure(TrainConfig, ["config/sink_lab.py"])[0], configure(TrainConfig, [])[0]
     lab_s = 3.0 + lab.max_iters * 0.01 + (lab.max_iters // lab.eval_interval + 1) * 1.0
     main_s = 3.0 + c.max_iters * 2.0 + (c.max_iters // c.eval_interval + 1) * c.eval_iters * 2.0 / 3
