@@ -19,16 +19,16 @@ checks.py (the checks, in order: shapes first, then invariants, then traps for t
 against the project's own code). A gap you have not filled yet raises NotImplementedError, which is reported
 as "not filled yet", not as a crash. Exit status: 0 when every check passes, 1 otherwise.
 
-Grading (`all`, a list of exercises, or --result=PATH): the exercises run one after another, each in a child process of
-its own, under the same limits per check and one for the whole exercise (EXERCISE_TIME_LIMIT); each prints its failures
-and summary (not its passing checks), then a score table, and a JSON result (default check-result.json in the current
-folder, written atomically) that a teacher can collect: the student (--student=NAME_OR_ID; null without it), one entry
-per exercise (id, title, passed, total, first_failing_check, reason: the line that says what stopped it (a syntax
-error, sys.exit(), a wrong value), checker_seconds: how long the checker took, status: passed / failed / not filled /
-timeout / error / setup, hints_seen, the file_sha256 of the file graded and the checks_sha256 of its checks.py) with
-the date, the Python and torch versions and the checker_sha256 of check.py, sealed with a checksum of its content (an
-HMAC with $CHECK_SIGNING_KEY, when set) that --verify checks. exercises/gradebook.py makes one table of a class's files.
-Exit status: 0 only when every exercise passes.
+Grading (`all`, a list of exercises, or --result=PATH): the exercises run one after another, each in a child process
+of its own, under the same limits per check and one for the whole exercise (EXERCISE_TIME_LIMIT); each prints its
+failures and summary (not its passing checks), then a score table, and a JSON result (default check-result.json in
+the current folder, written atomically) that a teacher can collect: the student (--student=NAME_OR_ID; null without
+it), one entry per exercise (id, title, passed, total, first_failing_check, reason: the line that says what stopped
+it (a syntax error, sys.exit(), a wrong value), checker_seconds: how long checking it took (the student's code
+included), status: passed / failed / not filled / timeout / error / setup, hints_seen, the file_sha256 of the file
+graded and the checks_sha256 of its checks.py) with the date, the Python and torch versions and the checker_sha256
+of check.py, sealed with a checksum of its content (an HMAC with $CHECK_SIGNING_KEY, when set) that --verify checks.
+exercises/gradebook.py makes one table of a class's files. Exit status: 0 only when every exercise passes.
 
 Your code runs in a child process, the only one that imports your file, one request at a time under the time limit
 of the check that asked (TIME_LIMIT seconds, more for the slow exercises: TIME_LIMITS). The checks run in this
