@@ -866,11 +866,15 @@ class RunFolder:
             print(f"saved {self.ckpt_path} and best.pt (the best validation loss so far)", flush=True)
             return
         best_iter, best = checkpoint["best_iter"], checkpoint["best_val_loss"]
+        start = math.inf if initial_val_loss is None else initial_val_loss
+        worse = checkpoint["val_loss"] - (start if best_iter is None else best)
+        if worse <= 0:  # lower, but reached while steps were skipped as non-finite (Trainer.save said so): no best
+            print(f"saved {self.ckpt_path} (the latest state only)", flush=True)
+            return
         if best_iter is None:
             print(f"saved {self.ckpt_path} (the latest state); it is worse than the initial validation loss "
                   f"{initial_val_loss:.4f}, so it is not saved as best.pt", flush=True)
             return
-        worse = checkpoint["val_loss"] - best
         print(f"saved {self.ckpt_path} (the latest state); its validation loss is {worse:.3f} worse than the best, "
               f"{best:.4f} at iter {best_iter}, which best.pt keeps", flush=True)
         if worse > VAL_RISE_WARNING:

@@ -465,15 +465,22 @@ class Trainer:
 
     def save(self, val_loss, latest=True):
         """ckpt.pt takes the latest state (always_save_checkpoint) or only a better one; best.pt only a
-        better one. A non-finite state is never saved: it would be useless to resume from. latest=False: the
+        better one, reached by a finite step. A non-finite state is never saved: it would be useless to resume from.
+        latest=False: the
         initial state of a new run, to best.pt only (ckpt.pt at iter 0 would read as a new run)."""
         if not (math.isfinite(val_loss) and all(torch.isfinite(p).all() for p in self.raw_model.parameters())):
             print(f"not saving: the validation loss or the weights are not finite; "
                   f"{self.folder.what_is_kept(self.best_iter)}")
             return
-        # never worse than the start either, also when a resumed run found no best.pt to compare with
+        # never worse than the start either, also when a resumed run found no best.pt to compare with; and never a
+        # state whose steps are being skipped as non-finite (a step that blew the weights up can leave a model whose
+        # loss is low, uniform predictions, and whose every next step is NaN): the latest only
         initial = math.inf if self.initial_val_loss is None else self.initial_val_loss
-        is_best = val_loss < self.best_val_loss and val_loss <= initial
+        stuck = self.health["nonfinite_in_a_row"]
+        is_best = val_loss < self.best_val_loss and val_loss <= initial and not stuck
+        if stuck and val_loss < min(self.best_val_loss, initial):
+            print(f"not saved as best.pt: the last {stuck} steps were skipped as non-finite, so this state cannot "
+                  "be trained on" + (f"; best.pt keeps iter {self.best_iter}" if self.best_iter is not None else ""))
         if not (is_best or self.c.always_save_checkpoint and latest):
             return
         if is_best:

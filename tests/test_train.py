@@ -312,6 +312,26 @@ def test_a_diverged_run_stops_and_keeps_the_last_good_checkpoint(stdlib_data, tm
     assert all(torch.isfinite(t).all() for t in checkpoint["model"].values())
 
 
+def test_a_state_whose_steps_are_skipped_never_becomes_best_pt(stdlib_data, tmp_path, monkeypatch, capsys):
+    """A step can blow the weights up to a finite model that predicts uniformly, a loss below a random start's, whose
+    every next step is NaN (learning_rate=1e4 did): an evaluation while steps are being skipped saves the state as
+    the latest only. Here the steps from iteration 5 on are NaN, so the state evaluated at 8 is the one at 5, lower
+    than 4's: before, it replaced best.pt."""
+    poison_forward(monkeypatch, bad_calls=set(range(6, 100)))  # iterations 5, 6, ...
+    out_dir = tmp_path / "run"
+    with pytest.raises(cli.Diverged, match=r"last finite state and best.pt the best \(iter 4\)"):
+        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=30",
+                           "--eval_interval=4", "--log_interval=4", "--max_nonfinite=6"])
+    out = capsys.readouterr().out
+    assert "not saved as best.pt: the last 3 steps were skipped as non-finite, so this state cannot be trained on; " \
+        "best.pt keeps iter 4" in out
+    val = {r["iter"]: r["val_loss"] for r in read_log(out_dir)}
+    assert val[8] < val[4]  # else the test would show nothing
+    assert load_checkpoint(str(out_dir / "best.pt"))[1]["iter_num"] == 4
+    assert load_checkpoint(str(out_dir / "ckpt.pt"))[1]["iter_num"] == 8  # the latest, as always_save_checkpoint says
+    assert f"saved {out_dir / 'ckpt.pt'} (the latest state only)\n" in out  # not 'worse than the best' by a negative
+
+
 def test_a_diverged_run_is_stopped_at_the_next_log_step(stdlib_data, tmp_path, monkeypatch, capsys):
     """The health of the queued steps is read at log and eval steps only, so a run that goes non-finite at
     iteration 4 with max_nonfinite=3 stops when the log step at iteration 8 reads steps 4..7, not later."""
