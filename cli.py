@@ -170,9 +170,9 @@ def configure(keys, argv, defaults=None):
         if _item_type(want):
             value = text  # a list key: a,b,c (parsed by _typed)
         else:
-            try:
-                value = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
+            try:  # a str key's text is read as a literal only when quoted: a long prompt is no Python to parse
+                value = ast.literal_eval(text) if want is not str or text[:1] in "'\"" else text
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # {[]: 1}; too deep to parse
                 value = text
             if want is str and not isinstance(value, str):
                 value = text  # strings need no quotes: --gate=g1 as well as --gate='g1'
@@ -259,7 +259,7 @@ def _typed(key, value, where, fields):
     if item is not None:
         try:
             items = _items(value, item)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             fail(f"{where}: {key} must be a {_type_name(want)}, written a,b,c; got {value!r}")
         return tuple(map(os.path.expanduser, items)) if item is str and is_path_key(key) else items
     if want is float and type(value) is int:

@@ -297,7 +297,16 @@ def read_checkpoint(path):
                          f"from train.py. Its folder's {BEST} (the best earlier state) may still be whole.") from None
     if not isinstance(checkpoint, dict) or not {"model", "model_args"} <= checkpoint.keys():
         raise ValueError(f"{path} is not a train.py checkpoint (no model weights and model_args in it)")
+    wrong = [f"{key} is {type(checkpoint[key]).__name__}, not {kind.__name__}" for key, kind in CHECKPOINT_TYPES.items()
+             if key in checkpoint and not (isinstance(checkpoint[key], kind) and type(checkpoint[key]) is not bool)]
+    if wrong:  # written by another program, or edited: read on, it would fail far from here
+        raise ValueError(f"{path} is not a train.py checkpoint: its {'; '.join(wrong[:3])}")
     return checkpoint
+
+
+# what train.py's checkpoints hold of these keys (those present; older checkpoints lack some)
+CHECKPOINT_TYPES = {"model": dict, "model_args": dict, "optimizer": dict, "config": dict, "iter_num": int,
+                    "health": dict, "loader": dict}
 
 
 def model_from_checkpoint(checkpoint, path, device="cpu", **runtime):
@@ -521,6 +530,7 @@ class RunFolder:
         # check_data: this command continues the run on other validation shards; best_state: the path _start
         # moves best.pt to, measured on the earlier ones
         self.val_changed, self.aside = False, None
+        self.log_before, self.saved = None, False  # _start's undo (undo_start): the log as it was; a save done
 
     def __enter__(self):
         # a new folder is claimed when it is made (claim_new), so a command that fails before leaves none behind
@@ -801,6 +811,9 @@ class RunFolder:
                 os.remove(aside)  # the old run's best states on other data (best_on_other_val)
             keep = []
         else:
+            if os.path.isfile(self.log_path) and not os.path.islink(self.log_path):
+                with open(self.log_path, "rb") as f:
+                    self.log_before = f.read()
             keep, run, others = [], None, set()  # run: the id of the run whose records these are (its first names it)
             for r in read_jsonl(self.log_path):
                 run = r.get("run_id") or run
@@ -818,9 +831,24 @@ class RunFolder:
                 # ckpt.pt holds the best state (best_state), or an older version linked the two: best.pt its own copy
                 atomic_copy(self.ckpt_path, self.best_path)
                 self.best_in_ckpt = False
+        self.started = True
         text = "".join(json.dumps(r) + "\n" for r in keep)
         atomic_write(self.log_path, lambda f: f.write(text.encode()))
-        self.started = True
+
+    def undo_start(self):
+        """A resumed run whose save (or log write) fails leaves best.pt as it was: back from where _start moved it
+        (best_on_other_val) if no best.pt was saved since; and before its first ckpt.pt, the log as it was too. The
+        same command again, or a plain resume, then sees the run as before. (A new run's _start removed the old
+        run's files: nothing to give back.)"""
+        if not self.started or self.start_iter == 0:
+            return
+        try:
+            if self.aside and os.path.isfile(self.aside) and not os.path.lexists(self.best_path):
+                os.replace(self.aside, self.best_path)
+            if self.log_before is not None and not self.saved:  # ckpt.pt not saved: its eval was never this run's
+                atomic_write(self.log_path, lambda f: f.write(self.log_before))
+        except OSError:
+            pass  # the folder cannot be written at all: best-before-iterN.pt still holds the old best
 
     def log(self, record):
         try:
@@ -831,6 +859,7 @@ class RunFolder:
                 f.write(json.dumps(record) + "\n")
         except OSError as e:
             why = "it is a symbolic link, never written through" if os.path.islink(self.log_path) else e.strerror or e
+            self.undo_start()
             fail(f"could not write {self.log_path}: {why}. {self.ckpt_path} keeps the last saved state.")
 
     def save(self, checkpoint, is_best, latest=True, initial_val_loss=None):
@@ -842,7 +871,7 @@ class RunFolder:
         try:
             if latest:
                 save_checkpoint(checkpoint, self.ckpt_path)
-                latest_saved = True
+                latest_saved = self.saved = True
             if is_best and latest:
                 atomic_copy(self.ckpt_path, self.best_path)
             elif is_best:
@@ -855,7 +884,9 @@ class RunFolder:
             kept = (f"{self.best_path} keeps the state saved before; {self.ckpt_path} holds iter "
                     f"{checkpoint['iter_num']}" if latest_saved else f"{self.ckpt_path} and {self.best_path} keep the "
                     "states saved before")
+            self.undo_start()
             fail(f"could not save a checkpoint in {self.out_dir}: {reason}{full}. {kept}.")
+        self.saved = True
         self.said_saved(checkpoint, is_best, latest, initial_val_loss)
 
     def said_saved(self, checkpoint, is_best, latest, initial_val_loss):

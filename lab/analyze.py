@@ -475,6 +475,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
     records, scores, maps = [], [], []
     fingerprints = {}  # the windows (eval_windows' dict, as JSON) -> windows_id of their tokens
     data_notes = []  # where kept runs could not be checked on the data here (check_kept_windows)
+    run_notes = []  # kept measurements of a state earlier than the end of the run's log
     for i, (run_dir, label) in enumerate(zip(run_dirs, labels)):
         model, ckpt, stored, trained = open_run(run_dir, checkpoint, device)
         if i == 0:  # how many windows: the first run's, so one run's val loss matches its own log
@@ -512,6 +513,8 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
             where = f" (measured earlier, on {record['measured_on']}: its {checkpoint} is gone)"
             log = read_jsonl(os.path.join(run_dir, LOG))
             if log and (log[-1].get("iter") or 0) > (record.get("iter") or 0):  # measured mid-run, or none saved
+                run_notes.append(f"{label}'s is a measurement kept of its {checkpoint} at iter {record.get('iter')}, "
+                                 f"and its log goes on to iter {log[-1]['iter']}")
                 where += (f"; note: that measurement is of its state at iter {record.get('iter')}, and its log goes on "
                           f"to iter {log[-1]['iter']} (measured while it trained, or no later state was saved: "
                           "diverged, or --always_save_checkpoint=False)")
@@ -531,6 +534,7 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
                        **({"window_notes": window_notes} if window_notes else {})},
         "runs": records,
         "problems": [f"{r['label']}: {r['problem']}" for r in records if r.get("problem")],
+        **({"run_notes": run_notes} if run_notes else {}),
     }
     shown = [i for i, label in enumerate(labels) if plot_labels is None or label in plot_labels]
     write_summary(summary, scores, maps, run_dirs, shown, out_dir)
@@ -770,7 +774,8 @@ def summary_table(summary):
     shown = [m for m in MEASURES if not m.mechanism]
     lines = [f"Measured by analyze.py on {places_text(summary['measured_on'])}: {summary['checkpoint']} of each "
              f"run, {v['batches']} batches x {v['batch_size']} validation windows ({v['source']}). Layer means."
-             + "".join(f" Note: {note}." for note in [*v.get("data_notes", ()), *v.get("window_notes", ())]), ""]
+             + "".join(f" Note: {note}." for note in [*v.get("data_notes", ()), *v.get("window_notes", ()),
+                                                       *summary.get("run_notes", ())]), ""]
     lines += markdown_table(["run", "lr"] + [m.label for m in shown],
                             [[r["label"], f"{r['lr']:g}"] + [cell(m, r.get(m.key)) for m in shown]
                              for r in summary["runs"]])

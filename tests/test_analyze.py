@@ -386,9 +386,13 @@ def test_kept_measurements_are_drawn_again_without_the_data(trained_run, tmp_pat
     # a measurement taken mid-run (lab.analyze while it trained), its checkpoint gone since: said to be of that state
     last = record["iter"]
     json.dump({**record, "iter": last - 1}, open(tmp_path / "c" / "measured.json", "w"))
-    analyze.analyze([str(tmp_path / "c")], out_dir=str(tmp_path / "c-stale"), device="cpu")
+    stale = analyze.analyze([str(tmp_path / "c")], out_dir=str(tmp_path / "c-stale"), device="cpu")
     assert f"note: that measurement is of its state at iter {last - 1}, and its log goes on to iter {last}" in \
         capsys.readouterr().out
+    said = f"c's is a measurement kept of its ckpt.pt at iter {last - 1}, and its log goes on to iter {last}"
+    assert stale["run_notes"] == [said]  # the summary's files say it too, not the console alone
+    assert f"Note: {said}." in open(tmp_path / "c-stale" / "summary.md").readline()
+    assert json.load(open(tmp_path / "c-stale" / "summary.json"))["run_notes"] == [said]
 
     record = json.load(open(tmp_path / "b" / "measured.json"))
     record["windows_id"] = "0" * 16  # as if b had been measured on other tokens

@@ -126,6 +126,26 @@ class Keys(Base):
     fast: bool = False
 
 
+def test_a_str_key_takes_any_text_and_unquotes_a_quoted_one():
+    """A prompt of 1,500 words (sample.py --start, the sink lab's own format) was parsed as Python and raised
+    MemoryError; {[]: 1} raised TypeError: tracebacks. A str key's text is now parsed only when quoted."""
+    words = " ".join(f"s{i % 64}" for i in range(1500))
+    assert configure(Keys, [f"--name={words}"])[0].name == words
+    assert [configure(Keys, [f"--name={text}"])[0].name for text in ("{[]: 1}", "'x y'", '"x"', "", "1e3")] == \
+        ["{[]: 1}", "x y", "x", "", "1e3"]
+
+
+@pytest.mark.parametrize("arg, error", [
+    ("--steps={{1}}", "steps must be int, got '{{1}}'"),  # TypeError inside literal_eval: a set in a set
+    ("--lengths={[]: 1}", "lengths must be a list of int, written a,b,c; got '{[]: 1}'"),
+    ("--steps=" + "(" * 100_000 + ")" * 100_000, "steps must be int"),  # too deep for the parser
+])
+def test_text_no_literal_can_be_is_one_line(arg, error):
+    with pytest.raises(SystemExit) as e:
+        configure(Keys, [arg])
+    assert error in str(e.value.code) and str(e.value.code).count("\n") == 0
+
+
 def test_list_keys_are_written_a_b_c_and_arrive_as_tuples(tmp_path):
     c, given = configure(Keys, ["--lengths=16,32", "--names=x, y"])
     assert (c.lengths, c.names, given) == ((16, 32), ("x", "y"), {"lengths", "names"})

@@ -33,6 +33,18 @@ def test_a_file_that_is_not_a_checkpoint_is_named_so_without_unsafe_advice(tmp_p
         in message
 
 
+@pytest.mark.parametrize("field, value, said", [("config", None, "its config is NoneType, not dict"),
+                                                ("iter_num", "abc", "its iter_num is str, not int"),
+                                                ("iter_num", True, "its iter_num is bool, not int")])
+def test_a_checkpoint_whose_fields_are_of_other_types_is_refused_in_one_line(tmp_path, field, value, said):
+    """A file torch.save wrote with the keys but not their types (another program's, or edited) failed far from the
+    file, with a traceback: in resume_settings, at iter_num's first comparison, or in sample.py itself."""
+    checkpoint = small_run(tmp_path, tmp_path)
+    torch.save({**checkpoint, field: value}, tmp_path / "ckpt.pt")
+    assert error_of([f"--out_dir={tmp_path}", "--device=cpu"]) == \
+        f"error: {tmp_path / 'ckpt.pt'} is not a train.py checkpoint: {said}"
+
+
 def small_run(run_dir, data_dir, vocab_size=65):
     """A train.py-format checkpoint of a tiny model over vocab_size ids (the sink lab's 65 by default), its data
     named by data_dir."""

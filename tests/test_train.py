@@ -726,7 +726,7 @@ def test_config_files(tmp_path):
         assert configure(TrainConfig, [f"config/{name}"])[0].dataset
     bad = tmp_path / "bad.py"
     bad.write_text("learning_rat = 1e-3\n")
-    with pytest.raises(SystemExit, match="bad.py: unknown key 'learning_rat'"):
+    with pytest.raises(SystemExit, match="bad.py line 1: unknown key 'learning_rat'"):
         configure(TrainConfig, [str(bad)])
     with pytest.raises(SystemExit, match="--learning_rate: write --learning_rate=value"):
         configure(TrainConfig, ["--learning_rate"])  # only a bool key may be bare
@@ -1976,6 +1976,39 @@ def test_a_run_continued_on_other_validation_shards_starts_its_best_again_and_ke
     # a new run in the folder replaces the old run's best states, the one set aside too
     train.main(args + [f"--data_dir={other}", "--max_iters=2", "--overwrite=True"])
     assert not aside.exists()
+
+
+@pytest.mark.parametrize("fails", ["torch.save", "the log"])
+def test_a_run_continued_on_other_validation_shards_that_cannot_save_leaves_the_folder_as_it_was(
+        stdlib_data, tmp_path, monkeypatch, fails):
+    """Continued on other validation shards, a run moves best.pt aside at its first write (_start) and logs its first
+    evaluation before saving it: a full disk then stopped the command with best.pt gone ('keep the states saved
+    before', it said) and the log holding the other data's record at the checkpoint's iter, and a plain resume on
+    the old data began with no best.pt. Now the folder is as it was, whichever write fails."""
+    import numpy as np
+    from data.shards import HEADER_BYTES, find_shards
+    out_dir, other = tmp_path / "run", tmp_path / "other"
+    args = TINY + [f"--out_dir={out_dir}", "--eval_interval=2"]
+    train.main(args + [f"--data_dir={stdlib_data}", "--max_iters=4"])
+    before = folder_state(out_dir)
+    shutil.copytree(stdlib_data, other)
+    tokens = np.memmap(find_shards(str(other), "val")[0], dtype=np.uint16, mode="r+", offset=HEADER_BYTES)
+    tokens[:64] = 7  # other validation shards
+    tokens.flush()
+    del tokens
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+    if fails == "torch.save":
+        monkeypatch.setattr(torch, "save", full_disk)
+    else:
+        monkeypatch.setattr(json, "dumps", lambda *a, **k: full_disk() if "val_loss" in a[0] else "{}")
+    with pytest.raises(SystemExit, match="No space left on device"):
+        train.main(args + [f"--data_dir={other}", "--max_iters=6", "--init_from=resume"])
+    assert folder_state(out_dir) == before
+    monkeypatch.undo()
+    train.main(args + ["--max_iters=6", "--init_from=resume"])  # a plain resume: on its own data, its best.pt
+    assert [r["iter"] for r in read_log(out_dir)] == [0, 2, 4, 6]
 
 
 def test_a_run_on_a_relative_data_dir_resumes_from_another_working_folder(stdlib_data, tmp_path, monkeypatch):
