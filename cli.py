@@ -18,6 +18,7 @@ functions that use it, so the data preparation scripts, which read their command
 
 import ast
 import builtins
+import contextlib
 import ctypes
 import dataclasses
 import difflib
@@ -28,8 +29,10 @@ import math
 import os
 import platform
 import re
+import signal
 import sys
 import textwrap
+import threading
 import time
 import tokenize
 import traceback
@@ -54,6 +57,36 @@ class Diverged(SystemExit):
     """fail(..., diverged=True): the message, and DIVERGED_EXIT as the exit status under run_main."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's stop, `kill`) inside terminate_as_interrupt: Ctrl-C's path (the same one line, the
+    saved state as it was), with SIGTERM's exit status."""
+    exit_status, name = 128 + 15, "terminated (SIGTERM)"
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt(active=True):
+    """Within it, SIGTERM raises Terminated in this process, so that a run stopped by a scheduler or `kill` says
+    where its checkpoint is, as after Ctrl-C. Not in another thread (Python cannot), nor in a child forked within
+    (a preparation's worker): those end as SIGTERM ends them. The handler before is restored afterwards. active=False
+    (a torchrun process): SIGTERM ends it at once, as torchrun expects of a process it stops, even one waiting on a
+    collective in C, where a Python handler would run only once the wait ended."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pid = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != pid:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise Terminated()
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_main(main):
     """A script's main() from the command line: a diverged run's own exit status, Ctrl-C as one line with the
     status a shell gives a command it interrupted (130), and output piped into a reader that stopped reading (`| head`)
@@ -63,9 +96,9 @@ def run_main(main):
     except Diverged as e:
         print(e, file=sys.stderr)
         sys.exit(DIVERGED_EXIT)
-    except KeyboardInterrupt:
-        print("interrupted (Ctrl-C)", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        print(getattr(e, "name", "interrupted (Ctrl-C)"), file=sys.stderr)
+        sys.exit(getattr(e, "exit_status", 130))
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes into nothing
         print("stopped: the program reading this output closed it (what was saved before stays as it was)",

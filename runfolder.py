@@ -899,8 +899,11 @@ class RunFolder:
         best_iter, best = checkpoint["best_iter"], checkpoint["best_val_loss"]
         start = math.inf if initial_val_loss is None else initial_val_loss
         worse = checkpoint["val_loss"] - (start if best_iter is None else best)
-        if worse <= 0:  # lower, but reached while steps were skipped as non-finite (Trainer.save said so): no best
-            print(f"saved {self.ckpt_path} (the latest state only)", flush=True)
+        if worse <= 0:  # lower, but reached while steps were skipped as non-finite (Trainer.save): no best
+            skipped = checkpoint.get("health", {}).get("nonfinite_in_a_row")
+            print(f"saved {self.ckpt_path} (the latest state only: the last {skipped} steps from it were skipped as "
+                  f"non-finite, so it is no state to train on, however low its loss)"
+                  + (f"; best.pt keeps iter {best_iter}" if best_iter is not None else ""), flush=True)
             return
         if best_iter is None:
             print(f"saved {self.ckpt_path} (the latest state); it is worse than the initial validation loss "
@@ -925,10 +928,11 @@ class RunFolder:
 
     # -- Ctrl-C ----------------------------------------------------------------------------------------------------
 
-    def interrupted(self, c, given, world_size, iter_num, rank):
+    def interrupted(self, c, given, world_size, iter_num, rank, stop=None):
         """Ctrl-C: one line saying where the last checkpoint is (read from the file, which an interrupted save left
         whole) and the command that continues from it; exit status 130, as a shell gives a command ended by
-        Ctrl-C."""
+        Ctrl-C. stop: the KeyboardInterrupt; SIGTERM's (cli.Terminated) is said so, with exit status 143."""
+        word = getattr(stop, "name", "interrupted")
         if rank == 0:
             try:
                 saved = saved_state(self.ckpt_path, settings=True)  # (iter, val loss, config)
@@ -938,9 +942,9 @@ class RunFolder:
                 why = ""
             at = "while starting" if iter_num is None else f"at iter {iter_num}"
             if c.eval_only:
-                print(f"interrupted {at}; nothing was written", file=sys.stderr)
+                print(f"{word} {at}; nothing was written", file=sys.stderr)
             elif saved is not None and c.overwrite and c.init_from == "scratch" and iter_num is None:
-                print(f"interrupted {at}, before the new run replaced the one in {self.out_dir} ({CHECKPOINT} still "
+                print(f"{word} {at}, before the new run replaced the one in {self.out_dir} ({CHECKPOINT} still "
                       f"holds its iter {saved[0]}): run the command again to start over", file=sys.stderr)
             elif saved is None:
                 again = " (with --overwrite=True)" if self.held() else ""  # the run files this one left in the way
@@ -949,12 +953,12 @@ class RunFolder:
                 except ValueError:
                     best = None
                 kept = f" ({BEST} holds the state of iter {best[0]})" if best else ""
-                print(f"interrupted {at}, before any {CHECKPOINT} was saved in {self.out_dir}{why}{kept}: run the "
+                print(f"{word} {at}, before any {CHECKPOINT} was saved in {self.out_dir}{why}{kept}: run the "
                       f"command again{again} to start over", file=sys.stderr)
             else:
-                print(f"interrupted {at}: {self.ckpt_path} holds iter {saved[0]}. Continue with: "
+                print(f"{word} {at}: {self.ckpt_path} holds iter {saved[0]}. Continue with: "
                       f"{resume_command(c, given, world_size, saved[2])}", file=sys.stderr)
-        raise SystemExit(130)
+        raise SystemExit(getattr(stop, "exit_status", 130))
 
 
 def resume_command(c, given, world_size, saved=None):

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field, fields
 # cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
 from cli import (COMPILE_MODES, DDP_BACKENDS, DTYPES, SDPA_BACKENDS, autocast_for, check_choice, check_device_name,
                  configure, dataset_dir, device_name, fail, free_memory, init_processes, keep_freed_memory, pick_device,
-                 processes, run_main, sdpa_preference)
+                 processes, run_main, sdpa_preference, terminate_as_interrupt)
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -113,9 +113,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     c, given = configure(TrainConfig, argv)
     ddp, rank, local_rank, world_size = processes()
-    with RunFolder(c.out_dir, writer=rank == 0 and not c.eval_only) as folder:  # claims an existing out_dir
-        trainer = None
-        try:  # Ctrl-C at any moment, reading the checkpoint included, ends with runfolder's one line
+    with RunFolder(c.out_dir, writer=rank == 0 and not c.eval_only) as folder, terminate_as_interrupt(not ddp):
+        trainer = None  # (RunFolder claims an existing out_dir; SIGTERM raises a KeyboardInterrupt, but under torchrun)
+        try:  # Ctrl-C or SIGTERM at any moment, reading the checkpoint included, ends with runfolder's one line
             checkpoint, notes = None, []
             if c.init_from == "resume":
                 checkpoint = folder.checkpoint_to_resume()
@@ -140,8 +140,8 @@ def main(argv=None):
             finally:
                 if ddp:
                     dist.destroy_process_group()
-        except KeyboardInterrupt:
-            folder.interrupted(c, given, world_size, trainer and trainer.iter_num, rank)
+        except KeyboardInterrupt as e:
+            folder.interrupted(c, given, world_size, trainer and trainer.iter_num, rank, e)
 
 
 # -----------------------------------------------------------------------------
@@ -464,23 +464,17 @@ class Trainer:
              f"(now {self.c.warmup_iters}). This state was not saved; {kept}.", diverged=True)
 
     def save(self, val_loss, latest=True):
-        """ckpt.pt takes the latest state (always_save_checkpoint) or only a better one; best.pt only a
-        better one, reached by a finite step. A non-finite state is never saved: it would be useless to resume from.
-        latest=False: the
-        initial state of a new run, to best.pt only (ckpt.pt at iter 0 would read as a new run)."""
+        """ckpt.pt takes the latest state (always_save_checkpoint) or only a better one; best.pt only a better one.
+        A non-finite state is never saved: it would be useless to resume from. latest=False: the initial state of a
+        new run, to best.pt only (ckpt.pt at iter 0 would read as a new run)."""
         if not (math.isfinite(val_loss) and all(torch.isfinite(p).all() for p in self.raw_model.parameters())):
             print(f"not saving: the validation loss or the weights are not finite; "
                   f"{self.folder.what_is_kept(self.best_iter)}")
             return
-        # never worse than the start either, also when a resumed run found no best.pt to compare with; and never a
-        # state whose steps are being skipped as non-finite (a step that blew the weights up can leave a model whose
-        # loss is low, uniform predictions, and whose every next step is NaN): the latest only
+        # never worse than the start (also where a resumed run found no best.pt), nor a state whose steps are skipped
+        # as non-finite: a step that blows the weights up can leave uniform predictions, a low loss, and NaN steps
         initial = math.inf if self.initial_val_loss is None else self.initial_val_loss
-        stuck = self.health["nonfinite_in_a_row"]
-        is_best = val_loss < self.best_val_loss and val_loss <= initial and not stuck
-        if stuck and val_loss < min(self.best_val_loss, initial):
-            print(f"not saved as best.pt: the last {stuck} steps were skipped as non-finite, so this state cannot "
-                  "be trained on" + (f"; best.pt keeps iter {self.best_iter}" if self.best_iter is not None else ""))
+        is_best = val_loss < self.best_val_loss and val_loss <= initial and not self.health["nonfinite_in_a_row"]
         if not (is_best or self.c.always_save_checkpoint and latest):
             return
         if is_best:

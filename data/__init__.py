@@ -30,6 +30,7 @@ def prepare_if_missing(name, data_dir):
     what the last one left. Only in a folder meant for it, data/<name>/ or one of another place named <name>: a
     --data_dir with a typo in it is refused, not filled with the default dataset. A preparation another process is
     running there is waited for (the folder's PREPARE_LOCK), never redone under it."""
+    not_a_folder(data_dir)
     if name not in ON_FIRST_USE or _complete(data_dir):
         return
     try:
@@ -53,6 +54,13 @@ def prepare_if_missing(name, data_dir):
         fail(f"cannot prepare the dataset {name} in {data_dir}: {e}")
 
 
+def not_a_folder(data_dir):
+    """Stop with one line where data_dir is a file: no preparation can write a dataset there."""
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        fail(f"{data_dir} is a file, not a folder: data_dir names the folder a dataset's shards are in "
+             "(data/<name>/ when only --dataset is given)")
+
+
 def _complete(data_dir):
     """Whether data_dir holds a complete dataset (a meta.json that says so, and training shards)."""
     try:
@@ -71,6 +79,7 @@ def known_datasets():
 def check_training_data(name, data_dir, vocab_size, bos):
     """Stop with one line unless data_dir holds shards a model of vocab_size can train on: prepared, readable, its
     token ids (and with bos=True its BOS token, which it returns; else None) inside the vocabulary."""
+    not_a_folder(data_dir)
     if not find_shards(data_dir, "train") or not find_shards(data_dir, "val"):
         if not name or name in (os.curdir, os.pardir) or os.sep in name or (os.altsep or os.sep) in name:
             fail(f"dataset={name!r} is not a dataset's name: it names a folder of data/ (pystdlib, openwebtext, "

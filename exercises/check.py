@@ -2027,7 +2027,8 @@ def main(argv=None):
         raise SystemExit("error: --file= checks one exercise; grading runs each exercise's starter.py")
     path = None if grading else path or os.path.join(dirs[0], "starter.py")
     if path is not None and not os.path.isfile(path):
-        raise SystemExit(f"error: no file {path}")
+        raise SystemExit(f"error: {path} is a folder: --file= names the file to check, e.g. {dirs[0]}/starter.py"
+                         if os.path.isdir(path) else f"error: no file {path}")
     zygote = start_zygote()  # first: it imports torch while this process does
     try:
         return check_or_grade(dirs, path, grading, result_path, time_limit, student, zygote)

@@ -1394,8 +1394,9 @@ def main(argv):
               "holds is replaced", flush=True)
 
     if step == "list":
-        list_variants(study)
-        print(run_memory(study_settings(keys, []), [study.config] + ([keys.config] if keys.config else [])))
+        memory = run_memory(study_settings(keys, []), [study.config] + ([keys.config] if keys.config else []))
+        list_variants(study)  # after the settings are read: a config file's mistake is the one line printed
+        print(memory)
     elif step == "prepare":
         prepare()
     elif step == "train":

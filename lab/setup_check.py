@@ -10,8 +10,8 @@ offline from data/gpt2_bpe/; a forward and backward of a tiny G1-gated model.GPT
 (dtype=auto), finite and close to fp32; and a smoke run of the sink lab through train.py itself (config/sink_lab.py,
 a few seconds, in a temporary folder that is deleted afterwards: nothing is left in the repository), whose step time
 gives an estimate of how long the full sink lab and the main job take here (said to be slower than idle when other
-processes kept half a core or more busy while it timed, read from Linux's /proc/stat). It ends with "ready" and the next command,
-or a numbered list of what to fix; the exit status is 0 when ready, 1 otherwise.
+processes kept half a core or more busy while it timed, read from Linux's /proc/stat). It ends with "ready" and the
+next command, or a numbered list of what to fix; the exit status is 0 when ready, 1 otherwise.
 """
 
 import importlib

@@ -6,6 +6,7 @@ list keys are written a,b,c; a bad key or value stops with one line that says wh
 import ast
 import dataclasses
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -97,6 +98,37 @@ def test_ctrl_c_while_torch_loads_is_one_line(tmp_path, command):
                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert out.stderr == "interrupted (Ctrl-C)\n" and out.stdout == "", out.stderr[-2000:]
     assert out.returncode in (-2, 130), out.returncode  # killed by SIGINT as Python does, or run_main's 130
+
+
+def test_sigterm_is_ctrl_cs_interrupt_within_and_as_before_outside_in_threads_and_forked_children():
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(cli.Terminated) as stop:
+        with cli.terminate_as_interrupt():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs at the next bytecode; never reached
+    assert isinstance(stop.value, KeyboardInterrupt) and stop.value.exit_status == 143
+    assert signal.getsignal(signal.SIGTERM) is before
+    with ThreadPoolExecutor(1) as pool:  # Python sets handlers in the main thread only: elsewhere, nothing changes
+        pool.submit(lambda: cli.terminate_as_interrupt().__enter__()).result()
+    assert signal.getsignal(signal.SIGTERM) is before
+    with cli.terminate_as_interrupt():  # a child forked within ends as SIGTERM ends it, raising nothing
+        child = os.fork()
+        if child == 0:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            finally:
+                os._exit(7)  # reached only if the signal did not end it
+        _, status = os.waitpid(child, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+
+
+def test_run_main_gives_sigterm_its_own_line_and_status(capsys):
+    def main():
+        raise cli.Terminated()
+    with pytest.raises(SystemExit) as e:
+        cli.run_main(main)
+    assert e.value.code == 143 and capsys.readouterr().err == "terminated (SIGTERM)\n"
 
 
 def test_the_excepthook_prints_any_other_error_as_python_does(capsys):

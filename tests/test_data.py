@@ -1171,6 +1171,21 @@ def test_a_killed_preparation_is_refused_then_cleaned_up(tmp_path):
     assert len(find_shards(out, "train")) == 5 and read_meta(out)["train_tokens"] == 40
 
 
+@pytest.mark.parametrize("name", ["bigram_backcopy", "pystdlib", "wiki"])  # prepared on first use, or not
+def test_a_data_dir_that_is_a_file_is_named_so(tmp_path, name):
+    """Before, a file as --data_dir was told to prepare the dataset into it (prepare.py --out_dir FILE), which
+    cannot work."""
+    from data import check_training_data, prepare_if_missing
+    path = tmp_path / name
+    path.write_text("not a folder\n")
+    for call in (lambda: prepare_if_missing(name, str(path)), lambda: check_training_data(name, str(path), 65, True)):
+        with pytest.raises(SystemExit) as refused:
+            call()
+        assert str(refused.value.code) == f"error: {path} is a file, not a folder: data_dir names the folder a " \
+            "dataset's shards are in (data/<name>/ when only --dataset is given)"
+    assert path.read_text() == "not a folder\n"
+
+
 def test_train_prepares_on_first_use_only_in_a_folder_meant_for_it_and_finishes_a_stopped_one(tmp_path, capsys):
     """data.prepare_if_missing, train.py's first use: a --data_dir with a typo (no shards, not named after the dataset)
     is refused in one line with the command that prepares it there, and nothing is made; in a folder named after

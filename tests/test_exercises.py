@@ -1405,6 +1405,7 @@ def test_a_file_by_another_name_is_read_and_bad_paths_are_said_before_grading(tm
     code, out = check_cli(answer)
     assert code == 1 and "[01.g1_gate_shapes] not filled yet" in out and "does not import" not in out, out
     for args, says in ([f"--file={tmp_path / 'answer.ipynb'}"], "is a notebook"),\
+                      ([f"--file={tmp_path}"], f"{tmp_path} is a folder: --file= names the file to check"),\
                       ([f"--result={tmp_path}"], "must name a file in a folder that exists"),\
                       ([f"--result={tmp_path / 'nowhere' / 'r.json'}"], "must name a file in a folder that exists"):
         result = subprocess.run([sys.executable, "exercises/check.py", "01", *args], cwd=REPO, capture_output=True,

@@ -1301,6 +1301,15 @@ def test_list_says_the_memory_a_runs_step_needs_by_train_pys_estimate(capsys):
     assert re.search(r"block_size=64 needs about [1-9]\d* MiB for one training step", capsys.readouterr().out)
 
 
+def test_list_with_a_broken_config_file_prints_its_one_line_only(tmp_path, capsys):
+    """The list of variants came first, then the config file's error below it, out of sight."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("batch_size = (\n")
+    with pytest.raises(SystemExit, match=f"^error: {bad} line 1: "):
+        repro.main(["list", f"--config={bad}"])
+    assert capsys.readouterr().out == ""
+
+
 def test_kept_runs_restored_without_their_config_are_told_which_one(tmp_path, capsys):
     """`restore` (or `train`) without the --config the committed runs were trained with restores none, each named, and
     ends with one line giving the --config their commands had; `report` on a root with no runs names `restore`."""
