@@ -312,17 +312,23 @@ def test_a_diverged_run_stops_and_keeps_the_last_good_checkpoint(stdlib_data, tm
     assert all(torch.isfinite(t).all() for t in checkpoint["model"].values())
 
 
+def run_to_divergence(monkeypatch, capsys, data, out_dir, first_bad, match, args):
+    """A 30-iteration TINY run whose steps from iteration first_bad on are NaN, stopped as diverged with a message
+    matching `match`: what it printed."""
+    poison_forward(monkeypatch, bad_calls=set(range(first_bad + 1, 100)))  # call n is iteration n - 1
+    with pytest.raises(cli.Diverged, match=match):
+        train.main(TINY + [f"--data_dir={data}", f"--out_dir={out_dir}", "--max_iters=30", *args])
+    return capsys.readouterr().out
+
+
 def test_a_state_whose_steps_are_skipped_never_becomes_best_pt(stdlib_data, tmp_path, monkeypatch, capsys):
     """A step can blow the weights up to a finite model that predicts uniformly, a loss below a random start's, whose
     every next step is NaN (learning_rate=1e4 did): an evaluation while steps are being skipped saves the state as
     the latest only. Here the steps from iteration 5 on are NaN, so the state evaluated at 8 is the one at 5, lower
     than 4's: before, it replaced best.pt."""
-    poison_forward(monkeypatch, bad_calls=set(range(6, 100)))  # iterations 5, 6, ...
     out_dir = tmp_path / "run"
-    with pytest.raises(cli.Diverged, match=r"last finite state and best.pt the best \(iter 4\)"):
-        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=30",
-                           "--eval_interval=4", "--log_interval=4", "--max_nonfinite=6"])
-    out = capsys.readouterr().out
+    out = run_to_divergence(monkeypatch, capsys, stdlib_data, out_dir, 5, r"last finite state and best.pt the best "
+                            r"\(iter 4\)", ["--eval_interval=4", "--log_interval=4", "--max_nonfinite=6"])
     assert f"saved {out_dir / 'ckpt.pt'} (the latest state only: the last 3 steps from it were skipped as non-finite, " \
         "so it is no state to train on, however low its loss); best.pt keeps iter 4\n" in out, out
     val = {r["iter"]: r["val_loss"] for r in read_log(out_dir)}
@@ -334,12 +340,8 @@ def test_a_state_whose_steps_are_skipped_never_becomes_best_pt(stdlib_data, tmp_
 def test_a_diverged_run_is_stopped_at_the_next_log_step(stdlib_data, tmp_path, monkeypatch, capsys):
     """The health of the queued steps is read at log and eval steps only, so a run that goes non-finite at
     iteration 4 with max_nonfinite=3 stops when the log step at iteration 8 reads steps 4..7, not later."""
-    poison_forward(monkeypatch, bad_calls=set(range(5, 100)))  # iterations 4, 5, ...
-    out_dir = tmp_path / "run"
-    with pytest.raises(cli.Diverged, match=r"3 non-finite steps in a row \(max_nonfinite=3\)"):
-        train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=30",
-                           "--eval_interval=20", "--log_interval=4", "--max_nonfinite=3"])
-    out = capsys.readouterr().out
+    out = run_to_divergence(monkeypatch, capsys, stdlib_data, tmp_path / "run", 4, r"3 non-finite steps in a row "
+                            r"\(max_nonfinite=3\)", ["--eval_interval=20", "--log_interval=4", "--max_nonfinite=3"])
     assert [line.split(":")[0] for line in out.splitlines() if "step skipped" in line] == ["iter 4", "iter 5", "iter 6"]
     assert "iter 4: loss" in out and "iter 8: loss" not in out  # the line at 4 read steps 1..3, all finite
 
