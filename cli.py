@@ -70,8 +70,9 @@ def terminate_as_interrupt(active=True):
     (a preparation's worker): those end as SIGTERM ends them. The handler before is restored afterwards. active=False
     (a torchrun process): SIGTERM ends it at once, as torchrun expects of a process it stops, even one waiting on a
     collective in C, where a Python handler would run only once the wait ended."""
-    if not active or threading.current_thread() is not threading.main_thread():
-        yield
+    if not active or threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:  # ignored by whoever started it: left so, as Python
+        yield                                                       # leaves an ignored SIGINT
         return
     pid = os.getpid()
 
@@ -84,7 +85,7 @@ def terminate_as_interrupt(active=True):
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)  # None: a handler not Python's
 
 
 def run_main(main):
@@ -185,10 +186,11 @@ def configure(keys, argv, defaults=None):
                 _config_not_found(arg, fields)
             scope = dict(values)
             run_config_file(arg, path, scope)
+            lines = _assignments(path)
             for key, value in scope.items():
                 if key.startswith("_") or isinstance(value, types.ModuleType) or callable(value):
                     continue  # imports and helpers a config file may use
-                value = _typed(key, value, _assigned_at(arg, path, key), fields)
+                value = _typed(key, value, f"{arg} line {lines[key]}" if key in lines else arg, fields)
                 if value != values[key]:  # what the file changed (a file cannot be seen assigning a value unchanged)
                     values[key] = value
                     given.add(key)
@@ -369,7 +371,10 @@ def run_config_file(arg, path, scope):
     """exec a config file into scope; a mistake in it becomes one line naming the file and the line."""
     try:
         with open(path, "rb") as f:  # bytes: compile reads a UTF-8 BOM and a coding line as Python itself does
-            code = builtins.compile(f.read(), path, "exec")  # under its own name, so errors point into it
+            source = f.read()
+        if b"\0" in source:  # as Python 3.11 says it (3.10's compile raises a ValueError)
+            raise SyntaxError("source code string cannot contain null bytes")
+        code = builtins.compile(source, path, "exec")  # under its own name, so errors point into it
         exec(code, scope)
     except SyntaxError as e:
         where = f"{arg} line {e.lineno}" if e.lineno else arg  # null bytes have no line (UTF-16, as Notepad saves)
@@ -388,18 +393,24 @@ def run_config_file(arg, path, scope):
         fail(f"{where}: {type(e).__name__}: {e}")
 
 
-def _assigned_at(arg, path, key):
-    """'FILE line N' for the last line of a config file that assigns key (the value it leaves), else 'FILE': an
-    unknown key or a value of the wrong type in a file is named with its line, as the file's own errors are."""
+def _assignments(path):
+    """{name: the last line of a config file that assigns it (the value it leaves)}, read once a file: an unknown key
+    or a value of the wrong type in a file is named with its line, as the file's own errors are."""
     try:
         with open(path, "rb") as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
-        return arg
-    lines = [node.lineno for node in ast.walk(tree)
-             if isinstance(node, ast.Name) and node.id == key and isinstance(node.ctx, ast.Store)
-             or isinstance(node, ast.alias) and (node.asname or node.name.split(".")[0]) == key]  # from m import pi
-    return f"{arg} line {max(lines)}" if lines else arg
+        return {}
+    lines = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            name = node.id
+        elif isinstance(node, ast.alias):  # from math import pi
+            name = node.asname or node.name.split(".")[0]
+        else:
+            continue
+        lines[name] = max(lines.get(name, 0), node.lineno)
+    return lines
 
 
 # -----------------------------------------------------------------------------

@@ -297,16 +297,18 @@ def read_checkpoint(path):
                          f"from train.py. Its folder's {BEST} (the best earlier state) may still be whole.") from None
     if not isinstance(checkpoint, dict) or not {"model", "model_args"} <= checkpoint.keys():
         raise ValueError(f"{path} is not a train.py checkpoint (no model weights and model_args in it)")
-    wrong = [f"{key} is {type(checkpoint[key]).__name__}, not {kind.__name__}" for key, kind in CHECKPOINT_TYPES.items()
-             if key in checkpoint and not (isinstance(checkpoint[key], kind) and type(checkpoint[key]) is not bool)]
+    wrong = [f"{key} is {type(checkpoint[key]).__name__}, not {' or '.join(k.__name__ for k in kinds)}"
+             for key, kinds in CHECKPOINT_TYPES.items()
+             if key in checkpoint and not (isinstance(checkpoint[key], kinds) and type(checkpoint[key]) is not bool)]
     if wrong:  # written by another program, or edited: read on, it would fail far from here
         raise ValueError(f"{path} is not a train.py checkpoint: its {'; '.join(wrong[:3])}")
     return checkpoint
 
 
-# what train.py's checkpoints hold of these keys (those present; older checkpoints lack some)
-CHECKPOINT_TYPES = {"model": dict, "model_args": dict, "optimizer": dict, "config": dict, "iter_num": int,
-                    "health": dict, "loader": dict}
+# what train.py's checkpoints hold of these keys (those present; older checkpoints lack some); None where a user
+# stripped a checkpoint for sharing (optimizer=None, as nanoGPT's users do): it samples and is measured, not resumed
+CHECKPOINT_TYPES = {"model": (dict,), "model_args": (dict,), "config": (dict,), "iter_num": (int,),
+                    "optimizer": (dict, type(None)), "health": (dict, type(None)), "loader": (dict, type(None))}
 
 
 def model_from_checkpoint(checkpoint, path, device="cpu", **runtime):
@@ -623,9 +625,10 @@ class RunFolder:
             checkpoint = read_checkpoint(self.ckpt_path)
         except ValueError as e:
             fail(e)
-        missing = RESUME_KEYS - checkpoint.keys()
+        missing = sorted(RESUME_KEYS - checkpoint.keys()) + [k for k in ("optimizer", "loader", "health")
+                                                             if k in checkpoint and checkpoint[k] is None]  # stripped
         if missing:
-            fail(f"{self.ckpt_path} cannot be resumed: it lacks {sorted(missing)} (only train.py's own checkpoints "
+            fail(f"{self.ckpt_path} cannot be resumed: it lacks {missing} (only train.py's own checkpoints, whole, "
                  "can)")
         return checkpoint
 
@@ -692,15 +695,18 @@ class RunFolder:
             why = None if best else f"there is no {self.best_path}"
         except ValueError as e:
             best, why = None, str(e)
+        skipped = (checkpoint.get("health") or {}).get("nonfinite_in_a_row")  # no best then either (Trainer.save)
         if best is not None:
             self.check_same_run(best, checkpoint)
-            if not loss < best[1]:
+            if not loss < best[1] or skipped:
                 return best[:2]
             why = (f"{self.best_path} holds iter {best[0]} (val loss {best[1]:.4f}): a run stopped between saving the "
                    "two, or the files were moved")
-        if not loss <= checkpoint.get("initial_val_loss", math.inf):  # best.pt never holds a worse state than the start
-            say(f"note: {why}; {self.ckpt_path} (iter {it}) is worse than the initial state, so the next evaluation's "
-                f"state becomes {BEST} if it is not")
+        if skipped or not loss <= checkpoint.get("initial_val_loss", math.inf):  # nor a state worse than the start
+            what = "was saved while its steps were skipped as non-finite" if skipped else \
+                "is worse than the initial state"
+            say(f"note: {why}; {self.ckpt_path} (iter {it}) {what}, so it never becomes {BEST}: the next evaluation's "
+                "state does, if it is a better one")
             return None, math.inf
         self.best_in_ckpt = True
         say(f"note: {why}; the best state is {self.ckpt_path}'s (iter {it}, val loss {loss:.4f}), which becomes "
@@ -836,15 +842,15 @@ class RunFolder:
         atomic_write(self.log_path, lambda f: f.write(text.encode()))
 
     def undo_start(self):
-        """A resumed run whose save (or log write) fails leaves best.pt as it was: back from where _start moved it
-        (best_on_other_val) if no best.pt was saved since; and before its first ckpt.pt, the log as it was too. The
-        same command again, or a plain resume, then sees the run as before. (A new run's _start removed the old
-        run's files: nothing to give back.)"""
+        """A resumed run whose first save (or log write) fails, or that is interrupted before it, leaves the folder as
+        it was: best.pt back from where _start moved it (best_on_other_val), the log as it was. The same command
+        again, or a plain resume, then sees the run as before. (A new run's _start removed the old run's files:
+        nothing to give back.)"""
         if not self.started or self.start_iter == 0:
             return
         try:
-            if self.aside and os.path.isfile(self.aside) and not os.path.lexists(self.best_path):
-                os.replace(self.aside, self.best_path)
+            if self.aside and not self.saved and os.path.isfile(self.aside) and not os.path.lexists(self.best_path):
+                os.replace(self.aside, self.best_path)  # (once ckpt.pt records the new shards, best.pt stays aside)
             if self.log_before is not None and not self.saved:  # ckpt.pt not saved: its eval was never this run's
                 atomic_write(self.log_path, lambda f: f.write(self.log_before))
         except OSError:
@@ -899,8 +905,8 @@ class RunFolder:
         best_iter, best = checkpoint["best_iter"], checkpoint["best_val_loss"]
         start = math.inf if initial_val_loss is None else initial_val_loss
         worse = checkpoint["val_loss"] - (start if best_iter is None else best)
-        if worse <= 0:  # lower, but reached while steps were skipped as non-finite (Trainer.save): no best
-            skipped = checkpoint.get("health", {}).get("nonfinite_in_a_row")
+        skipped = (checkpoint.get("health") or {}).get("nonfinite_in_a_row")
+        if skipped and worse <= 0:  # lower, but reached while steps were skipped as non-finite (Trainer.save): no best
             print(f"saved {self.ckpt_path} (the latest state only: the last {skipped} steps from it were skipped as "
                   f"non-finite, so it is no state to train on, however low its loss)"
                   + (f"; best.pt keeps iter {best_iter}" if best_iter is not None else ""), flush=True)
@@ -934,6 +940,7 @@ class RunFolder:
         Ctrl-C. stop: the KeyboardInterrupt; SIGTERM's (cli.Terminated) is said so, with exit status 143."""
         word = getattr(stop, "name", "interrupted")
         if rank == 0:
+            self.undo_start()  # before its first save: the folder as it was
             try:
                 saved = saved_state(self.ckpt_path, settings=True)  # (iter, val loss, config)
             except ValueError as e:

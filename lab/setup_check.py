@@ -242,30 +242,38 @@ def timings(found, keys):
     main_s = found["startup"] + c.max_iters * step + (c.max_iters // c.eval_interval + 1) * c.eval_iters * step / 3
     found["main_s"] = main_s
     others = [x for x in (found.get("others"), others_cores(before, sum(seconds))) if x is not None]
-    others = max(others) if others else None  # the busier of the two timings: the smoke run's and these steps'
+    others = max(others) if others else None  # the busier of the two timings (the smoke run's, these steps' if 1 s)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # its own
     return "note", (f"estimated from the steps timed here: sink lab ~{minutes(lab_s)} a model ({lab.max_iters} steps), "
-                    f"main job ~{minutes(main_s)} ({c.max_iters} steps){busy_note(load, os.cpu_count() or 1, others)}")
+                    f"main job ~{minutes(main_s)} ({c.max_iters} steps){busy_note(load, cores, others)}")
 
 
 def cpu_seconds():
-    """(all CPUs' busy seconds, the CPU seconds of this process and its ended children) so far, from Linux's
-    /proc/stat; None elsewhere."""
+    """(the busy seconds of the CPUs this process may run on, the CPU seconds of this process and its ended
+    children) so far, from Linux's /proc/stat (its per-CPU lines: a container's or a batch job's CPUs, not the
+    host's); None elsewhere."""
     try:
         import resource
+        mine, busy = {f"cpu{i}" for i in os.sched_getaffinity(0)}, 0
         with open("/proc/stat", encoding="utf-8") as f:
-            ticks = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+            for line in f:
+                name, *fields = line.split()
+                if name in mine:
+                    ticks = [int(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal
+                    busy += sum(ticks) - ticks[3] - ticks[4]
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         own = time.process_time() + children.ru_utime + children.ru_stime
-        return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), own
+        return busy / os.sysconf("SC_CLK_TCK"), own
     except (ImportError, OSError, ValueError, IndexError, AttributeError):
         return None
 
 
 def others_cores(before, wall):
-    """How many cores' worth of work other processes did in the `wall` seconds since `before` (cpu_seconds());
-    None where it cannot be read. Measured while the steps were timed, as a load average (the last minute's) is not."""
-    after = cpu_seconds() if before is not None and wall > 0 else None
+    """How many cores' worth of work other processes did on this process's CPUs in the `wall` seconds since
+    `before` (cpu_seconds()); None where it cannot be read, or over less than a second (the counters tick in
+    hundredths of a second). Measured while the steps were timed, as a load average (the last minute's) is not."""
+    after = cpu_seconds() if before is not None and wall >= 1 else None
     if after is None:
         return None
     return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / wall

@@ -121,6 +121,14 @@ def test_sigterm_is_ctrl_cs_interrupt_within_and_as_before_outside_in_threads_an
                 os._exit(7)  # reached only if the signal did not end it
         _, status = os.waitpid(child, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # ignored by whoever started the process (nohup-like): left so
+    try:
+        with cli.terminate_as_interrupt():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_run_main_gives_sigterm_its_own_line_and_status(capsys):

@@ -335,6 +335,12 @@ def test_a_state_whose_steps_are_skipped_never_becomes_best_pt(stdlib_data, tmp_
     assert val[8] < val[4]  # else the test would show nothing
     assert load_checkpoint(str(out_dir / "best.pt"))[1]["iter_num"] == 4
     assert load_checkpoint(str(out_dir / "ckpt.pt"))[1]["iter_num"] == 8  # the latest, as always_save_checkpoint says
+    best = (out_dir / "best.pt").read_bytes()
+    # resumed (say at the lower learning rate the message advises), ckpt.pt's lower loss is not taken for a best
+    # state a crash kept from best.pt: best.pt stays, also where nothing is left to train (settle_best)
+    monkeypatch.undo()
+    train.main(TINY + [f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=8"])
+    assert (out_dir / "best.pt").read_bytes() == best and "becomes best.pt" not in capsys.readouterr().out
 
 
 def test_a_diverged_run_is_stopped_at_the_next_log_step(stdlib_data, tmp_path, monkeypatch, capsys):
@@ -923,6 +929,15 @@ def test_a_diverging_run_never_replaces_the_best_checkpoint(stdlib_data, tmp_pat
     assert latest["iter_num"] == 12 and latest["best_iter"] == best["iter_num"]
 
 
+def test_a_latest_state_that_ties_the_best_is_said_to_be_no_worse(tmp_path, capsys):
+    """A tie (a learning rate of 0 past lr_decay_iters with min_lr=0) is no best, and no state whose steps were
+    skipped either: its line says 0.000 worse."""
+    checkpoint = {"iter_num": 9, "val_loss": 4.0, "best_iter": 6, "best_val_loss": 4.0,
+                  "health": {"nonfinite_in_a_row": 0}}
+    runfolder.RunFolder(str(tmp_path)).said_saved(checkpoint, is_best=False, latest=True, initial_val_loss=10.0)
+    assert "its validation loss is 0.000 worse than the best, 4.0000 at iter 6" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("rise, warned", [(0.9, False), (1.1, True)])
 def test_a_latest_state_more_than_a_nat_worse_than_the_best_is_warned_of(tmp_path, capsys, rise, warned):
     """runfolder.VAL_RISE_WARNING: a latest state whose validation loss is more than 1 nat above best.pt's gets the
@@ -1195,6 +1210,11 @@ def test_a_checkpoint_without_a_part_of_the_state_resume_reads_is_one_line(tiny_
     _, checkpoint = load_checkpoint(str(run / "ckpt.pt"))
     for key in ("optimizer", "scaler", "iter_num", "val_loss", "config", "rng", "loader", "health"):
         save_checkpoint({k: v for k, v in checkpoint.items() if k != key}, str(run / "ckpt.pt"))
+        with pytest.raises(SystemExit, match=rf"ckpt.pt cannot be resumed: it lacks \['{key}'\] \(only train.py's"):
+            train.main([f"--out_dir={run}", "--init_from=resume", "--max_iters=9", "--device=cpu"])
+    for key in ("optimizer", "loader", "health"):  # stripped for sharing, as nanoGPT's users do: sampled, not resumed
+        save_checkpoint({**checkpoint, key: None}, str(run / "ckpt.pt"))
+        assert load_checkpoint(str(run / "ckpt.pt"))[1][key] is None
         with pytest.raises(SystemExit, match=rf"ckpt.pt cannot be resumed: it lacks \['{key}'\] \(only train.py's"):
             train.main([f"--out_dir={run}", "--init_from=resume", "--max_iters=9", "--device=cpu"])
 
@@ -1982,13 +2002,15 @@ def test_a_run_continued_on_other_validation_shards_starts_its_best_again_and_ke
     assert not aside.exists()
 
 
-@pytest.mark.parametrize("fails", ["torch.save", "the log"])
+@pytest.mark.parametrize("fails", ["torch.save", "the log", "Ctrl-C", "the copy to best.pt"])
 def test_a_run_continued_on_other_validation_shards_that_cannot_save_leaves_the_folder_as_it_was(
         stdlib_data, tmp_path, monkeypatch, fails):
     """Continued on other validation shards, a run moves best.pt aside at its first write (_start) and logs its first
     evaluation before saving it: a full disk then stopped the command with best.pt gone ('keep the states saved
     before', it said) and the log holding the other data's record at the checkpoint's iter, and a plain resume on
-    the old data began with no best.pt. Now the folder is as it was, whichever write fails."""
+    the old data began with no best.pt. Now the folder is as it was, whichever write fails, or after Ctrl-C; but
+    once ckpt.pt records the new shards (only the copy to best.pt failed), the old best stays aside, where a plain
+    resume, now on the new shards, keeps it."""
     import numpy as np
     from data.shards import HEADER_BYTES, find_shards
     out_dir, other = tmp_path / "run", tmp_path / "other"
@@ -2003,12 +2025,25 @@ def test_a_run_continued_on_other_validation_shards_that_cannot_save_leaves_the_
 
     def full_disk(*a, **k):
         raise OSError(28, "No space left on device")
-    if fails == "torch.save":
-        monkeypatch.setattr(torch, "save", full_disk)
-    else:
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+    copy = runfolder.atomic_copy
+    if fails in ("torch.save", "Ctrl-C"):
+        monkeypatch.setattr(torch, "save", full_disk if fails == "torch.save" else ctrl_c)
+    elif fails == "the log":
         monkeypatch.setattr(json, "dumps", lambda *a, **k: full_disk() if "val_loss" in a[0] else "{}")
-    with pytest.raises(SystemExit, match="No space left on device"):
+    else:
+        monkeypatch.setattr(runfolder, "atomic_copy", lambda src, dst: full_disk() if dst.endswith(BEST) else
+                            copy(src, dst))
+    with pytest.raises(SystemExit, match="No space left on device" if fails != "Ctrl-C" else None):
         train.main(args + [f"--data_dir={other}", "--max_iters=6", "--init_from=resume"])
+    if fails == "the copy to best.pt":
+        aside = out_dir / "best-before-iter4.pt"
+        assert aside.read_bytes() == before[BEST] and not (out_dir / BEST).exists()
+        monkeypatch.undo()
+        train.main(args + ["--max_iters=6", "--init_from=resume"])  # on the new shards, as ckpt.pt records
+        assert aside.read_bytes() == before[BEST]
+        return
     assert folder_state(out_dir) == before
     monkeypatch.undo()
     train.main(args + ["--max_iters=6", "--init_from=resume"])  # a plain resume: on its own data, its best.pt
