@@ -226,7 +226,8 @@ def test_the_suites_runs_at_the_newest_torch_and_at_the_floor_are_their_pages():
 
 def test_the_suites_runs_on_each_python_are_their_pages():
     """docs/timings.md's table of the suite under each Python at cf8af86: each row's result and time its page's, the
-    Python and torch each page names; and the sentence that sets the 3.11 run (CI's versions) beside the budget."""
+    Python and torch each page names; 3.10's later run at b007ea6, its sentence; and the sentence that sets the 3.11 run
+    (CI's versions) beside the budget."""
     rows = [("", "3.11.7", "2.13.0+cpu"), ("-py3.12", "3.12.1", "2.15.0+cu132"), ("-py3.13", "3.13.0", "2.15.0+cu132")]
     for versions, python, torch_version in rows:
         p = suite_page("cf8af86", versions)
@@ -236,6 +237,13 @@ def test_the_suites_runs_on_each_python_are_their_pages():
         row, = [line for line in text(TIMINGS).splitlines() if line.startswith("|") and f"/{p['name']})" in line]
         assert row.startswith(f"| {python} | {torch_version} | ") and result in row, row
         assert row.endswith(f" | {min_s(p['wall'])} |"), row
+    py310 = suite_page("b007ea6", "-py3.10")  # later, in a sentence of its own
+    assert "Python 3.10.13, torch 2.14.1+cu130, Triton 3.8.0, NumPy 2.2.6," in text(f"results/timings/{py310['name']}")
+    says(TIMINGS, f"Under Python 3.10 the same way, later that day at b007ea6 (torch 2.14.1+cu130, Triton 3.8.0, NumPy "
+                  f"2.2.6, matplotlib 3.10.9, transformers 5.20.2: the last releases for 3.10), {py310['passed']} "
+                  f"passed, {py310['skipped']} skipped in {min_s(py310['wall'])} ([its page](../results/timings/"
+                  f"{py310['name']}))")
+    assert not py310["failed"]
     ci = suite_page("cf8af86")
     assert ci["wall"] < 600
     says(TIMINGS, f"with CI's versions, took {min_s(ci['wall'])} at cf8af86 ({ci['passed']} passed, {ci['skipped']} "
