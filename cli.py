@@ -185,8 +185,7 @@ def configure(keys, argv, defaults=None):
             if path is None:
                 _config_not_found(arg, fields)
             scope = dict(values)
-            run_config_file(arg, path, scope)
-            lines = _assignments(path)
+            lines = _assignments(run_config_file(arg, path, scope))
             for key, value in scope.items():
                 if key.startswith("_") or isinstance(value, types.ModuleType) or callable(value):
                     continue  # imports and helpers a config file may use
@@ -368,7 +367,8 @@ def usage(keys):
 
 
 def run_config_file(arg, path, scope):
-    """exec a config file into scope; a mistake in it becomes one line naming the file and the line."""
+    """exec a config file into scope; a mistake in it becomes one line naming the file and the line. Returns its
+    source (bytes)."""
     try:
         with open(path, "rb") as f:  # bytes: compile reads a UTF-8 BOM and a coding line as Python itself does
             source = f.read()
@@ -376,6 +376,7 @@ def run_config_file(arg, path, scope):
             raise SyntaxError("source code string cannot contain null bytes")
         code = builtins.compile(source, path, "exec")  # under its own name, so errors point into it
         exec(code, scope)
+        return source
     except SyntaxError as e:
         where = f"{arg} line {e.lineno}" if e.lineno else arg  # null bytes have no line (UTF-16, as Notepad saves)
         if "Non-UTF-8" in e.msg or "codec can't decode" in e.msg or "null bytes" in e.msg:
@@ -393,14 +394,10 @@ def run_config_file(arg, path, scope):
         fail(f"{where}: {type(e).__name__}: {e}")
 
 
-def _assignments(path):
-    """{name: the last line of a config file that assigns it (the value it leaves)}, read once a file: an unknown key
-    or a value of the wrong type in a file is named with its line, as the file's own errors are."""
-    try:
-        with open(path, "rb") as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError, ValueError):
-        return {}
+def _assignments(source):
+    """{name: the last line of a config file's source that assigns it (the value it leaves)}: an unknown key or a
+    value of the wrong type in a file is named with its line, as the file's own errors are."""
+    tree = ast.parse(source)  # it compiled already
     lines = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):

@@ -311,6 +311,11 @@ CHECKPOINT_TYPES = {"model": (dict,), "model_args": (dict,), "config": (dict,), 
                     "optimizer": (dict, type(None)), "health": (dict, type(None)), "loader": (dict, type(None))}
 
 
+def steps_skipped(checkpoint):
+    """How many steps in a row were skipped as non-finite when the checkpoint was saved (0 for an older one)."""
+    return (checkpoint.get("health") or {}).get("nonfinite_in_a_row") or 0
+
+
 def model_from_checkpoint(checkpoint, path, device="cpu", **runtime):
     """The GPT a checkpoint holds, in eval mode on device; runtime: flags of model.RUNTIME_FLAGS to run it with
     (e.g. attn_backend='torch'). Those not given take GPTConfig's defaults, not the run's: how a run computed on its
@@ -695,7 +700,7 @@ class RunFolder:
             why = None if best else f"there is no {self.best_path}"
         except ValueError as e:
             best, why = None, str(e)
-        skipped = (checkpoint.get("health") or {}).get("nonfinite_in_a_row")  # no best then either (Trainer.save)
+        skipped = steps_skipped(checkpoint)  # no best then either (Trainer.save)
         if best is not None:
             self.check_same_run(best, checkpoint)
             if not loss < best[1] or skipped:
@@ -846,12 +851,12 @@ class RunFolder:
         it was: best.pt back from where _start moved it (best_on_other_val), the log as it was. The same command
         again, or a plain resume, then sees the run as before. (A new run's _start removed the old run's files:
         nothing to give back.)"""
-        if not self.started or self.start_iter == 0:
-            return
+        if not self.started or self.start_iter == 0 or self.saved:  # (once ckpt.pt records new shards, best.pt
+            return                                                      # stays aside, and the log is the run's)
         try:
-            if self.aside and not self.saved and os.path.isfile(self.aside) and not os.path.lexists(self.best_path):
-                os.replace(self.aside, self.best_path)  # (once ckpt.pt records the new shards, best.pt stays aside)
-            if self.log_before is not None and not self.saved:  # ckpt.pt not saved: its eval was never this run's
+            if self.aside and os.path.isfile(self.aside) and not os.path.lexists(self.best_path):
+                os.replace(self.aside, self.best_path)
+            if self.log_before is not None:
                 atomic_write(self.log_path, lambda f: f.write(self.log_before))
         except OSError:
             pass  # the folder cannot be written at all: best-before-iterN.pt still holds the old best
@@ -905,7 +910,7 @@ class RunFolder:
         best_iter, best = checkpoint["best_iter"], checkpoint["best_val_loss"]
         start = math.inf if initial_val_loss is None else initial_val_loss
         worse = checkpoint["val_loss"] - (start if best_iter is None else best)
-        skipped = (checkpoint.get("health") or {}).get("nonfinite_in_a_row")
+        skipped = steps_skipped(checkpoint)
         if skipped and worse <= 0:  # lower, but reached while steps were skipped as non-finite (Trainer.save): no best
             print(f"saved {self.ckpt_path} (the latest state only: the last {skipped} steps from it were skipped as "
                   f"non-finite, so it is no state to train on, however low its loss)"

@@ -114,7 +114,7 @@ def main(argv=None):
     c, given = configure(TrainConfig, argv)
     ddp, rank, local_rank, world_size = processes()
     with RunFolder(c.out_dir, writer=rank == 0 and not c.eval_only) as folder, terminate_as_interrupt(not ddp):
-        trainer = None  # (RunFolder claims an existing out_dir; SIGTERM raises a KeyboardInterrupt, but under torchrun)
+        trainer = None  # RunFolder claims an existing out_dir; SIGTERM raises KeyboardInterrupt, except under torchrun
         try:  # Ctrl-C or SIGTERM at any moment, reading the checkpoint included, ends with runfolder's one line
             checkpoint, notes = None, []
             if c.init_from == "resume":

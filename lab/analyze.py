@@ -513,11 +513,11 @@ def analyze(run_dirs, labels=None, out_dir="out-analysis", device="auto", batche
             where = f" (measured earlier, on {record['measured_on']}: its {checkpoint} is gone)"
             log = read_jsonl(os.path.join(run_dir, LOG))
             if log and (log[-1].get("iter") or 0) > (record.get("iter") or 0):  # measured mid-run, or none saved
-                run_notes.append(f"{label}'s is a measurement kept of its {checkpoint} at iter {record.get('iter')}, "
-                                 f"and its log goes on to iter {log[-1]['iter']}")
-                where += (f"; note: that measurement is of its state at iter {record.get('iter')}, and its log goes on "
-                          f"to iter {log[-1]['iter']} (measured while it trained, or no later state was saved: "
-                          "diverged, or --always_save_checkpoint=False)")
+                note = (f"the measurement kept of {label} is of its state at iter {record.get('iter')}, and its log "
+                        f"goes on to iter {log[-1]['iter']}")
+                run_notes.append(note)  # said in summary.md and summary.json too
+                where += (f"; note: {note} (measured while it trained, or no later state was saved: diverged, or "
+                          "--always_save_checkpoint=False)")
         records.append(record)
         scores.append(s)
         maps.append(m)

@@ -387,9 +387,8 @@ def test_kept_measurements_are_drawn_again_without_the_data(trained_run, tmp_pat
     last = record["iter"]
     json.dump({**record, "iter": last - 1}, open(tmp_path / "c" / "measured.json", "w"))
     stale = analyze.analyze([str(tmp_path / "c")], out_dir=str(tmp_path / "c-stale"), device="cpu")
-    assert f"note: that measurement is of its state at iter {last - 1}, and its log goes on to iter {last}" in \
-        capsys.readouterr().out
-    said = f"c's is a measurement kept of its ckpt.pt at iter {last - 1}, and its log goes on to iter {last}"
+    said = f"the measurement kept of c is of its state at iter {last - 1}, and its log goes on to iter {last}"
+    assert f"note: {said} (measured while it trained" in capsys.readouterr().out
     assert stale["run_notes"] == [said]  # the summary's files say it too, not the console alone
     assert f"Note: {said}." in open(tmp_path / "c-stale" / "summary.md").readline()
     assert json.load(open(tmp_path / "c-stale" / "summary.json"))["run_notes"] == [said]
