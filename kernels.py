@@ -8,7 +8,7 @@ Attention with the GA paper's sigmoid output gate: y = sigmoid(gate) * softmax(q
 At the end, `chunked_loss`: model.py's training loss (GPTConfig.loss_chunk) a chunk of logits at a time.
 
 The Triton path is FlashAttention-2 laid out like Triton's tutorial "Fused Attention"
-(python/tutorials/06-fused-attention.py), plus the gate. The gate adds 42 lines to a flash-attention
+(python/tutorials/06-fused-attention.py), plus the gate. The gate adds 44 lines to a flash-attention
 kernel (counting its launch code, buffers, input checks and the torch path): each ends in `# [gate]`, and
 deleting them all leaves a working ungated kernel (tests/test_kernels.py checks the count and that). Not marked:
 the `gate` argument that Python functions take and pass on (None for plain attention), its gradient's slot
@@ -376,7 +376,8 @@ if HAS_TRITON:
         o = acc / l_i[:, None]
         g_ptrs = G + b * sgb + h.to(tl.int64) * sgh + offs_m[:, None].to(tl.int64) * sgt  # [gate]
         if GATE == 1:  # [gate] elementwise
-            o = o * tl.sigmoid(tl.load(g_ptrs + offs_d[None, :] * sgd, mask=rows, other=0.0).to(tl.float32))  # [gate]
+            o = o * tl.sigmoid(tl.load(g_ptrs + offs_d[None, :].to(tl.int64) * sgd,  # [gate] int64: sgd may be large
+                                       mask=rows, other=0.0).to(tl.float32))  # [gate]
         if GATE == 2:  # [gate] headwise: one logit per row, broadcast over D
             o = o * tl.sigmoid(tl.load(g_ptrs, mask=rows, other=0.0).to(tl.float32))  # [gate]
         tl.store(_tile(Y, b, h, syb, syh, syt, syd, offs_m, offs_d), o.to(Y.dtype.element_ty), mask=rows)
@@ -402,7 +403,8 @@ if HAS_TRITON:
         if GATE != 0:  # [gate]
             g_ptrs = G + b * sgb + h.to(tl.int64) * sgh + offs_m[:, None].to(tl.int64) * sgt  # [gate]
             if GATE == 1:  # [gate]
-                s = tl.sigmoid(tl.load(g_ptrs + offs_d[None, :] * sgd, mask=rows, other=0.0).to(tl.float32))  # [gate]
+                s = tl.sigmoid(tl.load(g_ptrs + offs_d[None, :].to(tl.int64) * sgd,  # [gate]
+                                       mask=rows, other=0.0).to(tl.float32))  # [gate]
                 tl.store(DG + (bh.to(tl.int64) * T + offs_m[:, None]) * HEAD_DIM + offs_d[None, :],  # [gate]
                          (dy * y * (1.0 - s)).to(DG.dtype.element_ty), mask=rows)  # [gate]
             else:  # [gate]
@@ -735,6 +737,9 @@ class ChunkedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, targets, chunk):
         valid = targets != -1
+        # -1 becomes class 0 (its row is left out); any other id stays, so that -100 (PyTorch's usual ignore_index)
+        # or an id past the vocabulary fails in gather, as F.cross_entropy fails, instead of counting as class 0
+        safe = targets.masked_fill(~valid, 0)
         n = valid.sum()  # a tensor: the mean's count costs no wait for the GPU
         fp = torch.promote_types(x.dtype, torch.float32)  # the loss and the sums in fp32 (fp64 for fp64 inputs)
         total = torch.zeros((), dtype=fp, device=x.device)
@@ -745,7 +750,7 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         mm_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         w_mm = w.to(mm_dtype)
         for i in range(0, x.size(0), chunk):
-            xc, tc, vc = x[i:i + chunk], targets[i:i + chunk].clamp_min(0)[:, None], valid[i:i + chunk, None]
+            xc, tc, vc = x[i:i + chunk], safe[i:i + chunk, None], valid[i:i + chunk, None]
             xc = xc.to(mm_dtype)  # for the logits' matmul and dw's
             logits = F.linear(xc, w_mm).to(fp)
             # Every pass over a chunk of logits below is in place, in their own memory: torch.logsumexp, or a

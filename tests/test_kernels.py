@@ -265,6 +265,33 @@ def test_offsets_of_2_to_the_31_elements_and_more(gate, backward, choose_backwar
 
 
 @needs_triton
+@pytest.mark.parametrize("backward", kernels.BACKWARDS)
+def test_a_gate_whose_head_dim_stride_passes_2_to_the_31_over_its_channels(backward, choose_backward, tmp_path):
+    """An elementwise gate whose channels lie S elements apart, so that channel 15's offset, 15 * S, is 2^31 + 7:
+    the gate's channel offset must be int64 too (in int32 it wraps, and channel 15 reads another element, set
+    to -20 here). One 8.6 GB buffer of fp16 (on a CPU, the mapping of a sparse file)."""
+    choose_backward(backward)
+    T, D = 5, 16
+    S, base = -(-2**31 // (D - 1)), 2**31 + 64
+    N = base + (D - 1) * S + 2 * T
+    if CUDA:
+        buffer = torch.zeros(N, dtype=torch.float16, device=DEV)
+    else:
+        with open(tmp_path / "sparse.bin", "wb") as f:
+            f.truncate(2 * N)
+        buffer = torch.from_file(str(tmp_path / "sparse.bin"), shared=True, size=N, dtype=torch.float16)
+    gen = torch.Generator().manual_seed(14)
+    g = buffer[base:].as_strided((1, 1, T, D), (0, 0, 1, S))
+    g.copy_(torch.randn(1, 1, T, D, generator=gen).half())
+    wrapped = base + (D - 1) * S - 2**32  # where an int32 offset of channel 15 lands
+    buffer[wrapped:wrapped + T] = -20.0
+    q, k, v, dy = (torch.randn(1, 1, T, D, generator=gen).half().to(DEV) for _ in range(4))
+    assert_close_to_reference(q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), g.requires_grad_(), dy,
+                              causal=True, tol=1e-2)
+    del buffer, g
+
+
+@needs_triton
 def test_atomic_dq_in_half_precision_is_copied_back(choose_backward, monkeypatch):
     """fp16 inputs (which the interpreter runs; its bf16 is not usable): the atomic pass sums dQ in an fp32 buffer
     of its own, then copies it into dq's fp16 buffer, which starts as NaN here. It must match the recompute mode

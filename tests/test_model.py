@@ -853,6 +853,18 @@ def test_chunked_loss_never_holds_the_whole_logits():
         assert max(rows) == (chunk or B * T), (chunk, sorted(set(rows)))
 
 
+@pytest.mark.parametrize("bad", [-100, 50])
+def test_chunked_loss_refuses_a_target_that_is_not_a_class_or_minus_1(bad):
+    """As F.cross_entropy(ignore_index=-1): -100 (PyTorch's default ignore_index) or an id past the vocabulary is an
+    error on both of chunked_loss's paths, not a row silently counted as class 0."""
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(6, 8, generator=gen, requires_grad=True), torch.randn(50, 8, generator=gen)
+    t = torch.tensor([1, 2, bad, 3, -1, 4])
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad), pytest.raises((IndexError, RuntimeError), match="out of bounds"):
+            chunked_loss(x, w, t, 4)
+
+
 def test_chunked_loss_without_gradients():
     """Under no_grad, or for inputs that need none, the loss alone: one matmul a chunk (the logits), not three."""
     gen = torch.Generator().manual_seed(0)
