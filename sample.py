@@ -52,8 +52,10 @@ def check_settings(c):
              "greedy decoding, always the likeliest token, use --top_k=1")
     if c.top_k < 0:
         fail(f"top_k={c.top_k} must be 0 (all tokens) or a positive number of tokens")
-    if not 0 <= c.seed < 2**63:
+    if c.seed < 0:
         fail(f"seed={c.seed} must be 0 or more")
+    if c.seed >= 2**63:  # a seed too large, not a negative one
+        fail(f"seed={c.seed} must be in 0..{2**63 - 1}")
 
 
 def read_prompt(start):
@@ -148,8 +150,10 @@ def main(argv=None):
     T = model.config.block_size
     if len(ids) > T:
         read = f"<|endoftext|> and the last {T - 1}" if bos else f"the last {T}"
-        print(f"note: the prompt is {len(ids) - added} tokens{' after <|endoftext|>' if added else ''}, more than "
-              f"the model's block_size, {T}: it reads {read}", flush=True)
+        # counted without an added <|endoftext|>; with it, a prompt of block_size tokens is one too many
+        after = f" after <|endoftext|>, {len(ids)} with it," if added else ","
+        print(f"note: the prompt is {len(ids) - added} tokens{after} more than the model's block_size, {T}: it reads "
+              f"{read}", flush=True)
     x = torch.tensor([ids], dtype=torch.long, device=dev)
 
     torch.manual_seed(c.seed)  # the same seed gives the same samples

@@ -192,7 +192,8 @@ def symbols_run(run_dir, vocab_size=65, **model):
     ("--max_new_tokens=0", "max_new_tokens=0 must be at least 1"),
     ("--top_k=-1", "top_k=-1 must be 0 (all tokens) or a positive number of tokens"),
     ("--seed=-1", "seed=-1 must be 0 or more"),
-    (f"--seed={2**64}", f"seed={2**64} must be 0 or more"),  # torch.manual_seed's overflow, never reached
+    (f"--seed={2**64}", f"seed={2**64} must be in 0..{2**63 - 1}"),  # torch.manual_seed's overflow, never reached
+    (f"--seed={2**63}", f"seed={2**63} must be in 0..{2**63 - 1}"),  # too large, not negative
 ])
 def test_settings_out_of_range_are_refused_before_anything_is_loaded(arg, words):
     assert error_of(["--out_dir=/nonexistent-run", arg]) == f"error: {words}"
@@ -230,8 +231,14 @@ def test_a_long_prompt_is_counted_without_the_added_endoftext(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "note:" not in out and out.startswith("s0 s1 ")
     sample.main([*argv, "--start=" + " ".join(f"s{i}" for i in range(20))])
-    assert capsys.readouterr().out.startswith("note: the prompt is 20 tokens after <|endoftext|>, more than the "
-                                              "model's block_size, 16: it reads <|endoftext|> and the last 15\n")
+    assert capsys.readouterr().out.startswith("note: the prompt is 20 tokens after <|endoftext|>, 21 with it, more "
+                                              "than the model's block_size, 16: it reads <|endoftext|> and the last "
+                                              "15\n")
+    # exactly block_size symbols: with the added <|endoftext|> one too many, and said so (not "16 ... more than 16")
+    sample.main([*argv, "--start=" + " ".join(f"s{i}" for i in range(16))])
+    assert capsys.readouterr().out.startswith("note: the prompt is 16 tokens after <|endoftext|>, 17 with it, more "
+                                              "than the model's block_size, 16: it reads <|endoftext|> and the last "
+                                              "15\ns0 s1 ")
 
 
 def test_a_bos_model_keeps_its_endoftext_first_when_the_text_outgrows_its_block(tmp_path, monkeypatch):

@@ -825,7 +825,8 @@ def test_sample_is_deterministic_with_a_seed(tiny_run, tmp_path, capsys):
     # a prompt longer than the model's context: said, and the model reads its end
     sample.main([f"--out_dir={tiny_run}", "--num_samples=1", "--max_new_tokens=1", "--device=cpu",
                  "--start=" + "x = 1\n" * 40])
-    assert re.search(r"^note: the prompt is 1\d\d tokens after <\|endoftext\|>, more than the model's block_size, 32: "
+    assert re.search(r"^note: the prompt is 1\d\d tokens after <\|endoftext\|>, 1\d\d with it, more than the model's "
+                     r"block_size, 32: "
                      r"it reads "
                      r"<\|endoftext\|> and the last 31$", capsys.readouterr().out, re.M)  # (a BOS run: kept first)
 
