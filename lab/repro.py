@@ -154,6 +154,11 @@ SET_BY_REPRO = ("out_dir", "init_from", "seed")  # train.py keys that the runner
 # the keys some variant sets (gate, gate_act, norm, ...; the sweep's learning rate, the lab's bos): with the values
 # the study's own config gives them, what makes a run the variant its folder names
 DEFINING_KEYS = tuple(sorted({k for v in VARIANTS.values() for k in {**v.flags, **v.train}}))
+# train.py keys that say how a run was computed, logged or stored, not what it trained: the runs of one report may
+# differ in them (a GPU's runs beside a CPU's, a run resumed with --overwrite). Every other train.py key is compared
+# across the runs a report draws (report_settings), not only those the study's config names.
+INCIDENTAL_KEYS = ("overwrite", "eval_only", "wandb_log", "wandb_project", "wandb_run_name", "log_interval", "device",
+                   "backend", "compile", "compile_mode", "sdpa_backend", "data_dir") + tuple(RUNTIME_FLAGS)
 SET_FOR_EVALUATE = ("runs", "labels", "out_dir", "pretrained")  # lab/evaluate.py keys that the runner decides
 COMMANDS = "commands.jsonl"  # under the root: every train.py command run, with its exit code and time
 RUNS_FAILED_EXIT = 4  # `train`'s exit status when runs failed and the others ran: the report can follow (study.sh)
@@ -528,6 +533,16 @@ def study_settings(keys, extra):
     return {k: getattr(c, k) for k in dict.fromkeys(names)}  # each as train.py types it (--compile: True)
 
 
+def report_settings(keys):
+    """The train.py settings in which the runs of one report must not differ beyond what their variants set: those
+    the study's config (and --config) name first, then every other train.py key but INCIDENTAL_KEYS and the
+    runner's own (SET_BY_REPRO). A run trained with a key the config does not name (--qk_norm=True, --dropout=0.2)
+    is then refused beside runs trained without it, not pooled with them as the same variant."""
+    named = list(study_settings(keys, []))
+    return named + [f.name for f in fields(TrainConfig) if f.name not in named and f.name not in INCIDENTAL_KEYS
+                    and f.name not in SET_BY_REPRO]
+
+
 def check_run_keys(runs, root, keys, extra):
     """Each run's train.py command (train_command: its variant's flags, then the user's keys) checked as train.py will
     check it (train_config), so that a key that fits the study's settings but not a variant's stops before any run;
@@ -662,6 +677,15 @@ def train(runs, root, keys, extra, settings):
     would fail alike: none is started), exits with RUNS_FAILED_EXIT when runs failed and the others ran, and with 130
     on Ctrl-C, the runs stopped as train.py stops on Ctrl-C."""
     os.makedirs(root, exist_ok=True)
+    # a run continues, or counts as finished, only with the settings it was trained with: one resumed with others
+    # would mix two settings in one run (a checkpoint records only the last), a finished one would pass for them
+    otherwise = [f"{v} seed {seed}: {', '.join(off)}" for v, seed in runs if any(
+        os.path.isfile(os.path.join(run_dir(root, v, seed), name)) for name in (CHECKPOINT, MEASURED + ".json"))
+        for off in [differences(settings, run_settings(root, v, seed), v)] if off]
+    if otherwise:
+        fail(f"runs under {root}/ were trained with other settings than these ({otherwise[0]}"
+             f"{'; ...' if len(otherwise) > 1 else ''}): a run cannot continue, or count as finished, with settings "
+             "it was not trained with. Give the keys they were trained with, or another --root for these settings")
     todo = []
     for v, seed in runs:
         if finished(root, v, seed, settings["max_iters"]):
@@ -836,8 +860,8 @@ def kept_problem(folder):
 
 def differences(settings, config, variant):
     """The study's settings in which a run's training config differs, as 'key=theirs (here: ours)' words, leaving
-    out what the variant sets itself and what the runner sets for each run."""
-    own = set(VARIANTS[variant].all_flags) | set(SET_BY_REPRO)
+    out what the variant sets itself, what the runner sets for each run and how a run is computed (INCIDENTAL_KEYS)."""
+    own = set(VARIANTS[variant].all_flags) | set(SET_BY_REPRO) | set(INCIDENTAL_KEYS)
     same = lambda a, b: json.dumps(a) == json.dumps(b)  # noqa: E731 (as JSON keeps them: a tuple is a list)
     return [f"{k}={config.get(k)!r} (here: {v!r})" for k, v in settings.items() if k not in own
             and not same(config.get(k), v)]
@@ -883,7 +907,8 @@ def restore_runs(root, report_dir, settings):
     settings: it then counts as trained (its measurements stand for its checkpoint) and finished (as finished() would
     count it), and its command joins commands.jsonl. A kept run trained otherwise is named and left out."""
     kept = os.path.join(report_dir, RUNS_DIR)
-    restored, seeds, otherwise = [], {}, []  # seeds: variant -> the seeds restored; otherwise: the others' commands
+    restored, seeds, otherwise, left = [], {}, [], []  # seeds: variant -> the seeds restored; otherwise: the others'
+    # commands; left: why each was not restored
     runs = [(r, read_jsonl(os.path.join(run_dir(kept, r["variant"], r["seed"]), COMMAND)))  # [] where none was kept
             for r in kept_records(report_dir)]
     # in the order they were trained (their last command's date): commands.jsonl as the sessions wrote it, so that a
@@ -898,7 +923,7 @@ def restore_runs(root, report_dir, settings):
         if off or not run_done(source, command, wanted):  # an unfinished run cannot resume without its checkpoint
             why = f"it was trained with {', '.join(off)}" if off else \
                 f"it was measured at iter {reached(source)} of {wanted}"
-            print(f"=== {v} seed {seed}, kept in {kept}/, not restored: {why}")
+            left.append(f"{v} seed {seed}, kept in {kept}/, not restored: {why}")
             otherwise += [c["command"] for c in command[-1:] if off and c.get("command")]
             continue
         partial = target + ".restoring"  # copied whole, then renamed: a run is back entirely or not at all
@@ -910,6 +935,10 @@ def restore_runs(root, report_dir, settings):
         os.replace(partial, target)
         restored.append(f"{v} seed {seed}")
         seeds.setdefault(v, []).append(seed)  # for the line below
+    for line in left[:5]:  # (a committed report keeps 185 runs: five lines say enough)
+        print(f"=== {line}")
+    if len(left) > 5:
+        print(f"=== ... and {len(left) - 5} more kept runs not restored", flush=True)
     if otherwise:  # e.g. restore without the --config they were trained with: the one their commands were given
         configs = {tuple(w for w in shlex.split(c)[3:] if w.endswith(".py") and not w.startswith("--"))
                    for c in otherwise}  # (after python, train.py and the study's config)
@@ -982,7 +1011,8 @@ def unalike(records, names):
     for key in names:
         values = {}
         for r in records:
-            if key not in VARIANTS[r["variant"]].all_flags and key not in SET_BY_REPRO:
+            # (a key a run lacks, trained before that flag existed, is taken as it was then: as mislabelled does)
+            if key not in VARIANTS[r["variant"]].all_flags and key not in SET_BY_REPRO and key in r["train_config"]:
                 values.setdefault(json.dumps(r["train_config"].get(key)), []).append(f"{r['variant']} seed {r['seed']}")
         if len(values) > 1:
             out.append(f"{key}: " + "; ".join(f"{value} ({', '.join(runs)})" for value, runs in values.items()))
@@ -1084,6 +1114,14 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings
             fail(f"{wrong[0]}{'; ...' if len(wrong) > 1 else ''} was trained otherwise than --study={study.name} and "
                  "the variant make it, so the report would name and compare it as what it is not: report it with the "
                  "--study it was trained in, or move it (and a report that keeps it: --report_dir) aside")
+        # a run the report keeps but root lacks would stay in out_dir/runs/ beside a report that leaves it out, and
+        # `restore` would bring it back into the next one: the same folder, two reports
+        absent = [f"{r['variant']} seed {r['seed']}" for r in kept_records(out_dir)
+                  if (r["variant"], r["seed"]) not in trained]
+        if absent:
+            fail(f"{os.path.join(out_dir, RUNS_DIR)}/ keeps {absent[0]}{' and more' if len(absent) > 1 else ''}, which "
+                 f"{root}/ lacks: `python -m lab.repro restore` with the same --root and --report_dir puts it back, or "
+                 f"move it out of {out_dir}/ to report without it")
         write_report(root, out_dir, tiny, report_command, study, settings, runs, unfinished)
 
 
@@ -1429,7 +1467,7 @@ def main(argv):
         evaluate_runs(root, report_dir, names, passed, study)
     else:
         report(root, report_dir, keys.tiny, shlex.join(tool_command("lab/repro.py", argv)), study,
-               list(study_settings(keys, [])))
+               report_settings(keys))
 
 
 if __name__ == "__main__":

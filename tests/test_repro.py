@@ -181,9 +181,9 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
                                  for split in ("train", "val")}, source="other random tokens")
     moved = [w if not w.startswith("--data_dir=") else f"--data_dir={other}" for w in extra]
     refused = subprocess.run(cmd + train_elsewhere + moved + ["g1_headwise"], capture_output=True, text=True, env=env,
-                             cwd=REPO)  # another data_dir: the kept runs were trained otherwise, and the report named
-    assert refused.returncode == 1 and "report/, the report named, keeps runs trained otherwise than these settings " \
-        f"(baseline seed 1337: data_dir='{dataset}' (here: '{other}')" in refused.stderr, refused.stderr
+                             cwd=REPO)  # another data_dir (a path, which may differ between machines) with other data
+    assert refused.returncode == 1 and refused.stderr.startswith(f"error: {other}/ is not the data that baseline seed "
+                                                                 "1337"), refused.stderr
     assert "starting" not in refused.stdout and not os.path.exists(os.path.join(elsewhere, "g1_headwise"))
     with pytest.raises(SystemExit) as e:  # the same folder, prepared again with other contents
         repro.check_kept_data(elsewhere, {**repro.study_settings(repro.Keys(tiny=True), extra), "data_dir": other})
@@ -1311,12 +1311,14 @@ def test_list_with_a_broken_config_file_prints_its_one_line_only(tmp_path, capsy
 
 
 def test_kept_runs_restored_without_their_config_are_told_which_one(tmp_path, capsys):
-    """`restore` (or `train`) without the --config the committed runs were trained with restores none, each named, and
-    ends with one line giving the --config their commands had; `report` on a root with no runs names `restore`."""
+    """`restore` (or `train`) without the --config the committed runs were trained with restores none: five are named,
+    one line counts the others (185 lines for the sink lab's report), and one line gives the --config their commands
+    had; `report` on a root with no runs names `restore`."""
     settings = repro.study_settings(repro.Keys(), [])  # config/repro.py's, without config/repro_sink.py
     assert repro.restore_runs(str(tmp_path / "root"), os.path.join(REPO, "results", "repro"), settings) == []
     out = capsys.readouterr().out.splitlines()
-    assert sum("not restored: it was trained with max_iters=3200 (here: 1600)" in line for line in out) == 16
+    assert sum("not restored: it was trained with max_iters=3200 (here: 1600)" in line for line in out) == 5
+    assert out[-2] == "=== ... and 11 more kept runs not restored" and len(out) == 7
     assert out[-1] == "=== 16 kept runs were not restored for their settings: give the keys they were trained with " \
         "(--config=config/repro_sink.py, as in their command.json)"
     with pytest.raises(SystemExit) as e:
@@ -2113,8 +2115,9 @@ def test_a_tiny_study_keeps_to_its_own_runs_and_a_report_compares_the_studys_set
     assert read == [os.path.join(root, "report")]
     repro.main(["report", "--study=sink_lab", f"--root={root}"])
     settings = reported[-1][-1]
-    assert settings == list(repro.study_settings(repro.Keys(study="sink_lab"), []))
-    assert {"max_iters", "weight_decay", "dataset"} <= set(settings)
+    named = list(repro.study_settings(repro.Keys(study="sink_lab"), []))
+    assert settings == repro.report_settings(repro.Keys(study="sink_lab")) and settings[:len(named)] == named
+    assert {"max_iters", "weight_decay", "dataset", "qk_norm", "dropout"} <= set(settings)
 
 
 def kept_run(source, target, change=None):
@@ -2211,6 +2214,58 @@ def test_a_report_of_runs_not_trained_alike_stops_before_it_writes(tmp_path, mon
         repro.write_report(str(tmp_path / "root"), str(tmp_path / "report"), True, "report",
                            repro.STUDIES["sink_lab"], ["weight_decay"], [("baseline", 1337), ("g1_elementwise", 1337)])
     assert not (tmp_path / "report").exists()
+
+
+def test_a_report_refuses_a_run_trained_with_a_key_its_studys_config_does_not_name(tmp_path, monkeypatch):
+    """A baseline seed trained with --qk_norm=True (a key config/sink_lab.py does not name, and no variant's) beside
+    one trained without it: `report` stops with one line naming the key, its values and runs, instead of pooling
+    the two as seeds of one baseline. Keys that say only how a run was computed (INCIDENTAL_KEYS) may differ."""
+    assert {"qk_norm", "dropout", "grad_clip", "beta2"} <= set(repro.report_settings(repro.Keys(study="sink_lab")))
+    assert not {"seed", "out_dir", "init_from", "overwrite", "device"} & set(
+        repro.report_settings(repro.Keys(study="sink_lab")))
+    root = tmp_path / "root"
+    kept_run("baseline/seed1337", root / "baseline" / "seed1337", with_config(device="cuda", overwrite=True))
+    kept_run("baseline/seed1338", root / "baseline" / "seed1338", with_config(qk_norm=True))
+
+    def analyzed(root, runs):
+        configs = [json.load(open(os.path.join(root, v, f"seed{s}", "measured.json")))["train_config"] for v, s in runs]
+        return {"runs": [{"train_config": c} for c in configs]}, [{} for _ in runs]
+    monkeypatch.setattr(repro, "analyze_runs", analyzed)
+    monkeypatch.setattr(repro, "keep_runs", lambda *args: pytest.fail("kept the runs"))
+    with pytest.raises(SystemExit, match=r"were not trained alike, so the report cannot compare them: qk_norm: false "
+                                         r"\(baseline seed 1337\); true \(baseline seed 1338\); move"):
+        repro.main(["report", "--study=sink_lab", f"--root={root}", f"--report_dir={tmp_path / 'report'}"])
+
+
+def test_train_refuses_to_continue_or_count_a_run_with_settings_it_was_not_trained_with(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """`train baseline:2 --weight_decay=0.5` over runs trained at the config's 0.1 said "finished, skipped" (or
+    resumed an interrupted one at 0.5, one run of two settings whose checkpoint records only the last): it stops
+    with one line naming a run and the key, before anything starts. How a run is computed (--device) may change."""
+    root = tmp_path / "root"
+    kept_run("baseline/seed1337", root / "baseline" / "seed1337")
+    kept_run("baseline/seed1338", root / "baseline" / "seed1338")
+    monkeypatch.setattr(repro, "launch", lambda *args: pytest.fail("started a run"))
+    with pytest.raises(SystemExit, match=r"^error: runs under .*root/ were trained with other settings than these "
+                                         r"\(baseline seed 1337: weight_decay=0.1 \(here: 0.5\); \.\.\.\): a run cannot"):
+        repro.main(["train", "baseline:2", "--study=sink_lab", f"--root={root}", f"--report_dir={tmp_path / 'r'}",
+                    "--weight_decay=0.5"])
+    assert "skipped" not in capsys.readouterr().out
+    repro.main(["train", "baseline:2", "--study=sink_lab", f"--root={root}", f"--report_dir={tmp_path / 'r'}",
+                "--device=cpu"])  # the same settings, computed elsewhere: finished, as before
+    assert capsys.readouterr().out.count("finished (at max_iters") == 2
+
+
+def test_a_report_refuses_while_its_folder_keeps_a_run_its_root_lacks(tmp_path):
+    """A run folder removed from the root after a report kept it: the report left it out of REPORT.md and kept it in
+    runs/, where `restore` brought it back into the next report. It stops with one line saying what to do."""
+    root, out_dir = tmp_path / "root", tmp_path / "report"
+    kept_run("baseline/seed1337", root / "baseline" / "seed1337")
+    kept_run("baseline/seed1338", out_dir / "runs" / "baseline" / "seed1338")
+    with pytest.raises(SystemExit, match=r"runs/ keeps baseline seed 1338, which .*root/ lacks: `python -m lab.repro "
+                                         r"restore` with the same --root and --report_dir puts it back"):
+        repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["sink_lab"], [])
+    assert not {"REPORT.md", "summary.json"} & set(os.listdir(out_dir))
 
 
 def with_config(**change):
