@@ -19,6 +19,7 @@ the same text.
 The loaders import torch where they make tensors: preparing a dataset never loads it.
 """
 
+import errno
 import functools
 import glob
 import hashlib
@@ -180,8 +181,9 @@ _held = {}  # the folders (absolute paths) this process holds PREPARE_LOCK of ->
 def hold_preparation(out_dir):
     """Make this process the one preparing out_dir, from the marker (start_preparation) to the complete meta.json
     (write_meta): an exclusive lock on out_dir/.prepare.lock, which the system releases when the process ends,
-    however it ends. Another process's preparation of the folder is waited for, said once. Returns True if this call
-    took the lock, False if this process holds it already, None where there is no fcntl (Windows: no lock)."""
+    however it ends, even while processes it forked live on. Another process's preparation of the folder is waited
+    for, said once. Returns True if this call took the lock, False if this process holds it already, None where there
+    is no fcntl (Windows: no lock)."""
     key = os.path.abspath(out_dir)
     if key in _held:
         return False
@@ -194,13 +196,17 @@ def hold_preparation(out_dir):
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     while True:
         fd = os.open(path, flags, 0o666)
+        # a POSIX record lock (lockf), not flock: it belongs to this process alone, so the processes a preparation
+        # forks (datasets' map workers), which outlive a kill -9 of it waiting for work, do not keep holding it
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EACCES, errno.EAGAIN):  # held by another process: wait; anything else is said
+                raise
             if not said:
                 print(f"waiting for the preparation of {out_dir} that another process is running", flush=True)
                 said = True
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.lockf(fd, fcntl.LOCK_EX)
         try:  # the file its holder removed as it let go (release_preparation) is no lock: take the one there now
             if os.path.samestat(os.fstat(fd), os.stat(path)):
                 break
@@ -263,12 +269,26 @@ def given_options(parser, args, leave_out=("out_dir",)):
     return text
 
 
+def out_dir_option(out_dir, name):
+    """The --out_dir option of prepare_command: none for the dataset's own data/<name>/."""
+    if os.path.realpath(out_dir) == os.path.realpath(os.path.join(DATA_ROOT, name)):
+        return ""
+    return f" --out_dir {shlex.quote(os.path.abspath(out_dir))}"
+
+
+def recorded_command(data_dir, name, meta):
+    """The command meta.json records as the one that prepared data_dir (its options and source: --shards N, --src
+    DIR), where it prepares this very folder (not one the dataset was copied from); else prepare_command's."""
+    recorded, where = meta.get("prepare"), out_dir_option(data_dir, name)
+    if isinstance(recorded, str) and (recorded.endswith(where) if where else " --out_dir " not in recorded):
+        return recorded
+    return prepare_command(data_dir, name)
+
+
 def prepare_command(out_dir, name, src=None, options=""):
     """The command line that prepares dataset `name` into out_dir: its own data/<name>/prepare.py when there
     is one, else data/textdir/prepare.py on src (DIR when not known)."""
-    where = ""
-    if os.path.realpath(out_dir) != os.path.realpath(os.path.join(DATA_ROOT, name)):
-        where = f" --out_dir {shlex.quote(os.path.abspath(out_dir))}"
+    where = out_dir_option(out_dir, name)
     if name != "textdir" and os.path.isfile(os.path.join(DATA_ROOT, name, "prepare.py")):
         return f"python data/{name}/prepare.py{options}{where}"
     source = shlex.quote(os.path.abspath(src)) if src else "DIR"
@@ -402,6 +422,10 @@ def write_meta(out_dir, name, source, tokenizer="gpt2", **extra):
     # machine did, some 10 s a process for OpenWebText's 18 GB),
     # since a shard edited after its preparation keeps its length, and this number with it
     meta["max_token"] = scan_max_token(paths["train"] + paths["val"])
+    if meta["max_token"] >= enc.n_vocab:  # shards made with another tokenizer (hand-copied ones): never complete
+        raise ValueError(f"the shards in {out_dir} hold token id {meta['max_token']}, past the vocabulary of tokenizer "
+                         f"{tokenizer!r} (ids 0..{enc.n_vocab - 1}): they were made with another tokenizer, or are "
+                         "corrupt. Replace them with shards of this tokenizer")
     meta.update(extra)
     text = json.dumps(meta, indent=2) + "\n"
     atomic_write(os.path.join(out_dir, "meta.json"), lambda f: f.write(text.encode()))
@@ -530,7 +554,7 @@ def check_complete(data_dir, paths):
                          "preparation writes last: it was stopped part-way (or the shards were copied without it). "
                          f"Prepare it again: {prepare_command(data_dir, name)}")
     name = meta.get("name") or (dataset_name(shards[0]) if shards else os.path.basename(os.path.normpath(data_dir)))
-    again = f"Prepare it again: {prepare_command(data_dir, name)}"
+    again = f"Prepare it again: {recorded_command(data_dir, name, meta)}"
     if meta.get("complete") is False:
         raise ValueError(f"the preparation of dataset {name!r} in {data_dir} did not finish (meta.json says it is "
                          f"under way; if none is running, it was stopped). Run it again: {meta.get('prepare') or again}")

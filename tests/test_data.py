@@ -824,6 +824,30 @@ def test_openwebtext_passes_on_other_errors_of_datasets_as_they_are(tmp_path, mo
         next(owt.tokenized_documents(FullCache(), 2))
 
 
+def test_openwebtext_ctrl_c_while_tokenizing_is_a_ctrl_c(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during datasets' map reaches the script as the pool's TimeoutError, raised while handling the
+    KeyboardInterrupt: it was a traceback and exit status 1; it is the Ctrl-C line (exit status 130)."""
+    real = load_script("openwebtext").tokenized_documents
+    owt = offline_openwebtext(monkeypatch)
+
+    class PoolTimeout(Exception):  # multiprocess.context.TimeoutError, which is no builtin TimeoutError
+        pass
+
+    class Interrupted:  # a split whose map is stopped by Ctrl-C
+        column_names = ["text"]
+
+        def map(self, *args, **kwargs):
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt:
+                raise PoolTimeout()
+    monkeypatch.setattr(owt, "tokenized_documents", lambda ds, num_proc: real(Interrupted(), num_proc))
+    with pytest.raises(SystemExit) as e:
+        owt.main(["--out_dir", str(tmp_path / "out"), "--num_proc", "1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and err.strip().startswith("stopped (Ctrl-C)") and err.strip().count("\n") == 0, err
+
+
 def test_openwebtext_writes_shards_of_the_size_asked(tmp_path, monkeypatch):
     owt = offline_openwebtext(monkeypatch)
     owt.main(["--out_dir", str(tmp_path / "out"), "--num_proc", "1", "--shard_tokens", "3"])
@@ -1080,6 +1104,37 @@ def test_meta_json_must_match_the_shards(tmp_path):
         find_shards(tmp_path, "train")
 
 
+def test_a_refused_dataset_names_the_command_its_meta_json_records(tmp_path, monkeypatch):
+    """A dataset refused for a shard lost or changed is prepared again by the command that made it, with its options
+    (FineWeb's --shards: the defaults' 8 would download shards never asked for), as meta.json records it."""
+    fineweb = load_script("fineweb")
+    monkeypatch.setattr(fineweb, "fetch", fake_hub())
+    fineweb.main(["--shards", "2", "--out_dir", str(tmp_path)])
+    os.remove(tmp_path / "fineweb_train_000002.bin")
+    with pytest.raises(ValueError, match=r"fineweb_train_000002.bin is missing.*Prepare it again: python "
+                                         r"data/fineweb/prepare.py --shards 2 --out_dir"):
+        find_shards(tmp_path, "train")
+    copy = tmp_path / "copy"  # copied elsewhere: the command names this folder, not the one it was copied from
+    copy.mkdir()
+    for name in ("meta.json", "fineweb_val_000000.bin", "fineweb_train_000001.bin"):
+        os.replace(tmp_path / name, copy / name)
+    with pytest.raises(ValueError, match=rf"Prepare it again: python data/fineweb/prepare.py --out_dir {copy}$"):
+        find_shards(copy, "train")
+
+
+def test_shards_of_another_tokenizer_are_never_written_up_as_complete(tmp_path):
+    """Shards copied in by hand holding an id past the tokenizer's vocabulary (another tokenizer's): write_meta refuses
+    them, leaving the folder refused, instead of a complete meta.json that training then calls changed after its
+    preparation, naming a preparation that would write the same."""
+    hand_written_shard(tmp_path / "fineweb_val_000000.bin", [50256, 1, 2])
+    hand_written_shard(tmp_path / "fineweb_train_000001.bin", [50256, 60000, 2])
+    with pytest.raises(SystemExit, match=r"^error: the shards in .* hold token id 60000, past the vocabulary of "
+                                         r"tokenizer 'gpt2' \(ids 0..50256\): they were made with another tokenizer"):
+        load_script("fineweb").main(["--shards", "1", "--out_dir", str(tmp_path)])
+    with pytest.raises(ValueError, match="did not finish"):
+        find_shards(tmp_path, "train")
+
+
 def test_meta_json_from_before_the_complete_flag(tmp_path):
     """Accepted with the checks of the time (meta.json was written last then too); with no token counts, refused."""
     small_dataset(tmp_path)
@@ -1245,6 +1300,30 @@ def test_a_first_use_preparation_waits_for_the_one_another_process_is_running(tm
     assert first.wait(timeout=120) == 0 and second.returncode == 0, second.stdout + second.stderr
     assert "waiting for the preparation" in second.stdout and "preparing the dataset" not in second.stdout, second
     assert read_meta(str(task))["complete"] is True and PREPARE_LOCK not in os.listdir(task)
+
+
+def test_a_preparation_killed_with_its_worker_processes_alive_leaves_the_folder_free(tmp_path):
+    """A preparation killed outright (kill -9, the out-of-memory killer) while processes it forked live on (datasets'
+    map workers, for OpenWebText, are left waiting for work that never comes): the folder's lock goes with the
+    preparation, so the same command run again prepares the folder, instead of waiting for ever for the orphans."""
+    task = tmp_path / "task"
+    holder = subprocess.Popen([sys.executable, "-c", "import os, sys, time; from data.shards import hold_preparation; "
+                               "hold_preparation(sys.argv[1]); child = os.fork()\n"
+                               "if child == 0: time.sleep(60); os._exit(0)\n"
+                               "print(child, flush=True); time.sleep(60)", str(task)],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True)
+    orphan = int(holder.stdout.readline())
+    try:
+        holder.kill()
+        holder.wait()
+        again = subprocess.run([sys.executable, "-c", "import sys; from data.shards import hold_preparation; "
+                                "print(hold_preparation(sys.argv[1]))", str(task)], cwd=REPO, capture_output=True,
+                               text=True, timeout=20)
+        assert again.stdout == "True\n", again.stdout + again.stderr  # taken at once: no "waiting for ..."
+    except subprocess.TimeoutExpired:
+        pytest.fail("the lock of a killed preparation is still held by the process it forked")
+    finally:
+        os.kill(orphan, 9)
 
 
 def test_textdir_warns_when_the_validation_share_of_tokens_is_far_from_asked(tmp_path, capsys):

@@ -87,9 +87,11 @@ def tokenized_documents(ds, num_proc):
     try:
         tokenized = ds.map(tokenize_batch, batched=True, remove_columns=ds.column_names, num_proc=num_proc,
                            desc="tokenizing")
-    except RuntimeError as e:  # a killed worker (out of memory?) is one line, not datasets' traceback
-        if "abruptly died" not in str(e):
-            raise
+    except Exception as e:
+        if isinstance(e.__context__, KeyboardInterrupt):  # Ctrl-C, which datasets' pool turns into a TimeoutError
+            raise KeyboardInterrupt from None
+        if not (isinstance(e, RuntimeError) and "abruptly died" in str(e)):  # a killed worker (out of memory?) is
+            raise  # one line, not datasets' traceback
         raise ValueError(f"a tokenizing process died ({str(e).splitlines()[0]}): out of memory? Run the same "
                          "command with a smaller --num_proc; what was tokenized is kept in the Hugging Face cache") \
             from None
