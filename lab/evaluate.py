@@ -152,8 +152,9 @@ def fake_quantize(x, bits):
     if bits >= 16:
         return x
     q = 2 ** (bits - 1) - 1
-    scale = x.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny) / q
-    return (x / scale).round().clamp(-q, q) * scale
+    wide = x.to(torch.promote_types(x.dtype, torch.float32))  # bf16 holds 8 significant bits: x / scale in bf16
+    scale = wide.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(wide.dtype).tiny) / q  # lands off the nearest
+    return ((wide / scale).round().clamp(-q, q) * scale).to(x.dtype)  # step (9% of N(0,1) entries at 8 bits)
 
 
 def quantized(model, w_bits, a_bits):

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from cli import configure, fail, pick_device, run_main
 from data.shards import bos_token, val_batches
 from lab.analyze import eval_windows, load_run_checkpoint
+from lab.report import repeated_label
 from runfolder import writable_folder, write_json, write_text
 import torch
 import torch.nn.functional as F
@@ -237,6 +238,12 @@ def main(argv=None):
         fail("name the runs: --runs=out-sink-lab/baseline/seed1337,... (train.py's out_dirs)")
     if a.labels and len(a.labels) != len(a.runs):
         fail(f"--labels has {len(a.labels)} names for {len(a.runs)} runs; give one per run")
+    if os.path.basename(a.checkpoint) != a.checkpoint or a.checkpoint in ("", ".", ".."):
+        # a path would measure another run's file under this run's name (as lab/evaluate.py refuses it)
+        fail(f"--checkpoint={a.checkpoint}: the name of a file in each run's folder (ckpt.pt or best.pt), not a "
+             "path; to measure another run's checkpoint, name its folder in --runs")
+    if (twice := repeated_label(list(a.labels or a.runs), list(a.runs))):
+        fail(twice)
     if not a.out.endswith(".json"):
         fail(f"--out={a.out}: a .json file (the Markdown table is written beside it, .md)")
     writable_folder(os.path.dirname(a.out) or ".", key="--out's folder")  # before the work, not after it

@@ -279,3 +279,16 @@ def test_the_command_writes_its_table_and_refuses_what_it_cannot_measure(sink_la
         outlier.main([f"--runs={runs[0]}", f"--out={tmp_path / 'z.json'}"])
     assert "changing position 0 moved the other positions' loss" in str(e.value.code) and runs[0] in str(e.value.code)
     assert not (tmp_path / "z.json").exists()
+
+
+def test_a_checkpoint_path_or_a_run_named_twice_is_refused(sink_lab_runs, tmp_path):
+    """--checkpoint=../g1/ckpt.pt measured g1's weights and wrote them under the baseline's name (lab/evaluate.py
+    refuses such a path); the same run twice gave two identical rows under one label."""
+    base, g1 = (os.path.join(sink_lab_runs, n) for n in ("baseline", "g1"))
+    for argv, message in [([f"--runs={base}", f"--checkpoint={os.path.join('..', 'g1', 'ckpt.pt')}"], "not a path"),
+                          ([f"--runs={base},{base}"], "two models share the label"),
+                          ([f"--runs={base},{g1}", "--labels=x,x"], "two models share the label")]:
+        with pytest.raises(SystemExit) as e:
+            outlier.main(argv + [f"--out={tmp_path / 'o.json'}"])
+        assert message in str(e.value.code), (argv, e.value.code)
+        assert not (tmp_path / "o.json").exists()
