@@ -234,6 +234,16 @@ def test_inputs_with_a_head_dim_stride_other_than_one(backward, choose_backward)
     assert_close_to_reference(q, k, v, g, wide(4).to(DEV), causal=True)
 
 
+def zeros_of_fp16(n, tmp_path):
+    """n zeros of fp16 on DEV, for offsets past 2^31: on a CPU, the mapping of a sparse file, of which only the
+    elements written take memory or disk."""
+    if CUDA:
+        return torch.zeros(n, dtype=torch.float16, device=DEV)
+    with open(tmp_path / "sparse.bin", "wb") as f:
+        f.truncate(2 * n)
+    return torch.from_file(str(tmp_path / "sparse.bin"), shared=True, size=n, dtype=torch.float16)
+
+
 @needs_triton
 @pytest.mark.parametrize("gate,backward", [("elementwise", "recompute"), ("headwise", "atomic")])
 def test_offsets_of_2_to_the_31_elements_and_more(gate, backward, choose_backward, tmp_path):
@@ -244,12 +254,7 @@ def test_offsets_of_2_to_the_31_elements_and_more(gate, backward, choose_backwar
     of which only the rows written take memory or disk); a wrapped row reads its zeros."""
     choose_backward(backward)
     T, D, S, N = 33, 16, 2**26, 2**32 + 6 * 64
-    if CUDA:
-        buffer = torch.zeros(N, dtype=torch.float16, device=DEV)
-    else:
-        with open(tmp_path / "sparse.bin", "wb") as f:
-            f.truncate(2 * N)
-        buffer = torch.from_file(str(tmp_path / "sparse.bin"), shared=True, size=N, dtype=torch.float16)
+    buffer = zeros_of_fp16(N, tmp_path)
     gen = torch.Generator().manual_seed(13)
 
     def rows_far_apart(i, last):  # the i-th tensor: (1, 1, T, last), its rows S apart, from element 2^31 + 64 i on
@@ -274,12 +279,7 @@ def test_a_gate_whose_head_dim_stride_passes_2_to_the_31_over_its_channels(backw
     T, D = 5, 16
     S, base = -(-2**31 // (D - 1)), 2**31 + 64
     N = base + (D - 1) * S + 2 * T
-    if CUDA:
-        buffer = torch.zeros(N, dtype=torch.float16, device=DEV)
-    else:
-        with open(tmp_path / "sparse.bin", "wb") as f:
-            f.truncate(2 * N)
-        buffer = torch.from_file(str(tmp_path / "sparse.bin"), shared=True, size=N, dtype=torch.float16)
+    buffer = zeros_of_fp16(N, tmp_path)
     gen = torch.Generator().manual_seed(14)
     g = buffer[base:].as_strided((1, 1, T, D), (0, 0, 1, S))
     g.copy_(torch.randn(1, 1, T, D, generator=gen).half())
