@@ -1120,8 +1120,8 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings
                   if (r["variant"], r["seed"]) not in trained]
         if absent:
             fail(f"{os.path.join(out_dir, RUNS_DIR)}/ keeps {absent[0]}{' and more' if len(absent) > 1 else ''}, which "
-                 f"{root}/ lacks: `python -m lab.repro restore` with the same --root and --report_dir puts it back, or "
-                 f"move it out of {out_dir}/ to report without it")
+                 f"{root}/ lacks: `python -m lab.repro restore` with the same --root, --report_dir and the keys it was "
+                 f"trained with puts it back (or says why not), or move it out of {out_dir}/ to report without it")
         write_report(root, out_dir, tiny, report_command, study, settings, runs, unfinished)
 
 

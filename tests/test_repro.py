@@ -2216,6 +2216,12 @@ def test_a_report_of_runs_not_trained_alike_stops_before_it_writes(tmp_path, mon
     assert not (tmp_path / "report").exists()
 
 
+def analyzed_from_kept(root, runs):
+    """lab.repro.analyze_runs in short: each run's train_config from its kept measurement, no measures."""
+    configs = [json.load(open(os.path.join(root, v, f"seed{s}", "measured.json")))["train_config"] for v, s in runs]
+    return {"runs": [{"train_config": c} for c in configs]}, [{} for _ in runs]
+
+
 def test_a_report_refuses_a_run_trained_with_a_key_its_studys_config_does_not_name(tmp_path, monkeypatch):
     """A baseline seed trained with --qk_norm=True (a key config/sink_lab.py does not name, and no variant's) beside
     one trained without it: `report` stops with one line naming the key, its values and runs, instead of pooling
@@ -2227,13 +2233,33 @@ def test_a_report_refuses_a_run_trained_with_a_key_its_studys_config_does_not_na
     kept_run("baseline/seed1337", root / "baseline" / "seed1337", with_config(device="cuda", overwrite=True))
     kept_run("baseline/seed1338", root / "baseline" / "seed1338", with_config(qk_norm=True))
 
-    def analyzed(root, runs):
-        configs = [json.load(open(os.path.join(root, v, f"seed{s}", "measured.json")))["train_config"] for v, s in runs]
-        return {"runs": [{"train_config": c} for c in configs]}, [{} for _ in runs]
-    monkeypatch.setattr(repro, "analyze_runs", analyzed)
+    monkeypatch.setattr(repro, "analyze_runs", analyzed_from_kept)
     monkeypatch.setattr(repro, "keep_runs", lambda *args: pytest.fail("kept the runs"))
     with pytest.raises(SystemExit, match=r"were not trained alike, so the report cannot compare them: qk_norm: false "
                                          r"\(baseline seed 1337\); true \(baseline seed 1338\); move"):
+        repro.main(["report", "--study=sink_lab", f"--root={root}", f"--report_dir={tmp_path / 'report'}"])
+
+
+def test_a_report_compares_no_key_a_run_lacks_for_being_trained_before_it_existed(tmp_path, monkeypatch):
+    """report_settings names every train.py key, and a run kept from before a key existed (its train_config lacks it)
+    is compared in the others only: such a run beside newer ones is reported, not refused as trained otherwise."""
+    def without(key):
+        def edit(folder):
+            path = os.path.join(folder, "measured.json")
+            record = json.load(open(path))
+            del record["train_config"][key]
+            open(path, "w").write(json.dumps(record))
+        return edit
+    root = tmp_path / "root"
+    kept_run("baseline/seed1337", root / "baseline" / "seed1337", without("spike_threshold"))
+    kept_run("baseline/seed1338", root / "baseline" / "seed1338")
+
+    monkeypatch.setattr(repro, "analyze_runs", analyzed_from_kept)
+
+    class Compared(Exception):
+        pass
+    monkeypatch.setattr(repro, "keep_runs", lambda *args: (_ for _ in ()).throw(Compared()))
+    with pytest.raises(Compared):  # past both comparisons, to the first write
         repro.main(["report", "--study=sink_lab", f"--root={root}", f"--report_dir={tmp_path / 'report'}"])
 
 
@@ -2263,7 +2289,7 @@ def test_a_report_refuses_while_its_folder_keeps_a_run_its_root_lacks(tmp_path):
     kept_run("baseline/seed1337", root / "baseline" / "seed1337")
     kept_run("baseline/seed1338", out_dir / "runs" / "baseline" / "seed1338")
     with pytest.raises(SystemExit, match=r"runs/ keeps baseline seed 1338, which .*root/ lacks: `python -m lab.repro "
-                                         r"restore` with the same --root and --report_dir puts it back"):
+                                         r"restore` with the same --root, --report_dir and the keys"):
         repro.report(str(root), str(out_dir), False, "report", repro.STUDIES["sink_lab"], [])
     assert not {"REPORT.md", "summary.json"} & set(os.listdir(out_dir))
 
