@@ -554,10 +554,11 @@ def check_complete(data_dir, paths):
                          "preparation writes last: it was stopped part-way (or the shards were copied without it). "
                          f"Prepare it again: {prepare_command(data_dir, name)}")
     name = meta.get("name") or (dataset_name(shards[0]) if shards else os.path.basename(os.path.normpath(data_dir)))
-    again = f"Prepare it again: {recorded_command(data_dir, name, meta)}"
+    command = recorded_command(data_dir, name, meta)
+    again = f"Prepare it again: {command}"
     if meta.get("complete") is False:
         raise ValueError(f"the preparation of dataset {name!r} in {data_dir} did not finish (meta.json says it is "
-                         f"under way; if none is running, it was stopped). Run it again: {meta.get('prepare') or again}")
+                         f"under way; if none is running, it was stopped). Run it again: {command}")
     # A meta.json from before the "complete" flag was recorded is accepted with the checks below: it was
     # written last then too, so its presence already meant a finished preparation, and redoing a dataset
     # that is fine (hours for OpenWebText) would be a cost with no gain. One without token counts is refused.

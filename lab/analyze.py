@@ -74,7 +74,8 @@ from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_ch
 from data.shards import bos_token, dataset_fingerprint, read_meta, val_windows_apart
 from probe import (GATE_KEYS, MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, Probe, SINK_HEAD_THRESHOLD, TRIGGER_KEYS,
     attention_maps, describe, layer_mean, massive_channels, most_often, summarize, trigger_positions)
-from lab.report import MECHANISM_ROWS_NOTE, mechanism_rows, older_sink_share, repeated_label, window_set
+from lab.report import (MECHANISM_ROWS_NOTE, mechanism_rows, not_a_file_name, older_sink_share, repeated_label,
+                        window_set)
 from lab.variants import VARIANTS
 
 
@@ -919,10 +920,8 @@ def main(argv=None):
     for name in ("batches", "batch_size", "map_tokens"):
         if getattr(a, name) is not None and getattr(a, name) < 1:
             fail(f"--{name}={getattr(a, name)} must be at least 1")
-    if os.path.basename(a.checkpoint) != a.checkpoint or a.checkpoint in ("", ".", ".."):
-        # a path would measure another run's file under this run's name, and keep it in this run's folder
-        fail(f"--checkpoint={a.checkpoint}: the name of a file in each run's folder ({CHECKPOINT} or best.pt), not a "
-             "path; to measure another run's checkpoint, name its folder in --runs")
+    if (path := not_a_file_name(a.checkpoint)):
+        fail(path)
     for run in runs:  # a run's checkpoint, or the measurement kept of it (runfolder.MEASURED)
         kept = os.path.isfile(os.path.join(run, MEASURED + ".json"))
         if os.path.isdir(os.path.join(run, a.checkpoint)) or os.path.isfile(run):

@@ -71,7 +71,7 @@ from runfolder import (CHECKPOINT, EVALUATED, claimed, model_from_checkpoint, no
     result_set, writable_folder, write_json, write_text)
 from data.shards import TokenWindows, bos_token, dataset_fingerprint, val_batches, val_windows_apart
 from model import GPT, VALID
-from lab.report import PAPERS_SAY, fmt_interval, headline, repeated_label, table
+from lab.report import PAPERS_SAY, fmt_interval, headline, not_a_file_name, repeated_label, table
 from lab.stats import mean_ci
 
 MODES = ("quant", "length", "stream")
@@ -152,9 +152,10 @@ def fake_quantize(x, bits):
     if bits >= 16:
         return x
     q = 2 ** (bits - 1) - 1
-    wide = x.to(torch.promote_types(x.dtype, torch.float32))  # bf16 holds 8 significant bits: x / scale in bf16
-    scale = wide.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(wide.dtype).tiny) / q  # lands off the nearest
-    return ((wide / scale).round().clamp(-q, q) * scale).to(x.dtype)  # step (9% of N(0,1) entries at 8 bits)
+    # in fp32 at least: bf16 keeps 8 significant bits, so x / scale rounded to bf16 can land a step off the nearest
+    wide = x.to(torch.promote_types(x.dtype, torch.float32))
+    scale = wide.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(wide.dtype).tiny) / q
+    return ((wide / scale).round().clamp(-q, q) * scale).to(x.dtype)
 
 
 def quantized(model, w_bits, a_bits):
@@ -673,10 +674,8 @@ def main(argv=None):
     def settings_for(T):  # what a run of training length T is measured under (evaluate's run_settings)
         return run_settings(T, a.checkpoint, modes, a.windows, a.batch_size, a.quant, multiples, scalings,
                             stream_windows, keeps)
-    if os.path.basename(a.checkpoint) != a.checkpoint or a.checkpoint in ("", ".", ".."):
-        # a path would measure another run's file under this run's name, and keep its record in this run's folder
-        fail(f"--checkpoint={a.checkpoint}: the name of a file in each run's folder ({CHECKPOINT} or best.pt), not a "
-             "path; to measure another run's checkpoint, name its folder in --runs")
+    if (path := not_a_file_name(a.checkpoint)):
+        fail(path)
     lengths_T = {}  # each model's training length T, for the stream windows' check
     for run in runs:  # every run's settings before anything is computed, so that a mistake costs no work
         path = os.path.join(run, a.checkpoint)

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from cli import configure, fail, pick_device, run_main
 from data.shards import bos_token, val_batches
 from lab.analyze import eval_windows, load_run_checkpoint
-from lab.report import repeated_label
+from lab.report import not_a_file_name, repeated_label
 from runfolder import writable_folder, write_json, write_text
 import torch
 import torch.nn.functional as F
@@ -238,10 +238,8 @@ def main(argv=None):
         fail("name the runs: --runs=out-sink-lab/baseline/seed1337,... (train.py's out_dirs)")
     if a.labels and len(a.labels) != len(a.runs):
         fail(f"--labels has {len(a.labels)} names for {len(a.runs)} runs; give one per run")
-    if os.path.basename(a.checkpoint) != a.checkpoint or a.checkpoint in ("", ".", ".."):
-        # a path would measure another run's file under this run's name (as lab/evaluate.py refuses it)
-        fail(f"--checkpoint={a.checkpoint}: the name of a file in each run's folder (ckpt.pt or best.pt), not a "
-             "path; to measure another run's checkpoint, name its folder in --runs")
+    if (path := not_a_file_name(a.checkpoint)):
+        fail(path)
     if (twice := repeated_label(list(a.labels or a.runs), list(a.runs))):
         fail(twice)
     if not a.out.endswith(".json"):

@@ -34,7 +34,7 @@ from lab.stats import MIN_SEEDS, RULE, compare, mean_ci
 from lab.variants import STABILITY_ROW, SWEEP, SWEPT, VARIANTS
 from model import GPTConfig
 from probe import MEASURE, MEASURES, MECHANISM, MECHANISM_NOTE, SINK_HEAD_THRESHOLD
-from runfolder import EVALUATED, LOG, atomic_write, describe_fingerprint_change, read_jsonl
+from runfolder import CHECKPOINT, EVALUATED, LOG, atomic_write, describe_fingerprint_change, read_jsonl
 
 
 # -----------------------------------------------------------------------------
@@ -65,6 +65,15 @@ def repeated_label(labels, sources):
             return (f"two models share the label {label!r} ({first[label]} and {source}): give --labels=..., one per "
                     "model, or measure each once")
         first[label] = source
+    return None
+
+
+def not_a_file_name(checkpoint):
+    """A line for a --checkpoint that is a path, not the name of a file in each run's folder, or None: a path would
+    measure another run's file under this run's name, and keep its record in this run's folder."""
+    if os.path.basename(checkpoint) != checkpoint or checkpoint in ("", ".", ".."):
+        return (f"--checkpoint={checkpoint}: the name of a file in each run's folder ({CHECKPOINT} or best.pt), not a "
+                "path; to measure another run's checkpoint, name its folder in --runs")
     return None
 
 

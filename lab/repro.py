@@ -679,9 +679,11 @@ def train(runs, root, keys, extra, settings):
     os.makedirs(root, exist_ok=True)
     # a run continues, or counts as finished, only with the settings it was trained with: one resumed with others
     # would mix two settings in one run (a checkpoint records only the last), a finished one would pass for them
-    otherwise = [f"{v} seed {seed}: {', '.join(off)}" for v, seed in runs if any(
-        os.path.isfile(os.path.join(run_dir(root, v, seed), name)) for name in (CHECKPOINT, MEASURED + ".json"))
-        for off in [differences(settings, run_settings(root, v, seed), v)] if off]
+    otherwise = []
+    for v, seed in runs:
+        if any(os.path.isfile(os.path.join(run_dir(root, v, seed), n)) for n in (CHECKPOINT, MEASURED + ".json")):
+            off = differences(settings, run_settings(root, v, seed), v)
+            otherwise += [f"{v} seed {seed}: {', '.join(off)}"] if off else []
     if otherwise:
         fail(f"runs under {root}/ were trained with other settings than these ({otherwise[0]}"
              f"{'; ...' if len(otherwise) > 1 else ''}): a run cannot continue, or count as finished, with settings "
@@ -907,8 +909,9 @@ def restore_runs(root, report_dir, settings):
     settings: it then counts as trained (its measurements stand for its checkpoint) and finished (as finished() would
     count it), and its command joins commands.jsonl. A kept run trained otherwise is named and left out."""
     kept = os.path.join(report_dir, RUNS_DIR)
-    restored, seeds, otherwise, left = [], {}, [], []  # seeds: variant -> the seeds restored; otherwise: the others'
-    # commands; left: why each was not restored
+    # seeds: variant -> the seeds restored; otherwise: the commands of those trained otherwise; left: why each of
+    # the runs not restored was not
+    restored, seeds, otherwise, left = [], {}, [], []
     runs = [(r, read_jsonl(os.path.join(run_dir(kept, r["variant"], r["seed"]), COMMAND)))  # [] where none was kept
             for r in kept_records(report_dir)]
     # in the order they were trained (their last command's date): commands.jsonl as the sessions wrote it, so that a
@@ -1011,7 +1014,7 @@ def unalike(records, names):
     for key in names:
         values = {}
         for r in records:
-            # (a key a run lacks, trained before that flag existed, is taken as it was then: as mislabelled does)
+            # a run that lacks the key (trained before it existed) is not compared in it, as mislabelled does
             if key not in VARIANTS[r["variant"]].all_flags and key not in SET_BY_REPRO and key in r["train_config"]:
                 values.setdefault(json.dumps(r["train_config"].get(key)), []).append(f"{r['variant']} seed {r['seed']}")
         if len(values) > 1:

@@ -191,7 +191,7 @@ def symbols_run(run_dir, vocab_size=65, **model):
 @pytest.mark.parametrize("arg, words", [
     ("--max_new_tokens=0", "max_new_tokens=0 must be at least 1"),
     ("--top_k=-1", "top_k=-1 must be 0 (all tokens) or a positive number of tokens"),
-    ("--seed=-1", "seed=-1 must be 0 or more"),
+    ("--seed=-1", f"seed=-1 must be in 0..{2**63 - 1}"),
     (f"--seed={2**64}", f"seed={2**64} must be in 0..{2**63 - 1}"),  # torch.manual_seed's overflow, never reached
     (f"--seed={2**63}", f"seed={2**63} must be in 0..{2**63 - 1}"),  # too large, not negative
 ])
