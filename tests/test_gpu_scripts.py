@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -108,10 +109,17 @@ def test_the_three_gpu_steps_at_toy_size(tmp_path, dataset):
     results = folder_state(os.path.join(REPO, "results"))  # committed measurements: toy runs must not touch them
     jobs = {name: script(name, work=tmp_path / name, env=data, wait=False) for name in ("kernels", "throughput")}
     study = tmp_path / "study"
+    # the job's own pack is slowed (its tar waits 3 s): `wait` must wait for it, not pack beside it (bash execs a
+    # -c string's last command, so the pack that ends the job runs under the job's pid with another command line)
+    slow = tmp_path / "slow-tar"
+    slow.mkdir()
+    (slow / "tar").write_text(f'#!/bin/sh\nsleep 3\nexec {shutil.which("tar")} "$@"\n')
+    (slow / "tar").chmod(0o755)
     # the budget (0.6 s) lets the first run start (nothing is timed yet), and no second: it would end too late
     start = script("study", "start", "baseline", "g1_elementwise:1", "--budget_min=0.01", "--max_iters=6",
                    "--eval_interval=3", "--",
-                   "--windows=4", "--quant=w4a4", "--lengths=1,2", "--keep_first=0,1", work=study, env=data)
+                   "--windows=4", "--quant=w4a4", "--lengths=1,2", "--keep_first=0,1", work=study,
+                   env={**data, "PATH": f"{slow}{os.pathsep}{os.environ['PATH']}"})
     assert start.returncode == 0 and "started (pid" in start.stdout, start.stdout + start.stderr
     again = script("study", "start", "baseline", work=study, env=data)
     assert again.returncode == 1 and "already running" in again.stdout  # one study at a time

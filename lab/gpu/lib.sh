@@ -44,9 +44,9 @@ study_pid() {  # the job's pid file names a live process that is the job: not a 
     local pid cmd
     pid=$(cat "$WORK/study-job/pid" 2>/dev/null)
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-    if [ -r "/proc/$pid/cmdline" ]; then  # the job is a bash running lab.repro's commands
-        cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline")
-        case "$cmd" in *lab.repro*) ;; *) return 1 ;; esac
+    if [ -r "/proc/$pid/cmdline" ]; then  # the job is a bash running lab.repro's commands, or the pack that ends
+        cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline")  # it (bash execs its last command, under the same pid)
+        case "$cmd" in *lab.repro*|*"lab/gpu/study.sh pack"*) ;; *) return 1 ;; esac
     fi
     echo "$pid"
 }
