@@ -491,6 +491,22 @@ def test_the_gpu_scripts_and_their_page_are_written_for_a_gpu_of_ones_own():
     assert found == [], "\n".join(found)
 
 
+def test_a_wait_that_gives_up_while_the_job_packs_waits_for_its_pack(tmp_path):
+    """`wait SECONDS` that ends while the job's command has ended and the job packs (its tar slowed by 7 s) waits for
+    that pack, as `wait` does without SECONDS: packing beside it would write the same tarball and folder at once."""
+    slow = tmp_path / "slow-tar"
+    slow.mkdir()
+    (slow / "tar").write_text(f'#!/bin/sh\nsleep 7\nexec {shutil.which("tar")} "$@"\n')
+    (slow / "tar").chmod(0o755)
+    python = fake_python(tmp_path / "python", "exit 0")  # train, evaluate and report end at once
+    work = tmp_path / "work"
+    env = {"PYTHON": python, "PATH": f"{slow}{os.pathsep}{os.environ['PATH']}"}
+    assert script("study", "start", "baseline", work=work, env=env).returncode == 0
+    waited = script("study", "wait", "1", work=work)
+    assert waited.returncode == 0 and "the study's job ended: exit 0" in waited.stdout, waited.stdout
+    assert "packed when it ended" in waited.stdout and "still running" not in waited.stdout, waited.stdout
+
+
 def test_a_wait_that_gives_up_packs_what_there_is_so_far(tmp_path):
     """`wait SECONDS` that ends while the job still runs (exit 3) leaves the tarball of what there is so far in $OUT,
     so that a machine stopped right after it still gives the job's command and output back."""

@@ -183,17 +183,23 @@ def test_other_processes_cores_are_the_cpus_busy_time_less_this_processs_own(mon
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads Linux's /proc/stat")
 def test_a_process_spinning_beside_the_timing_is_counted_and_this_processs_own_work_is_not():
-    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    # on one CPU, as on a one-core machine, and the spinner niced: it runs only while this process does not, so this
+    # process works a quarter of the second and sleeps the rest (busy all of it, it left the spinner half a core at
+    # most on one core, and others read 0.50 or just below)
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})  # (this thread's, which the spinner inherits)
+    spin = subprocess.Popen([sys.executable, "-c", "import os; os.nice(19)\nwhile True: pass"])
     try:
         time.sleep(0.3)  # started
         before, start = setup_check.cpu_seconds(), time.perf_counter()
-        end = start + 1.0
-        while time.perf_counter() < end:  # this process's own work: not others'
+        while time.perf_counter() < start + 0.25:  # this process's own work: not others'
             pass
+        time.sleep(max(0.0, start + 1.0 - time.perf_counter()))  # others_cores reads a second or more
         others = setup_check.others_cores(before, time.perf_counter() - start)
     finally:
         spin.kill()
         spin.wait()
+        os.sched_setaffinity(0, cpus)
     assert 0.5 <= others <= (os.cpu_count() or 1), others
 
 

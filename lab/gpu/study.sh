@@ -23,10 +23,10 @@
 #        before its first checkpoint, and starts the rest
 #   bash lab/gpu/study.sh wait [SECONDS]
 #        a line of progress a minute until the job ends (or SECONDS pass, when given, or BUDGET_S when that is
-#        set: lab/gpu/lib.sh); exit 0 when the job succeeded, 1 when it failed, 3 while it still runs (then it packs
-#        what there is so far, as pack does). Stopping it
-#        (Ctrl-C) leaves the job running: call it again, or read $WORK/study-job/output.txt. When the job has
-#        ended and $OUT holds no study.tar.gz packed since (another $OUT, one emptied since), it packs again
+#        set: lab/gpu/lib.sh; past them only while the job packs, its command ended); exit 0 when the job
+#        succeeded, 1 when it failed, 3 while it still runs (then it packs what there is so far, as pack does).
+#        Stopping it (Ctrl-C) leaves the job running: call it again, or read $WORK/study-job/output.txt. When the
+#        job has ended and $OUT holds no study.tar.gz packed since (another $OUT, one emptied since), it packs again
 #   bash lab/gpu/study.sh pack
 #        -> $OUT/study.tar.gz: the report folder (REPORT.md, summary.json, plots, evaluate/), commands.jsonl,
 #        every run's log.jsonl and output, and the job's output (not the checkpoints): while the job runs, what
@@ -91,7 +91,9 @@ start)
     ;;
 wait)
     limit=${2:-$BUDGET_S}
-    while running && { [ -z "$limit" ] || [ "$SECONDS" -lt "$limit" ]; }; do
+    # past the limit too while the job's command has ended (its exit written) and the job packs: a pack of ours
+    # would write the same tarball and folder beside it
+    while running && { [ -z "$limit" ] || [ "$SECONDS" -lt "$limit" ] || [ -f "$JOB/exit" ]; }; do
         sleep 2
         if [ $((SECONDS % 60)) -lt 2 ]; then
             # this job's runs (lab.repro's line as each ends), not the kept ones it restored into commands.jsonl
