@@ -671,14 +671,10 @@ def fits_budget(start, root, keys, flops):
     return per_run is None or time.time() + per_run <= start + keys.budget_min * 60
 
 
-def train(runs, root, keys, extra, settings):
-    """Train the runs not finished, K at a time (keys.parallel), within the budget. Returns when every run it started
-    ended well or diverged (a result); stops (fail) when a new run failed before its first evaluation (every other
-    would fail alike: none is started), exits with RUNS_FAILED_EXIT when runs failed and the others ran, and with 130
-    on Ctrl-C, the runs stopped as train.py stops on Ctrl-C."""
-    os.makedirs(root, exist_ok=True)
-    # a run continues, or counts as finished, only with the settings it was trained with: one resumed with others
-    # would mix two settings in one run (a checkpoint records only the last), a finished one would pass for them
+def check_trained_alike(runs, root, settings):
+    """Before any data is prepared or run started: a run continues, or counts as finished, only with the settings it
+    was trained with. One resumed with others would mix two settings in one run (a checkpoint records only the
+    last); a finished one would pass for them."""
     otherwise = []
     for v, seed in runs:
         if any(os.path.isfile(os.path.join(run_dir(root, v, seed), n)) for n in (CHECKPOINT, MEASURED + ".json")):
@@ -688,6 +684,14 @@ def train(runs, root, keys, extra, settings):
         fail(f"runs under {root}/ were trained with other settings than these ({otherwise[0]}"
              f"{'; ...' if len(otherwise) > 1 else ''}): a run cannot continue, or count as finished, with settings "
              "it was not trained with. Give the keys they were trained with, or another --root for these settings")
+
+
+def train(runs, root, keys, extra, settings):
+    """Train the runs not finished, K at a time (keys.parallel), within the budget. Returns when every run it started
+    ended well or diverged (a result); stops (fail) when a new run failed before its first evaluation (every other
+    would fail alike: none is started), exits with RUNS_FAILED_EXIT when runs failed and the others ran, and with 130
+    on Ctrl-C, the runs stopped as train.py stops on Ctrl-C."""
+    os.makedirs(root, exist_ok=True)
     todo = []
     for v, seed in runs:
         if finished(root, v, seed, settings["max_iters"]):
@@ -1456,6 +1460,7 @@ def main(argv):
                  "the settings they were trained with (the --config in their command.json), or another --report_dir")
         with claimed(root):  # a second `train` on this root would start the same runs beside these
             restore_runs(root, kept_from, settings)
+            check_trained_alike(runs, root, settings)
             check_kept_data(root, settings, kept_from)
             if not all(finished(root, v, seed, settings["max_iters"]) for v, seed in runs):
                 require_corpus(settings, dataset_dir(settings.get("dataset", ""), settings.get("data_dir", "")))

@@ -30,6 +30,7 @@ from lab.stats import RULE
 from lab.variants import MODELS, STUDY, SWEEP, TEST_VARIANTS, VARIANTS
 from model import GPT, VALID, GPTConfig
 from probe import MEASURE, MEASURES
+from data import prepare_if_missing
 from data.shards import write_dataset
 from runfolder import EVALUATED, load_checkpoint, save_checkpoint
 from test_analyze import assert_every_plot_is_labelled, keep_figures
@@ -2267,18 +2268,21 @@ def test_train_refuses_to_continue_or_count_a_run_with_settings_it_was_not_train
                                                                                        capsys):
     """`train baseline:2 --weight_decay=0.5` over runs trained at the config's 0.1 said "finished, skipped" (or
     resumed an interrupted one at 0.5, one run of two settings whose checkpoint records only the last): it stops
-    with one line naming a run and the key, before anything starts. How a run is computed (--device) may change."""
+    with one line naming a run and the key, before anything starts or any data is prepared (the kept runs' data
+    check prepared the task first). How a run is computed (--device, --data_dir) may change."""
     root = tmp_path / "root"
     kept_run("baseline/seed1337", root / "baseline" / "seed1337")
     kept_run("baseline/seed1338", root / "baseline" / "seed1338")
     monkeypatch.setattr(repro, "launch", lambda *args: pytest.fail("started a run"))
+    monkeypatch.setattr(repro, "prepare_if_missing", lambda *args: pytest.fail("prepared the data"))
     with pytest.raises(SystemExit, match=r"^error: runs under .*root/ were trained with other settings than these "
                                          r"\(baseline seed 1337: weight_decay=0.1 \(here: 0.5\); \.\.\.\): a run cannot"):
         repro.main(["train", "baseline:2", "--study=sink_lab", f"--root={root}", f"--report_dir={tmp_path / 'r'}",
                     "--weight_decay=0.5"])
     assert "skipped" not in capsys.readouterr().out
+    monkeypatch.setattr(repro, "prepare_if_missing", prepare_if_missing)  # the same settings, computed elsewhere
     repro.main(["train", "baseline:2", "--study=sink_lab", f"--root={root}", f"--report_dir={tmp_path / 'r'}",
-                "--device=cpu"])  # the same settings, computed elsewhere: finished, as before
+                "--device=cpu", f"--data_dir={tmp_path / 'bigram_backcopy'}"])  # (the task prepared there, not in data/)
     assert capsys.readouterr().out.count("finished (at max_iters") == 2
 
 
