@@ -45,13 +45,27 @@ def _interpreter_problem():
     return None
 
 
+def prepared_in_the_checkout():
+    """The files in the checkout's data/ that git does not track (datasets prepared there), or None outside a git
+    checkout. A test prepares its data in its own folder: one that prepared into data/ would hand later tests (and the
+    user) a dataset they did not make, and a test comparing the checkout before and after would fail beside it."""
+    try:
+        done = subprocess.run(["git", "status", "--porcelain", "--ignored", "--", "data"], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.splitlines() if done.returncode == 0 else None
+    return None if lines is None else {line[3:] for line in lines if "__pycache__" not in line}
+
+
 def pytest_configure(config):
-    global _WORKER
+    global _WORKER, _PREPARED
     # an xdist worker, known by its config: a pytest that a test starts inherits the worker's environment
     _WORKER = hasattr(config, "workerinput")
     problem = _interpreter_problem()
     if problem:
         pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
+    _PREPARED = None if _WORKER else prepared_in_the_checkout()  # the main process's, once: before any test runs
 
 
 # The suite trains toy runs and copies the repository (the tutorial's test alone writes ~350 MB), and pytest keeps
@@ -79,6 +93,12 @@ def _remove_tmp_path_if_the_test_passes(request):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    after = None if _WORKER or _PREPARED is None else prepared_in_the_checkout()
+    new = sorted(after - _PREPARED) if after is not None else []
+    if new:  # a test wrote data into the checkout: the session fails, saying which
+        print(f"\nerror: the tests left files in the checkout's data/ that were not there when they started: "
+              f"{', '.join(new)} (a test prepared a dataset there, not in its tmp_path)", file=sys.stderr)
+        session.exitstatus = exitstatus = pytest.ExitCode.TESTS_FAILED
     # an xdist worker's basetemp is set (a folder inside the main process's): the main process removes it
     config = session.config
     if exitstatus == pytest.ExitCode.OK and config.option.basetemp is None and hasattr(config, "_tmp_path_factory"):
@@ -90,7 +110,7 @@ def pytest_sessionfinish(session, exitstatus):
 # pytest's own --durations prints only at the end. Written by the main process, which pytest-xdist sends every
 # worker's reports to. Outcomes: passed, failed, error (in setup or teardown), skipped, xfailed, xpassed, crashed (a
 # worker that died in the test: its one report).
-_durations, _WORKER = {}, False
+_durations, _WORKER, _PREPARED = {}, False, None
 
 
 def pytest_runtest_logreport(report):
