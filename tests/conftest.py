@@ -46,8 +46,8 @@ def _interpreter_problem():
 
 
 def prepared_in_the_checkout():
-    """The files in the checkout's data/ that git does not track (datasets prepared there), or None outside a git
-    checkout. A test prepares its data in its own folder: one that prepared into data/ would hand later tests (and the
+    """The paths in the checkout's data/ that git status lists (datasets prepared there, files changed), or None
+    outside a git checkout. A test prepares its data in its own folder: one that prepared into data/ would hand later tests (and the
     user) a dataset they did not make, and a test comparing the checkout before and after would fail beside it."""
     try:
         done = subprocess.run(["git", "status", "--porcelain", "--ignored", "--", "data"], cwd=REPO,
