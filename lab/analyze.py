@@ -920,8 +920,8 @@ def main(argv=None):
     for name in ("batches", "batch_size", "map_tokens"):
         if getattr(a, name) is not None and getattr(a, name) < 1:
             fail(f"--{name}={getattr(a, name)} must be at least 1")
-    if (path := not_a_file_name(a.checkpoint)):
-        fail(path)
+    if (wrong := not_a_file_name(a.checkpoint)):
+        fail(wrong)
     for run in runs:  # a run's checkpoint, or the measurement kept of it (runfolder.MEASURED)
         kept = os.path.isfile(os.path.join(run, MEASURED + ".json"))
         if os.path.isdir(os.path.join(run, a.checkpoint)) or os.path.isfile(run):

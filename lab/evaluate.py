@@ -674,8 +674,8 @@ def main(argv=None):
     def settings_for(T):  # what a run of training length T is measured under (evaluate's run_settings)
         return run_settings(T, a.checkpoint, modes, a.windows, a.batch_size, a.quant, multiples, scalings,
                             stream_windows, keeps)
-    if (path := not_a_file_name(a.checkpoint)):
-        fail(path)
+    if (wrong := not_a_file_name(a.checkpoint)):
+        fail(wrong)
     lengths_T = {}  # each model's training length T, for the stream windows' check
     for run in runs:  # every run's settings before anything is computed, so that a mistake costs no work
         path = os.path.join(run, a.checkpoint)

@@ -238,8 +238,8 @@ def main(argv=None):
         fail("name the runs: --runs=out-sink-lab/baseline/seed1337,... (train.py's out_dirs)")
     if a.labels and len(a.labels) != len(a.runs):
         fail(f"--labels has {len(a.labels)} names for {len(a.runs)} runs; give one per run")
-    if (path := not_a_file_name(a.checkpoint)):
-        fail(path)
+    if (wrong := not_a_file_name(a.checkpoint)):
+        fail(wrong)
     if (twice := repeated_label(list(a.labels or a.runs), list(a.runs))):
         fail(twice)
     if not a.out.endswith(".json"):
