@@ -456,12 +456,11 @@ class Trainer:
         initial = self.initial_val_loss
         if self.c.eval_only or initial is None or not val_loss > DIVERGED_FACTOR * initial:
             return
-        kept = (f"best.pt keeps iter {self.best_iter} (val loss {self.best_val_loss:.4f})" if self.best_iter is not None
-                else "there is no best.pt")
         fail(f"the run has diverged: validation loss {val_loss:.4g} at iter {self.iter_num}, more than "
              f"{DIVERGED_FACTOR:g}x the {initial:.4f} it started from. learning_rate={self.c.learning_rate:g} is too "
-             f"high for this model: try {self.c.learning_rate / 10:g}, or more warmup_iters "
-             f"(now {self.c.warmup_iters}). This state was not saved; {kept}.", diverged=True)
+             f"high for this model: try {self.c.learning_rate / 10:g}, or more warmup_iters (now "
+             f"{self.c.warmup_iters}). This state was not saved; {self.folder.what_is_kept(self.best_iter)}.",
+             diverged=True)
 
     def save(self, val_loss, latest=True):
         """ckpt.pt takes the latest state (always_save_checkpoint) or only a better one; best.pt only a better one.
@@ -474,9 +473,10 @@ class Trainer:
         # never worse than the start (also where a resumed run found no best.pt), nor a state whose steps are skipped
         # as non-finite: a step that blows the weights up can leave uniform predictions, a low loss, and NaN steps
         initial = math.inf if self.initial_val_loss is None else self.initial_val_loss
-        is_best = val_loss < self.best_val_loss and val_loss <= initial and not self.health["nonfinite_in_a_row"]
-        if not (is_best or self.c.always_save_checkpoint and latest):
-            return
+        better, skipped = val_loss < self.best_val_loss and val_loss <= initial, self.health["nonfinite_in_a_row"]
+        is_best = better and not skipped
+        if not (is_best or self.c.always_save_checkpoint and latest):  # better but skipped: the line that says so
+            return self.folder.said_skipped(self.iter_num, val_loss, skipped, self.best_iter) if better else None
         if is_best:
             self.best_val_loss, self.best_iter = val_loss, self.iter_num
         self.folder.save({

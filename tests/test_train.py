@@ -343,6 +343,21 @@ def test_a_state_whose_steps_are_skipped_never_becomes_best_pt(stdlib_data, tmp_
     assert (out_dir / "best.pt").read_bytes() == best and "becomes best.pt" not in capsys.readouterr().out
 
 
+def test_a_better_state_whose_steps_are_skipped_says_why_it_is_not_saved(stdlib_data, tmp_path, monkeypatch, capsys):
+    """With always_save_checkpoint=False only a better state is saved: the state at 8 has a lower loss than 4's but
+    its steps are skipped, so it is saved nowhere, and a line says so (before: nothing said why best.pt stayed)."""
+    out_dir = tmp_path / "run"
+    out = run_to_divergence(monkeypatch, capsys, stdlib_data, out_dir, 5, r"last finite state and best.pt the best "
+                            r"\(iter 4\)", ["--eval_interval=4", "--log_interval=4", "--max_nonfinite=6",
+                                            "--always_save_checkpoint=False"])
+    val = {r["iter"]: r["val_loss"] for r in read_log(out_dir)}
+    assert val[8] < val[4]  # else the test would show nothing
+    assert (f"not saving iter 8 (val loss {val[8]:.4f}, the lowest yet): the last 3 steps from it were skipped as "
+            "non-finite, so it is no state to train on, however low its loss; best.pt keeps iter 4\n") in out, out
+    assert load_checkpoint(str(out_dir / "ckpt.pt"))[1]["iter_num"] == 4  # the better state, saved at 4
+    assert load_checkpoint(str(out_dir / "best.pt"))[1]["iter_num"] == 4
+
+
 def test_a_diverged_run_is_stopped_at_the_next_log_step(stdlib_data, tmp_path, monkeypatch, capsys):
     """The health of the queued steps is read at log and eval steps only, so a run that goes non-finite at
     iteration 4 with max_nonfinite=3 stops when the log step at iteration 8 reads steps 4..7, not later."""
@@ -1535,7 +1550,7 @@ def test_resume_trusts_what_best_pt_holds_not_what_ckpt_pt_says(stdlib_data, tmp
         disagreeing_pair()
         monkeypatch.setattr(train, "DIVERGED_FACTOR", 1.0 if explodes else math.inf)
         if explodes:
-            with pytest.raises(cli.Diverged, match="best.pt keeps iter 6"):
+            with pytest.raises(cli.Diverged, match=r"best.pt the best \(iter 6\)"):
                 train.main(args + ["--max_iters=9", "--init_from=resume"] + extra)
         else:
             train.main(args + ["--max_iters=9"] + worse + extra)
@@ -1583,7 +1598,7 @@ def test_an_exploding_run_stops_and_best_pt_is_never_worse_than_the_start(stdlib
     out_dir = tmp_path / "run"
     with pytest.raises(cli.Diverged, match=r"the run has diverged: validation loss \S+ at iter 3, more than 2x the "
                                          r"\S+ it started from\. learning_rate=100 is too high for this model: try 10,"
-                                         r".*This state was not saved; best.pt keeps iter 0 \(val loss"):
+                                         r".*This state was not saved; no ckpt.pt was saved; best.pt holds iter 0\.$"):
         train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=3",
                            "--max_iters=30", "--learning_rate=100"])
     log = read_log(out_dir)
