@@ -23,8 +23,8 @@ from cli import autocast_for, configure, dataset_dir, fail, pick_device, run_mai
 import torch
 
 import pretrained
-from runfolder import CHECKPOINT, load_checkpoint
-from data.shards import get_tokenizer, prepare_command, read_meta
+from runfolder import CHECKPOINT, describe_fingerprint_change, load_checkpoint
+from data.shards import dataset_fingerprint, get_tokenizer, prepare_command, read_meta
 
 
 @dataclass
@@ -83,7 +83,7 @@ def load(c, dev):
                      f"({CHECKPOINT} or best.pt)")
             model, ckpt = load_checkpoint(path, dev)
             run = ckpt.get("config", {})  # the training run's keys: where its data, and so its tokenizer, is
-            enc = get_tokenizer(ckpt.get("tokenizer") or run_tokenizer(run, path))  # the run's own, else its data's
+            enc = get_tokenizer(ckpt.get("tokenizer") or run_tokenizer(run, path, ckpt.get("data_fingerprint")))
             if enc.n_vocab > model.config.vocab_size and not (ckpt.get("tokenizer") or run.get("dataset")):
                 fail(f"{path} records no tokenizer and names no dataset, and its {model.config.vocab_size} token ids "
                      f"are fewer than GPT-2's {enc.n_vocab}: there is nothing to decode them with")
@@ -101,11 +101,12 @@ def load(c, dev):
     return model, enc, run
 
 
-def run_tokenizer(run, path):
+def run_tokenizer(run, path, recorded=None):
     """The tokenizer's name a run was trained with, for a checkpoint that does not record it (train.py's do since
     2026-12-01): its dataset's meta.json's. A dataset folder that is missing or
     not prepared stops with one line naming it and the command that prepares it: another tokenizer's text would be
-    wrong, or its ids out of the model's range."""
+    wrong, or its ids out of the model's range. recorded: the data's fingerprint the checkpoint recorded (since
+    2026-11-27); data prepared again since then gets a note, as its tokenizer may be another."""
     name = run.get("dataset", "")
     if not name:  # not train.py's checkpoint (no run settings): GPT-2's BPE, this project's default
         print(f"note: {path} names no dataset, so no tokenizer: decoding with GPT-2's BPE", flush=True)
@@ -116,6 +117,11 @@ def run_tokenizer(run, path):
         what = "is missing" if not os.path.isdir(data_dir) else "holds no prepared dataset (no meta.json)"
         fail(f"the dataset folder of {path}, {data_dir}, {what}: its meta.json names the tokenizer the model's ids "
              f"are decoded with. Prepare it: {prepare_command(data_dir, name)}")
+    changed = describe_fingerprint_change(recorded, dataset_fingerprint(data_dir))
+    if changed:  # the same tokenizer over more text, or another one: a smaller vocabulary would sample silently
+        print(f"note: the {changed} in {data_dir} changed since {path} was trained: decoding with the tokenizer its "
+              f"meta.json names now, {meta.get('tokenizer', 'gpt2')}; if the data was prepared with another tokenizer "
+              "since, the text is wrong", flush=True)
     return meta.get("tokenizer", "gpt2")
 
 

@@ -128,6 +128,29 @@ def test_a_dataset_prepared_again_with_a_larger_tokenizer_is_named_not_a_traceba
                               "dataset's tokenizer now has ") and "prepared again with another tokenizer" in message
 
 
+def test_a_checkpoint_without_a_tokenizer_on_data_prepared_again_since_gets_a_note(tmp_path, capsys):
+    """A checkpoint older than recorded tokenizers but with the data's fingerprint (2026-11-27 to 12-01): the data
+    prepared again with a smaller tokenizer (32 symbols for the run's 64) has ids the model holds, so it would sample
+    nonsense silently. A note says the data changed since; the data as trained gets none."""
+    from data.bigram_backcopy.prepare import prepare
+    from data.shards import dataset_fingerprint
+    prepare(out_dir=str(tmp_path / "data"), train_tokens=2_000, val_tokens=1_000)
+    checkpoint = small_run(tmp_path / "run", tmp_path / "data")
+    checkpoint["data_fingerprint"] = dataset_fingerprint(str(tmp_path / "data"))
+    torch.save(checkpoint, tmp_path / "run" / "ckpt.pt")
+    argv = [f"--out_dir={tmp_path / 'run'}", "--device=cpu", "--dtype=float32", "--max_new_tokens=3", "--num_samples=1"]
+    capsys.readouterr()
+    sample.main(argv)
+    assert capsys.readouterr().out.startswith("<|endoftext|> s")
+    prepare(out_dir=str(tmp_path / "data"), train_tokens=2_000, val_tokens=1_000, vocab=32)
+    capsys.readouterr()
+    sample.main(argv)
+    assert capsys.readouterr().out.startswith(
+        f"note: the train and val shards in {tmp_path / 'data'} changed since {tmp_path / 'run' / 'ckpt.pt'} was "
+        "trained: decoding with the tokenizer its meta.json names now, symbols-32; if the data was prepared with "
+        "another tokenizer since, the text is wrong\n<|endoftext|> s")
+
+
 def test_ctrl_c_is_one_line_and_the_shells_status(monkeypatch, capsys):
     """An interrupted sample.py (or any script run through cli.run_main) says so in one line, exit status 130."""
     import cli
