@@ -740,3 +740,17 @@ def test_python_variants_write_refuses_a_page_it_cannot_place_the_table_in(tmp_p
                          text=True, timeout=120)
     assert out.returncode == 1 and says in out.stderr and out.stderr.count("\n") == 1, out.stderr
     assert "Traceback" not in out.stderr and page.read_bytes() == before
+
+
+def test_the_input_independent_gate_is_described_by_its_logits_which_start_at_zero():
+    """A score is the activation's output (probe.py's gate_mean): the input-independent gate's zero-initialised
+    parameters are its logits, and its scores start at sigmoid(0) = 0.5, as the flag table and PAPERS.md say."""
+    from model import GPT, GPTConfig
+    gate = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, vocab_size=11, block_size=8,
+                         gate_input="none")).transformer.h[0].attn.gate
+    assert gate.score(gate.logits(None)).unique().tolist() == [0.5]
+    what = next(f.what for f in variants.FLAGS if f.name == "gate_input")
+    papers = open(os.path.join(REPO, "PAPERS.md"), encoding="utf-8").read()
+    for text in (what, papers):
+        assert "learned score per channel, zero-initialised" not in " ".join(text.split())
+        assert "0.5" in text

@@ -433,6 +433,32 @@ def test_sandwich_norm_normalises_sublayer_outputs():
     torch.testing.assert_close(out - x, a / torch.sqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6))
 
 
+def test_sandwich_norm_on_both_sublayers_with_every_gain_away_from_one():
+    """CogView's sandwich norm: x + ln_attn_out(attn(ln_1(x))), then + ln_mlp_out(mlp(ln_2(.))), each sub-layer's
+    output normed before it joins the residual stream; the MLP live, and each norm's own gain (make() perturbs them),
+    so a norm in the wrong place, or one norm's gain read for another's, shows."""
+    model = make(sandwich_norm=True)
+    block = model.transformer.h[0]
+    x = torch.randn(2, 7, C, dtype=torch.float64)
+
+    def rms(t, w):
+        return t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    with torch.no_grad():
+        h = x + rms(block.attn(rms(x, block.ln_1.weight)), block.ln_attn_out.weight)
+        want = h + rms(block.mlp(rms(h, block.ln_2.weight)), block.ln_mlp_out.weight)
+        torch.testing.assert_close(block(x), want, rtol=1e-12, atol=1e-12)
+
+
+def test_gatednorm_gate_reads_y_with_the_norms_gain():
+    """GN: y = RMSNorm(x) (its gain included), y' = y * sigmoid(W_up SiLU(W_down y)): the gate reads that same y."""
+    n = GatedNorm(8, rank=2).double()
+    with torch.no_grad():
+        n.norm.weight.copy_(torch.linspace(0.2, 3.0, 8))
+    x = torch.randn(3, 8, dtype=torch.float64)
+    y = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * n.norm.weight
+    torch.testing.assert_close(n(x), y * torch.sigmoid(F.silu(y @ n.down.weight.T) @ n.up.weight.T))
+
+
 def test_mlp_equations():
     for kind, act in [("swiglu", F.silu), ("glu", torch.sigmoid)]:
         mlp = make(mlp=kind).transformer.h[0].mlp
