@@ -537,6 +537,7 @@ class RunFolder:
         # check_data: this command continues the run on other validation shards; best_state: the path _start
         # moves best.pt to, measured on the earlier ones
         self.val_changed, self.aside = False, None
+        self.aside_back = None  # best_state: best.pt as such a command moved it aside, to be put back by _start
         self.log_before, self.saved = None, False  # _start's undo (undo_start): the log as it was; a save done
 
     def __enter__(self):
@@ -700,6 +701,8 @@ class RunFolder:
             why = None if best else f"there is no {self.best_path}"
         except ValueError as e:
             best, why = None, str(e)
+        if best is None and not os.path.lexists(self.best_path):
+            best = self.moved_aside(checkpoint, say)
         skipped = steps_skipped(checkpoint)  # no best then either (Trainer.save)
         if best is not None:
             self.check_same_run(best, checkpoint)
@@ -717,6 +720,24 @@ class RunFolder:
         say(f"note: {why}; the best state is {self.ckpt_path}'s (iter {it}, val loss {loss:.4f}), which becomes "
             f"{BEST} at the next evaluation, before anything replaces it")
         return it, loss
+
+    def moved_aside(self, checkpoint, say):
+        """best.pt where a command that continued the run on other validation shards moved it (best_on_other_val)
+        and was killed before its first checkpoint: best-before-iterN.pt of ckpt.pt's iter, measured on the shards
+        ckpt.pt records, is the run's best on them; _start (or settle_best) puts it back. Else None."""
+        path = os.path.join(self.out_dir, BEST_BEFORE.format(checkpoint["iter_num"]))
+        try:
+            best = saved_state(path, whose=True)
+        except ValueError:
+            return None
+        recorded = (checkpoint.get("data_fingerprint") or {}).get("val")
+        if not best or not recorded or (best[4] or {}).get("val") != recorded:
+            return None
+        self.aside_back = path
+        say(f"note: there is no {self.best_path}, but {path} holds this run's best state on these validation shards "
+            f"(iter {best[0]}, val loss {best[1]:.4f}; moved aside by a command that stopped before it saved): it "
+            f"becomes {BEST} again")
+        return best
 
     def best_on_other_val(self, checkpoint, say):
         """best_state where this command continues the run on other validation shards (check_data): losses on
@@ -744,10 +765,17 @@ class RunFolder:
     def settle_best(self):
         """Make best.pt of ckpt.pt now where best_state found ckpt.pt's state the best: a command with nothing left
         to train writes no evaluation, so _start, which would do it, never comes."""
-        if self.best_in_ckpt:
-            atomic_copy(self.ckpt_path, self.best_path)
-            self.best_in_ckpt = False
-            print(f"wrote {self.best_path}: the best state, {self.ckpt_path}'s", flush=True)
+        try:
+            if self.aside_back:  # moved_aside
+                os.replace(self.aside_back, self.best_path)
+                self.aside_back = None
+            if self.best_in_ckpt:
+                atomic_copy(self.ckpt_path, self.best_path)
+                self.best_in_ckpt = False
+                print(f"wrote {self.best_path}: the best state, {self.ckpt_path}'s", flush=True)
+        except OSError as e:  # a full disk: one line, as at every write; atomic_copy left best.pt as it was
+            fail(f"could not write {self.best_path}: {e.strerror or e}. The run's files are as they were: run the "
+                 "same command again once the disk has room")
 
     def check_same_run(self, best, checkpoint):
         """Stop, with one line, where best.pt (saved_state(whose=True)) is not a state of ckpt.pt's run."""
@@ -835,6 +863,9 @@ class RunFolder:
             if others:
                 print(f"note: {self.log_path} held records of another run ({', '.join(sorted(others))}): dropped, so "
                       f"that the log reads as this run's ({self.run_id})", flush=True)
+            if self.aside_back:  # moved_aside: best.pt back first, then compared with ckpt.pt's state as before
+                os.replace(self.aside_back, self.best_path)
+                self.aside_back = None
             both = all(map(os.path.isfile, (self.ckpt_path, self.best_path)))
             if self.aside and not os.path.lexists(self.aside):  # best_on_other_val (where one of this iter is kept
                 os.replace(self.best_path, self.aside)  # already, best.pt holds ckpt.pt's state: replaced next)

@@ -720,6 +720,8 @@ def write_measurement(base, record, scores, maps):
     arrays.update({f"scores/{kind}": values[::max(1, -(-len(values) // STORED_GATE_SAMPLE))].astype(np.float16)
                    for kind, values in (scores or {}).items()})
     arrays["maps"] = np.stack(maps).astype(np.float16)  # (layers, t, t) probabilities
+    if os.path.lexists(base + ".json"):  # the old record first: it never stands beside the new arrays
+        os.remove(base + ".json")
     atomic_write(base + ".npz", lambda f: np.savez_compressed(f, **arrays))
     kept = {key: value for key, value in record.items() if key != "per_window"}
     write_json(base + ".json", finite_json(kept)[0])

@@ -1104,3 +1104,25 @@ def test_runs_on_other_windows_are_said_in_the_summary_and_each_is_held_to_its_o
     with pytest.raises(SystemExit, match="windows of 32 tokens, but .* holds"):
         analyze.analyze([str(tmp_path / "short"), str(tmp_path / "long")], out_dir=str(tmp_path / "b"),
                         device="cpu", batches=1, batch_size=fits)
+
+
+def test_a_kept_record_never_stands_beside_the_arrays_of_another_state(trained_run, tmp_path, monkeypatch, capsys):
+    """measured.json is written after measured.npz, so that where the record is, its arrays are. A new measurement
+    whose record cannot be written (the disk full) must not leave the old record beside the new arrays: with the
+    checkpoint gone, the run would be read as one state's numbers with another state's per-window values."""
+    run = copy_run(trained_run, tmp_path / "run")
+    first = analyze.analyze([run], out_dir=str(tmp_path / "first"), device="cpu")["runs"][0]  # iter 4's, kept
+    train.main(["--device=cpu", f"--out_dir={run}", "--init_from=resume", "--max_iters=6", "--learning_rate=0.05"])
+    disk_full(monkeypatch, "measured.json", after=0)
+    second = analyze.analyze([run], out_dir=str(tmp_path / "second"), device="cpu")["runs"][0]  # .npz, no .json
+    monkeypatch.undo()
+    assert "could not keep the measurement" in capsys.readouterr().out
+    assert not np.array_equal(first["per_window"]["val_loss"], second["per_window"]["val_loss"])  # another state
+    for name in ("ckpt.pt", "best.pt"):
+        os.remove(os.path.join(run, name))
+    try:
+        record, _, _ = analyze.stored_measurement(run, "ckpt.pt")
+    except ValueError as e:  # no measurement kept, as the note said
+        assert "no measurement kept" in str(e)
+        return
+    assert record["iter"] == 4 and np.array_equal(record["per_window"]["val_loss"], first["per_window"]["val_loss"])

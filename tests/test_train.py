@@ -2066,6 +2066,56 @@ def test_a_run_continued_on_other_validation_shards_that_cannot_save_leaves_the_
     assert [r["iter"] for r in read_log(out_dir)] == [0, 2, 4, 6]
 
 
+def test_a_run_continued_on_other_validation_shards_killed_before_it_saved_keeps_its_best(stdlib_data, tmp_path):
+    """Killed outright (SIGKILL, a power cut) after it moved best.pt aside (_start) and before its first checkpoint,
+    a command that continued the run on other validation shards undoes nothing: the run's best is left as
+    best-before-iterN.pt, measured on the shards ckpt.pt still records. A plain resume puts it back as best.pt; a
+    worse ckpt.pt never becomes best.pt in its place."""
+    import numpy as np
+    from data.shards import HEADER_BYTES, find_shards
+    out_dir, other = tmp_path / "run", tmp_path / "other"
+    args = TINY + [f"--out_dir={out_dir}", "--eval_interval=2"]
+    train.main(args + [f"--data_dir={stdlib_data}", "--max_iters=4"])
+    checkpoint = torch.load(out_dir / CHECKPOINT, weights_only=True)
+    checkpoint["val_loss"] = (checkpoint["val_loss"] + checkpoint["initial_val_loss"]) / 2  # worse than best.pt's
+    save_checkpoint(checkpoint, str(out_dir / CHECKPOINT))
+    best = (out_dir / BEST).read_bytes()
+    shutil.copytree(stdlib_data, other)
+    tokens = np.memmap(find_shards(str(other), "val")[0], dtype=np.uint16, mode="r+", offset=HEADER_BYTES)
+    tokens[:64] = 7  # other validation shards
+    tokens.flush()
+    del tokens
+    killed = subprocess.run([sys.executable, "-c", f"""
+import os, signal, runfolder, train
+runfolder.save_checkpoint = lambda *a: os.kill(os.getpid(), signal.SIGKILL)
+train.main({args + [f"--data_dir={other}", "--max_iters=6", "--init_from=resume"]!r})
+"""], cwd=REPO, capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL and not (out_dir / BEST).exists()  # aside when it died
+    train.main(args + ["--max_iters=4", "--init_from=resume"])  # a plain resume, with nothing left to train
+    assert (out_dir / BEST).read_bytes() == best and not list(out_dir.glob("best-before-*"))
+
+
+def test_a_full_disk_while_a_resume_with_nothing_to_train_writes_best_pt_is_one_line(stdlib_data, tmp_path,
+                                                                                       monkeypatch):
+    """A resume with nothing left to train makes best.pt of ckpt.pt where that holds the best state (settle_best,
+    as after a run stopped between its two writes): a full disk there is one line, as at every other write, not a
+    traceback, and leaves the folder as it was."""
+    out_dir = tmp_path / "run"
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=2", "--max_iters=4"]
+    train.main(args)
+    best = torch.load(out_dir / BEST, weights_only=True)
+    best["val_loss"] += 1.0  # ckpt.pt's state the better
+    save_checkpoint(best, str(out_dir / BEST))
+    before = folder_state(out_dir)
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(runfolder, "atomic_write", full_disk)
+    with pytest.raises(SystemExit, match=f"^error: could not write {re.escape(str(out_dir / BEST))}: No space"):
+        train.main(args + ["--init_from=resume"])
+    assert folder_state(out_dir) == before
+
+
 def test_a_run_on_a_relative_data_dir_resumes_from_another_working_folder(stdlib_data, tmp_path, monkeypatch):
     """The checkpoint records the data folder whole: from elsewhere, a relative data_dir would name another folder
     (where a dataset of data.ON_FIRST_USE would even be prepared anew, and trained on)."""
