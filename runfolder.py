@@ -587,6 +587,10 @@ class RunFolder:
         if c.init_from == "resume" and c.overwrite:
             fail("init_from='resume' continues the run in out_dir and overwrite=True replaces it with a new one: give "
                  "one of them (--init_from=resume to continue, --overwrite=True alone to start over)")
+        if c.init_from == "scratch" and (os.path.isfile(os.path.join(self.out_dir, "meta.json")) or
+                                         glob.glob(os.path.join(glob.escape(self.out_dir), "*_train_*.bin"))):
+            fail(f"--out_dir={self.out_dir} holds a dataset (its meta.json and shards): a run's files would go in "
+                 "among them. Name a folder of its own for the run, e.g. --out_dir=out/NAME (--data_dir names the data)")
         held = self.held()
         if c.init_from != "scratch" or not held or c.overwrite:
             return
@@ -809,6 +813,12 @@ class RunFolder:
         fingerprint: data.shards.dataset_fingerprint of data_dir; an older checkpoint recorded none."""
         c.data_dir = os.path.abspath(c.data_dir) if c.data_dir else c.data_dir
         self.fingerprint = fingerprint
+        from data.shards import read_meta  # (data.shards imports this module)
+        had, has = (checkpoint or {}).get("tokenizer"), (read_meta(data_dir) or {}).get("tokenizer", "gpt2")
+        if had and had != has:  # ids within vocab_size, so no other check sees it: each id would mean another token
+            fail(f"{self.ckpt_path} was trained on token ids of the {had} tokenizer, but {data_dir} holds ids of "
+                 f"{has}: each id would mean another token. Continue on data of {had} (leave --dataset and "
+                 "--data_dir out for the run's own), or start a new run on this data in another --out_dir")
         recorded = (checkpoint or {}).get("data_fingerprint")
         self.run_id = (checkpoint or {}).get("run_id") or secrets.token_hex(8)
         changed = describe_fingerprint_change(recorded, fingerprint)

@@ -1972,6 +1972,8 @@ def main(argv=None):
     for arg in argv:
         if arg.startswith("--file="):
             path = arg[len("--file="):]
+            if not path:  # else the exercise's starter.py, checked in place of the file meant
+                raise SystemExit("error: --file= needs a file name, e.g. --file=my_attempt.py")
         elif arg.startswith("--timeout="):
             try:
                 time_limit = float(arg[len("--timeout="):])

@@ -99,6 +99,8 @@ class AnalyzeConfig:
     bos: bool = None  # start each window with <|endoftext|>; None: as each model was trained (GPT-2, Qwen3: none)
 
 
+RUNS_ONLY = ("checkpoint", "batches", "batch_size", "plot_labels")  # the keys each kind of measurement alone reads
+PRETRAINED_ONLY = ("text", "window", "windows", "bos")
 GATE_SAMPLE = 200_000  # gate scores kept per run for its histogram
 STORED_GATE_SAMPLE = 20_000  # of those, kept in the run's stored measurement (runfolder.MEASURED): enough for 40 bins
 
@@ -884,8 +886,13 @@ def pretrained_table(summary):
 
 
 def main(argv=None):
-    a, _ = configure(AnalyzeConfig, sys.argv[1:] if argv is None else argv)
+    a, given = configure(AnalyzeConfig, sys.argv[1:] if argv is None else argv)
     runs, labels, names = list(a.runs), list(a.labels) or None, list(a.pretrained)
+    unused = sorted(given & set(RUNS_ONLY if names else PRETRAINED_ONLY))
+    if unused:  # a key the other kind of measurement reads: it would be silently not applied
+        kind, why = (("runs (--runs)", "published checkpoints are measured on --text's windows") if names else
+                     ("published checkpoints (--pretrained)", "a run is measured on its own validation windows"))
+        fail(f"--{unused[0]} is a key of {kind}: {why}; leave it out")
     if names:
         if runs:
             fail("give --runs (checkpoints of train.py) or --pretrained (published ones), not both")

@@ -439,6 +439,27 @@ def test_kept_measurements_are_drawn_again_beside_other_data(trained_run, tmp_pa
     assert os.listdir(tmp_path / "mine") == []
 
 
+def test_a_key_of_the_other_kind_of_measurement_is_refused(trained_run, tmp_path, monkeypatch):
+    """--text, --window, --windows and --bos say what published checkpoints are measured on; --checkpoint, --batches,
+    --batch_size and --plot_labels, what runs are. Given with the other kind, each was not applied, and not a word
+    said (--runs=R --windows=-3 measured R as without it): refused in one line, before any work, as lab.evaluate
+    refuses its --window and --text without --pretrained."""
+    monkeypatch.setattr(analyze, "analyze", lambda *a, **k: pytest.fail("measured"))
+    monkeypatch.setattr(analyze, "analyze_pretrained", lambda *a, **k: pytest.fail("measured"))
+    for argv, key in (([f"--runs={trained_run}", "--windows=-3"], "windows"),
+                      ([f"--runs={trained_run}", "--bos"], "bos"),
+                      ([f"--runs={trained_run}", "--window=64", "--text=x.txt"], "text"),
+                      (["--pretrained=gpt2", "--checkpoint=best.pt"], "checkpoint"),
+                      (["--pretrained=gpt2", "--batches=2", "--plot_labels=a"], "batches")):
+        with pytest.raises(SystemExit) as e:
+            analyze.main([*argv, f"--out_dir={tmp_path / 'out'}"])
+        message = str(e.value.code)
+        kind = "runs (--runs)" if "--pretrained=gpt2" in argv else "published checkpoints (--pretrained)"
+        assert message.startswith(f"error: --{key} is a key of {kind}: ") and message.endswith("; leave it out")
+        assert "\n" not in message, message
+    assert not (tmp_path / "out").exists()
+
+
 def test_analyze_cli_errors(tmp_path, trained_run):
     # as a user sees it: one line, no traceback
     result = subprocess.run([sys.executable, "-m", "lab.analyze", f"--runs={tmp_path / 'nothing'}"], cwd=REPO,

@@ -546,6 +546,18 @@ def test_a_python_without_torch_is_one_line_that_says_what_to_do(tmp_path):
                           "README says, then `python -m lab.setup_check` says what is missing\n"), out.stderr
 
 
+def test_an_empty_file_argument_is_refused_not_taken_for_the_starter(tmp_path):
+    """--file= with no name (a variable left empty in a script: --file=$MINE) checked the exercise's own starter.py in
+    place of the file meant, and reported its result as the student's: refused in one line, as --result= is, before
+    anything is checked (a stand-in torch that cannot be imported shows that nothing got that far)."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\")\n")
+    out = subprocess.run([sys.executable, "exercises/check.py", NAMES[0][:2], "--file="], cwd=REPO,
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 1 and out.stdout == "", out
+    assert out.stderr == "error: --file= needs a file name, e.g. --file=my_attempt.py\n", out.stderr
+
+
 def read_json(path):
     import json
     with open(path, encoding="utf-8") as f:

@@ -365,6 +365,23 @@ def test_a_step_limit_set_by_hand_stops_each_part(tmp_path):
     assert [r["limit"] for r in rows(files, "kernels-configs")] == ["2", "2"]
 
 
+@pytest.mark.parametrize("name, value", [("BUDGET_S", "1.5"), ("BUDGET_S", "abc"), ("BUDGET_S", "-10"),
+                                         ("STEP_LIMIT", "2m")])
+def test_a_time_limit_that_is_no_whole_number_of_seconds_is_refused(tmp_path, name, value):
+    """BUDGET_S and STEP_LIMIT are counted with bash's arithmetic, which reads 1.5 as a syntax error (the command
+    ended at once, having run and packed nothing, with exit status 0) and abc as an unset variable's name: refused in
+    one line, exit 2, before anything runs; so is a `study.sh wait` whose SECONDS is no whole number."""
+    quick = fake_python(tmp_path / "python", "exit 0")
+    out = script("kernels", work=tmp_path, env={"PYTHON": quick, name: value})
+    assert out.returncode == 2 and out.stderr == f"error: {name}={value}: a whole number of seconds (e.g. " \
+        f"{name}=3600), or unset for no limit\n", out.stdout + out.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "kernels").exists()  # nothing ran
+    for words in (["1.5"], ["abc"], ["60", "60"]):
+        out = script("study", "wait", *words, work=tmp_path)
+        assert out.returncode == 2 and out.stderr.startswith(f"error: wait {' '.join(words)}: SECONDS is one whole "
+                                                             "number") and out.stderr.count("\n") == 1, out.stderr
+
+
 def test_without_a_deadline_no_part_is_limited(tmp_path):
     """BUDGET_S unset: the parts whose share of a budget would limit them run with no time limit, and none is
     run under `timeout`."""

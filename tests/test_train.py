@@ -2224,6 +2224,43 @@ def test_resume_in_an_out_dir_that_is_a_file_says_so(tmp_path):
         train.main([f"--out_dir={path}", "--init_from=resume", "--device=cpu"])
 
 
+@pytest.mark.parametrize("eval_only", [False, True])
+def test_a_resume_on_data_of_another_tokenizer_is_refused(tiny_run, tmp_path, eval_only):
+    """Other data, named by the command, is a run's to continue on; data of another tokenizer is not: its ids are all
+    below the model's vocab_size (the task's 65 symbols), so no other check sees them, each would mean another token,
+    and the checkpoint would then claim the new tokenizer, which sample.py decodes the GPT-2 model's ids with."""
+    from data.bigram_backcopy.prepare import prepare
+    out_dir, task = tmp_path / "run", tmp_path / "task"
+    shutil.copytree(tiny_run, out_dir)
+    prepare(out_dir=str(task), train_tokens=20_000, val_tokens=5_000)
+    before = folder_state(out_dir)
+    more = ["--eval_only"] if eval_only else ["--max_iters=8"]
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([f"--out_dir={out_dir}", "--init_from=resume", f"--data_dir={task}", "--device=cpu", *more])
+    message = str(exit_info.value.code)
+    assert message == (f"error: {out_dir / 'ckpt.pt'} was trained on token ids of the gpt2 tokenizer, but {task} holds "
+                       "ids of symbols-64: each id would mean another token. Continue on data of gpt2 (leave "
+                       "--dataset and --data_dir out for the run's own), or start a new run on this data in another "
+                       "--out_dir"), message
+    assert folder_state(out_dir) == before
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite=True"]])
+def test_a_new_run_in_a_datasets_folder_is_refused(stdlib_data, tmp_path, overwrite):
+    """--out_dir naming the data's folder (the --data_dir value given to both keys, say): the run's checkpoints and
+    log went in among the shards, where a later preparation of the dataset refuses the folder for them. A resume
+    there says the folder holds a dataset; a new run, even with --overwrite=True, is refused as early."""
+    data = tmp_path / "data"
+    shutil.copytree(stdlib_data, data)
+    before = folder_state(data)
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(TINY + [f"--data_dir={data}", f"--out_dir={data}", "--max_iters=1", *overwrite])
+    message = str(exit_info.value.code)
+    assert message.startswith(f"error: --out_dir={data} holds a dataset (its meta.json and shards): ") and \
+        "--out_dir=out/NAME" in message and "\n" not in message, message
+    assert folder_state(data) == before
+
+
 def test_a_best_pt_of_another_run_is_refused_on_resume(tiny_run, stdlib_data, tmp_path):
     """best.pt copied in from another run (another model here): the run would measure itself against it and say
     best.pt keeps a state it never had."""

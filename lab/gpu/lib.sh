@@ -39,6 +39,13 @@ usage() {  # the script's header comment, from its second line to the first line
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$SCRIPT"
 }
 case "${1:-}" in -h|--help) usage; exit 0 ;; esac  # every script's --help: its header
+whole_seconds() {  # whole_seconds NAME VALUE: refuse in one line (exit 2) a time limit bash cannot count with
+    [ -z "$2" ] || [[ "$2" =~ ^[0-9]+$ ]] && return 0
+    echo "error: $1=$2: a whole number of seconds (e.g. $1=3600), or unset for no limit" >&2
+    exit 2
+}
+whole_seconds BUDGET_S "$BUDGET_S"  # bash's arithmetic reads 1.5 as an error and abc as a variable's name: the parts
+whole_seconds STEP_LIMIT "${STEP_LIMIT:-}"  # would be skipped, or the command end at once with exit status 0
 
 study_pid() {  # the job's pid file names a live process that is the job: not a pid reused since (a reboot, a kill)
     local pid cmd

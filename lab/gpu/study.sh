@@ -91,6 +91,11 @@ start)
     ;;
 wait)
     limit=${2:-$BUDGET_S}
+    if [ $# -gt 2 ] || ! [[ "${2:-0}" =~ ^[0-9]+$ ]]; then  # (BUDGET_S: lib.sh checked it)
+        echo "error: wait ${*:2}: SECONDS is one whole number of seconds (e.g. wait 3600), or none to wait until" \
+             "the job ends" >&2
+        exit 2
+    fi
     # past the limit too while the job's command has ended (its exit written) and the job packs: a pack of ours
     # would write the same tarball and folder beside it
     while running && { [ -z "$limit" ] || [ "$SECONDS" -lt "$limit" ] || [ -f "$JOB/exit" ]; }; do
