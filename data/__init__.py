@@ -1,6 +1,7 @@
 """Datasets as token shards: data/shards.py holds the format and the loader; each data/<name>/prepare.py
 makes the shards of one dataset in data/<name>/."""
 
+import argparse
 import difflib
 import importlib
 import os
@@ -106,6 +107,26 @@ def check_training_data(name, data_dir, vocab_size, bos):
 
 # -----------------------------------------------------------------------------
 # What every data/<name>/prepare.py's command line shares
+
+class PrepareParser(argparse.ArgumentParser):
+    """Every prepare.py's command line: argparse's, but a mistake is one line, as every other command's here (not
+    the usage block before it), and no option is taken from its first letters (--max_file for --max_files)."""
+
+    def __init__(self, description):
+        super().__init__(description=description, allow_abbrev=False)
+
+    def error(self, message):
+        self.exit(2, f"error: {message}; --help lists the options\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, with an empty value refused (--src=, a shell variable left unset): it would stand for the
+        working folder, or for nothing."""
+        parsed = super().parse_args(args, namespace)
+        empty = [key for key, value in vars(parsed).items() if value == ""]
+        if empty:
+            self.error(f"--{empty[0]}= is empty: give it a value (or leave it out where it has a default)")
+        return parsed
+
 
 def path_arg(text):
     """argparse's type for a folder or file option: a leading ~ is the home folder, as the shell makes it where it

@@ -1942,3 +1942,20 @@ def test_ctrl_c_while_a_worker_sends_its_result_ends_the_preparation(tmp_path):
         except subprocess.TimeoutExpired:
             pytest.fail("the preparation hung after Ctrl-C (pool.shutdown waits for a half-sent result)")
         assert done.stdout.strip().endswith("stopped") and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("name", ["bigram_backcopy", "fineweb", "openwebtext", "pystdlib", "textdir"])
+def test_a_prepare_scripts_mistakes_are_one_line_and_no_option_is_guessed(name, tmp_path, capsys):
+    """Every prepare.py: a mistake is one line, as every other command's (argparse printed its usage block first);
+    an option is never taken from its first letters (--out_d for --out_dir prepared into the folder it named); an
+    empty value (--out_dir=, a shell variable left unset) is refused, not taken for the working folder or for
+    nothing. Each is refused before any work: exit status 2, argparse's."""
+    main = importlib.import_module(f"data.{name}.prepare").main
+    src = [] if name != "textdir" else ["--src=/nonexistent-folder"]
+    for argv, says in (([f"--out_d={tmp_path}"], f"unrecognized arguments: --out_d={tmp_path}"),
+                       (["--out_dir="], "--out_dir= is empty: give it a value (or leave it out where it has a "
+                                        "default)")):
+        with pytest.raises(SystemExit) as e:
+            main(src + argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err == f"error: {says}; --help lists the options\n", err

@@ -32,7 +32,6 @@ estimate). The text uses the symbol tokenizer (data.shards.SymbolTokenizer): tok
 <|endoftext|>, the BOS token, which the text itself never holds.
 """
 
-import argparse
 import os
 import sys
 
@@ -40,7 +39,7 @@ import numpy as np
 
 # Runnable as `python data/bigram_backcopy/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from data import path_arg, run_preparation  # noqa: E402
+from data import PrepareParser, path_arg, run_preparation  # noqa: E402
 from data.shards import (MAX_TOKEN, SymbolTokenizer, given_options, prepare_command, repo_folder_files,  # noqa: E402
                          write_dataset)
 
@@ -175,7 +174,7 @@ def _prepare(out_dir, vocab, triggers, alpha, seed, train_tokens, val_tokens, co
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Generate the Bigram-Backcopy task as train/val shards.")
+    parser = PrepareParser("Generate the Bigram-Backcopy task as train/val shards.")
     parser.add_argument("--out_dir", default=DATA_DIR, type=path_arg,
                         help="where to write (default: data/bigram_backcopy)")
     parser.add_argument("--vocab", type=int, default=64, help="symbols of the chain (the BOS token comes after them)")

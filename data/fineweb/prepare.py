@@ -14,7 +14,6 @@ any shard arrived (no network) leaves the folder as it was: a complete dataset i
 by other means (modded-nanogpt's script) into --out_dir are checked and kept the same way.
 """
 
-import argparse
 import os
 import socket
 import sys
@@ -22,7 +21,7 @@ from urllib.parse import urlparse
 
 # Runnable as `python data/fineweb/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from data import path_arg, run_preparation  # noqa: E402
+from data import PrepareParser, path_arg, run_preparation  # noqa: E402
 from data.shards import (SHARD_NAME, check_prepare_folder, prepare_command, read_header,  # noqa: E402
                          repo_folder_files, start_preparation, write_meta)
 
@@ -91,7 +90,7 @@ def download(names, out_dir, command):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Download the GPT-2-tokenized FineWeb-10B shards.")
+    parser = PrepareParser("Download the GPT-2-tokenized FineWeb-10B shards.")
     parser.add_argument("--shards", type=int, default=8, help=f"train shards to fetch, 1..{TRAIN_SHARDS} (100M tokens each)")
     parser.add_argument("--out_dir", default=DATA_DIR, type=path_arg, help="where to write (default: data/fineweb)")
     args = parser.parse_args(argv)

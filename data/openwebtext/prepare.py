@@ -14,13 +14,12 @@ repo's CI (it needs the network): everything after the download -- tokenizing a 
 shards and meta.json -- is the shared code in data/shards.py that the tests exercise.
 """
 
-import argparse
 import os
 import sys
 
 # Runnable as `python data/openwebtext/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from data import check_count, path_arg, run_preparation  # noqa: E402
+from data import PrepareParser, check_count, path_arg, run_preparation  # noqa: E402
 from data.shards import (check_prepare_folder, check_shard_tokens, check_val_fraction, encode_document,  # noqa: E402
                          get_tokenizer, given_options, prepare_command, repo_folder_files, write_dataset)
 
@@ -100,7 +99,7 @@ def tokenized_documents(ds, num_proc):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Download and tokenize OpenWebText into train/val shards.")
+    parser = PrepareParser("Download and tokenize OpenWebText into train/val shards.")
     parser.add_argument("--out_dir", default=DATA_DIR, type=path_arg, help="where to write (default: data/openwebtext)")
     parser.add_argument("--num_proc", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                         help="processes for the download and tokenizer (default: half the cores)")

@@ -8,7 +8,6 @@ train.py runs this by itself the first time it is asked for dataset=pystdlib. Th
 Python version that runs it; meta.json records which.
 """
 
-import argparse
 import os
 import platform
 import sys
@@ -16,7 +15,7 @@ import sysconfig
 
 # Runnable as `python data/pystdlib/prepare.py` from anywhere: put the repo root on the path for `data`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from data import path_arg, run_preparation  # noqa: E402
+from data import PrepareParser, path_arg, run_preparation  # noqa: E402
 from data.shards import given_options, prepare_command  # noqa: E402
 from data.textdir.prepare import prepare as prepare_textdir  # noqa: E402
 
@@ -34,7 +33,7 @@ def prepare(out_dir=DATA_DIR, max_files=None, exclude_tests=False, workers=None,
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Tokenize this Python's standard library into train/val shards.")
+    parser = PrepareParser("Tokenize this Python's standard library into train/val shards.")
     parser.add_argument("--out_dir", default=DATA_DIR, type=path_arg, help="where to write (default: data/pystdlib)")
     parser.add_argument("--max_files", type=int, help="read only the first N files (sorted), e.g. for a quick test")
     parser.add_argument("--exclude_tests", action="store_true", help="leave out the test suites (about two thirds of the tokens)")

@@ -17,7 +17,6 @@ falls below val_fraction (likely in a folder of fewer than 1 / val_fraction file
 hash is validation, and a file added with a lower hash takes its place.
 """
 
-import argparse
 import hashlib
 import os
 import signal
@@ -30,7 +29,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 # Runnable as `python data/textdir/prepare.py` from anywhere: put the repo root on the path for `data.shards`.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from data import check_count, path_arg, run_preparation  # noqa: E402
+from data import PrepareParser, check_count, path_arg, run_preparation  # noqa: E402
 from data.shards import (SPLITS, ShardWriter, check_prepare_folder, check_shard_tokens,  # noqa: E402
                          check_val_fraction, encode_document, get_tokenizer, given_options, prepare_command,
                          repo_folder_files, start_preparation, write_meta)
@@ -277,7 +276,7 @@ def prepare(src, out_dir, name, exts=(".txt",), skip_dirs=(), max_files=None, va
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Tokenize a folder of text files into train/val shards.")
+    parser = PrepareParser("Tokenize a folder of text files into train/val shards.")
     parser.add_argument("--src", required=True, type=path_arg, help="folder to read (recursively)")
     parser.add_argument("--name", help="dataset name (default: the folder's name); shards go to data/NAME/")
     parser.add_argument("--exts", default=".txt,.md,.py", help="comma-separated file endings to read")
