@@ -537,3 +537,15 @@ def test_a_wait_that_gives_up_packs_what_there_is_so_far(tmp_path):
         assert b"training" in files["study/study-job/output.txt"] and "study/study-job/exit" not in files
     finally:
         os.killpg(int((work / "study-job" / "pid").read_text()), 9)
+
+
+@pytest.mark.parametrize("name, words", [("throughput", ["batch", "modes"]), ("kernels", ["configs", "extra"]),
+                                         ("study", ["pack", "now"])])
+def test_more_words_than_one_part_are_refused(tmp_path, name, words):
+    """One part a command: `throughput.sh batch modes` ran batch alone and said nothing of modes (a GPU's time spent
+    on half of what was asked). Refused in one line, exit 2, before anything runs."""
+    quick = fake_python(tmp_path / "python", "exit 0")
+    out = script(name, *words, work=tmp_path, env={"PYTHON": quick})
+    assert out.returncode == 2 and out.stderr == f"error: {name}.sh {' '.join(words)}: one part a command (the " \
+        "usage: --help); run the others one after another\n", out.stdout + out.stderr
+    assert not (tmp_path / "out").exists()

@@ -33,6 +33,7 @@
 # TOY=1 bash lab/gpu/kernels.sh [configs]: the same parts at toy size on a CPU (Triton's interpreter), to test this
 # script.
 source "$(dirname "$0")/lib.sh"
+one_part "$@"
 PYTEST=("$PYTHON" -m pytest -p no:cacheprovider -rfE)
 VERBOSE=(-v)  # one line per test as it ends (with xdist too)
 PARALLEL=()

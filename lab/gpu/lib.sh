@@ -44,6 +44,12 @@ whole_seconds() {  # whole_seconds NAME VALUE: refuse in one line (exit 2) a tim
     echo "error: $1=$2: a whole number of seconds (e.g. $1=3600), or unset for no limit" >&2
     exit 2
 }
+one_part() {  # one_part "$@": more words than one part, refused in one line, exit 2 (batch modes ran batch alone)
+    [ $# -le 1 ] && return 0
+    echo "error: $(basename "$SCRIPT") ${*}: one part a command (the usage: --help); run the others one after" \
+         "another" >&2
+    exit 2
+}
 whole_seconds BUDGET_S "$BUDGET_S"  # bash's arithmetic reads 1.5 as an error and abc as a variable's name: the parts
 whole_seconds STEP_LIMIT "${STEP_LIMIT:-}"  # would be skipped, or the command end at once with exit status 0
 

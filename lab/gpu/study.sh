@@ -128,6 +128,7 @@ wait)
     [ "$code" = 0 ] || exit 1
     ;;
 pack)
+    one_part "$@"
     LOG=$WORK/study
     mkdir -p "$LOG" "$OUT" && rm -rf "$LOG/study-job" && cp -r "$JOB" "$LOG/" 2>/dev/null
     [ -f "$LOG/steps.tsv" ] || printf 'step\texit\tseconds\tlimit\tran\n' > "$LOG/steps.tsv"

@@ -43,6 +43,7 @@
 # 75): its timings and tests would share the GPU with the training. BESIDE_STUDY=1 runs it anyway.
 # TOY=1 DATA_DIR=<a prepared folder>: the same parts at toy size on a CPU, to test this script.
 source "$(dirname "$0")/lib.sh"
+one_part "$@"
 PYTEST=("$PYTHON" -m pytest -q -p no:cacheprovider)
 case "${1:-}" in
     "")
