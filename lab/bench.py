@@ -153,6 +153,9 @@ def checked_keys(argv):
         fail(f"--pad_c_attn={args.pad_c_attn}: give 0 (c_attn as model.py computes it) or a multiple, e.g. 64")
     if args.gqa < 0:
         fail(f"--gqa={args.gqa}: give 0 (no GQA rows) or the number of query heads per KV head")
+    for key in ("tokens", "width", "batch_size", "block_size"):  # else a B of tokens // T rounded up to 1, say
+        if getattr(args, key) < 1:
+            fail(f"--{key}={getattr(args, key)}: give a positive integer (default {getattr(Keys, key)})")
     for key in ("seq_lens", "head_dims"):
         if not getattr(args, key) or min(getattr(args, key)) < 1:
             fail(f"--{key}={','.join(map(str, getattr(args, key)))}: give positive integers, e.g. --{key}=512,1024")

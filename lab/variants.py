@@ -304,7 +304,7 @@ if __name__ == "__main__":
             sys.exit(f"error: {path} cannot be read ({why}): --write=PATH names a Markdown page that holds the table's "
                      "marker lines (default docs/flags.md)")
         if page.count(BEGIN) != 1 or page.count(END) != 1 or page.index(BEGIN) > page.index(END):
-            sys.exit(f"{path}: no table to replace: the page needs the lines {BEGIN.strip()} and {END.strip()}")
+            sys.exit(f"error: {path}: no table to replace: the page needs the lines {BEGIN.strip()} and {END.strip()}")
         head, rest = page.split(BEGIN)
         new = head + BEGIN + "\n" + flag_table() + "\n" + END + rest.split(END, 1)[1]  # blank lines: a table apart
         atomic_write(path, lambda f: f.write(new.encode("utf-8")))  # a kill leaves the old page, not half a new one

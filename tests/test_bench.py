@@ -498,7 +498,8 @@ def test_a_step_child_killed_by_a_signal_says_so(tmp_path, monkeypatch):
 def test_bench_key_values_that_would_mislead_or_crash_are_refused(monkeypatch):
     """The rest of lab.bench's key checks, each one line: a negative --gqa, a --gqa that splits one head dim's heads
     but not another's, --step_shape with a count or a size that is not four positive integers, --step_loss_chunk
-    below 0, --steps 0 (a division by zero after the work), --train alone without a GPU; and what is accepted:
+    below 0, --steps 0 (a division by zero after the work), --tokens or a batch below 1, --train alone without a
+    GPU; and what is accepted:
     a name given twice counts once, --step_modes=all is every mode, --warmup=0 is no warm-up."""
     monkeypatch.setattr(bench, "cuda", False)
     cases = [
@@ -512,6 +513,9 @@ def test_bench_key_values_that_would_mislead_or_crash_are_refused(monkeypatch):
         (["--step", "--step_loss_chunk=-1"], "--step_loss_chunk and --warmup must be at least 0"),
         (["--step", "--steps=0"], "--rounds and --steps at least 1"),
         (["--train"], "--train measure GPU speed and no CUDA GPU is visible here"),
+        # a B of tokens // T, at least 1: --tokens=-5 timed B = 1 as if asked
+        (["--kernels", "--tiny", "--tokens=-5"], "--tokens=-5: give a positive integer (default 16384)"),
+        (["--train", "--tiny", "--batch_size=0"], "--batch_size=0: give a positive integer (default 16)"),
     ]
     for flags, message in cases:
         with pytest.raises(SystemExit) as stop:

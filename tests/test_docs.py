@@ -738,8 +738,8 @@ def test_python_variants_write_refuses_a_page_it_cannot_place_the_table_in(tmp_p
     before = page.read_bytes()
     out = subprocess.run([sys.executable, "-m", "lab.variants", f"--write={page}"], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
-    assert out.returncode == 1 and says in out.stderr and out.stderr.count("\n") == 1, out.stderr
-    assert "Traceback" not in out.stderr and page.read_bytes() == before
+    assert out.returncode == 1 and out.stderr.startswith(f"error: {page}") and says in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr and page.read_bytes() == before
 
 
 def test_the_input_independent_gate_is_described_by_its_logits_which_start_at_zero():
