@@ -115,8 +115,8 @@ class PrepareParser(argparse.ArgumentParser):
     def __init__(self, description):
         super().__init__(description=description, allow_abbrev=False)
 
-    def error(self, message):
-        self.exit(2, f"error: {message}; --help lists the options\n")
+    def error(self, message):  # exit status 1, as every other command's refusal (argparse's is 2)
+        sys.exit(f"error: {message}; --help lists the options")
 
     def parse_args(self, args=None, namespace=None):
         """argparse's, with an empty value refused (--src=, a shell variable left unset): it would stand for the
@@ -124,7 +124,8 @@ class PrepareParser(argparse.ArgumentParser):
         parsed = super().parse_args(args, namespace)
         empty = [key for key, value in vars(parsed).items() if value == ""]
         if empty:
-            self.error(f"--{empty[0]}= is empty: give it a value (or leave it out where it has a default)")
+            self.error(f"--{empty[0]}= is empty: name a value" + (f", or leave --{empty[0]} out for its default"
+                                                                  if self.get_default(empty[0]) else ""))
         return parsed
 
 

@@ -446,7 +446,11 @@ def test_an_offline_machine_is_one_line_at_once_and_the_folder_is_left_as_it_was
         "error: cannot download fineweb_val_000000.bin: huggingface.co cannot be found (Name or service not known): "
         f"no network here? FineWeb needs the network; on a machine without one, copy the shards into "
         f"{tmp_path / 'fineweb'} and run this again, or train on data/pystdlib or data/textdir")
-    assert os.listdir(tmp_path / "fineweb") == [".cache"]  # huggingface_hub's bookkeeping folder, and no shard
+    assert not (tmp_path / "fineweb").exists()  # the folders it made for the download are gone (before: .cache/)
+    (tmp_path / "fineweb" / "notes").mkdir(parents=True)  # a folder that was there stays, as it was
+    with pytest.raises(SystemExit):
+        fineweb.main(["--shards", "1", "--out_dir", str(tmp_path / "fineweb")])
+    assert os.listdir(tmp_path / "fineweb") == ["notes"]
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")  # a proxy finds the host itself: not asked
     assert fineweb.unreachable() is None
     monkeypatch.delenv("HTTPS_PROXY")
@@ -1636,9 +1640,9 @@ def test_a_folder_that_cannot_be_written_stops_with_one_line(tmp_path, name, whe
 @pytest.mark.parametrize("name", ["pystdlib", "bigram_backcopy", "fineweb"])
 def test_an_empty_out_dir_is_one_line_before_any_work(tmp_path, name):
     """--out_dir= with its value forgotten: "[Errno 2] No such file or directory: ''" after the work (pystdlib read
-    every file first); textdir takes it as its default, data/NAME."""
+    every file first); refused as every empty value is (data.PrepareParser), textdir's too."""
     code, out, err = run_prepare(name, "--out_dir=")
-    assert_one_line(code, err, "--out_dir= is empty: name a folder")
+    assert_one_line(code, err, "--out_dir= is empty: name a value, or leave --out_dir out for its default; --help")
     assert not out
 
 
@@ -1949,13 +1953,13 @@ def test_a_prepare_scripts_mistakes_are_one_line_and_no_option_is_guessed(name, 
     """Every prepare.py: a mistake is one line, as every other command's (argparse printed its usage block first);
     an option is never taken from its first letters (--out_d for --out_dir prepared into the folder it named); an
     empty value (--out_dir=, a shell variable left unset) is refused, not taken for the working folder or for
-    nothing. Each is refused before any work: exit status 2, argparse's."""
+    nothing. Each is refused before any work, exit status 1 (as every other command's refusal; argparse's was 2)."""
     main = importlib.import_module(f"data.{name}.prepare").main
     src = [] if name != "textdir" else ["--src=/nonexistent-folder"]
     for argv, says in (([f"--out_d={tmp_path}"], f"unrecognized arguments: --out_d={tmp_path}"),
-                       (["--out_dir="], "--out_dir= is empty: give it a value (or leave it out where it has a "
-                                        "default)")):
+                       (["--out_dir="], "--out_dir= is empty: name a value")):
         with pytest.raises(SystemExit) as e:
             main(src + argv)
-        err = capsys.readouterr().err
-        assert e.value.code == 2 and err == f"error: {says}; --help lists the options\n", err
+        said = str(e.value.code)
+        assert said.startswith(f"error: {says}") and said.endswith("; --help lists the options"), said
+        assert "\n" not in said and not capsys.readouterr().err  # no usage block

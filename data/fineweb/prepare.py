@@ -14,6 +14,7 @@ any shard arrived (no network) leaves the folder as it was: a complete dataset i
 by other means (modded-nanogpt's script) into --out_dir are checked and kept the same way.
 """
 
+import contextlib
 import os
 import socket
 import sys
@@ -75,9 +76,13 @@ def download(names, out_dir, command):
     missing = [name for name in names if not is_complete(os.path.join(out_dir, name))]
     incoming = os.path.join(out_dir, ".cache", "incoming")  # beside huggingface_hub's bookkeeping: allowed there
     if missing:  # a folder it cannot write in is said first (as huggingface_hub's first write would), then no network
+        made = [f for f in (incoming, os.path.dirname(incoming), out_dir) if not os.path.isdir(f)]
         os.makedirs(incoming, exist_ok=True)
         problem = unreachable()
         if problem:
+            for folder in made:  # the folders made just now, emptiest first: no network leaves the folder as it was
+                with contextlib.suppress(OSError):  # not empty (another command's file in it): kept
+                    os.rmdir(folder)
             raise ValueError(f"cannot download {missing[0]}: {problem} FineWeb needs the network; on a machine "
                              f"without one, copy the shards into {out_dir} and run this again, or train on "
                              "data/pystdlib or data/textdir")
