@@ -590,7 +590,8 @@ class RunFolder:
         if c.init_from == "scratch" and (os.path.isfile(os.path.join(self.out_dir, "meta.json")) or
                                          glob.glob(os.path.join(glob.escape(self.out_dir), "*_train_*.bin"))):
             fail(f"--out_dir={self.out_dir} holds a dataset (its meta.json and shards): a run's files would go in "
-                 "among them. Name a folder of its own for the run, e.g. --out_dir=out/NAME (--data_dir names the data)")
+                 "among them. Name a folder of its own for the run, e.g. --out_dir=out/NAME (--data_dir names the "
+                 "data)")
         held = self.held()
         if c.init_from != "scratch" or not held or c.overwrite:
             return
@@ -805,20 +806,24 @@ class RunFolder:
         start = [r for r in read_jsonl(self.log_path) if r.get("iter") == 0]
         return start[0]["val_loss"] if start and isinstance(start[0].get("val_loss"), (int, float)) else None
 
-    def check_data(self, c, checkpoint, data_dir, fingerprint, say=print):
+    def check_data(self, c, checkpoint, data_dir, fingerprint, meta, say=print):
         """What every checkpoint records of the run (save): its run_id, made when the run starts and kept on every
         resume, and the fingerprint of the data it trains on; c.data_dir is made absolute, so that a resume from
         another working folder finds the same data. A resumed run whose data is not what it trained on (the dataset
         prepared again in place, say) stops with one line, unless this command names the data (--dataset/--data_dir).
-        fingerprint: data.shards.dataset_fingerprint of data_dir; an older checkpoint recorded none."""
+        fingerprint: data.shards.dataset_fingerprint of data_dir; an older checkpoint recorded none. meta: data_dir's
+        meta.json ({} if none), whose tokenizer must be the one the checkpoint records."""
         c.data_dir = os.path.abspath(c.data_dir) if c.data_dir else c.data_dir
         self.fingerprint = fingerprint
-        from data.shards import read_meta  # (data.shards imports this module)
-        had, has = (checkpoint or {}).get("tokenizer"), (read_meta(data_dir) or {}).get("tokenizer", "gpt2")
+        had, has = (checkpoint or {}).get("tokenizer"), meta.get("tokenizer", "gpt2")
         if had and had != has:  # ids within vocab_size, so no other check sees it: each id would mean another token
+            made = (checkpoint or {}).get("data_prepare")  # its own data prepared again: the command that made it
+            fix = (f"Continue on data of {had} (leave --dataset and --data_dir out for the run's own)"
+                   if self.data_named else f"Was it prepared again? Prepare it with {had} again"
+                   + (f" (it was made by: {made})" if made else ""))
             fail(f"{self.ckpt_path} was trained on token ids of the {had} tokenizer, but {data_dir} holds ids of "
-                 f"{has}: each id would mean another token. Continue on data of {had} (leave --dataset and "
-                 "--data_dir out for the run's own), or start a new run on this data in another --out_dir")
+                 f"{has}: each id would mean another token. {fix}, or start a new run on this data in another "
+                 "--out_dir")
         recorded = (checkpoint or {}).get("data_fingerprint")
         self.run_id = (checkpoint or {}).get("run_id") or secrets.token_hex(8)
         changed = describe_fingerprint_change(recorded, fingerprint)
@@ -982,7 +987,7 @@ class RunFolder:
             saved = saved_state(self.ckpt_path)
         except ValueError:
             saved = None
-        return (f"{self.ckpt_path} holds the last finite state{best}" if saved else
+        return (f"{self.ckpt_path} holds the last state saved (iter {saved[0]}){best}" if saved else
                 f"no {CHECKPOINT} was saved" + (f"; best.pt holds iter {best_iter}" if best else ""))
 
     # -- Ctrl-C ----------------------------------------------------------------------------------------------------

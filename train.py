@@ -174,7 +174,7 @@ class Trainer:
         self.data_dir, self.loader, self.val = prepare_data(c, self.gptconf.block_size, self.gptconf.vocab_size,
                                                             rank, world_size, ddp)
         self.meta = read_meta(self.data_dir) or {}  # its tokenizer (kept in checkpoints) and a task's "triggers"
-        folder.check_data(c, checkpoint, self.data_dir, dataset_fingerprint(self.data_dir), self.say)  # id and data
+        folder.check_data(c, checkpoint, self.data_dir, dataset_fingerprint(self.data_dir), self.meta, self.say)
         # the optimizer, and on resume every piece of state the run had
         self.build_optimizer(checkpoint)
         folder.start_iter = self.iter_num

@@ -885,17 +885,22 @@ def pretrained_table(summary):
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
-    a, given = configure(AnalyzeConfig, sys.argv[1:] if argv is None else argv)
-    runs, labels, names = list(a.runs), list(a.labels) or None, list(a.pretrained)
+def check_kind(given, runs, names):
+    """Runs or published checkpoints, not both; and no key only the other kind reads (it would not be applied)."""
+    if runs and names:
+        fail("give --runs (checkpoints of train.py) or --pretrained (published ones), not both")
     unused = sorted(given & set(RUNS_ONLY if names else PRETRAINED_ONLY))
-    if unused:  # a key the other kind of measurement reads: it would be silently not applied
+    if unused:
         kind, why = (("runs (--runs)", "published checkpoints are measured on --text's windows") if names else
                      ("published checkpoints (--pretrained)", "a run is measured on its own validation windows"))
         fail(f"--{unused[0]} is a key of {kind}: {why}; leave it out")
+
+
+def main(argv=None):
+    a, given = configure(AnalyzeConfig, sys.argv[1:] if argv is None else argv)
+    runs, labels, names = list(a.runs), list(a.labels) or None, list(a.pretrained)
+    check_kind(given, runs, names)
     if names:
-        if runs:
-            fail("give --runs (checkpoints of train.py) or --pretrained (published ones), not both")
         if labels and len(labels) != len(names):
             fail(f"--labels has {len(labels)} names for {len(names)} checkpoints; give one per checkpoint")
         if (twice := repeated_label(labels or names, names)):

@@ -202,8 +202,8 @@ FLAGS = [
          "(`gate_op='add', gate_act='identity'`)"),
     Flag("gate_input", "`'hidden'`: scores from `X`, the block's input after the pre-attention norm (the tensor that "
          "feeds Q/K/V), so they depend on the token; `'none'`: input-independent, a learned logit per score "
-         "(`n_head·head_dim` at G1), zero-initialised (every score starts at sigmoid(0) = 0.5), the same for every "
-         "token", 'GA Table 4 "input-independent"'),
+         "(`n_head·head_dim` at G1 elementwise), zero-initialised (every score starts at sigmoid(0) = 0.5), the "
+         "same for every token", 'GA Table 4 "input-independent"'),
     Flag("sdpa_nonlin", "a non-linearity that is not a gate, on each head's SDPA output (G1's position): RMSNorm of "
          "each head on its own, or SiLU; it does not replace the gate (with G1, the model's default, it comes just "
          "before it), so GA's rows need `gate='none'` too (the study's `sdpa_rmsnorm` and `sdpa_silu` set both)",

@@ -460,6 +460,15 @@ def test_a_key_of_the_other_kind_of_measurement_is_refused(trained_run, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+def test_runs_and_pretrained_together_are_named_before_a_key_of_either(trained_run, tmp_path):
+    """--runs and --pretrained both given, with a key of one of them: the mistake is giving both, not the key."""
+    with pytest.raises(SystemExit) as e:
+        analyze.main([f"--runs={trained_run}", "--pretrained=gpt2", "--checkpoint=best.pt",
+                      f"--out_dir={tmp_path / 'out'}"])
+    assert str(e.value.code) == "error: give --runs (checkpoints of train.py) or --pretrained (published ones), " \
+        "not both", e.value.code
+
+
 def test_analyze_cli_errors(tmp_path, trained_run):
     # as a user sees it: one line, no traceback
     result = subprocess.run([sys.executable, "-m", "lab.analyze", f"--runs={tmp_path / 'nothing'}"], cwd=REPO,

@@ -366,7 +366,7 @@ def test_a_step_limit_set_by_hand_stops_each_part(tmp_path):
 
 
 @pytest.mark.parametrize("name, value", [("BUDGET_S", "1.5"), ("BUDGET_S", "abc"), ("BUDGET_S", "-10"),
-                                         ("STEP_LIMIT", "2m")])
+                                         ("BUDGET_S", "08"), ("STEP_LIMIT", "2m")])
 def test_a_time_limit_that_is_no_whole_number_of_seconds_is_refused(tmp_path, name, value):
     """BUDGET_S and STEP_LIMIT are counted with bash's arithmetic, which reads 1.5 as a syntax error (the command
     ended at once, having run and packed nothing, with exit status 0) and abc as an unset variable's name: refused in

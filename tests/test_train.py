@@ -300,7 +300,8 @@ def test_nonfinite_steps_are_skipped_and_counted(stdlib_data, tmp_path, monkeypa
 def test_a_diverged_run_stops_and_keeps_the_last_good_checkpoint(stdlib_data, tmp_path, monkeypatch, capsys):
     poison_forward(monkeypatch, bad_calls=set(range(7, 100)), break_weights_at=7)  # from step 6 on
     out_dir = tmp_path / "run"
-    with pytest.raises(cli.Diverged, match=r"5 non-finite steps in a row \(max_nonfinite=5\).*last finite state and best.pt the best \(iter 6\)"):
+    with pytest.raises(cli.Diverged, match=r"5 non-finite steps in a row \(max_nonfinite=5\).*last state saved "
+                                           r"\(iter 6\) and best.pt the best \(iter 6\)"):
         train.main(TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--max_iters=30",
                            "--eval_interval=3", "--max_nonfinite=5"])
     assert "not saving" in capsys.readouterr().out  # the eval at iter 9 saw NaN weights
@@ -310,6 +311,20 @@ def test_a_diverged_run_stops_and_keeps_the_last_good_checkpoint(stdlib_data, tm
     _, checkpoint = load_checkpoint(str(out_dir / "ckpt.pt"))
     assert checkpoint["iter_num"] == 6
     assert all(torch.isfinite(t).all() for t in checkpoint["model"].values())
+
+
+def test_an_exploded_runs_message_says_what_ckpt_pt_holds(stdlib_data, tmp_path, monkeypatch):
+    """A run stopped for a validation loss far above its start: that state is finite, so ckpt.pt (iter 4, the last
+    save) is not "the last finite state"; the message says what the file holds."""
+    out_dir = tmp_path / "run"
+    args = TINY + [f"--data_dir={stdlib_data}", f"--out_dir={out_dir}", "--eval_interval=2"]
+    train.main(args + ["--max_iters=4"])
+    monkeypatch.setattr(train, "DIVERGED_FACTOR", 0.1)  # every loss is "exploded": a finite state
+    with pytest.raises(cli.Diverged) as stop:
+        train.main(args + ["--max_iters=6", "--init_from=resume"])
+    assert "last finite state" not in str(stop.value), stop.value
+    assert re.search(rf"This state was not saved; {re.escape(str(out_dir / 'ckpt.pt'))} holds the last state saved "
+                     r"\(iter 4\) and best.pt the best \(iter \d\)\.$", str(stop.value)), stop.value
 
 
 def run_to_divergence(monkeypatch, capsys, data, out_dir, first_bad, match, args):
@@ -327,8 +342,8 @@ def test_a_state_whose_steps_are_skipped_never_becomes_best_pt(stdlib_data, tmp_
     the latest only. Here the steps from iteration 5 on are NaN, so the state evaluated at 8 is the one at 5, lower
     than 4's: before, it replaced best.pt."""
     out_dir = tmp_path / "run"
-    out = run_to_divergence(monkeypatch, capsys, stdlib_data, out_dir, 5, r"last finite state and best.pt the best "
-                            r"\(iter 4\)", ["--eval_interval=4", "--log_interval=4", "--max_nonfinite=6"])
+    out = run_to_divergence(monkeypatch, capsys, stdlib_data, out_dir, 5, r"last state saved \(iter 8\) and best.pt "
+                            r"the best \(iter 4\)", ["--eval_interval=4", "--log_interval=4", "--max_nonfinite=6"])
     assert f"saved {out_dir / 'ckpt.pt'} (the latest state only: the last 3 steps from it were skipped as non-finite, " \
         "so it is no state to train on, however low its loss); best.pt keeps iter 4\n" in out, out
     val = {r["iter"]: r["val_loss"] for r in read_log(out_dir)}
@@ -347,8 +362,8 @@ def test_a_better_state_whose_steps_are_skipped_says_why_it_is_not_saved(stdlib_
     """With always_save_checkpoint=False only a better state is saved: the state at 8 has a lower loss than 4's but
     its steps are skipped, so it is saved nowhere, and a line says so (before: nothing said why best.pt stayed)."""
     out_dir = tmp_path / "run"
-    out = run_to_divergence(monkeypatch, capsys, stdlib_data, out_dir, 5, r"last finite state and best.pt the best "
-                            r"\(iter 4\)", ["--eval_interval=4", "--log_interval=4", "--max_nonfinite=6",
+    out = run_to_divergence(monkeypatch, capsys, stdlib_data, out_dir, 5, r"last state saved \(iter 4\) and best.pt "
+                            r"the best \(iter 4\)", ["--eval_interval=4", "--log_interval=4", "--max_nonfinite=6",
                                             "--always_save_checkpoint=False"])
     val = {r["iter"]: r["val_loss"] for r in read_log(out_dir)}
     assert val[8] < val[4]  # else the test would show nothing
@@ -2243,6 +2258,22 @@ def test_a_resume_on_data_of_another_tokenizer_is_refused(tiny_run, tmp_path, ev
                        "--dataset and --data_dir out for the run's own), or start a new run on this data in another "
                        "--out_dir"), message
     assert folder_state(out_dir) == before
+
+
+def test_the_runs_own_data_prepared_again_with_another_tokenizer_names_the_command_that_made_it(tmp_path):
+    """The run's own data, prepared again in place with another tokenizer, and a resume that names no data: the
+    advice is to prepare the data the run trained on again (the command that made it), not to leave out
+    --dataset and --data_dir, which this command did."""
+    from data.bigram_backcopy.prepare import prepare
+    data, out_dir = tmp_path / "data", tmp_path / "run"
+    prepare(out_dir=str(data), train_tokens=20_000, val_tokens=5_000)
+    train.main(TINY + [f"--data_dir={data}", f"--out_dir={out_dir}", "--max_iters=2", "--eval_interval=2"])
+    prepare(out_dir=str(data), train_tokens=20_000, val_tokens=5_000, vocab=32)
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=4", "--device=cpu"])
+    message = str(exit_info.value.code)
+    assert "leave --dataset and --data_dir out" not in message, message
+    assert f"(it was made by: python data/bigram_backcopy/prepare.py --out_dir {data})" in message, message
 
 
 @pytest.mark.parametrize("overwrite", [[], ["--overwrite=True"]])

@@ -40,7 +40,7 @@ usage() {  # the script's header comment, from its second line to the first line
 }
 case "${1:-}" in -h|--help) usage; exit 0 ;; esac  # every script's --help: its header
 whole_seconds() {  # whole_seconds NAME VALUE: refuse in one line (exit 2) a time limit bash cannot count with
-    [ -z "$2" ] || [[ "$2" =~ ^[0-9]+$ ]] && return 0
+    [ -z "$2" ] || [[ "$2" =~ ^(0|[1-9][0-9]*)$ ]] && return 0  # (a leading 0: octal to bash, 08 an error)
     echo "error: $1=$2: a whole number of seconds (e.g. $1=3600), or unset for no limit" >&2
     exit 2
 }
