@@ -744,6 +744,12 @@ class RunFolder:
             f"becomes {BEST} again")
         return best
 
+    def put_back_aside(self):
+        """best.pt back where moved_aside found it, as _start and settle_best make best.pt."""
+        if self.aside_back:
+            os.replace(self.aside_back, self.best_path)
+            self.aside_back = None
+
     def best_on_other_val(self, checkpoint, say):
         """best_state where this command continues the run on other validation shards (check_data): losses on
         those and on these never compare. best.pt stays the best if these measured it (an earlier command that
@@ -771,9 +777,7 @@ class RunFolder:
         """Make best.pt of ckpt.pt now where best_state found ckpt.pt's state the best: a command with nothing left
         to train writes no evaluation, so _start, which would do it, never comes."""
         try:
-            if self.aside_back:  # moved_aside
-                os.replace(self.aside_back, self.best_path)
-                self.aside_back = None
+            self.put_back_aside()
             if self.best_in_ckpt:
                 atomic_copy(self.ckpt_path, self.best_path)
                 self.best_in_ckpt = False
@@ -878,9 +882,7 @@ class RunFolder:
             if others:
                 print(f"note: {self.log_path} held records of another run ({', '.join(sorted(others))}): dropped, so "
                       f"that the log reads as this run's ({self.run_id})", flush=True)
-            if self.aside_back:  # moved_aside: best.pt back first, then compared with ckpt.pt's state as before
-                os.replace(self.aside_back, self.best_path)
-                self.aside_back = None
+            self.put_back_aside()  # first: then compared with ckpt.pt's state as before
             both = all(map(os.path.isfile, (self.ckpt_path, self.best_path)))
             if self.aside and not os.path.lexists(self.aside):  # best_on_other_val (where one of this iter is kept
                 os.replace(self.best_path, self.aside)  # already, best.pt holds ckpt.pt's state: replaced next)

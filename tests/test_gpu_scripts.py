@@ -376,7 +376,7 @@ def test_a_time_limit_that_is_no_whole_number_of_seconds_is_refused(tmp_path, na
     assert out.returncode == 2 and out.stderr == f"error: {name}={value}: a whole number of seconds (e.g. " \
         f"{name}=3600), or unset for no limit\n", out.stdout + out.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "kernels").exists()  # nothing ran
-    for words in (["1.5"], ["abc"], ["60", "60"]):
+    for words in (["1.5"], ["abc"], ["60", "60"], ["08"]):
         out = script("study", "wait", *words, work=tmp_path)
         assert out.returncode == 2 and out.stderr.startswith(f"error: wait {' '.join(words)}: SECONDS is one whole "
                                                              "number") and out.stderr.count("\n") == 1, out.stderr

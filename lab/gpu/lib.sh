@@ -39,8 +39,9 @@ usage() {  # the script's header comment, from its second line to the first line
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$SCRIPT"
 }
 case "${1:-}" in -h|--help) usage; exit 0 ;; esac  # every script's --help: its header
+WHOLE='^(0|[1-9][0-9]*)$'  # a whole number of seconds as bash counts them (a leading 0 is octal to it, 08 an error)
 whole_seconds() {  # whole_seconds NAME VALUE: refuse in one line (exit 2) a time limit bash cannot count with
-    [ -z "$2" ] || [[ "$2" =~ ^(0|[1-9][0-9]*)$ ]] && return 0  # (a leading 0: octal to bash, 08 an error)
+    [ -z "$2" ] || [[ "$2" =~ $WHOLE ]] && return 0
     echo "error: $1=$2: a whole number of seconds (e.g. $1=3600), or unset for no limit" >&2
     exit 2
 }

@@ -91,7 +91,7 @@ start)
     ;;
 wait)
     limit=${2:-$BUDGET_S}
-    if [ $# -gt 2 ] || ! [[ "${2:-0}" =~ ^[0-9]+$ ]]; then  # (BUDGET_S: lib.sh checked it)
+    if [ $# -gt 2 ] || ! [[ "${2:-0}" =~ $WHOLE ]]; then  # (BUDGET_S: lib.sh checked it)
         echo "error: wait ${*:2}: SECONDS is one whole number of seconds (e.g. wait 3600), or none to wait until" \
              "the job ends" >&2
         exit 2
