@@ -382,6 +382,16 @@ def test_a_time_limit_that_is_no_whole_number_of_seconds_is_refused(tmp_path, na
                                                              "number") and out.stderr.count("\n") == 1, out.stderr
 
 
+def test_a_step_limit_of_0_is_refused(tmp_path):
+    """timeout reads 0 seconds as no limit at all, so STEP_LIMIT=0 ran every part to its end: refused, in one
+    line, before anything runs."""
+    quick = fake_python(tmp_path / "python", "exit 0")
+    out = script("kernels", work=tmp_path, env={"PYTHON": quick, "STEP_LIMIT": "0"})
+    assert out.returncode == 2 and out.stderr == "error: STEP_LIMIT=0 stops no part (timeout reads 0 as no limit): " \
+        "1 or more seconds, or unset\n", out.stdout + out.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "kernels").exists()  # nothing ran
+
+
 def test_without_a_deadline_no_part_is_limited(tmp_path):
     """BUDGET_S unset: the parts whose share of a budget would limit them run with no time limit, and none is
     run under `timeout`."""

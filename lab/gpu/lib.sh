@@ -53,6 +53,10 @@ one_part() {  # one_part "$@": more words than one part, refused in one line, ex
 }
 whole_seconds BUDGET_S "$BUDGET_S"  # bash's arithmetic reads 1.5 as an error and abc as a variable's name: the parts
 whole_seconds STEP_LIMIT "${STEP_LIMIT:-}"  # would be skipped, or the command end at once with exit status 0
+if [ "${STEP_LIMIT:-}" = 0 ]; then  # timeout reads 0 as no limit at all: every part would run to its end
+    echo "error: STEP_LIMIT=0 stops no part (timeout reads 0 as no limit): 1 or more seconds, or unset" >&2
+    exit 2
+fi
 
 study_pid() {  # the job's pid file names a live process that is the job: not a pid reused since (a reboot, a kill)
     local pid cmd
