@@ -698,6 +698,8 @@ class RunFolder:
         makes it best.pt at the first evaluation, before anything can replace it. A best.pt of another run (another
         run id, or another model) stops the command: it is no state of this run, and the run would measure itself
         against it, or replace it."""
+        if not self.writer:  # eval_only (or a rank that says nothing): its notes on what becomes best.pt are untrue
+            say = lambda *args, **kwargs: None  # noqa: E731  (the same state is read, but nothing is written)
         if self.val_changed:
             return self.best_on_other_val(checkpoint, say)
         it, loss = checkpoint["iter_num"], checkpoint["val_loss"]

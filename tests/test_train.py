@@ -71,6 +71,20 @@ def tiny_run(stdlib_data, tmp_path_factory):
     return out_dir
 
 
+def test_eval_only_says_nothing_of_what_becomes_best_pt(tiny_run, tmp_path, capsys):
+    """eval_only writes nothing, so best_state's notes on a folder with no best.pt ("ckpt.pt's state becomes
+    best.pt at the next evaluation") are untrue there: it said them, and left the folder without best.pt."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    (run / "best.pt").unlink()
+    before = folder_state(run)
+    capsys.readouterr()
+    train.main([f"--out_dir={run}", "--init_from=resume", "--eval_only=True"])
+    out = capsys.readouterr().out
+    assert "eval iter 6:" in out and "best.pt" not in out, out
+    assert folder_state(run) == before  # nothing written
+
+
 # ----------------------------------------------------------------------------
 # training end to end
 
