@@ -979,9 +979,10 @@ class RunFolder:
     def said_skipped(self, iter_num, val_loss, skipped, best_iter):
         """always_save_checkpoint=False saves a better state only: one whose last steps were skipped is not one,
         however low its loss (Trainer.save), and this line says why it was not saved."""
+        best = (f"{BEST} keeps iter {best_iter}" if best_iter is not None else  # (an unreadable best.pt: best_state)
+                f"{BEST} holds no state of this run" if os.path.lexists(self.best_path) else f"there is no {BEST}")
         print(f"not saving iter {iter_num} (val loss {val_loss:.4f}, the lowest yet): the last {skipped} steps from it "
-              "were skipped as non-finite, so it is no state to train on, however low its loss"
-              + (f"; best.pt keeps iter {best_iter}" if best_iter is not None else "; there is no best.pt"), flush=True)
+              f"were skipped as non-finite, so it is no state to train on, however low its loss; {best}", flush=True)
 
     def what_is_kept(self, best_iter):
         """What the folder keeps of a run that diverged, in words: said of ckpt.pt only after looking at it (a new

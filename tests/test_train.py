@@ -387,6 +387,23 @@ def test_a_better_state_whose_steps_are_skipped_says_why_it_is_not_saved(stdlib_
     assert load_checkpoint(str(out_dir / "best.pt"))[1]["iter_num"] == 4
 
 
+def test_a_skipped_better_state_beside_an_unreadable_best_pt_is_said_so(stdlib_data, tmp_path, monkeypatch, capsys):
+    """Resumed with a best.pt that cannot be read, and steps skipped as non-finite, a better state is saved nowhere:
+    the line that says so said "there is no best.pt", beside the file."""
+    out_dir = tmp_path / "run"
+    run_to_divergence(monkeypatch, capsys, stdlib_data, out_dir, 5, r"last state saved \(iter 8\)",
+                      ["--eval_interval=4", "--log_interval=4", "--max_nonfinite=6"])
+    (out_dir / "best.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(cli.Diverged):  # its steps are still NaN: skipped, and the run stops as diverged
+        train.main(TINY + [f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=30",
+                           "--always_save_checkpoint=False", "--eval_interval=4", "--log_interval=4",
+                           "--max_nonfinite=9"])
+    out = capsys.readouterr().out
+    assert "were skipped as non-finite, so it is no state to train on, however low its loss; best.pt holds no " \
+        "state of this run\n" in out and "there is no best.pt" not in out, out
+    assert (out_dir / "best.pt").read_bytes() == b"not a checkpoint"
+
+
 def test_a_diverged_run_is_stopped_at_the_next_log_step(stdlib_data, tmp_path, monkeypatch, capsys):
     """The health of the queued steps is read at log and eval steps only, so a run that goes non-finite at
     iteration 4 with max_nonfinite=3 stops when the log step at iteration 8 reads steps 4..7, not later."""
