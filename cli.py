@@ -6,8 +6,8 @@ functions that use it, so the data preparation scripts, which read their command
   fail, configure        the one command-line convention: config files and --key=value, checked against a
                          dataclass of keys (a bool key may be given as a bare --key, a list key as a,b,c);
                          --help lists the keys with their defaults, types and comments
-  pick_device, autocast  where and in which precision to run; device_name, free_memory; processes (torchrun's
-                         rank and world size, or one process) and init_processes (joining them, in bounded time, by
+  pick_device,           where and in which precision to run; device_name, free_memory; processes (torchrun's
+  autocast_for           rank and world size, or one process) and init_processes (joining them, in bounded time, by
                          one of DDP_BACKENDS)
   speed settings         COMPILE_MODES, SDPA_BACKENDS, sdpa_preference and sdpa_order (train.py and the lab's bench
                          share them), keep_freed_memory (the CPU allocator setting train.py runs under)

@@ -240,7 +240,7 @@ def _empty(shape, dtype, device):
 
 
 def _empty_bthd(B, H, T, D, dtype, device):
-    """A (B, H, T, D) view of a (B, T, H, D) buffer: model.py's `y.transpose(1, 2).reshape(B, T, C)` on
+    """A (B, H, T, D) view of a (B, T, H, D) buffer: model.py's `.transpose(1, 2)` and `reshape(B, T, H * D)` on
     the output (and the same transposes on the gradients) then cost no copy."""
     return _empty((B, T, H, D), dtype, device).transpose(1, 2)
 

@@ -425,7 +425,7 @@ class GPT(nn.Module):
     @classmethod
     def with_weights(cls, config, state_dict):
         """A GPT of `config` holding state_dict's tensors themselves (assigned, not copied, and no random init first),
-        in eval mode on their device: how pretrained.py loads published weights, and how evaluate.py runs a model's
+        in eval mode on their device: how pretrained.py loads published weights, and how lab/evaluate.py runs a model's
         weights under another config (a sliding window, a longer block_size with scaled RoPE)."""
         with torch.device("meta"):
             model = cls(config)

@@ -52,14 +52,16 @@ before) and the other positions 1..T-1:
   gate_mean_other            its head has nothing to do (None without a gate)
 They are None without triggers (or when the probe did not see the ids), NaN where no position of the kind exists.
 
-With T < 2 there are no queries after position 0: the float values are NaN and sink_pos, sink_token None
-(JSON writers turn NaN into null). Ties go to the lowest position or token id.
+With T < 2 there are no queries after position 0: the attention values, value_norm_ratio and max_act_rest are NaN
+(max_act, max_act_first, act_ratio and the gate's are still taken) and sink_pos, sink_token None (JSON writers turn
+NaN into null). Ties go to the lowest position or token id.
 
 probe.heads: "first_token_attn" and "sink_share" per layer, as a list of n_head floats (per head, averaged over
 windows), and "value_norm_ratio" as a list of n_kv_head floats (per KV head: the values belong to those).
-probe.windows: "first_token_attn", "max_act", "act_ratio", "sink_share", "gate_mean", "value_norm_ratio" per layer,
-as a float64 CPU tensor (B,): each window's value (averaged over heads; gate_mean over the window's tokens, None
-without a gate), for bootstrapping over windows; stats[key][layer] is windows[key][layer].mean().
+probe.windows: "first_token_attn", "max_act", "max_act_first", "max_act_rest", "act_ratio", "sink_share", "gate_mean",
+"value_norm_ratio" (WINDOW_KEYS) per layer, as a float64 CPU tensor (B,): each window's value (averaged over heads;
+gate_mean over the window's tokens, None without a gate), for bootstrapping over windows; stats[key][layer] is
+windows[key][layer].mean().
 
 probe.channels: per layer, the channels that carry the massive activation (massive_channels: the hidden state's
 channels with the largest |h| at the position where each window's max |h| sits, their share of that position's

@@ -52,7 +52,7 @@ def check_settings(c):
              "greedy decoding, always the likeliest token, use --top_k=1")
     if c.top_k < 0:
         fail(f"top_k={c.top_k} must be 0 (all tokens) or a positive number of tokens")
-    if not 0 <= c.seed < 2**63:  # torch.manual_seed's range
+    if not 0 <= c.seed < 2**63:  # within torch.manual_seed's range (which reaches 2**64 - 1)
         fail(f"seed={c.seed} must be in 0..{2**63 - 1}")
 
 

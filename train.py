@@ -517,7 +517,7 @@ def optimizer_step(optimizer, scaler, params, grad_clip, loss):
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else math.inf)
     taken = torch.isfinite(loss) & torch.isfinite(grad_norm)
     if all(group.get("fused") for group in optimizer.param_groups):
-        # read by AdamW.step as GradScaler sets it (torch/amp/grad_scaler.py, _maybe_opt_step): 1 = skip the step
+        # read by AdamW.step as GradScaler sets it (torch/amp/grad_scaler.py, GradScaler.step): 1 = skip the step
         optimizer.found_inf = (~taken).float()
         try:
             optimizer.step()
