@@ -9,10 +9,10 @@ At the end, `chunked_loss`: model.py's training loss (GPTConfig.loss_chunk) a ch
 
 The Triton path is FlashAttention-2 laid out like Triton's tutorial "Fused Attention"
 (python/tutorials/06-fused-attention.py), plus the gate. The gate adds 44 lines to a flash-attention
-kernel (counting its launch code, buffers, input checks and the torch path): each ends in `# [gate]`, and
-deleting them all leaves a working ungated kernel (tests/test_kernels.py checks the count and that). Not marked:
-the `gate` argument that Python functions take and pass on (None for plain attention), its gradient's slot
-in the autograd Function, and comments or docstrings that mention the gate.
+kernel (counting its launch code, buffers, input checks and the torch path): each has a comment that starts
+with `# [gate]`, and deleting them all leaves a working ungated kernel (tests/test_kernels.py checks the count and
+that). Not marked: the `gate` argument that Python functions take and pass on (None for plain attention), its
+gradient's slot in the autograd Function, and comments or docstrings that mention the gate.
 
   tutorial                    here                    what it is
   _attn_fwd                   (same)                  forward kernel: one program per (query block, batch*head)
