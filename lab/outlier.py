@@ -215,7 +215,7 @@ def table(rows):
             "| loss at position 0: as trained, own term removed, denominator only, outlier removed "
             "| its entropy (flat: ln V) | the rest divided by (its RMS, LayerNorm's std: with / without the outlier) "
             "| loss elsewhere |")
-    lines = [head, "| --- " * 13 + "|"]
+    lines = [head, "| --- " * (head.count("|") - 1) + "|"]  # one rule cell a column: else no table to a renderer
     for r in rows:
         weight = f"{r['norm_weight']:.3f} ({r['norm_weight_median']:.3f})"
         if r["pre_scale"] is not None:

@@ -393,9 +393,9 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
     seeds = sorted({len(v["seeds"]) for v in variants.values()})
     lines = [f"# {title}" + (": TINY CPU SMOKE TEST" if tiny else ""), ""]
     if tiny:
-        lines += ["**This is a smoke test of the pipeline (`python -m lab.repro --tiny`: a tiny model trained for a "
-                  "few dozen steps on a CPU). It concludes nothing about the papers' claims; the tables below are here "
-                  "only so that the pipeline can be checked.**", ""]
+        lines += ["**This is a smoke test of the pipeline (`python -m lab.repro` with `--tiny`: a tiny model trained "
+                  "for a few dozen steps on a CPU). It concludes nothing about the papers' claims; the tables below "
+                  "are here only so that the pipeline can be checked.**", ""]
     lines += [
         f"{measured_on(result)} Runs: `{root}/<variant>/seed<N>/`, "
         f"{seeds_per_variant(seeds)} per variant, each {m['n_layer']} layers, {m['n_embd']} wide, "

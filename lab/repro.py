@@ -47,8 +47,8 @@ gate, gate_act, norm, ...; the sweep's learning rate) are refused there and in a
 compares each run as the variant of its folder, and refuses a run whose keys of these are not what the study's own
 config and its variant make them, so a setting of your own is a variant of its own (lab/variants.py). After
 `evaluate` it is a key of lab/evaluate.py (--modes=quant, --windows=128, ...): `evaluate` runs it on every finished
-seed of the variants named (default: `models`) and writes to <report_dir>/evaluate/; `report` then adds a section of
-their numbers, averaged over seeds.
+seed of the variants named (default: `models`; with --study=sink_lab, `all`) and writes to <report_dir>/evaluate/;
+`report` then adds a section of their numbers, averaged over seeds.
 
 The runner starts the project's tools one way, each as its own process (start_tool): train.py for `train`,
 `python -m lab.evaluate` for `evaluate`, `python -m lab.analyze` for `report`, each command printed before it starts

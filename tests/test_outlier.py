@@ -292,3 +292,16 @@ def test_a_checkpoint_path_or_a_run_named_twice_is_refused(sink_lab_runs, tmp_pa
             outlier.main(argv + [f"--out={tmp_path / 'o.json'}"])
         assert message in str(e.value.code), (argv, e.value.code)
         assert not (tmp_path / "o.json").exists()
+
+
+def test_the_table_has_a_rule_cell_for_every_column():
+    """A Markdown table whose rule line has fewer cells than its header is no table to a renderer (GFM): the rows
+    would show as one paragraph of pipes."""
+    row = dict(label="run", norm="rmsnorm", gate="none", channel=3, act_bos=40.0, act_rest=0.5, from_input=1.0,
+               from_attention=2.0, from_mlp=37.0, norm_weight=0.1, norm_weight_median=1.0, pre_scale=None,
+               pre_scale_median=None, norm_out=0.2, norm_out_rank=9, kl_own_term=0.001, kl_denominator=0.5,
+               kl_without=0.6, own_term_rank=20, own_term_kl_median=0.001, loss_first=1.0, loss_first_own_term=1.0,
+               loss_first_denominator=2.0, loss_first_without=2.1, entropy_first=1.0, entropy_first_own_term=1.0,
+               entropy_first_denominator=2.0, entropy_first_without=2.0, flat=4.17, rms_ratio=5.0, loss_rest=2.0)
+    head, rule, line = outlier.table([row]).split("\n")
+    assert head.count("|") == rule.count("|") == line.count("|")
