@@ -12,7 +12,8 @@
 #                      the study's training. BESIDE_STUDY=1 runs them anyway (the study on another GPU, say)
 #   study_pid          the pid of the study's job under $WORK while it runs; fails when none runs
 #   step NAME CMD...   run CMD, its output shown and kept in $LOG/NAME.txt; its exit code, seconds and time limit
-#                      are appended to $LOG/steps.tsv (the script's exit code is the worst part's).
+#                      are appended to $LOG/steps.tsv (the script's exit code is the last failed part's, 124 for
+#                      a skipped one).
 #                      STEP_LIMIT=S step ... stops it after S seconds (exit 124), so that the parts after it still
 #                      get their turn; STEP_LIMIT=S in the environment does that to every part
 #   pack NAME PATH...  $OUT/NAME.tar.gz: $LOG and the PATHs that exist

@@ -9,10 +9,11 @@
 #        this command and the terminal): python -m lab.repro train TRAIN..., then, when training succeeded or
 #        only some of its runs failed (lab.repro's exit status 4: the others trained), evaluate EVALUATE... and
 #        report (the report even when the evaluation failed: it keeps the new runs, and says which were not
-#        evaluated; the job's exit code is then the training's, else the evaluation's). TRAIN as for lab.repro
-#        train, e.g. `models --seeds=2`, `all --seeds=3` or `baseline:2 g1_elementwise:2 g1_headwise
+#        evaluated; the job's exit code is then the training's, else the report's, else the evaluation's). TRAIN as
+#        for lab.repro train, e.g. `models --seeds=2`, `all --seeds=3` or `baseline:2 g1_elementwise:2 g1_headwise
 #        --budget_min=60` (only the runs that end within 60 minutes, in the order named; one run at a time: two side
-#        by side on one GPU each took twice as long, docs/gpu.md);
+#        by side on one GPU each took twice as long, docs/gpu.md), each with --config=config/repro_sink.py, the
+#        settings the kept runs were trained with (without it lab.repro train refuses, exit status 1);
 #        EVALUATE: lab/evaluate.py's keys, e.g. `--windows=32`. It runs the committed study only (--root,
 #        --report_dir and --study are refused: a study of your own runs as lab.repro's steps, docs/study.md). The
 #        runs go to out-repro/, the report to
@@ -31,8 +32,8 @@
 #        -> $OUT/study.tar.gz: the report folder (REPORT.md, summary.json, plots, evaluate/), commands.jsonl,
 #        every run's log.jsonl and output, and the job's output (not the checkpoints): while the job runs, what
 #        there is so far; the job itself runs this when it ends
-# TOY=1: python -m lab.repro --tiny on a CPU, everything under $WORK; DATA_DIR=<folder of a prepared toy dataset>
-# trains on it.
+# TOY=1: python -m lab.repro's steps with --tiny on a CPU, everything under $WORK; DATA_DIR=<folder of a prepared
+# toy dataset> trains on it (without it, --tiny prepares the standard library's source once in data/pystdlib/).
 source "$(dirname "$0")/lib.sh"
 # The report is drawn into $WORK/report/, a copy of results/repro/ made at start: git-ignored, so that nothing that
 # changes the checkout's tracked files while the job runs (a git checkout, a git pull) can undo it before it is
