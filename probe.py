@@ -53,8 +53,8 @@ before) and the other positions 1..T-1:
 They are None without triggers (or when the probe did not see the ids), NaN where no position of the kind exists.
 
 With T < 2 there are no queries after position 0: the attention values, value_norm_ratio and max_act_rest are NaN
-(max_act, max_act_first, act_ratio and the gate's are still taken) and sink_pos, sink_token None (JSON writers turn
-NaN into null). Ties go to the lowest position or token id.
+(max_act, max_act_first, act_ratio, gate_mean and gate_below_* are still taken), sink_pos, sink_token and the
+trigger statistics None (JSON writers turn NaN into null). Ties go to the lowest position or token id.
 
 probe.heads: "first_token_attn" and "sink_share" per layer, as a list of n_head floats (per head, averaged over
 windows), and "value_norm_ratio" as a list of n_kv_head floats (per KV head: the values belong to those).

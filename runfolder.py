@@ -980,7 +980,8 @@ class RunFolder:
         """always_save_checkpoint=False saves a better state only: one whose last steps were skipped is not one,
         however low its loss (Trainer.save), and this line says why it was not saved."""
         best = (f"{BEST} keeps iter {best_iter}" if best_iter is not None else  # (an unreadable best.pt: best_state)
-                f"{BEST} holds no state of this run" if os.path.lexists(self.best_path) else f"there is no {BEST}")
+                f"{BEST} is not read as this run's best (left as it is)" if os.path.lexists(self.best_path) else
+                f"there is no {BEST}")
         print(f"not saving iter {iter_num} (val loss {val_loss:.4f}, the lowest yet): the last {skipped} steps from it "
               f"were skipped as non-finite, so it is no state to train on, however low its loss; {best}", flush=True)
 

@@ -703,7 +703,7 @@ def test_import_without_triton_or_with_one_too_old(triton_version, tmp_path):
 
 
 # ----------------------------------------------------------------------------
-# kernels.py ends every line that is there only for the output gate with `# [gate]`
+# kernels.py marks every line that is there only for the output gate with a comment that starts with `# [gate]`
 
 def gate_lines():
     """kernels.py's source lines, and the numbers (1-based) of those whose comment starts with `# [gate]`."""

@@ -399,8 +399,8 @@ def test_a_skipped_better_state_beside_an_unreadable_best_pt_is_said_so(stdlib_d
                            "--always_save_checkpoint=False", "--eval_interval=4", "--log_interval=4",
                            "--max_nonfinite=9"])
     out = capsys.readouterr().out
-    assert "were skipped as non-finite, so it is no state to train on, however low its loss; best.pt holds no " \
-        "state of this run\n" in out and "there is no best.pt" not in out, out
+    assert "were skipped as non-finite, so it is no state to train on, however low its loss; best.pt is not read as " \
+        "this run's best (left as it is)\n" in out and "there is no best.pt" not in out, out
     assert (out_dir / "best.pt").read_bytes() == b"not a checkpoint"
 
 
