@@ -754,3 +754,17 @@ def test_the_input_independent_gate_is_described_by_its_logits_which_start_at_ze
     for text in (what, papers):
         assert "learned score per channel, zero-initialised" not in " ".join(text.split())
         assert "0.5" in text
+
+
+def test_every_markdown_table_has_a_rule_cell_for_every_column():
+    """A table whose rule line (| --- |) has another number of cells than its header is no table to a renderer
+    (GitHub's): its rows show as lines of pipes. lab/outlier.py wrote one (results/sink_lab/norms/outlier.md)."""
+    rule = re.compile(r"^\|(\s*:?-+:?\s*\|)+\s*$")
+    wrong = []
+    for path in markdown_files() + sorted(glob.glob(os.path.join(REPO, "results", "**", "*.md"), recursive=True)):
+        lines = [line.replace("\\|", "") for line in without_code(read(path))]  # an escaped pipe is text
+        for n, (head, below) in enumerate(zip(lines, lines[1:]), 1):
+            if head.lstrip().startswith("|") and rule.match(below.strip()) and head.count("|") != below.count("|"):
+                wrong.append(f"{os.path.relpath(path, REPO)}:{n}: {head.count('|') - 1} columns, "
+                             f"{below.count('|') - 1} rule cells")
+    assert not wrong, wrong
