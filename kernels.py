@@ -5,7 +5,8 @@ Attention with the GA paper's sigmoid output gate: y = sigmoid(gate) * softmax(q
   'torch'  -- PyTorch SDPA, then the gate as a separate elementwise op (runs anywhere)
   'triton' -- a fused flash-attention kernel with the gate in its epilogue (CUDA, or CPU with TRITON_INTERPRET=1)
   'auto'   -- torch, for now: Triton for CUDA tensors it supports once FUSED_BY_DEFAULT is True (see there)
-At the end, `chunked_loss`: model.py's training loss (GPTConfig.loss_chunk) a chunk of logits at a time.
+At the end, `AlignedLinear`: model.py's c_attn with its output rows kept aligned on a GPU; and `chunked_loss`:
+model.py's training loss (GPTConfig.loss_chunk) a chunk of logits at a time.
 
 The Triton path is FlashAttention-2 laid out like Triton's tutorial "Fused Attention"
 (python/tutorials/06-fused-attention.py), plus the gate. The gate adds 44 lines to a flash-attention
@@ -55,6 +56,7 @@ import time
 from typing import List, Optional, Tuple
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 # The oldest Triton the kernel tests pass with, in its interpreter: 3.1's autotuner takes no timer of ours, and 3.2's
@@ -718,6 +720,27 @@ class _FlashGatedAttention(torch.autograd.Function):
         q, k, v, gate, y, lse2 = ctx.saved_tensors
         grads = _backward_op(dy, q, k, v, gate, y, lse2, ctx.causal, ctx.scale)
         return *grads[:3], grads[3] if gate is not None else None, None, None
+
+
+# ----------------------------------------------------------------------------
+# c_attn's matmul with aligned rows. It writes each token's q, k, v and gate logits into one row; a headwise gate adds
+# only a few logits (GPT-2 small: 12, so 3 * 768 + 12 = 2,316 outputs), which puts every other token's q, k and v
+# (bf16) off the 16-byte alignment and the row stride off the multiple of 16 that cuBLAS's and Triton's fast paths
+# want. Padding the rows, as nanoGPT pads GPT-2's vocabulary to 50304, keeps them on it (docs/training.md measures it).
+
+class AlignedLinear(nn.Linear):
+    """nn.Linear whose outputs lie `multiple` elements apart per row on the `devices` (a GPU): its weight padded with
+    zero rows for the matmul, the padding cut off after it (a view at the padded stride). The same parameters,
+    state_dict, results and gradients as nn.Linear; elsewhere (a CPU, no such fast paths) it is nn.Linear."""
+    multiple = 64  # 1: no padding
+    devices = ("cuda",)
+
+    def forward(self, x):
+        pad = -self.out_features % self.multiple if x.device.type in self.devices else 0
+        if not pad:
+            return super().forward(x)
+        bias = None if self.bias is None else F.pad(self.bias, (0, pad))
+        return F.linear(x, F.pad(self.weight, (0, 0, 0, pad)), bias)[..., :self.out_features]
 
 
 # ----------------------------------------------------------------------------

@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from cli import (COMPILE_MODES, REPO, SDPA_BACKENDS, autocast_for, check_choice, config_path, configure, fail,
                  free_memory, keep_freed_memory, run_config_file, run_main, sdpa_order, sdpa_preference)
 import torch
-import torch.nn.functional as F
 
 cuda = torch.cuda.is_available()
 if not cuda:  # Triton kernels need its interpreter on CPU; must be set before triton is imported (by kernels)
@@ -102,8 +101,8 @@ class Keys:
     backends: tuple[str, ...] = BACKENDS  # --train: attention backends, of triton and torch
     match_params: bool = False  # --train: shrink the MLP so a gated model has the baseline's parameter count (GA)
     loss_chunk: int = 0  # --train: the loss over this many rows of logits at a time (model.py; 0: all at once)
-    pad_c_attn: int = 0  # --train: c_attn's outputs padded to a multiple of this: aligned q, k, v rows (0: none)
-    profile: int = 0  # --train: profile this many more steps after timing: where each step's time goes (0: no)
+    pad_c_attn: int = 64  # --train: c_attn's output rows padded to a multiple of this (model.py's 64; 1: unpadded)
+    profile: int = 0  # --train: profile each row's steps, this many, after all the timings: where time goes (0: no)
     warmup: int = 10  # --train, --step: untimed steps first (compile happens here)
     steps: int = 20  # --train, --step: timed steps
     step: bool = False  # time train.py's CPU training step against a plain AdamW loop (STEP_MODES)
@@ -147,10 +146,10 @@ def checked_keys(argv):
     if args.profile < 0:
         fail(f"--profile={args.profile}: give 0 (no profile) or a number of steps to profile, e.g. 5")
     for key in ("profile", "pad_c_attn"):
-        if getattr(args, key) and not args.train:
+        if getattr(args, key) != getattr(Keys, key) and not args.train:
             fail(f"--{key}={getattr(args, key)} is a key of --train: add --train")
-    if args.pad_c_attn < 0:
-        fail(f"--pad_c_attn={args.pad_c_attn}: give 0 (c_attn as model.py computes it) or a multiple, e.g. 64")
+    if args.pad_c_attn < 1:
+        fail(f"--pad_c_attn={args.pad_c_attn}: give a multiple of outputs per row: 64 (model.py's) or 1 (unpadded)")
     if args.gqa < 0:
         fail(f"--gqa={args.gqa}: give 0 (no GQA rows) or the number of query heads per KV head")
     for key in ("tokens", "width", "batch_size", "block_size"):  # else a B of tokens // T rounded up to 1, say
@@ -461,31 +460,11 @@ def write_kernels(session, records, partial=None):
 # ----------------------------------------------------------------------------
 # --train: full optimizer steps of GPT-2 small (or a tiny model)
 
-class PaddedLinear(torch.nn.Module):
-    """A Linear computed with its outputs padded to a multiple of `multiple` by zero weight rows, and cut back after:
-    the same parameters, results and gradients, but each output row now starts `multiple` elements after the last.
-    model.py's c_attn has 3 * n_embd + (gate logits) outputs, 2,316 for GPT-2 small with a headwise gate (12 heads),
-    so without padding every other token's q, k and v (in bf16) start 8 bytes off the 16-byte alignment that fast
-    matmul and attention kernels want, and the row stride is no multiple of 16, which Triton specialises its
-    kernels for; 2,304 (no gate) and 3,072 (elementwise) are aligned.
-    A lever measured here before model.py takes it. The padded weight is a copy made at each call (GPT-2 small: 12
-    layers' 2,368 x 768), a small cost the padded measurement carries and padding kept in model.py would not."""
-
-    def __init__(self, linear, multiple):
-        super().__init__()
-        self.linear, self.pad = linear, -linear.out_features % multiple
-
-    def forward(self, x):
-        weight, bias = self.linear.weight, self.linear.bias
-        y = F.linear(x, F.pad(weight, (0, 0, 0, self.pad)), None if bias is None else F.pad(bias, (0, self.pad)))
-        return y[..., :self.linear.out_features]  # a view: rows keep the padded stride
-
-
-def pad_c_attn(model, multiple):
-    """--pad_c_attn: every attention layer's c_attn as a PaddedLinear (no change where none is needed, or for 0)."""
-    for block in model.transformer.h if multiple else ():
-        if block.attn.c_attn.out_features % multiple:
-            block.attn.c_attn = PaddedLinear(block.attn.c_attn, multiple)
+def pad_c_attn(model, multiple, device):
+    """--pad_c_attn: every attention layer's c_attn (kernels.AlignedLinear) pads its output rows to a multiple of
+    `multiple` on `device` too: on a GPU model.py's 64, or 1 for the rows unpadded; on a CPU (--tiny) the same path."""
+    for block in model.transformer.h:
+        block.attn.c_attn.multiple, block.attn.c_attn.devices = multiple, (device,)
 
 
 def profile_steps(step, steps, path):
@@ -521,71 +500,89 @@ def bench_train(session):
         compiles = {"both": [True, False], "true": [True], "false": [False]}[args.compile.lower()]
     T = base["block_size"]
     autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
-    records, planned = [], len(compiles) * len(args.variants) * len(args.backends)
+    rows = [(c, v, b) for c in compiles for v in args.variants for b in args.backends]
+    records, planned = [], len(rows) * (2 if args.profile else 1)  # each row timed, then each profiled
     shape = (base, batch_size, warmup, steps)
-    for use_compile in compiles:
-        for variant, backend in ((v, b) for v in args.variants for b in args.backends):
-            torch.manual_seed(0)
-            config = GPTConfig(**base, **VARIANTS[variant].flags, attn_backend=backend, match_params=args.match_params,
-                               loss_chunk=args.loss_chunk)
-            model = GPT(config).to(device)
-            pad_c_attn(model, args.pad_c_attn)
-            optimizer = model.configure_optimizers(0.1, 6e-4)
-            no_scaler = torch.amp.GradScaler(device, enabled=False)  # bf16 and fp32 need no loss scaling
-            step_model = torch.compile(model, mode=args.compile_mode) if use_compile else model
-            x = torch.randint(0, config.vocab_size, (batch_size, T + 1), device=device)
-            x, y = x[:, :-1].contiguous(), x[:, 1:].contiguous()
 
-            def step():  # train.py's step: clipping at 1.0, the skip of a non-finite step on the device, AdamW
-                with autocast:
-                    _, loss = step_model(x, y)
-                loss.backward()
-                optimizer_step(optimizer, no_scaler, model.parameters(), 1.0, loss.detach())
+    def build(variant, backend, use_compile):  # a row's model, built anew, and train.py's step of it
+        torch.manual_seed(0)
+        config = GPTConfig(**base, **VARIANTS[variant].flags, attn_backend=backend, match_params=args.match_params,
+                           loss_chunk=args.loss_chunk)
+        model = GPT(config).to(device)
+        pad_c_attn(model, args.pad_c_attn, device)
+        optimizer = model.configure_optimizers(0.1, 6e-4)
+        no_scaler = torch.amp.GradScaler(device, enabled=False)  # bf16 and fp32 need no loss scaling
+        step_model = torch.compile(model, mode=args.compile_mode) if use_compile else model
+        x = torch.randint(0, config.vocab_size, (batch_size, T + 1), device=device)
+        x, y = x[:, :-1].contiguous(), x[:, 1:].contiguous()
 
-            record = dict(device=session.device_name, config="tiny" if args.tiny else "gpt2-small", variant=variant,
-                          flags=VARIANTS[variant].flags, backend=backend, compile=use_compile,
-                          params=model.num_params())
-            try:
-                for _ in range(warmup):
-                    step()
-                sync()
-                if cuda:
-                    torch.cuda.reset_peak_memory_stats()
-                t0 = time.perf_counter()
-                for _ in range(steps):
-                    step()
-                sync()
-                dt = (time.perf_counter() - t0) / steps
-                mfu = estimate_mfu(model, batch_size, dt, seq_len=T)
-                record |= dict(tokens_per_s=sig(batch_size * T / dt), mfu=None if mfu is None else sig(mfu),
-                               ms_per_step=sig(dt * 1e3),
-                               peak_mem_gb=sig(torch.cuda.max_memory_allocated() / 1e9) if cuda else None)
-                print(f"{variant:15s} {backend:7s} compile={use_compile!s:5s} {dt * 1e3:9.2f} ms/step "
-                      f"{batch_size * T / dt:10.0f} tok/s mfu={record['mfu']} peak={record['peak_mem_gb']} GB",
-                      flush=True)
-            except Exception as e:  # e.g. a compile failure: keep the other runs, but say so loudly
-                if args.tiny:
-                    raise
-                print(f"ERROR {variant} {backend} compile={use_compile}: {e!r}", file=sys.stderr, flush=True)
-                record |= dict(tokens_per_s=None, mfu=None, ms_per_step=None, peak_mem_gb=None, error=repr(e)[:500])
-            if args.profile and "error" not in record:
-                try:  # apart from the timing: a profiler that fails (no CUPTI, memory) keeps the timing
-                    record["top_ops"] = profile_steps(step, args.profile, os.path.join(
-                        out_folder(args, "bench_train"), "profile", f"{variant}-{backend}-compile{use_compile}.txt"))
-                except Exception as e:
-                    if args.tiny:
-                        raise
-                    print(f"ERROR profiling {variant} {backend} compile={use_compile}: {e!r}", file=sys.stderr,
-                          flush=True)
-                    record["profile_error"] = repr(e)[:500]
-            records.append(record)
-            if len(records) < planned:  # a command stopped later keeps what was measured
-                write_train(session, shape, records, (len(records), planned))
-            model = step_model = optimizer = x = y = None  # freed before the next model is built
-            if use_compile:
-                torch._dynamo.reset()
+        def step():  # train.py's step: clipping at 1.0, the skip of a non-finite step on the device, AdamW
+            with autocast:
+                _, loss = step_model(x, y)
+            loss.backward()
+            optimizer_step(optimizer, no_scaler, model.parameters(), 1.0, loss.detach())
+        return model, step
+
+    def free(use_compile):  # the last row's model and compiled code, before the next is built
+        if use_compile:
+            torch._dynamo.reset()
+        if cuda:
+            torch.cuda.empty_cache()
+
+    for use_compile, variant, backend in rows:
+        model, step = build(variant, backend, use_compile)
+        record = dict(device=session.device_name, config="tiny" if args.tiny else "gpt2-small", variant=variant,
+                      flags=VARIANTS[variant].flags, backend=backend, compile=use_compile,
+                      params=model.num_params())
+        try:
+            for _ in range(warmup):
+                step()
+            sync()
             if cuda:
-                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            sync()
+            dt = (time.perf_counter() - t0) / steps
+            mfu = estimate_mfu(model, batch_size, dt, seq_len=T)
+            record |= dict(tokens_per_s=sig(batch_size * T / dt), mfu=None if mfu is None else sig(mfu),
+                           ms_per_step=sig(dt * 1e3),
+                           peak_mem_gb=sig(torch.cuda.max_memory_allocated() / 1e9) if cuda else None)
+            print(f"{variant:15s} {backend:7s} compile={use_compile!s:5s} {dt * 1e3:9.2f} ms/step "
+                  f"{batch_size * T / dt:10.0f} tok/s mfu={record['mfu']} peak={record['peak_mem_gb']} GB",
+                  flush=True)
+        except Exception as e:  # e.g. a compile failure: keep the other runs, but say so loudly
+            if args.tiny:
+                raise
+            print(f"ERROR {variant} {backend} compile={use_compile}: {e!r}", file=sys.stderr, flush=True)
+            record |= dict(tokens_per_s=None, mfu=None, ms_per_step=None, peak_mem_gb=None, error=repr(e)[:500])
+        records.append(record)
+        if len(records) < planned:  # a command stopped later keeps what was measured
+            write_train(session, shape, records, (len(records), planned))
+        model = step = None
+        free(use_compile)
+    # The profiles come after every timing: a profiled process stays slower on the host, and a timing that followed a
+    # profile in it took 34% longer than the same row's without one (results/throughput-h200-2026-12-04/).
+    for done, record in enumerate(records if args.profile else [], start=len(records) + 1):
+        use_compile, variant, backend = record["compile"], record["variant"], record["backend"]
+        if "error" in record:
+            continue
+        model, step = build(variant, backend, use_compile)
+        try:  # apart from the timing: a profiler that fails (no CUPTI, memory) keeps the timing
+            for _ in range(warmup):
+                step()
+            record["top_ops"] = profile_steps(step, args.profile, os.path.join(
+                out_folder(args, "bench_train"), "profile", f"{variant}-{backend}-compile{use_compile}.txt"))
+        except Exception as e:
+            if args.tiny:
+                raise
+            print(f"ERROR profiling {variant} {backend} compile={use_compile}: {e!r}", file=sys.stderr, flush=True)
+            record["profile_error"] = repr(e)[:500]
+        if done < planned:
+            write_train(session, shape, records, (done, planned))
+        model = step = None
+        free(use_compile)
     write_train(session, shape, records)
 
 
@@ -603,8 +600,9 @@ def write_train(session, shape, records, partial=None):
                                       records=records),
           [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
-           + (f"c_attn's outputs padded to a multiple of {args.pad_c_attn} (pad_c_attn: zero weight rows in the "
-              "matmul, cut off after it; the same parameters and results), " if args.pad_c_attn else "") +
+           + (f"c_attn's output rows padded to a multiple of {args.pad_c_attn} (kernels.AlignedLinear: zero weight "
+              "rows in the matmul, cut off after it; the same parameters and results), " if args.pad_c_attn > 1 else
+              "c_attn's output rows not padded (--pad_c_attn=1), ") +
            f"{warmup} warm-up then {steps} timed step{'s' * (steps != 1)} of train.py's own (train.optimizer_step: "
            f"gradient clipping, a non-finite step skipped on the device, fused AdamW); compiled with "
            f"mode={args.compile_mode!r}; {session.sdpa_note} (the torch backend); "
@@ -614,9 +612,9 @@ def write_train(session, shape, records, partial=None):
            "variants (lab/variants.py): " + "; ".join(f"{v} {VARIANTS[v].flags}" for v in args.variants),
            "MFU: probe.estimate_mfu against probe.peak_flops (dense bf16 peak of the GPU)"] +
           ([f"--profile={args.profile}: {args.profile} more step{'s' if args.profile > 1 else ''} of each profiled "
-            "after its timing: the top ops by their own time in the json (top_ops: name, ms per step, calls per "
-            "step), PyTorch's profiler table in profile/ (on a GPU an op and the kernels it launches are listed "
-            "each: their times overlap)"]
+            "once every row is timed (a profiled process is slower on the host), after its warm-up: the top ops by "
+            "their own time in the json (top_ops: name, ms per step, calls per step), PyTorch's profiler table in "
+            "profile/ (on a GPU an op and the kernels it launches are listed each: their times overlap)"]
            if args.profile else []),
           ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
           [[r["variant"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],

@@ -156,10 +156,10 @@ def test_bench_keys_are_checked_before_anything_runs(tmp_path, monkeypatch, caps
         (["--train", "--tiny", "--backends=cuda"], "--backends=cuda: unknown 'cuda'; choose from triton, torch"),
         (["--train", "--tiny", "--backends=,"], "--backends=: give at least one; choose from triton, torch"),
         (["--train", "--tiny", "--loss_chunk=-8"], "--loss_chunk=-8: give 0"),
-        (["--train", "--tiny", "--pad_c_attn=-64"], "--pad_c_attn=-64: give 0"),
+        (["--train", "--tiny", "--pad_c_attn=0"], "--pad_c_attn=0: give a multiple of outputs per row: 64"),
         (["--train", "--tiny", "--profile=-5"], "--profile=-5: give 0 (no profile)"),
         (["--kernels", "--tiny", "--profile=5"], "--profile=5 is a key of --train: add --train"),
-        (["--step", "--tiny", "--pad_c_attn=64"], "--pad_c_attn=64 is a key of --train: add --train"),
+        (["--step", "--tiny", "--pad_c_attn=1"], "--pad_c_attn=1 is a key of --train: add --train"),
         (["--kernels", "--tiny", "--sdpa_backend=fa3"],
          "--sdpa_backend='fa3' is not valid; choose one of default, cudnn, flash"),
         # heads that --gqa cannot group: --tiny's 2 (a modulo by zero), and a GPU's 32 and 16, where kernels.py
@@ -255,45 +255,18 @@ def test_a_stopped_bench_keeps_what_it_measured_beside_the_last_complete_set(tmp
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=pytest.mark.skipif(
-    not kernels.HAS_TRITON, reason="the fused kernel cannot run here"))])
-def test_padded_c_attn_computes_what_model_py_computes_with_aligned_rows(backend):
-    """lab.bench --train --pad_c_attn: c_attn computed with its outputs padded by zero weight rows and cut back
-    gives model.py's loss and gradients (with PyTorch's attention and with the fused kernel, which reads q, k, v and
-    the gate logits at the padded stride), with the same parameters, and each token's outputs start `multiple`
-    elements apart (the alignment the lever is for)."""
-    import copy
-
+def test_pad_c_attn_sets_each_layers_padding_on_the_benchs_device():
+    """lab.bench --pad_c_attn: every attention layer's c_attn pads its rows to that multiple on the bench's device
+    (--tiny's CPU too, so the smoke test runs the padded path); 1 leaves them unpadded."""
     import torch
     from model import GPT, GPTConfig
-    torch.manual_seed(0)
-    config = GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=3, n_embd=48, bias=True, attn_backend=backend,
-                       **VARIANTS["g1_headwise"].flags)
-    model = GPT(config)
-    padded = copy.deepcopy(model)
-    bench.pad_c_attn(padded, 64)
-    assert padded.num_params() == model.num_params() and config.n_embd * 3 + 3 == 147  # 147 outputs -> 192
-    attn = padded.transformer.h[0].attn
-    assert isinstance(attn.c_attn, bench.PaddedLinear) and attn.c_attn.pad == 192 - 147
-    x = torch.randn(2, 16, 48)
-    out = attn.c_attn(x)
-    assert out.shape == (2, 16, 147) and out.stride()[-2:] == (192, 1)
-    torch.testing.assert_close(out, attn.c_attn.linear(x), rtol=1e-6, atol=1e-6)
-    idx = torch.randint(0, 64, (2, 17))
-    losses = []
-    for m in (model, padded):
-        _, loss = m(idx[:, :-1], idx[:, 1:])
-        loss.backward()
-        losses.append(loss)
-    torch.testing.assert_close(losses[1], losses[0], rtol=1e-6, atol=1e-6)
-    grads = {n.replace("c_attn.linear.", "c_attn."): p.grad for n, p in padded.named_parameters()}
-    assert grads.keys() == dict(model.named_parameters()).keys()
-    for name, p in model.named_parameters():
-        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=1e-6, msg=name)
-    unchanged = copy.deepcopy(model)  # nothing to pad: 0, or outputs already a multiple
-    bench.pad_c_attn(unchanged, 0)
-    bench.pad_c_attn(unchanged, 49)  # 147 = 3 * 49
-    assert not any(isinstance(m, bench.PaddedLinear) for m in unchanged.modules())
+    model = GPT(GPTConfig(block_size=8, vocab_size=32, n_layer=2, n_head=2, n_embd=16, **VARIANTS["g1_headwise"].flags))
+    bench.pad_c_attn(model, 64, "cpu")
+    x = torch.randn(2, 8, 16)
+    for block in model.transformer.h:
+        assert block.attn.c_attn(x).stride()[-2:] == (64, 1)  # 3 * 16 + 2 = 50 outputs, 64 apart
+    bench.pad_c_attn(model, 1, "cpu")
+    assert all(block.attn.c_attn(x).stride()[-2:] == (50, 1) for block in model.transformer.h)
 
 
 @pytest.mark.parametrize("steps", [1, 3])
@@ -667,10 +640,60 @@ def test_train_timing_excludes_the_warm_up_and_reads_the_clock_after_a_sync(tmp_
         assert r["ms_per_step"] == 1000.0 and r["tokens_per_s"] == 2 * 16, r
         assert r["mfu"] == sigs4(probe.estimate_mfu(model, 2, 1.0, seq_len=16, peak=1e12))
         assert model.config.attn_backend == r["backend"] and model.config.loss_chunk == 8
-        assert isinstance(model.transformer.h[0].attn.c_attn, bench.PaddedLinear)
+        assert model.transformer.h[0].attn.c_attn.multiple == 64 and model.transformer.h[0].attn.c_attn.devices == (
+            "cpu",)
         assert (f"\n| baseline | {r['backend']} | {r['compile']} | 1000.0 | 32.0 | {r['mfu']} | – | {r['params']} |"
                 in md), md
     assert "2 warm-up then 3 timed steps" in md
+    capsys.readouterr()
+
+
+def test_train_profiles_every_row_only_after_every_timing(tmp_path, monkeypatch, capsys):
+    """bench_train --profile: a profiled process stays slower on the host, so no row is timed after a profile; each
+    row is built again, warmed up and then profiled, its top ops in its record, and a command stopped during the
+    profiles keeps every timing (the partial files count the profiles as measurements too)."""
+    import types
+
+    import torch
+    from model import GPT, GPTConfig
+    events, now, partials = [], [0.0], []
+
+    def clock():
+        events.append("clock")
+        return now[0]
+
+    def step(*args):
+        real_step(*args)
+        events.append("step")
+        now[0] += 1.0
+
+    def profile(step, steps, path):
+        events.append("profile")
+        return [["aten::mm", 1.0, 2.0]]
+    real_step, real_write = bench.optimizer_step, bench.write_train
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(bench, "optimizer_step", step)
+    monkeypatch.setattr(bench, "sync", lambda: None)
+    monkeypatch.setattr(bench, "profile_steps", profile)
+    monkeypatch.setattr(bench, "write_train", lambda session, shape, records, partial=None: partials.append(
+        (partial, [dict(r) for r in records])) or real_write(session, shape, records, partial))
+    monkeypatch.setattr(bench, "GPTConfig", lambda **kw: GPTConfig(**{**kw, "vocab_size": 64, "n_layer": 1,
+                                                                         "n_head": 2, "n_embd": 32}))
+    monkeypatch.setattr(bench, "GPT", GPT)
+    monkeypatch.setattr(torch, "compile", lambda model, mode: model)
+    args = bench.checked_keys(["--train", "--tiny", "--variants=baseline,g1_headwise", "--backends=torch",
+                               "--batch_size=2", "--block_size=16", "--warmup=1", "--steps=1", "--profile=3",
+                               f"--out_dir={tmp_path}"])
+    args.tiny = False  # the GPU's path: --warmup, --steps, --compile
+    session = bench.Session(args, "python -m lab.bench --train", "today", "cpu", torch.float32, ())
+    bench.bench_train(session)
+    timed = ["step", "clock", "step", "clock"]  # warm-up, clock, timed step, clock
+    assert events == timed * 4 + ["step", "profile"] * 4  # 2 variants x compiled or not; then each warmed, profiled
+    data = json.load(open(tmp_path / "bench_train.json"))
+    assert data["complete"] and all(r["top_ops"] == [["aten::mm", 1.0, 2.0]] for r in data["records"])
+    assert [p for p, _ in partials] == [(1, 8), (2, 8), (3, 8), (4, 8), (5, 8), (6, 8), (7, 8), None]
+    assert [r["ms_per_step"] for r in partials[3][1]] == [1000.0] * 4  # every timing kept before the first profile
+    assert "top_ops" not in partials[3][1][0] and "top_ops" in partials[4][1][0]
     capsys.readouterr()
 
 
@@ -699,6 +722,8 @@ def test_bench_step_runs_the_rounds_alternating_and_passes_its_keys_to_each_chil
     """--step without a child's cost (subprocess.run answered here): each round runs every mode once, in order;
     each child gets the parent's --step_shape, --step_loss_chunk, --warmup and --steps; the table's columns are
     where its header says. A child that exits 0 without its record is one line, not a traceback."""
+    import platform
+    platform.processor()  # asked once before subprocess.run is answered here (Python caches it; Linux runs uname)
     cmds = []
 
     def run(cmd, **kwargs):

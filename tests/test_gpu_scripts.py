@@ -218,7 +218,8 @@ def test_the_job_reports_after_failed_runs_or_a_failed_evaluation_and_exits_with
 def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
     """lab/gpu/throughput.sh modes: one lab.bench --train per torch.compile mode, then one with the atomic dQ
     backward, one with the loss in chunks and one with cuDNN's SDPA first, each into its own folder; then align:
-    G1 headwise with c_attn's outputs padded (lab.bench --pad_c_attn), then G1 headwise and the baseline.
+    G1 headwise with c_attn's output rows padded (lab.bench --pad_c_attn=64, model.py's), then G1 headwise and the
+    baseline unpadded (--pad_c_attn=1).
     lab/gpu/throughput.sh batch, side by side with it (they are independent): G1 elementwise on the fused kernel at
     three (B, T), each into its own folder; at toy size lab.bench --tiny scales each down (B/8, T/32), so the records
     say which shape each step ran."""
@@ -256,14 +257,14 @@ def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
     unpadded, padded = (json.loads(files[f"throughput-align/eager/{part}/bench_train.json"]) for part in ("unpadded",
                                                                                                            "padded"))
     assert json.loads(files["throughput-align/compiled/padded/bench_train.json"])["pad_c_attn"] == 64
-    assert (unpadded["pad_c_attn"], padded["pad_c_attn"]) == (0, 64) and padded["complete"] is True
+    assert (unpadded["pad_c_attn"], padded["pad_c_attn"]) == (1, 64) and padded["complete"] is True
     assert [(r["variant"], r["backend"]) for r in padded["records"]] == [("g1_headwise", "triton"),
                                                                          ("g1_headwise", "torch")]
     assert [(r["variant"], r["backend"]) for r in unpadded["records"]] == [
         (v, b) for v in ("g1_headwise", "baseline") for b in ("torch", "triton")]
     assert {r["params"] for r in padded["records"]} == {unpadded["records"][0]["params"]}  # the same model
     assert "padded to a multiple of 64" in files["throughput-align/eager/padded/bench_train.md"].decode()
-    # each measurement profiled after its timing (2 steps at toy size): the top ops by their own time, each a share
+    # each measurement profiled once every row is timed (2 steps at toy size): the top ops by their own time, each a share
     # of the step
     for part, data in (("unpadded", unpadded), ("padded", padded)):
         for r in data["records"]:

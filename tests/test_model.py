@@ -934,6 +934,50 @@ def test_chunked_loss_under_torch_compile():
 # ----------------------------------------------------------------------------
 # Init, tying, optimiser, FLOPs
 
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=pytest.mark.skipif(
+    not kernels.HAS_TRITON, reason="the fused kernel cannot run here"))])
+def test_c_attns_aligned_rows_compute_what_an_nn_linear_computes(backend):
+    """c_attn (kernels.AlignedLinear) with its output rows padded, as a GPU gets them (here on the CPU), gives the
+    unpadded model's loss and gradients, with PyTorch's attention and with the fused kernel (which reads q, k, v and
+    the gate logits at the padded stride), the same parameters and state_dict, hooks that fire, and each token's
+    outputs 64 elements apart: a headwise gate's 3 * 48 + 3 = 147 outputs no longer set the stride."""
+    import copy
+    torch.manual_seed(0)
+    config = GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=3, n_embd=48, bias=True, attn_backend=backend,
+                       gate_granularity="headwise")
+    plain = GPT(config)
+    padded = copy.deepcopy(plain)
+    for block in padded.transformer.h:
+        block.attn.c_attn.devices = ("cpu",)  # a GPU's path, on this CPU
+    c_attn, x = padded.transformer.h[0].attn.c_attn, torch.randn(2, 16, 48)
+    assert isinstance(c_attn, torch.nn.Linear) and c_attn.weight.shape == (147, 48)
+    seen = []
+    hook = c_attn.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape))  # lab/evaluate's kind
+    out = c_attn(x)
+    hook.remove()
+    assert seen == [(2, 16, 48)] and out.shape == (2, 16, 147) and out.stride()[-2:] == (64 * 3, 1)
+    torch.testing.assert_close(out, F.linear(x, c_attn.weight, c_attn.bias), rtol=1e-6, atol=1e-6)
+    assert plain.transformer.h[0].attn.c_attn(x).stride()[-2:] == (147, 1)  # on a CPU: as nn.Linear
+    idx = torch.randint(0, 64, (2, 17))
+    losses = []
+    for model in (plain, padded):
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-6, atol=1e-6)
+    grads = dict(padded.named_parameters())
+    assert grads.keys() == dict(plain.named_parameters()).keys()
+    assert padded.state_dict().keys() == plain.state_dict().keys()
+    for name, p in plain.named_parameters():
+        torch.testing.assert_close(grads[name].grad, p.grad, rtol=1e-5, atol=1e-6, msg=name)
+    for model in (plain, padded):  # decoding with the KV cache reads the padded rows too
+        model.eval()
+    torch.manual_seed(1)
+    a = plain.generate(idx[:, :4], 6, top_k=1)
+    torch.manual_seed(1)
+    assert torch.equal(padded.generate(idx[:, :4], 6, top_k=1), a)
+
+
 def test_weight_tying_and_init():
     cfg = GPTConfig(n_layer=6, n_head=4, n_embd=256, vocab_size=1000, block_size=64)
     model = GPT(cfg)

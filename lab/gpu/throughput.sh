@@ -25,16 +25,14 @@
 #     then the three variants on PyTorch attention with cuDNN's SDPA kernels first (sdpa_backend=cudnn), into
 #     sdpa-cudnn/
 #   bash lab/gpu/throughput.sh align    -> $WORK/throughput-align/, $OUT/throughput-align.tar.gz
-#     whether the headwise gate costs more than its FLOPs because its logits misalign c_attn's output: GPT-2 small's
-#     12 heads make it 3 x 768 + 12 = 2,316 wide, so every other token's q, k and v start off 16-byte alignment.
-#     Compiled, G1 headwise with c_attn's outputs padded to 2,368 (lab.bench --pad_c_attn=64: the same parameters
-#     and results) on the fused kernel, then on PyTorch attention, into compiled/padded/; then G1 headwise and the
-#     baseline as model.py computes them, PyTorch attention first, into compiled/unpadded/; then the same two
-#     without torch.compile (whose Inductor may pad its own buffers), into eager/; each with 5 steps profiled after
-#     its timing (lab.bench --profile=5, 2 at toy size: where the time goes, op by op, in the json's top_ops and in
-#     profile/). The order puts first what no earlier run measured: a command stopped after the padded fused
-#     kernel can still compare it with that run's unpadded 38.84 ms (results/throughput-h200-2026-11-29/), and the
-#     unpadded part begins with G1 headwise on PyTorch attention compiled, the one measurement that run lacks
+#     what padding c_attn's output rows is worth: GPT-2 small's 12 heads make a headwise gate's c_attn 3 x 768 + 12 =
+#     2,316 wide, which puts every other token's q, k and v off 16-byte alignment; model.py pads the rows to a
+#     multiple of 64 on a GPU (kernels.AlignedLinear: 2,368, the same parameters and results). Compiled, G1 headwise
+#     padded (lab.bench --pad_c_attn=64) on the fused kernel, then on PyTorch attention, into compiled/padded/; then
+#     G1 headwise and the baseline unpadded (--pad_c_attn=1), PyTorch attention first, into compiled/unpadded/; then
+#     the same two without torch.compile (whose Inductor may pad its own buffers), into eager/; each row with 5 steps
+#     profiled once all the part's rows are timed (lab.bench --profile=5, 2 at toy size: where the time goes, op by
+#     op, in the json's top_ops and in profile/; a profiled process is slower on the host, so no timing follows one)
 # A lab.bench step stopped part-way leaves what it measured in its bench_*.partial.{json,md} (marked incomplete).
 # Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
 # tarball holds that folder (and the run's log.jsonl, results/bench_train.*; not the run's checkpoints). Run
@@ -106,7 +104,7 @@ case "${1:-}" in
             step "$mode-padded" "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --compile=$COMPILE --profile=$PROFILE \
                 --variants=g1_headwise --backends=triton,torch --pad_c_attn=64 --out_dir="$LOG/$mode/padded"
             step "$mode-unpadded" "$PYTHON" -m lab.bench --train "${EXTRA[@]}" --compile=$COMPILE --profile=$PROFILE \
-                --variants=g1_headwise,baseline --backends=torch,triton --out_dir="$LOG/$mode/unpadded"
+                --variants=g1_headwise,baseline --backends=torch,triton --pad_c_attn=1 --out_dir="$LOG/$mode/unpadded"
         done
         pack throughput-align
         ;;
