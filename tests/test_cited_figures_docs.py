@@ -582,24 +582,33 @@ def throughput():
 
 
 def test_the_training_throughput_is_the_benchmarks():
-    rows = throughput()
-    compiled = {k: v for k, v in rows.items() if k[2]}
-    g1 = {f"{v['ms']:.1f}" for k, v in compiled.items() if k[0] == "g1_elementwise"}
-    base = [v["ms"] for k, v in compiled.items() if k[0] == "baseline"]
-    peaks = [v["peak"] for v in compiled.values()]
-    assert len(g1) == 1
-    says("docs/training.md", f"took {g1.pop()} ms compiled with the default gate (G1 elementwise) and "
-                             f"{min(base):.1f}-{max(base):.1f} ms without a gate, peak memory "
-                             f"{r(min(peaks), 1)}-{r(max(peaks), 1)} GB")
-    mfu = [v["mfu"] for k, v in compiled.items() if k[0] == "baseline"]
-    slower = {variant: sorted(round(100 * (compiled[variant, b, True]["ms"] / compiled["baseline", b, True]["ms"] - 1))
-                              for b in ("triton", "torch") if (variant, b, True) in compiled)
-              for variant in ("g1_elementwise", "g1_headwise")}
-    says("docs/gpu.md", f"sync and {len(rows)} of the bench's 12 measurements",
-         f"the baseline runs at {math.floor(100 * min(mfu))}-{round(100 * max(mfu))}% MFU, G1 elementwise "
-         f"{slower['g1_elementwise'][0]}-{slower['g1_elementwise'][-1]}% and G1 headwise "
-         f"{slower['g1_headwise'][0]}% slower a step")
-    says("docs/gpu.md", f"the unpadded {compiled['g1_headwise', 'triton', True]['ms']:.2f} ms")
+    """docs/training.md and docs/gpu.md against results/bench_train.json (2026-12-04) and that day's align rows."""
+    rows = {(x["variant"], x["backend"], x["compile"]): x["ms_per_step"]
+            for x in data("results/bench_train.json")["records"]}
+    compiled = [x for x in data("results/bench_train.json")["records"] if x["compile"]]
+    padded = sorted(x["ms_per_step"] for x in data(
+        "results/throughput-h200-2026-12-04/align/compiled/padded/bench_train.json")["records"])
+
+    def spread(variant):
+        xs = [v for k, v in rows.items() if k[0] == variant and k[2]]
+        return f"{min(xs):.2f}-{max(xs):.2f}"
+
+    def slower(variant):
+        return sorted(rows[variant, b, True] / rows["baseline", b, True] - 1 for b in ("torch", "triton"))
+    mfu = sorted(x["mfu"] for x in compiled if x["variant"] == "baseline")
+    peaks = [x["peak_mem_gb"] for x in compiled]
+    mfus = f"{math.floor(100 * mfu[0])}-{round(100 * mfu[-1])}%"
+    says("docs/training.md", f"took {spread('g1_elementwise')} ms compiled with the default gate (G1 elementwise) and "
+                             f"{spread('baseline')} ms without a gate ({mfus} MFU), peak memory "
+                             f"{r(min(peaks), 1)}-{r(max(peaks), 1)} GB",
+         f"The headwise gate took {spread('g1_headwise')} ms there, and {padded[0]:.2f}-{padded[-1]:.2f} ms with")
+    pad_more = sorted(x["ms_per_step"] / rows["baseline", x["backend"], True] - 1 for x in data(
+        "results/throughput-h200-2026-12-04/align/compiled/padded/bench_train.json")["records"])
+    el, hw = slower("g1_elementwise"), slower("g1_headwise")
+    says("docs/gpu.md", f"sync, the bench's {len(rows)} measurements and align",
+         f"the baseline runs at {mfus} MFU, G1 elementwise "
+         f"{el[0]:.0%}-{el[1]:.0%} and G1 headwise {hw[0]:.0%}-{hw[1]:.0%} slower a step unpadded, "
+         f"{pad_more[0]:.1%}-{pad_more[1]:.0%} padded".replace("%-", "-"))
 
 
 # ----------------------------------------------------------------------------

@@ -862,6 +862,78 @@ def test_the_h200_throughput_page_is_its_bench():
 
 
 # -----------------------------------------------------------------------------
+# results/throughput-h200-2026-12-04/: the whole bench (results/bench_train.json) and align's padded and unpadded rows
+
+def test_the_aligned_rows_page_is_its_bench_and_profiles():
+    where, folder = "throughput-h200-2026-12-04/README.md", os.path.join(RESULTS, "throughput-h200-2026-12-04")
+    bench = {(x["variant"], x["backend"], x["compile"]): x for x in load("bench_train.json")["records"]}
+    align, busy = {}, {}
+    for mode in ("compiled", "eager"):
+        for part in ("padded", "unpadded"):
+            name = "bench_train.json" if (mode, part) != ("eager", "unpadded") else "bench_train.partial.json"
+            for x in load(f"throughput-h200-2026-12-04/align/{mode}/{part}/{name}")["records"]:
+                align[mode, part, x["variant"], x["backend"]] = x
+                with open(os.path.join(folder, "align", mode, part, "profile",
+                                       f"{x['variant']}-{x['backend']}-compile{x['compile']}.txt")) as f:
+                    total = re.search(r"Self CUDA time total: ([\d.]+)ms", f.read())
+                busy[mode, part, x["variant"], x["backend"]] = float(total[1]) / 5  # 5 profiled steps
+
+    def ms(x):
+        return f"{x['ms_per_step']:.2f}"
+
+    def more(a, b):  # a's time over b's, less 1, as the page rounds it
+        return a["ms_per_step"] / b["ms_per_step"] - 1
+    base = {b: bench["baseline", b, True] for b in ("torch", "triton")}
+    el = {b: bench["g1_elementwise", b, True] for b in ("torch", "triton")}
+    hw = {b: bench["g1_headwise", b, True] for b in ("torch", "triton")}
+    says(where, f"{sum(1 for _ in bench)} measurements", f"the baseline took {ms(base['torch'])} ms a step on PyTorch "
+         f"attention and {ms(base['triton'])} ms on the fused kernel: {base['torch']['mfu']:.0%} and "
+         f"{base['triton']['mfu']:.0%} MFU", f"G1 elementwise took {more(el['torch'], base['torch']):.0%} longer on "
+         f"PyTorch attention ({ms(el['torch'])} ms) and {more(el['triton'], base['triton']):.0%} on the fused kernel "
+         f"({ms(el['triton'])} ms), near its parameter share "
+         f"({el['triton']['params'] / base['triton']['params'] - 1:.1%})", f"adds "
+         f"{hw['triton']['params'] / base['triton']['params'] - 1:.2%} parameters, took "
+         f"{more(hw['torch'], base['torch']):.0%} longer on PyTorch attention ({ms(hw['torch'])} ms) and "
+         f"{more(hw['triton'], base['triton']):.0%} on the fused kernel ({ms(hw['triton'])} ms)",
+         f"G1 headwise took {more(bench['g1_headwise', 'triton', False], bench['baseline', 'triton', False]):.0%} "
+         f"longer on the fused kernel and "
+         f"{more(bench['g1_headwise', 'torch', False], bench['baseline', 'torch', False]):.0%} on PyTorch attention")
+    pad = {b: align["compiled", "padded", "g1_headwise", b] for b in ("torch", "triton")}
+    unpad = align["compiled", "unpadded", "g1_headwise", "torch"]
+    says(where, f"compiled G1 headwise took {ms(pad['triton'])} ms on the fused kernel "
+         f"({-more(pad['triton'], hw['triton']):.0%} less than the bench's {ms(hw['triton'])}) and {ms(pad['torch'])} "
+         f"ms on PyTorch attention ({-more(pad['torch'], hw['torch']):.0%} less than the bench's {ms(hw['torch'])}; "
+         f"{ms(unpad)} in align's own unpadded row): {more(pad['triton'], base['triton']):.1%} and "
+         f"{more(pad['torch'], base['torch']):.0%} over the bench's baseline")
+    eager_pad = {b: align["eager", "padded", "g1_headwise", b] for b in ("torch", "triton")}
+    says(where, f"from {ms(bench['g1_headwise', 'triton', False])} to {ms(eager_pad['triton'])} ms "
+         f"({-more(eager_pad['triton'], bench['g1_headwise', 'triton', False]):.0%} less)", f"as it was "
+         f"({ms(eager_pad['torch'])} against {ms(bench['g1_headwise', 'torch', False])} ms)")
+    ops = {(part, b): {name: t for name, t, _ in align["compiled", part, "g1_headwise", b]["top_ops"]}
+           for part in ("padded", "unpadded") for b in ("torch", "triton")}
+    cutlass = {b: next(t for name, t in ops["unpadded", b].items() if "cutlass" in name) for b in ("torch", "triton")}
+    says(where, f"busy {busy['compiled', 'unpadded', 'g1_headwise', 'triton']:.2f} ms of the unpadded fused-kernel "
+         f"step and {busy['compiled', 'padded', 'g1_headwise', 'triton']:.2f} ms of the padded one",
+         f"forward took {ops['unpadded', 'triton']['_attn_fwd']} ms unpadded against "
+         f"{ops['padded', 'triton']['_attn_fwd']} padded, and its dQ kernel {ops['unpadded', 'triton']['_bwd_dq']} "
+         f"against {ops['padded', 'triton']['_bwd_dq']} (its dK/dV kernel {ops['unpadded', 'triton']['_dkdv_kernel']} "
+         f"and {ops['padded', 'triton']['_dkdv_kernel']}", f"({cutlass['triton']} ms on the fused kernel's run, "
+         f"{cutlass['torch']} on PyTorch attention's)", f"GPU time from "
+         f"{busy['eager', 'unpadded', 'g1_headwise', 'torch']:.2f} to "
+         f"{busy['eager', 'padded', 'g1_headwise', 'torch']:.2f} ms a step")
+    assert not any("cutlass" in name for b in ("torch", "triton") for name in ops["padded", b])
+    after = {v: align["compiled", "unpadded", v, "triton"] for v in ("g1_headwise", "baseline")}
+    says(where, f"took {ms(after['g1_headwise'])} ms (G1 headwise) and {ms(after['baseline'])} ms (the baseline), "
+         f"against the bench's {ms(hw['triton'])} and {ms(base['triton'])} ms", f"the GPU busy "
+         f"{busy['compiled', 'unpadded', 'baseline', 'triton']:.2f} ms of its step")
+    assert after["baseline"]["ms_per_step"] > 1.3 * busy["compiled", "unpadded", "baseline", "triton"]
+    says("../docs/gpu.md", f"a timing that followed three profiles took {more(after['baseline'], base['triton']):.0%} "
+         "longer than without them")
+    says("throughput-h200-2026-11-29/README.md", f"padding took compiled G1 headwise on the fused kernel "
+         f"{-more(pad['triton'], hw['triton']):.0%} below its unpadded time")
+
+
+# -----------------------------------------------------------------------------
 # results/tutorial/README.md: its prose against its own timing tables (time_tutorial.py's output, pasted)
 
 def test_the_tutorials_timings_prose_is_its_tables():
