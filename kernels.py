@@ -725,18 +725,23 @@ class _FlashGatedAttention(torch.autograd.Function):
 # ----------------------------------------------------------------------------
 # c_attn's matmul with aligned rows. It writes each token's q, k, v and gate logits into one row; a headwise gate adds
 # only a few logits (GPT-2 small: 12, so 3 * 768 + 12 = 2,316 outputs), which puts every other token's q, k and v
-# (bf16) off the 16-byte alignment and the row stride off the multiple of 16 that cuBLAS's and Triton's fast paths
-# want. Padding the rows, as nanoGPT pads GPT-2's vocabulary to 50304, keeps them on it (docs/training.md measures it).
+# (bf16) off the 16-byte alignment, and the row stride (2,316 elements) off the multiples of 8 elements (16 bytes)
+# that cuBLAS's fast paths want and of 16 that Triton specialises its kernels for. Padding the rows, as nanoGPT pads
+# GPT-2's vocabulary to 50304, keeps them on it (docs/training.md measures it).
 
 class AlignedLinear(nn.Linear):
-    """nn.Linear whose outputs lie `multiple` elements apart per row on the `devices` (a GPU): its weight padded with
-    zero rows for the matmul, the padding cut off after it (a view at the padded stride). The same parameters,
-    state_dict, results and gradients as nn.Linear; elsewhere (a CPU, no such fast paths) it is nn.Linear."""
+    """nn.Linear whose output rows start a multiple of `multiple` elements apart on the `devices` (a GPU): its weight
+    padded with zero rows for the matmul, the padding cut off after it (a view at the padded stride: 2,316 outputs
+    are read at a row stride of 2,368). The same parameters and state_dict as nn.Linear, and its results and
+    gradients up to rounding (the wider matmul may run another kernel, which sums in another order); the padded
+    weight is a copy made at each call. Elsewhere (a CPU), and for one token a sequence, it is nn.Linear."""
     multiple = 64  # 1: no padding
     devices = ("cuda",)
 
     def forward(self, x):
-        pad = -self.out_features % self.multiple if x.device.type in self.devices else 0
+        # decoding with the KV cache (one token a sequence) stays a plain nn.Linear: there a copy of the weight at each
+        # token would likely cost more than aligned rows save (not measured)
+        pad = -self.out_features % self.multiple if x.device.type in self.devices and x.size(-2) > 1 else 0
         if not pad:
             return super().forward(x)
         bias = None if self.bias is None else F.pad(self.bias, (0, pad))

@@ -562,16 +562,19 @@ def bench_train(session):
             write_train(session, shape, records, (len(records), planned))
         model = step = None
         free(use_compile)
-    # The profiles come after every timing: a profiled process stays slower on the host, and a timing that followed a
-    # profile in it took 34% longer than the same row's without one (results/throughput-h200-2026-12-04/).
+    # The profiles come after every timing: a process can stay slower on the host after a profile; a fused-kernel
+    # timing that followed three profiles took 34% longer than the same row's in a run with none
+    # (results/throughput-h200-2026-12-04/).
     for done, record in enumerate(records if args.profile else [], start=len(records) + 1):
         use_compile, variant, backend = record["compile"], record["variant"], record["backend"]
         if "error" in record:
             continue
-        model, step = build(variant, backend, use_compile)
-        try:  # apart from the timing: a profiler that fails (no CUPTI, memory) keeps the timing
+        model = step = None
+        try:  # apart from the timing: a rebuild or profiler that fails (no CUPTI, memory) keeps the timing
+            model, step = build(variant, backend, use_compile)
             for _ in range(warmup):
                 step()
+            sync()  # the warm-up's queued kernels finish before the profiler starts
             record["top_ops"] = profile_steps(step, args.profile, os.path.join(
                 out_folder(args, "bench_train"), "profile", f"{variant}-{backend}-compile{use_compile}.txt"))
         except Exception as e:

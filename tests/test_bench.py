@@ -673,7 +673,7 @@ def test_train_profiles_every_row_only_after_every_timing(tmp_path, monkeypatch,
     real_step, real_write = bench.optimizer_step, bench.write_train
     monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=clock))
     monkeypatch.setattr(bench, "optimizer_step", step)
-    monkeypatch.setattr(bench, "sync", lambda: None)
+    monkeypatch.setattr(bench, "sync", lambda: events.append("sync"))
     monkeypatch.setattr(bench, "profile_steps", profile)
     monkeypatch.setattr(bench, "write_train", lambda session, shape, records, partial=None: partials.append(
         (partial, [dict(r) for r in records])) or real_write(session, shape, records, partial))
@@ -687,8 +687,9 @@ def test_train_profiles_every_row_only_after_every_timing(tmp_path, monkeypatch,
     args.tiny = False  # the GPU's path: --warmup, --steps, --compile
     session = bench.Session(args, "python -m lab.bench --train", "today", "cpu", torch.float32, ())
     bench.bench_train(session)
-    timed = ["step", "clock", "step", "clock"]  # warm-up, clock, timed step, clock
-    assert events == timed * 4 + ["step", "profile"] * 4  # 2 variants x compiled or not; then each warmed, profiled
+    timed = ["step", "sync", "clock", "step", "sync", "clock"]  # warm-up, sync, clock, timed step, sync, clock
+    # 2 variants x compiled or not; then each warmed up, its queued work finished (sync), profiled
+    assert events == timed * 4 + ["step", "sync", "profile"] * 4
     data = json.load(open(tmp_path / "bench_train.json"))
     assert data["complete"] and all(r["top_ops"] == [["aten::mm", 1.0, 2.0]] for r in data["records"])
     assert [p for p, _ in partials] == [(1, 8), (2, 8), (3, 8), (4, 8), (5, 8), (6, 8), (7, 8), None]

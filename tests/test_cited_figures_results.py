@@ -922,6 +922,14 @@ def test_the_aligned_rows_page_is_its_bench_and_profiles():
          f"{busy['eager', 'unpadded', 'g1_headwise', 'torch']:.2f} to "
          f"{busy['eager', 'padded', 'g1_headwise', 'torch']:.2f} ms a step")
     assert not any("cutlass" in name for b in ("torch", "triton") for name in ops["padded", b])
+    # eager, unpadded, PyTorch attention: its clean timing (the part's first row) against its GPU's busy time
+    clean = align["eager", "unpadded", "g1_headwise", "torch"]
+    says(where, f"the GPU was busy {busy['eager', 'unpadded', 'g1_headwise', 'torch']:.2f} of the clean {ms(clean)} ms "
+         "step: that step waits on the GPU")
+    assert busy["eager", "unpadded", "g1_headwise", "torch"] > 0.95 * clean["ms_per_step"]
+    with open(os.path.join(folder, "align", "eager-unpadded.txt")) as f:  # its second row: timed, then stopped
+        second = re.search(r"g1_headwise +triton +compile=False +([\d.]+) ms/step", f.read())[1]
+    says(where, f"timed after a profile at {second} ms")
     after = {v: align["compiled", "unpadded", v, "triton"] for v in ("g1_headwise", "baseline")}
     says(where, f"took {ms(after['g1_headwise'])} ms (G1 headwise) and {ms(after['baseline'])} ms (the baseline), "
          f"against the bench's {ms(hw['triton'])} and {ms(base['triton'])} ms", f"the GPU busy "

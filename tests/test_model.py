@@ -940,7 +940,8 @@ def test_c_attns_aligned_rows_compute_what_an_nn_linear_computes(backend):
     """c_attn (kernels.AlignedLinear) with its output rows padded, as a GPU gets them (here on the CPU), gives the
     unpadded model's loss and gradients, with PyTorch's attention and with the fused kernel (which reads q, k, v and
     the gate logits at the padded stride), the same parameters and state_dict, hooks that fire, and each token's
-    outputs 64 elements apart: a headwise gate's 3 * 48 + 3 = 147 outputs no longer set the stride."""
+    outputs a multiple of 64 elements apart (192): a headwise gate's 3 * 48 + 3 = 147 outputs no longer set the
+    stride."""
     import copy
     torch.manual_seed(0)
     config = GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=3, n_embd=48, bias=True, attn_backend=backend,
@@ -958,6 +959,7 @@ def test_c_attns_aligned_rows_compute_what_an_nn_linear_computes(backend):
     assert seen == [(2, 16, 48)] and out.shape == (2, 16, 147) and out.stride()[-2:] == (64 * 3, 1)
     torch.testing.assert_close(out, F.linear(x, c_attn.weight, c_attn.bias), rtol=1e-6, atol=1e-6)
     assert plain.transformer.h[0].attn.c_attn(x).stride()[-2:] == (147, 1)  # on a CPU: as nn.Linear
+    assert c_attn(x[:, :1]).stride()[-2:] == (147, 1)  # one token a sequence (decoding): nothing to align
     idx = torch.randint(0, 64, (2, 17))
     losses = []
     for model in (plain, padded):
