@@ -592,18 +592,15 @@ def sigs(x):
     return float(f"{x:.3g}")
 
 
-def test_train_timing_excludes_the_warm_up_and_reads_the_clock_after_a_sync(tmp_path, monkeypatch, capsys):
-    """bench_train as on a GPU (the tiny smoke test has no warm-up and one step), with a model made small and a
-    clock that one optimizer step moves by 1 s: the clock starts after the warm-up and a sync, stops after a sync
-    that follows the timed steps; ms/step, tokens/s and MFU are of one step; compiled runs first for
-    --compile=both; each record's model is built with its backend, loss_chunk and c_attn padding; the table's
-    columns are where its header says."""
+def bench_train_on_a_fake_clock(monkeypatch, tmp_path, events, built, flags):
+    """bench_train on a GPU's path (--warmup, --steps, --compile; the tiny smoke test has no warm-up and one step)
+    with a model made small, torch.compile the identity and a clock that one optimizer step moves by 1 s: each step,
+    sync and reading of the clock appended to events, each model built to built."""
     import types
 
-    import probe
     import torch
     from model import GPT, GPTConfig
-    events, now, built = [], [0.0], []
+    now = [0.0]
 
     def clock():
         events.append("clock")
@@ -620,16 +617,26 @@ def test_train_timing_excludes_the_warm_up_and_reads_the_clock_after_a_sync(tmp_
     monkeypatch.setattr(bench, "GPTConfig", lambda **kw: GPTConfig(**{**kw, "vocab_size": 64, "n_layer": 1,
                                                                          "n_head": 2, "n_embd": 32}))
     monkeypatch.setattr(bench, "GPT", lambda config: built.append(GPT(config)) or built[-1])
+    monkeypatch.setattr(torch, "compile", lambda model, mode: model)
+    args = bench.checked_keys(["--train", "--tiny", "--batch_size=2", "--block_size=16", *flags,
+                               f"--out_dir={tmp_path}"])
+    args.tiny = False  # the GPU's path
+    bench.bench_train(bench.Session(args, "python -m lab.bench --train", "today", "cpu", torch.float32, ()))
+
+
+def test_train_timing_excludes_the_warm_up_and_reads_the_clock_after_a_sync(tmp_path, monkeypatch, capsys):
+    """bench_train as on a GPU (bench_train_on_a_fake_clock): the clock starts after the warm-up and a sync, stops
+    after a sync that follows the timed steps; ms/step, tokens/s and MFU are of one step; compiled runs first for
+    --compile=both; each record's model is built with its backend, loss_chunk and c_attn padding; the table's
+    columns are where its header says."""
+    import probe
+    events, built = [], []
     monkeypatch.setattr(bench, "estimate_mfu", lambda model, n, dt, seq_len: probe.estimate_mfu(
         model, n, dt, seq_len=seq_len, peak=1e12))
-    monkeypatch.setattr(torch, "compile", lambda model, mode: model)
     backends = ["torch"] + (["triton"] if kernels.triton_unavailable() is None else [])
-    args = bench.checked_keys(["--train", "--tiny", "--variants=baseline", f"--backends={','.join(backends)}",
-                               "--batch_size=2", "--block_size=16", "--warmup=2", "--steps=3", "--loss_chunk=8",
-                               "--pad_c_attn=64", f"--out_dir={tmp_path}"])
-    args.tiny = False  # the GPU's path: --warmup, --steps, --compile
-    session = bench.Session(args, "python -m lab.bench --train", "today", "cpu", torch.float32, ())
-    bench.bench_train(session)
+    bench_train_on_a_fake_clock(monkeypatch, tmp_path, events, built, [
+        "--variants=baseline", f"--backends={','.join(backends)}", "--warmup=2", "--steps=3", "--loss_chunk=8",
+        "--pad_c_attn=64"])
     data = json.load(open(tmp_path / "bench_train.json"))
     md = (tmp_path / "bench_train.md").read_text()
     records = data["records"]
@@ -652,41 +659,17 @@ def test_train_profiles_every_row_only_after_every_timing(tmp_path, monkeypatch,
     """bench_train --profile: a profiled process stays slower on the host, so no row is timed after a profile; each
     row is built again, warmed up and then profiled, its top ops in its record, and a command stopped during the
     profiles keeps every timing (the partial files count the profiles as measurements too)."""
-    import types
-
-    import torch
-    from model import GPT, GPTConfig
-    events, now, partials = [], [0.0], []
-
-    def clock():
-        events.append("clock")
-        return now[0]
-
-    def step(*args):
-        real_step(*args)
-        events.append("step")
-        now[0] += 1.0
+    events, partials = [], []
 
     def profile(step, steps, path):
         events.append("profile")
         return [["aten::mm", 1.0, 2.0]]
-    real_step, real_write = bench.optimizer_step, bench.write_train
-    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=clock))
-    monkeypatch.setattr(bench, "optimizer_step", step)
-    monkeypatch.setattr(bench, "sync", lambda: events.append("sync"))
+    real_write = bench.write_train
     monkeypatch.setattr(bench, "profile_steps", profile)
     monkeypatch.setattr(bench, "write_train", lambda session, shape, records, partial=None: partials.append(
         (partial, [dict(r) for r in records])) or real_write(session, shape, records, partial))
-    monkeypatch.setattr(bench, "GPTConfig", lambda **kw: GPTConfig(**{**kw, "vocab_size": 64, "n_layer": 1,
-                                                                         "n_head": 2, "n_embd": 32}))
-    monkeypatch.setattr(bench, "GPT", GPT)
-    monkeypatch.setattr(torch, "compile", lambda model, mode: model)
-    args = bench.checked_keys(["--train", "--tiny", "--variants=baseline,g1_headwise", "--backends=torch",
-                               "--batch_size=2", "--block_size=16", "--warmup=1", "--steps=1", "--profile=3",
-                               f"--out_dir={tmp_path}"])
-    args.tiny = False  # the GPU's path: --warmup, --steps, --compile
-    session = bench.Session(args, "python -m lab.bench --train", "today", "cpu", torch.float32, ())
-    bench.bench_train(session)
+    bench_train_on_a_fake_clock(monkeypatch, tmp_path, events, [], [
+        "--variants=baseline,g1_headwise", "--backends=torch", "--warmup=1", "--steps=1", "--profile=3"])
     timed = ["step", "sync", "clock", "step", "sync", "clock"]  # warm-up, sync, clock, timed step, sync, clock
     # 2 variants x compiled or not; then each warmed up, its queued work finished (sync), profiled
     assert events == timed * 4 + ["step", "sync", "profile"] * 4
