@@ -32,7 +32,8 @@
 #     G1 headwise and the baseline unpadded (--pad_c_attn=1), PyTorch attention first, into compiled/unpadded/; then
 #     the same two without torch.compile (whose Inductor may pad its own buffers), into eager/; each row with 5 steps
 #     profiled once all the part's rows are timed (lab.bench --profile=5, 2 at toy size: where the time goes, op by
-#     op, in the json's top_ops and in profile/; a profiled process is slower on the host, so no timing follows one)
+#     op, in the json's top_ops and in profile/; a process can stay slower on the host after a profile, so no timing
+#     follows one)
 # A lab.bench step stopped part-way leaves what it measured in its bench_*.partial.{json,md} (marked incomplete).
 # Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
 # tarball holds that folder (and the run's log.jsonl, results/bench_train.*; not the run's checkpoints). Run
