@@ -980,6 +980,18 @@ def test_c_attns_aligned_rows_compute_what_an_nn_linear_computes(backend):
     assert torch.equal(padded.generate(idx[:, :4], 6, top_k=1), a)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="c_attn pads its rows on a GPU only")
+def test_on_a_gpu_c_attn_pads_its_rows_by_default():
+    """On CUDA, with no setting: GPT-2 small's headwise c_attn (2,316 outputs) is read at a row stride of 2,368, and
+    in bf16 every token's row starts 16-byte aligned; one token a sequence (decoding) is left unpadded."""
+    attn = GPT(GPTConfig(n_layer=1, gate_granularity="headwise")).cuda().transformer.h[0].attn
+    x = torch.randn(2, 8, 768, device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out, one = attn.c_attn(x), attn.c_attn(x[:, :1])
+    assert out.shape[-1] == 2316 and out.stride()[-2:] == (2368, 1) and (out.stride(-2) * out.element_size()) % 16 == 0
+    assert one.stride()[-2:] == (2316, 1)
+
+
 def test_weight_tying_and_init():
     cfg = GPTConfig(n_layer=6, n_head=4, n_embd=256, vocab_size=1000, block_size=64)
     model = GPT(cfg)
