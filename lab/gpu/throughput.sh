@@ -27,13 +27,13 @@
 #   bash lab/gpu/throughput.sh align    -> $WORK/throughput-align/, $OUT/throughput-align.tar.gz
 #     what padding c_attn's output rows is worth: GPT-2 small's 12 heads make a headwise gate's c_attn 3 x 768 + 12 =
 #     2,316 wide, which puts every other token's q, k and v off 16-byte alignment; model.py pads the rows to a
-#     multiple of 64 on a GPU (kernels.AlignedLinear: 2,368, the same parameters and results). Compiled, G1 headwise
-#     padded (lab.bench --pad_c_attn=64) on the fused kernel, then on PyTorch attention, into compiled/padded/; then
-#     G1 headwise and the baseline unpadded (--pad_c_attn=1), PyTorch attention first, into compiled/unpadded/; then
-#     the same two without torch.compile (whose Inductor may pad its own buffers), into eager/; each row with 5 steps
-#     profiled once all the part's rows are timed (lab.bench --profile=5, 2 at toy size: where the time goes, op by
-#     op, in the json's top_ops and in profile/; a process can stay slower on the host after a profile, so no timing
-#     follows one)
+#     multiple of 64 on a GPU (kernels.AlignedLinear: 2,368, the same parameters, results up to rounding). Compiled,
+#     G1 headwise padded (lab.bench --pad_c_attn=64) on the fused kernel, then on PyTorch attention, into
+#     compiled/padded/; then G1 headwise and the baseline unpadded (--pad_c_attn=1), PyTorch attention first, into
+#     compiled/unpadded/; then the same two without torch.compile (whose Inductor may pad its own buffers), into
+#     eager/; each row with 5 steps profiled once all the part's rows are timed (lab.bench --profile=5, 2 at toy size:
+#     where the time goes, op by op, in the json's top_ops and in profile/; a process can stay slower on the host
+#     after a profile, so no timing follows one)
 # A lab.bench step stopped part-way leaves what it measured in its bench_*.partial.{json,md} (marked incomplete).
 # Each part's output is in $WORK/<name>/<part>.txt, its exit code and seconds in $WORK/<name>/steps.tsv; the
 # tarball holds that folder (and the run's log.jsonl, results/bench_train.*; not the run's checkpoints). Run
