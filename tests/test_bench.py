@@ -536,8 +536,13 @@ def test_each_kernel_provider_computes_the_attention_its_name_says():
     """PROVIDERS: a '+gate' row computes the gated attention, the others attention without the gate (the timings
     compare them under these names)."""
     import torch
+    # the kernel's device: a GPU where there is one (there conftest.py leaves Triton's interpreter off, and the kernel
+    # refuses CPU tensors), else the CPU through the interpreter
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the fused kernel on a CPU needs TRITON_INTERPRET=1 (conftest.py sets it without a GPU)")
     gen = torch.Generator().manual_seed(0)
-    q, k, v, g = (torch.randn(1, 2, 16, 16, generator=gen) for _ in range(4))
+    q, k, v, g = (torch.randn(1, 2, 16, 16, generator=gen).to(device) for _ in range(4))
     gated, plain = kernels.attention_torch(q, k, v, g, True), kernels.attention_torch(q, k, v, None, True)
     assert not torch.allclose(gated, plain, atol=1e-3)
     for name, (fn, _, _) in bench.PROVIDERS.items():
@@ -633,7 +638,9 @@ def test_train_timing_excludes_the_warm_up_and_reads_the_clock_after_a_sync(tmp_
     events, built = [], []
     monkeypatch.setattr(bench, "estimate_mfu", lambda model, n, dt, seq_len: probe.estimate_mfu(
         model, n, dt, seq_len=seq_len, peak=1e12))
-    backends = ["torch"] + (["triton"] if kernels.triton_unavailable() is None else [])
+    # the fused kernel too where it runs on the CPU's tensors: Triton's interpreter (conftest.py sets it without a GPU)
+    fused_on_the_cpu = kernels.triton_unavailable() is None and os.environ.get("TRITON_INTERPRET") == "1"
+    backends = ["torch"] + (["triton"] if fused_on_the_cpu else [])
     bench_train_on_a_fake_clock(monkeypatch, tmp_path, events, built, [
         "--variants=baseline", f"--backends={','.join(backends)}", "--warmup=2", "--steps=3", "--loss_chunk=8",
         "--pad_c_attn=64"])

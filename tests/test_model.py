@@ -276,8 +276,14 @@ def test_gate_equations_against_reference(name, kw):
         torch.testing.assert_close(attn(x), reference_attention(attn, x, model.config), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.skipif(kernels.triton_unavailable() is not None or os.environ.get("TRITON_INTERPRET") != "1",
-                    reason="needs Triton and TRITON_INTERPRET=1 (conftest.py sets it without a GPU)")
+# The fused kernel on this file's CPU models: Triton's interpreter (conftest.py sets TRITON_INTERPRET=1 without a
+# GPU). On a machine with a GPU it is not set, and the kernel refuses CPU tensors: tests/test_kernels.py runs it there.
+kernel_on_the_cpu = pytest.mark.skipif(kernels.triton_unavailable() is not None or
+                                       os.environ.get("TRITON_INTERPRET") != "1",
+                                       reason="needs Triton and TRITON_INTERPRET=1 (conftest.py sets it without a GPU)")
+
+
+@kernel_on_the_cpu
 @pytest.mark.parametrize("name,kw", [("silu", dict(gate_act="silu")), ("ns_sigmoid", dict(gate_act="ns_sigmoid")),
                                      ("additive", dict(gate_op="add")), ("sdpa_rmsnorm", dict(sdpa_nonlin="rmsnorm"))])
 def test_a_g1_gate_the_kernel_does_not_fuse_is_applied_after_it(name, kw):
@@ -934,8 +940,7 @@ def test_chunked_loss_under_torch_compile():
 # ----------------------------------------------------------------------------
 # Init, tying, optimiser, FLOPs
 
-@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=pytest.mark.skipif(
-    not kernels.HAS_TRITON, reason="the fused kernel cannot run here"))])
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=kernel_on_the_cpu)])
 def test_c_attns_aligned_rows_compute_what_an_nn_linear_computes(backend):
     """c_attn (kernels.AlignedLinear) with its output rows padded, as a GPU gets them (here on the CPU), gives the
     unpadded model's loss and gradients, with PyTorch's attention and with the fused kernel (which reads q, k, v and
