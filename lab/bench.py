@@ -569,7 +569,6 @@ def bench_train(session):
         use_compile, variant, backend = record["compile"], record["variant"], record["backend"]
         if "error" in record:
             continue
-        model = step = None
         try:  # apart from the timing: a rebuild or profiler that fails (no CUPTI, memory) keeps the timing
             model, step = build(variant, backend, use_compile)
             for _ in range(warmup):
@@ -615,9 +614,10 @@ def write_train(session, shape, records, partial=None):
            "variants (lab/variants.py): " + "; ".join(f"{v} {VARIANTS[v].flags}" for v in args.variants),
            "MFU: probe.estimate_mfu against probe.peak_flops (dense bf16 peak of the GPU)"] +
           ([f"--profile={args.profile}: {args.profile} more step{'s' if args.profile > 1 else ''} of each profiled "
-            "once every row is timed (a profiled process is slower on the host), after its warm-up: the top ops by "
-            "their own time in the json (top_ops: name, ms per step, calls per step), PyTorch's profiler table in "
-            "profile/ (on a GPU an op and the kernels it launches are listed each: their times overlap)"]
+            "once every row is timed (a process can stay slower on the host after a profile), after its warm-up: "
+            "the top ops by their own time in the json (top_ops: name, ms per step, calls per step), PyTorch's "
+            "profiler table in profile/ (on a GPU an op and the kernels it launches are listed each: their times "
+            "overlap)"]
            if args.profile else []),
           ["variant", "backend", "compile", "ms/step", "tokens/s", "MFU", "peak GB", "params"],
           [[r["variant"], r["backend"], r["compile"], r["ms_per_step"], r["tokens_per_s"], r["mfu"], r["peak_mem_gb"],

@@ -45,6 +45,13 @@ def _interpreter_problem():
     return None
 
 
+def fused_kernel_runs_on_the_cpu():
+    """Whether the fused Triton kernel runs on CPU tensors here: Triton there for it, and its interpreter on (set
+    above where there is no GPU; on a machine with a GPU it is off, and the kernel refuses CPU tensors)."""
+    import kernels  # here, not at the top: conftest sets TRITON_INTERPRET before anything imports triton
+    return kernels.triton_unavailable() is None and os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def prepared_in_the_checkout():
     """The paths in the checkout's data/ that git status lists (datasets prepared there, files changed), or None
     outside a git checkout. A test prepares its data in its own folder: one that prepared into data/ would hand later tests (and the

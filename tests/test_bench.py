@@ -15,6 +15,7 @@ import pytest
 import kernels
 import lab.bench as bench
 from cli import sdpa_order
+from conftest import fused_kernel_runs_on_the_cpu
 from lab.variants import VARIANTS
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
@@ -536,10 +537,8 @@ def test_each_kernel_provider_computes_the_attention_its_name_says():
     """PROVIDERS: a '+gate' row computes the gated attention, the others attention without the gate (the timings
     compare them under these names)."""
     import torch
-    # the kernel's device: a GPU where there is one (there conftest.py leaves Triton's interpreter off, and the kernel
-    # refuses CPU tensors), else the CPU through the interpreter
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the kernel's device: a GPU where there is one
+    if device == "cpu" and not fused_kernel_runs_on_the_cpu():
         pytest.skip("the fused kernel on a CPU needs TRITON_INTERPRET=1 (conftest.py sets it without a GPU)")
     gen = torch.Generator().manual_seed(0)
     q, k, v, g = (torch.randn(1, 2, 16, 16, generator=gen).to(device) for _ in range(4))
@@ -638,9 +637,7 @@ def test_train_timing_excludes_the_warm_up_and_reads_the_clock_after_a_sync(tmp_
     events, built = [], []
     monkeypatch.setattr(bench, "estimate_mfu", lambda model, n, dt, seq_len: probe.estimate_mfu(
         model, n, dt, seq_len=seq_len, peak=1e12))
-    # the fused kernel too where it runs on the CPU's tensors: Triton's interpreter (conftest.py sets it without a GPU)
-    fused_on_the_cpu = kernels.triton_unavailable() is None and os.environ.get("TRITON_INTERPRET") == "1"
-    backends = ["torch"] + (["triton"] if fused_on_the_cpu else [])
+    backends = ["torch"] + (["triton"] if fused_kernel_runs_on_the_cpu() else [])  # the fake clock's device: a CPU
     bench_train_on_a_fake_clock(monkeypatch, tmp_path, events, built, [
         "--variants=baseline", f"--backends={','.join(backends)}", "--warmup=2", "--steps=3", "--loss_chunk=8",
         "--pad_c_attn=64"])
@@ -663,8 +660,8 @@ def test_train_timing_excludes_the_warm_up_and_reads_the_clock_after_a_sync(tmp_
 
 
 def test_train_profiles_every_row_only_after_every_timing(tmp_path, monkeypatch, capsys):
-    """bench_train --profile: a profiled process stays slower on the host, so no row is timed after a profile; each
-    row is built again, warmed up and then profiled, its top ops in its record, and a command stopped during the
+    """bench_train --profile: a process can stay slower on the host after a profile, so no row is timed after one;
+    each row is built again, warmed up and then profiled, its top ops in its record, and a command stopped during the
     profiles keeps every timing (the partial files count the profiles as measurements too)."""
     events, partials = [], []
 

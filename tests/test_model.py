@@ -1,7 +1,6 @@
 """Properties of model.py, for every gate variant and norm type. CPU only, float64 where we compare numbers."""
 
 import math
-import os
 import re
 import warnings
 
@@ -9,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kernels
 import probe
 from cli import _source_lines
+from conftest import fused_kernel_runs_on_the_cpu
 from kernels import chunked_loss
 from model import (VALID, DyT, GPT, GPTConfig, GatedNorm, PreAffine, RMSNorm, apply_rope, gate_activation, make_norm,
     rope_tables, window_mask)
@@ -276,10 +275,9 @@ def test_gate_equations_against_reference(name, kw):
         torch.testing.assert_close(attn(x), reference_attention(attn, x, model.config), rtol=1e-10, atol=1e-12)
 
 
-# The fused kernel on this file's CPU models: Triton's interpreter (conftest.py sets TRITON_INTERPRET=1 without a
-# GPU). On a machine with a GPU it is not set, and the kernel refuses CPU tensors: tests/test_kernels.py runs it there.
-kernel_on_the_cpu = pytest.mark.skipif(kernels.triton_unavailable() is not None or
-                                       os.environ.get("TRITON_INTERPRET") != "1",
+# The fused kernel on this file's CPU models: only through Triton's interpreter (on a machine with a GPU,
+# tests/test_kernels.py runs it on the GPU's tensors)
+kernel_on_the_cpu = pytest.mark.skipif(not fused_kernel_runs_on_the_cpu(),
                                        reason="needs Triton and TRITON_INTERPRET=1 (conftest.py sets it without a GPU)")
 
 
