@@ -278,6 +278,9 @@ if HAS_TRITON:
     # every T in (T_KEY/2, T_KEY]), the head dim, causality and the query heads per kv head (dK/dV loops
     # over them); the autotuner adds the tensors' dtypes.
     _KEY = ["T_KEY", "HEAD_DIM", "CAUSAL", "GROUP"]
+    # Every launch names fused multiply-adds, Triton's default so far and what each GPU run of the tests compiled:
+    # Triton 3.9 warns at a process's first compile when this is left unset, and says 3.10 will turn it off.
+    _FMA = {"enable_fp_fusion": True}
 
     def _wall_clock(kernel_call, quantiles):
         """The autotuner's timer under the interpreter, which has no GPU events: one timed call after one
@@ -647,7 +650,7 @@ def _flash_forward(q, k, v, gate, causal, scale):
     _attn_fwd[grid](q, k, v, y, lse2, *q.stride(), *k.stride(), *v.stride(), *y.stride(),
                     H, T, H // k.size(1), _t_key(T), scale * LOG2E,
                     g, *g_strides, GATE=mode,  # [gate]
-                    HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q))
+                    HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q), **_FMA)
     return y, lse2
 
 
@@ -667,7 +670,7 @@ def _flash_backward(dy, q, k, v, gate, y, lse2, causal, scale):
     _bwd_pre[(triton.cdiv(T, _PRE_BLOCK_M), B * H)](
         dy, y, delta, *dy.stride(), *y.stride(), H, T,
         g, *pre_out, *g_strides, *do.stride(), GATE=mode,  # [gate]
-        HEAD_DIM=D, BLOCK_M=_PRE_BLOCK_M)
+        HEAD_DIM=D, BLOCK_M=_PRE_BLOCK_M, **_FMA)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     atomic = BACKWARD == "atomic"
     dq_sum = dq  # 'atomic': the fp32 sum the dK/dV pass adds to (dq itself when q is fp32); else not read
@@ -676,14 +679,15 @@ def _flash_backward(dy, q, k, v, gate, y, lse2, causal, scale):
             torch.zeros((B, T, H, D), dtype=torch.float32, device=q.device).transpose(1, 2)
     (_bwd_dkdv_dq if atomic else _bwd_dkdv)[lambda meta: (triton.cdiv(T, meta["BLOCK_N"]), B * Hkv)](
         q, k, v, do, lse2, delta, dk, dv, dq_sum, *common, *dk.stride(), *dq_sum.stride(),
-        H, T, H // Hkv, _t_key(T), scale * LOG2E, scale, HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q), DQ_ATOMIC=atomic)
+        H, T, H // Hkv, _t_key(T), scale * LOG2E, scale, HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q), DQ_ATOMIC=atomic,
+        **_FMA)
     if atomic:
         if dq_sum is not dq:
             dq.copy_(dq_sum)
     else:
         _bwd_dq[lambda meta: (triton.cdiv(T, meta["BLOCK_M"]), B * H)](
             q, k, v, do, lse2, delta, dq, *common, *dq.stride(), H, T, H // Hkv, _t_key(T), scale * LOG2E, scale,
-            HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q))
+            HEAD_DIM=D, CAUSAL=causal, PREC=_prec(q), **_FMA)
     return grads
 
 

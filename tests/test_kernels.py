@@ -188,6 +188,25 @@ def test_each_backward_mode_launches_its_own_kernels(backward, choose_backward, 
 
 @needs_triton
 @pytest.mark.parametrize("backward", kernels.BACKWARDS)
+def test_every_launch_names_fused_multiply_adds(backward, choose_backward, monkeypatch):
+    """Each kernel is compiled with enable_fp_fusion=True given, not left to the installed Triton's default (which
+    Triton 3.9 warns about at the first compile, and says 3.10 will turn off): a spy on each JIT function's run
+    records what every launch, the autotuner's trial runs included, asked for."""
+    asked = {}
+    for fn in {kernels._attn_fwd.fn, kernels._bwd_pre, kernels._bwd_dkdv.fn, kernels._bwd_dq.fn}:
+        def spy(*args, _run=fn.run, _name=fn.fn.__name__, **kwargs):
+            asked.setdefault(_name, []).append(kwargs.get("enable_fp_fusion"))
+            return _run(*args, **kwargs)
+        monkeypatch.setattr(fn, "run", spy)
+    choose_backward(backward)
+    assert_close_to_reference(*make_inputs(1, 4, 2, 37, 32, "headwise"), causal=True)
+    launched = {"_attn_fwd", "_bwd_pre", "_dkdv_kernel"} | ({"_bwd_dq"} if backward == "recompute" else set())
+    assert set(asked) == launched, asked
+    assert all(fusion == [True] * len(fusion) for fusion in asked.values()), asked
+
+
+@needs_triton
+@pytest.mark.parametrize("backward", kernels.BACKWARDS)
 @pytest.mark.parametrize("causal", [True, False])
 # the interpreter's numpy warns about the overflow in the rows of keys past T, which are never stored
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp2", "ignore:invalid value encountered in matmul")
