@@ -177,7 +177,8 @@ class PreAffine(nn.Module):
     in a weight instead of in a massive activation of the residual stream (GN)."""
     def __init__(self, dim, eps=1e-6):
         super().__init__()
-        self.pre_scale, self.norm = nn.Parameter(torch.ones(dim)), RMSNorm(dim, eps)
+        self.pre_scale = nn.Parameter(torch.ones(dim))
+        self.norm = RMSNorm(dim, eps)
 
     def forward(self, x):
         return self.norm(self.pre_scale * x)
@@ -272,10 +273,9 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.config = config
         self.n_head, self.n_kv_head, self.head_dim = H, Hkv, D = config.n_head, config.n_kv_head, config.head_dim
-        # one matmul for Q, K, V and the gate logits X W_theta (as the official Qwen code widens q_proj); an nn.Linear
-        # whose output rows a GPU gets padded to a multiple of 64, so that each token's q, k, v start aligned
+        # one matmul for Q, K, V and the gate logits X W_theta (as the official Qwen code widens q_proj)
         self.qkvg_sizes = [H * D, Hkv * D, Hkv * D, config.gate_logits_width()]
-        self.c_attn = kernels.AlignedLinear(config.n_embd, sum(self.qkvg_sizes), bias=config.bias)
+        self.c_attn = kernels.AlignedLinear(config.n_embd, sum(self.qkvg_sizes), bias=config.bias)  # pads rows on a GPU
         self.c_proj = nn.Linear(H * D, config.n_embd, bias=config.bias)
         self.c_proj.RESIDUAL_PROJ = True
         self.resid_dropout = nn.Dropout(config.dropout)

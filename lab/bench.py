@@ -603,7 +603,8 @@ def write_train(session, shape, records, partial=None):
           [" ".join(f"{k}={v}" for k, v in base.items()) + f", batch {batch_size} x T {T}, "
            f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}, match_params={args.match_params}, "
            + (f"c_attn's output rows padded to a multiple of {args.pad_c_attn} (kernels.AlignedLinear: zero weight "
-              "rows in the matmul, cut off after it; the same parameters and results), " if args.pad_c_attn > 1 else
+              "rows in the matmul, cut off after it; the same parameters, results up to rounding), "
+              if args.pad_c_attn > 1 else
               "c_attn's output rows not padded (--pad_c_attn=1), ") +
            f"{warmup} warm-up then {steps} timed step{'s' * (steps != 1)} of train.py's own (train.optimizer_step: "
            f"gradient clipping, a non-finite step skipped on the device, fused AdamW); compiled with "

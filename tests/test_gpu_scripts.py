@@ -264,8 +264,8 @@ def test_throughput_modes_batch_sizes_and_alignment_at_toy_size(tmp_path):
         (v, b) for v in ("g1_headwise", "baseline") for b in ("torch", "triton")]
     assert {r["params"] for r in padded["records"]} == {unpadded["records"][0]["params"]}  # the same model
     assert "padded to a multiple of 64" in files["throughput-align/eager/padded/bench_train.md"].decode()
-    # each measurement profiled once every row is timed (2 steps at toy size): the top ops by their own time, each a share
-    # of the step
+    # each measurement profiled once every row is timed (2 steps at toy size): the top ops by their own time, each a
+    # share of the step
     for part, data in (("unpadded", unpadded), ("padded", padded)):
         for r in data["records"]:
             ops = r["top_ops"]
