@@ -476,9 +476,13 @@ def describe_error(e, path, importing=False):
         message = str(e)
     except Exception:
         message = f"(a {type(e).__name__} whose message cannot be printed)"
-    frame = _student_frame(e, path)
+    frames = _student_frames(e, path)
+    frame = frames[-1] if frames else None
     error = {"type": "Wrong" if isinstance(e, Wrong) else type(e).__name__, "message": message[:4000],
              "where": [_where(e, path), _where(e, path, code=False)], "function": frame and frame.name}
+    if isinstance(e, TimeLimit) and frame is not None and frames[0].name not in (frame.name, "<module>"):
+        # stuck in a helper (a given one, say): name the function the check called too, where the loop may be
+        error["where"][0] += f", called from your {frames[0].name} (line {frames[0].lineno})"
     if isinstance(e, SystemExit):
         error["exit"] = _exited(e, path, importing)
     return error
@@ -1206,21 +1210,28 @@ class ChildProcess:
 
 
 def _stuck_in(stack_file, path):
-    """(function, place) of the innermost frame of the student's file in faulthandler's dump, or (None, '')."""
+    """(function, place) of the innermost frame of the student's file in faulthandler's dump, or (None, ''); place
+    also names the outermost such frame (the function the check called) where it is another function."""
     try:
         with open(stack_file, encoding="utf-8", errors="replace") as f:
             dump = f.read()
     except OSError:
         return None, ""
-    for file, line, function in re.findall(r'File "(.*)", line (\d+) in (\S+)', dump):  # innermost first
-        if os.path.abspath(file) == os.path.abspath(path):
-            try:
-                with open(path, encoding="utf-8") as f:
-                    code = f.read().splitlines()[int(line) - 1].strip()
-            except (OSError, IndexError, UnicodeDecodeError):
-                code = ""
-            function, code = student_text(function, 100), student_text(code, 200)  # the file's text, as it is now
-            return function, f" ({os.path.basename(path)} line {line}" + (f": {code})" if code else ")")
+    for block in re.split(r"\n(?=\S)", dump):  # one block per thread: its frames innermost first
+        frames = [(line, function) for file, line, function in re.findall(r'File "(.*)", line (\d+) in (\S+)', block)
+                  if os.path.abspath(file) == os.path.abspath(path)]
+        if not frames:
+            continue
+        (line, function), (outer_line, outer) = frames[0], frames[-1]
+        try:
+            with open(path, encoding="utf-8") as f:
+                code = f.read().splitlines()[int(line) - 1].strip()
+        except (OSError, IndexError, UnicodeDecodeError):
+            code = ""
+        place = f" ({os.path.basename(path)} line {line}" + (f": {student_text(code, 200)})" if code else ")")
+        if outer not in (function, "<module>"):  # the function the check called, then where it was stuck
+            place += f", called from your {student_text(outer, 100)} (line {outer_line})"
+        return student_text(function, 100), place  # the file's text, as it is now
     return None, ""
 
 

@@ -487,6 +487,18 @@ def test_an_endless_loop_is_stopped_and_named(tmp_path):
     assert "your g1_gate did not return (starter.py line 39: while True:)" in out, out
 
 
+@pytest.mark.parametrize("swallowed", [False, True])
+def test_an_endless_loop_in_a_helper_names_the_function_the_check_called(swallowed, tmp_path):
+    """Stuck in a function of the student's own (or a given one) that the answer calls: both are named, whether the
+    stop is raised in the loop or the loop swallows it and the process is killed."""
+    body = ["    try:", "        time.sleep(0.1)", "    except BaseException:", "        pass"] if swallowed else \
+        ["    time.sleep(0.1)"]
+    path = starter_with(tmp_path, gap1=["return spin()"], end=["import time", "def spin():", "  while True:", *body])
+    code, out = check_cli(path, "--timeout=2", timeout=60)
+    assert code == 1 and "did not finish within 2 s: your spin did not return (starter.py line" in out, out
+    assert ", called from your g1_gate (line 39)" in out, out
+
+
 def test_an_endless_loop_that_swallows_the_stop_is_killed_and_named(tmp_path):
     path = starter_with(tmp_path, gap1=["import time", "while True:", "    try:", "        time.sleep(0.1)",
                                         "    except BaseException:", "        pass"])

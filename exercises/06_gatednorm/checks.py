@@ -118,10 +118,21 @@ def check_rms_norm_vs_model(student):
                  hint="Shape, scale and unit RMS are right, so re-check the gain: weight holds one factor per "
                       "channel, applied to the normalised vector; and that x itself is what is divided (no mean "
                       "subtracted).")
+    if not student.in_child(_leaves_inputs, "rms_norm", x, w):
+        raise Wrong("rms_norm changed its input x (or weight) in place: in a model x is the residual stream, which "
+                    "the block adds the layer's output to afterwards. Compute the result as a new tensor (an "
+                    "in-place method ending in _, or an assignment into x, changes the caller's tensor).")
     called = student.in_child(_norms_called, x, w)
     if called:
         raise Wrong(f"rms_norm calls {called}, the function the checks compare with: the exercise is to write it "
                     "yourself, with tensor operations (see gap 1 of the statement).")
+
+
+def _leaves_inputs(student, function, *inputs):
+    """In the student's process: whether function(*inputs) left its inputs as they were."""
+    kept = [t.clone() for t in inputs]
+    getattr(student, function)(*inputs)
+    return all(torch.equal(a, b) for a, b in zip(inputs, kept))
 
 
 def _norms_called(student, x, w):
@@ -253,3 +264,7 @@ def check_gated_norm_vs_model(student):
     expect_close("gated_norm(1e-4-scale x, weight, w_down, w_up, eps=1e-7)", student.gated_norm(xs, w, w_down, w_up,
                  eps=1e-7), want, atol=1e-8, rtol=1e-5, hint="The default eps passes: does gated_norm pass its eps "
                  "argument on to rms_norm?")
+    if not student.in_child(_leaves_inputs, "gated_norm", x, w, w_down, w_up):
+        raise Wrong("gated_norm changed one of its inputs (x or a weight) in place: in a model x is the residual "
+                    "stream, which the block adds the layer's output to afterwards. Compute the result as a new "
+                    "tensor.")

@@ -280,8 +280,10 @@ def check_probs_vs_probe(student):
                     raise Wrong(f"gate={gate!r} model, layer {layer}: {why}")
             expect_close(f"attention_probs(...)[{layer}] of the gate={gate!r} model", g, w, atol=2e-5, rtol=1e-4,
                          hint="Re-check where you take q and k: exactly the tensors the attention multiplies, after "
-                              "everything the attention's projection applies (this model also normalises q and k: "
-                              "QK-norm), one layer's each; and the scale of the scores.")
+                              "everything the attention's projection applies" +
+                              (" (this model also normalises q and k: QK-norm)" if settings.get("qk_norm") else
+                               " (its rotary position embedding)") +
+                              ", one layer's each; and the scale of the scores.")
 
 
 def check_split_returns_floats(student):

@@ -67,6 +67,10 @@ MUTANTS = [
      "mean_square = x.var(dim=-1, keepdim=True)", "root of its variance"),
     ("rms_norm_tiny_inputs", "x * torch.rsqrt(" "mean_square + eps) * weight",  # eps added to 1/RMS
      "x * (torch.rsqrt(mean_square) + eps) * weight", "sits where it does nothing"),
+    ("rms_norm_vs_model", "return x * torch.rsqrt(" "mean_square + eps) * weight",  # x itself scaled, in place
+     "return x.mul_(torch.rsqrt(mean_square + eps)).mul_(weight)", "changed its input x"),
+    ("gated_norm_vs_model", "    y = rms_norm(" "x, weight, eps)",  # the normalised vector written over x
+     "    y = x.copy_(rms_norm(x, weight, eps))", "changed one of its inputs"),
 ]
 
 # the answer's key fragments: none may appear in the statement, the starter, the checks or the checker's messages,
