@@ -33,12 +33,14 @@ there and its rank among the channels by size, and the loss at the other positio
 can move (nothing after the last block mixes positions; checked).
 
 For each run's ckpt.pt (or --checkpoint=best.pt), on the validation windows it was evaluated on. Prints a table,
-writes --out (JSON: each run's numbers) and the same table beside it as Markdown.
+writes --out (JSON: each run's numbers, with its run id, seed, data fingerprint and where and when it was measured)
+and the same table beside it as Markdown, the two together (a command cut short leaves the pair as it was).
 """
 
 import math
 import os
 import sys
+import time
 from contextlib import contextmanager
 if not __package__:  # run as python lab/outlier.py: find the project from its root, as python -m lab.outlier does
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,11 +48,11 @@ if not __package__:  # run as python lab/outlier.py: find the project from its r
 from dataclasses import dataclass
 
 # cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
-from cli import configure, fail, pick_device, run_main
-from data.shards import bos_token, val_batches
+from cli import configure, device_name, fail, pick_device, run_main
+from data.shards import bos_token, dataset_fingerprint, val_batches
 from lab.analyze import eval_windows, load_run_checkpoint
 from lab.report import not_a_file_name, repeated_label
-from runfolder import writable_folder, write_json, write_text
+from runfolder import result_set, writable_folder, write_json, write_text
 import torch
 import torch.nn.functional as F
 
@@ -189,7 +191,10 @@ def measure(run, checkpoint, device):
     rms_ratio = None if model.config.norm == "dyt" else rms_ratio  # DyT divides by nothing
     scale = None if scale is None else scale.detach().abs()
     at = {k: v[:, channel].mean().item() for k, v in at0.items()}
-    return dict(run=run, iter=ckpt["iter_num"], norm=model.config.norm, gate=model.config.gate, channel=channel,
+    return dict(run=run, iter=ckpt["iter_num"], run_id=ckpt.get("run_id"), seed=ckpt.get("config", {}).get("seed"),
+                data_dir=w["data_dir"], data_fingerprint=dataset_fingerprint(w["data_dir"]),
+                measured_on=f"{device_name(device)}, {time.strftime('%Y-%m-%d')}",  # whose run, what data, where
+                norm=model.config.norm, gate=model.config.gate, channel=channel,
                 channels=h0.shape[1],
                 windows=n, act_bos=h0[:, channel].abs().mean().item(), act_rest=abs_rest[channel].item(), value=value,
                 from_input=at["in"], from_attention=at["mid"] - at["in"], from_mlp=at["out"] - at["mid"],
@@ -254,8 +259,11 @@ def main(argv=None):
             fail(e)
     md = table(rows)
     print(md)
-    write_json(a.out, dict(checkpoint=a.checkpoint, runs=rows))
-    write_text(a.out[:-len(".json")] + ".md", md + "\n")
+    folder, name = os.path.split(a.out)
+    names = (name, name[:-len(".json")] + ".md")
+    with result_set(folder or ".", names, last=names[:1]) as staging:  # the pair together, never two sets mixed
+        write_text(os.path.join(staging, names[1]), md + "\n")
+        write_json(os.path.join(staging, names[0]), dict(checkpoint=a.checkpoint, runs=rows))
     print(f"wrote {a.out} and {a.out[:-len('.json')]}.md")
 
 

@@ -407,7 +407,9 @@ def render_report(result, root, tiny, commands, report_command, plots, analyzed,
         f"{', each starting with <|endoftext|>' if windows['bos'] else ''}; {val['source']})."
         + "".join(f" Note: {note}." for note in (*val.get("data_notes", ()), *val.get("window_notes", ())))
         + (f" Left out, not finished (the same `train` command continues them): {'; '.join(result['unfinished'])}."
-           if result.get("unfinished") else "")]
+           if result.get("unfinished") else "")
+        + (f" Left out, nothing of them to report: {'; '.join(result['unusable'])}."
+           if result.get("unusable") else "")]
     by = {}
     for r in records:
         by.setdefault(r["variant"], []).append(r)

@@ -47,7 +47,8 @@ gate, gate_act, norm, ...; the sweep's learning rate) are refused there and in a
 compares each run as the variant of its folder, and refuses a run whose keys of these are not what the study's own
 config and its variant make them, so a setting of your own is a variant of its own (lab/variants.py). After
 `evaluate` it is a key of lab/evaluate.py (--modes=quant, --windows=128, ...): `evaluate` runs it on every finished
-seed of the variants named (default: `models`; with --study=sink_lab, `all`) and writes to <report_dir>/evaluate/;
+seed of the variants named (default: `models`; with --study=sink_lab, `all`, and --modes=quant,stream where no
+--modes is given: the lab's learned positions have no length mode) and writes to <report_dir>/evaluate/;
 `report` then adds a section of their numbers, averaged over seeds.
 
 The runner starts the project's tools one way, each as its own process (start_tool): train.py for `train`,
@@ -823,11 +824,11 @@ def wait_for_one(running):
 # -----------------------------------------------------------------------------
 # Evaluate: lab/evaluate.py on the checkpoints trained so far
 
-def trained_runs(root, order=STUDY):
+def trained_runs(root, order=STUDY, unusable=None):
     """(variant, seed) of every run under root with a checkpoint, or with the measurements lab/analyze.py kept of
     its checkpoint when that is gone: in the study's order (its variants), then the other variants. Kept
     measurements that cannot be read, or that are an earlier run's (the folder reused), count as absent, with a
-    note."""
+    note (and in unusable, where given, {(variant, seed): why} for the report to name)."""
     runs = []
     for v in list(order) + [v for v in VARIANTS if v not in order]:
         folder = os.path.join(root, v)
@@ -839,6 +840,8 @@ def trained_runs(root, order=STUDY):
             if problem:
                 print(f"note: {v} seed {seed} left out: its {CHECKPOINT} is not in {run_dir(root, v, seed)}, and "
                       f"{problem}", flush=True)
+                if unusable is not None:
+                    unusable[(v, seed)] = f"{v} seed {seed} (no {CHECKPOINT}, and {problem})"
             else:
                 runs.append((v, seed))
     return runs
@@ -874,18 +877,25 @@ def differences(settings, config, variant):
 
 
 def keep_runs(root, report_dir, runs, commands):
-    """Copy what the report needs of each run (KEPT, and its command as COMMAND) to <report_dir>/runs/<variant>/
-    seed<N>/, each file atomically."""
+    """What the report keeps of each run (KEPT, and its command as COMMAND) in <report_dir>/runs/<variant>/seed<N>/:
+    {path: bytes}, read now and written by write_kept once the report is in place, so that a report that stops
+    before (Ctrl-C while plotting, a claim it cannot decide) leaves the runs its folder keeps as they were."""
+    out = {}
     for v, seed in runs:
         source, kept = run_dir(root, v, seed), run_dir(os.path.join(report_dir, RUNS_DIR), v, seed)
         for name in KEPT:
             if os.path.isfile(os.path.join(source, name)):
                 with open(os.path.join(source, name), "rb") as f:
-                    data = f.read()
-                atomic_write(os.path.join(kept, name), lambda f, data=data: f.write(data))
+                    out[os.path.join(kept, name)] = f.read()
         if (v, seed) in commands:
-            text = json.dumps(commands[(v, seed)]).encode()
-            atomic_write(os.path.join(kept, COMMAND), lambda f, text=text: f.write(text))
+            out[os.path.join(kept, COMMAND)] = json.dumps(commands[(v, seed)]).encode()
+    return out
+
+
+def write_kept(files):
+    """keep_runs' files, each atomically."""
+    for path, data in files.items():
+        atomic_write(path, lambda f, data=data: f.write(data))
 
 
 def kept_records(report_dir):
@@ -1038,10 +1048,16 @@ def evaluate_runs(root, report_dir, names, passed, study=STUDIES["repro"]):
     if not runs:
         fail(f"no trained runs of {', '.join(variants)} under {root}/: run `python -m lab.repro train ...` first")
     with claimed(root, report_dir):  # no training, other evaluation or report while the runs are measured
-        runs, unfinished = finished_runs(root, runs, {run: run_settings(root, *run) for run in runs})
+        trained = {run: run_settings(root, *run) for run in runs}
+        runs, unfinished = finished_runs(root, runs, trained)
         if not runs:
             fail(f"no finished runs of {', '.join(variants)} under {root}/ ({'; '.join(unfinished)}): the `train` "
                  "command that started them continues them")
+        if not any(w.startswith("--modes=") for w in passed) and \
+                any(trained[run].get("pos_emb", "rope") != "rope" for run in runs):  # the sink lab's learned positions
+            print("note: these runs have no rotary position embeddings, which lab/evaluate.py's length mode needs: "
+                  "evaluating --modes=quant,stream", flush=True)
+            passed = ["--modes=quant,stream", *passed]
         print(f"=== lab.evaluate: {len(runs)} runs, into {os.path.join(report_dir, EVALUATE_DIR)}/", flush=True)
         run_tool("lab/evaluate.py", [f"--runs={','.join(run_dir(root, v, s) for v, s in runs)}",
                                      f"--labels={','.join(f'{v}/seed{s}' for v, s in runs)}",
@@ -1103,7 +1119,11 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings
     problem = claim_problem(study)
     if problem:
         fail(f"{problem} (lab/repro.py's claims of --study={study.name})")
-    runs = trained_runs(root, study.variants)
+    unusable = {}  # runs with nothing to report (no checkpoint, nothing kept that stands for one): named in REPORT.md
+    runs = trained_runs(root, study.variants, unusable)
+    for (v, seed), c in last_commands(root).items():  # a seed that failed before its first checkpoint is named too
+        if (v, seed) not in runs and (v, seed) not in unusable and c.get("exit_code"):
+            unusable[(v, seed)] = f"{v} seed {seed} (no {CHECKPOINT}: its last command exited {c['exit_code']})"
     if not runs:
         fail(f"no trained runs under {root}/: run `python -m lab.repro train all --study={study.name}"
              f"{' --tiny' if tiny else ''}` first, or `python -m lab.repro restore` with the keys the runs a report "
@@ -1129,7 +1149,12 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings
             fail(f"{os.path.join(out_dir, RUNS_DIR)}/ keeps {absent[0]}{' and more' if len(absent) > 1 else ''}, which "
                  f"{root}/ lacks: `python -m lab.repro restore` with the same --root, --report_dir and the keys it was "
                  f"trained with puts it back (or says why not), or move it out of {out_dir}/ to report without it")
-        write_report(root, out_dir, tiny, report_command, study, settings, runs, unfinished)
+        write_report(root, out_dir, tiny, report_command, study, settings, runs, unfinished, unusable)
+
+
+def last_commands(root):
+    """{(variant, seed): the last command root's commands.jsonl records for it}."""
+    return {(c.get("variant"), c.get("seed")): c for c in read_jsonl(os.path.join(root, COMMANDS))}
 
 
 def finished_runs(root, runs, trained):
@@ -1193,9 +1218,11 @@ def comparable(run, values):
     return {key: a for key, a in values.items() if key != "sink_share"} | {OLDER + "sink_share": True}
 
 
-def write_report(root, out_dir, tiny, report_command, study, settings, runs, unfinished=()):
+def write_report(root, out_dir, tiny, report_command, study, settings, runs, unfinished=(), unusable=None):
     """report's work on the runs, with root and out_dir held: lab/analyze.py's measurement, the claims, REPORT.md
-    and the figures, each file written atomically. unfinished: the runs not finished, named in REPORT.md."""
+    and the figures, each file written atomically, then the runs it keeps (runs/). unfinished: the runs not finished,
+    and unusable: {(variant, seed): why} of those with nothing to report, each named in REPORT.md."""
+    unusable = unusable or {}
     summary, per_window = analyze_runs(root, runs)
     off = unalike([{**r, "variant": v, "seed": s} for (v, s), r in zip(runs, summary["runs"])], settings)
     if off:
@@ -1209,8 +1236,7 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs, unf
              f"runs it keeps (the --config they were trained with, in {os.path.join(out_dir, RUNS_DIR)}/)")
     every_command = read_jsonl(os.path.join(root, COMMANDS))
     commands = {(c["variant"], c.get("seed")): c for c in every_command}
-    keep_runs(root, out_dir, runs, commands)
-    keep_corpus_packages(root, out_dir, runs, summary["runs"])
+    kept = keep_runs(root, out_dir, runs, commands)  # written below, once the report is in place
     records, windows = [], {}
     for (v, seed), r, w in zip(runs, summary["runs"], per_window):
         cmd = commands.get((v, seed))
@@ -1232,7 +1258,7 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs, unf
     result = {"device": summary["device"], "date": summary["date"], "measured_on": summary["measured_on"],
               "validation": summary["validation"],
               "rule": RULE, "claims": claims, "sweep": sweep, "variants": variants, "runs": records,
-              "unfinished": list(unfinished)}
+              "unfinished": list(unfinished), **({"unusable": list(unusable.values())} if unusable else {})}
     if study.counts:  # a yes/no outcome per run, counted over seeds: the report leads with it
         result["sink_counts"] = sink_counts(by, study.counts)
     logs = {(v, s): read_jsonl(os.path.join(run_dir(root, v, s), LOG)) for v, s in runs}
@@ -1241,7 +1267,7 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs, unf
         write_json(os.path.join(staging, "summary.json"), result)
         # every train.py command of the runs reported (failed and resumed parts too), as the root recorded them: the
         # report folder, copied off the GPU machine, says how each run was made
-        reported = set(runs)
+        reported = set(runs) | set(unusable)  # (with the commands of those left out: how they failed)
         write_text(os.path.join(staging, COMMANDS), "".join(json.dumps(c) + "\n" for c in every_command
                                                             if (c.get("variant"), c.get("seed")) in reported))
         for name in ["summary.md"] + summary["plots"]:  # lab/analyze.py's table and figures, beside the report
@@ -1254,6 +1280,8 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs, unf
                    render_report(result, root, tiny, commands, report_command, plots, summary["runs"], study.title,
                                  every_command) +
                    evaluate_section(out_dir, root, runs))
+    write_kept(kept)
+    keep_corpus_packages(root, out_dir, runs, summary["runs"])
     print(f"wrote {out_dir}/summary.json and {out_dir}/REPORT.md")
 
 

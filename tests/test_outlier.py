@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import lab.outlier as outlier
 from conftest import change_a_token
-from data.shards import bos_token, val_batches
+from data.shards import bos_token, dataset_fingerprint, val_batches
 from lab.analyze import eval_windows
 from model import GPT, GPTConfig
 from runfolder import load_checkpoint, read_checkpoint, save_checkpoint
@@ -217,6 +217,11 @@ def test_the_command_writes_its_table_and_refuses_what_it_cannot_measure(sink_la
     outlier.main([f"--runs={','.join(runs)}", "--labels=base,gated", f"--out={out}"])
     rows = json.loads(out.read_text())["runs"]
     assert [r["label"] for r in rows] == ["base", "gated"] and [r["gate"] for r in rows] == ["none", "g1"]
+    for r, run in zip(rows, runs):  # which run (and seed), on what data, measured where and when
+        ckpt = read_checkpoint(os.path.join(run, "ckpt.pt"))
+        assert (r["run_id"], r["seed"], r["data_dir"]) == (ckpt["run_id"], ckpt["config"]["seed"],
+                                                           ckpt["config"]["data_dir"])
+        assert r["data_fingerprint"] == dataset_fingerprint(r["data_dir"]) and r["measured_on"].startswith("CPU (")
     md = (tmp_path / "o" / "outlier.md").read_text()
     assert md.count("\n| base |") == 1 and md.count("\n| gated |") == 1
     # --checkpoint: the file it names is the one measured (here a best.pt of another iteration than ckpt.pt's)

@@ -756,6 +756,11 @@ def test_render_report_states_the_rule_the_verdicts_and_the_papers():
                                 commands, "python -m lab.repro report", [], analyzed, repro.STUDIES["repro"].title)
     assert "Left out, not finished (the same `train` command continues them): baseline seed 1340 (iter 500 of " \
         "1600)." in left.split("\n## ")[0]  # in the header, beside the seeds per variant
+    gone = report.render_report(dict(result, unusable=["dyt seed 1339 (no ckpt.pt, and its measured.json cannot be "
+                                                       "read)"]), "out-repro", False, commands, "report", [], analyzed,
+                                repro.STUDIES["repro"].title)  # a seed whose checkpoint and measurements are gone
+    assert "Left out, nothing of them to report: dyt seed 1339 (no ckpt.pt, and its " \
+        "measured.json cannot be read)." in gone.split("\n## ")[0]
     assert "g1_elementwise → g5 | – | – | not measured (g5 not trained) | – |" in text
     assert "- dyt seed 1337: not recorded" in text and "`python train.py --out_dir=out-repro/baseline`" in text
     # the papers' numbers, one column per number report.PAPERS gives a measure of probe.MEASURES, in MEASURES' order
@@ -2144,7 +2149,9 @@ def test_kept_runs_that_cannot_be_read_or_are_an_earlier_runs_are_left_out_with_
     kept_run("baseline/seed1338", kept / "seed1338", cut)
     kept_run("baseline/seed1339", kept / "seed1339", new_run)
     capsys.readouterr()
-    assert repro.trained_runs(str(tmp_path / "kept" / "runs"), variants.LAB) == [("baseline", 1337)]
+    unusable = {}  # what the report names in its header, beside the runs not finished
+    assert repro.trained_runs(str(tmp_path / "kept" / "runs"), variants.LAB, unusable) == [("baseline", 1337)]
+    assert list(unusable) == [("baseline", 1338), ("baseline", 1339)], unusable
     out = capsys.readouterr().out
     assert "note: baseline seed 1338 left out: its ckpt.pt is not in" in out and "cannot be read" in out
     assert "note: baseline seed 1339 left out" in out and "earlier run's" in out
@@ -2215,6 +2222,26 @@ def test_a_report_of_runs_not_trained_alike_stops_before_it_writes(tmp_path, mon
         repro.write_report(str(tmp_path / "root"), str(tmp_path / "report"), True, "report",
                            repro.STUDIES["sink_lab"], ["weight_decay"], [("baseline", 1337), ("g1_elementwise", 1337)])
     assert not (tmp_path / "report").exists()
+
+
+def test_a_report_cut_short_leaves_its_folder_and_the_runs_it_keeps_as_they_were(tmp_path, monkeypatch):
+    """Ctrl-C while the report draws its figures (after it has read the runs): the report folder, the runs it keeps
+    under runs/ included, is exactly as it was, never a new runs/ beside the old REPORT.md."""
+    root, out_dir = tmp_path / "root", tmp_path / "report"
+    for run in ("baseline/seed1337", "g1_elementwise/seed1337"):
+        kept_run(run, root / run)
+        kept_run(run, out_dir / "runs" / run)
+        with open(out_dir / "runs" / run / "log.jsonl", "a") as f:  # a copy the report would replace
+            f.write("\n")
+    (out_dir / "REPORT.md").write_text("the report before")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(repro, "plot_trends", interrupted)
+    before = folder_state(str(out_dir))
+    with pytest.raises(KeyboardInterrupt):
+        repro.main(["report", "--study=sink_lab", f"--root={root}", f"--report_dir={out_dir}"])
+    assert folder_state(str(out_dir)) == before
 
 
 def analyzed_from_kept(root, runs):
@@ -2308,6 +2335,22 @@ def with_config(**change):
     return edit
 
 
+def test_a_seed_that_failed_before_its_first_checkpoint_is_named_not_silently_absent(tmp_path, monkeypatch):
+    """A run whose command failed before it saved a checkpoint has nothing to measure: the report names it, with its
+    exit code (and keeps its command), instead of reporting one seed fewer as if it had never been tried."""
+    root = tmp_path / "root"
+    kept_run("baseline/seed1337", root / "baseline" / "seed1337")
+    (root / "baseline" / "seed1338").mkdir()
+    records = [{"variant": "baseline", "seed": s, "command": f"python train.py --seed={s}", "exit_code": code}
+               for s, code in ((1337, 0), (1338, 1), (1339, 0))]  # 1339: exit 0 but nothing saved, not a failure
+    (root / "commands.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    got = []
+    monkeypatch.setattr(repro, "write_report", lambda *args: got.append(args))
+    repro.report(str(root), str(tmp_path / "report"), False, "report", repro.STUDIES["sink_lab"], [])
+    assert got[0][6:] == ([("baseline", 1337)], [], {("baseline", 1338): "baseline seed 1338 (no ckpt.pt: its last "
+                                                                         "command exited 1)"})
+
+
 def test_a_report_leaves_out_the_runs_not_finished_and_names_them(tmp_path, monkeypatch, capsys):
     """A run stopped before its max_iters (Ctrl-C, a time budget) is no seed yet: the report draws the others and
     names it (its header, from `left_out`), and with no run finished it stops with one line."""
@@ -2317,7 +2360,7 @@ def test_a_report_leaves_out_the_runs_not_finished_and_names_them(tmp_path, monk
     got = []
     monkeypatch.setattr(repro, "write_report", lambda *args: got.append(args))
     repro.report(str(root), str(tmp_path / "report"), False, "report", repro.STUDIES["sink_lab"], [])
-    assert got[0][6:] == ([("baseline", 1337)], ["baseline seed 1338 (iter 2000 of 4000)"])
+    assert got[0][6:] == ([("baseline", 1337)], ["baseline seed 1338 (iter 2000 of 4000)"], {})
     assert "note: baseline seed 1338 (iter 2000 of 4000) left out: not finished" in capsys.readouterr().out
     with_config(max_iters=4000)(str(root / "baseline" / "seed1337"))
     with pytest.raises(SystemExit, match=r"no finished runs under .*root/ to report \(baseline seed 1337 \(iter 2000 "
@@ -2334,7 +2377,12 @@ def test_evaluate_leaves_out_the_runs_not_finished(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(repro, "run_tool", lambda script, args: ran.append(args))
     repro.evaluate_runs(str(root), str(tmp_path / "report"), ["baseline"], [], repro.STUDIES["sink_lab"])
     assert [a for a in ran[0] if a.startswith("--labels=")] == ["--labels=baseline/seed1337"]
-    assert "note: baseline seed 1338 (iter 2000 of 4000) left out: not finished" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "note: baseline seed 1338 (iter 2000 of 4000) left out: not finished" in out
+    # the lab's learned positions have no length mode (it needs RoPE): the modes that apply, said, unless given
+    assert [a for a in ran[0] if a.startswith("--modes=")] == ["--modes=quant,stream"] and "--modes=quant" in out
+    repro.evaluate_runs(str(root), str(tmp_path / "report"), ["baseline"], ["--modes=quant"], repro.STUDIES["sink_lab"])
+    assert [a for a in ran[1] if a.startswith("--modes=")] == ["--modes=quant"]
 
 
 def test_a_key_a_run_lacks_is_taken_as_it_was_then_and_only_the_keys_that_differ_are_named():
