@@ -249,6 +249,10 @@ def no_checkpoint(folder, name):
             listed = ", ".join(runs[:6]) + (", ..." if len(runs) > 6 else "")
             return (f"no {name} in {folder}: it is a folder of runs ({listed}); name a run's own folder, e.g. "
                     f"{os.path.join(folder, runs[0])}")
+        if os.path.isfile(os.path.join(folder, MEASUREMENTS[0])):
+            return (f"no {name} in {folder}: it holds only the measurements kept of a run whose checkpoint is gone "
+                    f"(as lab.repro restore leaves them), which python -m lab.analyze reads; to sample or resume, "
+                    f"train the run again (python train.py ... --out_dir={folder} --overwrite=True)")
         if os.path.isfile(os.path.join(folder, "config.json")):
             return (f"no {name} in {folder}: it holds a published checkpoint (config.json), not a run; sample or "
                     f"measure it with --pretrained={folder}")
@@ -268,6 +272,12 @@ def no_checkpoint(folder, name):
         near = difflib.get_close_matches(os.path.basename(folder.rstrip(os.sep)), beside, n=1)
         if near:
             return f"no {name} in {folder}: there is no such folder; did you mean {os.path.join(parent, near[0])}?"
+    root = os.path.dirname(os.path.abspath(__file__))
+    at_root = os.path.join(root, folder)
+    if not os.path.isabs(folder) and not os.path.samefile(os.getcwd(), root) \
+            and os.path.isfile(os.path.join(at_root, name)):  # a relative path, typed outside the repository's root
+        return (f"no {name} in {folder} (relative to this folder, {os.getcwd()}); the repository's root has one: "
+                f"run the command from there, or give --out_dir={at_root}")
     return f"no {name} in {folder}: train it first (python train.py --out_dir={folder} ...)"
 
 
@@ -617,8 +627,8 @@ class RunFolder:
         what = f"{', '.join(held)} and no {CHECKPOINT}" if held else "no run files"
         if unreadable:
             what += f" ({unreadable})"
-        why = ("the run stopped before its first checkpoint" if LOG in held or not set(held) & set(MEASUREMENTS) else
-               "the measurements of a run whose checkpoint is gone")
+        why = ("the measurements of a run whose checkpoint is gone, as lab.repro restore leaves them"
+               if set(held) & set(MEASUREMENTS) else "the run stopped before its first checkpoint")
         return (f"{self.out_dir} holds {what}: there is no state to resume ({why}). Start a new run there with "
                 "--overwrite=True, or choose another --out_dir")
 
@@ -1042,5 +1052,11 @@ def resume_command(c, given, world_size, saved=None):
     fixed = {f.name for f in dataclasses.fields(GPTConfig)} - set(RUNTIME_FLAGS) | {"bos"}  # resume refuses a change
     keep += [f"--{k}={getattr(c, k)}" for k in sorted(given) if k not in PER_COMMAND and k not in fixed
              and saved is not None and k in saved and saved[k] != getattr(c, k)]
-    launcher = f"torchrun --standalone --nproc_per_node={world_size} train.py" if world_size > 1 else "python train.py"
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+    if os.path.realpath(os.getcwd()) == os.path.dirname(os.path.realpath(script)):
+        script = "train.py"  # run from the root, as the docs do; elsewhere train.py's path, from this folder
+    else:
+        script = shlex.quote(os.path.relpath(script))
+    launcher = (f"torchrun --standalone --nproc_per_node={world_size} {script}" if world_size > 1 else
+                f"python {script}")
     return f"{launcher} {shlex.join([*keep, f'--out_dir={c.out_dir}', '--init_from=resume'])}"  # pasteable as it is

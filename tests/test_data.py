@@ -1759,6 +1759,20 @@ def test_bigram_backcopy_main_passes_every_setting_on(tmp_path):
     assert meta["triggers"] == script.make_chain(16, 2, 0.5, 3)[1] and meta["tokenizer"] == "symbols-16"
 
 
+def test_preparing_a_dataset_again_with_other_options_says_it_replaces_one(tmp_path, capsys):
+    """A complete dataset prepared again with other options is other data, which the runs trained on it will refuse:
+    the preparation says so in one line, naming the command that made it; the same command again says nothing."""
+    script = load_script("bigram_backcopy")
+    small = ["--out_dir", str(tmp_path), "--vocab=16", "--train_tokens=3000", "--val_tokens=1000"]
+    script.main(small)
+    script.main(small)
+    assert "replacing" not in capsys.readouterr().out
+    script.main(small + ["--seed=1"])
+    assert f"note: replacing the dataset in {tmp_path}, made by `python data/bigram_backcopy/prepare.py --vocab 16 " \
+        "--train_tokens 3000 --val_tokens 1000 --out_dir " in capsys.readouterr().out
+    assert read_meta(tmp_path)["seed"] == 1
+
+
 def test_openwebtext_checks_num_proc_before_the_download(tmp_path, monkeypatch):
     owt = load_script("openwebtext")
     monkeypatch.setattr(owt, "load_splits", lambda *args: pytest.fail("downloaded despite a bad setting"))

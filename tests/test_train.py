@@ -7,6 +7,7 @@ import math
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -2175,6 +2176,33 @@ def test_a_run_on_a_relative_data_dir_resumes_from_another_working_folder(stdlib
     monkeypatch.chdir(tmp_path / "elsewhere")
     train.main([f"--out_dir={out_dir}", "--init_from=resume", "--max_iters=4", "--device=cpu"])
     assert read_log(out_dir)[-1]["iter"] == 4 and os.listdir(tmp_path / "elsewhere") == []
+
+
+def test_a_restored_run_and_a_path_typed_outside_the_root_are_named_as_such(tmp_path, monkeypatch):
+    """A run folder that holds only a restored run's log and measurements (lab.repro restore) is not a run to train
+    first nor one stopped before its first checkpoint; a relative --out_dir typed in another folder than the root,
+    where the root holds that run, says so; the command printed on Ctrl-C names train.py from where it was run."""
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    for name in ("log.jsonl", "measured.json", "measured.npz"):
+        (restored / name).write_text("{}")
+    assert "only the measurements kept of a run whose checkpoint is gone" in no_checkpoint(str(restored), CHECKPOINT)
+    assert "whose checkpoint is gone" in runfolder.RunFolder(str(restored)).describe()
+    root = tmp_path / "root"  # a repository's root whose out/ holds a run
+    (root / "out").mkdir(parents=True)
+    (root / "out" / CHECKPOINT).write_bytes(b"")
+    monkeypatch.setattr(runfolder, "__file__", str(root / "runfolder.py"))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert no_checkpoint("out", CHECKPOINT).endswith(f"root has one: run the command from there, or give "
+                                                     f"--out_dir={root / 'out'}")
+    assert "train it first" in no_checkpoint("nothing-here", CHECKPOINT)
+    monkeypatch.chdir(root)
+    assert "train it first" in no_checkpoint("nothing-here", CHECKPOINT)  # at the root, as before
+    assert runfolder.resume_command(*configure(TrainConfig, ["--out_dir=r"]), 1).startswith("python train.py ")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    c, given = configure(TrainConfig, ["--out_dir=r"])
+    assert shlex.split(runfolder.resume_command(c, given, 1))[:2] == ["python", os.path.relpath(os.path.join(root, "train.py"))]
 
 
 def test_a_new_run_removes_the_old_runs_measurements_when_it_replaces_the_old_run(stdlib_data, tmp_path):
