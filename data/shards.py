@@ -242,8 +242,8 @@ def start_preparation(out_dir, name, prepare, keep_shards=False):
     except ValueError:  # a malformed meta.json: replaced below, as before
         before = {}
     if before.get("complete") and before.get("prepare") and before["prepare"] != prepare:  # other options: other data
-        print(f"note: replacing the dataset in {out_dir}, made by `{before['prepare']}`: runs trained on it will refuse "
-              f"this one (that command makes it again)", flush=True)
+        print(f"note: replacing the dataset in {out_dir}, made by `{before['prepare']}`: runs trained on it will "
+              f"refuse this one (that command makes it again)", flush=True)
     marker = json.dumps({"name": name, "complete": False, "prepare": prepare}, indent=2) + "\n"
     atomic_write(os.path.join(out_dir, "meta.json"), lambda f: f.write(marker.encode()))
     remove_dataset(out_dir, name, keep_shards)

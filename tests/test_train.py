@@ -2202,7 +2202,8 @@ def test_a_restored_run_and_a_path_typed_outside_the_root_are_named_as_such(tmp_
     assert runfolder.resume_command(*configure(TrainConfig, ["--out_dir=r"]), 1).startswith("python train.py ")
     monkeypatch.chdir(tmp_path / "elsewhere")
     c, given = configure(TrainConfig, ["--out_dir=r"])
-    assert shlex.split(runfolder.resume_command(c, given, 1))[:2] == ["python", os.path.relpath(os.path.join(root, "train.py"))]
+    here = os.path.relpath(os.path.join(root, "train.py"))  # from this folder
+    assert shlex.split(runfolder.resume_command(c, given, 1))[:2] == ["python", here]
 
 
 def test_a_new_run_removes_the_old_runs_measurements_when_it_replaces_the_old_run(stdlib_data, tmp_path):
