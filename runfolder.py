@@ -235,6 +235,11 @@ def save_checkpoint(checkpoint, path):
     atomic_write(path, lambda f: torch.save(checkpoint, f))
 
 
+def in_repo_root():
+    """Whether this process runs in the repository's root, where the docs' commands are typed."""
+    return os.path.realpath(os.getcwd()) == os.path.realpath(REPO)
+
+
 def no_checkpoint(folder, name):
     """One line for a run folder that holds no checkpoint `name`: the checkpoints it has, the runs it holds (a folder
     of runs), that it is a dataset's folder, a folder of a similar name beside it (a typo), or else that it needs
@@ -272,12 +277,10 @@ def no_checkpoint(folder, name):
         near = difflib.get_close_matches(os.path.basename(folder.rstrip(os.sep)), beside, n=1)
         if near:
             return f"no {name} in {folder}: there is no such folder; did you mean {os.path.join(parent, near[0])}?"
-    root = os.path.dirname(os.path.abspath(__file__))
-    at_root = os.path.join(root, folder)
-    if not os.path.isabs(folder) and not os.path.samefile(os.getcwd(), root) \
-            and os.path.isfile(os.path.join(at_root, name)):  # a relative path, typed outside the repository's root
+    at_root = os.path.join(REPO, folder)
+    if not os.path.isabs(folder) and not in_repo_root() and os.path.isfile(os.path.join(at_root, name)):
         return (f"no {name} in {folder} (relative to this folder, {os.getcwd()}); the repository's root has one: "
-                f"run the command from there, or give --out_dir={at_root}")
+                f"run the command from there, or give --out_dir={at_root}")  # a relative path typed elsewhere
     return f"no {name} in {folder}: train it first (python train.py --out_dir={folder} ...)"
 
 
@@ -1052,11 +1055,8 @@ def resume_command(c, given, world_size, saved=None):
     fixed = {f.name for f in dataclasses.fields(GPTConfig)} - set(RUNTIME_FLAGS) | {"bos"}  # resume refuses a change
     keep += [f"--{k}={getattr(c, k)}" for k in sorted(given) if k not in PER_COMMAND and k not in fixed
              and saved is not None and k in saved and saved[k] != getattr(c, k)]
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
-    if os.path.realpath(os.getcwd()) == os.path.dirname(os.path.realpath(script)):
-        script = "train.py"  # run from the root, as the docs do; elsewhere train.py's path, from this folder
-    else:
-        script = shlex.quote(os.path.relpath(script))
+    # from the root, as the docs run it; elsewhere train.py's path from this folder
+    script = "train.py" if in_repo_root() else shlex.quote(os.path.relpath(os.path.join(REPO, "train.py")))
     launcher = (f"torchrun --standalone --nproc_per_node={world_size} {script}" if world_size > 1 else
                 f"python {script}")
     return f"{launcher} {shlex.join([*keep, f'--out_dir={c.out_dir}', '--init_from=resume'])}"  # pasteable as it is

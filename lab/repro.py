@@ -1121,8 +1121,8 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings
         fail(f"{problem} (lab/repro.py's claims of --study={study.name})")
     unusable = {}  # runs with nothing to report (no checkpoint, nothing kept that stands for one): named in REPORT.md
     runs = trained_runs(root, study.variants, unusable)
-    for (v, seed), c in last_commands(root).items():  # a seed that failed before its first checkpoint is named too
-        if (v, seed) not in runs and (v, seed) not in unusable and c.get("exit_code"):
+    for (v, seed), c in last_commands(read_jsonl(os.path.join(root, COMMANDS))).items():  # a seed that failed
+        if (v, seed) not in runs and (v, seed) not in unusable and c.get("exit_code"):  # before its first checkpoint
             unusable[(v, seed)] = f"{v} seed {seed} (no {CHECKPOINT}: its last command exited {c['exit_code']})"
     if not runs:
         fail(f"no trained runs under {root}/: run `python -m lab.repro train all --study={study.name}"
@@ -1152,9 +1152,9 @@ def report(root, out_dir, tiny, report_command, study=STUDIES["repro"], settings
         write_report(root, out_dir, tiny, report_command, study, settings, runs, unfinished, unusable)
 
 
-def last_commands(root):
-    """{(variant, seed): the last command root's commands.jsonl records for it}."""
-    return {(c.get("variant"), c.get("seed")): c for c in read_jsonl(os.path.join(root, COMMANDS))}
+def last_commands(commands):
+    """{(variant, seed): the last of commands (commands.jsonl's records) for that run}."""
+    return {(c.get("variant"), c.get("seed")): c for c in commands}
 
 
 def finished_runs(root, runs, trained):
@@ -1235,7 +1235,7 @@ def write_report(root, out_dir, tiny, report_command, study, settings, runs, unf
              f"and the report would replace it: give --report_dir another folder, or train with the settings of the "
              f"runs it keeps (the --config they were trained with, in {os.path.join(out_dir, RUNS_DIR)}/)")
     every_command = read_jsonl(os.path.join(root, COMMANDS))
-    commands = {(c["variant"], c.get("seed")): c for c in every_command}
+    commands = last_commands(every_command)
     kept = keep_runs(root, out_dir, runs, commands)  # written below, once the report is in place
     records, windows = [], {}
     for (v, seed), r, w in zip(runs, summary["runs"], per_window):

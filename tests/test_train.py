@@ -2191,7 +2191,7 @@ def test_a_restored_run_and_a_path_typed_outside_the_root_are_named_as_such(tmp_
     root = tmp_path / "root"  # a repository's root whose out/ holds a run
     (root / "out").mkdir(parents=True)
     (root / "out" / CHECKPOINT).write_bytes(b"")
-    monkeypatch.setattr(runfolder, "__file__", str(root / "runfolder.py"))
+    monkeypatch.setattr(runfolder, "REPO", str(root))
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert no_checkpoint("out", CHECKPOINT).endswith(f"root has one: run the command from there, or give "
