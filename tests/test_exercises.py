@@ -386,6 +386,31 @@ def test_exercise_09s_check_on_a_gpu_reads_a_masked_load_however_it_is_written()
                 checks.check_headwise_load_masked(student)
 
 
+@pytest.mark.parametrize("path", [os.path.join(EXERCISES, "09_triton_headwise", "starter.py"),
+                                  os.path.join(SOLUTIONS, "09_triton_headwise.py")], ids=["starter", "solution"])
+def test_exercise_09s_launch_names_fused_multiply_adds(path, monkeypatch):
+    """Exercise 09's given launch names enable_fp_fusion=True, as kernels.py's do: left out, Triton 3.9 warns at the
+    first compile on a GPU, in the middle of the student's check output, about a setting the exercise never mentions.
+    A spy on the kernel's run records what the launch asked for (gate None: the starter's gaps are not reached)."""
+    if not os.path.exists(path):
+        pytest.skip("the reference solutions were removed (a student copy)")
+    from conftest import fused_kernel_runs_on_the_cpu
+    if not fused_kernel_runs_on_the_cpu():
+        pytest.skip("Triton's interpreter is not on here (a GPU machine, or no Triton)")
+    import torch
+    module = check.load_module(path, "exercise_09_launch_" + os.path.basename(path)[:-3])
+    asked, fn = [], module.flash_attention_fwd
+    def spy(*args, _run=fn.run, **kwargs):
+        asked.append(kwargs.get("enable_fp_fusion"))
+        return _run(*args, **kwargs)
+    monkeypatch.setattr(fn, "run", spy)
+    q, k, v = (torch.randn(1, 1, 16, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    y = module.attention(q, k, v, None)
+    reference = torch.softmax((q @ k.transpose(-2, -1) * 16 ** -0.5).masked_fill(
+        torch.ones(16, 16, dtype=torch.bool).triu(1), float("-inf")), -1) @ v
+    assert asked == [True] and torch.allclose(y, reference, atol=1e-5), asked
+
+
 def test_the_08_report_shows_the_reason_as_one_clean_line(capsys):
     """Exercise 08's report prints the student's REASON: one line, without control characters, cut."""
     checks = check.load_module(os.path.join(EXERCISES, "08_predict_then_measure", "checks.py"), "checks_08_reason")
