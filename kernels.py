@@ -264,8 +264,9 @@ if HAS_TRITON:
     # The launch configs, (BLOCK_M, BLOCK_N, num_warps, num_stages) rows: the rows each kernel autotunes over
     # on a GPU, and the one row the interpreter runs (its speed says nothing about a GPU's, so it does not
     # tune). Guesses for H100/H200, to be chosen from what python -m lab.bench --kernels records each kernel picked
-    # (its json's autotuned: no run has recorded it yet); the first, small row of each list fits
-    # in shared memory even for fp32 at D=128 (the autotuner skips rows that do not fit). Forward and dQ need
+    # (its json's autotuned: no run has recorded it yet); the first, small row of each list fits an H100's
+    # shared memory even for fp32 at D=256 (the autotuner skips rows that do not fit), though not a GPU's with
+    # 99 KB a block (sm_89) for fp32 dQ at D=128, where Triton's own error says so: bf16 fits. Forward and dQ need
     # BLOCK_N | BLOCK_M (the diagonal stage is whole key blocks), dK/dV needs BLOCK_M | BLOCK_N.
     _FWD_ROWS = [(64, 32, 4, 2), (64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)]
     _DKDV_ROWS = [(32, 32, 4, 2), (32, 64, 4, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 3)]
