@@ -205,13 +205,13 @@ def map_config(hub, where="config.json"):
         for scaling in (hub.get("rope_scaling") or {}, rope):
             if scaling.get("rope_type", scaling.get("type", "default")) != "default":
                 refuse(f"RoPE scaling {scaling}")
-        n_head = hub["num_attention_heads"]
+        n_head = hub["num_attention_heads"]  # a key left out: Qwen3Config's default (transformers', the release's)
         gate = dict(gate="g1", gate_granularity="headwise" if headwise else "elementwise") \
             if headwise or elementwise else dict(gate="none")
         return "qwen3", GPTConfig(
             block_size=hub.get("max_position_embeddings", 32768), vocab_size=hub["vocab_size"],
-            n_layer=hub["num_hidden_layers"], n_head=n_head, n_kv_head=hub.get("num_key_value_heads") or n_head,
-            n_embd=hub["hidden_size"], head_dim=hub.get("head_dim") or hub["hidden_size"] // n_head, bias=False,
+            n_layer=hub["num_hidden_layers"], n_head=n_head, n_kv_head=hub.get("num_key_value_heads", 32) or n_head,
+            n_embd=hub["hidden_size"], head_dim=hub.get("head_dim", 128), bias=False,  # 32 and 128 there, not H, C // H
             pos_emb="rope", rope_base=float(hub.get("rope_theta", rope.get("rope_theta", 10000.0))),
             norm="rmsnorm", norm_eps=hub.get("rms_norm_eps", 1e-6), qk_norm=hub.get("use_qk_norm", True),
             mlp="swiglu", mlp_hidden=hub["intermediate_size"],

@@ -70,8 +70,10 @@ JSON-friendly; probe.massive holds what it is computed from, per layer {"pos": (
 
 The probe hooks each block (its output), each attention layer (its input) and the model (its input ids), and
 recomputes that layer's queries, keys and gate logits from the input with CausalSelfAttention.project: one extra
-matmul per layer and a pass over the late half of the scores, so it is meant for evaluation batches, not for
-every training step.
+c_attn matmul per layer, then every query's scores again for F-Attn (a flash forward on the Triton path), the late
+half's for sink_share and, with triggers, every query's once more for prev_attn_trigger (a chunk of queries at a
+time, never T x T): more than the layer's own attention costs, so it is meant for evaluation batches, not for every
+training step.
 """
 
 import math

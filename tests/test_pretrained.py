@@ -96,6 +96,25 @@ def test_qwen3_gives_transformers_logits(tmp_path, kv, tie):
     assert model.num_params() == sum(p.numel() for p in ref.parameters())
 
 
+@pytest.mark.parametrize("left_out, kw", [
+    ("head_dim", dict(head_dim=128)),  # 4 heads of 128, where hidden_size // heads is 8
+    ("num_key_value_heads", dict(num_attention_heads=64, num_key_value_heads=32, head_dim=8))])  # 32 KV heads, not 64
+def test_a_qwen3_config_without_a_key_is_read_with_qwen3s_own_default(tmp_path, left_out, kw):
+    """Qwen3Config (transformers', and the gated release's configuration_qwen3.py) reads a config.json without head_dim
+    as 128 and without num_key_value_heads as 32, not as hidden_size // heads and the query heads: the same model."""
+    tiny_qwen3(tmp_path, **kw)
+    cfg = written_config(tmp_path)
+    del cfg[left_out]
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(cfg, f)
+    ref = quiet(transformers.AutoModelForCausalLM.from_pretrained, tmp_path).eval()
+    model = pretrained.load_model(pretrained.locate(str(tmp_path)))
+    assert (model.config.head_dim, model.config.n_kv_head) == (ref.config.head_dim, ref.config.num_key_value_heads)
+    idx = tokens(24)
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx)[0], ref(idx).logits, rtol=1e-5, atol=1e-5)
+
+
 def test_the_formats_of_real_hub_files(tmp_path):
     """What the hub's files look like, which transformers 5 no longer writes: GPT-2's keys without "transformer."
     and with the causal-mask buffers; a Qwen3 config.json from transformers 4 (rope_theta at the top, no
