@@ -8,7 +8,7 @@ functions that use it, so the data preparation scripts, which read their command
                          --help lists the keys with their defaults, types and comments
   pick_device,           where and in which precision to run; device_name, free_memory; processes (torchrun's
   autocast_for           rank and world size, or one process) and init_processes (joining them, in bounded time, by
-                         one of DDP_BACKENDS)
+                         one of DDP_BACKENDS); on_rank_0 and partner_lost (what fails on one process: one line)
   speed settings         COMPILE_MODES, SDPA_BACKENDS, sdpa_preference and sdpa_order (train.py and the lab's bench
                          share them), keep_freed_memory (the CPU allocator setting train.py runs under)
   dataset_dir            where a dataset's shards are
@@ -91,12 +91,18 @@ def terminate_as_interrupt(active=True):
 def run_main(main):
     """A script's main() from the command line: a diverged run's own exit status, Ctrl-C as one line with the
     status a shell gives a command it interrupted (130), and output piped into a reader that stopped reading (`| head`)
-    as one line too, never a traceback. main's return value, if any, is the exit status."""
+    as one line too, never a traceback. main's return value, if any, is the exit status. fail's line is written whole
+    (say_whole), as Python would write it but for that."""
     try:
         sys.exit(main())
     except Diverged as e:
-        print(e, file=sys.stderr)
+        say_whole(sys.stderr, e)
         sys.exit(DIVERGED_EXIT)
+    except SystemExit as e:
+        if not isinstance(e.code, str):
+            raise
+        say_whole(sys.stderr, e.code)
+        sys.exit(1)
     except KeyboardInterrupt as e:
         print(getattr(e, "name", "interrupted (Ctrl-C)"), file=sys.stderr)
         sys.exit(getattr(e, "exit_status", 130))
@@ -105,6 +111,14 @@ def run_main(main):
         print("stopped: the program reading this output closed it (what was saved before stays as it was)",
               file=sys.stderr)
         sys.exit(1)
+
+
+def say_whole(stream, line):
+    """line and its newline in one write: under torchrun, whose processes write unbuffered (PYTHONUNBUFFERED=1) to
+    one terminal, print's two writes (the text, then the newline) of two processes at once can make one line of two
+    processes' ("...how long)rank 0: waiting ..."), as Python's own line for a SystemExit can."""
+    stream.write(f"{line}\n")
+    stream.flush()
 
 
 def one_line_interrupt(kind, value, tb, print_exception=sys.excepthook):
@@ -503,8 +517,8 @@ def init_processes(backend, rank, world_size):
     import datetime
     import torch.distributed as dist
     seconds, where = join_timeout(), f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
-    print(f"rank {rank}: waiting up to {seconds:g} s for all {world_size} processes to meet at {where} "
-          "(GATED_JOIN_TIMEOUT sets how long)", flush=True)
+    say_whole(sys.stdout, f"rank {rank}: waiting up to {seconds:g} s for all {world_size} processes to meet at {where} "
+              "(GATED_JOIN_TIMEOUT sets how long)")
     deadline = time.monotonic() + seconds
     late = (f"set WORLD_SIZE={world_size}, and the processes did not all start within {seconds:g} s at {where}: "
             f"launch all of them with torchrun --nproc_per_node={world_size} train.py ... (or, on several machines, "
@@ -554,6 +568,42 @@ def _meet(store, world_size, deadline):
         time.sleep(0.1)
         joined = store.add(key, 0)
     return joined
+
+
+def on_rank_0(action, rank, device=None):
+    """Run action (preparing the data, making out_dir) on rank 0 alone, then tell every process how it went: where it
+    failed, rank 0 says why (one line) and the others stop at once, quietly, rather than wait at a barrier (NCCL's
+    waits until its timeout) or meet rank 0's absence at their next collective (gloo's traceback, on every rank).
+    device: where the processes' collectives run (init_processes's backend: a GPU for NCCL); None, one process."""
+    failed = None
+    if rank == 0:
+        try:
+            action()
+        except (Exception, SystemExit) as e:  # not Ctrl-C: every process gets its own, and says it its own way
+            failed = e
+    if device is not None:
+        import torch
+        import torch.distributed as dist
+        flag = torch.tensor([failed is not None], dtype=torch.int32, device=device)
+        dist.broadcast(flag, 0)
+        if flag.item() and rank != 0:
+            raise SystemExit(1)  # rank 0's line says why
+    if failed is not None:
+        raise failed
+
+
+# what gloo and NCCL say when a collective loses a process of the run (it ended: its own line said why)
+PARTNER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL communicator was aborted")
+
+
+def partner_lost(e, rank, ddp=True):
+    """For train.py's `except RuntimeError as e:`: under torchrun (ddp), a collective that failed because another
+    process of the run ended (a save that failed on rank 0, a GPU out of memory on one rank: that process said why)
+    stops this one with one line, not a traceback per process; any other error goes on as it was."""
+    import torch.distributed as dist
+    if ddp and (isinstance(e, dist.DistNetworkError) or any(text in str(e) for text in PARTNER_LOST)):
+        raise SystemExit(f"error: rank {rank} stopped: another process of this run ended (its own message says why)")
+    raise e
 
 
 def free_memory(device):

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 # cli before torch: its excepthook (cli.one_line_interrupt) makes Ctrl-C while torch loads one line, not a traceback
 from cli import (COMPILE_MODES, DDP_BACKENDS, DTYPES, SDPA_BACKENDS, autocast_for, check_choice, check_device_name,
-                 configure, dataset_dir, device_name, fail, free_memory, init_processes, keep_freed_memory, pick_device,
-                 processes, run_main, sdpa_preference, terminate_as_interrupt)
+                 configure, dataset_dir, device_name, fail, free_memory, init_processes, keep_freed_memory, on_rank_0,
+                 partner_lost, pick_device, processes, run_main, sdpa_preference, terminate_as_interrupt)
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -142,6 +142,8 @@ def main(argv=None):
                     dist.destroy_process_group()
         except KeyboardInterrupt as e:
             folder.interrupted(c, given, world_size, trainer and trainer.iter_num, rank, e)
+        except RuntimeError as e:  # a collective without the process that stopped (and said why): one line here too
+            partner_lost(e, rank, ddp)
 
 
 # -----------------------------------------------------------------------------
@@ -156,10 +158,10 @@ class Trainer:
         self.folder, self.ckpt_path = folder, folder.ckpt_path
         self.master = rank == 0  # the one process that prints, logs and saves
         self.device_type = device.split(":")[0]
-        if c.gradient_accumulation_steps % world_size:
+        if c.gradient_accumulation_steps % world_size and not c.eval_only:  # eval_only: no step to share out
             fail(f"gradient_accumulation_steps={c.gradient_accumulation_steps} must be a multiple of the "
                  f"{world_size} processes (it counts micro-steps summed over all of them)")
-        self.accum = c.gradient_accumulation_steps // world_size
+        self.accum = max(1, c.gradient_accumulation_steps // world_size)
         self.ctx, self.dtype = autocast_for(device, c.dtype)
         if self.dtype == "float16" and self.device_type != "cuda":  # fp16's loss scaling runs on CUDA only here
             fail(f"dtype=float16 trains on a CUDA GPU only; on {self.device_type} use --dtype=bfloat16 or float32")
@@ -172,16 +174,16 @@ class Trainer:
         # the data: a sampler of training windows, and the same validation batches at every eval
         self.tokens_per_iter = c.gradient_accumulation_steps * c.batch_size * self.gptconf.block_size
         self.data_dir, self.loader, self.val = prepare_data(c, self.gptconf.block_size, self.gptconf.vocab_size,
-                                                            rank, world_size, ddp)
+                                                            rank, world_size, device if ddp else None)
         self.meta = read_meta(self.data_dir) or {}  # its tokenizer (kept in checkpoints) and a task's "triggers"
         folder.check_data(c, checkpoint, self.data_dir, dataset_fingerprint(self.data_dir), self.meta, self.say)
         # the optimizer, and on resume every piece of state the run had
         self.build_optimizer(checkpoint)
         folder.start_iter = self.iter_num
         self.wandb = None  # the wandb module, where this process logs to it
-        if self.master and not c.eval_only:  # eval_only reports and changes nothing in out_dir
-            folder.check_writable()
-            if c.wandb_log:
+        if not c.eval_only:  # eval_only reports and changes nothing in out_dir; rank 0 makes it (or says why not)
+            on_rank_0(folder.check_writable, rank, device if ddp else None)
+            if self.master and c.wandb_log:
                 import wandb  # there: check_settings said so before any work
                 wandb.init(project=c.wandb_project, name=c.wandb_run_name, config=asdict(c))
                 self.wandb = wandb
@@ -577,14 +579,12 @@ def check_settings(c):
         fail(f"seed={c.seed} must be in 0..{2**31 - 1}")
 
 
-def prepare_data(c, block, vocab_size, rank, world_size, ddp):
-    """The training loader and the fixed validation batches, a dataset of data.ON_FIRST_USE prepared on first use.
+def prepare_data(c, block, vocab_size, rank, world_size, device=None):
+    """The training loader and the fixed validation batches, a dataset of data.ON_FIRST_USE prepared on first use
+    (by rank 0, the others waiting: cli.on_rank_0; device, where the processes' collectives run, None for one).
     Every problem with the data stops here, before the run folder is touched."""
     data_dir = dataset_dir(c.dataset, c.data_dir)
-    if rank == 0:
-        prepare_if_missing(c.dataset, data_dir)
-    if ddp:
-        dist.barrier()  # the other ranks wait for rank 0's preparation
+    on_rank_0(lambda: prepare_if_missing(c.dataset, data_dir), rank, device)
     try:
         bos = check_training_data(c.dataset, data_dir, vocab_size, c.bos)
         loader = TrainLoader(data_dir, block, c.batch_size, seed=c.seed, rank=rank, world_size=world_size, bos=bos)

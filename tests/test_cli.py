@@ -139,6 +139,39 @@ def test_run_main_gives_sigterm_its_own_line_and_status(capsys):
     assert e.value.code == 143 and capsys.readouterr().err == "terminated (SIGTERM)\n"
 
 
+class Writes:
+    """A stream that records each write: what reaches the terminal in one piece."""
+
+    def __init__(self):
+        self.writes = []
+
+    def write(self, text):
+        self.writes.append(text)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("error", [SystemExit("error: a mistake"), cli.Diverged("error: the run has diverged")])
+def test_run_main_writes_an_errors_line_whole(monkeypatch, error):
+    """Under torchrun every process writes unbuffered to one terminal, and each says the same mistake: Python's own
+    line for a SystemExit is two writes (the text, then the newline), so two processes' lines could come out as one
+    ("error: a mistake)error: a mistake"). run_main writes each line in one piece, with the exit status Python gives."""
+    stderr = Writes()
+    monkeypatch.setattr(sys, "stderr", stderr)
+
+    def main():
+        raise error
+    with pytest.raises(SystemExit) as e:
+        cli.run_main(main)
+    assert stderr.writes == [f"{error.code}\n"]
+    assert e.value.code == (cli.DIVERGED_EXIT if isinstance(error, cli.Diverged) else 1)
+    for quiet in (None, 0, 3):  # an exit status, not a line: left as it was
+        with pytest.raises(SystemExit) as e:
+            cli.run_main(lambda: quiet)
+        assert e.value.code == quiet and stderr.writes == [f"{error.code}\n"]
+
+
 def test_the_excepthook_prints_any_other_error_as_python_does(capsys):
     try:
         raise ValueError("not a Ctrl-C")

@@ -857,6 +857,61 @@ def test_ddp_on_cpu_with_gloo_matches_one_process(stdlib_data, tmp_path):
     assert ddp[-1]["val_loss"] < ddp[0]["val_loss"]
 
 
+# train.py under torchrun with rank 0's checkpoint writes failing as on a full disk (a failure of rank 0 alone)
+FULL_DISK_ON_RANK_0 = """import errno, os, runpy, sys
+sys.path.insert(0, os.getcwd())
+import runfolder
+def full(checkpoint, path):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+if os.environ["RANK"] == "0":
+    runfolder.save_checkpoint = full
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("where", ["preparing the data", "saving"])
+def test_what_fails_on_rank_0_alone_is_its_one_line_and_the_other_ranks_stop_without_a_traceback(
+        where, stdlib_data, tmp_path):
+    """Rank 0 alone prepares a dataset on first use, makes out_dir and saves. Where that failed, its one line was
+    followed by rank 1's traceback from the collective it then met without rank 0 (gloo: "Connection closed by
+    peer"; NCCL's barrier would wait instead): now rank 1 stops quietly (cli.on_rank_0), or, mid-run, with one line
+    (cli.partner_lost)."""
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "file").write_text("a file, not a folder\n")
+    (tmp_path / "full_disk.py").write_text(FULL_DISK_ON_RANK_0)
+    script, data_dir = (("train.py", tmp_path / "file" / "pystdlib") if where == "preparing the data" else
+                        (str(tmp_path / "full_disk.py"), stdlib_data))
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path / "tmp"))
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             script, *TINY, f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'run'}",
+                             "--max_iters=2", "--gradient_accumulation_steps=2", "--backend=gloo"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    said = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    expected = "cannot prepare the dataset pystdlib" if where == "preparing the data" else "could not save a checkpoint"
+    assert expected in said[0], result.stderr
+    assert "[rank1]" not in result.stderr and "Connection closed" not in result.stderr, result.stderr
+    # rank 1 stops with no line where rank 0's failure was shared with it, else (unless torchrun ended it first) one
+    assert said[1:] in ([], ["error: rank 1 stopped: another process of this run ended (its own message says why)"])
+    if where == "preparing the data":
+        assert len(said) == 1, result.stderr
+
+
+def test_eval_only_needs_no_accumulation_the_processes_can_share(monkeypatch):
+    """eval_only takes no step: a run trained with gradient_accumulation_steps=1 (every CPU run's default) was refused
+    evaluation under torchrun, for a setting it does not use."""
+    class Building(Exception):
+        pass
+
+    def build_model(*args):
+        raise Building  # past the check: enough
+
+    monkeypatch.setattr(train.Trainer, "build_model", build_model)
+    c = TrainConfig(gradient_accumulation_steps=1, eval_only=True, init_from="resume")
+    with pytest.raises(Building):
+        train.Trainer(c, 0, 2, "cpu", False, types.SimpleNamespace(ckpt_path="ckpt.pt"))
+
+
 def test_gradient_accumulation_steps_the_processes_cannot_share_are_refused(monkeypatch):
     """gradient_accumulation_steps counts the micro-steps of all processes: 2 processes cannot share 3 (each would
     do 1, a step of 2 micro-steps). One line, before the model is built."""
