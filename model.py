@@ -129,7 +129,7 @@ class Gate(nn.Module):
         super().__init__()
         self.act, self.op, self.shape = config.gate_act, config.gate_op, config.gate_shape()
         self.input_independent = config.gate_input == "none"
-        if self.input_independent:  # one learned logit per score, zero-init -> sigmoid = 0.5 for every token
+        if self.input_independent:  # one learned logit per score, zero-init: each token starts at act(0) (sigmoid: 0.5)
             self.gate_param = nn.Parameter(torch.zeros(math.prod(self.shape)))
 
     def logits(self, s):
