@@ -95,14 +95,11 @@ def run_main(main):
     (say_whole), as Python would write it but for that."""
     try:
         sys.exit(main())
-    except Diverged as e:
-        say_whole(sys.stderr, e)
-        sys.exit(DIVERGED_EXIT)
-    except SystemExit as e:
+    except SystemExit as e:  # fail's (a Diverged too): its line, whole
         if not isinstance(e.code, str):
             raise
         say_whole(sys.stderr, e.code)
-        sys.exit(1)
+        sys.exit(DIVERGED_EXIT if isinstance(e, Diverged) else 1)
     except KeyboardInterrupt as e:
         print(getattr(e, "name", "interrupted (Ctrl-C)"), file=sys.stderr)
         sys.exit(getattr(e, "exit_status", 130))
