@@ -35,17 +35,18 @@ runs_the_fused_kernel = pytest.mark.skipif(kernels.triton_unavailable() is not N
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 
 
-def script(name, *args, work, env=None, wait=True):
+def script(name, *args, work, env=None, wait=True, **popen):
     """Run lab/gpu/<name>.sh with TOY=1, its logs in work/ and its tarball in work/out/: no deadline and no time
     limit unless env sets them. Started from work/, not the repository: each script finds the repository's root
-    itself."""
+    itself. popen: more of subprocess.Popen's keys, with wait=False."""
     inherited = {k: v for k, v in os.environ.items() if k not in ("BUDGET_S", "STEP_LIMIT", "SHARE", "FRESH",
                                                                   "BESIDE_STUDY")}
     env = {**inherited, "TOY": "1", "WORK": str(work), "OUT": str(work / "out"), **(env or {})}
     cmd = ["bash", os.path.join(REPO, "lab", "gpu", f"{name}.sh"), *args]
     os.makedirs(work, exist_ok=True)
     if not wait:
-        return subprocess.Popen(cmd, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(cmd, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                **popen)
     return subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, timeout=300)
 
 
@@ -353,6 +354,27 @@ def test_the_deadline_stops_a_step_and_still_packs(tmp_path):
     (bench, tier, cudnn) = steps(files, "kernels")
     assert bench == ("bench", "124") and tier[1] in ("124", "skipped") and cudnn == ("bench-cudnn", "skipped")
     assert rows(files, "kernels")[0]["limit"] == "4"
+
+
+def test_a_command_stopped_before_its_own_pack_leaves_the_parts_done_so_far(tmp_path):
+    """A machine that stops a command at its own limit (every process of it at once, SIGKILL; no BUDGET_S set) while
+    a part runs: $OUT still holds the tarball, whole, of the parts that ended before it (it used to hold nothing)."""
+    python = fake_python(tmp_path / "python",
+                         'case "$1 $2" in "-m pytest") echo testing; sleep 60;; *) echo benched;; esac')
+    work = tmp_path / "work"
+    tier = work / "kernels" / "tier.txt"
+    job = script("kernels", work=work, env={"PYTHON": python}, wait=False, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while not (tier.exists() and b"testing" in tier.read_bytes()):  # the bench has ended, and the tier runs
+            assert time.time() < deadline and job.poll() is None, "the tier did not start"
+            time.sleep(0.1)
+    finally:
+        os.killpg(job.pid, 9)
+        job.communicate(timeout=60)
+    assert os.listdir(work / "out") == ["kernels.tar.gz"]  # the tarball alone: no part-written one beside it
+    files = packed(work, "kernels")
+    assert steps(files, "kernels") == [("bench", "0")] and b"benched" in files["kernels/bench.txt"]
 
 
 def test_a_step_limit_set_by_hand_stops_each_part(tmp_path):

@@ -58,14 +58,14 @@ esac
 
 case "${1:-}" in
 "")
-    start_log kernels
+    start_log kernels results/bench_kernels{,.partial}.{json,md}
     [ "$TOY" = 1 ] && BENCH=(--gqa=2 --tiny --out_dir="$LOG/bench")
     SHARE=41 step bench "$PYTHON" -m lab.bench --kernels "${BENCH[@]}"
     done_before tier || rm -f "$LOG/tier-durations.tsv"  # each test's seconds as it ends (tests/conftest.py)
     TEST_DURATIONS="$LOG/tier-durations.tsv" SHARE=44 step tier "${PYTEST[@]}" "${VERBOSE[@]}" "${PARALLEL[@]}" \
         --durations=15 tests/test_kernels.py tests/test_model.py "${SELECT[@]}"
     step bench-cudnn "$PYTHON" -m lab.bench --kernels "${CUDNN[@]}" --sdpa_backend=cudnn --out_dir="$LOG/bench-cudnn"
-    pack kernels results/bench_kernels{,.partial}.{json,md}
+    pack
     ;;
 configs)
     start_log kernels-configs

@@ -4,7 +4,9 @@
 # everything the step wrote, to copy off the machine. Every script runs from the repository's root, whatever the
 # folder it was started in: the lab's tools as modules (python -m lab.bench), train.py and the tests by path.
 #
-#   start_log NAME     $LOG is $WORK/NAME/: every part's output, steps.tsv, env.txt (the machine and software).
+#   start_log NAME [PATH...]
+#                      $LOG is $WORK/NAME/: every part's output, steps.tsv, env.txt (the machine and software); NAME
+#                      and the PATHs are what pack packs when given no arguments, and after every part that ran too
 #                      A command run again picks up where it left off: a part that succeeded in its last run, with
 #                      the same code, arguments and settings, is not run again (its output stays); FRESH=1 runs
 #                      every part again. Refused (exit 75, one line) while the study's job (lab/gpu/study.sh) runs
@@ -16,7 +18,10 @@
 #                      a skipped one).
 #                      STEP_LIMIT=S step ... stops it after S seconds (exit 124), so that the parts after it still
 #                      get their turn; STEP_LIMIT=S in the environment does that to every part
-#   pack NAME PATH...  $OUT/NAME.tar.gz: $LOG and the PATHs that exist
+#   pack [NAME PATH...]  $OUT/NAME.tar.gz: $LOG and the PATHs that exist (none: start_log's). Each part that ran
+#                      is packed as it ends, so that a command stopped before its own pack still leaves the parts
+#                      done so far in $OUT; the tarball is written aside and moved into place, so one stopped while
+#                      it packs leaves the last one whole
 #
 # BUDGET_S=S is for machines that stop commands after a fixed time; unset (the default), there is no deadline.
 # Set, every part is stopped S seconds after the command started (exit 124), a part that would start later is
@@ -35,6 +40,7 @@ PYTHON=${PYTHON:-python3}
 BUDGET_S=${BUDGET_S:-}
 FRESH=${FRESH:-0}
 STATUS=0
+PACK=()  # start_log's NAME and PATHs: the tarball pack makes, after every part and at the end
 
 usage() {  # the script's header comment, from its second line to the first line that is not a comment
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$SCRIPT"
@@ -70,8 +76,9 @@ study_pid() {  # the job's pid file names a live process that is the job: not a 
     echo "$pid"
 }
 
-start_log() {  # start_log NAME: $LOG is $WORK/NAME/, emptied unless its last run had the same key (the header)
+start_log() {  # start_log NAME [PATH...]: $LOG is $WORK/NAME/, emptied unless its last run had the same key
     LOG=$WORK/$1
+    PACK=("$@")
     local pid
     if [ "$TOY" != 1 ] && ! "$PYTHON" -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
         echo "error: no CUDA GPU is visible here, and $(basename "$SCRIPT") measures one (TOY=1: its parts at toy" \
@@ -145,14 +152,25 @@ step() {
     printf '%s\t%s\t%s\t%s\tnow\n' "$name" "$rc" "$((SECONDS - t0))" "${limit:-none}" >> "$LOG/steps.tsv"
     echo "== $name: exit $rc after $((SECONDS - t0)) s"
     [ "$rc" -ne 0 ] && STATUS=$rc
+    [ ${#PACK[@]} -eq 0 ] || tarball "${PACK[@]}" 2>/dev/null  # what there is so far, should the command stop here
     return 0
 }
 
-pack() {
-    local name=$1 paths=() p
+tarball() {  # tarball NAME PATH...: $OUT/NAME.tar.gz of $LOG and the PATHs that exist, written aside, then moved
+    local name=$1 paths=() p rc part
     shift
     for p in "$LOG" "$@"; do [ -e "$p" ] && paths+=("$p"); done
-    tar -czf "$OUT/$name.tar.gz" "${paths[@]}"
-    echo "== packed $OUT/$name.tar.gz (everything this command wrote, to copy off the machine):"
+    part=$OUT/.$name.tar.gz.$$.part  # this process's own: the study's job and its wait may pack at once
+    tar -czf "$part" "${paths[@]}"
+    rc=$?
+    [ "$rc" -le 1 ] && mv -f "$part" "$OUT/$name.tar.gz" && return 0  # 1: a file changed as tar read it, still packed
+    rm -f "$part"
+    return "$rc"
+}
+
+pack() {
+    [ $# -gt 0 ] || set -- "${PACK[@]}"
+    tarball "$@"
+    echo "== packed $OUT/$1.tar.gz (everything this command wrote, to copy off the machine):"
     column -t -s $'\t' "$LOG/steps.tsv" 2>/dev/null || cat "$LOG/steps.tsv"
 }

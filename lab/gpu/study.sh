@@ -24,7 +24,8 @@
 #        before its first checkpoint, and starts the rest
 #   bash lab/gpu/study.sh wait [SECONDS]
 #        a line of progress a minute until the job ends (or SECONDS pass, when given, or BUDGET_S when that is
-#        set: lab/gpu/lib.sh; past them only while the job packs, its command ended); exit 0 when the job
+#        set: lab/gpu/lib.sh; past them only while the job packs, its command ended; both counted from this
+#        command's start, not start's: `start ... && wait $((540 - SECONDS))` in one shell); exit 0 when the job
 #        succeeded, 1 when it failed, 3 while it still runs (then it packs what there is so far, as pack does).
 #        Stopping it (Ctrl-C) leaves the job running: call it again, or read $WORK/study-job/output.txt. When the
 #        job has ended and $OUT holds no study.tar.gz packed since (another $OUT, one emptied since), it packs again

@@ -51,7 +51,8 @@ case "${1:-}" in
                  "data/textdir/prepare.py --src lab --name toy --out_dir /tmp/toyds, then DATA_DIR=/tmp/toyds" >&2
             exit 2
         fi
-        start_log throughput
+        RUN=$WORK/throughput-run  # apart from $LOG: its checkpoints are not packed, only its log
+        start_log throughput results/bench_train{,.partial}.{json,md} "$RUN/log.jsonl"
         BENCH=(--compile=both)
         TRAIN=(--dataset=pysrc --max_iters=120 --eval_interval=100 --eval_iters=4 --log_interval=20 --compile=True)
         if [ "$TOY" = 1 ]; then
@@ -64,11 +65,10 @@ case "${1:-}" in
         fi
         step sync "${PYTEST[@]}" tests/test_train.py -k "on_a_gpu or optimizer_step"
         step bench "$PYTHON" -m lab.bench --train "${BENCH[@]}"
-        RUN=$WORK/throughput-run  # apart from $LOG: its checkpoints are not packed, only its log
         done_before train || rm -rf "$RUN"  # train.py starts no run over an old one
         step train "$PYTHON" train.py config/train_owt_gpt2small.py --batch_size=16 --gradient_accumulation_steps=1 \
             --out_dir="$RUN" "${TRAIN[@]}"
-        pack throughput results/bench_train{,.partial}.{json,md} "$RUN/log.jsonl"
+        pack
         ;;
     batch)
         start_log throughput-batch
