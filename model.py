@@ -231,7 +231,7 @@ def rope_tables(head_dim, length, base, device=None, scaling="none", factor=1.0)
               the same two pairs rounded outwards); and every attention logit is multiplied by (0.1 ln factor + 1)^2
               (cos and sin scaled: q and k each take one). factor 1 gives the plain tables with every scaling."""
     pair = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim
-    if scaling == "ntk":
+    if scaling == "ntk" and head_dim > 2:  # head_dim 2: its one pair turns at base^0, whatever the base
         base = base * factor ** (head_dim / (head_dim - 2))
     inv_freq = 1.0 / (base ** pair)
     scale = 1.0

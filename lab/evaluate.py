@@ -42,11 +42,11 @@ quant.png, length.png and stream.png to --out_dir (default out-eval/), as one se
 away the figures of modes it did not measure. `python -m lab.repro evaluate` runs this on
 the study's checkpoints, and `python -m lab.repro report` includes the result.
 
-Each run's record (its entry in summary.json, with the settings it was measured under, the device, the date and the
-checkpoint's iteration) is kept beside its checkpoint as evaluated.json (runfolder.EVALUATED). A run whose checkpoint
-is gone (trained on a GPU machine that was given back with everything on it) is then taken from that record, if it
-was measured under the settings asked for now (summary.json marks it measured_earlier, and summary.md names it); a
-run that has its checkpoint is always measured afresh.
+Each run's record (its entry in summary.json, with the settings it was measured under, the device, the date, the
+checkpoint's iteration and the commit of the code that measured it) is kept beside its checkpoint as evaluated.json
+(runfolder.EVALUATED). A run whose checkpoint is gone (trained on a GPU machine that was given back with everything
+on it) is then taken from that record, if it was measured under the settings asked for now (summary.json marks it
+measured_earlier, and summary.md names it); a run that has its checkpoint is always measured afresh.
 """
 
 import dataclasses
@@ -67,8 +67,8 @@ import torch.nn.functional as F
 
 import pretrained
 from lab.report import data_problem, finite_json, kept_of_other_run, log_start, pyplot, save_figure
-from runfolder import (CHECKPOINT, EVALUATED, claimed, model_from_checkpoint, no_checkpoint, read_checkpoint,
-    result_set, writable_folder, write_json, write_text)
+from runfolder import (CHECKPOINT, EVALUATED, claimed, code_version, model_from_checkpoint, no_checkpoint,
+    read_checkpoint, result_set, writable_folder, write_json, write_text)
 from data.shards import TokenWindows, bos_token, dataset_fingerprint, val_batches, val_windows_apart
 from model import GPT, VALID
 from lab.report import PAPERS_SAY, fmt_interval, headline, not_a_file_name, repeated_label, table
@@ -447,7 +447,7 @@ def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODE
 
     def settings_for(T):  # what a run of training length T is measured under here
         return run_settings(T, checkpoint, modes, n, batch_size, settings, multiples, scalings, stream_windows, keeps)
-    records, here = [], device_name(device)
+    records, here, code = [], device_name(device), code_version()  # which lab/evaluate.py measured (as train.py logs)
     models = load_models(runs, checkpoint, names, text_path, window, n, device, settings_for)
     for label, (model, T, source, windows) in zip(labels, models):
         if model is None:  # a run whose checkpoint is gone: the record kept of it, under these settings
@@ -456,7 +456,8 @@ def evaluate(runs=(), labels=None, out_dir="out-eval", device="auto", modes=MODE
         else:
             start = time.time()
             record = {"label": label, **source, "T": T, "params": model.num_params(),
-                      "model": dataclasses.asdict(model.config), "device": here, "date": time.strftime("%Y-%m-%d")}
+                      "model": dataclasses.asdict(model.config), "device": here, "date": time.strftime("%Y-%m-%d"),
+                      "code": code}
             if "run" in source:
                 record["settings"] = settings_for(T)
             try:
@@ -646,7 +647,9 @@ def main(argv=None):
     if "quant" in modes and not a.quant:
         fail("--quant=: the quant mode needs at least one setting, e.g. --quant=w8a8,w4a4 (or leave it out with "
              "--modes=length,stream)")
-    multiples, scalings, keeps = sorted(set(a.lengths)), list(a.rope), list(a.keep_first)
+    # each setting once (a repeat would be measured again and shown as a second column of the same numbers)
+    multiples, scalings, keeps = sorted(set(a.lengths)), list(dict.fromkeys(a.rope)), sorted(set(a.keep_first))
+    quant = list(dict.fromkeys(s.lower() for s in a.quant))
     if not multiples or min(multiples) < 1:
         fail(f"--lengths={written(a.lengths)}: multiples of the training length, each at least 1, e.g. 1,2,4,8")
     if not scalings or set(scalings) - set(VALID["rope_scaling"]):
@@ -672,7 +675,7 @@ def main(argv=None):
     stream_windows = sorted(set(a.stream_windows))
 
     def settings_for(T):  # what a run of training length T is measured under (evaluate's run_settings)
-        return run_settings(T, a.checkpoint, modes, a.windows, a.batch_size, a.quant, multiples, scalings,
+        return run_settings(T, a.checkpoint, modes, a.windows, a.batch_size, quant, multiples, scalings,
                             stream_windows, keeps)
     if (wrong := not_a_file_name(a.checkpoint)):
         fail(wrong)
@@ -710,7 +713,7 @@ def main(argv=None):
     made = writable_folder(a.out_dir)  # before the work, not after it
     with claimed(a.out_dir, made):
         try:
-            summary = evaluate(runs, labels, a.out_dir, a.device, modes, a.windows, a.batch_size, a.quant, multiples,
+            summary = evaluate(runs, labels, a.out_dir, a.device, modes, a.windows, a.batch_size, quant, multiples,
                                scalings, stream_windows, keeps, a.checkpoint, names, a.text, a.window)
         except (ValueError, FileNotFoundError, RuntimeError, ImportError) as e:
             fail(e)

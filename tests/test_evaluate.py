@@ -19,6 +19,7 @@ import torch.nn.functional as F
 import lab.evaluate as evaluate
 import lab.report as report
 from model import GPT
+from runfolder import code_version
 from test_analyze import (HOLD, REPO, assert_every_plot_is_labelled, copy_run, disk_full, error_of, files_of,
     keep_figures, make_run, prepare_again, read_only, set_provenance, unwritable_out_dir)
 
@@ -287,8 +288,9 @@ def evaluated(two_runs, tmp_path_factory):
     root = tmp_path_factory.mktemp("evaluated")
     for run in ("base", "g1"):
         shutil.copytree(os.path.join(two_runs, run), root / run)
-    evaluate.main([f"--runs={root}/base,{root}/g1", *SMALL, f"--out_dir={root}/out"])
-    os.remove(root / "base" / "ckpt.pt")
+    twice = {"--quant=w8a8,w4a4": "--quant=w8a8,W8A8,w4a4", "--keep_first=0,4": "--keep_first=4,0,4"}  # said twice:
+    evaluate.main([f"--runs={root}/base,{root}/g1", *[twice.get(a, a) for a in SMALL], f"--out_dir={root}/out"])
+    os.remove(root / "base" / "ckpt.pt")  # (measured once, as SMALL says them: the records stand in for SMALL)
     return root, json.loads((root / "out" / "summary.json").read_text())
 
 
@@ -305,6 +307,7 @@ def test_each_run_keeps_its_record_with_what_it_was_measured_under(evaluated):
                                       "rope": ["none", "yarn"], "stream_windows": [4, 8], "keep_first": [0, 4]}
         assert record["iter_num"] == 10 and record["model"]["block_size"] == record["T"] == 32
         assert (record["device"], record["date"]) == (summary["device"], summary["date"])
+        assert record["code"] == code_version()  # which code measured it, as train.py's log says (None outside git)
 
 
 def test_a_run_whose_checkpoint_is_gone_is_its_kept_record(evaluated, tmp_path, capsys):

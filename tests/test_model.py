@@ -546,13 +546,15 @@ def yarn_reference(head_dim, length, base, s):
 
 
 def test_rope_scalings():
-    """Factor 1 is plain RoPE for every scaling; NTK-aware keeps the fastest pair and slows the slowest by the factor;
-    YaRN is the paper's formula (and its ramp has pairs on both sides at this size)."""
+    """Factor 1 is plain RoPE for every scaling; NTK-aware keeps the fastest pair (head_dim 2's only one) and slows the
+    slowest by the factor; YaRN is the paper's formula (and its ramp has pairs on both sides at this size)."""
     D, L, base = 64, 2048, 10000.0
     plain = rope_tables(D, L, base)
     for scaling in ("ntk", "yarn"):
         for table, ref in zip(rope_tables(D, L, base, None, scaling, 1.0), plain):
             torch.testing.assert_close(table, ref, rtol=0, atol=0)
+    for table, ref in zip(rope_tables(2, L, base, None, "ntk", 4.0), rope_tables(2, L, base)):  # one pair: the fastest
+        torch.testing.assert_close(table, ref, rtol=0, atol=0)
     cos, sin = rope_tables(D, L, base, None, "ntk", 4.0)
     angle = torch.atan2(sin, cos).double()
     # at position 1 each pair's angle is its speed
