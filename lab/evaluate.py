@@ -24,8 +24,9 @@ length  the loss at each position of windows 1x, 2x, 4x, 8x the training length 
         ntk and yarn each length is another scaling, so a bucket compares across lengths only under none (GA scales
         once, for the longest). Every length reads the first positions of the same long windows; the lengths are
         powers of two, so that each ends a bucket. Each bucket's level has an interval made mostly of the spread
-        between windows; each bucket past T also has its increase over the same windows' [0, T) as trained (Δ,
-        paired), whose interval is the one that tests the extrapolation. Needs rotary position embeddings.
+        between windows; each bucket of a length past T also has its increase over the same windows' [0, T) as
+        trained (Δ, paired), whose interval is the one that tests the extrapolation; in [0, T) itself, what the
+        scaling costs inside the trained length (GA Table 5). Needs rotary position embeddings.
 stream  sliding-window attention (model.window_mask): each query sees its last w keys (--stream_windows, default
         T/8 and T/4) and the first k positions of the window (--keep_first=0,1,4: StreamingLLM keeps 4 "attention
         sinks"; with train.py's bos, position 0 is <|endoftext|>), k keys on top of the w, not out of them. The
@@ -211,11 +212,13 @@ def length_rows(n_head, vocab_size, L, rows, free):
 
 
 def evaluate_length(model, x, y, rows, multiples, scalings):
-    """Per scaling, per length: the loss per position bucket, with its interval over windows, and for each bucket
-    past T its increase over the same windows' first T positions as trained (1x, RoPE unscaled: paired, so a window's
-    own difficulty cancels, which the levels' intervals are mostly made of; and a scaling's cost inside T counts
-    against it). x, y hold windows of max(multiples) * T tokens; each length reads their first positions. A factor
-    of 1 is RoPE as trained whatever the scaling: measured once, first."""
+    """Per scaling, per length: the loss per position bucket, with its interval over windows, and for each bucket of
+    a length past T its increase over the same windows' first T positions as trained (1x, RoPE unscaled: paired, so
+    a window's own difficulty cancels, which the levels' intervals are mostly made of; and a scaling's cost inside T
+    counts against it). In [0, T) that increase is the scaling's cost inside the trained length (GA Table 5: every
+    model loses some, the gated ones less), 0 up to rounding with RoPE as trained (causal: the later positions
+    change nothing before them). x, y hold windows of max(multiples) * T tokens; each length reads their first
+    positions. A factor of 1 is RoPE as trained whatever the scaling: measured once, first."""
     T = model.config.block_size
     first = token_losses(model, x[:, :T], y[:, :T], rows)  # 1x, as trained: every scaling's 1x row
     inside = first.mean(1)  # each window's loss within T, as trained: what each Δ is paired with
@@ -234,7 +237,7 @@ def evaluate_length(model, x, y, rows, multiples, scalings):
                 losses = token_losses(longer, x[:, :L], y[:, :L], per_pass)
             out[scaling].append({"multiple": m, "length": L, "buckets": [
                 {"from": a, "to": b, **interval(losses[:, a:b].mean(1))} |
-                ({"increase": interval(losses[:, a:b].mean(1) - inside)} if a else {}) for a, b in buckets(T, L)]})
+                ({"increase": interval(losses[:, a:b].mean(1) - inside)} if m > 1 else {}) for a, b in buckets(T, L)]})
     return out
 
 
@@ -540,12 +543,17 @@ def markdown(summary):
         paired = [(scaling, v) for scaling, lengths in r["length"].items() for v in lengths
                   if any("increase" in b for b in v["buckets"])]  # a record kept before Δ was measured has none
         if paired:
+            inside = any("increase" in v["buckets"][0] for _, v in paired)  # not in records kept before it was
             lines += ["Δ: each bucket's increase over the same windows' [0, T) as trained (1x, RoPE unscaled: "
                       "paired, so its interval leaves out how hard each window is, and a scaling's cost inside T "
-                      "counts against it). Compare it between models: the lower Δ copes better past T.", ""]
-            lines += table(["RoPE", "length"] + [f"[{a}, {b}) Δ" for a, b in widest[1:]],
+                      "counts against it). " + ("In [0, T), what the scaling costs inside the trained length (0 "
+                      "with RoPE as trained); past T, how well the model copes there. Compare each between models: "
+                      "the lower Δ is the better." if inside else
+                      "Compare it between models: the lower Δ copes better past T."), ""]
+            lines += table(["RoPE", "length"] + [f"[{a}, {b}) Δ" for a, b in widest[1 - inside:]],
                            [[scaling, f"{v['multiple']}x = {v['length']}"] +
-                            [fmt_interval(b["increase"], ".4f", sign=True) for b in v["buckets"][1:]] +
+                            [fmt_interval(b["increase"], ".4f", sign=True) if "increase" in b else "–"
+                             for b in v["buckets"][1 - inside:]] +
                             ["–"] * (len(widest) - len(v["buckets"])) for scaling, v in paired])
     stream = [r for r in records if "stream" in r]
     if stream:

@@ -258,13 +258,16 @@ PAPERS_SAY = (
 def headline(r):
     """One record's numbers that a row of a summary table shows, {column: value}: each quantization setting's loss
     increase; per RoPE scaling, the loss of the last position bucket at the longest length, and its increase over
-    the same windows' [0, T) as trained where the record has it; the loss increase of the largest sliding window
-    with each number of first positions kept."""
+    the same windows' [0, T) as trained where the record has it (for ntk and yarn, [0, T)'s increase too: what the
+    scaling costs inside the trained length); the loss increase of the largest sliding window with each number of
+    first positions kept."""
     out = {}
     for s in r.get("quant", {}).get("settings", []):
         out[f"{s['setting'].upper()} Δ"] = s["increase"]["mean"]
     for scaling, lengths in r.get("length", {}).items():
-        last = lengths[-1]["buckets"][-1]
+        first, last = lengths[-1]["buckets"][0], lengths[-1]["buckets"][-1]
+        if scaling != "none" and "increase" in first:  # (as trained it is 0: causal)
+            out[f"{scaling} {lengths[-1]['multiple']}x [0, {first['to']}) Δ"] = first["increase"]["mean"]
         out[f"{scaling} {lengths[-1]['multiple']}x [{last['from']}, {last['to']})"] = last["mean"]
         if "increase" in last:  # records kept before the paired increase was measured have only the level
             out[f"{scaling} {lengths[-1]['multiple']}x [{last['from']}, {last['to']}) Δ"] = last["increase"]["mean"]
@@ -1018,7 +1021,9 @@ def evaluate_section(report_dir, root, trained):
              f"[{EVALUATE_DIR}/summary.md]({EVALUATE_DIR}/summary.md). Here, {SEEDS_NOTE}. Δ: the loss increase "
              "(nats) with W-bit weights and A-bit activations, or a sliding window of w keys that keeps the first k "
              "positions, over the same windows unchanged; a RoPE column: the loss of the last positions of the longest "
-             "windows (with Δ: its increase over the first T positions of the same windows, as trained).", ""]
+             "windows (with Δ: its increase over the first T positions of the same windows, as trained" +
+             ("; a [0, T) Δ: what the scaling costs inside the trained length"
+              if any(" [0, " in c and c.endswith(" Δ") for c in columns) else "") + ").", ""]
     earlier = [f"{r['label']} on {r['device']}, {r['date']}" for r in evaluations["models"]
                if r.get("measured_earlier")]
     if earlier:

@@ -182,7 +182,12 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
         assert paired["mean"] == pytest.approx(rise.mean().item(), abs=1e-5)
         half = 2.5706 * rise.std().item() / 6 ** 0.5  # t(0.975, 5 degrees of freedom): the interval over 6 windows
         assert (paired["hi"] - paired["lo"]) / 2 == pytest.approx(half, rel=1e-3)
-        assert all("increase" not in v["buckets"][0] for lengths in r["length"].values() for v in lengths)
+        # at 2x, [0, T) has its increase too: what a scaling costs inside T (GA Table 5), 0 with RoPE as trained
+        assert all("increase" not in b for lengths in r["length"].values() for b in lengths[0]["buckets"])
+        assert r["length"]["none"][1]["buckets"][0]["increase"]["mean"] == pytest.approx(0, abs=1e-6)
+        inside = r["length"]["yarn"][1]["buckets"][0]["increase"]["mean"]
+        assert inside == pytest.approx((per_token[:, :32].mean(1) - trained.view(-1, 32).mean(1)).mean().item(),
+                                       abs=1e-5) and inside != pytest.approx(0, abs=1e-6)
         assert r["stream"][0]["keep"][0]["loss"]["mean"] == pytest.approx(cut, abs=1e-5)
         assert [row["window"] for row in r["stream"]] == [4, 8]
         for row in r["stream"]:
@@ -201,15 +206,15 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
     row = next(line for line in table.splitlines() if line.startswith("| base | 6 x 32 |")).strip("| ").split(" | ")
     assert row[3:] == [report.fmt_interval(s["increase"], ".4f", sign=True) for s in base["quant"]["settings"]]
     assert [k for k in report.headline(base)] == ["W8A8 Δ", "W4A4 Δ", "none 2x [32, 64)", "none 2x [32, 64) Δ",
-                                                  "ntk 2x [32, 64)", "ntk 2x [32, 64) Δ", "yarn 2x [32, 64)",
-                                                  "yarn 2x [32, 64) Δ", "w=8 keep 0 Δ", "w=8 keep 1 Δ",
-                                                  "w=8 keep 32 Δ"]
+                                                  "ntk 2x [0, 32) Δ", "ntk 2x [32, 64)", "ntk 2x [32, 64) Δ",
+                                                  "yarn 2x [0, 32) Δ", "yarn 2x [32, 64)", "yarn 2x [32, 64) Δ",
+                                                  "w=8 keep 0 Δ", "w=8 keep 1 Δ", "w=8 keep 32 Δ"]
     numbers, longest, widest = report.headline(base), base["length"]["yarn"][-1]["buckets"][-1], base["stream"][-1]
     assert (numbers["W4A4 Δ"], numbers["yarn 2x [32, 64)"], numbers["yarn 2x [32, 64) Δ"], numbers["w=8 keep 0 Δ"]) \
         == (base["quant"]["settings"][1]["increase"]["mean"], longest["mean"], longest["increase"]["mean"],
             widest["keep"][0]["increase"]["mean"])  # each increase, never the loss it rose to
-    rise = base["length"]["yarn"][1]["buckets"][1]["increase"]
-    assert f"| yarn | 2x = 64 | {report.fmt_interval(rise, '.4f', sign=True)} |" in table  # the Δ table's row
+    rises = [report.fmt_interval(b["increase"], ".4f", sign=True) for b in base["length"]["yarn"][1]["buckets"]]
+    assert f"| yarn | 2x = 64 | {' | '.join(rises)} |" in table and "| [0, 32) Δ | [32, 64) Δ |" in table  # Δ's row
     old = json.loads(json.dumps(base))  # a record kept before Δ was measured: levels only, and still a report row
     for lengths in old["length"].values():
         for v in lengths:
@@ -217,6 +222,12 @@ def test_evaluate_end_to_end(two_runs, tmp_path, monkeypatch):
                 b.pop("increase", None)
     assert not any(k.startswith(("none", "yarn")) and k.endswith("Δ") for k in report.headline(old))
     assert "[32, 64) Δ |" not in evaluate.markdown({**summary, "models": [old]})
+    for lengths in old["length"].values():  # kept before [0, T)'s Δ was measured: no such column
+        for b in lengths[1]["buckets"][1:]:
+            b["increase"] = {"mean": 0.5, "lo": 0.25, "hi": 0.75}
+    text = evaluate.markdown({**summary, "models": [old]})
+    assert "| yarn | 2x = 64 | +0.5000 ± 0.2500 |" in text and "[0, 32) Δ" not in text and "In [0, T)" not in text
+    assert "yarn 2x [0, 32) Δ" not in report.headline(old) and "yarn 2x [32, 64) Δ" in report.headline(old)
     try:
         import matplotlib  # noqa: F401
     except ImportError:

@@ -153,8 +153,9 @@ def test_repro_pipeline_tiny(tmp_path, dataset, capsys):
     assert not os.path.exists(os.path.join(root, "report", "lr_sweep.png"))  # one rate: the sweep's row, no figure
     assert "Only this rate is trained so far" in text
     section = text[text.index("## Downstream consequences"):]
-    assert ("| variant | seeds | W4A4 Δ | none 2x [32, 64) | none 2x [32, 64) Δ | yarn 2x [32, 64) | "
-            "yarn 2x [32, 64) Δ | w=8 keep 0 Δ | w=8 keep 1 Δ |") in section
+    assert ("| variant | seeds | W4A4 Δ | none 2x [32, 64) | none 2x [32, 64) Δ | yarn 2x [0, 32) Δ | "
+            "yarn 2x [32, 64) | yarn 2x [32, 64) Δ | w=8 keep 0 Δ | w=8 keep 1 Δ |") in section
+    assert "a [0, T) Δ: what the scaling costs inside the trained length" in section
     assert "| baseline | 2 | " in section and "| g1_elementwise | 2 | " in section and "Out of date" not in section
     assert "](evaluate/summary.md)" in section and "GA Table 5" in section
 
