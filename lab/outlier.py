@@ -33,7 +33,8 @@ there and its rank among the channels by size, and the loss at the other positio
 can move (nothing after the last block mixes positions; checked).
 
 For each run's ckpt.pt (or --checkpoint=best.pt), on the validation windows it was evaluated on. Prints a table,
-writes --out (JSON: each run's numbers, with its run id, seed, data fingerprint and where and when it was measured)
+writes --out (JSON: each run's numbers, with its run id, seed, data fingerprint, where and when it was measured
+and by which commit of this code)
 and the same table beside it as Markdown, the two together (a command cut short leaves the pair as it was).
 """
 
@@ -52,7 +53,7 @@ from cli import configure, device_name, fail, pick_device, run_main
 from data.shards import bos_token, dataset_fingerprint, val_batches
 from lab.analyze import eval_windows, load_run_checkpoint
 from lab.report import not_a_file_name, repeated_label
-from runfolder import result_set, writable_folder, write_json, write_text
+from runfolder import code_version, result_set, writable_folder, write_json, write_text
 import torch
 import torch.nn.functional as F
 
@@ -110,6 +111,12 @@ def first_prediction(model, bos, **change):
     with changed(model, **change):
         logits, _ = model(bos)
     return logits[0, -1].double().log_softmax(-1)
+
+
+def median(values):
+    """The median of a 1-D tensor: the mean of the two middle values when there are an even number of them (64
+    channels), as numpy's; torch's own median returns the lower of the two."""
+    return torch.quantile(values.double(), 0.5).item()
 
 
 def kl(logp, logq):
@@ -198,9 +205,9 @@ def measure(run, checkpoint, device):
                 channels=h0.shape[1],
                 windows=n, act_bos=h0[:, channel].abs().mean().item(), act_rest=abs_rest[channel].item(), value=value,
                 from_input=at["in"], from_attention=at["mid"] - at["in"], from_mlp=at["out"] - at["mid"],
-                norm_weight=weight[channel].item(), norm_weight_median=weight.median().item(),
+                norm_weight=weight[channel].item(), norm_weight_median=median(weight),
                 pre_scale=None if scale is None else scale[channel].item(),
-                pre_scale_median=None if scale is None else scale.median().item(), rms_ratio=rms_ratio,
+                pre_scale_median=None if scale is None else median(scale), rms_ratio=rms_ratio,
                 norm_out=normed[channel].item(), norm_out_rank=1 + int((normed.abs() > normed[channel].abs()).sum()),
                 loss_first=total["as_trained"][0] / n, entropy_first=total["as_trained"][1] / n,
                 loss_first_own_term=total["own_term"][0] / n, entropy_first_own_term=total["own_term"][1] / n,
@@ -208,7 +215,7 @@ def measure(run, checkpoint, device):
                 entropy_first_denominator=total["denominator"][1] / n,
                 loss_first_without=total["removed"][0] / n, entropy_first_without=total["removed"][1] / n,
                 kl_own_term=kls["own_term"], kl_denominator=kls["denominator"], kl_without=kls["removed"],
-                own_term_rank=1 + int((own_kls > own_kls[channel]).sum()), own_term_kl_median=own_kls.median().item(),
+                own_term_rank=1 + int((own_kls > own_kls[channel]).sum()), own_term_kl_median=median(own_kls),
                 loss_rest=total["as_trained"][2] / (n * (T - 1)), flat=math.log(model.config.vocab_size))
 
 
@@ -251,10 +258,10 @@ def main(argv=None):
         fail(f"--out={a.out}: a .json file (the Markdown table is written beside it, .md)")
     writable_folder(os.path.dirname(a.out) or ".", key="--out's folder")  # before the work, not after it
     device = pick_device(a.device)
-    rows = []
+    rows, code = [], code_version()
     for run, label in zip(a.runs, a.labels or a.runs):
-        try:
-            rows.append(dict(label=label, **measure(run, a.checkpoint, device)))
+        try:  # which lab/outlier.py measured (as train.py logs and lab.evaluate records)
+            rows.append(dict(label=label, **measure(run, a.checkpoint, device), code=code))
         except (FileNotFoundError, ValueError, RuntimeError) as e:
             fail(e)
     md = table(rows)

@@ -469,6 +469,11 @@ def test_norms_the_outlier_acts_through_the_denominator():
          f"own term the largest of the 64 channels' in {sum(r['own_term_rank'] == 1 for r in both)}.")
     mlp = min(abs(r["from_mlp"]) / (abs(r["from_input"]) + abs(r["from_attention"]) + abs(r["from_mlp"])) for r in both)
     says(NORMS, f"{math.floor(mlp * 1000) / 10}% or more of the channel's value at BOS is what the block's MLP adds")
+    check = by_label("sink_lab/unseen-seeds/summary.json")
+    later = compare(values(check["baseline"], "max_act"), values(check["g1_elementwise"], "max_act"), "ratio")
+    says(NORMS, f"moves the activation little (M-Act {ci(claim('g1_elementwise', 'max_act'))} of the baseline's over "
+         f"the study's {len(study_runs('g1_elementwise'))} seeds, ×{later['estimate']:.2f} at eight later ones, "
+         f"{decide(later, -1)})")
 
 
 def test_norms_gatednorm_dyt_and_preaffine():
