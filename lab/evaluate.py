@@ -552,8 +552,7 @@ def markdown(summary):
                       "Compare it between models: the lower Δ copes better past T."), ""]
             lines += table(["RoPE", "length"] + [f"[{a}, {b}) Δ" for a, b in widest[1 - inside:]],
                            [[scaling, f"{v['multiple']}x = {v['length']}"] +
-                            [fmt_interval(b["increase"], ".4f", sign=True) if "increase" in b else "–"
-                             for b in v["buckets"][1 - inside:]] +
+                            [fmt_interval(b["increase"], ".4f", sign=True) for b in v["buckets"][1 - inside:]] +
                             ["–"] * (len(widest) - len(v["buckets"])) for scaling, v in paired])
     stream = [r for r in records if "stream" in r]
     if stream:
