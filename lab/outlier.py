@@ -27,6 +27,12 @@ For GatedNorm the own term is the norm's output after its gate, whose input stil
 reads the changed vector in "denominator only". LayerNorm subtracts the vector's mean before it divides: its
 rms_ratio is that of the standard deviations, and the mean it subtracts moves with the channel too (a shift of every
 other channel, inside "denominator only"). DyT divides by nothing: it has no rms_ratio.
+A final GatedNorm can shrink one token's vector with its own gate, no outlier needed. For one, also: its gate's mean
+over the channels at BOS and elsewhere (norm_gate_bos, norm_gate_rest); how many times smaller that gate leaves
+BOS's vector than a typical token's gate would (norm_gate_divides: the RMS of the norm's output at BOS with each
+channel's gate set to its mean over the other positions, over its RMS as trained); and the prediction after BOS with
+that typical gate (kl_norm_gate, and its loss and entropy at position 0): what the gate does to the prediction,
+beside what the outlier's denominator does.
 Also: where the channel's value at BOS comes from (the block's input, its attention, its MLP: what each adds), the
 final norm's weight on it against the median |weight| (for PreAffine also its learned pre-scale), the norm's output
 there and its rank among the channels by size, and the loss at the other positions, which no change at position 0
@@ -80,11 +86,13 @@ def set_at_first(channel, value):
 
 
 @contextmanager
-def changed(model, channel=None, value=None, own=None):
-    """Inside: at position 0, `channel` of the last block's output set to `value` (when given), and the final norm's
-    output in that channel set to `own` (when given: 0 removes its own term)."""
+def changed(model, channel=None, value=None, own=None, final=None):
+    """Inside: at position 0, `channel` of the last block's output set to `value` (when given), the final norm's
+    output in that channel set to `own` (when given: 0 removes its own term), and its whole output set to the vector
+    `final` (when given)."""
     hooks = [model.transformer.h[-1].register_forward_hook(set_at_first(channel, value)),
-             model.transformer.ln_f.register_forward_hook(set_at_first(channel, own))]
+             model.transformer.ln_f.register_forward_hook(set_at_first(channel, own)),
+             model.transformer.ln_f.register_forward_hook(set_at_first(slice(None), final))]
     try:
         with torch.no_grad():
             yield
@@ -150,6 +158,26 @@ def activations(model, batches):
     return at0, sum(seen["rest"]) / count, sum(seen["rest_abs"]) / count
 
 
+def norm_gate(model, batches):
+    """A final GatedNorm's gate at position 0 (channels,), its mean over positions 1..T-1 of every window per channel,
+    and the norm's output at position 0 before the gate (the RMSNorm's): BOS's, the same in every window."""
+    final, seen = model.transformer.ln_f, {"rest": [], "count": 0}
+
+    def gate(module, args, logits):
+        g = torch.sigmoid(logits)
+        seen.update(bos=g[0, 0], rest=seen["rest"] + [g[:, 1:].sum((0, 1))], count=seen["count"] + g[:, 1:, 0].numel())
+    hooks = [final.up.register_forward_hook(gate),
+             final.norm.register_forward_hook(lambda module, args, y: seen.update(normed=y[0, 0]))]
+    try:
+        with torch.no_grad():
+            for x, _ in batches:
+                model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen["bos"], sum(seen["rest"]) / seen["count"], seen["normed"]
+
+
 def measure(run, checkpoint, device):
     """One run's numbers (see the module's docstring)."""
     model, ckpt = load_run_checkpoint(os.path.join(run, checkpoint), device, reader="lab.outlier")
@@ -176,16 +204,27 @@ def measure(run, checkpoint, device):
     changes = {"as_trained": {}, "own_term": dict(channel=channel, own=0.0),
                "denominator": dict(channel=channel, value=value, own=normed[channel].item()),
                "removed": dict(channel=channel, value=value)}
+    gate_keys = dict.fromkeys(("norm_gate_bos", "norm_gate_rest", "norm_gate_divides", "kl_norm_gate",
+                               "loss_first_norm_gate", "entropy_first_norm_gate"))  # None but for a final GatedNorm
+    if model.config.norm == "gatednorm":  # BOS's vector out of the norm with a typical token's gate, not its own
+        gate_bos, gate_rest, before_gate = norm_gate(model, batches)
+        changes["norm_gate"] = dict(final=before_gate * gate_rest)
+        rms = [(before_gate * g).pow(2).mean().sqrt() for g in (gate_rest, gate_bos)]
+        gate_keys.update(norm_gate_bos=gate_bos.mean().item(), norm_gate_rest=gate_rest.mean().item(),
+                         norm_gate_divides=(rms[0] / rms[1]).item())
     outs = {name: [predictions(model, x, y, **change) for x, y in batches] for name, change in changes.items()}
     kls = {name: kl(as_trained, first_prediction(model, bos, **change)) for name, change in changes.items()}
     own_kls = torch.tensor([kl(as_trained, first_prediction(model, bos, channel=c, own=0.0))
                             for c in range(h0.shape[1])])  # the control: every channel's own term, one at a time
     n, T = h0.shape[0], batches[0][0].shape[1]
     total = {name: [sum(o[i] for o in out) for i in range(3)] for name, out in outs.items()}
-    for name in ("own_term", "denominator", "removed"):  # nothing after the last block reads position 0
+    for name in list(changes)[1:]:  # nothing after the last block reads position 0
         if not math.isclose(total[name][2], total["as_trained"][2], rel_tol=1e-5, abs_tol=1e-6):
             raise RuntimeError(f"{run}: changing position 0 moved the other positions' loss "
                                f"({total['as_trained'][2]} -> {total[name][2]})")
+    if "norm_gate" in changes:
+        gate_keys.update(kl_norm_gate=kls["norm_gate"], loss_first_norm_gate=total["norm_gate"][0] / n,
+                         entropy_first_norm_gate=total["norm_gate"][1] / n)
     final = model.transformer.ln_f  # its weight, or for PreAffine and GatedNorm that of the RMSNorm inside
     weight = (final.weight if hasattr(final, "weight") else final.norm.weight).detach().abs()
     scale = getattr(final, "pre_scale", None)  # PreAffine's: its RMSNorm divides pre_scale * h, not h
@@ -216,7 +255,8 @@ def measure(run, checkpoint, device):
                 loss_first_without=total["removed"][0] / n, entropy_first_without=total["removed"][1] / n,
                 kl_own_term=kls["own_term"], kl_denominator=kls["denominator"], kl_without=kls["removed"],
                 own_term_rank=1 + int((own_kls > own_kls[channel]).sum()), own_term_kl_median=median(own_kls),
-                loss_rest=total["as_trained"][2] / (n * (T - 1)), flat=math.log(model.config.vocab_size))
+                loss_rest=total["as_trained"][2] / (n * (T - 1)), flat=math.log(model.config.vocab_size),
+                **gate_keys)
 
 
 def table(rows):
@@ -226,12 +266,15 @@ def table(rows):
             "| own term's rank of all channels' (their median KL) "
             "| loss at position 0: as trained, own term removed, denominator only, outlier removed "
             "| its entropy (flat: ln V) | the rest divided by (its RMS, LayerNorm's std: with / without the outlier) "
+            "| GatedNorm's gate at BOS (elsewhere); BOS's vector divided by it; KL with the gate as elsewhere "
             "| loss elsewhere |")
     lines = [head, "| --- " * (head.count("|") - 1) + "|"]  # one rule cell a column: else no table to a renderer
     for r in rows:
         weight = f"{r['norm_weight']:.3f} ({r['norm_weight_median']:.3f})"
         if r["pre_scale"] is not None:
             weight += f"; pre-scale {r['pre_scale']:.2f} ({r['pre_scale_median']:.2f})"
+        gate = "–" if r["norm_gate_bos"] is None else (f"{r['norm_gate_bos']:.2f} ({r['norm_gate_rest']:.2f}); "
+                                                       f"{r['norm_gate_divides']:.2f}; {r['kl_norm_gate']:.4f}")
         lines.append(f"| {r['label']} | {r['norm']} | {r['gate']} | {r['channel']} | {r['act_bos']:.1f} "
                      f"({r['act_rest']:.2f}) | {r['from_input']:.1f} / {r['from_attention']:.1f} / "
                      f"{r['from_mlp']:.1f} | {weight} | {r['norm_out']:.2f} ({r['norm_out_rank']}) | "
@@ -240,7 +283,8 @@ def table(rows):
                      f"{r['loss_first_own_term']:.3f}, {r['loss_first_denominator']:.3f}, "
                      f"{r['loss_first_without']:.3f} | {r['entropy_first']:.3f}, {r['entropy_first_own_term']:.3f}, "
                      f"{r['entropy_first_denominator']:.3f}, {r['entropy_first_without']:.3f} ({r['flat']:.3f}) | "
-                     f"{'–' if r['rms_ratio'] is None else format(r['rms_ratio'], '.1f')} | {r['loss_rest']:.4f} |")
+                     f"{'–' if r['rms_ratio'] is None else format(r['rms_ratio'], '.1f')} | {gate} | "
+                     f"{r['loss_rest']:.4f} |")
     return "\n".join(lines)
 
 

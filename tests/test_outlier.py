@@ -49,8 +49,20 @@ def runs(sink_lab_runs, tmp_path_factory):
     layernorm = deep.parent / "layernorm"
     layernorm.mkdir()
     save_checkpoint({**ckpt, "model": model.state_dict(), "model_args": args}, str(layernorm / "ckpt.pt"))
+    # "gatednorm": the baseline's one block with GatedNorm everywhere, its final norm's weight and gate drawn at
+    # random and large, so that its gate differs from token to token and from channel to channel
+    args = {**ckpt["model_args"], "norm": "gatednorm"}
+    torch.manual_seed(2)
+    model = GPT(GPTConfig(**args))
+    with torch.no_grad():
+        model.transformer.ln_f.norm.weight.uniform_(-1.5, 1.5)
+        model.transformer.ln_f.down.weight.normal_(0, 1.0)
+        model.transformer.ln_f.up.weight.normal_(0, 1.0)
+    gatednorm = deep.parent / "gatednorm"
+    gatednorm.mkdir()
+    save_checkpoint({**ckpt, "model": model.state_dict(), "model_args": args}, str(gatednorm / "ckpt.pt"))
     return {"baseline": baseline, "g1": os.path.join(sink_lab_runs, "g1"), "deep": str(deep),
-            "layernorm": str(layernorm)}
+            "layernorm": str(layernorm), "gatednorm": str(gatednorm)}
 
 
 def final_norm(ln_f):
@@ -65,7 +77,7 @@ def windows(run):
                               bos=bos_token(w["data_dir"]))
 
 
-@pytest.mark.parametrize("name", ["baseline", "g1", "deep", "layernorm"])
+@pytest.mark.parametrize("name", ["baseline", "g1", "deep", "layernorm", "gatednorm"])
 def test_the_numbers_are_the_models_own(runs, name):
     """Position 0's loss and the others' make up the model's own loss; the channel is the largest mean |h| at
     position 0 of the last block's output; entropies lie between 0 and ln V."""
@@ -118,35 +130,46 @@ def test_the_numbers_are_the_models_own(runs, name):
     assert math.isclose(r["value"], h[:, 1:, r["channel"]].mean().item(), rel_tol=1e-4, abs_tol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["baseline", "g1", "deep", "layernorm"])
+@pytest.mark.parametrize("name", ["baseline", "g1", "deep", "layernorm", "gatednorm"])
 def test_the_four_predictions_after_bos_by_hand(runs, name):
     """The final norm and the unembedding, written out here on the block's output at BOS: its own term removed,
     the denominator alone changed, the outlier removed, each one's KL from the prediction as trained, loss and
-    entropy over the windows, the every-channel control's rank, the norm's output and rms_ratio: the tool's numbers."""
+    entropy over the windows, the every-channel control's rank, the norm's output and rms_ratio: the tool's numbers.
+    For a final GatedNorm also its gate at BOS and elsewhere, and the prediction with a typical token's gate."""
     run = runs[name]
     r = outlier.measure(run, "ckpt.pt", "cpu")
     model, batches = windows(run)
     seen = []
-    hook = model.transformer.h[-1].register_forward_hook(lambda module, args, h: seen.append(h[:, 0]))
+    hook = model.transformer.h[-1].register_forward_hook(lambda module, args, h: seen.append(h))
     with torch.no_grad():
         [model(x) for x, _ in batches]
     hook.remove()
-    h = torch.cat(seen)  # (windows, C): the block's output at BOS, the same in every window
+    everywhere = torch.cat(seen).double()  # (windows, T, C): the block's output
+    h = everywhere[:, 0]  # at BOS, the same in every window
     assert torch.allclose(h, h[:1].expand_as(h), atol=1e-5)
     c, (norm, scale) = r["channel"], final_norm(model.transformer.ln_f)
-    h = h[0].double()
+    h = h[0]
     w = norm.weight.detach().double()
     scale = torch.ones_like(h) if scale is None else scale.detach().double()  # PreAffine's: the norm reads scale * h
     layernorm = isinstance(norm, torch.nn.LayerNorm)  # it divides the vector less its mean, and adds a bias
+    gated = model.config.norm == "gatednorm"  # GatedNorm: y * sigmoid(W_up SiLU(W_down y)), y its RMSNorm's output
 
     def divided(v):  # what the norm divides by its RMS
         v = v * scale
-        return v - v.mean() if layernorm else v
+        return v - v.mean(-1, keepdim=True) if layernorm else v
+
+    def before_gate(v):
+        v = divided(v)
+        out = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + norm.eps) * w
+        return out + norm.bias.detach().double() if layernorm else out
+
+    def gate(y):
+        down, up = (model.transformer.ln_f.get_submodule(k).weight.detach().double() for k in ("down", "up"))
+        return torch.sigmoid(F.silu(y @ down.T) @ up.T)
 
     def normed(v):
-        v = divided(v)
-        out = v * torch.rsqrt(v.pow(2).mean() + norm.eps) * w
-        return out + norm.bias.detach().double() if layernorm else out
+        y = before_gate(v)
+        return y * gate(y) if gated else y
 
     def logp(y):
         return (model.lm_head.weight.detach().double() @ y).log_softmax(-1)
@@ -180,6 +203,22 @@ def test_the_four_predictions_after_bos_by_hand(runs, name):
     above = [1 + int((others > own_kls[c] * (1 + tol)).sum()) for tol in (1e-4, -1e-4)]  # float32 against 64
     assert above[0] <= r["own_term_rank"] <= above[1]
     assert math.isclose(r["own_term_kl_median"], float(np.median(own_kls.numpy())), rel_tol=1e-3, abs_tol=1e-7)
+    keys = ("norm_gate_bos", "norm_gate_rest", "norm_gate_divides", "kl_norm_gate", "loss_first_norm_gate",
+            "entropy_first_norm_gate")
+    if not gated:
+        assert all(r[key] is None for key in keys)
+        return
+    at_bos, elsewhere = gate(before_gate(h)), gate(before_gate(everywhere[:, 1:])).mean((0, 1))
+    assert math.isclose(r["norm_gate_bos"], at_bos.mean().item(), rel_tol=1e-4)
+    assert math.isclose(r["norm_gate_rest"], elsewhere.mean().item(), rel_tol=1e-4)
+    assert (at_bos - elsewhere).abs().max() > 0.1  # the drawn gate differs between BOS and elsewhere: a real test
+    typical = before_gate(h) * elsewhere  # BOS's vector out of the norm with a typical token's gate
+    assert math.isclose(r["norm_gate_divides"], (typical.norm() / as_trained.norm()).item(), rel_tol=1e-4)
+    q = logp(typical)
+    assert math.isclose(r["kl_norm_gate"], (p.exp() * (p - q)).sum().item(), rel_tol=1e-3, abs_tol=1e-6)
+    assert math.isclose(r["loss_first_norm_gate"], -q[targets].mean().item(), rel_tol=1e-4)
+    assert math.isclose(r["entropy_first_norm_gate"], -(q.exp() * q).sum().item(), rel_tol=1e-4)
+    assert r["kl_norm_gate"] > 1e-3  # the gate's change moves this prediction
 
 
 def test_only_the_channel_at_position_0_changes_and_its_own_term_alone_can_be_removed(sink_lab_runs):
@@ -311,6 +350,10 @@ def test_the_table_has_a_rule_cell_for_every_column():
                pre_scale_median=None, norm_out=0.2, norm_out_rank=9, kl_own_term=0.001, kl_denominator=0.5,
                kl_without=0.6, own_term_rank=20, own_term_kl_median=0.001, loss_first=1.0, loss_first_own_term=1.0,
                loss_first_denominator=2.0, loss_first_without=2.1, entropy_first=1.0, entropy_first_own_term=1.0,
-               entropy_first_denominator=2.0, entropy_first_without=2.0, flat=4.17, rms_ratio=5.0, loss_rest=2.0)
-    head, rule, line = outlier.table([row]).split("\n")
-    assert head.count("|") == rule.count("|") == line.count("|")
+               entropy_first_denominator=2.0, entropy_first_without=2.0, flat=4.17, rms_ratio=5.0, loss_rest=2.0,
+               norm_gate_bos=None, norm_gate_rest=None, norm_gate_divides=None, kl_norm_gate=None)
+    gated = {**row, "norm": "gatednorm", "norm_gate_bos": 0.2, "norm_gate_rest": 0.5, "norm_gate_divides": 2.4,
+             "kl_norm_gate": 0.3}
+    head, rule, line, gated_line = outlier.table([row, gated]).split("\n")
+    assert head.count("|") == rule.count("|") == line.count("|") == gated_line.count("|")
+    assert "| 0.20 (0.50); 2.40; 0.3000 |" in gated_line and "| – |" in line
