@@ -307,6 +307,17 @@ def test_the_outlier_figures_are_outlier_json():
     gn = {x["label"]: x for x in runs if x["label"].startswith("gatednorm/")}
     says("TUTORIAL.md", f"({gn['gatednorm/1337']['act_bos']:.0f} in the page's run",
          f"divided the rest by at most {max(x['rms_ratio'] for x in gn.values()):.1f}")
+    says("TUTORIAL.md", f"which in that run stays open ({gn['gatednorm/1337']['norm_gate_bos']:.2f}; "
+                        f"{gn['gatednorm/1337']['norm_gate_rest']:.2f} elsewhere)")
+    gated = [x for x in runs if x["norm_gate_bos"] is not None]  # GatedNorm's, with G1 or without
+    small = [x for x in gated if x["act_bos"] < 50]  # the pages' split (test_cited_figures_lab checks its gap)
+    says("TUTORIAL.md", f"in {len(small)} of the {len(gated)} runs with GatedNorm (with G1 or without) the gate at "
+         f"BOS is {min(x['norm_gate_bos'] for x in small):.2f} to {max(x['norm_gate_bos'] for x in small):.2f}, "
+         f"against {min(x['norm_gate_rest'] for x in small):.2f} to {max(x['norm_gate_rest'] for x in small):.2f} "
+         f"elsewhere, and giving BOS a typical token's gate moves the prediction after it by "
+         f"{min(x['kl_norm_gate'] for x in small):.3f} to {max(x['kl_norm_gate'] for x in small):.3f} nats, where the "
+         f"outlier's denominator moves it by at most {max(x['kl_denominator'] for x in small):.4f}; in the other "
+         f"{WORDS[len(gated) - len(small)]}, the gate at BOS stays open")
     big = sorted(x["act_bos"] for x in runs if x["label"].startswith("g1_gatednorm/") and x["act_bos"] > 50)
     says("TUTORIAL.md", f"its outlier was still {big[0]:.0f} to {big[-1]:.0f} in {WORDS[len(big)]} seeds of ten")
     pre = [x["pre_scale"] / x["pre_scale_median"] for x in runs if x["label"].startswith("g1_preaffine/")]

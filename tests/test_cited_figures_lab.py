@@ -498,6 +498,29 @@ def split(acts):
     return acts[:i], acts[i:]
 
 
+def gatednorm_gate():
+    """outlier.json's runs with a final GatedNorm (G1's or none), in two groups by their outlier at BOS (split):
+    (small, large). The pages split them at 50, which the groups' gap holds."""
+    runs = [r for r in load("sink_lab/norms/outlier.json")["runs"] if r["norm_gate_bos"] is not None]
+    small, large = split([r["act_bos"] for r in runs])
+    assert {r["norm"] for r in runs} == {"gatednorm"} and small[-1] < 50 < large[0]
+    return [r for r in runs if r["act_bos"] < 50], [r for r in runs if r["act_bos"] > 50]
+
+
+def test_gatednorms_own_gate_closes_at_bos_where_its_outlier_stays_small():
+    small, large = gatednorm_gate()
+    assert all(r["kl_norm_gate"] > r["kl_denominator"] for r in small) and min(r["norm_gate_bos"] for r in large) > 0.4
+    bos, rest = (span([r[key] for r in small], ".2f", " to ") for key in ("norm_gate_bos", "norm_gate_rest"))
+    says("README", f"where its outlier stays small ({len(small)} of {len(small) + len(large)} runs with GatedNorm), "
+         f"the norm's own gate closes at BOS instead ({bos}, against {rest} elsewhere)")
+    says("sink_lab", f"in {len(small)} of the {len(small) + len(large)} runs with GatedNorm (with G1 or without) the "
+         f"final norm's gate at BOS is {bos}, against {rest} elsewhere, and giving BOS a typical token's gate moves "
+         f"the prediction after it by {span([r['kl_norm_gate'] for r in small], '.3f', ' to ')} nats (KL), where the "
+         f"outlier's denominator moves it by at most {max(r['kl_denominator'] for r in small):.4f}; in the other "
+         f"{WORDS[len(large)]} the gate at BOS stays open and the outlier is large "
+         f"({span([r['act_bos'] for r in large], '.0f', ' to ')}).")
+
+
 def test_the_outlier_acts_through_the_norms_denominator_in_25_of_26_runs():
     both = outliers("baseline") + outliers("g1_elementwise")
     ratios = [r["kl_own_term"] / r["kl_denominator"] for r in both]
@@ -550,8 +573,8 @@ def test_the_norms_table_is_the_studys_and_outlier_jsons():
     k, n = sink_count(study_runs("g1_gatednorm"))
     says("README", "GatedNorm without the gate removes most of it (peak activation "
          f"{ci(peak['gatednorm'])} of the baseline's, lower by the study's rule) and keeps the "
-         f"attention sink ({count['gatednorm']} seeds, and {later['k']} of {later['n']} at seeds nobody had used); G1 "
-         f"with GatedNorm grows no sink head in {n - k} of {n}")
+         f"attention sink ({count['gatednorm']} seeds, and {later['k']} of {later['n']} at seeds nobody had used);",
+         f"G1 with GatedNorm grows no sink head in {n - k} of {n}")
 
 
 # -----------------------------------------------------------------------------

@@ -21,9 +21,9 @@ from lab.report import fmt_difference
 from lab.stats import compare, count_verdict, decide, smallest_fisher_p
 from lab.repro import LAB_COUNTS
 from test_cited_figures_docs import five_bf16_seeds, throughput
-from test_cited_figures_lab import (RECIPE, RESULTS, WORDS, by_label, ci, claim, estimate_and_interval, ga_rows, load,
-                                     of, outliers, rate, sink_count, sink_lab_floor, span, split, squash, study,
-                                     study_runs, sweep, values)
+from test_cited_figures_lab import (RECIPE, RESULTS, WORDS, by_label, ci, claim, estimate_and_interval, ga_rows,
+                                     gatednorm_gate, load, of, outliers, rate, sink_count, sink_lab_floor, span, split,
+                                     squash, study, study_runs, sweep, values)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 NUMBERS = {**WORDS, 7: "seven", 9: "nine", 12: "twelve", 16: "sixteen"}  # counts as the pages spell them
@@ -522,6 +522,25 @@ def test_norms_gatednorm_dyt_and_preaffine():
          f"prediction further than the own term in {sum(r['kl_denominator'] > r['kl_own_term'] for r in pre)} of "
          f"{len(pre)} seeds, and taking the outlier out costs up to "
          f"{max(r['loss_first_without'] - r['loss_first'] for r in pre):.2f} nats.")
+
+
+def test_norms_gatednorms_own_gate_at_bos():
+    small, large = gatednorm_gate()
+    assert all(r["kl_norm_gate"] > r["kl_denominator"] for r in small)
+
+    def of_(runs, key, spec):
+        return span([r[key] for r in runs], spec, " to ")
+    says(NORMS, f"In {len(small)} of the {len(small) + len(large)} runs of GatedNorm and G1 with GatedNorm the outlier "
+         f"at BOS stayed small ({of_(small, 'act_bos', '.0f')}), and there the final norm's gate at BOS is "
+         f"{of_(small, 'norm_gate_bos', '.2f')}, against {of_(small, 'norm_gate_rest', '.2f')} at a typical position, "
+         f"and leaves BOS's vector {of_(small, 'norm_gate_divides', '.1f')} times smaller than a typical token's gate "
+         f"would; giving BOS that gate moves the prediction after BOS by {of_(small, 'kl_norm_gate', '.3f')} nats of "
+         f"KL, against at most {max(r['kl_denominator'] for r in small):.4f} for the outlier's denominator. In the "
+         f"other {NUMBERS[len(large)]} ({of_(large, 'act_bos', '.0f')}) the gate at BOS is "
+         f"{of_(large, 'norm_gate_bos', '.2f')}, near a typical token's, and neither dominates (the gate's KL "
+         f"{of_(large, 'kl_norm_gate', '.3f')}, the "
+         f"denominator's up to {max(r['kl_denominator'] for r in large):.4f}; the gate's the larger in "
+         f"{sum(r['kl_norm_gate'] > r['kl_denominator'] for r in large)} of {len(large)}).")
 
 
 def test_norms_dyts_loss_and_the_seed_that_fell_short():
