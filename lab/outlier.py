@@ -132,6 +132,18 @@ def kl(logp, logq):
     return (logp.exp() * (logp - logq)).sum().item()
 
 
+def run_hooked(model, batches, hooks):
+    """One pass over the windows, as trained, with `hooks` (registered handles) removed after it, whatever happens."""
+    try:
+        with torch.no_grad():
+            for x, _ in batches:
+                model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return sum(x.shape[0] * (x.shape[1] - 1) for x, _ in batches)  # positions 1..T-1 of every window
+
+
 def activations(model, batches):
     """One pass over the windows, as trained: at position 0 the last block's input, its residual stream after the
     attention (what its MLP's norm reads) and its output, each (windows, channels); and at positions 1..T-1 the
@@ -143,17 +155,10 @@ def activations(model, batches):
         seen["rest"].append(h[:, 1:].sum((0, 1)))
         seen["rest_abs"].append(h[:, 1:].abs().sum((0, 1)))
     block = model.transformer.h[-1]
-    hooks = [block.register_forward_pre_hook(lambda module, args: seen["in"].append(args[0][:, 0])),
-             block.ln_2.register_forward_pre_hook(lambda module, args: seen["mid"].append(args[0][:, 0])),
-             block.register_forward_hook(output)]
-    try:
-        with torch.no_grad():
-            for x, _ in batches:
-                model(x)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    count = sum(x.shape[0] * (x.shape[1] - 1) for x, _ in batches)
+    count = run_hooked(model, batches, [
+        block.register_forward_pre_hook(lambda module, args: seen["in"].append(args[0][:, 0])),
+        block.ln_2.register_forward_pre_hook(lambda module, args: seen["mid"].append(args[0][:, 0])),
+        block.register_forward_hook(output)])
     at0 = {k: torch.cat(seen[k]) for k in ("in", "mid", "out")}
     return at0, sum(seen["rest"]) / count, sum(seen["rest_abs"]) / count
 
@@ -161,21 +166,16 @@ def activations(model, batches):
 def norm_gate(model, batches):
     """A final GatedNorm's gate at position 0 (channels,), its mean over positions 1..T-1 of every window per channel,
     and the norm's output at position 0 before the gate (the RMSNorm's): BOS's, the same in every window."""
-    final, seen = model.transformer.ln_f, {"rest": [], "count": 0}
+    final, seen = model.transformer.ln_f, {"rest": []}
 
     def gate(module, args, logits):
         g = torch.sigmoid(logits)
-        seen.update(bos=g[0, 0], rest=seen["rest"] + [g[:, 1:].sum((0, 1))], count=seen["count"] + g[:, 1:, 0].numel())
-    hooks = [final.up.register_forward_hook(gate),
-             final.norm.register_forward_hook(lambda module, args, y: seen.update(normed=y[0, 0]))]
-    try:
-        with torch.no_grad():
-            for x, _ in batches:
-                model(x)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return seen["bos"], sum(seen["rest"]) / seen["count"], seen["normed"]
+        seen["bos"] = g[0, 0]
+        seen["rest"].append(g[:, 1:].sum((0, 1)))
+    count = run_hooked(model, batches, [
+        final.up.register_forward_hook(gate),
+        final.norm.register_forward_hook(lambda module, args, y: seen.update(normed=y[0, 0]))])
+    return seen["bos"], sum(seen["rest"]) / count, seen["normed"]
 
 
 def measure(run, checkpoint, device):
