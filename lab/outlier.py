@@ -27,12 +27,17 @@ For GatedNorm the own term is the norm's output after its gate, whose input stil
 reads the changed vector in "denominator only". LayerNorm subtracts the vector's mean before it divides: its
 rms_ratio is that of the standard deviations, and the mean it subtracts moves with the channel too (a shift of every
 other channel, inside "denominator only"). DyT divides by nothing: it has no rms_ratio.
-A final GatedNorm can shrink one token's vector with its own gate, no outlier needed. For one, also: its gate's mean
-over the channels at BOS and elsewhere (norm_gate_bos, norm_gate_rest); how many times smaller that gate leaves
-BOS's vector than a typical token's gate would (norm_gate_divides: the RMS of the norm's output at BOS with each
-channel's gate set to its mean over the other positions, over its RMS as trained); and the prediction after BOS with
-that typical gate (kl_norm_gate, and its loss and entropy at position 0): what the gate does to the prediction,
-beside what the outlier's denominator does.
+Every run's final norm hands position 0 a vector of some size: out_rms_bos is its RMS over the channels, against its
+mean (out_rms_rest) and its smallest (out_rms_rest_min) at positions 1..T-1 of every window; what the outlier's
+denominator shrinks, whatever the norm. A GatedNorm can shrink one token's vector itself, with its gate: for one,
+norm_gate_shrink is RMS(y * gate) / RMS(y) at position 0 (y the RMSNorm's output the gate multiplies), against its
+mean and smallest elsewhere (norm_gate_shrink_rest, _rest_min); and two more versions of the prediction after BOS,
+each against the prediction as trained (KL, and the loss and entropy at position 0):
+  mean gate          each channel's gate at position 0 set to its mean over the other positions (kl_norm_gate):
+                     what the gate's shrinking and its choice of channels there do together;
+  mean shrink        the norm's output at position 0 scaled so that the gate's shrink there is its mean elsewhere,
+                     its direction kept (kl_norm_gate_size): its shrinking alone, like with like with "denominator
+                     only", which rescales the rest of the vector.
 Also: where the channel's value at BOS comes from (the block's input, its attention, its MLP: what each adds), the
 final norm's weight on it against the median |weight| (for PreAffine also its learned pre-scale), the norm's output
 there and its rank among the channels by size, and the loss at the other positions, which no change at position 0
@@ -163,19 +168,27 @@ def activations(model, batches):
     return at0, sum(seen["rest"]) / count, sum(seen["rest_abs"]) / count
 
 
-def norm_gate(model, batches):
-    """A final GatedNorm's gate at position 0 (channels,), its mean over positions 1..T-1 of every window per channel,
-    and the norm's output at position 0 before the gate (the RMSNorm's): BOS's, the same in every window."""
-    final, seen = model.transformer.ln_f, {"rest": []}
-
-    def gate(module, args, logits):
-        g = torch.sigmoid(logits)
-        seen["bos"] = g[0, 0]
-        seen["rest"].append(g[:, 1:].sum((0, 1)))
-    count = run_hooked(model, batches, [
-        final.up.register_forward_hook(gate),
-        final.norm.register_forward_hook(lambda module, args, y: seen.update(normed=y[0, 0]))])
-    return seen["bos"], sum(seen["rest"]) / count, seen["normed"]
+def final_norm_pass(model, batches):
+    """One pass, as trained, through the final norm: (the out_rms_* keys and, for a GatedNorm, the norm_gate_shrink*
+    keys; for a GatedNorm also, at position 0, BOS's and the same in every window: y, the gate, each channel's mean
+    gate over positions 1..T-1, the shrink and the shrink's mean over positions 1..T-1; else None)."""
+    final, seen = model.transformer.ln_f, {"out": [], "y": [], "gate": []}
+    hooks = [final.register_forward_hook(lambda module, args, out: seen["out"].append(out))]
+    if model.config.norm == "gatednorm":
+        hooks += [final.norm.register_forward_hook(lambda module, args, y: seen["y"].append(y)),
+                  final.up.register_forward_hook(lambda module, args, logits: seen["gate"].append(logits.sigmoid()))]
+    run_hooked(model, batches, hooks)
+    rms = torch.cat(seen["out"]).pow(2).mean(-1).sqrt()  # (windows, T)
+    keys = dict(out_rms_bos=rms[:, 0].mean().item(), out_rms_rest=rms[:, 1:].mean().item(),
+                out_rms_rest_min=rms[:, 1:].min().item())
+    if not seen["gate"]:  # no gate in the norm: no shrink of its own
+        keys.update(dict.fromkeys(("norm_gate_shrink", "norm_gate_shrink_rest", "norm_gate_shrink_rest_min")))
+        return keys, None
+    y, gate = torch.cat(seen["y"]), torch.cat(seen["gate"])
+    shrink = (y * gate).pow(2).mean(-1).sqrt() / y.pow(2).mean(-1).sqrt()  # (windows, T)
+    keys.update(norm_gate_shrink=shrink[:, 0].mean().item(), norm_gate_shrink_rest=shrink[:, 1:].mean().item(),
+                norm_gate_shrink_rest_min=shrink[:, 1:].min().item())
+    return keys, (y[0, 0], gate[0, 0], gate[:, 1:].mean((0, 1)), shrink[0, 0], shrink[:, 1:].mean())
 
 
 def measure(run, checkpoint, device):
@@ -204,14 +217,11 @@ def measure(run, checkpoint, device):
     changes = {"as_trained": {}, "own_term": dict(channel=channel, own=0.0),
                "denominator": dict(channel=channel, value=value, own=normed[channel].item()),
                "removed": dict(channel=channel, value=value)}
-    gate_keys = dict.fromkeys(("norm_gate_bos", "norm_gate_rest", "norm_gate_divides", "kl_norm_gate",
-                               "loss_first_norm_gate", "entropy_first_norm_gate"))  # None but for a final GatedNorm
-    if model.config.norm == "gatednorm":  # BOS's vector out of the norm with a typical token's gate, not its own
-        gate_bos, gate_rest, before_gate = norm_gate(model, batches)
-        changes["norm_gate"] = dict(final=before_gate * gate_rest)
-        rms = [(before_gate * g).pow(2).mean().sqrt() for g in (gate_rest, gate_bos)]
-        gate_keys.update(norm_gate_bos=gate_bos.mean().item(), norm_gate_rest=gate_rest.mean().item(),
-                         norm_gate_divides=(rms[0] / rms[1]).item())
+    norm_keys, gate = final_norm_pass(model, batches)
+    if gate is not None:  # GatedNorm: BOS's output with each channel's mean gate, or with the mean shrink alone
+        y0, gate0, gate_rest, shrink0, shrink_rest = gate
+        changes.update(norm_gate=dict(final=y0 * gate_rest),
+                       norm_gate_size=dict(final=y0 * gate0 * shrink_rest / shrink0))
     outs = {name: [predictions(model, x, y, **change) for x, y in batches] for name, change in changes.items()}
     kls = {name: kl(as_trained, first_prediction(model, bos, **change)) for name, change in changes.items()}
     own_kls = torch.tensor([kl(as_trained, first_prediction(model, bos, channel=c, own=0.0))
@@ -222,9 +232,9 @@ def measure(run, checkpoint, device):
         if not math.isclose(total[name][2], total["as_trained"][2], rel_tol=1e-5, abs_tol=1e-6):
             raise RuntimeError(f"{run}: changing position 0 moved the other positions' loss "
                                f"({total['as_trained'][2]} -> {total[name][2]})")
-    if "norm_gate" in changes:
-        gate_keys.update(kl_norm_gate=kls["norm_gate"], loss_first_norm_gate=total["norm_gate"][0] / n,
-                         entropy_first_norm_gate=total["norm_gate"][1] / n)
+    for name in ("norm_gate", "norm_gate_size"):  # None but for a GatedNorm
+        norm_keys.update({f"kl_{name}": kls.get(name), f"loss_first_{name}": total[name][0] / n if gate else None,
+                          f"entropy_first_{name}": total[name][1] / n if gate else None})
     final = model.transformer.ln_f  # its weight, or for PreAffine and GatedNorm that of the RMSNorm inside
     weight = (final.weight if hasattr(final, "weight") else final.norm.weight).detach().abs()
     scale = getattr(final, "pre_scale", None)  # PreAffine's: its RMSNorm divides pre_scale * h, not h
@@ -256,7 +266,7 @@ def measure(run, checkpoint, device):
                 kl_own_term=kls["own_term"], kl_denominator=kls["denominator"], kl_without=kls["removed"],
                 own_term_rank=1 + int((own_kls > own_kls[channel]).sum()), own_term_kl_median=median(own_kls),
                 loss_rest=total["as_trained"][2] / (n * (T - 1)), flat=math.log(model.config.vocab_size),
-                **gate_keys)
+                **norm_keys)
 
 
 def table(rows):
@@ -266,15 +276,17 @@ def table(rows):
             "| own term's rank of all channels' (their median KL) "
             "| loss at position 0: as trained, own term removed, denominator only, outlier removed "
             "| its entropy (flat: ln V) | the rest divided by (its RMS, LayerNorm's std: with / without the outlier) "
-            "| GatedNorm's gate at BOS (elsewhere); BOS's vector divided by it; KL with the gate as elsewhere "
+            "| the final norm's output at BOS: its RMS (mean elsewhere, least) "
+            "| GatedNorm's gate: its shrink at BOS (mean elsewhere, least); KL with the mean gate, the mean shrink "
             "| loss elsewhere |")
     lines = [head, "| --- " * (head.count("|") - 1) + "|"]  # one rule cell a column: else no table to a renderer
     for r in rows:
         weight = f"{r['norm_weight']:.3f} ({r['norm_weight_median']:.3f})"
         if r["pre_scale"] is not None:
             weight += f"; pre-scale {r['pre_scale']:.2f} ({r['pre_scale_median']:.2f})"
-        gate = "–" if r["norm_gate_bos"] is None else (f"{r['norm_gate_bos']:.2f} ({r['norm_gate_rest']:.2f}); "
-                                                       f"{r['norm_gate_divides']:.2f}; {r['kl_norm_gate']:.4f}")
+        gate = "–" if r["norm_gate_shrink"] is None else (
+            f"{r['norm_gate_shrink']:.2f} ({r['norm_gate_shrink_rest']:.2f}, {r['norm_gate_shrink_rest_min']:.2f}); "
+            f"{r['kl_norm_gate']:.4f}, {r['kl_norm_gate_size']:.4f}")
         lines.append(f"| {r['label']} | {r['norm']} | {r['gate']} | {r['channel']} | {r['act_bos']:.1f} "
                      f"({r['act_rest']:.2f}) | {r['from_input']:.1f} / {r['from_attention']:.1f} / "
                      f"{r['from_mlp']:.1f} | {weight} | {r['norm_out']:.2f} ({r['norm_out_rank']}) | "
@@ -283,8 +295,8 @@ def table(rows):
                      f"{r['loss_first_own_term']:.3f}, {r['loss_first_denominator']:.3f}, "
                      f"{r['loss_first_without']:.3f} | {r['entropy_first']:.3f}, {r['entropy_first_own_term']:.3f}, "
                      f"{r['entropy_first_denominator']:.3f}, {r['entropy_first_without']:.3f} ({r['flat']:.3f}) | "
-                     f"{'–' if r['rms_ratio'] is None else format(r['rms_ratio'], '.1f')} | {gate} | "
-                     f"{r['loss_rest']:.4f} |")
+                     f"{'–' if r['rms_ratio'] is None else format(r['rms_ratio'], '.1f')} | {r['out_rms_bos']:.2f} "
+                     f"({r['out_rms_rest']:.2f}, {r['out_rms_rest_min']:.2f}) | {gate} | {r['loss_rest']:.4f} |")
     return "\n".join(lines)
 
 

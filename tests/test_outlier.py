@@ -50,12 +50,13 @@ def runs(sink_lab_runs, tmp_path_factory):
     layernorm.mkdir()
     save_checkpoint({**ckpt, "model": model.state_dict(), "model_args": args}, str(layernorm / "ckpt.pt"))
     # "gatednorm": the baseline's one block with GatedNorm everywhere, its final norm's weight and gate drawn at
-    # random and large, so that its gate differs from token to token and from channel to channel
+    # random and large, so that its gate differs from token to token and from channel to channel, and the logits are
+    # large enough for a change of the output's size to move the prediction
     args = {**ckpt["model_args"], "norm": "gatednorm"}
     torch.manual_seed(2)
     model = GPT(GPTConfig(**args))
     with torch.no_grad():
-        model.transformer.ln_f.norm.weight.uniform_(-1.5, 1.5)
+        model.transformer.ln_f.norm.weight.uniform_(-20, 20)
         model.transformer.ln_f.down.weight.normal_(0, 1.0)
         model.transformer.ln_f.up.weight.normal_(0, 1.0)
     gatednorm = deep.parent / "gatednorm"
@@ -203,22 +204,31 @@ def test_the_four_predictions_after_bos_by_hand(runs, name):
     above = [1 + int((others > own_kls[c] * (1 + tol)).sum()) for tol in (1e-4, -1e-4)]  # float32 against 64
     assert above[0] <= r["own_term_rank"] <= above[1]
     assert math.isclose(r["own_term_kl_median"], float(np.median(own_kls.numpy())), rel_tol=1e-3, abs_tol=1e-7)
-    keys = ("norm_gate_bos", "norm_gate_rest", "norm_gate_divides", "kl_norm_gate", "loss_first_norm_gate",
-            "entropy_first_norm_gate")
+    # the final norm's output at every position: its RMS at BOS, against its mean and its least elsewhere
+    rms = normed(everywhere).pow(2).mean(-1).sqrt()
+    for key, value in (("out_rms_bos", rms[0, 0]), ("out_rms_rest", rms[:, 1:].mean()),
+                       ("out_rms_rest_min", rms[:, 1:].min())):
+        assert math.isclose(r[key], value.item(), rel_tol=1e-4), key
+    keys = [f"{k}{name}" for name in ("norm_gate", "norm_gate_size") for k in ("kl_", "loss_first_", "entropy_first_")]
+    keys += ["norm_gate_shrink", "norm_gate_shrink_rest", "norm_gate_shrink_rest_min"]
     if not gated:
         assert all(r[key] is None for key in keys)
         return
-    at_bos, elsewhere = gate(before_gate(h)), gate(before_gate(everywhere[:, 1:])).mean((0, 1))
-    assert math.isclose(r["norm_gate_bos"], at_bos.mean().item(), rel_tol=1e-4)
-    assert math.isclose(r["norm_gate_rest"], elsewhere.mean().item(), rel_tol=1e-4)
-    assert (at_bos - elsewhere).abs().max() > 0.1  # the drawn gate differs between BOS and elsewhere: a real test
-    typical = before_gate(h) * elsewhere  # BOS's vector out of the norm with a typical token's gate
-    assert math.isclose(r["norm_gate_divides"], (typical.norm() / as_trained.norm()).item(), rel_tol=1e-4)
-    q = logp(typical)
-    assert math.isclose(r["kl_norm_gate"], (p.exp() * (p - q)).sum().item(), rel_tol=1e-3, abs_tol=1e-6)
-    assert math.isclose(r["loss_first_norm_gate"], -q[targets].mean().item(), rel_tol=1e-4)
-    assert math.isclose(r["entropy_first_norm_gate"], -(q.exp() * q).sum().item(), rel_tol=1e-4)
-    assert r["kl_norm_gate"] > 1e-3  # the gate's change moves this prediction
+    y = before_gate(everywhere)
+    shrink = (y * gate(y)).norm(dim=-1) / y.norm(dim=-1)  # (windows, T): how much the gate shrinks each vector
+    assert math.isclose(r["norm_gate_shrink"], shrink[0, 0].item(), rel_tol=1e-4)
+    assert math.isclose(r["norm_gate_shrink_rest"], shrink[:, 1:].mean().item(), rel_tol=1e-4)
+    assert math.isclose(r["norm_gate_shrink_rest_min"], shrink[:, 1:].min().item(), rel_tol=1e-4)
+    mean_gate = gate(y[:, 1:]).mean((0, 1))
+    assert (gate(y[0, 0]) - mean_gate).abs().max() > 0.1  # the drawn gate differs between BOS and elsewhere
+    assert abs(shrink[0, 0] - shrink[:, 1:].mean()) > 0.01  # and so does its shrink: a real test of either change
+    for name, out in (("norm_gate", y[0, 0] * mean_gate),  # each channel's mean gate at BOS
+                      ("norm_gate_size", as_trained * shrink[:, 1:].mean() / shrink[0, 0])):  # the mean shrink alone
+        q = logp(out)
+        assert math.isclose(r[f"kl_{name}"], (p.exp() * (p - q)).sum().item(), rel_tol=1e-3, abs_tol=1e-6), name
+        assert math.isclose(r[f"loss_first_{name}"], -q[targets].mean().item(), rel_tol=1e-4), name
+        assert math.isclose(r[f"entropy_first_{name}"], -(q.exp() * q).sum().item(), rel_tol=1e-4), name
+        assert r[f"kl_{name}"] > 1e-4, name  # each change moves this prediction
 
 
 def test_only_the_channel_at_position_0_changes_and_its_own_term_alone_can_be_removed(sink_lab_runs):
@@ -351,9 +361,11 @@ def test_the_table_has_a_rule_cell_for_every_column():
                kl_without=0.6, own_term_rank=20, own_term_kl_median=0.001, loss_first=1.0, loss_first_own_term=1.0,
                loss_first_denominator=2.0, loss_first_without=2.1, entropy_first=1.0, entropy_first_own_term=1.0,
                entropy_first_denominator=2.0, entropy_first_without=2.0, flat=4.17, rms_ratio=5.0, loss_rest=2.0,
-               norm_gate_bos=None, norm_gate_rest=None, norm_gate_divides=None, kl_norm_gate=None)
-    gated = {**row, "norm": "gatednorm", "norm_gate_bos": 0.2, "norm_gate_rest": 0.5, "norm_gate_divides": 2.4,
-             "kl_norm_gate": 0.3}
+               out_rms_bos=0.3, out_rms_rest=0.9, out_rms_rest_min=0.8, norm_gate_shrink=None,
+               norm_gate_shrink_rest=None, norm_gate_shrink_rest_min=None, kl_norm_gate=None, kl_norm_gate_size=None)
+    gated = {**row, "norm": "gatednorm", "norm_gate_shrink": 0.3, "norm_gate_shrink_rest": 0.8,
+             "norm_gate_shrink_rest_min": 0.6, "kl_norm_gate": 0.5, "kl_norm_gate_size": 0.1}
     head, rule, line, gated_line = outlier.table([row, gated]).split("\n")
     assert head.count("|") == rule.count("|") == line.count("|") == gated_line.count("|")
-    assert "| 0.20 (0.50); 2.40; 0.3000 |" in gated_line and "| – |" in line
+    assert "| 0.30 (0.90, 0.80) | 0.30 (0.80, 0.60); 0.5000, 0.1000 |" in gated_line
+    assert "| 0.30 (0.90, 0.80) | – |" in line
