@@ -307,17 +307,22 @@ def test_the_outlier_figures_are_outlier_json():
     gn = {x["label"]: x for x in runs if x["label"].startswith("gatednorm/")}
     says("TUTORIAL.md", f"({gn['gatednorm/1337']['act_bos']:.0f} in the page's run",
          f"divided the rest by at most {max(x['rms_ratio'] for x in gn.values()):.1f}")
-    says("TUTORIAL.md", f"which in that run stays open ({gn['gatednorm/1337']['norm_gate_bos']:.2f}; "
-                        f"{gn['gatednorm/1337']['norm_gate_rest']:.2f} elsewhere)")
-    gated = [x for x in runs if x["norm_gate_bos"] is not None]  # GatedNorm's, with G1 or without
-    small = [x for x in gated if x["act_bos"] < 50]  # the pages' split (test_cited_figures_lab checks its gap)
-    says("TUTORIAL.md", f"in {len(small)} of the {len(gated)} runs with GatedNorm (with G1 or without) the gate at "
-         f"BOS is {min(x['norm_gate_bos'] for x in small):.2f} to {max(x['norm_gate_bos'] for x in small):.2f}, "
-         f"against {min(x['norm_gate_rest'] for x in small):.2f} to {max(x['norm_gate_rest'] for x in small):.2f} "
-         f"elsewhere, and giving BOS a typical token's gate moves the prediction after it by "
-         f"{min(x['kl_norm_gate'] for x in small):.3f} to {max(x['kl_norm_gate'] for x in small):.3f} nats, where the "
-         f"outlier's denominator moves it by at most {max(x['kl_denominator'] for x in small):.4f}; in the other "
-         f"{WORDS[len(gated) - len(small)]}, the gate at BOS stays open")
+    first = gn["gatednorm/1337"]
+    says("TUTORIAL.md", f"(its RMS {first['out_rms_bos']:.2f} in that run, {first['out_rms_rest']:.2f} on average "
+         f"elsewhere), and GatedNorm's own gate does most of that, shrinking BOS's vector to "
+         f"{first['norm_gate_shrink']:.2f} of its size ({first['norm_gate_shrink_rest']:.2f} on average elsewhere): "
+         f"with that shrink as elsewhere, the prediction moves by {first['kl_norm_gate_size']:.4f}.")
+    assert first["kl_norm_gate_size"] > first["kl_denominator"]
+    gated = [x for x in runs if x["norm_gate_shrink"] is not None]  # GatedNorm's, with G1 or without
+    shrink, size = ([x[k] for x in gated] for k in ("norm_gate_shrink", "kl_norm_gate_size"))
+    says("TUTORIAL.md", f"in {sum(x['norm_gate_shrink'] < x['norm_gate_shrink_rest_min'] for x in gated)} of the "
+         f"{len(gated)} runs with GatedNorm (with G1 or without) it shrinks BOS's vector more than any other token's, "
+         f"to {min(shrink):.2f} to {max(shrink):.2f} of its size, and with that shrink set to its mean elsewhere the "
+         f"prediction after BOS moves by {min(size):.3f} to {max(size):.3f} nats, further than the outlier's "
+         f"denominator moves it in {sum(x['kl_norm_gate_size'] > x['kl_denominator'] for x in gated)} of "
+         f"{len(gated)}.",
+         f"smaller than at any other position in {sum(x['out_rms_bos'] < x['out_rms_rest_min'] for x in runs)} of the "
+         f"page's {len(runs)} runs.")
     big = sorted(x["act_bos"] for x in runs if x["label"].startswith("g1_gatednorm/") and x["act_bos"] > 50)
     says("TUTORIAL.md", f"its outlier was still {big[0]:.0f} to {big[-1]:.0f} in {WORDS[len(big)]} seeds of ten")
     pre = [x["pre_scale"] / x["pre_scale_median"] for x in runs if x["label"].startswith("g1_preaffine/")]

@@ -26,7 +26,7 @@ from test_cited_figures_lab import (RECIPE, RESULTS, WORDS, by_label, ci, claim,
                                      squash, study, study_runs, sweep, values)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
-NUMBERS = {**WORDS, 7: "seven", 9: "nine", 12: "twelve", 16: "sixteen"}  # counts as the pages spell them
+NUMBERS = {**WORDS, 7: "seven", 9: "nine", 12: "twelve", 16: "sixteen", 18: "eighteen"}  # counts as the pages spell them
 
 
 @functools.cache
@@ -524,23 +524,34 @@ def test_norms_gatednorm_dyt_and_preaffine():
          f"{max(r['loss_first_without'] - r['loss_first'] for r in pre):.2f} nats.")
 
 
-def test_norms_gatednorms_own_gate_at_bos():
+def test_norms_the_small_vector_at_bos_and_gatednorms_own_gate():
+    runs = load("sink_lab/norms/outlier.json")["runs"]
+    says(NORMS, f"has an RMS of {span([r['out_rms_bos'] for r in runs], '.2f', ' to ')}, against "
+         f"{span([r['out_rms_rest'] for r in runs], '.2f', ' to ')} on average at the other positions, and is smaller "
+         f"there than at any other position of the 512 windows in "
+         f"{sum(r['out_rms_bos'] < r['out_rms_rest_min'] for r in runs)} of the {len(runs)} runs")
+    assert {r["windows"] for r in runs} == {512} and max(r["act_bos"] for r in outliers("dyt")) < 2  # "no outlier"
     small, large = gatednorm_gate()
-    assert all(r["kl_norm_gate"] > r["kl_denominator"] for r in small)
+    gated = small + large
 
-    def of_(runs, key, spec):
-        return span([r[key] for r in runs], spec, " to ")
-    says(NORMS, f"In {len(small)} of the {len(small) + len(large)} runs of GatedNorm and G1 with GatedNorm the outlier "
-         f"at BOS stayed small ({of_(small, 'act_bos', '.0f')}), and there the final norm's gate at BOS is "
-         f"{of_(small, 'norm_gate_bos', '.2f')}, against {of_(small, 'norm_gate_rest', '.2f')} at a typical position, "
-         f"and leaves BOS's vector {of_(small, 'norm_gate_divides', '.1f')} times smaller than a typical token's gate "
-         f"would; giving BOS that gate moves the prediction after BOS by {of_(small, 'kl_norm_gate', '.3f')} nats of "
-         f"KL, against at most {max(r['kl_denominator'] for r in small):.4f} for the outlier's denominator. In the "
-         f"other {NUMBERS[len(large)]} ({of_(large, 'act_bos', '.0f')}) the gate at BOS is "
-         f"{of_(large, 'norm_gate_bos', '.2f')}, near a typical token's, and neither dominates (the gate's KL "
-         f"{of_(large, 'kl_norm_gate', '.3f')}, the "
-         f"denominator's up to {max(r['kl_denominator'] for r in large):.4f}; the gate's the larger in "
-         f"{sum(r['kl_norm_gate'] > r['kl_denominator'] for r in large)} of {len(large)}).")
+    def of_(rs, key, spec=".3f"):
+        return span([r[key] for r in rs], spec, " to ")
+    says(NORMS, f"In all {len(gated)} runs of GatedNorm and G1 with GatedNorm the gate shrinks BOS's vector to "
+         f"{of_(gated, 'norm_gate_shrink', '.2f')} of its size (its RMS after the gate over before), more than at any "
+         f"other position ({of_(gated, 'norm_gate_shrink_rest_min', '.2f')} at least elsewhere, "
+         f"{of_(gated, 'norm_gate_shrink_rest', '.2f')} on average).",
+         f"the prediction after BOS moves by {of_(gated, 'kl_norm_gate_size')} nats of KL, further than the outlier's "
+         f"denominator moves it in {sum(r['kl_norm_gate_size'] > r['kl_denominator'] for r in gated)} of "
+         f"{len(gated)}. Where the outlier stayed small ({of_(small, 'act_bos', '.0f')}, {NUMBERS[len(small)]} runs) "
+         f"the gate does it nearly alone: the outlier divides the rest by at most "
+         f"{max(r['rms_ratio'] for r in small):.2f} and its denominator moves the prediction by at most "
+         f"{max(r['kl_denominator'] for r in small):.4f}, the gate's shrink by {of_(small, 'kl_norm_gate_size')}. "
+         f"Where it grew ({of_(large, 'act_bos', '.0f')}, {NUMBERS[len(large)]} runs) the two share it: the outlier "
+         f"divides the rest by up to {max(r['rms_ratio'] for r in large):.2f} and its denominator moves the "
+         f"prediction by up to {max(r['kl_denominator'] for r in large):.4f}, the gate's shrink by "
+         f"{of_(large, 'kl_norm_gate_size')}. Giving BOS each channel's mean gate instead (its choice of channels too, "
+         f"not only its size) moves the prediction by {of_(gated, 'kl_norm_gate')}.")
+    assert all(r["norm_gate_shrink"] < r["norm_gate_shrink_rest_min"] for r in gated)
 
 
 def test_norms_dyts_loss_and_the_seed_that_fell_short():

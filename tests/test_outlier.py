@@ -136,7 +136,8 @@ def test_the_four_predictions_after_bos_by_hand(runs, name):
     """The final norm and the unembedding, written out here on the block's output at BOS: its own term removed,
     the denominator alone changed, the outlier removed, each one's KL from the prediction as trained, loss and
     entropy over the windows, the every-channel control's rank, the norm's output and rms_ratio: the tool's numbers.
-    For a final GatedNorm also its gate at BOS and elsewhere, and the prediction with a typical token's gate."""
+    For a final GatedNorm also how much its gate shrinks each vector, and the prediction with its mean gate or
+    its mean shrink."""
     run = runs[name]
     r = outlier.measure(run, "ckpt.pt", "cpu")
     model, batches = windows(run)
