@@ -67,8 +67,9 @@ import torch
 import torch.nn.functional as F
 
 import pretrained
-from lab.report import (ANALYSIS_FILES, data_problem, finite_json, kept_of_other_run, lacks_run_settings,
-    load_windows, log_start, markdown_table, places_text, pyplot, save_figure, windows_id)
+from lab.report import (ANALYSIS_FILES, data_problem, distinct_styles, finite_json, kept_of_other_run,
+    lacks_run_settings, legend_beside, load_windows, log_start, markdown_table, places_text, pyplot, save_figure,
+    windows_id)
 from runfolder import (CHECKPOINT, LOG, MEASURED, atomic_write, claimed, load_checkpoint, no_checkpoint, read_jsonl,
     result_set, writable_folder, write_json, write_text)
 from data.shards import bos_token, dataset_fingerprint, read_meta, val_windows_apart
@@ -380,18 +381,28 @@ def plot_attention_maps(plt, records, maps, out_dir):
 
 def plot_curves(plt, names, logs, out_dir):
     """curves.png: the validation loss and the sink (F-Attn, averaged over layers) during training, from each run's
-    log.jsonl."""
+    log.jsonl: a colour and line style of its own per run (distinct_styles), one legend beside both panels. The loss
+    axis spans the evaluations after the first: the first, at step 0, sits far above the rest and would flatten
+    every run into one line."""
     fig, (loss_ax, sink_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    for n, log in zip(names, logs):
+    later = []  # the losses after each run's first evaluation: the loss axis' range
+    for n, log, (colour, style) in zip(names, logs, distinct_styles(len(names))):
         for ax, key in ((loss_ax, "val_loss"), (sink_ax, "first_token_attn")):
             pts = [(rec["tokens"] / 1e6, rec[key]) for rec in log if rec.get(key) is not None]
             if pts:
-                ax.plot(*zip(*pts), label=n)
-    loss_ax.set(xlabel="tokens (M)", ylabel="validation loss", title="validation loss during training")
+                ax.plot(*zip(*pts), label=n, color=colour, linestyle=style)
+            if key == "val_loss":
+                later += [y for _, y in pts[1:] if math.isfinite(y)]
+    loss_ax.set(xlabel="tokens (M)", ylabel="validation loss (nats)", title="validation loss during training")
+    if later:
+        low, high = min(later), max(later)
+        pad = 0.05 * (high - low) or 0.01 * max(abs(high), 1.0)
+        loss_ax.set_ylim(low - pad, high + pad)
+        loss_ax.set_title("validation loss during training\n(the axis: from each run's second evaluation on)")
     sink_ax.set(xlabel="tokens (M)", ylabel="attention on the first token", title="F-Attn during training")
-    loss_ax.legend(fontsize=8)
     fig.tight_layout()
-    return save_figure(fig, os.path.join(out_dir, "curves.png"))
+    legend_beside(fig, (loss_ax, sink_ax), title="run")
+    return save_figure(fig, os.path.join(out_dir, "curves.png"), bbox_inches="tight")
 
 
 EMERGENCE_ROWS = (  # the per-layer values of train.py's log records the emergence plot draws, one row of panels each

@@ -96,15 +96,41 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path, dpi=120):
-    """Write a figure to path, atomically (runfolder.atomic_write), and free it; returns the file's name."""
+def save_figure(fig, path, dpi=120, bbox_inches=None):
+    """Write a figure to path, atomically (runfolder.atomic_write), and free it; returns the file's name.
+    bbox_inches="tight": the image grows to hold what lies outside the panels (a legend beside them)."""
     import matplotlib.pyplot as plt
     kind = os.path.splitext(path)[1][1:] or "png"  # a file object has no name to tell the format by
     try:
-        atomic_write(path, lambda f: fig.savefig(f, dpi=dpi, format=kind))
+        atomic_write(path, lambda f: fig.savefig(f, dpi=dpi, format=kind, bbox_inches=bbox_inches))
     finally:
         plt.close(fig)
     return os.path.basename(path)
+
+
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def distinct_styles(n):
+    """n (colour, line style) pairs, each of the first 40 unlike the others: tab10's ten hues first, solid lines;
+    then each hue's lighter shade (tab20), dashed; then dotted, dash-dotted. matplotlib's default cycle repeats its
+    ten colours past ten lines, and tab20 in order puts a hue's dark and light shades side by side."""
+    import matplotlib
+    tab20 = matplotlib.colormaps["tab20"]
+    return [(tab20(2 * (i % 10) + (i // 10) % 2), LINE_STYLES[(i // 10) % len(LINE_STYLES)]) for i in range(n)]
+
+
+def legend_beside(fig, axes, title=None):
+    """One legend for the figure, right of its panels (never over the data), of each label drawn in any of axes once,
+    in the order first drawn; save the figure with bbox_inches="tight" so that it is in the image. None if no label."""
+    handles = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    if not handles:
+        return None
+    return fig.legend(list(handles.values()), list(handles), loc="center left", bbox_to_anchor=(1.0, 0.5),
+                      fontsize=8, title=title, title_fontsize=8, ncols=1 + (len(handles) - 1) // 30)
 
 
 # -----------------------------------------------------------------------------
@@ -1085,7 +1111,7 @@ def plot_trends(by, logs, out_dir):
                else f"sink heads (share of heads with F-Attn > {SINK_HEAD_THRESHOLD})"),
               ("max_act", "M-Act (max |h| per window)"), ("gate_mean", "gate mean")]
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
-    colors = {v: plt.get_cmap("tab20")(i % 20) for i, v in enumerate(shown)}  # one colour per variant in every panel
+    styles = dict(zip(shown, distinct_styles(len(shown))))  # one look per variant in every panel
     for ax, (key, title) in zip(axes.flat, panels):
         for v in shown:
             points = {}
@@ -1097,13 +1123,18 @@ def plot_trends(by, logs, out_dir):
                 xs = sorted(points)
                 share = key == "sink_heads" and counted  # k of n seeds, as a share
                 ys = [np.mean(np.array(points[x]) > 0) if share else np.mean(points[x]) for x in xs]
-                ax.plot([x / 1e6 for x in xs], ys, marker=".", label=v, color=colors[v])
-        ax.set(xlabel="tokens seen (M)", title=title, yscale="log" if key == "max_act" else "linear",
+                colour, style = styles[v]
+                ax.plot([x / 1e6 for x in xs], ys, marker=".", label=v, color=colour, linestyle=style)
+        ax.set(xlabel="tokens seen (M)", title=title, yscale="log" if key == "max_act" and ax.lines else "linear",
                ylabel="share of the seeds" if key == "sink_heads" and counted else
                f"{MEASURE[key].label} (mean over seeds)")
-    axes.flat[0].legend(fontsize=7)
+        if not ax.lines:  # e.g. the gate mean of a study without a gated variant: an empty axis would read as 0
+            ax.text(0.5, 0.5, "no variant here has a gate" if key == "gate_mean" else "not in these runs' logs",
+                    ha="center", va="center", transform=ax.transAxes)
+            ax.set(xticks=[], yticks=[])
     fig.tight_layout()
-    return [save_figure(fig, os.path.join(out_dir, "trends.png"))]
+    legend_beside(fig, axes.flat, title="variant")
+    return [save_figure(fig, os.path.join(out_dir, "trends.png"), bbox_inches="tight")]
 
 
 def plot_headline(by, variants, logs, out_dir):

@@ -69,6 +69,36 @@ def keep_figures(monkeypatch, module):
     return figures
 
 
+def keep_saved(monkeypatch, module):
+    """As keep_figures, each as (file name, figure, save_figure's keywords): where the image's edges lie."""
+    figures, save = [], module.save_figure
+
+    def keep(fig, path, **kw):
+        figures.append((os.path.basename(path), fig, kw))
+        return save(fig, path, **kw)
+    monkeypatch.setattr(module, "save_figure", keep)
+    return figures
+
+
+def assert_legends_in_image_beside_the_data(name, fig, kw):
+    """Each legend of a saved figure lies whole within the saved image, and over no panel's data area."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    canvas = FigureCanvasAgg(fig)  # (a closed figure keeps no canvas to measure with)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    inches = fig.dpi_scale_trans.inverted()
+    image = fig.get_tightbbox(renderer) if kw.get("bbox_inches") == "tight" else fig.bbox_inches
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    assert legends, f"{name}: no legend"
+    for legend in legends:
+        box = legend.get_window_extent(renderer).transformed(inches)
+        assert image.x0 - 1e-6 <= box.x0 and box.x1 <= image.x1 + 1e-6 and image.y0 - 1e-6 <= box.y0 and \
+            box.y1 <= image.y1 + 1e-6, f"{name}: a legend reaches past the saved image ({box} in {image})"
+        for ax in fig.axes:
+            assert not box.overlaps(ax.get_window_extent(renderer).transformed(inches)), \
+                f"{name}: a legend lies over the panel {ax.get_title()!r}"
+
+
 def disk_full(monkeypatch, name, after=64):
     """From now on, writing a file named `name` (or atomic_write's temporary file for it, .<name>.*.tmp) fails as on
     a full disk: its first `after` bytes are written, then OSError(ENOSPC). Whether the script opens the file itself
@@ -756,6 +786,36 @@ def test_the_attention_maps_show_the_first_runs_sink_layer_and_the_curves_the_lo
         for line, log in zip(ax.lines, logs):
             assert list(line.get_xdata()) == [rec["tokens"] / 1e6 for rec in log]
             assert list(line.get_ydata()) == [rec[key] for rec in log]
+
+
+def test_the_curves_give_each_run_its_own_look_one_legend_beside_and_a_loss_axis_past_the_first_eval(
+        tmp_path, monkeypatch):
+    """curves.png of 15 runs (the sink lab's variants): no two runs drawn alike (matplotlib's ten-colour cycle gave
+    two variants each colour), one legend for the figure, beside the panels and in the image, and a loss axis
+    spanning the evaluations after the first (step 0's loss, far above, flattened every run into one line)."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    figures = keep_saved(monkeypatch, analyze)
+    names = [f"variant{i}/seed1337" for i in range(15)]
+    logs = [fake_log(1, sink=i % 2 == 0) for i in range(15)]
+    for i, log in enumerate(logs):
+        for rec in log:
+            rec["val_loss"] = 4.2 if rec["iter"] == 0 else 2.3 - 0.001 * rec["iter"] + 0.01 * i
+    analyze.plot_curves(plt, names, logs, str(tmp_path))
+    (name, fig, kw), = figures
+    loss, sink = fig.axes[:2]
+    for ax in (loss, sink):
+        looks = {(matplotlib_colour(line.get_color()), line.get_linestyle()) for line in ax.lines}
+        assert len(ax.lines) == 15 and len(looks) == 15, looks
+    assert len(fig.legends) == 1 and [t.get_text() for t in fig.legends[0].get_texts()] == names
+    assert_legends_in_image_beside_the_data(name, fig, kw)
+    later = [rec["val_loss"] for log in logs for rec in log[1:]]
+    low, high = loss.get_ylim()
+    assert low <= min(later) and max(later) <= high < 4.2, (low, high)
+
+
+def matplotlib_colour(colour):
+    import matplotlib.colors
+    return matplotlib.colors.to_hex(colour)
 
 
 # ----------------------------------------------------------------------------

@@ -33,7 +33,8 @@ from probe import MEASURE, MEASURES
 from data import prepare_if_missing
 from data.shards import write_dataset
 from runfolder import EVALUATED, load_checkpoint, save_checkpoint
-from test_analyze import assert_every_plot_is_labelled, keep_figures
+from test_analyze import (assert_every_plot_is_labelled, assert_legends_in_image_beside_the_data, keep_figures,
+                          keep_saved, matplotlib_colour)
 from test_train import folder_state
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
@@ -872,6 +873,32 @@ def test_the_study_figures_label_their_axes(tmp_path, monkeypatch):
     assert written == ["headline.png", "trends.png", "lr_sweep.png"] == [name for name, _ in figures]
     assert all((tmp_path / name).stat().st_size > 1000 for name in written)
     assert_every_plot_is_labelled(figures)
+
+
+def test_the_trends_give_each_variant_its_own_hue_a_legend_beside_and_say_what_a_panel_lacks(tmp_path, monkeypatch):
+    """trends.png of the sink lab's 15 variants: no two drawn alike, the baseline and G1 in hues far apart (tab20 in
+    order made them dark and light blue), one legend beside the panels (it lay over the F-Attn panel's data) and in
+    the image; with no gated variant, the gate mean's panel says so rather than stand empty."""
+    import colorsys
+    matplotlib = pytest.importorskip("matplotlib")
+    by, _, _ = fake_study(seeds=2, **{v: 0.0 for v in variants.LAB})
+    logs = {(v, r["seed"]): [{"tokens": t * 1000, "first_token_attn": 0.1 * t, "sink_heads": 0.0, "max_act": 10.0 * t,
+                              "gate_mean": None if r["gate_mean"] is None else 0.2} for t in (1, 2, 3)]
+            for v, rs in by.items() for r in rs}
+    figures = keep_saved(monkeypatch, report)
+    report.plot_trends(by, logs, str(tmp_path))
+    (name, fig, kw), = figures
+    lines = {line.get_label(): (matplotlib_colour(line.get_color()), line.get_linestyle())
+             for line in fig.axes[0].lines}
+    assert list(lines) == list(variants.LAB) and len(set(lines.values())) == len(variants.LAB), lines
+    hues = [colorsys.rgb_to_hsv(*matplotlib.colors.to_rgb(lines[v][0]))[0] for v in ("baseline", "g1_elementwise")]
+    assert abs(hues[0] - hues[1]) > 0.2, hues
+    assert len(fig.legends) == 1 and [t.get_text() for t in fig.legends[0].get_texts()] == list(variants.LAB)
+    assert_legends_in_image_beside_the_data(name, fig, kw)
+    ungated = {v: rs for v, rs in by.items() if VARIANTS[v].flags["gate"] == "none"}
+    report.plot_trends(ungated, logs, str(tmp_path))
+    gate = figures[1][1].axes[3]
+    assert not gate.lines and [t.get_text() for t in gate.texts] == ["no variant here has a gate"]
 
 
 def test_the_trends_count_the_seeds_with_a_sink_head_where_a_run_has_one_head(tmp_path, monkeypatch):
