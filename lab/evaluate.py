@@ -67,7 +67,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pretrained
-from lab.report import data_problem, finite_json, kept_of_other_run, log_start, pyplot, save_figure
+from lab.report import (data_problem, distinct_styles, finite_json, kept_of_other_run, log_start, pyplot,
+                        save_figure)
 from runfolder import (CHECKPOINT, EVALUATED, claimed, code_version, model_from_checkpoint, no_checkpoint,
     read_checkpoint, result_set, writable_folder, write_json, write_text)
 from data.shards import TokenWindows, bos_token, dataset_fingerprint, val_batches, val_windows_apart
@@ -567,16 +568,43 @@ def markdown(summary):
     return "\n".join(lines)
 
 
+def variant_of(label):
+    """The variant a run's label names: lab.repro's labels are <variant>/seed<N>; any other label is its own."""
+    head, _, seed = label.rpartition("/seed")
+    return head if head and seed.isdigit() else label
+
+
 def plot(records, out_dir):
-    """quant.png, length.png and stream.png, for the modes measured; returns the names of the files written."""
+    """quant.png, length.png and stream.png, for the modes measured; returns the names of the files written. One
+    colour and line style per variant (distinct_styles; the seeds of a variant share them; in length.png the line
+    style says the RoPE scaling), one legend beside the panels, an entry a variant with its number of seeds, in the
+    image (bbox_inches="tight")."""
     plt = pyplot()
     if plt is None:
         return []
+    from matplotlib.lines import Line2D
     written = []
+    variants = list(dict.fromkeys(variant_of(r["label"]) for r in records))
+    looks = dict(zip(variants, distinct_styles(len(variants))))
 
-    def save(fig, name):
+    def entry(runs, v):
+        mine = [r for r in runs if variant_of(r["label"]) == v]
+        if len(mine) == 1 and mine[0]["label"] == v:  # a model labelled on its own (a published one), not a seed
+            return v
+        return f"{v} ({len(mine)} seed{'s' * (len(mine) > 1)})"
+
+    def save(fig, runs, name, scalings=None):
         fig.tight_layout()
-        written.append(save_figure(fig, os.path.join(out_dir, name)))
+        shown = [v for v in variants if any(variant_of(r["label"]) == v for r in runs)]
+        handles = [Line2D([], [], color=looks[v][0], linestyle="-" if scalings else looks[v][1], marker="o")
+                   for v in shown]
+        labels = [entry(runs, v) for v in shown]
+        for scaling, style in (scalings or {}).items():  # length.png: the line style is the RoPE scaling's
+            handles.append(Line2D([], [], color="gray", linestyle=style))
+            labels.append(f"RoPE {scaling}")
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+                   ncols=1 + (len(handles) - 1) // 30)
+        written.append(save_figure(fig, os.path.join(out_dir, name), bbox_inches="tight"))
 
     quant = [r for r in records if "quant" in r]
     if quant:
@@ -584,51 +612,53 @@ def plot(records, out_dir):
         for r in quant:
             settings = r["quant"]["settings"]
             ax.plot(range(1 + len(settings)), [0.0] + [s["increase"]["mean"] for s in settings], marker="o",
+                    color=looks[variant_of(r["label"])][0], linestyle=looks[variant_of(r["label"])][1],
                     label=r["label"])
         ax.set_xticks(range(1 + len(settings)), ["full"] + [s["setting"].upper() for s in settings])
         ax.axhline(0, color="gray", linewidth=0.8)
         ax.set(xlabel="bits of the weights (W) and of the activations (A)", ylabel="loss increase (nats)",
                title="what rounding costs (round-to-nearest)")
-        ax.legend(fontsize=8)
-        save(fig, "quant.png")
+        save(fig, quant, "quant.png")
 
     length = [r for r in records if "length" in r]
     if length:
         fig, ax = plt.subplots(figsize=(9, 4.5))
         styles = {"none": "-", "ntk": ":", "yarn": "--"}
-        for i, r in enumerate(length):
+        for r in length:
             for scaling, lengths in r["length"].items():
                 longest = lengths[-1]
                 ax.plot(range(len(longest["buckets"])), [b["mean"] for b in longest["buckets"]], styles[scaling],
-                        marker="o", color=f"C{i}", label=f"{r['label']}, RoPE {scaling}")
+                        marker="o", color=looks[variant_of(r["label"])][0], label=f"{r['label']}, RoPE {scaling}")
         T, widest = length[0]["T"], length[0]["length"][next(iter(length[0]["length"]))][-1]
 
         def times_T(n):  # 0, T, 2T, 4T, ... (or the position itself when a length is not a multiple of T)
             return "0" if n == 0 else "T" if n == T else f"{n // T}T" if n % T == 0 else str(n)
         ax.set_xticks(range(len(widest["buckets"])),
                       [f"[{times_T(b['from'])}, {times_T(b['to'])})" for b in widest["buckets"]])
-        ax.set(xlabel=f"positions (T = {T}, the training length)", ylabel="loss",
+        ax.set(xlabel=f"positions (T = {T}, the training length)", ylabel="loss (nats per token)",
                title=f"past the training length: windows of {widest['multiple']}T")
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-        save(fig, "length.png")
+        save(fig, length, "length.png", {s: styles[s] for r in length for s in r["length"]})
 
     stream = [r for r in records if "stream" in r]
     if stream:
         n = max(len(r["stream"]) for r in stream)
         fig, axes = plt.subplots(1, n, figsize=(5 * n, 4), squeeze=False)
         for i, ax in enumerate(axes[0]):
+            windows = []
             for r in stream:
                 if i < len(r["stream"]):
                     row = r["stream"][i]
                     keeps = [k["k"] for k in row["keep"]]
                     ax.plot(keeps, [k["increase"]["mean"] for k in row["keep"]], marker="o",
+                            color=looks[variant_of(r["label"])][0], linestyle=looks[variant_of(r["label"])][1],
                             label=f"{r['label']} (w={row['window']})")
                     ax.set_xticks(keeps)
+                    windows.append(row["window"])
             ax.axhline(0, color="gray", linewidth=0.8)
+            w = " or ".join(str(w) for w in dict.fromkeys(windows))
             ax.set(xlabel="first positions kept in view (k)", ylabel="loss increase over full attention (nats)",
-                   title="sliding-window attention")
-            ax.legend(fontsize=8)
-        save(fig, "stream.png")
+                   title=f"sliding-window attention, w = {w}\n(each query sees its last {w} keys, plus the first k)")
+        save(fig, stream, "stream.png")
     return written
 
 

@@ -20,8 +20,9 @@ import lab.evaluate as evaluate
 import lab.report as report
 from model import GPT
 from runfolder import code_version
-from test_analyze import (HOLD, REPO, assert_every_plot_is_labelled, copy_run, disk_full, error_of, files_of,
-    keep_figures, make_run, prepare_again, read_only, set_provenance, unwritable_out_dir)
+from test_analyze import (HOLD, REPO, assert_every_plot_is_labelled, assert_legends_in_image_beside_the_data, copy_run,
+    disk_full, error_of, files_of, keep_figures, keep_saved, make_run, matplotlib_colour, prepare_again, read_only,
+    set_provenance, unwritable_out_dir)
 
 VOCAB = 50304
 
@@ -440,6 +441,37 @@ def test_a_new_evaluation_leaves_no_plot_of_modes_measured_before(two_runs, tmp_
     summary = json.loads((out / "summary.json").read_text())
     assert sorted(os.listdir(out)) == sorted(summary["plots"] + [".lock", "summary.json", "summary.md"]) and \
         summary["plots"] == ["quant.png"]
+
+
+def test_the_figures_give_each_variant_one_look_and_a_whole_legend_beside_the_panels(tmp_path, monkeypatch):
+    """quant.png, length.png and stream.png of 12 variants x 2 seeds (the committed study's records, relabelled): the
+    seeds of a variant drawn alike, no two variants alike (f"C{i}" gave the 11th run the 1st's colour), one legend
+    entry a variant, beside the panels and whole in the image (32 entries ran past a fixed-size figure), each y axis
+    in its unit, each sliding-window panel titled with its window."""
+    pytest.importorskip("matplotlib")
+    with open(os.path.join(REPO, "results", "repro", "evaluate", "summary.json")) as f:
+        kept = json.load(f)["models"]
+    records = [{**kept[(2 * v + seed) % len(kept)], "label": f"variant{v}/seed{1337 + seed}"}
+               for v in range(12) for seed in range(2)]
+    figures = keep_saved(monkeypatch, evaluate)
+    assert evaluate.plot(records, str(tmp_path)) == ["quant.png", "length.png", "stream.png"]
+    assert_every_plot_is_labelled([(name, fig) for name, fig, _ in figures])
+    for name, fig, kw in figures:
+        assert_legends_in_image_beside_the_data(name, fig, kw)
+        entries = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+        assert entries[:12] == [f"variant{v} (2 seeds)" for v in range(12)], entries
+        for ax in fig.axes:
+            assert "nats" in ax.get_ylabel(), ax.get_ylabel()
+            looks = {}
+            for line in ax.lines[:-1] if name != "length.png" else ax.lines:  # (the zero line last)
+                variant = line.get_label().split("/")[0]
+                looks.setdefault(variant, set()).add((matplotlib_colour(line.get_color()),
+                                                      line.get_linestyle() if name != "length.png" else ""))
+            assert len(looks) == 12 and all(len(look) == 1 for look in looks.values()), looks
+            assert len(set().union(*looks.values())) == 12, looks
+    stream = dict((name, fig) for name, fig, _ in figures)["stream.png"]
+    assert [ax.get_title().split("\n")[0] for ax in stream.axes] == \
+        [f"sliding-window attention, w = {row['window']}" for row in kept[0]["stream"]]
 
 
 @pytest.mark.parametrize("kind", ["a-file", "under-a-file", "not-writable"])
