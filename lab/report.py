@@ -1082,10 +1082,13 @@ PLOT_TEXT = {
     "headline.png": "F-Attn during training, baseline against G1 (each seed thin, their mean thick), and each "
                     "variant's final F-Attn (the bar: the mean over seeds; a dot: each seed; the 95% t-interval "
                     f"where there are {MIN_SEEDS} seeds or more) beside GA Table 4's.",
-    "layers.png": "F-Attn, sink share and M-Act per layer, every run (lab/analyze.py).",
-    "gate_hist.png": "The distribution of gate scores of each gated run (sparse: piled up near 0).",
-    "attn_maps.png": "One head-averaged attention map per run, at the layer where the first run sinks the most.",
-    "curves.png": "Validation loss during training.",
+    # lab.repro's analyze_runs draws the figures of single runs from each variant's first (lowest) seed alone
+    "layers.png": "F-Attn, sink share and M-Act per layer, each variant's first seed (lab/analyze.py).",
+    "gate_hist.png": "The distribution of gate scores, each gated variant's first seed.",
+    "attn_maps.png": "One head-averaged attention map per variant, of its first seed, at the layer where the first "
+                     "map's run sinks the most.",
+    "curves.png": "Validation loss (its axis from the second evaluation on) and F-Attn during training, each "
+                  "variant's first seed (lab/analyze.py, from train.py's log).",
     "trends.png": "F-Attn, sink heads, M-Act and gate mean against tokens seen (mean over seeds; in a model of one "
                   "head, whose sink heads is a yes/no a run, the share of seeds with a sink head): whether the sink "
                   "is still growing when the runs end.",

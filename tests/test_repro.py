@@ -901,6 +901,27 @@ def test_the_trends_give_each_variant_its_own_hue_a_legend_beside_and_say_what_a
     assert not gate.lines and [t.get_text() for t in gate.texts] == ["no variant here has a gate"]
 
 
+def test_the_single_run_figures_captions_name_the_seed_lab_analyze_is_asked_to_draw(tmp_path, monkeypatch):
+    """analyze_runs asks lab/analyze.py for the figures of each variant's first (lowest) seed alone, whatever the
+    order of the runs: the captions of those figures say so (they said "every run"), and none says what the gate
+    scores look like (a histogram "piled up near 0" was not, for some variants)."""
+    asked = []
+
+    def fake_analyze(script, args):
+        asked.append(dict(a[2:].split("=", 1) for a in args))
+        os.makedirs(asked[-1]["out_dir"], exist_ok=True)
+        with open(os.path.join(asked[-1]["out_dir"], "summary.json"), "w") as f:
+            json.dump({"runs": []}, f)
+        np.savez(os.path.join(asked[-1]["out_dir"], "per_window.npz"))
+    monkeypatch.setattr(repro, "run_tool", fake_analyze)
+    repro.analyze_runs(str(tmp_path), [("baseline", 1338), ("g1_elementwise", 1339), ("baseline", 1337),
+                                       ("g1_elementwise", 1340)])
+    assert asked[0]["plot_labels"] == "g1_elementwise/seed1339,baseline/seed1337"
+    for name in ("layers.png", "gate_hist.png", "attn_maps.png", "curves.png", "emergence.png"):
+        assert "first seed" in report.PLOT_TEXT[name] and "every run" not in report.PLOT_TEXT[name], name
+    assert "near 0" not in report.PLOT_TEXT["gate_hist.png"]
+
+
 def test_the_trends_count_the_seeds_with_a_sink_head_where_a_run_has_one_head(tmp_path, monkeypatch):
     """A one-head model's sink heads is 0 or 1 a run: trends.png counts the seeds that have one at each point (1 of 4
     there: 0.25 of the seeds, whatever share of a head the mean of 0.0 and 0.9 would give), labelled so; a model
