@@ -603,7 +603,7 @@ def plot(records, out_dir):
             handles.append(Line2D([], [], color="gray", linestyle=style))
             labels.append(f"RoPE {scaling}")
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
-                   ncols=1 + (len(handles) - 1) // 30)
+                   ncol=1 + (len(handles) - 1) // 30)
         written.append(save_figure(fig, os.path.join(out_dir, name), bbox_inches="tight"))
 
     quant = [r for r in records if "quant" in r]

@@ -130,7 +130,7 @@ def legend_beside(fig, axes, title=None):
     if not handles:
         return None
     return fig.legend(list(handles.values()), list(handles), loc="center left", bbox_to_anchor=(1.0, 0.5),
-                      fontsize=8, title=title, title_fontsize=8, ncols=1 + (len(handles) - 1) // 30)
+                      fontsize=8, title=title, title_fontsize=8, ncol=1 + (len(handles) - 1) // 30)
 
 
 # -----------------------------------------------------------------------------
