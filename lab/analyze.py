@@ -27,9 +27,10 @@ batch_size), so a single run's val loss is the one its training log shows for th
 and, when matplotlib is installed, layers.png (per-layer F-Attn, sink share and M-Act of every run), gate_hist.png
 (gate-score histograms), attn_maps.png (a head-averaged attention map per run, as in GA Fig. 2), curves.png
 (validation loss and F-Attn during training, from each run's log.jsonl) and emergence.png (the sink forming: per
-layer, F-Attn, M-Act and the sink's value norm ratio over the training steps, one column per run, from each run's
-log.jsonl); --plot_labels picks the runs they show. These files are one set: a new analysis into the same out_dir
-replaces them together, and takes away a figure of the earlier one that it does not draw (runfolder.result_set).
+layer, F-Attn, M-Act and the sink's value norm ratio over the training steps, a panel per run and measure, the runs
+in bands of at most five columns, from each run's log.jsonl); --plot_labels picks the runs they show. These files
+are one set: a new analysis into the same out_dir replaces them together, and takes away a figure of the earlier
+one that it does not draw (runfolder.result_set).
 The sink's mechanism per layer, in summary.json and summary.md: the value norm ratio (the value vector's norm at
 position 0 over the mean elsewhere: a sink parks attention on a small value) and the channels that carry the massive
 activation (probe.massive_channels); lab.report.mechanism_rows gives them as a table's rows.
@@ -425,46 +426,76 @@ def emergence_series(log):
     return out
 
 
-def plot_emergence(plt, names, logs, out_dir):
-    """emergence.png: the sink forming during training, from each run's log.jsonl (train.py's eval records): one
-    column per run (baseline and gated side by side, in the runs' order), one row per measure (EMERGENCE_ROWS: F-Attn,
-    M-Act, the sink's value norm ratio), one line per layer coloured from dark (first) to light (last), the same
-    y-axis along a row so the runs compare at a glance. A 1-layer run has one line per panel."""
+def plot_emergence(plt, names, logs, out_dir, columns=5):
+    """emergence.png: the sink forming during training, from each run's log.jsonl (train.py's eval records): a panel
+    per run and measure (EMERGENCE_ROWS: F-Attn, M-Act, the sink's value norm ratio), the runs in the runs' order
+    wrapped into bands of at most `columns` (as even as they go: 8 runs, two bands of 4), each band a row per measure,
+    the same y-axis for a measure in every band so the runs compare at a glance; one line per layer, neighbouring
+    layers told apart by a qualitative palette (distinct_styles: viridis made layers 6 and 7 of 8 the same green),
+    their legend beside the panels (none for a one-layer model). A measure no run of a band logged gets no row in that
+    band, and a measure only some runs logged is drawn for those and named once, under the title, with its runs."""
     series = [emergence_series(log) for log in logs]
     keys = [row for row in EMERGENCE_ROWS if any(row[0] in s for s in series)]
     n_layers = max(v.shape[1] for s in series for _, v in s.values())
-    colours = plt.get_cmap("viridis")(np.linspace(0, 0.85, n_layers))
-    fig, axes = plt.subplots(len(keys), len(names), figsize=(3.8 * len(names) + 1.4, 2.9 * len(keys)), squeeze=False,
-                             sharey="row")
-    for col, (name, s) in enumerate(zip(names, series)):
-        for row, (key, label, scale) in enumerate(keys):
-            ax = axes[row][col]
-            if key in s:
+    looks = distinct_styles(n_layers)
+    bands = -(-len(names) // columns)
+    per_band = -(-len(names) // bands)  # the columns, spread evenly over the bands
+    band_rows = [[k for k in keys if any(k[0] in s for s in series[b * per_band:(b + 1) * per_band])]
+                 for b in range(bands)]
+    n_rows = sum(len(rows) for rows in band_rows)
+    fig, grid_axes = plt.subplots(n_rows, per_band, figsize=(3.6 * per_band, 2.7 * n_rows), squeeze=False)
+    # a measure on a log axis only where every value of every run can be logged: one scale for the measure's panels
+    logged = {key: scale == "log" and all(np.nanmin(s[key][1]) > 0 for s in series if key in s)
+              for key, _, scale in keys}
+    first = {}  # the first panel drawn of each measure: the others share its y-axis
+    row = 0
+    for b, rows in enumerate(band_rows):
+        band = list(enumerate(zip(names, series)))[b * per_band:(b + 1) * per_band]
+        for i, (key, label, _) in enumerate(rows):
+            labelled = False
+            for col in range(per_band):
+                ax = grid_axes[row][col]
+                if col >= len(band):
+                    ax.set_visible(False)
+                    continue
+                _, (name, s) = band[col]
+                if i == 0:
+                    ax.set_title(name, fontsize=9)
+                if key not in s:
+                    if any(k in s for k, _, _ in rows) or i > 0:
+                        ax.set_visible(False)  # said once, under the figure's title
+                    else:  # a run without any per-layer values: its column says so once
+                        ax.set(xticks=[], yticks=[], xlabel="training step", ylabel=label)
+                        ax.text(0.5, 0.5, "no per-layer values\nin this run's log", ha="center", va="center",
+                                transform=ax.transAxes, fontsize=8)
+                    continue
                 steps, values = s[key]
                 for layer in range(values.shape[1]):
-                    ax.plot(steps, values[:, layer], marker="o", markersize=2.5, color=colours[layer],
+                    colour, style = looks[layer]
+                    ax.plot(steps, values[:, layer], marker="o", markersize=2.5, color=colour, linestyle=style,
                             label=f"layer {layer}")
-            else:
-                ax.text(0.5, 0.5, "not in this run's log", ha="center", va="center", transform=ax.transAxes)
-            if key == "value_norm_ratio":
-                ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
-            if scale == "log" and key in s and np.nanmin(s[key][1]) > 0:
-                ax.set_yscale("log")
-            ax.set(xlabel="training step", ylabel=label if col == 0 else label.split(" (")[0])
-            if row == 0:
-                ax.set_title(name)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    for row in axes:  # the legend of the panel with the most layers
-        for ax in row:
-            h, lab = ax.get_legend_handles_labels()
-            if len(h) > len(handles):
-                handles, labels = h, lab
-    if handles:
-        fig.legend(handles, labels, loc="center right", fontsize=8, title="layer", title_fontsize=8)
-    fig.suptitle("The sink's emergence during training (per layer, on the first validation batch of each eval)",
-                 fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1 - 1.3 / fig.get_figwidth(), 1))
-    return save_figure(fig, os.path.join(out_dir, "emergence.png"))
+                if key == "value_norm_ratio":
+                    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+                if key in first:
+                    ax.sharey(first[key])
+                else:
+                    first[key] = ax
+                if logged[key]:
+                    ax.set_yscale("log")
+                ax.set(xlabel="training step", ylabel=label.split(" (")[0] if labelled else label)
+                ax.yaxis.label.set_size(8)
+                labelled = True
+            row += 1
+    partial = [(label.split(" (")[0], [n for n, s in zip(names, series) if key in s])
+               for key, label, _ in keys if not all(key in s for s in series if s)]
+    notes = [f"{label}: only in the logs of {', '.join(runs)}" for label, runs in partial]
+    one = "the model's one layer" if n_layers == 1 else "per layer"
+    fig.suptitle("\n".join([f"The sink's emergence during training ({one}, on the first validation batch of each "
+                            "eval)", *notes]), fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.15 + 0.2 * (1 + len(notes))) / fig.get_figheight()))  # the title above
+    if n_layers > 1:
+        legend_beside(fig, [ax for ax in fig.axes if ax.get_visible()], title="layer")
+    return save_figure(fig, os.path.join(out_dir, "emergence.png"), bbox_inches="tight")
 
 
 def grid(plt, n, width, height, columns=4, **kw):

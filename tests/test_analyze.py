@@ -739,8 +739,8 @@ def fake_log(n_layer, sink):
 
 @pytest.mark.parametrize("n_layer", [1, 8])
 def test_the_emergence_plot_draws_each_layer_of_each_run_side_by_side(tmp_path, monkeypatch, n_layer):
-    """One column per run (baseline, gated), one row per measure (F-Attn, M-Act, the value norm ratio), one line per
-    layer, a shared y-axis along a row; a run whose log predates the per-layer values says so in its panels."""
+    """A panel per run (baseline, gated) and measure (F-Attn, M-Act, the value norm ratio), one line per layer, a
+    shared y-axis for a measure; a run whose log predates the per-layer values says so once, in its first panel."""
     plt = pytest.importorskip("matplotlib.pyplot")
     figures = keep_figures(monkeypatch, analyze)
     logs = [fake_log(n_layer, sink=True), fake_log(n_layer, sink=False),
@@ -749,21 +749,56 @@ def test_the_emergence_plot_draws_each_layer_of_each_run_side_by_side(tmp_path, 
     assert name == "emergence.png" and (tmp_path / name).stat().st_size > 1000
     fig = dict(figures)[name]
     assert_every_plot_is_labelled(figures)
-    panels = [ax for ax in fig.axes if ax.get_visible()]
-    assert len(panels) == 3 * 3
-    grid = np.array(panels).reshape(3, 3)  # rows: measures; columns: runs
+    grid = np.array(fig.axes).reshape(3, 3)  # rows: measures; columns: runs
     assert [ax.get_title() for ax in grid[0]] == ["baseline", "g1", "old"]
     assert [len(ax.get_lines()) for ax in grid[0]] == [n_layer, n_layer, 0]
-    assert "not in this run's log" in grid[0][2].texts[0].get_text()
+    assert "no per-layer values in this run's log" in grid[0][2].texts[0].get_text().replace("\n", " ")
+    assert not grid[1][2].get_visible() and not grid[2][2].get_visible()  # said once, not in every row
     assert grid[1][0].get_yscale() == "log" and grid[0][0].get_ylim() == grid[0][1].get_ylim()  # shared along a row
     sink = grid[0][0].get_lines()[n_layer // 2]
     assert sink.get_ydata()[-1] == pytest.approx(0.85) and sink.get_label() == f"layer {n_layer // 2}"
     assert list(sink.get_xdata()) == [rec["iter"] for rec in logs[0]]  # against the training step, not tokens
-    assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == n_layer
+    # a legend of the layers beside the panels, none for a one-layer model (its one entry said nothing)
+    assert len(fig.legends) == (n_layer > 1) and all(len(legend.get_texts()) == n_layer for legend in fig.legends)
     assert analyze.emergence_series(logs[2]) == {}
     logs[0][1]["layers"]["max_act"][0] = None  # a value the log holds as null (not finite): a gap, never 0
     steps, values = analyze.emergence_series(logs[0])["max_act"]
     assert np.isnan(values[1, 0]) and np.isfinite(np.delete(values, 1, 0)).all() and values.shape == (6, n_layer)
+
+
+def test_the_emergence_plot_wraps_many_runs_tells_neighbouring_layers_apart_and_drops_empty_rows(tmp_path,
+                                                                                                monkeypatch):
+    """The sink lab's 15 runs drew 15 columns in one row (7008 px wide, unreadable on a page): at most 5 columns now,
+    in bands, every run once; 8 layers in viridis made layers 6 and 7 the same green: each layer a look of its own;
+    a measure only one run logged (the repro study's value norm ratio) is drawn for it alone, said once under the
+    title, and no band whose runs lack it gets a row of empty panels; the legend beside the panels."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    figures = keep_saved(monkeypatch, analyze)
+    names = [f"variant{i}/seed1337" for i in range(15)]
+    analyze.plot_emergence(plt, names, [fake_log(1, sink=i % 2 == 0) for i in range(15)], str(tmp_path))
+    logs = [fake_log(8, sink=i % 2 == 0) for i in range(8)]
+    for i, log in enumerate(logs):
+        for rec in log:
+            if i != 2:
+                del rec["layers"]["value_norm_ratio"]
+    analyze.plot_emergence(plt, names[:8], logs, str(tmp_path))
+    (_, many, _), (name, layered, kw) = figures
+    for fig, n in ((many, 15), (layered, 8)):
+        shown = [ax for ax in fig.axes if ax.get_visible()]
+        titles = [ax.get_title() for ax in shown if ax.get_title()]
+        assert titles == names[:n]  # each run once, in the runs' order
+        columns = {round(ax.get_position().x0, 3) for ax in shown}
+        assert len(columns) <= 5, f"{len(columns)} columns"
+    assert len({round(ax.get_position().x0, 3) for ax in layered.axes}) == 4  # 8 runs: two bands of 4
+    lines = [ax for ax in layered.axes if ax.get_visible()][0].get_lines()
+    looks = [(matplotlib_colour(line.get_color()), line.get_linestyle()) for line in lines]
+    assert len(lines) == 8 and len(set(looks)) == 8
+    assert all(looks[i][0] != looks[i + 1][0] for i in range(7))  # neighbouring layers in different colours
+    ratio = [ax for ax in layered.axes if ax.get_visible() and ax.get_ylabel().startswith("value norm")]
+    assert len(ratio) == 1 and ratio[0].lines  # the one run that logged it
+    assert len(layered.axes) == 4 * (3 + 2)  # the first band: three rows; the second, without the ratio: two
+    assert "only in the logs of variant2/seed1337" in layered._suptitle.get_text()
+    assert_legends_in_image_beside_the_data(name, layered, kw)
 
 
 def test_the_attention_maps_show_the_first_runs_sink_layer_and_the_curves_the_logs_values(tmp_path, monkeypatch):
