@@ -307,8 +307,9 @@ def plot(records, scores, maps, logs, out_dir):
 
 
 def plot_layers(plt, records, out_dir):
-    """layers.png: F-Attn, sink share and M-Act per layer, a line per run; where every run has one layer (the sink
-    lab), a bar per run, labelled with its value: a line through one point has no axis worth reading."""
+    """layers.png: F-Attn, sink share and M-Act per layer, a line per run, one legend of the runs beside the panels;
+    where every run has one layer (the sink lab), a bar per run, labelled with its value: a line through one point
+    has no axis worth reading."""
     panels = [("first_token_attn", "attention on the first token", "F-Attn (attention sink)", "linear"),
               ("sink_share", "largest share one key receives", "sink share (a sink anywhere)", "linear"),
               ("max_act", "max |h| per window", "M-Act (massive activations)", "log")]
@@ -330,13 +331,15 @@ def plot_layers(plt, records, out_dir):
                 ax.plot(range(len(r["layers"][key])), r["layers"][key], marker="o", color=f"C{i % 10}",
                         linestyle="--" if older else "-", label=r["label"] + (" (older probe)" if older else ""))
             ax.set(xlabel="layer", ylabel=label, yscale=scale, title=f"{title} per layer")
-            if key == "sink_share" and any(older_sink_share(r) for r in records):
-                ax.legend(fontsize=8)
             ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-    if not one_layer:
-        axes[0].legend(fontsize=8)
     fig.tight_layout()
-    return save_figure(fig, os.path.join(out_dir, "layers.png"))
+    if one_layer:  # the bars are named on their axis: no legend
+        return save_figure(fig, os.path.join(out_dir, "layers.png"))
+    from matplotlib.lines import Line2D
+    older = [(Line2D([], [], color="grey", linestyle="--"), "dashed: the older probe's sink share")] \
+        if any(older_sink_share(r) for r in records) else []
+    legend_beside(fig, axes[:1], title="run", extra=older)  # inside a panel, it covered points (the repro's layer 6)
+    return save_figure(fig, os.path.join(out_dir, "layers.png"), bbox_inches="tight")
 
 
 def plot_gate_hist(plt, gated, out_dir):

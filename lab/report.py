@@ -120,13 +120,16 @@ def distinct_styles(n):
     return [(tab20(2 * (i % 10) + (i // 10) % 2), LINE_STYLES[(i // 10) % len(LINE_STYLES)]) for i in range(n)]
 
 
-def legend_beside(fig, axes, title=None):
+def legend_beside(fig, axes, title=None, extra=()):
     """One legend for the figure, right of its panels (never over the data), of each label drawn in any of axes once,
-    in the order first drawn; save the figure with bbox_inches="tight" so that it is in the image. None if no label."""
+    in the order first drawn, then extra's (handle, label) pairs (a line style's meaning); save the figure with
+    bbox_inches="tight" so that it is in the image. None if no label."""
     handles = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
+    for handle, label in extra:
+        handles.setdefault(label, handle)
     if not handles:
         return None
     return fig.legend(list(handles.values()), list(handles), loc="center left", bbox_to_anchor=(1.0, 0.5),
@@ -1162,7 +1165,6 @@ def plot_headline(by, variants, logs, out_dir):
                    label=f"{v} ({len(runs)} seed{'s' * (len(runs) > 1)})")
     curve.set(xlabel="tokens seen (M)", ylabel="attention on the first token (F-Attn)", ylim=(0, 1),
               title="the sink forming during training")
-    curve.legend()
     names = [v for v in by if variants[v]["first_token_attn"] is not None]
     stats = [variants[v]["first_token_attn"] for v in names]
     means = [s["mean"] for s in stats]
@@ -1183,9 +1185,9 @@ def plot_headline(by, variants, logs, out_dir):
     bars.set_xticks(range(len(names)), [f"{v} ({n} seed{'s' * (n > 1)})" for v, n in zip(names, seeds)],
                     rotation=45, ha="right", fontsize=8)
     bars.set(xlabel="variant", ylabel="F-Attn at the end", ylim=(0, 1), title="the sink by variant")
-    bars.legend(fontsize=8)
     fig.tight_layout()
-    return [save_figure(fig, os.path.join(out_dir, "headline.png"))]
+    legend_beside(fig, (curve, bars))  # inside, the bars' legend covered seed dots and interval caps
+    return [save_figure(fig, os.path.join(out_dir, "headline.png"), bbox_inches="tight")]
 
 
 def on_log_scale(m):

@@ -580,11 +580,13 @@ def test_layers_png_draws_a_line_per_run_over_layers_and_a_bar_per_run_for_one_l
     lines, bars, mixed = (fig for _, fig in figures)
     assert [[line.get_label() for line in ax.lines] for ax in lines.axes] == [["base", "g1"]] * 3
     assert list(lines.axes[0].lines[0].get_xdata()) == [0, 1, 2]
-    # the older probe's sink share: dashed and named in its panel's legend; its other measures drawn as any run's
+    # the older probe's sink share: dashed, and the legend says what dashed means; its other measures drawn as any
+    # run's
     share = mixed.axes[1]
     assert [(line.get_label(), line.get_linestyle()) for line in share.lines] == [("base", "-"),
                                                                                  ("g1 (older probe)", "--")]
-    assert [t.get_text() for t in share.get_legend().get_texts()] == ["base", "g1 (older probe)"]
+    assert [t.get_text() for t in mixed.legends[0].get_texts()] == ["base", "g1",
+                                                                   "dashed: the older probe's sink share"]
     assert [line.get_linestyle() for ax in (mixed.axes[0], mixed.axes[2]) for line in ax.lines] == ["-"] * 4
     for ax, key in zip(bars.axes, ("first_token_attn", "sink_share", "max_act")):
         widths = [patch.get_width() for patch in ax.patches]
@@ -592,6 +594,24 @@ def test_layers_png_draws_a_line_per_run_over_layers_and_a_bar_per_run_for_one_l
         assert ax.get_xscale() == "linear" and ax.get_xlim()[0] == 0 and not ax.lines
     where = {t.get_text(): t.get_position()[1] for t in bars.axes[0].get_yticklabels()}
     assert where["base"] > where["g1"] > where["ns"]  # the first run on top, as in the tables
+
+
+def test_layers_png_has_one_legend_of_the_runs_beside_the_panels(monkeypatch, tmp_path):
+    """layers.png of several layers: one legend of the runs, beside the panels and in the image, none inside a panel
+    (inside the F-Attn and sink share panels it covered the repro study's baseline at layer 6)."""
+    plt = analyze.pyplot()
+    if plt is None:
+        pytest.skip("needs matplotlib")
+    figures = keep_saved(monkeypatch, analyze)
+    records = [{"label": f"variant{i}/seed1337", "layers": {"first_token_attn": [0.02 * (i + layer) for layer in
+                                                                                   range(8)],
+                                                            "sink_share": [0.05] * 8, "max_act": [100.0] * 8,
+                                                            "value_norm_ratio": [1.0] * 8}} for i in range(8)]
+    analyze.plot_layers(plt, records, str(tmp_path))
+    (name, fig, kw), = figures
+    assert not any(ax.get_legend() for ax in fig.axes) and len(fig.legends) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [r["label"] for r in records]
+    assert_legends_in_image_beside_the_data(name, fig, kw)
 
 
 @pytest.mark.parametrize("name", ["summary.json", "summary.md", "per_window.npz", "layers.png"])

@@ -946,6 +946,22 @@ def test_the_trends_count_the_seeds_with_a_sink_head_where_a_run_has_one_head(tm
     assert panel.get_ylabel() == "sink heads (mean over seeds)" and list(panel.get_lines()[0].get_ydata()) == [0.125]
 
 
+def test_the_headline_legend_lies_beside_the_panels(tmp_path, monkeypatch):
+    """headline.png: one legend, of both panels' entries, beside them and in the image: inside the bars' panel it
+    covered the seed dots and interval caps of the sink lab's last variants."""
+    pytest.importorskip("matplotlib")
+    by, _, variants_ = fake_study(seeds=3, **{v: 0.0 for v in variants.LAB})
+    logs = {(v, r["seed"]): [{"tokens": t * 1000, "first_token_attn": 0.1 * t} for t in (1, 2, 3)]
+            for v, rs in by.items() for r in rs}
+    figures = keep_saved(monkeypatch, report)
+    report.plot_headline(by, variants_, logs, str(tmp_path))
+    (name, fig, kw), = figures
+    assert not any(ax.get_legend() for ax in fig.axes) and len(fig.legends) == 1
+    entries = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert entries[:2] == ["baseline (3 seeds)", "g1_elementwise (3 seeds)"] and "each seed" in entries
+    assert_legends_in_image_beside_the_data(name, fig, kw)
+
+
 def test_the_headline_draws_an_interval_only_where_seeds_give_one(tmp_path, monkeypatch):
     """Every seed is a dot; an error bar only from three seeds on (a variant with one seed has no interval, and a
     t-interval of two says little more than their two dots); every tick says how many seeds its bar averages."""
