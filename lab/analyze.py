@@ -433,7 +433,7 @@ def plot_emergence(plt, names, logs, out_dir, columns=5):
     """emergence.png: the sink forming during training, from each run's log.jsonl (train.py's eval records): a panel
     per run and measure (EMERGENCE_ROWS: F-Attn, M-Act, the sink's value norm ratio), the runs in the runs' order
     wrapped into bands of at most `columns` (as even as they go: 8 runs, two bands of 4), each band a row per measure,
-    the same y-axis for a measure in every band so the runs compare at a glance; one line per layer, neighbouring
+    the same y range for a measure in every band so the runs compare at a glance; one line per layer, neighbouring
     layers told apart by a qualitative palette (distinct_styles: viridis made layers 6 and 7 of 8 the same green),
     their legend beside the panels (none for a one-layer model). A measure no run of a band logged gets no row in that
     band, and a measure only some runs logged is drawn for those and named once, under the title, with its runs."""
@@ -450,7 +450,7 @@ def plot_emergence(plt, names, logs, out_dir, columns=5):
     # a measure on a log axis only where every value of every run can be logged: one scale for the measure's panels
     logged = {key: scale == "log" and all(np.nanmin(s[key][1]) > 0 for s in series if key in s)
               for key, _, scale in keys}
-    first = {}  # the first panel drawn of each measure: the others share its y-axis
+    drawn = {}  # each measure's panels: one y range for them all (set_ylim, below)
     row = 0
     for b, rows in enumerate(band_rows):
         band = list(enumerate(zip(names, series)))[b * per_band:(b + 1) * per_band]
@@ -479,16 +479,27 @@ def plot_emergence(plt, names, logs, out_dir, columns=5):
                             label=f"layer {layer}")
                 if key == "value_norm_ratio":
                     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
-                if key in first:
-                    ax.sharey(first[key])
-                else:
-                    first[key] = ax
+                drawn.setdefault(key, []).append(ax)
                 if logged[key]:
                     ax.set_yscale("log")
                 ax.set(xlabel="training step", ylabel=label.split(" (")[0] if labelled else label)
                 ax.yaxis.label.set_size(8)
                 labelled = True
             row += 1
+    for key, panels in drawn.items():  # the range of every run's values (and the ratio's 1), a margin around it
+        values = np.concatenate([s[key][1].ravel() for s in series if key in s] +
+                                [np.array([1.0])] * (key == "value_norm_ratio"))
+        values = values[np.isfinite(values) & (values > 0 if logged[key] else True)]
+        if values.size:
+            low, high = values.min(), values.max()
+            if logged[key]:
+                pad = (high / low) ** 0.05
+                low, high = low / pad, high * pad
+            else:
+                pad = 0.05 * (high - low) or 0.05 * max(abs(high), 1.0)
+                low, high = low - pad, high + pad
+            for ax in panels:
+                ax.set_ylim(low, high)
     partial = [(label.split(" (")[0], [n for n, s in zip(names, series) if key in s])
                for key, label, _ in keys if not all(key in s for s in series if s)]
     notes = [f"{label}: only in the logs of {', '.join(runs)}" for label, runs in partial]

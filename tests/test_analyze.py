@@ -809,6 +809,10 @@ def test_the_emergence_plot_wraps_many_runs_tells_neighbouring_layers_apart_and_
         assert titles == names[:n]  # each run once, in the runs' order
         columns = {round(ax.get_position().x0, 3) for ax in shown}
         assert len(columns) <= 5, f"{len(columns)} columns"
+        for ax in shown:  # one range for a measure, holding every run's values
+            low, high = ax.get_ylim()
+            ys = np.concatenate([np.asarray(line.get_ydata(), dtype=float) for line in ax.lines] or [np.array([])])
+            assert all(low <= y <= high for y in ys if np.isfinite(y)), ax.get_title()
     assert len({round(ax.get_position().x0, 3) for ax in layered.axes}) == 4  # 8 runs: two bands of 4
     lines = [ax for ax in layered.axes if ax.get_visible()][0].get_lines()
     looks = [(matplotlib_colour(line.get_color()), line.get_linestyle()) for line in lines]
