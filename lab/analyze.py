@@ -295,7 +295,7 @@ def plot(records, scores, maps, logs, out_dir):
         return []
     names = [r["label"] for r in records]
     written = [plot_layers(plt, records, out_dir)]
-    gated = [(n, s) for n, s in zip(names, scores) if s is not None]
+    gated = [(n, s, r) for n, s, r in zip(names, scores, records) if s is not None]
     if gated:
         written.append(plot_gate_hist(plt, gated, out_dir))
     written.append(plot_attention_maps(plt, records, maps, out_dir))
@@ -343,11 +343,14 @@ def plot_layers(plt, records, out_dir):
 
 
 def plot_gate_hist(plt, gated, out_dir):
-    """gate_hist.png: a panel per gated run ((label, gate-score sample) in gated), the share of scores in each bin;
-    on the task with triggers, at trigger positions and elsewhere."""
+    """gate_hist.png: a panel per gated run ((label, gate-score sample[, its record]) in gated), the share of scores in
+    each bin; on the task with triggers, at trigger positions and elsewhere. Each legend gives the record's mean gate
+    score (gate_mean, gate_mean_trigger, gate_mean_other: the tables' number, over every score, not the sample's),
+    the sample's mean only where the record has none; it sits where it leaves the bars uncovered (legend_off_bars)."""
     fig, axes = grid(plt, len(gated), 3.4, 3.2)
     bins = np.linspace(0, 1, 41)
-    for ax, (n, s) in zip(axes, gated):
+    for ax, (n, s, *record) in zip(axes, gated):
+        record = record[0] if record else {}
         kinds = [("trigger", "trigger positions", "tab:red"), ("other", "other positions", "tab:blue")] \
             if "trigger" in s else [("all", "all positions", "tab:orange")]
         for kind, label, color in kinds:
@@ -355,12 +358,35 @@ def plot_gate_hist(plt, gated, out_dir):
             outside = [f"{share:.0%} {side}, drawn at {end}" if share >= 0.01 else f"<1% {side}, drawn at {end}"
                        for share, side, end in ((np.mean(s[kind] < 0), "< 0", 0), (np.mean(s[kind] > 1), "> 1", 1))
                        if share > 0]  # and said so
+            mean = record.get("gate_mean" if kind == "all" else f"gate_mean_{kind}")
+            said = f"mean {mean:.3f}" if mean is not None else f"sample mean {s[kind].mean():.2f}"
             ax.hist(values, bins=bins, weights=np.full(len(values), 1 / max(len(values), 1)), color=color,
-                    alpha=0.6, label="\n".join([f"{label} (mean {s[kind].mean():.2f})", *outside]))
+                    alpha=0.6, label="\n".join([f"{label} ({said})", *outside]))
         ax.set(title=n, xlabel="gate score", ylabel=f"share of scores (bins of {bins[1]:.3g})")
-        ax.legend(fontsize=7)
     fig.tight_layout()
+    for ax in axes:
+        legend_off_bars(fig, ax)
+    fig.tight_layout()  # the new y ranges' tick labels
     return save_figure(fig, os.path.join(out_dir, "gate_hist.png"))
+
+
+def legend_off_bars(fig, ax, gap=0.04):
+    """A legend in ax's upper right or upper left corner, whichever needs less room above the bars beneath it, and
+    the y-axis (from 0) raised until every bar under the legend ends below it (gap: as a share of the axis)."""
+    renderer = fig.canvas.get_renderer()
+    tallest = max((p.get_height() for p in ax.patches), default=0) or 1.0
+    best = None
+    for loc in ("upper right", "upper left"):
+        legend = ax.legend(fontsize=7, loc=loc)
+        box = legend.get_window_extent(renderer).transformed(ax.transData.inverted())  # in data units: x spans
+        frac = legend.get_window_extent(renderer).transformed(ax.transAxes.inverted()).y0  # its foot on the axis
+        under = max((p.get_height() for p in ax.patches if p.get_x() < box.x1 and p.get_x() + p.get_width() > box.x0),
+                    default=0)
+        top = max(1.05 * tallest, under / max(frac - gap, 0.05))
+        if best is None or top < best[0]:
+            best = (top, loc)
+    ax.legend(fontsize=7, loc=best[1])
+    ax.set_ylim(0, best[0])
 
 
 def plot_attention_maps(plt, records, maps, out_dir):
