@@ -1163,7 +1163,9 @@ def plot_headline(by, variants, logs, out_dir):
         xs = sorted(points)
         curve.plot(xs, [np.mean(points[x]) for x in xs], color=color, linewidth=2.5,
                    label=f"{v} ({len(runs)} seed{'s' * (len(runs) > 1)})")
-    curve.set(xlabel="tokens seen (M)", ylabel="attention on the first token (F-Attn)", ylim=(0, 1),
+    highest = max((y for line in curve.lines for y in line.get_ydata()), default=1.0)
+    curve.set(xlabel="tokens seen (M)", ylabel="attention on the first token (F-Attn)",
+              ylim=(0, min(1.0, max(0.1, 1.15 * highest))),  # a weak sink (real text's 0.06) flat on 0-1 shows nothing
               title="the sink forming during training")
     names = [v for v in by if variants[v]["first_token_attn"] is not None]
     stats = [variants[v]["first_token_attn"] for v in names]

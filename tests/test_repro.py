@@ -962,6 +962,19 @@ def test_the_headline_legend_lies_beside_the_panels(tmp_path, monkeypatch):
     assert_legends_in_image_beside_the_data(name, fig, kw)
 
 
+def test_the_headline_curve_shows_a_weak_sink(tmp_path, monkeypatch):
+    """The left panel's y range follows the curves up to 1: real text's sink (F-Attn 0.013 to 0.064 over a run) lay
+    flat along the bottom of a fixed 0-1 axis; a sink lab's (0.9) keeps the whole 0-1."""
+    pytest.importorskip("matplotlib")
+    by, _, variants_ = fake_study(seeds=3, baseline=0.0, g1_elementwise=-0.01)
+    figures = keep_figures(monkeypatch, report)
+    for top, expected in ((0.2, 0.2 * 1.15), (0.064, 0.1), (0.9, 1.0)):  # 15% above the top, from 0.1 up to 1
+        logs = {(v, r["seed"]): [{"tokens": t * 1000, "first_token_attn": top * t / 3} for t in (1, 2, 3)]
+                for v, rs in by.items() for r in rs}
+        report.plot_headline(by, variants_, logs, str(tmp_path))
+        assert figures[-1][1].axes[0].get_ylim() == pytest.approx((0, expected))
+
+
 def test_the_headline_draws_an_interval_only_where_seeds_give_one(tmp_path, monkeypatch):
     """Every seed is a dot; an error bar only from three seeds on (a variant with one seed has no interval, and a
     t-interval of two says little more than their two dots); every tick says how many seeds its bar averages."""
