@@ -36,7 +36,7 @@ each against the prediction as trained (KL, and the loss and entropy at position
   mean gate          each channel's gate at position 0 set to its mean over the other positions (kl_norm_gate):
                      what the gate's shrinking and its choice of channels there do together;
   mean shrink        the norm's output at position 0 scaled so that the gate's shrink there is its mean elsewhere,
-                     its direction kept (kl_norm_gate_size): its shrinking alone, like with like with "denominator
+                     its direction kept (kl_norm_gate_size): its shrinking alone, to compare with "denominator
                      only", which rescales the rest of the vector.
 Also: where the channel's value at BOS comes from (the block's input, its attention, its MLP: what each adds), the
 final norm's weight on it against the median |weight| (for PreAffine also its learned pre-scale), the norm's output

@@ -309,9 +309,10 @@ def test_the_outlier_figures_are_outlier_json():
          f"divided the rest by at most {max(x['rms_ratio'] for x in gn.values()):.1f}")
     first = gn["gatednorm/1337"]
     says("TUTORIAL.md", f"(its RMS {first['out_rms_bos']:.2f} in that run, {first['out_rms_rest']:.2f} on average "
-         f"elsewhere), and GatedNorm's own gate does most of that, shrinking BOS's vector to "
-         f"{first['norm_gate_shrink']:.2f} of its size ({first['norm_gate_shrink_rest']:.2f} on average elsewhere): "
-         f"with that shrink as elsewhere, the prediction moves by {first['kl_norm_gate_size']:.4f}.")
+         f"elsewhere), and GatedNorm's own gate does most of that: the gate's output at BOS has "
+         f"{first['norm_gate_shrink']:.2f} of the RMS of what it multiplies ({first['norm_gate_shrink_rest']:.2f} on "
+         f"average elsewhere), and scaled up to that average, its direction kept, the prediction after BOS moves by "
+         f"{first['kl_norm_gate_size']:.4f}, where the denominator moved it by {first['kl_denominator']:.4f}.")
     assert first["kl_norm_gate_size"] > first["kl_denominator"]
     gated = [x for x in runs if x["norm_gate_shrink"] is not None]  # GatedNorm's, with G1 or without
     shrink, size = ([x[k] for x in gated] for k in ("norm_gate_shrink", "kl_norm_gate_size"))

@@ -513,7 +513,7 @@ def test_every_final_norm_hands_bos_a_small_vector_and_gatednorms_gate_does_most
     smallest = sum(r["out_rms_bos"] < r["out_rms_rest_min"] for r in runs)
     below = sum(r["norm_gate_shrink"] < r["norm_gate_shrink_rest_min"] for r in gated)
     further = sum(r["kl_norm_gate_size"] > r["kl_denominator"] for r in gated)
-    says("README", f"its norm's own gate shrinks BOS's vector instead, more than any other token's in {below} of "
+    says("README", f"its norm's own gate shrinks BOS's vector, more than any other token's in {below} of "
          f"{len(gated)} runs with GatedNorm. Whatever the norm, the final norm's output at BOS is smaller than at any "
          f"other position in {smallest} of {len(runs)} runs.")
     says("sink_lab", f"in {below} of the {len(gated)} runs with GatedNorm (with G1 or without) it shrinks BOS's vector "
@@ -574,7 +574,7 @@ def test_the_norms_table_is_the_studys_and_outlier_jsons():
     says("sink_lab", f"DyT's loss ({estimate_and_interval(dyt)[0]} nats {estimate_and_interval(dyt)[1]}, GN's cost "
          f"of DyT) is {dyt['verdict']}")
     k, n = sink_count(study_runs("g1_gatednorm"))
-    says("README", "GatedNorm without the gate removes most of it (peak activation "
+    says("README", "GatedNorm without GA's gate removes most of it (peak activation "
          f"{ci(peak['gatednorm'])} of the baseline's, lower by the study's rule) and keeps the "
          f"attention sink ({count['gatednorm']} seeds, and {later['k']} of {later['n']} at seeds nobody had used);",
          f"G1 with GatedNorm grows no sink head in {n - k} of {n}")
