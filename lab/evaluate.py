@@ -68,7 +68,7 @@ import torch.nn.functional as F
 
 import pretrained
 from lab.report import (data_problem, distinct_styles, finite_json, kept_of_other_run, log_start, pyplot,
-                        save_figure)
+                        save_figure, variant_of)
 from runfolder import (CHECKPOINT, EVALUATED, claimed, code_version, model_from_checkpoint, no_checkpoint,
     read_checkpoint, result_set, writable_folder, write_json, write_text)
 from data.shards import TokenWindows, bos_token, dataset_fingerprint, val_batches, val_windows_apart
@@ -568,12 +568,6 @@ def markdown(summary):
     return "\n".join(lines)
 
 
-def variant_of(label):
-    """The variant a run's label names: lab.repro's labels are <variant>/seed<N>; any other label is its own."""
-    head, _, seed = label.rpartition("/seed")
-    return head if head and seed.isdigit() else label
-
-
 def plot(records, out_dir):
     """quant.png, length.png and stream.png, for the modes measured; returns the names of the files written. One
     colour and line style per variant (distinct_styles; the seeds of a variant share them; in length.png the line
@@ -586,6 +580,9 @@ def plot(records, out_dir):
     written = []
     variants = list(dict.fromkeys(variant_of(r["label"]) for r in records))
     looks = dict(zip(variants, distinct_styles(len(variants))))
+
+    def look(r):  # (colour, line style) of a record's variant
+        return looks[variant_of(r["label"])]
 
     def entry(runs, v):
         mine = [r for r in runs if variant_of(r["label"]) == v]
@@ -612,7 +609,7 @@ def plot(records, out_dir):
         for r in quant:
             settings = r["quant"]["settings"]
             ax.plot(range(1 + len(settings)), [0.0] + [s["increase"]["mean"] for s in settings], marker="o",
-                    color=looks[variant_of(r["label"])][0], linestyle=looks[variant_of(r["label"])][1],
+                    color=look(r)[0], linestyle=look(r)[1],
                     label=r["label"])
         ax.set_xticks(range(1 + len(settings)), ["full"] + [s["setting"].upper() for s in settings])
         ax.axhline(0, color="gray", linewidth=0.8)
@@ -628,7 +625,7 @@ def plot(records, out_dir):
             for scaling, lengths in r["length"].items():
                 longest = lengths[-1]
                 ax.plot(range(len(longest["buckets"])), [b["mean"] for b in longest["buckets"]], styles[scaling],
-                        marker="o", color=looks[variant_of(r["label"])][0], label=f"{r['label']}, RoPE {scaling}")
+                        marker="o", color=look(r)[0], label=f"{r['label']}, RoPE {scaling}")
         T, widest = length[0]["T"], length[0]["length"][next(iter(length[0]["length"]))][-1]
 
         def times_T(n):  # 0, T, 2T, 4T, ... (or the position itself when a length is not a multiple of T)
@@ -650,7 +647,7 @@ def plot(records, out_dir):
                     row = r["stream"][i]
                     keeps = [k["k"] for k in row["keep"]]
                     ax.plot(keeps, [k["increase"]["mean"] for k in row["keep"]], marker="o",
-                            color=looks[variant_of(r["label"])][0], linestyle=looks[variant_of(r["label"])][1],
+                            color=look(r)[0], linestyle=look(r)[1],
                             label=f"{r['label']} (w={row['window']})")
                     ax.set_xticks(keeps)
                     windows.append(row["window"])

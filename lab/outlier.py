@@ -233,8 +233,10 @@ def measure(run, checkpoint, device):
             raise RuntimeError(f"{run}: changing position 0 moved the other positions' loss "
                                f"({total['as_trained'][2]} -> {total[name][2]})")
     for name in ("norm_gate", "norm_gate_size"):  # None but for a GatedNorm
-        norm_keys.update({f"kl_{name}": kls.get(name), f"loss_first_{name}": total[name][0] / n if gate else None,
-                          f"entropy_first_{name}": total[name][1] / n if gate else None})
+        made = name in changes
+        norm_keys.update({f"kl_{name}": kls[name] if made else None,
+                          f"loss_first_{name}": total[name][0] / n if made else None,
+                          f"entropy_first_{name}": total[name][1] / n if made else None})
     final = model.transformer.ln_f  # its weight, or for PreAffine and GatedNorm that of the RMSNorm inside
     weight = (final.weight if hasattr(final, "weight") else final.norm.weight).detach().abs()
     scale = getattr(final, "pre_scale", None)  # PreAffine's: its RMSNorm divides pre_scale * h, not h

@@ -108,6 +108,12 @@ def save_figure(fig, path, dpi=120, bbox_inches=None):
     return os.path.basename(path)
 
 
+def variant_of(label):
+    """The variant a run's label names: lab.repro's labels are <variant>/seed<N>; any other label is its own."""
+    head, _, seed = label.rpartition("/seed")
+    return head if head and seed.isdigit() else label
+
+
 LINE_STYLES = ("-", "--", ":", "-.")
 
 
@@ -1031,7 +1037,7 @@ def evaluate_section(report_dir, root, trained):
         if r["label"] not in reported:  # e.g. evaluated, then left out of the report as not finished
             not_reported.append(r["label"])
             continue
-        by.setdefault(r["label"].rsplit("/seed", 1)[0], []).append(numbers)
+        by.setdefault(variant_of(r["label"]), []).append(numbers)
         run = os.path.join(root, r["label"])  # its folder under this root (the runner labels it <variant>/seed<N>)
         run = run if os.path.isdir(run) else r.get("run", "")  # else where it was evaluated
         ckpt = os.path.join(run, r.get("checkpoint", ""))

@@ -515,7 +515,7 @@ def test_every_final_norm_hands_bos_a_small_vector_and_gatednorms_gate_does_most
     further = sum(r["kl_norm_gate_size"] > r["kl_denominator"] for r in gated)
     says("README", f"its norm's own gate shrinks BOS's vector, more than any other token's in {below} of "
          f"{len(gated)} runs with GatedNorm. Whatever the norm, the final norm's output at BOS is smaller than at any "
-         f"other position in {smallest} of {len(runs)} runs.")
+         f"other position in {smallest} of {len(runs)} runs (both counted after the runs had been seen).")
     says("sink_lab", f"in {below} of the {len(gated)} runs with GatedNorm (with G1 or without) it shrinks BOS's vector "
          f"more than any other token's, to {span([r['norm_gate_shrink'] for r in gated], '.2f', ' to ')} of its size, "
          f"and with that shrink set to its mean elsewhere the prediction after BOS moves by "
