@@ -1246,9 +1246,9 @@ def plot_sweep(sweep, out_dir):
     for ax in axes:  # the swept rates as the ticks, written as they are set
         ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
         ax.minorticks_off()
-    axes[0].legend()
     fig.tight_layout()
-    return [save_figure(fig, os.path.join(out_dir, "lr_sweep.png"))]
+    legend_beside(fig, axes[:1])  # inside the loss panel, it could lie over a rate's seed dots
+    return [save_figure(fig, os.path.join(out_dir, "lr_sweep.png"), bbox_inches="tight")]
 
 
 if __name__ == "__main__":  # run by mistake: say what writes a report, rather than exit 0 having done nothing

@@ -677,6 +677,20 @@ def test_the_sweep_plot_leaves_out_what_a_run_did_not_measure(tmp_path):
     assert (tmp_path / "lr_sweep.png").stat().st_size > 0
 
 
+def test_the_sweep_plots_legend_lies_beside_its_panels(tmp_path, monkeypatch):
+    """lr_sweep.png's one legend (baseline, G1) lies beside the three panels and in the saved image: inside the loss
+    panel it could cover a rate's seed dots."""
+    pytest.importorskip("matplotlib")
+    by, win, _ = fake_study(**{"baseline": 0.0, "g1_elementwise": -0.01, "baseline_lr0.024": 0.5,
+                               "g1_elementwise_lr0.024": 0.1})
+    figures = keep_saved(monkeypatch, report)
+    assert report.plot_sweep(repro.sweep_rows(by, win), str(tmp_path)) == ["lr_sweep.png"]
+    (name, fig, kw), = figures
+    assert len(fig.legends) == 1 and [t.get_text() for t in fig.legends[0].get_texts()] == list(report.SWEPT)
+    assert not any(ax.get_legend() for ax in fig.axes)
+    assert_legends_in_image_beside_the_data(name, fig, kw)
+
+
 def test_the_sweep_plot_draws_m_act_on_its_log_axis_as_a_geometric_mean(tmp_path, monkeypatch):
     """M-Act several times apart between seeds (the tutorial's runs at 100x its rate: 3.2e5 to 1.5e6): its arithmetic
     t-interval reaches below 0, off the log axis, so the plot draws the geometric mean and the interval of the logs,
