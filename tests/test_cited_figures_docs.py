@@ -332,6 +332,25 @@ def test_the_outlier_figures_are_outlier_json():
     says("TUTORIAL.md", "grew no outlier on BOS")
 
 
+def test_gatednorms_sink_grows_late_in_the_tutorials_seed_and_its_range_over_ten_seeds():
+    """TUTORIAL.md §2: when the study's seed-1337 runs passed F-Attn 0.3, what GatedNorm's last evaluation printed,
+    and its final F-Attn over the study's seeds (a student's run that rounds differently lands in that range)."""
+    def log(variant):
+        with open(os.path.join(REPO, f"results/sink_lab/runs/{variant}/seed1337/log.jsonl"), encoding="utf-8") as f:
+            return [r for r in map(json.loads, f) if "first_token_attn" in r]
+    base, gn = log("baseline"), log("gatednorm")
+    passed = [next(r["iter"] for r in evals if r["first_token_attn"] > 0.3) for evals in (gn, base)]
+    says("TUTORIAL.md", f"F-Attn passed 0.3 at step {passed[0]} of {gn[-1]['iter']:,}, where the baseline's passed it "
+         f"at step {passed[1]}, and the last evaluation printed F-Attn {gn[-1]['first_token_attn']:.3f} and sink heads "
+         f"{gn[-1]['sink_heads']:.2f} (the baseline's: {base[-1]['first_token_attn']:.3f}).")
+    runs = [r for r in data("results/sink_lab/summary.json")["runs"] if r["variant"] == "gatednorm"]
+    fattn = [r["first_token_attn"] for r in runs]
+    assert all(r["sink_heads"] > 0 for r in runs)
+    assert len(runs) == 10
+    says("TUTORIAL.md", f"Over the study's ten seeds GatedNorm ended at an F-Attn of {min(fattn):.2f} to "
+         f"{max(fattn):.2f}, with a sink head in every one")
+
+
 def test_gns_norms_claims_are_the_labs_reports():
     counts = data(LAB)["sink_counts"]["variants"]
     gn = lab_claim(LAB, "peak_act", "gatednorm")
