@@ -855,9 +855,10 @@ def test_the_emergence_plot_wraps_many_runs_tells_neighbouring_layers_apart_and_
     assert_legends_in_image_beside_the_data(name, layered, kw)
 
 
-def test_the_attention_maps_show_the_first_runs_sink_layer_and_the_curves_the_logs_values(tmp_path, monkeypatch):
-    """attn_maps.png draws every run's map of one layer, the one where the first run's F-Attn is highest;
-    curves.png draws each log's validation loss and F-Attn against the tokens seen (millions)."""
+def test_the_attention_maps_show_each_runs_sink_layer_and_the_curves_the_logs_values(tmp_path, monkeypatch):
+    """attn_maps.png draws each run's map of the layer where its own F-Attn is highest (one layer for all, the
+    first run's, hid a sink another run grew elsewhere), and its title names that layer; curves.png draws each log's
+    validation loss and F-Attn against the tokens seen (millions)."""
     plt = pytest.importorskip("matplotlib.pyplot")
     figures = keep_figures(monkeypatch, analyze)
     rng = np.random.default_rng(0)
@@ -869,7 +870,9 @@ def test_the_attention_maps_show_the_first_runs_sink_layer_and_the_curves_the_lo
     analyze.plot_curves(plt, ["base", "g1"], logs, str(tmp_path))
     (_, drawn), (_, curves) = figures
     images = [image.get_array() for ax in drawn.axes for image in ax.images]
-    assert len(images) == 2 and all(np.array_equal(image, m[1]) for image, m in zip(images, maps))  # layer 1
+    assert len(images) == 2 and np.array_equal(images[0], maps[0][1]) and np.array_equal(images[1], maps[1][2])
+    assert [ax.get_title() for ax in drawn.axes if ax.images] == [
+        "base\nlayer 1 (its highest F-Attn), first-token 0.80", "g1\nlayer 2 (its highest F-Attn), first-token 0.90"]
     loss, sink = curves.axes
     for ax, key in ((loss, "val_loss"), (sink, "first_token_attn")):
         for line, log in zip(ax.lines, logs):

@@ -397,6 +397,25 @@ def tutorial_runs(folder):
     return {run["label"]: run for run in data(f"results/tutorial/{folder}summary.json")["runs"]}
 
 
+def test_the_attention_maps_note_names_the_layers_the_committed_figure_and_todays_show():
+    """TUTORIAL.md §5: results/tutorial/attn_maps.png shows every run at the first run's most-sinking layer (it was
+    drawn before lab.analyze drew each run at its own, and the runs cannot be drawn again); the note under it names
+    that layer, and the high-rate runs' own layer and F-Attn there, from summary.json."""
+    runs = tutorial_runs("")
+    first = runs["baseline"]["layers"]["first_token_attn"]
+    shown = first.index(max(first))
+    high = [runs[r]["layers"]["first_token_attn"] for r in ("baseline_lr2e-2", "g1_lr2e-2")]
+    own = {f.index(max(f)) for f in high}
+    assert len(own) == 1 and own != {shown}
+    layer = own.pop()
+    assert {f"{f[shown]:.2f}" for f in high} == {"0.02"}
+    says("TUTORIAL.md", f"every run at one layer: layer {shown}, where the first run sinks the most",
+         f"shows §6's two high-rate runs at layer {layer}, where their sink heads are: their F-Attn there was "
+         f"{high[0][layer]:.2f} and {high[1][layer]:.2f}, against 0.02 in layer {shown}.)")
+    heads = [runs[r]["heads"]["first_token_attn"][layer] for r in ("baseline_lr2e-2", "g1_lr2e-2")]
+    assert all(sum(h > 0.3 for h in hs) == 2 for hs in heads)  # their sink heads: two of that layer's four
+
+
 def test_the_labs_one_seed_prose_is_its_summary():
     lab = tutorial_runs("lab/")
     b, g, ii, ns = (lab[k] for k in ("baseline", "g1", "g1_input_independent", "g1_ns_sigmoid"))
