@@ -433,8 +433,11 @@ def test_the_labs_one_seed_prose_is_its_summary():
     says("TUTORIAL.md", f"the value norm at position 0 is about {ratio:.2f} of the others'")
 
 
-def test_section_5s_prose_is_the_three_runs_of_seed_1337():
-    fp32, bf16, avx512 = (tutorial_runs(f) for f in ("", "bf16/", "fp32-avx512-2026-11-25/"))
+ROUNDINGS = ("", "bf16/", "fp32-avx512-2026-11-25/", "fp32-intel-2026-12-05/")  # seed 1337's runs, rounded four ways
+
+
+def test_section_5s_prose_is_the_four_runs_of_seed_1337():
+    fp32, bf16, avx512, intel = (tutorial_runs(f) for f in ROUNDINGS)
     b, g = fp32["baseline"], fp32["g1"]
     says("TUTORIAL.md", f"G1's is lower ({r(g['max_act'], 1)} against {r(b['max_act'], 1)})",
          f"a mean of {g['gate_mean']:.2f}, with {g['gate_below_0.1']:.0%} below 0.1",
@@ -445,12 +448,12 @@ def test_section_5s_prose_is_the_three_runs_of_seed_1337():
     says("TUTORIAL.md", f"ended at val loss {bf16['baseline']['val_loss']:.3f} (baseline) and "
                         f"{bf16['g1']['val_loss']:.3f} (G1), M-Act {bf16['baseline']['max_act']:.1f} and "
                         f"{bf16['g1']['max_act']:.1f}, gate mean {bf16['g1']['gate_mean']:.3f}")
-    three = (fp32, bf16, avx512)
-    fattn = [s[k]["first_token_attn"] for s in three for k in ("baseline", "g1")]
-    g_act, b_act = ([s[k]["max_act"] for s in three] for k in ("g1", "baseline"))
-    gates = [s["g1"]["gate_mean"] for s in three]
-    assert all(s[k]["sink_heads"] == 0 for s in three for k in ("baseline", "g1"))
-    assert max(g_act) < min(b_act) and all(abs(s["g1"]["val_loss"] - s["baseline"]["val_loss"]) < 0.01 for s in three)
+    four = (fp32, bf16, avx512, intel)
+    fattn = [s[k]["first_token_attn"] for s in four for k in ("baseline", "g1")]
+    g_act, b_act = ([s[k]["max_act"] for s in four] for k in ("g1", "baseline"))
+    gates = [s["g1"]["gate_mean"] for s in four]
+    assert all(s[k]["sink_heads"] == 0 for s in four for k in ("baseline", "g1"))
+    assert max(g_act) < min(b_act) and all(abs(s["g1"]["val_loss"] - s["baseline"]["val_loss"]) < 0.01 for s in four)
     says("TUTORIAL.md", f"no sink (F-Attn {min(fattn):.3f} to {max(fattn):.3f}, no sink head), G1's M-Act below the "
                         f"baseline's ({min(g_act):.1f} to {max(g_act):.1f} against {min(b_act):.1f} to "
                         f"{max(b_act):.1f}), a gate mean of {min(gates):.2f} to {max(gates):.2f}, and a loss "
@@ -490,7 +493,7 @@ def test_section_5s_unseen_seeds_are_theirs():
 
 
 def test_section_6s_prose_is_its_runs():
-    fp32, bf16, avx512 = (tutorial_runs(f) for f in ("", "bf16/", "fp32-avx512-2026-11-25/"))
+    fp32, bf16, avx512, intel = (tutorial_runs(f) for f in ROUNDINGS)
     b, g = fp32["baseline_lr2e-2"], fp32["g1_lr2e-2"]
     says("TUTORIAL.md", f"(M-Act {b['max_act']:,.0f} without the gate, {g['max_act']:,.0f} with it)",
          f"a sink share of {b['sink_share']:.2f} and {g['sink_share']:.2f}",
@@ -501,7 +504,11 @@ def test_section_6s_prose_is_its_runs():
     says("TUTORIAL.md", f"ended with M-Act {bf16['baseline_lr2e-2']['max_act']:,.0f} without the gate and "
                         f"{bf16['g1_lr2e-2']['max_act']:,.0f} with it",
          f"({avx512['baseline_lr2e-2']['max_act']:,.0f} and {avx512['g1_lr2e-2']['max_act']:,.0f})")
-    heads = {s[k]["sink_heads"] * 16 for s in (fp32, bf16, avx512) for k in ("baseline_lr2e-2", "g1_lr2e-2")}
+    b, g = intel["baseline_lr2e-2"], intel["g1_lr2e-2"]
+    assert g["max_act"] < b["max_act"] and g["val_loss"] < b["val_loss"]
+    says("TUTORIAL.md", f"on the Intel Xeon G1's was the smaller again ({b['max_act']:,.0f} and {g['max_act']:,.0f}) "
+                        f"and G1 again ended lower ({g['val_loss']:.3f} against {b['val_loss']:.3f})")
+    heads = {s[k]["sink_heads"] * 16 for s in (fp32, bf16, avx512, intel) for k in ("baseline_lr2e-2", "g1_lr2e-2")}
     assert min(heads) == 0 and max(heads) == 2
     hot, cool = five_bf16_seeds("_lr2e-2"), five_bf16_seeds("")
     hot_gates, cool_gates = ([g["gate_below_0.1"] for _, g in pairs] for pairs in (hot, cool))
