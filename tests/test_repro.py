@@ -1258,6 +1258,8 @@ def test_train_names_and_keys(monkeypatch):
     monkeypatch.setattr(repro, "restore_runs", lambda root, report_dir, settings: restored.append(root))
     monkeypatch.setattr(repro, "check_kept_data", lambda root, settings, kept_from: None)
     monkeypatch.setattr(repro, "require_corpus", lambda settings, data_dir: None)  # (the corpus need not be here)
+    # nor the runs a user trained under the default root (out-repro/, with their own settings)
+    monkeypatch.setattr(repro, "check_trained_alike", lambda runs, root, settings: None)
     repro.main(["train", "g1_elementwise", "all", "g3", "--tiny", "--max_iters=5", "--compile"])
     runs, root, keys, passed, settings = calls[-1]
     # `all` is the study, in order; a name given twice trains once; any registry name may be added; one seed: 1337
@@ -1289,6 +1291,8 @@ def test_seeds_per_name_in_the_order_named(monkeypatch):
     monkeypatch.setattr(repro, "restore_runs", lambda *args: None)
     monkeypatch.setattr(repro, "check_kept_data", lambda root, settings, kept_from: None)
     monkeypatch.setattr(repro, "require_corpus", lambda settings, data_dir: None)
+    # a checkout's own out-repro/ (the real-text study's runs, trained with config/repro_sink.py) is not read here
+    monkeypatch.setattr(repro, "check_trained_alike", lambda runs, root, settings: None)
     repro.main(["train", "baseline:2", "g1_elementwise:2", "g1_headwise", "baseline", "g2_elementwise:1", "--seeds=3"])
     assert calls[-1][0] == [("baseline", 1337), ("baseline", 1338), ("g1_elementwise", 1337), ("g1_elementwise", 1338),
                             ("g1_headwise", 1337), ("g1_headwise", 1338), ("g1_headwise", 1339), ("baseline", 1339),
