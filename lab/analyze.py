@@ -25,12 +25,12 @@ batch_size), so a single run's val loss is the one its training log shows for th
                    ...), as arrays named "<i>/<key>" for run i of summary.json's runs: for confidence intervals over
                    windows (python -m lab.repro report reads them)
 and, when matplotlib is installed, layers.png (per-layer F-Attn, sink share and M-Act of every run), gate_hist.png
-(gate-score histograms), attn_maps.png (a head-averaged attention map per run, of its most-sinking layer, as in GA
-Fig. 2), curves.png (validation loss and F-Attn during training, from each run's log.jsonl) and emergence.png (the
-sink forming: per layer, F-Attn, M-Act and the sink's value norm ratio over the training steps, a panel per run and
-measure, the runs in bands of at most five columns, from each run's log.jsonl); --plot_labels picks the runs they
-show. These files are one set: a new analysis into the same out_dir replaces them together, and takes away a figure
-of the earlier one that it does not draw (runfolder.result_set).
+(gate-score histograms), attn_maps.png (a head-averaged attention map per run, at the layer of its highest F-Attn,
+as in GA Fig. 2), curves.png (validation loss and F-Attn during training, from each run's log.jsonl) and
+emergence.png (the sink forming: per layer, F-Attn, M-Act and the sink's value norm ratio over the training steps, a
+panel per run and measure, the runs in bands of at most five columns, from each run's log.jsonl); --plot_labels
+picks the runs they show. These files are one set: a new analysis into the same out_dir replaces them together, and
+takes away a figure of the earlier one that it does not draw (runfolder.result_set).
 The sink's mechanism per layer, in summary.json and summary.md: the value norm ratio (the value vector's norm at
 position 0 over the mean elsewhere: a sink parks attention on a small value) and the channels that carry the massive
 activation (probe.massive_channels); lab.report.mechanism_rows gives them as a table's rows.
@@ -390,9 +390,10 @@ def legend_off_bars(fig, ax, gap=0.04):
 
 
 def plot_attention_maps(plt, records, maps, out_dir):
-    """attn_maps.png: a head-averaged attention map per run, each of the layer where that run sinks the most (its
-    highest F-Attn): where a run has a sink, it shows; where the map shows none, no layer of that run has one. One
-    layer for all hid sinks that form in another layer (at a high learning rate, often the first)."""
+    """attn_maps.png: a head-averaged attention map per run, each of the layer of that run's highest F-Attn, which
+    its title names (so the panels' layers can differ). One layer for all, the first run's, hid sinks that formed in
+    another layer (at a high learning rate, often the first); a lone sink head among a layer's heads can still be
+    averaged away here, and layers.png and summary.json give every layer and head."""
     fig, axes = grid(plt, len(records), 3.6, 3.6, layout="constrained")  # room for the labels and the colour scale
     for ax, r, m in zip(axes, records, maps):
         f_attn = r["layers"]["first_token_attn"]

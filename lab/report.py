@@ -1094,8 +1094,8 @@ PLOT_TEXT = {
     # lab.repro's analyze_runs draws the figures of single runs from each variant's first (lowest) seed alone
     "layers.png": "F-Attn, sink share and M-Act per layer, each variant's first seed (lab/analyze.py).",
     "gate_hist.png": "The distribution of gate scores, each gated variant's first seed.",
-    "attn_maps.png": "One head-averaged attention map per variant, of its first seed, at the layer where that run "
-                     "sinks the most (its highest F-Attn).",
+    "attn_maps.png": "One head-averaged attention map per variant, of its first seed, at the layer of that run's "
+                     "highest F-Attn (each title names it).",
     "curves.png": "Validation loss (its axis from the second evaluation on) and F-Attn during training, each "
                   "variant's first seed (lab/analyze.py, from train.py's log).",
     "trends.png": "F-Attn, sink heads, M-Act and gate mean against tokens seen (mean over seeds; in a model of one "
