@@ -431,6 +431,39 @@ def test_the_attention_maps_note_names_the_layers_the_committed_figure_and_today
     assert sorted(intel) == sorted(f_attn)  # the same four runs, rounded on another CPU, drawn by today's rule
 
 
+def test_the_tutorials_lab_figures_are_drawn_from_the_studys_kept_runs_of_the_same_training():
+    """results/tutorial/lab/'s figures are drawn from results/sink_lab/runs/*/seed1337 (its README says so): those
+    runs measure what this folder's summary holds, to the last digit, on the same windows."""
+    keys = ("val_loss", "first_token_attn", "sink_share", "max_act", "gate_mean", "layers", "heads", "windows_id",
+            "map_tokens")
+    study = {"baseline": "baseline", "g1": "g1_elementwise", "g1_input_independent": "g1_input_independent",
+             "g1_ns_sigmoid": "g1_ns_sigmoid"}
+    for label, run in tutorial_runs("lab/").items():
+        kept = data(f"results/sink_lab/runs/{study[label]}/seed1337/measured.json")
+        assert {k: run[k] for k in keys} == {k: kept[k] for k in keys}, label
+        assert run["train_config"] | {"out_dir": None, "overwrite": None} == \
+            kept["train_config"] | {"out_dir": None, "overwrite": None}, label
+    says("results/tutorial/README.md", "figures were drawn again on 2026-12-05 from the study's kept measurements of "
+         "those runs, whose summary is this folder's to the last digit")
+
+
+def test_the_labs_one_seed_prose_is_its_summary():
+    lab = tutorial_runs("lab/")
+    b, g, ii, ns = (lab[k] for k in ("baseline", "g1", "g1_input_independent", "g1_ns_sigmoid"))
+    assert b["first_token_attn_other"] > 0.99 and g["sink_heads"] == 0
+    says("TUTORIAL.md", "over 99% of the attention of the positions that have nothing to do lands",
+         f"the triggers put {b['prev_attn_trigger']:.0%} of theirs on the previous token",
+         f"the same loss ({g['val_loss']:.4f} against {b['val_loss']:.4f}) with no sink (F-Attn "
+         f"{g['first_token_attn']:.3f}, no sink head)",
+         f"(mean score {g['gate_mean_other']:.3f} there) and opens at the triggers ({g['gate_mean_trigger']:.3f})",
+         f"one number for every token ({ii['gate_mean']:.3f}), and the sink comes back (F-Attn "
+         f"{ii['first_token_attn']:.3f})", f"back too ({ns['first_token_attn']:.3f})",
+         f"this seed's G1 has a larger one than its baseline ({g['max_act']:.1f} against {b['max_act']:.1f})")
+    assert g["max_act"] > b["max_act"]
+    ratio = b["layers"]["value_norm_ratio"][0]
+    says("TUTORIAL.md", f"the value norm at position 0 is about {ratio:.2f} of the others'")
+
+
 ROUNDINGS = ("", "bf16/", "fp32-avx512-2026-11-25/", "fp32-intel-2026-12-05/")  # seed 1337's runs, rounded four ways
 
 
