@@ -67,8 +67,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pretrained
-from lab.report import (data_problem, distinct_styles, finite_json, kept_of_other_run, log_start, pyplot,
-                        save_figure, variant_of)
+from lab.report import (data_problem, distinct_styles, finite_json, kept_of_other_run, legend_beside, log_start,
+                        pyplot, save_figure, variant_of)
 from runfolder import (CHECKPOINT, EVALUATED, claimed, code_version, model_from_checkpoint, no_checkpoint,
     read_checkpoint, result_set, writable_folder, write_json, write_text)
 from data.shards import TokenWindows, bos_token, dataset_fingerprint, val_batches, val_windows_apart
@@ -599,8 +599,7 @@ def plot(records, out_dir):
         for scaling, style in (scalings or {}).items():  # length.png: the line style is the RoPE scaling's
             handles.append(Line2D([], [], color="gray", linestyle=style))
             labels.append(f"RoPE {scaling}")
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
-                   ncol=1 + (len(handles) - 1) // 30)
+        legend_beside(fig, [], extra=zip(handles, labels))
         written.append(save_figure(fig, os.path.join(out_dir, name), bbox_inches="tight"))
 
     quant = [r for r in records if "quant" in r]
