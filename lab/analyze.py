@@ -343,14 +343,13 @@ def plot_layers(plt, records, out_dir):
 
 
 def plot_gate_hist(plt, gated, out_dir):
-    """gate_hist.png: a panel per gated run ((label, gate-score sample[, its record]) in gated), the share of scores in
+    """gate_hist.png: a panel per gated run ((label, gate-score sample, its record) in gated), the share of scores in
     each bin; on the task with triggers, at trigger positions and elsewhere. Each legend gives the record's mean gate
     score (gate_mean, gate_mean_trigger, gate_mean_other: the tables' number, over every score, not the sample's),
     the sample's mean only where the record has none; it sits where it leaves the bars uncovered (legend_off_bars)."""
     fig, axes = grid(plt, len(gated), 3.4, 3.2)
     bins = np.linspace(0, 1, 41)
-    for ax, (n, s, *record) in zip(axes, gated):
-        record = record[0] if record else {}
+    for ax, (n, s, record) in zip(axes, gated):
         kinds = [("trigger", "trigger positions", "tab:red"), ("other", "other positions", "tab:blue")] \
             if "trigger" in s else [("all", "all positions", "tab:orange")]
         for kind, label, color in kinds:

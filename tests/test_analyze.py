@@ -282,8 +282,8 @@ def test_the_gate_histogram_says_how_many_scores_it_draws_at_its_ends(tmp_path, 
     figures = keep_figures(monkeypatch, analyze)
     signed = np.array([-0.5, -0.2, 0.1, 0.3, 0.5, 0.6, 0.9, 1.4])  # 2 of 8 below 0, 1 of 8 above 1
     rare = np.r_[-1.0, np.full(199, 0.5)]  # 1 of 200 below 0
-    analyze.plot_gate_hist(plt, [("silu", {"all": signed}), ("sigmoid", {"all": np.array([0.1, 0.5, 0.9])}),
-                                 ("rare", {"all": rare})], str(tmp_path))
+    analyze.plot_gate_hist(plt, [("silu", {"all": signed}, {}), ("sigmoid", {"all": np.array([0.1, 0.5, 0.9])}, {}),
+                                 ("rare", {"all": rare}, {})], str(tmp_path))  # records without a gate mean
     (name, fig), = figures
     legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes if ax.get_legend()]
     assert legends == [["all positions (sample mean 0.39)\n25% < 0, drawn at 0\n12% > 1, drawn at 1"],
