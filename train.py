@@ -5,7 +5,7 @@ Train a gated-attention GPT:
     torchrun --standalone --nproc_per_node=8 train.py config/train_fineweb.py     # several GPUs
 
 With no arguments it trains a small G1-gated model (4 layers, 128 wide) on the Python standard library's own source
-for two to two and a half minutes on a 2-core CPU (docs/timings.md), preparing data/pystdlib on first use, and prints
+for two to six minutes on a 2-core CPU (docs/timings.md), preparing data/pystdlib on first use, and prints
 what it measured; config/ holds the GPU runs. `python train.py --help` lists every key (TrainConfig:
 model.GPTConfig's flags and the run's). It writes out_dir/log.jsonl (a record per eval), ckpt.pt (the state at the
 last eval) and best.pt (the lowest validation loss; a worse or diverged state never replaces it; a diverged run exits

@@ -1504,7 +1504,7 @@ def expect_trained_runs(number, where):
         if not os.path.isfile(path):
             raise NotImplementedError(f"no trained {name} run at {path}: train it with\n"
                                       f"          {train_command(number, name)}\n"
-                                      f"      (20 to 40 seconds on a 2-core CPU; README.md, {where})")
+                                      f"      (20 to 80 seconds on a 2-core CPU; README.md, {where})")
         try:
             checkpoint = read_checkpoint(path)
         except ValueError as e:

@@ -26,7 +26,7 @@ from probe import MEASURE
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above tests/
 RESULTS = os.path.join(REPO, "results")
-WORDS = {0: "none", 1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 8: "eight", 10: "ten",
+WORDS = {0: "none", 1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 8: "eight", 9: "nine", 10: "ten",
          20: "twenty"}
 FRACTION = {2: "half", 3: "third", 4: "quarter", 5: "fifth", 6: "sixth", 7: "seventh", 8: "eighth"}
 

@@ -82,6 +82,7 @@ def printed(line, key):
 
 XEON = {"bf16": ("intel-xeon-2-cores-2026-11-30-0ea438f", "intel-xeon-2-cores-2026-11-30-14feb5b"),
         "no_bf16": ("intel-xeon-2-cores-2026-11-30-0ea438f-no-bf16", "intel-xeon-2-cores-2026-11-30-14feb5b-no-bf16")}
+AMD_AVX2 = ("amd-epyc-avx2-2-cores-2026-12-06-7c9c1b2", "amd-epyc-avx2-2-cores-2026-12-06-7c9c1b2-again")  # no bf16
 
 
 def test_the_main_jobs_times_are_time_readmes_pages():
@@ -104,19 +105,43 @@ def test_the_main_jobs_times_are_time_readmes_pages():
     assert round(wall["no_bf16"][0]) == round(wall["no_bf16"][1])
     halves = {kind: round(statistics.mean(w) / 60 * 2) / 2 for kind, w in wall.items()}
     spoken = {2.0: "two", 2.5: "two and a half"}
-    says("README.md", f"it takes about {spoken[halves['bf16']]} minutes where the CPU computes bf16 and "
-                      f"{spoken[halves['no_bf16']]} where it does not")
-    says("train.py", f"for {spoken[halves['bf16']]} to {spoken[halves['no_bf16']]} minutes on a 2-core CPU")
+    # the older CPU without bf16: its own table, and the top of the range the README and train.py give
+    amd = [readme_page(n) for n in AMD_AVX2]
+    assert len({p["done"][0][0].split(" val loss ")[1] for p in amd}) == 1  # "each run printed the same numbers"
+    numbers = " | ".join(printed(amd[0]["done"][0][0], k) for k in ("val loss", "F-Attn", "sink heads", "M-Act",
+                                                                     "gate mean", "gate < 0.1"))
+    says(TIMINGS, f"| AMD EPYC, AVX2 (no bf16) | fp32 | {amd[0]['main']:.0f} s, {amd[1]['main']:.0f} s "
+                  f"({amd[0]['done'][0][2]} s, {amd[1]['done'][0][2]} s) | {numbers} |",
+         f"| without bf16 (AVX2, fp32) | fp32 | 110 s (108 s training; the data was prepared) | {numbers} |")
+    estimates = {re.search(r"main job (~\d+ min)", text(f"results/timings/{n}.md"))[1] for n in AMD_AVX2}
+    assert len(estimates) == 1  # lab.setup_check's, before each run
+    estimate = estimates.pop()
+    says(TIMINGS, f'estimated "{estimate}" before each')
+    recent = {re.search(r"main job ~(\d+) min", text(f"results/timings/{n}.md"))[1] for k in XEON for n in XEON[k]}
+    assert len(recent) == 1
+    says("TUTORIAL.md", f"estimates the main job at {estimate} rather than ~{recent.pop()},")
+    slow = statistics.mean(p["main"] for p in amd)
+    ratio = f"{slow / statistics.mean(wall['no_bf16']):.1f} times the"
+    says(TIMINGS, f"{ratio} Intel Xeon's time as a CPU without bf16")
+    says("results/timings/README.md", f"the main job took {amd[0]['main']:.0f} s and {amd[1]['main']:.0f} s, {ratio} "
+                                      "Xeon's time as a CPU without bf16")
+    top = WORDS[round(slow / 60)]
+    says(TIMINGS, f"About one to {spoken[halves['bf16']]} minutes on a 2-core CPU that computes bf16; on one that "
+                  f"does not, {spoken[halves['no_bf16']]} on a recent one and {top} on an older one")
+    says("README.md", f"it takes from {spoken[halves['bf16']]} to {top} minutes, by the CPU")
+    says("train.py", f"for {spoken[halves['bf16']]} to {top} minutes on a 2-core CPU")
     commands = [round(sum(v for k, v in readme_page(n).items() if k != "done") / 60)
-                for names in XEON.values() for n in names]
-    assert len(set(commands)) == 1
-    says("results/timings/README.md", f"on an idle machine (about {WORDS[commands[0]]} minutes on these)")
+                for names in (*XEON.values(), AMD_AVX2) for n in names]
+    assert len(set(commands[:4])) == 1 and len(set(commands[4:])) == 1
+    says("results/timings/README.md", f"on an idle machine (about {WORDS[commands[0]]} minutes on the Intel Xeon's "
+                                      f"pages, {WORDS[commands[4]]} on the AMD EPYC's)")
 
 
 def test_the_sink_labs_times_are_time_readmes_pages():
     rows = {"bf16": "| with its bf16 |", "no_bf16": "| as a CPU without bf16 (AVX2) |"}
+    rows["amd"] = "| AMD EPYC, AVX2 (no bf16) |"
     models = []
-    for kind, names in XEON.items():
+    for kind, names in (*XEON.items(), ("amd", AMD_AVX2)):
         a, b = (readme_page(n) for n in names)
         f_attn = ", ".join(printed(a["done"][i][0], "F-Attn") for i in (1, 2))
         iterations = "2000 iterations in " if kind == "bf16" else ""
@@ -124,12 +149,18 @@ def test_the_sink_labs_times_are_time_readmes_pages():
                       f"{b['done'][1][2]} s) | {a['g1']} s, {b['g1']} s ({a['done'][2][2]} s, {b['done'][2][2]} s) | "
                       f"{a['analysis']} s, {b['analysis']} s | {f_attn} |")
         models += [p[k] for p in (a, b) for k in ("baseline", "g1")]
+    assert 1.8 < statistics.mean(models[8:]) / statistics.mean(models[:8]) < 2.2  # "about twice the Intel Xeon's time"
     lo, hi = stated("docs/sink_lab.md", r"A model trains in (\d+) to (\d+) s on a 2-core CPU")
     assert lo <= min(models) and max(models) <= hi, (models, lo, hi)  # the ranges the pages give hold these runs
     says(TIMINGS, f"## The sink lab: {lo:.0f} to {hi:.0f} s a model",
          f"On a laptop CPU, {lo:.0f} to {hi:.0f} s a model")
     says("TUTORIAL.md", f"{lo:.0f} to {hi:.0f} seconds on a 2-core CPU")
     says("exercises/TEACHERS.md", f"({lo:.0f} to {hi:.0f} s a model, by the CPU)")
+    for number in ("08_predict_then_measure", "11_active_dormant"):  # the exercises that train the lab's two runs
+        for path in (f"exercises/{number}/README.md", f"exercises/{number}/starter.py",
+                     f"exercises/solutions/{number}.py"):
+            says(path, f"{lo:.0f} to {hi:.0f} seconds")
+    says("exercises/check.py", f"({lo:.0f} to {hi:.0f} seconds on a 2-core CPU; README.md")
 
 
 # -----------------------------------------------------------------------------
@@ -334,19 +365,24 @@ def test_a_shared_cpus_times_are_time_sharings_page():
 # -----------------------------------------------------------------------------
 # results/tutorial/README.md: the tutorial, by tests/time_tutorial.py (docs/timings.md, TUTORIAL.md, TEACHERS.md)
 
+OLDER_CPU = "2 cores, AMD EPYC, Python 3.11.7, 2026-12-06"  # the fourth host: AVX2, no AVX-512, no bf16
+
+
 def tutorial_tables():
     """The tables results/tutorial/README.md keeps, each as {caption, bf16, idle, §: seconds} (§0: the start)."""
     body = text("results/tutorial/README.md")
     tables = []
     for caption, rows in re.findall(r"^((?:TUTORIAL\.md|tutorial\.ipynb), every .*)\n\n\| section .*\n\| --- .*\n"
                                     r"((?:\|.*\n)+)", body, re.MULTILINE):
-        t = {"caption": caption, "bf16": "as a CPU without bf16" not in caption, "notebook": "ipynb" in caption}
+        older = caption.endswith(OLDER_CPU)  # a CPU without bf16 of its own: fp32 with or without --no_bf16
+        t = {"caption": caption, "bf16": "as a CPU without bf16" not in caption and not older,
+             "notebook": "ipynb" in caption, "older": older}
         for name, blocks, seconds in re.findall(r"^\| ([^|]+) \| ([^|]+) \| (\d+) \|$", rows, re.MULTILINE):
             key = "all" if name == "all" else 0 if name == "(start)" else int(name.split(".")[0])
             t[key] = int(seconds)
             t.setdefault("blocks", {})[key] = blocks
         tables.append(t)
-    assert len(tables) == 8, [t["caption"] for t in tables]
+    assert len(tables) == 9 and sum(t["older"] for t in tables) == 1, [t["caption"] for t in tables]
     # the page's one run not on an idle machine: the blocks' run beside the notebook's ("beside a process reading
     # files"), the last table
     assert "the blocks' beside a process reading files" in squash(body) and not tables[-1]["notebook"]
@@ -357,7 +393,7 @@ def tutorial_tables():
 
 
 def test_the_timings_pages_tutorial_paragraph_is_its_tables():
-    x, xb, a, ab, f, fb, jup, blocks = tutorial_tables()
+    old, x, xb, a, ab, f, fb, jup, blocks = tutorial_tables()
     says(TIMINGS, f"{f['all']} s on an idle 2-core AMD EPYC run as a CPU without bf16 (fp32, AVX2 at most), "
                   f"{fb['all']} s on the same CPU with its bf16 in use (2026-11-27). §5 and §6, four training runs on "
                   f"real text, took {f[5] + f[6]} s and {fb[5] + fb[6]} s of that; the sink lab's §2, {f[2]} s and "
@@ -366,7 +402,19 @@ def test_the_timings_pages_tutorial_paragraph_is_its_tables():
          f"§6, {a[5] + a[6]} s and {ab[5] + ab[6]} s; §2, {a[2]} s and {ab[2]} s.",
          f"{x['all']} s without bf16 and {xb['all']} s with it; §5 and §6, {x[5] + x[6]} s and {xb[5] + xb[6]} s; "
          f"§2, {x[2]} s and {xb[2]} s.", f"{jup['all']} s against {blocks['all']} s on a 2-core AMD EPYC with bf16")
-    rest = [t["all"] - t[2] - t[5] - t[6] for t in (x, xb, a, ab, f, fb)]
+    says(TIMINGS, f"On an older 2-core AMD EPYC with AVX2 and no AVX-512, so without bf16 (2026-12-06, at 7c9c1b2): "
+                  f"{old['all']} s; §5 and §6, {old[5] + old[6]} s; §2, {old[2]} s: {old['all'] / x['all']:.1f} times "
+                  "the Intel Xeon's time without bf16.")
+    says("results/tutorial/README.md",
+         f"all of them {old['all'] / x['all']:.1f} times (§2, with its five runs on both, {old[2] / x[2]:.1f} times;")
+    assert all(2.7 < old[k] / x[k] < 3.5 for k in (2, 5, 6))  # "each section that trains took about three times"
+    # §2's slowest block on the older CPU: the two other gates and the measurement of all four (TEACHERS.md's plan)
+    line, slowest = re.search(r"line (\d+) \(bash\): (\d+) s", old["blocks"][2]).groups()
+    says("results/tutorial/README.md", f"its slowest block, line {line}, trains the two other gates and measures all "
+                                       "four runs")
+    says("exercises/TEACHERS.md", f"(40 to 90 s for both and their measurement, {round(int(slowest), -1)} on an "
+                                  "older CPU)")
+    rest = [t["all"] - t[2] - t[5] - t[6] for t in (x, xb, a, ab, f, fb)]  # the paragraph's first hosts
     assert max(rest) < 5
     says(TIMINGS, "everything else, under 5 s")
 
@@ -385,11 +433,16 @@ def check_range(path, pattern, *runs):
 def test_the_tutorials_times_are_its_tables():
     """TUTORIAL.md's and TEACHERS.md's ranges, over every idle run the tables keep (the notebook's among them: the
     same blocks, cell by cell), without bf16 and with it."""
-    idle = [t for t in tutorial_tables() if t["idle"]]
+    tables = tutorial_tables()
+    idle = [t for t in tables if t["idle"] and not t["older"]]  # the older CPU's: a sentence of its own
     fp32, bf16 = [t for t in idle if not t["bf16"]], [t for t in idle if t["bf16"]]
 
     def each(tables, *sections):
         return [sum(t[s] for s in sections) for t in tables]
+    old = next(t for t in tables if t["older"])
+    says("TUTORIAL.md", f"On an older 2-core CPU without bf16 (an AMD EPYC with AVX2 and no AVX-512) they took "
+                        f"{old['all'] / 60:.0f} minutes, {(old[5] + old[6]) / 60:.0f} of them in §5 and §6")
+    says("exercises/TEACHERS.md", f"about {(old[5] + old[6]) / 60:.0f} on an older one (an AMD EPYC without AVX-512;")
     check_range("TUTORIAL.md", r"Its blocks compute for ([\d.]+) to ([\d.]+) minutes in all on an idle 2-core CPU "
                                r"without bf16 \(([\d.]+) to ([\d.]+) minutes on one with bf16,",
                 each(fp32, "all"), each(bf16, "all"))
@@ -413,7 +466,7 @@ def test_the_tutorials_times_are_its_tables():
 def test_the_sink_labs_section_names_every_run_since_its_fifth():
     """TUTORIAL.md said §2's five runs were timed on one host: the Intel Xeon's two runs and the AMD EPYC's of
     2026-12-01 (the notebook's and the blocks') all have §2's fifth run."""
-    tables = tutorial_tables()
+    tables = [t for t in tutorial_tables() if not t["older"]]  # the hosts TUTORIAL.md's table gives
     fifth = [t for t in tables if t["fifth run"]]
     hosts = {re.search(r"2 cores, ([^,]+), .*(\d{4}-\d\d-\d\d)$", t["caption"]).groups() for t in fifth}
     fp32, bf16 = [t[2] for t in fifth if not t["bf16"]], [t[2] for t in fifth if t["bf16"]]

@@ -11,7 +11,7 @@ where G1 removes the attention sink? Say what you expect BEFORE you train, then 
   gap 3: measure(run_dir)                    a trained run's M-Act: the mean over layers of max_activation on
                                              fixed validation windows (validation_windows below builds them)
 
-Then train the two runs (README.md gives the commands; 20 to 40 seconds each on a 2-core CPU) and check:
+Then train the two runs (README.md gives the commands; 20 to 80 seconds each on a 2-core CPU) and check:
     python exercises/check.py 08
 """
 

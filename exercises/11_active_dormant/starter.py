@@ -18,7 +18,7 @@ measure both, by hand, on the two trained runs, and compare your numbers with pr
 
 Given: validation_windows and task_triggers (a run's windows and its task's trigger tokens), probe.py's
 trigger_positions (where the copy rule applies), and mechanism(run_dir), which puts your four functions together
-on a trained run. Train the two runs (README.md gives the commands; 20 to 40 seconds each on a 2-core CPU), then:
+on a trained run. Train the two runs (README.md gives the commands; 20 to 80 seconds each on a 2-core CPU), then:
     python exercises/check.py 11
 """
 
