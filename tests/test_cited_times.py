@@ -65,14 +65,25 @@ def min_s(seconds):
 # results/timings/: the README's commands, by tests/time_readme.py (docs/timings.md, results/timings/README.md,
 # the README, docs/sink_lab.md, TUTORIAL.md §2, TEACHERS.md)
 
+COMMANDS = ("setup", "main", "baseline", "g1", "analysis")  # the README's five timed commands, in order
+
+
 def readme_page(name):
-    """A tests/time_readme.py page: each command's seconds by its order, and train.py's 'done:' lines."""
+    """A tests/time_readme.py page: each command's seconds by its order, train.py's 'done:' lines and the set-up
+    check's estimate of the main job ('~6 min')."""
     body = text(f"results/timings/{name}.md")
     rows = re.findall(r"^\| [^|]+ \| `([^`]+)` \| ([\d.]+) \| 0 \|$", body, re.MULTILINE)
     done = re.findall(r"^(done: (\d+) iterations in (\d+) s, .*)$", body, re.MULTILINE)
-    assert len(rows) == 5 and len(done) == 3, name
-    return {"setup": float(rows[0][1]), "main": float(rows[1][1]), "baseline": float(rows[2][1]),
-            "g1": float(rows[3][1]), "analysis": float(rows[4][1]), "done": done}
+    assert len(rows) == len(COMMANDS) and len(done) == 3, name
+    return {**{k: float(row[1]) for k, row in zip(COMMANDS, rows)}, "done": done,
+            "estimate": re.search(r"main job (~\d+ min)", body)[1]}
+
+
+def all_commands(pages):
+    """The README's commands' minutes in all, rounded, which the pages must agree on."""
+    minutes = {round(sum(p[k] for k in COMMANDS) / 60) for p in pages}
+    assert len(minutes) == 1, minutes
+    return minutes.pop()
 
 
 def printed(line, key):
@@ -113,13 +124,10 @@ def test_the_main_jobs_times_are_time_readmes_pages():
     says(TIMINGS, f"| AMD EPYC, AVX2 (no bf16) | fp32 | {amd[0]['main']:.0f} s, {amd[1]['main']:.0f} s "
                   f"({amd[0]['done'][0][2]} s, {amd[1]['done'][0][2]} s) | {numbers} |",
          f"| without bf16 (AVX2, fp32) | fp32 | 110 s (108 s training; the data was prepared) | {numbers} |")
-    estimates = {re.search(r"main job (~\d+ min)", text(f"results/timings/{n}.md"))[1] for n in AMD_AVX2}
-    assert len(estimates) == 1  # lab.setup_check's, before each run
-    estimate = estimates.pop()
+    xeon = [readme_page(n) for names in XEON.values() for n in names]
+    (estimate,), (recent,) = {p["estimate"] for p in amd}, {p["estimate"] for p in xeon}  # lab.setup_check's
     says(TIMINGS, f'estimated "{estimate}" before each')
-    recent = {re.search(r"main job ~(\d+) min", text(f"results/timings/{n}.md"))[1] for k in XEON for n in XEON[k]}
-    assert len(recent) == 1
-    says("TUTORIAL.md", f"estimates the main job at {estimate} rather than ~{recent.pop()},")
+    says("TUTORIAL.md", f"estimates the main job at {estimate} rather than {recent.removesuffix(' min')},")
     slow = statistics.mean(p["main"] for p in amd)
     ratio = f"{slow / statistics.mean(wall['no_bf16']):.1f} times the"
     says(TIMINGS, f"{ratio} Intel Xeon's time as a CPU without bf16")
@@ -130,17 +138,14 @@ def test_the_main_jobs_times_are_time_readmes_pages():
                   f"does not, {spoken[halves['no_bf16']]} on a recent one and {top} on an older one")
     says("README.md", f"it takes from {spoken[halves['bf16']]} to {top} minutes, by the CPU")
     says("train.py", f"for {spoken[halves['bf16']]} to {top} minutes on a 2-core CPU")
-    commands = [round(sum(v for k, v in readme_page(n).items() if k != "done") / 60)
-                for names in (*XEON.values(), AMD_AVX2) for n in names]
-    assert len(set(commands[:4])) == 1 and len(set(commands[4:])) == 1
-    says("results/timings/README.md", f"on an idle machine (about {WORDS[commands[0]]} minutes on the Intel Xeon's "
-                                      f"pages, {WORDS[commands[4]]} on the AMD EPYC's)")
+    says("results/timings/README.md", f"on an idle machine (about {WORDS[all_commands(xeon)]} minutes on the Intel "
+                                      f"Xeon's pages, {WORDS[all_commands(amd)]} on the AMD EPYC's)")
 
 
 def test_the_sink_labs_times_are_time_readmes_pages():
-    rows = {"bf16": "| with its bf16 |", "no_bf16": "| as a CPU without bf16 (AVX2) |"}
-    rows["amd"] = "| AMD EPYC, AVX2 (no bf16) |"
-    models = []
+    rows = {"bf16": "| with its bf16 |", "no_bf16": "| as a CPU without bf16 (AVX2) |",
+            "amd": "| AMD EPYC, AVX2 (no bf16) |"}
+    models = {}  # each host's four models' seconds
     for kind, names in (*XEON.items(), ("amd", AMD_AVX2)):
         a, b = (readme_page(n) for n in names)
         f_attn = ", ".join(printed(a["done"][i][0], "F-Attn") for i in (1, 2))
@@ -148,8 +153,10 @@ def test_the_sink_labs_times_are_time_readmes_pages():
         says(TIMINGS, f"{rows[kind]} {a['baseline']} s, {b['baseline']} s ({iterations}{a['done'][1][2]} s, "
                       f"{b['done'][1][2]} s) | {a['g1']} s, {b['g1']} s ({a['done'][2][2]} s, {b['done'][2][2]} s) | "
                       f"{a['analysis']} s, {b['analysis']} s | {f_attn} |")
-        models += [p[k] for p in (a, b) for k in ("baseline", "g1")]
-    assert 1.8 < statistics.mean(models[8:]) / statistics.mean(models[:8]) < 2.2  # "about twice the Intel Xeon's time"
+        models[kind] = [p[k] for p in (a, b) for k in ("baseline", "g1")]
+    xeon = models["bf16"] + models["no_bf16"]
+    assert 1.8 < statistics.mean(models["amd"]) / statistics.mean(xeon) < 2.2  # "about twice the Intel Xeon's time"
+    models = xeon + models["amd"]
     lo, hi = stated("docs/sink_lab.md", r"A model trains in (\d+) to (\d+) s on a 2-core CPU")
     assert lo <= min(models) and max(models) <= hi, (models, lo, hi)  # the ranges the pages give hold these runs
     says(TIMINGS, f"## The sink lab: {lo:.0f} to {hi:.0f} s a model",
@@ -408,12 +415,9 @@ def test_the_timings_pages_tutorial_paragraph_is_its_tables():
     says("results/tutorial/README.md",
          f"all of them {old['all'] / x['all']:.1f} times (§2, with its five runs on both, {old[2] / x[2]:.1f} times;")
     assert all(2.7 < old[k] / x[k] < 3.5 for k in (2, 5, 6))  # "each section that trains took about three times"
-    # §2's slowest block on the older CPU: the two other gates and the measurement of all four (TEACHERS.md's plan)
-    line, slowest = re.search(r"line (\d+) \(bash\): (\d+) s", old["blocks"][2]).groups()
+    line = re.search(r"line (\d+) \(bash\)", old["blocks"][2])[1]  # §2's slowest block (TEACHERS.md's plan quotes it)
     says("results/tutorial/README.md", f"its slowest block, line {line}, trains the two other gates and measures all "
                                        "four runs")
-    says("exercises/TEACHERS.md", f"(40 to 90 s for both and their measurement, {round(int(slowest), -1)} on an "
-                                  "older CPU)")
     rest = [t["all"] - t[2] - t[5] - t[6] for t in (x, xb, a, ab, f, fb)]  # the paragraph's first hosts
     assert max(rest) < 5
     says(TIMINGS, "everything else, under 5 s")
@@ -433,16 +437,18 @@ def check_range(path, pattern, *runs):
 def test_the_tutorials_times_are_its_tables():
     """TUTORIAL.md's and TEACHERS.md's ranges, over every idle run the tables keep (the notebook's among them: the
     same blocks, cell by cell), without bf16 and with it."""
-    tables = tutorial_tables()
-    idle = [t for t in tables if t["idle"] and not t["older"]]  # the older CPU's: a sentence of its own
+    every = tutorial_tables()
+    idle = [t for t in every if t["idle"] and not t["older"]]  # the older CPU's: a sentence of its own
     fp32, bf16 = [t for t in idle if not t["bf16"]], [t for t in idle if t["bf16"]]
 
     def each(tables, *sections):
         return [sum(t[s] for s in sections) for t in tables]
-    old = next(t for t in tables if t["older"])
+    old = next(t for t in every if t["older"])
     says("TUTORIAL.md", f"On an older 2-core CPU without bf16 (an AMD EPYC with AVX2 and no AVX-512) they took "
                         f"{old['all'] / 60:.0f} minutes, {(old[5] + old[6]) / 60:.0f} of them in §5 and §6")
     says("exercises/TEACHERS.md", f"about {(old[5] + old[6]) / 60:.0f} on an older one (an AMD EPYC without AVX-512;")
+    slowest = int(re.search(r"line \d+ \(bash\): (\d+) s", old["blocks"][2])[1])  # §2's: the two other gates
+    says("exercises/TEACHERS.md", f"(40 to 90 s for both and their measurement, {round(slowest, -1)} on an older CPU)")
     check_range("TUTORIAL.md", r"Its blocks compute for ([\d.]+) to ([\d.]+) minutes in all on an idle 2-core CPU "
                                r"without bf16 \(([\d.]+) to ([\d.]+) minutes on one with bf16,",
                 each(fp32, "all"), each(bf16, "all"))
